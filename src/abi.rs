@@ -1,0 +1,198 @@
+//! The rocBLAS ABI as this project uses it: enum values, opaque pointer types and the C
+//! signatures of every entry point that the interposer wraps, the harness calls or refblas
+//! exports. One definition, shared by every crate, so the three can never disagree.
+//!
+//! Values come from rocBLAS's public headers (`rocblas-types.h`, `rocblas-functions.h`,
+//! `rocblas-beta.h`); see FACTS.md section 1.
+
+use std::ffi::{c_char, c_void};
+
+/// `rocblas_status`: every entry point returns one (a 32-bit C enum).
+pub type Status = i32;
+pub const STATUS_SUCCESS: Status = 0;
+pub const STATUS_INVALID_HANDLE: Status = 1;
+pub const STATUS_NOT_IMPLEMENTED: Status = 2;
+pub const STATUS_INVALID_POINTER: Status = 3;
+pub const STATUS_INVALID_SIZE: Status = 4;
+pub const STATUS_MEMORY_ERROR: Status = 5;
+pub const STATUS_INTERNAL_ERROR: Status = 6;
+pub const STATUS_INVALID_VALUE: Status = 11;
+
+/// `rocblas_operation`.
+pub type Operation = i32;
+pub const OP_NONE: Operation = 111;
+pub const OP_TRANSPOSE: Operation = 112;
+pub const OP_CONJUGATE_TRANSPOSE: Operation = 113;
+
+/// `rocblas_datatype`.
+pub type Datatype = i32;
+pub const DT_F16_R: Datatype = 150;
+pub const DT_F32_R: Datatype = 151;
+pub const DT_F64_R: Datatype = 152;
+pub const DT_F16_C: Datatype = 153;
+pub const DT_F32_C: Datatype = 154;
+pub const DT_F64_C: Datatype = 155;
+pub const DT_I8_R: Datatype = 160;
+pub const DT_U8_R: Datatype = 161;
+pub const DT_I32_R: Datatype = 162;
+pub const DT_U32_R: Datatype = 163;
+pub const DT_BF16_R: Datatype = 168;
+pub const DT_BF16_C: Datatype = 169;
+
+/// `rocblas_gemm_algo`.
+pub type GemmAlgo = i32;
+pub const ALGO_STANDARD: GemmAlgo = 0;
+pub const ALGO_SOLUTION_INDEX: GemmAlgo = 1;
+
+/// `rocblas_gemm_flags` (a bit set passed as uint32).
+pub const FLAG_NONE: u32 = 0;
+pub const FLAG_USE_CU_EFFICIENCY: u32 = 0x2;
+pub const FLAG_FP16_ALT_IMPL: u32 = 0x4;
+pub const FLAG_CHECK_SOLUTION_INDEX: u32 = 0x8;
+pub const FLAG_FP16_ALT_IMPL_RNZ: u32 = 0x10;
+pub const FLAG_STOCHASTIC_ROUNDING: u32 = 0x20;
+/// Flags that select a different kernel or rounding: they are part of the problem key.
+pub const KERNEL_FLAGS: u32 =
+    FLAG_USE_CU_EFFICIENCY | FLAG_FP16_ALT_IMPL | FLAG_FP16_ALT_IMPL_RNZ | FLAG_STOCHASTIC_ROUNDING;
+
+/// `rocblas_pointer_mode`.
+pub const POINTER_MODE_HOST: i32 = 0;
+pub const POINTER_MODE_DEVICE: i32 = 1;
+
+pub type Handle = *mut c_void;
+pub type Stream = *mut c_void;
+
+/// The name rocBLAS uses for a datatype (`f16_r`, ...), as in its bench logs.
+pub fn datatype_name(t: Datatype) -> Option<&'static str> {
+    Some(match t {
+        DT_F16_R => "f16_r",
+        DT_F32_R => "f32_r",
+        DT_F64_R => "f64_r",
+        DT_F16_C => "f16_c",
+        DT_F32_C => "f32_c",
+        DT_F64_C => "f64_c",
+        DT_I8_R => "i8_r",
+        DT_U8_R => "u8_r",
+        DT_I32_R => "i32_r",
+        DT_U32_R => "u32_r",
+        DT_BF16_R => "bf16_r",
+        DT_BF16_C => "bf16_c",
+        _ => return None,
+    })
+}
+
+/// Inverse of [`datatype_name`].
+pub fn datatype_from_name(s: &str) -> Option<Datatype> {
+    [
+        DT_F16_R, DT_F32_R, DT_F64_R, DT_F16_C, DT_F32_C, DT_F64_C, DT_I8_R, DT_U8_R, DT_I32_R,
+        DT_U32_R, DT_BF16_R, DT_BF16_C,
+    ]
+    .into_iter()
+    .find(|&t| datatype_name(t) == Some(s))
+}
+
+/// Bytes per element of a datatype, for buffer sizing.
+pub fn datatype_size(t: Datatype) -> Option<usize> {
+    Some(match t {
+        DT_F16_R | DT_BF16_R => 2,
+        DT_F32_R | DT_I32_R | DT_U32_R | DT_F16_C | DT_BF16_C => 4,
+        DT_F64_R | DT_F32_C => 8,
+        DT_F64_C => 16,
+        DT_I8_R | DT_U8_R => 1,
+        _ => return None,
+    })
+}
+
+// ---- C signatures -------------------------------------------------------------------------
+// `I` is the integer width of sizes: i32 (`rocblas_int`) or i64 for the `_64` twins.
+
+pub type GemmExFn<I> = unsafe extern "C" fn(
+    Handle, Operation, Operation, I, I, I,
+    *const c_void, *const c_void, Datatype, I,
+    *const c_void, Datatype, I,
+    *const c_void, *const c_void, Datatype, I,
+    *mut c_void, Datatype, I,
+    Datatype, GemmAlgo, i32, u32,
+) -> Status;
+
+pub type GemmBatchedExFn<I> = unsafe extern "C" fn(
+    Handle, Operation, Operation, I, I, I,
+    *const c_void, *const c_void, Datatype, I,
+    *const c_void, Datatype, I,
+    *const c_void, *const c_void, Datatype, I,
+    *mut c_void, Datatype, I, I,
+    Datatype, GemmAlgo, i32, u32,
+) -> Status;
+
+pub type GemmStridedBatchedExFn<I> = unsafe extern "C" fn(
+    Handle, Operation, Operation, I, I, I,
+    *const c_void, *const c_void, Datatype, I, i64,
+    *const c_void, Datatype, I, i64,
+    *const c_void, *const c_void, Datatype, I, i64,
+    *mut c_void, Datatype, I, i64, I,
+    Datatype, GemmAlgo, i32, u32,
+) -> Status;
+
+/// `rocblas_hgemm` / `rocblas_sgemm` (alpha, beta, A, B, C typed by the function).
+pub type TypedGemmFn<I> = unsafe extern "C" fn(
+    Handle, Operation, Operation, I, I, I,
+    *const c_void, *const c_void, I, *const c_void, I,
+    *const c_void, *mut c_void, I,
+) -> Status;
+
+pub type TypedGemmStridedBatchedFn<I> = unsafe extern "C" fn(
+    Handle, Operation, Operation, I, I, I,
+    *const c_void, *const c_void, I, i64, *const c_void, I, i64,
+    *const c_void, *mut c_void, I, i64, I,
+) -> Status;
+
+/// `rocblas_gemm_ex_get_solutions`: the gemm_ex arguments without `solution_index`, then
+/// `list` (may be NULL to query the count) and `size` (in: capacity, out: count).
+pub type GemmExGetSolutionsFn = unsafe extern "C" fn(
+    Handle, Operation, Operation, i32, i32, i32,
+    *const c_void, *const c_void, Datatype, i32,
+    *const c_void, Datatype, i32,
+    *const c_void, *const c_void, Datatype, i32,
+    *mut c_void, Datatype, i32,
+    Datatype, GemmAlgo, u32, *mut i32, *mut i32,
+) -> Status;
+
+pub type GemmStridedBatchedExGetSolutionsFn = unsafe extern "C" fn(
+    Handle, Operation, Operation, i32, i32, i32,
+    *const c_void, *const c_void, Datatype, i32, i64,
+    *const c_void, Datatype, i32, i64,
+    *const c_void, *const c_void, Datatype, i32, i64,
+    *mut c_void, Datatype, i32, i64, i32,
+    Datatype, GemmAlgo, u32, *mut i32, *mut i32,
+) -> Status;
+
+pub type CreateHandleFn = unsafe extern "C" fn(*mut Handle) -> Status;
+pub type DestroyHandleFn = unsafe extern "C" fn(Handle) -> Status;
+pub type SetStreamFn = unsafe extern "C" fn(Handle, Stream) -> Status;
+pub type GetStreamFn = unsafe extern "C" fn(Handle, *mut Stream) -> Status;
+pub type GetPointerModeFn = unsafe extern "C" fn(Handle, *mut i32) -> Status;
+pub type SetPointerModeFn = unsafe extern "C" fn(Handle, i32) -> Status;
+pub type GetVersionStringFn = unsafe extern "C" fn(*mut c_char, usize) -> Status;
+pub type GetVersionStringSizeFn = unsafe extern "C" fn(*mut usize) -> Status;
+pub type StatusToStringFn = unsafe extern "C" fn(Status) -> *const c_char;
+
+// ---- The HIP runtime subset the harness needs (hipError_t is a 32-bit enum, 0 = success) --
+pub type HipError = i32;
+pub const HIP_SUCCESS: HipError = 0;
+pub const HIP_MEMCPY_HOST_TO_DEVICE: i32 = 1;
+pub const HIP_MEMCPY_DEVICE_TO_HOST: i32 = 2;
+pub const HIP_MEMCPY_DEFAULT: i32 = 4;
+pub type HipEvent = *mut c_void;
+
+pub type HipGetDeviceCountFn = unsafe extern "C" fn(*mut i32) -> HipError;
+pub type HipSetDeviceFn = unsafe extern "C" fn(i32) -> HipError;
+pub type HipGetDeviceFn = unsafe extern "C" fn(*mut i32) -> HipError;
+pub type HipMallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> HipError;
+pub type HipFreeFn = unsafe extern "C" fn(*mut c_void) -> HipError;
+pub type HipMemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, i32) -> HipError;
+pub type HipDeviceSynchronizeFn = unsafe extern "C" fn() -> HipError;
+pub type HipEventCreateFn = unsafe extern "C" fn(*mut HipEvent) -> HipError;
+pub type HipEventRecordFn = unsafe extern "C" fn(HipEvent, Stream) -> HipError;
+pub type HipEventSynchronizeFn = unsafe extern "C" fn(HipEvent) -> HipError;
+pub type HipEventElapsedTimeFn = unsafe extern "C" fn(*mut f32, HipEvent, HipEvent) -> HipError;
+pub type HipEventDestroyFn = unsafe extern "C" fn(HipEvent) -> HipError;

@@ -1,0 +1,266 @@
+//! The problem key: everything that makes one rocBLAS GEMM problem distinct.
+//!
+//! Two calls with equal keys run the same kernels with the same results, so a tuned solution
+//! for one serves the other. The key is independent of which entry point carried the call:
+//! `rocblas_sgemm` and `rocblas_gemm_ex` with f32 everywhere are one problem, and the `_64`
+//! twins share keys with their 32-bit forms. Sizes are i64 so both widths fit.
+
+use crate::abi::{self, Datatype, Operation};
+
+/// How the batch is laid out in memory.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Batching {
+    /// One GEMM (`gemm_ex`, `hgemm`, `sgemm`).
+    Single = 0,
+    /// `batch` GEMMs at fixed strides (`gemm_strided_batched_ex`, `*gemm_strided_batched`).
+    Strided = 1,
+    /// `batch` GEMMs through device arrays of pointers (`gemm_batched_ex`).
+    PointerArray = 2,
+}
+
+/// A transpose letter as TunableOp writes it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Trans {
+    N = b'N',
+    T = b'T',
+    C = b'C',
+}
+
+impl Trans {
+    pub fn from_rocblas(op: Operation) -> Option<Trans> {
+        match op {
+            abi::OP_NONE => Some(Trans::N),
+            abi::OP_TRANSPOSE => Some(Trans::T),
+            abi::OP_CONJUGATE_TRANSPOSE => Some(Trans::C),
+            _ => None,
+        }
+    }
+    pub fn to_rocblas(self) -> Operation {
+        match self {
+            Trans::N => abi::OP_NONE,
+            Trans::T => abi::OP_TRANSPOSE,
+            Trans::C => abi::OP_CONJUGATE_TRANSPOSE,
+        }
+    }
+    pub fn from_letter(c: char) -> Option<Trans> {
+        match c.to_ascii_uppercase() {
+            'N' => Some(Trans::N),
+            'T' => Some(Trans::T),
+            'C' => Some(Trans::C),
+            _ => None,
+        }
+    }
+    pub fn letter(self) -> char {
+        self as u8 as char
+    }
+}
+
+/// The data types of a problem: inputs a and b, input c, output d, and the compute type.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct Types {
+    pub a: Datatype,
+    pub b: Datatype,
+    pub c: Datatype,
+    pub d: Datatype,
+    pub compute: Datatype,
+}
+
+impl Types {
+    /// a, b, c and d of one type `io`, computed in `compute`.
+    pub const fn uniform(io: Datatype, compute: Datatype) -> Types {
+        Types { a: io, b: io, c: io, d: io, compute }
+    }
+    /// What `rocblas_hgemm` computes: f16 everywhere, f16 compute.
+    pub const HGEMM: Types = Types::uniform(abi::DT_F16_R, abi::DT_F16_R);
+    /// What `rocblas_sgemm` computes: f32 everywhere.
+    pub const SGEMM: Types = Types::uniform(abi::DT_F32_R, abi::DT_F32_R);
+}
+
+/// One GEMM problem. See the module docs for what is (and is not) part of it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct ProblemKey {
+    pub batching: Batching,
+    pub trans_a: Trans,
+    pub trans_b: Trans,
+    pub types: Types,
+    /// Only the flags that change the kernel or its rounding ([`abi::KERNEL_FLAGS`]).
+    pub flags: u32,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub lda: i64,
+    pub ldb: i64,
+    pub ldc: i64,
+    pub ldd: i64,
+    /// 1 for a single GEMM.
+    pub batch: i64,
+    /// 0 unless `batching` is `Strided`.
+    pub stride_a: i64,
+    pub stride_b: i64,
+    pub stride_c: i64,
+    pub stride_d: i64,
+}
+
+impl ProblemKey {
+    /// A single GEMM with explicit leading dimensions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn single(
+        trans_a: Trans,
+        trans_b: Trans,
+        types: Types,
+        m: i64,
+        n: i64,
+        k: i64,
+        lda: i64,
+        ldb: i64,
+        ldc: i64,
+        ldd: i64,
+        flags: u32,
+    ) -> ProblemKey {
+        ProblemKey {
+            batching: Batching::Single,
+            trans_a,
+            trans_b,
+            types,
+            flags: flags & abi::KERNEL_FLAGS,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+            ldd,
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+            stride_d: 0,
+        }
+    }
+
+    /// Turns this single problem into a batched one.
+    pub fn with_batch(mut self, batching: Batching, batch: i64, strides: [i64; 4]) -> ProblemKey {
+        self.batching = batching;
+        self.batch = batch;
+        if batching == Batching::Strided {
+            [self.stride_a, self.stride_b, self.stride_c, self.stride_d] = strides;
+        } else {
+            [self.stride_a, self.stride_b, self.stride_c, self.stride_d] = [0; 4];
+        }
+        self
+    }
+
+    /// The token count of a linear layer: rocBLAS `n`, the "M" of the seed's tables.
+    pub fn token_count(&self) -> i64 {
+        self.n
+    }
+
+    /// Leading dimensions and strides of the tightly packed column-major layout of this
+    /// problem's sizes: what PyTorch passes for contiguous tensors, and what a TunableOp row
+    /// that omits them means.
+    pub fn packed_lds(trans_a: Trans, trans_b: Trans, m: i64, n: i64, k: i64) -> [i64; 3] {
+        let lda = if trans_a == Trans::N { m } else { k };
+        let ldb = if trans_b == Trans::N { k } else { n };
+        [lda.max(1), ldb.max(1), m.max(1)]
+    }
+
+    /// Strides of packed matrices for the given leading dimensions.
+    pub fn packed_strides(&self) -> [i64; 4] {
+        let cols_a = if self.trans_a == Trans::N { self.k } else { self.m };
+        let cols_b = if self.trans_b == Trans::N { self.n } else { self.k };
+        [self.lda * cols_a, self.ldb * cols_b, self.ldc * self.n, self.ldd * self.n]
+    }
+
+    /// Floating-point operations of the whole problem (2 m n k per GEMM).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.batch.max(1) as f64
+    }
+
+    /// True when the sizes are ones rocBLAS could accept: positive dims (zero is a quick
+    /// return), leading dimensions at least the rows stored, and no overflow in the extent.
+    pub fn is_sane(&self) -> bool {
+        let rows_a = if self.trans_a == Trans::N { self.m } else { self.k };
+        let rows_b = if self.trans_b == Trans::N { self.k } else { self.n };
+        self.m >= 0
+            && self.n >= 0
+            && self.k >= 0
+            && self.batch >= 0
+            && self.lda >= rows_a.max(1)
+            && self.ldb >= rows_b.max(1)
+            && self.ldc >= self.m.max(1)
+            && self.ldd >= self.m.max(1)
+            && self.lda.checked_mul(self.k.max(self.m)).is_some()
+            && self.ldc.checked_mul(self.n).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
+        // F.linear(x[M,K], W[N,K]) -> gemm_ex(T, N, m=N, n=M, k=K, lda=K, ldb=K, ldc=N).
+        ProblemKey::single(
+            Trans::T,
+            Trans::N,
+            Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
+            n_out,
+            tokens,
+            k,
+            k,
+            k,
+            n_out,
+            n_out,
+            0,
+        )
+    }
+
+    #[test]
+    fn packed_lds_match_pytorch_linear() {
+        let key = linear(10240, 512, 2560);
+        assert_eq!(
+            ProblemKey::packed_lds(key.trans_a, key.trans_b, key.m, key.n, key.k),
+            [key.lda, key.ldb, key.ldc]
+        );
+    }
+
+    #[test]
+    fn only_kernel_flags_are_kept() {
+        let mut k = linear(8, 8, 8);
+        k = ProblemKey::single(
+            k.trans_a,
+            k.trans_b,
+            k.types,
+            8,
+            8,
+            8,
+            8,
+            8,
+            8,
+            8,
+            abi::FLAG_CHECK_SOLUTION_INDEX | abi::FLAG_FP16_ALT_IMPL,
+        );
+        assert_eq!(k.flags, abi::FLAG_FP16_ALT_IMPL);
+    }
+
+    #[test]
+    fn strides_only_for_strided_batching() {
+        let k = linear(64, 32, 16).with_batch(Batching::PointerArray, 4, [1, 2, 3, 4]);
+        assert_eq!([k.stride_a, k.stride_b, k.stride_c, k.stride_d], [0; 4]);
+        let k = linear(64, 32, 16).with_batch(Batching::Strided, 4, [1, 2, 3, 4]);
+        assert_eq!([k.stride_a, k.stride_b, k.stride_c, k.stride_d], [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn sanity_rejects_short_leading_dimension_and_overflow() {
+        let mut k = linear(64, 32, 16);
+        assert!(k.is_sane());
+        k.ldc = 10;
+        assert!(!k.is_sane());
+        let mut k = linear(64, 32, 16);
+        k.lda = i64::MAX / 2;
+        assert!(!k.is_sane());
+    }
+}

@@ -1,0 +1,17 @@
+//! tunedblas core: everything that can be pure Rust, unit-tested without a GPU.
+//!
+//! - [`abi`]: the rocBLAS ABI (enums, C signatures) shared by every crate.
+//! - [`key`]: the problem key that identifies one GEMM problem.
+//! - [`tunableop`]: PyTorch TunableOp results files (read, write, our extension rows).
+//! - [`registry`]: `profiles.json` and `provenance.json`.
+//! - [`identity`]: which library build is loaded (file, inode check, cached sha256).
+//! - [`table`]: the immutable lookup table the interposer serves from.
+//! - [`misslog`]: the durable record of shapes that had no row.
+
+pub mod abi;
+pub mod identity;
+pub mod key;
+pub mod misslog;
+pub mod registry;
+pub mod table;
+pub mod tunableop;
