@@ -1,1 +1,308 @@
-//! (in progress)
+//! Which library build is loaded: its file, a check that the mapped code is that file, and
+//! its sha256 — cached per user by (device, inode, size, mtime) so start-up stays cheap.
+//!
+//! Solution indices are only meaningful for the exact build that produced them, and one
+//! build can be loaded from several paths (a system copy and a wheel copy), so a build is
+//! identified by content, never by path or version string.
+
+use std::ffi::{c_void, CStr, OsStr};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The file a loaded code address belongs to (`dladdr`), as the dynamic loader opened it.
+pub fn library_of_address(addr: *const c_void) -> Option<PathBuf> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; info is a valid out-pointer.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: the loader keeps dli_fname alive while the object is loaded.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    let path = PathBuf::from(OsStr::from_bytes(name.to_bytes()));
+    Some(fs::canonicalize(&path).unwrap_or(path))
+}
+
+/// What `/proc/self/maps` says is mapped at an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: usize,
+    pub end: usize,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+    pub path: String,
+}
+
+/// Parses one line of `/proc/<pid>/maps`.
+pub fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut it = line.split_ascii_whitespace();
+    let range = it.next()?;
+    let _perms = it.next()?;
+    let _offset = it.next()?;
+    let dev = it.next()?;
+    let inode = it.next()?.parse().ok()?;
+    let path = it.collect::<Vec<_>>().join(" ");
+    let (s, e) = range.split_once('-')?;
+    let (maj, min) = dev.split_once(':')?;
+    Some(Mapping {
+        start: usize::from_str_radix(s, 16).ok()?,
+        end: usize::from_str_radix(e, 16).ok()?,
+        dev_major: u32::from_str_radix(maj, 16).ok()?,
+        dev_minor: u32::from_str_radix(min, 16).ok()?,
+        inode,
+        path,
+    })
+}
+
+/// The mapping of this process that contains `addr`.
+pub fn mapping_of(addr: usize) -> Option<Mapping> {
+    let maps = fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(parse_maps_line)
+        .find(|m| m.start <= addr && addr < m.end)
+}
+
+/// Whether the code mapped at `addr` is still the file at `path`. A library replaced on
+/// disk keeps running from its old inode, and hashing the new file would name the wrong
+/// build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapCheck {
+    Same,
+    /// The file on disk is not the one mapped (replaced after loading).
+    Replaced,
+    /// /proc is not available; nothing could be checked.
+    Unknown,
+}
+
+pub fn check_mapped_file(addr: usize, path: &Path) -> MapCheck {
+    let (Some(map), Ok(meta)) = (mapping_of(addr), fs::metadata(path)) else {
+        return MapCheck::Unknown;
+    };
+    let dev = meta.dev();
+    let same_dev = libc::major(dev) == map.dev_major && libc::minor(dev) == map.dev_minor;
+    if same_dev && meta.ino() == map.inode {
+        MapCheck::Same
+    } else {
+        MapCheck::Replaced
+    }
+}
+
+/// Lowercase hex of a digest.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// sha256 of a whole file, streamed (sha2 uses the CPU's SHA instructions where present).
+pub fn sha256_file(path: &Path) -> io::Result<String> {
+    let mut f = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+/// The identity of one library file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub path: PathBuf,
+    pub sha256: String,
+    /// True when the hash came from the cache rather than reading the file.
+    pub cached: bool,
+}
+
+/// A per-user cache of file hashes, one small file per (device, inode, size, mtime).
+/// Any change to the file changes at least one of those, so a stale hit is not possible
+/// short of deliberate tampering with the mtime.
+pub struct HashCache {
+    dir: PathBuf,
+}
+
+impl HashCache {
+    pub fn new(dir: PathBuf) -> HashCache {
+        HashCache { dir }
+    }
+
+    fn entry_name(meta: &fs::Metadata) -> String {
+        format!(
+            "{:x}-{:x}-{:x}-{}.{}",
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec()
+        )
+    }
+
+    pub fn get(&self, meta: &fs::Metadata) -> Option<String> {
+        let text = fs::read_to_string(self.dir.join(Self::entry_name(meta))).ok()?;
+        let sha = text.trim();
+        (sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit())).then(|| sha.to_owned())
+    }
+
+    /// Stores a hash; failures are ignored (the cache is only an optimisation).
+    pub fn put(&self, meta: &fs::Metadata, sha: &str) {
+        let _ = (|| -> io::Result<()> {
+            private_dir(&self.dir)?;
+            let name = Self::entry_name(meta);
+            let tmp = self.dir.join(format!(".{name}.{}", std::process::id()));
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(sha.as_bytes())?;
+            drop(f);
+            fs::rename(&tmp, self.dir.join(name))
+        })();
+    }
+
+    /// The identity of `path`, from the cache when possible.
+    pub fn identify(&self, path: &Path) -> io::Result<Identity> {
+        let meta = fs::metadata(path)?;
+        if let Some(sha256) = self.get(&meta) {
+            return Ok(Identity {
+                path: path.to_owned(),
+                sha256,
+                cached: true,
+            });
+        }
+        let sha256 = sha256_file(path)?;
+        // Only cache if the file did not change while it was read.
+        if fs::metadata(path).map(|m2| Self::entry_name(&m2) == Self::entry_name(&meta))? {
+            self.put(&meta, &sha256);
+        }
+        Ok(Identity {
+            path: path.to_owned(),
+            sha256,
+            cached: false,
+        })
+    }
+}
+
+/// Creates `dir` (and parents) with mode 0700 and checks that the final folder is a real
+/// directory owned by us, not a symlink planted by someone else.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = fs::symlink_metadata(dir)?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.file_type().is_dir() || meta.uid() != uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory owned by uid {uid}", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// The per-user cache folder: `$TUNEDBLAS_CACHE_DIR`, else `$XDG_CACHE_HOME/tunedblas`,
+/// else `$HOME/.cache/tunedblas`, else `/tmp/tunedblas-<uid>`.
+pub fn user_cache_dir() -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(d) = env("TUNEDBLAS_CACHE_DIR") {
+        return d;
+    }
+    if let Some(d) = env("XDG_CACHE_HOME") {
+        return d.join("tunedblas");
+    }
+    if let Some(d) = env("HOME") {
+        return d.join(".cache").join("tunedblas");
+    }
+    // SAFETY: getuid cannot fail.
+    PathBuf::from(format!("/tmp/tunedblas-{}", unsafe { libc::getuid() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tunedblas-id-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn maps_line_parses() {
+        let m = parse_maps_line(
+            "7f12a000-7f12b000 r-xp 00001000 fd:01 1234567   /opt/rocm/lib/librocblas.so.4.2",
+        )
+        .unwrap();
+        assert_eq!((m.start, m.end), (0x7f12a000, 0x7f12b000));
+        assert_eq!((m.dev_major, m.dev_minor, m.inode), (0xfd, 1, 1234567));
+        assert_eq!(m.path, "/opt/rocm/lib/librocblas.so.4.2");
+        assert!(parse_maps_line("garbage").is_none());
+    }
+
+    #[test]
+    fn sha256_of_known_content() {
+        let d = tempdir("sha");
+        let f = d.join("abc");
+        fs::write(&f, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&f).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn cache_hits_and_invalidates_on_change() {
+        let d = tempdir("cache");
+        let lib = d.join("lib.so");
+        fs::write(&lib, b"build one").unwrap();
+        let cache = HashCache::new(d.join("cache"));
+        let first = cache.identify(&lib).unwrap();
+        assert!(!first.cached);
+        let second = cache.identify(&lib).unwrap();
+        assert!(second.cached);
+        assert_eq!(first.sha256, second.sha256);
+        // A replaced file (new inode, new size) is hashed again, not served from the cache.
+        fs::remove_file(&lib).unwrap();
+        fs::write(&lib, b"build two, longer").unwrap();
+        let third = cache.identify(&lib).unwrap();
+        assert!(!third.cached);
+        assert_ne!(third.sha256, first.sha256);
+    }
+
+    #[test]
+    fn own_test_binary_is_mapped_from_its_file() {
+        let addr = own_test_binary_is_mapped_from_its_file as *const () as usize;
+        let path = library_of_address(addr as *const c_void).expect("dladdr");
+        assert_eq!(check_mapped_file(addr, &path), MapCheck::Same);
+        assert_eq!(
+            check_mapped_file(addr, Path::new("/proc/self/status")),
+            MapCheck::Replaced
+        );
+    }
+
+    #[test]
+    fn private_dir_refuses_symlink() {
+        let d = tempdir("priv");
+        let target = d.join("elsewhere");
+        fs::create_dir(&target).unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(private_dir(&link).is_err());
+        assert!(private_dir(&d.join("fresh/nested")).is_ok());
+    }
+}

@@ -1,1 +1,373 @@
-//! (in progress)
+//! The durable record of shapes that had no row.
+//!
+//! Two parts:
+//! - [`MissSet`]: a fixed-size, lock-free open-addressing set of (device, key) with a call
+//!   count each. A repeated miss is a probe and one atomic add: no lock, no allocation, no
+//!   system call. Only the first sight of a key claims a slot.
+//! - [`MissFiles`]: the files under the miss folder. A first sight is appended at once with
+//!   one `write(2)` to `<host>-<pid>-rank<device>.csv` in PyTorch's untuned-file form
+//!   (`op_name,param_signature`), so even SIGKILL loses no shape. Call counts go to the
+//!   sidecar `<host>-<pid>-rank<device>.counts.csv` (`op_name,param_signature,calls`),
+//!   rewritten atomically (temp file + rename) whenever the owner flushes.
+//!
+//! One pair of files per process and device: ranks and processes never interleave.
+
+use std::cell::UnsafeCell;
+use std::fs::{self, File, OpenOptions};
+use std::hash::{Hash, Hasher};
+use std::io::{self, Write};
+use std::mem::MaybeUninit;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use rustc_hash::FxHasher;
+
+use crate::key::ProblemKey;
+
+const EMPTY: u32 = 0;
+const BUSY: u32 = 1;
+const READY: u32 = 2;
+
+struct Slot {
+    state: AtomicU32,
+    hash: AtomicU64,
+    count: AtomicU64,
+    /// Written once by the thread that moved the slot EMPTY -> BUSY, read only after READY.
+    entry: UnsafeCell<MaybeUninit<(i32, ProblemKey)>>,
+}
+
+/// What [`MissSet::record`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sight {
+    /// The first call with this key on this device: the caller must log it.
+    First,
+    /// Seen before; the count went up. `count` is the new total.
+    Repeat { count: u64 },
+    /// The set is full; the shape could not be counted.
+    Full,
+}
+
+/// Lock-free set of missed (device, key) pairs with call counts.
+pub struct MissSet {
+    slots: Box<[Slot]>,
+    mask: usize,
+}
+
+// SAFETY: `entry` is written by exactly one thread (the one that won the EMPTY -> BUSY CAS)
+// before a Release store of READY, and read only after an Acquire load sees READY.
+unsafe impl Sync for MissSet {}
+unsafe impl Send for MissSet {}
+
+fn hash_of(device: i32, key: &ProblemKey) -> u64 {
+    let mut h = FxHasher::default();
+    device.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+impl MissSet {
+    /// A set with room for `capacity` distinct shapes (rounded up to a power of two).
+    pub fn with_capacity(capacity: usize) -> MissSet {
+        let n = capacity.max(2).next_power_of_two();
+        let slots = (0..n)
+            .map(|_| Slot {
+                state: AtomicU32::new(EMPTY),
+                hash: AtomicU64::new(0),
+                count: AtomicU64::new(0),
+                entry: UnsafeCell::new(MaybeUninit::uninit()),
+            })
+            .collect();
+        MissSet { slots, mask: n - 1 }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Counts one call of `key` on `device`.
+    pub fn record(&self, device: i32, key: &ProblemKey) -> Sight {
+        let hash = hash_of(device, key);
+        let mut i = hash as usize & self.mask;
+        for _ in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            loop {
+                match slot.state.load(Ordering::Acquire) {
+                    READY => {
+                        if slot.hash.load(Ordering::Relaxed) == hash {
+                            // SAFETY: READY was observed with Acquire; entry is initialised.
+                            let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
+                            if *d == device && k == key {
+                                let count = slot.count.fetch_add(1, Ordering::Relaxed) + 1;
+                                return Sight::Repeat { count };
+                            }
+                        }
+                        break;
+                    }
+                    EMPTY => {
+                        if slot
+                            .state
+                            .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                            .is_ok()
+                        {
+                            // SAFETY: we own the slot until the READY store below.
+                            unsafe { (*slot.entry.get()).write((device, *key)) };
+                            slot.hash.store(hash, Ordering::Relaxed);
+                            slot.count.store(1, Ordering::Relaxed);
+                            slot.state.store(READY, Ordering::Release);
+                            return Sight::First;
+                        }
+                        // Lost the race: look at the same slot again.
+                    }
+                    _ => std::hint::spin_loop(), // BUSY: the owner is a few stores from READY.
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+        Sight::Full
+    }
+
+    /// Every recorded (device, key, count), in slot order.
+    pub fn snapshot(&self) -> Vec<(i32, ProblemKey, u64)> {
+        self.slots
+            .iter()
+            .filter(|s| s.state.load(Ordering::Acquire) == READY)
+            .map(|s| {
+                // SAFETY: READY observed with Acquire.
+                let (d, k) = unsafe { (*s.entry.get()).assume_init_ref() };
+                (*d, *k, s.count.load(Ordering::Relaxed))
+            })
+            .collect()
+    }
+
+    /// Number of distinct shapes recorded.
+    pub fn len(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.state.load(Ordering::Acquire) == READY)
+            .count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets everything. Only for a freshly forked child, where no other thread exists.
+    ///
+    /// # Safety
+    /// No other thread may use the set concurrently.
+    pub unsafe fn reset(&self) {
+        for s in self.slots.iter() {
+            s.state.store(EMPTY, Ordering::Relaxed);
+            s.count.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Formats a key as the two fields of an untuned-file line.
+pub type KeyFormat = fn(&ProblemKey) -> (String, String);
+
+/// The miss files of one process.
+pub struct MissFiles {
+    dir: PathBuf,
+    prefix: String,
+    format: KeyFormat,
+    open: Vec<(i32, File)>,
+}
+
+/// `<host>-<pid>`: the per-process part of the file names.
+pub fn process_prefix() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
+    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end])
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    } else {
+        "host".to_owned()
+    };
+    format!("{host}-{}", std::process::id())
+}
+
+impl MissFiles {
+    pub fn new(dir: PathBuf, format: KeyFormat) -> MissFiles {
+        MissFiles {
+            dir,
+            prefix: process_prefix(),
+            format,
+            open: Vec::new(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn path_for(&self, device: i32) -> PathBuf {
+        self.dir.join(format!("{}-rank{device}.csv", self.prefix))
+    }
+
+    pub fn counts_path_for(&self, device: i32) -> PathBuf {
+        self.dir
+            .join(format!("{}-rank{device}.counts.csv", self.prefix))
+    }
+
+    fn file(&mut self, device: i32) -> io::Result<&mut File> {
+        if let Some(pos) = self.open.iter().position(|(d, _)| *d == device) {
+            return Ok(&mut self.open[pos].1);
+        }
+        fs::create_dir_all(&self.dir)?;
+        let f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.path_for(device))?;
+        self.open.push((device, f));
+        Ok(&mut self.open.last_mut().expect("just pushed").1)
+    }
+
+    /// Appends the first sight of a key: one line, one `write(2)`.
+    pub fn append_first_sight(&mut self, device: i32, key: &ProblemKey) -> io::Result<()> {
+        let (op, sig) = (self.format)(key);
+        let line = format!("{op},{sig}\n");
+        let f = self.file(device)?;
+        let n = f.write(line.as_bytes())?;
+        if n != line.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short write to the miss log",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rewrites the counts sidecar of every device present in `snapshot`.
+    pub fn write_counts(&mut self, snapshot: &[(i32, ProblemKey, u64)]) -> io::Result<()> {
+        let mut devices: Vec<i32> = snapshot.iter().map(|(d, _, _)| *d).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        for device in devices {
+            let mut text = String::from("op_name,param_signature,calls\n");
+            for (_, key, count) in snapshot.iter().filter(|(d, _, _)| *d == device) {
+                let (op, sig) = (self.format)(key);
+                text.push_str(&format!("{op},{sig},{count}\n"));
+            }
+            let path = self.counts_path_for(device);
+            let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            drop(f);
+            fs::rename(&tmp, &path)?;
+        }
+        Ok(())
+    }
+
+    /// After `fork`: the child writes its own files.
+    pub fn reset_after_fork(&mut self) {
+        self.open.clear();
+        self.prefix = process_prefix();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi;
+    use crate::key::{Trans, Types};
+    use std::sync::Arc;
+
+    fn key(n: i64) -> ProblemKey {
+        let t = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
+        ProblemKey::single(Trans::T, Trans::N, t, 256, n, 64, 64, 64, 256, 256, 0)
+    }
+
+    fn fmt(k: &ProblemKey) -> (String, String) {
+        ("Op".into(), format!("n{}", k.n))
+    }
+
+    #[test]
+    fn first_then_repeat_counts() {
+        let s = MissSet::with_capacity(16);
+        assert_eq!(s.record(0, &key(1)), Sight::First);
+        assert_eq!(s.record(0, &key(1)), Sight::Repeat { count: 2 });
+        assert_eq!(s.record(1, &key(1)), Sight::First, "devices are distinct");
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn full_set_says_so() {
+        let s = MissSet::with_capacity(4);
+        for n in 0..4 {
+            assert_eq!(s.record(0, &key(n)), Sight::First);
+        }
+        assert_eq!(s.record(0, &key(99)), Sight::Full);
+        assert_eq!(s.record(0, &key(2)), Sight::Repeat { count: 2 });
+    }
+
+    #[test]
+    fn eight_threads_lose_nothing() {
+        let s = Arc::new(MissSet::with_capacity(1024));
+        let firsts = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (s, firsts) = (s.clone(), firsts.clone());
+                std::thread::spawn(move || {
+                    for round in 0..500 {
+                        for n in 0..40 {
+                            if s.record(0, &key(n)) == Sight::First {
+                                firsts.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let _ = round;
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(
+            firsts.load(Ordering::Relaxed),
+            40,
+            "each key is first-seen exactly once"
+        );
+        let snap = s.snapshot();
+        assert_eq!(snap.len(), 40);
+        assert!(snap.iter().all(|(_, _, c)| *c == 8 * 500));
+    }
+
+    #[test]
+    fn files_get_one_line_per_first_sight_and_counts() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-miss-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut files = MissFiles::new(dir.clone(), fmt);
+        let set = MissSet::with_capacity(16);
+        for n in [5, 5, 6, 5] {
+            if set.record(2, &key(n)) == Sight::First {
+                files.append_first_sight(2, &key(n)).unwrap();
+            }
+        }
+        files.write_counts(&set.snapshot()).unwrap();
+        let log = fs::read_to_string(files.path_for(2)).unwrap();
+        assert_eq!(log, "Op,n5\nOp,n6\n");
+        let counts = fs::read_to_string(files.counts_path_for(2)).unwrap();
+        assert!(
+            counts.contains("Op,n5,3\n") && counts.contains("Op,n6,1\n"),
+            "{counts}"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
