@@ -3,6 +3,7 @@
 //! - [`abi`]: the rocBLAS ABI (enums, C signatures) shared by every crate.
 //! - [`key`]: the problem key that identifies one GEMM problem.
 //! - [`tunableop`]: PyTorch TunableOp results files (read, write, our extension rows).
+//! - [`rocblas`]: rocBLAS call arguments -> problem keys.
 //! - [`registry`]: `profiles.json` and `provenance.json`.
 //! - [`identity`]: which library build is loaded (file, inode check, cached sha256).
 //! - [`table`]: the immutable lookup table the interposer serves from.
@@ -13,5 +14,6 @@ pub mod identity;
 pub mod key;
 pub mod misslog;
 pub mod registry;
+pub mod rocblas;
 pub mod table;
 pub mod tunableop;
