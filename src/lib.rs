@@ -7,12 +7,14 @@
 //! - [`registry`]: `profiles.json` and `provenance.json`.
 //! - [`identity`]: which library build is loaded (file, inode check, cached sha256).
 //! - [`table`]: the immutable lookup table the interposer serves from.
+//! - [`profile`]: choosing the profile for the loaded build, loading its rank tables.
 //! - [`misslog`]: the durable record of shapes that had no row.
 
 pub mod abi;
 pub mod identity;
 pub mod key;
 pub mod misslog;
+pub mod profile;
 pub mod registry;
 pub mod rocblas;
 pub mod table;

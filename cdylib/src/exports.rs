@@ -1,0 +1,308 @@
+//! Every symbol `libtunedblas.so` exports, in one file.
+//!
+//! Each export interposes the whole process, so the list is short on purpose: the rocBLAS
+//! GEMM entry points we serve, and `_exit` (so `os._exit` and friends still flush the miss
+//! counts). `tests/exports.rs` checks that nothing else is exported. Each function only
+//! packs its arguments and hands them to `serve`; none of them can unwind into C.
+
+use std::ffi::{c_int, c_void};
+
+use tunedblas_core::abi::*;
+use tunedblas_core::key::Types;
+
+use crate::real::HOOKS;
+use crate::serve::{self, ExArgs, TypedArgs};
+
+macro_rules! ex_args {
+    ($h:ident, $ta:ident, $tb:ident, $m:ident, $n:ident, $k:ident, $alpha:ident, $a:ident, $at:ident,
+     $lda:ident, $b:ident, $bt:ident, $ldb:ident, $beta:ident, $c:ident, $ct:ident, $ldc:ident,
+     $d:ident, $dt:ident, $ldd:ident, $ctype:ident, $algo:ident, $sol:ident, $flags:ident) => {
+        ExArgs {
+            handle: $h,
+            trans_a: $ta,
+            trans_b: $tb,
+            m: $m,
+            n: $n,
+            k: $k,
+            alpha: $alpha,
+            a: $a,
+            a_type: $at,
+            lda: $lda,
+            b: $b,
+            b_type: $bt,
+            ldb: $ldb,
+            beta: $beta,
+            c: $c,
+            c_type: $ct,
+            ldc: $ldc,
+            d: $d,
+            d_type: $dt,
+            ldd: $ldd,
+            compute: $ctype,
+            algo: $algo,
+            solution: $sol,
+            flags: $flags,
+        }
+    };
+}
+
+macro_rules! gemm_ex_export {
+    ($name:ident, $hook:ident, $I:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            h: Handle,
+            ta: Operation,
+            tb: Operation,
+            m: $I,
+            n: $I,
+            k: $I,
+            alpha: *const c_void,
+            a: *const c_void,
+            at: Datatype,
+            lda: $I,
+            b: *const c_void,
+            bt: Datatype,
+            ldb: $I,
+            beta: *const c_void,
+            c: *const c_void,
+            ct: Datatype,
+            ldc: $I,
+            d: *mut c_void,
+            dt: Datatype,
+            ldd: $I,
+            ctype: Datatype,
+            algo: GemmAlgo,
+            sol: i32,
+            flags: u32,
+        ) -> Status {
+            let x = ex_args!(
+                h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt, ldd,
+                ctype, algo, sol, flags
+            );
+            serve::gemm_ex(HOOKS.$hook(), x)
+        }
+    };
+}
+
+macro_rules! gemm_batched_ex_export {
+    ($name:ident, $hook:ident, $I:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            h: Handle,
+            ta: Operation,
+            tb: Operation,
+            m: $I,
+            n: $I,
+            k: $I,
+            alpha: *const c_void,
+            a: *const c_void,
+            at: Datatype,
+            lda: $I,
+            b: *const c_void,
+            bt: Datatype,
+            ldb: $I,
+            beta: *const c_void,
+            c: *const c_void,
+            ct: Datatype,
+            ldc: $I,
+            d: *mut c_void,
+            dt: Datatype,
+            ldd: $I,
+            batch: $I,
+            ctype: Datatype,
+            algo: GemmAlgo,
+            sol: i32,
+            flags: u32,
+        ) -> Status {
+            let x = ex_args!(
+                h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt, ldd,
+                ctype, algo, sol, flags
+            );
+            serve::gemm_batched_ex(HOOKS.$hook(), x, batch)
+        }
+    };
+}
+
+macro_rules! gemm_strided_batched_ex_export {
+    ($name:ident, $hook:ident, $I:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            h: Handle,
+            ta: Operation,
+            tb: Operation,
+            m: $I,
+            n: $I,
+            k: $I,
+            alpha: *const c_void,
+            a: *const c_void,
+            at: Datatype,
+            lda: $I,
+            sa: i64,
+            b: *const c_void,
+            bt: Datatype,
+            ldb: $I,
+            sb: i64,
+            beta: *const c_void,
+            c: *const c_void,
+            ct: Datatype,
+            ldc: $I,
+            sc: i64,
+            d: *mut c_void,
+            dt: Datatype,
+            ldd: $I,
+            sd: i64,
+            batch: $I,
+            ctype: Datatype,
+            algo: GemmAlgo,
+            sol: i32,
+            flags: u32,
+        ) -> Status {
+            let x = ex_args!(
+                h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt, ldd,
+                ctype, algo, sol, flags
+            );
+            serve::gemm_strided_batched_ex(HOOKS.$hook(), x, [sa, sb, sc, sd], batch)
+        }
+    };
+}
+
+macro_rules! typed_gemm_export {
+    ($name:ident, $hook:ident, $I:ty, $types:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            h: Handle,
+            ta: Operation,
+            tb: Operation,
+            m: $I,
+            n: $I,
+            k: $I,
+            alpha: *const c_void,
+            a: *const c_void,
+            lda: $I,
+            b: *const c_void,
+            ldb: $I,
+            beta: *const c_void,
+            c: *mut c_void,
+            ldc: $I,
+        ) -> Status {
+            let x = TypedArgs {
+                handle: h,
+                trans_a: ta,
+                trans_b: tb,
+                m,
+                n,
+                k,
+                alpha,
+                a,
+                lda,
+                b,
+                ldb,
+                beta,
+                c,
+                ldc,
+            };
+            serve::typed_gemm(HOOKS.$hook(), $types, x)
+        }
+    };
+}
+
+macro_rules! typed_gemm_strided_batched_export {
+    ($name:ident, $hook:ident, $I:ty, $types:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            h: Handle,
+            ta: Operation,
+            tb: Operation,
+            m: $I,
+            n: $I,
+            k: $I,
+            alpha: *const c_void,
+            a: *const c_void,
+            lda: $I,
+            sa: i64,
+            b: *const c_void,
+            ldb: $I,
+            sb: i64,
+            beta: *const c_void,
+            c: *mut c_void,
+            ldc: $I,
+            sc: i64,
+            batch: $I,
+        ) -> Status {
+            let x = TypedArgs {
+                handle: h,
+                trans_a: ta,
+                trans_b: tb,
+                m,
+                n,
+                k,
+                alpha,
+                a,
+                lda,
+                b,
+                ldb,
+                beta,
+                c,
+                ldc,
+            };
+            serve::typed_gemm_strided_batched(HOOKS.$hook(), $types, x, [sa, sb, sc], batch)
+        }
+    };
+}
+
+gemm_ex_export!(rocblas_gemm_ex, gemm_ex, i32);
+gemm_ex_export!(rocblas_gemm_ex_64, gemm_ex_64, i64);
+gemm_batched_ex_export!(rocblas_gemm_batched_ex, gemm_batched_ex, i32);
+gemm_batched_ex_export!(rocblas_gemm_batched_ex_64, gemm_batched_ex_64, i64);
+gemm_strided_batched_ex_export!(
+    rocblas_gemm_strided_batched_ex,
+    gemm_strided_batched_ex,
+    i32
+);
+gemm_strided_batched_ex_export!(
+    rocblas_gemm_strided_batched_ex_64,
+    gemm_strided_batched_ex_64,
+    i64
+);
+typed_gemm_export!(rocblas_hgemm, hgemm, i32, Types::HGEMM);
+typed_gemm_export!(rocblas_hgemm_64, hgemm_64, i64, Types::HGEMM);
+typed_gemm_export!(rocblas_sgemm, sgemm, i32, Types::SGEMM);
+typed_gemm_export!(rocblas_sgemm_64, sgemm_64, i64, Types::SGEMM);
+typed_gemm_strided_batched_export!(
+    rocblas_hgemm_strided_batched,
+    hgemm_strided_batched,
+    i32,
+    Types::HGEMM
+);
+typed_gemm_strided_batched_export!(
+    rocblas_hgemm_strided_batched_64,
+    hgemm_strided_batched_64,
+    i64,
+    Types::HGEMM
+);
+typed_gemm_strided_batched_export!(
+    rocblas_sgemm_strided_batched,
+    sgemm_strided_batched,
+    i32,
+    Types::SGEMM
+);
+typed_gemm_strided_batched_export!(
+    rocblas_sgemm_strided_batched_64,
+    sgemm_strided_batched_64,
+    i64,
+    Types::SGEMM
+);
+
+/// `_exit` skips atexit handlers (Python's `os._exit`, forked workers): flush first, then
+/// end the process as `_exit` would. A process that never called rocBLAS has nothing to
+/// flush and goes straight out.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    let _ = std::panic::catch_unwind(crate::runtime::finish);
+    // SAFETY: exit_group ends every thread of the process, which is what _exit does.
+    unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
+    // exit_group does not return; this only satisfies the type.
+    loop {
+        std::hint::spin_loop();
+    }
+}

@@ -1,0 +1,184 @@
+//! The real library's functions: one typed table, resolved lazily, each entry optional.
+//!
+//! Resolution order for a name:
+//! 1. `dlsym(RTLD_NEXT)`: the next definition after this preload in the global scope. This
+//!    is the ordinary case (the host or one of its libraries links `librocblas`).
+//! 2. When rocBLAS was loaded into a local scope (`RTLD_LOCAL`, as Python loads extension
+//!    modules), step 1 returns NULL although our exports still interpose the calls; then we
+//!    find the loaded `librocblas.so*` with `dl_iterate_phdr`, take a handle to it with
+//!    `dlopen(path, RTLD_NOLOAD)`, and `dlsym` on that handle.
+//!
+//! Whatever comes back is checked with `dladdr` not to lie inside this library (that would
+//! recurse forever). A NULL is never cached: a library `dlopen`ed after our first call is
+//! found on a later one.
+
+use std::ffi::{c_void, CStr, CString};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use tunedblas_core::abi::*;
+
+/// One resolvable function: its symbol name and a cache of the address (NULL = not yet).
+pub struct Hook {
+    pub name: &'static CStr,
+    addr: AtomicPtr<c_void>,
+}
+
+impl Hook {
+    const fn new(name: &'static CStr) -> Hook {
+        Hook {
+            name,
+            addr: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The real function's address, resolving it on first use.
+    #[inline]
+    pub fn get(&self) -> Option<*mut c_void> {
+        let p = self.addr.load(Ordering::Acquire);
+        if !p.is_null() {
+            return Some(p);
+        }
+        let p = resolve(self.name)?;
+        self.addr.store(p, Ordering::Release);
+        Some(p)
+    }
+}
+
+macro_rules! hook_table {
+    ($($field:ident : $ty:ty = $sym:literal),* $(,)?) => {
+        /// Every function of the real libraries that tunedblas calls.
+        pub struct Hooks { $(pub $field: Hook,)* }
+
+        pub static HOOKS: Hooks = Hooks { $($field: Hook::new($sym),)* };
+
+        impl Hooks {
+            $(
+                #[inline]
+                pub fn $field(&self) -> Option<$ty> {
+                    // SAFETY: the symbol has this C signature (src/abi.rs, from rocBLAS's headers).
+                    self.$field.get().map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
+                }
+            )*
+        }
+    };
+}
+
+hook_table! {
+    gemm_ex: GemmExFn<i32> = c"rocblas_gemm_ex",
+    gemm_ex_64: GemmExFn<i64> = c"rocblas_gemm_ex_64",
+    gemm_batched_ex: GemmBatchedExFn<i32> = c"rocblas_gemm_batched_ex",
+    gemm_batched_ex_64: GemmBatchedExFn<i64> = c"rocblas_gemm_batched_ex_64",
+    gemm_strided_batched_ex: GemmStridedBatchedExFn<i32> = c"rocblas_gemm_strided_batched_ex",
+    gemm_strided_batched_ex_64: GemmStridedBatchedExFn<i64> = c"rocblas_gemm_strided_batched_ex_64",
+    hgemm: TypedGemmFn<i32> = c"rocblas_hgemm",
+    hgemm_64: TypedGemmFn<i64> = c"rocblas_hgemm_64",
+    sgemm: TypedGemmFn<i32> = c"rocblas_sgemm",
+    sgemm_64: TypedGemmFn<i64> = c"rocblas_sgemm_64",
+    hgemm_strided_batched: TypedGemmStridedBatchedFn<i32> = c"rocblas_hgemm_strided_batched",
+    hgemm_strided_batched_64: TypedGemmStridedBatchedFn<i64> = c"rocblas_hgemm_strided_batched_64",
+    sgemm_strided_batched: TypedGemmStridedBatchedFn<i32> = c"rocblas_sgemm_strided_batched",
+    sgemm_strided_batched_64: TypedGemmStridedBatchedFn<i64> = c"rocblas_sgemm_strided_batched_64",
+    get_version_string: GetVersionStringFn = c"rocblas_get_version_string",
+    get_version_string_size: GetVersionStringSizeFn = c"rocblas_get_version_string_size",
+    hip_get_device: HipGetDeviceFn = c"hipGetDevice",
+}
+
+/// Base address of this library, to recognise (and refuse) our own exports.
+fn own_base() -> *mut c_void {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads loader tables; `own_base` is a function of this object.
+    unsafe { libc::dladdr(own_base as *const c_void, &mut info) };
+    info.dli_fbase
+}
+
+fn is_ours(p: *mut c_void) -> bool {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let found = unsafe { libc::dladdr(p, &mut info) } != 0;
+    found && info.dli_fbase == own_base()
+}
+
+fn resolve(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT is valid from a shared object.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if !p.is_null() && !is_ours(p) {
+        return Some(p);
+    }
+    for path in loaded_libraries(&["librocblas.so", "libamdhip64.so"]) {
+        let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else {
+            continue;
+        };
+        // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+        if h.is_null() {
+            continue;
+        }
+        // SAFETY: h is a valid handle; the name is NUL-terminated.
+        let p = unsafe { libc::dlsym(h, name.as_ptr()) };
+        // Drop the reference NOLOAD took; the object stays loaded by its other users.
+        unsafe { libc::dlclose(h) };
+        if !p.is_null() && !is_ours(p) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Paths of loaded objects whose file name starts with one of `prefixes`, in load order.
+pub fn loaded_libraries(prefixes: &[&str]) -> Vec<PathBuf> {
+    struct Search<'a> {
+        prefixes: &'a [&'a str],
+        found: Vec<PathBuf>,
+    }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our `data` pointer back.
+        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: the loader's name strings are NUL-terminated and live while loaded.
+        let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+        if search
+            .prefixes
+            .iter()
+            .any(|p| file.starts_with(p.as_bytes()))
+        {
+            use std::os::unix::ffi::OsStrExt;
+            search
+                .found
+                .push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
+        }
+        0
+    }
+    let mut search = Search {
+        prefixes,
+        found: Vec::new(),
+    };
+    // SAFETY: the callback only reads the info it is given and writes through `data`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
+    search.found
+}
+
+/// The real rocBLAS version string (`5.6.0.8d1ae90e`), if the library offers it.
+pub fn version_string() -> Option<String> {
+    let size_fn = HOOKS.get_version_string_size()?;
+    let get_fn = HOOKS.get_version_string()?;
+    let mut size = 0usize;
+    // SAFETY: out-pointer to a usize.
+    if unsafe { size_fn(&mut size) } != STATUS_SUCCESS || size == 0 || size > 4096 {
+        return None;
+    }
+    let mut buf = vec![0u8; size];
+    // SAFETY: buf has `size` bytes as the library asked.
+    if unsafe { get_fn(buf.as_mut_ptr().cast(), size) } != STATUS_SUCCESS {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}

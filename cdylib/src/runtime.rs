@@ -1,0 +1,441 @@
+//! Lazy start-up, the served profile, miss recording, and the end of the process.
+//!
+//! Nothing runs at load time: LD_PRELOAD reaches every child process (shells, compilers),
+//! and those must stay inert. The first intercepted GEMM call moves the state machine
+//! UNINIT -> INITIALIZING -> READY (or OFF); other threads arriving meanwhile wait for the
+//! outcome, and a re-entrant call from the initialising thread itself passes through.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tunedblas_core::identity::{self, HashCache, MapCheck};
+use tunedblas_core::key::ProblemKey;
+use tunedblas_core::misslog::{MissFiles, MissSet, Sight};
+use tunedblas_core::profile::{self, Loaded, Request, Selection};
+use tunedblas_core::table::Table;
+use tunedblas_core::tunableop;
+
+use crate::log::{debug, info};
+use crate::real::HOOKS;
+use crate::stats::{self, Counter};
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+static FINISHED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static INITIALIZING_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Distinct miss shapes one process can count; more are still logged once each time seen.
+const MISS_CAPACITY: usize = 1 << 14;
+
+/// The settings, read once from the environment. `tunedblas env` documents each variable.
+pub struct Config {
+    pub disabled: bool,
+    pub profile_dir: PathBuf,
+    pub explicit: Option<String>,
+    pub allow_mismatch: bool,
+    pub miss_dir: PathBuf,
+    pub log_level: u8,
+    pub stats_path: Option<PathBuf>,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn truthy(name: &str) -> bool {
+    env(name).is_some_and(|v| !matches!(v.as_str(), "0" | "false" | "no" | "off"))
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        Config {
+            disabled: truthy("TUNEDBLAS_DISABLE"),
+            profile_dir: env("TUNEDBLAS_PROFILE_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(default_profile_dir),
+            explicit: env("TUNEDBLAS_PROFILE"),
+            allow_mismatch: truthy("TUNEDBLAS_ALLOW_MISMATCH"),
+            miss_dir: env("TUNEDBLAS_MISS_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
+            log_level: match env("TUNEDBLAS_LOG").as_deref() {
+                Some("0" | "quiet" | "off") => crate::log::QUIET,
+                Some("2" | "debug") => crate::log::DEBUG,
+                _ => crate::log::INFO,
+            },
+            stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from),
+        }
+    }
+}
+
+/// The profiles installed beside this library: `<prefix>/share/tunedblas/profiles` for an
+/// installed copy (`<prefix>/lib/libtunedblas.so`), or the source tree's `profiles/` for a
+/// cargo build (`target/<profile>/libtunedblas.so`).
+fn default_profile_dir() -> PathBuf {
+    let own = identity::library_of_address(default_profile_dir as *const c_void);
+    let Some(lib_dir) = own.as_deref().and_then(Path::parent) else {
+        return PathBuf::from("profiles");
+    };
+    let candidates = [
+        lib_dir.join("../share/tunedblas/profiles"),
+        lib_dir.join("profiles"),
+        lib_dir.join("../../profiles"),
+    ];
+    candidates
+        .iter()
+        .find(|d| d.join(profile::REGISTRY_FILE).is_file())
+        .unwrap_or(&candidates[0])
+        .clone()
+}
+
+/// Everything the serving path needs, built once.
+pub struct Runtime {
+    loaded: Loaded,
+    /// Set when every rank serves the same rows: no need to ask which device a call is on.
+    single: Option<Arc<Table>>,
+    misses: MissSet,
+    files: Mutex<MissFiles>,
+    miss_io_warned: AtomicBool,
+    miss_full_warned: AtomicBool,
+    stats_path: Option<PathBuf>,
+}
+
+/// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
+#[inline]
+pub fn current_device() -> i32 {
+    match HOOKS.hip_get_device() {
+        Some(f) => {
+            let mut d = 0;
+            // SAFETY: out-pointer to an int.
+            if unsafe { f(&mut d) } == 0 {
+                d
+            } else {
+                0
+            }
+        }
+        None => 0,
+    }
+}
+
+fn key_fields(k: &ProblemKey) -> (String, String) {
+    tunableop::op_and_signature(k)
+}
+
+impl Runtime {
+    /// The table for the calling thread's device, if the profile has one.
+    #[inline]
+    pub fn table(&self) -> Option<&Table> {
+        match &self.single {
+            Some(t) => Some(t),
+            None => self.loaded.table_for(current_device()),
+        }
+    }
+
+    /// Records a call whose key has no row.
+    pub fn miss(&self, key: &ProblemKey) {
+        let device = current_device();
+        match self.misses.record(device, key) {
+            Sight::First => {
+                let result = self.files.lock().append_first_sight(device, key);
+                if let Err(e) = result {
+                    if !self.miss_io_warned.swap(true, Ordering::Relaxed) {
+                        info!(
+                            "cannot write the miss log in {}: {e}; serving continues, shapes are kept in memory and counted at exit",
+                            self.files.lock().dir().display()
+                        );
+                    }
+                }
+            }
+            // Count flushes at 1024, 2048, ... calls of a shape: periodic, yet rare.
+            Sight::Repeat { count } if count >= 1024 && count.is_power_of_two() => {
+                if let Some(mut files) = self.files.try_lock() {
+                    let _ = files.write_counts(&self.misses.snapshot());
+                }
+            }
+            Sight::Repeat { .. } => {}
+            Sight::Full => {
+                if !self.miss_full_warned.swap(true, Ordering::Relaxed) {
+                    info!("more than {MISS_CAPACITY} distinct missed shapes; further new shapes are not recorded");
+                }
+            }
+        }
+    }
+
+    fn all_tables(&self) -> impl Iterator<Item = &Arc<Table>> {
+        let mut seen: Vec<&Arc<Table>> = Vec::new();
+        for t in self.loaded.tables.iter().flatten() {
+            if !seen.iter().any(|s| Arc::ptr_eq(s, t)) {
+                seen.push(t);
+            }
+        }
+        seen.into_iter()
+    }
+}
+
+/// The runtime, starting it on first use. `None` means: pass the call through untouched.
+#[inline]
+pub fn get() -> Option<&'static Runtime> {
+    if STATE.load(Ordering::Acquire) == READY {
+        return RUNTIME.get();
+    }
+    slow_get()
+}
+
+#[cold]
+fn slow_get() -> Option<&'static Runtime> {
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            READY => return RUNTIME.get(),
+            OFF => return None,
+            UNINIT => {
+                if STATE
+                    .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    continue;
+                }
+                INITIALIZING_HERE.with(|f| f.set(true));
+                let built = std::panic::catch_unwind(init).ok().flatten();
+                INITIALIZING_HERE.with(|f| f.set(false));
+                let ready = built.is_some_and(|rt| RUNTIME.set(rt).is_ok());
+                STATE.store(if ready { READY } else { OFF }, Ordering::Release);
+                return if ready { RUNTIME.get() } else { None };
+            }
+            _ => {
+                if INITIALIZING_HERE.with(|f| f.get()) {
+                    return None;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Stops serving for the rest of the process (after an internal error): every later call
+/// passes through untouched.
+pub fn latch_off(why: &str) {
+    if STATE.swap(OFF, Ordering::AcqRel) != OFF {
+        info!("internal error ({why}); passing every call through from now on");
+    }
+}
+
+fn secure_mode() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// Address of the first real GEMM entry that resolves: it names the loaded library.
+fn real_library_anchor() -> Option<*const c_void> {
+    let h = &HOOKS;
+    [
+        &h.gemm_ex,
+        &h.gemm_strided_batched_ex,
+        &h.gemm_batched_ex,
+        &h.sgemm,
+        &h.hgemm,
+        &h.gemm_ex_64,
+    ]
+    .into_iter()
+    .find_map(|hook| hook.get())
+    .map(|p| p as *const c_void)
+}
+
+fn init() -> Option<Runtime> {
+    let cfg = Config::from_env();
+    crate::log::set_level(cfg.log_level);
+    if cfg.disabled {
+        debug!("disabled by TUNEDBLAS_DISABLE");
+        return None;
+    }
+    if secure_mode() {
+        return None; // set-uid/set-gid: never act on the environment of an untrusted user.
+    }
+    let (loaded, name_line) = select_and_load(&cfg);
+    let single = if loaded.distinct <= 1 {
+        Some(
+            loaded
+                .tables
+                .iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_default(),
+        )
+    } else {
+        None
+    };
+    if let Some(line) = name_line {
+        info!("{line}");
+    }
+    for p in loaded.problems.iter().take(20) {
+        info!("{p}");
+    }
+    let rt = Runtime {
+        loaded,
+        single,
+        misses: MissSet::with_capacity(MISS_CAPACITY),
+        files: Mutex::new(MissFiles::new(cfg.miss_dir, key_fields)),
+        miss_io_warned: AtomicBool::new(false),
+        miss_full_warned: AtomicBool::new(false),
+        stats_path: cfg.stats_path,
+    };
+    // SAFETY: registering plain extern "C" functions with libc.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+    }
+    Some(rt)
+}
+
+/// Identifies the loaded build, picks its profile and loads it. Returns the tables and
+/// the startup line.
+fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
+    let Some(anchor) = real_library_anchor() else {
+        return (
+            Loaded::default(),
+            Some("no real rocBLAS GEMM found in this process; passing calls through".into()),
+        );
+    };
+    let Some(path) = identity::library_of_address(anchor) else {
+        return (Loaded::default(), Some("cannot tell which file rocBLAS was loaded from; passing calls through and recording misses".into()));
+    };
+    if identity::check_mapped_file(anchor as usize, &path) == MapCheck::Replaced {
+        return (
+            Loaded::default(),
+            Some(format!(
+                "{} was replaced on disk after this process loaded it, so the running build cannot be identified; restart the process to serve tuned rows",
+                path.display()
+            )),
+        );
+    }
+    let cache = HashCache::new(identity::user_cache_dir().join("sha256"));
+    let id = match cache.identify(&path) {
+        Ok(id) => id,
+        Err(e) => {
+            return (
+                Loaded::default(),
+                Some(format!(
+                    "cannot hash {}: {e}; passing calls through",
+                    path.display()
+                )),
+            )
+        }
+    };
+    let req = Request {
+        profile_dir: &cfg.profile_dir,
+        sha256: &id.sha256,
+        explicit: cfg.explicit.as_deref(),
+        allow_mismatch: cfg.allow_mismatch,
+    };
+    match profile::select(&req) {
+        Selection::Chosen { name, dir, reason } => {
+            let mut loaded = profile::load_tables(&dir);
+            if let Some(version) = crate::real::version_string() {
+                let contradictions = profile::contradicting_validators(&loaded, &version);
+                loaded.problems.extend(contradictions);
+            }
+            let device = current_device();
+            let rows = loaded.table_for(device).map_or(0, Table::len);
+            let line = format!("profile {name} {reason} ({rows} rows, rank {device})");
+            (loaded, Some(line))
+        }
+        Selection::None { why } => (Loaded::default(), Some(why)),
+    }
+}
+
+/// Flushes counts, writes the stats file and prints the summary. Runs once per process.
+pub fn finish() {
+    if FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(rt) = RUNTIME.get() else { return };
+    let snapshot = rt.misses.snapshot();
+    if !snapshot.is_empty() {
+        let _ = rt.files.lock().write_counts(&snapshot);
+    }
+    if let Some(path) = &rt.stats_path {
+        let _ = write_stats(rt, path, snapshot.len());
+    }
+    info!(
+        "{} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks",
+        stats::total(Counter::Calls),
+        stats::total(Counter::Served),
+        stats::total(Counter::Default),
+        stats::total(Counter::Missed),
+        snapshot.len(),
+        stats::total(Counter::PassedThrough),
+        stats::total(Counter::Fallbacks),
+    );
+}
+
+/// `TUNEDBLAS_STATS=<file>`: machine-readable counters and the rows never hit, for
+/// `tunedblas verify`.
+fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result<()> {
+    let mut rows = 0;
+    let mut unhit = Vec::new();
+    for t in rt.all_tables() {
+        for (k, e) in t.iter() {
+            rows += 1;
+            if !e.was_hit() {
+                let (op, sig) = tunableop::op_and_signature(k);
+                unhit.push(format!("{op},{sig}"));
+            }
+        }
+    }
+    let json = serde_json::json!({
+        "calls": stats::total(Counter::Calls),
+        "served": stats::total(Counter::Served),
+        "default": stats::total(Counter::Default),
+        "missed_calls": stats::total(Counter::Missed),
+        "missed_shapes": miss_shapes,
+        "passed_through": stats::total(Counter::PassedThrough),
+        "fallbacks": stats::total(Counter::Fallbacks),
+        "rows": rows,
+        "rows_hit": rows - unhit.len(),
+        "rows_not_hit": unhit,
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&json)?)
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(finish);
+}
+
+extern "C" fn fork_prepare() {
+    if let Some(rt) = RUNTIME.get() {
+        // Hold the lock across fork so the child never inherits it mid-write.
+        std::mem::forget(rt.files.lock());
+    }
+}
+
+extern "C" fn fork_parent() {
+    if let Some(rt) = RUNTIME.get() {
+        // SAFETY: fork_prepare locked it on this thread and forgot the guard.
+        unsafe { rt.files.force_unlock() };
+    }
+}
+
+extern "C" fn fork_child() {
+    if let Some(rt) = RUNTIME.get() {
+        // SAFETY: as in fork_parent; the child has one thread, so resetting is exclusive.
+        unsafe {
+            rt.files.force_unlock();
+            rt.misses.reset();
+        }
+        rt.files.lock().reset_after_fork();
+        stats::reset();
+        FINISHED.store(false, Ordering::Release);
+    }
+}

@@ -1,0 +1,443 @@
+//! The serving decision, shared by every entry point.
+//!
+//! Each export describes its call as (a) how to build the problem key, (b) whether the
+//! caller already made a choice we must respect, and (c) how to make the real call either
+//! as the caller made it or with a tuned solution. [`serve`] does the rest: lookup, tuned
+//! call, fallback and quarantine on failure, miss recording, counting.
+//!
+//! The only code under `catch_unwind` is the decision, which runs before any real call: if
+//! it panics we pass the call through, and a GEMM is never executed twice.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use tunedblas_core::abi::*;
+use tunedblas_core::key::{Batching, ProblemKey, Types};
+use tunedblas_core::rocblas::{batched_key, ex_types, single_key, Dims};
+use tunedblas_core::table::{Action, Entry};
+use tunedblas_core::tunableop;
+
+use crate::log::info;
+use crate::real::HOOKS;
+use crate::runtime;
+use crate::stats::{bump, Counter};
+
+/// How to make the real call.
+#[derive(Clone, Copy)]
+pub enum Route {
+    /// Exactly as the caller made it.
+    Original,
+    /// With `algo = solution_index` and this index.
+    Tuned(i32),
+}
+
+enum Decision {
+    Pass,
+    Tuned(i32, &'static Entry, ProblemKey),
+}
+
+fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decision {
+    let Some(rt) = runtime::get() else {
+        return Decision::Pass;
+    };
+    bump(Counter::Calls);
+    if caller_chose {
+        bump(Counter::PassedThrough);
+        return Decision::Pass;
+    }
+    let Some(key) = key() else {
+        bump(Counter::PassedThrough);
+        return Decision::Pass;
+    };
+    match rt.table().and_then(|t| t.get(&key)) {
+        Some(e) if e.is_quarantined() => {
+            bump(Counter::PassedThrough);
+            Decision::Pass
+        }
+        Some(e) => {
+            e.mark_hit();
+            match e.action {
+                Action::Default => {
+                    bump(Counter::Default);
+                    Decision::Pass
+                }
+                Action::Solution(id) => Decision::Tuned(id, e, key),
+            }
+        }
+        None => {
+            rt.miss(&key);
+            bump(Counter::Missed);
+            Decision::Pass
+        }
+    }
+}
+
+/// Serves one intercepted call. See the module docs.
+#[inline]
+pub fn serve(
+    key: impl FnOnce() -> Option<ProblemKey>,
+    caller_chose: bool,
+    call: impl Fn(Route) -> Status,
+) -> Status {
+    let decision = match catch_unwind(AssertUnwindSafe(|| decide(key, caller_chose))) {
+        Ok(d) => d,
+        Err(_) => {
+            runtime::latch_off("a panic while choosing a solution");
+            Decision::Pass
+        }
+    };
+    match decision {
+        Decision::Pass => call(Route::Original),
+        Decision::Tuned(id, entry, key) => {
+            let status = call(Route::Tuned(id));
+            if status == STATUS_SUCCESS {
+                bump(Counter::Served);
+                return status;
+            }
+            if entry.quarantine() {
+                let (op, sig) = tunableop::op_and_signature(&key);
+                info!(
+                    "solution {id} for {op},{sig} failed with rocBLAS status {status}; the row is quarantined for this process and the caller's own call is made instead (re-tune this build)"
+                );
+            }
+            bump(Counter::Fallbacks);
+            call(Route::Original)
+        }
+    }
+}
+
+/// rocBLAS size integers: `rocblas_int` or int64 for the `_64` twins.
+pub trait Int: Copy + Into<i64> {}
+impl Int for i32 {}
+impl Int for i64 {}
+
+fn caller_chose(algo: GemmAlgo, flags: u32) -> bool {
+    algo != ALGO_STANDARD || flags & FLAG_CHECK_SOLUTION_INDEX != 0
+}
+
+/// The arguments every `gemm_ex`-family call shares.
+#[derive(Clone, Copy)]
+pub struct ExArgs<I> {
+    pub handle: Handle,
+    pub trans_a: Operation,
+    pub trans_b: Operation,
+    pub m: I,
+    pub n: I,
+    pub k: I,
+    pub alpha: *const c_void,
+    pub a: *const c_void,
+    pub a_type: Datatype,
+    pub lda: I,
+    pub b: *const c_void,
+    pub b_type: Datatype,
+    pub ldb: I,
+    pub beta: *const c_void,
+    pub c: *const c_void,
+    pub c_type: Datatype,
+    pub ldc: I,
+    pub d: *mut c_void,
+    pub d_type: Datatype,
+    pub ldd: I,
+    pub compute: Datatype,
+    pub algo: GemmAlgo,
+    pub solution: i32,
+    pub flags: u32,
+}
+
+impl<I: Int> ExArgs<I> {
+    fn dims(&self) -> Dims {
+        Dims {
+            m: self.m.into(),
+            n: self.n.into(),
+            k: self.k.into(),
+            lda: self.lda.into(),
+            ldb: self.ldb.into(),
+            ldc: self.ldc.into(),
+            ldd: self.ldd.into(),
+        }
+    }
+    fn types(&self) -> Types {
+        ex_types(
+            self.a_type,
+            self.b_type,
+            self.c_type,
+            self.d_type,
+            self.compute,
+        )
+    }
+    /// (algo, solution index) for a route.
+    fn choice(&self, route: Route) -> (GemmAlgo, i32) {
+        match route {
+            Route::Original => (self.algo, self.solution),
+            Route::Tuned(id) => (ALGO_SOLUTION_INDEX, id),
+        }
+    }
+}
+
+/// `rocblas_gemm_ex` and `_64`.
+pub fn gemm_ex<I: Int>(real: Option<GemmExFn<I>>, x: ExArgs<I>) -> Status {
+    let Some(f) = real else {
+        return STATUS_NOT_IMPLEMENTED;
+    };
+    serve(
+        || single_key(x.trans_a, x.trans_b, x.types(), x.dims(), x.flags),
+        caller_chose(x.algo, x.flags),
+        |route| {
+            let (algo, sol) = x.choice(route);
+            // SAFETY: forwarding the caller's arguments to the real function.
+            unsafe {
+                f(
+                    x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda,
+                    x.b, x.b_type, x.ldb, x.beta, x.c, x.c_type, x.ldc, x.d, x.d_type, x.ldd,
+                    x.compute, algo, sol, x.flags,
+                )
+            }
+        },
+    )
+}
+
+/// `rocblas_gemm_batched_ex` and `_64` (a/b/c/d are device arrays of pointers).
+pub fn gemm_batched_ex<I: Int>(real: Option<GemmBatchedExFn<I>>, x: ExArgs<I>, batch: I) -> Status {
+    let Some(f) = real else {
+        return STATUS_NOT_IMPLEMENTED;
+    };
+    serve(
+        || {
+            batched_key(
+                x.trans_a,
+                x.trans_b,
+                x.types(),
+                x.dims(),
+                Batching::PointerArray,
+                batch.into(),
+                [0; 4],
+                x.flags,
+            )
+        },
+        caller_chose(x.algo, x.flags),
+        |route| {
+            let (algo, sol) = x.choice(route);
+            // SAFETY: forwarding the caller's arguments to the real function.
+            unsafe {
+                f(
+                    x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda,
+                    x.b, x.b_type, x.ldb, x.beta, x.c, x.c_type, x.ldc, x.d, x.d_type, x.ldd,
+                    batch, x.compute, algo, sol, x.flags,
+                )
+            }
+        },
+    )
+}
+
+/// `rocblas_gemm_strided_batched_ex` and `_64`.
+pub fn gemm_strided_batched_ex<I: Int>(
+    real: Option<GemmStridedBatchedExFn<I>>,
+    x: ExArgs<I>,
+    strides: [i64; 4],
+    batch: I,
+) -> Status {
+    let Some(f) = real else {
+        return STATUS_NOT_IMPLEMENTED;
+    };
+    let [sa, sb, sc, sd] = strides;
+    serve(
+        || {
+            batched_key(
+                x.trans_a,
+                x.trans_b,
+                x.types(),
+                x.dims(),
+                Batching::Strided,
+                batch.into(),
+                strides,
+                x.flags,
+            )
+        },
+        caller_chose(x.algo, x.flags),
+        |route| {
+            let (algo, sol) = x.choice(route);
+            // SAFETY: forwarding the caller's arguments to the real function.
+            unsafe {
+                f(
+                    x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda,
+                    sa, x.b, x.b_type, x.ldb, sb, x.beta, x.c, x.c_type, x.ldc, sc, x.d, x.d_type,
+                    x.ldd, sd, batch, x.compute, algo, sol, x.flags,
+                )
+            }
+        },
+    )
+}
+
+/// The arguments of `rocblas_hgemm` / `rocblas_sgemm` (and their strided-batched forms,
+/// with `strides` and `batch`).
+#[derive(Clone, Copy)]
+pub struct TypedArgs<I> {
+    pub handle: Handle,
+    pub trans_a: Operation,
+    pub trans_b: Operation,
+    pub m: I,
+    pub n: I,
+    pub k: I,
+    pub alpha: *const c_void,
+    pub a: *const c_void,
+    pub lda: I,
+    pub b: *const c_void,
+    pub ldb: I,
+    pub beta: *const c_void,
+    pub c: *mut c_void,
+    pub ldc: I,
+}
+
+impl<I: Int> TypedArgs<I> {
+    /// The same problem as a `gemm_ex` call with the function's fixed types (d = c).
+    fn as_ex(&self, types: Types, route: Route) -> ExArgs<I> {
+        let (algo, solution) = match route {
+            Route::Original => (ALGO_STANDARD, 0),
+            Route::Tuned(id) => (ALGO_SOLUTION_INDEX, id),
+        };
+        ExArgs {
+            handle: self.handle,
+            trans_a: self.trans_a,
+            trans_b: self.trans_b,
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            alpha: self.alpha,
+            a: self.a,
+            a_type: types.a,
+            lda: self.lda,
+            b: self.b,
+            b_type: types.b,
+            ldb: self.ldb,
+            beta: self.beta,
+            c: self.c,
+            c_type: types.c,
+            ldc: self.ldc,
+            d: self.c,
+            d_type: types.d,
+            ldd: self.ldc,
+            compute: types.compute,
+            algo,
+            solution,
+            flags: FLAG_NONE,
+        }
+    }
+}
+
+/// Which `gemm_ex` entry re-issues a typed call of width `I`.
+pub trait ExEntries: Int {
+    fn gemm_ex() -> Option<GemmExFn<Self>>;
+    fn gemm_strided_batched_ex() -> Option<GemmStridedBatchedExFn<Self>>;
+}
+impl ExEntries for i32 {
+    fn gemm_ex() -> Option<GemmExFn<i32>> {
+        HOOKS.gemm_ex()
+    }
+    fn gemm_strided_batched_ex() -> Option<GemmStridedBatchedExFn<i32>> {
+        HOOKS.gemm_strided_batched_ex()
+    }
+}
+impl ExEntries for i64 {
+    fn gemm_ex() -> Option<GemmExFn<i64>> {
+        HOOKS.gemm_ex_64()
+    }
+    fn gemm_strided_batched_ex() -> Option<GemmStridedBatchedExFn<i64>> {
+        HOOKS.gemm_strided_batched_ex_64()
+    }
+}
+
+fn run_ex<I: ExEntries>(x: ExArgs<I>) -> Status {
+    match I::gemm_ex() {
+        // SAFETY: a well-formed gemm_ex call built from the caller's typed call.
+        Some(f) => unsafe {
+            f(
+                x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda, x.b,
+                x.b_type, x.ldb, x.beta, x.c, x.c_type, x.ldc, x.d, x.d_type, x.ldd, x.compute,
+                x.algo, x.solution, x.flags,
+            )
+        },
+        None => STATUS_NOT_IMPLEMENTED,
+    }
+}
+
+/// `rocblas_hgemm` / `rocblas_sgemm` (and `_64`): a tuned row is served by re-issuing the
+/// call as `gemm_ex` with the same types, since the typed API takes no solution index.
+pub fn typed_gemm<I: ExEntries>(
+    real: Option<TypedGemmFn<I>>,
+    types: Types,
+    x: TypedArgs<I>,
+) -> Status {
+    let Some(f) = real else {
+        return STATUS_NOT_IMPLEMENTED;
+    };
+    serve(
+        || {
+            let e = x.as_ex(types, Route::Original);
+            single_key(x.trans_a, x.trans_b, types, e.dims(), FLAG_NONE)
+        },
+        false,
+        |route| match route {
+            // SAFETY: forwarding the caller's arguments to the real function.
+            Route::Original => unsafe {
+                f(
+                    x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.lda, x.b, x.ldb,
+                    x.beta, x.c, x.ldc,
+                )
+            },
+            Route::Tuned(_) => run_ex(x.as_ex(types, route)),
+        },
+    )
+}
+
+/// `rocblas_hgemm_strided_batched` / `rocblas_sgemm_strided_batched` (and `_64`).
+pub fn typed_gemm_strided_batched<I: ExEntries>(
+    real: Option<TypedGemmStridedBatchedFn<I>>,
+    types: Types,
+    x: TypedArgs<I>,
+    [sa, sb, sc]: [i64; 3],
+    batch: I,
+) -> Status {
+    let Some(f) = real else {
+        return STATUS_NOT_IMPLEMENTED;
+    };
+    serve(
+        || {
+            let e = x.as_ex(types, Route::Original);
+            batched_key(
+                x.trans_a,
+                x.trans_b,
+                types,
+                e.dims(),
+                Batching::Strided,
+                batch.into(),
+                [sa, sb, sc, sc],
+                FLAG_NONE,
+            )
+        },
+        false,
+        |route| match route {
+            // SAFETY: forwarding the caller's arguments to the real function.
+            Route::Original => unsafe {
+                f(
+                    x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.lda, sa, x.b,
+                    x.ldb, sb, x.beta, x.c, x.ldc, sc, batch,
+                )
+            },
+            Route::Tuned(_) => match I::gemm_strided_batched_ex() {
+                Some(g) => {
+                    let e = x.as_ex(types, route);
+                    // SAFETY: a well-formed strided-batched gemm_ex call built from the typed call.
+                    unsafe {
+                        g(
+                            e.handle, e.trans_a, e.trans_b, e.m, e.n, e.k, e.alpha, e.a, e.a_type,
+                            e.lda, sa, e.b, e.b_type, e.ldb, sb, e.beta, e.c, e.c_type, e.ldc, sc,
+                            e.d, e.d_type, e.ldd, sc, batch, e.compute, e.algo, e.solution,
+                            e.flags,
+                        )
+                    }
+                }
+                None => STATUS_NOT_IMPLEMENTED,
+            },
+        },
+    )
+}

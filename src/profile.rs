@@ -1,0 +1,250 @@
+//! Choosing the profile for the loaded build and loading its rank files into tables.
+//!
+//! Pure logic over the registry and the TunableOp reader, so the interposer, `tunedblas
+//! profiles which` and the tests all make the same decision with the same words.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::registry::{Match, Registry};
+use crate::table::{Action, Table};
+use crate::tunableop::{self, Solution};
+
+/// The registry file inside a profile folder.
+pub const REGISTRY_FILE: &str = "profiles.json";
+
+/// What the operator asked for.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// Folder holding `profiles.json` and one folder per build.
+    pub profile_dir: &'a Path,
+    /// Full sha256 (hex) of the loaded library.
+    pub sha256: &'a str,
+    /// `TUNEDBLAS_PROFILE`: a profile name to use instead of matching by hash.
+    pub explicit: Option<&'a str>,
+    /// `TUNEDBLAS_ALLOW_MISMATCH=1`: use an explicit profile made for another build.
+    pub allow_mismatch: bool,
+}
+
+/// The outcome, with the reason in words for the startup line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selection {
+    Chosen { name: String, dir: PathBuf, reason: String },
+    /// Nothing to serve; `why` says what to do about it.
+    None { why: String },
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// Picks the profile for the build whose sha256 is `req.sha256`.
+pub fn select(req: &Request) -> Selection {
+    let reg_path = req.profile_dir.join(REGISTRY_FILE);
+    let registry = match Registry::load(&reg_path) {
+        Ok(r) => r,
+        Err(e) => return Selection::None { why: e.to_string() },
+    };
+    let build = short(req.sha256);
+    if let Some(name) = req.explicit {
+        let Some(entry) = registry.get(name) else {
+            return Selection::None {
+                why: format!(
+                    "TUNEDBLAS_PROFILE={name} is not in {}; `tunedblas profiles list` shows the names",
+                    reg_path.display()
+                ),
+            };
+        };
+        let dir = req.profile_dir.join(&entry.dir);
+        let matches = registry_sha_matches(&entry.lib_sha256, req.sha256);
+        return if matches {
+            Selection::Chosen {
+                name: name.to_owned(),
+                dir,
+                reason: format!("selected by TUNEDBLAS_PROFILE for rocBLAS build {build}"),
+            }
+        } else if req.allow_mismatch {
+            Selection::Chosen {
+                name: name.to_owned(),
+                dir,
+                reason: format!(
+                    "forced by TUNEDBLAS_ALLOW_MISMATCH although it was made for build {} and the loaded rocBLAS is {build}; its solution ids may be wrong or fail",
+                    short(&entry.lib_sha256)
+                ),
+            }
+        } else {
+            Selection::None {
+                why: format!(
+                    "refusing TUNEDBLAS_PROFILE={name}: it was made for rocBLAS build {}, but the loaded build is {build} (solution ids are build-specific); unset it, tune this build, or set TUNEDBLAS_ALLOW_MISMATCH=1 to force",
+                    short(&entry.lib_sha256)
+                ),
+            }
+        };
+    }
+    match registry.find_by_sha(req.sha256) {
+        Match::Unique(name, entry) => Selection::Chosen {
+            name: name.to_owned(),
+            dir: req.profile_dir.join(&entry.dir),
+            reason: format!("auto-selected for rocBLAS build {build}"),
+        },
+        Match::Ambiguous(names) => Selection::None {
+            why: format!(
+                "{} names several profiles for rocBLAS build {build} ({}); set TUNEDBLAS_PROFILE to one of them",
+                reg_path.display(),
+                names.join(", ")
+            ),
+        },
+        Match::None => Selection::None {
+            why: format!(
+                "no profile in {} for rocBLAS build {build}; shapes are recorded for `tunedblas tune`",
+                reg_path.display()
+            ),
+        },
+    }
+}
+
+/// A registry hash (full, or a prefix of at least 12 hex digits) names the build `sha`.
+pub fn registry_sha_matches(registered: &str, sha: &str) -> bool {
+    let r = registered.trim().to_ascii_lowercase();
+    r.len() >= 12 && r.len() <= sha.len() && sha.to_ascii_lowercase().starts_with(&r)
+}
+
+/// A profile's rank files loaded as lookup tables.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// `tables[rank]`; ranks with identical rows share one `Arc`.
+    pub tables: Vec<Option<Arc<Table>>>,
+    /// Distinct tables among the ranks (1 when every rank file holds the same rows).
+    pub distinct: usize,
+    /// Rows per rank file, in rank order: (rank, servable rows).
+    pub rows: Vec<(usize, usize)>,
+    /// One line per problem found while reading (file, line, what, what to do).
+    pub problems: Vec<String>,
+    /// Rows that name a solution rocBLAS cannot serve (hipBLASLt, scaled GEMMs, ...).
+    pub unservable: usize,
+    /// `ROCBLAS_VERSION` validators found in the rank files, with the file they came from.
+    pub rocblas_versions: Vec<(PathBuf, String)>,
+}
+
+impl Loaded {
+    /// The table for `device`: its own rank file, else rank 0's (solution ids belong to the
+    /// build, so any rank's rows are valid on every device of the same architecture).
+    #[inline]
+    pub fn table_for(&self, device: i32) -> Option<&Table> {
+        let own = usize::try_from(device).ok().and_then(|d| self.tables.get(d)).and_then(|t| t.as_deref());
+        own.or_else(|| self.tables.first().and_then(|t| t.as_deref()))
+    }
+}
+
+/// The rank of a `tunableop_results<rank>.csv` file name.
+pub fn rank_of_file(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix("tunableop_results")?.strip_suffix(".csv")?;
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The rank files whose `ROCBLAS_VERSION` validator contradicts the loaded `version`: the
+/// hash already matched, so this only flags a registry or file mix-up worth a look.
+pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
+    loaded
+        .rocblas_versions
+        .iter()
+        .filter(|(_, v)| v.trim() != version.trim())
+        .map(|(p, v)| {
+            format!(
+                "{}: Validator ROCBLAS_VERSION is {v}, but the loaded rocBLAS reports {version}; check that this profile belongs to this build",
+                p.display()
+            )
+        })
+        .collect()
+}
+
+/// Reads every `tunableop_results<rank>.csv` in `dir`.
+pub fn load_tables(dir: &Path) -> Loaded {
+    let mut loaded = Loaded::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            loaded.problems.push(format!("{}: cannot read the profile folder: {e}", dir.display()));
+            return loaded;
+        }
+    };
+    let mut files: Vec<(usize, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((rank_of_file(e.file_name().to_str()?)?, e.path())))
+        .collect();
+    files.sort();
+    for (rank, path) in files {
+        let parsed = match tunableop::read(&path) {
+            Ok(p) => p,
+            Err(e) => {
+                loaded.problems.push(format!("{}: unreadable ({e}); rank {rank} serves nothing", path.display()));
+                continue;
+            }
+        };
+        for m in &parsed.malformed {
+            loaded.problems.push(format!(
+                "{}:{}: skipped: {}; fix or delete the line",
+                path.display(),
+                m.line,
+                m.reason
+            ));
+        }
+        for d in &parsed.duplicates {
+            loaded.problems.push(format!(
+                "{}:{}: duplicate of line {}; the first row wins",
+                path.display(),
+                d.line,
+                d.first_line
+            ));
+        }
+        loaded.unservable += parsed.unservable.len();
+        if let Some(v) = parsed.validator("ROCBLAS_VERSION") {
+            loaded.rocblas_versions.push((path.clone(), v.to_owned()));
+        }
+        let rows = parsed.rows.iter().filter_map(|r| match r.solution {
+            Solution::Default => Some((r.key, Action::Default)),
+            Solution::Rocblas(id) => Some((r.key, Action::Solution(id))),
+            Solution::Other(_) => None,
+        });
+        let table = Table::new(rows);
+        loaded.rows.push((rank, table.len()));
+        let shared = loaded.tables.iter().flatten().find(|t| t.same_rows(&table)).cloned();
+        let table = shared.unwrap_or_else(|| {
+            loaded.distinct += 1;
+            Arc::new(table)
+        });
+        if loaded.tables.len() <= rank {
+            loaded.tables.resize(rank + 1, None);
+        }
+        loaded.tables[rank] = Some(table);
+    }
+    loaded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_hash_prefix_rules() {
+        let sha = "c27e2252cc7a4b6e174601a180a169822dcf15a29e634046daecb61498e3bd2a";
+        assert!(registry_sha_matches(sha, sha));
+        assert!(registry_sha_matches("c27e2252cc7a", sha));
+        assert!(registry_sha_matches("C27E2252CC7A", sha));
+        assert!(!registry_sha_matches("c27e2252cc7", sha), "11 digits is too short");
+        assert!(!registry_sha_matches("d05939967b5f", sha));
+        assert!(!registry_sha_matches("", sha));
+    }
+
+    #[test]
+    fn rank_file_names() {
+        assert_eq!(rank_of_file("tunableop_results0.csv"), Some(0));
+        assert_eq!(rank_of_file("tunableop_results13.csv"), Some(13));
+        assert_eq!(rank_of_file("tunableop_results.csv"), None);
+        assert_eq!(rank_of_file("tunableop_results1.csv.bak"), None);
+        assert_eq!(rank_of_file("tunableop_untuned0.csv"), None);
+    }
+}
