@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 /// The file a loaded code address belongs to (`dladdr`), as the dynamic loader opened it.
-pub fn library_of_address(addr: *const c_void) -> Option<PathBuf> {
+/// The address is only looked up in the loader's tables, never dereferenced.
+pub fn library_of_address(addr: usize) -> Option<PathBuf> {
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables; info is a valid out-pointer.
-    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
     // SAFETY: the loader keeps dli_fname alive while the object is loaded.
@@ -287,7 +288,7 @@ mod tests {
     #[test]
     fn own_test_binary_is_mapped_from_its_file() {
         let addr = own_test_binary_is_mapped_from_its_file as *const () as usize;
-        let path = library_of_address(addr as *const c_void).expect("dladdr");
+        let path = library_of_address(addr).expect("dladdr");
         assert_eq!(check_mapped_file(addr, &path), MapCheck::Same);
         assert_eq!(
             check_mapped_file(addr, Path::new("/proc/self/status")),

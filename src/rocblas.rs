@@ -46,6 +46,7 @@ pub fn single_key(
 }
 
 /// A batched GEMM: `strides` are ignored for pointer arrays.
+#[allow(clippy::too_many_arguments)]
 pub fn batched_key(
     trans_a: Operation,
     trans_b: Operation,
@@ -62,7 +63,13 @@ pub fn batched_key(
 
 /// The [`Types`] of a `gemm_ex`-family call.
 pub fn ex_types(a: Datatype, b: Datatype, c: Datatype, d: Datatype, compute: Datatype) -> Types {
-    Types { a, b, c, d, compute }
+    Types {
+        a,
+        b,
+        c,
+        d,
+        compute,
+    }
 }
 
 #[cfg(test)]
@@ -71,7 +78,15 @@ mod tests {
     use crate::abi::*;
 
     fn dims(m: i64, n: i64, k: i64) -> Dims {
-        Dims { m, n, k, lda: k, ldb: k, ldc: m, ldd: m }
+        Dims {
+            m,
+            n,
+            k,
+            lda: k,
+            ldb: k,
+            ldc: m,
+            ldd: m,
+        }
     }
 
     #[test]
@@ -84,8 +99,15 @@ mod tests {
         let mut short = dims(4, 4, 4);
         short.ldc = 2;
         assert!(single_key(OP_TRANSPOSE, OP_NONE, t, short, 0).is_none());
-        let k0 = Dims { lda: 1, ldb: 1, ..dims(4, 4, 0) };
-        assert!(single_key(OP_TRANSPOSE, OP_NONE, t, k0, 0).is_some(), "k = 0 is real");
+        let k0 = Dims {
+            lda: 1,
+            ldb: 1,
+            ..dims(4, 4, 0)
+        };
+        assert!(
+            single_key(OP_TRANSPOSE, OP_NONE, t, k0, 0).is_some(),
+            "k = 0 is real"
+        );
     }
 
     #[test]
@@ -104,10 +126,28 @@ mod tests {
     #[test]
     fn batch_zero_is_quick_return() {
         let t = Types::HGEMM;
-        assert!(batched_key(OP_NONE, OP_NONE, t, dims(8, 8, 8), Batching::Strided, 0, [0; 4], 0)
-            .is_none());
-        let k = batched_key(OP_NONE, OP_NONE, t, dims(8, 8, 8), Batching::Strided, 3, [1, 2, 3, 4], 0)
-            .unwrap();
+        assert!(batched_key(
+            OP_NONE,
+            OP_NONE,
+            t,
+            dims(8, 8, 8),
+            Batching::Strided,
+            0,
+            [0; 4],
+            0
+        )
+        .is_none());
+        let k = batched_key(
+            OP_NONE,
+            OP_NONE,
+            t,
+            dims(8, 8, 8),
+            Batching::Strided,
+            3,
+            [1, 2, 3, 4],
+            0,
+        )
+        .unwrap();
         assert_eq!((k.batch, k.stride_c), (3, 3));
     }
 }

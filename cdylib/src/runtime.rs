@@ -84,7 +84,7 @@ impl Config {
 /// installed copy (`<prefix>/lib/libtunedblas.so`), or the source tree's `profiles/` for a
 /// cargo build (`target/<profile>/libtunedblas.so`).
 fn default_profile_dir() -> PathBuf {
-    let own = identity::library_of_address(default_profile_dir as *const c_void);
+    let own = identity::library_of_address(default_profile_dir as *const () as usize);
     let Some(lib_dir) = own.as_deref().and_then(Path::parent) else {
         return PathBuf::from("profiles");
     };
@@ -308,7 +308,7 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
             Some("no real rocBLAS GEMM found in this process; passing calls through".into()),
         );
     };
-    let Some(path) = identity::library_of_address(anchor) else {
+    let Some(path) = identity::library_of_address(anchor as usize) else {
         return (Loaded::default(), Some("cannot tell which file rocBLAS was loaded from; passing calls through and recording misses".into()));
     };
     if identity::check_mapped_file(anchor as usize, &path) == MapCheck::Replaced {
