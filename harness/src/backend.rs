@@ -1,0 +1,726 @@
+//! The rocBLAS backend of the harness: a library loaded at run time by path (real rocBLAS
+//! plus HIP, or refblas), never linked, so one binary serves every ROCm release and the
+//! CPU reference alike.
+//!
+//! [`Library`] holds the resolved entry points; [`Problem`] owns initialised device buffers
+//! for one problem key and runs it with the heuristic or a given solution index.
+
+use std::ffi::{c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+
+use tunedblas_core::abi::*;
+use tunedblas_core::key::{Batching, ProblemKey};
+
+/// A harness error with the words a user needs: what failed and what to do.
+#[derive(Debug)]
+pub struct Error(pub String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated message owned by libc.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown error".into()
+    } else {
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}
+
+/// Loaded rocBLAS (and HIP) entry points.
+pub struct Library {
+    pub path: PathBuf,
+    create_handle: CreateHandleFn,
+    destroy_handle: DestroyHandleFn,
+    gemm_ex: GemmExFn<i32>,
+    gemm_strided_batched_ex: Option<GemmStridedBatchedExFn<i32>>,
+    get_solutions: GemmExGetSolutionsFn,
+    get_solutions_strided: Option<GemmStridedBatchedExGetSolutionsFn>,
+    version: Option<(GetVersionStringSizeFn, GetVersionStringFn)>,
+    hip: Hip,
+}
+
+/// The HIP runtime calls the harness needs.
+pub struct Hip {
+    pub get_device_count: HipGetDeviceCountFn,
+    pub set_device: HipSetDeviceFn,
+    pub malloc: HipMallocFn,
+    pub free: HipFreeFn,
+    pub memcpy: HipMemcpyFn,
+    pub synchronize: HipDeviceSynchronizeFn,
+    pub event_create: HipEventCreateFn,
+    pub event_record: HipEventRecordFn,
+    pub event_synchronize: HipEventSynchronizeFn,
+    pub event_elapsed: HipEventElapsedTimeFn,
+    pub event_destroy: HipEventDestroyFn,
+}
+
+unsafe fn sym<T: Copy>(handle: *mut c_void, name: &str) -> Option<T> {
+    let c = CString::new(name).ok()?;
+    let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
+    // SAFETY: the caller names the C type of this symbol (src/abi.rs).
+    (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+}
+
+fn open(path: &Path, flags: i32) -> Result<*mut c_void> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error(format!("{}: path contains a NUL byte", path.display())))?;
+    // SAFETY: dlopen with a valid C string.
+    let h = unsafe { libc::dlopen(c.as_ptr(), flags) };
+    if h.is_null() {
+        return Err(Error(format!(
+            "cannot load {}: {}",
+            path.display(),
+            dl_error()
+        )));
+    }
+    Ok(h)
+}
+
+impl Library {
+    /// Loads rocBLAS from `path`; HIP from `hip` if given, else from the same library
+    /// (refblas carries the HIP subset), else `libamdhip64.so`.
+    pub fn load(path: &Path, hip: Option<&Path>) -> Result<Library> {
+        Self::load_with(path, hip, false)
+    }
+
+    /// As [`Library::load`], but the GEMM is resolved the way a host linked against rocBLAS
+    /// resolves it (global scope first), so an `LD_PRELOAD`ed interposer serves the calls.
+    pub fn load_as_host(path: &Path) -> Result<Library> {
+        Self::load_with(path, None, true)
+    }
+
+    fn load_with(path: &Path, hip: Option<&Path>, as_host: bool) -> Result<Library> {
+        let h = open(
+            path,
+            libc::RTLD_NOW
+                | if as_host {
+                    libc::RTLD_GLOBAL
+                } else {
+                    libc::RTLD_LOCAL
+                },
+        )?;
+        let scope = if as_host { libc::RTLD_DEFAULT } else { h };
+        let need = |name: &str| -> Result<*mut c_void> {
+            let c = CString::new(name).unwrap();
+            let p = unsafe { libc::dlsym(h, c.as_ptr()) };
+            if p.is_null() {
+                Err(Error(format!(
+                    "{} has no {name}: it is not rocBLAS (or older than ROCm 5.5, which lacks the solution queries)",
+                    path.display()
+                )))
+            } else {
+                Ok(p)
+            }
+        };
+        // SAFETY (all transmutes below): each symbol has the C type src/abi.rs gives it.
+        let lib = unsafe {
+            let hip_handle = match hip {
+                Some(p) => open(p, libc::RTLD_NOW | libc::RTLD_LOCAL)?,
+                None if sym::<HipMallocFn>(h, "hipMalloc").is_some() => h,
+                None => open(
+                    Path::new("libamdhip64.so"),
+                    libc::RTLD_NOW | libc::RTLD_LOCAL,
+                )
+                .map_err(|e| Error(format!("{e}; pass --hip <path to libamdhip64.so>")))?,
+            };
+            let hip_need = |name: &str| -> Result<*mut c_void> {
+                sym::<*mut c_void>(hip_handle, name)
+                    .ok_or_else(|| Error(format!("the HIP runtime has no {name}")))
+            };
+            Library {
+                path: path.to_owned(),
+                create_handle: std::mem::transmute::<*mut c_void, CreateHandleFn>(need(
+                    "rocblas_create_handle",
+                )?),
+                destroy_handle: std::mem::transmute::<*mut c_void, DestroyHandleFn>(need(
+                    "rocblas_destroy_handle",
+                )?),
+                gemm_ex: {
+                    need("rocblas_gemm_ex")?;
+                    sym::<GemmExFn<i32>>(scope, "rocblas_gemm_ex").expect("resolved above")
+                },
+                gemm_strided_batched_ex: sym(scope, "rocblas_gemm_strided_batched_ex"),
+                get_solutions: std::mem::transmute::<*mut c_void, GemmExGetSolutionsFn>(need(
+                    "rocblas_gemm_ex_get_solutions",
+                )?),
+                get_solutions_strided: sym(h, "rocblas_gemm_strided_batched_ex_get_solutions"),
+                version: sym::<GetVersionStringSizeFn>(h, "rocblas_get_version_string_size")
+                    .zip(sym::<GetVersionStringFn>(h, "rocblas_get_version_string")),
+                hip: Hip {
+                    get_device_count: std::mem::transmute::<*mut c_void, HipGetDeviceCountFn>(
+                        hip_need("hipGetDeviceCount")?,
+                    ),
+                    set_device: std::mem::transmute::<*mut c_void, HipSetDeviceFn>(hip_need(
+                        "hipSetDevice",
+                    )?),
+                    malloc: std::mem::transmute::<*mut c_void, HipMallocFn>(hip_need("hipMalloc")?),
+                    free: std::mem::transmute::<*mut c_void, HipFreeFn>(hip_need("hipFree")?),
+                    memcpy: std::mem::transmute::<*mut c_void, HipMemcpyFn>(hip_need("hipMemcpy")?),
+                    synchronize: std::mem::transmute::<*mut c_void, HipDeviceSynchronizeFn>(
+                        hip_need("hipDeviceSynchronize")?,
+                    ),
+                    event_create: std::mem::transmute::<*mut c_void, HipEventCreateFn>(hip_need(
+                        "hipEventCreate",
+                    )?),
+                    event_record: std::mem::transmute::<*mut c_void, HipEventRecordFn>(hip_need(
+                        "hipEventRecord",
+                    )?),
+                    event_synchronize: std::mem::transmute::<*mut c_void, HipEventSynchronizeFn>(
+                        hip_need("hipEventSynchronize")?,
+                    ),
+                    event_elapsed: std::mem::transmute::<*mut c_void, HipEventElapsedTimeFn>(
+                        hip_need("hipEventElapsedTime")?,
+                    ),
+                    event_destroy: std::mem::transmute::<*mut c_void, HipEventDestroyFn>(hip_need(
+                        "hipEventDestroy",
+                    )?),
+                },
+            }
+        };
+        Ok(lib)
+    }
+
+    /// `5.6.0.8d1ae90e`-style version string.
+    pub fn version(&self) -> Option<String> {
+        let (size_fn, get_fn) = self.version?;
+        let mut size = 0usize;
+        // SAFETY: out-pointers of the documented types.
+        if unsafe { size_fn(&mut size) } != STATUS_SUCCESS || size == 0 || size > 4096 {
+            return None;
+        }
+        let mut buf = vec![0u8; size];
+        if unsafe { get_fn(buf.as_mut_ptr().cast(), size) } != STATUS_SUCCESS {
+            return None;
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(size);
+        Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+
+    pub fn device_count(&self) -> Result<i32> {
+        let mut n = 0;
+        // SAFETY: out-pointer.
+        match unsafe { (self.hip.get_device_count)(&mut n) } {
+            HIP_SUCCESS if n > 0 => Ok(n),
+            HIP_SUCCESS => Err(Error("no GPU device found (hipGetDeviceCount = 0)".into())),
+            e => Err(Error(format!(
+                "hipGetDeviceCount failed with HIP error {e}: is a GPU visible to this process?"
+            ))),
+        }
+    }
+
+    pub fn set_device(&self, d: i32) -> Result<()> {
+        // SAFETY: plain call.
+        match unsafe { (self.hip.set_device)(d) } {
+            HIP_SUCCESS => Ok(()),
+            e => Err(Error(format!(
+                "hipSetDevice({d}) failed with HIP error {e}"
+            ))),
+        }
+    }
+
+    pub fn handle(&self) -> Result<RocHandle<'_>> {
+        let mut h: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer.
+        match unsafe { (self.create_handle)(&mut h) } {
+            STATUS_SUCCESS => Ok(RocHandle { lib: self, h }),
+            s => Err(Error(format!(
+                "rocblas_create_handle failed with status {s}"
+            ))),
+        }
+    }
+
+    pub fn hip(&self) -> &Hip {
+        &self.hip
+    }
+}
+
+/// A rocBLAS handle, destroyed on drop.
+pub struct RocHandle<'a> {
+    lib: &'a Library,
+    h: Handle,
+}
+
+impl Drop for RocHandle<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by rocblas_create_handle.
+        unsafe { (self.lib.destroy_handle)(self.h) };
+    }
+}
+
+/// A device buffer, freed on drop.
+struct DevBuf<'a> {
+    hip: &'a Hip,
+    ptr: *mut c_void,
+    bytes: usize,
+}
+
+impl<'a> DevBuf<'a> {
+    fn new(hip: &'a Hip, bytes: usize) -> Result<DevBuf<'a>> {
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: out-pointer; size > 0.
+        match unsafe { (hip.malloc)(&mut ptr, bytes.max(16)) } {
+            HIP_SUCCESS => Ok(DevBuf { hip, ptr, bytes }),
+            e => Err(Error(format!(
+                "hipMalloc({bytes} bytes) failed with HIP error {e}"
+            ))),
+        }
+    }
+    fn upload(&self, host: &[u8]) -> Result<()> {
+        let n = host.len().min(self.bytes);
+        // SAFETY: both regions are at least n bytes.
+        match unsafe {
+            (self.hip.memcpy)(self.ptr, host.as_ptr().cast(), n, HIP_MEMCPY_HOST_TO_DEVICE)
+        } {
+            HIP_SUCCESS => Ok(()),
+            e => Err(Error(format!(
+                "hipMemcpy to the device failed with HIP error {e}"
+            ))),
+        }
+    }
+    fn download(&self) -> Result<Vec<u8>> {
+        let mut host = vec![0u8; self.bytes];
+        // SAFETY: both regions are self.bytes long.
+        match unsafe {
+            (self.hip.memcpy)(
+                host.as_mut_ptr().cast(),
+                self.ptr,
+                self.bytes,
+                HIP_MEMCPY_DEVICE_TO_HOST,
+            )
+        } {
+            HIP_SUCCESS => Ok(host),
+            e => Err(Error(format!(
+                "hipMemcpy from the device failed with HIP error {e}"
+            ))),
+        }
+    }
+}
+
+impl Drop for DevBuf<'_> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by hipMalloc.
+        unsafe { (self.hip.free)(self.ptr) };
+    }
+}
+
+/// Deterministic, non-zero values in [-1, 1] encoded as `t` (never zero or uninitialised:
+/// zeros hide wrong kernels and some kernels run faster on them).
+pub fn fill_bytes(t: Datatype, count: usize, seed: u64) -> Vec<u8> {
+    let size = datatype_size(t).unwrap_or(4);
+    let mut out = Vec::with_capacity(count * size);
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for _ in 0..count {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let mut v = ((s >> 11) % 2001) as f32 / 1000.0 - 1.0;
+        if v == 0.0 {
+            v = 0.5;
+        }
+        match t {
+            DT_F64_R => out.extend_from_slice(&(v as f64).to_le_bytes()),
+            DT_F16_R => out.extend_from_slice(&f32_to_f16(v).to_le_bytes()),
+            DT_BF16_R => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
+            _ => out.extend_from_slice(&v.to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// f32 -> IEEE half, round to nearest even (inputs here are in [-1, 1]).
+pub fn f32_to_f16(f: f32) -> u16 {
+    let x = f.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let exp = ((x >> 23) & 0xff) as i32 - 127 + 15;
+    let man = x & 0x7f_ffff;
+    if exp <= 0 {
+        return sign;
+    }
+    if exp >= 31 {
+        return sign | 0x7c00;
+    }
+    let mut h = sign as u32 | ((exp as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && h & 1 == 1) {
+        h += 1;
+    }
+    h as u16
+}
+
+/// Decodes `bytes` of type `t` to f64.
+pub fn decode(t: Datatype, bytes: &[u8]) -> Vec<f64> {
+    match t {
+        DT_F64_R => bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        DT_F32_R => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        DT_BF16_R => bytes
+            .chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64)
+            .collect(),
+        DT_F16_R => bytes
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match exp {
+        0 if man == 0 => sign,
+        0 => {
+            // Subnormal: renormalise.
+            let mut e = 127 - 15 + 1;
+            let mut m = man;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | ((e as u32) << 23) | ((m & 0x3ff) << 13)
+        }
+        31 => sign | 0x7f80_0000 | (man << 13),
+        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// Device buffers and scalars for one problem, ready to run many times.
+pub struct Problem<'a> {
+    lib: &'a Library,
+    handle: RocHandle<'a>,
+    pub key: ProblemKey,
+    a: DevBuf<'a>,
+    b: DevBuf<'a>,
+    c: DevBuf<'a>,
+    d: DevBuf<'a>,
+    alpha: Vec<u8>,
+    beta: Vec<u8>,
+}
+
+fn elems(ld: i64, cols: i64, batch: i64, stride: i64) -> usize {
+    let one = (ld * cols.max(1)) as usize;
+    if batch <= 1 {
+        one
+    } else {
+        one.max(0) + (stride.max(0) as usize) * (batch as usize - 1)
+    }
+}
+
+fn scalar(compute: Datatype, v: f64) -> Vec<u8> {
+    match compute {
+        DT_F64_R => v.to_le_bytes().to_vec(),
+        DT_F16_R => f32_to_f16(v as f32).to_le_bytes().to_vec(),
+        _ => (v as f32).to_le_bytes().to_vec(),
+    }
+}
+
+impl<'a> Problem<'a> {
+    /// Allocates and initialises every buffer of `key` (alpha 1, beta 0.5: both terms
+    /// matter, so a kernel that drops C is caught).
+    pub fn new(lib: &'a Library, key: ProblemKey) -> Result<Problem<'a>> {
+        if key.batching == Batching::PointerArray {
+            return Err(Error(
+                "pointer-array batched problems cannot be run by the harness yet".into(),
+            ));
+        }
+        let t = key.types;
+        let size = |dt: Datatype| {
+            datatype_size(dt)
+                .ok_or_else(|| Error(format!("data type {dt} is not supported by the harness")))
+        };
+        let cols_a = if key.trans_a == tunedblas_core::key::Trans::N {
+            key.k
+        } else {
+            key.m
+        };
+        let cols_b = if key.trans_b == tunedblas_core::key::Trans::N {
+            key.n
+        } else {
+            key.k
+        };
+        let na = elems(key.lda, cols_a, key.batch, key.stride_a);
+        let nb = elems(key.ldb, cols_b, key.batch, key.stride_b);
+        let nc = elems(key.ldc, key.n, key.batch, key.stride_c);
+        let nd = elems(key.ldd, key.n, key.batch, key.stride_d);
+        let hip = &lib.hip;
+        let a = DevBuf::new(hip, na * size(t.a)?)?;
+        let b = DevBuf::new(hip, nb * size(t.b)?)?;
+        let c = DevBuf::new(hip, nc * size(t.c)?)?;
+        let d = DevBuf::new(hip, nd * size(t.d)?)?;
+        a.upload(&fill_bytes(t.a, na, 1))?;
+        b.upload(&fill_bytes(t.b, nb, 2))?;
+        c.upload(&fill_bytes(t.c, nc, 3))?;
+        d.upload(&fill_bytes(t.d, nd, 4))?;
+        Ok(Problem {
+            lib,
+            handle: lib.handle()?,
+            key,
+            a,
+            b,
+            c,
+            d,
+            alpha: scalar(t.compute, 1.0),
+            beta: scalar(t.compute, 0.5),
+        })
+    }
+
+    /// Runs once: the heuristic when `solution` is None, else that index. `flags` adds
+    /// e.g. check_solution_index.
+    pub fn run(&self, solution: Option<i32>, extra_flags: u32) -> Status {
+        let k = &self.key;
+        let (algo, idx) = match solution {
+            Some(s) => (ALGO_SOLUTION_INDEX, s),
+            None => (ALGO_STANDARD, 0),
+        };
+        let flags = k.flags | extra_flags;
+        let t = k.types;
+        let (ta, tb) = (k.trans_a.to_rocblas(), k.trans_b.to_rocblas());
+        let i = |v: i64| v as i32;
+        // SAFETY: every buffer was sized for this key above.
+        unsafe {
+            match k.batching {
+                Batching::Single => (self.lib.gemm_ex)(
+                    self.handle.h,
+                    ta,
+                    tb,
+                    i(k.m),
+                    i(k.n),
+                    i(k.k),
+                    self.alpha.as_ptr().cast(),
+                    self.a.ptr,
+                    t.a,
+                    i(k.lda),
+                    self.b.ptr,
+                    t.b,
+                    i(k.ldb),
+                    self.beta.as_ptr().cast(),
+                    self.c.ptr,
+                    t.c,
+                    i(k.ldc),
+                    self.d.ptr,
+                    t.d,
+                    i(k.ldd),
+                    t.compute,
+                    algo,
+                    idx,
+                    flags,
+                ),
+                Batching::Strided => match self.lib.gemm_strided_batched_ex {
+                    Some(f) => f(
+                        self.handle.h,
+                        ta,
+                        tb,
+                        i(k.m),
+                        i(k.n),
+                        i(k.k),
+                        self.alpha.as_ptr().cast(),
+                        self.a.ptr,
+                        t.a,
+                        i(k.lda),
+                        k.stride_a,
+                        self.b.ptr,
+                        t.b,
+                        i(k.ldb),
+                        k.stride_b,
+                        self.beta.as_ptr().cast(),
+                        self.c.ptr,
+                        t.c,
+                        i(k.ldc),
+                        k.stride_c,
+                        self.d.ptr,
+                        t.d,
+                        i(k.ldd),
+                        k.stride_d,
+                        i(k.batch),
+                        t.compute,
+                        algo,
+                        idx,
+                        flags,
+                    ),
+                    None => STATUS_NOT_IMPLEMENTED,
+                },
+                Batching::PointerArray => STATUS_NOT_IMPLEMENTED,
+            }
+        }
+    }
+
+    /// The solutions the library offers for exactly this problem.
+    pub fn solutions(&self) -> Result<Vec<i32>> {
+        let k = &self.key;
+        let t = k.types;
+        let (ta, tb) = (k.trans_a.to_rocblas(), k.trans_b.to_rocblas());
+        let i = |v: i64| v as i32;
+        let query = |list: *mut i32, size: &mut i32| -> Status {
+            // SAFETY: buffers sized for this key; list is NULL or holds *size entries.
+            unsafe {
+                match k.batching {
+                    Batching::Strided => match self.lib.get_solutions_strided {
+                        Some(f) => f(
+                            self.handle.h,
+                            ta,
+                            tb,
+                            i(k.m),
+                            i(k.n),
+                            i(k.k),
+                            self.alpha.as_ptr().cast(),
+                            self.a.ptr,
+                            t.a,
+                            i(k.lda),
+                            k.stride_a,
+                            self.b.ptr,
+                            t.b,
+                            i(k.ldb),
+                            k.stride_b,
+                            self.beta.as_ptr().cast(),
+                            self.c.ptr,
+                            t.c,
+                            i(k.ldc),
+                            k.stride_c,
+                            self.d.ptr,
+                            t.d,
+                            i(k.ldd),
+                            k.stride_d,
+                            i(k.batch),
+                            t.compute,
+                            ALGO_SOLUTION_INDEX,
+                            k.flags,
+                            list,
+                            size,
+                        ),
+                        None => STATUS_NOT_IMPLEMENTED,
+                    },
+                    _ => (self.lib.get_solutions)(
+                        self.handle.h,
+                        ta,
+                        tb,
+                        i(k.m),
+                        i(k.n),
+                        i(k.k),
+                        self.alpha.as_ptr().cast(),
+                        self.a.ptr,
+                        t.a,
+                        i(k.lda),
+                        self.b.ptr,
+                        t.b,
+                        i(k.ldb),
+                        self.beta.as_ptr().cast(),
+                        self.c.ptr,
+                        t.c,
+                        i(k.ldc),
+                        self.d.ptr,
+                        t.d,
+                        i(k.ldd),
+                        t.compute,
+                        ALGO_SOLUTION_INDEX,
+                        k.flags,
+                        list,
+                        size,
+                    ),
+                }
+            }
+        };
+        let mut count = 0i32;
+        let st = query(std::ptr::null_mut(), &mut count);
+        if st != STATUS_SUCCESS {
+            return Err(Error(format!(
+                "get_solutions failed with rocBLAS status {st}"
+            )));
+        }
+        let mut list = vec![0i32; count.max(0) as usize];
+        let mut size = count;
+        let st = query(list.as_mut_ptr(), &mut size);
+        if st != STATUS_SUCCESS {
+            return Err(Error(format!(
+                "get_solutions failed with rocBLAS status {st}"
+            )));
+        }
+        list.truncate(size.clamp(0, count) as usize);
+        Ok(list)
+    }
+
+    /// Milliseconds for `calls` back-to-back runs between two events, with no sync between
+    /// calls (the launch-bound mode; on refblas events read a host clock).
+    pub fn time(&self, solution: Option<i32>, calls: usize) -> Result<f64> {
+        let hip = &self.lib.hip;
+        let mut start: HipEvent = std::ptr::null_mut();
+        let mut stop: HipEvent = std::ptr::null_mut();
+        // SAFETY: out-pointers; events are destroyed below.
+        unsafe {
+            (hip.event_create)(&mut start);
+            (hip.event_create)(&mut stop);
+            (hip.event_record)(start, std::ptr::null_mut());
+        }
+        let mut status = STATUS_SUCCESS;
+        for _ in 0..calls {
+            status = self.run(solution, 0);
+            if status != STATUS_SUCCESS {
+                break;
+            }
+        }
+        let mut ms = 0f32;
+        // SAFETY: valid events created above.
+        unsafe {
+            (hip.event_record)(stop, std::ptr::null_mut());
+            (hip.event_synchronize)(stop);
+            (hip.event_elapsed)(&mut ms, start, stop);
+            (hip.event_destroy)(start);
+            (hip.event_destroy)(stop);
+        }
+        if status != STATUS_SUCCESS {
+            return Err(Error(format!(
+                "the GEMM failed with rocBLAS status {status}"
+            )));
+        }
+        Ok(ms as f64 / calls.max(1) as f64)
+    }
+
+    /// The output D as f64 values.
+    pub fn output(&self) -> Result<Vec<f64>> {
+        Ok(decode(self.key.types.d, &self.d.download()?))
+    }
+
+    /// The inputs as f64 values (for the FP32/FP64 reference).
+    pub fn inputs(&self) -> Result<[Vec<f64>; 3]> {
+        let t = self.key.types;
+        Ok([
+            decode(t.a, &self.a.download()?),
+            decode(t.b, &self.b.download()?),
+            decode(t.c, &self.c.download()?),
+        ])
+    }
+
+    /// Restores C and D to their initial values (for in-place comparisons).
+    pub fn reset_output(&self) -> Result<()> {
+        let t = self.key.types;
+        self.d.upload(&fill_bytes(
+            t.d,
+            self.d.bytes / datatype_size(t.d).unwrap_or(4),
+            4,
+        ))
+    }
+}
+
+impl Library {
+    /// The harness's own shared objects live beside its binary (`target/<profile>/`).
+    pub fn beside_exe(name: &str) -> Option<PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let p = exe.parent()?.join(name);
+        p.is_file().then_some(p)
+    }
+}

@@ -1,0 +1,100 @@
+//! A small simulated inference workload: the GEMMs one dense transformer layer stack puts
+//! on the wire for decode steps, MTP verify batches and chunked prefill, including the
+//! 256/512-token chunks a dynamic-prefill controller schedules (FACTS.md section 5).
+//!
+//! The (N, K) pairs are the seed's seven dense shapes scaled down by 16 so the CPU reference
+//! backend runs them in seconds; the token counts are the real ones.
+
+use std::path::Path;
+use std::time::Instant;
+
+use tunedblas_core::abi;
+use tunedblas_core::key::{ProblemKey, Trans, Types};
+
+use crate::backend::{Library, Problem, Result};
+
+/// The seed's (N, K) pairs, divided by 16.
+pub const LAYERS: [(i64, i64); 7] = [
+    (640, 160),
+    (224, 160),
+    (32, 160),
+    (160, 96),
+    (256, 160),
+    (640, 20),
+    (21, 640),
+];
+
+/// One step of the server: a token count and why it occurs.
+pub const STEPS: [(i64, &str); 10] = [
+    (1, "decode"),
+    (2, "decode"),
+    (4, "decode"),
+    (8, "decode"),
+    (3, "MTP verify"),
+    (6, "MTP verify"),
+    (12, "MTP verify"),
+    (256, "dynamic-prefill rung"),
+    (512, "dynamic-prefill shared cap"),
+    (517, "chunk + 5 decodes"),
+];
+
+/// `F.linear(x[M,K], W[N,K])` in fp16 as PyTorch issues it: gemm_ex(T, N, m=N, n=M, k=K).
+pub fn linear_key(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
+    let types = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
+    ProblemKey::single(
+        Trans::T,
+        Trans::N,
+        types,
+        n_out,
+        tokens,
+        k,
+        k,
+        k,
+        n_out,
+        n_out,
+        0,
+    )
+}
+
+/// Every (key, reason) of one pass over the workload.
+pub fn keys() -> Vec<(ProblemKey, &'static str)> {
+    STEPS
+        .iter()
+        .flat_map(|&(m, why)| LAYERS.iter().map(move |&(n, k)| (linear_key(n, m, k), why)))
+        .collect()
+}
+
+/// What a workload run measured.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    pub calls: usize,
+    pub gemm_ms: f64,
+    pub failures: usize,
+}
+
+/// Runs `passes` passes of the workload in this process, calling rocBLAS the way a linked
+/// host does (so a preloaded interposer serves it).
+pub fn run(lib_path: &Path, passes: usize) -> Result<Report> {
+    let lib = Library::load_as_host(lib_path)?;
+    let problems: Vec<Problem> = keys()
+        .into_iter()
+        .map(|(k, _)| Problem::new(&lib, k))
+        .collect::<Result<_>>()?;
+    let mut report = Report {
+        calls: 0,
+        gemm_ms: 0.0,
+        failures: 0,
+    };
+    for _ in 0..passes {
+        for p in &problems {
+            let t = Instant::now();
+            let status = p.run(None, 0);
+            report.gemm_ms += t.elapsed().as_secs_f64() * 1e3;
+            report.calls += 1;
+            if status != abi::STATUS_SUCCESS {
+                report.failures += 1;
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,97 @@
+//! Properties of the built interposer that must hold on every build: what it exports (each
+//! export interposes the whole host process), what it links (never rocBLAS or HIP: that
+//! would tie it to one soname and defeat run-time resolution), and its glibc floor.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+/// Every symbol `libtunedblas.so` may define for the dynamic linker.
+const ALLOWED: &[&str] = &[
+    "rocblas_gemm_ex",
+    "rocblas_gemm_ex_64",
+    "rocblas_gemm_batched_ex",
+    "rocblas_gemm_batched_ex_64",
+    "rocblas_gemm_strided_batched_ex",
+    "rocblas_gemm_strided_batched_ex_64",
+    "rocblas_hgemm",
+    "rocblas_hgemm_64",
+    "rocblas_sgemm",
+    "rocblas_sgemm_64",
+    "rocblas_hgemm_strided_batched",
+    "rocblas_hgemm_strided_batched_64",
+    "rocblas_sgemm_strided_batched",
+    "rocblas_sgemm_strided_batched_64",
+    "_exit",
+];
+
+fn tool(name: &str, args: &[&str]) -> String {
+    let out = Command::new(name)
+        .args(args)
+        .arg(&artifacts().preload)
+        .output()
+        .unwrap_or_else(|e| panic!("{name} is needed for this test (binutils): {e}"));
+    assert!(out.status.success(), "{name} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn exports_only_the_wrapped_entry_points() {
+    let listing = tool("nm", &["-D", "--defined-only"]);
+    let exported: Vec<&str> = listing
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+            // Text, data and weak definitions all interpose.
+            matches!(kind, "T" | "D" | "B" | "R" | "W" | "V" | "i").then_some(name)
+        })
+        .collect();
+    let extra: Vec<&&str> = exported.iter().filter(|n| !ALLOWED.contains(n)).collect();
+    assert!(extra.is_empty(), "unexpected exports: {extra:?}");
+    for want in ALLOWED {
+        assert!(exported.contains(want), "{want} is not exported");
+    }
+}
+
+#[test]
+fn links_neither_rocblas_nor_hip() {
+    let dynamic = tool("readelf", &["-d"]);
+    let needed: Vec<&str> = dynamic.lines().filter(|l| l.contains("(NEEDED)")).collect();
+    assert!(
+        !needed.is_empty(),
+        "readelf output has NEEDED entries: {dynamic}"
+    );
+    for l in &needed {
+        assert!(
+            !l.contains("rocblas") && !l.contains("amdhip") && !l.contains("hipblas"),
+            "{l}"
+        );
+    }
+}
+
+#[test]
+fn glibc_floor_is_2_34() {
+    // The README documents glibc >= 2.34 (Rust std uses dlsym@GLIBC_2.34 and friends).
+    let versions = tool("objdump", &["-T"]);
+    let mut max = (0u32, 0u32);
+    for v in versions.split("GLIBC_").skip(1) {
+        let num: String = v
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let mut parts = num.split('.').filter_map(|p| p.parse::<u32>().ok());
+        if let (Some(a), Some(b)) = (parts.next(), parts.next()) {
+            max = max.max((a, b));
+        }
+    }
+    assert!(max >= (2, 2), "found GLIBC version references: {versions}");
+    assert!(
+        max <= (2, 34),
+        "needs glibc {}.{}, above the documented 2.34 floor",
+        max.0,
+        max.1
+    );
+}

@@ -1,0 +1,291 @@
+//! Shared plumbing for the end-to-end tests: build the host programs, lay out a profile
+//! folder, run a host under the preload against refblas, read what happened.
+//!
+//! The tests need the workspace's shared objects (`libtunedblas.so`, `librocblas_v4.so`,
+//! `librocblas_v5.so`); the README's test command builds them first (`cargo build
+//! --workspace`), and [`artifacts`] says so clearly when they are missing.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use tunedblas_core::abi;
+use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
+use tunedblas_core::tunableop;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>` of this build.
+pub fn target_dir() -> PathBuf {
+    // The test binary lives in target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+pub struct Artifacts {
+    pub preload: PathBuf,
+    /// `lib4/librocblas.so.4` and `lib5/librocblas.so.5`: refblas under rocBLAS's names.
+    pub libdir4: PathBuf,
+    pub libdir5: PathBuf,
+    pub host4: PathBuf,
+    pub host5: PathBuf,
+    /// The C host built as a module (for the Python host), linked against `.so.4`.
+    pub module4: PathBuf,
+    pub work: PathBuf,
+}
+
+fn sh(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the C hosts once per test binary.
+pub fn artifacts() -> &'static Artifacts {
+    static A: OnceLock<Artifacts> = OnceLock::new();
+    A.get_or_init(|| {
+        let t = target_dir();
+        let need = |name: &str| {
+            let p = t.join(name);
+            assert!(p.is_file(), "{} is missing: run `cargo build --workspace` before the tests (the README's test command does)", p.display());
+            p
+        };
+        let preload = need("libtunedblas.so");
+        let v4 = need("librocblas_v4.so");
+        let v5 = need("librocblas_v5.so");
+        let work = t.join(format!("e2e-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        let (libdir4, libdir5) = (work.join("lib4"), work.join("lib5"));
+        for (dir, lib, soname) in [(&libdir4, &v4, "librocblas.so.4"), (&libdir5, &v5, "librocblas.so.5")] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::copy(lib, dir.join(soname)).unwrap();
+            std::os::unix::fs::symlink(soname, dir.join("librocblas.so")).unwrap();
+        }
+        let src = repo().join("tests/hosts/gemm_host.c");
+        let build = |out: &Path, libdir: &Path, extra: &[&str]| {
+            let mut c = Command::new("cc");
+            c.args(["-O1", "-Wall", "-o"]).arg(out).arg(&src).args(extra);
+            c.arg(format!("-L{}", libdir.display())).arg(format!("-Wl,-rpath,{}", libdir.display()));
+            c.args(["-lrocblas", "-lpthread"]);
+            sh(&mut c);
+        };
+        let (host4, host5, module4) = (work.join("gemm_host4"), work.join("gemm_host5"), work.join("libhostmod.so"));
+        build(&host4, &libdir4, &[]);
+        build(&host5, &libdir5, &[]);
+        build(&module4, &libdir4, &["-shared", "-fPIC", "-DGEMM_HOST_MODULE"]);
+        Artifacts { preload, libdir4, libdir5, host4, host5, module4, work }
+    })
+}
+
+/// A fresh folder for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = artifacts().work.join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The problem key the C host's SPEC produces (same layout rules as gemm_host.c).
+pub fn spec_key(spec: &str) -> ProblemKey {
+    let f: Vec<&str> = spec.split(':').collect();
+    let (kind, ab, ty) = (f[0], f[1], f[2]);
+    let [m, n, k]: [i64; 3] = [
+        f[3].parse().unwrap(),
+        f[4].parse().unwrap(),
+        f[5].parse().unwrap(),
+    ];
+    let ta = Trans::from_letter(ab.chars().next().unwrap()).unwrap();
+    let tb = Trans::from_letter(ab.chars().nth(1).unwrap()).unwrap();
+    let types = match (kind, ty) {
+        ("hgemm" | "hsb", _) | (_, "hh") => Types::HGEMM,
+        ("sgemm" | "ssb", _) | (_, "s") => Types::SGEMM,
+        (_, "h") => Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
+        (_, "b") => Types::uniform(abi::DT_BF16_R, abi::DT_F32_R),
+        (_, "d") => Types::uniform(abi::DT_F64_R, abi::DT_F64_R),
+        _ => panic!("bad spec type {ty}"),
+    };
+    let [lda, ldb, ldc] = ProblemKey::packed_lds(ta, tb, m, n, k);
+    let key = ProblemKey::single(ta, tb, types, m, n, k, lda, ldb, ldc, ldc, 0);
+    match kind {
+        "sb" => key.with_batch(Batching::Strided, 3, key.packed_strides()),
+        "hsb" | "ssb" => key.with_batch(Batching::Strided, 2, key.packed_strides()),
+        "bx" => key.with_batch(Batching::PointerArray, 2, [0; 4]),
+        _ => key,
+    }
+}
+
+/// One TunableOp row for a spec: `op,signature,solution,time`.
+pub fn row(spec: &str, solution: &str) -> String {
+    let (op, sig) = tunableop::op_and_signature(&spec_key(spec));
+    format!("{op},{sig},{solution},0.01")
+}
+
+/// Writes `<dir>/profiles.json` naming one profile `name` for `sha`, with `rows` as rank 0
+/// (and the same rows for each further rank in `ranks`).
+pub fn write_profile(dir: &Path, name: &str, sha: &str, rows: &[String], ranks: usize) {
+    let registry = serde_json::json!({
+        "profiles": { name: { "dir": name, "lib_sha256": sha, "rows_per_rank": rows.len(), "status": "test" } }
+    });
+    std::fs::create_dir_all(dir.join(name)).unwrap();
+    std::fs::write(
+        dir.join("profiles.json"),
+        serde_json::to_string_pretty(&registry).unwrap(),
+    )
+    .unwrap();
+    let mut text = String::from("Validator,PT_VERSION,2.7.0\nValidator,GCN_ARCH_NAME,gfx1030\n");
+    for r in rows {
+        text.push_str(r);
+        text.push('\n');
+    }
+    for rank in 0..ranks.max(1) {
+        std::fs::write(
+            dir.join(name).join(format!("tunableop_results{rank}.csv")),
+            &text,
+        )
+        .unwrap();
+    }
+}
+
+pub fn sha_of(lib_dir: &Path, soname: &str) -> String {
+    tunedblas_core::identity::sha256_file(&lib_dir.join(soname)).unwrap()
+}
+
+/// A host run's environment: everything under `dir`, nothing from the user's own setup.
+pub fn host_env(cmd: &mut Command, dir: &Path, preload: bool) {
+    cmd.env_remove("LD_PRELOAD")
+        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
+        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
+        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"))
+        .env("REFBLAS_TRACE", dir.join("trace.log"))
+        .env_remove("TUNEDBLAS_PROFILE")
+        .env_remove("TUNEDBLAS_ALLOW_MISMATCH")
+        .env_remove("TUNEDBLAS_DISABLE")
+        .env_remove("TUNEDBLAS_LOG");
+    if preload {
+        cmd.env("LD_PRELOAD", &artifacts().preload);
+    }
+}
+
+pub fn run(mut cmd: Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    out
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `spec=... status=S digest=D` lines of a host's stdout, as (spec, status, digest).
+pub fn results(out: &Output) -> Vec<(String, i32, String)> {
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut spec = None;
+            let mut status = None;
+            let mut digest = None;
+            for f in l.split_whitespace() {
+                match f.split_once('=') {
+                    Some(("spec", v)) => spec = Some(v.to_owned()),
+                    Some(("status", v)) => status = v.parse().ok(),
+                    Some(("digest", v)) => digest = Some(v.to_owned()),
+                    _ => {}
+                }
+            }
+            Some((spec?, status?, digest?))
+        })
+        .collect()
+}
+
+/// The refblas trace: one map of key=value per executed GEMM.
+pub fn trace(dir: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    std::fs::read_to_string(dir.join("trace.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// The solutions refblas offers for a spec (`gemm_host --list`), no preload.
+pub fn solutions(host: &Path, spec: &str) -> Vec<i32> {
+    let out = Command::new(host).arg("--list").arg(spec).output().unwrap();
+    let t = text(&out.stdout);
+    let list = t.split("solutions=").nth(1).unwrap_or("").trim();
+    list.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// The solution refblas's heuristic runs for a spec (read from its trace), no preload.
+pub fn heuristic_solution(host: &Path, spec: &str) -> i32 {
+    let dir = scratch(&format!("heuristic-{}", spec.replace(':', "_")));
+    let mut cmd = Command::new(host);
+    cmd.arg(spec);
+    host_env(&mut cmd, &dir, false);
+    run(cmd);
+    let t = trace(&dir);
+    assert_eq!(t[0]["heuristic"], "1");
+    t[0]["solution"].parse().unwrap()
+}
+
+/// Solutions other than the heuristic's, so serving one is visible in the trace.
+pub fn non_heuristic_solutions(host: &Path, spec: &str) -> Vec<i32> {
+    let h = heuristic_solution(host, spec);
+    let sols: Vec<i32> = solutions(host, spec)
+        .into_iter()
+        .filter(|&s| s != h)
+        .collect();
+    assert!(
+        !sols.is_empty(),
+        "refblas offers a solution besides the heuristic's for {spec}"
+    );
+    sols
+}
+
+/// Every miss-log line and counts-file line under `dir/misses`: (lines, counts).
+pub fn misses(dir: &Path) -> (Vec<String>, Vec<(String, u64)>) {
+    let mut lines = Vec::new();
+    let mut counts = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir.join("misses")) else {
+        return (lines, counts);
+    };
+    let mut paths: Vec<PathBuf> = rd.map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    for p in paths {
+        let body = std::fs::read_to_string(&p).unwrap();
+        if p.to_string_lossy().ends_with(".counts.csv") {
+            for l in body.lines().skip(1) {
+                let (key, n) = l.rsplit_once(',').unwrap();
+                counts.push((key.to_owned(), n.parse().unwrap()));
+            }
+        } else if p.extension().is_some_and(|e| e == "csv") {
+            lines.extend(body.lines().map(str::to_owned));
+        }
+    }
+    (lines, counts)
+}
+
+/// `op,signature` of a spec, as the miss log writes it.
+pub fn miss_line(spec: &str) -> String {
+    let (op, sig) = tunableop::op_and_signature(&spec_key(spec));
+    format!("{op},{sig}")
+}

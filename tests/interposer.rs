@@ -1,0 +1,457 @@
+//! End-to-end: real host processes (a C program linked against `librocblas.so.N`, and a
+//! Python program that loads rocBLAS in a local scope) run under `LD_PRELOAD=libtunedblas.so`
+//! against refblas, the CPU reference rocBLAS. What was served is read from refblas's trace.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn host4(dir: &std::path::Path, preload: bool, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(args);
+    host_env(&mut cmd, dir, preload);
+    run(cmd)
+}
+
+/// A solution other than the heuristic's, so serving it is visible.
+fn tuned_solution(spec: &str) -> i32 {
+    let sols = solutions(&artifacts().host4, spec);
+    assert!(
+        sols.len() >= 2,
+        "refblas offers several solutions for {spec}: {sols:?}"
+    );
+    *sols.last().unwrap()
+}
+
+const SPEC: &str = "ex:TN:h:64:24:40";
+
+#[test]
+fn serves_the_tuned_solution_of_the_matching_build() {
+    let dir = scratch("serve");
+    let sol = tuned_solution(SPEC);
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+
+    let served = host4(&dir, true, &[SPEC]);
+    let stderr = text(&served.stderr);
+    assert!(served.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "profile ref-v4 auto-selected for rocBLAS build {}",
+            &sha[..12]
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    assert!(
+        stderr.contains("1 calls: 1 served, 0 default, 0 missed (0 shapes)"),
+        "{stderr}"
+    );
+    let t = trace(&dir);
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0]["solution"], sol.to_string());
+    assert_eq!(t[0]["heuristic"], "0");
+
+    // The result is exactly what that solution computes when asked for directly.
+    let direct_dir = scratch("serve-direct");
+    let direct = host4(&direct_dir, false, &["--solution", &sol.to_string(), SPEC]);
+    assert_eq!(results(&served), results(&direct));
+    // ... and differs in bits from the heuristic's (refblas solutions differ in summation
+    // order), so the comparison above really tells the two apart.
+    let plain = host4(&scratch("serve-plain"), false, &[SPEC]);
+    assert_eq!(trace(&scratch_path("serve-plain"))[0]["heuristic"], "1");
+    assert_eq!(results(&plain)[0].1, 0);
+}
+
+fn scratch_path(name: &str) -> std::path::PathBuf {
+    artifacts().work.join(name)
+}
+
+#[test]
+fn a_profile_for_another_build_is_not_chosen() {
+    let dir = scratch("other-build");
+    let sol = tuned_solution(SPEC);
+    let other = sha_of(&artifacts().libdir5, "librocblas.so.5");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v5",
+        &other,
+        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let out = host4(&dir, true, &[SPEC]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("no profile in"), "{stderr}");
+    assert_eq!(
+        trace(&dir)[0]["heuristic"],
+        "1",
+        "nothing served from another build's profile"
+    );
+    assert_eq!(
+        misses(&dir).0,
+        vec![miss_line(SPEC)],
+        "the shape is recorded instead"
+    );
+
+    // Naming it explicitly is refused too, unless the operator forces it.
+    let dir = scratch("other-build-explicit");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v5",
+        &other,
+        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.arg(SPEC);
+    host_env(&mut cmd, &dir, true);
+    cmd.env("TUNEDBLAS_PROFILE", "ref-v5");
+    let out = run(cmd);
+    assert!(
+        text(&out.stderr).contains("refusing TUNEDBLAS_PROFILE=ref-v5"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(trace(&dir)[0]["heuristic"], "1");
+
+    let dir = scratch("other-build-forced");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v5",
+        &other,
+        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.arg(SPEC);
+    host_env(&mut cmd, &dir, true);
+    cmd.env("TUNEDBLAS_PROFILE", "ref-v5")
+        .env("TUNEDBLAS_ALLOW_MISMATCH", "1");
+    let out = run(cmd);
+    assert!(
+        text(&out.stderr).contains("forced by TUNEDBLAS_ALLOW_MISMATCH"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(trace(&dir)[0]["solution"], sol.to_string());
+    assert_eq!(trace(&dir)[0]["heuristic"], "0");
+}
+
+#[test]
+fn a_bad_solution_falls_back_and_the_result_is_still_right() {
+    let dir = scratch("bad-id");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    // 77777 is no refblas solution: rocBLAS answers invalid_value.
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(SPEC, "Gemm_Rocblas_77777")],
+        1,
+    );
+    let out = host4(&dir, true, &[&format!("{SPEC}:3")]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("quarantined").count(),
+        1,
+        "reported once: {stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "3 calls: 0 served, 0 default, 0 missed (0 shapes), 2 passed through, 1 fallbacks"
+        ),
+        "{stderr}"
+    );
+    let plain = host4(&scratch("bad-id-plain"), false, &[&format!("{SPEC}:3")]);
+    assert_eq!(
+        results(&out)[0].2,
+        results(&plain)[0].2,
+        "same output as without tunedblas"
+    );
+    assert!(trace(&dir).iter().all(|t| t["heuristic"] == "1"));
+}
+
+#[test]
+fn every_missing_shape_is_logged_once_with_its_count() {
+    let dir = scratch("misses");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let served = "ex:TN:h:32:8:16";
+    let sol = tuned_solution(served);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(served, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let a = "ex:TN:h:48:512:32";
+    let b = "sgemm:NN:s:16:16:16";
+    let c = "sb:NT:b:8:8:8";
+    let out = host4(
+        &dir,
+        true,
+        &[
+            &format!("{a}:5"),
+            &format!("{served}:2"),
+            b,
+            &format!("{c}:2"),
+            &format!("{a}:2"),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let (lines, counts) = misses(&dir);
+    assert_eq!(
+        lines,
+        vec![miss_line(a), miss_line(b), miss_line(c)],
+        "each shape once, in order of first sight"
+    );
+    let mut counts = counts;
+    counts.sort();
+    let mut want = vec![(miss_line(a), 7), (miss_line(b), 1), (miss_line(c), 2)];
+    want.sort();
+    assert_eq!(counts, want);
+    assert!(
+        stderr.contains("12 calls: 2 served, 0 default, 10 missed (3 shapes)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn eight_threads_at_once_lose_nothing() {
+    let dir = scratch("threads");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let hit = "ex:TN:h:16:8:16";
+    let sol = tuned_solution(hit);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(hit, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let specs = [
+        "ex:TN:h:16:4:16:25",
+        "ex:TN:h:16:12:16:25",
+        "ex:TN:h:16:8:16:25",
+        "sgemm:NN:s:8:8:8:25",
+    ];
+    let mut args = vec!["--threads", "8"];
+    args.extend(specs);
+    let out = host4(&dir, true, &args);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let (lines, counts) = misses(&dir);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(counts.iter().all(|(_, n)| *n == 8 * 25), "{counts:?}");
+    assert!(
+        stderr.contains("800 calls: 200 served, 0 default, 600 missed (3 shapes)"),
+        "{stderr}"
+    );
+    let t = trace(&dir);
+    assert_eq!(
+        t.iter()
+            .filter(|l| l["solution"] == sol.to_string() && l["heuristic"] == "0")
+            .count(),
+        200
+    );
+}
+
+#[test]
+fn python_loading_rocblas_locally_is_served() {
+    let dir = scratch("python");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sol = tuned_solution(SPEC);
+    let miss = "ex:TN:h:8:8:8";
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let mut cmd = Command::new("python3");
+    cmd.arg(repo().join("tests/hosts/py_host.py"))
+        .arg(&artifacts().module4)
+        .args(["--exit-hard", SPEC, &format!("{miss}:4")]);
+    host_env(&mut cmd, &dir, true);
+    let out = run(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("auto-selected"), "{stderr}");
+    let t = trace(&dir);
+    assert_eq!(
+        t[0]["solution"],
+        sol.to_string(),
+        "served although dlsym(RTLD_NEXT) finds nothing"
+    );
+    // os._exit skips atexit: the interposed _exit still flushed the counts and the summary.
+    assert_eq!(misses(&dir).1, vec![(miss_line(miss), 4)]);
+    assert!(stderr.contains("5 calls: 1 served"), "{stderr}");
+}
+
+#[test]
+fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
+    let dir = scratch("typed");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let s = "sgemm:NN:s:32:16:24";
+    let h = "hgemm:NT:hh:32:16:24";
+    let ss = tuned_solution(s);
+    let hs = tuned_solution(h);
+    let rows = [
+        row(s, &format!("Gemm_Rocblas_{ss}")),
+        row(h, &format!("Gemm_Rocblas_{hs}")),
+    ];
+    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    let out = host4(&dir, true, &[s, h]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = trace(&dir);
+    assert_eq!(
+        (t[0]["func"].as_str(), t[0]["solution"].clone()),
+        ("rocblas_gemm_ex", ss.to_string())
+    );
+    assert_eq!(
+        (t[1]["func"].as_str(), t[1]["solution"].clone()),
+        ("rocblas_gemm_ex", hs.to_string())
+    );
+    // Same bits as asking gemm_ex for that solution directly.
+    let direct = host4(
+        &scratch("typed-direct"),
+        false,
+        &["--solution", &ss.to_string(), "ex:NN:s:32:16:24"],
+    );
+    assert_eq!(results(&out)[0].2, results(&direct)[0].2);
+}
+
+#[test]
+fn default_rows_pass_through_and_count_as_served_by_design() {
+    let dir = scratch("default");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(SPEC, "Default")],
+        1,
+    );
+    let out = host4(&dir, true, &[&format!("{SPEC}:2")]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("2 calls: 0 served, 2 default, 0 missed (0 shapes)"),
+        "{stderr}"
+    );
+    assert!(trace(&dir).iter().all(|t| t["heuristic"] == "1"));
+    assert!(misses(&dir).0.is_empty());
+}
+
+#[test]
+fn a_caller_that_chose_a_solution_is_left_alone() {
+    let dir = scratch("caller-chose");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sols = solutions(&artifacts().host4, SPEC);
+    let (tuned, chosen) = (sols[sols.len() - 1], sols[0]);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(SPEC, &format!("Gemm_Rocblas_{tuned}"))],
+        1,
+    );
+    let out = host4(&dir, true, &["--solution", &chosen.to_string(), SPEC]);
+    assert!(
+        text(&out.stderr)
+            .contains("1 calls: 0 served, 0 default, 0 missed (0 shapes), 1 passed through"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(trace(&dir)[0]["solution"], chosen.to_string());
+}
+
+#[test]
+fn inert_in_processes_that_never_call_rocblas() {
+    let dir = scratch("inert");
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "echo hello; true"]);
+    host_env(&mut cmd, &dir, true);
+    let out = run(cmd);
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "hello\n");
+    assert_eq!(
+        text(&out.stderr),
+        "",
+        "no log line in a process without rocBLAS"
+    );
+    for sub in ["misses", "cache", "profiles"] {
+        assert!(!dir.join(sub).exists(), "{sub} must not be created");
+    }
+}
+
+#[test]
+fn the_5x_flavour_serves_large_negative_ids() {
+    let dir = scratch("v5");
+    let spec = "ex:TN:h:64:24:40";
+    let sols = solutions(&artifacts().host5, spec);
+    let tensile = *sols
+        .iter()
+        .find(|&&s| s <= -11)
+        .expect("refblas 5.x offers Tensile-style ids");
+    let sha = sha_of(&artifacts().libdir5, "librocblas.so.5");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v5",
+        &sha,
+        &[row(spec, &format!("Gemm_Rocblas_{tensile}"))],
+        1,
+    );
+    let mut cmd = Command::new(&artifacts().host5);
+    cmd.arg(spec);
+    host_env(&mut cmd, &dir, true);
+    let out = run(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(trace(&dir)[0]["solution"], tensile.to_string());
+    assert_eq!(trace(&dir)[0]["heuristic"], "0");
+}
+
+#[test]
+fn each_device_is_served_from_its_own_rank_file() {
+    let dir = scratch("ranks");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sols = non_heuristic_solutions(&artifacts().host4, SPEC);
+    assert!(sols.len() >= 2, "{sols:?}");
+    let (r0, r1) = (sols[0], sols[sols.len() - 1]);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha,
+        &[row(SPEC, &format!("Gemm_Rocblas_{r0}"))],
+        1,
+    );
+    let rank1 = format!("{}\n", row(SPEC, &format!("Gemm_Rocblas_{r1}")));
+    std::fs::write(dir.join("profiles/ref-v4/tunableop_results1.csv"), rank1).unwrap();
+    let miss = "ex:TN:h:8:8:8";
+    let out = host4(&dir, true, &["--device", "1", SPEC, miss]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        trace(&dir)[0]["solution"],
+        r1.to_string(),
+        "device 1 uses tunableop_results1.csv"
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.join("misses"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| n.contains("-rank1.")),
+        "misses go to the device's file: {names:?}"
+    );
+}
