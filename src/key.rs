@@ -70,7 +70,13 @@ pub struct Types {
 impl Types {
     /// a, b, c and d of one type `io`, computed in `compute`.
     pub const fn uniform(io: Datatype, compute: Datatype) -> Types {
-        Types { a: io, b: io, c: io, d: io, compute }
+        Types {
+            a: io,
+            b: io,
+            c: io,
+            d: io,
+            compute,
+        }
     }
     /// What `rocblas_hgemm` computes: f16 everywhere, f16 compute.
     pub const HGEMM: Types = Types::uniform(abi::DT_F16_R, abi::DT_F16_R);
@@ -168,9 +174,22 @@ impl ProblemKey {
 
     /// Strides of packed matrices for the given leading dimensions.
     pub fn packed_strides(&self) -> [i64; 4] {
-        let cols_a = if self.trans_a == Trans::N { self.k } else { self.m };
-        let cols_b = if self.trans_b == Trans::N { self.n } else { self.k };
-        [self.lda * cols_a, self.ldb * cols_b, self.ldc * self.n, self.ldd * self.n]
+        let cols_a = if self.trans_a == Trans::N {
+            self.k
+        } else {
+            self.m
+        };
+        let cols_b = if self.trans_b == Trans::N {
+            self.n
+        } else {
+            self.k
+        };
+        [
+            self.lda * cols_a,
+            self.ldb * cols_b,
+            self.ldc * self.n,
+            self.ldd * self.n,
+        ]
     }
 
     /// Floating-point operations of the whole problem (2 m n k per GEMM).
@@ -181,8 +200,16 @@ impl ProblemKey {
     /// True when the sizes are ones rocBLAS could accept: positive dims (zero is a quick
     /// return), leading dimensions at least the rows stored, and no overflow in the extent.
     pub fn is_sane(&self) -> bool {
-        let rows_a = if self.trans_a == Trans::N { self.m } else { self.k };
-        let rows_b = if self.trans_b == Trans::N { self.k } else { self.n };
+        let rows_a = if self.trans_a == Trans::N {
+            self.m
+        } else {
+            self.k
+        };
+        let rows_b = if self.trans_b == Trans::N {
+            self.k
+        } else {
+            self.n
+        };
         self.m >= 0
             && self.n >= 0
             && self.k >= 0
@@ -250,7 +277,10 @@ mod tests {
         let k = linear(64, 32, 16).with_batch(Batching::PointerArray, 4, [1, 2, 3, 4]);
         assert_eq!([k.stride_a, k.stride_b, k.stride_c, k.stride_d], [0; 4]);
         let k = linear(64, 32, 16).with_batch(Batching::Strided, 4, [1, 2, 3, 4]);
-        assert_eq!([k.stride_a, k.stride_b, k.stride_c, k.stride_d], [1, 2, 3, 4]);
+        assert_eq!(
+            [k.stride_a, k.stride_b, k.stride_c, k.stride_d],
+            [1, 2, 3, 4]
+        );
     }
 
     #[test]

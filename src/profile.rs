@@ -29,7 +29,11 @@ pub struct Request<'a> {
 /// The outcome, with the reason in words for the startup line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Selection {
-    Chosen { name: String, dir: PathBuf, reason: String },
+    Chosen {
+        name: String,
+        dir: PathBuf,
+        reason: String,
+    },
     /// Nothing to serve; `why` says what to do about it.
     None { why: String },
 }
@@ -131,14 +135,19 @@ impl Loaded {
     /// build, so any rank's rows are valid on every device of the same architecture).
     #[inline]
     pub fn table_for(&self, device: i32) -> Option<&Table> {
-        let own = usize::try_from(device).ok().and_then(|d| self.tables.get(d)).and_then(|t| t.as_deref());
+        let own = usize::try_from(device)
+            .ok()
+            .and_then(|d| self.tables.get(d))
+            .and_then(|t| t.as_deref());
         own.or_else(|| self.tables.first().and_then(|t| t.as_deref()))
     }
 }
 
 /// The rank of a `tunableop_results<rank>.csv` file name.
 pub fn rank_of_file(name: &str) -> Option<usize> {
-    let digits = name.strip_prefix("tunableop_results")?.strip_suffix(".csv")?;
+    let digits = name
+        .strip_prefix("tunableop_results")?
+        .strip_suffix(".csv")?;
     if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -167,7 +176,10 @@ pub fn load_tables(dir: &Path) -> Loaded {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
-            loaded.problems.push(format!("{}: cannot read the profile folder: {e}", dir.display()));
+            loaded.problems.push(format!(
+                "{}: cannot read the profile folder: {e}",
+                dir.display()
+            ));
             return loaded;
         }
     };
@@ -180,7 +192,10 @@ pub fn load_tables(dir: &Path) -> Loaded {
         let parsed = match tunableop::read(&path) {
             Ok(p) => p,
             Err(e) => {
-                loaded.problems.push(format!("{}: unreadable ({e}); rank {rank} serves nothing", path.display()));
+                loaded.problems.push(format!(
+                    "{}: unreadable ({e}); rank {rank} serves nothing",
+                    path.display()
+                ));
                 continue;
             }
         };
@@ -211,7 +226,12 @@ pub fn load_tables(dir: &Path) -> Loaded {
         });
         let table = Table::new(rows);
         loaded.rows.push((rank, table.len()));
-        let shared = loaded.tables.iter().flatten().find(|t| t.same_rows(&table)).cloned();
+        let shared = loaded
+            .tables
+            .iter()
+            .flatten()
+            .find(|t| t.same_rows(&table))
+            .cloned();
         let table = shared.unwrap_or_else(|| {
             loaded.distinct += 1;
             Arc::new(table)
@@ -234,7 +254,10 @@ mod tests {
         assert!(registry_sha_matches(sha, sha));
         assert!(registry_sha_matches("c27e2252cc7a", sha));
         assert!(registry_sha_matches("C27E2252CC7A", sha));
-        assert!(!registry_sha_matches("c27e2252cc7", sha), "11 digits is too short");
+        assert!(
+            !registry_sha_matches("c27e2252cc7", sha),
+            "11 digits is too short"
+        );
         assert!(!registry_sha_matches("d05939967b5f", sha));
         assert!(!registry_sha_matches("", sha));
     }

@@ -36,7 +36,6 @@ fn dl_error() -> String {
 
 /// Loaded rocBLAS (and HIP) entry points.
 pub struct Library {
-    pub path: PathBuf,
     create_handle: CreateHandleFn,
     destroy_handle: DestroyHandleFn,
     gemm_ex: GemmExFn<i32>,
@@ -49,12 +48,9 @@ pub struct Library {
 
 /// The HIP runtime calls the harness needs.
 pub struct Hip {
-    pub get_device_count: HipGetDeviceCountFn,
-    pub set_device: HipSetDeviceFn,
     pub malloc: HipMallocFn,
     pub free: HipFreeFn,
     pub memcpy: HipMemcpyFn,
-    pub synchronize: HipDeviceSynchronizeFn,
     pub event_create: HipEventCreateFn,
     pub event_record: HipEventRecordFn,
     pub event_synchronize: HipEventSynchronizeFn,
@@ -136,7 +132,6 @@ impl Library {
                     .ok_or_else(|| Error(format!("the HIP runtime has no {name}")))
             };
             Library {
-                path: path.to_owned(),
                 create_handle: std::mem::transmute::<*mut c_void, CreateHandleFn>(need(
                     "rocblas_create_handle",
                 )?),
@@ -155,18 +150,9 @@ impl Library {
                 version: sym::<GetVersionStringSizeFn>(h, "rocblas_get_version_string_size")
                     .zip(sym::<GetVersionStringFn>(h, "rocblas_get_version_string")),
                 hip: Hip {
-                    get_device_count: std::mem::transmute::<*mut c_void, HipGetDeviceCountFn>(
-                        hip_need("hipGetDeviceCount")?,
-                    ),
-                    set_device: std::mem::transmute::<*mut c_void, HipSetDeviceFn>(hip_need(
-                        "hipSetDevice",
-                    )?),
                     malloc: std::mem::transmute::<*mut c_void, HipMallocFn>(hip_need("hipMalloc")?),
                     free: std::mem::transmute::<*mut c_void, HipFreeFn>(hip_need("hipFree")?),
                     memcpy: std::mem::transmute::<*mut c_void, HipMemcpyFn>(hip_need("hipMemcpy")?),
-                    synchronize: std::mem::transmute::<*mut c_void, HipDeviceSynchronizeFn>(
-                        hip_need("hipDeviceSynchronize")?,
-                    ),
                     event_create: std::mem::transmute::<*mut c_void, HipEventCreateFn>(hip_need(
                         "hipEventCreate",
                     )?),
@@ -204,28 +190,6 @@ impl Library {
         Some(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
 
-    pub fn device_count(&self) -> Result<i32> {
-        let mut n = 0;
-        // SAFETY: out-pointer.
-        match unsafe { (self.hip.get_device_count)(&mut n) } {
-            HIP_SUCCESS if n > 0 => Ok(n),
-            HIP_SUCCESS => Err(Error("no GPU device found (hipGetDeviceCount = 0)".into())),
-            e => Err(Error(format!(
-                "hipGetDeviceCount failed with HIP error {e}: is a GPU visible to this process?"
-            ))),
-        }
-    }
-
-    pub fn set_device(&self, d: i32) -> Result<()> {
-        // SAFETY: plain call.
-        match unsafe { (self.hip.set_device)(d) } {
-            HIP_SUCCESS => Ok(()),
-            e => Err(Error(format!(
-                "hipSetDevice({d}) failed with HIP error {e}"
-            ))),
-        }
-    }
-
     pub fn handle(&self) -> Result<RocHandle<'_>> {
         let mut h: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer.
@@ -235,10 +199,6 @@ impl Library {
                 "rocblas_create_handle failed with status {s}"
             ))),
         }
-    }
-
-    pub fn hip(&self) -> &Hip {
-        &self.hip
     }
 }
 
@@ -282,23 +242,6 @@ impl<'a> DevBuf<'a> {
             HIP_SUCCESS => Ok(()),
             e => Err(Error(format!(
                 "hipMemcpy to the device failed with HIP error {e}"
-            ))),
-        }
-    }
-    fn download(&self) -> Result<Vec<u8>> {
-        let mut host = vec![0u8; self.bytes];
-        // SAFETY: both regions are self.bytes long.
-        match unsafe {
-            (self.hip.memcpy)(
-                host.as_mut_ptr().cast(),
-                self.ptr,
-                self.bytes,
-                HIP_MEMCPY_DEVICE_TO_HOST,
-            )
-        } {
-            HIP_SUCCESS => Ok(host),
-            e => Err(Error(format!(
-                "hipMemcpy from the device failed with HIP error {e}"
             ))),
         }
     }
@@ -353,51 +296,6 @@ pub fn f32_to_f16(f: f32) -> u16 {
         h += 1;
     }
     h as u16
-}
-
-/// Decodes `bytes` of type `t` to f64.
-pub fn decode(t: Datatype, bytes: &[u8]) -> Vec<f64> {
-    match t {
-        DT_F64_R => bytes
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
-        DT_F32_R => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-            .collect(),
-        DT_BF16_R => bytes
-            .chunks_exact(2)
-            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64)
-            .collect(),
-        DT_F16_R => bytes
-            .chunks_exact(2)
-            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h & 0x8000) as u32) << 16;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let man = (h & 0x3ff) as u32;
-    let bits = match exp {
-        0 if man == 0 => sign,
-        0 => {
-            // Subnormal: renormalise.
-            let mut e = 127 - 15 + 1;
-            let mut m = man;
-            while m & 0x400 == 0 {
-                m <<= 1;
-                e -= 1;
-            }
-            sign | ((e as u32) << 23) | ((m & 0x3ff) << 13)
-        }
-        31 => sign | 0x7f80_0000 | (man << 13),
-        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
-    };
-    f32::from_bits(bits)
 }
 
 /// Device buffers and scalars for one problem, ready to run many times.
@@ -688,31 +586,6 @@ impl<'a> Problem<'a> {
             )));
         }
         Ok(ms as f64 / calls.max(1) as f64)
-    }
-
-    /// The output D as f64 values.
-    pub fn output(&self) -> Result<Vec<f64>> {
-        Ok(decode(self.key.types.d, &self.d.download()?))
-    }
-
-    /// The inputs as f64 values (for the FP32/FP64 reference).
-    pub fn inputs(&self) -> Result<[Vec<f64>; 3]> {
-        let t = self.key.types;
-        Ok([
-            decode(t.a, &self.a.download()?),
-            decode(t.b, &self.b.download()?),
-            decode(t.c, &self.c.download()?),
-        ])
-    }
-
-    /// Restores C and D to their initial values (for in-place comparisons).
-    pub fn reset_output(&self) -> Result<()> {
-        let t = self.key.types;
-        self.d.upload(&fill_bytes(
-            t.d,
-            self.d.bytes / datatype_size(t.d).unwrap_or(4),
-            4,
-        ))
     }
 }
 

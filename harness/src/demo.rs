@@ -136,6 +136,11 @@ pub fn run(opts: Options) -> Result<()> {
     println!("tunedblas demo in {}", dir.display());
     println!("workload: {} linear layers x {} token counts (decode, MTP verify, 256/512-token chunks, chunk+decode)", workload::LAYERS.len(), workload::STEPS.len());
 
+    std::fs::create_dir_all(dir.join("profiles"))
+        .map_err(|e| Error(format!("cannot create the profile folder: {e}")))?;
+    Registry::new()
+        .save_atomic(&dir.join("profiles/profiles.json"))
+        .map_err(|e| Error(e.to_string()))?;
     println!("\n1. run the workload under the preload, no profile yet");
     let (before, stats_before, log) = run_workload(&dir, &lib, opts.passes, "before")?;
     print!("{}", indent(&log));
@@ -152,7 +157,8 @@ pub fn run(opts: Options) -> Result<()> {
     for (i, key) in keys.iter().enumerate() {
         let m = tune::measure(&tuning, *key, 5)?;
         let (op, sig) = tunableop::op_and_signature(key);
-        let (solution, ms, verdict) = match m.best() {
+        let best = m.best();
+        let (solution, ms, verdict) = match best {
             Some((s, ms)) if ms < m.heuristic_ms * (1.0 - MARGIN.max(m.spread)) => {
                 adopted += 1;
                 (
@@ -166,16 +172,16 @@ pub fn run(opts: Options) -> Result<()> {
                 (
                     Solution::Default,
                     m.heuristic_ms,
-                    "heuristic is best".to_string(),
+                    "no solution beats it by 3% and the spread".to_string(),
                 )
             }
         };
         println!(
-            "    [{:>2}/{}] {op},{sig}: heuristic {:.3} ms, best {:.3} ms -> {} ({verdict})",
+            "    [{:>2}/{}] {op},{sig}: heuristic {:.3} ms, best solution {:.3} ms -> {} ({verdict})",
             i + 1,
             keys.len(),
             m.heuristic_ms,
-            ms,
+            best.map_or(f64::NAN, |b| b.1),
             tunableop::solution_text(&solution)
         );
         rows.push(Row::new(*key, solution, Some(ms)));

@@ -10,7 +10,6 @@ use crate::backend::{Library, Problem, Result};
 /// Timings of one shape.
 #[derive(Debug, Clone)]
 pub struct Measured {
-    pub key: ProblemKey,
     /// Median ms per call of the heuristic.
     pub heuristic_ms: f64,
     /// (solution, median ms per call), fastest first.
@@ -83,7 +82,6 @@ pub fn measure(lib: &Library, key: ProblemKey, trials: usize) -> Result<Measured
         .collect();
     candidates.sort_by(|a, b| a.1.total_cmp(&b.1));
     Ok(Measured {
-        key,
         heuristic_ms,
         candidates,
         spread,
