@@ -262,6 +262,15 @@ fn init() -> Option<Runtime> {
     if secure_mode() {
         return None; // set-uid/set-gid: never act on the environment of an untrusted user.
     }
+    // This library carries its own copy of std, so the hook covers only our own panics: one
+    // short line instead of a backtrace in the host's log (each export already catches them).
+    std::panic::set_hook(Box::new(|info| {
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        crate::log::line(crate::log::INFO, &format!("internal panic{place}"));
+    }));
     let (loaded, name_line) = select_and_load(&cfg);
     let single = if loaded.distinct <= 1 {
         Some(
