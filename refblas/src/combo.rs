@@ -116,6 +116,12 @@ pub trait Policy: 'static {
     fn settle(a: Self::A) -> Self::A {
         a
     }
+    /// Rounds a value to the output (storage) type and back: what storing a partial result in
+    /// D and reading it again does.
+    #[inline]
+    fn round_out(a: Self::A) -> Self::A {
+        Self::load(Self::store(a))
+    }
     /// Reads alpha or beta, which are of the compute type.
     ///
     /// # Safety

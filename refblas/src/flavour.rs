@@ -18,21 +18,22 @@ pub enum Flavour {
     V5,
 }
 
-/// V4 catalogue, in list order: index = 1 + 4 * combo ordinal + position.
+/// V4 catalogue, in list order: index = 1 + 4 * combo ordinal + position. The panel kernel,
+/// which the heuristic never picks, comes last in every list.
 const V4_KERNELS: [Kernel; 4] = [
     Kernel::Naive,
     Kernel::Blocked,
-    Kernel::Panel,
     Kernel::Reg4x4,
+    Kernel::Panel,
 ];
-/// V5 catalogue, in list order: the Tensile-style solutions, then the source kernel and the
-/// gemv path.
+/// V5 catalogue, in list order: the source kernel and the gemv path, then the Tensile-style
+/// solutions (again the panel kernel last).
 const V5_KERNELS: [Kernel; 5] = [
-    Kernel::Blocked,
-    Kernel::Panel,
-    Kernel::Reg4x4,
     Kernel::Naive,
     Kernel::Gemv,
+    Kernel::Blocked,
+    Kernel::Reg4x4,
+    Kernel::Panel,
 ];
 /// V5 Tensile-style kernels, numbered by their position here.
 const V5_TENSILE: [Kernel; 3] = [Kernel::Blocked, Kernel::Panel, Kernel::Reg4x4];

@@ -349,17 +349,13 @@ unsafe fn execute<P: Policy>(choice: Choice, call: &GemmCall) -> Result<(), Stat
                 ldb,
                 trans_b,
             };
-            kernels::run::<P>(choice.kernel, &ops, &mut acc);
+            kernels::run::<P>(choice.kernel, &ops, alpha, &mut acc);
         }
         // Epilogue, element by element through raw pointers: with C == D each element of C is
         // read just before the same element of D is written.
         for j in 0..n {
             for i in 0..m {
-                let ab = if use_ab {
-                    P::settle(alpha * acc[i + j * m])
-                } else {
-                    P::A::ZERO
-                };
+                let ab = if use_ab { acc[i + j * m] } else { P::A::ZERO };
                 let v = if use_c {
                     let cv = P::load(c.add(i + j * ldc).read());
                     ab + P::settle(beta * cv)

@@ -5,9 +5,27 @@
 //! its own order (so, as with real solvers, results are close but not bit-identical). With
 //! f16 compute, [`Policy::settle`] rounds the accumulator at each kernel's block boundaries.
 //! Every kernel overwrites all of `acc` (m x n, column-major, leading dimension m).
+//!
+//! With f16/bf16 output, f32 summation-order differences rarely survive the final rounding, so
+//! most solutions give the same bits (as on a GPU); the split-K panel kernel does not.
 
 use crate::combo::{Acc, Policy};
 use crate::solutions::Kernel;
+
+#[cfg(test)]
+thread_local! {
+    /// Operand elements widened by kernels on this thread (test builds only): the work model
+    /// behind the speed test, since each widening of an f16/bf16 element costs real time.
+    pub(crate) static LOADS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Widens one operand element to the accumulator type.
+#[inline(always)]
+fn ld<P: Policy>(e: P::E) -> P::A {
+    #[cfg(test)]
+    LOADS.with(|c| c.set(c.get() + 1));
+    P::load(e)
+}
 
 /// op(A) (m x k) and op(B) (k x n) of one GEMM, read through their leading dimensions.
 pub struct Operands<'a, E> {
@@ -45,16 +63,18 @@ impl<E: Copy> Operands<'_, E> {
     }
 }
 
-/// Runs `kernel`. The caller has checked that the kernel can solve this shape.
-pub fn run<P: Policy>(kernel: Kernel, o: &Operands<P::E>, acc: &mut [P::A]) {
+/// Runs `kernel`: `acc = alpha * op(A) * op(B)`, alpha applied in the kernel's epilogue as on
+/// a GPU. The caller has checked that the kernel can solve this shape.
+pub fn run<P: Policy>(kernel: Kernel, o: &Operands<P::E>, alpha: P::A, acc: &mut [P::A]) {
     assert_eq!(acc.len(), o.m * o.n);
     match kernel {
         Kernel::Naive => naive::<P>(o, acc),
         Kernel::Blocked => blocked::<P>(o, acc),
-        Kernel::Panel => panel::<P>(o, acc),
+        Kernel::Panel => return panel::<P>(o, alpha, acc),
         Kernel::Reg4x4 => reg4x4::<P>(o, acc),
         Kernel::Gemv => gemv::<P>(o, acc),
     }
+    acc.iter_mut().for_each(|t| *t = P::settle(alpha * *t));
 }
 
 /// With f16 compute, the naive kernel rounds its running sum every this many products.
@@ -68,7 +88,7 @@ fn naive<P: Policy>(o: &Operands<P::E>, acc: &mut [P::A]) {
         for i in 0..o.m {
             let mut s = P::A::ZERO;
             for p in 0..o.k {
-                s = s + P::load(o.a(i, p)) * P::load(o.b(p, j));
+                s = s + ld::<P>(o.a(i, p)) * ld::<P>(o.b(p, j));
                 if p % NAIVE_SETTLE == NAIVE_SETTLE - 1 {
                     s = P::settle(s);
                 }
@@ -84,14 +104,14 @@ fn pack_a_rows<P: Policy>(o: &Operands<P::E>, p0: usize, kc: usize, dst: &mut [P
     if o.trans_a {
         for i in 0..o.m {
             for pp in 0..kc {
-                dst[i * kc + pp] = P::load(o.a(i, p0 + pp));
+                dst[i * kc + pp] = ld::<P>(o.a(i, p0 + pp));
             }
         }
     } else {
         // Read A down its columns (contiguous), write strided.
         for pp in 0..kc {
             for i in 0..o.m {
-                dst[i * kc + pp] = P::load(o.a(i, p0 + pp));
+                dst[i * kc + pp] = ld::<P>(o.a(i, p0 + pp));
             }
         }
     }
@@ -102,13 +122,13 @@ fn pack_b_cols<P: Policy>(o: &Operands<P::E>, p0: usize, kc: usize, dst: &mut [P
     if o.trans_b {
         for pp in 0..kc {
             for j in 0..o.n {
-                dst[j * kc + pp] = P::load(o.b(p0 + pp, j));
+                dst[j * kc + pp] = ld::<P>(o.b(p0 + pp, j));
             }
         }
     } else {
         for j in 0..o.n {
             for pp in 0..kc {
-                dst[j * kc + pp] = P::load(o.b(p0 + pp, j));
+                dst[j * kc + pp] = ld::<P>(o.b(p0 + pp, j));
             }
         }
     }
@@ -209,56 +229,85 @@ fn blocked<P: Policy>(o: &Operands<P::E>, acc: &mut [P::A]) {
 
 /// With f16 compute, the panel kernel rounds its column of sums every this many rank-4 steps.
 const PANEL_SETTLE_STEPS: usize = 4;
+/// From this k on, the panel kernel splits k in two (split-K).
+const PANEL_SPLIT_MIN_K: usize = 8;
 
-/// k-outer ("axpy") kernel: for each output column, streams the columns of op(A) in rank-4
-/// updates `((a0 b0 + a1 b1) + (a2 b2 + a3 b3))`, with no packing. Reads A contiguously
-/// when A is not transposed: good for small n (gemv-like) and long k; poor for `T` layouts.
-fn panel<P: Policy>(o: &Operands<P::E>, acc: &mut [P::A]) {
-    let (m, k, lda) = (o.m, o.k, o.lda);
+/// k-outer ("axpy") kernel with 2-way split-K: for each output column, streams the columns of
+/// op(A) in rank-4 updates `((a0 b0 + a1 b1) + (a2 b2 + a3 b3))`, with no packing, over each
+/// half of k apart. Each half's `alpha * sum` is rounded to the output type before the two are
+/// added, as a GPU split-K kernel does when its partial results go through D (Tensile's
+/// GlobalSplitU): so with f16 or bf16 output this solution's bits differ visibly from the
+/// others'. Reads A contiguously when A is not transposed: good for small n (gemv-like) and
+/// long k; poor for `T` layouts.
+fn panel<P: Policy>(o: &Operands<P::E>, alpha: P::A, acc: &mut [P::A]) {
+    let (m, k) = (o.m, o.k);
+    // Split on a multiple of 4 so both halves run whole rank-4 steps.
+    let split = if k >= PANEL_SPLIT_MIN_K {
+        (k / 2) & !3
+    } else {
+        k
+    };
+    let mut hi = vec![P::A::ZERO; m];
     for j in 0..o.n {
         let col = &mut acc[j * m..(j + 1) * m];
-        col.fill(P::A::ZERO);
-        let mut p = 0;
-        let mut steps = 0;
-        while p + 4 <= k {
-            let b = [
-                P::load(o.b(p, j)),
-                P::load(o.b(p + 1, j)),
-                P::load(o.b(p + 2, j)),
-                P::load(o.b(p + 3, j)),
-            ];
-            if o.trans_a {
-                for (i, t) in col.iter_mut().enumerate() {
-                    let g = (P::load(o.a(i, p)) * b[0] + P::load(o.a(i, p + 1)) * b[1])
-                        + (P::load(o.a(i, p + 2)) * b[2] + P::load(o.a(i, p + 3)) * b[3]);
-                    *t = *t + g;
-                }
-            } else {
-                let a0 = &o.a[p * lda..p * lda + m];
-                let a1 = &o.a[(p + 1) * lda..(p + 1) * lda + m];
-                let a2 = &o.a[(p + 2) * lda..(p + 2) * lda + m];
-                let a3 = &o.a[(p + 3) * lda..(p + 3) * lda + m];
-                for (i, t) in col.iter_mut().enumerate() {
-                    let g = (P::load(a0[i]) * b[0] + P::load(a1[i]) * b[1])
-                        + (P::load(a2[i]) * b[2] + P::load(a3[i]) * b[3]);
-                    *t = *t + g;
-                }
-            }
-            p += 4;
-            steps += 1;
-            if steps % PANEL_SETTLE_STEPS == 0 {
-                col.iter_mut().for_each(|t| *t = P::settle(*t));
-            }
+        panel_range::<P>(o, j, 0, split, col);
+        if split == k {
+            col.iter_mut().for_each(|t| *t = P::settle(alpha * *t));
+            continue;
         }
-        while p < k {
-            let bv = P::load(o.b(p, j));
-            for (i, t) in col.iter_mut().enumerate() {
-                *t = *t + P::load(o.a(i, p)) * bv;
-            }
-            p += 1;
+        panel_range::<P>(o, j, split, k, &mut hi);
+        for (t, &h) in col.iter_mut().zip(&hi) {
+            let lo = P::round_out(P::settle(alpha * *t));
+            let h = P::round_out(P::settle(alpha * h));
+            *t = P::settle(lo + h);
         }
-        col.iter_mut().for_each(|t| *t = P::settle(*t));
     }
+}
+
+/// `col = op(A)[:, p0..p1] * op(B)[p0..p1, j]` by rank-4 updates, then single products.
+fn panel_range<P: Policy>(o: &Operands<P::E>, j: usize, p0: usize, p1: usize, col: &mut [P::A]) {
+    let (m, lda) = (o.m, o.lda);
+    col.fill(P::A::ZERO);
+    let mut p = p0;
+    let mut steps = 0;
+    while p + 4 <= p1 {
+        let b = [
+            ld::<P>(o.b(p, j)),
+            ld::<P>(o.b(p + 1, j)),
+            ld::<P>(o.b(p + 2, j)),
+            ld::<P>(o.b(p + 3, j)),
+        ];
+        if o.trans_a {
+            for (i, t) in col.iter_mut().enumerate() {
+                let g = (ld::<P>(o.a(i, p)) * b[0] + ld::<P>(o.a(i, p + 1)) * b[1])
+                    + (ld::<P>(o.a(i, p + 2)) * b[2] + ld::<P>(o.a(i, p + 3)) * b[3]);
+                *t = *t + g;
+            }
+        } else {
+            let a0 = &o.a[p * lda..p * lda + m];
+            let a1 = &o.a[(p + 1) * lda..(p + 1) * lda + m];
+            let a2 = &o.a[(p + 2) * lda..(p + 2) * lda + m];
+            let a3 = &o.a[(p + 3) * lda..(p + 3) * lda + m];
+            for (i, t) in col.iter_mut().enumerate() {
+                let g = (ld::<P>(a0[i]) * b[0] + ld::<P>(a1[i]) * b[1])
+                    + (ld::<P>(a2[i]) * b[2] + ld::<P>(a3[i]) * b[3]);
+                *t = *t + g;
+            }
+        }
+        p += 4;
+        steps += 1;
+        if steps % PANEL_SETTLE_STEPS == 0 {
+            col.iter_mut().for_each(|t| *t = P::settle(*t));
+        }
+    }
+    while p < p1 {
+        let bv = ld::<P>(o.b(p, j));
+        for (i, t) in col.iter_mut().enumerate() {
+            *t = *t + ld::<P>(o.a(i, p)) * bv;
+        }
+        p += 1;
+    }
+    col.iter_mut().for_each(|t| *t = P::settle(*t));
 }
 
 /// k-block of the register-blocked kernel.
@@ -284,13 +333,13 @@ fn reg4x4<P: Policy>(o: &Operands<P::E>, acc: &mut [P::A]) {
         for i in 0..m {
             let (s, r) = (i / 4, i % 4);
             for pp in 0..kc {
-                ap[s * 4 * kc + pp * 4 + r] = P::load(o.a(i, pc + pp));
+                ap[s * 4 * kc + pp * 4 + r] = ld::<P>(o.a(i, pc + pp));
             }
         }
         for j in 0..n {
             let (t, c) = (j / 4, j % 4);
             for pp in 0..kc {
-                bp[t * 4 * kc + pp * 4 + c] = P::load(o.b(pc + pp, j));
+                bp[t * 4 * kc + pp * 4 + c] = ld::<P>(o.b(pc + pp, j));
             }
         }
         let lo_len = kc.div_ceil(2);

@@ -39,3 +39,6 @@ pub use combo::Combo;
 pub use flavour::Flavour;
 pub use gemm::{GemmCall, Layout, Outcome};
 pub use solutions::{Kernel, Shape};
+
+#[cfg(test)]
+mod tests;
