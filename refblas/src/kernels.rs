@@ -232,82 +232,85 @@ const PANEL_SETTLE_STEPS: usize = 4;
 /// From this k on, the panel kernel splits k in two (split-K).
 const PANEL_SPLIT_MIN_K: usize = 8;
 
-/// k-outer ("axpy") kernel with 2-way split-K: for each output column, streams the columns of
-/// op(A) in rank-4 updates `((a0 b0 + a1 b1) + (a2 b2 + a3 b3))`, with no packing, over each
-/// half of k apart. Each half's `alpha * sum` is rounded to the output type before the two are
-/// added, as a GPU split-K kernel does when its partial results go through D (Tensile's
-/// GlobalSplitU): so with f16 or bf16 output this solution's bits differ visibly from the
-/// others'. Reads A contiguously when A is not transposed: good for small n (gemv-like) and
-/// long k; poor for `T` layouts.
+/// k-outer ("axpy") kernel with 2-way split-K: walks k in rank-4 steps; at each step it
+/// widens four columns of op(A) once and adds `((a0 b0 + a1 b1) + (a2 b2 + a3 b3))` into every
+/// output column, with no packing. Each half of k is summed apart, and each half's
+/// `alpha * sum` is rounded to the output type before the two are added, as a GPU split-K
+/// kernel does when its partial results go through D (Tensile's GlobalSplitU): so with f16 or
+/// bf16 output this solution's bits differ visibly from the others'. All of D's accumulators
+/// are swept at every step: good for small n (gemv-like) with A not transposed, poor for
+/// large n or `T` layouts (A read across its columns).
 fn panel<P: Policy>(o: &Operands<P::E>, alpha: P::A, acc: &mut [P::A]) {
-    let (m, k) = (o.m, o.k);
+    let k = o.k;
     // Split on a multiple of 4 so both halves run whole rank-4 steps.
     let split = if k >= PANEL_SPLIT_MIN_K {
         (k / 2) & !3
     } else {
         k
     };
-    let mut hi = vec![P::A::ZERO; m];
-    for j in 0..o.n {
-        let col = &mut acc[j * m..(j + 1) * m];
-        panel_range::<P>(o, j, 0, split, col);
-        if split == k {
-            col.iter_mut().for_each(|t| *t = P::settle(alpha * *t));
-            continue;
-        }
-        panel_range::<P>(o, j, split, k, &mut hi);
-        for (t, &h) in col.iter_mut().zip(&hi) {
-            let lo = P::round_out(P::settle(alpha * *t));
-            let h = P::round_out(P::settle(alpha * h));
-            *t = P::settle(lo + h);
-        }
+    panel_range::<P>(o, 0, split, acc);
+    if split == k {
+        acc.iter_mut().for_each(|t| *t = P::settle(alpha * *t));
+        return;
+    }
+    let mut hi = vec![P::A::ZERO; acc.len()];
+    panel_range::<P>(o, split, k, &mut hi);
+    for (t, &h) in acc.iter_mut().zip(&hi) {
+        let lo = P::round_out(P::settle(alpha * *t));
+        let h = P::round_out(P::settle(alpha * h));
+        *t = P::settle(lo + h);
     }
 }
 
-/// `col = op(A)[:, p0..p1] * op(B)[p0..p1, j]` by rank-4 updates, then single products.
-fn panel_range<P: Policy>(o: &Operands<P::E>, j: usize, p0: usize, p1: usize, col: &mut [P::A]) {
-    let (m, lda) = (o.m, o.lda);
-    col.fill(P::A::ZERO);
+/// `out = op(A)[:, p0..p1] * op(B)[p0..p1, :]` (m x n) by rank-4 updates, then single
+/// products; with f16 compute the sums are rounded every `PANEL_SETTLE_STEPS` steps.
+fn panel_range<P: Policy>(o: &Operands<P::E>, p0: usize, p1: usize, out: &mut [P::A]) {
+    let m = o.m;
+    out.fill(P::A::ZERO);
+    let mut cols = vec![P::A::ZERO; 4 * m];
+    let widen = |cols: &mut [P::A], p: usize, r: usize| {
+        for (i, t) in cols[r * m..(r + 1) * m].iter_mut().enumerate() {
+            *t = ld::<P>(o.a(i, p));
+        }
+    };
     let mut p = p0;
     let mut steps = 0;
     while p + 4 <= p1 {
-        let b = [
-            ld::<P>(o.b(p, j)),
-            ld::<P>(o.b(p + 1, j)),
-            ld::<P>(o.b(p + 2, j)),
-            ld::<P>(o.b(p + 3, j)),
-        ];
-        if o.trans_a {
-            for (i, t) in col.iter_mut().enumerate() {
-                let g = (ld::<P>(o.a(i, p)) * b[0] + ld::<P>(o.a(i, p + 1)) * b[1])
-                    + (ld::<P>(o.a(i, p + 2)) * b[2] + ld::<P>(o.a(i, p + 3)) * b[3]);
-                *t = *t + g;
-            }
-        } else {
-            let a0 = &o.a[p * lda..p * lda + m];
-            let a1 = &o.a[(p + 1) * lda..(p + 1) * lda + m];
-            let a2 = &o.a[(p + 2) * lda..(p + 2) * lda + m];
-            let a3 = &o.a[(p + 3) * lda..(p + 3) * lda + m];
-            for (i, t) in col.iter_mut().enumerate() {
-                let g = (ld::<P>(a0[i]) * b[0] + ld::<P>(a1[i]) * b[1])
-                    + (ld::<P>(a2[i]) * b[2] + ld::<P>(a3[i]) * b[3]);
-                *t = *t + g;
+        for r in 0..4 {
+            widen(&mut cols, p + r, r);
+        }
+        let (a0, rest) = cols.split_at(m);
+        let (a1, rest) = rest.split_at(m);
+        let (a2, a3) = rest.split_at(m);
+        for (j, col) in out.chunks_exact_mut(m).enumerate() {
+            let b = [
+                ld::<P>(o.b(p, j)),
+                ld::<P>(o.b(p + 1, j)),
+                ld::<P>(o.b(p + 2, j)),
+                ld::<P>(o.b(p + 3, j)),
+            ];
+            for i in 0..m {
+                let g = (a0[i] * b[0] + a1[i] * b[1]) + (a2[i] * b[2] + a3[i] * b[3]);
+                col[i] = col[i] + g;
             }
         }
         p += 4;
         steps += 1;
         if steps % PANEL_SETTLE_STEPS == 0 {
-            col.iter_mut().for_each(|t| *t = P::settle(*t));
+            out.iter_mut().for_each(|t| *t = P::settle(*t));
         }
     }
     while p < p1 {
-        let bv = ld::<P>(o.b(p, j));
-        for (i, t) in col.iter_mut().enumerate() {
-            *t = *t + ld::<P>(o.a(i, p)) * bv;
+        widen(&mut cols, p, 0);
+        for (j, col) in out.chunks_exact_mut(m).enumerate() {
+            let bv = ld::<P>(o.b(p, j));
+            for (t, &a) in col.iter_mut().zip(&cols[..m]) {
+                *t = *t + a * bv;
+            }
         }
         p += 1;
     }
-    col.iter_mut().for_each(|t| *t = P::settle(*t));
+    out.iter_mut().for_each(|t| *t = P::settle(*t));
 }
 
 /// k-block of the register-blocked kernel.
