@@ -455,3 +455,39 @@ fn each_device_is_served_from_its_own_rank_file() {
         "misses go to the device's file: {names:?}"
     );
 }
+
+#[test]
+fn strided_batched_rows_are_served_typed_and_ex() {
+    let dir = scratch("strided");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let ex = "sb:NT:h:16:12:8";
+    let typed = "ssb:NN:s:16:12:8";
+    let (se, st) = (tuned_solution(ex), tuned_solution(typed));
+    let rows = [
+        row(ex, &format!("Gemm_Rocblas_{se}")),
+        row(typed, &format!("Gemm_Rocblas_{st}")),
+    ];
+    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    let out = host4(&dir, true, &[ex, typed]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("2 calls: 2 served"), "{stderr}");
+    let t = trace(&dir);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert_eq!(
+        (
+            t[0]["func"].as_str(),
+            t[0]["solution"].clone(),
+            t[0]["batch"].as_str()
+        ),
+        ("rocblas_gemm_strided_batched_ex", se.to_string(), "3")
+    );
+    assert_eq!(
+        (
+            t[1]["func"].as_str(),
+            t[1]["solution"].clone(),
+            t[1]["batch"].as_str()
+        ),
+        ("rocblas_gemm_strided_batched_ex", st.to_string(), "2")
+    );
+}

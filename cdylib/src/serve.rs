@@ -165,12 +165,45 @@ impl<I: Int> ExArgs<I> {
             self.compute,
         )
     }
-    /// (algo, solution index) for a route.
-    fn choice(&self, route: Route) -> (GemmAlgo, i32) {
+    /// The call to make for a route: the caller's, or the same with the tuned solution.
+    fn routed(&self, route: Route) -> ExArgs<I> {
         match route {
-            Route::Original => (self.algo, self.solution),
-            Route::Tuned(id) => (ALGO_SOLUTION_INDEX, id),
+            Route::Original => *self,
+            Route::Tuned(id) => ExArgs {
+                algo: ALGO_SOLUTION_INDEX,
+                solution: id,
+                ..*self
+            },
         }
+    }
+}
+
+/// Makes a `gemm_ex` call from `x`.
+fn call_ex<I: Int>(f: GemmExFn<I>, x: &ExArgs<I>) -> Status {
+    // SAFETY: forwarding a caller's (or a re-issued typed) call to the real function.
+    unsafe {
+        f(
+            x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda, x.b,
+            x.b_type, x.ldb, x.beta, x.c, x.c_type, x.ldc, x.d, x.d_type, x.ldd, x.compute, x.algo,
+            x.solution, x.flags,
+        )
+    }
+}
+
+/// Makes a `gemm_strided_batched_ex` call from `x`, the strides of a/b/c/d and the batch.
+fn call_strided_ex<I: Int>(
+    f: GemmStridedBatchedExFn<I>,
+    x: &ExArgs<I>,
+    [sa, sb, sc, sd]: [i64; 4],
+    batch: I,
+) -> Status {
+    // SAFETY: forwarding a caller's (or a re-issued typed) call to the real function.
+    unsafe {
+        f(
+            x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda, sa, x.b,
+            x.b_type, x.ldb, sb, x.beta, x.c, x.c_type, x.ldc, sc, x.d, x.d_type, x.ldd, sd, batch,
+            x.compute, x.algo, x.solution, x.flags,
+        )
     }
 }
 
@@ -182,17 +215,7 @@ pub fn gemm_ex<I: Int>(real: Option<GemmExFn<I>>, x: ExArgs<I>) -> Status {
     serve(
         || single_key(x.trans_a, x.trans_b, x.types(), x.dims(), x.flags),
         caller_chose(x.algo, x.flags),
-        |route| {
-            let (algo, sol) = x.choice(route);
-            // SAFETY: forwarding the caller's arguments to the real function.
-            unsafe {
-                f(
-                    x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda,
-                    x.b, x.b_type, x.ldb, x.beta, x.c, x.c_type, x.ldc, x.d, x.d_type, x.ldd,
-                    x.compute, algo, sol, x.flags,
-                )
-            }
-        },
+        |route| call_ex(f, &x.routed(route)),
     )
 }
 
@@ -216,13 +239,13 @@ pub fn gemm_batched_ex<I: Int>(real: Option<GemmBatchedExFn<I>>, x: ExArgs<I>, b
         },
         caller_chose(x.algo, x.flags),
         |route| {
-            let (algo, sol) = x.choice(route);
+            let x = x.routed(route);
             // SAFETY: forwarding the caller's arguments to the real function.
             unsafe {
                 f(
                     x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda,
                     x.b, x.b_type, x.ldb, x.beta, x.c, x.c_type, x.ldc, x.d, x.d_type, x.ldd,
-                    batch, x.compute, algo, sol, x.flags,
+                    batch, x.compute, x.algo, x.solution, x.flags,
                 )
             }
         },
@@ -239,7 +262,6 @@ pub fn gemm_strided_batched_ex<I: Int>(
     let Some(f) = real else {
         return STATUS_NOT_IMPLEMENTED;
     };
-    let [sa, sb, sc, sd] = strides;
     serve(
         || {
             batched_key(
@@ -254,17 +276,7 @@ pub fn gemm_strided_batched_ex<I: Int>(
             )
         },
         caller_chose(x.algo, x.flags),
-        |route| {
-            let (algo, sol) = x.choice(route);
-            // SAFETY: forwarding the caller's arguments to the real function.
-            unsafe {
-                f(
-                    x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda,
-                    sa, x.b, x.b_type, x.ldb, sb, x.beta, x.c, x.c_type, x.ldc, sc, x.d, x.d_type,
-                    x.ldd, sd, batch, x.compute, algo, sol, x.flags,
-                )
-            }
-        },
+        |route| call_strided_ex(f, &x.routed(route), strides, batch),
     )
 }
 
@@ -346,20 +358,6 @@ impl ExEntries for i64 {
     }
 }
 
-fn run_ex<I: ExEntries>(x: ExArgs<I>) -> Status {
-    match I::gemm_ex() {
-        // SAFETY: a well-formed gemm_ex call built from the caller's typed call.
-        Some(f) => unsafe {
-            f(
-                x.handle, x.trans_a, x.trans_b, x.m, x.n, x.k, x.alpha, x.a, x.a_type, x.lda, x.b,
-                x.b_type, x.ldb, x.beta, x.c, x.c_type, x.ldc, x.d, x.d_type, x.ldd, x.compute,
-                x.algo, x.solution, x.flags,
-            )
-        },
-        None => STATUS_NOT_IMPLEMENTED,
-    }
-}
-
 /// `rocblas_hgemm` / `rocblas_sgemm` (and `_64`): a tuned row is served by re-issuing the
 /// call as `gemm_ex` with the same types, since the typed API takes no solution index.
 pub fn typed_gemm<I: ExEntries>(
@@ -384,7 +382,9 @@ pub fn typed_gemm<I: ExEntries>(
                     x.beta, x.c, x.ldc,
                 )
             },
-            Route::Tuned(_) => run_ex(x.as_ex(types, route)),
+            Route::Tuned(_) => I::gemm_ex().map_or(STATUS_NOT_IMPLEMENTED, |g| {
+                call_ex(g, &x.as_ex(types, route))
+            }),
         },
     )
 }
@@ -423,21 +423,9 @@ pub fn typed_gemm_strided_batched<I: ExEntries>(
                     x.ldb, sb, x.beta, x.c, x.ldc, sc, batch,
                 )
             },
-            Route::Tuned(_) => match I::gemm_strided_batched_ex() {
-                Some(g) => {
-                    let e = x.as_ex(types, route);
-                    // SAFETY: a well-formed strided-batched gemm_ex call built from the typed call.
-                    unsafe {
-                        g(
-                            e.handle, e.trans_a, e.trans_b, e.m, e.n, e.k, e.alpha, e.a, e.a_type,
-                            e.lda, sa, e.b, e.b_type, e.ldb, sb, e.beta, e.c, e.c_type, e.ldc, sc,
-                            e.d, e.d_type, e.ldd, sc, batch, e.compute, e.algo, e.solution,
-                            e.flags,
-                        )
-                    }
-                }
-                None => STATUS_NOT_IMPLEMENTED,
-            },
+            Route::Tuned(_) => I::gemm_strided_batched_ex().map_or(STATUS_NOT_IMPLEMENTED, |g| {
+                call_strided_ex(g, &x.as_ex(types, route), [sa, sb, sc, sc], batch)
+            }),
         },
     )
 }
