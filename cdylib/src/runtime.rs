@@ -129,10 +129,6 @@ pub fn current_device() -> i32 {
     }
 }
 
-fn key_fields(k: &ProblemKey) -> (String, String) {
-    tunableop::op_and_signature(k)
-}
-
 impl Runtime {
     /// The table for the calling thread's device, if the profile has one.
     #[inline]
@@ -295,7 +291,7 @@ fn init() -> Option<Runtime> {
         loaded,
         single,
         misses: MissSet::with_capacity(MISS_CAPACITY),
-        files: Mutex::new(MissFiles::new(cfg.miss_dir, key_fields)),
+        files: Mutex::new(MissFiles::new(cfg.miss_dir, tunableop::op_and_signature)),
         miss_io_warned: AtomicBool::new(false),
         miss_full_warned: AtomicBool::new(false),
         stats_path: cfg.stats_path,

@@ -165,6 +165,20 @@ impl<I: Int> ExArgs<I> {
             self.compute,
         )
     }
+    /// The key of this call as one of a batch of `batch` GEMMs.
+    fn batched_key(&self, batching: Batching, batch: i64, strides: [i64; 4]) -> Option<ProblemKey> {
+        batched_key(
+            self.trans_a,
+            self.trans_b,
+            self.types(),
+            self.dims(),
+            batching,
+            batch,
+            strides,
+            self.flags,
+        )
+    }
+
     /// The call to make for a route: the caller's, or the same with the tuned solution.
     fn routed(&self, route: Route) -> ExArgs<I> {
         match route {
@@ -225,18 +239,7 @@ pub fn gemm_batched_ex<I: Int>(real: Option<GemmBatchedExFn<I>>, x: ExArgs<I>, b
         return STATUS_NOT_IMPLEMENTED;
     };
     serve(
-        || {
-            batched_key(
-                x.trans_a,
-                x.trans_b,
-                x.types(),
-                x.dims(),
-                Batching::PointerArray,
-                batch.into(),
-                [0; 4],
-                x.flags,
-            )
-        },
+        || x.batched_key(Batching::PointerArray, batch.into(), [0; 4]),
         caller_chose(x.algo, x.flags),
         |route| {
             let x = x.routed(route);
@@ -263,18 +266,7 @@ pub fn gemm_strided_batched_ex<I: Int>(
         return STATUS_NOT_IMPLEMENTED;
     };
     serve(
-        || {
-            batched_key(
-                x.trans_a,
-                x.trans_b,
-                x.types(),
-                x.dims(),
-                Batching::Strided,
-                batch.into(),
-                strides,
-                x.flags,
-            )
-        },
+        || x.batched_key(Batching::Strided, batch.into(), strides),
         caller_chose(x.algo, x.flags),
         |route| call_strided_ex(f, &x.routed(route), strides, batch),
     )
