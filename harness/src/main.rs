@@ -1,6 +1,8 @@
 //! `tunedblas`: the companion harness of `libtunedblas.so`.
 
 mod backend;
+mod cli;
+mod curate;
 mod demo;
 mod tune;
 mod workload;
