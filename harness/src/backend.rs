@@ -13,11 +13,45 @@ use tunedblas_core::key::{Batching, ProblemKey};
 
 /// A harness error with the words a user needs: what failed and what to do.
 #[derive(Debug)]
-pub struct Error(pub String);
+pub struct Error {
+    pub msg: String,
+    pub kind: Kind,
+}
+
+/// What kind of failure, for the exit code (`tunedblas help` documents them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The work failed: exit 1.
+    Failed,
+    /// The library could not be loaded or is not rocBLAS: exit 3.
+    NotRocblas,
+    /// No usable device: exit 4.
+    NoDevice,
+}
+
+impl Error {
+    pub fn new(msg: impl Into<String>) -> Error {
+        Error {
+            msg: msg.into(),
+            kind: Kind::Failed,
+        }
+    }
+    pub fn with_kind(mut self, kind: Kind) -> Error {
+        self.kind = kind;
+        self
+    }
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            Kind::Failed => 1,
+            Kind::NotRocblas => 3,
+            Kind::NoDevice => 4,
+        }
+    }
+}
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.msg)
     }
 }
 impl std::error::Error for Error {}
@@ -56,6 +90,8 @@ pub struct Hip {
     pub event_synchronize: HipEventSynchronizeFn,
     pub event_elapsed: HipEventElapsedTimeFn,
     pub event_destroy: HipEventDestroyFn,
+    pub set_device: Option<HipSetDeviceFn>,
+    pub device_count: Option<HipGetDeviceCountFn>,
 }
 
 unsafe fn sym<T: Copy>(handle: *mut c_void, name: &str) -> Option<T> {
@@ -67,15 +103,16 @@ unsafe fn sym<T: Copy>(handle: *mut c_void, name: &str) -> Option<T> {
 
 fn open(path: &Path, flags: i32) -> Result<*mut c_void> {
     let c = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| Error(format!("{}: path contains a NUL byte", path.display())))?;
+        .map_err(|_| Error::new(format!("{}: path contains a NUL byte", path.display())))?;
     // SAFETY: dlopen with a valid C string.
     let h = unsafe { libc::dlopen(c.as_ptr(), flags) };
     if h.is_null() {
-        return Err(Error(format!(
+        return Err(Error::new(format!(
             "cannot load {}: {}",
             path.display(),
             dl_error()
-        )));
+        ))
+        .with_kind(Kind::NotRocblas));
     }
     Ok(h)
 }
@@ -108,10 +145,11 @@ impl Library {
             let c = CString::new(name).unwrap();
             let p = unsafe { libc::dlsym(h, c.as_ptr()) };
             if p.is_null() {
-                Err(Error(format!(
+                Err(Error::new(format!(
                     "{} has no {name}: it is not rocBLAS (or older than ROCm 5.5, which lacks the solution queries)",
                     path.display()
-                )))
+                ))
+                .with_kind(Kind::NotRocblas))
             } else {
                 Ok(p)
             }
@@ -125,11 +163,11 @@ impl Library {
                     Path::new("libamdhip64.so"),
                     libc::RTLD_NOW | libc::RTLD_LOCAL,
                 )
-                .map_err(|e| Error(format!("{e}; pass --hip <path to libamdhip64.so>")))?,
+                .map_err(|e| Error::new(format!("{e}; pass --hip <path to libamdhip64.so>")))?,
             };
             let hip_need = |name: &str| -> Result<*mut c_void> {
                 sym::<*mut c_void>(hip_handle, name)
-                    .ok_or_else(|| Error(format!("the HIP runtime has no {name}")))
+                    .ok_or_else(|| Error::new(format!("the HIP runtime has no {name}")))
             };
             Library {
                 create_handle: std::mem::transmute::<*mut c_void, CreateHandleFn>(need(
@@ -168,6 +206,8 @@ impl Library {
                     event_destroy: std::mem::transmute::<*mut c_void, HipEventDestroyFn>(hip_need(
                         "hipEventDestroy",
                     )?),
+                    set_device: sym(hip_handle, "hipSetDevice"),
+                    device_count: sym(hip_handle, "hipGetDeviceCount"),
                 },
             }
         };
@@ -190,12 +230,53 @@ impl Library {
         Some(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
 
+    /// How many devices the HIP runtime sees (1 when it cannot say).
+    pub fn device_count(&self) -> Result<i32> {
+        let Some(f) = self.hip.device_count else {
+            return Ok(1);
+        };
+        let mut n = 0;
+        // SAFETY: out-pointer.
+        match unsafe { f(&mut n) } {
+            HIP_SUCCESS if n > 0 => Ok(n),
+            HIP_SUCCESS => {
+                Err(Error::new("the HIP runtime sees no device").with_kind(Kind::NoDevice))
+            }
+            e => Err(Error::new(format!(
+                "hipGetDeviceCount failed with HIP error {e}: no usable device"
+            ))
+            .with_kind(Kind::NoDevice)),
+        }
+    }
+
+    /// Makes `device` current for this thread's later calls.
+    pub fn set_device(&self, device: i32) -> Result<()> {
+        let count = self.device_count()?;
+        if device < 0 || device >= count {
+            return Err(Error::new(format!(
+                "device {device} does not exist (the HIP runtime sees {count}: 0..{})",
+                count - 1
+            )));
+        }
+        match self.hip.set_device {
+            None if device == 0 => Ok(()),
+            None => Err(Error::new("the HIP runtime has no hipSetDevice")),
+            // SAFETY: plain call.
+            Some(f) => match unsafe { f(device) } {
+                HIP_SUCCESS => Ok(()),
+                e => Err(Error::new(format!(
+                    "hipSetDevice({device}) failed with HIP error {e}"
+                ))),
+            },
+        }
+    }
+
     pub fn handle(&self) -> Result<RocHandle<'_>> {
         let mut h: Handle = std::ptr::null_mut();
         // SAFETY: out-pointer.
         match unsafe { (self.create_handle)(&mut h) } {
             STATUS_SUCCESS => Ok(RocHandle { lib: self, h }),
-            s => Err(Error(format!(
+            s => Err(Error::new(format!(
                 "rocblas_create_handle failed with status {s}"
             ))),
         }
@@ -228,7 +309,7 @@ impl<'a> DevBuf<'a> {
         // SAFETY: out-pointer; size > 0.
         match unsafe { (hip.malloc)(&mut ptr, bytes.max(16)) } {
             HIP_SUCCESS => Ok(DevBuf { hip, ptr, bytes }),
-            e => Err(Error(format!(
+            e => Err(Error::new(format!(
                 "hipMalloc({bytes} bytes) failed with HIP error {e}"
             ))),
         }
@@ -240,8 +321,28 @@ impl<'a> DevBuf<'a> {
             (self.hip.memcpy)(self.ptr, host.as_ptr().cast(), n, HIP_MEMCPY_HOST_TO_DEVICE)
         } {
             HIP_SUCCESS => Ok(()),
-            e => Err(Error(format!(
+            e => Err(Error::new(format!(
                 "hipMemcpy to the device failed with HIP error {e}"
+            ))),
+        }
+    }
+}
+
+impl DevBuf<'_> {
+    fn download(&self) -> Result<Vec<u8>> {
+        let mut host = vec![0u8; self.bytes];
+        // SAFETY: both regions are self.bytes long.
+        match unsafe {
+            (self.hip.memcpy)(
+                host.as_mut_ptr().cast(),
+                self.ptr,
+                self.bytes,
+                HIP_MEMCPY_DEVICE_TO_HOST,
+            )
+        } {
+            HIP_SUCCESS => Ok(host),
+            e => Err(Error::new(format!(
+                "hipMemcpy from the device failed with HIP error {e}"
             ))),
         }
     }
@@ -298,15 +399,29 @@ pub fn f32_to_f16(f: f32) -> u16 {
     h as u16
 }
 
+/// One set of operands for a problem.
+struct Operands<'a> {
+    a: DevBuf<'a>,
+    b: DevBuf<'a>,
+    c: DevBuf<'a>,
+    d: DevBuf<'a>,
+}
+
+/// Bytes of operands a timed sample rotates through, so no call finds its inputs in a
+/// cache the previous call warmed (more than the largest last-level cache, MI300's 256 MiB
+/// Infinity Cache).
+pub const DEFAULT_ROTATE_BYTES: usize = 512 << 20;
+/// At most this many operand sets per problem.
+const MAX_SETS: usize = 8;
+
 /// Device buffers and scalars for one problem, ready to run many times.
 pub struct Problem<'a> {
     lib: &'a Library,
     handle: RocHandle<'a>,
     pub key: ProblemKey,
-    a: DevBuf<'a>,
-    b: DevBuf<'a>,
-    c: DevBuf<'a>,
-    d: DevBuf<'a>,
+    sets: Vec<Operands<'a>>,
+    /// Element counts of A, B, C, D (one set).
+    counts: [usize; 4],
     alpha: Vec<u8>,
     beta: Vec<u8>,
 }
@@ -328,19 +443,27 @@ fn scalar(compute: Datatype, v: f64) -> Vec<u8> {
     }
 }
 
+/// The scalars every problem runs with: both terms matter, so a kernel that drops C is
+/// caught by qualification.
+pub const ALPHA: f64 = 1.0;
+pub const BETA: f64 = 0.5;
+
+/// The fill seed of operand `which` (0 A, 1 B, 2 C, 3 D) of set `set`.
+fn seed(set: usize, which: usize) -> u64 {
+    (set * 4 + which + 1) as u64
+}
+
 impl<'a> Problem<'a> {
-    /// Allocates and initialises every buffer of `key` (alpha 1, beta 0.5: both terms
-    /// matter, so a kernel that drops C is caught).
-    pub fn new(lib: &'a Library, key: ProblemKey) -> Result<Problem<'a>> {
+    /// Allocates and initialises operands for `key`: as many sets as fit in
+    /// `rotate_bytes` (at least one, at most 8).
+    pub fn new(lib: &'a Library, key: ProblemKey, rotate_bytes: usize) -> Result<Problem<'a>> {
         if key.batching == Batching::PointerArray {
-            return Err(Error(
-                "pointer-array batched problems cannot be run by the harness yet".into(),
-            ));
+            return Err(Error::new("pointer-array batched problems cannot be run by the harness yet"));
         }
         let t = key.types;
         let size = |dt: Datatype| {
             datatype_size(dt)
-                .ok_or_else(|| Error(format!("data type {dt} is not supported by the harness")))
+                .ok_or_else(|| Error::new(format!("data type {dt} is not supported by the harness")))
         };
         let cols_a = if key.trans_a == tunedblas_core::key::Trans::N {
             key.k
@@ -352,35 +475,74 @@ impl<'a> Problem<'a> {
         } else {
             key.k
         };
-        let na = elems(key.lda, cols_a, key.batch, key.stride_a);
-        let nb = elems(key.ldb, cols_b, key.batch, key.stride_b);
-        let nc = elems(key.ldc, key.n, key.batch, key.stride_c);
-        let nd = elems(key.ldd, key.n, key.batch, key.stride_d);
-        let hip = &lib.hip;
-        let a = DevBuf::new(hip, na * size(t.a)?)?;
-        let b = DevBuf::new(hip, nb * size(t.b)?)?;
-        let c = DevBuf::new(hip, nc * size(t.c)?)?;
-        let d = DevBuf::new(hip, nd * size(t.d)?)?;
-        a.upload(&fill_bytes(t.a, na, 1))?;
-        b.upload(&fill_bytes(t.b, nb, 2))?;
-        c.upload(&fill_bytes(t.c, nc, 3))?;
-        d.upload(&fill_bytes(t.d, nd, 4))?;
+        let counts = [
+            elems(key.lda, cols_a, key.batch, key.stride_a),
+            elems(key.ldb, cols_b, key.batch, key.stride_b),
+            elems(key.ldc, key.n, key.batch, key.stride_c),
+            elems(key.ldd, key.n, key.batch, key.stride_d),
+        ];
+        let types = [t.a, t.b, t.c, t.d];
+        let mut set_bytes = 0;
+        for (n, dt) in counts.iter().zip(types) {
+            set_bytes += n * size(dt)?;
+        }
+        let n_sets = (rotate_bytes / set_bytes.max(1)).clamp(1, MAX_SETS);
+        let mut sets = Vec::with_capacity(n_sets);
+        for set in 0..n_sets {
+            let buf = |which: usize| -> Result<DevBuf<'a>> {
+                let b = DevBuf::new(&lib.hip, counts[which] * size(types[which])?)?;
+                b.upload(&fill_bytes(types[which], counts[which], seed(set, which)))?;
+                Ok(b)
+            };
+            sets.push(Operands {
+                a: buf(0)?,
+                b: buf(1)?,
+                c: buf(2)?,
+                d: buf(3)?,
+            });
+        }
         Ok(Problem {
             lib,
             handle: lib.handle()?,
             key,
-            a,
-            b,
-            c,
-            d,
-            alpha: scalar(t.compute, 1.0),
-            beta: scalar(t.compute, 0.5),
+            sets,
+            counts,
+            alpha: scalar(t.compute, ALPHA),
+            beta: scalar(t.compute, BETA),
         })
     }
 
-    /// Runs once: the heuristic when `solution` is None, else that index. `flags` adds
-    /// e.g. check_solution_index.
+    /// How many operand sets the timed calls rotate through.
+    pub fn sets(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// The host copy of operand `which` (0 A, 1 B, 2 C) of the first set, as uploaded.
+    pub fn input(&self, which: usize) -> Vec<u8> {
+        let t = self.key.types;
+        let dt = [t.a, t.b, t.c, t.d][which];
+        fill_bytes(dt, self.counts[which], seed(0, which))
+    }
+
+    /// Runs the first set once and returns D as the device holds it.
+    pub fn run_and_read(&self, solution: Option<i32>) -> Result<Vec<u8>> {
+        match self.run_on(0, solution, 0) {
+            STATUS_SUCCESS => self.sets[0].d.download(),
+            st => Err(Error::new(format!(
+                "the GEMM failed with rocBLAS status {st}"
+            ))),
+        }
+    }
+
+    /// Runs the first operand set once (see [`Problem::run_on`]).
     pub fn run(&self, solution: Option<i32>, extra_flags: u32) -> Status {
+        self.run_on(0, solution, extra_flags)
+    }
+
+    /// Runs operand set `set` once: the heuristic when `solution` is None, else that
+    /// index. `extra_flags` adds e.g. check_solution_index.
+    pub fn run_on(&self, set: usize, solution: Option<i32>, extra_flags: u32) -> Status {
+        let o = &self.sets[set % self.sets.len()];
         let k = &self.key;
         let (algo, idx) = match solution {
             Some(s) => (ALGO_SOLUTION_INDEX, s),
@@ -401,17 +563,17 @@ impl<'a> Problem<'a> {
                     i(k.n),
                     i(k.k),
                     self.alpha.as_ptr().cast(),
-                    self.a.ptr,
+                    o.a.ptr,
                     t.a,
                     i(k.lda),
-                    self.b.ptr,
+                    o.b.ptr,
                     t.b,
                     i(k.ldb),
                     self.beta.as_ptr().cast(),
-                    self.c.ptr,
+                    o.c.ptr,
                     t.c,
                     i(k.ldc),
-                    self.d.ptr,
+                    o.d.ptr,
                     t.d,
                     i(k.ldd),
                     t.compute,
@@ -428,20 +590,20 @@ impl<'a> Problem<'a> {
                         i(k.n),
                         i(k.k),
                         self.alpha.as_ptr().cast(),
-                        self.a.ptr,
+                        o.a.ptr,
                         t.a,
                         i(k.lda),
                         k.stride_a,
-                        self.b.ptr,
+                        o.b.ptr,
                         t.b,
                         i(k.ldb),
                         k.stride_b,
                         self.beta.as_ptr().cast(),
-                        self.c.ptr,
+                        o.c.ptr,
                         t.c,
                         i(k.ldc),
                         k.stride_c,
-                        self.d.ptr,
+                        o.d.ptr,
                         t.d,
                         i(k.ldd),
                         k.stride_d,
@@ -460,6 +622,7 @@ impl<'a> Problem<'a> {
 
     /// The solutions the library offers for exactly this problem.
     pub fn solutions(&self) -> Result<Vec<i32>> {
+        let o = &self.sets[0];
         let k = &self.key;
         let t = k.types;
         let (ta, tb) = (k.trans_a.to_rocblas(), k.trans_b.to_rocblas());
@@ -477,20 +640,20 @@ impl<'a> Problem<'a> {
                             i(k.n),
                             i(k.k),
                             self.alpha.as_ptr().cast(),
-                            self.a.ptr,
+                            o.a.ptr,
                             t.a,
                             i(k.lda),
                             k.stride_a,
-                            self.b.ptr,
+                            o.b.ptr,
                             t.b,
                             i(k.ldb),
                             k.stride_b,
                             self.beta.as_ptr().cast(),
-                            self.c.ptr,
+                            o.c.ptr,
                             t.c,
                             i(k.ldc),
                             k.stride_c,
-                            self.d.ptr,
+                            o.d.ptr,
                             t.d,
                             i(k.ldd),
                             k.stride_d,
@@ -511,17 +674,17 @@ impl<'a> Problem<'a> {
                         i(k.n),
                         i(k.k),
                         self.alpha.as_ptr().cast(),
-                        self.a.ptr,
+                        o.a.ptr,
                         t.a,
                         i(k.lda),
-                        self.b.ptr,
+                        o.b.ptr,
                         t.b,
                         i(k.ldb),
                         self.beta.as_ptr().cast(),
-                        self.c.ptr,
+                        o.c.ptr,
                         t.c,
                         i(k.ldc),
-                        self.d.ptr,
+                        o.d.ptr,
                         t.d,
                         i(k.ldd),
                         t.compute,
@@ -536,7 +699,7 @@ impl<'a> Problem<'a> {
         let mut count = 0i32;
         let st = query(std::ptr::null_mut(), &mut count);
         if st != STATUS_SUCCESS {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "get_solutions failed with rocBLAS status {st}"
             )));
         }
@@ -544,7 +707,7 @@ impl<'a> Problem<'a> {
         let mut size = count;
         let st = query(list.as_mut_ptr(), &mut size);
         if st != STATUS_SUCCESS {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "get_solutions failed with rocBLAS status {st}"
             )));
         }
@@ -552,8 +715,9 @@ impl<'a> Problem<'a> {
         Ok(list)
     }
 
-    /// Milliseconds for `calls` back-to-back runs between two events, with no sync between
-    /// calls (the launch-bound mode; on refblas events read a host clock).
+    /// Milliseconds per call over `calls` back-to-back runs between two events, rotating
+    /// through the operand sets, with no sync between calls (the launch-bound mode; on
+    /// refblas events read a host clock).
     pub fn time(&self, solution: Option<i32>, calls: usize) -> Result<f64> {
         let hip = &self.lib.hip;
         let mut start: HipEvent = std::ptr::null_mut();
@@ -565,8 +729,8 @@ impl<'a> Problem<'a> {
             (hip.event_record)(start, std::ptr::null_mut());
         }
         let mut status = STATUS_SUCCESS;
-        for _ in 0..calls {
-            status = self.run(solution, 0);
+        for call in 0..calls {
+            status = self.run_on(call, solution, 0);
             if status != STATUS_SUCCESS {
                 break;
             }
@@ -581,7 +745,7 @@ impl<'a> Problem<'a> {
             (hip.event_destroy)(stop);
         }
         if status != STATUS_SUCCESS {
-            return Err(Error(format!(
+            return Err(Error::new(format!(
                 "the GEMM failed with rocBLAS status {status}"
             )));
         }

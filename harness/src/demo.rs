@@ -11,18 +11,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use tunedblas_core::identity;
-use tunedblas_core::key::ProblemKey;
-use tunedblas_core::registry::{Entry, Registry};
-use tunedblas_core::tunableop::{self, KeyParse, ResultsFile, Row, Solution};
+use tunedblas_core::registry::Registry;
 
 use crate::backend::{Error, Library, Result};
-use crate::tune;
+use crate::campaign;
+use crate::curate::Rules;
+use crate::tune::Method;
+use crate::verify;
 use crate::workload::{self, Report};
-
-/// Adopt a tuned solution only when it beats the heuristic by this much (and by more than
-/// the measured spread): the seed's 3% rule.
-const MARGIN: f64 = 0.03;
 
 pub struct Options {
     pub dir: Option<PathBuf>,
@@ -31,7 +27,7 @@ pub struct Options {
 
 fn artifact(name: &str) -> Result<PathBuf> {
     Library::beside_exe(name).ok_or_else(|| {
-        Error(format!("{name} is not beside the tunedblas binary; build the workspace first: cargo build --release --workspace"))
+        Error::new(format!("{name} is not beside the tunedblas binary; build the workspace first: cargo build --release --workspace"))
     })
 }
 
@@ -54,7 +50,7 @@ fn run_workload(
 ) -> Result<(Report, Stats, String)> {
     let preload = artifact("libtunedblas.so")?;
     let exe = std::env::current_exe()
-        .map_err(|e| Error(format!("cannot find the tunedblas binary: {e}")))?;
+        .map_err(|e| Error::new(format!("cannot find the tunedblas binary: {e}")))?;
     let stats_path = dir.join(format!("stats-{tag}.json"));
     let out = Command::new(exe)
         .args(["workload", "--lib"])
@@ -68,52 +64,26 @@ fn run_workload(
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_DISABLE")
         .output()
-        .map_err(|e| Error(format!("cannot start the workload: {e}")))?;
+        .map_err(|e| Error::new(format!("cannot start the workload: {e}")))?;
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(Error(format!(
+        return Err(Error::new(format!(
             "the workload failed ({}):\n{log}",
             out.status
         )));
     }
     let report: Report = serde_json::from_slice(&out.stdout)
-        .map_err(|e| Error(format!("the workload printed no report ({e}):\n{log}")))?;
+        .map_err(|e| Error::new(format!("the workload printed no report ({e}):\n{log}")))?;
     let stats = std::fs::read(&stats_path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .ok_or_else(|| {
-            Error(format!(
+            Error::new(format!(
                 "the interposer wrote no stats to {}:\n{log}",
                 stats_path.display()
             ))
         })?;
     Ok((report, stats, log))
-}
-
-/// Distinct keys in every miss log under `dir` (PyTorch untuned-file lines).
-pub fn recorded_misses(dir: &Path) -> Vec<ProblemKey> {
-    let mut keys = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    files.sort();
-    for f in files.iter().filter(|f| {
-        let name = f.to_string_lossy();
-        name.ends_with(".csv") && !name.ends_with(".counts.csv")
-    }) {
-        for line in std::fs::read_to_string(f).unwrap_or_default().lines() {
-            let mut fields = line.splitn(3, ',');
-            let (Some(op), Some(sig)) = (fields.next(), fields.next()) else {
-                continue;
-            };
-            if let KeyParse::Key(k) = tunableop::parse_key(op.trim(), sig.trim()) {
-                if !keys.contains(&k) {
-                    keys.push(k);
-                }
-            }
-        }
-    }
-    keys
 }
 
 fn indent(log: &str) -> String {
@@ -128,95 +98,69 @@ pub fn run(opts: Options) -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     let lib_dir = dir.join("lib");
     std::fs::create_dir_all(&lib_dir)
-        .map_err(|e| Error(format!("cannot create {}: {e}", lib_dir.display())))?;
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", lib_dir.display())))?;
     // refblas's 5.x flavour stands in for rocBLAS 5 (ROCm 7): large negative Tensile ids.
     let lib = lib_dir.join("librocblas.so.5");
     std::fs::copy(artifact("librocblas_v5.so")?, &lib)
-        .map_err(|e| Error(format!("cannot copy refblas: {e}")))?;
+        .map_err(|e| Error::new(format!("cannot copy refblas: {e}")))?;
     println!("tunedblas demo in {}", dir.display());
     println!("workload: {} linear layers x {} token counts (decode, MTP verify, 256/512-token chunks, chunk+decode)", workload::LAYERS.len(), workload::STEPS.len());
 
     std::fs::create_dir_all(dir.join("profiles"))
-        .map_err(|e| Error(format!("cannot create the profile folder: {e}")))?;
+        .map_err(|e| Error::new(format!("cannot create the profile folder: {e}")))?;
     Registry::new()
         .save_atomic(&dir.join("profiles/profiles.json"))
-        .map_err(|e| Error(e.to_string()))?;
+        .map_err(|e| Error::new(e.to_string()))?;
     println!("\n1. run the workload under the preload, no profile yet");
     let (before, stats_before, log) = run_workload(&dir, &lib, opts.passes, "before")?;
     print!("{}", indent(&log));
 
-    let keys = recorded_misses(&dir.join("misses"));
-    println!(
-        "\n2. tune the {} recorded shapes (heuristic vs every solution, interleaved, median of 5)",
-        keys.len()
-    );
-    let tuning = Library::load(&lib, None)?;
-    let version = tuning.version().unwrap_or_else(|| "unknown".into());
-    let mut rows = Vec::new();
-    let (mut adopted, mut defaults) = (0, 0);
-    for (i, key) in keys.iter().enumerate() {
-        let m = tune::measure(&tuning, *key, 5)?;
-        let (op, sig) = tunableop::op_and_signature(key);
-        let best = m.best();
-        let (solution, ms, verdict) = match best {
-            Some((s, ms)) if ms < m.heuristic_ms * (1.0 - MARGIN.max(m.spread)) => {
-                adopted += 1;
-                (
-                    Solution::Rocblas(s),
-                    ms,
-                    format!("{:+.0}%", (ms / m.heuristic_ms - 1.0) * 100.0),
-                )
-            }
-            _ => {
-                defaults += 1;
-                (
-                    Solution::Default,
-                    m.heuristic_ms,
-                    "no solution beats it by 3% and the spread".to_string(),
-                )
-            }
-        };
-        println!(
-            "    [{:>2}/{}] {op},{sig}: heuristic {:.3} ms, best solution {:.3} ms -> {} ({verdict})",
-            i + 1,
-            keys.len(),
-            m.heuristic_ms,
-            best.map_or(f64::NAN, |b| b.1),
-            tunableop::solution_text(&solution)
-        );
-        rows.push(Row::new(*key, solution, Some(ms)));
-    }
+    println!("\n2. tune the recorded shapes: heuristic vs every solution, then heuristic / current / new best interleaved; qualify adoptions on every device");
+    let summary = campaign::run(&campaign::Options {
+        lib: lib.clone(),
+        hip: None,
+        profiles: dir.join("profiles"),
+        name: None,
+        arch: Some("refblas-cpu".into()),
+        inputs: vec![dir.join("misses")],
+        specs: vec![],
+        retune: false,
+        devices: vec![0],
+        shard: None,
+        fresh: true,
+        ranks: None,
+        method: Method {
+            trials: 5,
+            max_trials: 15,
+            // The demo's operands are small; 64 MiB rotates 8 sets of nearly all of them.
+            rotate_bytes: 64 << 20,
+            ..Method::default()
+        },
+        rules: Rules::default(),
+        json: false,
+        quiet: false,
+    })?;
 
-    println!("\n3. write the profile for this build");
-    let sha = identity::sha256_file(&lib)
-        .map_err(|e| Error(format!("cannot hash {}: {e}", lib.display())))?;
-    let name = format!("refblas-{version}");
-    let profile_dir = dir.join("profiles").join(&name);
-    std::fs::create_dir_all(&profile_dir)
-        .map_err(|e| Error(format!("cannot create {}: {e}", profile_dir.display())))?;
-    let mut results = ResultsFile::default();
-    results.set_validator("ROCBLAS_VERSION", &version);
-    results.set_validator("GCN_ARCH_NAME", "refblas-cpu");
-    results.rows = rows;
-    std::fs::write(
-        profile_dir.join("tunableop_results0.csv"),
-        results.to_text(),
-    )
-    .map_err(|e| Error(format!("cannot write the profile: {e}")))?;
-    let mut registry = Registry::new();
-    let mut entry = Entry::new(&name, &sha);
-    entry.rocblas = Some(version.clone());
-    entry.rows_per_rank = Some(results.rows.len() as u64);
-    entry.status = Some("demo".into());
-    registry.insert(&name, entry).map_err(Error)?;
-    registry
-        .save_atomic(&dir.join("profiles/profiles.json"))
-        .map_err(|e| Error(e.to_string()))?;
+    println!("\n3. verify: replay every row under the preload in a fresh process");
+    let report = verify::run(&verify::Options {
+        lib: lib.clone(),
+        profiles: dir.join("profiles"),
+        preload: None,
+        json: false,
+    })?;
+    if !report.ok {
+        return Err(Error::new(format!(
+            "verification failed: {}",
+            report.problems.join("; ")
+        )));
+    }
+    let c = &summary.counts;
     println!(
-        "    {} rows ({adopted} tuned, {defaults} Default) for rocBLAS build {} -> {}",
-        results.rows.len(),
-        &sha[..12],
-        profile_dir.display()
+        "    {} rows ({} tuned, {} Default) for rocBLAS build {}",
+        summary.rows,
+        c.new + c.replaced,
+        c.default,
+        &summary.sha256[..12]
     );
 
     println!("\n4. run the workload again, served from the profile");
@@ -261,7 +205,7 @@ pub fn run(opts: Options) -> Result<()> {
         before.gemm_ms / after.gemm_ms.max(1e-9)
     );
     if before.failures + after.failures > 0 {
-        return Err(Error(format!(
+        return Err(Error::new(format!(
             "{} GEMM calls failed",
             before.failures + after.failures
         )));

@@ -1,89 +1,205 @@
-//! Tuning one shape: every solution the library offers for it, timed against the heuristic
-//! in the same session, interleaved, medians over several trials.
+//! Tuning one shape: enumerate the library's solutions for exactly this problem, prune the
+//! hopeless ones with short probes, time the survivors, then re-measure heuristic, current
+//! row and new best in one session, interleaved, and hand the rounds to the curation rules.
 //!
-//! This is the measuring core; curation rules, qualification and campaigns build on it.
+//! Every timed sample is many back-to-back calls between two events with no sync in
+//! between (launch-bound mode): a small-M GEMM runs in microseconds, and a sync per call
+//! would measure the sync. Calls rotate through operand sets larger than the caches.
 
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
 use tunedblas_core::key::ProblemKey;
+use tunedblas_core::tunableop::Solution;
 
 use crate::backend::{Library, Problem, Result};
+use crate::curate::{self, Decision, Evidence, Round, Rules, Verdict};
 
-/// Timings of one shape.
-#[derive(Debug, Clone)]
-pub struct Measured {
-    /// Median ms per call of the heuristic.
-    pub heuristic_ms: f64,
-    /// (solution, median ms per call), fastest first.
-    pub candidates: Vec<(i32, f64)>,
-    /// Relative spread (max-min)/median of the heuristic's trials: the noise floor.
-    pub spread: f64,
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Method {
+    /// Interleaved rounds of the final comparison (and of the survivors' timing).
+    pub trials: usize,
+    /// Undecidable after `trials`: keep adding rounds up to this many.
+    pub max_trials: usize,
+    /// A timed sample lasts about this long (ms).
+    pub sample_ms: f64,
+    /// Candidates slower than this factor times the best probe are pruned.
+    pub prune: f64,
+    /// Operand bytes the calls of a sample rotate through.
+    pub rotate_bytes: usize,
 }
 
-impl Measured {
-    pub fn best(&self) -> Option<(i32, f64)> {
-        self.candidates.first().copied()
+impl Default for Method {
+    fn default() -> Self {
+        Method {
+            trials: 7,
+            max_trials: 21,
+            sample_ms: 2.0,
+            prune: 1.5,
+            rotate_bytes: crate::backend::DEFAULT_ROTATE_BYTES,
+        }
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// What tuning one shape found, with the evidence behind the verdict.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tuned {
+    /// Solutions the library offered for this exact problem.
+    pub offered: usize,
+    /// Candidates that survived the probes.
+    pub survivors: usize,
+    /// Calls per timed sample (1 = one call between events).
+    pub calls_per_sample: usize,
+    /// Operand sets rotated through.
+    pub operand_sets: usize,
+    /// Fastest survivors with their median ms, best first (at most 5).
+    pub leaders: Vec<(i32, f64)>,
+    /// The final interleaved rounds: heuristic, current, new best.
+    pub rounds: Vec<Round>,
+    /// Relative (max - min) / median of the heuristic's own samples.
+    pub heuristic_spread: f64,
+    /// Wall time spent on probes and on full timing (s).
+    pub probe_s: f64,
+    pub timing_s: f64,
+    /// Estimated wall time pruning saved (s): the pruned candidates' full timing.
+    pub pruning_saved_s: f64,
+    pub verdict: Verdict,
 }
 
-/// Calls per timed sample so one sample lasts about `target_ms` (launch-bound shapes get
-/// many back-to-back calls between two events instead of one call per sync).
 fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
     let once = p.time(None, 1)?.max(1e-4);
-    Ok(((target_ms / once).ceil() as usize).clamp(1, 1000))
+    Ok(((target_ms / once).ceil() as usize).clamp(1, 10_000))
 }
 
-/// Measures the heuristic and every offered solution of `key`, interleaved over `trials`.
-pub fn measure(lib: &Library, key: ProblemKey, trials: usize) -> Result<Measured> {
-    let p = Problem::new(lib, key)?;
-    let solutions = p.solutions()?;
-    p.run(None, 0); // warm-up: caches, lazy initialisation
-    let calls = calls_for(&p, 2.0)?;
-    // Prune: one short probe each; anything over 1.5x the best probe is hopeless.
+/// Tunes `key`; `current` is this build's row for it, if any.
+pub fn tune(
+    lib: &Library,
+    key: ProblemKey,
+    current: Option<&Solution>,
+    method: &Method,
+    rules: &Rules,
+) -> Result<Tuned> {
+    let p = Problem::new(lib, key, method.rotate_bytes)?;
+    let offered = p.solutions()?;
+    p.time(None, 2)?; // warm-up: lazy initialisation, code and caches
+    let calls = calls_for(&p, method.sample_ms)?;
+
+    // Probe: one short sample each; whatever is far behind the best is hopeless.
+    let started = Instant::now();
+    let probe_calls = calls.div_ceil(4);
     let mut probes: Vec<(i32, f64)> = Vec::new();
-    for &s in &solutions {
-        if let Ok(ms) = p.time(Some(s), calls) {
+    for &s in &offered {
+        if let Ok(ms) = p.time(Some(s), probe_calls) {
             probes.push((s, ms));
         }
     }
     let floor = probes.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
-    let survivors: Vec<i32> = probes
+    let (keep, pruned): (Vec<&(i32, f64)>, Vec<&(i32, f64)>) =
+        probes.iter().partition(|x| x.1 <= floor * method.prune);
+    let probe_s = started.elapsed().as_secs_f64();
+    let pruning_saved_s = pruned
         .iter()
-        .filter(|x| x.1 <= floor * 1.5)
-        .map(|x| x.0)
-        .collect();
-    let mut heur = Vec::with_capacity(trials);
-    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(trials); survivors.len()];
-    for _ in 0..trials.max(1) {
-        heur.push(p.time(None, calls)?);
-        for (i, &s) in survivors.iter().enumerate() {
+        .map(|x| x.1 * (calls * method.trials) as f64 / 1e3)
+        .sum();
+
+    // Time the survivors, interleaved, to find the new best.
+    let started = Instant::now();
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); keep.len()];
+    for _ in 0..method.trials.max(1) {
+        for (i, &&(s, _)) in keep.iter().enumerate() {
             samples[i].push(p.time(Some(s), calls)?);
         }
     }
-    let heuristic_ms = median(&mut heur.clone());
-    let spread = (heur.iter().cloned().fold(f64::MIN, f64::max)
-        - heur.iter().cloned().fold(f64::MAX, f64::min))
-        / heuristic_ms;
-    let mut candidates: Vec<(i32, f64)> = survivors
+    let mut leaders: Vec<(i32, f64)> = keep
         .iter()
-        .zip(samples.iter_mut())
-        .map(|(&s, v)| (s, median(v)))
+        .zip(&samples)
+        .map(|(&&(s, _), v)| (s, curate::median(v)))
         .collect();
-    candidates.sort_by(|a, b| a.1.total_cmp(&b.1));
-    Ok(Measured {
-        heuristic_ms,
-        candidates,
-        spread,
+    leaders.sort_by(|a, b| a.1.total_cmp(&b.1));
+    leaders.truncate(5);
+    let new = leaders.first().map(|x| x.0);
+
+    // The current row's solution; one that no longer runs on this build is dropped.
+    let current_id = match current {
+        Some(Solution::Rocblas(id)) => Some(*id),
+        _ => None,
+    };
+    if let Some(id) = current_id {
+        if let Err(e) = p.time(Some(id), 1) {
+            let mut verdict = curate::decide(
+                &Evidence {
+                    rounds: vec![],
+                    current: None,
+                    new: None,
+                },
+                rules,
+            );
+            verdict.decision = Decision::Drop;
+            verdict.row = rules.keep_default.then_some(Solution::Default);
+            verdict.reason = format!("the current row's solution {id} fails on this build: {e}");
+            return Ok(Tuned {
+                offered: offered.len(),
+                survivors: keep.len(),
+                calls_per_sample: calls,
+                operand_sets: p.sets(),
+                leaders,
+                rounds: vec![],
+                heuristic_spread: f64::NAN,
+                probe_s,
+                timing_s: started.elapsed().as_secs_f64(),
+                pruning_saved_s,
+                verdict,
+            });
+        }
+    }
+
+    // The final comparison: heuristic, current, new best, A B C A B C ..., extended while
+    // undecidable.
+    let mut rounds = Vec::new();
+    let verdict = loop {
+        for _ in 0..method.trials.max(1) {
+            let heuristic = p.time(None, calls)?;
+            let current = match current_id {
+                Some(id) => Some(p.time(Some(id), calls)?),
+                None => None,
+            };
+            let new = match new {
+                Some(s) => Some(p.time(Some(s), calls)?),
+                None => None,
+            };
+            rounds.push(Round {
+                heuristic,
+                current,
+                new,
+            });
+        }
+        let v = curate::decide(
+            &Evidence {
+                rounds: rounds.clone(),
+                current: current.cloned(),
+                new,
+            },
+            rules,
+        );
+        if v.decision != Decision::Undecidable || rounds.len() >= method.max_trials {
+            break v;
+        }
+    };
+    let h: Vec<f64> = rounds.iter().map(|r| r.heuristic).collect();
+    let (lo, hi) = h
+        .iter()
+        .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    Ok(Tuned {
+        offered: offered.len(),
+        survivors: keep.len(),
+        calls_per_sample: calls,
+        operand_sets: p.sets(),
+        leaders,
+        heuristic_spread: (hi - lo) / curate::median(&h),
+        rounds,
+        probe_s,
+        timing_s: started.elapsed().as_secs_f64(),
+        pruning_saved_s,
+        verdict,
     })
 }

@@ -78,7 +78,7 @@ pub fn run(lib_path: &Path, passes: usize) -> Result<Report> {
     let lib = Library::load_as_host(lib_path)?;
     let problems: Vec<Problem> = keys()
         .into_iter()
-        .map(|(k, _)| Problem::new(&lib, k))
+        .map(|(k, _)| Problem::new(&lib, k, 0))
         .collect::<Result<_>>()?;
     let mut report = Report {
         calls: 0,

@@ -115,6 +115,18 @@ pub fn no_compute() -> bool {
     })
 }
 
+/// `REFBLAS_FAULTY_SOLUTION=<id>`, read once: that solution index runs, succeeds and
+/// traces, but leaves D unwritten, like a kernel with a numerics bug. Lets tests prove
+/// that qualification catches wrong results.
+pub fn faulty_solution() -> Option<i32> {
+    static FAULTY: OnceLock<Option<i32>> = OnceLock::new();
+    *FAULTY.get_or_init(|| {
+        std::env::var("REFBLAS_FAULTY_SOLUTION")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
 /// A GEMM as the exports run it: [`run`] with the process settings, then the trace.
 ///
 /// # Safety
@@ -148,7 +160,10 @@ pub unsafe fn run(
     if call.flags & FLAG_CHECK_SOLUTION_INDEX != 0 {
         return Ok(Outcome::Checked(choice));
     }
-    if compute {
+    let solution = flavour
+        .solution_id(combo, choice.kernel)
+        .expect("a resolved kernel has an index in its flavour");
+    if compute && faulty_solution() != Some(solution) {
         match combo {
             Combo::HalfF32 => execute::<combo::HalfF32>(choice, call)?,
             Combo::HalfF16 => execute::<combo::HalfF16>(choice, call)?,
@@ -157,9 +172,6 @@ pub unsafe fn run(
             Combo::F64 => execute::<combo::F64>(choice, call)?,
         }
     }
-    let solution = flavour
-        .solution_id(combo, choice.kernel)
-        .expect("a resolved kernel has an index in its flavour");
     Ok(Outcome::Ran(Executed {
         func: call.func,
         solution,

@@ -18,7 +18,7 @@
 //! - [`exports`]: the C shims and the export macro.
 //!
 //! Environment: `REFBLAS_TRACE=<file>`, `REFBLAS_NO_COMPUTE=1`, `REFBLAS_DEVICES=<n>` (default 4),
-//! each read once.
+//! `REFBLAS_FAULTY_SOLUTION=<id>` (that solution leaves D unwritten), each read once.
 
 pub mod combo;
 pub mod exports;

@@ -1,0 +1,601 @@
+//! `tunedblas tune`: a campaign from recorded shapes to a curated, qualified profile for the
+//! exact library build that was loaded.
+//!
+//! Shapes are tuned one worker per device. Each finished shape is appended to a checkpoint
+//! in the profile folder and synced before the next starts, so a killed campaign resumes
+//! where it stopped; the profile itself is written once, at the end, atomically.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tunedblas_core::key::ProblemKey;
+use tunedblas_core::tunableop::{self, KeyParse, Row, Solution};
+
+use crate::backend::{Error, Library, Result};
+use crate::curate::{Decision, Rules};
+use crate::progress::Progress;
+use crate::qualify;
+use crate::shapes::{self, Shape};
+use crate::store::{self, Build, Folder, Store};
+use crate::tune::{self, Method, Tuned};
+
+pub struct Options {
+    pub lib: PathBuf,
+    pub hip: Option<PathBuf>,
+    pub profiles: PathBuf,
+    pub name: Option<String>,
+    pub arch: Option<String>,
+    pub inputs: Vec<PathBuf>,
+    pub specs: Vec<String>,
+    /// Also re-tune every row the build's profile has.
+    pub retune: bool,
+    pub devices: Vec<i32>,
+    /// (i, n): tune only the shapes with index % n == i.
+    pub shard: Option<(usize, usize)>,
+    /// Discard an unfinished campaign with other inputs instead of refusing.
+    pub fresh: bool,
+    /// Rank files to write; None: one per device the runtime sees.
+    pub ranks: Option<usize>,
+    pub method: Method,
+    pub rules: Rules,
+    pub json: bool,
+    /// Print nothing but errors (the caller reports).
+    pub quiet: bool,
+}
+
+/// One finished shape: what the checkpoint holds, one JSON line each.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Outcome {
+    /// `op_name,params_signature` of the shape.
+    pub shape: String,
+    pub calls: u64,
+    pub device: i32,
+    pub tuned: Option<Tuned>,
+    /// Why the shape could not be tuned.
+    pub error: Option<String>,
+    /// Why an adopted solution failed qualification (the adoption is then undone).
+    pub rejected: Option<String>,
+}
+
+impl Outcome {
+    pub fn key(&self) -> Option<ProblemKey> {
+        let (op, sig) = self.shape.split_once(',')?;
+        match tunableop::parse_key(op, sig) {
+            KeyParse::Key(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The decision as reported: a qualification failure or an error wins.
+    pub fn decision_word(&self) -> &'static str {
+        if self.error.is_some() {
+            "failed"
+        } else if self.rejected.is_some() {
+            "rejected"
+        } else {
+            self.tuned
+                .as_ref()
+                .map_or("failed", |t| t.verdict.decision.word())
+        }
+    }
+}
+
+/// The first checkpoint line: what the campaign was started with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Header {
+    started: String,
+    build: String,
+    /// Every shape of this campaign (after sharding), in order.
+    shapes: Vec<String>,
+}
+
+/// Counts of a finished campaign.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counts {
+    pub shapes: usize,
+    pub new: usize,
+    pub replaced: usize,
+    pub kept: usize,
+    pub dropped: usize,
+    pub default: usize,
+    pub undecidable: usize,
+    pub rejected: usize,
+    pub failed: usize,
+}
+
+/// What `tune` produced.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub profile: String,
+    pub dir: PathBuf,
+    pub sha256: String,
+    pub rocblas: String,
+    pub rows: usize,
+    pub counts: Counts,
+    pub resumed: usize,
+    pub seconds: f64,
+    pub pruning_saved_s: f64,
+    pub outcomes: Vec<Outcome>,
+}
+
+fn key_text(k: &ProblemKey) -> String {
+    let (op, sig) = tunableop::op_and_signature(k);
+    format!("{op},{sig}")
+}
+
+/// `TN f16 4096x1024` style label: layout, type, (rocBLAS m x k), the seed's (N, K).
+pub fn shape_label(k: &ProblemKey) -> String {
+    format!(
+        "{}{} {} {}x{}{}",
+        k.trans_a.letter(),
+        k.trans_b.letter(),
+        tunableop::short_type_name(k.types.a),
+        k.m,
+        k.k,
+        if k.batch > 1 {
+            format!(" b{}", k.batch)
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn checkpoint_path(folder: &Folder) -> PathBuf {
+    folder.dir.join(".campaign.partial.jsonl")
+}
+
+/// Reads an unfinished campaign's checkpoint: its header and the shapes it finished. A
+/// torn last line (killed mid-write) is ignored; that shape is simply tuned again.
+fn read_checkpoint(path: &Path) -> Result<Option<(Header, Vec<Outcome>)>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::new(format!("cannot read {}: {e}", path.display()))),
+    };
+    let mut lines = text.lines();
+    let Some(header) = lines.next().and_then(|l| serde_json::from_str::<Header>(l).ok()) else {
+        return Ok(None);
+    };
+    let done = lines
+        .filter_map(|l| serde_json::from_str::<Outcome>(l).ok())
+        .collect();
+    Ok(Some((header, done)))
+}
+
+/// Appends one line and syncs it: after this returns the shape survives a kill.
+fn append_line(file: &mut std::fs::File, line: &str, path: &Path) -> Result<()> {
+    file.write_all(format!("{line}\n").as_bytes())
+        .and_then(|_| file.sync_data())
+        .map_err(|e| Error::new(format!("cannot write the checkpoint {}: {e}", path.display())))
+}
+
+fn fmt_ms(x: Option<f64>) -> String {
+    x.filter(|v| v.is_finite())
+        .map_or("-".into(), |v| format!("{v:.4}"))
+}
+
+fn table_header() -> String {
+    format!(
+        "{:<24} {:<6} {:>8} {:>8} {:>8} {:>7} {:<11} reason",
+        "shape", "M", "heur ms", "cur ms", "new ms", "delta", "decision"
+    )
+}
+
+fn outcome_line(o: &Outcome) -> String {
+    let key = o.key();
+    let label = key.as_ref().map_or(o.shape.clone(), shape_label);
+    let m = key.map_or(0, |k| k.n);
+    match (&o.tuned, &o.error) {
+        (_, Some(e)) => format!("{label:<24} {m:<6} {:>35} failed      {e}", ""),
+        (Some(t), None) => {
+            let v = &t.verdict;
+            format!(
+                "{label:<24} {m:<6} {:>8} {:>8} {:>8} {:>7} {:<11} {}",
+                fmt_ms(Some(v.heuristic_ms)),
+                fmt_ms(v.current_ms),
+                fmt_ms(v.new_ms),
+                v.delta
+                    .filter(|d| d.is_finite())
+                    .map_or("-".into(), |d| format!("{:+.1}%", d * 100.0)),
+                o.decision_word(),
+                o.rejected.as_deref().unwrap_or(&v.reason)
+            )
+        }
+        (None, None) => format!("{label:<24} {m:<6} {:>35} failed", ""),
+    }
+}
+
+/// Tunes shapes on one device until the queue is empty.
+fn worker(
+    lib: &Library,
+    device: i32,
+    queue: &[Shape],
+    next: &AtomicUsize,
+    current: &HashMap<ProblemKey, Solution>,
+    opts: &Options,
+    tx: mpsc::Sender<Outcome>,
+) {
+    let ready = lib.set_device(device);
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(shape) = queue.get(i) else { break };
+        let mut outcome = Outcome {
+            shape: key_text(&shape.key),
+            calls: shape.calls,
+            device,
+            tuned: None,
+            error: None,
+            rejected: None,
+        };
+        match &ready {
+            Err(e) => outcome.error = Some(e.msg.clone()),
+            Ok(()) => match tune::tune(
+                lib,
+                shape.key,
+                current.get(&shape.key),
+                &opts.method,
+                &opts.rules,
+            ) {
+                Ok(t) => outcome.tuned = Some(t),
+                Err(e) => outcome.error = Some(e.msg),
+            },
+        }
+        if tx.send(outcome).is_err() {
+            break;
+        }
+    }
+}
+
+/// Runs a campaign; see the module docs.
+pub fn run(opts: &Options) -> Result<Summary> {
+    let started = Instant::now();
+    let lib = Library::load(&opts.lib, opts.hip.as_deref())?;
+    let device_count = lib.device_count()?;
+    let devices = if opts.devices.is_empty() {
+        vec![0]
+    } else {
+        opts.devices.clone()
+    };
+    for &d in &devices {
+        if d < 0 || d >= device_count {
+            return Err(Error::new(format!(
+                "--devices names device {d}, but the runtime sees {device_count} (0..{})",
+                device_count - 1
+            )));
+        }
+    }
+    let build = Build::of(&lib, &opts.lib, opts.arch.as_deref())?;
+    let store = Store::open(&opts.profiles)?;
+    let folder = store.folder_for(&build, opts.name.as_deref())?;
+    let mut results = store.read_rows(&folder)?;
+    let mut build = build;
+    if opts.arch.is_none() {
+        if let Some(a) = results.validator("GCN_ARCH_NAME") {
+            build.arch = a.to_string();
+        }
+    }
+    let current: HashMap<ProblemKey, Solution> = results
+        .rows
+        .iter()
+        .map(|r| (r.key, r.solution.clone()))
+        .collect();
+
+    let spec_refs: Vec<&str> = opts.specs.iter().map(String::as_str).collect();
+    let mut inputs = opts.inputs.clone();
+    let imported = folder.dir.join(store::IMPORTED_FILE);
+    if opts.retune && imported.is_file() {
+        inputs.push(imported.clone());
+    }
+    let mut collected = shapes::collect(&inputs, &spec_refs)?;
+    if opts.retune {
+        let known: std::collections::HashSet<ProblemKey> =
+            collected.shapes.iter().map(|s| s.key).collect();
+        for r in &results.rows {
+            if !known.contains(&r.key) {
+                collected.shapes.push(Shape {
+                    key: r.key,
+                    calls: 0,
+                });
+            }
+        }
+        collected.sources.push(format!("--retune {}", folder.name));
+    }
+    if !opts.quiet && !collected.skipped.is_empty() {
+        eprintln!(
+            "tunedblas: skipped {} input lines that name no servable shape; the first: {}",
+            collected.skipped.len(),
+            collected.skipped[0]
+        );
+    }
+    let mut shapes = collected.shapes;
+    shapes.sort_by_key(|s| key_text(&s.key));
+    if let Some((i, n)) = opts.shard {
+        shapes = shapes
+            .into_iter()
+            .enumerate()
+            .filter(|(j, _)| j % n == i)
+            .map(|(_, s)| s)
+            .collect();
+    }
+    if shapes.is_empty() {
+        return Err(Error::new("no shapes to tune: give miss logs, untuned or results files, --shape, or --retune"));
+    }
+
+    // Resume, or start a checkpoint.
+    std::fs::create_dir_all(&folder.dir)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
+    let cp_path = checkpoint_path(&folder);
+    let header = Header {
+        started: store::utc_now(),
+        build: build.sha256.clone(),
+        shapes: shapes.iter().map(|s| key_text(&s.key)).collect(),
+    };
+    let mut done: Vec<Outcome> = Vec::new();
+    let mut started_at = header.started.clone();
+    match read_checkpoint(&cp_path)? {
+        Some((old, finished)) if old.build == header.build && old.shapes == header.shapes => {
+            started_at = old.started.clone();
+            done = finished;
+        }
+        Some(_) if !opts.fresh => {
+            return Err(Error::new(format!(
+                "an unfinished campaign with other shapes is in {}; rerun it with the same inputs to finish it, or pass --fresh to discard it",
+                cp_path.display()
+            )));
+        }
+        _ => {}
+    }
+    let resumed = done.len();
+    let mut cp = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&cp_path)
+        .map_err(|e| Error::new(format!("cannot open {}: {e}", cp_path.display())))?;
+    if resumed == 0 {
+        cp.set_len(0)
+            .map_err(|e| Error::new(format!("cannot reset {}: {e}", cp_path.display())))?;
+        let mut h = header.clone();
+        h.started = started_at.clone();
+        append_line(&mut cp, &serde_json::to_string(&h).expect("plain struct"), &cp_path)?;
+    }
+    let finished: std::collections::HashSet<String> =
+        done.iter().map(|o| o.shape.clone()).collect();
+    let queue: Vec<Shape> = shapes
+        .iter()
+        .filter(|s| !finished.contains(&key_text(&s.key)))
+        .cloned()
+        .collect();
+
+    let human = !opts.json && !opts.quiet;
+    if human {
+        println!(
+            "tuning {} shapes for rocBLAS {} (build {}) on device{} {} -> {}",
+            shapes.len(),
+            build.version,
+            build.short(),
+            if devices.len() > 1 { "s" } else { "" },
+            devices
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            folder.dir.display()
+        );
+        if resumed > 0 {
+            println!(
+                "resuming: {resumed} of {} shapes were finished before; {} to go",
+                shapes.len(),
+                queue.len()
+            );
+        }
+        println!("rules:");
+        for r in opts.rules.describe() {
+            println!("  - {r}");
+        }
+        println!("\n          {}", table_header());
+    }
+
+    // Tune, one worker per device; this thread checkpoints and reports.
+    let mut progress = Progress::new(shapes.len(), resumed, !opts.quiet);
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| -> Result<()> {
+        for &d in &devices {
+            let tx = tx.clone();
+            let (lib, queue, next, current) = (&lib, &queue, &next, &current);
+            scope.spawn(move || worker(lib, d, queue, next, current, opts, tx));
+        }
+        drop(tx);
+        for outcome in rx {
+            append_line(
+                &mut cp,
+                &serde_json::to_string(&outcome).expect("plain struct"),
+                &cp_path,
+            )?;
+            progress.advance(&outcome.key().map_or(outcome.shape.clone(), |k| {
+                format!("{} M={}", shape_label(&k), k.n)
+            }));
+            if human {
+                progress.println(&format!(
+                    "[{:>3}/{}] {}",
+                    progress.done(),
+                    shapes.len(),
+                    outcome_line(&outcome)
+                ));
+            }
+            done.push(outcome);
+        }
+        Ok(())
+    })?;
+    progress.finish();
+
+    // Qualify every adoption on every device before it reaches a profile.
+    let qual_devices: Vec<i32> = (0..device_count).collect();
+    for o in done.iter_mut() {
+        let adopted = o
+            .tuned
+            .as_ref()
+            .filter(|t| t.verdict.decision == Decision::Adopt)
+            .and_then(|t| match t.verdict.row {
+                Some(Solution::Rocblas(id)) => Some(id),
+                _ => None,
+            });
+        if let (Some(id), Some(key), None) = (adopted, o.key(), &o.rejected) {
+            if let Err(why) = qualify::qualify(&lib, key, id, &qual_devices) {
+                o.rejected = Some(format!("solution {id} failed qualification {why}"));
+            }
+        }
+    }
+
+    // Apply the verdicts to the profile's rows.
+    let order: HashMap<String, usize> = header
+        .shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), i))
+        .collect();
+    done.sort_by_key(|o| order.get(&o.shape).copied().unwrap_or(usize::MAX));
+    // Report in the seed's order: by (N, K) pair, then token count.
+    done.sort_by_key(|o| o.key().map(|k| (k.types, k.trans_a, k.trans_b, k.m, k.k, k.n, k.batch)));
+    let mut counts = Counts {
+        shapes: done.len(),
+        ..Counts::default()
+    };
+    let mut saved = 0.0;
+    for o in &done {
+        let Some(key) = o.key() else { continue };
+        let cur = current.get(&key);
+        let Some(t) = &o.tuned else {
+            counts.failed += 1;
+            continue;
+        };
+        saved += t.pruning_saved_s;
+        if o.rejected.is_some() {
+            counts.rejected += 1;
+            continue; // what was there stays
+        }
+        let v = &t.verdict;
+        match v.decision {
+            Decision::Adopt if matches!(cur, Some(Solution::Rocblas(_))) => counts.replaced += 1,
+            Decision::Adopt => counts.new += 1,
+            Decision::Keep => counts.kept += 1,
+            Decision::Drop => counts.dropped += 1,
+            Decision::Default => counts.default += 1,
+            Decision::Undecidable => counts.undecidable += 1,
+        }
+        let time = match v.decision {
+            Decision::Adopt => v.new_ms,
+            Decision::Keep | Decision::Undecidable => v.current_ms.or(Some(v.heuristic_ms)),
+            _ => Some(v.heuristic_ms),
+        };
+        results.rows.retain(|r| r.key != key);
+        if let Some(sol) = &v.row {
+            results.rows.push(Row::new(key, sol.clone(), time));
+        }
+    }
+    results.rows.sort_by_key(|r| key_text(&r.key));
+
+    let ranks = opts.ranks.unwrap_or(device_count.max(1) as usize);
+    store.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
+    let campaign = json!({
+        "kind": "tune",
+        "started": started_at,
+        "finished": store::utc_now(),
+        "library": build.path.file_name().map(|f| f.to_string_lossy().into_owned()),
+        "sources": collected.sources,
+        "imported": collected.imported.iter().map(|(file, version, rows)| json!({
+            "file": file,
+            "rocblas": version,
+            "rows": rows,
+            "ids": if version.as_deref() == Some(build.version.as_str()) {
+                "not reused: current rows come from this build's profile"
+            } else {
+                "not reused: tuned on another build"
+            },
+        })).collect::<Vec<Value>>(),
+        "shard": opts.shard.map(|(i, n)| format!("{i}/{n}")),
+        "devices": devices,
+        "qualified_on": qual_devices,
+        "method": opts.method,
+        "rules": {"margin": opts.rules.margin, "keep_default": opts.rules.keep_default, "text": opts.rules.describe()},
+        "counts": counts,
+        "rows_after": results.rows.len(),
+        "shapes": done.iter().map(|o| {
+            let v = o.tuned.as_ref().map(|t| &t.verdict);
+            json!({
+                "shape": o.shape,
+                "calls": o.calls,
+                "decision": o.decision_word(),
+                "reason": o.error.clone().or(o.rejected.clone()).or(v.map(|v| v.reason.clone())),
+                "heuristic_ms": v.map(|v| v.heuristic_ms),
+                "current_ms": v.and_then(|v| v.current_ms),
+                "new_ms": v.and_then(|v| v.new_ms),
+                "delta": v.and_then(|v| v.delta),
+                "spread": v.map(|v| v.spread).filter(|s| s.is_finite()),
+                "row": v.and_then(|v| v.row.as_ref()).map(|s| s.to_string()),
+            })
+        }).collect::<Vec<Value>>(),
+    });
+    store.record(&folder, &build, campaign)?;
+    // The checkpoint becomes the campaign's full record.
+    let record_dir = folder.dir.join("campaigns");
+    let _ = std::fs::create_dir_all(&record_dir);
+    let record = record_dir.join(format!("{}.jsonl", started_at.replace(':', "")));
+    if std::fs::rename(&cp_path, &record).is_err() {
+        let _ = std::fs::remove_file(&cp_path);
+    }
+    if opts.retune {
+        let _ = std::fs::remove_file(&imported); // tuned now: recorded in provenance
+    }
+
+    let summary = Summary {
+        profile: folder.name.clone(),
+        dir: folder.dir.clone(),
+        sha256: build.sha256.clone(),
+        rocblas: build.version.clone(),
+        rows: results.rows.len(),
+        counts,
+        resumed,
+        seconds: started.elapsed().as_secs_f64(),
+        pruning_saved_s: saved,
+        outcomes: done,
+    };
+    if human {
+        print_table(&summary);
+    }
+    Ok(summary)
+}
+
+/// The per-shape table of the seed: shape, M, heuristic, current, new, delta, decision,
+/// reason; then the counts.
+pub fn print_table(s: &Summary) {
+    println!("\n{}", table_header());
+    for o in &s.outcomes {
+        println!("{}", outcome_line(o));
+    }
+    let c = &s.counts;
+    println!(
+        "\n{} shapes: {} new, {} replaced, {} kept, {} dropped, {} default, {} undecidable, {} rejected by qualification, {} failed",
+        c.shapes, c.new, c.replaced, c.kept, c.dropped, c.default, c.undecidable, c.rejected, c.failed
+    );
+    println!(
+        "profile '{}' ({} rows per rank) for rocBLAS {} build {} in {}",
+        s.profile,
+        s.rows,
+        s.rocblas,
+        &s.sha256[..12],
+        s.dir.display()
+    );
+    println!(
+        "{:.1} s ({:.2} s per shape); pruning saved about {:.1} s",
+        s.seconds,
+        s.seconds / c.shapes.max(1) as f64,
+        s.pruning_saved_s
+    );
+}

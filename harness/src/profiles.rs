@@ -1,0 +1,423 @@
+//! Profile management: `profiles list|show|which|import`, `qualify` and `merge`, all over
+//! the [`Store`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use tunedblas_core::identity;
+use tunedblas_core::key::ProblemKey;
+use tunedblas_core::profile::{self, Request, Selection};
+use tunedblas_core::registry::{Match, Provenance};
+use tunedblas_core::tunableop::{self, ResultsFile, Row, Solution};
+
+use crate::backend::{Error, Library, Result};
+use crate::campaign::shape_label;
+use crate::qualify;
+use crate::store::{self, Build, Folder, Store, IMPORTED_FILE};
+
+pub fn list(root: &Path, json: bool) -> Result<()> {
+    let store = Store::existing(root)?;
+    let reg = store.registry()?;
+    let rows: Vec<Value> = reg
+        .entries()
+        .map(|(name, e)| {
+            json!({
+                "name": name,
+                "build": e.lib_sha256,
+                "rocblas": e.rocblas,
+                "arch": e.arch,
+                "rows_per_rank": e.rows_per_rank,
+                "status": e.status,
+                "dir": e.path_in(root),
+            })
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+        return Ok(());
+    }
+    println!("profiles in {}:", store.registry_path().display());
+    if rows.is_empty() {
+        println!("  (none yet: `tunedblas tune` writes the first)");
+    }
+    println!(
+        "  {:<28} {:<13} {:<18} {:<12} {:>6}  status",
+        "name", "build", "rocblas", "arch", "rows"
+    );
+    for (name, e) in reg.entries() {
+        println!(
+            "  {:<28} {:<13} {:<18} {:<12} {:>6}  {}",
+            name,
+            &e.lib_sha256[..e.lib_sha256.len().min(12)],
+            e.rocblas.as_deref().unwrap_or("-"),
+            e.arch.as_deref().unwrap_or("-"),
+            e.rows_per_rank.map_or("-".into(), |r| r.to_string()),
+            e.status.as_deref().unwrap_or("")
+        );
+    }
+    for err in reg.errors() {
+        println!("  skipped: {}: {}", err.name, err.reason);
+    }
+    Ok(())
+}
+
+pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
+    let store = Store::existing(root)?;
+    let reg = store.registry()?;
+    let entry = reg.get(name).ok_or_else(|| {
+        Error::new(format!(
+            "no profile '{name}' in {}; `tunedblas profiles list` shows the names",
+            store.registry_path().display()
+        ))
+    })?;
+    let dir = entry.path_in(root);
+    let loaded = profile::load_tables(&dir);
+    let prov = Provenance::load(&dir.join("provenance.json")).ok();
+    let campaigns: Vec<Value> = prov
+        .as_ref()
+        .map(|p| {
+            p.campaigns()
+                .iter()
+                .map(|c| {
+                    json!({
+                        "kind": c.get("kind"),
+                        "finished": c.get("finished"),
+                        "counts": c.get("counts"),
+                        "sources": c.get("sources"),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let report = json!({
+        "name": name,
+        "entry": entry,
+        "dir": dir,
+        "ranks": loaded.rows.len(),
+        "rows": loaded.rows,
+        "problems": loaded.problems,
+        "campaigns": campaigns,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        return Ok(());
+    }
+    println!("profile '{name}' in {}", dir.display());
+    println!("  build      {}", entry.lib_sha256);
+    println!("  rocBLAS    {}", entry.rocblas.as_deref().unwrap_or("-"));
+    println!("  arch       {}", entry.arch.as_deref().unwrap_or("-"));
+    println!(
+        "  rank files {} ({} distinct), rows per rank: {}",
+        loaded.rows.len(),
+        loaded.distinct,
+        loaded
+            .rows
+            .iter()
+            .map(|(rank, n)| format!("rank {rank}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for p in &loaded.problems {
+        println!("  problem    {p}");
+    }
+    for c in &campaigns {
+        println!(
+            "  campaign   {} {} {}",
+            c["kind"].as_str().unwrap_or("?"),
+            c["finished"].as_str().unwrap_or("?"),
+            c["counts"]
+        );
+    }
+    Ok(())
+}
+
+/// The profile a process loading `lib` would get: the interposer's own rule, with the
+/// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`).
+pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
+    let sha = identity::sha256_file(lib)
+        .map_err(|e| Error::new(format!("cannot hash {}: {e}", lib.display())))?;
+    let explicit = std::env::var("TUNEDBLAS_PROFILE").ok().filter(|s| !s.is_empty());
+    let sel = profile::select(&Request {
+        profile_dir: root,
+        sha256: &sha,
+        explicit: explicit.as_deref(),
+        allow_mismatch: std::env::var("TUNEDBLAS_ALLOW_MISMATCH").is_ok_and(|v| v == "1"),
+    });
+    let report = match &sel {
+        Selection::Chosen { name, dir, reason } => {
+            json!({"library": lib, "sha256": sha, "profile": name, "dir": dir, "reason": reason})
+        }
+        Selection::None { why } => {
+            json!({"library": lib, "sha256": sha, "profile": null, "reason": why})
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+    } else {
+        println!("{} (build {})", lib.display(), &sha[..12]);
+        match sel {
+            Selection::Chosen { name, dir, reason } => {
+                println!("  -> profile '{name}' in {}: {reason}", dir.display())
+            }
+            Selection::None { why } => println!("  -> no profile: {why}"),
+        }
+    }
+    Ok(())
+}
+
+fn key_text(k: &ProblemKey) -> String {
+    let (op, sig) = tunableop::op_and_signature(k);
+    format!("{op},{sig}")
+}
+
+/// Adds the shapes of other builds' results files to this build's shape list.
+pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Result<()> {
+    let lib = Library::load(lib_path, None)?;
+    let build = Build::of(&lib, lib_path, None)?;
+    let store = Store::open(root)?;
+    let folder = store.folder_for(&build, None)?;
+    std::fs::create_dir_all(&folder.dir)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
+    let list = folder.dir.join(IMPORTED_FILE);
+    let mut known: Vec<String> = std::fs::read_to_string(&list)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut sources = Vec::new();
+    let mut added = 0;
+    for f in files {
+        let r = tunableop::read(f)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", f.display())))?;
+        let mut n = 0;
+        for row in &r.rows {
+            let line = key_text(&row.key);
+            if !known.contains(&line) {
+                known.push(line);
+                n += 1;
+            }
+        }
+        added += n;
+        sources.push(json!({
+            "file": f.display().to_string(),
+            "rocblas": r.validator("ROCBLAS_VERSION"),
+            "rows": r.rows.len(),
+            "new_shapes": n,
+            "ids": "not reused",
+        }));
+    }
+    let mut text = known.join("\n");
+    text.push('\n');
+    tunedblas_core::registry::write_atomic(&list, text.as_bytes())
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", list.display())))?;
+    if folder.existed {
+        store.record(
+            &folder,
+            &build,
+            json!({"kind": "import", "finished": store::utc_now(), "sources": sources}),
+        )?;
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"profile": folder.name, "added": added, "shapes": known.len(), "sources": sources})).expect("json")
+        );
+    } else {
+        println!(
+            "{added} new shapes imported (ids not reused) into {}; {} waiting. Tune them with: tunedblas tune --lib {} --retune",
+            list.display(),
+            known.len(),
+            lib_path.display()
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+pub struct QualifyReport {
+    pub profile: String,
+    pub checked: usize,
+    pub devices: i32,
+    /// (shape, reason) of every removed row.
+    pub removed: Vec<(String, String)>,
+}
+
+/// `tunedblas qualify`: every rocBLAS row on every device; failures are removed.
+pub fn qualify_profile(
+    lib_path: &Path,
+    hip: Option<&Path>,
+    root: &Path,
+    json: bool,
+) -> Result<QualifyReport> {
+    let lib = Library::load(lib_path, hip)?;
+    let devices = lib.device_count()?;
+    let mut build = Build::of(&lib, lib_path, None)?;
+    let store = Store::open(root)?;
+    let folder = existing_folder(&store, &build)?;
+    let mut results = store.read_rows(&folder)?;
+    if let Some(a) = results.validator("GCN_ARCH_NAME") {
+        build.arch = a.to_string();
+    }
+    let all: Vec<i32> = (0..devices).collect();
+    let mut report = QualifyReport {
+        profile: folder.name.clone(),
+        checked: 0,
+        devices,
+        removed: vec![],
+    };
+    let mut keep = Vec::new();
+    for row in std::mem::take(&mut results.rows) {
+        let Solution::Rocblas(id) = row.solution else {
+            keep.push(row);
+            continue;
+        };
+        report.checked += 1;
+        match qualify::qualify(&lib, row.key, id, &all) {
+            Ok(()) => keep.push(row),
+            Err(why) => {
+                if !json {
+                    println!("  removed {} (solution {id}): {why}", shape_label(&row.key));
+                }
+                report.removed.push((key_text(&row.key), why));
+            }
+        }
+    }
+    results.rows = keep;
+    let ranks = store.ranks(&folder);
+    store.write_rows(&folder, &build, &mut results, ranks, "qualified")?;
+    store.record(
+        &folder,
+        &build,
+        json!({
+            "kind": "qualify",
+            "finished": store::utc_now(),
+            "devices": devices,
+            "checked": report.checked,
+            "removed": report.removed.iter().map(|(s, r)| json!({"shape": s, "reason": r})).collect::<Vec<_>>(),
+        }),
+    )?;
+    if !json {
+        println!(
+            "qualify '{}': {} rows checked on {} device{}, {} removed",
+            report.profile,
+            report.checked,
+            devices,
+            if devices == 1 { "" } else { "s" },
+            report.removed.len()
+        );
+    }
+    Ok(report)
+}
+
+fn existing_folder(store: &Store, build: &Build) -> Result<Folder> {
+    let folder = store.folder_for(build, None)?;
+    if !folder.existed {
+        return Err(Error::new(format!(
+            "{} has no profile for build {} (rocBLAS {}); run `tunedblas tune` first",
+            store.registry_path().display(),
+            build.short(),
+            build.version
+        )));
+    }
+    Ok(folder)
+}
+
+#[derive(Debug, Serialize)]
+pub struct MergeReport {
+    pub profile: String,
+    pub rows: usize,
+    pub added: usize,
+    /// Shapes two shards both had, with different solutions: the faster recorded one won.
+    pub conflicts: Vec<String>,
+}
+
+/// `tunedblas merge`: joins the profiles several `tune --shard` runs wrote for one build.
+pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Result<MergeReport> {
+    let lib = Library::load(lib_path, None)?;
+    let mut build = Build::of(&lib, lib_path, None)?;
+    let store = Store::open(root)?;
+    let folder = store.folder_for(&build, None)?;
+    let mut results = store.read_rows(&folder)?;
+    let mut rows: HashMap<ProblemKey, Row> = results.rows.drain(..).map(|r| (r.key, r)).collect();
+    let mut report = MergeReport {
+        profile: folder.name.clone(),
+        rows: 0,
+        added: 0,
+        conflicts: vec![],
+    };
+    let mut campaigns = Vec::new();
+    let mut ranks = 1;
+    for shard_root in shards {
+        let shard = Store::existing(shard_root)?;
+        let reg = shard.registry()?;
+        let (name, entry) = match reg.find_by_sha(&build.sha256) {
+            Match::Unique(n, e) => (n.to_string(), e.clone()),
+            _ => {
+                return Err(Error::new(format!(
+                    "{} has no profile for build {}: it was tuned for another library",
+                    shard.registry_path().display(),
+                    build.short()
+                )))
+            }
+        };
+        let shard_folder = Folder {
+            name,
+            dir: entry.path_in(shard_root),
+            existed: true,
+        };
+        ranks = ranks.max(shard.ranks(&shard_folder));
+        let shard_rows: ResultsFile = shard.read_rows(&shard_folder)?;
+        if let Some(a) = shard_rows.validator("GCN_ARCH_NAME") {
+            build.arch = a.to_string();
+        }
+        for row in shard_rows.rows {
+            match rows.get(&row.key) {
+                None => {
+                    report.added += 1;
+                    rows.insert(row.key, row);
+                }
+                Some(old) if old.solution == row.solution => {}
+                Some(old) => {
+                    report.conflicts.push(key_text(&row.key));
+                    let faster = row.time_ms.unwrap_or(f64::INFINITY)
+                        < old.time_ms.unwrap_or(f64::INFINITY);
+                    if faster {
+                        rows.insert(row.key, row);
+                    }
+                }
+            }
+        }
+        if let Ok(p) = Provenance::load(&shard_folder.dir.join("provenance.json")) {
+            campaigns.extend(p.campaigns().iter().cloned());
+        }
+    }
+    results.rows = rows.into_values().collect();
+    results.rows.sort_by_key(|r| key_text(&r.key));
+    report.rows = results.rows.len();
+    store.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
+    store.record(
+        &folder,
+        &build,
+        json!({
+            "kind": "merge",
+            "finished": store::utc_now(),
+            "shards": shards.iter().map(|s| s.display().to_string()).collect::<Vec<_>>(),
+            "added": report.added,
+            "conflicts": report.conflicts,
+            "shard_campaigns": campaigns,
+        }),
+    )?;
+    if !json {
+        println!(
+            "merged {} shard stores into '{}': {} rows added, {} rows in all, {} conflicts",
+            shards.len(),
+            report.profile,
+            report.added,
+            report.rows,
+            report.conflicts.len()
+        );
+    }
+    Ok(report)
+}
