@@ -107,12 +107,10 @@ fn open(path: &Path, flags: i32) -> Result<*mut c_void> {
     // SAFETY: dlopen with a valid C string.
     let h = unsafe { libc::dlopen(c.as_ptr(), flags) };
     if h.is_null() {
-        return Err(Error::new(format!(
-            "cannot load {}: {}",
-            path.display(),
-            dl_error()
-        ))
-        .with_kind(Kind::NotRocblas));
+        return Err(
+            Error::new(format!("cannot load {}: {}", path.display(), dl_error()))
+                .with_kind(Kind::NotRocblas),
+        );
     }
     Ok(h)
 }
@@ -154,6 +152,9 @@ impl Library {
                 Ok(p)
             }
         };
+        // A library that is not rocBLAS is named as such before HIP is looked for.
+        need("rocblas_create_handle")?;
+        need("rocblas_gemm_ex")?;
         // SAFETY (all transmutes below): each symbol has the C type src/abi.rs gives it.
         let lib = unsafe {
             let hip_handle = match hip {
@@ -458,12 +459,15 @@ impl<'a> Problem<'a> {
     /// `rotate_bytes` (at least one, at most 8).
     pub fn new(lib: &'a Library, key: ProblemKey, rotate_bytes: usize) -> Result<Problem<'a>> {
         if key.batching == Batching::PointerArray {
-            return Err(Error::new("pointer-array batched problems cannot be run by the harness yet"));
+            return Err(Error::new(
+                "pointer-array batched problems cannot be run by the harness yet",
+            ));
         }
         let t = key.types;
         let size = |dt: Datatype| {
-            datatype_size(dt)
-                .ok_or_else(|| Error::new(format!("data type {dt} is not supported by the harness")))
+            datatype_size(dt).ok_or_else(|| {
+                Error::new(format!("data type {dt} is not supported by the harness"))
+            })
         };
         let cols_a = if key.trans_a == tunedblas_core::key::Trans::N {
             key.k

@@ -159,7 +159,10 @@ fn read_checkpoint(path: &Path) -> Result<Option<(Header, Vec<Outcome>)>> {
         Err(e) => return Err(Error::new(format!("cannot read {}: {e}", path.display()))),
     };
     let mut lines = text.lines();
-    let Some(header) = lines.next().and_then(|l| serde_json::from_str::<Header>(l).ok()) else {
+    let Some(header) = lines
+        .next()
+        .and_then(|l| serde_json::from_str::<Header>(l).ok())
+    else {
         return Ok(None);
     };
     let done = lines
@@ -172,7 +175,12 @@ fn read_checkpoint(path: &Path) -> Result<Option<(Header, Vec<Outcome>)>> {
 fn append_line(file: &mut std::fs::File, line: &str, path: &Path) -> Result<()> {
     file.write_all(format!("{line}\n").as_bytes())
         .and_then(|_| file.sync_data())
-        .map_err(|e| Error::new(format!("cannot write the checkpoint {}: {e}", path.display())))
+        .map_err(|e| {
+            Error::new(format!(
+                "cannot write the checkpoint {}: {e}",
+                path.display()
+            ))
+        })
 }
 
 fn fmt_ms(x: Option<f64>) -> String {
@@ -267,7 +275,8 @@ pub fn run(opts: &Options) -> Result<Summary> {
             return Err(Error::new(format!(
                 "--devices names device {d}, but the runtime sees {device_count} (0..{})",
                 device_count - 1
-            )));
+            ))
+            .with_kind(crate::backend::Kind::NoDevice));
         }
     }
     let build = Build::of(&lib, &opts.lib, opts.arch.as_deref())?;
@@ -324,7 +333,9 @@ pub fn run(opts: &Options) -> Result<Summary> {
             .collect();
     }
     if shapes.is_empty() {
-        return Err(Error::new("no shapes to tune: give miss logs, untuned or results files, --shape, or --retune"));
+        return Err(Error::new(
+            "no shapes to tune: give miss logs, untuned or results files, --shape, or --retune",
+        ));
     }
 
     // Resume, or start a checkpoint.
@@ -362,7 +373,11 @@ pub fn run(opts: &Options) -> Result<Summary> {
             .map_err(|e| Error::new(format!("cannot reset {}: {e}", cp_path.display())))?;
         let mut h = header.clone();
         h.started = started_at.clone();
-        append_line(&mut cp, &serde_json::to_string(&h).expect("plain struct"), &cp_path)?;
+        append_line(
+            &mut cp,
+            &serde_json::to_string(&h).expect("plain struct"),
+            &cp_path,
+        )?;
     }
     let finished: std::collections::HashSet<String> =
         done.iter().map(|o| o.shape.clone()).collect();
@@ -462,7 +477,10 @@ pub fn run(opts: &Options) -> Result<Summary> {
         .collect();
     done.sort_by_key(|o| order.get(&o.shape).copied().unwrap_or(usize::MAX));
     // Report in the seed's order: by (N, K) pair, then token count.
-    done.sort_by_key(|o| o.key().map(|k| (k.types, k.trans_a, k.trans_b, k.m, k.k, k.n, k.batch)));
+    done.sort_by_key(|o| {
+        o.key()
+            .map(|k| (k.types, k.trans_a, k.trans_b, k.m, k.k, k.n, k.batch))
+    });
     let mut counts = Counts {
         shapes: done.len(),
         ..Counts::default()

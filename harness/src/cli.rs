@@ -104,12 +104,9 @@ impl Args {
     pub fn parsed<T: FromStr>(&self, name: &str, default: T, what: &str) -> Result<T, Usage> {
         match self.value(name) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| {
-                Usage(format!(
-                    "{}: {name} takes {what}, not '{v}'",
-                    self.command
-                ))
-            }),
+            Some(v) => v
+                .parse()
+                .map_err(|_| Usage(format!("{}: {name} takes {what}, not '{v}'", self.command))),
         }
     }
 
@@ -130,7 +127,15 @@ mod tests {
     fn flags_values_and_positionals() {
         let a = Args::parse(
             "tune",
-            &s(&["--json", "--lib", "x.so", "pos", "--misses=a", "--misses", "b"]),
+            &s(&[
+                "--json",
+                "--lib",
+                "x.so",
+                "pos",
+                "--misses=a",
+                "--misses",
+                "b",
+            ]),
             &["--json"],
             &["--lib", "--misses"],
         )
@@ -143,9 +148,13 @@ mod tests {
 
     #[test]
     fn unknown_and_missing_values_are_errors() {
-        let e = Args::parse("tune", &s(&["--libb", "x"]), &[], &["--lib"]).err().unwrap();
+        let e = Args::parse("tune", &s(&["--libb", "x"]), &[], &["--lib"])
+            .err()
+            .unwrap();
         assert!(e.0.contains("unknown option --libb"), "{}", e.0);
-        let e = Args::parse("tune", &s(&["--lib"]), &[], &["--lib"]).err().unwrap();
+        let e = Args::parse("tune", &s(&["--lib"]), &[], &["--lib"])
+            .err()
+            .unwrap();
         assert!(e.0.contains("--lib needs a value"), "{}", e.0);
         let a = Args::parse("tune", &s(&["--trials", "x"]), &[], &["--trials"]).unwrap();
         assert!(a.parsed::<usize>("--trials", 5, "a count").is_err());

@@ -181,7 +181,11 @@ impl Compare {
             .collect();
         r.sort_by(|x, y| x.total_cmp(y));
         let delta = median(&r) - 1.0;
-        let kept = if r.len() >= 10 { &r[1..r.len() - 1] } else { &r[..] };
+        let kept = if r.len() >= 10 {
+            &r[1..r.len() - 1]
+        } else {
+            &r[..]
+        };
         let (spread, agree) = match (kept.first(), kept.last()) {
             (Some(lo), Some(hi)) => ((hi - lo) / 2.0, *hi < 1.0 || *lo > 1.0),
             _ => (f64::INFINITY, false),
@@ -261,7 +265,10 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
                 (Some(c), Some(n)) => Some(Compare::of(n, c)),
                 _ => None,
             };
-            match (nh.outcome(rules.margin), vs_current.map(|c| c.outcome(rules.margin))) {
+            match (
+                nh.outcome(rules.margin),
+                vs_current.map(|c| c.outcome(rules.margin)),
+            ) {
                 (Outcome::Faster, None | Some(Outcome::Faster)) => {
                     v.decision = Decision::Adopt;
                     v.row = Some(Solution::Rocblas(id));
@@ -403,11 +410,7 @@ mod tests {
             .collect()
     }
 
-    fn decide_with(
-        rounds: Vec<Round>,
-        current: Option<Solution>,
-        new: Option<i32>,
-    ) -> Verdict {
+    fn decide_with(rounds: Vec<Round>, current: Option<Solution>, new: Option<i32>) -> Verdict {
         decide(
             &Evidence {
                 rounds,
@@ -468,7 +471,11 @@ mod tests {
         let rs = |cur: Option<f64>| -> Vec<Round> {
             heur.iter()
                 .zip(new)
-                .map(|(&h, n)| Round { heuristic: h, current: cur.map(|c| c * h), new: Some(n) })
+                .map(|(&h, n)| Round {
+                    heuristic: h,
+                    current: cur.map(|c| c * h),
+                    new: Some(n),
+                })
                 .collect()
         };
         let v = decide_with(rs(None), None, Some(5));
@@ -585,11 +592,18 @@ mod tests {
 
     #[test]
     fn verdicts_round_trip_through_json() {
-        let v = decide_with(rounds(5, 1.0, None, Some(0.8), 0.01), None, Some(-1086326047));
+        let v = decide_with(
+            rounds(5, 1.0, None, Some(0.8), 0.01),
+            None,
+            Some(-1086326047),
+        );
         let text = serde_json::to_string(&v).unwrap();
         assert!(text.contains("Gemm_Rocblas_-1086326047"), "{text}");
         let back: Verdict = serde_json::from_str(&text).unwrap();
-        assert_eq!((back.decision, &back.row, &back.reason), (v.decision, &v.row, &v.reason));
+        assert_eq!(
+            (back.decision, &back.row, &back.reason),
+            (v.decision, &v.row, &v.reason)
+        );
         assert!((back.heuristic_ms - v.heuristic_ms).abs() < 1e-12);
     }
 }

@@ -193,7 +193,11 @@ fn shard_arg(a: &Args) -> Result<Option<(usize, usize)>, Usage> {
         .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
         .filter(|(i, n)| *n > 0 && i < n)
         .map(Some)
-        .ok_or_else(|| a.usage(format!("--shard takes I/N with 0 <= I < N, like 0/4, not '{s}'")))
+        .ok_or_else(|| {
+            a.usage(format!(
+                "--shard takes I/N with 0 <= I < N, like 0/4, not '{s}'"
+            ))
+        })
 }
 
 fn print_json<T: serde::Serialize>(v: &T) {
@@ -224,8 +228,19 @@ fn tune_cmd(rest: &[String]) -> Result<(), Failure> {
         rest,
         &["--retune", "--no-default-rows", "--fresh", "--json"],
         &[
-            "--lib", "--hip", "--profiles", "--name", "--arch", "--shape", "--devices",
-            "--shard", "--trials", "--max-trials", "--margin", "--prune", "--rotate-mib",
+            "--lib",
+            "--hip",
+            "--profiles",
+            "--name",
+            "--arch",
+            "--shape",
+            "--devices",
+            "--shard",
+            "--trials",
+            "--max-trials",
+            "--margin",
+            "--prune",
+            "--rotate-mib",
             "--ranks",
         ],
     )?;
@@ -233,13 +248,19 @@ fn tune_cmd(rest: &[String]) -> Result<(), Failure> {
     let trials = a.parsed("--trials", defaults.trials, "a number of rounds")?;
     let method = tune::Method {
         trials,
-        max_trials: a.parsed("--max-trials", defaults.max_trials.max(trials), "a number of rounds")?,
+        max_trials: a.parsed(
+            "--max-trials",
+            defaults.max_trials.max(trials),
+            "a number of rounds",
+        )?,
         prune: a.parsed("--prune", defaults.prune, "a factor like 1.5")?,
         rotate_bytes: a.parsed::<usize>("--rotate-mib", defaults.rotate_bytes >> 20, "MiB")? << 20,
         ..defaults
     };
     if method.trials == 0 || method.prune < 1.0 {
-        return Err(a.usage("--trials must be positive and --prune at least 1").into());
+        return Err(a
+            .usage("--trials must be positive and --prune at least 1")
+            .into());
     }
     let margin: f64 = a.parsed("--margin", 3.0, "a percentage like 3")?;
     if !(0.0..100.0).contains(&margin) {
@@ -252,12 +273,19 @@ fn tune_cmd(rest: &[String]) -> Result<(), Failure> {
         name: a.value("--name").map(str::to_string),
         arch: a.value("--arch").map(str::to_string),
         inputs: a.positional.iter().map(PathBuf::from).collect(),
-        specs: a.values("--shape").into_iter().map(str::to_string).collect(),
+        specs: a
+            .values("--shape")
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
         retune: a.has("--retune"),
         devices: devices_arg(&a)?,
         shard: shard_arg(&a)?,
         fresh: a.has("--fresh"),
-        ranks: a.value("--ranks").map(|_| a.parsed("--ranks", 1usize, "a count")).transpose()?,
+        ranks: a
+            .value("--ranks")
+            .map(|_| a.parsed("--ranks", 1usize, "a count"))
+            .transpose()?,
         method,
         rules: curate::Rules {
             margin: margin / 100.0,
@@ -274,8 +302,18 @@ fn tune_cmd(rest: &[String]) -> Result<(), Failure> {
 }
 
 fn qualify_cmd(rest: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("qualify", rest, &["--json"], &["--lib", "--hip", "--profiles"])?;
-    let report = profiles::qualify_profile(&lib_arg(&a)?, a.path("--hip").as_deref(), &profile_store(&a), a.has("--json"))?;
+    let a = Args::parse(
+        "qualify",
+        rest,
+        &["--json"],
+        &["--lib", "--hip", "--profiles"],
+    )?;
+    let report = profiles::qualify_profile(
+        &lib_arg(&a)?,
+        a.path("--hip").as_deref(),
+        &profile_store(&a),
+        a.has("--json"),
+    )?;
     if a.has("--json") {
         print_json(&report);
     }
@@ -283,7 +321,12 @@ fn qualify_cmd(rest: &[String]) -> Result<(), Failure> {
 }
 
 fn verify_cmd(rest: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("verify", rest, &["--json"], &["--lib", "--profiles", "--preload"])?;
+    let a = Args::parse(
+        "verify",
+        rest,
+        &["--json"],
+        &["--lib", "--profiles", "--preload"],
+    )?;
     let report = verify::run(&verify::Options {
         lib: lib_arg(&a)?,
         profiles: profile_store(&a),
@@ -296,11 +339,7 @@ fn verify_cmd(rest: &[String]) -> Result<(), Failure> {
     if report.ok {
         Ok(())
     } else {
-        Err(backend::Error::new(format!(
-            "verify failed: {}",
-            report.problems.join("; ")
-        ))
-        .into())
+        Err(backend::Error::new(format!("verify failed: {}", report.problems.join("; "))).into())
     }
 }
 
@@ -311,7 +350,10 @@ fn profiles_cmd(rest: &[String]) -> Result<(), Failure> {
     match a.positional.first().map(String::as_str) {
         Some("list") => profiles::list(&root, json)?,
         Some("show") => {
-            let name = a.positional.get(1).ok_or_else(|| a.usage("show needs a profile NAME"))?;
+            let name = a
+                .positional
+                .get(1)
+                .ok_or_else(|| a.usage("show needs a profile NAME"))?;
             profiles::show(&root, name, json)?
         }
         Some("which") => {
@@ -332,7 +374,9 @@ fn profiles_cmd(rest: &[String]) -> Result<(), Failure> {
         }
         Some(other) => {
             return Err(a
-                .usage(format!("unknown action '{other}': list, show, which or import"))
+                .usage(format!(
+                    "unknown action '{other}': list, show, which or import"
+                ))
                 .into())
         }
         None => profiles::list(&root, json)?,
@@ -341,7 +385,12 @@ fn profiles_cmd(rest: &[String]) -> Result<(), Failure> {
 }
 
 fn merge_cmd(rest: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("merge", rest, &["--json"], &["--lib", "--profiles", "--arch"])?;
+    let a = Args::parse(
+        "merge",
+        rest,
+        &["--json"],
+        &["--lib", "--profiles", "--arch"],
+    )?;
     if a.positional.is_empty() {
         return Err(a.usage("needs one or more shard stores to merge").into());
     }

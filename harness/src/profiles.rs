@@ -138,7 +138,9 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
 pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
     let sha = identity::sha256_file(lib)
         .map_err(|e| Error::new(format!("cannot hash {}: {e}", lib.display())))?;
-    let explicit = std::env::var("TUNEDBLAS_PROFILE").ok().filter(|s| !s.is_empty());
+    let explicit = std::env::var("TUNEDBLAS_PROFILE")
+        .ok()
+        .filter(|s| !s.is_empty());
     let sel = profile::select(&Request {
         profile_dir: root,
         sha256: &sha,
@@ -381,8 +383,8 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
                 Some(old) if old.solution == row.solution => {}
                 Some(old) => {
                     report.conflicts.push(key_text(&row.key));
-                    let faster = row.time_ms.unwrap_or(f64::INFINITY)
-                        < old.time_ms.unwrap_or(f64::INFINITY);
+                    let faster =
+                        row.time_ms.unwrap_or(f64::INFINITY) < old.time_ms.unwrap_or(f64::INFINITY);
                     if faster {
                         rows.insert(row.key, row);
                     }

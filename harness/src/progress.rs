@@ -88,7 +88,12 @@ impl Progress {
 
     pub fn finish(&self) {
         if self.draw {
-            eprintln!("\r\x1b[K{}/{} done in {}", self.done, self.total, clock(self.started.elapsed().as_secs_f64()));
+            eprintln!(
+                "\r\x1b[K{}/{} done in {}",
+                self.done,
+                self.total,
+                clock(self.started.elapsed().as_secs_f64())
+            );
         }
     }
 }
@@ -102,7 +107,11 @@ mod tests {
         assert_eq!(clock(65.0), "1:05");
         assert_eq!(clock(3725.0), "1:02:05");
         let mut p = Progress::new(10, 4, false);
-        assert_eq!(p.eta(), None, "no pace yet: the resumed shapes do not count");
+        assert_eq!(
+            p.eta(),
+            None,
+            "no pace yet: the resumed shapes do not count"
+        );
         p.advance("x");
         assert_eq!(p.done(), 5);
         assert!(p.eta().is_some());

@@ -161,12 +161,20 @@ pub fn compare(key: &ProblemKey, got: &[f64], want: &[f64], tol: &Tolerance) -> 
                 let wi = (batch * sc + i + j * key.ldc) as usize;
                 let (g, w) = (got[gi], want[wi]);
                 let diff = (g - w).abs();
-                err2 += if diff.is_finite() { diff * diff } else { f64::INFINITY };
+                err2 += if diff.is_finite() {
+                    diff * diff
+                } else {
+                    f64::INFINITY
+                };
                 ref2 += w * w;
                 let limit = tol.atol + tol.rtol * w.abs();
                 if !(diff <= limit) {
                     not_close += 1;
-                    let excess = if diff.is_finite() { diff - limit } else { f64::INFINITY };
+                    let excess = if diff.is_finite() {
+                        diff - limit
+                    } else {
+                        f64::INFINITY
+                    };
                     if worst.is_none() || excess > worst_excess {
                         worst_excess = excess;
                         worst = Some((gi, g, w));
@@ -184,7 +192,11 @@ pub fn compare(key: &ProblemKey, got: &[f64], want: &[f64], tol: &Tolerance) -> 
 
 /// Runs `solution` (None: the heuristic) on `key` once and measures it against the
 /// reference.
-pub fn check(lib: &Library, key: ProblemKey, solution: Option<i32>) -> Result<(Numerics, Tolerance)> {
+pub fn check(
+    lib: &Library,
+    key: ProblemKey,
+    solution: Option<i32>,
+) -> Result<(Numerics, Tolerance)> {
     let p = Problem::new(lib, key, 0)?;
     let t = key.types;
     let got = decode(t.d, &p.run_and_read(solution)?);

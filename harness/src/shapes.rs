@@ -106,13 +106,20 @@ pub fn collect(inputs: &[PathBuf], specs: &[&str]) -> Result<Collected> {
                         .push(format!("{}:{}: not op_name,signature", f.display(), n + 1));
                     continue;
                 }
-                if !is_counts && fields.get(2).is_some_and(|s| tunableop::Solution::parse(s.trim()).is_ok()) {
+                if !is_counts
+                    && fields
+                        .get(2)
+                        .is_some_and(|s| tunableop::Solution::parse(s.trim()).is_ok())
+                {
                     rows_with_solutions += 1;
                 }
                 match tunableop::parse_key(fields[0].trim(), fields[1].trim()) {
                     KeyParse::Key(k) => {
                         let calls = if is_counts {
-                            fields.get(2).and_then(|c| c.trim().parse().ok()).unwrap_or(0)
+                            fields
+                                .get(2)
+                                .and_then(|c| c.trim().parse().ok())
+                                .unwrap_or(0)
                         } else {
                             0
                         };
@@ -129,9 +136,10 @@ pub fn collect(inputs: &[PathBuf], specs: &[&str]) -> Result<Collected> {
                         n + 1,
                         fields[0].trim()
                     )),
-                    KeyParse::Invalid(why) => out
-                        .skipped
-                        .push(format!("{}:{}: {why}", f.display(), n + 1)),
+                    KeyParse::Invalid(why) => {
+                        out.skipped
+                            .push(format!("{}:{}: {why}", f.display(), n + 1))
+                    }
                     KeyParse::Wildcard(_) => out.skipped.push(format!(
                         "{}:{}: a `*` wildcard row names no concrete shape",
                         f.display(),
@@ -181,7 +189,11 @@ pub fn parse_spec(spec: &str) -> Result<ProblemKey> {
             .filter(|v| (1..=1 << 24).contains(v))
             .ok_or_else(|| bad(&format!("{what} must be a whole number from 1 to 16777216")))
     };
-    let (m, n, k) = (num(parts[2], "M")?, num(parts[3], "N")?, num(parts[4], "K")?);
+    let (m, n, k) = (
+        num(parts[2], "M")?,
+        num(parts[3], "N")?,
+        num(parts[4], "K")?,
+    );
     let [lda, ldb, ldc] = ProblemKey::packed_lds(ab[0], ab[1], m, n, k);
     let key = ProblemKey::single(ab[0], ab[1], types, m, n, k, lda, ldb, ldc, ldc, 0);
     Ok(match parts.get(5) {
@@ -198,7 +210,8 @@ mod tests {
     use super::*;
 
     fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("tunedblas-shapes-{}-{name}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("tunedblas-shapes-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -212,7 +225,13 @@ mod tests {
         let b = parse_spec("f32:NN:64:64:64:8").unwrap();
         assert_eq!(b.batching, Batching::Strided);
         assert_eq!(b.stride_c, 64 * 64);
-        for bad in ["f16:TN:1:2", "f8:TN:1:2:3", "f16:XN:1:2:3", "f16:TN:0:2:3", "f16:TN:a:2:3"] {
+        for bad in [
+            "f16:TN:1:2",
+            "f8:TN:1:2:3",
+            "f16:XN:1:2:3",
+            "f16:TN:0:2:3",
+            "f16:TN:a:2:3",
+        ] {
             let e = parse_spec(bad).unwrap_err();
             assert!(e.msg.contains(bad), "{e}");
         }
@@ -226,7 +245,11 @@ mod tests {
         let (op1, sig1) = tunableop::op_and_signature(&k1);
         let (op2, sig2) = tunableop::op_and_signature(&k2);
         // A miss log with its counts sidecar, and an untuned file naming k1 again.
-        std::fs::write(d.join("h-1-rank0.csv"), format!("{op1},{sig1}\n{op2},{sig2}\n")).unwrap();
+        std::fs::write(
+            d.join("h-1-rank0.csv"),
+            format!("{op1},{sig1}\n{op2},{sig2}\n"),
+        )
+        .unwrap();
         std::fs::write(
             d.join("h-1-rank0.counts.csv"),
             format!("op_name,param_signature,calls\n{op1},{sig1},40\n{op2},{sig2},2\n"),

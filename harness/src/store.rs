@@ -199,7 +199,8 @@ impl Store {
             ))),
             Match::None => {
                 let name = name.map_or_else(|| build.default_name(), str::to_string);
-                registry::check_name(&name).map_err(|e| Error::new(format!("--name {name}: {e}")))?;
+                registry::check_name(&name)
+                    .map_err(|e| Error::new(format!("--name {name}: {e}")))?;
                 if let Some(other) = reg.get(&name) {
                     return Err(Error::new(format!(
                         "the profile name '{name}' is taken by build {} in {}; choose another with --name",
@@ -222,7 +223,8 @@ impl Store {
         if !path.exists() {
             return Ok(ResultsFile::default());
         }
-        tunableop::read(&path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))
+        tunableop::read(&path)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))
     }
 
     /// How many rank files the folder has now (at least 1).
@@ -277,7 +279,9 @@ impl Store {
             entry.arch = Some(build.arch.clone());
             entry.rows_per_rank = Some(rows);
             entry.status = Some(status.to_string());
-            reg.insert(&folder.name, entry).map(|_| ()).map_err(Error::new)
+            reg.insert(&folder.name, entry)
+                .map(|_| ())
+                .map_err(Error::new)
         })
     }
 
@@ -297,7 +301,8 @@ impl Store {
         prov.set("arch", Value::from(build.arch.clone()));
         prov.set("updated", Value::from(utc_now()));
         prov.push_campaign(campaign);
-        prov.save_atomic(&path).map_err(|e| Error::new(e.to_string()))
+        prov.save_atomic(&path)
+            .map_err(|e| Error::new(e.to_string()))
     }
 }
 
@@ -309,7 +314,10 @@ mod tests {
     fn utc_now_is_a_plausible_timestamp() {
         let t = utc_now();
         assert_eq!(t.len(), 20, "{t}");
-        assert!(t.starts_with("20") && t.ends_with('Z') && &t[10..11] == "T", "{t}");
+        assert!(
+            t.starts_with("20") && t.ends_with('Z') && &t[10..11] == "T",
+            "{t}"
+        );
         let year: i32 = t[..4].parse().unwrap();
         assert!((2024..2100).contains(&year), "{t}");
     }

@@ -60,7 +60,10 @@ pub struct Replayed {
 pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
     match given {
         Some(p) if p.is_file() => Ok(p.to_path_buf()),
-        Some(p) => Err(Error::new(format!("--preload {}: no such file", p.display()))),
+        Some(p) => Err(Error::new(format!(
+            "--preload {}: no such file",
+            p.display()
+        ))),
         None => Library::beside_exe("libtunedblas.so").ok_or_else(|| {
             Error::new("libtunedblas.so is not beside the tunedblas binary; pass --preload <path>")
         }),
@@ -83,6 +86,23 @@ pub fn run(opts: &Options) -> Result<Report> {
         )));
     }
     let rows = store.read_rows(&folder)?;
+    if rows.rows.is_empty() {
+        if !opts.json {
+            println!(
+                "verify '{}' for build {}: the profile has no rows, nothing to replay -> OK",
+                folder.name,
+                build.short()
+            );
+        }
+        return Ok(Report {
+            profile: folder.name,
+            rows: 0,
+            devices,
+            stats: Stats::default(),
+            ok: true,
+            problems: vec![],
+        });
+    }
     let scratch = std::env::temp_dir().join(format!("tunedblas-verify-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)
@@ -197,9 +217,10 @@ pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
                     "{} on device {dev}: rocBLAS status {st}",
                     crate::campaign::shape_label(key)
                 )),
-                Err(e) => r
-                    .failures
-                    .push(format!("{} on device {dev}: {e}", crate::campaign::shape_label(key))),
+                Err(e) => r.failures.push(format!(
+                    "{} on device {dev}: {e}",
+                    crate::campaign::shape_label(key)
+                )),
             }
         }
     }

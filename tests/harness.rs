@@ -1,0 +1,624 @@
+//! End-to-end tests of the `tunedblas` harness on refblas: a whole campaign from recorded
+//! misses to a verified profile served in a second process, resume after a kill, imports
+//! that keep no ids, qualification, verification failures, sharding and the CLI's errors.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn tunedblas() -> PathBuf {
+    let p = target_dir().join("tunedblas");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
+fn lib4() -> PathBuf {
+    artifacts().libdir4.join("librocblas.so.4")
+}
+fn lib5() -> PathBuf {
+    artifacts().libdir5.join("librocblas.so.5")
+}
+
+/// Fast settings: the tests check the plumbing, not the timings.
+const QUICK: &[&str] = &["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"];
+
+fn harness(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(tunedblas());
+    cmd.args(args);
+    host_env(&mut cmd, dir, false);
+    cmd.env_remove("REFBLAS_TRACE");
+    cmd
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stderr)
+    );
+    stdout
+}
+
+fn json_file(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
+}
+
+/// The one profile folder in a store, and its registry entry.
+fn only_profile(store: &Path) -> (PathBuf, Value) {
+    let reg = json_file(&store.join("profiles.json"));
+    let profiles = reg["profiles"].as_object().expect("profiles object");
+    assert_eq!(profiles.len(), 1, "{reg}");
+    let (_, entry) = profiles.iter().next().unwrap();
+    (store.join(entry["dir"].as_str().unwrap()), entry.clone())
+}
+
+fn rows_of(dir: &Path, rank: usize) -> Vec<(String, String)> {
+    std::fs::read_to_string(dir.join(format!("tunableop_results{rank}.csv")))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("Validator"))
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (format!("{},{}", f[0], f[1]), f[2].to_string())
+        })
+        .collect()
+}
+
+const SPECS: &[&str] = &["ex:TN:h:64:24:40", "ex:TN:h:96:16:64", "ex:TN:h:48:1:64"];
+
+#[test]
+fn a_campaign_from_recorded_misses_to_a_served_profile() {
+    let dir = scratch("campaign");
+    // 1. Record: the host runs with the preload and no profile.
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(SPECS);
+    host_env(&mut cmd, &dir, true);
+    let before = run(cmd);
+    assert!(before.status.success(), "{}", text(&before.stderr));
+    assert_eq!(misses(&dir).0.len(), SPECS.len());
+
+    // 2. Tune into a fresh store.
+    let store = dir.join("profiles");
+    let misses_dir = dir.join("misses");
+    let lib = lib4();
+    let mut args = vec![
+        "tune",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--arch",
+        "refblas-cpu",
+    ];
+    args.push(misses_dir.to_str().unwrap());
+    args.extend(["--trials", "5", "--max-trials", "10", "--rotate-mib", "1"]);
+    let out = ok(&run(harness(&dir, &args)));
+    assert!(out.contains("tuning 3 shapes"), "{out}");
+    assert!(
+        out.contains("adopt a new solution only if"),
+        "the rules are printed:\n{out}"
+    );
+    assert!(out.contains("heur ms") && out.contains("decision"), "{out}");
+    let (profile, entry) = only_profile(&store);
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    assert_eq!(entry["lib_sha256"], sha.as_str());
+    assert_eq!(entry["arch"], "refblas-cpu");
+    // One results file per device refblas reports (4), all alike.
+    let rows = rows_of(&profile, 0);
+    for rank in 1..4 {
+        assert_eq!(rows_of(&profile, rank), rows);
+    }
+    assert!(!profile.join("tunableop_results4.csv").exists());
+    assert!(
+        !profile.join(".campaign.partial.jsonl").exists(),
+        "checkpoint retired"
+    );
+    let prov = json_file(&profile.join("provenance.json"));
+    assert_eq!(prov["sha256"], sha.as_str());
+    let campaign = &prov["campaigns"][0];
+    assert_eq!(campaign["kind"], "tune");
+    assert_eq!(campaign["counts"]["shapes"], 3);
+    assert_eq!(campaign["rules"]["margin"], 0.03);
+    let decisions: Vec<(String, String)> = campaign["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["shape"].as_str().unwrap().to_string(),
+                s["decision"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(decisions.len(), 3);
+    // Every shape has a row, except those the rules could not decide.
+    for (shape, decision) in &decisions {
+        let has_row = rows.iter().any(|(k, _)| k == shape);
+        assert_eq!(
+            has_row,
+            decision != "undecidable",
+            "{shape}: {decision}; rows {rows:?}"
+        );
+    }
+
+    // 3. Qualify and verify.
+    let q = ok(&run(harness(
+        &dir,
+        &["qualify", "--lib", lib4().to_str().unwrap()],
+    )));
+    assert!(q.contains("0 removed"), "{q}");
+    let v = ok(&run(harness(
+        &dir,
+        &["verify", "--lib", lib4().to_str().unwrap()],
+    )));
+    if rows.is_empty() {
+        assert!(v.contains("no rows, nothing to replay -> OK"), "{v}");
+    } else {
+        assert!(
+            v.contains(&format!(
+                "rows hit {0}/{0}, 0 missed calls, 0 fallbacks -> OK",
+                rows.len()
+            )),
+            "{v}"
+        );
+    }
+
+    // 4. A second process is served from the new profile: each row's solution runs.
+    let served_dir = scratch("campaign-served");
+    std::fs::create_dir_all(served_dir.join("profiles")).unwrap();
+    let copy = |from: &Path, to: &Path| {
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.path().is_file() {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    };
+    copy(&store, &served_dir.join("profiles"));
+    let name = profile.file_name().unwrap();
+    std::fs::create_dir_all(served_dir.join("profiles").join(name)).unwrap();
+    copy(&profile, &served_dir.join("profiles").join(name));
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(SPECS);
+    host_env(&mut cmd, &served_dir, true);
+    let after = run(cmd);
+    let stderr = text(&after.stderr);
+    assert!(after.status.success(), "{stderr}");
+    assert_eq!(
+        results(&after),
+        results(&before),
+        "same results with the profile"
+    );
+    let trace = trace(&served_dir);
+    for (i, spec) in SPECS.iter().enumerate() {
+        let line = miss_line(spec);
+        match rows.iter().find(|(k, _)| *k == line) {
+            Some((_, sol)) if sol.starts_with("Gemm_Rocblas_") => {
+                assert_eq!(
+                    trace[i]["solution"],
+                    sol.trim_start_matches("Gemm_Rocblas_"),
+                    "{spec}"
+                );
+            }
+            Some(_) => assert_eq!(trace[i]["heuristic"], "1", "{spec}: a Default row"),
+            None => assert!(
+                misses(&served_dir).0.contains(&line),
+                "{spec} recorded again"
+            ),
+        }
+    }
+
+    // 5. The store answers questions about it.
+    let which = ok(&run(harness(
+        &dir,
+        &["profiles", "which", lib4().to_str().unwrap()],
+    )));
+    assert!(
+        which.contains(&format!("profile '{}'", name.to_string_lossy())),
+        "{which}"
+    );
+    let list = ok(&run(harness(&dir, &["profiles", "list", "--json"])));
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list[0]["rows_per_rank"], rows.len());
+    let show = ok(&run(harness(
+        &dir,
+        &["profiles", "show", &name.to_string_lossy()],
+    )));
+    assert!(
+        show.contains("campaign   tune") && show.contains("campaign   qualify"),
+        "{show}"
+    );
+}
+
+fn shape_args(n: usize) -> Vec<String> {
+    (0..n)
+        .flat_map(|i| {
+            [
+                "--shape".to_string(),
+                format!("f16:TN:{}:{}:64", 32 + 8 * i, 1 + i),
+            ]
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_campaign_resumes_and_loses_nothing() {
+    let dir = scratch("resume");
+    let shapes = shape_args(16);
+    let mut args: Vec<String> = ["tune", "--lib", lib4().to_str().unwrap()]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(shapes.iter().cloned())
+        .chain(["--trials", "5", "--max-trials", "5", "--rotate-mib", "1"].map(String::from))
+        .collect();
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = harness(&dir, &arg_refs)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let profile = dir.join("profiles/rocblas-4.4.0.5f2e9c71");
+    let checkpoint = profile.join(".campaign.partial.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let lines = std::fs::read_to_string(&checkpoint).map_or(0, |t| t.lines().count());
+        if lines >= 4 {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the campaign ended before it could be killed"
+        );
+        assert!(Instant::now() < deadline, "no progress in the checkpoint");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before_kill: Vec<String> = std::fs::read_to_string(&checkpoint)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| serde_json::from_str::<Value>(l).is_ok())
+        .map(String::from)
+        .collect();
+    assert!(
+        before_kill.len() >= 3 && before_kill.len() < 16,
+        "{}",
+        before_kill.len()
+    );
+    assert!(
+        !profile.join("tunableop_results0.csv").exists(),
+        "nothing written yet"
+    );
+
+    // Different inputs are refused while the campaign is unfinished.
+    let other = run(harness(
+        &dir,
+        &[
+            "tune",
+            "--lib",
+            lib4().to_str().unwrap(),
+            "--shape",
+            "f16:TN:8:8:8",
+        ],
+    ));
+    assert_eq!(other.status.code(), Some(1));
+    assert!(
+        text(&other.stderr).contains("--fresh"),
+        "{}",
+        text(&other.stderr)
+    );
+
+    // The same command resumes.
+    args.push("--json".into());
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = ok(&run(harness(&dir, &arg_refs)));
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["resumed"], before_kill.len());
+    assert_eq!(summary["counts"]["shapes"], 16);
+    // The record holds every shape exactly once, the pre-kill outcomes verbatim.
+    let records: Vec<PathBuf> = std::fs::read_dir(profile.join("campaigns"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(records.len(), 1);
+    let record = std::fs::read_to_string(&records[0]).unwrap();
+    let outcomes: Vec<Value> = record
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(outcomes.len(), 16);
+    let mut seen: Vec<&str> = outcomes
+        .iter()
+        .map(|o| o["shape"].as_str().unwrap())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 16, "each shape tuned once");
+    for line in &before_kill {
+        assert!(record.lines().any(|l| l == line), "kept verbatim: {line}");
+    }
+}
+
+#[test]
+fn an_import_from_another_build_keeps_shapes_and_never_ids() {
+    let dir = scratch("import");
+    // A v4 profile with real v4 ids (small positive numbers).
+    let specs = ["ex:TN:h:64:24:40", "ex:TN:h:32:8:48"];
+    let v4_ids: Vec<i32> = specs
+        .iter()
+        .map(|s| *solutions(&artifacts().host4, s).last().unwrap())
+        .collect();
+    let foreign = dir.join("v4-results.csv");
+    let mut text_rows = String::from("Validator,ROCBLAS_VERSION,4.4.0.5f2e9c71\n");
+    for (s, id) in specs.iter().zip(&v4_ids) {
+        text_rows.push_str(&row(s, &format!("Gemm_Rocblas_{id}")));
+        text_rows.push('\n');
+    }
+    std::fs::write(&foreign, text_rows).unwrap();
+    let out = ok(&run(harness(
+        &dir,
+        &[
+            "profiles",
+            "import",
+            "--lib",
+            lib5().to_str().unwrap(),
+            foreign.to_str().unwrap(),
+        ],
+    )));
+    assert!(
+        out.contains("2 new shapes imported (ids not reused)"),
+        "{out}"
+    );
+    let folder = dir.join("profiles/rocblas-5.6.0.c83a10d4");
+    let waiting = std::fs::read_to_string(folder.join("imported_shapes.csv")).unwrap();
+    assert_eq!(waiting.lines().count(), 2);
+    assert!(!waiting.contains("Gemm_Rocblas"), "{waiting}");
+
+    let lib = lib5();
+    let mut args = vec!["tune", "--lib", lib.to_str().unwrap(), "--retune"];
+    args.extend(QUICK);
+    ok(&run(harness(&dir, &args)));
+    let v5_offered: Vec<i32> = specs
+        .iter()
+        .flat_map(|s| solutions(&artifacts().host5, s))
+        .collect();
+    let rows = rows_of(&folder, 0);
+    for (shape, sol) in &rows {
+        if let Some(id) = sol.strip_prefix("Gemm_Rocblas_") {
+            let id: i32 = id.parse().unwrap();
+            assert!(!v4_ids.contains(&id), "{shape}: a v4 id was reused");
+            assert!(v5_offered.contains(&id), "{shape}: {id} is a v5 solution");
+        }
+    }
+    assert!(
+        !folder.join("imported_shapes.csv").exists(),
+        "tuned, so no longer waiting"
+    );
+    let prov = json_file(&folder.join("provenance.json"));
+    let sources = prov["campaigns"][0]["sources"].to_string();
+    assert!(sources.contains("imported_shapes.csv"), "{sources}");
+}
+
+#[test]
+fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
+    let dir = scratch("qualify");
+    let (bad_spec, good_spec) = ("ex:TN:h:64:24:40", "ex:TN:s:32:8:48");
+    let bad = non_heuristic_solutions(&artifacts().host4, bad_spec)[0];
+    let good = non_heuristic_solutions(&artifacts().host4, good_spec)[0];
+    assert_ne!(bad, good, "the faulty id must not hit the other row");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    write_profile(
+        &dir.join("profiles"),
+        "p",
+        &sha,
+        &[
+            row(bad_spec, &format!("Gemm_Rocblas_{bad}")),
+            row(good_spec, &format!("Gemm_Rocblas_{good}")),
+        ],
+        2,
+    );
+    let mut cmd = harness(&dir, &["qualify", "--lib", lib4().to_str().unwrap()]);
+    cmd.env("REFBLAS_FAULTY_SOLUTION", bad.to_string());
+    let out = ok(&run(cmd));
+    assert!(
+        out.contains("2 rows checked on 4 devices, 1 removed"),
+        "{out}"
+    );
+    assert!(out.contains("relative L2"), "the reason is given:\n{out}");
+    for rank in 0..2 {
+        let rows = rows_of(&dir.join("profiles/p"), rank);
+        assert_eq!(
+            rows,
+            vec![(miss_line(good_spec), format!("Gemm_Rocblas_{good}"))]
+        );
+    }
+    let prov = json_file(&dir.join("profiles/p/provenance.json"));
+    assert_eq!(
+        prov["campaigns"][0]["removed"][0]["shape"],
+        miss_line(bad_spec).as_str()
+    );
+    // Without the fault, the same row qualifies.
+    let out = ok(&run(harness(
+        &dir,
+        &["qualify", "--lib", lib4().to_str().unwrap()],
+    )));
+    assert!(
+        out.contains("1 rows checked on 4 devices, 0 removed"),
+        "{out}"
+    );
+}
+
+#[test]
+fn verify_fails_when_a_row_is_not_served() {
+    let dir = scratch("verify-fail");
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let spec = "ex:TN:h:64:24:40";
+    // An id refblas 4.x does not have: the interposer falls back and quarantines it.
+    write_profile(
+        &dir.join("profiles"),
+        "p",
+        &sha,
+        &[row(spec, "Gemm_Rocblas_9999")],
+        1,
+    );
+    let out = run(harness(
+        &dir,
+        &["verify", "--lib", lib4().to_str().unwrap()],
+    ));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("FAILED") && stdout.contains("fell back"),
+        "{stdout}"
+    );
+    // No profile at all is an error that says what to do.
+    let empty = scratch("verify-none");
+    let out = run(harness(
+        &empty,
+        &["verify", "--lib", lib4().to_str().unwrap()],
+    ));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("run `tunedblas tune` first"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn shards_tuned_apart_merge_into_one_profile() {
+    let dir = scratch("shards");
+    let shapes = shape_args(6);
+    let mut rows_total = 0;
+    for i in 0..2 {
+        let store = dir.join(format!("shard{i}"));
+        let args: Vec<String> = [
+            "tune",
+            "--lib",
+            lib4().to_str().unwrap(),
+            "--profiles",
+            store.to_str().unwrap(),
+            "--shard",
+            &format!("{i}/2"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(shapes.iter().cloned())
+        .chain(QUICK.iter().map(|s| s.to_string()))
+        .chain(["--json".to_string()])
+        .collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let summary: Value = serde_json::from_str(&ok(&run(harness(&dir, &refs)))).unwrap();
+        assert_eq!(summary["counts"]["shapes"], 3, "half of six shapes each");
+        rows_total += summary["rows"].as_u64().unwrap();
+    }
+    let merged = dir.join("merged");
+    let out = ok(&run(harness(
+        &dir,
+        &[
+            "merge",
+            "--lib",
+            lib4().to_str().unwrap(),
+            "--profiles",
+            merged.to_str().unwrap(),
+            dir.join("shard0").to_str().unwrap(),
+            dir.join("shard1").to_str().unwrap(),
+        ],
+    )));
+    assert!(out.contains(&format!("{rows_total} rows added")), "{out}");
+    let (profile, entry) = only_profile(&merged);
+    assert_eq!(entry["rows_per_rank"], rows_total);
+    assert_eq!(rows_of(&profile, 0).len() as u64, rows_total);
+    let prov = json_file(&profile.join("provenance.json"));
+    assert_eq!(prov["campaigns"][0]["kind"], "merge");
+    assert_eq!(
+        prov["campaigns"][0]["shard_campaigns"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
+    let dir = scratch("cli");
+    let lib = lib4();
+    let lib = lib.to_str().unwrap();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["tune"], 2, "needs --lib"),
+        (
+            &["tune", "--lib", lib, "--bogus"],
+            2,
+            "unknown option --bogus",
+        ),
+        (
+            &["tune", "--lib", lib, "--shard", "2/2"],
+            2,
+            "--shard takes I/N",
+        ),
+        (
+            &["tune", "--lib", lib, "--trials", "many"],
+            2,
+            "--trials takes a number",
+        ),
+        (
+            &["tune", "--lib", lib, "--shape", "f16:TN:0:1:1"],
+            1,
+            "--shape f16:TN:0:1:1",
+        ),
+        (&["tune", "--lib", lib], 1, "no shapes to tune"),
+        (
+            &[
+                "tune",
+                "--lib",
+                lib,
+                "--devices",
+                "7",
+                "--shape",
+                "f16:TN:8:8:8",
+            ],
+            4,
+            "device 7",
+        ),
+        (&["profiles", "show", "nope"], 1, "no profile 'nope'"),
+        (&["frobnicate"], 2, "unknown command"),
+    ];
+    for (args, code, words) in cases {
+        let out = run(harness(&dir, args));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(words),
+            "{args:?}: expected '{words}' in: {stderr}"
+        );
+    }
+    // A library that is not rocBLAS: exit 3, and it says so.
+    let preload = artifacts().preload.to_str().unwrap().to_string();
+    let out = run(harness(
+        &dir,
+        &["tune", "--lib", &preload, "--shape", "f16:TN:8:8:8"],
+    ));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not rocBLAS"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Every subcommand has help with examples.
+    for sub in ["tune", "qualify", "verify", "profiles", "merge"] {
+        let out = ok(&run(harness(&dir, &[sub, "--help"])));
+        assert!(out.contains("EXAMPLE"), "{sub}: {out}");
+    }
+}
