@@ -552,6 +552,36 @@ fn shards_tuned_apart_merge_into_one_profile() {
 }
 
 #[test]
+fn several_devices_tune_in_parallel_one_worker_each() {
+    let dir = scratch("devices");
+    let lib = lib4();
+    let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap(), "--devices", "0,1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(shape_args(8));
+    args.extend(QUICK.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = ok(&run(harness(&dir, &refs)));
+    assert!(out.contains("on devices 0,1"), "{out}");
+    let record = std::fs::read_dir(dir.join("profiles/rocblas-4.4.0.5f2e9c71/campaigns"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut devices: Vec<i64> = std::fs::read_to_string(record)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["device"].as_i64().unwrap())
+        .collect();
+    assert_eq!(devices.len(), 8);
+    devices.sort();
+    devices.dedup();
+    assert_eq!(devices, vec![0, 1], "both workers tuned shapes");
+}
+
+#[test]
 fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     let dir = scratch("cli");
     let lib = lib4();

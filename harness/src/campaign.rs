@@ -190,8 +190,8 @@ fn fmt_ms(x: Option<f64>) -> String {
 
 fn table_header() -> String {
     format!(
-        "{:<24} {:<6} {:>8} {:>8} {:>8} {:>7} {:<11} reason",
-        "shape", "M", "heur ms", "cur ms", "new ms", "delta", "decision"
+        "{:<24} {:<6} {:>8} {:>8} {:>8} {:>7} {:>6} {:<11} reason",
+        "shape", "M", "heur ms", "cur ms", "new ms", "delta", "spread", "decision"
     )
 }
 
@@ -200,22 +200,27 @@ fn outcome_line(o: &Outcome) -> String {
     let label = key.as_ref().map_or(o.shape.clone(), shape_label);
     let m = key.map_or(0, |k| k.n);
     match (&o.tuned, &o.error) {
-        (_, Some(e)) => format!("{label:<24} {m:<6} {:>35} failed      {e}", ""),
+        (_, Some(e)) => format!("{label:<24} {m:<6} {:>42} failed      {e}", ""),
         (Some(t), None) => {
             let v = &t.verdict;
             format!(
-                "{label:<24} {m:<6} {:>8} {:>8} {:>8} {:>7} {:<11} {}",
+                "{label:<24} {m:<6} {:>8} {:>8} {:>8} {:>7} {:>6} {:<11} {}",
                 fmt_ms(Some(v.heuristic_ms)),
                 fmt_ms(v.current_ms),
                 fmt_ms(v.new_ms),
                 v.delta
                     .filter(|d| d.is_finite())
                     .map_or("-".into(), |d| format!("{:+.1}%", d * 100.0)),
+                if v.spread.is_finite() {
+                    format!("{:.1}%", v.spread * 100.0)
+                } else {
+                    "-".into()
+                },
                 o.decision_word(),
                 o.rejected.as_deref().unwrap_or(&v.reason)
             )
         }
-        (None, None) => format!("{label:<24} {m:<6} {:>35} failed", ""),
+        (None, None) => format!("{label:<24} {m:<6} {:>42} failed", ""),
     }
 }
 
