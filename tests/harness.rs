@@ -194,10 +194,19 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     let after = run(cmd);
     let stderr = text(&after.stderr);
     assert!(after.status.success(), "{stderr}");
-    assert_eq!(
-        results(&after),
-        results(&before),
-        "same results with the profile"
+    // Another kernel may round differently (qualification bounds by how much): compare
+    // statuses, not output bits.
+    let statuses = |o: &Output| {
+        results(o)
+            .into_iter()
+            .map(|r| (r.0, r.1))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(statuses(&after), statuses(&before));
+    assert!(
+        statuses(&after).iter().all(|r| r.1 == 0),
+        "{:?}",
+        results(&after)
     );
     let trace = trace(&served_dir);
     for (i, spec) in SPECS.iter().enumerate() {
@@ -573,12 +582,37 @@ fn several_devices_tune_in_parallel_one_worker_each() {
         .unwrap()
         .lines()
         .skip(1)
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["device"].as_i64().unwrap())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["device"]
+                .as_i64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(devices.len(), 8);
     devices.sort();
     devices.dedup();
     assert_eq!(devices, vec![0, 1], "both workers tuned shapes");
+}
+
+#[test]
+fn a_library_named_by_soname_is_hashed_from_the_file_the_loader_maps() {
+    let dir = scratch("soname");
+    let mut args = vec![
+        "tune",
+        "--lib",
+        "librocblas.so.4",
+        "--shape",
+        "f16:TN:16:4:32",
+    ];
+    args.extend(QUICK);
+    let mut cmd = harness(&dir, &args);
+    cmd.env("LD_LIBRARY_PATH", &artifacts().libdir4);
+    ok(&run(cmd));
+    let (_, entry) = only_profile(&dir.join("profiles"));
+    assert_eq!(
+        entry["lib_sha256"],
+        sha_of(&artifacts().libdir4, "librocblas.so.4").as_str()
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
 use tunedblas_core::abi::*;
+use tunedblas_core::identity;
 use tunedblas_core::key::{Batching, ProblemKey};
 
 /// A harness error with the words a user needs: what failed and what to do.
@@ -70,6 +71,8 @@ fn dl_error() -> String {
 
 /// Loaded rocBLAS (and HIP) entry points.
 pub struct Library {
+    /// The file the loader mapped (a soname resolved through the search path).
+    pub file: PathBuf,
     create_handle: CreateHandleFn,
     destroy_handle: DestroyHandleFn,
     gemm_ex: GemmExFn<i32>,
@@ -171,6 +174,8 @@ impl Library {
                     .ok_or_else(|| Error::new(format!("the HIP runtime has no {name}")))
             };
             Library {
+                file: identity::library_of_address(need("rocblas_create_handle")? as usize)
+                    .unwrap_or_else(|| path.to_path_buf()),
                 create_handle: std::mem::transmute::<*mut c_void, CreateHandleFn>(need(
                     "rocblas_create_handle",
                 )?),

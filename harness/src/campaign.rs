@@ -284,7 +284,7 @@ pub fn run(opts: &Options) -> Result<Summary> {
             .with_kind(crate::backend::Kind::NoDevice));
         }
     }
-    let build = Build::of(&lib, &opts.lib, opts.arch.as_deref())?;
+    let build = Build::of(&lib, opts.arch.as_deref())?;
     let store = Store::open(&opts.profiles)?;
     let folder = store.folder_for(&build, opts.name.as_deref())?;
     let mut results = store.read_rows(&folder)?;

@@ -177,7 +177,7 @@ fn key_text(k: &ProblemKey) -> String {
 /// Adds the shapes of other builds' results files to this build's shape list.
 pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Result<()> {
     let lib = Library::load(lib_path, None)?;
-    let build = Build::of(&lib, lib_path, None)?;
+    let build = Build::of(&lib, None)?;
     let store = Store::open(root)?;
     let folder = store.folder_for(&build, None)?;
     std::fs::create_dir_all(&folder.dir)
@@ -255,7 +255,7 @@ pub fn qualify_profile(
 ) -> Result<QualifyReport> {
     let lib = Library::load(lib_path, hip)?;
     let devices = lib.device_count()?;
-    let mut build = Build::of(&lib, lib_path, None)?;
+    let mut build = Build::of(&lib, None)?;
     let store = Store::open(root)?;
     let folder = existing_folder(&store, &build)?;
     let mut results = store.read_rows(&folder)?;
@@ -338,7 +338,7 @@ pub struct MergeReport {
 /// `tunedblas merge`: joins the profiles several `tune --shard` runs wrote for one build.
 pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Result<MergeReport> {
     let lib = Library::load(lib_path, None)?;
-    let mut build = Build::of(&lib, lib_path, None)?;
+    let mut build = Build::of(&lib, None)?;
     let store = Store::open(root)?;
     let folder = store.folder_for(&build, None)?;
     let mut results = store.read_rows(&folder)?;

@@ -22,8 +22,9 @@ pub struct Build {
 }
 
 impl Build {
-    /// Hashes the library file and asks it for its version.
-    pub fn of(lib: &Library, path: &Path, arch: Option<&str>) -> Result<Build> {
+    /// Hashes the library file the loader mapped and asks it for its version.
+    pub fn of(lib: &Library, arch: Option<&str>) -> Result<Build> {
+        let path = lib.file.as_path();
         let sha256 = identity::sha256_file(path)
             .map_err(|e| Error::new(format!("cannot hash {}: {e}", path.display())))?;
         Ok(Build {
