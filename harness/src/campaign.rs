@@ -5,7 +5,7 @@
 //! in the profile folder and synced before the next starts, so a killed campaign resumes
 //! where it stopped; the profile itself is written once, at the end, atomically.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,9 +15,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tunedblas_core::key::ProblemKey;
-use tunedblas_core::tunableop::{self, KeyParse, Row, Solution};
+use tunedblas_core::tunableop::{self, KeyParse, ResultsFile, Row, Solution};
 
-use crate::backend::{Error, Library, Result};
+use crate::backend::{Error, Kind, Library, Result};
 use crate::curate::{Decision, Rules};
 use crate::progress::Progress;
 use crate::qualify;
@@ -265,58 +265,23 @@ fn worker(
     }
 }
 
-/// Runs a campaign; see the module docs.
-pub fn run(opts: &Options) -> Result<Summary> {
-    let started = Instant::now();
-    let lib = Library::load(&opts.lib, opts.hip.as_deref())?;
-    let device_count = lib.device_count()?;
-    let devices = if opts.devices.is_empty() {
-        vec![0]
-    } else {
-        opts.devices.clone()
-    };
-    for &d in &devices {
-        if d < 0 || d >= device_count {
-            return Err(Error::new(format!(
-                "--devices names device {d}, but the runtime sees {device_count} (0..{})",
-                device_count - 1
-            ))
-            .with_kind(crate::backend::Kind::NoDevice));
-        }
-    }
-    let build = Build::of(&lib, opts.arch.as_deref())?;
-    let store = Store::open(&opts.profiles)?;
-    let folder = store.folder_for(&build, opts.name.as_deref())?;
-    let mut results = store.read_rows(&folder)?;
-    let mut build = build;
-    if opts.arch.is_none() {
-        if let Some(a) = results.validator("GCN_ARCH_NAME") {
-            build.arch = a.to_string();
-        }
-    }
-    let current: HashMap<ProblemKey, Solution> = results
-        .rows
-        .iter()
-        .map(|r| (r.key, r.solution.clone()))
-        .collect();
-
+/// The shapes of a campaign: the inputs, plus the profile's own rows with `--retune`,
+/// sorted, then sharded.
+fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes::Collected> {
     let spec_refs: Vec<&str> = opts.specs.iter().map(String::as_str).collect();
     let mut inputs = opts.inputs.clone();
     let imported = folder.dir.join(store::IMPORTED_FILE);
     if opts.retune && imported.is_file() {
-        inputs.push(imported.clone());
+        inputs.push(imported);
     }
     let mut collected = shapes::collect(&inputs, &spec_refs)?;
     if opts.retune {
-        let known: std::collections::HashSet<ProblemKey> =
-            collected.shapes.iter().map(|s| s.key).collect();
-        for r in &results.rows {
-            if !known.contains(&r.key) {
-                collected.shapes.push(Shape {
-                    key: r.key,
-                    calls: 0,
-                });
-            }
+        let known: HashSet<ProblemKey> = collected.shapes.iter().map(|s| s.key).collect();
+        for r in results.rows.iter().filter(|r| !known.contains(&r.key)) {
+            collected.shapes.push(Shape {
+                key: r.key,
+                calls: 0,
+            });
         }
         collected.sources.push(format!("--retune {}", folder.name));
     }
@@ -327,65 +292,273 @@ pub fn run(opts: &Options) -> Result<Summary> {
             collected.skipped[0]
         );
     }
-    let mut shapes = collected.shapes;
-    shapes.sort_by_key(|s| key_text(&s.key));
+    collected.shapes.sort_by_key(|s| key_text(&s.key));
     if let Some((i, n)) = opts.shard {
-        shapes = shapes
+        let all = std::mem::take(&mut collected.shapes);
+        collected.shapes = all
             .into_iter()
             .enumerate()
             .filter(|(j, _)| j % n == i)
             .map(|(_, s)| s)
             .collect();
     }
-    if shapes.is_empty() {
+    if collected.shapes.is_empty() {
         return Err(Error::new(
             "no shapes to tune: give miss logs, untuned or results files, --shape, or --retune",
         ));
     }
+    Ok(collected)
+}
 
-    // Resume, or start a checkpoint.
-    std::fs::create_dir_all(&folder.dir)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
-    let cp_path = checkpoint_path(&folder);
+/// The append-only, synced record of finished shapes that makes a campaign resumable.
+struct Checkpoint {
+    path: PathBuf,
+    file: std::fs::File,
+    started: String,
+}
+
+impl Checkpoint {
+    /// Opens the folder's checkpoint for `header`: resumes it when it was started with the
+    /// same build and shapes (returning what it finished), else starts afresh, which an
+    /// unfinished campaign with other shapes allows only with `fresh`.
+    fn open(folder: &Folder, header: Header, fresh: bool) -> Result<(Checkpoint, Vec<Outcome>)> {
+        std::fs::create_dir_all(&folder.dir)
+            .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
+        let path = checkpoint_path(folder);
+        let (started, done) = match read_checkpoint(&path)? {
+            Some((old, done)) if old.build == header.build && old.shapes == header.shapes => {
+                (old.started, done)
+            }
+            Some(_) if !fresh => {
+                return Err(Error::new(format!(
+                    "an unfinished campaign with other shapes is in {}; rerun it with the same inputs to finish it, or pass --fresh to discard it",
+                    path.display()
+                )));
+            }
+            _ => (header.started.clone(), vec![]),
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))?;
+        if done.is_empty() {
+            file.set_len(0)
+                .map_err(|e| Error::new(format!("cannot reset {}: {e}", path.display())))?;
+            let h = Header {
+                started: started.clone(),
+                ..header
+            };
+            append_line(
+                &mut file,
+                &serde_json::to_string(&h).expect("plain struct"),
+                &path,
+            )?;
+        }
+        Ok((
+            Checkpoint {
+                path,
+                file,
+                started,
+            },
+            done,
+        ))
+    }
+
+    fn append(&mut self, o: &Outcome) -> Result<()> {
+        append_line(
+            &mut self.file,
+            &serde_json::to_string(o).expect("plain struct"),
+            &self.path,
+        )
+    }
+
+    /// The finished checkpoint becomes the campaign's full record in `campaigns/`.
+    fn retire(self, folder: &Folder) {
+        let dir = folder.dir.join("campaigns");
+        let _ = std::fs::create_dir_all(&dir);
+        let record = dir.join(format!("{}.jsonl", self.started.replace(':', "")));
+        if std::fs::rename(&self.path, &record).is_err() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Qualifies every adoption on every device; a failure undoes the adoption.
+fn qualify_adoptions(lib: &Library, done: &mut [Outcome], devices: &[i32]) {
+    for o in done.iter_mut() {
+        let adopted = o
+            .tuned
+            .as_ref()
+            .filter(|t| t.verdict.decision == Decision::Adopt)
+            .and_then(|t| match t.verdict.row {
+                Some(Solution::Rocblas(id)) => Some(id),
+                _ => None,
+            });
+        if let (Some(id), Some(key), None) = (adopted, o.key(), &o.rejected) {
+            if let Err(why) = qualify::qualify(lib, key, id, devices) {
+                o.rejected = Some(format!("solution {id} failed qualification {why}"));
+            }
+        }
+    }
+}
+
+/// Applies the verdicts to the profile's rows; returns the counts and the estimated time
+/// pruning saved.
+fn apply(
+    done: &[Outcome],
+    current: &HashMap<ProblemKey, Solution>,
+    results: &mut ResultsFile,
+) -> (Counts, f64) {
+    let mut counts = Counts {
+        shapes: done.len(),
+        ..Counts::default()
+    };
+    let mut saved = 0.0;
+    for o in done {
+        let Some(key) = o.key() else { continue };
+        let Some(t) = &o.tuned else {
+            counts.failed += 1;
+            continue;
+        };
+        saved += t.pruning_saved_s;
+        if o.rejected.is_some() {
+            counts.rejected += 1;
+            continue; // what was there stays
+        }
+        let v = &t.verdict;
+        match v.decision {
+            Decision::Adopt if matches!(current.get(&key), Some(Solution::Rocblas(_))) => {
+                counts.replaced += 1
+            }
+            Decision::Adopt => counts.new += 1,
+            Decision::Keep => counts.kept += 1,
+            Decision::Drop => counts.dropped += 1,
+            Decision::Default => counts.default += 1,
+            Decision::Undecidable => counts.undecidable += 1,
+        }
+        let time = match v.decision {
+            Decision::Adopt => v.new_ms,
+            Decision::Keep | Decision::Undecidable => v.current_ms.or(Some(v.heuristic_ms)),
+            _ => Some(v.heuristic_ms),
+        };
+        results.rows.retain(|r| r.key != key);
+        if let Some(sol) = &v.row {
+            results.rows.push(Row::new(key, sol.clone(), time));
+        }
+    }
+    results.rows.sort_by_key(|r| key_text(&r.key));
+    (counts, saved)
+}
+
+/// What provenance.json records of a campaign.
+struct Record<'a> {
+    opts: &'a Options,
+    build: &'a Build,
+    collected: &'a shapes::Collected,
+    started: &'a str,
+    devices: &'a [i32],
+    qualified_on: &'a [i32],
+    counts: &'a Counts,
+    rows_after: usize,
+    done: &'a [Outcome],
+}
+
+impl Record<'_> {
+    fn json(&self) -> Value {
+        let build = self.build;
+        json!({
+            "kind": "tune",
+            "started": self.started,
+            "finished": store::utc_now(),
+            "library": build.path.file_name().map(|f| f.to_string_lossy().into_owned()),
+            "sources": self.collected.sources,
+            "imported": self.collected.imported.iter().map(|(file, version, rows)| json!({
+                "file": file,
+                "rocblas": version,
+                "rows": rows,
+                "ids": if version.as_deref() == Some(build.version.as_str()) {
+                    "not reused: current rows come from this build's profile"
+                } else {
+                    "not reused: tuned on another build"
+                },
+            })).collect::<Vec<Value>>(),
+            "shard": self.opts.shard.map(|(i, n)| format!("{i}/{n}")),
+            "devices": self.devices,
+            "qualified_on": self.qualified_on,
+            "method": self.opts.method,
+            "rules": {
+                "margin": self.opts.rules.margin,
+                "keep_default": self.opts.rules.keep_default,
+                "text": self.opts.rules.describe(),
+            },
+            "counts": self.counts,
+            "rows_after": self.rows_after,
+            "shapes": self.done.iter().map(|o| {
+                let v = o.tuned.as_ref().map(|t| &t.verdict);
+                json!({
+                    "shape": o.shape,
+                    "calls": o.calls,
+                    "decision": o.decision_word(),
+                    "reason": o.error.clone().or(o.rejected.clone()).or(v.map(|v| v.reason.clone())),
+                    "heuristic_ms": v.map(|v| v.heuristic_ms),
+                    "current_ms": v.and_then(|v| v.current_ms),
+                    "new_ms": v.and_then(|v| v.new_ms),
+                    "delta": v.and_then(|v| v.delta),
+                    "spread": v.map(|v| v.spread).filter(|s| s.is_finite()),
+                    "row": v.and_then(|v| v.row.as_ref()).map(|s| s.to_string()),
+                })
+            }).collect::<Vec<Value>>(),
+        })
+    }
+}
+
+fn check_devices(opts: &Options, device_count: i32) -> Result<Vec<i32>> {
+    let devices = if opts.devices.is_empty() {
+        vec![0]
+    } else {
+        opts.devices.clone()
+    };
+    if let Some(d) = devices.iter().find(|&&d| d < 0 || d >= device_count) {
+        return Err(Error::new(format!(
+            "--devices names device {d}, but the runtime sees {device_count} (0..{})",
+            device_count - 1
+        ))
+        .with_kind(Kind::NoDevice));
+    }
+    Ok(devices)
+}
+
+/// Runs a campaign; see the module docs.
+pub fn run(opts: &Options) -> Result<Summary> {
+    let started = Instant::now();
+    let lib = Library::load(&opts.lib, opts.hip.as_deref())?;
+    let device_count = lib.device_count()?;
+    let devices = check_devices(opts, device_count)?;
+    let mut build = Build::of(&lib, opts.arch.as_deref())?;
+    let store = Store::open(&opts.profiles)?;
+    let folder = store.folder_for(&build, opts.name.as_deref())?;
+    let mut results = store.read_rows(&folder)?;
+    if opts.arch.is_none() {
+        if let Some(a) = results.validator("GCN_ARCH_NAME") {
+            build.arch = a.to_string();
+        }
+    }
+    let current: HashMap<ProblemKey, Solution> = results
+        .rows
+        .iter()
+        .map(|r| (r.key, r.solution.clone()))
+        .collect();
+    let collected = plan(opts, &folder, &results)?;
+    let shapes = &collected.shapes;
     let header = Header {
         started: store::utc_now(),
         build: build.sha256.clone(),
         shapes: shapes.iter().map(|s| key_text(&s.key)).collect(),
     };
-    let mut done: Vec<Outcome> = Vec::new();
-    let mut started_at = header.started.clone();
-    match read_checkpoint(&cp_path)? {
-        Some((old, finished)) if old.build == header.build && old.shapes == header.shapes => {
-            started_at = old.started.clone();
-            done = finished;
-        }
-        Some(_) if !opts.fresh => {
-            return Err(Error::new(format!(
-                "an unfinished campaign with other shapes is in {}; rerun it with the same inputs to finish it, or pass --fresh to discard it",
-                cp_path.display()
-            )));
-        }
-        _ => {}
-    }
+    let (mut checkpoint, mut done) = Checkpoint::open(&folder, header, opts.fresh)?;
     let resumed = done.len();
-    let mut cp = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&cp_path)
-        .map_err(|e| Error::new(format!("cannot open {}: {e}", cp_path.display())))?;
-    if resumed == 0 {
-        cp.set_len(0)
-            .map_err(|e| Error::new(format!("cannot reset {}: {e}", cp_path.display())))?;
-        let mut h = header.clone();
-        h.started = started_at.clone();
-        append_line(
-            &mut cp,
-            &serde_json::to_string(&h).expect("plain struct"),
-            &cp_path,
-        )?;
-    }
-    let finished: std::collections::HashSet<String> =
-        done.iter().map(|o| o.shape.clone()).collect();
+    let finished: HashSet<String> = done.iter().map(|o| o.shape.clone()).collect();
     let queue: Vec<Shape> = shapes
         .iter()
         .filter(|s| !finished.contains(&key_text(&s.key)))
@@ -433,11 +606,7 @@ pub fn run(opts: &Options) -> Result<Summary> {
         }
         drop(tx);
         for outcome in rx {
-            append_line(
-                &mut cp,
-                &serde_json::to_string(&outcome).expect("plain struct"),
-                &cp_path,
-            )?;
+            checkpoint.append(&outcome)?;
             progress.advance(&outcome.key().map_or(outcome.shape.clone(), |k| {
                 format!("{} M={}", shape_label(&k), k.n)
             }));
@@ -455,126 +624,33 @@ pub fn run(opts: &Options) -> Result<Summary> {
     })?;
     progress.finish();
 
-    // Qualify every adoption on every device before it reaches a profile.
-    let qual_devices: Vec<i32> = (0..device_count).collect();
-    for o in done.iter_mut() {
-        let adopted = o
-            .tuned
-            .as_ref()
-            .filter(|t| t.verdict.decision == Decision::Adopt)
-            .and_then(|t| match t.verdict.row {
-                Some(Solution::Rocblas(id)) => Some(id),
-                _ => None,
-            });
-        if let (Some(id), Some(key), None) = (adopted, o.key(), &o.rejected) {
-            if let Err(why) = qualify::qualify(&lib, key, id, &qual_devices) {
-                o.rejected = Some(format!("solution {id} failed qualification {why}"));
-            }
-        }
-    }
-
-    // Apply the verdicts to the profile's rows.
-    let order: HashMap<String, usize> = header
-        .shapes
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.clone(), i))
-        .collect();
-    done.sort_by_key(|o| order.get(&o.shape).copied().unwrap_or(usize::MAX));
+    let qualified_on: Vec<i32> = (0..device_count).collect();
+    qualify_adoptions(&lib, &mut done, &qualified_on);
     // Report in the seed's order: by (N, K) pair, then token count.
     done.sort_by_key(|o| {
         o.key()
             .map(|k| (k.types, k.trans_a, k.trans_b, k.m, k.k, k.n, k.batch))
     });
-    let mut counts = Counts {
-        shapes: done.len(),
-        ..Counts::default()
-    };
-    let mut saved = 0.0;
-    for o in &done {
-        let Some(key) = o.key() else { continue };
-        let cur = current.get(&key);
-        let Some(t) = &o.tuned else {
-            counts.failed += 1;
-            continue;
-        };
-        saved += t.pruning_saved_s;
-        if o.rejected.is_some() {
-            counts.rejected += 1;
-            continue; // what was there stays
-        }
-        let v = &t.verdict;
-        match v.decision {
-            Decision::Adopt if matches!(cur, Some(Solution::Rocblas(_))) => counts.replaced += 1,
-            Decision::Adopt => counts.new += 1,
-            Decision::Keep => counts.kept += 1,
-            Decision::Drop => counts.dropped += 1,
-            Decision::Default => counts.default += 1,
-            Decision::Undecidable => counts.undecidable += 1,
-        }
-        let time = match v.decision {
-            Decision::Adopt => v.new_ms,
-            Decision::Keep | Decision::Undecidable => v.current_ms.or(Some(v.heuristic_ms)),
-            _ => Some(v.heuristic_ms),
-        };
-        results.rows.retain(|r| r.key != key);
-        if let Some(sol) = &v.row {
-            results.rows.push(Row::new(key, sol.clone(), time));
-        }
-    }
-    results.rows.sort_by_key(|r| key_text(&r.key));
+    let (counts, saved) = apply(&done, &current, &mut results);
 
     let ranks = opts.ranks.unwrap_or(device_count.max(1) as usize);
     store.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
-    let campaign = json!({
-        "kind": "tune",
-        "started": started_at,
-        "finished": store::utc_now(),
-        "library": build.path.file_name().map(|f| f.to_string_lossy().into_owned()),
-        "sources": collected.sources,
-        "imported": collected.imported.iter().map(|(file, version, rows)| json!({
-            "file": file,
-            "rocblas": version,
-            "rows": rows,
-            "ids": if version.as_deref() == Some(build.version.as_str()) {
-                "not reused: current rows come from this build's profile"
-            } else {
-                "not reused: tuned on another build"
-            },
-        })).collect::<Vec<Value>>(),
-        "shard": opts.shard.map(|(i, n)| format!("{i}/{n}")),
-        "devices": devices,
-        "qualified_on": qual_devices,
-        "method": opts.method,
-        "rules": {"margin": opts.rules.margin, "keep_default": opts.rules.keep_default, "text": opts.rules.describe()},
-        "counts": counts,
-        "rows_after": results.rows.len(),
-        "shapes": done.iter().map(|o| {
-            let v = o.tuned.as_ref().map(|t| &t.verdict);
-            json!({
-                "shape": o.shape,
-                "calls": o.calls,
-                "decision": o.decision_word(),
-                "reason": o.error.clone().or(o.rejected.clone()).or(v.map(|v| v.reason.clone())),
-                "heuristic_ms": v.map(|v| v.heuristic_ms),
-                "current_ms": v.and_then(|v| v.current_ms),
-                "new_ms": v.and_then(|v| v.new_ms),
-                "delta": v.and_then(|v| v.delta),
-                "spread": v.map(|v| v.spread).filter(|s| s.is_finite()),
-                "row": v.and_then(|v| v.row.as_ref()).map(|s| s.to_string()),
-            })
-        }).collect::<Vec<Value>>(),
-    });
-    store.record(&folder, &build, campaign)?;
-    // The checkpoint becomes the campaign's full record.
-    let record_dir = folder.dir.join("campaigns");
-    let _ = std::fs::create_dir_all(&record_dir);
-    let record = record_dir.join(format!("{}.jsonl", started_at.replace(':', "")));
-    if std::fs::rename(&cp_path, &record).is_err() {
-        let _ = std::fs::remove_file(&cp_path);
-    }
+    let record = Record {
+        opts,
+        build: &build,
+        collected: &collected,
+        started: &checkpoint.started,
+        devices: &devices,
+        qualified_on: &qualified_on,
+        counts: &counts,
+        rows_after: results.rows.len(),
+        done: &done,
+    };
+    store.record(&folder, &build, record.json())?;
+    checkpoint.retire(&folder);
     if opts.retune {
-        let _ = std::fs::remove_file(&imported); // tuned now: recorded in provenance
+        // Tuned now, and recorded in provenance.
+        let _ = std::fs::remove_file(folder.dir.join(store::IMPORTED_FILE));
     }
 
     let summary = Summary {
