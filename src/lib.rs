@@ -9,6 +9,7 @@
 //! - [`table`]: the immutable lookup table the interposer serves from.
 //! - [`profile`]: choosing the profile for the loaded build, loading its rank tables.
 //! - [`misslog`]: the durable record of shapes that had no row.
+//! - [`untuned`]: reading miss logs (and PyTorch untuned files) back.
 
 pub mod abi;
 pub mod identity;
@@ -19,3 +20,4 @@ pub mod registry;
 pub mod rocblas;
 pub mod table;
 pub mod tunableop;
+pub mod untuned;

@@ -17,7 +17,7 @@ use std::fs::{self, File, OpenOptions};
 use std::hash::{Hash, Hasher};
 use std::io::{self, Write};
 use std::mem::MaybeUninit;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -167,12 +167,19 @@ impl MissSet {
 /// Formats a key as the two fields of an untuned-file line.
 pub type KeyFormat = fn(&ProblemKey) -> (String, String);
 
+/// First sights that could not be written (full disk, unwritable folder) and wait for the
+/// next write that works; beyond this many they are only in memory (and in the counts
+/// written at exit).
+const PENDING_MAX: usize = 1 << 14;
+
 /// The miss files of one process.
 pub struct MissFiles {
     dir: PathBuf,
     prefix: String,
     format: KeyFormat,
     open: Vec<(i32, File)>,
+    /// (device, line) of first sights whose write failed, oldest first.
+    pending: Vec<(i32, String)>,
 }
 
 /// `<host>-<pid>`: the per-process part of the file names.
@@ -197,6 +204,76 @@ pub fn process_prefix() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// Creates the miss folder (and any missing parents) with mode 0700, then checks the
+/// folder itself: a real directory, not a symlink, and either ours or a shared folder with
+/// the sticky bit (like `/tmp`), where no one else can remove or replace our files.
+pub fn checked_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = fs::symlink_metadata(dir)?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let sticky = meta.mode() & libc::S_ISVTX != 0;
+    if !meta.file_type().is_dir() || (meta.uid() != uid && !sticky) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a directory owned by uid {uid} (a symlink or someone else's folder); refusing to write there",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens a file of ours for writing without following a symlink or blocking on a FIFO
+/// planted under its name, and refuses anything but a regular file of ours with one link
+/// (a hard link planted in a shared folder would make us write into someone else's file).
+fn open_own(path: &Path, opts: &mut OpenOptions) -> io::Result<File> {
+    let f = opts
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = f.metadata()?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.file_type().is_file() || meta.uid() != uid || meta.nlink() != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a regular file of ours with a single link; refusing to write it",
+                path.display()
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+/// Appends `bytes` with one `write(2)`. A short write (disk full, file size limit) is
+/// rolled back, so the file never ends in half a line that a later append would glue onto.
+fn append_whole(f: &mut File, bytes: &[u8]) -> io::Result<()> {
+    let before = f.metadata()?.len();
+    loop {
+        match f.write(bytes) {
+            Ok(n) if n == bytes.len() => return Ok(()),
+            Ok(n) => {
+                let _ = f.set_len(before);
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!(
+                        "short write to the miss log ({n} of {} bytes; disk full?)",
+                        bytes.len()
+                    ),
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 impl MissFiles {
     pub fn new(dir: PathBuf, format: KeyFormat) -> MissFiles {
         MissFiles {
@@ -204,6 +281,7 @@ impl MissFiles {
             prefix: process_prefix(),
             format,
             open: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
@@ -220,34 +298,74 @@ impl MissFiles {
             .join(format!("{}-rank{device}.counts.csv", self.prefix))
     }
 
+    /// First sights not yet written.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     fn file(&mut self, device: i32) -> io::Result<&mut File> {
         if let Some(pos) = self.open.iter().position(|(d, _)| *d == device) {
             return Ok(&mut self.open[pos].1);
         }
-        fs::create_dir_all(&self.dir)?;
-        let f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(self.path_for(device))?;
+        checked_dir(&self.dir)?;
+        let f = open_own(
+            &self.path_for(device),
+            OpenOptions::new().append(true).create(true),
+        )?;
         self.open.push((device, f));
         Ok(&mut self.open.last_mut().expect("just pushed").1)
     }
 
-    /// Appends the first sight of a key: one line, one `write(2)`.
+    /// Appends the first sight of a key: one line, one `write(2)` (together with any earlier
+    /// lines of that device whose write failed). On failure the line is kept for the next
+    /// attempt.
     pub fn append_first_sight(&mut self, device: i32, key: &ProblemKey) -> io::Result<()> {
         let (op, sig) = (self.format)(key);
         let line = format!("{op},{sig}\n");
-        let f = self.file(device)?;
-        let n = f.write(line.as_bytes())?;
-        if n != line.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "short write to the miss log",
-            ));
+        let mut text = String::new();
+        for (_, l) in self.pending.iter().filter(|(d, _)| *d == device) {
+            text.push_str(l);
         }
-        Ok(())
+        text.push_str(&line);
+        match self
+            .file(device)
+            .and_then(|f| append_whole(f, text.as_bytes()))
+        {
+            Ok(()) => {
+                self.pending.retain(|(d, _)| *d != device);
+                Ok(())
+            }
+            Err(e) => {
+                if self.pending.len() < PENDING_MAX {
+                    self.pending.push((device, line));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Tries once more to write every first sight whose write failed.
+    pub fn flush_pending(&mut self) -> io::Result<()> {
+        let mut devices: Vec<i32> = self.pending.iter().map(|(d, _)| *d).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let mut result = Ok(());
+        for device in devices {
+            let text: String = self
+                .pending
+                .iter()
+                .filter(|(d, _)| *d == device)
+                .map(|(_, l)| l.as_str())
+                .collect();
+            match self
+                .file(device)
+                .and_then(|f| append_whole(f, text.as_bytes()))
+            {
+                Ok(()) => self.pending.retain(|(d, _)| *d != device),
+                Err(e) => result = Err(e),
+            }
+        }
+        result
     }
 
     /// Rewrites the counts sidecar of every device present in `snapshot`.
@@ -255,6 +373,9 @@ impl MissFiles {
         let mut devices: Vec<i32> = snapshot.iter().map(|(d, _, _)| *d).collect();
         devices.sort_unstable();
         devices.dedup();
+        if !devices.is_empty() {
+            checked_dir(&self.dir)?;
+        }
         for device in devices {
             let mut text = String::from("op_name,param_signature,calls\n");
             for (_, key, count) in snapshot.iter().filter(|(d, _, _)| *d == device) {
@@ -263,16 +384,22 @@ impl MissFiles {
             }
             let path = self.counts_path_for(device);
             let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)?;
-            f.write_all(text.as_bytes())?;
+            let create = || open_own(&tmp, OpenOptions::new().write(true).create_new(true));
+            // A temporary left by a process that died mid-write (same pid, recycled) is ours
+            // to replace; anything else under that name is refused by `open_own`.
+            let mut f = match create() {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    fs::remove_file(&tmp)?;
+                    create()?
+                }
+                other => other?,
+            };
+            let written = f.write_all(text.as_bytes());
             drop(f);
-            fs::rename(&tmp, &path)?;
+            if let Err(e) = written.and_then(|()| fs::rename(&tmp, &path)) {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -280,6 +407,7 @@ impl MissFiles {
     /// After `fork`: the child writes its own files.
     pub fn reset_after_fork(&mut self) {
         self.open.clear();
+        self.pending.clear();
         self.prefix = process_prefix();
     }
 }

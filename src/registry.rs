@@ -328,6 +328,27 @@ impl Registry {
         write_json_atomic(path, &file)
     }
 
+    /// Loads the registry at `path` under an exclusive lock, lets `f` change it, and saves
+    /// it before the lock is released. Concurrent updaters (several `tunedblas` processes
+    /// or threads adding profiles at once) are serialised and each starts from what the
+    /// previous one saved, so no entry is lost. A missing file starts empty; a file that
+    /// does not load is an error and is left as it is. See [`with_lock`].
+    pub fn update_locked<T>(
+        path: &Path,
+        f: impl FnOnce(&mut Registry) -> T,
+    ) -> Result<T, RegistryError> {
+        with_lock(path, || {
+            let mut reg = if path.exists() {
+                Registry::load(path)?
+            } else {
+                Registry::new()
+            };
+            let out = f(&mut reg);
+            reg.save_atomic(path)?;
+            Ok(out)
+        })
+    }
+
     /// Entries that were skipped at load time, and why.
     pub fn errors(&self) -> &[EntryError] {
         &self.errors
@@ -419,6 +440,23 @@ impl Provenance {
         write_json_atomic(path, &self.value)
     }
 
+    /// As [`Registry::update_locked`], for a `provenance.json` (a missing file starts empty).
+    pub fn update_locked<T>(
+        path: &Path,
+        f: impl FnOnce(&mut Provenance) -> T,
+    ) -> Result<T, RegistryError> {
+        with_lock(path, || {
+            let mut p = if path.exists() {
+                Provenance::load(path)?
+            } else {
+                Provenance::new()
+            };
+            let out = f(&mut p);
+            p.save_atomic(path)?;
+            Ok(out)
+        })
+    }
+
     fn str_field(&self, k: &str) -> Option<&str> {
         self.value.get(k).and_then(Value::as_str)
     }
@@ -475,6 +513,52 @@ impl Provenance {
     pub fn as_map(&self) -> &Map<String, Value> {
         &self.value
     }
+}
+
+/// The lock file that serialises updates of `path`: `.<name>.lock` in the same folder.
+pub fn lock_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(|| "registry".into(), |n| n.to_string_lossy());
+    path.with_file_name(format!(".{name}.lock"))
+}
+
+/// Runs `f` holding an exclusive `flock` on [`lock_path`]`(path)`, created if needed (never
+/// through a symlink). The lock is released when `f` returns, or by the kernel if the
+/// process dies, so a killed updater never leaves the registry locked.
+pub fn with_lock<T>(
+    path: &Path,
+    f: impl FnOnce() -> Result<T, RegistryError>,
+) -> Result<T, RegistryError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock = lock_path(path);
+    let io_err = |source| RegistryError::Io {
+        path: lock.clone(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&lock)
+        .map_err(io_err)?;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(io_err(e));
+        }
+    }
+    let out = f();
+    // Closing the descriptor releases the lock.
+    drop(file);
+    out
 }
 
 fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), RegistryError> {

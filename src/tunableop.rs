@@ -339,12 +339,26 @@ pub fn read(path: &Path) -> io::Result<ResultsFile> {
 /// Parses the text of a results file. Never panics; see the module docs for what goes where.
 pub fn parse(text: &str) -> ResultsFile {
     let mut parser = Parser::default();
+    let segments = text.split('\n').count();
     for (idx, raw) in text.split('\n').enumerate() {
         // `trim` also drops the `\r` of CRLF files.
         let line = raw.trim();
-        if !line.is_empty() {
-            parser.line(line, idx + 1);
+        if line.is_empty() {
+            continue;
         }
+        // PyTorch ends every row with a newline and a time. A last line with neither was
+        // cut short (a full disk, a killed writer) and may end inside the solution index,
+        // which would still read as some other, wrong index: never serve it.
+        let cut_short =
+            idx + 1 == segments && !line.starts_with("Validator,") && line.split(',').count() < 4;
+        if cut_short {
+            parser.malformed(
+                idx + 1,
+                "the last line has no time_ms and no newline: the file was cut short".into(),
+            );
+            continue;
+        }
+        parser.line(line, idx + 1);
     }
     parser.out
 }

@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -31,6 +31,11 @@ const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 static FINISHED: AtomicBool = AtomicBool::new(false);
+/// The process whose runtime this is: set at start-up and in a fork child. A `vfork` child
+/// (or a raw `clone`) shares our memory without running the fork handlers; when it calls
+/// `_exit` it must not finish the parent's run (that would mark the parent finished and
+/// its counts would never be written at its real exit).
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     static INITIALIZING_HERE: Cell<bool> = const { Cell::new(false) };
@@ -146,12 +151,7 @@ impl Runtime {
             Sight::First => {
                 let result = self.files.lock().append_first_sight(device, key);
                 if let Err(e) = result {
-                    if !self.miss_io_warned.swap(true, Ordering::Relaxed) {
-                        info!(
-                            "cannot write the miss log in {}: {e}; serving continues, shapes are kept in memory and counted at exit",
-                            self.files.lock().dir().display()
-                        );
-                    }
+                    self.warn_miss_io(&e);
                 }
             }
             // Count flushes at 1024, 2048, ... calls of a shape: periodic, yet rare.
@@ -166,6 +166,16 @@ impl Runtime {
                     info!("more than {MISS_CAPACITY} distinct missed shapes; further new shapes are not recorded");
                 }
             }
+        }
+    }
+
+    /// The one warning about miss files that cannot be written.
+    fn warn_miss_io(&self, e: &std::io::Error) {
+        if !self.miss_io_warned.swap(true, Ordering::Relaxed) {
+            info!(
+                "cannot write the miss log in {}: {e}; serving continues, shapes are kept in memory, written when the folder is writable again and counted at exit",
+                self.files.lock().dir().display()
+            );
         }
     }
 
@@ -284,8 +294,15 @@ fn init() -> Option<Runtime> {
     if let Some(line) = name_line {
         info!("{line}");
     }
-    for p in loaded.problems.iter().take(20) {
+    const SHOWN: usize = 20;
+    for p in loaded.problems.iter().take(SHOWN) {
         info!("{p}");
+    }
+    if loaded.problems.len() > SHOWN {
+        info!(
+            "{} more problems in the profile not shown; everything valid is served",
+            loaded.problems.len() - SHOWN
+        );
     }
     let rt = Runtime {
         loaded,
@@ -296,6 +313,7 @@ fn init() -> Option<Runtime> {
         miss_full_warned: AtomicBool::new(false),
         stats_path: cfg.stats_path,
     };
+    OWNER_PID.store(std::process::id(), Ordering::Release);
     // SAFETY: registering plain extern "C" functions with libc.
     unsafe {
         libc::atexit(at_exit);
@@ -362,13 +380,25 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
 
 /// Flushes counts, writes the stats file and prints the summary. Runs once per process.
 pub fn finish() {
+    let Some(rt) = RUNTIME.get() else { return };
+    // SAFETY: getpid cannot fail (and is not cached by glibc, so a vfork child sees its own).
+    if unsafe { libc::getpid() } as u32 != OWNER_PID.load(Ordering::Acquire) {
+        return;
+    }
     if FINISHED.swap(true, Ordering::AcqRel) {
         return;
     }
-    let Some(rt) = RUNTIME.get() else { return };
     let snapshot = rt.misses.snapshot();
     if !snapshot.is_empty() {
-        let _ = rt.files.lock().write_counts(&snapshot);
+        let written = {
+            let mut files = rt.files.lock();
+            files
+                .flush_pending()
+                .and_then(|()| files.write_counts(&snapshot))
+        };
+        if let Err(e) = written {
+            rt.warn_miss_io(&e);
+        }
     }
     if let Some(path) = &rt.stats_path {
         let _ = write_stats(rt, path, snapshot.len());
@@ -411,7 +441,17 @@ fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result
         "rows_hit": rows - unhit.len(),
         "rows_not_hit": unhit,
     });
-    std::fs::write(path, serde_json::to_vec_pretty(&json)?)
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never through a symlink planted under the configured name; readable by us only.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?
+        .write_all(&serde_json::to_vec_pretty(&json)?)
 }
 
 extern "C" fn at_exit() {
@@ -441,6 +481,7 @@ extern "C" fn fork_child() {
         }
         rt.files.lock().reset_after_fork();
         stats::reset();
+        OWNER_PID.store(std::process::id(), Ordering::Release);
         FINISHED.store(false, Ordering::Release);
     }
 }

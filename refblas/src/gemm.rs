@@ -16,8 +16,8 @@ use std::sync::OnceLock;
 use tunedblas_core::abi::{
     Datatype, GemmAlgo, Handle, Operation, Status, DT_F16_R, DT_F32_R, DT_F64_R,
     FLAG_CHECK_SOLUTION_INDEX, OP_CONJUGATE_TRANSPOSE, OP_NONE, OP_TRANSPOSE,
-    STATUS_INVALID_HANDLE, STATUS_INVALID_POINTER, STATUS_INVALID_SIZE, STATUS_INVALID_VALUE,
-    STATUS_NOT_IMPLEMENTED, STATUS_SUCCESS,
+    STATUS_INTERNAL_ERROR, STATUS_INVALID_HANDLE, STATUS_INVALID_POINTER, STATUS_INVALID_SIZE,
+    STATUS_INVALID_VALUE, STATUS_NOT_IMPLEMENTED, STATUS_SUCCESS,
 };
 
 /// How the matrices of a batch are found.
@@ -127,12 +127,51 @@ pub fn faulty_solution() -> Option<i32> {
     })
 }
 
+/// Injected faults, read once from the environment; off unless set. Tests use them to
+/// model what a real library does on a bad day, through the real ABI:
+///
+/// - `REFBLAS_FAIL_SOLUTIONS=<id>[,<id>...]`: those solution indices are still listed by
+///   get_solutions and still pass `check_solution_index`, but a call that would run one
+///   returns `internal_error` before anything is written (a kernel that validates but then
+///   cannot be launched, as after a driver or firmware change).
+/// - `REFBLAS_FAIL_ALL=<status>`: every GEMM and get_solutions call returns that status
+///   (a library that fails everything, e.g. a GPU that has fallen off the bus).
+#[derive(Debug, Default)]
+pub struct Faults {
+    pub fail_solutions: Vec<i32>,
+    pub fail_all: Option<Status>,
+}
+
+impl Faults {
+    pub fn from_env() -> Faults {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Faults {
+            fail_solutions: var("REFBLAS_FAIL_SOLUTIONS")
+                .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+                .unwrap_or_default(),
+            fail_all: var("REFBLAS_FAIL_ALL")
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|&s| s != STATUS_SUCCESS),
+        }
+    }
+}
+
+/// The process's [`Faults`], read at first use.
+pub fn faults() -> &'static Faults {
+    static FAULTS: OnceLock<Faults> = OnceLock::new();
+    FAULTS.get_or_init(Faults::from_env)
+}
+
 /// A GEMM as the exports run it: [`run`] with the process settings, then the trace.
 ///
 /// # Safety
 /// The pointers in `call` must be valid as rocBLAS documents for this call.
 pub unsafe fn gemm(flavour: Flavour, handle: Handle, call: &GemmCall) -> Status {
-    match run(flavour, handle, call, !no_compute()) {
+    let faults = faults();
+    if let Some(status) = faults.fail_all {
+        return status;
+    }
+    match run_with_faults(flavour, handle, call, !no_compute(), faults) {
         Ok(Outcome::Ran(e)) => {
             trace::record(&e);
             STATUS_SUCCESS
@@ -152,6 +191,20 @@ pub unsafe fn run(
     call: &GemmCall,
     compute: bool,
 ) -> Result<Outcome, Status> {
+    run_with_faults(flavour, handle, call, compute, &Faults::default())
+}
+
+/// [`run`] with injected [`Faults`] (only `fail_solutions` acts here).
+///
+/// # Safety
+/// As [`gemm`].
+pub unsafe fn run_with_faults(
+    flavour: Flavour,
+    handle: Handle,
+    call: &GemmCall,
+    compute: bool,
+    faults: &Faults,
+) -> Result<Outcome, Status> {
     if !check_args(handle, call, false)? {
         return Ok(Outcome::QuickReturn);
     }
@@ -163,6 +216,9 @@ pub unsafe fn run(
     let solution = flavour
         .solution_id(combo, choice.kernel)
         .expect("a resolved kernel has an index in its flavour");
+    if !choice.heuristic && faults.fail_solutions.contains(&solution) {
+        return Err(STATUS_INTERNAL_ERROR);
+    }
     if compute && faulty_solution() != Some(solution) {
         match combo {
             Combo::HalfF32 => execute::<combo::HalfF32>(choice, call)?,
@@ -409,6 +465,9 @@ pub unsafe fn get_solutions(
     list: *mut i32,
     size: *mut i32,
 ) -> Status {
+    if let Some(status) = faults().fail_all {
+        return status;
+    }
     match check_args(handle, call, true) {
         Err(s) => return s,
         Ok(false) => return STATUS_SUCCESS,
@@ -440,6 +499,9 @@ pub unsafe fn get_solutions_by_type(
     list: *mut i32,
     size: *mut i32,
 ) -> Status {
+    if let Some(status) = faults().fail_all {
+        return status;
+    }
     if handle.is_null() {
         return STATUS_INVALID_HANDLE;
     }

@@ -1,0 +1,204 @@
+//! Plumbing shared by the reliability tests (`tests/reliability_*.rs`): the extra host
+//! programs, runs with a hang guard, and the checks every fault case makes (the host's
+//! results equal a run without the interposer, the miss files are whole).
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// Any host run longer than this is a hang (the runs here take well under a second).
+pub const HANG: Duration = Duration::from_secs(120);
+
+pub struct Hosts {
+    /// fault_host linked against `lib4/librocblas.so.4`.
+    pub fault4: PathBuf,
+    /// dl_host: not linked against rocBLAS.
+    pub dl: PathBuf,
+}
+
+fn cc(args: &[&str], out: &Path) {
+    let mut c = Command::new("cc");
+    c.args(["-O1", "-Wall", "-o"]).arg(out).args(args);
+    let o = c.output().unwrap_or_else(|e| panic!("cannot run cc: {e}"));
+    assert!(o.status.success(), "{c:?}:\n{}", text(&o.stderr));
+}
+
+pub fn hosts() -> &'static Hosts {
+    static H: OnceLock<Hosts> = OnceLock::new();
+    H.get_or_init(|| {
+        let a = artifacts();
+        let hosts = repo().join("tests/hosts");
+        let fault4 = a.work.join("fault_host4");
+        let lib = a.libdir4.display().to_string();
+        cc(
+            &[
+                &format!("-I{}", hosts.display()),
+                &hosts.join("fault_host.c").display().to_string(),
+                &format!("-L{lib}"),
+                &format!("-Wl,-rpath,{lib}"),
+                "-lrocblas",
+                "-lpthread",
+            ],
+            &fault4,
+        );
+        let dl = a.work.join("dl_host");
+        cc(
+            &[&hosts.join("dl_host.c").display().to_string(), "-ldl"],
+            &dl,
+        );
+        Hosts { fault4, dl }
+    })
+}
+
+/// Runs a command to the end, killing it (and failing the test) if it hangs.
+pub fn run_guarded(mut cmd: Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    wait_guarded(child, &format!("{cmd:?}"))
+}
+
+/// Waits for a spawned child with piped stdout/stderr, failing the test on a hang.
+pub fn wait_guarded(mut child: Child, what: &str) -> Output {
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if start.elapsed() > HANG {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} hung for {HANG:?} and was killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+/// A fault_host command with the test environment of `dir`.
+pub fn fault_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(&hosts().fault4);
+    cmd.args(args);
+    host_env(&mut cmd, dir, preload);
+    cmd
+}
+
+/// A gemm_host (linked against `.so.4`) command with the test environment of `dir`.
+pub fn host4_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(args);
+    host_env(&mut cmd, dir, preload);
+    cmd
+}
+
+/// The sha256 of refblas v4 as the tests install it.
+pub fn sha4() -> String {
+    sha_of(&artifacts().libdir4, "librocblas.so.4")
+}
+
+/// The last solution refblas lists for a spec: never the heuristic's choice for the
+/// shapes used here, so serving it shows in the trace.
+pub fn tuned(spec: &str) -> i32 {
+    let sols = non_heuristic_solutions(&artifacts().host4, spec);
+    *sols.last().unwrap()
+}
+
+/// What the host computes for `args` without the interposer: `(spec, status, digest)`.
+pub fn reference(name: &str, args: &[&str]) -> Vec<(String, i32, String)> {
+    let dir = scratch(&format!("{name}-reference"));
+    let out = run_guarded(fault_cmd(&dir, false, args));
+    results(&out)
+}
+
+/// `tunedblas:` lines of a run's stderr.
+pub fn log_lines(out: &Output) -> Vec<String> {
+    text(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("tunedblas:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every miss file under `dir/misses` must be whole: lines end in a newline and every line
+/// parses as a shape (or is the counts header). Returns the miss log lines and counts.
+pub fn whole_miss_files(dir: &Path) -> (Vec<String>, Vec<(String, u64)>) {
+    if let Ok(rd) = std::fs::read_dir(dir.join("misses")) {
+        for e in rd {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                name.ends_with(".csv"),
+                "only miss logs and counts files are left behind: {name}"
+            );
+            let body = std::fs::read_to_string(&p).unwrap();
+            assert!(
+                body.is_empty() || body.ends_with('\n'),
+                "{name} ends in a cut line: {body:?}"
+            );
+            let log = tunedblas_core::untuned::parse(&body);
+            assert!(log.malformed.is_empty(), "{name}: {:?}", log.malformed);
+            assert!(log.unservable.is_empty(), "{name}: {:?}", log.unservable);
+        }
+    }
+    misses(dir)
+}
+
+/// The miss files (logs and counts) of one process, by pid.
+pub fn miss_files_of(dir: &Path, pid: u32) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("misses"))
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| {
+        p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .contains(&format!("-{pid}-rank"))
+    });
+    v.sort();
+    v
+}
+
+/// Whether this machine lets an unprivileged user namespace mount a tmpfs (then the
+/// full-disk and read-only-folder cases run on real file systems).
+pub fn can_unshare_mount() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        Command::new("unshare")
+            .args([
+                "-Urm",
+                "sh",
+                "-c",
+                "mount -t tmpfs -o size=64k tmpfs \"$0\"",
+                &std::env::temp_dir().display().to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}

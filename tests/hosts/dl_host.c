@@ -1,0 +1,63 @@
+/* dl_host: a program that is not linked against rocBLAS and loads it (or a module linked
+ * against it, or the interposer itself) at run time, for the loading tests.
+ *
+ * usage: dl_host STEP... [@main ARGS...]
+ *   @early            call rocblas_gemm_ex as the global scope has it (the interposer's
+ *                     export, if preloaded) before any rocBLAS is loaded; print
+ *                     early=<status>, or early=absent when no such symbol exists
+ *   @open:PATH:local  dlopen(PATH, RTLD_NOW | RTLD_LOCAL)   (print opened=PATH)
+ *   @open:PATH:global dlopen(PATH, RTLD_NOW | RTLD_GLOBAL)
+ *   @main ARGS...     call host_main(ARGS) of the last opened object that has it
+ *                     (gemm_host.c built as a module); every later argument is for it
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*gemm_ex_fn)(void *, int, int, int, int, int, const void *, const void *, int, int,
+                          const void *, int, int, const void *, const void *, int, int, void *,
+                          int, int, int, int, int32_t, uint32_t);
+typedef int (*host_main_fn)(int, char **);
+
+int main(int argc, char **argv) {
+    host_main_fn host_main = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "@early")) {
+            gemm_ex_fn f = (gemm_ex_fn)dlsym(RTLD_DEFAULT, "rocblas_gemm_ex");
+            if (!f) {
+                printf("early=absent\n");
+            } else {
+                float one = 1.0f, buf[4] = {0};
+                int st = f((void *)buf, 111, 111, 1, 1, 1, &one, buf, 151, 1, buf, 151, 1, &one, buf,
+                           151, 1, buf, 151, 1, 151, 0, 0, 0);
+                printf("early=%d\n", st);
+            }
+            fflush(stdout);
+        } else if (!strncmp(a, "@open:", 6)) {
+            char path[1024];
+            const char *mode = strrchr(a + 6, ':');
+            if (!mode) return 2;
+            snprintf(path, sizeof path, "%.*s", (int)(mode - (a + 6)), a + 6);
+            int flags = RTLD_NOW | (!strcmp(mode + 1, "global") ? RTLD_GLOBAL : RTLD_LOCAL);
+            void *h = dlopen(path, flags);
+            if (!h) { fprintf(stderr, "dl_host: %s\n", dlerror()); return 3; }
+            host_main_fn m = (host_main_fn)dlsym(h, "host_main");
+            if (m) host_main = m;
+            printf("opened=%s\n", path);
+            fflush(stdout);
+        } else if (!strcmp(a, "@main")) {
+            if (!host_main) { fprintf(stderr, "dl_host: no module with host_main\n"); return 3; }
+            argv[i] = "dl_host";
+            int rc = host_main(argc - i, argv + i);
+            fflush(stdout);
+            return rc;
+        } else {
+            fprintf(stderr, "dl_host: unknown step %s\n", a);
+            return 2;
+        }
+    }
+    return 0;
+}

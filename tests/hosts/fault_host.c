@@ -1,0 +1,173 @@
+/* fault_host: gemm_host's GEMM specs plus the process-life events the reliability tests need
+ * (fork, vfork, signals, _exit, freeing disk space, planting files). Linked against
+ * librocblas.so.N like gemm_host; the steps run in order.
+ *
+ * usage: fault_host STEP...
+ *   SPEC                run it as gemm_host does; print spec=... status=... digest=...
+ *   @threads:T:SPEC     run SPEC on T threads at once; print threads=T failures=F
+ *   @fork               fork; the child runs the remaining steps and leaves through exit();
+ *                       the parent waits, prints child=<wait status>, then runs them too
+ *   @forkx              as @fork, but the child leaves with _exit(0) (as multiprocessing
+ *                       fork workers do)
+ *   @fork-busy:T:SPEC   T threads run SPEC (a miss) while the main thread forks; the child
+ *                       runs SPEC once and exit()s; the parent joins and waits
+ *   @vfork-fail         vfork, exec a path that does not exist, _exit(127) in the child
+ *                       (as posix_spawn and Python's subprocess do when exec fails)
+ *   @pause              print "paused", flush, and wait for signals forever
+ *   @raise:SIG          raise(SIG)
+ *   @rm:PATH            unlink(PATH)
+ *   @plant:DIR:VICTIM   plant, under this process's rank-0 miss-file names in DIR, symlinks to
+ *                       VICTIM (log, counts, and the counts temporary)
+ *   @fifo:DIR           plant a FIFO under this process's rank-0 miss-log name in DIR
+ *   @exit_              _exit(0) now (skips atexit handlers)
+ */
+#define GEMM_HOST_MODULE
+#include "gemm_host.c"
+
+#include <ctype.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void run_spec(const char *text) {
+    struct spec s;
+    uint64_t d = 0;
+    if (parse(text, &s) != 0) { fprintf(stderr, "fault_host: bad spec %s\n", text); exit(2); }
+    int st = run(&s, &d, 0);
+    printf("spec=%s status=%d digest=%016llx\n", s.text, st, (unsigned long long)d);
+    fflush(stdout);
+}
+
+/* "<host>-<pid>-rank0" as the interposer names this process's miss files. */
+static void miss_prefix(char *out, size_t n) {
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "host");
+    for (char *c = host; *c; c++)
+        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '_') *c = '_';
+    snprintf(out, n, "%s-%d-rank0", host, (int)getpid());
+}
+
+struct busy { struct spec spec; volatile int *stop; int runs; };
+
+static void *busy_worker(void *p) {
+    struct busy *b = p;
+    while (!*b->stop || b->runs < 3) {
+        uint64_t d;
+        run(&b->spec, &d, 0);
+        b->runs++;
+    }
+    return NULL;
+}
+
+static void fork_busy(const char *arg) {
+    int t = atoi(arg);
+    const char *spec = strchr(arg, ':');
+    if (t <= 0 || t > 64 || !spec) { fprintf(stderr, "fault_host: bad @fork-busy\n"); exit(2); }
+    spec++;
+    volatile int stop = 0;
+    pthread_t tid[64];
+    struct busy b[64];
+    for (int i = 0; i < t; i++) {
+        b[i].stop = &stop;
+        b[i].runs = 0;
+        if (parse(spec, &b[i].spec) != 0) exit(2);
+        pthread_create(&tid[i], NULL, busy_worker, &b[i]);
+    }
+    usleep(20000);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        run_spec(spec);
+        exit(0);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    stop = 1;
+    for (int i = 0; i < t; i++) pthread_join(tid[i], NULL);
+    printf("child=%d\n", status);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strncmp(a, "@threads:", 9)) {
+            char *args[4] = {"fault_host", "--threads", NULL, NULL};
+            char t[16];
+            const char *spec = strchr(a + 9, ':');
+            if (!spec) return 2;
+            snprintf(t, sizeof t, "%.*s", (int)(spec - (a + 9)), a + 9);
+            args[2] = t;
+            args[3] = (char *)spec + 1;
+            host_main(4, args);
+            fflush(stdout);
+        } else if (!strcmp(a, "@fork") || !strcmp(a, "@forkx")) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid < 0) return 3;
+            if (pid == 0) {
+                for (int j = i + 1; j < argc; j++) {
+                    if (argv[j][0] == '@') continue; /* the child only runs specs */
+                    run_spec(argv[j]);
+                }
+                fflush(stdout);
+                if (!strcmp(a, "@forkx")) _exit(0);
+                exit(0);
+            }
+            int status = -1;
+            waitpid(pid, &status, 0);
+            printf("child=%d\n", status);
+            fflush(stdout);
+        } else if (!strncmp(a, "@fork-busy:", 11)) {
+            fork_busy(a + 11);
+        } else if (!strcmp(a, "@vfork-fail")) {
+            fflush(stdout);
+            pid_t pid = vfork();
+            if (pid == 0) {
+                char *args[] = {"/nonexistent/tunedblas-test", NULL};
+                execv(args[0], args);
+                _exit(127);
+            }
+            int status = -1;
+            waitpid(pid, &status, 0);
+            printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+            fflush(stdout);
+        } else if (!strcmp(a, "@pause")) {
+            printf("paused\n");
+            fflush(stdout);
+            for (;;) pause();
+        } else if (!strncmp(a, "@raise:", 7)) {
+            fflush(stdout);
+            raise(atoi(a + 7));
+        } else if (!strncmp(a, "@rm:", 4)) {
+            if (unlink(a + 4) != 0) { perror("fault_host: unlink"); return 3; }
+        } else if (!strncmp(a, "@plant:", 7)) {
+            char dir[512], victim[512], prefix[320], path[1024];
+            const char *colon = strchr(a + 7, ':');
+            if (!colon) return 2;
+            snprintf(dir, sizeof dir, "%.*s", (int)(colon - (a + 7)), a + 7);
+            snprintf(victim, sizeof victim, "%s", colon + 1);
+            miss_prefix(prefix, sizeof prefix);
+            const char *suffixes[] = {".csv", ".counts.csv", ".counts.tmp."};
+            for (int s = 0; s < 3; s++) {
+                if (s == 2) snprintf(path, sizeof path, "%s/%s%s%d", dir, prefix, suffixes[s], (int)getpid());
+                else snprintf(path, sizeof path, "%s/%s%s", dir, prefix, suffixes[s]);
+                if (symlink(victim, path) != 0) { perror("fault_host: symlink"); return 3; }
+            }
+        } else if (!strncmp(a, "@fifo:", 6)) {
+            char prefix[320], path[1024];
+            miss_prefix(prefix, sizeof prefix);
+            snprintf(path, sizeof path, "%s/%s.csv", a + 6, prefix);
+            if (mkfifo(path, 0600) != 0) { perror("fault_host: mkfifo"); return 3; }
+        } else if (!strcmp(a, "@exit_")) {
+            fflush(stdout);
+            _exit(0);
+        } else {
+            run_spec(a);
+        }
+    }
+    fflush(stdout);
+    return 0;
+}
