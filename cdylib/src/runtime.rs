@@ -36,6 +36,9 @@ static FINISHED: AtomicBool = AtomicBool::new(false);
 /// `_exit` it must not finish the parent's run (that would mark the parent finished and
 /// its counts would never be written at its real exit).
 static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+/// The process in which start-up began. A child forked while another thread of its parent
+/// was starting up inherits INITIALIZING with no thread left to finish it.
+static INIT_PID: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     static INITIALIZING_HERE: Cell<bool> = const { Cell::new(false) };
@@ -206,6 +209,9 @@ fn slow_get() -> Option<&'static Runtime> {
             READY => return RUNTIME.get(),
             OFF => return None,
             UNINIT => {
+                // Before the CAS, so a waiter never sees INITIALIZING with an older pid
+                // (every thread of one process stores the same value).
+                INIT_PID.store(std::process::id(), Ordering::Release);
                 if STATE
                     .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
@@ -221,6 +227,18 @@ fn slow_get() -> Option<&'static Runtime> {
             }
             _ => {
                 if INITIALIZING_HERE.with(|f| f.get()) {
+                    return None;
+                }
+                if std::process::id() != INIT_PID.load(Ordering::Acquire) {
+                    // Forked mid start-up: the initialising thread does not exist here and
+                    // may have held locks (the loader's) that nothing will release, so do
+                    // not start again: this process passes its calls through.
+                    let _ = STATE.compare_exchange(
+                        INITIALIZING,
+                        OFF,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
                     return None;
                 }
                 std::thread::yield_now();

@@ -124,8 +124,18 @@ pub fn sha4() -> String {
 /// The last solution refblas lists for a spec: never the heuristic's choice for the
 /// shapes used here, so serving it shows in the trace.
 pub fn tuned(spec: &str) -> i32 {
-    let sols = non_heuristic_solutions(&artifacts().host4, spec);
-    *sols.last().unwrap()
+    // Cached and serialised: the helper runs in a scratch folder named after the spec,
+    // which tests running in parallel would otherwise share.
+    static CACHE: std::sync::Mutex<Vec<(String, i32)>> = std::sync::Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, id)) = cache.iter().find(|(s, _)| s == spec) {
+        return *id;
+    }
+    let id = *non_heuristic_solutions(&artifacts().host4, spec)
+        .last()
+        .unwrap();
+    cache.push((spec.to_owned(), id));
+    id
 }
 
 /// What the host computes for `args` without the interposer: `(spec, status, digest)`.
@@ -133,6 +143,28 @@ pub fn reference(name: &str, args: &[&str]) -> Vec<(String, i32, String)> {
     let dir = scratch(&format!("{name}-reference"));
     let out = run_guarded(fault_cmd(&dir, false, args));
     results(&out)
+}
+
+/// What the host must compute for `args`: the run without tunedblas, except that each spec
+/// in `served` (with any `:reps`) must carry the bits of its tuned solution, asked for
+/// directly (refblas's solutions differ in summation order, so the bits tell them apart).
+pub fn expected(name: &str, args: &[&str], served: &[(&str, i32)]) -> Vec<(String, i32, String)> {
+    let mut want = reference(name, args);
+    for r in want.iter_mut() {
+        let tuned = served
+            .iter()
+            .find(|(s, _)| r.0 == *s || r.0.starts_with(&format!("{s}:")));
+        if let Some((_, id)) = tuned {
+            let dir = scratch(&format!("{name}-direct"));
+            let direct = run_guarded(host4_cmd(
+                &dir,
+                false,
+                &["--solution", &id.to_string(), &r.0],
+            ));
+            r.2 = results(&direct)[0].2.clone();
+        }
+    }
+    want
 }
 
 /// `tunedblas:` lines of a run's stderr.

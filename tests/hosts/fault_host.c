@@ -9,13 +9,16 @@
  *                       the parent waits, prints child=<wait status>, then runs them too
  *   @forkx              as @fork, but the child leaves with _exit(0) (as multiprocessing
  *                       fork workers do)
- *   @fork-busy:T:SPEC   T threads run SPEC (a miss) while the main thread forks; the child
- *                       runs SPEC once and exit()s; the parent joins and waits
+ *   @fork-busy:T:SPEC   run SPEC once, then T threads run SPEC (a miss) while the main
+ *                       thread forks; the child runs SPEC once and exit()s; the parent
+ *                       joins and waits
+ *   @fork-init:T:SPEC   as @fork-busy without the first run: the fork comes while the
+ *                       threads' first calls are still starting the interposer up
  *   @vfork-fail         vfork, exec a path that does not exist, _exit(127) in the child
  *                       (as posix_spawn and Python's subprocess do when exec fails)
  *   @pause              print "paused", flush, and wait for signals forever
  *   @raise:SIG          raise(SIG)
- *   @rm:PATH            unlink(PATH)
+ *   @rm:PATH            unlink(PATH) (a missing file is reported, not fatal)
  *   @plant:DIR:VICTIM   plant, under this process's rank-0 miss-file names in DIR, symlinks to
  *                       VICTIM (log, counts, and the counts temporary)
  *   @fifo:DIR           plant a FIFO under this process's rank-0 miss-log name in DIR
@@ -61,11 +64,12 @@ static void *busy_worker(void *p) {
     return NULL;
 }
 
-static void fork_busy(const char *arg) {
+static void fork_busy(const char *arg, int warm) {
     int t = atoi(arg);
     const char *spec = strchr(arg, ':');
     if (t <= 0 || t > 64 || !spec) { fprintf(stderr, "fault_host: bad @fork-busy\n"); exit(2); }
     spec++;
+    if (warm) run_spec(spec);
     volatile int stop = 0;
     pthread_t tid[64];
     struct busy b[64];
@@ -75,7 +79,7 @@ static void fork_busy(const char *arg) {
         if (parse(spec, &b[i].spec) != 0) exit(2);
         pthread_create(&tid[i], NULL, busy_worker, &b[i]);
     }
-    usleep(20000);
+    if (warm) usleep(20000);
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -121,7 +125,9 @@ int main(int argc, char **argv) {
             printf("child=%d\n", status);
             fflush(stdout);
         } else if (!strncmp(a, "@fork-busy:", 11)) {
-            fork_busy(a + 11);
+            fork_busy(a + 11, 1);
+        } else if (!strncmp(a, "@fork-init:", 11)) {
+            fork_busy(a + 11, 0);
         } else if (!strcmp(a, "@vfork-fail")) {
             fflush(stdout);
             pid_t pid = vfork();
@@ -142,7 +148,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
             raise(atoi(a + 7));
         } else if (!strncmp(a, "@rm:", 4)) {
-            if (unlink(a + 4) != 0) { perror("fault_host: unlink"); return 3; }
+            if (unlink(a + 4) != 0) perror("fault_host: unlink"); /* reference runs have none */
         } else if (!strncmp(a, "@plant:", 7)) {
             char dir[512], victim[512], prefix[320], path[1024];
             const char *colon = strchr(a + 7, ':');
