@@ -316,6 +316,12 @@ fn init() -> Option<Runtime> {
     for p in loaded.problems.iter().take(SHOWN) {
         info!("{p}");
     }
+    if loaded.unservable > 0 {
+        info!(
+            "{} rows name ops or solutions rocBLAS cannot serve (hipBLASLt, ScaledGemm, tf32, unknown op names) and are skipped",
+            loaded.unservable
+        );
+    }
     if loaded.problems.len() > SHOWN {
         info!(
             "{} more problems in the profile not shown; everything valid is served",

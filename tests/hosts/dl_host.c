@@ -7,6 +7,7 @@
  *                     early=<status>, or early=absent when no such symbol exists
  *   @open:PATH:local  dlopen(PATH, RTLD_NOW | RTLD_LOCAL)   (print opened=PATH)
  *   @open:PATH:global dlopen(PATH, RTLD_NOW | RTLD_GLOBAL)
+ *   @maps:TEXT        print mapped=<path> for each distinct mapped file whose path has TEXT
  *   @main ARGS...     call host_main(ARGS) of the last opened object that has it
  *                     (gemm_host.c built as a module); every later argument is for it
  */
@@ -47,6 +48,22 @@ int main(int argc, char **argv) {
             host_main_fn m = (host_main_fn)dlsym(h, "host_main");
             if (m) host_main = m;
             printf("opened=%s\n", path);
+            fflush(stdout);
+        } else if (!strncmp(a, "@maps:", 6)) {
+            FILE *f = fopen("/proc/self/maps", "r");
+            char line[2048], seen[16][1024];
+            int n = 0;
+            while (f && fgets(line, sizeof line, f)) {
+                char *p = strchr(line, '/');
+                if (!p || !strstr(p, a + 6)) continue;
+                p[strcspn(p, "\n")] = 0;
+                int dup = 0;
+                for (int j = 0; j < n; j++) dup |= !strcmp(seen[j], p);
+                if (dup || n == 16) continue;
+                snprintf(seen[n++], sizeof seen[0], "%s", p);
+                printf("mapped=%s\n", p);
+            }
+            if (f) fclose(f);
             fflush(stdout);
         } else if (!strcmp(a, "@main")) {
             if (!host_main) { fprintf(stderr, "dl_host: no module with host_main\n"); return 3; }

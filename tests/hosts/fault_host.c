@@ -22,6 +22,7 @@
  *   @plant:DIR:VICTIM   plant, under this process's rank-0 miss-file names in DIR, symlinks to
  *                       VICTIM (log, counts, and the counts temporary)
  *   @fifo:DIR           plant a FIFO under this process's rank-0 miss-log name in DIR
+ *   @link:DIR:VICTIM    plant a hard link to VICTIM under that name
  *   @exit_              _exit(0) now (skips atexit handlers)
  */
 #define GEMM_HOST_MODULE
@@ -167,6 +168,14 @@ int main(int argc, char **argv) {
             miss_prefix(prefix, sizeof prefix);
             snprintf(path, sizeof path, "%s/%s.csv", a + 6, prefix);
             if (mkfifo(path, 0600) != 0) { perror("fault_host: mkfifo"); return 3; }
+        } else if (!strncmp(a, "@link:", 6)) {
+            char dir[512], prefix[320], path[1024];
+            const char *colon = strchr(a + 6, ':');
+            if (!colon) return 2;
+            snprintf(dir, sizeof dir, "%.*s", (int)(colon - (a + 6)), a + 6);
+            miss_prefix(prefix, sizeof prefix);
+            snprintf(path, sizeof path, "%s/%s.csv", dir, prefix);
+            if (link(colon + 1, path) != 0) { perror("fault_host: link"); return 3; }
         } else if (!strcmp(a, "@exit_")) {
             fflush(stdout);
             _exit(0);
