@@ -107,6 +107,15 @@ pub fn select(req: &Request) -> Selection {
     }
 }
 
+/// One line per registry entry that was skipped (bad name, a `dir` leading outside the
+/// folder, no usable hash), naming the file and what to do; empty if the registry does not
+/// load at all ([`select`] says why then).
+pub fn registry_problems(profile_dir: &Path) -> Vec<String> {
+    Registry::load(&profile_dir.join(REGISTRY_FILE))
+        .map(|r| r.errors().iter().map(|e| e.to_string()).collect())
+        .unwrap_or_default()
+}
+
 /// A registry hash (full, or a prefix of at least 12 hex digits) names the build `sha`.
 pub fn registry_sha_matches(registered: &str, sha: &str) -> bool {
     let r = registered.trim().to_ascii_lowercase();

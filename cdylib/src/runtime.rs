@@ -386,7 +386,8 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
         explicit: cfg.explicit.as_deref(),
         allow_mismatch: cfg.allow_mismatch,
     };
-    match profile::select(&req) {
+    let registry_problems = profile::registry_problems(&cfg.profile_dir);
+    let (mut loaded, line) = match profile::select(&req) {
         Selection::Chosen { name, dir, reason } => {
             let mut loaded = profile::load_tables(&dir);
             if let Some(version) = crate::real::version_string() {
@@ -399,7 +400,11 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
             (loaded, Some(line))
         }
         Selection::None { why } => (Loaded::default(), Some(why)),
-    }
+    };
+    let mut problems = registry_problems;
+    problems.append(&mut loaded.problems);
+    loaded.problems = problems;
+    (loaded, line)
 }
 
 /// Flushes counts, writes the stats file and prints the summary. Runs once per process.
@@ -416,9 +421,11 @@ pub fn finish() {
     if !snapshot.is_empty() {
         let written = {
             let mut files = rt.files.lock();
-            files
-                .flush_pending()
-                .and_then(|()| files.write_counts(&snapshot))
+            // Both, whatever the first did: the counts name every shape even when the log
+            // cannot be written.
+            let pending = files.flush_pending();
+            let counts = files.write_counts(&snapshot);
+            pending.and(counts)
         };
         if let Err(e) = written {
             rt.warn_miss_io(&e);

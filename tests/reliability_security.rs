@@ -1,0 +1,317 @@
+//! Reliability, security: the interposer does nothing in set-uid processes (`AT_SECURE`);
+//! it creates folders 0700 and files 0600 whatever the umask; it follows no symlink, opens no
+//! FIFO and writes through no hard link planted under its file names in a shared folder; and
+//! profiles are data only (a registry `dir` never leads outside the profile folder, nothing
+//! in a results file is ever executed).
+
+mod common;
+mod faults;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use faults::*;
+
+const HIT: &str = "ex:TN:h:64:24:40";
+const MISS: &str = "ex:TN:h:8:8:8";
+
+fn profile(dir: &Path) -> i32 {
+    let sol = tuned(HIT);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha4(),
+        &[row(HIT, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    sol
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn set_uid_process_is_left_alone() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making a set-uid program of another user needs root (CI runs as root)");
+        return;
+    }
+    // The loader ignores LD_PRELOAD paths in a set-uid program, so this one dlopens the
+    // interposer (RTLD_GLOBAL) and then a module linked against rocBLAS, as a program with
+    // the interposer in /etc/ld.so.preload would have it.
+    let steps = |dir: &Path, host: &Path| {
+        let mut cmd = Command::new(host);
+        cmd.args([
+            &format!("@open:{}:global", artifacts().preload.display()),
+            &format!("@open:{}:local", artifacts().module4.display()),
+            "@main",
+            HIT,
+            MISS,
+        ]);
+        host_env(&mut cmd, dir, false);
+        cmd
+    };
+    // Control: the same program, not set-uid, is served and records.
+    let plain = scratch("rel-setuid-control");
+    let sol = profile(&plain);
+    let out = run_guarded(steps(&plain, &hosts().dl));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(trace(&plain)[0]["solution"], sol.to_string());
+    assert!(plain.join("misses").exists());
+
+    let dir = scratch("rel-setuid");
+    profile(&dir);
+    let suid = dir.join("dl_host_suid");
+    std::fs::copy(&hosts().dl, &suid).unwrap();
+    std::os::unix::fs::chown(&suid, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // The set-uid program runs as `nobody`: let it write refblas's trace here.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run_guarded(steps(&dir, &suid));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("tunedblas"), "silent: {stderr}");
+    assert_eq!(results(&out), expected("rel-setuid", &[HIT, MISS], &[]));
+    let t = trace(&dir);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(
+        t.iter().all(|l| l["heuristic"] == "1"),
+        "nothing served: {t:?}"
+    );
+    for sub in ["misses", "cache"] {
+        assert!(
+            !dir.join(sub).exists(),
+            "{sub} created in a set-uid process"
+        );
+    }
+}
+
+#[test]
+fn folders_are_0700_and_files_0600_whatever_the_umask() {
+    let dir = scratch("rel-modes");
+    profile(&dir);
+    let miss_dir = dir.join("m1/m2");
+    let cache_dir = dir.join("c1/c2");
+    let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
+    cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir)
+        .env("TUNEDBLAS_CACHE_DIR", &cache_dir)
+        .env("TUNEDBLAS_STATS", dir.join("stats.json"));
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for d in [
+        dir.join("m1"),
+        miss_dir.clone(),
+        dir.join("c1"),
+        cache_dir.clone(),
+    ] {
+        assert_eq!(mode(&d), 0o700, "{}", d.display());
+    }
+    let mut files: Vec<_> = std::fs::read_dir(&miss_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.extend(walk_files(&cache_dir));
+    files.push(dir.join("stats.json"));
+    assert!(files.len() >= 4, "{files:?}");
+    for f in files {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn one_warning(stderr: &str) {
+    assert_eq!(
+        stderr.matches("cannot write the miss log").count(),
+        1,
+        "exactly one warning: {stderr}"
+    );
+}
+
+#[test]
+fn a_symlinked_miss_folder_is_refused() {
+    let dir = scratch("rel-symlink-dir");
+    let sol = profile(&dir);
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.join("link")).unwrap();
+    let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
+    cmd.env("TUNEDBLAS_MISS_DIR", dir.join("link"));
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    one_warning(&stderr);
+    assert!(stderr.contains("refusing to write there"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    assert_eq!(
+        results(&out),
+        expected("rel-symlink-dir", &[HIT, MISS], &[(HIT, sol)])
+    );
+}
+
+/// A shared folder like /tmp (sticky, world-writable) where someone planted files under
+/// the names this process will use.
+fn planted(name: &str, step: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let dir = scratch(name);
+    let sol = profile(&dir);
+    let shared = dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let step = step
+        .replace("DIR", &shared.display().to_string())
+        .replace("VICTIM", &victim.display().to_string());
+    let mut cmd = fault_cmd(&dir, true, &[&step, HIT, MISS, "ex:TN:h:4:4:4"]);
+    cmd.env("TUNEDBLAS_MISS_DIR", &shared);
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    one_warning(&stderr);
+    assert_eq!(
+        results(&out),
+        expected(name, &[HIT, MISS, "ex:TN:h:4:4:4"], &[(HIT, sol)])
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "the victim file is untouched"
+    );
+    (dir, shared, stderr)
+}
+
+#[test]
+fn planted_symlinks_are_not_followed() {
+    let (_, shared, _) = planted("rel-planted-symlink", "@plant:DIR:VICTIM");
+    // The counts were still written, as a file of ours replacing the planted link.
+    let counts: Vec<_> = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".counts.csv"))
+        .collect();
+    assert_eq!(counts.len(), 1);
+    assert!(!counts[0].is_symlink());
+    assert_eq!(mode(&counts[0]), 0o600);
+}
+
+#[test]
+fn a_planted_fifo_does_not_block_the_host() {
+    planted("rel-planted-fifo", "@fifo:DIR");
+}
+
+#[test]
+fn a_planted_hard_link_is_not_written_through() {
+    planted("rel-planted-link", "@link:DIR:VICTIM");
+}
+
+#[test]
+fn a_planted_stats_symlink_is_not_followed() {
+    let dir = scratch("rel-planted-stats");
+    profile(&dir);
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("stats.json")).unwrap();
+    let mut cmd = fault_cmd(&dir, true, &[HIT]);
+    cmd.env("TUNEDBLAS_STATS", dir.join("stats.json"));
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+#[test]
+fn profiles_are_data_only() {
+    let dir = scratch("rel-data-only");
+    let sol = tuned(HIT);
+    let sha = sha4();
+    let profiles = dir.join("profiles");
+    let outside = dir.join("outside");
+    let marker = dir.join("pwned");
+    // A valid profile for this build, but outside the profile folder.
+    write_profile(
+        &dir,
+        "outside",
+        &sha,
+        &[row(HIT, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    std::fs::remove_file(dir.join("profiles.json")).unwrap();
+    std::fs::create_dir_all(profiles.join("inside")).unwrap();
+    let registry = serde_json::json!({"profiles": {
+        "escape": {"dir": "../outside", "lib_sha256": sha},
+        "absolute": {"dir": outside.display().to_string(), "lib_sha256": sha},
+        "$(touch x)": {"dir": "inside", "lib_sha256": sha},
+    }});
+    std::fs::write(profiles.join("profiles.json"), registry.to_string()).unwrap();
+    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for name in ["escape", "absolute", "$(touch x)"] {
+        assert!(
+            stderr.contains(&format!("profile {name:?} skipped")),
+            "{name}: {stderr}"
+        );
+    }
+    assert!(stderr.contains("profiles.json"), "{stderr}");
+    assert_eq!(
+        trace(&dir)[0]["heuristic"],
+        "1",
+        "nothing served from outside"
+    );
+
+    // Naming the outside folder explicitly is no way around it.
+    let mut cmd = fault_cmd(&dir, true, &[HIT]);
+    cmd.env("TUNEDBLAS_PROFILE", "../outside");
+    let out = run_guarded(cmd);
+    assert!(text(&out.stderr).contains("TUNEDBLAS_PROFILE=../outside is not in"));
+
+    // Shell text in a results file is data: never run, the rest of the file still served.
+    let dir = scratch("rel-data-only-csv");
+    let rows = [
+        format!("$(touch {}),tn_1_1_1,Default,1", marker.display()),
+        format!(
+            "GemmTunableOp_Half_TN,`touch {}`,Default,1",
+            marker.display()
+        ),
+        format!(
+            "GemmTunableOp_Half_TN,tn_1_1_1,Gemm_Rocblas_$(touch {}),1",
+            marker.display()
+        ),
+        row(HIT, &format!("Gemm_Rocblas_{sol}")),
+    ];
+    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    std::fs::write(
+        dir.join("profiles/ref-v4/tunableop_results0.csv.sh"),
+        format!("touch {}\n", marker.display()),
+    )
+    .unwrap();
+    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(trace(&dir)[0]["solution"], sol.to_string());
+    assert!(!marker.exists(), "nothing in a profile is executed");
+}
