@@ -149,6 +149,12 @@ impl Runtime {
 
     /// Records a call whose key has no row.
     pub fn miss(&self, key: &ProblemKey) {
+        // A call rocBLAS accepted can still be one no results file can name (strides whose
+        // batch extent overflows 64 bits): recording it would write a line that never reads
+        // back, and nothing could ever be tuned for it.
+        if tunableop::check_key(key).is_err() {
+            return;
+        }
         let device = current_device();
         match self.misses.record(device, key) {
             Sight::First => {

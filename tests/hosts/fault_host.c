@@ -23,6 +23,9 @@
  *                       VICTIM (log, counts, and the counts temporary)
  *   @fifo:DIR           plant a FIFO under this process's rank-0 miss-log name in DIR
  *   @link:DIR:VICTIM    plant a hard link to VICTIM under that name
+ *   @absurd             make GEMM calls with absurd arguments (negative or 2^40 sizes, 2^62
+ *                       leading dimensions and strides, bad enums, negative batches) that
+ *                       rocBLAS rejects or runs without reading A and B; print absurd=<statuses>
  *   @exit_              _exit(0) now (skips atexit handlers)
  */
 #define GEMM_HOST_MODULE
@@ -34,6 +37,43 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+int rocblas_gemm_strided_batched_ex_64(rocblas_handle, int, int, int64_t, int64_t, int64_t,
+                                       const void *, const void *, int, int64_t, int64_t,
+                                       const void *, int, int64_t, int64_t, const void *,
+                                       const void *, int, int64_t, int64_t, void *, int, int64_t,
+                                       int64_t, int64_t, int, int, int32_t, uint32_t);
+
+static void absurd(void) {
+    rocblas_handle h;
+    float zero = 0.0f, one = 1.0f, buf[64] = {0};
+    const int64_t big = (int64_t)1 << 40, huge = (int64_t)1 << 62;
+    int st[8], n = 0;
+    rocblas_create_handle(&h);
+    st[n++] = rocblas_gemm_ex(h, OP_N, OP_N, -1, 8, 8, &one, buf, F32, 8, buf, F32, 8, &zero, buf, F32, 8,
+                              buf, F32, 8, F32, 0, 0, 0);
+    st[n++] = rocblas_gemm_ex(h, 999, OP_N, 8, 8, 8, &one, buf, F32, 8, buf, F32, 8, &zero, buf, F32, 8, buf,
+                              F32, 8, F32, 0, 0, 0);
+    st[n++] = rocblas_gemm_ex_64(h, OP_N, OP_N, big, big, big, &one, buf, F32, 1, buf, F32, big, &zero, buf,
+                                 F32, big, buf, F32, big, F32, 0, 0, 0);
+    st[n++] = rocblas_gemm_ex(h, OP_N, OP_N, 8, 8, 8, &one, buf, F32, 8, buf, F32, 8, &zero, buf, F32, 2, buf,
+                              F32, 2, F32, 0, 0, 0);
+    st[n++] = rocblas_gemm_strided_batched_ex(h, OP_N, OP_N, 2, 2, 2, &one, buf, F32, 2, 4, buf, F32, 2, 4,
+                                              &zero, buf, F32, 2, 4, buf, F32, 2, 4, -3, F32, 0, 0, 0);
+    /* Legal but absurd: alpha = beta = 0, so A, B and C are never read. */
+    st[n++] = rocblas_gemm_ex_64(h, OP_T, OP_N, 1, 1, big, &zero, buf, F32, big, buf, F32, huge, &zero, buf,
+                                 F32, 1, buf, F32, 1, F32, 0, 0, 0);
+    st[n++] = rocblas_gemm_strided_batched_ex_64(h, OP_T, OP_N, 1, 1, 1, &zero, buf, F32, 1, huge, buf, F32,
+                                                 huge, huge, &zero, buf, F32, 1, huge, buf, F32, 1, 0, 2, F32,
+                                                 0, 0, 0);
+    st[n++] = rocblas_gemm_ex(h, OP_N, OP_N, 8, 8, 8, &one, buf, 12345, 8, buf, F32, 8, &zero, buf, F32, 8,
+                              buf, F32, 8, 54321, 0, 0, 0);
+    rocblas_destroy_handle(h);
+    printf("absurd=");
+    for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", st[i]);
+    printf("\n");
+    fflush(stdout);
+}
 
 static void run_spec(const char *text) {
     struct spec s;
@@ -176,6 +216,8 @@ int main(int argc, char **argv) {
             miss_prefix(prefix, sizeof prefix);
             snprintf(path, sizeof path, "%s/%s.csv", dir, prefix);
             if (link(colon + 1, path) != 0) { perror("fault_host: link"); return 3; }
+        } else if (!strcmp(a, "@absurd")) {
+            absurd();
         } else if (!strcmp(a, "@exit_")) {
             fflush(stdout);
             _exit(0);

@@ -1,0 +1,253 @@
+//! Reliability, bad input: malformed CSV lines, an unreadable or truncated results file,
+//! an invalid `profiles.json`, validators that contradict the build, unknown op names,
+//! absurd dimensions and ids (in rows and in calls), a miss log from an older format. Each
+//! gives a one-line message naming the file (and line) and what to do; everything valid is
+//! still served, and the host's results are right. (A profile whose sha256 does not match
+//! the loaded build: `a_profile_for_another_build_is_not_chosen` in tests/interposer.rs.)
+
+mod common;
+mod faults;
+
+use std::path::Path;
+
+use common::*;
+use faults::*;
+
+const HIT: &str = "ex:TN:h:64:24:40";
+const MISS: &str = "ex:TN:h:8:8:8";
+
+fn hit_row() -> String {
+    row(HIT, &format!("Gemm_Rocblas_{}", tuned(HIT)))
+}
+
+/// Runs HIT and MISS under the preload and checks HIT was served, MISS recorded and both
+/// results right. Returns stderr.
+fn run_served(name: &str, dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec![HIT, MISS];
+    args.extend(extra);
+    let out = run_guarded(fault_cmd(dir, true, &args));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        results(&out),
+        expected(name, &args, &[(HIT, tuned(HIT))]),
+        "{stderr}"
+    );
+    assert_eq!(
+        trace(dir)[0]["solution"],
+        tuned(HIT).to_string(),
+        "{stderr}"
+    );
+    assert_eq!(trace(dir)[0]["heuristic"], "0");
+    assert!(!stderr.contains("internal error"), "{stderr}");
+    assert_eq!(whole_miss_files(dir).0[0], miss_line(MISS));
+    stderr
+}
+
+fn rank0(dir: &Path) -> std::path::PathBuf {
+    dir.join("profiles/ref-v4/tunableop_results0.csv")
+}
+
+#[test]
+fn malformed_lines_are_skipped_reported_and_counted() {
+    let dir = scratch("rel-malformed");
+    let mut rows: Vec<String> = (0..22).map(|i| format!("garbage line {i}")).collect();
+    rows.push("GemmTunableOp_Half_TN,tn_x_1_1,Default,1".into());
+    rows.push("GemmTunableOp_Half_TN,tn_8_8_8,Default,-3".into());
+    rows.push("Validator,ONLY_KEY".into());
+    rows.insert(5, hit_row());
+    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &rows, 1);
+    let stderr = run_served("rel-malformed", &dir, &[]);
+    let file = rank0(&dir).display().to_string();
+    assert!(stderr.contains(&format!("{file}:3: skipped: ")), "{stderr}");
+    assert!(stderr.contains("fix or delete the line"), "{stderr}");
+    assert_eq!(stderr.matches(": skipped: ").count(), 20, "{stderr}");
+    assert!(
+        stderr.contains("5 more problems in the profile not shown"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+}
+
+#[test]
+fn an_unreadable_rank_file_is_reported_and_the_others_serve() {
+    let dir = scratch("rel-unreadable");
+    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    // Rank 1's "file" cannot be read (a folder in its place); device 1 falls back to rank 0.
+    let rank1 = dir.join("profiles/ref-v4/tunableop_results1.csv");
+    std::fs::create_dir_all(&rank1).unwrap();
+    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: unreadable (Is a directory (os error 21)); rank 1 serves nothing",
+            rank1.display()
+        )),
+        "{stderr}"
+    );
+    let stderr = run_served("rel-unreadable", &dir, &[]);
+    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+}
+
+#[test]
+fn a_truncated_results_file_serves_its_whole_rows_only() {
+    let dir = scratch("rel-truncated");
+    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    // The next row was being written when the disk filled: cut inside the solution index,
+    // which would otherwise read as another (valid-looking) index.
+    let sol = tuned(MISS);
+    let cut = row(MISS, &format!("Gemm_Rocblas_{sol}"));
+    let cut = &cut[..cut.rfind(',').unwrap() - 1];
+    let mut text = std::fs::read_to_string(rank0(&dir)).unwrap();
+    text.push_str(cut);
+    std::fs::write(rank0(&dir), text).unwrap();
+    let stderr = run_served("rel-truncated", &dir, &[]);
+    assert!(
+        stderr.contains(&format!(
+            "{}:4: skipped: the last line has no time_ms and no newline: the file was cut short",
+            rank0(&dir).display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        trace(&dir)[1]["heuristic"],
+        "1",
+        "the cut row is not served"
+    );
+}
+
+#[test]
+fn invalid_profiles_json_passes_through_and_records() {
+    let dir = scratch("rel-bad-registry");
+    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    let reg = dir.join("profiles/profiles.json");
+    std::fs::write(
+        &reg,
+        "{\"profiles\": {\"ref-v4\": {\"dir\": \"ref-v4\",, }}}\n",
+    )
+    .unwrap();
+    let out = run_guarded(fault_cmd(&dir, true, &[HIT, MISS]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:1:", reg.display()))
+            && stderr.contains("not valid JSON")
+            && stderr.contains("fix the file"),
+        "{stderr}"
+    );
+    assert_eq!(
+        results(&out),
+        expected("rel-bad-registry", &[HIT, MISS], &[])
+    );
+    assert!(trace(&dir).iter().all(|t| t["heuristic"] == "1"));
+    assert_eq!(
+        whole_miss_files(&dir).0,
+        vec![miss_line(HIT), miss_line(MISS)],
+        "every shape is recorded for tuning"
+    );
+}
+
+#[test]
+fn a_contradicting_validator_is_reported_and_serving_continues() {
+    let dir = scratch("rel-validator");
+    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    let text = std::fs::read_to_string(rank0(&dir)).unwrap();
+    std::fs::write(
+        rank0(&dir),
+        format!("Validator,ROCBLAS_VERSION,0.0.0.deadbeef\n{text}"),
+    )
+    .unwrap();
+    let stderr = run_served("rel-validator", &dir, &[]);
+    assert!(
+        stderr.contains(&format!(
+            "{}: Validator ROCBLAS_VERSION is 0.0.0.deadbeef, but the loaded rocBLAS reports",
+            rank0(&dir).display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("check that this profile belongs to this build"));
+}
+
+#[test]
+fn unknown_ops_and_other_backends_are_counted_not_served() {
+    let dir = scratch("rel-unknown-ops");
+    let rows = [
+        "FutureGemmTunableOp_Half_TN,tn_8_8_8_ld_8_8_8,Default,0.1".to_string(),
+        row(MISS, "Gemm_Hipblaslt_12345"),
+        "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_Half_TN,tn_8_8_8_ld_8_8_8_rw_0_bias_None,Gemm_Hipblaslt_1,0.1".into(),
+        hit_row(),
+    ];
+    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &rows, 1);
+    let stderr = run_served("rel-unknown-ops", &dir, &[]);
+    assert!(
+        stderr.contains("3 rows name ops or solutions rocBLAS cannot serve"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+}
+
+#[test]
+fn absurd_dimensions_and_ids_in_rows_and_calls() {
+    let dir = scratch("rel-absurd");
+    let rows = [
+        "GemmTunableOp_Half_TN,tn_99999999999999999999_1_1,Default,1".to_string(),
+        "GemmTunableOp_Half_TN,tn_8_8_8,Gemm_Rocblas_4294967296,1".into(),
+        "GemmTunableOp_Half_TN,tn_8_8_8_ld_-8_8_8,Default,1".into(),
+        "GemmStridedBatchedTunableOp_Half_TN,tn_4611686018427387904_4_4_B_4611686018427387904,Default,1".into(),
+        // Huge but consistent: loads, never matches a real call.
+        "GemmTunableOp_Half_TN,tn_1099511627776_1_1,Default,1".into(),
+        hit_row(),
+    ];
+    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &rows, 1);
+    // Calls with absurd arguments before and after the served ones: rocBLAS's own answer
+    // reaches the host, and nothing in the interposer gives up (no internal error latch).
+    let stderr = run_served("rel-absurd", &dir, &["@absurd", HIT]);
+    assert_eq!(stderr.matches(": skipped: ").count(), 4, "{stderr}");
+    assert!(stderr.contains("(2 rows, rank 0)"), "{stderr}");
+    let t = trace(&dir);
+    assert_eq!(
+        t.last().unwrap()["heuristic"],
+        "0",
+        "still served after: {t:?}"
+    );
+}
+
+#[test]
+fn a_miss_log_from_an_older_format_still_reads() {
+    // PyTorch <= 2.6 signatures, a counts header, PyTorch's BLAS_PARAMS field, CRLF, and a
+    // fragment cut by a full disk; the reader keeps every whole line and names the rest.
+    let dir = scratch("rel-old-misslog");
+    let misses = dir.join("misses");
+    std::fs::create_dir_all(&misses).unwrap();
+    std::fs::write(
+        misses.join("host-1-rank0.csv"),
+        "GemmTunableOp_Half_TN,tn_64_24_40\r\n\
+         GemmStridedBatchedTunableOp_Half_NT,nt_8_8_8_B_3\n\
+         GemmTunableOp_float_NN,nn_16_16_16,BLAS_PARAMS: transa=N transb=N m=16, n=16\n\
+         GemmTunableOp_Half_TN,tn_8_8",
+    )
+    .unwrap();
+    std::fs::write(
+        misses.join("host-1-rank0.counts.csv"),
+        "op_name,param_signature,calls\nGemmTunableOp_Half_TN,tn_64_24_40_ld_40_40_64,9\n",
+    )
+    .unwrap();
+    std::fs::write(misses.join("host-2-rank0.counts.tmp.2"), "junk").unwrap();
+    let read = tunedblas_core::untuned::read_dir(&misses).unwrap();
+    assert_eq!(read.misses.len(), 3, "{read:?}");
+    assert_eq!(
+        read.misses[0].key,
+        spec_key(HIT),
+        "the 2.6 form is the same key"
+    );
+    assert_eq!(read.misses[0].calls, Some(9));
+    assert_eq!(read.misses[1].key, spec_key("sb:NT:h:8:8:8"));
+    assert_eq!(read.misses[2].key, spec_key("ex:NN:s:16:16:16"));
+    assert_eq!(read.problems.len(), 1, "{:?}", read.problems);
+    assert!(
+        read.problems[0].contains("host-1-rank0.csv:4: skipped:"),
+        "{:?}",
+        read.problems
+    );
+    assert_eq!(read.files.len(), 2, "temporaries are not read");
+}
