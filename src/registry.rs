@@ -337,6 +337,16 @@ impl Registry {
         path: &Path,
         f: impl FnOnce(&mut Registry) -> T,
     ) -> Result<T, RegistryError> {
+        Registry::try_update_locked(path, |r| Ok::<T, std::convert::Infallible>(f(r)))
+            .map(|r| r.unwrap_or_else(|never| match never {}))
+    }
+
+    /// As [`Registry::update_locked`], for a change that can fail: the registry is saved
+    /// only when `f` returns `Ok`.
+    pub fn try_update_locked<T, E>(
+        path: &Path,
+        f: impl FnOnce(&mut Registry) -> Result<T, E>,
+    ) -> Result<Result<T, E>, RegistryError> {
         with_lock(path, || {
             let mut reg = if path.exists() {
                 Registry::load(path)?
@@ -344,7 +354,9 @@ impl Registry {
                 Registry::new()
             };
             let out = f(&mut reg);
-            reg.save_atomic(path)?;
+            if out.is_ok() {
+                reg.save_atomic(path)?;
+            }
             Ok(out)
         })
     }
@@ -450,6 +462,27 @@ impl Provenance {
                 Provenance::load(path)?
             } else {
                 Provenance::new()
+            };
+            let out = f(&mut p);
+            p.save_atomic(path)?;
+            Ok(out)
+        })
+    }
+
+    /// As [`Provenance::update_locked`]; `fresh` is called on the new object when the file
+    /// does not exist yet (e.g. to stamp its creation).
+    pub fn update_locked_or_new<T>(
+        path: &Path,
+        fresh: impl FnOnce(&mut Provenance),
+        f: impl FnOnce(&mut Provenance) -> T,
+    ) -> Result<T, RegistryError> {
+        with_lock(path, || {
+            let mut p = if path.exists() {
+                Provenance::load(path)?
+            } else {
+                let mut p = Provenance::new();
+                fresh(&mut p);
+                p
             };
             let out = f(&mut p);
             p.save_atomic(path)?;

@@ -165,12 +165,14 @@ impl Store {
         })
     }
 
-    /// Reads, changes and writes `profiles.json` atomically.
+    /// Reads, changes and writes `profiles.json` atomically, under the registry's lock so
+    /// that concurrent campaigns never lose each other's entries (saved only on success).
     pub fn update_registry(&self, change: impl FnOnce(&mut Registry) -> Result<()>) -> Result<()> {
-        let mut reg = self.registry()?;
-        change(&mut reg)?;
-        reg.save_atomic(&self.registry_path())
-            .map_err(|e| Error::new(e.to_string()))
+        Registry::try_update_locked(&self.registry_path(), change).map_err(|e| {
+            Error::new(format!(
+                "{e}; fix the file or move it aside (tunedblas recreates an empty one)"
+            ))
+        })?
     }
 
     /// The profile a process loading `build` gets, or the folder a new one goes to.
@@ -289,21 +291,20 @@ impl Store {
     /// Appends `campaign` to the folder's provenance, stamping the build on it.
     pub fn record(&self, folder: &Folder, build: &Build, campaign: Value) -> Result<()> {
         let path = folder.dir.join("provenance.json");
-        let mut prov = if path.exists() {
-            Provenance::load(&path).map_err(|e| Error::new(e.to_string()))?
-        } else {
-            let mut p = Provenance::new();
-            p.set("created", Value::from(utc_now()));
-            p
-        };
-        prov.set_sha256(&build.sha256);
-        prov.set_rocblas(&build.version);
-        prov.set_profile(&folder.name);
-        prov.set("arch", Value::from(build.arch.clone()));
-        prov.set("updated", Value::from(utc_now()));
-        prov.push_campaign(campaign);
-        prov.save_atomic(&path)
-            .map_err(|e| Error::new(e.to_string()))
+        // Under the file's lock: two campaigns recording at once both keep their record.
+        Provenance::update_locked_or_new(
+            &path,
+            |p| p.set("created", Value::from(utc_now())),
+            |prov| {
+                prov.set_sha256(&build.sha256);
+                prov.set_rocblas(&build.version);
+                prov.set_profile(&folder.name);
+                prov.set("arch", Value::from(build.arch.clone()));
+                prov.set("updated", Value::from(utc_now()));
+                prov.push_campaign(campaign);
+            },
+        )
+        .map_err(|e| Error::new(e.to_string()))
     }
 }
 
