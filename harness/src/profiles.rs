@@ -257,7 +257,7 @@ pub fn qualify_profile(
     let devices = lib.device_count()?;
     let mut build = Build::of(&lib, None)?;
     let store = Store::open(root)?;
-    let folder = existing_folder(&store, &build)?;
+    let folder = store.existing_folder(&build)?;
     let mut results = store.read_rows(&folder)?;
     if let Some(a) = results.validator("GCN_ARCH_NAME") {
         build.arch = a.to_string();
@@ -311,19 +311,6 @@ pub fn qualify_profile(
         );
     }
     Ok(report)
-}
-
-fn existing_folder(store: &Store, build: &Build) -> Result<Folder> {
-    let folder = store.folder_for(build, None)?;
-    if !folder.existed {
-        return Err(Error::new(format!(
-            "{} has no profile for build {} (rocBLAS {}); run `tunedblas tune` first",
-            store.registry_path().display(),
-            build.short(),
-            build.version
-        )));
-    }
-    Ok(folder)
 }
 
 #[derive(Debug, Serialize)]

@@ -220,6 +220,20 @@ impl Store {
         }
     }
 
+    /// The profile `build` already has; an error saying what to do when it has none.
+    pub fn existing_folder(&self, build: &Build) -> Result<Folder> {
+        let folder = self.folder_for(build, None)?;
+        if !folder.existed {
+            return Err(Error::new(format!(
+                "{} has no profile for build {} (rocBLAS {}); run `tunedblas tune` first",
+                self.registry_path().display(),
+                build.short(),
+                build.version
+            )));
+        }
+        Ok(folder)
+    }
+
     /// The profile's current rows (rank 0; the ranks of a profile hold the same rows).
     pub fn read_rows(&self, folder: &Folder) -> Result<ResultsFile> {
         let path = rank_file(&folder.dir, 0);

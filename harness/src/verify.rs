@@ -76,15 +76,7 @@ pub fn run(opts: &Options) -> Result<Report> {
     let build = Build::of(&lib, None)?;
     drop(lib);
     let store = Store::open(&opts.profiles)?;
-    let folder = store.folder_for(&build, None)?;
-    if !folder.existed {
-        return Err(Error::new(format!(
-            "{} has no profile for build {} (rocBLAS {}); run `tunedblas tune` first",
-            store.registry_path().display(),
-            build.short(),
-            build.version
-        )));
-    }
+    let folder = store.existing_folder(&build)?;
     let rows = store.read_rows(&folder)?;
     if rows.rows.is_empty() {
         if !opts.json {
