@@ -10,8 +10,12 @@
 //! - [`profile`]: choosing the profile for the loaded build, loading its rank tables.
 //! - [`misslog`]: the durable record of shapes that had no row.
 //! - [`untuned`]: reading miss logs (and PyTorch untuned files) back.
+//! - [`family`]: problems equal but for the token count.
+//! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
 
 pub mod abi;
+pub mod coverage;
+pub mod family;
 pub mod identity;
 pub mod key;
 pub mod misslog;

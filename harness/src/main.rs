@@ -4,6 +4,7 @@
 mod backend;
 mod campaign;
 mod cli;
+mod coverage;
 mod curate;
 mod demo;
 mod profiles;
@@ -39,6 +40,9 @@ USAGE:
         Inspect the profile store and see which profile a library would get.
     tunedblas merge --lib LIBROCBLAS [--profiles DIR] SHARD_STORE...
         Join the profiles that `tune --shard i/n` wrote on several machines.
+
+    tunedblas coverage [--config PATH|--shapes FILE] [--profile DIR|NAME] [vLLM flags]
+        Predict the GEMM problems a serving configuration runs; check them against a profile.
 
     tunedblas help [SUBCOMMAND]
         This text, or a subcommand's options and examples.
@@ -156,6 +160,7 @@ fn subcommand_help(cmd: &str) -> Option<String> {
         "verify" => HELP_VERIFY.into(),
         "profiles" => HELP_PROFILES.into(),
         "merge" => HELP_MERGE.into(),
+        "coverage" => coverage::help(),
         "demo" => HELP.lines().skip(3).take(4).collect::<Vec<_>>().join("\n") + "\n",
         _ => return None,
     })
@@ -446,6 +451,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let result = match cmd.as_str() {
+        "coverage" => return coverage::main(rest),
         "demo" => demo_cmd(rest),
         "tune" => tune_cmd(rest),
         "qualify" => qualify_cmd(rest),

@@ -1,0 +1,268 @@
+//! `tunedblas coverage` as a launch script runs it: the built binary, real files, exit codes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{repo, target_dir, text};
+
+fn tunedblas() -> PathBuf {
+    let p = target_dir().join("tunedblas");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` first (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+fn coverage(args: &[&str]) -> Output {
+    Command::new(tunedblas())
+        .arg("coverage")
+        .args(args)
+        .output()
+        .expect("run tunedblas")
+}
+
+fn fixture_profile() -> String {
+    repo()
+        .join("tests/fixtures/vllm-rdna/rocblas-c27e2252cc7a")
+        .display()
+        .to_string()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = target_dir().join(format!("coverage-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn the_seed_live_configuration_names_the_256_512_family() {
+    let profile = fixture_profile();
+    let live = [
+        "--profile",
+        &profile,
+        "--block-size",
+        "1024",
+        "--max-num-batched-tokens",
+        "2048",
+        "--dynamic-prefill",
+    ];
+    let out = coverage(&live);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("missing for all 7 shapes: M = 256, 512"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("present at: M = 1024 (5 tuned, 2 Default); 2048 (5 tuned, 2 Default)"),
+        "{stdout}"
+    );
+
+    // A launch script: --strict fails with 3 while shapes are missing.
+    let strict = coverage(&[&live[..], &["--strict"]].concat());
+    assert_eq!(strict.status.code(), Some(3));
+
+    // The same flags pasted from a vLLM command line after `--`.
+    let pasted = coverage(&[
+        "--profile",
+        &profile,
+        "--dynamic-prefill",
+        "--",
+        "vllm",
+        "serve",
+        "some/model",
+        "--block-size=1024",
+        "--max-num-batched-tokens",
+        "2048",
+        "--port",
+        "8000",
+    ]);
+    assert_eq!(text(&pasted.stdout), stdout);
+
+    // JSON: every problem with its status; the 256/512 rows are missing for all 7 pairs.
+    let json = coverage(&[&live[..], &["--json"]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("valid JSON");
+    let problems = v["problems"].as_array().unwrap();
+    for m in [256, 512] {
+        let at: Vec<&serde_json::Value> = problems.iter().filter(|p| p["m"] == m).collect();
+        assert_eq!(at.len(), 7);
+        assert!(at.iter().all(|p| p["status"] == "missing"));
+    }
+    let at_1024: Vec<&str> = problems
+        .iter()
+        .filter(|p| p["m"] == 1024)
+        .map(|p| p["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(at_1024.iter().filter(|s| **s == "tuned").count(), 5);
+    assert_eq!(at_1024.iter().filter(|s| **s == "Default").count(), 2);
+    assert_eq!(
+        v["summary"]["problems"].as_u64().unwrap() as usize,
+        problems.len()
+    );
+}
+
+#[test]
+fn strict_exit_codes_for_launch_scripts() {
+    let dir = scratch("strict");
+    let shapes = write(&dir, "shapes.csv", "N,K,dtype\n64,32,f16\n");
+    // A tiny server: eager decodes of 1 and 2, prefill chunks of 4 tokens.
+    let tiny = [
+        "--enforce-eager",
+        "--max-num-seqs",
+        "2",
+        "--max-num-batched-tokens",
+        "4",
+        "--block-size",
+        "4",
+        "--mix-decodes",
+        "0",
+    ];
+    let profile = |name: &str, rows: &str| -> String {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("tunableop_results0.csv"),
+            format!("Validator,PT_VERSION,2.7.0\n{rows}"),
+        )
+        .unwrap();
+        d.display().to_string()
+    };
+    let row =
+        |m: i64, sol: &str| format!("GemmTunableOp_Half_TN,tn_64_{m}_32_ld_32_32_64,{sol},0.01\n");
+    let run = |p: &str| {
+        coverage(
+            &[
+                &["--shapes", shapes.as_str(), "--profile", p, "--strict"][..],
+                &tiny[..],
+            ]
+            .concat(),
+        )
+    };
+
+    let full = profile(
+        "full",
+        &[
+            row(1, "Gemm_Rocblas_3"),
+            row(2, "Default"),
+            row(4, "Gemm_Rocblas_4"),
+        ]
+        .concat(),
+    );
+    let out = run(&full);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("3 problems: 2 tuned, 1 Default, 0 missing"));
+
+    let hole = profile(
+        "hole",
+        &[row(1, "Gemm_Rocblas_3"), row(4, "Gemm_Rocblas_4")].concat(),
+    );
+    assert_eq!(run(&hole).status.code(), Some(3));
+
+    let other = profile(
+        "other",
+        &[
+            row(1, "Gemm_Rocblas_3"),
+            row(2, "Gemm_Hipblaslt_9"),
+            row(4, "Default"),
+        ]
+        .concat(),
+    );
+    let out = run(&other);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
+
+    // A `*` row covers every token count of its family.
+    let wild = profile(
+        "wild",
+        "GemmTunableOp_Half_TN,tn_64_*_32_ld_32_32_64,Gemm_Rocblas_5,0.01\n",
+    );
+    assert_eq!(run(&wild).status.code(), Some(0));
+
+    // Without --strict the report is the answer and the exit status 0.
+    let out = coverage(
+        &[
+            &["--shapes", shapes.as_str(), "--profile", hole.as_str()][..],
+            &tiny[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    // Bad command lines are 2, unreadable inputs 1.
+    assert_eq!(coverage(&["--block-size", "zero"]).status.code(), Some(2));
+    assert_eq!(coverage(&["--frobnicate"]).status.code(), Some(2));
+    assert_eq!(
+        coverage(&["--shapes", "/nonexistent/shapes.csv"])
+            .status
+            .code(),
+        Some(1)
+    );
+}
+
+#[test]
+fn a_hugging_face_config_gives_vllm_layers_per_rank() {
+    let dir = scratch("hf");
+    write(
+        &dir,
+        "config.json",
+        r#"{"model_type":"qwen2","hidden_size":3584,"intermediate_size":18944,
+            "num_attention_heads":28,"num_key_value_heads":4,"num_hidden_layers":28,
+            "vocab_size":152064,"torch_dtype":"bfloat16"}"#,
+    );
+    let out = coverage(&[
+        "--config",
+        dir.to_str().unwrap(),
+        "--tensor-parallel-size",
+        "2",
+        "--max-num-seqs",
+        "8",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shapes: Vec<(String, i64, i64)> = v["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["n"].as_i64().unwrap(),
+                s["k"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // 28 heads x 128 / 2 = 1792 q columns, 4 kv heads / 2 = 2 x 128 each for k and v.
+    assert_eq!(
+        shapes,
+        vec![
+            ("qkv_proj".to_string(), 1792 + 2 * 256, 3584),
+            ("o_proj".to_string(), 3584, 1792),
+            ("gate_up_proj".to_string(), 18944, 3584),
+            ("down_proj".to_string(), 3584, 9472),
+            ("lm_head".to_string(), 76032, 3584),
+        ]
+    );
+    // Without a profile everything is missing, and lm_head only sees sampled tokens.
+    let problems = v["problems"].as_array().unwrap();
+    assert!(problems.iter().all(|p| p["status"] == "missing"));
+    let lm_max = problems
+        .iter()
+        .filter(|p| p["n"] == 76032)
+        .map(|p| p["m"].as_i64().unwrap())
+        .max();
+    assert_eq!(lm_max, Some(8));
+    assert!(problems[0]["signature"]
+        .as_str()
+        .unwrap()
+        .starts_with("tn_"));
+}
