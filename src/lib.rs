@@ -11,6 +11,7 @@
 //! - [`misslog`]: the durable record of shapes that had no row.
 //! - [`untuned`]: reading miss logs (and PyTorch untuned files) back.
 //! - [`family`]: problems equal but for the token count.
+//! - [`misses`]: the miss logs of every process and rank, grouped and ranked.
 //! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
 
 pub mod abi;
@@ -18,6 +19,7 @@ pub mod coverage;
 pub mod family;
 pub mod identity;
 pub mod key;
+pub mod misses;
 pub mod misslog;
 pub mod profile;
 pub mod registry;

@@ -7,6 +7,7 @@ mod cli;
 mod coverage;
 mod curate;
 mod demo;
+mod misses;
 mod profiles;
 mod progress;
 mod qualify;
@@ -43,6 +44,9 @@ USAGE:
 
     tunedblas coverage [--config PATH|--shapes FILE] [--profile DIR|NAME] [vLLM flags]
         Predict the GEMM problems a serving configuration runs; check them against a profile.
+
+    tunedblas misses [DIR|FILE ...] [--top N] [--json] [--out FILE]
+        Add up the miss logs of every process and rank; rank the gaps by calls x FLOPs.
 
     tunedblas help [SUBCOMMAND]
         This text, or a subcommand's options and examples.
@@ -161,6 +165,7 @@ fn subcommand_help(cmd: &str) -> Option<String> {
         "profiles" => HELP_PROFILES.into(),
         "merge" => HELP_MERGE.into(),
         "coverage" => coverage::help(),
+        "misses" => misses::HELP.into(),
         "demo" => HELP.lines().skip(3).take(4).collect::<Vec<_>>().join("\n") + "\n",
         _ => return None,
     })
@@ -452,6 +457,7 @@ fn main() -> ExitCode {
     }
     let result = match cmd.as_str() {
         "coverage" => return coverage::main(rest),
+        "misses" => return misses::main(rest),
         "demo" => demo_cmd(rest),
         "tune" => tune_cmd(rest),
         "qualify" => qualify_cmd(rest),

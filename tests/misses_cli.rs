@@ -1,0 +1,121 @@
+//! `tunedblas misses` on the miss logs real host processes wrote under the interposer.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn host(dir: &std::path::Path, args: &[&str]) {
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(args);
+    host_env(&mut cmd, dir, true);
+    let out = run(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+fn misses(args: &[&str]) -> std::process::Output {
+    Command::new(target_dir().join("tunedblas"))
+        .arg("misses")
+        .args(args)
+        .output()
+        .expect("run tunedblas")
+}
+
+#[test]
+fn processes_and_ranks_add_up_into_chunk_decode_families() {
+    let dir = scratch("misses-cli");
+    // No profile at all: everything is a miss. Two processes on two devices; the big
+    // layer misses at 512 + 1..3 (the chunk + decode family), the small one at 1 and 2.
+    host(
+        &dir,
+        &[
+            "--device",
+            "0",
+            "ex:TN:h:96:513:64:4",
+            "ex:TN:h:96:514:64:2",
+            "ex:TN:h:8:1:16:50",
+        ],
+    );
+    host(
+        &dir,
+        &[
+            "--device",
+            "1",
+            "ex:TN:h:96:513:64:3",
+            "ex:TN:h:96:515:64",
+            "ex:TN:h:8:2:16:5",
+        ],
+    );
+    let miss_dir = dir.join("misses");
+    let out_file = dir.join("untuned.csv");
+    let out = misses(&[
+        miss_dir.to_str().unwrap(),
+        "--json",
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["processes"], 2);
+    assert_eq!(v["ranks"], serde_json::json!([0, 1]));
+    assert_eq!(v["shapes"], 5);
+    assert_eq!(v["calls"], 4 + 2 + 50 + 3 + 1 + 5);
+    let groups = v["groups"].as_array().unwrap();
+    let first = &groups[0];
+    assert_eq!(first["family"], "96x64");
+    assert_eq!(first["kind"], serde_json::json!({"chunk_decode": 512}));
+    assert_eq!(first["tokens"], "512 + 1..3");
+    assert_eq!(first["calls"], 4 + 2 + 3 + 1);
+    let m513 = first["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["m"] == 513)
+        .unwrap();
+    assert_eq!(m513["calls"], 7, "both processes' calls");
+    assert_eq!(m513["processes"], 2);
+    assert_eq!(m513["calls_are_lower_bound"], false);
+    let decode = &groups[1];
+    assert_eq!(decode["kind"], "decode");
+    assert_eq!(decode["tokens"], "1 2");
+
+    // --out: every missed shape in ranked order, ready for tuning.
+    let lines: Vec<String> = std::fs::read_to_string(&out_file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 5);
+    assert_eq!(
+        lines[0],
+        miss_line("ex:TN:h:96:513:64"),
+        "largest calls x FLOPs first"
+    );
+    assert_eq!(lines[4], miss_line("ex:TN:h:8:2:16"));
+
+    // The text form says the same in words.
+    let out = misses(&[miss_dir.to_str().unwrap()]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("5 shapes, 65 calls, from 2 processes, rank 0,1"),
+        "{t}"
+    );
+    assert!(t.contains("512 + 1..3"), "{t}");
+
+    // A process killed before it wrote counts: its shapes count once, marked as a bound.
+    let only_log = scratch("misses-cli-killed");
+    std::fs::write(
+        only_log.join("node-77-rank0.csv"),
+        format!("{}\n", miss_line("ex:TN:h:96:520:64")),
+    )
+    .unwrap();
+    let out = misses(&[only_log.to_str().unwrap()]);
+    let t = text(&out.stdout);
+    assert!(t.contains("lower bounds"), "{t}");
+    assert!(t.contains("1+"), "{t}");
+    // No such folder: exit 1 with a hint.
+    let out = misses(&["/nonexistent/misses"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("TUNEDBLAS_MISS_DIR"));
+}
