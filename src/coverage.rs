@@ -472,17 +472,17 @@ fn parse_list(v: &str, what: &str) -> Result<Vec<i64>, String> {
 }
 
 /// The vLLM and ladder flags [`Serving::from_args`] understands, for the help text.
-pub const SERVING_FLAGS: &str = "\
-        vLLM: --max-num-batched-tokens N, --block-size N, --max-num-seqs N,
-              --tensor-parallel-size N (-tp N), --num-speculative-tokens N,
-              --speculative-config JSON (num_speculative_tokens), --cuda-graph-sizes N,N,..,
-              --max-cudagraph-capture-size N, --compilation-config JSON
-              (cudagraph_mode, cudagraph_capture_sizes, max_cudagraph_capture_size),
-              --enforce-eager, --long-prefill-token-threshold N (--flag=value works too)
-        dynamic prefill: --dynamic-prefill (the seed's ladder: rungs 256,512,1024, shared
-              cap 512, 256 from 8 eligible requests), --dyn-rungs N,N,.., --dyn-shared-cap N,
-              --dyn-thresholds E:CAP,..  (any of these turns the ladder on)
-        mixes: --mix-decodes N  decode requests sharing a step with a capped chunk (32)";
+pub const SERVING_FLAGS: &str =
+    "    vLLM: --max-num-batched-tokens N, --block-size N, --max-num-seqs N,
+          --tensor-parallel-size N (-tp N), --num-speculative-tokens N,
+          --speculative-config JSON (num_speculative_tokens), --cuda-graph-sizes N,N,..,
+          --max-cudagraph-capture-size N, --compilation-config JSON (cudagraph_mode,
+          cudagraph_capture_sizes, max_cudagraph_capture_size), --enforce-eager,
+          --long-prefill-token-threshold N   (--flag=value works too)
+    dynamic prefill: --dynamic-prefill (the seed's ladder: rungs 256,512,1024, shared cap
+          512, 256 from 8 eligible requests), --dyn-rungs N,N,.., --dyn-shared-cap N,
+          --dyn-thresholds E:CAP,..   (any of these turns the ladder on)
+    --mix-decodes N   decode requests sharing a step with a capped chunk (default 32)";
 
 impl Serving {
     /// Reads the serving flags out of `args` (vLLM's own spelling, `--flag value` or

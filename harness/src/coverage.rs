@@ -12,17 +12,27 @@ use tunedblas_core::registry::Registry;
 use tunedblas_core::tunableop;
 
 pub const HELP: &str = "\
-    tunedblas coverage [--config PATH] [--shapes FILE] [--profile DIR|NAME] [SERVING FLAGS]
-                       [--rank R] [--dtype T] [--unfused] [--top N] [--json] [--strict]
-                       [-- <vLLM command line>]
-        Predicts the GEMM problems a vLLM configuration runs and checks each against a
-        profile: tuned, Default, missing or unservable, gaps ranked by calls x FLOPs.
-        Shapes: --config (a Hugging Face config.json or its folder; Llama, Mistral,
-        Qwen2/3 as vLLM fuses them, split for --tensor-parallel-size), --shapes (lines of
-        N,K[,dtype[,layout[,calls[,name]]]]), or, with neither, the shapes already in the
-        profile. --profile: a folder of tunableop_results<R>.csv, or a name in
-        --profile-dir's profiles.json (default ./profiles). --unfused: separate q/k/v and
-        gate/up GEMMs. Serving flags (also read from a vLLM command line after --):
+tunedblas coverage [--config PATH] [--shapes FILE] [--profile DIR|NAME] [SERVING FLAGS]
+                   [--profiles DIR] [--rank R] [--dtype T] [--unfused] [--top N] [--json]
+                   [--strict] [-- <vLLM command line>]
+
+Predicts the GEMM problems a vLLM configuration puts on the wire, with the reason for every
+token count M, and checks each (N, K, M) against a profile: tuned, Default, missing or
+unservable, gaps ranked by calls x FLOPs of one step.
+
+SHAPES:
+    --config PATH   a Hugging Face config.json (or its folder): Llama, Mistral, Qwen2/3, as
+                    vLLM fuses them (qkv_proj, gate_up_proj), split for the TP size
+    --unfused       separate q/k/v and gate/up GEMMs instead
+    --dtype T       float16, bfloat16 or float32 instead of the config's torch_dtype
+    --shapes FILE   lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled
+                    tokens only)
+    neither         the shapes already in the profile
+PROFILE:
+    --profile DIR|NAME  a folder of tunableop_results<R>.csv, or a profile name in the store
+                    (--profiles DIR, else $TUNEDBLAS_PROFILE_DIR, else the installed one)
+    --rank R        which rank file (default 0)
+SERVING FLAGS (also read from a vLLM command line after --):
 ";
 
 /// Exit status of `--strict` when a predicted problem has no row.
@@ -33,7 +43,7 @@ pub const EXIT_UNSERVABLE: u8 = 4;
 /// The help text, with the serving flags the core understands.
 pub fn help() -> String {
     format!(
-        "{HELP}{}\n        Exit codes with --strict: 0 every problem has a row, {EXIT_MISSING} some are missing,\n        {EXIT_UNSERVABLE} none missing but some unservable.\n",
+        "{HELP}{}\nOUTPUT:\n    --top N (25) gap groups in the text, --json everything\n\nEXIT CODES with --strict: 0 every problem has a row, {EXIT_MISSING} some are missing, {EXIT_UNSERVABLE} none missing\nbut some unservable (without --strict: 0). 1 unreadable input, 2 bad command line.\n\nEXAMPLE (the seed's live configuration):\n    tunedblas coverage --profile rocm10-rocblas5.6 --dynamic-prefill --strict -- \\\n        vllm serve MODEL --block-size 1024 --max-num-batched-tokens 2048\n",
         coverage::SERVING_FLAGS
     )
 }
@@ -42,7 +52,7 @@ struct Options {
     config: Option<PathBuf>,
     shapes: Option<PathBuf>,
     profile: Option<String>,
-    profile_dir: PathBuf,
+    profile_dir: Option<PathBuf>,
     rank: usize,
     dtype: Option<Types>,
     unfused: bool,
@@ -65,7 +75,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         config: None,
         shapes: None,
         profile: None,
-        profile_dir: PathBuf::from("profiles"),
+        profile_dir: None,
         rank: 0,
         dtype: None,
         unfused: false,
@@ -87,7 +97,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--config" | "--model" => o.config = Some(PathBuf::from(value()?)),
             "--shapes" => o.shapes = Some(PathBuf::from(value()?)),
             "--profile" => o.profile = Some(value()?),
-            "--profile-dir" => o.profile_dir = PathBuf::from(value()?),
+            "--profiles" => o.profile_dir = Some(PathBuf::from(value()?)),
             "--rank" => {
                 o.rank = value()?
                     .parse()
@@ -131,7 +141,12 @@ fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>, String> {
             .unwrap_or_default();
         return Ok(Some((name, as_path.to_path_buf())));
     } else {
-        let reg_path = o.profile_dir.join(REGISTRY_FILE);
+        let store = o
+            .profile_dir
+            .clone()
+            .or_else(|| std::env::var_os("TUNEDBLAS_PROFILE_DIR").map(PathBuf::from))
+            .unwrap_or_else(crate::store::default_root);
+        let reg_path = store.join(REGISTRY_FILE);
         let reg = Registry::load(&reg_path).map_err(|e| e.to_string())?;
         let entry = reg.get(p).ok_or_else(|| {
             format!(
@@ -139,7 +154,7 @@ fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>, String> {
                 reg_path.display()
             )
         })?;
-        entry.path_in(&o.profile_dir)
+        entry.path_in(&store)
     };
     let file = dir.join(&file_name);
     if !file.is_file() {

@@ -12,13 +12,17 @@ use tunedblas_core::misses::{self, GroupKind, Source};
 use tunedblas_core::tunableop;
 
 pub const HELP: &str = "\
-    tunedblas misses [DIR|FILE ...] [--align N] [--window N] [--top N] [--json] [--out FILE]
-        Adds up the miss logs of every process and rank (<host>-<pid>-rank<d>.csv and
-        .counts.csv; default folder: $TUNEDBLAS_MISS_DIR, else the user cache's misses/),
-        groups shapes of one layer into chunk + decode families (token counts up to
-        --window (32) above a multiple of --align (256)) and decode batches, and ranks the
-        groups by calls x FLOPs: the gaps worth tuning first. --out writes every missed
-        shape, in that order, as PyTorch untuned-file lines (op_name,param_signature).
+tunedblas misses [DIR|FILE ...] [--align N] [--window N] [--top N] [--json] [--out FILE]
+
+Adds up the miss logs of every process and rank (<host>-<pid>-rank<d>.csv and .counts.csv;
+default folder: $TUNEDBLAS_MISS_DIR, else the user cache's misses/), groups the shapes of
+one layer into chunk + decode families (token counts up to --window (32) above a multiple
+of --align (256)) and decode batches, and ranks the groups by calls x FLOPs: the gaps
+worth tuning first. --out writes every missed shape in that order as PyTorch untuned-file
+lines (op_name,param_signature), which `tunedblas tune` reads.
+
+EXAMPLE:
+    tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
 ";
 
 struct Options {
