@@ -233,8 +233,18 @@ pub fn load_tables(dir: &Path) -> Loaded {
             Solution::Rocblas(id) => Some((r.key, Action::Solution(id))),
             Solution::Other(_) => None,
         });
-        let table = Table::new(rows);
-        loaded.rows.push((rank, table.len()));
+        let wildcards = parsed.wildcards.iter().filter_map(|w| {
+            let action = match w.solution {
+                Solution::Default => Action::Default,
+                Solution::Rocblas(id) => Action::Solution(id),
+                Solution::Other(_) => return None,
+            };
+            Some((w.pattern, format!("{},{}", w.op_name, w.signature), action))
+        });
+        let table = Table::with_wildcards(rows, wildcards);
+        loaded
+            .rows
+            .push((rank, table.len() + table.wildcards().len()));
         let shared = loaded
             .tables
             .iter()

@@ -4,6 +4,11 @@
 //! steady state, so the table is an immutable hash map (FxHash: measured ~8.5 ns per lookup
 //! here versus ~36 ns for SipHash). The only per-row mutable state is two flags, each written
 //! at most once per process (first hit, quarantine), so after warm-up every access is a read.
+//!
+//! PyTorch's `*` rows (a dynamic dimension, usually the token count) cannot be hashed; they
+//! sit beside the map in file order and are only scanned when the exact lookup misses
+//! ([`Table::get_wildcard`]), so the hit path never pays for them. An exact row wins over a
+//! pattern; among patterns, the first in the file wins.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -12,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rustc_hash::FxHasher;
 
 use crate::key::ProblemKey;
+use crate::tunableop::KeyPattern;
 
 /// What a row tells the interposer to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,10 +71,19 @@ impl Entry {
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
-/// An immutable key -> row map.
+/// A `*` row: the pattern, its row as the file wrote it (`op,signature`), and its entry.
+#[derive(Debug)]
+pub struct Wildcard {
+    pub pattern: KeyPattern,
+    pub text: String,
+    pub entry: Entry,
+}
+
+/// An immutable key -> row map, and the `*` rows beside it.
 #[derive(Debug, Default)]
 pub struct Table {
     rows: HashMap<ProblemKey, Entry, FxBuild>,
+    wildcards: Vec<Wildcard>,
 }
 
 impl Table {
@@ -79,7 +94,39 @@ impl Table {
             map.entry(key).or_insert_with(|| Entry::new(action));
         }
         map.shrink_to_fit();
-        Table { rows: map }
+        Table {
+            rows: map,
+            wildcards: Vec::new(),
+        }
+    }
+
+    /// As [`Table::new`], with `*` rows `(pattern, "op,signature", action)` in file order.
+    pub fn with_wildcards(
+        rows: impl IntoIterator<Item = (ProblemKey, Action)>,
+        wildcards: impl IntoIterator<Item = (KeyPattern, String, Action)>,
+    ) -> Table {
+        let mut t = Table::new(rows);
+        t.wildcards = wildcards
+            .into_iter()
+            .map(|(pattern, text, action)| Wildcard {
+                pattern,
+                text,
+                entry: Entry::new(action),
+            })
+            .collect();
+        t
+    }
+
+    /// The first `*` row whose pattern matches `key`: the miss path's second look.
+    pub fn get_wildcard(&self, key: &ProblemKey) -> Option<&Entry> {
+        self.wildcards
+            .iter()
+            .find(|w| w.pattern.matches(key))
+            .map(|w| &w.entry)
+    }
+
+    pub fn wildcards(&self) -> &[Wildcard] {
+        &self.wildcards
     }
 
     #[inline]
@@ -106,12 +153,23 @@ impl Table {
                 .rows
                 .iter()
                 .all(|(k, e)| other.get(k).is_some_and(|o| o.action == e.action))
+            && self.wildcards.len() == other.wildcards.len()
+            && self
+                .wildcards
+                .iter()
+                .zip(&other.wildcards)
+                .all(|(a, b)| a.pattern == b.pattern && a.entry.action == b.entry.action)
     }
 
     /// Bytes the map allocates, for the memory budget (capacity x slot + control bytes).
     pub fn heap_bytes(&self) -> usize {
         let slot = std::mem::size_of::<(ProblemKey, Entry)>();
-        self.rows.capacity() * (slot + 1)
+        let wild: usize = self
+            .wildcards
+            .iter()
+            .map(|w| std::mem::size_of::<Wildcard>() + w.text.capacity())
+            .sum();
+        self.rows.capacity() * (slot + 1) + wild
     }
 }
 
@@ -140,6 +198,61 @@ mod tests {
         );
         assert_eq!(t.get(&key(2)).unwrap().action, Action::Default);
         assert!(t.get(&key(3)).is_none());
+    }
+
+    #[test]
+    fn wildcard_rows_answer_only_what_exact_rows_do_not() {
+        let pattern = |n: Option<i64>| KeyPattern {
+            batching: crate::key::Batching::Single,
+            trans_a: Trans::T,
+            trans_b: Trans::N,
+            types: Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
+            flags: 0,
+            m: Some(512),
+            n,
+            k: Some(64),
+            lds: Some([Some(64), Some(64), Some(512), Some(512)]),
+            batch: Some(1),
+            strides: None,
+        };
+        let t = Table::with_wildcards(
+            [(key(1), Action::Solution(3))],
+            [
+                (pattern(None), "a".to_string(), Action::Solution(9)),
+                (pattern(None), "b".to_string(), Action::Solution(10)),
+            ],
+        );
+        assert_eq!(t.get(&key(1)).unwrap().action, Action::Solution(3));
+        assert!(
+            t.get(&key(700)).is_none(),
+            "the hit path never sees patterns"
+        );
+        let w = t.get_wildcard(&key(700)).unwrap();
+        assert_eq!(
+            w.action,
+            Action::Solution(9),
+            "first pattern in the file wins"
+        );
+        w.mark_hit();
+        assert!(t.wildcards()[0].entry.was_hit());
+        let mut other_k = key(700);
+        other_k.k = 65;
+        assert!(t.get_wildcard(&other_k).is_none());
+        // Identical tables compare equal with their patterns; different patterns do not.
+        let same = Table::with_wildcards(
+            [(key(1), Action::Solution(3))],
+            [
+                (pattern(None), "a".to_string(), Action::Solution(9)),
+                (pattern(None), "b".to_string(), Action::Solution(10)),
+            ],
+        );
+        assert!(t.same_rows(&same));
+        let fewer = Table::with_wildcards(
+            [(key(1), Action::Solution(3))],
+            [(pattern(Some(700)), "a".to_string(), Action::Solution(9))],
+        );
+        assert!(!t.same_rows(&fewer));
+        assert!(!t.same_rows(&Table::new([(key(1), Action::Solution(3))])));
     }
 
     #[test]

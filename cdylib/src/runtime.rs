@@ -401,7 +401,9 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
                 loaded.problems.extend(contradictions);
             }
             let device = current_device();
-            let rows = loaded.table_for(device).map_or(0, Table::len);
+            let rows = loaded
+                .table_for(device)
+                .map_or(0, |t| t.len() + t.wildcards().len());
             let line = format!("profile {name} {reason} ({rows} rows, rank {device})");
             (loaded, Some(line))
         }
@@ -466,6 +468,16 @@ fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result
             }
         }
     }
+    // `*` rows are counted on their own: a replay of the concrete rows cannot hit them.
+    let (mut wild, mut wild_unhit) = (0, Vec::new());
+    for t in rt.all_tables() {
+        for w in t.wildcards() {
+            wild += 1;
+            if !w.entry.was_hit() {
+                wild_unhit.push(w.text.clone());
+            }
+        }
+    }
     let json = serde_json::json!({
         "calls": stats::total(Counter::Calls),
         "served": stats::total(Counter::Served),
@@ -477,6 +489,9 @@ fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result
         "rows": rows,
         "rows_hit": rows - unhit.len(),
         "rows_not_hit": unhit,
+        "wildcard_rows": wild,
+        "wildcard_rows_hit": wild - wild_unhit.len(),
+        "wildcard_rows_not_hit": wild_unhit,
     });
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

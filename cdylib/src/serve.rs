@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
 use tunedblas_core::rocblas::{batched_key, ex_types, single_key, Dims};
-use tunedblas_core::table::{Action, Entry};
+use tunedblas_core::table::{Action, Entry, Table};
 use tunedblas_core::tunableop;
 
 use crate::log::info;
@@ -49,27 +49,45 @@ fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decis
         bump(Counter::PassedThrough);
         return Decision::Pass;
     };
-    match rt.table().and_then(|t| t.get(&key)) {
-        Some(e) if e.is_quarantined() => {
-            bump(Counter::PassedThrough);
-            Decision::Pass
-        }
-        Some(e) => {
-            e.mark_hit();
-            match e.action {
-                Action::Default => {
-                    bump(Counter::Default);
-                    Decision::Pass
-                }
-                Action::Solution(id) => Decision::Tuned(id, e, key),
-            }
-        }
-        None => {
-            rt.miss(&key);
-            bump(Counter::Missed);
-            Decision::Pass
-        }
+    let table = rt.table();
+    match table.and_then(|t| t.get(&key)) {
+        Some(e) => use_row(e, key),
+        None => missed(rt, table, key),
     }
+}
+
+/// What a row (exact or `*`) says for this call.
+#[inline]
+fn use_row(e: &'static Entry, key: ProblemKey) -> Decision {
+    if e.is_quarantined() {
+        bump(Counter::PassedThrough);
+        return Decision::Pass;
+    }
+    e.mark_hit();
+    match e.action {
+        Action::Default => {
+            bump(Counter::Default);
+            Decision::Pass
+        }
+        Action::Solution(id) => Decision::Tuned(id, e, key),
+    }
+}
+
+/// No exact row: a `*` row may still match; otherwise the shape is recorded as a miss.
+/// Kept out of line so the hit path stays as small as it was.
+#[cold]
+#[inline(never)]
+fn missed(
+    rt: &'static runtime::Runtime,
+    table: Option<&'static Table>,
+    key: ProblemKey,
+) -> Decision {
+    if let Some(e) = table.and_then(|t| t.get_wildcard(&key)) {
+        return use_row(e, key);
+    }
+    rt.miss(&key);
+    bump(Counter::Missed);
+    Decision::Pass
 }
 
 /// Serves one intercepted call. See the module docs.

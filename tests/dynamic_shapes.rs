@@ -1,0 +1,121 @@
+//! End-to-end: shapes whose token count changes from step to step. PyTorch's `*` rows, and
+//! near-shape serving (a tuned row of the same layer at a nearby token count, validated for
+//! the exact problem first), under LD_PRELOAD against refblas.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn host4_env(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(args);
+    host_env(&mut cmd, dir, true);
+    cmd.env_remove("TUNEDBLAS_NEAR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    out
+}
+
+/// A solution refblas offers for every spec and that is not the heuristic's for any.
+fn common_non_heuristic(specs: &[&str]) -> i32 {
+    let host = &artifacts().host4;
+    let mut sols = non_heuristic_solutions(host, specs[0]);
+    for s in &specs[1..] {
+        let other = solutions(host, s);
+        let h = heuristic_solution(host, s);
+        sols.retain(|x| other.contains(x) && *x != h);
+    }
+    *sols.first().expect("a shared non-heuristic solution")
+}
+
+fn v4_sha() -> String {
+    sha_of(&artifacts().libdir4, "librocblas.so.4")
+}
+
+#[test]
+fn wildcard_rows_serve_every_token_count_of_their_layer() {
+    let dir = scratch("wildcard");
+    let (a, b, exact) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40", "ex:TN:h:64:32:40");
+    let sol = common_non_heuristic(&[a, b, exact]);
+    let others: Vec<i32> = solutions(&artifacts().host4, exact)
+        .into_iter()
+        .filter(|s| *s != sol)
+        .collect();
+    let exact_sol = others[0];
+    // tn_64_*_40: every token count of the 64x40 layer; an exact row for 32 wins over it;
+    // a Default pattern for another layer passes its calls through, counted as Default.
+    let rows = [
+        format!("GemmTunableOp_Half_TN,tn_64_*_40_ld_40_40_64,Gemm_Rocblas_{sol},0.01"),
+        row(exact, &format!("Gemm_Rocblas_{exact_sol}")),
+        "GemmTunableOp_Half_TN,tn_48_*_16_ld_16_16_48,Default,0.01".to_string(),
+    ];
+    write_profile(&dir.join("profiles"), "ref-v4", &v4_sha(), &rows, 1);
+    let stats = dir.join("stats.json");
+    let out = host4_env(
+        &dir,
+        &[("TUNEDBLAS_STATS", stats.to_str().unwrap())],
+        &[a, b, exact, "ex:TN:h:48:8:16", "ex:TN:h:64:24:41"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("(3 rows, rank 0)"), "{stderr}");
+    assert!(
+        stderr.contains("5 calls: 3 served, 1 default, 1 missed (1 shapes)"),
+        "{stderr}"
+    );
+    let t = trace(&dir);
+    let solution_of = |n: &str, k: &str| {
+        t.iter()
+            .find(|l| l["n"] == n && l["k"] == k)
+            .map(|l| (l["solution"].clone(), l["heuristic"].clone()))
+            .unwrap()
+    };
+    assert_eq!(solution_of("24", "40"), (sol.to_string(), "0".into()));
+    assert_eq!(solution_of("28", "40"), (sol.to_string(), "0".into()));
+    assert_eq!(solution_of("32", "40"), (exact_sol.to_string(), "0".into()));
+    assert_eq!(
+        solution_of("8", "16").1,
+        "1",
+        "a Default pattern passes through"
+    );
+    assert_eq!(solution_of("24", "41").1, "1", "another layer is no match");
+    assert_eq!(
+        misses(&dir).0,
+        vec![miss_line("ex:TN:h:64:24:41")],
+        "only the unmatched shape is a miss"
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(s["wildcard_rows"], 2);
+    assert_eq!(s["wildcard_rows_hit"], 2);
+    assert_eq!(s["rows"], 1, "verify's replay counts concrete rows only");
+    assert_eq!(s["rows_hit"], 1);
+}
+
+#[test]
+fn a_failing_wildcard_row_is_quarantined_and_the_call_still_right() {
+    let dir = scratch("wildcard-bad");
+    let rows = ["GemmTunableOp_Half_TN,tn_64_*_40_ld_40_40_64,Gemm_Rocblas_77777,0.01".to_string()];
+    write_profile(&dir.join("profiles"), "ref-v4", &v4_sha(), &rows, 1);
+    let out = host4_env(&dir, &[], &["ex:TN:h:64:24:40:2", "ex:TN:h:64:28:40"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("quarantined").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(
+            "3 calls: 0 served, 0 default, 0 missed (0 shapes), 2 passed through, 1 fallbacks"
+        ),
+        "{stderr}"
+    );
+    let plain = {
+        let d = scratch("wildcard-bad-plain");
+        let mut cmd = Command::new(&artifacts().host4);
+        cmd.args(["ex:TN:h:64:24:40:2", "ex:TN:h:64:28:40"]);
+        host_env(&mut cmd, &d, false);
+        run(cmd)
+    };
+    assert_eq!(results(&out), results(&plain));
+}
