@@ -8,6 +8,7 @@ mod coverage;
 mod curate;
 mod demo;
 mod misses;
+mod nearbench;
 mod profiles;
 mod progress;
 mod qualify;
@@ -458,6 +459,8 @@ fn main() -> ExitCode {
     let result = match cmd.as_str() {
         "coverage" => return coverage::main(rest),
         "misses" => return misses::main(rest),
+        // Internal: the near-shape serving measurement of BENCHMARKS.md.
+        "near-bench" => return nearbench::main(rest),
         "demo" => demo_cmd(rest),
         "tune" => tune_cmd(rest),
         "qualify" => qualify_cmd(rest),
