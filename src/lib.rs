@@ -12,6 +12,7 @@
 //! - [`untuned`]: reading miss logs (and PyTorch untuned files) back.
 //! - [`family`]: problems equal but for the token count.
 //! - [`misses`]: the miss logs of every process and rank, grouped and ranked.
+//! - [`near`]: serving a missed token count from the nearest row of the same layer.
 //! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
 
 pub mod abi;
@@ -21,6 +22,7 @@ pub mod identity;
 pub mod key;
 pub mod misses;
 pub mod misslog;
+pub mod near;
 pub mod profile;
 pub mod registry;
 pub mod rocblas;

@@ -119,3 +119,155 @@ fn a_failing_wildcard_row_is_quarantined_and_the_call_still_right() {
     };
     assert_eq!(results(&out), results(&plain));
 }
+
+/// Solutions refblas offers at `a` but not at `b` (kernels with size constraints).
+fn only_at(a: &str, b: &str) -> Vec<i32> {
+    let at_b = solutions(&artifacts().host4, b);
+    solutions(&artifacts().host4, a)
+        .into_iter()
+        .filter(|s| !at_b.contains(s))
+        .collect()
+}
+
+fn stats_of(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn near_serving_uses_the_validated_solution_of_the_nearest_token_count() {
+    let dir = scratch("near");
+    // The layer 64x40 has a row at 24 tokens; 28 tokens missed (a chunk + decode step).
+    let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
+    let sol = common_non_heuristic(&[tuned, missed]);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &v4_sha(),
+        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let stats = dir.join("stats.json");
+    let out = host4_env(
+        &dir,
+        &[
+            ("TUNEDBLAS_NEAR", "8"),
+            ("TUNEDBLAS_STATS", stats.to_str().unwrap()),
+        ],
+        &[&format!("{missed}:3"), "ex:TN:h:64:33:40"],
+    );
+    let stderr = text(&out.stderr);
+    // 3 calls at 28 served near; 33 is 9 tokens away, outside the window: a plain miss.
+    assert!(
+        stderr.contains("4 calls: 0 served, 0 default, 1 missed (2 shapes), 0 passed through, 0 fallbacks, 3 near"),
+        "{stderr}"
+    );
+    let t = trace(&dir);
+    let at_28: Vec<_> = t.iter().filter(|l| l["n"] == "28").collect();
+    assert_eq!(at_28.len(), 3);
+    assert!(at_28
+        .iter()
+        .all(|l| l["solution"] == sol.to_string() && l["heuristic"] == "0"));
+    assert_eq!(t.iter().find(|l| l["n"] == "33").unwrap()["heuristic"], "1");
+    // The exact shape is still recorded as a miss, with every call counted.
+    let (lines, counts) = misses(&dir);
+    assert!(lines.contains(&miss_line(missed)), "{lines:?}");
+    assert!(counts.contains(&(miss_line(missed), 3)), "{counts:?}");
+    let s = stats_of(&stats);
+    assert_eq!(s["near"], 3);
+    assert_eq!(s["near_keys_served"], 1, "validated once for the key");
+    assert_eq!(s["near_keys_refused"], 0);
+    // The result is what that solution computes for the exact problem when asked directly.
+    let direct = {
+        let d = scratch("near-direct");
+        let mut cmd = Command::new(&artifacts().host4);
+        cmd.args(["--solution", &sol.to_string(), &format!("{missed}:3")]);
+        host_env(&mut cmd, &d, false);
+        run(cmd)
+    };
+    assert_eq!(results(&out)[0], results(&direct)[0]);
+
+    // Off: TUNEDBLAS_NEAR=0 serves nothing near.
+    let off = scratch("near-off");
+    write_profile(
+        &off.join("profiles"),
+        "ref-v4",
+        &v4_sha(),
+        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let out = host4_env(&off, &[("TUNEDBLAS_NEAR", "0")], &[missed]);
+    assert!(
+        text(&out.stderr).contains("1 calls: 0 served, 0 default, 1 missed (1 shapes)"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(trace(&off)[0]["heuristic"], "1");
+}
+
+#[test]
+fn near_serving_is_refused_when_validation_fails() {
+    let dir = scratch("near-refused");
+    // A solution that solves 24 tokens but not 25 (refblas's 4x4 register tiles).
+    let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:25:40");
+    let sol = *only_at(tuned, missed)
+        .first()
+        .expect("refblas has a kernel that needs n % 4 == 0");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &v4_sha(),
+        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let stats = dir.join("stats.json");
+    let out = host4_env(
+        &dir,
+        &[
+            ("TUNEDBLAS_NEAR", "8"),
+            ("TUNEDBLAS_STATS", stats.to_str().unwrap()),
+        ],
+        &[&format!("{missed}:3")],
+    );
+    let stderr = text(&out.stderr);
+    // Refused at validation: no failed call, no fallback, nothing near; all heuristic.
+    assert!(
+        stderr.contains("3 calls: 0 served, 0 default, 3 missed (1 shapes), 0 passed through, 0 fallbacks, 0 near"),
+        "{stderr}"
+    );
+    assert!(trace(&dir).iter().all(|l| l["heuristic"] == "1"));
+    let s = stats_of(&stats);
+    assert_eq!(
+        s["near_keys_refused"], 1,
+        "validated once, refused for good"
+    );
+    assert_eq!(s["near_keys_served"], 0);
+    assert_eq!(misses(&dir).1, vec![(miss_line(missed), 3)]);
+    let plain = {
+        let d = scratch("near-refused-plain");
+        let mut cmd = Command::new(&artifacts().host4);
+        cmd.arg(format!("{missed}:3"));
+        host_env(&mut cmd, &d, false);
+        run(cmd)
+    };
+    assert_eq!(results(&out), results(&plain));
+}
+
+#[test]
+fn a_default_row_nearby_means_the_heuristic() {
+    let dir = scratch("near-default");
+    let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &v4_sha(),
+        &[row(tuned, "Default")],
+        1,
+    );
+    let out = host4_env(&dir, &[("TUNEDBLAS_NEAR", "8")], &[missed]);
+    assert!(
+        text(&out.stderr).contains("1 calls: 0 served, 0 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks, 0 near"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(trace(&dir)[0]["heuristic"], "1");
+}

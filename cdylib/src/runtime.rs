@@ -12,11 +12,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
+use tunedblas_core::family;
 use tunedblas_core::identity::{self, HashCache, MapCheck};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::misslog::{MissFiles, MissSet, Sight};
+use tunedblas_core::near::{Claim, NearIndex, Verdict, Verdicts};
 use tunedblas_core::profile::{self, Loaded, Request, Selection};
-use tunedblas_core::table::Table;
+use tunedblas_core::table::{Action, Table};
 use tunedblas_core::tunableop;
 
 use crate::log::{debug, info};
@@ -47,6 +49,13 @@ thread_local! {
 /// Distinct miss shapes one process can count; more are still logged once each time seen.
 const MISS_CAPACITY: usize = 1 << 14;
 
+/// `TUNEDBLAS_NEAR` unset: the token window of near-shape serving. On by default because,
+/// measured on refblas over M = chunk + 1..32 (BENCHMARKS.md, "Near-shape serving"), the
+/// chunk row's solution, where it validated, beat the heuristic at every such M (0.55x the
+/// time) and was never slower; where nothing validates the call is the heuristic anyway.
+/// `TUNEDBLAS_NEAR=0` turns it off.
+pub const DEFAULT_NEAR_WINDOW: i64 = 32;
+
 /// The settings, read once from the environment. `tunedblas env` documents each variable.
 pub struct Config {
     pub disabled: bool,
@@ -56,6 +65,9 @@ pub struct Config {
     pub miss_dir: PathBuf,
     pub log_level: u8,
     pub stats_path: Option<PathBuf>,
+    /// `TUNEDBLAS_NEAR`: serve a missed token count from the same layer's row at most this
+    /// many tokens away (after validating it for the exact problem); 0 or `off`: never.
+    pub near_window: i64,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -84,6 +96,11 @@ impl Config {
                 _ => crate::log::INFO,
             },
             stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from),
+            near_window: match env("TUNEDBLAS_NEAR").as_deref() {
+                None => DEFAULT_NEAR_WINDOW,
+                Some("off" | "no" | "false") => 0,
+                Some(v) => v.parse::<i64>().map_or(DEFAULT_NEAR_WINDOW, |w| w.max(0)),
+            },
         }
     }
 }
@@ -118,6 +135,25 @@ pub struct Runtime {
     miss_io_warned: AtomicBool,
     miss_full_warned: AtomicBool,
     stats_path: Option<PathBuf>,
+    near: Option<Near>,
+}
+
+/// Near-shape serving: one index per distinct table, and the verdict per missed key.
+struct Near {
+    window: i64,
+    indexes: Vec<(Arc<Table>, NearIndex)>,
+    verdicts: Verdicts,
+}
+
+/// What the near path says for one missed call.
+pub enum NearStep {
+    /// Nothing near (or not yet decided, or refused): the heuristic.
+    Pass,
+    /// Serve this solution; validated before for this key.
+    Serve { id: i32, slot: usize },
+    /// First sight: validate this solution (from the row `from` tokens away) for the exact
+    /// problem, then report the outcome with [`Runtime::near_outcome`].
+    Validate { id: i32, slot: usize, from: i64 },
 }
 
 /// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
@@ -185,6 +221,48 @@ impl Runtime {
                 "cannot write the miss log in {}: {e}; serving continues, shapes are kept in memory, written when the folder is writable again and counted at exit",
                 self.files.lock().dir().display()
             );
+        }
+    }
+
+    /// The near path for a key that has no row in `table` (the miss is recorded apart).
+    pub fn near(&self, table: Option<&Table>, key: &ProblemKey) -> NearStep {
+        let (Some(near), Some(table)) = (&self.near, table) else {
+            return NearStep::Pass;
+        };
+        match near.verdicts.get_or_claim(current_device(), key) {
+            Claim::Known(slot, Verdict::Serve(id)) => NearStep::Serve { id, slot },
+            Claim::Known(..) | Claim::Full => NearStep::Pass,
+            Claim::Mine(slot) => {
+                let found = near
+                    .indexes
+                    .iter()
+                    .find(|(t, _)| std::ptr::eq(&**t, table))
+                    .and_then(|(_, ix)| ix.nearest(key, near.window));
+                let usable = found.and_then(|(from, action)| {
+                    let row = family::instantiate(&family::family_of(key), from)
+                        .and_then(|k| table.get(&k));
+                    match action {
+                        Action::Solution(id) if !row.is_some_and(|e| e.is_quarantined()) => {
+                            Some((id, from))
+                        }
+                        _ => None,
+                    }
+                });
+                match usable {
+                    Some((id, from)) => NearStep::Validate { id, slot, from },
+                    None => {
+                        near.verdicts.set(slot, Verdict::None);
+                        NearStep::Pass
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records whether the near solution of `slot` may serve its key from now on.
+    pub fn near_outcome(&self, slot: usize, verdict: Verdict) {
+        if let Some(near) = &self.near {
+            near.verdicts.set(slot, verdict);
         }
     }
 
@@ -334,7 +412,7 @@ fn init() -> Option<Runtime> {
             loaded.problems.len() - SHOWN
         );
     }
-    let rt = Runtime {
+    let mut rt = Runtime {
         loaded,
         single,
         misses: MissSet::with_capacity(MISS_CAPACITY),
@@ -342,14 +420,35 @@ fn init() -> Option<Runtime> {
         miss_io_warned: AtomicBool::new(false),
         miss_full_warned: AtomicBool::new(false),
         stats_path: cfg.stats_path,
+        near: None,
     };
     OWNER_PID.store(std::process::id(), Ordering::Release);
+    rt.near = build_near(&rt, cfg.near_window);
     // SAFETY: registering plain extern "C" functions with libc.
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
     }
     Some(rt)
+}
+
+fn build_near(rt: &Runtime, window: i64) -> Option<Near> {
+    if window <= 0 {
+        return None;
+    }
+    let indexes: Vec<(Arc<Table>, NearIndex)> = rt
+        .all_tables()
+        .map(|t| (t.clone(), NearIndex::new(t)))
+        .collect();
+    if indexes.iter().all(|(_, ix)| ix.families() == 0) {
+        return None;
+    }
+    debug!("near-shape serving within {window} tokens");
+    Some(Near {
+        window,
+        indexes,
+        verdicts: Verdicts::with_capacity(MISS_CAPACITY),
+    })
 }
 
 /// Identifies the loaded build, picks its profile and loads it. Returns the tables and
@@ -442,8 +541,14 @@ pub fn finish() {
     if let Some(path) = &rt.stats_path {
         let _ = write_stats(rt, path, snapshot.len());
     }
+    let near = stats::total(Counter::Near);
+    let near_words = if rt.near.is_some() || near > 0 {
+        format!(", {near} near")
+    } else {
+        String::new()
+    };
     info!(
-        "{} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks",
+        "{} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks{near_words}",
         stats::total(Counter::Calls),
         stats::total(Counter::Served),
         stats::total(Counter::Default),
@@ -478,6 +583,7 @@ fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result
             }
         }
     }
+    let near_tally = rt.near.as_ref().map_or((0, 0, 0), |n| n.verdicts.tally());
     let json = serde_json::json!({
         "calls": stats::total(Counter::Calls),
         "served": stats::total(Counter::Served),
@@ -489,6 +595,9 @@ fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result
         "rows": rows,
         "rows_hit": rows - unhit.len(),
         "rows_not_hit": unhit,
+        "near": stats::total(Counter::Near),
+        "near_keys_served": near_tally.0,
+        "near_keys_refused": near_tally.1,
         "wildcard_rows": wild,
         "wildcard_rows_hit": wild - wild_unhit.len(),
         "wildcard_rows_not_hit": wild_unhit,
@@ -530,6 +639,9 @@ extern "C" fn fork_child() {
         unsafe {
             rt.files.force_unlock();
             rt.misses.reset();
+            if let Some(near) = &rt.near {
+                near.verdicts.reset();
+            }
         }
         rt.files.lock().reset_after_fork();
         stats::reset();

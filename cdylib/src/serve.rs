@@ -13,11 +13,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
+use tunedblas_core::near::Verdict;
 use tunedblas_core::rocblas::{batched_key, ex_types, single_key, Dims};
 use tunedblas_core::table::{Action, Entry, Table};
 use tunedblas_core::tunableop;
 
-use crate::log::info;
+use crate::log::{debug, info};
 use crate::real::HOOKS;
 use crate::runtime;
 use crate::stats::{bump, Counter};
@@ -29,11 +30,21 @@ pub enum Route {
     Original,
     /// With `algo = solution_index` and this index.
     Tuned(i32),
+    /// As `Tuned`, with `check_solution_index`: rocBLAS only validates, nothing runs.
+    Check(i32),
 }
 
 enum Decision {
     Pass,
     Tuned(i32, &'static Entry, ProblemKey),
+    /// No row; the nearest token count's solution, `validated` already or not yet.
+    Near {
+        rt: &'static runtime::Runtime,
+        id: i32,
+        slot: usize,
+        from: Option<i64>,
+        key: ProblemKey,
+    },
 }
 
 fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decision {
@@ -85,9 +96,68 @@ fn missed(
     if let Some(e) = table.and_then(|t| t.get_wildcard(&key)) {
         return use_row(e, key);
     }
+    // The exact shape is recorded whatever the near path does: it still needs its own row.
     rt.miss(&key);
-    bump(Counter::Missed);
-    Decision::Pass
+    match rt.near(table, &key) {
+        runtime::NearStep::Pass => {
+            bump(Counter::Missed);
+            Decision::Pass
+        }
+        runtime::NearStep::Serve { id, slot } => Decision::Near {
+            rt,
+            id,
+            slot,
+            from: None,
+            key,
+        },
+        runtime::NearStep::Validate { id, slot, from } => Decision::Near {
+            rt,
+            id,
+            slot,
+            from: Some(from),
+            key,
+        },
+    }
+}
+
+/// Serves a call from the nearest token count's row: validates the solution for this exact
+/// problem first if nobody has (`from` is set), and never uses it again for this key if
+/// validation or the call fails.
+#[cold]
+#[inline(never)]
+fn near_call(
+    rt: &'static runtime::Runtime,
+    id: i32,
+    slot: usize,
+    from: Option<i64>,
+    key: &ProblemKey,
+    call: &impl Fn(Route) -> Status,
+) -> Status {
+    if let Some(from) = from {
+        let status = call(Route::Check(id));
+        if status != STATUS_SUCCESS {
+            rt.near_outcome(slot, Verdict::Refused);
+            let (op, sig) = tunableop::op_and_signature(key);
+            debug!(
+                "near: solution {id} of the row at {from} tokens cannot solve {op},{sig} (rocBLAS status {status}); the heuristic serves it"
+            );
+            bump(Counter::Missed);
+            return call(Route::Original);
+        }
+        rt.near_outcome(slot, Verdict::Serve(id));
+    }
+    let status = call(Route::Tuned(id));
+    if status == STATUS_SUCCESS {
+        bump(Counter::Near);
+        return status;
+    }
+    rt.near_outcome(slot, Verdict::Refused);
+    let (op, sig) = tunableop::op_and_signature(key);
+    info!(
+        "near: solution {id} passed validation for {op},{sig} but the call failed with rocBLAS status {status}; the caller's own call is made instead, and near serving is off for this shape"
+    );
+    bump(Counter::Fallbacks);
+    call(Route::Original)
 }
 
 /// Serves one intercepted call. See the module docs.
@@ -106,6 +176,13 @@ pub fn serve(
     };
     match decision {
         Decision::Pass => call(Route::Original),
+        Decision::Near {
+            rt,
+            id,
+            slot,
+            from,
+            key,
+        } => near_call(rt, id, slot, from, &key, &call),
         Decision::Tuned(id, entry, key) => {
             let status = call(Route::Tuned(id));
             if status == STATUS_SUCCESS {
@@ -204,6 +281,12 @@ impl<I: Int> ExArgs<I> {
             Route::Tuned(id) => ExArgs {
                 algo: ALGO_SOLUTION_INDEX,
                 solution: id,
+                ..*self
+            },
+            Route::Check(id) => ExArgs {
+                algo: ALGO_SOLUTION_INDEX,
+                solution: id,
+                flags: self.flags | FLAG_CHECK_SOLUTION_INDEX,
                 ..*self
             },
         }
@@ -313,9 +396,10 @@ pub struct TypedArgs<I> {
 impl<I: Int> TypedArgs<I> {
     /// The same problem as a `gemm_ex` call with the function's fixed types (d = c).
     fn as_ex(&self, types: Types, route: Route) -> ExArgs<I> {
-        let (algo, solution) = match route {
-            Route::Original => (ALGO_STANDARD, 0),
-            Route::Tuned(id) => (ALGO_SOLUTION_INDEX, id),
+        let (algo, solution, flags) = match route {
+            Route::Original => (ALGO_STANDARD, 0, FLAG_NONE),
+            Route::Tuned(id) => (ALGO_SOLUTION_INDEX, id, FLAG_NONE),
+            Route::Check(id) => (ALGO_SOLUTION_INDEX, id, FLAG_CHECK_SOLUTION_INDEX),
         };
         ExArgs {
             handle: self.handle,
@@ -341,7 +425,7 @@ impl<I: Int> TypedArgs<I> {
             compute: types.compute,
             algo,
             solution,
-            flags: FLAG_NONE,
+            flags,
         }
     }
 }
@@ -392,7 +476,7 @@ pub fn typed_gemm<I: ExEntries>(
                     x.beta, x.c, x.ldc,
                 )
             },
-            Route::Tuned(_) => I::gemm_ex().map_or(STATUS_NOT_IMPLEMENTED, |g| {
+            Route::Tuned(_) | Route::Check(_) => I::gemm_ex().map_or(STATUS_NOT_IMPLEMENTED, |g| {
                 call_ex(g, &x.as_ex(types, route))
             }),
         },
@@ -433,9 +517,10 @@ pub fn typed_gemm_strided_batched<I: ExEntries>(
                     x.ldb, sb, x.beta, x.c, x.ldc, sc, batch,
                 )
             },
-            Route::Tuned(_) => I::gemm_strided_batched_ex().map_or(STATUS_NOT_IMPLEMENTED, |g| {
-                call_strided_ex(g, &x.as_ex(types, route), [sa, sb, sc, sc], batch)
-            }),
+            Route::Tuned(_) | Route::Check(_) => I::gemm_strided_batched_ex()
+                .map_or(STATUS_NOT_IMPLEMENTED, |g| {
+                    call_strided_ex(g, &x.as_ex(types, route), [sa, sb, sc, sc], batch)
+                }),
         },
     )
 }

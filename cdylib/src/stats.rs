@@ -25,8 +25,11 @@ pub enum Counter {
     PassedThrough,
     /// A tuned call failed and the original call was made instead.
     Fallbacks,
+    /// No row, served with the validated solution of the same layer's nearest token count
+    /// (the shape is still recorded as a miss).
+    Near,
 }
-const N: usize = 6;
+const N: usize = 7;
 
 #[repr(align(128))]
 struct Block([AtomicU64; N]);
