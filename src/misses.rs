@@ -5,7 +5,8 @@
 //! `op_name,param_signature` line per first sight) and `<host>-<pid>-rank<d>.counts.csv`
 //! (`op_name,param_signature,calls`, rewritten whole at flushes and at exit); see
 //! [`crate::misslog`]. A process killed before its first flush leaves only the first file:
-//! its shapes count as one call each and are marked as lower bounds.
+//! its shapes count as one call each and are marked as lower bounds. Each file is read with
+//! [`crate::untuned::parse`], the one reader of every miss-file form.
 //!
 //! Grouping: shapes of one layer family ([`crate::family`]) whose token counts sit at most
 //! `window` above a multiple of `align` form a chunk + decode group (`512 + 1..21`, the
@@ -16,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::family::{describe, family_of};
 use crate::key::ProblemKey;
-use crate::tunableop::{self, KeyParse};
+use crate::untuned;
 
 /// The files of one process and rank, as text.
 #[derive(Clone, Debug, Default)]
@@ -69,65 +70,29 @@ pub fn aggregate(sources: &[Source]) -> (Vec<Miss>, Vec<String>) {
     let mut problems = Vec::new();
     for src in sources {
         let mut seen: BTreeMap<ProblemKey, Option<u64>> = BTreeMap::new();
-        let mut read = |text: &str, with_count: bool, what: &str| {
-            for (i, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.is_empty() || (with_count && line.starts_with("op_name,")) {
-                    continue;
-                }
-                let (body, calls) = if with_count {
-                    match line
-                        .rsplit_once(',')
-                        .map(|(b, c)| (b, c.trim().parse::<u64>()))
-                    {
-                        Some((b, Ok(c))) => (b, Some(c)),
-                        _ => {
-                            problems.push(format!(
-                                "{} {what} line {}: no call count",
-                                src.process,
-                                i + 1
-                            ));
-                            continue;
-                        }
-                    }
-                } else {
-                    (line, None)
-                };
-                let Some((op, sig)) = body.split_once(',') else {
-                    problems.push(format!(
-                        "{} {what} line {}: not op,signature",
-                        src.process,
-                        i + 1
-                    ));
-                    continue;
-                };
-                // PyTorch untuned files may carry more fields after the signature.
-                let sig = sig.split(',').next().unwrap_or(sig);
-                match tunableop::parse_key(op, sig) {
-                    KeyParse::Key(k) => {
-                        let slot = seen.entry(k).or_insert(None);
-                        if let Some(c) = calls {
-                            *slot = Some(slot.unwrap_or(0).max(c));
-                        }
-                    }
-                    other => problems.push(format!(
-                        "{} {what} line {}: {op},{sig} is not a concrete rocBLAS problem ({})",
-                        src.process,
-                        i + 1,
-                        match other {
-                            KeyParse::Invalid(e) => e,
-                            KeyParse::Wildcard(_) => "a * pattern".into(),
-                            _ => "an op rocBLAS does not serve".into(),
-                        }
-                    )),
+        let files = [(&src.counts, "counts"), (&src.first_sights, "log")];
+        for (text, what) in files {
+            let Some(text) = text else { continue };
+            // One reader for every miss-file form (fragments, older signatures, BLAS_PARAMS).
+            let log = untuned::parse(text);
+            for p in &log.malformed {
+                problems.push(format!(
+                    "{} {what} line {}: {}",
+                    src.process, p.line, p.reason
+                ));
+            }
+            for (line, op) in &log.unservable {
+                problems.push(format!(
+                    "{} {what} line {line}: {op} is not an op rocBLAS serves",
+                    src.process
+                ));
+            }
+            for m in log.misses {
+                let slot = seen.entry(m.key).or_insert(None);
+                if let Some(c) = m.calls {
+                    *slot = Some(slot.unwrap_or(0).max(c));
                 }
             }
-        };
-        if let Some(t) = &src.counts {
-            read(t, true, "counts");
-        }
-        if let Some(t) = &src.first_sights {
-            read(t, false, "log");
         }
         for (key, calls) in seen {
             let m = by_key.entry(key).or_insert_with(|| Miss {

@@ -21,6 +21,31 @@ fn host4_env(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> std:
     out
 }
 
+/// Near-shape serving is on by default (window 32, BENCHMARKS.md): with no TUNEDBLAS_NEAR,
+/// 28 tokens take the 24-token row of the same layer and 60 (36 away) does not.
+#[test]
+fn near_serving_is_on_by_default_within_32_tokens() {
+    let dir = scratch("near-default-on");
+    let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
+    let sol = common_non_heuristic(&[tuned, missed]);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &v4_sha(),
+        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let out = host4_env(&dir, &[], &[missed, "ex:TN:h:64:60:40"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("2 calls: 0 served, 0 default, 1 missed (2 shapes), 0 passed through, 0 fallbacks, 1 near"),
+        "{stderr}"
+    );
+    let t = trace(&dir);
+    assert_eq!(t[0]["solution"], sol.to_string());
+    assert_eq!(t[1]["heuristic"], "1");
+}
+
 /// A solution refblas offers for every spec and that is not the heuristic's for any.
 fn common_non_heuristic(specs: &[&str]) -> i32 {
     let host = &artifacts().host4;

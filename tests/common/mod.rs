@@ -163,6 +163,8 @@ pub fn sha_of(lib_dir: &Path, soname: &str) -> String {
 }
 
 /// A host run's environment: everything under `dir`, nothing from the user's own setup.
+/// Near-shape serving is off, so a miss stays a miss in every count; the tests about it
+/// (tests/dynamic_shapes.rs) turn it on.
 pub fn host_env(cmd: &mut Command, dir: &Path, preload: bool) {
     cmd.env_remove("LD_PRELOAD")
         .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
@@ -172,7 +174,8 @@ pub fn host_env(cmd: &mut Command, dir: &Path, preload: bool) {
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_ALLOW_MISMATCH")
         .env_remove("TUNEDBLAS_DISABLE")
-        .env_remove("TUNEDBLAS_LOG");
+        .env_remove("TUNEDBLAS_LOG")
+        .env("TUNEDBLAS_NEAR", "0");
     if preload {
         cmd.env("LD_PRELOAD", &artifacts().preload);
     }
