@@ -50,6 +50,8 @@ use serde_json::{json, Value};
 use crate::abi;
 use crate::family::{self, family_of, instantiate};
 use crate::key::{ProblemKey, Trans, Types};
+use crate::near::NearIndex;
+use crate::table::{Action, Table};
 use crate::tunableop::{self, KeyParse, KeyPattern, ResultsFile, Solution};
 
 // ---- Shapes ---------------------------------------------------------------------------------
@@ -985,6 +987,8 @@ impl Status {
 /// One rank file of a profile, indexed for lookups.
 #[derive(Debug, Default)]
 pub struct ProfileIndex {
+    /// The rows as the interposer's near path sees them.
+    near: NearIndex,
     exact: HashMap<ProblemKey, Solution>,
     wildcards: Vec<(KeyPattern, Solution)>,
     unservable: HashMap<ProblemKey, String>,
@@ -1002,6 +1006,12 @@ impl ProfileIndex {
         for w in &file.wildcards {
             ix.wildcards.push((w.pattern, w.solution.clone()));
         }
+        let table = Table::new(file.rows.iter().filter_map(|r| match r.solution {
+            Solution::Default => Some((r.key, Action::Default)),
+            Solution::Rocblas(id) => Some((r.key, Action::Solution(id))),
+            Solution::Other(_) => None,
+        }));
+        ix.near = NearIndex::new(&table);
         for u in &file.unservable {
             // Recover the problem where the op has a concrete form: another backend's
             // solution on a known op, or a GemmAndBias op (same signature as Gemm).
@@ -1033,6 +1043,15 @@ impl ProfileIndex {
         Status::Missing
     }
 
+    /// For a missing problem: the token count of the row near serving would try (the
+    /// nearest row of its layer within `window` tokens, if that row names a solution).
+    pub fn near_row(&self, key: &ProblemKey, window: i64) -> Option<i64> {
+        match self.near.nearest(key, window)? {
+            (tokens, Action::Solution(_)) => Some(tokens),
+            _ => None,
+        }
+    }
+
     /// The servable rows, in file order.
     pub fn rows(&self) -> &[ProblemKey] {
         &self.rows
@@ -1052,6 +1071,9 @@ pub struct Problem {
     pub whys: Vec<Why>,
     /// Calls x FLOPs of one step at this M.
     pub cost: f64,
+    /// Missing, but near serving would try the row of its layer at this token count (its
+    /// solution still has to validate for this M at run time).
+    pub near: Option<i64>,
 }
 
 /// The whole prediction for one profile rank.
@@ -1067,6 +1089,8 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// Profile rows no predicted problem uses.
     pub unused_rows: Vec<ProblemKey>,
+    /// The near-serving window the `near` fields assume (0: off).
+    pub near_window: i64,
 }
 
 impl Report {
@@ -1100,12 +1124,14 @@ impl Report {
 }
 
 /// Predicts every (shape, M) of `serving` and looks it up in `profile` (all missing
-/// without one).
+/// without one). Missing problems note the row near serving would try within
+/// `near_window` tokens ([`crate::near::DEFAULT_WINDOW`] is the interposer's default).
 pub fn analyse(
     source: &str,
     shapes: Vec<Shape>,
     serving: &Serving,
     profile: Option<(&str, &ProfileIndex)>,
+    near_window: i64,
 ) -> Report {
     let empty = ProfileIndex::default();
     let index = profile.map_or(&empty, |(_, ix)| ix);
@@ -1126,13 +1152,19 @@ pub fn analyse(
         for (&m, whys) in g {
             let Some(key) = shape.at(m) else { continue };
             used.insert(key);
+            let status = index.status(&key);
+            let near = match status {
+                Status::Missing => index.near_row(&key, near_window),
+                _ => None,
+            };
             problems.push(Problem {
                 shape: i,
                 m,
                 key,
-                status: index.status(&key),
+                status,
                 whys: whys.clone(),
                 cost: shape.calls_per_step as f64 * key.flops(),
+                near,
             });
         }
     }
@@ -1156,6 +1188,7 @@ pub fn analyse(
         grids,
         problems,
         unused_rows,
+        near_window,
     }
 }
 
@@ -1375,6 +1408,14 @@ pub fn render_text(r: &Report, top: usize) -> String {
         r.count("unservable"),
         100.0 * r.covered_cost_share()
     );
+    let near = r.problems.iter().filter(|p| p.near.is_some()).count();
+    if r.near_window > 0 && r.count("missing") > 0 {
+        let _ = writeln!(
+            o,
+            "near serving (window {}): {near} of the missing have a tuned row of their layer within reach; it serves them where that solution validates for the exact M",
+            r.near_window
+        );
+    }
 
     // Per group of token counts, across shapes.
     let groups = by_group(r);
@@ -1499,11 +1540,16 @@ pub fn render_text(r: &Report, top: usize) -> String {
                 .iter()
                 .filter(|p| matches!(p.status, Status::Unservable(_)))
                 .count();
-            let note = if unservable > 0 {
+            let near_from: BTreeSet<i64> = g.problems.iter().filter_map(|p| p.near).collect();
+            let mut note = if unservable > 0 {
                 format!(" [{unservable} unservable]")
             } else {
                 String::new()
             };
+            if !near_from.is_empty() {
+                let from: Vec<String> = near_from.iter().map(i64::to_string).collect();
+                let _ = write!(note, " [near: row at {}]", from.join(","));
+            }
             let biggest = g.problems.iter().map(|p| p.key.flops()).fold(0.0, f64::max);
             let _ = writeln!(
                 o,
@@ -1569,6 +1615,9 @@ pub fn to_json(r: &Report) -> Value {
                 "cost": p.cost,
                 "reasons": p.whys.iter().map(|w| json!({"reason": w.reason.label(), "detail": w.detail})).collect::<Vec<_>>(),
             });
+            if let Some(t) = p.near {
+                v["near_row"] = json!(t);
+            }
             match &p.status {
                 Status::Tuned(id) => v["solution"] = json!(id),
                 Status::Unservable(why) => v["why"] = json!(why),
@@ -1589,6 +1638,8 @@ pub fn to_json(r: &Report) -> Value {
             "unservable": r.count("unservable"),
             "covered_cost_share": r.covered_cost_share(),
             "unused_profile_rows": r.unused_rows.len(),
+            "near_window": r.near_window,
+            "missing_with_near_row": r.problems.iter().filter(|p| p.near.is_some()).count(),
         },
         "shapes": shapes,
         "gap_groups": gap_groups(r).iter().map(|g| json!({
@@ -1971,7 +2022,7 @@ mod tests {
         let sv = serving(
             "--block-size 1024 --max-num-batched-tokens 2048 --max-num-seqs 4 --mix-decodes 0",
         );
-        let r = analyse("test", shapes_from_profile(&f), &sv, Some(("p", &ix)));
+        let r = analyse("test", shapes_from_profile(&f), &sv, Some(("p", &ix)), 32);
         let costs: Vec<f64> = r.problems.iter().map(|p| p.cost).collect();
         assert!(costs.windows(2).all(|w| w[0] >= w[1]));
         let gap = r.gaps().next().unwrap();
@@ -2020,7 +2071,7 @@ mod tests {
             ])
         );
         let live = serving("--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill");
-        let r = analyse("fixture", shapes.clone(), &live, Some(("c27e", &ix)));
+        let r = analyse("fixture", shapes.clone(), &live, Some(("c27e", &ix)), 32);
         let at = |m: i64| -> Vec<&Problem> { r.problems.iter().filter(|p| p.m == m).collect() };
         for m in [256, 512] {
             let ps = at(m);
@@ -2045,6 +2096,11 @@ mod tests {
             defaults(2048),
             BTreeSet::from([(10240, 2560), (10240, 320)])
         );
+        // Near serving would try the 1024 rows for 1024 + d on the five tuned layers, and
+        // nothing for 512 + d (no row at 512 to take).
+        let near_at = |m: i64| at(m).iter().filter(|p| p.near == Some(1024)).count();
+        assert_eq!(near_at(1030), 5);
+        assert!(at(520).iter().all(|p| p.near.is_none()));
         // The chunk-plus-decode mixes of the 512 chunk run eagerly and are missing too.
         assert!(at(533)
             .iter()
@@ -2063,7 +2119,7 @@ mod tests {
 
         // The seed's checker model (block multiples only) cannot see the 256/512 family.
         let blocks_only = serving("--block-size 1024 --max-num-batched-tokens 2048");
-        let r0 = analyse("fixture", shapes, &blocks_only, Some(("c27e", &ix)));
+        let r0 = analyse("fixture", shapes, &blocks_only, Some(("c27e", &ix)), 32);
         assert!(r0
             .problems
             .iter()

@@ -25,6 +25,12 @@ use crate::family::family_of;
 use crate::key::ProblemKey;
 use crate::table::{Action, Table};
 
+/// The token window when `TUNEDBLAS_NEAR` is unset. On, because measured on refblas over
+/// M = chunk + 1..32 (BENCHMARKS.md, "Near-shape serving") the chunk row's solution, where it
+/// validated, beat the heuristic at every such M (0.55x the time) and was never slower;
+/// where nothing validates the call is the heuristic anyway.
+pub const DEFAULT_WINDOW: i64 = 32;
+
 /// Token counts with rows, per family.
 #[derive(Debug, Default)]
 pub struct NearIndex {

@@ -204,8 +204,8 @@ pub struct Malformed {
     pub reason: String,
 }
 
-/// A row whose signature has `*` (dynamic dimension) tokens. Kept for a later change to
-/// serve; not an error.
+/// A row whose signature has `*` (dynamic dimension) tokens: served by the lookup table
+/// after an exact lookup misses ([`crate::table::Table::get_wildcard`]); not an error.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WildcardRow {
     pub op_name: String,

@@ -49,12 +49,9 @@ thread_local! {
 /// Distinct miss shapes one process can count; more are still logged once each time seen.
 const MISS_CAPACITY: usize = 1 << 14;
 
-/// `TUNEDBLAS_NEAR` unset: the token window of near-shape serving. On by default because,
-/// measured on refblas over M = chunk + 1..32 (BENCHMARKS.md, "Near-shape serving"), the
-/// chunk row's solution, where it validated, beat the heuristic at every such M (0.55x the
-/// time) and was never slower; where nothing validates the call is the heuristic anyway.
-/// `TUNEDBLAS_NEAR=0` turns it off.
-pub const DEFAULT_NEAR_WINDOW: i64 = 32;
+/// `TUNEDBLAS_NEAR` unset: the token window of near-shape serving (on; why in
+/// [`tunedblas_core::near::DEFAULT_WINDOW`]). `TUNEDBLAS_NEAR=0` turns it off.
+pub const DEFAULT_NEAR_WINDOW: i64 = tunedblas_core::near::DEFAULT_WINDOW;
 
 /// The settings, read once from the environment. `tunedblas env` documents each variable.
 pub struct Config {

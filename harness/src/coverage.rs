@@ -13,7 +13,7 @@ use tunedblas_core::tunableop;
 
 pub const HELP: &str = "\
 tunedblas coverage [--config PATH] [--shapes FILE] [--profile DIR|NAME] [SERVING FLAGS]
-                   [--profiles DIR] [--rank R] [--dtype T] [--unfused] [--top N] [--json]
+                   [--profiles DIR] [--rank R] [--near W] [--dtype T] [--unfused] [--top N] [--json]
                    [--strict] [-- <vLLM command line>]
 
 Predicts the GEMM problems a vLLM configuration puts on the wire, with the reason for every
@@ -32,6 +32,8 @@ PROFILE:
     --profile DIR|NAME  a folder of tunableop_results<R>.csv, or a profile name in the store
                     (--profiles DIR, else $TUNEDBLAS_PROFILE_DIR, else the installed one)
     --rank R        which rank file (default 0)
+    --near W        the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing
+                    problems with a tuned row of their layer within W tokens are marked
 SERVING FLAGS (also read from a vLLM command line after --):
 ";
 
@@ -59,6 +61,7 @@ struct Options {
     top: usize,
     json: bool,
     strict: bool,
+    near: i64,
     serving: Serving,
 }
 
@@ -82,6 +85,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         top: 25,
         json: false,
         strict: false,
+        near: tunedblas_core::near::DEFAULT_WINDOW,
         serving,
     };
     let mut i = 0;
@@ -114,6 +118,13 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.top = value()?
                     .parse()
                     .map_err(|_| "--top takes a number".to_string())?
+            }
+            "--near" => {
+                o.near = value()?
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|w| *w >= 0)
+                    .ok_or_else(|| "--near takes a token window (0: off)".to_string())?
             }
             "--unfused" => o.unfused = true,
             "--json" => o.json = true,
@@ -233,6 +244,7 @@ fn run(o: &Options) -> Result<coverage::Report, String> {
         shapes,
         &o.serving,
         index.as_ref().map(|(l, ix)| (*l, ix)),
+        o.near,
     ))
 }
 
