@@ -182,13 +182,17 @@ impl Runtime {
 
     /// Records a call whose key has no row.
     pub fn miss(&self, key: &ProblemKey) {
+        self.miss_on(current_device(), key)
+    }
+
+    /// [`Runtime::miss`] for a caller that already asked which device the call is on.
+    pub fn miss_on(&self, device: i32, key: &ProblemKey) {
         // A call rocBLAS accepted can still be one no results file can name (strides whose
         // batch extent overflows 64 bits): recording it would write a line that never reads
         // back, and nothing could ever be tuned for it.
         if tunableop::check_key(key).is_err() {
             return;
         }
-        let device = current_device();
         match self.misses.record(device, key) {
             Sight::First => {
                 let result = self.files.lock().append_first_sight(device, key);
@@ -221,12 +225,19 @@ impl Runtime {
         }
     }
 
-    /// The near path for a key that has no row in `table` (the miss is recorded apart).
-    pub fn near(&self, table: Option<&Table>, key: &ProblemKey) -> NearStep {
+    /// Whether the near path is on at all (off: no second look on a miss).
+    #[inline]
+    pub fn near_on(&self) -> bool {
+        self.near.is_some()
+    }
+
+    /// The near path for a key on `device` that has no row in `table` (the miss is
+    /// recorded apart).
+    pub fn near(&self, device: i32, table: Option<&Table>, key: &ProblemKey) -> NearStep {
         let (Some(near), Some(table)) = (&self.near, table) else {
             return NearStep::Pass;
         };
-        match near.verdicts.get_or_claim(current_device(), key) {
+        match near.verdicts.get_or_claim(device, key) {
             Claim::Known(slot, Verdict::Serve(id)) => NearStep::Serve { id, slot },
             Claim::Known(..) | Claim::Full => NearStep::Pass,
             Claim::Mine(slot) => {

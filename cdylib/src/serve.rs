@@ -97,8 +97,14 @@ fn missed(
         return use_row(e, key);
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
-    rt.miss(&key);
-    match rt.near(table, &key) {
+    if !rt.near_on() {
+        rt.miss(&key);
+        bump(Counter::Missed);
+        return Decision::Pass;
+    }
+    let device = runtime::current_device();
+    rt.miss_on(device, &key);
+    match rt.near(device, table, &key) {
         runtime::NearStep::Pass => {
             bump(Counter::Missed);
             Decision::Pass
