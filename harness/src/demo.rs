@@ -40,6 +40,9 @@ struct Stats {
     missed_calls: u64,
     missed_shapes: u64,
     fallbacks: u64,
+    /// Missed shapes served a neighbouring token count's row (TUNEDBLAS_NEAR).
+    #[serde(default)]
+    near: u64,
 }
 
 fn run_workload(
@@ -184,6 +187,10 @@ pub fn run(opts: Options) -> Result<()> {
     println!(
         "    missed calls {:>10} {:>10}",
         stats_before.missed_calls, stats_after.missed_calls
+    );
+    println!(
+        "    of them near {:>10} {:>10}",
+        stats_before.near, stats_after.near
     );
     println!(
         "    missed shapes{:>10} {:>10}",
