@@ -40,7 +40,8 @@ struct Stats {
     missed_calls: u64,
     missed_shapes: u64,
     fallbacks: u64,
-    /// Missed shapes served a neighbouring token count's row (TUNEDBLAS_NEAR).
+    /// Calls without a row served a neighbouring token count's row (TUNEDBLAS_NEAR); not
+    /// counted as missed calls, though their shapes are still recorded.
     #[serde(default)]
     near: u64,
 }
@@ -189,7 +190,7 @@ pub fn run(opts: Options) -> Result<()> {
         stats_before.missed_calls, stats_after.missed_calls
     );
     println!(
-        "    of them near {:>10} {:>10}",
+        "    served near  {:>10} {:>10}",
         stats_before.near, stats_after.near
     );
     println!(
