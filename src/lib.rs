@@ -14,9 +14,11 @@
 //! - [`misses`]: the miss logs of every process and rank, grouped and ranked.
 //! - [`near`]: serving a missed token count from the nearest row of the same layer.
 //! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
+//! - [`cublaslt`]: the cuBLASLt backend's key, algorithm configurations and table.
 
 pub mod abi;
 pub mod coverage;
+pub mod cublaslt;
 pub mod family;
 pub mod identity;
 pub mod key;

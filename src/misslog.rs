@@ -29,12 +29,12 @@ const EMPTY: u32 = 0;
 const BUSY: u32 = 1;
 const READY: u32 = 2;
 
-struct Slot {
+struct Slot<K> {
     state: AtomicU32,
     hash: AtomicU64,
     count: AtomicU64,
     /// Written once by the thread that moved the slot EMPTY -> BUSY, read only after READY.
-    entry: UnsafeCell<MaybeUninit<(i32, ProblemKey)>>,
+    entry: UnsafeCell<MaybeUninit<(i32, K)>>,
 }
 
 /// What [`MissSet::record`] saw.
@@ -48,27 +48,28 @@ pub enum Sight {
     Full,
 }
 
-/// Lock-free set of missed (device, key) pairs with call counts.
-pub struct MissSet {
-    slots: Box<[Slot]>,
+/// Lock-free set of missed (device, key) pairs with call counts. The key type is the
+/// rocBLAS [`ProblemKey`] unless a backend names its own (cuBLASLt's `LtKey`).
+pub struct MissSet<K = ProblemKey> {
+    slots: Box<[Slot<K>]>,
     mask: usize,
 }
 
 // SAFETY: `entry` is written by exactly one thread (the one that won the EMPTY -> BUSY CAS)
 // before a Release store of READY, and read only after an Acquire load sees READY.
-unsafe impl Sync for MissSet {}
-unsafe impl Send for MissSet {}
+unsafe impl<K: Send> Sync for MissSet<K> {}
+unsafe impl<K: Send> Send for MissSet<K> {}
 
-fn hash_of(device: i32, key: &ProblemKey) -> u64 {
+fn hash_of<K: Hash>(device: i32, key: &K) -> u64 {
     let mut h = FxHasher::default();
     device.hash(&mut h);
     key.hash(&mut h);
     h.finish()
 }
 
-impl MissSet {
+impl<K: Copy + Eq + Hash> MissSet<K> {
     /// A set with room for `capacity` distinct shapes (rounded up to a power of two).
-    pub fn with_capacity(capacity: usize) -> MissSet {
+    pub fn with_capacity(capacity: usize) -> MissSet<K> {
         let n = capacity.max(2).next_power_of_two();
         let slots = (0..n)
             .map(|_| Slot {
@@ -86,7 +87,7 @@ impl MissSet {
     }
 
     /// Counts one call of `key` on `device`.
-    pub fn record(&self, device: i32, key: &ProblemKey) -> Sight {
+    pub fn record(&self, device: i32, key: &K) -> Sight {
         let hash = hash_of(device, key);
         let mut i = hash as usize & self.mask;
         for _ in 0..self.slots.len() {
@@ -128,7 +129,7 @@ impl MissSet {
     }
 
     /// Every recorded (device, key, count), in slot order.
-    pub fn snapshot(&self) -> Vec<(i32, ProblemKey, u64)> {
+    pub fn snapshot(&self) -> Vec<(i32, K, u64)> {
         self.slots
             .iter()
             .filter(|s| s.state.load(Ordering::Acquire) == READY)
@@ -165,7 +166,7 @@ impl MissSet {
 }
 
 /// Formats a key as the two fields of an untuned-file line.
-pub type KeyFormat = fn(&ProblemKey) -> (String, String);
+pub type KeyFormat<K = ProblemKey> = fn(&K) -> (String, String);
 
 /// First sights that could not be written (full disk, unwritable folder) and wait for the
 /// next write that works; beyond this many they are only in memory (and in the counts
@@ -173,10 +174,12 @@ pub type KeyFormat = fn(&ProblemKey) -> (String, String);
 const PENDING_MAX: usize = 1 << 14;
 
 /// The miss files of one process.
-pub struct MissFiles {
+pub struct MissFiles<K = ProblemKey> {
     dir: PathBuf,
     prefix: String,
-    format: KeyFormat,
+    /// Inserted after `<host>-<pid>` in file names (`-cublaslt`), so backends never share a file.
+    tag: &'static str,
+    format: KeyFormat<K>,
     open: Vec<(i32, File)>,
     /// (device, line) of first sights whose write failed, oldest first.
     pending: Vec<(i32, String)>,
@@ -274,11 +277,17 @@ fn append_whole(f: &mut File, bytes: &[u8]) -> io::Result<()> {
     }
 }
 
-impl MissFiles {
-    pub fn new(dir: PathBuf, format: KeyFormat) -> MissFiles {
+impl<K> MissFiles<K> {
+    pub fn new(dir: PathBuf, format: KeyFormat<K>) -> MissFiles<K> {
+        MissFiles::tagged(dir, format, "")
+    }
+
+    /// Files named `<host>-<pid><tag>-rank<device>.csv`.
+    pub fn tagged(dir: PathBuf, format: KeyFormat<K>, tag: &'static str) -> MissFiles<K> {
         MissFiles {
             dir,
             prefix: process_prefix(),
+            tag,
             format,
             open: Vec::new(),
             pending: Vec::new(),
@@ -290,12 +299,15 @@ impl MissFiles {
     }
 
     pub fn path_for(&self, device: i32) -> PathBuf {
-        self.dir.join(format!("{}-rank{device}.csv", self.prefix))
+        self.dir
+            .join(format!("{}{}-rank{device}.csv", self.prefix, self.tag))
     }
 
     pub fn counts_path_for(&self, device: i32) -> PathBuf {
-        self.dir
-            .join(format!("{}-rank{device}.counts.csv", self.prefix))
+        self.dir.join(format!(
+            "{}{}-rank{device}.counts.csv",
+            self.prefix, self.tag
+        ))
     }
 
     /// First sights not yet written.
@@ -319,7 +331,7 @@ impl MissFiles {
     /// Appends the first sight of a key: one line, one `write(2)` (together with any earlier
     /// lines of that device whose write failed). On failure the line is kept for the next
     /// attempt.
-    pub fn append_first_sight(&mut self, device: i32, key: &ProblemKey) -> io::Result<()> {
+    pub fn append_first_sight(&mut self, device: i32, key: &K) -> io::Result<()> {
         let (op, sig) = (self.format)(key);
         let line = format!("{op},{sig}\n");
         let mut text = String::new();
@@ -369,7 +381,7 @@ impl MissFiles {
     }
 
     /// Rewrites the counts sidecar of every device present in `snapshot`.
-    pub fn write_counts(&mut self, snapshot: &[(i32, ProblemKey, u64)]) -> io::Result<()> {
+    pub fn write_counts(&mut self, snapshot: &[(i32, K, u64)]) -> io::Result<()> {
         let mut devices: Vec<i32> = snapshot.iter().map(|(d, _, _)| *d).collect();
         devices.sort_unstable();
         devices.dedup();
@@ -496,6 +508,29 @@ mod tests {
             counts.contains("Op,n5,3\n") && counts.contains("Op,n6,1\n"),
             "{counts}"
         );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn other_key_types_and_tagged_files() {
+        // A backend with its own key type gets its own files beside the rocBLAS ones.
+        fn fmt_pair(k: &(u32, u32)) -> (String, String) {
+            ("Lt".into(), format!("{}x{}", k.0, k.1))
+        }
+        let dir = std::env::temp_dir().join(format!("tunedblas-miss-tag-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let plain: MissFiles = MissFiles::new(dir.clone(), fmt);
+        let mut tagged = MissFiles::tagged(dir.clone(), fmt_pair, "-cublaslt");
+        assert_ne!(plain.path_for(0), tagged.path_for(0));
+        assert!(tagged
+            .path_for(0)
+            .to_string_lossy()
+            .ends_with("-cublaslt-rank0.csv"));
+        let set: MissSet<(u32, u32)> = MissSet::with_capacity(4);
+        assert_eq!(set.record(0, &(3, 4)), Sight::First);
+        assert_eq!(set.record(0, &(3, 4)), Sight::Repeat { count: 2 });
+        tagged.append_first_sight(0, &(3, 4)).unwrap();
+        assert_eq!(fs::read_to_string(tagged.path_for(0)).unwrap(), "Lt,3x4\n");
         let _ = fs::remove_dir_all(&dir);
     }
 }
