@@ -1,13 +1,14 @@
 //! Every symbol `libtunedblas.so` exports, in one file.
 //!
 //! Each export interposes the whole process, so the list is short on purpose: the rocBLAS
-//! GEMM entry points we serve, and `_exit` (so `os._exit` and friends still flush the miss
+//! GEMM entry points we serve, `cublasLtMatmul` and its serving switch, and `_exit` (so `os._exit` and friends still flush the miss
 //! counts). `tests/exports.rs` checks that nothing else is exported. Each function only
 //! packs its arguments and hands them to `serve`; none of them can unwind into C.
 
 use std::ffi::{c_int, c_void};
 
 use tunedblas_core::abi::*;
+use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 
 use crate::real::HOOKS;
@@ -293,12 +294,63 @@ typed_gemm_strided_batched_export!(
     Types::SGEMM
 );
 
+/// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt.rs`.
+#[no_mangle]
+pub unsafe extern "C" fn cublasLtMatmul(
+    handle: lt::LtHandle,
+    desc: lt::MatmulDesc,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_desc: lt::MatrixLayout,
+    b: *const c_void,
+    b_desc: lt::MatrixLayout,
+    beta: *const c_void,
+    c: *const c_void,
+    c_desc: lt::MatrixLayout,
+    d: *mut c_void,
+    d_desc: lt::MatrixLayout,
+    algo: *const lt::MatmulAlgo,
+    workspace: *mut c_void,
+    workspace_bytes: usize,
+    stream: lt::CudaStream,
+) -> lt::LtStatus {
+    let x = crate::cublaslt::LtCall {
+        handle,
+        desc,
+        alpha,
+        a,
+        a_desc,
+        b,
+        b_desc,
+        beta,
+        c,
+        c_desc,
+        d,
+        d_desc,
+        algo,
+        workspace,
+        workspace_bytes,
+        stream,
+    };
+    // SAFETY: the caller's own cublasLtMatmul arguments.
+    unsafe { crate::cublaslt::matmul(&x) }
+}
+
+/// `int tunedblas_cublaslt_serving(int on)`: 1 serves cuBLASLt rows, 0 passes every call
+/// through (for A/B trials in one process), a negative value only asks; returns the
+/// previous setting. Found by a host with `dlsym(RTLD_DEFAULT, ...)`.
+#[no_mangle]
+pub extern "C" fn tunedblas_cublaslt_serving(on: c_int) -> c_int {
+    crate::cublaslt::set_serving(on)
+}
+
 /// `_exit` skips atexit handlers (Python's `os._exit`, forked workers): flush first, then
 /// end the process as `_exit` would. A process that never called rocBLAS has nothing to
 /// flush and goes straight out.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     let _ = std::panic::catch_unwind(crate::runtime::finish);
+    let _ = std::panic::catch_unwind(crate::cublaslt::finish);
     // SAFETY: exit_group ends every thread of the process, which is what _exit does.
     unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
     // exit_group does not return; this only satisfies the type.

@@ -18,16 +18,27 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use tunedblas_core::abi::*;
 
-/// One resolvable function: its symbol name and a cache of the address (NULL = not yet).
+/// The libraries searched when rocBLAS sits in a local scope.
+const ROCBLAS_LIBS: &[&str] = &["librocblas.so", "libamdhip64.so"];
+
+/// One resolvable function: its symbol name, the libraries (file-name prefixes) to search
+/// when `RTLD_NEXT` finds nothing, and a cache of the address (NULL = not yet).
 pub struct Hook {
     pub name: &'static CStr,
+    libs: &'static [&'static str],
     addr: AtomicPtr<c_void>,
 }
 
 impl Hook {
     const fn new(name: &'static CStr) -> Hook {
+        Hook::in_libs(name, ROCBLAS_LIBS)
+    }
+
+    /// A function of another library (cuBLASLt, the CUDA driver).
+    pub const fn in_libs(name: &'static CStr, libs: &'static [&'static str]) -> Hook {
         Hook {
             name,
+            libs,
             addr: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
@@ -39,7 +50,7 @@ impl Hook {
         if !p.is_null() {
             return Some(p);
         }
-        let p = resolve(self.name)?;
+        let p = resolve(self.name, self.libs)?;
         self.addr.store(p, Ordering::Release);
         Some(p)
     }
@@ -99,13 +110,13 @@ fn is_ours(p: *mut c_void) -> bool {
     found && info.dli_fbase == own_base()
 }
 
-fn resolve(name: &CStr) -> Option<*mut c_void> {
+fn resolve(name: &CStr, libs: &[&str]) -> Option<*mut c_void> {
     // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT is valid from a shared object.
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
     if !p.is_null() && !is_ours(p) {
         return Some(p);
     }
-    for path in loaded_libraries(&["librocblas.so", "libamdhip64.so"]) {
+    for path in loaded_libraries(libs) {
         let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else {
             continue;
         };

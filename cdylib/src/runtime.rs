@@ -285,6 +285,11 @@ impl Runtime {
     }
 }
 
+/// True once the rocBLAS side has started (it owns `TUNEDBLAS_STATS` then).
+pub fn started() -> bool {
+    RUNTIME.get().is_some()
+}
+
 /// The runtime, starting it on first use. `None` means: pass the call through untouched.
 #[inline]
 pub fn get() -> Option<&'static Runtime> {

@@ -28,8 +28,15 @@ pub enum Counter {
     /// No row, served with the validated solution of the same layer's nearest token count
     /// (the shape is still recorded as a miss).
     Near,
+    /// The first six again, for `cublasLtMatmul` calls (`cublaslt.rs`).
+    LtCalls,
+    LtServed,
+    LtDefault,
+    LtMissed,
+    LtPassedThrough,
+    LtFallbacks,
 }
-const N: usize = 7;
+const N: usize = 13;
 
 #[repr(align(128))]
 struct Block([AtomicU64; N]);

@@ -1,0 +1,727 @@
+//! Serving `cublasLtMatmul`: the cuBLASLt backend of the interposer.
+//!
+//! The export in `exports.rs` hands every call to [`matmul`]. It reads the problem from the
+//! caller's matmul and layout descriptors (`cublasLtMatmulDescGetAttribute`,
+//! `cublasLtMatrixLayoutGetAttribute`), looks the key up in the profile of the *loaded*
+//! `libcublasLt.so` (chosen by its sha256, like rocBLAS's), and:
+//!
+//! - a `Gemm_Cublaslt_...` row: the algorithm is rebuilt from its configuration with
+//!   `cublasLtMatmulAlgoInit` + `ConfigSetAttribute` and checked with
+//!   `cublasLtMatmulAlgoCheck` once per key (on the key's first call, with that call's
+//!   descriptors); each call whose workspace and pointer alignment suit it then runs with
+//!   it instead of the caller's `algo`. A failed rebuild, check or call quarantines the row
+//!   for the process and the caller's own call is made.
+//! - a `Default` row: the caller's call, unchanged.
+//! - no row: the caller's call, and the key is recorded as a miss
+//!   (`<host>-<pid>-cublaslt-rank<device>.csv` in the miss folder).
+//!
+//! PyTorch always passes an `algo` (its own first heuristic answer, asked with
+//! `requestedAlgoCount = 1`), so a non-NULL `algo` is not treated as a deliberate choice:
+//! a row exists only because that very heuristic answer was measured and beaten.
+//!
+//! Every cuBLASLt and CUDA function is found at run time (PyTorch loads cuBLASLt in a local
+//! scope, where `dlsym(RTLD_NEXT)` returns NULL: `real.rs` then finds the loaded
+//! `libcublasLt.so*` itself). Nothing here needs CUDA to build, and a process that never
+//! calls `cublasLtMatmul` never runs any of it.
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tunedblas_core::cublaslt::*;
+use tunedblas_core::identity::{self, HashCache, MapCheck};
+use tunedblas_core::misslog::{MissFiles, MissSet, Sight};
+use tunedblas_core::profile::{self, Request, Selection};
+
+use crate::log::{debug, info};
+use crate::real::Hook;
+use crate::runtime::Config;
+use crate::stats::{self, bump, Counter};
+
+const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
+const CUDA_LIBS: &[&str] = &["libcuda.so"];
+
+/// `cuCtxGetDevice(CUdevice*)`: the device of the calling thread's current context.
+type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+macro_rules! lt_hooks {
+    ($($field:ident : $ty:ty = $sym:literal in $libs:expr),* $(,)?) => {
+        struct LtHooks { $($field: Hook,)* }
+        static LT: LtHooks = LtHooks { $($field: Hook::in_libs($sym, $libs),)* };
+        impl LtHooks {
+            $(
+                #[inline]
+                fn $field(&self) -> Option<$ty> {
+                    // SAFETY: the symbol has this C signature (src/cublaslt.rs, from cublasLt.h).
+                    self.$field.get().map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
+                }
+            )*
+        }
+    };
+}
+
+lt_hooks! {
+    matmul: MatmulFn = c"cublasLtMatmul" in CUBLASLT_LIBS,
+    desc_get: GetAttributeFn = c"cublasLtMatmulDescGetAttribute" in CUBLASLT_LIBS,
+    layout_get: GetAttributeFn = c"cublasLtMatrixLayoutGetAttribute" in CUBLASLT_LIBS,
+    algo_init: AlgoInitFn = c"cublasLtMatmulAlgoInit" in CUBLASLT_LIBS,
+    config_set: AlgoSetAttributeFn = c"cublasLtMatmulAlgoConfigSetAttribute" in CUBLASLT_LIBS,
+    config_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoConfigGetAttribute" in CUBLASLT_LIBS,
+    cap_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoCapGetAttribute" in CUBLASLT_LIBS,
+    algo_check: AlgoCheckFn = c"cublasLtMatmulAlgoCheck" in CUBLASLT_LIBS,
+    ctx_get_device: CtxGetDeviceFn = c"cuCtxGetDevice" in CUDA_LIBS,
+}
+
+/// One `cublasLtMatmul` call's arguments.
+#[derive(Clone, Copy)]
+pub struct LtCall {
+    pub handle: LtHandle,
+    pub desc: MatmulDesc,
+    pub alpha: *const c_void,
+    pub a: *const c_void,
+    pub a_desc: MatrixLayout,
+    pub b: *const c_void,
+    pub b_desc: MatrixLayout,
+    pub beta: *const c_void,
+    pub c: *const c_void,
+    pub c_desc: MatrixLayout,
+    pub d: *mut c_void,
+    pub d_desc: MatrixLayout,
+    pub algo: *const MatmulAlgo,
+    pub workspace: *mut c_void,
+    pub workspace_bytes: usize,
+    pub stream: CudaStream,
+}
+
+// ---------------------------------------------------------------------------------------
+// Start-up: the same lazy state machine as the rocBLAS side (runtime.rs), kept apart so a
+// process using one library never pays for identifying the other.
+// ---------------------------------------------------------------------------------------
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: OnceLock<LtRuntime> = OnceLock::new();
+static FINISHED: AtomicBool = AtomicBool::new(false);
+/// `tunedblas_cublaslt_serving(0)` turns serving off (calls pass through, nothing is
+/// recorded) without restarting the process: for A/B trials inside one process.
+static SERVING: AtomicBool = AtomicBool::new(true);
+
+thread_local! {
+    static INITIALIZING_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+const MISS_CAPACITY: usize = 1 << 14;
+
+struct LtRuntime {
+    loaded: LtLoaded,
+    single: Option<Arc<LtTable>>,
+    misses: MissSet<LtKey>,
+    files: Mutex<MissFiles<LtKey>>,
+    miss_io_warned: AtomicBool,
+    miss_full_warned: AtomicBool,
+    stats_path: Option<PathBuf>,
+}
+
+fn current_device() -> i32 {
+    match LT.ctx_get_device() {
+        Some(f) => {
+            let mut d = 0;
+            // SAFETY: out-pointer to an int.
+            if unsafe { f(&mut d) } == 0 {
+                d
+            } else {
+                0
+            }
+        }
+        None => 0,
+    }
+}
+
+impl LtRuntime {
+    #[inline]
+    fn table(&self) -> Option<&LtTable> {
+        match &self.single {
+            Some(t) => Some(t),
+            None => self.loaded.table_for(current_device()),
+        }
+    }
+
+    fn miss(&self, key: &LtKey) {
+        let device = current_device();
+        match self.misses.record(device, key) {
+            Sight::First => {
+                if let Err(e) = self.files.lock().append_first_sight(device, key) {
+                    if !self.miss_io_warned.swap(true, Ordering::Relaxed) {
+                        info!("cannot write the cuBLASLt miss log: {e}; shapes are kept in memory and counted at exit");
+                    }
+                }
+            }
+            Sight::Repeat { count } if count >= 1024 && count.is_power_of_two() => {
+                if let Some(mut files) = self.files.try_lock() {
+                    let _ = files.write_counts(&self.misses.snapshot());
+                }
+            }
+            Sight::Repeat { .. } => {}
+            Sight::Full => {
+                if !self.miss_full_warned.swap(true, Ordering::Relaxed) {
+                    info!("more than {MISS_CAPACITY} distinct missed cuBLASLt shapes; further new shapes are not recorded");
+                }
+            }
+        }
+    }
+}
+
+#[inline]
+fn get() -> Option<&'static LtRuntime> {
+    if STATE.load(Ordering::Acquire) == READY {
+        return RUNTIME.get();
+    }
+    slow_get()
+}
+
+#[cold]
+fn slow_get() -> Option<&'static LtRuntime> {
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            READY => return RUNTIME.get(),
+            OFF => return None,
+            UNINIT => {
+                if STATE
+                    .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    continue;
+                }
+                INITIALIZING_HERE.with(|f| f.set(true));
+                let built = catch_unwind(init).ok().flatten();
+                INITIALIZING_HERE.with(|f| f.set(false));
+                let ready = built.is_some_and(|rt| RUNTIME.set(rt).is_ok());
+                STATE.store(if ready { READY } else { OFF }, Ordering::Release);
+                return if ready { RUNTIME.get() } else { None };
+            }
+            _ => {
+                if INITIALIZING_HERE.with(|f| f.get()) {
+                    return None;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+fn latch_off(why: &str) {
+    if STATE.swap(OFF, Ordering::AcqRel) != OFF {
+        info!("cuBLASLt: internal error ({why}); passing every call through from now on");
+    }
+}
+
+fn init() -> Option<LtRuntime> {
+    let cfg = Config::from_env();
+    crate::log::set_level(cfg.log_level);
+    if cfg.disabled {
+        debug!("disabled by TUNEDBLAS_DISABLE");
+        return None;
+    }
+    // SAFETY: getauxval has no preconditions. Never act on an untrusted environment.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return None;
+    }
+    let (loaded, line) = select_and_load(&cfg);
+    info!("{line}");
+    for p in loaded.problems.iter().take(20) {
+        info!("{p}");
+    }
+    let single = (loaded.distinct <= 1).then(|| {
+        loaded
+            .tables
+            .iter()
+            .flatten()
+            .next()
+            .cloned()
+            .unwrap_or_default()
+    });
+    let rt = LtRuntime {
+        loaded,
+        single,
+        misses: MissSet::with_capacity(MISS_CAPACITY),
+        files: Mutex::new(MissFiles::tagged(
+            cfg.miss_dir,
+            op_and_signature,
+            "-cublaslt",
+        )),
+        miss_io_warned: AtomicBool::new(false),
+        miss_full_warned: AtomicBool::new(false),
+        stats_path: cfg.stats_path,
+    };
+    // SAFETY: registering plain extern "C" functions with libc.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+    }
+    Some(rt)
+}
+
+/// Identifies the loaded cuBLASLt build and loads its profile. Returns the startup line.
+fn select_and_load(cfg: &Config) -> (LtLoaded, String) {
+    let none = |why: String| (LtLoaded::default(), why);
+    let Some(anchor) = LT.matmul.get() else {
+        return none(
+            "cuBLASLt: cublasLtMatmul not found in this process; passing calls through".into(),
+        );
+    };
+    let Some(path) = identity::library_of_address(anchor as usize) else {
+        return none("cuBLASLt: cannot tell which file cuBLASLt was loaded from; passing calls through and recording misses".into());
+    };
+    if identity::check_mapped_file(anchor as usize, &path) == MapCheck::Replaced {
+        return none(format!(
+            "cuBLASLt: {} was replaced on disk after this process loaded it; restart the process to serve tuned rows",
+            path.display()
+        ));
+    }
+    let cache = HashCache::new(identity::user_cache_dir().join("sha256"));
+    let id = match cache.identify(&path) {
+        Ok(id) => id,
+        Err(e) => {
+            return none(format!(
+                "cuBLASLt: cannot hash {}: {e}; passing calls through",
+                path.display()
+            ))
+        }
+    };
+    let req = Request {
+        profile_dir: &cfg.profile_dir,
+        sha256: &id.sha256,
+        explicit: cfg.explicit.as_deref(),
+        allow_mismatch: cfg.allow_mismatch,
+    };
+    // profile::select words its reasons for rocBLAS; the rules are the same for any library.
+    let words = |s: String| s.replace("rocBLAS", "cuBLASLt");
+    match profile::select(&req) {
+        Selection::Chosen { name, dir, reason } => {
+            let loaded = load_tables(&dir);
+            let device = current_device();
+            let rows = loaded.table_for(device).map_or(0, LtTable::len);
+            let line = format!(
+                "cuBLASLt: profile {name} {} ({rows} rows, rank {device}; {})",
+                words(reason),
+                path.display()
+            );
+            (loaded, line)
+        }
+        Selection::None { why } => none(format!("cuBLASLt: {} ({})", words(why), path.display())),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The serving decision.
+// ---------------------------------------------------------------------------------------
+
+enum Decision {
+    Pass,
+    Tuned(MatmulAlgo, &'static LtEntry, LtKey),
+}
+
+/// Serves one intercepted `cublasLtMatmul`. See the module docs.
+///
+/// # Safety
+/// The arguments are a caller's `cublasLtMatmul` arguments.
+pub unsafe fn matmul(x: &LtCall) -> LtStatus {
+    let Some(real) = LT.matmul() else {
+        // No cuBLASLt in this process: the caller could not have made a valid call.
+        return STATUS_NOT_INITIALIZED;
+    };
+    let decision = match catch_unwind(AssertUnwindSafe(|| decide(x))) {
+        Ok(d) => d,
+        Err(_) => {
+            latch_off("a panic while choosing an algorithm");
+            Decision::Pass
+        }
+    };
+    match decision {
+        Decision::Pass => unsafe { call(real, x, x.algo) },
+        Decision::Tuned(algo, entry, key) => {
+            let status = unsafe { call(real, x, &algo) };
+            if status == STATUS_SUCCESS {
+                bump(Counter::LtServed);
+                return status;
+            }
+            if entry.quarantine() {
+                let (op, sig) = op_and_signature(&key);
+                info!(
+                    "cuBLASLt: {} for {op},{sig} failed with status {status}; the row is quarantined for this process and the caller's own algorithm is used (re-tune this build)",
+                    entry.action.solution_text()
+                );
+            }
+            bump(Counter::LtFallbacks);
+            unsafe { call(real, x, x.algo) }
+        }
+    }
+}
+
+#[inline]
+unsafe fn call(f: MatmulFn, x: &LtCall, algo: *const MatmulAlgo) -> LtStatus {
+    // SAFETY: forwarding the caller's arguments (with possibly another algo).
+    unsafe {
+        f(
+            x.handle,
+            x.desc,
+            x.alpha,
+            x.a,
+            x.a_desc,
+            x.b,
+            x.b_desc,
+            x.beta,
+            x.c,
+            x.c_desc,
+            x.d,
+            x.d_desc,
+            algo,
+            x.workspace,
+            x.workspace_bytes,
+            x.stream,
+        )
+    }
+}
+
+fn decide(x: &LtCall) -> Decision {
+    let Some(rt) = get() else {
+        return Decision::Pass;
+    };
+    bump(Counter::LtCalls);
+    if !SERVING.load(Ordering::Relaxed) {
+        bump(Counter::LtPassedThrough);
+        return Decision::Pass;
+    }
+    // SAFETY: the descriptors are the caller's, valid for the duration of the call.
+    let Some(key) = (unsafe { read_key(x) }) else {
+        bump(Counter::LtPassedThrough);
+        return Decision::Pass;
+    };
+    match rt.table().and_then(|t| t.get(&key)) {
+        Some(e) if e.is_quarantined() => {
+            bump(Counter::LtPassedThrough);
+            Decision::Pass
+        }
+        Some(e) => {
+            e.mark_hit();
+            match e.action {
+                LtAction::Default => {
+                    bump(Counter::LtDefault);
+                    Decision::Pass
+                }
+                LtAction::Config(cfg) => {
+                    // SAFETY: as above; runs once per key.
+                    let prepared = e.prepared.get_or_init(|| unsafe { prepare(x, &key, &cfg) });
+                    match prepared {
+                        Some(p)
+                            if p.fits(
+                                [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
+                                x.workspace,
+                                x.workspace_bytes,
+                            ) =>
+                        {
+                            Decision::Tuned(p.algo, e, key)
+                        }
+                        Some(_) => {
+                            // Less workspace or alignment than the tuned algorithm needs.
+                            bump(Counter::LtPassedThrough);
+                            Decision::Pass
+                        }
+                        None => {
+                            e.quarantine();
+                            bump(Counter::LtFallbacks);
+                            Decision::Pass
+                        }
+                    }
+                }
+            }
+        }
+        None => {
+            rt.miss(&key);
+            bump(Counter::LtMissed);
+            Decision::Pass
+        }
+    }
+}
+
+/// One attribute of a descriptor, as a `T` of exactly the size the library stores.
+#[inline]
+unsafe fn attr<T: Copy + Default>(f: GetAttributeFn, obj: *mut c_void, which: i32) -> Option<T> {
+    let mut v = T::default();
+    let mut written = 0usize;
+    // SAFETY: `v` has size_of::<T>() bytes; the library writes at most that.
+    let st = unsafe {
+        f(
+            obj,
+            which,
+            (&mut v as *mut T).cast(),
+            std::mem::size_of::<T>(),
+            &mut written,
+        )
+    };
+    (st == STATUS_SUCCESS).then_some(v)
+}
+
+unsafe fn read_layout(f: GetAttributeFn, l: MatrixLayout) -> Option<LayoutAttrs> {
+    unsafe {
+        Some(LayoutAttrs {
+            dtype: attr::<u32>(f, l, LAYOUT_TYPE)? as i32,
+            order: attr::<i32>(f, l, LAYOUT_ORDER)?,
+            rows: attr::<u64>(f, l, LAYOUT_ROWS)?,
+            cols: attr::<u64>(f, l, LAYOUT_COLS)?,
+            ld: attr::<i64>(f, l, LAYOUT_LD)?,
+            batch: attr::<i32>(f, l, LAYOUT_BATCH_COUNT)?,
+            stride: attr::<i64>(f, l, LAYOUT_STRIDED_BATCH_OFFSET)?,
+        })
+    }
+}
+
+/// The key of a call, or `None` when it is not one tunedblas serves.
+unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
+    if [x.desc, x.a_desc, x.b_desc, x.c_desc, x.d_desc]
+        .iter()
+        .any(|p| p.is_null())
+    {
+        return None;
+    }
+    let dg = LT.desc_get()?;
+    let lg = LT.layout_get()?;
+    unsafe {
+        let mut mm = MatmulAttrs {
+            compute: attr::<i32>(dg, x.desc, DESC_COMPUTE_TYPE)?,
+            scale: attr::<i32>(dg, x.desc, DESC_SCALE_TYPE)?,
+            pointer_mode: attr::<i32>(dg, x.desc, DESC_POINTER_MODE)?,
+            trans_a: attr::<i32>(dg, x.desc, DESC_TRANSA)?,
+            trans_b: attr::<i32>(dg, x.desc, DESC_TRANSB)?,
+            epilogue: attr::<u32>(dg, x.desc, DESC_EPILOGUE)?,
+            bias_type: -1,
+            sm_count: attr::<i32>(dg, x.desc, DESC_SM_COUNT_TARGET).unwrap_or(0),
+        };
+        let a = read_layout(lg, x.a_desc)?;
+        let b = read_layout(lg, x.b_desc)?;
+        let c = read_layout(lg, x.c_desc)?;
+        // PyTorch passes one descriptor for C and D.
+        let d = if x.d_desc == x.c_desc {
+            c
+        } else {
+            read_layout(lg, x.d_desc)?
+        };
+        if epilogue_has_bias(mm.epilogue) {
+            // -1 (unset) means the bias has D's type.
+            let t = attr::<i32>(dg, x.desc, DESC_BIAS_DATA_TYPE)?;
+            mm.bias_type = if t < 0 { d.dtype } else { t };
+        }
+        match key_from_attrs(&mm, &a, &b, &c, &d) {
+            Ok(k) => Some(k),
+            Err(why) => {
+                debug!("cuBLASLt: passing a call through: {why}");
+                None
+            }
+        }
+    }
+}
+
+/// Rebuilds a row's algorithm and checks it against this call's descriptors.
+unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Option<Prepared> {
+    let report = |why: String| {
+        let (op, sig) = op_and_signature(key);
+        info!(
+            "cuBLASLt: {} for {op},{sig} cannot be used: {why}; the caller's own algorithm runs instead (re-tune this build)",
+            cfg.solution_name()
+        );
+    };
+    let (Some(init), Some(set), Some(get), Some(check)) = (
+        LT.algo_init(),
+        LT.config_set(),
+        LT.config_get(),
+        LT.algo_check(),
+    ) else {
+        report("this cuBLASLt lacks the algorithm functions".into());
+        return None;
+    };
+    // SAFETY: the resolved cuBLASLt functions and the caller's live handle.
+    let algo = match unsafe { build_algo(init, set, get, x.handle, key, cfg) } {
+        Ok(a) => a,
+        Err(why) => {
+            report(why);
+            return None;
+        }
+    };
+    let mut result = HeuristicResult::default();
+    // SAFETY: the caller's descriptors; result is a valid out-pointer.
+    let st = unsafe {
+        check(
+            x.handle,
+            x.desc,
+            x.a_desc,
+            x.b_desc,
+            x.c_desc,
+            x.d_desc,
+            &algo,
+            &mut result,
+        )
+    };
+    if st != STATUS_SUCCESS {
+        report(format!("cublasLtMatmulAlgoCheck returned {st}"));
+        return None;
+    }
+    // Alignment the algorithm needs of each pointer (16 bytes when the library won't say).
+    let mut min_align = [16u32; 4];
+    if let Some(cap) = LT.cap_get() {
+        for (i, slot) in min_align.iter_mut().enumerate() {
+            let mut v = 0u32;
+            let mut written = 0usize;
+            // SAFETY: a 4-byte attribute into a u32.
+            let st = unsafe {
+                cap(
+                    &algo,
+                    CAP_MIN_ALIGNMENT_A_BYTES + i as i32,
+                    (&mut v as *mut u32).cast(),
+                    4,
+                    &mut written,
+                )
+            };
+            if st == STATUS_SUCCESS && v > 0 {
+                *slot = v;
+            }
+        }
+    }
+    debug!(
+        "cuBLASLt: {} checked: workspace {} bytes, alignment {:?}",
+        cfg.solution_name(),
+        result.workspace_size,
+        min_align
+    );
+    Some(Prepared {
+        algo,
+        workspace: result.workspace_size,
+        min_align,
+    })
+}
+
+/// `tunedblas_cublaslt_serving(on)`: 1 serves, 0 passes every call through, a negative
+/// value only asks. Returns the previous setting.
+pub fn set_serving(on: c_int) -> c_int {
+    let was = if on < 0 {
+        SERVING.load(Ordering::Relaxed)
+    } else {
+        SERVING.swap(on != 0, Ordering::Relaxed)
+    };
+    c_int::from(was)
+}
+
+// ---------------------------------------------------------------------------------------
+// The end of the process, and fork.
+// ---------------------------------------------------------------------------------------
+
+/// Flushes miss counts, writes the stats file and prints the summary. Once per process.
+pub fn finish() {
+    if FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(rt) = RUNTIME.get() else { return };
+    let snapshot = rt.misses.snapshot();
+    if !snapshot.is_empty() {
+        let _ = rt.files.lock().write_counts(&snapshot);
+    }
+    if let Some(path) = &rt.stats_path {
+        // The rocBLAS side owns the file when it ran too; then ours goes beside it.
+        let path = if crate::runtime::started() {
+            let mut p = path.clone().into_os_string();
+            p.push(".cublaslt.json");
+            PathBuf::from(p)
+        } else {
+            path.clone()
+        };
+        let _ = write_stats(rt, &path, snapshot.len());
+    }
+    let t = stats::total;
+    info!(
+        "cuBLASLt: {} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks",
+        t(Counter::LtCalls),
+        t(Counter::LtServed),
+        t(Counter::LtDefault),
+        t(Counter::LtMissed),
+        snapshot.len(),
+        t(Counter::LtPassedThrough),
+        t(Counter::LtFallbacks),
+    );
+}
+
+fn write_stats(rt: &LtRuntime, path: &std::path::Path, miss_shapes: usize) -> std::io::Result<()> {
+    let mut tables: Vec<&Arc<LtTable>> = Vec::new();
+    for t in rt.loaded.tables.iter().flatten() {
+        if !tables.iter().any(|s| Arc::ptr_eq(s, t)) {
+            tables.push(t);
+        }
+    }
+    let mut rows = 0;
+    let mut unhit = Vec::new();
+    let mut quarantined = Vec::new();
+    for t in tables {
+        for (k, e) in t.iter() {
+            rows += 1;
+            let (op, sig) = op_and_signature(k);
+            if !e.was_hit() {
+                unhit.push(format!("{op},{sig}"));
+            }
+            if e.is_quarantined() {
+                quarantined.push(format!("{op},{sig}"));
+            }
+        }
+    }
+    let t = stats::total;
+    let json = serde_json::json!({
+        "library": "cublaslt",
+        "calls": t(Counter::LtCalls),
+        "served": t(Counter::LtServed),
+        "default": t(Counter::LtDefault),
+        "missed_calls": t(Counter::LtMissed),
+        "missed_shapes": miss_shapes,
+        "passed_through": t(Counter::LtPassedThrough),
+        "fallbacks": t(Counter::LtFallbacks),
+        "rows": rows,
+        "rows_hit": rows - unhit.len(),
+        "rows_not_hit": unhit,
+        "rows_quarantined": quarantined,
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&json)?)
+}
+
+extern "C" fn at_exit() {
+    let _ = catch_unwind(finish);
+}
+
+extern "C" fn fork_prepare() {
+    if let Some(rt) = RUNTIME.get() {
+        std::mem::forget(rt.files.lock());
+    }
+}
+
+extern "C" fn fork_parent() {
+    if let Some(rt) = RUNTIME.get() {
+        // SAFETY: fork_prepare locked it on this thread and forgot the guard.
+        unsafe { rt.files.force_unlock() };
+    }
+}
+
+extern "C" fn fork_child() {
+    if let Some(rt) = RUNTIME.get() {
+        // SAFETY: as in fork_parent; the child has one thread.
+        unsafe {
+            rt.files.force_unlock();
+            rt.misses.reset();
+        }
+        rt.files.lock().reset_after_fork();
+        stats::reset();
+        FINISHED.store(false, Ordering::Release);
+    }
+}

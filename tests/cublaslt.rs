@@ -1,0 +1,349 @@
+//! End-to-end on the CPU: the interposer's cuBLASLt path against a stand-in cuBLASLt
+//! (`tests/hosts/fake_cublaslt.c`, the real C ABI, no GPU). The host loads a module linked
+//! against `libcublasLt.so.13` with `RTLD_LOCAL`, as Python loads PyTorch, so the real
+//! `cublasLtMatmul` is only found through the interposer's fallback search. What ran is read
+//! from the stand-in's trace.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use common::{artifacts, scratch, text};
+use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
+
+struct Lt {
+    libdir: PathBuf,
+    host: PathBuf,
+    module: PathBuf,
+    sha: String,
+}
+
+fn cc(args: &[&str], out: &Path) {
+    let o = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(o.status.success(), "cc {args:?}: {}", text(&o.stderr));
+}
+
+fn lt() -> &'static Lt {
+    static L: OnceLock<Lt> = OnceLock::new();
+    L.get_or_init(|| {
+        let work = artifacts().work.join("cublaslt");
+        let _ = std::fs::remove_dir_all(&work);
+        let libdir = work.join("lib");
+        std::fs::create_dir_all(&libdir).unwrap();
+        let hosts = common::repo().join("tests/hosts");
+        let lib = libdir.join("libcublasLt.so.13");
+        let fake = hosts.join("fake_cublaslt.c");
+        let src = hosts.join("lt_host.c");
+        cc(&["-shared", "-fPIC", fake.to_str().unwrap()], &lib);
+        let module = work.join("libltmod.so");
+        let libflag = format!("-L{}", libdir.display());
+        let rpath = format!("-Wl,-rpath,{}", libdir.display());
+        cc(
+            &[
+                "-shared",
+                "-fPIC",
+                "-DLT_MODULE",
+                src.to_str().unwrap(),
+                &libflag,
+                &rpath,
+                "-l:libcublasLt.so.13",
+            ],
+            &module,
+        );
+        let host = work.join("lt_host");
+        cc(&[src.to_str().unwrap(), "-ldl"], &host);
+        let sha = tunedblas_core::identity::sha256_file(&lib).unwrap();
+        Lt {
+            libdir,
+            host,
+            module,
+            sha,
+        }
+    })
+}
+
+/// The bf16 `F.linear` key of a call `N,M,K`.
+fn key(n: i64, m: i64, k: i64) -> LtKey {
+    LtKey::linear(R_16BF, n, m, k)
+}
+
+fn row(k: &LtKey, solution: &str) -> String {
+    let (op, sig) = op_and_signature(k);
+    format!("{op},{sig},{solution},0.01")
+}
+
+fn profile(dir: &Path, rows: &[String]) {
+    let p = dir.join("profiles");
+    std::fs::create_dir_all(p.join("fake-lt")).unwrap();
+    let registry = serde_json::json!({
+        "profiles": { "fake-lt": { "dir": "fake-lt", "lib_sha256": lt().sha } }
+    });
+    std::fs::write(p.join("profiles.json"), registry.to_string()).unwrap();
+    let mut text = String::from("Validator,CUBLASLT_VERSION,130100\n");
+    for r in rows {
+        text.push_str(r);
+        text.push('\n');
+    }
+    std::fs::write(p.join("fake-lt/tunableop_results0.csv"), text).unwrap();
+}
+
+fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
+    let mut cmd = Command::new(&lt().host);
+    cmd.arg(&lt().module)
+        .args(calls)
+        .env_remove("LD_PRELOAD")
+        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
+        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
+        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"))
+        .env("TUNEDBLAS_STATS", dir.join("stats.json"))
+        .env("FAKELT_TRACE", dir.join("trace.log"))
+        .env_remove("TUNEDBLAS_PROFILE")
+        .env_remove("TUNEDBLAS_DISABLE")
+        .env_remove("TUNEDBLAS_LOG");
+    if preload {
+        cmd.env("LD_PRELOAD", &artifacts().preload);
+    }
+    cmd.output().expect("run lt_host")
+}
+
+fn trace(dir: &Path) -> Vec<HashMap<String, String>> {
+    std::fs::read_to_string(dir.join("trace.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+fn stats(dir: &Path) -> serde_json::Value {
+    let t = std::fs::read_to_string(dir.join("stats.json")).expect("the stats file is written");
+    serde_json::from_str(&t).unwrap()
+}
+
+fn miss_lines(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with("-cublaslt-rank0.csv") {
+            out.extend(
+                std::fs::read_to_string(&p)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_owned),
+            );
+        }
+    }
+    out
+}
+
+const TUNED: &str =
+    "Gemm_Cublaslt_algo21_tile20_stages35_splitk1_red0_swizzle1_custom0_inner0_cluster2";
+
+#[test]
+fn without_the_preload_the_heuristic_runs() {
+    let dir = scratch("lt-plain");
+    let out = host(&dir, false, &["2560,16,1536"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = trace(&dir);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0]["algo"], "6");
+    assert!(lt().libdir.join("libcublasLt.so.13").is_file());
+}
+
+#[test]
+fn misses_are_recorded_under_pytorch_names_when_no_profile_matches() {
+    let dir = scratch("lt-miss");
+    let out = host(&dir, true, &["2560,16,1536", "2560,16,1536", "512,4,2560"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The startup line names the registry it looked in and the library it identified.
+    let startup = stderr.lines().next().unwrap_or("");
+    assert!(startup.starts_with("tunedblas: cuBLASLt: "), "{stderr}");
+    assert!(startup.contains("profiles.json"), "{stderr}");
+    assert!(startup.contains("libcublasLt.so.13"), "{stderr}");
+    // The caller's own algorithm ran every time.
+    assert!(trace(&dir)
+        .iter()
+        .all(|l| l["algo"] == "6" && l["ok"] == "1"));
+    assert_eq!(
+        miss_lines(&dir),
+        [
+            "GemmTunableOp_BFloat16_TN,tn_2560_16_1536_ld_1536_1536_2560",
+            "GemmTunableOp_BFloat16_TN,tn_512_4_2560_ld_2560_2560_512",
+        ]
+    );
+    let s = stats(&dir);
+    assert_eq!(s["calls"], 3);
+    assert_eq!(s["missed_calls"], 3);
+    assert_eq!(s["missed_shapes"], 2);
+}
+
+#[test]
+fn a_tuned_row_is_rebuilt_and_served_and_other_shapes_still_miss() {
+    let dir = scratch("lt-serve");
+    profile(
+        &dir,
+        &[
+            row(&key(2560, 16, 1536), TUNED),
+            row(&key(512, 4, 2560), "Default"),
+        ],
+    );
+    let out = host(
+        &dir,
+        true,
+        &["2560,16,1536", "512,4,2560", "2560,16,1536", "336,32,10240"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cuBLASLt: profile fake-lt auto-selected for cuBLASLt build {} (2 rows, rank 0",
+            &lt().sha[..12]
+        )),
+        "{stderr}"
+    );
+    let t = trace(&dir);
+    assert_eq!(t.len(), 4, "{t:?}");
+    for i in [0, 2] {
+        assert_eq!(t[i]["algo"], "21", "{t:?}");
+        assert_eq!(t[i]["tile"], "20");
+        assert_eq!(t[i]["stages"], "35");
+        assert_eq!(t[i]["cluster"], "2");
+        assert_eq!(t[i]["ok"], "1");
+    }
+    assert_eq!(
+        t[1]["algo"], "6",
+        "a Default row keeps the caller's algorithm"
+    );
+    assert_eq!(t[3]["algo"], "6");
+    assert_eq!(
+        miss_lines(&dir),
+        ["GemmTunableOp_BFloat16_TN,tn_336_32_10240_ld_10240_10240_336"]
+    );
+    let s = stats(&dir);
+    assert_eq!(s["served"], 2, "{s}");
+    assert_eq!(s["default"], 1);
+    assert_eq!(s["missed_calls"], 1);
+    assert_eq!(s["rows_hit"], 2);
+    assert!(stderr.contains("cuBLASLt: 4 calls: 2 served, 1 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks"), "{stderr}");
+}
+
+#[test]
+fn rows_that_fail_fall_back_to_the_callers_algorithm_once_and_for_all() {
+    let dir = scratch("lt-fallback");
+    let check_fails = TUNED.replace("tile20", "tile999");
+    let run_fails = TUNED.replace("tile20", "tile998");
+    let bad_id = TUNED.replace("algo21", "algo150");
+    profile(
+        &dir,
+        &[
+            row(&key(64, 1, 64), &check_fails),
+            row(&key(64, 2, 64), &run_fails),
+            row(&key(64, 4, 64), &bad_id),
+        ],
+    );
+    let calls = [
+        "64,1,64", "64,2,64", "64,4,64", "64,1,64", "64,2,64", "64,4,64",
+    ];
+    let out = host(&dir, true, &calls);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "every call still succeeds: {stderr}");
+    let t = trace(&dir);
+    // The one attempt with the failing algorithm, then the caller's each time.
+    let algos: Vec<&str> = t.iter().map(|l| l["algo"].as_str()).collect();
+    assert_eq!(algos, ["6", "21", "6", "6", "6", "6", "6"], "{t:?}");
+    assert_eq!(t[1]["ok"], "0");
+    assert!(
+        stderr.contains("cublasLtMatmulAlgoCheck returned 15"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("cublasLtMatmulAlgoInit(algo 150) returned 15"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("failed with status 15; the row is quarantined"),
+        "{stderr}"
+    );
+    let s = stats(&dir);
+    assert_eq!(s["served"], 0);
+    assert_eq!(s["fallbacks"], 3, "{s}");
+    assert_eq!(s["rows_quarantined"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn calls_the_tuned_algorithm_cannot_take_pass_through_without_quarantine() {
+    let dir = scratch("lt-unfit");
+    let splitk = TUNED.replace("splitk1", "splitk4"); // needs 4096 bytes of workspace
+    profile(
+        &dir,
+        &[
+            row(&key(128, 8, 64), &splitk),
+            row(&key(128, 16, 64), TUNED),
+        ],
+    );
+    let calls = [
+        "128,8,64,0",
+        "128,8,64,8192",
+        "128,16,64,0,1",
+        "128,16,64,0",
+    ];
+    let out = host(&dir, true, &calls);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = trace(&dir);
+    let algos: Vec<&str> = t.iter().map(|l| l["algo"].as_str()).collect();
+    assert_eq!(algos, ["6", "21", "6", "21"], "{t:?}");
+    assert_eq!(t[1]["splitk"], "4");
+    let s = stats(&dir);
+    assert_eq!(s["served"], 2);
+    assert_eq!(s["passed_through"], 2);
+    assert_eq!(s["fallbacks"], 0);
+}
+
+#[test]
+fn serving_can_be_switched_off_and_on_inside_the_process() {
+    let dir = scratch("lt-switch");
+    profile(&dir, &[row(&key(2560, 16, 1536), TUNED)]);
+    let out = host(
+        &dir,
+        true,
+        &["2560,16,1536", "off", "2560,16,1536", "on", "2560,16,1536"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let algos: Vec<String> = trace(&dir).iter().map(|l| l["algo"].clone()).collect();
+    assert_eq!(algos, ["21", "6", "21"]);
+    // Without the preload the switch does not exist and the host says so.
+    let plain = host(&scratch("lt-switch-plain"), false, &["off"]);
+    assert!(text(&plain.stdout).contains("call=off status=-1"));
+}
+
+#[test]
+fn disabled_means_untouched() {
+    let dir = scratch("lt-disabled");
+    profile(&dir, &[row(&key(2560, 16, 1536), TUNED)]);
+    let mut cmd = Command::new(&lt().host);
+    cmd.arg(&lt().module)
+        .arg("2560,16,1536")
+        .env("LD_PRELOAD", &artifacts().preload)
+        .env("TUNEDBLAS_DISABLE", "1")
+        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
+        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
+        .env("FAKELT_TRACE", dir.join("trace.log"));
+    let out = cmd.output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(trace(&dir)[0]["algo"], "6");
+    assert!(miss_lines(&dir).is_empty());
+}

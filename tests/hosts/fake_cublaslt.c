@@ -1,0 +1,233 @@
+/* A stand-in for libcublasLt.so for the CPU tests: the C ABI of the cuBLASLt functions
+ * tunedblas and its test host use (values from cublasLt.h), with descriptors that store
+ * what they are given and a cublasLtMatmul that computes nothing but appends one line per
+ * call to $FAKELT_TRACE saying which algorithm it ran:
+ *   matmul m=.. n=.. k=.. algo=heuristic|<id> tile=.. stages=.. splitk=.. cluster=.. ok=0|1
+ * Rules the tests rely on: AlgoInit refuses ids outside 0..99; AlgoCheck refuses tile 999;
+ * cublasLtMatmul refuses tile 998 (an algorithm that checks but fails to run); split-K > 1
+ * needs 4096 bytes of workspace; any algorithm but the heuristic's (id 6) needs 16-byte
+ * aligned pointers. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OK 0
+#define INVALID 7
+#define UNSUPPORTED 15
+
+typedef struct {
+    int32_t compute, scale, pointer_mode, transa, transb;
+    uint32_t epilogue;
+    int32_t sm_count, bias_type;
+} Desc;
+typedef struct {
+    uint32_t type;
+    int32_t order;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch;
+    int64_t stride;
+} Layout;
+typedef struct { uint64_t data[8]; } Algo;
+typedef struct {
+    Algo algo;
+    size_t workspace;
+    int32_t state;
+    float waves;
+    int32_t reserved[4];
+} Result;
+typedef struct { uint64_t max_ws; } Pref;
+
+static int copy_out(const void *field, size_t want, void *buf, size_t size, size_t *written) {
+    if (size == 0) {
+        if (!written) return INVALID;
+        *written = want;
+        return OK;
+    }
+    if (size != want || !buf) return INVALID;
+    memcpy(buf, field, want);
+    if (written) *written = want;
+    return OK;
+}
+static int copy_in(void *field, size_t want, const void *buf, size_t size) {
+    if (size != want || !buf) return INVALID;
+    memcpy(field, buf, want);
+    return OK;
+}
+
+int cublasLtCreate(void **h) { *h = malloc(16); return OK; }
+int cublasLtDestroy(void *h) { free(h); return OK; }
+size_t cublasLtGetVersion(void) { return 130100; }
+
+int cublasLtMatmulDescCreate(Desc **d, int32_t compute, int32_t scale) {
+    Desc *x = calloc(1, sizeof *x);
+    x->compute = compute;
+    x->scale = scale;
+    x->epilogue = 1;
+    x->bias_type = -1;
+    *d = x;
+    return OK;
+}
+int cublasLtMatmulDescDestroy(Desc *d) { free(d); return OK; }
+static void *desc_field(Desc *d, int attr, size_t *want) {
+    *want = 4;
+    switch (attr) {
+    case 0: return &d->compute;
+    case 1: return &d->scale;
+    case 2: return &d->pointer_mode;
+    case 3: return &d->transa;
+    case 4: return &d->transb;
+    case 7: return &d->epilogue;
+    case 15: return &d->sm_count;
+    case 26: return &d->bias_type;
+    default: return NULL;
+    }
+}
+int cublasLtMatmulDescSetAttribute(Desc *d, int attr, const void *buf, size_t size) {
+    size_t want;
+    void *f = desc_field(d, attr, &want);
+    return f ? copy_in(f, want, buf, size) : INVALID;
+}
+int cublasLtMatmulDescGetAttribute(Desc *d, int attr, void *buf, size_t size, size_t *written) {
+    size_t want;
+    void *f = desc_field(d, attr, &want);
+    return f ? copy_out(f, want, buf, size, written) : INVALID;
+}
+
+int cublasLtMatrixLayoutCreate(Layout **l, uint32_t type, uint64_t rows, uint64_t cols, int64_t ld) {
+    Layout *x = calloc(1, sizeof *x);
+    x->type = type;
+    x->rows = rows;
+    x->cols = cols;
+    x->ld = ld;
+    x->batch = 1;
+    *l = x;
+    return OK;
+}
+int cublasLtMatrixLayoutDestroy(Layout *l) { free(l); return OK; }
+static void *layout_field(Layout *l, int attr, size_t *want) {
+    switch (attr) {
+    case 0: *want = 4; return &l->type;
+    case 1: *want = 4; return &l->order;
+    case 2: *want = 8; return &l->rows;
+    case 3: *want = 8; return &l->cols;
+    case 4: *want = 8; return &l->ld;
+    case 5: *want = 4; return &l->batch;
+    case 6: *want = 8; return &l->stride;
+    default: return NULL;
+    }
+}
+int cublasLtMatrixLayoutSetAttribute(Layout *l, int attr, const void *buf, size_t size) {
+    size_t want;
+    void *f = layout_field(l, attr, &want);
+    return f ? copy_in(f, want, buf, size) : INVALID;
+}
+int cublasLtMatrixLayoutGetAttribute(Layout *l, int attr, void *buf, size_t size, size_t *written) {
+    size_t want;
+    void *f = layout_field(l, attr, &want);
+    return f ? copy_out(f, want, buf, size, written) : INVALID;
+}
+
+int cublasLtMatmulPreferenceCreate(Pref **p) { *p = calloc(1, sizeof **p); return OK; }
+int cublasLtMatmulPreferenceDestroy(Pref *p) { free(p); return OK; }
+int cublasLtMatmulPreferenceSetAttribute(Pref *p, int attr, const void *buf, size_t size) {
+    if (attr == 1) return copy_in(&p->max_ws, 8, buf, size);
+    return (attr >= 5 && attr <= 8 && size == 4) ? OK : INVALID;
+}
+
+/* Algo words: 0 id, 1 tile, 2 split-K, 3 reduction, 4 swizzle, 5 custom, 6 stages,
+ * 7 inner (low 16 bits) and cluster (next 16). */
+static int config_slot(int attr, size_t *want, int *shift) {
+    *shift = 0;
+    *want = 4;
+    if (attr >= 0 && attr <= 6) return attr;
+    *want = 2;
+    if (attr == 7) return 7;
+    if (attr == 8) { *shift = 16; return 7; }
+    return -1;
+}
+int cublasLtMatmulAlgoConfigGetAttribute(const Algo *a, int attr, void *buf, size_t size, size_t *written) {
+    size_t want;
+    int shift;
+    int slot = config_slot(attr, &want, &shift);
+    if (slot < 0) return INVALID;
+    uint64_t v = (a->data[slot] >> shift) & (want == 2 ? 0xffff : 0xffffffff);
+    return copy_out(&v, want, buf, size, written); /* little-endian: the low bytes */
+}
+int cublasLtMatmulAlgoConfigSetAttribute(Algo *a, int attr, const void *buf, size_t size) {
+    size_t want;
+    int shift;
+    int slot = config_slot(attr, &want, &shift);
+    if (slot <= 0) return INVALID; /* unknown, or the read-only id */
+    uint64_t v = 0;
+    if (copy_in(&v, want, buf, size) != OK) return INVALID;
+    uint64_t mask = (want == 2 ? 0xffffull : 0xffffffffull) << shift;
+    a->data[slot] = (a->data[slot] & ~mask) | (v << shift);
+    return OK;
+}
+int cublasLtMatmulAlgoCapGetAttribute(const Algo *a, int attr, void *buf, size_t size, size_t *written) {
+    (void)a;
+    uint32_t align = 16;
+    if (attr >= 16 && attr <= 19) return copy_out(&align, 4, buf, size, written);
+    return INVALID;
+}
+int cublasLtMatmulAlgoInit(void *h, int32_t compute, int32_t scale, uint32_t at, uint32_t bt,
+                           uint32_t ct, uint32_t dt, int id, Algo *a) {
+    (void)h; (void)compute; (void)scale; (void)at; (void)bt; (void)ct; (void)dt;
+    if (id < 0 || id >= 100) return UNSUPPORTED;
+    memset(a, 0, sizeof *a);
+    a->data[0] = (uint32_t)id;
+    a->data[2] = 1;
+    return OK;
+}
+static size_t workspace_of(const Algo *a) { return a->data[2] > 1 ? 4096 : 0; }
+int cublasLtMatmulAlgoCheck(void *h, Desc *d, Layout *A, Layout *B, Layout *C, Layout *D,
+                            const Algo *a, Result *r) {
+    (void)h; (void)d; (void)A; (void)B; (void)C; (void)D;
+    if (a->data[1] == 999) return UNSUPPORTED;
+    memset(r, 0, sizeof *r);
+    r->workspace = workspace_of(a);
+    return OK;
+}
+/* The heuristic's only answer: algo 6, tile 15, stages 8. */
+int cublasLtMatmulAlgoGetHeuristic(void *h, Desc *d, Layout *A, Layout *B, Layout *C, Layout *D,
+                                   Pref *p, int requested, Result *out, int *returned) {
+    (void)h; (void)d; (void)A; (void)B; (void)C; (void)D; (void)p;
+    if (requested < 1) return INVALID;
+    memset(out, 0, sizeof *out);
+    cublasLtMatmulAlgoInit(h, 0, 0, 0, 0, 0, 0, 6, &out->algo);
+    out->algo.data[1] = 15;
+    out->algo.data[6] = 8;
+    *returned = 1;
+    return OK;
+}
+
+int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout *Ad,
+                   const void *B, Layout *Bd, const void *beta, const void *C, Layout *Cd,
+                   void *D, Layout *Dd, const Algo *algo, void *ws, size_t ws_bytes, void *stream) {
+    (void)h; (void)desc; (void)alpha; (void)beta; (void)Bd; (void)Cd; (void)stream;
+    int ok = 1;
+    if (algo && (algo->data[1] == 998 || workspace_of(algo) > ws_bytes || (workspace_of(algo) && !ws)))
+        ok = 0;
+    /* Only the heuristic's own algorithm (id 6) copes with pointers below 16-byte alignment. */
+    if (algo && algo->data[0] != 6 && (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) & 15) != 0) ok = 0;
+    const char *path = getenv("FAKELT_TRACE");
+    if (path) {
+        FILE *f = fopen(path, "a");
+        if (f) {
+            uint64_t k = Ad ? (desc->transa ? Ad->rows : Ad->cols) : 0;
+            if (algo)
+                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=%llu tile=%llu stages=%llu splitk=%llu cluster=%llu ok=%d\n",
+                        (unsigned long long)Dd->rows, (unsigned long long)Dd->cols, (unsigned long long)k,
+                        (unsigned long long)algo->data[0], (unsigned long long)algo->data[1],
+                        (unsigned long long)algo->data[6], (unsigned long long)algo->data[2],
+                        (unsigned long long)((algo->data[7] >> 16) & 0xffff), ok);
+            else
+                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=heuristic ok=%d\n",
+                        (unsigned long long)Dd->rows, (unsigned long long)Dd->cols, (unsigned long long)k, ok);
+            fclose(f);
+        }
+    }
+    return ok ? OK : UNSUPPORTED;
+}
