@@ -1,0 +1,719 @@
+//! `tunedblas-lt`: the cuBLASLt (NVIDIA) side of the tunedblas harness. A binary of its
+//! own so it can grow without touching the rocBLAS command; it shares the core's key,
+//! profile format and registry.
+
+mod cuda;
+mod numeric;
+mod problem;
+mod tune;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tunedblas_core::cublaslt::*;
+use tunedblas_core::registry::{self, Provenance, Registry};
+
+use cuda::{err, Cuda, Error, Lt, Result};
+use problem::{Delay, Problem};
+
+const HELP: &str = "\
+tunedblas-lt - tune and check cuBLASLt algorithms for libtunedblas.so (NVIDIA GPUs)
+
+USAGE:
+    tunedblas-lt info
+        The cuBLASLt and CUDA runtime found, the library's sha256, the GPU.
+    tunedblas-lt selftest
+        GPU self-test: the ABI values tunedblas relies on, read back from the real library;
+        an algorithm rebuilt from its readable configuration computes bit-identical results.
+    tunedblas-lt tune --misses PATH... --profiles DIR --name NAME [--rank R]
+        Tune every shape in the miss files (a file, or a folder of *-cublaslt-rank*.csv) and
+        write DIR/NAME/tunableop_results<R>.csv, provenance.json and DIR/profiles.json.
+    tunedblas-lt recheck --profiles DIR --name NAME [--rank R]
+        Re-measure every adopted row against the heuristic in this (fresh) process: how many
+        still win (the false-adopt rate is the rest).
+    tunedblas-lt overhead [--shape N,M,K] [--calls C] [--reps R]
+        Host microseconds per cublasLtMatmul call, the library's own symbol against the one a
+        linked host resolves (an LD_PRELOADed interposer's): their difference is the
+        interposer's cost per call.
+    tunedblas-lt verify --stats FILE
+        Checks a TUNEDBLAS_STATS file of a run under the profile: every row hit, no miss, no
+        fallback.
+
+COMMON OPTIONS:
+    --lib PATH        libcublasLt.so to load (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)
+    --cudart PATH     libcudart.so to load (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)
+    --trials N        interleaved trials per candidate (15)
+    --candidates N    heuristic answers asked for (32)
+    --margin F        gain needed to adopt, in the selection and the confirmation (0.03)
+    --workspace B     workspace bytes callers give cuBLASLt (1048576)
+    --log FILE        every measurement as JSON
+";
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn value(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+    fn values(&self, name: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.0.len() {
+            if self.0[i] == name {
+                let mut j = i + 1;
+                while j < self.0.len() && !self.0[j].starts_with("--") {
+                    out.push(self.0[j].as_str());
+                    j += 1;
+                }
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+    fn path(&self, name: &str) -> Option<PathBuf> {
+        self.value(name).map(PathBuf::from)
+    }
+    fn need(&self, name: &str) -> Result<&str> {
+        self.value(name)
+            .ok_or_else(|| Error(format!("{name} is required (tunedblas-lt help)")))
+    }
+    fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T> {
+        match self.value(name) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| Error(format!("{name} takes a number, not {v:?}"))),
+        }
+    }
+}
+
+fn options(a: &Args, cuda: &Cuda) -> Result<tune::Options> {
+    let d = tune::Options::default();
+    Ok(tune::Options {
+        trials: a.num("--trials", d.trials)?.max(3),
+        candidates: a.num("--candidates", d.candidates)?.max(1),
+        margin: a.num("--margin", d.margin)?,
+        win_share: a.num("--win-share", d.win_share)?,
+        workspace: a.num("--workspace", d.workspace)?,
+        sample_ms: a.num("--sample-ms", d.sample_ms)?,
+        l2_bytes: cuda.l2_bytes(),
+    })
+}
+
+fn load(a: &Args) -> Result<(Cuda, Lt)> {
+    let cuda = Cuda::load(a.path("--cudart").as_deref())?;
+    let lt = Lt::load(a.path("--lib").as_deref())?;
+    Ok((cuda, lt))
+}
+
+fn sha_of(lt: &Lt) -> Result<String> {
+    tunedblas_core::identity::sha256_file(&lt.path)
+        .map_err(|e| Error(format!("cannot hash {}: {e}", lt.path.display())))
+}
+
+/// The keys of the miss files at `paths` (files, or folders of `*-cublaslt-rank*.csv`).
+fn read_misses(paths: &[&str]) -> Result<Vec<LtKey>> {
+    let mut files = Vec::new();
+    for p in paths {
+        let p = Path::new(p);
+        if p.is_dir() {
+            let rd = std::fs::read_dir(p).map_err(|e| Error(format!("{}: {e}", p.display())))?;
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.contains("-cublaslt-rank")
+                    && name.ends_with(".csv")
+                    && !name.ends_with(".counts.csv")
+                {
+                    files.push(e.path());
+                }
+            }
+        } else {
+            files.push(p.to_path_buf());
+        }
+    }
+    files.sort();
+    let mut keys: Vec<LtKey> = Vec::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(&f).map_err(|e| Error(format!("{}: {e}", f.display())))?;
+        for (i, line) in text.lines().enumerate() {
+            let mut fields = line.trim().splitn(3, ',');
+            let (Some(op), Some(sig)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            match parse_key(op, sig) {
+                Ok(k) if !keys.contains(&k) => keys.push(k),
+                Ok(_) => {}
+                Err(e) => eprintln!("tunedblas-lt: {}:{}: skipped: {e}", f.display(), i + 1),
+            }
+        }
+    }
+    // Grouped by weight shape (N, K), then tokens.
+    keys.sort_by_key(|k| (k.m, k.k, k.n, k.batch));
+    Ok(keys)
+}
+
+fn write_json(path: Option<PathBuf>, v: &serde_json::Value) -> Result<()> {
+    if let Some(p) = path {
+        std::fs::write(&p, serde_json::to_vec_pretty(v).expect("plain values"))
+            .map_err(|e| Error(format!("{}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+fn delay<'a>(cuda: &'a Cuda, lt: &'a Lt) -> Result<Delay<'a>> {
+    let mut d = Delay::new(cuda, lt)?;
+    // The host cost of one call, measured on a tiny problem, sizes the delay ahead of each
+    // timed span (x2 for safety; at least 5 us).
+    let p = Problem::new(cuda, lt, LtKey::linear(R_16BF, 512, 1, 512), 1, 0)?;
+    let base = p.heuristic(1)?;
+    let algo = base
+        .first()
+        .map_or(std::ptr::null(), |r| &r.algo as *const MatmulAlgo);
+    let host = p.host_us(lt.matmul, algo, 100, 5, &d)?;
+    d.host_us = (2.0 * numeric::median(&host)).max(5.0);
+    Ok(d)
+}
+
+fn cmd_info(a: &Args) -> Result<()> {
+    let (cuda, lt) = load(a)?;
+    println!("cublaslt: {} (version {})", lt.path.display(), lt.version());
+    println!("sha256: {}", sha_of(&lt)?);
+    println!(
+        "cudart: {} (runtime {})",
+        cuda.path.display(),
+        cuda.runtime_version()
+    );
+    println!("device: {}, L2 {} MiB", cuda.arch(), cuda.l2_bytes() >> 20);
+    Ok(())
+}
+
+fn cmd_tune(a: &Args) -> Result<()> {
+    let (cuda, lt) = load(a)?;
+    let opts = options(a, &cuda)?;
+    let profiles = PathBuf::from(a.need("--profiles")?);
+    let name = a.need("--name")?;
+    registry::check_name(name).map_err(Error)?;
+    let rank: usize = a.num("--rank", 0)?;
+    let misses = a.values("--misses");
+    if misses.is_empty() {
+        return err("--misses needs at least one file or folder");
+    }
+    let keys = read_misses(&misses)?;
+    if keys.is_empty() {
+        return err("the miss files hold no cuBLASLt shapes");
+    }
+    let sha = sha_of(&lt)?;
+    let d = delay(&cuda, &lt)?;
+    eprintln!(
+        "tunedblas-lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call",
+        keys.len(),
+        cuda.arch(),
+        lt.path.display(),
+        lt.version(),
+        &sha[..12],
+        d.ms,
+        d.host_us
+    );
+    let mut outcomes = Vec::new();
+    let mut rows = Vec::new();
+    println!(
+        "{:<44} {:>6} {:>10} {:>7} {:>10} {:>7} {:>7}  decision",
+        "shape (op signature)", "cands", "heur ms", "spread", "best ms", "gain", "confirm"
+    );
+    for key in keys {
+        let (op, sig) = op_and_signature(&key);
+        let sets = Problem::sets_for(&key, opts.l2_bytes);
+        let outcome = Problem::new(&cuda, &lt, key, sets, opts.workspace)
+            .and_then(|p| tune::tune_shape(&p, &opts, &d));
+        match outcome {
+            Ok(o) => {
+                let best = o.candidates.first().map_or(f64::NAN, |c| c.median_ms);
+                println!(
+                    "{:<44} {:>6} {:>10.5} {:>6.1}% {:>10.5} {:>+6.1}% {:>7}  {}",
+                    format!("{op} {sig}").chars().skip(14).collect::<String>(),
+                    o.candidates.len(),
+                    o.heuristic.median_ms,
+                    o.heuristic.spread * 100.0,
+                    best,
+                    o.gain * 100.0,
+                    o.confirm_gain
+                        .map_or("-".into(), |g| format!("{:+.1}%", g * 100.0)),
+                    o.adopted
+                        .as_deref()
+                        .map_or(format!("Default: {}", o.reason), |s| format!("ADOPT {s}"))
+                );
+                rows.push(o.row());
+                outcomes.push(o);
+            }
+            Err(e) => println!("{op},{sig}: not tuned: {e}"),
+        }
+    }
+    let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
+    let dir = profiles.join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| Error(format!("{}: {e}", dir.display())))?;
+    let results = LtResults {
+        validators: vec![
+            ("TUNEDBLAS_BACKEND".into(), "cublaslt".into()),
+            ("CUBLASLT_VERSION".into(), lt.version().to_string()),
+            (
+                "CUDA_RUNTIME_VERSION".into(),
+                cuda.runtime_version().to_string(),
+            ),
+            ("GPU_ARCH".into(), cuda.arch()),
+        ],
+        rows,
+        skipped: Vec::new(),
+    };
+    let file = dir.join(format!("tunableop_results{rank}.csv"));
+    registry::write_atomic(&file, results.to_text().as_bytes())
+        .map_err(|e| Error(format!("{}: {e}", file.display())))?;
+    let campaign = serde_json::json!({
+        "kind": "cublaslt-tune",
+        "library": lt.path.display().to_string(),
+        "cublaslt_version": lt.version(),
+        "arch": cuda.arch(),
+        "rank": rank,
+        "options": {
+            "trials": opts.trials, "candidates": opts.candidates, "margin": opts.margin,
+            "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
+        },
+        "shapes": outcomes.len(),
+        "adopted": adopted,
+    });
+    let prov_path = dir.join("provenance.json");
+    let mut prov = Provenance::load(&prov_path).unwrap_or_else(|_| Provenance::new());
+    prov.set_sha256(&sha);
+    prov.set_profile(name);
+    prov.push_campaign(campaign);
+    prov.save_atomic(&prov_path)
+        .map_err(|e| Error(e.to_string()))?;
+    let reg_path = profiles.join(tunedblas_core::profile::REGISTRY_FILE);
+    let mut reg = if reg_path.exists() {
+        Registry::load(&reg_path).map_err(|e| Error(e.to_string()))?
+    } else {
+        Registry::new()
+    };
+    let mut entry = registry::Entry::new(name, &sha);
+    entry.rows_per_rank = Some(results.rows.len() as u64);
+    entry.arch = Some(cuda.arch());
+    entry.status = Some("tuned".into());
+    entry.extra.insert("library".into(), "cublaslt".into());
+    entry
+        .extra
+        .insert("cublaslt_version".into(), lt.version().into());
+    reg.insert(name, entry).map_err(Error)?;
+    reg.save_atomic(&reg_path)
+        .map_err(|e| Error(e.to_string()))?;
+    write_json(
+        a.path("--log"),
+        &serde_json::json!({ "campaign": prov.campaigns().last(), "outcomes": outcomes }),
+    )?;
+    eprintln!(
+        "tunedblas-lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
+        results.rows.len(),
+        results.rows.len() - adopted,
+        file.display(),
+        &sha[..12]
+    );
+    Ok(())
+}
+
+fn profile_rows(a: &Args) -> Result<Vec<LtRow>> {
+    let profiles = PathBuf::from(a.need("--profiles")?);
+    let name = a.need("--name")?;
+    let rank: usize = a.num("--rank", 0)?;
+    let file = profiles
+        .join(name)
+        .join(format!("tunableop_results{rank}.csv"));
+    let text =
+        std::fs::read_to_string(&file).map_err(|e| Error(format!("{}: {e}", file.display())))?;
+    Ok(parse_results(&text).rows)
+}
+
+fn cmd_recheck(a: &Args) -> Result<()> {
+    let (cuda, lt) = load(a)?;
+    let opts = options(a, &cuda)?;
+    let rows = profile_rows(a)?;
+    let d = delay(&cuda, &lt)?;
+    let mut out = Vec::new();
+    for r in &rows {
+        let LtAction::Config(cfg) = r.action else {
+            continue;
+        };
+        let sets = Problem::sets_for(&r.key, opts.l2_bytes);
+        let p = Problem::new(&cuda, &lt, r.key, sets, opts.workspace)?;
+        let c = tune::recheck(&p, &cfg, &opts, &d)?;
+        println!(
+            "{} {}: heuristic {:.5} ms ({:.1}%), tuned {:.5} ms ({:.1}%), gain {:+.1}% {}",
+            c.op,
+            c.signature,
+            c.heuristic_ms,
+            c.heuristic_spread * 100.0,
+            c.tuned_ms,
+            c.tuned_spread * 100.0,
+            c.gain * 100.0,
+            match (&c.error, c.still_wins) {
+                (Some(e), _) => format!("FAILED: {e}"),
+                (None, true) => "still wins".into(),
+                (None, false) => "FALSE ADOPT".into(),
+            }
+        );
+        out.push(c);
+    }
+    let wins = out.iter().filter(|c| c.still_wins).count();
+    println!(
+        "recheck: {wins} of {} adopted rows still win in a fresh process ({} false adopts)",
+        out.len(),
+        out.len() - wins
+    );
+    write_json(a.path("--log"), &serde_json::json!({ "rechecks": out }))
+}
+
+fn parse_shape(s: &str) -> Result<(i64, i64, i64)> {
+    let v: Vec<i64> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    match v[..] {
+        [n, m, k] => Ok((n, m, k)),
+        _ => err(format!(
+            "--shape takes N,M,K (F.linear out, tokens, in), not {s:?}"
+        )),
+    }
+}
+
+fn cmd_overhead(a: &Args) -> Result<()> {
+    let (cuda, lt) = load(a)?;
+    let (n, m, k) = parse_shape(a.value("--shape").unwrap_or("2560,1,1536"))?;
+    let calls: usize = a.num("--calls", 200)?;
+    let reps: usize = a.num("--reps", 30)?;
+    let workspace: usize = a.num("--workspace", 1 << 20)?;
+    let key = LtKey::linear(R_16BF, n, m, k);
+    let p = Problem::new(&cuda, &lt, key, 1, workspace)?;
+    let base = p.heuristic(1)?;
+    let algo = base
+        .first()
+        .map_or(std::ptr::null(), |r| &r.algo as *const MatmulAlgo);
+    let d = delay(&cuda, &lt)?;
+    // Warm both paths (the interposer identifies the library on its first call).
+    p.host_us(lt.global_matmul, algo, 20, 2, &d)?;
+    p.host_us(lt.matmul, algo, 20, 2, &d)?;
+    let (mut direct, mut global) = (Vec::new(), Vec::new());
+    for i in 0..reps {
+        // Alternate which goes first.
+        if i % 2 == 0 {
+            direct.extend(p.host_us(lt.matmul, algo, calls, 1, &d)?);
+            global.extend(p.host_us(lt.global_matmul, algo, calls, 1, &d)?);
+        } else {
+            global.extend(p.host_us(lt.global_matmul, algo, calls, 1, &d)?);
+            direct.extend(p.host_us(lt.matmul, algo, calls, 1, &d)?);
+        }
+    }
+    let interposed = lt.global_matmul as usize != lt.matmul as usize;
+    let (dm, gm) = (numeric::median(&direct), numeric::median(&global));
+    println!(
+        "overhead {} {}: library {:.3} us/call, as linked {:.3} us/call ({}), difference {:+.3} us/call",
+        op_and_signature(&key).1,
+        if interposed { "interposed" } else { "not interposed" },
+        dm,
+        gm,
+        if interposed { "through the preload" } else { "same symbol" },
+        gm - dm
+    );
+    write_json(
+        a.path("--log"),
+        &serde_json::json!({
+            "shape": [n, m, k], "interposed": interposed, "calls": calls, "reps": reps,
+            "direct_us": direct, "global_us": global,
+            "direct_median_us": dm, "global_median_us": gm, "difference_us": gm - dm,
+        }),
+    )
+}
+
+fn cmd_verify(a: &Args) -> Result<()> {
+    let path = a.need("--stats")?;
+    let text = std::fs::read_to_string(path).map_err(|e| Error(format!("{path}: {e}")))?;
+    let s: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error(format!("{path}: {e}")))?;
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let unhit = s["rows_not_hit"].as_array().map_or(0, Vec::len);
+    println!(
+        "verify: {} calls, {} served, {} default, {} missed shapes, {} fallbacks, {} of {} rows hit",
+        n("calls"),
+        n("served"),
+        n("default"),
+        n("missed_shapes"),
+        n("fallbacks"),
+        n("rows_hit"),
+        n("rows")
+    );
+    if unhit > 0 || n("missed_shapes") > 0 || n("fallbacks") > 0 || n("rows") == 0 {
+        return err(format!(
+            "not verified: {unhit} rows never hit, {} shapes missed, {} fallbacks",
+            n("missed_shapes"),
+            n("fallbacks")
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the ABI values tunedblas uses against the real library, and that an algorithm
+/// rebuilt from its configuration is the same algorithm.
+fn cmd_selftest(a: &Args) -> Result<()> {
+    let (cuda, lt) = load(a)?;
+    let key = LtKey::linear(R_16BF, 2560, 256, 1536);
+    let p = Problem::new(&cuda, &lt, key, 1, 1 << 20)?;
+    let mut failures = Vec::new();
+    let mut check = |what: &str, ok: bool| {
+        println!("selftest: {what}: {}", if ok { "ok" } else { "FAILED" });
+        if !ok {
+            failures.push(what.to_string());
+        }
+    };
+    // Descriptor attributes read back through the values the interposer uses.
+    let (mut desc, mut la, mut lb, mut lc) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    unsafe {
+        cuda::lt_check("desc", (lt.desc_create)(&mut desc, COMPUTE_32F, R_32F))?;
+        let t = OP_T;
+        cuda::lt_check(
+            "transa",
+            (lt.desc_set)(desc, DESC_TRANSA, (&t as *const i32).cast(), 4),
+        )?;
+        cuda::lt_check(
+            "layout",
+            (lt.layout_create)(&mut la, R_16BF, 1536, 2560, 1536),
+        )?;
+        cuda::lt_check(
+            "layout",
+            (lt.layout_create)(&mut lb, R_16BF, 1536, 256, 1536),
+        )?;
+        cuda::lt_check(
+            "layout",
+            (lt.layout_create)(&mut lc, R_16BF, 2560, 256, 2560),
+        )?;
+    }
+    let geti = |f: GetAttributeFn, o, attr: i32, size: usize| -> Option<i64> {
+        let mut v = 0i64;
+        let mut w = 0usize;
+        (unsafe { f(o, attr, (&mut v as *mut i64).cast(), size, &mut w) } == 0 && w == size)
+            .then_some(v)
+    };
+    check(
+        "DESC_COMPUTE_TYPE is 68 (COMPUTE_32F)",
+        geti(lt.desc_get, desc, DESC_COMPUTE_TYPE, 4) == Some(COMPUTE_32F as i64),
+    );
+    check(
+        "DESC_SCALE_TYPE is 0 (R_32F)",
+        geti(lt.desc_get, desc, DESC_SCALE_TYPE, 4) == Some(0),
+    );
+    check(
+        "DESC_TRANSA reads back T",
+        geti(lt.desc_get, desc, DESC_TRANSA, 4) == Some(OP_T as i64),
+    );
+    check(
+        "DESC_TRANSB defaults to N",
+        geti(lt.desc_get, desc, DESC_TRANSB, 4) == Some(OP_N as i64),
+    );
+    check(
+        "DESC_EPILOGUE defaults to DEFAULT (1)",
+        geti(lt.desc_get, desc, DESC_EPILOGUE, 4) == Some(EPILOGUE_DEFAULT as i64),
+    );
+    check(
+        "DESC_POINTER_MODE defaults to host",
+        geti(lt.desc_get, desc, DESC_POINTER_MODE, 4) == Some(0),
+    );
+    check(
+        "DESC_SM_COUNT_TARGET is a 4-byte 0",
+        geti(lt.desc_get, desc, DESC_SM_COUNT_TARGET, 4) == Some(0),
+    );
+    check(
+        "LAYOUT_TYPE is bf16 (14)",
+        geti(lt.layout_get, la, LAYOUT_TYPE, 4) == Some(R_16BF as i64),
+    );
+    check(
+        "LAYOUT_ROWS is 8 bytes",
+        geti(lt.layout_get, la, LAYOUT_ROWS, 8) == Some(1536),
+    );
+    check(
+        "LAYOUT_COLS is 8 bytes",
+        geti(lt.layout_get, la, LAYOUT_COLS, 8) == Some(2560),
+    );
+    check(
+        "LAYOUT_LD is 8 bytes",
+        geti(lt.layout_get, la, LAYOUT_LD, 8) == Some(1536),
+    );
+    check(
+        "LAYOUT_ORDER defaults to column",
+        geti(lt.layout_get, la, LAYOUT_ORDER, 4) == Some(0),
+    );
+    check(
+        "LAYOUT_BATCH_COUNT defaults to 1",
+        geti(lt.layout_get, la, LAYOUT_BATCH_COUNT, 4) == Some(1),
+    );
+    check(
+        "LAYOUT_STRIDED_BATCH_OFFSET is 8 bytes",
+        geti(lt.layout_get, la, LAYOUT_STRIDED_BATCH_OFFSET, 8) == Some(0),
+    );
+    // The key the interposer would build from these descriptors.
+    let mm = MatmulAttrs {
+        trans_a: OP_T,
+        ..MatmulAttrs::default()
+    };
+    let l = |r, c, ld| LayoutAttrs::col(R_16BF, r, c, ld);
+    check(
+        "key_from_attrs gives F.linear(2560, 256, 1536)",
+        key_from_attrs(
+            &mm,
+            &l(1536, 2560, 1536),
+            &l(1536, 256, 1536),
+            &l(2560, 256, 2560),
+            &l(2560, 256, 2560),
+        ) == Ok(key),
+    );
+    unsafe {
+        (lt.layout_destroy)(la);
+        (lt.layout_destroy)(lb);
+        (lt.layout_destroy)(lc);
+        (lt.desc_destroy)(desc);
+    }
+    // Every heuristic answer: readable configuration -> rebuilt -> same results, bit for bit.
+    let answers = p.heuristic(16)?;
+    check("the heuristic answers", !answers.is_empty());
+    let mut same = 0;
+    for r in &answers {
+        let cfg = p.config_of(&r.algo)?;
+        match p.rebuild(&cfg) {
+            Ok((algo, _)) => {
+                let a = p.output(&r.algo)?;
+                let b = p.output(&algo)?;
+                let identical =
+                    a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+                let finite = b.iter().all(|x| x.is_finite());
+                println!(
+                    "selftest:   {} rebuilt: {}",
+                    cfg.solution_name(),
+                    if identical && finite {
+                        "identical results"
+                    } else {
+                        "DIFFERENT results"
+                    }
+                );
+                same += usize::from(identical && finite);
+            }
+            Err(e) => println!("selftest:   {} cannot be rebuilt: {e}", cfg.solution_name()),
+        }
+    }
+    check(
+        &format!(
+            "{same} of {} answers rebuilt to identical results",
+            answers.len()
+        ),
+        same == answers.len(),
+    );
+    if failures.is_empty() {
+        println!("selftest: passed");
+        Ok(())
+    } else {
+        err(format!("selftest failed: {}", failures.join("; ")))
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first().cloned() else {
+        eprint!("{HELP}");
+        return ExitCode::from(2);
+    };
+    let a = Args(args[1..].to_vec());
+    let result = match cmd.as_str() {
+        "info" => cmd_info(&a),
+        "selftest" => cmd_selftest(&a),
+        "tune" => cmd_tune(&a),
+        "recheck" => cmd_recheck(&a),
+        "overhead" => cmd_overhead(&a),
+        "verify" => cmd_verify(&a),
+        "help" | "--help" | "-h" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => {
+            eprintln!("tunedblas-lt: unknown command '{other}'\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tunedblas-lt: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn miss_files_become_sorted_unique_keys() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-lt-misses-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = |n, m, k| {
+            let (op, sig) = op_and_signature(&LtKey::linear(R_16BF, n, m, k));
+            format!("{op},{sig}\n")
+        };
+        std::fs::write(
+            dir.join("h-1-cublaslt-rank0.csv"),
+            line(2560, 16, 1536) + &line(512, 4, 2560) + "junk,line\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("h-2-cublaslt-rank0.csv"),
+            line(2560, 16, 1536) + &line(2560, 1, 1536),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("h-2-cublaslt-rank0.counts.csv"),
+            "op_name,param_signature,calls\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("h-3-rank0.csv"), line(64, 64, 64)).unwrap(); // a rocBLAS miss file
+        let keys = read_misses(&[dir.to_str().unwrap()]).unwrap();
+        assert_eq!(
+            keys,
+            [
+                LtKey::linear(R_16BF, 512, 4, 2560),
+                LtKey::linear(R_16BF, 2560, 1, 1536),
+                LtKey::linear(R_16BF, 2560, 16, 1536),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn arguments() {
+        let a = Args(
+            [
+                "--misses", "a", "b", "--name", "x", "--trials", "9", "--misses", "c",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        assert_eq!(a.values("--misses"), ["a", "b", "c"]);
+        assert_eq!(a.value("--name"), Some("x"));
+        assert_eq!(a.num("--trials", 1usize).unwrap(), 9);
+        assert!(a.num::<usize>("--name", 1).is_err());
+        assert_eq!(parse_shape("2560,16,1536").unwrap(), (2560, 16, 1536));
+        assert!(parse_shape("1,2").is_err());
+    }
+}

@@ -1,0 +1,459 @@
+//! One cuBLASLt problem on the device: descriptors made the way PyTorch makes them, rotating
+//! sets of input buffers, a workspace, a stream and a pair of events.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use tunedblas_core::cublaslt::*;
+
+use super::cuda::{err, lt_check, Cuda, DevBuf, Lt, Result};
+use super::numeric;
+
+/// Keys the harness can run: real f16/bf16/f32 with f32 scale, no epilogue but a bias,
+/// host scalars. (Everything PyTorch's `F.linear` and `matmul` put on cuBLASLt.)
+pub fn supported(key: &LtKey) -> std::result::Result<(), String> {
+    let io_ok = [key.a_type, key.b_type, key.c_type, key.d_type]
+        .iter()
+        .all(|t| matches!(*t, R_16F | R_16BF | R_32F));
+    if !io_ok || key.scale != R_32F {
+        return Err("only f16, bf16 and f32 matrices with an f32 scale are tuned".into());
+    }
+    if key.pointer_mode != POINTER_MODE_HOST {
+        return Err("only host alpha/beta are tuned".into());
+    }
+    if key.epilogue != EPILOGUE_DEFAULT && key.epilogue != EPILOGUE_BIAS {
+        return Err(format!("epilogue {} is not tuned yet", key.epilogue));
+    }
+    key.check()
+}
+
+/// Elements each matrix spans, batch included.
+fn extents(key: &LtKey) -> [usize; 4] {
+    let shapes = key.stored_shapes();
+    let lds = [key.lda, key.ldb, key.ldc, key.ldd];
+    let strides = [key.stride_a, key.stride_b, key.stride_c, key.stride_d];
+    std::array::from_fn(|i| (lds[i] * shapes[i].1 + strides[i] * (key.batch - 1)).max(1) as usize)
+}
+
+struct Set<'a> {
+    a: DevBuf<'a>,
+    b: DevBuf<'a>,
+    /// C and D in one buffer (beta = 0, D written in place, as PyTorch does).
+    c: DevBuf<'a>,
+}
+
+pub struct Problem<'a> {
+    pub cuda: &'a Cuda,
+    pub lt: &'a Lt,
+    pub key: LtKey,
+    desc: MatmulDesc,
+    layouts: [MatrixLayout; 4],
+    pref: MatmulPreference,
+    sets: Vec<Set<'a>>,
+    _bias: Option<DevBuf<'a>>,
+    workspace: DevBuf<'a>,
+    pub workspace_bytes: usize,
+    pub stream: *mut c_void,
+    ev: [*mut c_void; 2],
+    alpha: f32,
+    beta: f32,
+}
+
+impl Drop for Problem<'_> {
+    fn drop(&mut self) {
+        unsafe {
+            (self.lt.pref_destroy)(self.pref);
+            for l in self.layouts.into_iter().filter(|l| !l.is_null()) {
+                (self.lt.layout_destroy)(l);
+            }
+            (self.lt.desc_destroy)(self.desc);
+        }
+    }
+}
+
+fn set_attr<T>(f: SetAttributeFn, obj: *mut c_void, attr: i32, v: &T) -> Result<()> {
+    // SAFETY: a value of the attribute's documented type and size.
+    let st = unsafe { f(obj, attr, (v as *const T).cast(), std::mem::size_of::<T>()) };
+    lt_check(&format!("setting attribute {attr}"), st)
+}
+
+impl<'a> Problem<'a> {
+    /// Builds the problem with `sets` rotating input sets (at least 1) and `workspace` bytes.
+    pub fn new(
+        cuda: &'a Cuda,
+        lt: &'a Lt,
+        key: LtKey,
+        sets: usize,
+        workspace: usize,
+    ) -> Result<Problem<'a>> {
+        if let Err(e) = supported(&key) {
+            return err(e);
+        }
+        let mut desc = std::ptr::null_mut();
+        lt_check("cublasLtMatmulDescCreate", unsafe {
+            (lt.desc_create)(&mut desc, key.compute, key.scale)
+        })?;
+        let mut pref = std::ptr::null_mut();
+        lt_check("cublasLtMatmulPreferenceCreate", unsafe {
+            (lt.pref_create)(&mut pref)
+        })?;
+        let ws = cuda.alloc(workspace)?;
+        let mut p = Problem {
+            cuda,
+            lt,
+            key,
+            desc,
+            layouts: [std::ptr::null_mut(); 4],
+            pref,
+            sets: Vec::new(),
+            _bias: None,
+            workspace: ws,
+            workspace_bytes: workspace,
+            stream: cuda.stream()?,
+            ev: [cuda.event()?, cuda.event()?],
+            alpha: 1.0,
+            beta: 0.0,
+        };
+        set_attr(lt.desc_set, desc, DESC_TRANSA, &op_of(key.trans_a))?;
+        set_attr(lt.desc_set, desc, DESC_TRANSB, &op_of(key.trans_b))?;
+        if key.sm_count != 0 {
+            set_attr(lt.desc_set, desc, DESC_SM_COUNT_TARGET, &key.sm_count)?;
+        }
+        for (i, l) in key.layouts().iter().enumerate() {
+            lt_check("cublasLtMatrixLayoutCreate", unsafe {
+                (lt.layout_create)(&mut p.layouts[i], l.dtype, l.rows, l.cols, l.ld)
+            })?;
+            if key.batch > 1 {
+                set_attr(lt.layout_set, p.layouts[i], LAYOUT_BATCH_COUNT, &l.batch)?;
+                set_attr(
+                    lt.layout_set,
+                    p.layouts[i],
+                    LAYOUT_STRIDED_BATCH_OFFSET,
+                    &l.stride,
+                )?;
+            }
+        }
+        let ws64 = workspace as u64;
+        set_attr(lt.pref_set, pref, PREF_MAX_WORKSPACE_BYTES, &ws64)?;
+        // PyTorch tells the heuristic the alignment of its pointers (16 bytes for tensors
+        // from its allocator); cudaMalloc's 256 would allow algorithms PyTorch never gets.
+        for a in PREF_MIN_ALIGNMENT_A_BYTES..=PREF_MIN_ALIGNMENT_D_BYTES {
+            set_attr(lt.pref_set, pref, a, &16u32)?;
+        }
+        let ext = extents(&key);
+        let bytes = key.elem_bytes();
+        let mut rng =
+            numeric::Rng::new(0x5eed ^ key.m as u64 ^ (key.n as u64) << 20 ^ (key.k as u64) << 40);
+        for _ in 0..sets.max(1) {
+            let a = cuda.alloc(ext[0] * bytes[0])?;
+            let b = cuda.alloc(ext[1] * bytes[1])?;
+            let c = cuda.alloc(ext[2].max(ext[3]) * bytes[2].max(bytes[3]))?;
+            a.upload(&numeric::random(key.a_type, ext[0], &mut rng))?;
+            b.upload(&numeric::random(key.b_type, ext[1], &mut rng))?;
+            c.fill(0)?;
+            p.sets.push(Set { a, b, c });
+        }
+        if epilogue_has_bias(key.epilogue) {
+            let bias = cuda.alloc(key.m as usize * type_bytes(key.bias_type).max(1))?;
+            bias.upload(&numeric::random(key.bias_type, key.m as usize, &mut rng))?;
+            set_attr(lt.desc_set, desc, DESC_EPILOGUE, &key.epilogue)?;
+            set_attr(lt.desc_set, desc, DESC_BIAS_POINTER, &bias.ptr)?;
+            set_attr(lt.desc_set, desc, DESC_BIAS_DATA_TYPE, &key.bias_type)?;
+            p._bias = Some(bias);
+        }
+        Ok(p)
+    }
+
+    /// Input sets to rotate through so that repeated calls do not run from L2: enough to
+    /// cover three times the cache, at most 64.
+    pub fn sets_for(key: &LtKey, l2_bytes: usize) -> usize {
+        let ext = extents(key);
+        let b = key.elem_bytes();
+        let one: usize = (0..3).map(|i| ext[i] * b[i]).sum();
+        (3 * l2_bytes).div_ceil(one.max(1)).clamp(1, 64)
+    }
+
+    pub fn sets(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// The D layout is C's (PyTorch passes one descriptor for both) when they agree.
+    fn d_layout(&self) -> MatrixLayout {
+        if self.key.ldd == self.key.ldc && self.key.d_type == self.key.c_type {
+            self.layouts[2]
+        } else {
+            self.layouts[3]
+        }
+    }
+
+    /// cuBLASLt's heuristic answers (successful ones), best first, at most `n`.
+    pub fn heuristic(&self, n: usize) -> Result<Vec<HeuristicResult>> {
+        let mut out = vec![HeuristicResult::default(); n.max(1)];
+        let mut got = 0;
+        lt_check("cublasLtMatmulAlgoGetHeuristic", unsafe {
+            (self.lt.heuristic)(
+                self.lt.handle,
+                self.desc,
+                self.layouts[0],
+                self.layouts[1],
+                self.layouts[2],
+                self.d_layout(),
+                self.pref,
+                out.len() as i32,
+                out.as_mut_ptr(),
+                &mut got,
+            )
+        })?;
+        out.truncate(got.max(0) as usize);
+        out.retain(|r| r.state == STATUS_SUCCESS);
+        Ok(out)
+    }
+
+    /// Rebuilds `cfg` (as the interposer does) and checks it; returns the algorithm and the
+    /// workspace it needs.
+    pub fn rebuild(&self, cfg: &AlgoConfig) -> std::result::Result<(MatmulAlgo, usize), String> {
+        let lt = self.lt;
+        let algo = unsafe {
+            build_algo(
+                lt.algo_init,
+                lt.config_set,
+                lt.config_get,
+                lt.handle,
+                &self.key,
+                cfg,
+            )
+        }?;
+        let mut res = HeuristicResult::default();
+        let st = unsafe {
+            (lt.check)(
+                lt.handle,
+                self.desc,
+                self.layouts[0],
+                self.layouts[1],
+                self.layouts[2],
+                self.d_layout(),
+                &algo,
+                &mut res,
+            )
+        };
+        if st != STATUS_SUCCESS {
+            return Err(format!("cublasLtMatmulAlgoCheck returned {st}"));
+        }
+        if res.workspace_size > self.workspace_bytes {
+            return Err(format!(
+                "needs {} bytes of workspace, more than the {} a caller gives",
+                res.workspace_size, self.workspace_bytes
+            ));
+        }
+        Ok((algo, res.workspace_size))
+    }
+
+    pub fn config_of(&self, algo: &MatmulAlgo) -> Result<AlgoConfig> {
+        unsafe { read_config(self.lt.config_get, algo) }.or_else(|st| {
+            err(format!(
+                "reading an algorithm's configuration failed ({st})"
+            ))
+        })
+    }
+
+    /// Enqueues one call on input set `set` through `f` (the library's own matmul, or the
+    /// global one an interposer may serve).
+    #[inline]
+    pub fn launch_with(&self, f: MatmulFn, algo: *const MatmulAlgo, set: usize) -> LtStatus {
+        let s = &self.sets[set % self.sets.len()];
+        let ws = if self.workspace_bytes > 0 {
+            self.workspace.ptr
+        } else {
+            std::ptr::null_mut()
+        };
+        unsafe {
+            f(
+                self.lt.handle,
+                self.desc,
+                (&self.alpha as *const f32).cast(),
+                s.a.ptr,
+                self.layouts[0],
+                s.b.ptr,
+                self.layouts[1],
+                (&self.beta as *const f32).cast(),
+                s.c.ptr,
+                self.layouts[2],
+                s.c.ptr,
+                self.d_layout(),
+                algo,
+                ws,
+                self.workspace_bytes,
+                self.stream,
+            )
+        }
+    }
+
+    #[inline]
+    pub fn launch(&self, algo: *const MatmulAlgo, set: usize) -> LtStatus {
+        self.launch_with(self.lt.matmul, algo, set)
+    }
+
+    /// Milliseconds per call of `calls` back-to-back calls between two events, rotating the
+    /// input sets. `delay` is enqueued first so the host has queued every call before the
+    /// device reaches the first event: the span is device time, not launch rate.
+    pub fn time(&self, algo: *const MatmulAlgo, calls: usize, delay: &Delay) -> Result<f64> {
+        delay.enqueue(self.stream, calls)?;
+        self.cuda.record(self.ev[0], self.stream)?;
+        for i in 0..calls {
+            lt_check("cublasLtMatmul", self.launch(algo, i))?;
+        }
+        self.cuda.record(self.ev[1], self.stream)?;
+        Ok(self.cuda.elapsed(self.ev[0], self.ev[1])? / calls as f64)
+    }
+
+    /// D of input set 0 computed with `algo`, as f64 (the buffer is poisoned first, so an
+    /// algorithm that leaves elements unwritten shows NaNs).
+    pub fn output(&self, algo: *const MatmulAlgo) -> Result<Vec<f64>> {
+        let s = &self.sets[0];
+        s.c.fill(0xff)?;
+        lt_check("cublasLtMatmul", self.launch(algo, 0))?;
+        self.cuda.sync_stream(self.stream)?;
+        let n = extents(&self.key)[3];
+        let bytes = s.c.download(n * type_bytes(self.key.d_type))?;
+        let out = numeric::to_f64(self.key.d_type, &bytes);
+        s.c.fill(0)?;
+        Ok(out)
+    }
+
+    /// A reference D for input set 0: the same product with f32 C and D (no output rounding),
+    /// by cuBLASLt's own heuristic. Only for unbatched keys without epilogue; else `None`.
+    pub fn reference(&self) -> Result<Option<Vec<f64>>> {
+        let k = &self.key;
+        if k.batch != 1 || k.epilogue != EPILOGUE_DEFAULT || k.d_type == R_32F {
+            return Ok(None);
+        }
+        let lt = self.lt;
+        let mut layout = std::ptr::null_mut();
+        lt_check("cublasLtMatrixLayoutCreate", unsafe {
+            (lt.layout_create)(&mut layout, R_32F, k.m as u64, k.n as u64, k.m)
+        })?;
+        let out = self.cuda.alloc((k.m * k.n) as usize * 4)?;
+        out.fill(0)?;
+        let s = &self.sets[0];
+        let st = unsafe {
+            (lt.matmul)(
+                lt.handle,
+                self.desc,
+                (&self.alpha as *const f32).cast(),
+                s.a.ptr,
+                self.layouts[0],
+                s.b.ptr,
+                self.layouts[1],
+                (&self.beta as *const f32).cast(),
+                out.ptr,
+                layout,
+                out.ptr,
+                layout,
+                std::ptr::null(),
+                self.workspace.ptr,
+                self.workspace_bytes,
+                self.stream,
+            )
+        };
+        unsafe { (lt.layout_destroy)(layout) };
+        if st != STATUS_SUCCESS {
+            // Not every type combination has an f32-output kernel: check against the
+            // heuristic's own output instead.
+            return Ok(None);
+        }
+        self.cuda.sync_stream(self.stream)?;
+        let bytes = out.download(out.bytes)?;
+        Ok(Some(numeric::to_f64(R_32F, &bytes)))
+    }
+
+    /// Host microseconds to enqueue one call with `algo` through `f` (median of `reps`
+    /// batches of `calls`), measured behind a delay so the queue never blocks the host.
+    pub fn host_us(
+        &self,
+        f: MatmulFn,
+        algo: *const MatmulAlgo,
+        calls: usize,
+        reps: usize,
+        delay: &Delay,
+    ) -> Result<Vec<f64>> {
+        let mut out = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            delay.enqueue_ms(self.stream, calls as f64 * 0.02 + 0.2)?;
+            let t = Instant::now();
+            for i in 0..calls {
+                let st = self.launch_with(f, algo, i);
+                if st != STATUS_SUCCESS {
+                    return err(format!("cublasLtMatmul returned {st}"));
+                }
+            }
+            out.push(t.elapsed().as_secs_f64() * 1e6 / calls as f64);
+            self.cuda.sync_stream(self.stream)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Device work enqueued ahead of a timed span so the host can queue the span's calls first.
+pub struct Delay<'a> {
+    problem: Problem<'a>,
+    /// Milliseconds one delay call takes on the device.
+    pub ms: f64,
+    /// Host microseconds to enqueue one timed call (measured once, generously rounded up).
+    pub host_us: f64,
+}
+
+impl<'a> Delay<'a> {
+    pub fn new(cuda: &'a Cuda, lt: &'a Lt) -> Result<Delay<'a>> {
+        let key = LtKey::linear(R_16BF, 4096, 4096, 4096);
+        let problem = Problem::new(cuda, lt, key, 1, 0)?;
+        for _ in 0..3 {
+            lt_check("delay matmul", problem.launch(std::ptr::null(), 0))?;
+        }
+        cuda.sync_stream(problem.stream)?;
+        let t = Instant::now();
+        for _ in 0..10 {
+            lt_check("delay matmul", problem.launch(std::ptr::null(), 0))?;
+        }
+        cuda.sync_stream(problem.stream)?;
+        let ms = (t.elapsed().as_secs_f64() * 1e3 / 10.0).max(0.01);
+        Ok(Delay {
+            problem,
+            ms,
+            host_us: 10.0,
+        })
+    }
+
+    /// Enqueues enough delay on `stream` to cover the host time of `calls` timed calls.
+    pub fn enqueue(&self, stream: *mut c_void, calls: usize) -> Result<()> {
+        self.enqueue_ms(stream, calls as f64 * self.host_us * 1e-3 * 1.5 + 0.05)
+    }
+
+    pub fn enqueue_ms(&self, stream: *mut c_void, ms: f64) -> Result<()> {
+        // Issued on the timed stream itself, so stream order makes the span wait for it.
+        let n = (ms / self.ms).ceil().max(1.0) as usize;
+        for _ in 0..n {
+            let st = unsafe {
+                (self.problem.lt.matmul)(
+                    self.problem.lt.handle,
+                    self.problem.desc,
+                    (&self.problem.alpha as *const f32).cast(),
+                    self.problem.sets[0].a.ptr,
+                    self.problem.layouts[0],
+                    self.problem.sets[0].b.ptr,
+                    self.problem.layouts[1],
+                    (&self.problem.beta as *const f32).cast(),
+                    self.problem.sets[0].c.ptr,
+                    self.problem.layouts[2],
+                    self.problem.sets[0].c.ptr,
+                    self.problem.layouts[2],
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    0,
+                    stream,
+                )
+            };
+            lt_check("delay matmul", st)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,123 @@
+//! GPU tests of the cuBLASLt side. They run only where an NVIDIA driver and cuBLASLt load;
+//! anywhere else each prints why it skipped and passes (CI has no GPU). On a GPU machine:
+//!
+//! ```sh
+//! cargo test -p tunedblas-harness --test gpu_cublaslt -- --nocapture
+//! # or, with no Rust toolchain there, the built test binary and tunedblas-lt beside it:
+//! TUNEDBLAS_LT_BIN=path/to/tunedblas-lt path/to/gpu_cublaslt-<hash> --nocapture
+//! ```
+//!
+//! `TUNEDBLAS_CUBLASLT` / `TUNEDBLAS_CUDART` name the libraries when they are not on the
+//! loader's path (PyTorch wheels keep them in `site-packages/nvidia/cu13/lib/`).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn loads(name: &str) -> bool {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: dlopen/dlclose with a valid name; the handle is only tested and closed.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return false;
+    }
+    unsafe { libc::dlclose(h) };
+    true
+}
+
+/// Why the GPU tests cannot run here, if they cannot.
+fn skip_reason() -> Option<String> {
+    if !loads("libcuda.so.1") {
+        return Some("no NVIDIA driver (libcuda.so.1 does not load)".into());
+    }
+    let lt = std::env::var("TUNEDBLAS_CUBLASLT").unwrap_or_else(|_| "libcublasLt.so.13".into());
+    if !loads(&lt) && !loads("libcublasLt.so.12") {
+        return Some(format!(
+            "no cuBLASLt ({lt} does not load; set TUNEDBLAS_CUBLASLT)"
+        ));
+    }
+    None
+}
+
+fn tool() -> PathBuf {
+    if let Some(p) = std::env::var_os("TUNEDBLAS_LT_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/<test> -> target/<profile>/tunedblas-lt
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join("tunedblas-lt")
+}
+
+fn run(args: &[&str]) -> (bool, String) {
+    let out = Command::new(tool())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tool().display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn selftest_on_the_gpu() {
+    if let Some(why) = skip_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    let (ok, text) = run(&["selftest"]);
+    println!("{text}");
+    assert!(ok, "selftest failed:\n{text}");
+    assert!(text.contains("selftest: passed"));
+}
+
+#[test]
+fn tune_then_recheck_one_shape_on_the_gpu() {
+    if let Some(why) = skip_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    use tunedblas_core::cublaslt::{op_and_signature, parse_results, LtKey, R_16BF};
+    let dir = std::env::temp_dir().join(format!("tunedblas-gpu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = LtKey::linear(R_16BF, 2560, 256, 1536);
+    let (op, sig) = op_and_signature(&key);
+    let misses = dir.join("h-1-cublaslt-rank0.csv");
+    std::fs::write(&misses, format!("{op},{sig}\n")).unwrap();
+    let profiles = dir.join("profiles");
+    let (ok, text) = run(&[
+        "tune",
+        "--misses",
+        misses.to_str().unwrap(),
+        "--profiles",
+        profiles.to_str().unwrap(),
+        "--name",
+        "gpu-test",
+        "--trials",
+        "5",
+    ]);
+    println!("{text}");
+    assert!(ok, "tune failed:\n{text}");
+    let rows = parse_results(
+        &std::fs::read_to_string(profiles.join("gpu-test/tunableop_results0.csv")).unwrap(),
+    )
+    .rows;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].key, key);
+    assert!(profiles.join("profiles.json").is_file());
+    let (ok, text) = run(&[
+        "recheck",
+        "--profiles",
+        profiles.to_str().unwrap(),
+        "--name",
+        "gpu-test",
+        "--trials",
+        "5",
+    ]);
+    println!("{text}");
+    assert!(ok, "recheck failed:\n{text}");
+    assert!(text.contains("recheck: "));
+    let _ = std::fs::remove_dir_all(&dir);
+}
