@@ -112,6 +112,9 @@ pub const LAYOUT_COLS: i32 = 3;
 pub const LAYOUT_LD: i32 = 4;
 pub const LAYOUT_BATCH_COUNT: i32 = 5;
 pub const LAYOUT_STRIDED_BATCH_OFFSET: i32 = 6;
+/// `CUBLASLT_MATRIX_LAYOUT_BATCH_MODE` (CUDA 13; absent before): 0 is strided batches, the
+/// only mode served (another mode batches through arrays of pointers).
+pub const LAYOUT_BATCH_MODE: i32 = 8;
 
 /// `cublasLtOrder_t`: only column-major is served.
 pub const ORDER_COL: i32 = 0;

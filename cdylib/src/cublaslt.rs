@@ -154,7 +154,8 @@ impl LtRuntime {
         }
     }
 
-    fn miss(&self, key: &LtKey) {
+    /// Records a call whose key has no row; true on the key's first sight.
+    fn miss(&self, key: &LtKey) -> bool {
         let device = current_device();
         match self.misses.record(device, key) {
             Sight::First => {
@@ -163,6 +164,7 @@ impl LtRuntime {
                         info!("cannot write the cuBLASLt miss log: {e}; shapes are kept in memory and counted at exit");
                     }
                 }
+                return true;
             }
             Sight::Repeat { count } if count >= 1024 && count.is_power_of_two() => {
                 if let Some(mut files) = self.files.try_lock() {
@@ -176,6 +178,7 @@ impl LtRuntime {
                 }
             }
         }
+        false
     }
 }
 
@@ -445,7 +448,14 @@ fn decide(x: &LtCall) -> Decision {
             }
         }
         None => {
-            rt.miss(&key);
+            if rt.miss(&key) {
+                let (op, sig) = op_and_signature(&key);
+                debug!(
+                    "cuBLASLt: miss {op},{sig} (caller's workspace {} bytes, algo {})",
+                    x.workspace_bytes,
+                    if x.algo.is_null() { "NULL" } else { "given" }
+                );
+            }
             bump(Counter::LtMissed);
             Decision::Pass
         }
@@ -470,16 +480,29 @@ unsafe fn attr<T: Copy + Default>(f: GetAttributeFn, obj: *mut c_void, which: i3
     (st == STATUS_SUCCESS).then_some(v)
 }
 
+/// A layout's attributes: six reads for a single matrix (each read is a library call, the
+/// bulk of the interposer's cost per call), two or three more for a batch.
 unsafe fn read_layout(f: GetAttributeFn, l: MatrixLayout) -> Option<LayoutAttrs> {
     unsafe {
+        let batch = attr::<i32>(f, l, LAYOUT_BATCH_COUNT)?;
+        let stride = if batch > 1 {
+            // Batches through arrays of pointers (CUDA 13's batch mode) are not served;
+            // a library without the attribute has only strided batches.
+            if attr::<i32>(f, l, LAYOUT_BATCH_MODE).is_some_and(|m| m != 0) {
+                return None;
+            }
+            attr::<i64>(f, l, LAYOUT_STRIDED_BATCH_OFFSET)?
+        } else {
+            0
+        };
         Some(LayoutAttrs {
             dtype: attr::<u32>(f, l, LAYOUT_TYPE)? as i32,
             order: attr::<i32>(f, l, LAYOUT_ORDER)?,
             rows: attr::<u64>(f, l, LAYOUT_ROWS)?,
             cols: attr::<u64>(f, l, LAYOUT_COLS)?,
             ld: attr::<i64>(f, l, LAYOUT_LD)?,
-            batch: attr::<i32>(f, l, LAYOUT_BATCH_COUNT)?,
-            stride: attr::<i64>(f, l, LAYOUT_STRIDED_BATCH_OFFSET)?,
+            batch,
+            stride,
         })
     }
 }

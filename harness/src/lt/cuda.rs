@@ -82,7 +82,7 @@ type RuntimeVersionFn = unsafe extern "C" fn(*mut c_int) -> CudaErr;
 const MEMCPY_H2D: c_int = 1;
 const MEMCPY_D2H: c_int = 2;
 /// `cudaDevAttrL2CacheSize`, `cudaDevAttrComputeCapabilityMajor` / `Minor`.
-const ATTR_L2_BYTES: c_int = 89;
+const ATTR_L2_BYTES: c_int = 38;
 const ATTR_CC_MAJOR: c_int = 75;
 const ATTR_CC_MINOR: c_int = 76;
 

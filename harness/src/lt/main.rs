@@ -413,6 +413,7 @@ fn cmd_overhead(a: &Args) -> Result<()> {
             direct.extend(p.host_us(lt.matmul, algo, calls, 1, &d)?);
         }
     }
+    let reads_ns: Vec<f64> = (0..9).map(|_| p.descriptor_read_ns(2000)).collect();
     let interposed = lt.global_matmul as usize != lt.matmul as usize;
     let (dm, gm) = (numeric::median(&direct), numeric::median(&global));
     println!(
@@ -424,12 +425,17 @@ fn cmd_overhead(a: &Args) -> Result<()> {
         if interposed { "through the preload" } else { "same symbol" },
         gm - dm
     );
+    println!(
+        "overhead: the 25 descriptor reads the interposer makes per call take {:.0} ns here",
+        numeric::median(&reads_ns)
+    );
     write_json(
         a.path("--log"),
         &serde_json::json!({
             "shape": [n, m, k], "interposed": interposed, "calls": calls, "reps": reps,
             "direct_us": direct, "global_us": global,
             "direct_median_us": dm, "global_median_us": gm, "difference_us": gm - dm,
+            "descriptor_reads_ns": reads_ns,
         }),
     )
 }
@@ -598,14 +604,17 @@ fn cmd_selftest(a: &Args) -> Result<()> {
                 let identical =
                     a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
                 let finite = b.iter().all(|x| x.is_finite());
+                let words: Vec<usize> =
+                    (0..8).filter(|&i| algo.data[i] != r.algo.data[i]).collect();
                 println!(
-                    "selftest:   {} rebuilt: {}",
+                    "selftest:   {} rebuilt: {}; struct words that differ from the heuristic's: {:?}",
                     cfg.solution_name(),
                     if identical && finite {
                         "identical results"
                     } else {
                         "DIFFERENT results"
-                    }
+                    },
+                    words
                 );
                 same += usize::from(identical && finite);
             }
