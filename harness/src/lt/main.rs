@@ -288,18 +288,14 @@ fn cmd_tune(a: &Args) -> Result<()> {
         "adopted": adopted,
     });
     let prov_path = dir.join("provenance.json");
-    let mut prov = Provenance::load(&prov_path).unwrap_or_else(|_| Provenance::new());
-    prov.set_sha256(&sha);
-    prov.set_profile(name);
-    prov.push_campaign(campaign);
-    prov.save_atomic(&prov_path)
-        .map_err(|e| Error(e.to_string()))?;
+    let campaign_log = campaign.clone();
+    Provenance::update_locked(&prov_path, |prov| {
+        prov.set_sha256(&sha);
+        prov.set_profile(name);
+        prov.push_campaign(campaign);
+    })
+    .map_err(|e| Error(e.to_string()))?;
     let reg_path = profiles.join(tunedblas_core::profile::REGISTRY_FILE);
-    let mut reg = if reg_path.exists() {
-        Registry::load(&reg_path).map_err(|e| Error(e.to_string()))?
-    } else {
-        Registry::new()
-    };
     let mut entry = registry::Entry::new(name, &sha);
     entry.rows_per_rank = Some(results.rows.len() as u64);
     entry.arch = Some(cuda.arch());
@@ -308,12 +304,12 @@ fn cmd_tune(a: &Args) -> Result<()> {
     entry
         .extra
         .insert("cublaslt_version".into(), lt.version().into());
-    reg.insert(name, entry).map_err(Error)?;
-    reg.save_atomic(&reg_path)
-        .map_err(|e| Error(e.to_string()))?;
+    Registry::try_update_locked(&reg_path, |reg| reg.insert(name, entry))
+        .map_err(|e| Error(e.to_string()))?
+        .map_err(Error)?;
     write_json(
         a.path("--log"),
-        &serde_json::json!({ "campaign": prov.campaigns().last(), "outcomes": outcomes }),
+        &serde_json::json!({ "campaign": campaign_log, "outcomes": outcomes }),
     )?;
     eprintln!(
         "tunedblas-lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
