@@ -139,6 +139,8 @@ pub const CONFIG_CLUSTER_SHAPE_ID: i32 = 8;
 
 /// `cublasLtMatmulAlgoCapAttributes_t`: minimum alignment of A, B, C, D in bytes (uint32).
 pub const CAP_MIN_ALIGNMENT_A_BYTES: i32 = 16;
+/// `CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX` (int32): custom options run 0..=this.
+pub const CAP_CUSTOM_OPTION_MAX: i32 = 7;
 
 /// `cublasLtEpilogue_t`.
 pub const EPILOGUE_DEFAULT: u32 = 1;

@@ -114,6 +114,14 @@ step "false adopts: adopted rows re-measured by the harness in a fresh process"
 run recheck 300 "$LT" recheck --profiles "$W/profiles" --name h200-cublaslt --workspace "$WS" --trials "$TRIALS" --log "$R/recheck.json"
 tail -1 "$R/recheck.out" >>"$R/summary.txt"
 
+if [ "$MODE" = full ]; then
+  step "further configurations: the prefill shapes of two layers tuned again, with --explore 64"
+  grep -E "tn_(4096_[0-9]+_2560|336_[0-9]+_10240)_" "$R/misses.csv" | grep -vE "tn_[0-9]+_(1|4|16|32)_" >"$W/explore-misses.csv"
+  run explore 300 "$LT" tune --misses "$W/explore-misses.csv" --profiles "$W/explore" --name explore \
+    --workspace "$WS" --trials "$TRIALS" --explore 64 --log "$R/explore.json"
+  tail -1 "$R/explore.err" >>"$R/summary.txt"
+fi
+
 step "interposer host cost per call on real launches"
 SHAPE=$($PY - "$R/tune.json" <<'EOF'
 import json, sys

@@ -46,6 +46,8 @@ COMMON OPTIONS:
     --candidates N    heuristic answers asked for (32)
     --margin F        gain needed to adopt, in the selection and the confirmation (0.03)
     --workspace B     workspace bytes callers give cuBLASLt (1048576)
+    --explore N       also try up to N configurations near the heuristic's answers (other
+                      cluster shapes and custom options of their tiles; 0)
     --log FILE        every measurement as JSON
 ";
 
@@ -103,6 +105,7 @@ fn options(a: &Args, cuda: &Cuda) -> Result<tune::Options> {
         workspace: a.num("--workspace", d.workspace)?,
         sample_ms: a.num("--sample-ms", d.sample_ms)?,
         l2_bytes: cuda.l2_bytes(),
+        explore: a.num("--explore", d.explore)?,
     })
 }
 
@@ -283,6 +286,7 @@ fn cmd_tune(a: &Args) -> Result<()> {
         "options": {
             "trials": opts.trials, "candidates": opts.candidates, "margin": opts.margin,
             "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
+            "explore": opts.explore,
         },
         "shapes": outcomes.len(),
         "adopted": adopted,

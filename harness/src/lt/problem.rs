@@ -248,6 +248,34 @@ impl<'a> Problem<'a> {
         Ok((algo, res.workspace_size))
     }
 
+    /// `CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX` of the algorithm `cfg` names.
+    pub fn custom_option_max(&self, cfg: &AlgoConfig) -> Option<u32> {
+        let lt = self.lt;
+        let mut algo = MatmulAlgo::default();
+        let k = &self.key;
+        let st = unsafe {
+            (lt.algo_init)(
+                lt.handle, k.compute, k.scale, k.a_type, k.b_type, k.c_type, k.d_type, cfg.algo,
+                &mut algo,
+            )
+        };
+        if st != STATUS_SUCCESS {
+            return None;
+        }
+        let mut v = 0i32;
+        let mut w = 0usize;
+        let st = unsafe {
+            (lt.cap_get)(
+                &algo,
+                CAP_CUSTOM_OPTION_MAX,
+                (&mut v as *mut i32).cast(),
+                4,
+                &mut w,
+            )
+        };
+        (st == STATUS_SUCCESS && v >= 0).then_some(v as u32)
+    }
+
     pub fn config_of(&self, algo: &MatmulAlgo) -> Result<AlgoConfig> {
         unsafe { read_config(self.lt.config_get, algo) }.or_else(|st| {
             err(format!(

@@ -27,6 +27,9 @@ pub struct Options {
     /// Device time one timed sample aims at, in ms.
     pub sample_ms: f64,
     pub l2_bytes: usize,
+    /// Further configurations to try beyond the heuristic's answers (0: none): each answer's
+    /// tile with other cluster shapes and custom options, best answers first.
+    pub explore: usize,
 }
 
 impl Default for Options {
@@ -39,6 +42,7 @@ impl Default for Options {
             workspace: 1 << 20,
             sample_ms: 1.0,
             l2_bytes: 64 << 20,
+            explore: 0,
         }
     }
 }
@@ -100,6 +104,35 @@ impl Outcome {
     }
 }
 
+/// Cluster shapes tried by exploration (`cublasLtClusterShape_t`): 1x1x1, 2x1x1, 1x2x1, 2x2x1.
+pub const EXPLORE_CLUSTERS: [u32; 4] = [2, 3, 5, 6];
+
+/// Configurations near the heuristic's answers: each answer (in the order given) with every
+/// cluster shape of [`EXPLORE_CLUSTERS`] and custom option `0..=max_custom(answer)`, minus the
+/// answers themselves, without duplicates, at most `limit`.
+pub fn variants(
+    answers: &[AlgoConfig],
+    max_custom: impl Fn(&AlgoConfig) -> u32,
+    limit: usize,
+) -> Vec<AlgoConfig> {
+    let mut out: Vec<AlgoConfig> = Vec::new();
+    for a in answers {
+        for cluster in EXPLORE_CLUSTERS {
+            for custom in 0..=max_custom(a).min(15) {
+                let v = AlgoConfig {
+                    cluster_shape: cluster,
+                    custom,
+                    ..*a
+                };
+                if out.len() < limit && !answers.contains(&v) && !out.contains(&v) {
+                    out.push(v);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Decides from selection trials: the index of the best candidate and whether it clears
 /// the margin and wins enough paired trials. `heur[t]` and `cands[i][t]` are trial `t`.
 pub fn select(
@@ -157,6 +190,17 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
         match p.rebuild(&cfg) {
             Ok((algo, ws)) => cands.push((cfg, algo, ws)),
             Err(e) => dropped.push(format!("{}: {e}", cfg.solution_name())),
+        }
+    }
+    if opts.explore > 0 {
+        let mut answers = vec![base_cfg];
+        answers.extend(cands.iter().map(|c| c.0));
+        let max_custom = |c: &AlgoConfig| p.custom_option_max(c).unwrap_or(0);
+        for cfg in variants(&answers, max_custom, opts.explore) {
+            // AlgoCheck refuses what the kernel family cannot run; those are not reported.
+            if let Ok((algo, ws)) = p.rebuild(&cfg) {
+                cands.push((cfg, algo, ws));
+            }
         }
     }
     let reference = p.reference()?;
@@ -346,6 +390,29 @@ pub fn recheck(p: &Problem, cfg: &AlgoConfig, opts: &Options, delay: &Delay) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exploration_varies_cluster_and_custom_option_of_each_answer() {
+        let a = AlgoConfig::parse(
+            "Gemm_Cublaslt_algo66_tile248_stages35_splitk1_red0_swizzle0_custom7_inner0_cluster5",
+        )
+        .unwrap();
+        let b = AlgoConfig { tile: 20, ..a };
+        let v = variants(&[a, b], |c| if c.tile == 248 { 1 } else { 0 }, 100);
+        // a: 4 clusters x customs {0, 1}; b: 4 clusters x custom {0}; none equal to a or b.
+        assert_eq!(v.len(), 8 + 4);
+        assert!(!v.contains(&a) && !v.contains(&b));
+        assert!(v.iter().all(|c| c.algo == 66 && c.stages == 35));
+        assert!(v
+            .iter()
+            .any(|c| c.tile == 248 && c.cluster_shape == 3 && c.custom == 1));
+        assert_eq!(variants(&[a, b], |_| 7, 5).len(), 5, "the limit holds");
+        assert_eq!(
+            variants(&[a, b], |_| 7, 5)[0].tile,
+            248,
+            "best answers first"
+        );
+    }
 
     #[test]
     fn selection_needs_the_margin_and_the_paired_wins() {
