@@ -83,8 +83,9 @@ OPTIONS:
     --hip PATH            libamdhip64.so when it is not found by name
     --devices 0,1,2,3     tune in parallel, one worker per device (default 0)
     --shard I/N           tune only every N-th shape starting at I (join with `merge`)
-    --trials N            interleaved rounds (default 7); --max-trials N: extend up to N
-                          rounds while undecidable (default 21)
+    --trials N            interleaved rounds (default 7; twice that for launch-bound shapes,
+                          timed as many back-to-back calls); --max-trials N: extend up to
+                          N rounds while undecidable (default 21)
     --margin PCT          adoption margin in percent (default 3)
     --no-default-rows     write no row when nothing beats the heuristic
     --prune X             prune candidates slower than X times the best probe (default 1.5)

@@ -50,6 +50,10 @@ pub struct Tuned {
     pub survivors: usize,
     /// Calls per timed sample (1 = one call between events).
     pub calls_per_sample: usize,
+    /// One call is much shorter than a sample: timed as many back-to-back calls, with twice
+    /// the rounds (launch-bound timings are the noisiest).
+    #[serde(default)]
+    pub launch_bound: bool,
     /// Operand sets rotated through.
     pub operand_sets: usize,
     /// Fastest survivors with their median ms, best first (at most 5).
@@ -83,6 +87,8 @@ pub fn tune(
     let offered = p.solutions()?;
     p.time(None, 2)?; // warm-up: lazy initialisation, code and caches
     let calls = calls_for(&p, method.sample_ms)?;
+    let launch_bound = calls >= 8;
+    let block = method.trials.max(1) * if launch_bound { 2 } else { 1 };
 
     // Probe: one short sample each; whatever is far behind the best is hopeless.
     let started = Instant::now();
@@ -141,6 +147,7 @@ pub fn tune(
                 offered: offered.len(),
                 survivors: keep.len(),
                 calls_per_sample: calls,
+                launch_bound,
                 operand_sets: p.sets(),
                 leaders,
                 rounds: vec![],
@@ -157,7 +164,7 @@ pub fn tune(
     // undecidable.
     let mut rounds = Vec::new();
     let verdict = loop {
-        for _ in 0..method.trials.max(1) {
+        for _ in 0..block {
             let heuristic = p.time(None, calls)?;
             let current = match current_id {
                 Some(id) => Some(p.time(Some(id), calls)?),
@@ -181,7 +188,7 @@ pub fn tune(
             },
             rules,
         );
-        if v.decision != Decision::Undecidable || rounds.len() >= method.max_trials {
+        if v.decision != Decision::Undecidable || rounds.len() >= method.max_trials.max(block) {
             break v;
         }
     };
@@ -193,6 +200,7 @@ pub fn tune(
         offered: offered.len(),
         survivors: keep.len(),
         calls_per_sample: calls,
+        launch_bound,
         operand_sets: p.sets(),
         leaders,
         heuristic_spread: (hi - lo) / curate::median(&h),
