@@ -72,7 +72,9 @@ rest timed; then heuristic, current row and new best are re-timed interleaved an
 
 const HELP_TUNE_OPTIONS: &str = "
 INPUT: miss-log folders (TUNEDBLAS_MISS_DIR), PyTorch untuned files, TunableOp results
-files (their shapes only: ids are never reused), files or folders.
+files (their shapes only: ids are never reused), rocBLAS bench logs (ROCBLAS_LAYER=2) and
+profile logs (ROCBLAS_LAYER=4; both give call counts), rocblas-gemm-tune CSV; files or
+folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its content.
 
 OPTIONS:
     --shape TYPE:AB:M:N:K[:BATCH]  an explicit shape, e.g. f16:TN:4096:256:4096 (repeatable)
@@ -98,6 +100,8 @@ An interrupted campaign resumes: run the same command again.
 EXAMPLES:
     tunedblas tune --lib /opt/rocm/lib/librocblas.so.5 ~/.cache/tunedblas/misses
     tunedblas tune --lib librocblas.so.5 --shape f16:TN:5120:512:5120 --devices 0,1,2,3
+    ROCBLAS_LAYER=6 ROCBLAS_LOG_BENCH_PATH=$PWD/bench.log ROCBLAS_LOG_PROFILE_PATH=$PWD/prof.yaml <server>
+    tunedblas tune --lib librocblas.so.5 bench.log prof.yaml
     tunedblas tune --lib librocblas.so.5 --retune --shard 0/2   # on machine A; 1/2 on B
 ";
 
