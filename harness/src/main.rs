@@ -9,6 +9,7 @@ mod curate;
 mod demo;
 mod misses;
 mod nearbench;
+mod export;
 mod profiles;
 mod progress;
 mod qualify;
@@ -48,6 +49,10 @@ USAGE:
 
     tunedblas misses [DIR|FILE ...] [--top N] [--json] [--out FILE]
         Add up the miss logs of every process and rank; rank the gaps by calls x FLOPs.
+
+    tunedblas export --lib LIBROCBLAS --format gemm-tune|bench|tunableop [--out PATH]
+        The profile as a ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH file, rocblas-bench lines, or
+        TunableOp files PyTorch accepts unchanged.
 
     tunedblas help [SUBCOMMAND]
         This text, or a subcommand's options and examples.
@@ -155,6 +160,37 @@ EXAMPLE:
     tunedblas merge --lib librocblas.so.5 shard0/profiles shard1/profiles
 ";
 
+const HELP_EXPORT: &str = "\
+tunedblas export (--lib LIBROCBLAS | --profile NAME) --format FORMAT [--out PATH] [options]
+
+Writes the profile of the build at LIBROCBLAS (matched by sha256) in another tool's format:
+  gemm-tune   a rocblas-gemm-tune CSV for ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH, for hosts where
+              LD_PRELOAD is not allowed. Valid ONLY for that build (its comment lines say
+              which): rocBLAS does not check. Tensile matches beta exactly (--beta 0,1 writes
+              both); rows with flags, ldd != ldc, mixed c/d types or Default have no form.
+  bench       rocblas-bench command lines: each row, then the heuristic on the same problem,
+              to check a row with AMD's own tool.
+  tunableop   PyTorch TunableOp results files PyTorch accepts unchanged: one per rank
+              (--out DIR), or one rank (--out FILE.csv, or stdout; --rank N). PyTorch drops a
+              file whose validators differ from its own in any key or value, so they come
+              from --validators-from FILE (a tunableop_results file PyTorch wrote on the
+              target) and --validator KEY=VALUE. Extension rows are left out; PyTorch < 2.7
+              gets its older signature form.
+
+OPTIONS:
+    --profiles DIR   the profile store (see `tunedblas help`)
+    --out PATH       where to write (default stdout); --json prints a summary of it
+    --rank N         the rank file to export (default 0)
+    --force          export for PyTorch validators that name another rocBLAS version
+
+EXAMPLES:
+    tunedblas export --lib /opt/rocm/lib/librocblas.so.4 --format gemm-tune --out override.csv
+    ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH=$PWD/override.csv python serve.py
+    tunedblas export --lib librocblas.so.5 --format bench --out check.sh
+    tunedblas export --lib $TORCH/lib/librocblas.so --format tunableop \\
+        --validators-from old/tunableop_results0.csv --out ./tunableop
+";
+
 fn subcommand_help(cmd: &str) -> Option<String> {
     Some(match cmd {
         "tune" => format!(
@@ -171,6 +207,7 @@ fn subcommand_help(cmd: &str) -> Option<String> {
         "merge" => HELP_MERGE.into(),
         "coverage" => coverage::help(),
         "misses" => misses::HELP.into(),
+        "export" => HELP_EXPORT.into(),
         "demo" => HELP.lines().skip(3).take(4).collect::<Vec<_>>().join("\n") + "\n",
         _ => return None,
     })
@@ -471,6 +508,7 @@ fn main() -> ExitCode {
         "verify" => verify_cmd(rest),
         "profiles" => profiles_cmd(rest),
         "merge" => merge_cmd(rest),
+        "export" => export::cmd(rest),
         "help" | "--help" | "-h" => {
             match rest.first() {
                 Some(sub) => match subcommand_help(sub) {

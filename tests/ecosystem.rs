@@ -1,0 +1,510 @@
+//! End-to-end tests of what tunedblas says to other tools: exports of a profile as a
+//! rocblas-gemm-tune override CSV, rocblas-bench lines and PyTorch TunableOp files, each
+//! read back (by the core readers, by `tunedblas tune` as inputs, and by a reader that
+//! follows PyTorch's own rules); the HTML/PNG report; `env`; and the installer.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+use serde_json::Value;
+use tunedblas_core::formats::{bench, gemm_tune};
+use tunedblas_core::key::ProblemKey;
+use tunedblas_core::tunableop;
+
+fn tunedblas() -> PathBuf {
+    let p = target_dir().join("tunedblas");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
+fn harness(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(tunedblas());
+    cmd.args(args);
+    host_env(&mut cmd, dir, false);
+    cmd.env_remove("REFBLAS_TRACE").env("NO_COLOR", "1");
+    cmd
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stderr)
+    );
+    stdout
+}
+
+fn key_text(k: &ProblemKey) -> String {
+    let (op, sig) = tunableop::op_and_signature(k);
+    format!("{op},{sig}")
+}
+
+/// One row of a hand-made profile: spec, solution text.
+struct Made {
+    specs: Vec<(&'static str, String)>,
+}
+
+/// Writes a store with one profile for the build in `libdir/soname`, as `tune` would:
+/// registry entry with version and arch, validators, `ranks` rank files (rank r > 0 gets
+/// `rank1` as the solution of the first spec, to tell ranks apart).
+fn make_store(
+    dir: &Path,
+    libdir: &Path,
+    soname: &str,
+    version: &str,
+    rows: &Made,
+    rank1: &str,
+) -> PathBuf {
+    let store = dir.join("profiles");
+    let name = format!("rocblas-{version}");
+    let sha = sha_of(libdir, soname);
+    std::fs::create_dir_all(store.join(&name)).unwrap();
+    let registry = serde_json::json!({"profiles": {&name: {
+        "dir": &name, "lib_sha256": sha, "rocblas": version, "arch": "gfx1030",
+        "rows_per_rank": rows.specs.len(), "status": "tuned"}}});
+    std::fs::write(store.join("profiles.json"), registry.to_string()).unwrap();
+    for rank in 0..2 {
+        let mut t =
+            format!("Validator,ROCBLAS_VERSION,{version}\nValidator,GCN_ARCH_NAME,gfx1030\n");
+        for (i, (spec, sol)) in rows.specs.iter().enumerate() {
+            let sol = if rank == 1 && i == 0 {
+                rank1
+            } else {
+                sol.as_str()
+            };
+            t.push_str(&row(spec, sol));
+            t.push('\n');
+        }
+        std::fs::write(
+            store
+                .join(&name)
+                .join(format!("tunableop_results{rank}.csv")),
+            t,
+        )
+        .unwrap();
+    }
+    store
+}
+
+/// Reads a results file as PyTorch's `TuningContext::ReadFile` does: split on commas,
+/// `Validator` lines into a map, other lines of 3+ fields into results (first wins). It
+/// returns None where PyTorch would discard the file: validator keys not exactly
+/// `registered`, or a value that differs from PyTorch's own; an empty line in the file
+/// also fails, as old PyTorch indexes the first field of every line.
+fn pytorch_reads(
+    text: &str,
+    registered: &BTreeMap<String, String>,
+) -> Option<BTreeMap<(String, String), String>> {
+    let mut validators = BTreeMap::new();
+    let mut results = BTreeMap::new();
+    for line in text.split('\n') {
+        if line.is_empty() {
+            continue;
+        }
+        let parts: Vec<&str> = line.split(',').collect();
+        if parts[0].is_empty() {
+            return None;
+        }
+        if parts[0] == "Validator" && parts.len() >= 3 {
+            validators.insert(parts[1].to_string(), parts[2].to_string());
+        } else if parts.len() >= 3 {
+            results
+                .entry((parts[0].to_string(), parts[1].to_string()))
+                .or_insert_with(|| parts[2].to_string());
+        }
+    }
+    assert!(!text.contains("\n\n"), "no blank lines");
+    (&validators == registered).then_some(results)
+}
+
+fn lib4() -> PathBuf {
+    artifacts().libdir4.join("librocblas.so.4")
+}
+fn lib5() -> PathBuf {
+    artifacts().libdir5.join("librocblas.so.5")
+}
+
+const TUNED: &str = "ex:TN:h:64:24:40";
+const DEFAULT: &str = "ex:TN:h:96:16:64";
+const EXTENSION: &str = "ex:NN:hh:32:8:16";
+const STRIDED: &str = "sb:NT:h:24:16:8";
+
+fn profile_rows(host: &Path) -> Made {
+    // `heuristic_solution` uses one scratch folder per spec: one test at a time here.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let sol = |spec: &str| format!("Gemm_Rocblas_{}", non_heuristic_solutions(host, spec)[0]);
+    Made {
+        specs: vec![
+            (TUNED, sol(TUNED)),
+            (DEFAULT, "Default".to_string()),
+            (EXTENSION, sol(EXTENSION)),
+            (STRIDED, sol(STRIDED)),
+        ],
+    }
+}
+
+fn solution_id(s: &str) -> Option<i32> {
+    s.strip_prefix("Gemm_Rocblas_").map(|v| v.parse().unwrap())
+}
+
+#[test]
+fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
+    let dir = scratch("export-gemm-tune-bench");
+    let made = profile_rows(&artifacts().host4);
+    let store = make_store(
+        &dir,
+        &artifacts().libdir4,
+        "librocblas.so.4",
+        "4.4.0.5f2e9c71",
+        &made,
+        "Default",
+    );
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let lib = lib4();
+    let lib = lib.to_str().unwrap();
+
+    // The override CSV: Tensile indices of the rocBLAS 4 build (the ids themselves), the
+    // build named in comment lines without commas, Default rows left out.
+    let csv = dir.join("override.csv");
+    let out = harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "gemm-tune",
+            "--beta",
+            "0,1",
+            "--out",
+            csv.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    ok(&out);
+    assert!(
+        text(&out.stderr).contains("exported 6 rows"),
+        "{}",
+        text(&out.stderr)
+    );
+    let body = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        body.contains(&format!("valid ONLY for rocBLAS build sha256 {sha}")),
+        "{body}"
+    );
+    for line in body.lines() {
+        assert_eq!(
+            line.starts_with('#'),
+            !line.contains(','),
+            "a comment with a comma would be a row: {line}"
+        );
+    }
+    let parsed = gemm_tune::parse(&body);
+    assert!(parsed.skipped.is_empty(), "{:?}", parsed.skipped);
+    let got: BTreeMap<String, i32> = parsed
+        .entries
+        .iter()
+        .map(|e| {
+            (
+                key_text(&e.key),
+                gemm_tune::solution_id(e.solution.unwrap(), Some(4)).unwrap(),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, i32> = made
+        .specs
+        .iter()
+        .filter_map(|(spec, sol)| Some((key_text(&spec_key(spec)), solution_id(sol)?)))
+        .collect();
+    assert_eq!(got, want);
+
+    // rocblas-bench lines: each row, then its heuristic.
+    let sh = dir.join("check.sh");
+    ok(&harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "bench",
+            "--out",
+            sh.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap());
+    let body = std::fs::read_to_string(&sh).unwrap();
+    let parsed = bench::parse(&body);
+    assert!(parsed.skipped.is_empty(), "{:?}", parsed.skipped);
+    let commands = body
+        .lines()
+        .filter(|l| l.starts_with("./rocblas-bench"))
+        .count();
+    assert_eq!(
+        commands, 7,
+        "3 tuned rows twice, the Default row once:\n{body}"
+    );
+    let got: BTreeMap<String, Option<i32>> = parsed
+        .entries
+        .iter()
+        .map(|e| (key_text(&e.key), e.solution))
+        .collect();
+    let want: BTreeMap<String, Option<i32>> = made
+        .specs
+        .iter()
+        .map(|(spec, sol)| (key_text(&spec_key(spec)), solution_id(sol)))
+        .collect();
+    assert_eq!(got, want);
+
+    // Both exports are inputs a campaign takes: the shapes come back, the ids do not.
+    let other = dir.join("other-store");
+    let out = ok(&harness(
+        &dir,
+        &[
+            "tune",
+            "--lib",
+            lib,
+            "--profiles",
+            other.to_str().unwrap(),
+            "--json",
+            sh.to_str().unwrap(),
+            csv.to_str().unwrap(),
+            "--trials",
+            "3",
+            "--max-trials",
+            "3",
+            "--rotate-mib",
+            "1",
+        ],
+    )
+    .output()
+    .unwrap());
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    let shapes: BTreeSet<String> = summary["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["shape"].as_str().unwrap().to_string())
+        .collect();
+    let specs: BTreeSet<String> = made
+        .specs
+        .iter()
+        .map(|(s, _)| key_text(&spec_key(s)))
+        .collect();
+    assert_eq!(shapes, specs);
+}
+
+#[test]
+fn rocblas5_ids_become_tensile_indices_and_others_are_named() {
+    let dir = scratch("export-gemm-tune-v5");
+    let mut made = profile_rows(&artifacts().host5);
+    // One Tensile solution (<= -11) and rocBLAS's source kernel (-2), which has no index.
+    let tensile = non_heuristic_solutions(&artifacts().host5, TUNED)
+        .into_iter()
+        .find(|&s| s <= -11)
+        .expect("refblas v5 offers Tensile-style ids");
+    made.specs[0].1 = format!("Gemm_Rocblas_{tensile}");
+    assert!(solutions(&artifacts().host5, EXTENSION).contains(&-2));
+    made.specs[2].1 = "Gemm_Rocblas_-2".to_string();
+    make_store(
+        &dir,
+        &artifacts().libdir5,
+        "librocblas.so.5",
+        "5.6.0.c83a10d4",
+        &made,
+        "Default",
+    );
+    let csv = dir.join("o.csv");
+    let lib = lib5();
+    let out = harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib.to_str().unwrap(),
+            "--format",
+            "gemm-tune",
+            "--out",
+            csv.to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap();
+    let report: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let parsed = gemm_tune::parse(&std::fs::read_to_string(&csv).unwrap());
+    assert!(
+        parsed.entries.iter().any(|e| e.key == spec_key(TUNED)),
+        "{report}"
+    );
+    let dropped = report["dropped"].to_string();
+    assert!(dropped.contains("source kernel"), "{report}");
+    for (spec, sol) in &made.specs {
+        let Some(id) = solution_id(sol) else { continue };
+        let entry = parsed.entries.iter().find(|e| e.key == spec_key(spec));
+        match gemm_tune::override_index(id, Some(5)) {
+            Ok(index) => {
+                assert!(id <= -11, "{id}");
+                assert_eq!(entry.unwrap().solution, Some(index));
+                assert_eq!(gemm_tune::solution_id(index, Some(5)), Some(id));
+            }
+            Err(_) => {
+                assert!(entry.is_none());
+                let dropped = report["dropped"].as_array().unwrap();
+                assert!(
+                    dropped
+                        .iter()
+                        .any(|d| d.as_str().unwrap().starts_with(&key_text(&spec_key(spec)))),
+                    "{report}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
+    let dir = scratch("export-tunableop");
+    let made = profile_rows(&artifacts().host4);
+    let rank1_sol = made.specs[0].1.clone();
+    make_store(
+        &dir,
+        &artifacts().libdir4,
+        "librocblas.so.4",
+        "4.4.0.5f2e9c71",
+        &made,
+        "Default",
+    );
+    let lib = lib4();
+    let lib = lib.to_str().unwrap();
+    // A file PyTorch wrote on the target (from the vllm-rdna fixtures): its validators.
+    let pytorch_file =
+        repo().join("tests/fixtures/vllm-rdna/rocblas-c27e2252cc7a/tunableop_results0.csv");
+    let pytorch_file = pytorch_file.to_str().unwrap();
+
+    // Our own validators are not PyTorch's set: refused, saying what is missing.
+    let out = harness(&dir, &["export", "--lib", lib, "--format", "tunableop"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("PT_VERSION")
+            && err.contains("HIP_VERSION")
+            && err.contains("--validators-from"),
+        "{err}"
+    );
+    // That PyTorch used another rocBLAS: the ids would be wrong there.
+    let out = harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "tunableop",
+            "--validators-from",
+            pytorch_file,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("5.6.0.8d1ae90e") && text(&out.stderr).contains("--force"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The same PyTorch with this build's rocBLAS: accepted, one file per rank.
+    let outdir = dir.join("pytorch");
+    ok(&harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "tunableop",
+            "--validators-from",
+            pytorch_file,
+            "--validator",
+            "ROCBLAS_VERSION=4.4.0.5f2e9c71",
+            "--out",
+            outdir.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap());
+    let mut registered: BTreeMap<String, String> = tunableop::read(Path::new(pytorch_file))
+        .unwrap()
+        .validators
+        .into_iter()
+        .collect();
+    registered.insert("ROCBLAS_VERSION".into(), "4.4.0.5f2e9c71".into());
+    for rank in 0..2 {
+        let body =
+            std::fs::read_to_string(outdir.join(format!("tunableop_results{rank}.csv"))).unwrap();
+        let results = pytorch_reads(&body, &registered)
+            .unwrap_or_else(|| panic!("PyTorch would discard:\n{body}"));
+        let want: BTreeMap<(String, String), String> = made
+            .specs
+            .iter()
+            .filter(|(spec, _)| *spec != EXTENSION)
+            .map(|(spec, sol)| {
+                let (op, sig) = tunableop::op_and_signature(&spec_key(spec));
+                let sol = if rank == 1 && *spec == TUNED {
+                    "Default".to_string()
+                } else {
+                    sol.clone()
+                };
+                ((op, sig), sol)
+            })
+            .collect();
+        assert_eq!(results, want, "rank {rank}");
+        assert!(!body.contains(tunableop::EXT_OP_PREFIX));
+    }
+    assert_ne!(rank1_sol, "Default");
+
+    // PyTorch 2.6 names problems without leading dimensions.
+    let out = ok(&harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "tunableop",
+            "--validators-from",
+            pytorch_file,
+            "--validator",
+            "ROCBLAS_VERSION=4.4.0.5f2e9c71",
+            "--validator",
+            "PT_VERSION=2.6.0",
+        ],
+    )
+    .output()
+    .unwrap());
+    let k = spec_key(TUNED);
+    assert!(
+        out.contains(&format!(
+            "GemmTunableOp_Half_TN,tn_{}_{}_{},{}",
+            k.m, k.n, k.k, made.specs[0].1
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("_ld_"), "{out}");
+}
