@@ -508,3 +508,240 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     );
     assert!(!out.contains("_ld_"), "{out}");
 }
+
+/// Headless Chromium, if this machine has it (`.ci/run` installs Debian's `chromium`).
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| std::env::split_paths(&path).map(move |d| d.join(name)))
+        .find(|p| p.is_file())
+}
+
+/// Runs `cmd`, killing it after `secs` (a browser that hangs must not hang the suite).
+fn output_within(mut cmd: Command, secs: u64) -> Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() > secs {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Decodes the stored-block PNG `tunedblas report` writes, checking every CRC: RGB pixels.
+fn png_pixels(png: &[u8]) -> (usize, usize, Vec<u8>) {
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let crc = |bytes: &[u8]| {
+        let mut c = 0xffff_ffffu32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0xedb8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    };
+    let (mut at, mut w, mut h, mut z) = (8, 0, 0, Vec::new());
+    while at < png.len() {
+        let len = u32::from_be_bytes(png[at..at + 4].try_into().unwrap()) as usize;
+        let body = &png[at + 4..at + 8 + len];
+        let stored = u32::from_be_bytes(png[at + 8 + len..at + 12 + len].try_into().unwrap());
+        assert_eq!(stored, crc(body), "CRC of chunk at {at}");
+        match &body[..4] {
+            b"IHDR" => {
+                w = u32::from_be_bytes(body[4..8].try_into().unwrap()) as usize;
+                h = u32::from_be_bytes(body[8..12].try_into().unwrap()) as usize;
+            }
+            b"IDAT" => z.extend_from_slice(&body[4..]),
+            _ => {}
+        }
+        at += 12 + len;
+    }
+    let (mut p, mut raw) = (2, Vec::new());
+    loop {
+        let last = z[p] & 1 == 1;
+        let len = u16::from_le_bytes([z[p + 1], z[p + 2]]) as usize;
+        raw.extend_from_slice(&z[p + 5..p + 5 + len]);
+        p += 5 + len;
+        if last {
+            break;
+        }
+    }
+    let pixels: Vec<u8> = raw
+        .chunks(w * 3 + 1)
+        .flat_map(|r| r[1..].to_vec())
+        .collect();
+    assert_eq!(pixels.len(), w * h * 3);
+    (w, h, pixels)
+}
+
+#[test]
+fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
+    let dir = scratch("report");
+    let store = dir.join("profiles");
+    let lib = lib4();
+    // A real campaign, so provenance holds measurements: two layers, three token counts
+    // for one and one for the other.
+    let mut args = vec![
+        "tune".to_string(),
+        "--lib".into(),
+        lib.display().to_string(),
+        "--profiles".into(),
+        store.display().to_string(),
+        "--arch".into(),
+        "gfx1030".into(),
+    ];
+    for s in [
+        "f16:TN:64:8:40",
+        "f16:TN:64:16:40",
+        "f16:TN:64:24:40",
+        "f16:TN:96:16:32",
+    ] {
+        args.push("--shape".into());
+        args.push(s.into());
+    }
+    args.extend(["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok(&harness(&dir, &args).output().unwrap());
+    let rows: Vec<(String, String)> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .flat_map(|p| {
+            std::fs::read_to_string(p.join("tunableop_results0.csv"))
+                .unwrap()
+                .lines()
+                .filter(|l| !l.starts_with("Validator"))
+                .map(|l| {
+                    let f: Vec<&str> = l.split(',').collect();
+                    (f[1].to_string(), f[2].to_string())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let tuned = rows
+        .iter()
+        .filter(|r| r.1.starts_with("Gemm_Rocblas_"))
+        .count();
+    let default = rows.iter().filter(|r| r.1 == "Default").count();
+    // Two layers x three token counts (8, 16, 24); the missing cells are what rows lack.
+    let missing = 2 * 3 - tuned - default;
+
+    let html = dir.join("out/report.html");
+    let png = dir.join("out/report.png");
+    let out = ok(&harness(
+        &dir,
+        &[
+            "report",
+            "--lib",
+            lib.to_str().unwrap(),
+            "--profiles",
+            store.to_str().unwrap(),
+            "--out",
+            html.to_str().unwrap(),
+            "--png",
+            png.to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap());
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let counts = &j["report"]["counts"];
+    assert_eq!(
+        (
+            counts["tuned"].as_u64(),
+            counts["default"].as_u64(),
+            counts["missing"].as_u64()
+        ),
+        (
+            Some(tuned as u64),
+            Some(default as u64),
+            Some(missing as u64)
+        ),
+        "{j}"
+    );
+    let bars = j["report"]["bars"].as_array().unwrap();
+    assert_eq!(
+        bars.len(),
+        tuned,
+        "every adopted row was measured by the campaign: {j}"
+    );
+    for b in bars {
+        let (h, s) = (
+            b["heuristic_ms"].as_f64().unwrap(),
+            b["served_ms"].as_f64().unwrap(),
+        );
+        assert!((b["speedup"].as_f64().unwrap() - h / s).abs() < 1e-9);
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    for remote in ["src=", "href=", "url(", "@import"] {
+        assert!(!page.contains(remote), "the page loads nothing: {remote}");
+    }
+
+    // The PNG: one interior per cell in the cell's colour.
+    let (_, _, px) = png_pixels(&std::fs::read(&png).unwrap());
+    let cell = &j["png_cell"];
+    let area = (cell[0].as_u64().unwrap() as usize - 2) * (cell[1].as_u64().unwrap() as usize - 2);
+    let count = |rgb: [u8; 3]| px.chunks(3).filter(|p| *p == rgb).count();
+    assert_eq!(count([46, 157, 74]), tuned * area, "tuned cells in the PNG");
+    assert_eq!(
+        count([154, 163, 173]),
+        default * area,
+        "Default cells in the PNG"
+    );
+
+    // The page in a real browser: its script counts what was laid out.
+    let Some(browser) = chromium() else {
+        println!("SKIPPED the Chromium half of this test: no chromium on PATH (.ci/run installs Debian's chromium; apt-get install chromium)");
+        return;
+    };
+    let mut cmd = Command::new(browser);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+    ])
+    .arg(format!(
+        "--user-data-dir={}",
+        dir.join("chromium").display()
+    ))
+    .arg("--dump-dom")
+    .arg(format!("file://{}", html.display()))
+    .env("HOME", &dir);
+    let out = output_within(cmd, 120);
+    let dom = text(&out.stdout);
+    let rendered = dom
+        .split("<pre id=\"rendered\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or_else(|| {
+            panic!(
+                "no rendered figures in the DOM:\n{dom}\n{}",
+                text(&out.stderr)
+            )
+        });
+    let r: Value = serde_json::from_str(rendered).unwrap_or_else(|e| panic!("{e}: {rendered}"));
+    assert_eq!(r["tuned"].as_u64(), Some(tuned as u64), "{r}");
+    assert_eq!(r["default"].as_u64(), Some(default as u64), "{r}");
+    assert_eq!(r["missing"].as_u64(), Some(missing as u64), "{r}");
+    assert_eq!(r["bars"].as_u64(), Some(tuned as u64), "{r}");
+    assert!(
+        r["mapWidth"].as_u64().unwrap() > 200 && r["mapHeight"].as_u64().unwrap() > 60,
+        "laid out: {r}"
+    );
+}

@@ -11,10 +11,13 @@ mod misses;
 mod nearbench;
 mod export;
 mod profiles;
+mod png;
 mod progress;
 mod qualify;
+mod report;
 mod shapes;
 mod store;
+mod style;
 mod tune;
 mod verify;
 mod workload;
@@ -53,6 +56,9 @@ USAGE:
     tunedblas export --lib LIBROCBLAS --format gemm-tune|bench|tunableop [--out PATH]
         The profile as a ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH file, rocblas-bench lines, or
         TunableOp files PyTorch accepts unchanged.
+
+    tunedblas report --lib LIBROCBLAS [--out FILE.html] [--png FILE.png]
+        A self-contained HTML page and a PNG: coverage map and speedups of the profile.
 
     tunedblas help [SUBCOMMAND]
         This text, or a subcommand's options and examples.
@@ -191,6 +197,29 @@ EXAMPLES:
         --validators-from old/tunableop_results0.csv --out ./tunableop
 ";
 
+const HELP_REPORT: &str = "\
+tunedblas report (--lib LIBROCBLAS | --profile NAME) [--out FILE.html] [--png FILE.png] [options]
+
+Writes a self-contained HTML page (inline SVG and CSS; it loads nothing from the network)
+and the same figures as a PNG, for terminals and issues:
+  - a coverage map: one row per (N, K) layer shape, one column per token count M seen in
+    the profile or the recorded misses; each cell tuned (a rocBLAS solution row), Default
+    (the heuristic was best) or missing (no row);
+  - a speedup bar per tuned shape: heuristic time over served time, from the latest
+    campaign in provenance.json that measured it.
+
+OPTIONS:
+    --profiles DIR   the profile store (see `tunedblas help`)
+    --out FILE.html  default tunedblas-report-<profile>.html
+    --png FILE.png   default: the HTML file's name with .png; --no-png for none
+    --misses DIR     miss logs (or any tune input) whose shapes count as missing cells
+    --rank N         the rank file to show (default 0)
+    --json           the figures as JSON on stdout
+
+EXAMPLE:
+    tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
+";
+
 fn subcommand_help(cmd: &str) -> Option<String> {
     Some(match cmd {
         "tune" => format!(
@@ -208,6 +237,7 @@ fn subcommand_help(cmd: &str) -> Option<String> {
         "coverage" => coverage::help(),
         "misses" => misses::HELP.into(),
         "export" => HELP_EXPORT.into(),
+        "report" => HELP_REPORT.into(),
         "demo" => HELP.lines().skip(3).take(4).collect::<Vec<_>>().join("\n") + "\n",
         _ => return None,
     })
@@ -509,6 +539,7 @@ fn main() -> ExitCode {
         "profiles" => profiles_cmd(rest),
         "merge" => merge_cmd(rest),
         "export" => export::cmd(rest),
+        "report" => report::cmd(rest),
         "help" | "--help" | "-h" => {
             match rest.first() {
                 Some(sub) => match subcommand_help(sub) {
