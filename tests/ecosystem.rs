@@ -745,3 +745,101 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
         "laid out: {r}"
     );
 }
+
+#[test]
+fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
+    let dir = scratch("install");
+    let prefix = dir.join("prefix");
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/install"))
+        .args([
+            "--prefix",
+            prefix.to_str().unwrap(),
+            "--from",
+            target_dir().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    ok(&out);
+    let bin = prefix.join("bin/tunedblas");
+    let preload = prefix.join("lib/libtunedblas.so");
+    let store = prefix.join("share/tunedblas/profiles");
+    assert!(bin.is_file() && preload.is_file() && store.join("profiles.json").is_file());
+    assert!(prefix.join("share/doc/tunedblas/README.md").is_file());
+
+    // Nothing says where the profiles are: each finds the installed store by itself.
+    let bare = |cmd: &mut Command| {
+        host_env(cmd, &dir, false);
+        cmd.env_remove("TUNEDBLAS_PROFILE_DIR")
+            .env_remove("REFBLAS_TRACE")
+            .env("NO_COLOR", "1");
+    };
+    let lib = lib4();
+    let lib = lib.to_str().unwrap();
+    let mut tune = Command::new(&bin);
+    tune.args([
+        "tune",
+        "--lib",
+        lib,
+        "--arch",
+        "gfx1030",
+        "--shape",
+        "f16:TN:64:24:40",
+    ])
+    .args(["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"]);
+    bare(&mut tune);
+    let out = ok(&tune.output().unwrap());
+    assert!(
+        store
+            .join("rocblas-4.4.0.5f2e9c71/tunableop_results0.csv")
+            .is_file(),
+        "tuned into the installed store:\n{out}"
+    );
+
+    let mut env = Command::new(&bin);
+    env.args(["env", "--json", "--lib", lib]);
+    bare(&mut env);
+    let j: Value = serde_json::from_str(&ok(&env.output().unwrap())).unwrap();
+    assert!(j["libraries"][0]["profile"].is_string(), "{j}");
+    assert_eq!(
+        j["preload"].as_str(),
+        Some(std::fs::canonicalize(&preload).unwrap().to_str().unwrap()),
+        "{j}"
+    );
+    let miss = j["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "TUNEDBLAS_MISS_DIR")
+        .unwrap();
+    assert_eq!(miss["source"], "environment", "{j}");
+    assert!(j["snippets"]["vllm"]
+        .as_str()
+        .unwrap()
+        .contains(preload.file_name().unwrap().to_str().unwrap()));
+
+    // The installed verify finds the installed interposer (../lib) and every row is hit.
+    let mut verify = Command::new(&bin);
+    verify.args(["verify", "--lib", lib]);
+    bare(&mut verify);
+    ok(&verify.output().unwrap());
+
+    // A host under the installed preload, with no TUNEDBLAS_PROFILE_DIR: served, no miss.
+    let stats = dir.join("stats.json");
+    let mut host = Command::new(&artifacts().host4);
+    host.arg("ex:TN:h:64:24:40");
+    bare(&mut host);
+    host.env("LD_PRELOAD", &preload)
+        .env("TUNEDBLAS_STATS", &stats);
+    let out = host.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("auto-selected"),
+        "{}",
+        text(&out.stderr)
+    );
+    let s: Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert_eq!(s["missed_calls"], 0, "{s}");
+    assert_eq!(s["rows"], 1, "{s}");
+    assert_eq!(s["rows_hit"], 1, "{s}");
+}

@@ -9,6 +9,7 @@ mod curate;
 mod demo;
 mod misses;
 mod nearbench;
+mod env;
 mod export;
 mod profiles;
 mod png;
@@ -59,6 +60,9 @@ USAGE:
 
     tunedblas report --lib LIBROCBLAS [--out FILE.html] [--png FILE.png]
         A self-contained HTML page and a PNG: coverage map and speedups of the profile.
+
+    tunedblas env [--lib LIBROCBLAS] [--snippet vllm|systemd|docker] [--json]
+        Effective settings, the profile each rocBLAS here would get, deployment snippets.
 
     tunedblas help [SUBCOMMAND]
         This text, or a subcommand's options and examples.
@@ -220,6 +224,21 @@ EXAMPLE:
     tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
 ";
 
+const HELP_ENV: &str = "\
+tunedblas env [--lib LIBROCBLAS]... [--profiles DIR] [--snippet vllm|systemd|docker] [--json]
+
+Prints what the interposer would do here: where libtunedblas.so is, every TUNEDBLAS_*
+setting with its effective value and whether it comes from the environment or the
+default, and, for each rocBLAS found ($ROCM_PATH/lib, /opt/rocm/lib, LD_LIBRARY_PATH, or
+--lib), the profile a process loading it would get and why. Then copy-paste snippets with
+this installation's paths: a vLLM launcher script, a systemd unit and a Dockerfile.
+
+EXAMPLES:
+    tunedblas env
+    tunedblas env --lib ~/venv/lib/python3.12/site-packages/torch/lib/librocblas.so
+    tunedblas env --snippet vllm > vllm-tuned && chmod +x vllm-tuned
+";
+
 fn subcommand_help(cmd: &str) -> Option<String> {
     Some(match cmd {
         "tune" => format!(
@@ -237,6 +256,7 @@ fn subcommand_help(cmd: &str) -> Option<String> {
         "coverage" => coverage::help(),
         "misses" => misses::HELP.into(),
         "export" => HELP_EXPORT.into(),
+        "env" => HELP_ENV.into(),
         "report" => HELP_REPORT.into(),
         "demo" => HELP.lines().skip(3).take(4).collect::<Vec<_>>().join("\n") + "\n",
         _ => return None,
@@ -539,6 +559,7 @@ fn main() -> ExitCode {
         "profiles" => profiles_cmd(rest),
         "merge" => merge_cmd(rest),
         "export" => export::cmd(rest),
+        "env" => env::cmd(rest),
         "report" => report::cmd(rest),
         "help" | "--help" | "-h" => {
             match rest.first() {
