@@ -637,7 +637,15 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
         .filter(|r| r.1.starts_with("Gemm_Rocblas_"))
         .count();
     let default = rows.iter().filter(|r| r.1 == "Default").count();
-    // Two layers x three token counts (8, 16, 24); the missing cells are what rows lack.
+    // The four shapes as an untuned file, given as recorded misses: whatever rows the
+    // campaign wrote, the map has two layers x three token counts (8, 16, 24), and the
+    // missing cells are what the rows lack.
+    let shapes = dir.join("shapes.csv");
+    let lines: String = [(64, 8, 40), (64, 16, 40), (64, 24, 40), (96, 16, 32)]
+        .iter()
+        .map(|&(n, m, k)| format!("{}\n", key_text(&spec_key(&format!("ex:TN:h:{n}:{m}:{k}")))))
+        .collect();
+    std::fs::write(&shapes, lines).unwrap();
     let missing = 2 * 3 - tuned - default;
 
     let html = dir.join("out/report.html");
@@ -654,12 +662,20 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
             html.to_str().unwrap(),
             "--png",
             png.to_str().unwrap(),
+            "--misses",
+            shapes.to_str().unwrap(),
             "--json",
         ],
     )
     .output()
     .unwrap());
     let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        j["report"]["columns"],
+        serde_json::json!([8, 16, 24]),
+        "{j}"
+    );
+    assert_eq!(j["report"]["rows"].as_array().unwrap().len(), 2, "{j}");
     let counts = &j["report"]["counts"];
     assert_eq!(
         (
