@@ -811,6 +811,25 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
             .is_file(),
         "tuned into the installed store:\n{out}"
     );
+    // A campaign may find the shape undecidable and write no row; the serving half of this
+    // test needs one, so the heuristic's row stands in then.
+    let folder = store.join("rocblas-4.4.0.5f2e9c71");
+    for f in std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+    {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("tunableop_results") && name.ends_with(".csv") {
+            let body = std::fs::read_to_string(&f).unwrap();
+            if !body.contains(&miss_line("ex:TN:h:64:24:40")) {
+                std::fs::write(
+                    &f,
+                    format!("{body}{}\n", row("ex:TN:h:64:24:40", "Default")),
+                )
+                .unwrap();
+            }
+        }
+    }
 
     let mut env = Command::new(&bin);
     env.args(["env", "--json", "--lib", lib]);
