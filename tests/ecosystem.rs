@@ -646,7 +646,9 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
         .map(|&(n, m, k)| format!("{}\n", key_text(&spec_key(&format!("ex:TN:h:{n}:{m}:{k}")))))
         .collect();
     std::fs::write(&shapes, lines).unwrap();
-    let missing = 2 * 3 - tuned - default;
+    // Cells without a row are near (a row of the layer within TUNEDBLAS_NEAR tokens) or
+    // missing.
+    let gaps = 2 * 3 - tuned - default;
 
     let html = dir.join("out/report.html");
     let png = dir.join("out/report.png");
@@ -667,6 +669,7 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
             "--json",
         ],
     )
+    .env("TUNEDBLAS_NEAR", "32")
     .output()
     .unwrap());
     let j: Value = serde_json::from_str(&out).unwrap();
@@ -678,18 +681,27 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     assert_eq!(j["report"]["rows"].as_array().unwrap().len(), 2, "{j}");
     let counts = &j["report"]["counts"];
     assert_eq!(
-        (
-            counts["tuned"].as_u64(),
-            counts["default"].as_u64(),
-            counts["missing"].as_u64()
-        ),
-        (
-            Some(tuned as u64),
-            Some(default as u64),
-            Some(missing as u64)
-        ),
+        (counts["tuned"].as_u64(), counts["default"].as_u64()),
+        (Some(tuned as u64), Some(default as u64)),
         "{j}"
     );
+    let (near, missing) = (
+        counts["near"].as_u64().unwrap(),
+        counts["missing"].as_u64().unwrap(),
+    );
+    assert_eq!(near + missing, gaps as u64, "{j}");
+    // With a window of 32 every gap of a layer that has any row is near (its columns are
+    // at most 16 apart); a layer without rows is all missing.
+    for row in j["report"]["rows"].as_array().unwrap() {
+        let st: Vec<&str> = row["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c[0].as_str().unwrap())
+            .collect();
+        let has_row = st.iter().any(|s| *s == "tuned" || *s == "default");
+        assert_eq!(st.contains(&"missing"), !has_row, "{row}");
+    }
     let bars = j["report"]["bars"].as_array().unwrap();
     assert_eq!(
         bars.len(),
@@ -754,7 +766,8 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     let r: Value = serde_json::from_str(rendered).unwrap_or_else(|e| panic!("{e}: {rendered}"));
     assert_eq!(r["tuned"].as_u64(), Some(tuned as u64), "{r}");
     assert_eq!(r["default"].as_u64(), Some(default as u64), "{r}");
-    assert_eq!(r["missing"].as_u64(), Some(missing as u64), "{r}");
+    assert_eq!(r["near"].as_u64(), Some(near), "{r}");
+    assert_eq!(r["missing"].as_u64(), Some(missing), "{r}");
     assert_eq!(r["bars"].as_u64(), Some(tuned as u64), "{r}");
     assert!(
         r["mapWidth"].as_u64().unwrap() > 200 && r["mapHeight"].as_u64().unwrap() > 60,

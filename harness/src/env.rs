@@ -31,7 +31,7 @@ fn var(name: &str) -> Option<String> {
 /// The settings as the interposer reads them (cdylib/src/runtime.rs `Config::from_env`).
 pub fn settings(profile_dir: &Path) -> Vec<Setting> {
     let cache = identity::user_cache_dir();
-    let rows: [(&'static str, String, &'static str); 8] = [
+    let rows: [(&'static str, String, &'static str); 9] = [
         (
             "TUNEDBLAS_PROFILE_DIR",
             profile_dir.display().to_string(),
@@ -66,6 +66,11 @@ pub fn settings(profile_dir: &Path) -> Vec<Setting> {
             "TUNEDBLAS_LOG",
             "info".into(),
             "quiet, info or debug (stderr, rate-limited)",
+        ),
+        (
+            "TUNEDBLAS_NEAR",
+            tunedblas_core::near::DEFAULT_WINDOW.to_string(),
+            "serve a missed token count from the layer's nearest row within this many tokens (validated first); 0 or off: never",
         ),
         (
             "TUNEDBLAS_STATS",

@@ -7,12 +7,12 @@ mod cli;
 mod coverage;
 mod curate;
 mod demo;
-mod misses;
-mod nearbench;
 mod env;
 mod export;
-mod profiles;
+mod misses;
+mod nearbench;
 mod png;
+mod profiles;
 mod progress;
 mod qualify;
 mod report;
@@ -207,8 +207,9 @@ tunedblas report (--lib LIBROCBLAS | --profile NAME) [--out FILE.html] [--png FI
 Writes a self-contained HTML page (inline SVG and CSS; it loads nothing from the network)
 and the same figures as a PNG, for terminals and issues:
   - a coverage map: one row per (N, K) layer shape, one column per token count M seen in
-    the profile or the recorded misses; each cell tuned (a rocBLAS solution row), Default
-    (the heuristic was best) or missing (no row);
+    the profile or the recorded misses; each cell tuned (a rocBLAS solution row or a
+    matching `*` row), Default (the heuristic was best), near (no row, but the layer's
+    nearest row within TUNEDBLAS_NEAR tokens is tried) or missing;
   - a speedup bar per tuned shape: heuristic time over served time, from the latest
     campaign in provenance.json that measured it.
 

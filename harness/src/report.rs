@@ -3,9 +3,10 @@
 //!
 //! - The coverage map: one row per (N, K) layer shape (rocBLAS m and k, with layout, type
 //!   and batch), one column per token count M (rocBLAS n) seen anywhere: in the profile or
-//!   among recorded misses (`--misses`). A cell is *tuned* (a rocBLAS solution row),
-//!   *Default* (the heuristic was best) or *missing* (no row: another layer has this token
-//!   count, or it was recorded as a miss). Near-miss serving is not in the map yet.
+//!   among recorded misses (`--misses`). A cell is *tuned* (a rocBLAS solution row, or a
+//!   `*` wildcard row that matches), *Default* (the heuristic was best), *near* (no row, but
+//!   the interposer would try the same layer's row at the nearest token count within the
+//!   `TUNEDBLAS_NEAR` window, validated at run time) or *missing* (nothing).
 //! - Speedup bars: per tuned shape, the heuristic's time over the served solution's, from
 //!   the latest campaign in `provenance.json` that measured the shape.
 
@@ -14,8 +15,12 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use serde_json::Value;
+use tunedblas_core::family::{family_of, instantiate};
 use tunedblas_core::key::{Batching, ProblemKey};
+use tunedblas_core::near::{self, NearIndex};
+use tunedblas_core::profile;
 use tunedblas_core::registry::Provenance;
+use tunedblas_core::table::Action;
 use tunedblas_core::tunableop::{self, KeyParse, Solution};
 
 use crate::backend::Error;
@@ -30,6 +35,7 @@ use crate::Failure;
 pub enum Status {
     Tuned,
     Default,
+    Near,
     Missing,
 }
 
@@ -38,6 +44,7 @@ impl Status {
         match self {
             Status::Tuned => "tuned",
             Status::Default => "default",
+            Status::Near => "near",
             Status::Missing => "missing",
         }
     }
@@ -45,6 +52,7 @@ impl Status {
         match self {
             Status::Tuned => TUNED_RGB,
             Status::Default => DEFAULT_RGB,
+            Status::Near => NEAR_RGB,
             Status::Missing => MISSING_RGB,
         }
     }
@@ -52,6 +60,7 @@ impl Status {
 
 pub const TUNED_RGB: Rgb = [46, 157, 74];
 pub const DEFAULT_RGB: Rgb = [154, 163, 173];
+pub const NEAR_RGB: Rgb = [176, 214, 150];
 pub const MISSING_RGB: Rgb = [240, 168, 140];
 const BAR_RGB: Rgb = [59, 111, 212];
 const INK: Rgb = [30, 30, 30];
@@ -83,6 +92,7 @@ pub struct Bar {
 pub struct Counts {
     pub tuned: usize,
     pub default: usize,
+    pub near: usize,
     pub missing: usize,
 }
 
@@ -98,19 +108,26 @@ pub struct Data {
     pub rows: Vec<MapRow>,
     pub counts: Counts,
     pub bars: Vec<Bar>,
+    /// The near-serving window the map assumed (0: near serving off).
+    pub near_window: i64,
 }
 
-/// The (N, K) row a key belongs to: everything but the token count.
+/// The (N, K) row a key belongs to: its family, everything but the token count.
 fn row_key(k: &ProblemKey) -> ProblemKey {
-    let mut r = *k;
-    r.n = 0;
-    r.ldb = 0;
-    r.ldc = 0;
-    r.ldd = 0;
-    r.stride_b = 0;
-    r.stride_c = 0;
-    r.stride_d = 0;
-    r
+    family_of(k)
+}
+
+/// The near-serving window the interposer would use here (`TUNEDBLAS_NEAR`).
+pub fn near_window() -> i64 {
+    match std::env::var("TUNEDBLAS_NEAR")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .as_deref()
+    {
+        None => near::DEFAULT_WINDOW,
+        Some("off" | "no" | "false") => 0,
+        Some(v) => v.parse::<i64>().map_or(near::DEFAULT_WINDOW, |w| w.max(0)),
+    }
 }
 
 fn row_label(k: &ProblemKey) -> String {
@@ -142,8 +159,9 @@ fn row_label(k: &ProblemKey) -> String {
     s
 }
 
-/// Builds the figures from the profile's rank file, its provenance and extra missed keys.
-pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey]) -> Result<Data, Error> {
+/// Builds the figures from the profile's rank file, its provenance and extra missed keys;
+/// `window` is the near-serving window (0: none).
+pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey], window: i64) -> Result<Data, Error> {
     let path = p.rank_file(rank)?;
     let file = tunableop::read(path)
         .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
@@ -160,6 +178,31 @@ pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey]) -> Result<Data, Err
         grid.entry(row_key(k)).or_default();
     }
     let columns: Vec<i64> = columns.into_iter().collect();
+    // What the interposer would do for a key without a row: a matching `*` row, or the
+    // nearest row of the layer.
+    let loaded = profile::load_tables(&p.dir);
+    let table = loaded.table_for(rank as i32);
+    let index = table.map(NearIndex::new);
+    let fallback = |family: &ProblemKey, m: i64| -> Option<(Status, String)> {
+        let key = instantiate(family, m)?;
+        if let Some(e) = table.and_then(|t| t.get_wildcard(&key)) {
+            return Some(match e.action {
+                Action::Solution(id) => {
+                    (Status::Tuned, format!("Gemm_Rocblas_{id} (wildcard row)"))
+                }
+                Action::Default => (Status::Default, "Default (wildcard row)".into()),
+            });
+        }
+        let (near_m, action) = index.as_ref()?.nearest(&key, window)?;
+        let what = match action {
+            Action::Solution(id) => format!("Gemm_Rocblas_{id}"),
+            Action::Default => "Default".into(),
+        };
+        Some((
+            Status::Near,
+            format!("near: the M={near_m} row ({what}), if it validates"),
+        ))
+    };
     let mut counts = Counts::default();
     let rows: Vec<MapRow> = grid
         .iter()
@@ -168,17 +211,21 @@ pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey]) -> Result<Data, Err
             cells: columns
                 .iter()
                 .map(|m| {
-                    let status = match cells.get(m) {
-                        Some(Solution::Rocblas(_)) => Status::Tuned,
-                        Some(_) => Status::Default,
-                        None => Status::Missing,
+                    let (status, text) = match cells.get(m) {
+                        Some(s @ Solution::Rocblas(_)) => (Status::Tuned, Some(s.to_string())),
+                        Some(s) => (Status::Default, Some(s.to_string())),
+                        None => match fallback(rk, *m) {
+                            Some((st, t)) => (st, Some(t)),
+                            None => (Status::Missing, None),
+                        },
                     };
                     match status {
                         Status::Tuned => counts.tuned += 1,
                         Status::Default => counts.default += 1,
+                        Status::Near => counts.near += 1,
                         Status::Missing => counts.missing += 1,
                     }
-                    (status, cells.get(m).map(|s| s.to_string()))
+                    (status, text)
                 })
                 .collect(),
         })
@@ -250,6 +297,7 @@ pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey]) -> Result<Data, Err
         rows,
         counts,
         bars,
+        near_window: window,
     })
 }
 
@@ -358,7 +406,7 @@ h1 {{ font-size: 20px; margin: 0 0 4px; }}
 .legend span {{ display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 14px; vertical-align: -1px; }}
 svg text {{ font: 11px system-ui, sans-serif; fill: #1e1e1e; }}
 svg text.row {{ text-anchor: end; }}
-rect.tuned {{ fill: {tuned}; }} rect.default {{ fill: {default}; }} rect.missing {{ fill: {missing}; }}
+rect.tuned {{ fill: {tuned}; }} rect.default {{ fill: {default}; }} rect.near {{ fill: {near}; }} rect.missing {{ fill: {missing}; }}
 rect.bar {{ fill: {bar}; }} line.one {{ stroke: #1e1e1e; stroke-dasharray: 3 3; }}
 .counts b {{ font-size: 16px; }}
 pre#rendered {{ color: #888; font-size: 11px; }}
@@ -366,10 +414,10 @@ pre#rendered {{ color: #888; font-size: 11px; }}
 <body>
 <h1>tunedblas profile <code>{name}</code></h1>
 <div class="meta">rocBLAS {rocblas} &middot; arch {arch} &middot; build <code>{sha}</code> &middot; rank {rank}</div>
-<p class="counts"><b id="n-tuned">{nt}</b> tuned &middot; <b id="n-default">{nd}</b> Default &middot; <b id="n-missing">{nm}</b> missing, over {rows} (N, K) rows and {cols} token counts M.
+<p class="counts"><b id="n-tuned">{nt}</b> tuned &middot; <b id="n-default">{nd}</b> Default &middot; <b id="n-near">{nn}</b> near &middot; <b id="n-missing">{nm}</b> missing, over {rows} (N, K) rows and {cols} token counts M.
 Speedup over the heuristic: geometric mean <b id="geomean">{gm}</b> across {nb} measured shapes.</p>
 <h2>Coverage</h2>
-<div class="legend"><span style="background:{tuned}"></span>tuned (a rocBLAS solution row)<span style="background:{default}"></span>Default (the heuristic was best)<span style="background:{missing}"></span>missing (no row for this token count)</div>
+<div class="legend"><span style="background:{tuned}"></span>tuned (a rocBLAS solution row)<span style="background:{default}"></span>Default (the heuristic was best)<span style="background:{near}"></span>near (no row; the nearest row of the layer within {window} tokens is tried)<span style="background:{missing}"></span>missing (no row)</div>
 {svg}
 <h2>Speedup per tuned shape</h2>
 {bars_section}
@@ -379,7 +427,7 @@ Speedup over the heuristic: geometric mean <b id="geomean">{gm}</b> across {nb} 
   var n = function (s) {{ return document.querySelectorAll(s).length; }};
   var r = document.getElementById("map").getBoundingClientRect();
   document.getElementById("rendered").textContent = JSON.stringify({{
-    tuned: n("#map rect.tuned"), "default": n("#map rect.default"), missing: n("#map rect.missing"),
+    tuned: n("#map rect.tuned"), "default": n("#map rect.default"), near: n("#map rect.near"), missing: n("#map rect.missing"),
     bars: n("#bars rect.bar"), mapWidth: Math.round(r.width), mapHeight: Math.round(r.height)
   }});
 }})();
@@ -393,12 +441,15 @@ Speedup over the heuristic: geometric mean <b id="geomean">{gm}</b> across {nb} 
         rank = d.rank,
         nt = d.counts.tuned,
         nd = d.counts.default,
+        nn = d.counts.near,
         nm = d.counts.missing,
+        window = d.near_window,
         rows = d.rows.len(),
         cols = cols,
         nb = d.bars.len(),
         tuned = hex(TUNED_RGB),
         default = hex(DEFAULT_RGB),
+        near = hex(NEAR_RGB),
         missing = hex(MISSING_RGB),
         bar = hex(BAR_RGB),
     )
@@ -435,8 +486,8 @@ pub fn png(d: &Data) -> Canvas {
         8,
         8,
         &format!(
-            "TUNEDBLAS {} ({} TUNED, {} DEFAULT, {} MISSING)",
-            d.profile, d.counts.tuned, d.counts.default, d.counts.missing
+            "TUNEDBLAS {} ({} TUNED, {} DEFAULT, {} NEAR, {} MISSING)",
+            d.profile, d.counts.tuned, d.counts.default, d.counts.near, d.counts.missing
         ),
         2,
         INK,
@@ -508,7 +559,7 @@ pub fn cmd(rest: &[String]) -> Result<(), Failure> {
             .map(|s| s.key)
             .collect()
     };
-    let data = build(&p, rank, &missed)?;
+    let data = build(&p, rank, &missed, near_window())?;
     let html_path = a
         .path("--out")
         .unwrap_or_else(|| PathBuf::from(format!("tunedblas-report-{}.html", p.name)));
@@ -537,12 +588,13 @@ pub fn cmd(rest: &[String]) -> Result<(), Failure> {
     let on = style::enabled(style::STDOUT);
     let c = &data.counts;
     println!(
-        "profile '{}' (rocBLAS {}, build {}): {} tuned, {} Default, {} missing over {} (N, K) rows x {} token counts",
+        "profile '{}' (rocBLAS {}, build {}): {} tuned, {} Default, {} near, {} missing over {} (N, K) rows x {} token counts",
         data.profile,
         data.rocblas.as_deref().unwrap_or("unknown"),
         p.short(),
         style::paint(&c.tuned.to_string(), Colour::Green, on),
         style::paint(&c.default.to_string(), Colour::Grey, on),
+        c.near,
         style::paint(&c.missing.to_string(), Colour::Red, on),
         data.rows.len(),
         data.columns.len()
@@ -586,7 +638,16 @@ mod tests {
     }
 
     fn data() -> Data {
-        let dir = std::env::temp_dir().join(format!("tunedblas-report-{}", std::process::id()));
+        data_with(0)
+    }
+
+    fn data_with(window: i64) -> Data {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tunedblas-report-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut text = String::from("Validator,ROCBLAS_VERSION,4.4.0\n");
@@ -617,7 +678,7 @@ mod tests {
             arch: None,
             ranks: vec![(0, dir.join("tunableop_results0.csv"))],
         };
-        build(&p, 0, &[key(64, 99, 32), key(256, 8, 8)]).unwrap()
+        build(&p, 0, &[key(64, 99, 32), key(256, 8, 8)], window).unwrap()
     }
 
     #[test]
@@ -650,6 +711,36 @@ mod tests {
             assert!(!page.contains(remote), "self-contained: no {remote}");
         }
         assert!(page.contains("<b id=\"geomean\">1.73x</b>"), "sqrt(2*1.5)");
+    }
+
+    #[test]
+    fn near_cells_are_the_missing_ones_within_the_window_of_a_row() {
+        // Layer 64x32 has rows at M=8 and 16: M=32 is 16 away, M=99 83 away. Layer
+        // 128x64 has rows at 8 and 32: M=16 is 8 away, M=99 67. Layer 256x8 has none.
+        let d = data_with(20);
+        let first: Vec<Status> = d.rows[0].cells.iter().map(|c| c.0).collect();
+        assert_eq!(
+            first,
+            [
+                Status::Tuned,
+                Status::Default,
+                Status::Near,
+                Status::Missing
+            ]
+        );
+        let second: Vec<Status> = d.rows[1].cells.iter().map(|c| c.0).collect();
+        assert_eq!(
+            second,
+            [Status::Tuned, Status::Near, Status::Tuned, Status::Missing]
+        );
+        assert_eq!((d.counts.near, d.counts.missing), (2, 6));
+        assert!(
+            d.rows[0].cells[2].1.as_deref().unwrap().contains("M=16"),
+            "{:?}",
+            d.rows[0]
+        );
+        let page = html(&d);
+        assert_eq!(page.matches("class=\"cell near\"").count(), 2);
     }
 
     #[test]
