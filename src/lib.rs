@@ -6,6 +6,7 @@
 //! - [`rocblas`]: rocBLAS call arguments -> problem keys.
 //! - [`registry`]: `profiles.json` and `provenance.json`.
 //! - [`identity`]: which library build is loaded (file, inode check, cached sha256).
+//! - [`formats`]: rocBLAS bench and profile logs, rocblas-gemm-tune CSV, PyTorch exports.
 //! - [`table`]: the immutable lookup table the interposer serves from.
 //! - [`profile`]: choosing the profile for the loaded build, loading its rank tables.
 //! - [`misslog`]: the durable record of shapes that had no row.
@@ -20,6 +21,7 @@ pub mod abi;
 pub mod coverage;
 pub mod cublaslt;
 pub mod family;
+pub mod formats;
 pub mod identity;
 pub mod key;
 pub mod misses;

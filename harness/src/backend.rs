@@ -763,10 +763,13 @@ impl<'a> Problem<'a> {
 }
 
 impl Library {
-    /// The harness's own shared objects live beside its binary (`target/<profile>/`).
+    /// The harness's own shared objects live beside its binary (`target/<profile>/`), or in
+    /// `<prefix>/lib` of an installed copy (`<prefix>/bin/tunedblas`).
     pub fn beside_exe(name: &str) -> Option<PathBuf> {
         let exe = std::env::current_exe().ok()?;
-        let p = exe.parent()?.join(name);
-        p.is_file().then_some(p)
+        let dir = exe.parent()?;
+        [dir.join(name), dir.join("../lib").join(name)]
+            .into_iter()
+            .find(|p| p.is_file())
     }
 }

@@ -7,13 +7,18 @@ mod cli;
 mod coverage;
 mod curate;
 mod demo;
+mod env;
+mod export;
 mod misses;
 mod nearbench;
+mod png;
 mod profiles;
 mod progress;
 mod qualify;
+mod report;
 mod shapes;
 mod store;
+mod style;
 mod tune;
 mod verify;
 mod workload;
@@ -49,6 +54,16 @@ USAGE:
     tunedblas misses [DIR|FILE ...] [--top N] [--json] [--out FILE]
         Add up the miss logs of every process and rank; rank the gaps by calls x FLOPs.
 
+    tunedblas export --lib LIBROCBLAS --format gemm-tune|bench|tunableop [--out PATH]
+        The profile as a ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH file, rocblas-bench lines, or
+        TunableOp files PyTorch accepts unchanged.
+
+    tunedblas report --lib LIBROCBLAS [--out FILE.html] [--png FILE.png]
+        A self-contained HTML page and a PNG: coverage map and speedups of the profile.
+
+    tunedblas env [--lib LIBROCBLAS] [--snippet vllm|systemd|docker] [--json]
+        Effective settings, the profile each rocBLAS here would get, deployment snippets.
+
     tunedblas help [SUBCOMMAND]
         This text, or a subcommand's options and examples.
 
@@ -72,7 +87,9 @@ rest timed; then heuristic, current row and new best are re-timed interleaved an
 
 const HELP_TUNE_OPTIONS: &str = "
 INPUT: miss-log folders (TUNEDBLAS_MISS_DIR), PyTorch untuned files, TunableOp results
-files (their shapes only: ids are never reused), files or folders.
+files (their shapes only: ids are never reused), rocBLAS bench logs (ROCBLAS_LAYER=2) and
+profile logs (ROCBLAS_LAYER=4; both give call counts), rocblas-gemm-tune CSV; files or
+folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its content.
 
 OPTIONS:
     --shape TYPE:AB:M:N:K[:BATCH]  an explicit shape, e.g. f16:TN:4096:256:4096 (repeatable)
@@ -99,6 +116,8 @@ An interrupted campaign resumes: run the same command again.
 EXAMPLES:
     tunedblas tune --lib /opt/rocm/lib/librocblas.so.5 ~/.cache/tunedblas/misses
     tunedblas tune --lib librocblas.so.5 --shape f16:TN:5120:512:5120 --devices 0,1,2,3
+    ROCBLAS_LAYER=6 ROCBLAS_LOG_BENCH_PATH=$PWD/bench.log ROCBLAS_LOG_PROFILE_PATH=$PWD/prof.yaml <server>
+    tunedblas tune --lib librocblas.so.5 bench.log prof.yaml
     tunedblas tune --lib librocblas.so.5 --retune --shard 0/2   # on machine A; 1/2 on B
 ";
 
@@ -152,6 +171,76 @@ EXAMPLE:
     tunedblas merge --lib librocblas.so.5 shard0/profiles shard1/profiles
 ";
 
+const HELP_EXPORT: &str = "\
+tunedblas export (--lib LIBROCBLAS | --profile NAME) --format FORMAT [--out PATH] [options]
+
+Writes the profile of the build at LIBROCBLAS (matched by sha256) in another tool's format:
+  gemm-tune   a rocblas-gemm-tune CSV for ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH, for hosts where
+              LD_PRELOAD is not allowed. Valid ONLY for that build (its comment lines say
+              which): rocBLAS does not check. Tensile matches beta exactly (--beta 0,1 writes
+              both); rows with flags, ldd != ldc, mixed c/d types or Default have no form.
+  bench       rocblas-bench command lines: each row, then the heuristic on the same problem,
+              to check a row with AMD's own tool.
+  tunableop   PyTorch TunableOp results files PyTorch accepts unchanged: one per rank
+              (--out DIR), or one rank (--out FILE.csv, or stdout; --rank N). PyTorch drops a
+              file whose validators differ from its own in any key or value, so they come
+              from --validators-from FILE (a tunableop_results file PyTorch wrote on the
+              target) and --validator KEY=VALUE. Extension rows are left out; PyTorch < 2.7
+              gets its older signature form.
+
+OPTIONS:
+    --profiles DIR   the profile store (see `tunedblas help`)
+    --out PATH       where to write (default stdout); --json prints a summary of it
+    --rank N         the rank file to export (default 0)
+    --force          export for PyTorch validators that name another rocBLAS version
+
+EXAMPLES:
+    tunedblas export --lib /opt/rocm/lib/librocblas.so.4 --format gemm-tune --out override.csv
+    ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH=$PWD/override.csv python serve.py
+    tunedblas export --lib librocblas.so.5 --format bench --out check.sh
+    tunedblas export --lib $TORCH/lib/librocblas.so --format tunableop \\
+        --validators-from old/tunableop_results0.csv --out ./tunableop
+";
+
+const HELP_REPORT: &str = "\
+tunedblas report (--lib LIBROCBLAS | --profile NAME) [--out FILE.html] [--png FILE.png] [options]
+
+Writes a self-contained HTML page (inline SVG and CSS; it loads nothing from the network)
+and the same figures as a PNG, for terminals and issues:
+  - a coverage map: one row per (N, K) layer shape, one column per token count M seen in
+    the profile or the recorded misses; each cell tuned (a rocBLAS solution row or a
+    matching `*` row), Default (the heuristic was best), near (no row, but the layer's
+    nearest row within TUNEDBLAS_NEAR tokens is tried) or missing;
+  - a speedup bar per tuned shape: heuristic time over served time, from the latest
+    campaign in provenance.json that measured it.
+
+OPTIONS:
+    --profiles DIR   the profile store (see `tunedblas help`)
+    --out FILE.html  default tunedblas-report-<profile>.html
+    --png FILE.png   default: the HTML file's name with .png; --no-png for none
+    --misses DIR     miss logs (or any tune input) whose shapes count as missing cells
+    --rank N         the rank file to show (default 0)
+    --json           the figures as JSON on stdout
+
+EXAMPLE:
+    tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
+";
+
+const HELP_ENV: &str = "\
+tunedblas env [--lib LIBROCBLAS]... [--profiles DIR] [--snippet vllm|systemd|docker] [--json]
+
+Prints what the interposer would do here: where libtunedblas.so is, every TUNEDBLAS_*
+setting with its effective value and whether it comes from the environment or the
+default, and, for each rocBLAS found ($ROCM_PATH/lib, /opt/rocm/lib, LD_LIBRARY_PATH, or
+--lib), the profile a process loading it would get and why. Then copy-paste snippets with
+this installation's paths: a vLLM launcher script, a systemd unit and a Dockerfile.
+
+EXAMPLES:
+    tunedblas env
+    tunedblas env --lib ~/venv/lib/python3.12/site-packages/torch/lib/librocblas.so
+    tunedblas env --snippet vllm > vllm-tuned && chmod +x vllm-tuned
+";
+
 fn subcommand_help(cmd: &str) -> Option<String> {
     Some(match cmd {
         "tune" => format!(
@@ -168,6 +257,9 @@ fn subcommand_help(cmd: &str) -> Option<String> {
         "merge" => HELP_MERGE.into(),
         "coverage" => coverage::help(),
         "misses" => misses::HELP.into(),
+        "export" => HELP_EXPORT.into(),
+        "env" => HELP_ENV.into(),
+        "report" => HELP_REPORT.into(),
         "demo" => HELP.lines().skip(3).take(4).collect::<Vec<_>>().join("\n") + "\n",
         _ => return None,
     })
@@ -468,6 +560,9 @@ fn main() -> ExitCode {
         "verify" => verify_cmd(rest),
         "profiles" => profiles_cmd(rest),
         "merge" => merge_cmd(rest),
+        "export" => export::cmd(rest),
+        "env" => env::cmd(rest),
+        "report" => report::cmd(rest),
         "help" | "--help" | "-h" => {
             match rest.first() {
                 Some(sub) => match subcommand_help(sub) {

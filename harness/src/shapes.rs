@@ -1,5 +1,7 @@
 //! Where a campaign's shapes come from: our miss logs, PyTorch untuned files, TunableOp
-//! result files (re-tune) and explicit shape specs.
+//! result files (re-tune), rocBLAS bench logs (`ROCBLAS_LAYER=2`) and profile logs
+//! (`ROCBLAS_LAYER=4`, with call counts), rocblas-gemm-tune CSV, and explicit shape specs.
+//! The format of each file is told by its content ([`formats::detect`]).
 //!
 //! All three file kinds share TunableOp's first two fields (`op_name,params_signature`), so
 //! one reader takes any of them, file or folder. Solutions in result files are never carried
@@ -10,6 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tunedblas_core::abi;
+use tunedblas_core::formats;
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
 use tunedblas_core::tunableop::{self, KeyParse};
 
@@ -61,7 +64,11 @@ fn csv_files(path: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
         .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "csv") && p.is_file())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|x| ["csv", "log", "txt", "yaml", "yml"].iter().any(|e| x == *e))
+                && p.is_file()
+        })
         .collect();
     files.sort();
     Ok(files)
@@ -89,6 +96,10 @@ pub fn collect(inputs: &[PathBuf], specs: &[&str]) -> Result<Collected> {
             let text = std::fs::read(f)
                 .map_err(|e| Error::new(format!("cannot read {}: {e}", f.display())))?;
             let text = String::from_utf8_lossy(&text);
+            if let Some(parsed) = formats::parse(formats::detect(&text), &text) {
+                add_foreign(&mut out, &mut index, f, &text, parsed);
+                continue;
+            }
             let mut rows_with_solutions = 0;
             let mut version = None;
             for (n, line) in text.lines().enumerate() {
@@ -158,6 +169,34 @@ pub fn collect(inputs: &[PathBuf], specs: &[&str]) -> Result<Collected> {
         out.add(parse_spec(spec)?, 0, &mut index);
     }
     Ok(out)
+}
+
+/// Adds what a rocBLAS bench or profile log or a rocblas-gemm-tune CSV names.
+fn add_foreign(
+    out: &mut Collected,
+    index: &mut HashMap<ProblemKey, usize>,
+    file: &Path,
+    text: &str,
+    parsed: formats::Parsed,
+) {
+    let format = formats::detect(text);
+    for s in parsed.skipped {
+        out.skipped
+            .push(format!("{}:{}: {}", file.display(), s.line, s.reason));
+    }
+    let with_ids = parsed
+        .entries
+        .iter()
+        .filter(|e| e.solution.is_some())
+        .count();
+    for e in parsed.entries {
+        out.add(e.key, e.calls, index);
+    }
+    if format == formats::Format::GemmTune && with_ids > 0 {
+        // Its solution indices belong to the build it was tuned on: shapes only.
+        out.imported
+            .push((file.display().to_string(), None, with_ids));
+    }
 }
 
 /// `TYPE:AB:M:N:K[:BATCH]`, packed layout: `f16:TN:4096:256:4096` is what PyTorch issues
@@ -235,6 +274,55 @@ mod tests {
             let e = parse_spec(bad).unwrap_err();
             assert!(e.msg.contains(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn rocblas_logs_and_gemm_tune_csv_give_shapes_with_calls() {
+        let d = tmp("rocblas-formats");
+        let k = parse_spec("f16:TN:512:16:256").unwrap();
+        let bench = tunedblas_core::formats::bench::command(&k, None).unwrap();
+        std::fs::write(
+            d.join("bench.log"),
+            format!("{bench}\nnoise\n{bench}\n./rocblas-bench -f gemm_ex -m x\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("profile.yaml"),
+            "- { rocblas_function: \"rocblas_sgemm\", transA: 'N', transB: 'N', M: 8, N: 8, K: 8, alpha: 1.0, lda: 8, ldb: 8, beta: 0.0, ldc: 8, call_count: 5 }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("tune.csv"),
+            format!(
+                "{}\nT,N,512,16,1,256,1,0,256,256,512,f16_r,f16_r,f32_r,9\n",
+                tunedblas_core::formats::gemm_tune::HEADER
+            ),
+        )
+        .unwrap();
+        let c = collect(&[d.clone()], &[]).unwrap();
+        let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
+        assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
+        assert_eq!(
+            calls[&k], 2,
+            "two bench lines; the gemm-tune row adds no calls"
+        );
+        assert_eq!(calls[&parse_spec("f32:NN:8:8:8").unwrap()], 5);
+        let bad: Vec<&String> = c
+            .skipped
+            .iter()
+            .filter(|s| s.contains("bench.log:"))
+            .collect();
+        assert_eq!(bad.len(), 2, "{:?}", c.skipped);
+        assert!(
+            bad[0].contains("bench.log:2:") && bad[1].contains("bench.log:4:"),
+            "{bad:?}"
+        );
+        assert_eq!(
+            c.imported.len(),
+            1,
+            "the gemm-tune CSV carries ids: {:?}",
+            c.imported
+        );
     }
 
     #[test]

@@ -1,0 +1,411 @@
+//! `tunedblas env`: the effective settings, the profile each rocBLAS on this machine would
+//! get, and copy-paste snippets (a vLLM launcher, a systemd unit, a Dockerfile) filled in
+//! with this installation's paths.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tunedblas_core::identity::{self, HashCache};
+use tunedblas_core::profile::{self, Request, Selection};
+
+use crate::backend::Library;
+use crate::cli::Args;
+use crate::style::{self, Colour};
+use crate::Failure;
+
+/// One setting: its value and where the value comes from.
+#[derive(Debug, Serialize)]
+pub struct Setting {
+    pub name: &'static str,
+    pub value: String,
+    /// `environment` or `default`.
+    pub source: &'static str,
+    pub meaning: &'static str,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The settings as the interposer reads them (cdylib/src/runtime.rs `Config::from_env`).
+pub fn settings(profile_dir: &Path) -> Vec<Setting> {
+    let cache = identity::user_cache_dir();
+    let rows: [(&'static str, String, &'static str); 9] = [
+        (
+            "TUNEDBLAS_PROFILE_DIR",
+            profile_dir.display().to_string(),
+            "folder holding profiles.json and one folder per build",
+        ),
+        (
+            "TUNEDBLAS_PROFILE",
+            "(unset: match the loaded rocBLAS by sha256)".into(),
+            "use this profile by name; still checked against the loaded build",
+        ),
+        (
+            "TUNEDBLAS_ALLOW_MISMATCH",
+            "0".into(),
+            "1 serves a named profile made for another build",
+        ),
+        (
+            "TUNEDBLAS_MISS_DIR",
+            cache.join("misses").display().to_string(),
+            "where shapes without a row are recorded",
+        ),
+        (
+            "TUNEDBLAS_CACHE_DIR",
+            cache.display().to_string(),
+            "per-user cache of library hashes",
+        ),
+        (
+            "TUNEDBLAS_DISABLE",
+            "0".into(),
+            "1 passes every call through untouched",
+        ),
+        (
+            "TUNEDBLAS_LOG",
+            "info".into(),
+            "quiet, info or debug (stderr, rate-limited)",
+        ),
+        (
+            "TUNEDBLAS_NEAR",
+            tunedblas_core::near::DEFAULT_WINDOW.to_string(),
+            "serve a missed token count from the layer's nearest row within this many tokens (validated first); 0 or off: never",
+        ),
+        (
+            "TUNEDBLAS_STATS",
+            "(unset)".into(),
+            "write counters as JSON at exit",
+        ),
+    ];
+    rows.into_iter()
+        .map(|(name, default, meaning)| {
+            let set = var(name);
+            Setting {
+                name,
+                source: if set.is_some() {
+                    "environment"
+                } else {
+                    "default"
+                },
+                value: set.unwrap_or(default),
+                meaning,
+            }
+        })
+        .collect()
+}
+
+/// rocBLAS files worth a look: `--lib`, else `$ROCM_PATH/lib`, `/opt/rocm/lib` and the
+/// `LD_LIBRARY_PATH` folders. Each real file once.
+fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
+    if !given.is_empty() {
+        return given.to_vec();
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(r) = var("ROCM_PATH") {
+        dirs.push(Path::new(&r).join("lib"));
+    }
+    dirs.push(PathBuf::from("/opt/rocm/lib"));
+    if let Some(l) = std::env::var_os("LD_LIBRARY_PATH") {
+        dirs.extend(std::env::split_paths(&l));
+    }
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("librocblas.so"))
+            })
+            .collect();
+        names.sort();
+        for p in names {
+            if let Ok(real) = std::fs::canonicalize(&p) {
+                if real.is_file() && seen.insert(real) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[derive(Debug, Serialize)]
+pub struct Found {
+    pub library: PathBuf,
+    pub sha256: Option<String>,
+    pub profile: Option<String>,
+    pub reason: String,
+}
+
+fn which(profile_dir: &Path, lib: &Path) -> Found {
+    let id = HashCache::new(identity::user_cache_dir()).identify(lib);
+    match id {
+        Err(e) => Found {
+            library: lib.to_path_buf(),
+            sha256: None,
+            profile: None,
+            reason: format!("cannot hash it: {e}"),
+        },
+        Ok(id) => {
+            let explicit = var("TUNEDBLAS_PROFILE");
+            let sel = profile::select(&Request {
+                profile_dir,
+                sha256: &id.sha256,
+                explicit: explicit.as_deref(),
+                allow_mismatch: var("TUNEDBLAS_ALLOW_MISMATCH").is_some_and(|v| v == "1"),
+            });
+            let (profile, reason) = match sel {
+                Selection::Chosen { name, reason, .. } => (Some(name), reason),
+                Selection::None { why } => (None, why),
+            };
+            Found {
+                library: lib.to_path_buf(),
+                sha256: Some(id.sha256),
+                profile,
+                reason,
+            }
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Snippets {
+    pub vllm: String,
+    pub systemd: String,
+    pub docker: String,
+}
+
+/// The snippets, with this installation's paths. `prefix` is the install prefix when the
+/// interposer sits in `<prefix>/lib` (the Dockerfile copies it).
+pub fn snippets(preload: &Path, profile_dir: &Path, prefix: Option<&Path>) -> Snippets {
+    let pre = preload.display();
+    let dir = profile_dir.display();
+    let vllm = format!(
+        r#"#!/bin/sh
+# vllm-tuned: vLLM with tunedblas serving tuned rocBLAS GEMMs. Save, chmod +x, run as
+#   ./vllm-tuned <model> --max-num-batched-tokens 2048 ...
+export LD_PRELOAD="{pre}${{LD_PRELOAD:+:$LD_PRELOAD}}"
+export TUNEDBLAS_PROFILE_DIR="{dir}"
+export TUNEDBLAS_MISS_DIR="${{TUNEDBLAS_MISS_DIR:-$HOME/.cache/tunedblas/misses}}"
+# On Instinct GPUs PyTorch prefers hipBLASLt, so rocBLAS sees no GEMM unless told:
+# export TORCH_BLAS_PREFER_HIPBLASLT=0
+exec vllm serve "$@"
+"#
+    );
+    let systemd = format!(
+        r#"# /etc/systemd/system/vllm-tuned.service
+[Unit]
+Description=vLLM with tunedblas-tuned rocBLAS GEMMs
+After=network-online.target
+
+[Service]
+Environment=LD_PRELOAD={pre}
+Environment=TUNEDBLAS_PROFILE_DIR={dir}
+Environment=TUNEDBLAS_MISS_DIR=/var/cache/tunedblas/misses
+CacheDirectory=tunedblas
+ExecStart=/usr/bin/env vllm serve <model> --max-num-batched-tokens 2048
+# Misses are written as they happen; call counts at exit, which SIGINT lets happen.
+KillSignal=SIGINT
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"#
+    );
+    let (copy, lib_in_image) = match prefix {
+        Some(p) => (
+            format!(
+                "# Build context: the install prefix, e.g. `scripts/install --prefix ./dist` (here {}).\nCOPY dist/ /opt/tunedblas/",
+                p.display()
+            ),
+            "/opt/tunedblas/lib/libtunedblas.so".to_string(),
+        ),
+        None => (
+            "# Build context: an install prefix made with `scripts/install --prefix ./dist`.\nCOPY dist/ /opt/tunedblas/".to_string(),
+            "/opt/tunedblas/lib/libtunedblas.so".to_string(),
+        ),
+    };
+    let docker = format!(
+        r#"# Dockerfile: a vLLM ROCm image with tunedblas. The interposer finds the profiles in
+# /opt/tunedblas/share/tunedblas/profiles by itself.
+ARG BASE=rocm/vllm:latest
+FROM $BASE
+{copy}
+ENV LD_PRELOAD={lib_in_image} \
+    TUNEDBLAS_MISS_DIR=/var/cache/tunedblas/misses
+VOLUME /var/cache/tunedblas
+# `tunedblas env` inside the container shows the profile this rocBLAS gets:
+#   docker run --rm --device /dev/kfd --device /dev/dri <image> /opt/tunedblas/bin/tunedblas env
+"#
+    );
+    Snippets {
+        vllm,
+        systemd,
+        docker,
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    preload: Option<PathBuf>,
+    preloaded_now: bool,
+    settings: Vec<Setting>,
+    libraries: Vec<Found>,
+    snippets: Snippets,
+}
+
+pub fn cmd(rest: &[String]) -> Result<(), Failure> {
+    let a = Args::parse(
+        "env",
+        rest,
+        &["--json"],
+        &["--lib", "--profiles", "--snippet"],
+    )?;
+    let profile_dir = crate::profile_store(&a);
+    let preload =
+        Library::beside_exe("libtunedblas.so").map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+    let prefix = preload
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|d| d.file_name().is_some_and(|n| n == "lib"))
+        .and_then(Path::parent)
+        .map(Path::to_path_buf);
+    let given: Vec<PathBuf> = a.values("--lib").into_iter().map(PathBuf::from).collect();
+    let libraries: Vec<Found> = candidates(&given)
+        .iter()
+        .map(|l| which(&profile_dir, l))
+        .collect();
+    let shown_preload = preload
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/path/to/libtunedblas.so"));
+    let profile_dir_abs = std::fs::canonicalize(&profile_dir).unwrap_or(profile_dir.clone());
+    let snips = snippets(&shown_preload, &profile_dir_abs, prefix.as_deref());
+    if let Some(which) = a.value("--snippet") {
+        let text = match which {
+            "vllm" => &snips.vllm,
+            "systemd" => &snips.systemd,
+            "docker" => &snips.docker,
+            other => {
+                return Err(a
+                    .usage(format!(
+                        "--snippet takes vllm, systemd or docker, not '{other}'"
+                    ))
+                    .into())
+            }
+        };
+        print!("{text}");
+        return Ok(());
+    }
+    let mut settings = settings(&profile_dir_abs);
+    if a.has("--profiles") {
+        settings[0].source = "--profiles";
+    }
+    let report = Report {
+        preloaded_now: var("LD_PRELOAD").is_some_and(|v| v.contains("libtunedblas")),
+        preload,
+        settings,
+        libraries,
+        snippets: snips,
+    };
+    if a.has("--json") {
+        crate::print_json(&report);
+        return Ok(());
+    }
+    let on = style::enabled(style::STDOUT);
+    let bold = |s: &str| style::paint(s, Colour::Bold, on);
+    println!("{}", bold("interposer"));
+    match &report.preload {
+        Some(p) => println!("  {}", p.display()),
+        None => println!(
+            "  libtunedblas.so is not beside this binary (nor in ../lib): build or install it"
+        ),
+    }
+    println!(
+        "  {}",
+        if report.preloaded_now {
+            "LD_PRELOAD includes it in this shell"
+        } else {
+            "not in LD_PRELOAD in this shell"
+        }
+    );
+    println!("\n{}", bold("settings (as the interposer reads them)"));
+    for s in &report.settings {
+        let src = if s.source == "environment" {
+            style::paint("set", Colour::Green, on)
+        } else {
+            style::paint("default", Colour::Grey, on)
+        };
+        println!("  {:<26} {:<8} {}", s.name, src, s.value);
+        println!(
+            "  {:<26} {:<8} {}",
+            "",
+            "",
+            style::paint(s.meaning, Colour::Grey, on)
+        );
+    }
+    println!(
+        "\n{}",
+        bold("rocBLAS on this machine, and the profile each would get")
+    );
+    if report.libraries.is_empty() {
+        println!("  none found in $ROCM_PATH/lib, /opt/rocm/lib or LD_LIBRARY_PATH; name one with --lib (PyTorch wheels: site-packages/torch/lib/librocblas.so)");
+    }
+    for f in &report.libraries {
+        let build = f
+            .sha256
+            .as_deref()
+            .map_or("?".to_string(), |s| s[..12].to_string());
+        let verdict = match &f.profile {
+            Some(p) => style::paint(&format!("profile '{p}'"), Colour::Green, on),
+            None => style::paint("no profile", Colour::Red, on),
+        };
+        println!(
+            "  {} (build {build})\n    -> {verdict}: {}",
+            f.library.display(),
+            f.reason
+        );
+    }
+    println!("\n{}", bold("vLLM launcher"));
+    print!("{}", report.snippets.vllm);
+    println!("\n{}", bold("systemd unit"));
+    print!("{}", report.snippets.systemd);
+    println!("\n{}", bold("Dockerfile"));
+    print!("{}", report.snippets.docker);
+    println!("\n(one snippet alone: tunedblas env --snippet vllm|systemd|docker)");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_carry_the_paths() {
+        let s = snippets(
+            Path::new("/p/lib/libtunedblas.so"),
+            Path::new("/p/share/tunedblas/profiles"),
+            Some(Path::new("/p")),
+        );
+        for text in [&s.vllm, &s.systemd] {
+            assert!(text.contains("/p/lib/libtunedblas.so"), "{text}");
+            assert!(
+                text.contains("TUNEDBLAS_PROFILE_DIR=")
+                    && text.contains("/p/share/tunedblas/profiles"),
+                "{text}"
+            );
+        }
+        assert!(s.vllm.starts_with("#!/bin/sh\n") && s.vllm.contains("exec vllm serve \"$@\""));
+        assert!(s.systemd.contains("[Service]") && s.systemd.contains("ExecStart="));
+        assert!(
+            s.docker.contains("FROM $BASE")
+                && s.docker
+                    .contains("ENV LD_PRELOAD=/opt/tunedblas/lib/libtunedblas.so")
+        );
+    }
+}
