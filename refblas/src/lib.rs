@@ -17,10 +17,10 @@
 //! - [`trace`]: `REFBLAS_TRACE`, one line per executed GEMM.
 //! - [`exports`]: the C shims and the export macro.
 //!
-//! Environment: `REFBLAS_TRACE=<file>`, `REFBLAS_NO_COMPUTE=1`, `REFBLAS_DEVICES=<n>` (default 4),
-//! `REFBLAS_FAULTY_SOLUTION=<id>` (that solution leaves D unwritten), and the injected faults
-//! `REFBLAS_FAIL_SOLUTIONS=<id,...>` and `REFBLAS_FAIL_ALL=<status>` ([`gemm::Faults`]), each
-//! read once.
+//! Environment: `REFBLAS_TRACE=<file>`, `REFBLAS_NO_COMPUTE=1` (or `=return`: return at once, no
+//! checks), `REFBLAS_DEVICES=<n>` (default 4), `REFBLAS_FAULTY_SOLUTION=<id>` (that solution
+//! leaves D unwritten), and the injected faults `REFBLAS_FAIL_SOLUTIONS=<id,...>` and
+//! `REFBLAS_FAIL_ALL=<status>` ([`gemm::Faults`]), each read once.
 
 pub mod combo;
 pub mod exports;
