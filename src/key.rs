@@ -5,6 +5,8 @@
 //! `rocblas_sgemm` and `rocblas_gemm_ex` with f32 everywhere are one problem, and the `_64`
 //! twins share keys with their 32-bit forms. Sizes are i64 so both widths fit.
 
+use std::hash::{Hash, Hasher};
+
 use crate::abi::{self, Datatype, Operation};
 
 /// How the batch is laid out in memory.
@@ -29,6 +31,7 @@ pub enum Trans {
 }
 
 impl Trans {
+    #[inline]
     pub fn from_rocblas(op: Operation) -> Option<Trans> {
         match op {
             abi::OP_NONE => Some(Trans::N),
@@ -85,7 +88,10 @@ impl Types {
 }
 
 /// One GEMM problem. See the module docs for what is (and is not) part of it.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+///
+/// `Hash` feeds the hasher one word, [`ProblemKey::lookup_hash`], instead of the ~20 fields
+/// a derived impl would feed it one by one: the interposer hashes a key on every call.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord)]
 pub struct ProblemKey {
     pub batching: Batching,
     pub trans_a: Trans,
@@ -109,9 +115,97 @@ pub struct ProblemKey {
     pub stride_d: i64,
 }
 
+/// `a * b` as 128 bits, folded to 64 by xor of the halves: one multiply instruction that
+/// mixes every input bit into the low output bits.
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = (a as u128).wrapping_mul(b as u128);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Odd constants for [`ProblemKey::lookup_hash`] (digits of pi).
+const SEED: [u64; 4] = [
+    0x243f_6a88_85a3_08d3,
+    0x1319_8a2e_0370_7344,
+    0xa409_3822_299f_31d1,
+    0x082e_fa98_ec4e_6c89,
+];
+
+impl Hash for ProblemKey {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.lookup_hash());
+    }
+}
+
 impl ProblemKey {
+    /// A 64-bit hash of every field, for the interposer's lookup table and miss set.
+    ///
+    /// Pairs of fields share a word (one in each half, exact while sizes fit 32 bits), the
+    /// words are folded into four with xor-rotates and those go into two independent 128-bit
+    /// multiplies, which the CPU runs side by side. The derived impl fed ~20 fields to FxHash, a dependent chain of one multiply
+    /// each, and was most of the interposer's cost per call (BENCHMARKS.md). Not for
+    /// untrusted input: it does not resist chosen collisions, which only cost probes here.
+    #[inline(always)]
+    pub fn lookup_hash(&self) -> u64 {
+        let t = &self.types;
+        let pair = |lo: i64, hi: i64| lo as u64 ^ (hi as u64).rotate_left(32);
+        let w = [
+            self.batching as u64
+                | (self.trans_a as u64) << 8
+                | (self.trans_b as u64) << 16
+                | (self.flags as u64) << 24 ^ (t.compute as u32 as u64).rotate_left(32),
+            t.a as u32 as u64 | (t.b as u32 as u64) << 32,
+            t.c as u32 as u64 | (t.d as u32 as u64) << 32,
+            pair(self.m, self.n),
+            pair(self.k, self.batch),
+            pair(self.lda, self.ldb),
+            pair(self.ldc, self.ldd),
+            pair(self.stride_a, self.stride_b),
+            pair(self.stride_c, self.stride_d),
+        ];
+        // Ten words into four with xor-rotates (cheap, and every field still moves the
+        // result), then two independent multiplies.
+        let u0 = w[0] ^ w[1].rotate_left(17) ^ w[2].rotate_left(41);
+        let u1 = w[3];
+        let u2 = w[4] ^ w[5].rotate_left(23);
+        let u3 = w[6] ^ w[7].rotate_left(13) ^ w[8].rotate_left(29);
+        fold(u0 ^ SEED[0], u1 ^ SEED[1]) ^ fold(u2 ^ SEED[2], u3 ^ SEED[3])
+    }
+
+    /// Equality without branches: every field compared and the differences or-ed, so a
+    /// lookup that finds its row costs one straight run of loads, not ~20 compare-and-jumps.
+    /// Same result as `==`.
+    #[inline(always)]
+    pub fn same_as(&self, o: &ProblemKey) -> bool {
+        let (t, u) = (&self.types, &o.types);
+        let small = (self.batching as u32 ^ o.batching as u32)
+            | (self.trans_a as u32 ^ o.trans_a as u32)
+            | (self.trans_b as u32 ^ o.trans_b as u32)
+            | (self.flags ^ o.flags)
+            | (t.a ^ u.a) as u32
+            | (t.b ^ u.b) as u32
+            | (t.c ^ u.c) as u32
+            | (t.d ^ u.d) as u32
+            | (t.compute ^ u.compute) as u32;
+        let big = (self.m ^ o.m)
+            | (self.n ^ o.n)
+            | (self.k ^ o.k)
+            | (self.lda ^ o.lda)
+            | (self.ldb ^ o.ldb)
+            | (self.ldc ^ o.ldc)
+            | (self.ldd ^ o.ldd)
+            | (self.batch ^ o.batch)
+            | (self.stride_a ^ o.stride_a)
+            | (self.stride_b ^ o.stride_b)
+            | (self.stride_c ^ o.stride_c)
+            | (self.stride_d ^ o.stride_d);
+        (small as i64 | big) == 0
+    }
+
     /// A single GEMM with explicit leading dimensions.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn single(
         trans_a: Trans,
         trans_b: Trans,
@@ -147,6 +241,7 @@ impl ProblemKey {
     }
 
     /// Turns this single problem into a batched one.
+    #[inline]
     pub fn with_batch(mut self, batching: Batching, batch: i64, strides: [i64; 4]) -> ProblemKey {
         self.batching = batching;
         self.batch = batch;
@@ -199,6 +294,7 @@ impl ProblemKey {
 
     /// True when the sizes are ones rocBLAS could accept: positive dims (zero is a quick
     /// return), leading dimensions at least the rows stored, and no overflow in the extent.
+    #[inline]
     pub fn is_sane(&self) -> bool {
         let rows_a = if self.trans_a == Trans::N {
             self.m

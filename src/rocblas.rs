@@ -21,7 +21,15 @@ pub struct Dims {
     pub ldd: i64,
 }
 
+/// Whether a call with this key is a problem rocBLAS would run: no quick return (m, n and
+/// batch positive) and arguments it would accept ([`ProblemKey::is_sane`]).
+#[inline]
+pub fn is_real_problem(key: &ProblemKey) -> bool {
+    key.m > 0 && key.n > 0 && key.batch > 0 && key.is_sane()
+}
+
 /// A single GEMM (`gemm_ex`, and `hgemm`/`sgemm` with their fixed [`Types`]).
+#[inline]
 pub fn single_key(
     trans_a: Operation,
     trans_b: Operation,
@@ -29,7 +37,21 @@ pub fn single_key(
     d: Dims,
     flags: u32,
 ) -> Option<ProblemKey> {
-    let key = ProblemKey::single(
+    single_key_unchecked(trans_a, trans_b, types, d, flags).filter(is_real_problem)
+}
+
+/// [`single_key`] without the [`is_real_problem`] check, for the interposer's hot path: it
+/// looks the key up first and checks only what the table does not know (see `Entry::servable`).
+/// `None` only for an operation rocBLAS does not have.
+#[inline]
+pub fn single_key_unchecked(
+    trans_a: Operation,
+    trans_b: Operation,
+    types: Types,
+    d: Dims,
+    flags: u32,
+) -> Option<ProblemKey> {
+    Some(ProblemKey::single(
         Trans::from_rocblas(trans_a)?,
         Trans::from_rocblas(trans_b)?,
         types,
@@ -41,12 +63,12 @@ pub fn single_key(
         d.ldc,
         d.ldd,
         flags,
-    );
-    (key.m > 0 && key.n > 0 && key.is_sane()).then_some(key)
+    ))
 }
 
 /// A batched GEMM: `strides` are ignored for pointer arrays.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn batched_key(
     trans_a: Operation,
     trans_b: Operation,
@@ -62,6 +84,7 @@ pub fn batched_key(
 }
 
 /// The [`Types`] of a `gemm_ex`-family call.
+#[inline]
 pub fn ex_types(a: Datatype, b: Datatype, c: Datatype, d: Datatype, compute: Datatype) -> Types {
     Types {
         a,
