@@ -90,8 +90,9 @@ impl Types {
 /// One GEMM problem. See the module docs for what is (and is not) part of it.
 ///
 /// `Hash` feeds the hasher one word, [`ProblemKey::lookup_hash`], instead of the ~20 fields
-/// a derived impl would feed it one by one: the interposer hashes a key on every call.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord)]
+/// a derived impl would feed it one by one: the interposer hashes a key on every call; `==`
+/// is [`ProblemKey::same_as`].
+#[derive(Clone, Copy, Debug, PartialOrd, Ord)]
 pub struct ProblemKey {
     pub batching: Batching,
     pub trans_a: Trans,
@@ -130,6 +131,17 @@ const SEED: [u64; 4] = [
     0xa409_3822_299f_31d1,
     0x082e_fa98_ec4e_6c89,
 ];
+
+/// Equality is [`ProblemKey::same_as`]: every field, compared without branches (maps and
+/// sets of keys, the miss set among them, compare keys on every repeated miss).
+impl PartialEq for ProblemKey {
+    #[inline]
+    fn eq(&self, other: &ProblemKey) -> bool {
+        self.same_as(other)
+    }
+}
+
+impl Eq for ProblemKey {}
 
 impl Hash for ProblemKey {
     #[inline]

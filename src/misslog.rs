@@ -3,7 +3,9 @@
 //! Two parts:
 //! - [`MissSet`]: a fixed-size, lock-free open-addressing set of (device, key) with a call
 //!   count each. A repeated miss is a probe and one atomic add: no lock, no allocation, no
-//!   system call. Only the first sight of a key claims a slot.
+//!   system call. Only the first sight of a key claims a slot. Each count is split over
+//!   [`SHARDS`] cache lines picked by the calling thread's stack, so threads that miss the
+//!   same shape do not fight over one line (exact totals are the sum).
 //! - [`MissFiles`]: the files under the miss folder. A first sight is appended at once with
 //!   one `write(2)` to `<host>-<pid>-rank<device>.csv` in PyTorch's untuned-file form
 //!   (`op_name,param_signature`), so even SIGKILL loses no shape. Call counts go to the
@@ -32,7 +34,6 @@ const READY: u32 = 2;
 struct Slot<K> {
     state: AtomicU32,
     hash: AtomicU64,
-    count: AtomicU64,
     /// Written once by the thread that moved the slot EMPTY -> BUSY, read only after READY.
     entry: UnsafeCell<MaybeUninit<(i32, K)>>,
 }
@@ -42,17 +43,52 @@ struct Slot<K> {
 pub enum Sight {
     /// The first call with this key on this device: the caller must log it.
     First,
-    /// Seen before; the count went up. `count` is the new total.
+    /// Seen before; the count went up. `count` is the new count of the caller's share
+    /// (its shard; one thread always counts in the same one), which [`MissSet::snapshot`]
+    /// adds up with the others.
     Repeat { count: u64 },
     /// The set is full; the shape could not be counted.
     Full,
+    /// Not in the set, and the caller's `admit` check turned it away
+    /// ([`MissSet::record_hashed_if`]).
+    Refused,
 }
 
 /// Lock-free set of missed (device, key) pairs with call counts. The key type is the
 /// rocBLAS [`ProblemKey`] unless a backend names its own (cuBLASLt's `LtKey`).
 pub struct MissSet<K = ProblemKey> {
     slots: Box<[Slot<K>]>,
+    /// `counts[shard * slots.len() + slot]`: each shard is its own array, so two shards of
+    /// one slot never share a cache line.
+    counts: Box<[AtomicU64]>,
     mask: usize,
+}
+
+/// Shares of each count.
+pub const SHARDS: usize = 8;
+
+/// The calling thread's shard: threads run on separate stacks, so the stack address tells
+/// them apart without a thread-local (two threads whose stacks fall in one 64 KiB window
+/// share a shard, which is still exact, only slower).
+#[inline(always)]
+fn shard() -> usize {
+    let here = 0u8;
+    let sp = std::hint::black_box(&here) as *const u8 as u64;
+    ((sp >> 16).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61) as usize
+}
+
+/// `n` zeroed values of a type for which all-zero bytes are a valid value, as a box whose
+/// pages the system only provides once touched.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T`.
+unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
+    let layout = std::alloc::Layout::array::<T>(n).expect("miss set size");
+    let p = std::alloc::alloc_zeroed(layout) as *mut T;
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
 }
 
 // SAFETY: `entry` is written by exactly one thread (the one that won the EMPTY -> BUSY CAS)
@@ -60,26 +96,39 @@ pub struct MissSet<K = ProblemKey> {
 unsafe impl<K: Send> Sync for MissSet<K> {}
 unsafe impl<K: Send> Send for MissSet<K> {}
 
-fn hash_of<K: Hash>(device: i32, key: &K) -> u64 {
+/// A key's hash through its `Hash` impl (FxHash), for [`MissSet::record`].
+fn key_hash<K: Hash>(key: &K) -> u64 {
     let mut h = FxHasher::default();
-    device.hash(&mut h);
     key.hash(&mut h);
     h.finish()
 }
 
+/// The set's hash of (device, key), from the key's [`ProblemKey::lookup_hash`].
+#[inline(always)]
+fn hash_of(device: i32, key_hash: u64) -> u64 {
+    // One multiply mixes the device into every bit the slot index and tag use.
+    let p = ((key_hash ^ device as u32 as u64) as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
 impl<K: Copy + Eq + Hash> MissSet<K> {
     /// A set with room for `capacity` distinct shapes (rounded up to a power of two).
+    ///
+    /// The slots come from the allocator already zeroed (an empty slot is all zero bytes),
+    /// so a large set costs no start-up time and no resident memory until shapes land in
+    /// it: the pages stay untouched. Writing 16k slots one by one took most of the
+    /// interposer's start-up (BENCHMARKS.md).
     pub fn with_capacity(capacity: usize) -> MissSet<K> {
         let n = capacity.max(2).next_power_of_two();
-        let slots = (0..n)
-            .map(|_| Slot {
-                state: AtomicU32::new(EMPTY),
-                hash: AtomicU64::new(0),
-                count: AtomicU64::new(0),
-                entry: UnsafeCell::new(MaybeUninit::uninit()),
-            })
-            .collect();
-        MissSet { slots, mask: n - 1 }
+        const { assert!(EMPTY == 0) };
+        // SAFETY: an all-zero Slot is a valid empty slot (atomics at 0 = EMPTY, `entry` is
+        // MaybeUninit), and an all-zero AtomicU64 is 0.
+        let (slots, counts) = unsafe { (zeroed_slice(n), zeroed_slice(n * SHARDS)) };
+        MissSet {
+            slots,
+            counts,
+            mask: n - 1,
+        }
     }
 
     pub fn capacity(&self) -> usize {
@@ -88,7 +137,30 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
 
     /// Counts one call of `key` on `device`.
     pub fn record(&self, device: i32, key: &K) -> Sight {
-        let hash = hash_of(device, key);
+        self.record_hashed(device, key, key_hash(key))
+    }
+
+    /// [`MissSet::record`] with a hash of the key computed by the caller (the interposer
+    /// passes [`ProblemKey::lookup_hash`], which its table lookup computed already). One
+    /// set must always be given the same hash for the same key: use either this or
+    /// [`MissSet::record`] on it, not both.
+    #[inline]
+    pub fn record_hashed(&self, device: i32, key: &K, key_hash: u64) -> Sight {
+        self.record_hashed_if(device, key, key_hash, || true)
+    }
+
+    /// [`MissSet::record_hashed`] that adds a new key only if `admit()` says so. `admit` runs
+    /// only for a key not in the set yet, so a check there costs a repeated miss nothing.
+    #[inline]
+    pub fn record_hashed_if(
+        &self,
+        device: i32,
+        key: &K,
+        key_hash: u64,
+        admit: impl FnOnce() -> bool,
+    ) -> Sight {
+        let mut admit = Some(admit);
+        let hash = hash_of(device, key_hash);
         let mut i = hash as usize & self.mask;
         for _ in 0..self.slots.len() {
             let slot = &self.slots[i];
@@ -99,13 +171,19 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                             // SAFETY: READY was observed with Acquire; entry is initialised.
                             let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
                             if *d == device && k == key {
-                                let count = slot.count.fetch_add(1, Ordering::Relaxed) + 1;
+                                let c = &self.counts[shard() * self.slots.len() + i];
+                                let count = c.fetch_add(1, Ordering::Relaxed) + 1;
                                 return Sight::Repeat { count };
                             }
                         }
                         break;
                     }
                     EMPTY => {
+                        if let Some(admit) = admit.take() {
+                            if !admit() {
+                                return Sight::Refused;
+                            }
+                        }
                         if slot
                             .state
                             .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
@@ -114,7 +192,8 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                             // SAFETY: we own the slot until the READY store below.
                             unsafe { (*slot.entry.get()).write((device, *key)) };
                             slot.hash.store(hash, Ordering::Relaxed);
-                            slot.count.store(1, Ordering::Relaxed);
+                            self.counts[shard() * self.slots.len() + i]
+                                .fetch_add(1, Ordering::Relaxed);
                             slot.state.store(READY, Ordering::Release);
                             return Sight::First;
                         }
@@ -132,13 +211,20 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     pub fn snapshot(&self) -> Vec<(i32, K, u64)> {
         self.slots
             .iter()
-            .filter(|s| s.state.load(Ordering::Acquire) == READY)
-            .map(|s| {
+            .enumerate()
+            .filter(|(_, s)| s.state.load(Ordering::Acquire) == READY)
+            .map(|(i, s)| {
                 // SAFETY: READY observed with Acquire.
                 let (d, k) = unsafe { (*s.entry.get()).assume_init_ref() };
-                (*d, *k, s.count.load(Ordering::Relaxed))
+                (*d, *k, self.count_of(i))
             })
             .collect()
+    }
+
+    fn count_of(&self, slot: usize) -> u64 {
+        (0..SHARDS)
+            .map(|s| self.counts[s * self.slots.len() + slot].load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Number of distinct shapes recorded.
@@ -158,9 +244,12 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     /// # Safety
     /// No other thread may use the set concurrently.
     pub unsafe fn reset(&self) {
-        for s in self.slots.iter() {
-            s.state.store(EMPTY, Ordering::Relaxed);
-            s.count.store(0, Ordering::Relaxed);
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.state.swap(EMPTY, Ordering::Relaxed) != EMPTY {
+                for shard in 0..SHARDS {
+                    self.counts[shard * self.slots.len() + i].store(0, Ordering::Relaxed);
+                }
+            }
         }
     }
 }
@@ -447,6 +536,22 @@ mod tests {
         assert_eq!(s.record(0, &key(1)), Sight::Repeat { count: 2 });
         assert_eq!(s.record(1, &key(1)), Sight::First, "devices are distinct");
         assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn refused_keys_stay_out_and_admit_runs_only_for_new_keys() {
+        let s = MissSet::with_capacity(16);
+        let h = key(1).lookup_hash();
+        assert_eq!(s.record_hashed_if(0, &key(1), h, || false), Sight::Refused);
+        assert!(s.is_empty());
+        assert_eq!(s.record_hashed_if(0, &key(1), h, || true), Sight::First);
+        let asked = std::cell::Cell::new(false);
+        let sight = s.record_hashed_if(0, &key(1), h, || {
+            asked.set(true);
+            false
+        });
+        assert_eq!(sight, Sight::Repeat { count: 2 });
+        assert!(!asked.get(), "admit ran for a key already in the set");
     }
 
     #[test]

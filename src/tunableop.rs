@@ -340,6 +340,10 @@ pub fn read(path: &Path) -> io::Result<ResultsFile> {
 pub fn parse(text: &str) -> ResultsFile {
     let mut parser = Parser::default();
     let segments = text.split('\n').count();
+    // Sized for every line being a row: growing the row vector and the key map as rows
+    // arrive was a third of the interposer's start-up (BENCHMARKS.md).
+    parser.out.rows.reserve(segments);
+    parser.keys.reserve(segments);
     for (idx, raw) in text.split('\n').enumerate() {
         // `trim` also drops the `\r` of CRLF files.
         let line = raw.trim();
