@@ -169,10 +169,12 @@ impl Table {
 
     /// The first `*` row whose pattern matches `key`: the miss path's second look.
     pub fn get_wildcard(&self, key: &ProblemKey) -> Option<&Entry> {
-        self.wildcards
-            .iter()
-            .find(|w| w.pattern.matches(key))
-            .map(|w| &w.entry)
+        self.get_wildcard_row(key).map(|w| &w.entry)
+    }
+
+    /// [`Table::get_wildcard`], with the row's pattern and text.
+    pub fn get_wildcard_row(&self, key: &ProblemKey) -> Option<&Wildcard> {
+        self.wildcards.iter().find(|w| w.pattern.matches(key))
     }
 
     pub fn wildcards(&self) -> &[Wildcard] {

@@ -171,7 +171,8 @@ impl LtRuntime {
                     let _ = files.write_counts(&self.misses.snapshot());
                 }
             }
-            Sight::Repeat { .. } => {}
+            // (`record` admits every key: `Refused` cannot happen here.)
+            Sight::Repeat { .. } | Sight::Refused => {}
             Sight::Full => {
                 if !self.miss_full_warned.swap(true, Ordering::Relaxed) {
                     info!("more than {MISS_CAPACITY} distinct missed cuBLASLt shapes; further new shapes are not recorded");

@@ -16,3 +16,6 @@ mod real;
 mod runtime;
 mod serve;
 mod stats;
+
+#[cfg(test)]
+mod alloc_test;

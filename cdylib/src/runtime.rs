@@ -180,20 +180,32 @@ impl Runtime {
         }
     }
 
-    /// Records a call whose key has no row.
-    pub fn miss(&self, key: &ProblemKey) {
-        self.miss_on(current_device(), key)
+    /// Records a call whose key has no row; `hash` is its [`ProblemKey::lookup_hash`].
+    #[inline]
+    pub fn miss(&self, key: &ProblemKey, hash: u64) {
+        self.miss_on(current_device(), key, hash)
     }
 
     /// [`Runtime::miss`] for a caller that already asked which device the call is on.
-    pub fn miss_on(&self, device: i32, key: &ProblemKey) {
+    #[inline]
+    pub fn miss_on(&self, device: i32, key: &ProblemKey, hash: u64) {
         // A call rocBLAS accepted can still be one no results file can name (strides whose
         // batch extent overflows 64 bits): recording it would write a line that never reads
-        // back, and nothing could ever be tuned for it.
-        if tunableop::check_key(key).is_err() {
-            return;
+        // back, and nothing could ever be tuned for it. Checked only before a key enters the
+        // set, so a repeated miss does not pay for it.
+        let admit = || tunableop::check_key(key).is_ok();
+        match self.misses.record_hashed_if(device, key, hash, admit) {
+            Sight::Repeat { count } if count < 1024 || !count.is_power_of_two() => {}
+            Sight::Refused => {}
+            sight => self.miss_slow(device, key, sight),
         }
-        match self.misses.record(device, key) {
+    }
+
+    /// A first sight, a periodic count flush, or a full set: off the repeat-miss path.
+    #[cold]
+    #[inline(never)]
+    fn miss_slow(&self, device: i32, key: &ProblemKey, sight: Sight) {
+        match sight {
             Sight::First => {
                 let result = self.files.lock().append_first_sight(device, key);
                 if let Err(e) = result {
@@ -206,7 +218,7 @@ impl Runtime {
                     let _ = files.write_counts(&self.misses.snapshot());
                 }
             }
-            Sight::Repeat { .. } => {}
+            Sight::Repeat { .. } | Sight::Refused => {}
             Sight::Full => {
                 if !self.miss_full_warned.swap(true, Ordering::Relaxed) {
                     info!("more than {MISS_CAPACITY} distinct missed shapes; further new shapes are not recorded");
@@ -467,6 +479,7 @@ fn build_near(rt: &Runtime, window: i64) -> Option<Near> {
 /// Identifies the loaded build, picks its profile and loads it. Returns the tables and
 /// the startup line.
 fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
+    let start = std::time::Instant::now();
     let Some(anchor) = real_library_anchor() else {
         return (
             Loaded::default(),
@@ -498,6 +511,7 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
             )
         }
     };
+    let identified = start.elapsed();
     let req = Request {
         profile_dir: &cfg.profile_dir,
         sha256: &id.sha256,
@@ -507,11 +521,21 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
     let registry_problems = profile::registry_problems(&cfg.profile_dir);
     let (mut loaded, line) = match profile::select(&req) {
         Selection::Chosen { name, dir, reason } => {
+            let selected = start.elapsed();
             let mut loaded = profile::load_tables(&dir);
             if let Some(version) = crate::real::version_string() {
                 let contradictions = profile::contradicting_validators(&loaded, &version);
                 loaded.problems.extend(contradictions);
             }
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            debug!(
+                "start-up times: identify {:.3} ms ({}), select {:.3} ms, load {:.3} ms ({} rank files)",
+                ms(identified),
+                if id.cached { "hash cache hit" } else { "hashed the library" },
+                ms(selected - identified),
+                ms(start.elapsed() - selected),
+                loaded.rows.len()
+            );
             let device = current_device();
             let rows = loaded
                 .table_for(device)

@@ -14,8 +14,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
 use tunedblas_core::near::Verdict;
-use tunedblas_core::rocblas::{batched_key, ex_types, single_key, Dims};
-use tunedblas_core::table::{Action, Entry, Table};
+use tunedblas_core::rocblas::{batched_key, ex_types, is_real_problem, single_key, Dims};
+use tunedblas_core::table::{Action, Entry, Table, Wildcard};
 use tunedblas_core::tunableop;
 
 use crate::log::{debug, info};
@@ -36,22 +36,57 @@ pub enum Route {
 
 enum Decision {
     Pass,
-    Tuned(i32, &'static Entry, ProblemKey),
+    /// The solution, and its row.
+    Tuned(i32, Hit),
     /// No row; the nearest token count's solution, `validated` already or not yet.
-    Near {
-        rt: &'static runtime::Runtime,
-        id: i32,
-        slot: usize,
-        from: Option<i64>,
-        key: ProblemKey,
-    },
+    Near(NearPlan),
 }
 
+/// The row a call is served from: an exact row (its key as the table holds it) or a `*` row.
+/// Carried by reference, so the hit path copies no key.
+#[derive(Clone, Copy)]
+pub enum Hit {
+    Exact(&'static (ProblemKey, Entry)),
+    Pattern(&'static Wildcard),
+}
+
+impl Hit {
+    #[inline(always)]
+    fn entry(self) -> &'static Entry {
+        match self {
+            Hit::Exact((_, e)) => e,
+            Hit::Pattern(w) => &w.entry,
+        }
+    }
+
+    /// `op,signature` of the row, for messages.
+    fn text(self) -> String {
+        match self {
+            Hit::Exact((k, _)) => {
+                let (op, sig) = tunableop::op_and_signature(k);
+                format!("{op},{sig}")
+            }
+            Hit::Pattern(w) => w.text.clone(),
+        }
+    }
+}
+
+/// A call to serve from the nearest token count's row (see [`near`]).
+pub struct NearPlan {
+    rt: &'static runtime::Runtime,
+    id: i32,
+    slot: usize,
+    from: Option<i64>,
+    key: ProblemKey,
+}
+
+/// The per-call decision. Each call bumps exactly one counter (the calls total is their
+/// sum), and the row travels by reference: this is the hot path, see BENCHMARKS.md.
+#[inline(always)]
 fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decision {
     let Some(rt) = runtime::get() else {
         return Decision::Pass;
     };
-    bump(Counter::Calls);
     if caller_chose {
         bump(Counter::PassedThrough);
         return Decision::Pass;
@@ -60,16 +95,28 @@ fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decis
         bump(Counter::PassedThrough);
         return Decision::Pass;
     };
+    let hash = key.lookup_hash();
     let table = rt.table();
-    match table.and_then(|t| t.get(&key)) {
-        Some(e) => use_row(e, key),
-        None => missed(rt, table, key),
+    match table.and_then(|t| t.get_row_hashed(&key, hash)) {
+        Some(row) if row.1.servable => use_row(Hit::Exact(row)),
+        // A row for a call rocBLAS would not run (quick return, bad sizes): untouched, as if
+        // it had no key. Checked here, after the lookup, so a served call never pays for it.
+        Some(_) => {
+            bump(Counter::PassedThrough);
+            Decision::Pass
+        }
+        None if !is_real_problem(&key) => {
+            bump(Counter::PassedThrough);
+            Decision::Pass
+        }
+        None => missed(rt, table, key, hash),
     }
 }
 
 /// What a row (exact or `*`) says for this call.
-#[inline]
-fn use_row(e: &'static Entry, key: ProblemKey) -> Decision {
+#[inline(always)]
+fn use_row(hit: Hit) -> Decision {
+    let e = hit.entry();
     if e.is_quarantined() {
         bump(Counter::PassedThrough);
         return Decision::Pass;
@@ -80,49 +127,50 @@ fn use_row(e: &'static Entry, key: ProblemKey) -> Decision {
             bump(Counter::Default);
             Decision::Pass
         }
-        Action::Solution(id) => Decision::Tuned(id, e, key),
+        Action::Solution(id) => Decision::Tuned(id, hit),
     }
 }
 
 /// No exact row: a `*` row may still match; otherwise the shape is recorded as a miss.
-/// Kept out of line so the hit path stays as small as it was.
+/// Kept out of line so the hit path stays small.
 #[cold]
 #[inline(never)]
 fn missed(
     rt: &'static runtime::Runtime,
     table: Option<&'static Table>,
     key: ProblemKey,
+    hash: u64,
 ) -> Decision {
-    if let Some(e) = table.and_then(|t| t.get_wildcard(&key)) {
-        return use_row(e, key);
+    if let Some(w) = table.and_then(|t| t.get_wildcard_row(&key)) {
+        return use_row(Hit::Pattern(w));
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
     if !rt.near_on() {
-        rt.miss(&key);
+        rt.miss(&key, hash);
         bump(Counter::Missed);
         return Decision::Pass;
     }
     let device = runtime::current_device();
-    rt.miss_on(device, &key);
+    rt.miss_on(device, &key, hash);
     match rt.near(device, table, &key) {
         runtime::NearStep::Pass => {
             bump(Counter::Missed);
             Decision::Pass
         }
-        runtime::NearStep::Serve { id, slot } => Decision::Near {
+        runtime::NearStep::Serve { id, slot } => Decision::Near(NearPlan {
             rt,
             id,
             slot,
             from: None,
             key,
-        },
-        runtime::NearStep::Validate { id, slot, from } => Decision::Near {
+        }),
+        runtime::NearStep::Validate { id, slot, from } => Decision::Near(NearPlan {
             rt,
             id,
             slot,
             from: Some(from),
             key,
-        },
+        }),
     }
 }
 
@@ -167,44 +215,75 @@ fn near_call(
 }
 
 /// Serves one intercepted call. See the module docs.
-#[inline]
+#[inline(always)]
 pub fn serve(
     key: impl FnOnce() -> Option<ProblemKey>,
     caller_chose: bool,
     call: impl Fn(Route) -> Status,
 ) -> Status {
-    let decision = match catch_unwind(AssertUnwindSafe(|| decide(key, caller_chose))) {
-        Ok(d) => d,
-        Err(_) => {
-            runtime::latch_off("a panic while choosing a solution");
-            Decision::Pass
-        }
-    };
-    match decision {
-        Decision::Pass => call(Route::Original),
-        Decision::Near {
-            rt,
-            id,
-            slot,
-            from,
-            key,
-        } => near_call(rt, id, slot, from, &key, &call),
-        Decision::Tuned(id, entry, key) => {
+    match plan(key, caller_chose) {
+        Plan::Original => call(Route::Original),
+        Plan::Tuned(id, hit) => {
             let status = call(Route::Tuned(id));
-            if status == STATUS_SUCCESS {
-                bump(Counter::Served);
+            if tuned_result(id, hit, status) {
                 return status;
             }
-            if entry.quarantine() {
-                let (op, sig) = tunableop::op_and_signature(&key);
-                info!(
-                    "solution {id} for {op},{sig} failed with rocBLAS status {status}; the row is quarantined for this process and the caller's own call is made instead (re-tune this build)"
-                );
-            }
-            bump(Counter::Fallbacks);
             call(Route::Original)
         }
+        Plan::Near(n) => near(n, call),
     }
+}
+
+/// What to do with a call: the decision of [`serve`] without the call itself, so an entry
+/// point can make the calls with its own arguments (see `exports.rs`).
+pub enum Plan {
+    Original,
+    Tuned(i32, Hit),
+    Near(NearPlan),
+}
+
+#[inline(always)]
+pub fn plan(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Plan {
+    match catch_unwind(AssertUnwindSafe(|| decide(key, caller_chose))) {
+        Ok(Decision::Tuned(id, hit)) => Plan::Tuned(id, hit),
+        Ok(Decision::Near(n)) => Plan::Near(n),
+        Ok(Decision::Pass) => Plan::Original,
+        Err(_) => {
+            runtime::latch_off("a panic while choosing a solution");
+            Plan::Original
+        }
+    }
+}
+
+/// Makes a near-served call (a [`Plan::Near`]).
+pub fn near(n: NearPlan, call: impl Fn(Route) -> Status) -> Status {
+    near_call(n.rt, n.id, n.slot, n.from, &n.key, &call)
+}
+
+/// The outcome of a tuned call the caller made itself: true when it succeeded (counted as
+/// served); false when it failed, the row is now quarantined and the caller's own call
+/// must be made.
+#[inline(always)]
+pub fn tuned_result(id: i32, hit: Hit, status: Status) -> bool {
+    if status == STATUS_SUCCESS {
+        bump(Counter::Served);
+        return true;
+    }
+    fell_back(id, hit, status);
+    false
+}
+
+/// A tuned call failed: quarantine the row (reported once) and count the fallback.
+#[cold]
+#[inline(never)]
+fn fell_back(id: i32, hit: Hit, status: Status) {
+    if hit.entry().quarantine() {
+        let row = hit.text();
+        info!(
+            "solution {id} for {row} failed with rocBLAS status {status}; the row is quarantined for this process and the caller's own call is made instead (re-tune this build)"
+        );
+    }
+    bump(Counter::Fallbacks);
 }
 
 /// rocBLAS size integers: `rocblas_int` or int64 for the `_64` twins.
@@ -212,7 +291,16 @@ pub trait Int: Copy + Into<i64> {}
 impl Int for i32 {}
 impl Int for i64 {}
 
-fn caller_chose(algo: GemmAlgo, flags: u32) -> bool {
+/// Counts a call passed through because its caller chose the solution.
+#[inline(always)]
+pub fn count_pass_through() {
+    if runtime::get().is_some() {
+        bump(Counter::PassedThrough);
+    }
+}
+
+#[inline(always)]
+pub fn caller_chose(algo: GemmAlgo, flags: u32) -> bool {
     algo != ALGO_STANDARD || flags & FLAG_CHECK_SOLUTION_INDEX != 0
 }
 
@@ -246,6 +334,7 @@ pub struct ExArgs<I> {
 }
 
 impl<I: Int> ExArgs<I> {
+    #[inline(always)]
     fn dims(&self) -> Dims {
         Dims {
             m: self.m.into(),
@@ -257,6 +346,7 @@ impl<I: Int> ExArgs<I> {
             ldd: self.ldd.into(),
         }
     }
+    #[inline(always)]
     fn types(&self) -> Types {
         ex_types(
             self.a_type,
@@ -267,6 +357,7 @@ impl<I: Int> ExArgs<I> {
         )
     }
     /// The key of this call as one of a batch of `batch` GEMMs.
+    #[inline(always)]
     fn batched_key(&self, batching: Batching, batch: i64, strides: [i64; 4]) -> Option<ProblemKey> {
         batched_key(
             self.trans_a,
@@ -281,7 +372,8 @@ impl<I: Int> ExArgs<I> {
     }
 
     /// The call to make for a route: the caller's, or the same with the tuned solution.
-    fn routed(&self, route: Route) -> ExArgs<I> {
+    #[inline(always)]
+    pub fn routed(&self, route: Route) -> ExArgs<I> {
         match route {
             Route::Original => *self,
             Route::Tuned(id) => ExArgs {
@@ -300,7 +392,8 @@ impl<I: Int> ExArgs<I> {
 }
 
 /// Makes a `gemm_ex` call from `x`.
-fn call_ex<I: Int>(f: GemmExFn<I>, x: &ExArgs<I>) -> Status {
+#[inline(always)]
+pub fn call_ex<I: Int>(f: GemmExFn<I>, x: &ExArgs<I>) -> Status {
     // SAFETY: forwarding a caller's (or a re-issued typed) call to the real function.
     unsafe {
         f(
@@ -312,6 +405,7 @@ fn call_ex<I: Int>(f: GemmExFn<I>, x: &ExArgs<I>) -> Status {
 }
 
 /// Makes a `gemm_strided_batched_ex` call from `x`, the strides of a/b/c/d and the batch.
+#[inline(always)]
 fn call_strided_ex<I: Int>(
     f: GemmStridedBatchedExFn<I>,
     x: &ExArgs<I>,
@@ -328,19 +422,8 @@ fn call_strided_ex<I: Int>(
     }
 }
 
-/// `rocblas_gemm_ex` and `_64`.
-pub fn gemm_ex<I: Int>(real: Option<GemmExFn<I>>, x: ExArgs<I>) -> Status {
-    let Some(f) = real else {
-        return STATUS_NOT_IMPLEMENTED;
-    };
-    serve(
-        || single_key(x.trans_a, x.trans_b, x.types(), x.dims(), x.flags),
-        caller_chose(x.algo, x.flags),
-        |route| call_ex(f, &x.routed(route)),
-    )
-}
-
 /// `rocblas_gemm_batched_ex` and `_64` (a/b/c/d are device arrays of pointers).
+#[inline(always)]
 pub fn gemm_batched_ex<I: Int>(real: Option<GemmBatchedExFn<I>>, x: ExArgs<I>, batch: I) -> Status {
     let Some(f) = real else {
         return STATUS_NOT_IMPLEMENTED;
@@ -363,6 +446,7 @@ pub fn gemm_batched_ex<I: Int>(real: Option<GemmBatchedExFn<I>>, x: ExArgs<I>, b
 }
 
 /// `rocblas_gemm_strided_batched_ex` and `_64`.
+#[inline(always)]
 pub fn gemm_strided_batched_ex<I: Int>(
     real: Option<GemmStridedBatchedExFn<I>>,
     x: ExArgs<I>,
@@ -401,6 +485,7 @@ pub struct TypedArgs<I> {
 
 impl<I: Int> TypedArgs<I> {
     /// The same problem as a `gemm_ex` call with the function's fixed types (d = c).
+    #[inline(always)]
     fn as_ex(&self, types: Types, route: Route) -> ExArgs<I> {
         let (algo, solution, flags) = match route {
             Route::Original => (ALGO_STANDARD, 0, FLAG_NONE),
@@ -460,6 +545,7 @@ impl ExEntries for i64 {
 
 /// `rocblas_hgemm` / `rocblas_sgemm` (and `_64`): a tuned row is served by re-issuing the
 /// call as `gemm_ex` with the same types, since the typed API takes no solution index.
+#[inline(always)]
 pub fn typed_gemm<I: ExEntries>(
     real: Option<TypedGemmFn<I>>,
     types: Types,
@@ -490,6 +576,7 @@ pub fn typed_gemm<I: ExEntries>(
 }
 
 /// `rocblas_hgemm_strided_batched` / `rocblas_sgemm_strided_batched` (and `_64`).
+#[inline(always)]
 pub fn typed_gemm_strided_batched<I: ExEntries>(
     real: Option<TypedGemmStridedBatchedFn<I>>,
     types: Types,

@@ -2,17 +2,21 @@
 //!
 //! Each thread takes one cache-line-aligned block of counters on its first call and is the
 //! only writer of it, so an increment is a plain load and store to a line no other thread
-//! writes: two threads scale like one. Threads beyond the block count share one block with
-//! atomic adds (still exact, just slower). The summary sums every block.
+//! writes: two threads scale like one. A thread gives its block back when it ends (its counts
+//! are folded into a retired block), so a host whose threads come and go keeps this fast
+//! path; only more than 64 threads alive at once share one block with atomic adds (still
+//! exact, just slower). The summary sums every block.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// What happened to one intercepted call.
-#[derive(Clone, Copy, Debug)]
+/// What happened to one intercepted call. Each call is counted once, in the one counter
+/// for its outcome; `Calls` is never bumped, its total is the sum of the rocBLAS outcomes
+/// (cuBLASLt calls are counted in `LtCalls` as they come).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Counter {
-    /// Every intercepted GEMM call.
+    /// Every intercepted GEMM call (the sum of the outcomes below).
     Calls = 0,
     /// Re-issued with a tuned solution that succeeded.
     Served,
@@ -37,6 +41,15 @@ pub enum Counter {
     LtFallbacks,
 }
 const N: usize = 13;
+/// The rocBLAS outcomes, whose sum is [`Counter::Calls`].
+const OUTCOMES: [Counter; 6] = [
+    Counter::Served,
+    Counter::Default,
+    Counter::Missed,
+    Counter::PassedThrough,
+    Counter::Fallbacks,
+    Counter::Near,
+];
 
 #[repr(align(128))]
 struct Block([AtomicU64; N]);
@@ -49,46 +62,164 @@ impl Block {
 
 const BLOCKS: usize = 64;
 static OWNED: [Block; BLOCKS] = [const { Block::new() }; BLOCKS];
+/// Bit i set: block i has an owner.
+static USED: AtomicU64 = AtomicU64::new(0);
+/// Threads that found every block taken count here, with atomic adds.
 static SHARED: Block = Block::new();
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Counts of threads that have ended, folded in when their block was given back.
+static RETIRED: Block = Block::new();
+
+/// `MINE` before the thread's first count.
+const UNCLAIMED: usize = usize::MAX;
+/// `MINE` of a thread that counts in `SHARED`.
+const IN_SHARED: usize = BLOCKS;
 
 thread_local! {
-    static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// The calling thread's block. No destructor, so reading it on the hot path is a bare
+    /// TLS access with no registration or liveness check.
+    static MINE: Cell<usize> = const { Cell::new(UNCLAIMED) };
+    /// Touched once per thread, when it claims a block: its destructor gives the block back
+    /// at thread exit, so threads that come and go never run the pool dry.
+    static GIVE_BACK: GiveBack = const { GiveBack(Cell::new(UNCLAIMED)) };
 }
 
-#[inline]
-pub fn bump(c: Counter) {
-    let idx = MINE.with(|m| {
-        let i = m.get();
-        if i != usize::MAX {
-            return i;
+struct GiveBack(Cell<usize>);
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        let i = self.0.get();
+        if i >= BLOCKS {
+            return;
         }
-        let i = NEXT.fetch_add(1, Ordering::Relaxed);
-        m.set(i);
-        i
-    });
-    if idx < BLOCKS {
-        let a = &OWNED[idx].0[c as usize];
+        // Later counts on this thread (a GEMM from another TLS destructor) go to SHARED.
+        MINE.with(|m| m.set(IN_SHARED));
+        for (mine, retired) in OWNED[i].0.iter().zip(&RETIRED.0) {
+            retired.fetch_add(mine.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+        }
+        USED.fetch_and(!(1u64 << i), Ordering::Release);
+    }
+}
+
+/// Counts one call. The hot path is one TLS read and a load and store to a line only this
+/// thread writes: no atomic read-modify-write, no shared line written.
+#[inline(always)]
+pub fn bump(c: Counter) {
+    let i = MINE.with(Cell::get);
+    if i < BLOCKS {
+        let a = &OWNED[i].0[c as usize];
+        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    } else {
+        bump_slow(c);
+    }
+}
+
+/// The first count of a thread (claims a block), or one by a thread without a block.
+#[cold]
+#[inline(never)]
+fn bump_slow(c: Counter) {
+    let mut i = MINE.with(Cell::get);
+    if i == UNCLAIMED {
+        i = claim();
+        MINE.with(|m| m.set(i));
+        // Registers the destructor; a thread already being torn down cannot, and then
+        // simply keeps the block.
+        let _ = GIVE_BACK.try_with(|g| g.0.set(i));
+    }
+    if i < BLOCKS {
+        let a = &OWNED[i].0[c as usize];
         a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     } else {
         SHARED.0[c as usize].fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// The sum over all threads.
+/// A free block for the calling thread, or `IN_SHARED` when all are taken.
+fn claim() -> usize {
+    let mut used = USED.load(Ordering::Relaxed);
+    loop {
+        if used == u64::MAX {
+            return IN_SHARED;
+        }
+        let i = (!used).trailing_zeros() as usize;
+        match USED.compare_exchange_weak(used, used | 1 << i, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => return i,
+            Err(now) => used = now,
+        }
+    }
+}
+
+/// The sum over all threads, live and ended. Exact once counting has stopped (at exit); a
+/// thread ending at the same moment may be seen twice or not at all.
 pub fn total(c: Counter) -> u64 {
+    if c == Counter::Calls {
+        return OUTCOMES.iter().map(|&o| total(o)).sum();
+    }
     OWNED
         .iter()
-        .chain(std::iter::once(&SHARED))
+        .chain([&SHARED, &RETIRED])
         .map(|b| b.0[c as usize].load(Ordering::Relaxed))
         .sum()
 }
 
-/// Zeroes every counter: for a forked child, which starts its own account.
+/// Zeroes every counter: for a forked child, which starts its own account. Only the forking
+/// thread exists in the child, so only its block stays taken.
 pub fn reset() {
-    for b in OWNED.iter().chain(std::iter::once(&SHARED)) {
+    for b in OWNED.iter().chain([&SHARED, &RETIRED]) {
         for a in &b.0 {
             a.store(0, Ordering::Relaxed);
         }
+    }
+    let mine = MINE.with(Cell::get);
+    USED.store(
+        if mine < BLOCKS { 1u64 << mine } else { 0 },
+        Ordering::Relaxed,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The counters are process-wide, so one test checks everything in order.
+    #[test]
+    fn threads_that_end_give_their_block_back_and_nothing_is_lost() {
+        let before = total(Counter::Served);
+        // Far more threads than blocks, one after another: each must find a block.
+        for _ in 0..3 * BLOCKS {
+            std::thread::spawn(|| {
+                for _ in 0..10 {
+                    bump(Counter::Served);
+                }
+                assert!(
+                    MINE.with(Cell::get) < BLOCKS,
+                    "a thread found no free block"
+                );
+            })
+            .join()
+            .unwrap();
+        }
+        assert_eq!(total(Counter::Served) - before, 30 * BLOCKS as u64);
+        // More live threads than blocks: the rest count in SHARED, exactly.
+        let before = total(Counter::Default);
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(BLOCKS + 8));
+        let threads: Vec<_> = (0..BLOCKS + 8)
+            .map(|_| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    bump(Counter::Default);
+                    barrier.wait();
+                    for _ in 0..99 {
+                        bump(Counter::Default);
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(total(Counter::Default) - before, 100 * (BLOCKS as u64 + 8));
+        assert_eq!(
+            total(Counter::Calls),
+            OUTCOMES.iter().map(|&o| total(o)).sum::<u64>()
+        );
     }
 }
