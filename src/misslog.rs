@@ -73,7 +73,7 @@ pub const SHARDS: usize = 8;
 #[inline(always)]
 fn shard() -> usize {
     let here = 0u8;
-    let sp = std::hint::black_box(&here) as *const u8 as u64;
+    let sp = &here as *const u8 as u64;
     ((sp >> 16).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61) as usize
 }
 
@@ -82,8 +82,8 @@ fn shard() -> usize {
 ///
 /// # Safety
 /// All-zero bytes must be a valid `T`.
-unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
-    let layout = std::alloc::Layout::array::<T>(n).expect("miss set size");
+pub(crate) unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
+    let layout = std::alloc::Layout::array::<T>(n).expect("slice size");
     let p = std::alloc::alloc_zeroed(layout) as *mut T;
     if p.is_null() {
         std::alloc::handle_alloc_error(layout);
@@ -105,7 +105,7 @@ fn key_hash<K: Hash>(key: &K) -> u64 {
 
 /// The set's hash of (device, key), from the key's [`ProblemKey::lookup_hash`].
 #[inline(always)]
-fn hash_of(device: i32, key_hash: u64) -> u64 {
+pub(crate) fn hash_of(device: i32, key_hash: u64) -> u64 {
     // One multiply mixes the device into every bit the slot index and tag use.
     let p = ((key_hash ^ device as u32 as u64) as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (p as u64) ^ ((p >> 64) as u64)

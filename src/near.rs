@@ -15,7 +15,7 @@
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::BuildHasherDefault;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -155,31 +155,27 @@ pub struct Verdicts {
 unsafe impl Sync for Verdicts {}
 unsafe impl Send for Verdicts {}
 
-fn hash_of(device: i32, key: &ProblemKey) -> u64 {
-    let mut h = FxHasher::default();
-    device.hash(&mut h);
-    key.hash(&mut h);
-    h.finish()
-}
-
 impl Verdicts {
     /// Room for `capacity` keys (rounded up to a power of two).
     pub fn with_capacity(capacity: usize) -> Verdicts {
         let n = capacity.max(2).next_power_of_two();
-        let slots = (0..n)
-            .map(|_| Slot {
-                state: AtomicU32::new(EMPTY),
-                hash: AtomicU64::new(0),
-                verdict: AtomicU64::new(PENDING),
-                entry: UnsafeCell::new(MaybeUninit::uninit()),
-            })
-            .collect();
+        const { assert!(EMPTY == 0 && PENDING == 0) };
+        // Zeroed by the allocator, as the miss set's slots: an all-zero slot is an empty one,
+        // and untouched pages cost neither start-up time nor memory.
+        // SAFETY: all-zero bytes are a valid Slot (atomics at 0, `entry` is MaybeUninit).
+        let slots = unsafe { crate::misslog::zeroed_slice(n) };
         Verdicts { slots, mask: n - 1 }
     }
 
     /// The verdict for (device, key), or the right to decide it.
     pub fn get_or_claim(&self, device: i32, key: &ProblemKey) -> Claim {
-        let hash = hash_of(device, key);
+        self.get_or_claim_hashed(device, key, key.lookup_hash())
+    }
+
+    /// [`Verdicts::get_or_claim`] with the key's lookup hash already computed: a repeated
+    /// miss asks this on every call, so it reuses the hash of the table lookup.
+    pub fn get_or_claim_hashed(&self, device: i32, key: &ProblemKey, key_hash: u64) -> Claim {
+        let hash = crate::misslog::hash_of(device, key_hash);
         let mut i = hash as usize & self.mask;
         for _ in 0..self.slots.len() {
             let slot = &self.slots[i];
@@ -189,7 +185,7 @@ impl Verdicts {
                         if slot.hash.load(Ordering::Relaxed) == hash {
                             // SAFETY: READY observed with Acquire; entry is initialised.
                             let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                            if *d == device && k == key {
+                            if *d == device && k.same_as(key) {
                                 let v = decode(slot.verdict.load(Ordering::Acquire));
                                 return Claim::Known(i, v);
                             }

@@ -177,6 +177,18 @@ impl Table {
         self.wildcards.iter().find(|w| w.pattern.matches(key))
     }
 
+    /// `op,signature` of the row (exact or `*`) that holds `entry`, for messages.
+    pub fn describe(&self, entry: &Entry) -> Option<String> {
+        if let Some((k, _)) = self.rows.iter().find(|(_, e)| std::ptr::eq(e, entry)) {
+            let (op, sig) = crate::tunableop::op_and_signature(k);
+            return Some(format!("{op},{sig}"));
+        }
+        self.wildcards
+            .iter()
+            .find(|w| std::ptr::eq(&w.entry, entry))
+            .map(|w| w.text.clone())
+    }
+
     pub fn wildcards(&self) -> &[Wildcard] {
         &self.wildcards
     }
@@ -191,6 +203,9 @@ impl Table {
     ) -> Result<usize, usize> {
         let tag = tag_of(hash);
         let mut i = hash as usize & self.mask;
+        // The interposer's hit path runs this outside its unwinding guard: it cannot panic,
+        // since `mask` keeps `i` within the slots, every row number stored is below the row
+        // count, and the index is never full, so the loop ends.
         loop {
             let s = self.slots[i];
             if s.row == EMPTY {
@@ -286,6 +301,12 @@ mod tests {
         );
         assert_eq!(t.get(&key(2)).unwrap().action, Action::Default);
         assert!(t.get(&key(3)).is_none());
+        let (op, sig) = crate::tunableop::op_and_signature(&key(2));
+        assert_eq!(
+            t.describe(t.get(&key(2)).unwrap()),
+            Some(format!("{op},{sig}"))
+        );
+        assert_eq!(t.describe(&Entry::for_pattern(Action::Default)), None);
     }
 
     #[test]

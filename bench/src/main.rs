@@ -100,8 +100,10 @@ fn child_command(target: &Path, work: &Work, cache: &Path, stats: &Path) -> Comm
     let mut c = Command::new(std::env::current_exe().expect("current_exe"));
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if (k.starts_with("TUNEDBLAS_") && k != "TUNEDBLAS_BENCH_PRELOAD")
-            || k.starts_with("REFBLAS_")
+        // TUNEDBLAS_NEAR passes through: `TUNEDBLAS_NEAR=0 scripts/bench` measures the miss
+        // path without near-shape serving.
+        let keep = ["TUNEDBLAS_BENCH_PRELOAD", "TUNEDBLAS_NEAR"];
+        if (k.starts_with("TUNEDBLAS_") && !keep.contains(&k.as_str())) || k.starts_with("REFBLAS_")
         {
             c.env_remove(k);
         }

@@ -144,7 +144,7 @@ macro_rules! gemm_ex_export {
                 };
                 match serve::plan(key, chose) {
                     serve::Plan::Original => {}
-                    serve::Plan::Tuned(id, hit) => {
+                    serve::Plan::Tuned(id, entry) => {
                         let status = f(
                             h,
                             ta,
@@ -171,7 +171,7 @@ macro_rules! gemm_ex_export {
                             id,
                             flags,
                         );
-                        if serve::tuned_result(id, hit, status) {
+                        if serve::tuned_result(id, entry, status) {
                             return status;
                         }
                     }
@@ -182,7 +182,7 @@ macro_rules! gemm_ex_export {
                             h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d,
                             dt, ldd, ctype, algo, sol, flags
                         );
-                        return serve::near(plan, |route| serve::call_ex(f, &x.routed(route)));
+                        return serve::near(plan, key, |route| serve::call_ex(f, &x.routed(route)));
                     }
                 }
                 // The caller's own call: a pass, a `Default` row, a miss, or the fallback of a

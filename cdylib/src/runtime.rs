@@ -148,9 +148,9 @@ pub enum NearStep {
     Pass,
     /// Serve this solution; validated before for this key.
     Serve { id: i32, slot: usize },
-    /// First sight: validate this solution (from the row `from` tokens away) for the exact
-    /// problem, then report the outcome with [`Runtime::near_outcome`].
-    Validate { id: i32, slot: usize, from: i64 },
+    /// First sight: validate this solution (from the row [`Runtime::near_from`] names) for
+    /// the exact problem, then report the outcome with [`Runtime::near_outcome`].
+    Validate { id: i32, slot: usize },
 }
 
 /// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
@@ -245,11 +245,18 @@ impl Runtime {
 
     /// The near path for a key on `device` that has no row in `table` (the miss is
     /// recorded apart).
-    pub fn near(&self, device: i32, table: Option<&Table>, key: &ProblemKey) -> NearStep {
+    /// `hash` is the key's [`ProblemKey::lookup_hash`], reused for the verdict map.
+    pub fn near(
+        &self,
+        device: i32,
+        table: Option<&Table>,
+        key: &ProblemKey,
+        hash: u64,
+    ) -> NearStep {
         let (Some(near), Some(table)) = (&self.near, table) else {
             return NearStep::Pass;
         };
-        match near.verdicts.get_or_claim(device, key) {
+        match near.verdicts.get_or_claim_hashed(device, key, hash) {
             Claim::Known(slot, Verdict::Serve(id)) => NearStep::Serve { id, slot },
             Claim::Known(..) | Claim::Full => NearStep::Pass,
             Claim::Mine(slot) => {
@@ -269,7 +276,7 @@ impl Runtime {
                     }
                 });
                 match usable {
-                    Some((id, from)) => NearStep::Validate { id, slot, from },
+                    Some((id, _from)) => NearStep::Validate { id, slot },
                     None => {
                         near.verdicts.set(slot, Verdict::None);
                         NearStep::Pass
@@ -277,6 +284,16 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// The token count of the row the near path takes for `key` in `table` (for messages).
+    pub fn near_from(&self, table: Option<&Table>, key: &ProblemKey) -> Option<i64> {
+        let (near, table) = (self.near.as_ref()?, table?);
+        near.indexes
+            .iter()
+            .find(|(t, _)| std::ptr::eq(&**t, table))
+            .and_then(|(_, ix)| ix.nearest(key, near.window))
+            .map(|(from, _)| from)
     }
 
     /// Records whether the near solution of `slot` may serve its key from now on.

@@ -5,8 +5,11 @@
 //! as the caller made it or with a tuned solution. [`serve`] does the rest: lookup, tuned
 //! call, fallback and quarantine on failure, miss recording, counting.
 //!
-//! The only code under `catch_unwind` is the decision, which runs before any real call: if
-//! it panics we pass the call through, and a GEMM is never executed twice.
+//! The decision runs before any real call, so a GEMM is never executed twice. Its miss path
+//! (files, allocation, near serving) runs under `catch_unwind`: if it panics the call is
+//! passed through and serving stops. The hit path is written so it cannot panic (checked
+//! accessors, atomics, no allocation) and runs outside the guard, which keeps its result
+//! in registers.
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -15,7 +18,7 @@ use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
 use tunedblas_core::near::Verdict;
 use tunedblas_core::rocblas::{batched_key, ex_types, is_real_problem, single_key, Dims};
-use tunedblas_core::table::{Action, Entry, Table, Wildcard};
+use tunedblas_core::table::{Action, Entry, Table};
 use tunedblas_core::tunableop;
 
 use crate::log::{debug, info};
@@ -36,48 +39,28 @@ pub enum Route {
 
 enum Decision {
     Pass,
-    /// The solution, and its row.
-    Tuned(i32, Hit),
+    /// The solution, and its row's entry.
+    Tuned(i32, &'static Entry),
     /// No row; the nearest token count's solution, `validated` already or not yet.
     Near(NearPlan),
 }
 
-/// The row a call is served from: an exact row (its key as the table holds it) or a `*` row.
-/// Carried by reference, so the hit path copies no key.
-#[derive(Clone, Copy)]
-pub enum Hit {
-    Exact(&'static (ProblemKey, Entry)),
-    Pattern(&'static Wildcard),
-}
-
-impl Hit {
-    #[inline(always)]
-    fn entry(self) -> &'static Entry {
-        match self {
-            Hit::Exact((_, e)) => e,
-            Hit::Pattern(w) => &w.entry,
-        }
-    }
-
-    /// `op,signature` of the row, for messages.
-    fn text(self) -> String {
-        match self {
-            Hit::Exact((k, _)) => {
-                let (op, sig) = tunableop::op_and_signature(k);
-                format!("{op},{sig}")
-            }
-            Hit::Pattern(w) => w.text.clone(),
-        }
-    }
-}
-
-/// A call to serve from the nearest token count's row (see [`near`]).
+/// A call to serve from the nearest token count's row (see [`near`]): the solution, and its
+/// verdict slot with a bit saying whether it must be validated first. Eight bytes, so the
+/// whole decision is returned in two registers (a 40-byte variant made the hot path return
+/// it through memory and cost the served path ~5 ns, BENCHMARKS.md).
 pub struct NearPlan {
-    rt: &'static runtime::Runtime,
     id: i32,
-    slot: usize,
-    from: Option<i64>,
-    key: ProblemKey,
+    slot_and_validate: u32,
+}
+
+impl NearPlan {
+    fn new(id: i32, slot: usize, validate: bool) -> NearPlan {
+        NearPlan {
+            id,
+            slot_and_validate: (slot as u32) << 1 | validate as u32,
+        }
+    }
 }
 
 /// The per-call decision. Each call bumps exactly one counter (the calls total is their
@@ -98,7 +81,7 @@ fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decis
     let hash = key.lookup_hash();
     let table = rt.table();
     match table.and_then(|t| t.get_row_hashed(&key, hash)) {
-        Some(row) if row.1.servable => use_row(Hit::Exact(row)),
+        Some((_, e)) if e.servable => use_row(e),
         // A row for a call rocBLAS would not run (quick return, bad sizes): untouched, as if
         // it had no key. Checked here, after the lookup, so a served call never pays for it.
         Some(_) => {
@@ -109,14 +92,29 @@ fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decis
             bump(Counter::PassedThrough);
             Decision::Pass
         }
-        None => missed(rt, table, key, hash),
+        None => guarded(|| missed(rt, table, &key, hash)),
+    }
+}
+
+/// Runs the miss path under `catch_unwind`: it writes files, allocates and serves near
+/// rows, so a bug there must not unwind into C. The hit path above does none of that and
+/// cannot panic (only bounds-checked-away indexing and atomics), so it runs outside: a
+/// decision returned through the unwinding guard went through memory and stalled the
+/// served path (~4 ns, BENCHMARKS.md).
+#[inline(always)]
+fn guarded(f: impl FnOnce() -> Decision) -> Decision {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(d) => d,
+        Err(_) => {
+            runtime::latch_off("a panic while choosing a solution");
+            Decision::Pass
+        }
     }
 }
 
 /// What a row (exact or `*`) says for this call.
 #[inline(always)]
-fn use_row(hit: Hit) -> Decision {
-    let e = hit.entry();
+fn use_row(e: &'static Entry) -> Decision {
     if e.is_quarantined() {
         bump(Counter::PassedThrough);
         return Decision::Pass;
@@ -127,7 +125,7 @@ fn use_row(hit: Hit) -> Decision {
             bump(Counter::Default);
             Decision::Pass
         }
-        Action::Solution(id) => Decision::Tuned(id, hit),
+        Action::Solution(id) => Decision::Tuned(id, e),
     }
 }
 
@@ -138,39 +136,27 @@ fn use_row(hit: Hit) -> Decision {
 fn missed(
     rt: &'static runtime::Runtime,
     table: Option<&'static Table>,
-    key: ProblemKey,
+    key: &ProblemKey,
     hash: u64,
 ) -> Decision {
-    if let Some(w) = table.and_then(|t| t.get_wildcard_row(&key)) {
-        return use_row(Hit::Pattern(w));
+    if let Some(e) = table.and_then(|t| t.get_wildcard(key)) {
+        return use_row(e);
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
     if !rt.near_on() {
-        rt.miss(&key, hash);
+        rt.miss(key, hash);
         bump(Counter::Missed);
         return Decision::Pass;
     }
     let device = runtime::current_device();
-    rt.miss_on(device, &key, hash);
-    match rt.near(device, table, &key) {
+    rt.miss_on(device, key, hash);
+    match rt.near(device, table, key, hash) {
         runtime::NearStep::Pass => {
             bump(Counter::Missed);
             Decision::Pass
         }
-        runtime::NearStep::Serve { id, slot } => Decision::Near(NearPlan {
-            rt,
-            id,
-            slot,
-            from: None,
-            key,
-        }),
-        runtime::NearStep::Validate { id, slot, from } => Decision::Near(NearPlan {
-            rt,
-            id,
-            slot,
-            from: Some(from),
-            key,
-        }),
+        runtime::NearStep::Serve { id, slot } => Decision::Near(NearPlan::new(id, slot, false)),
+        runtime::NearStep::Validate { id, slot } => Decision::Near(NearPlan::new(id, slot, true)),
     }
 }
 
@@ -183,15 +169,18 @@ fn near_call(
     rt: &'static runtime::Runtime,
     id: i32,
     slot: usize,
-    from: Option<i64>,
+    validate: bool,
     key: &ProblemKey,
     call: &impl Fn(Route) -> Status,
 ) -> Status {
-    if let Some(from) = from {
+    if validate {
         let status = call(Route::Check(id));
         if status != STATUS_SUCCESS {
             rt.near_outcome(slot, Verdict::Refused);
             let (op, sig) = tunableop::op_and_signature(key);
+            let from = rt
+                .near_from(rt.table(), key)
+                .map_or_else(|| "?".to_string(), |f| f.to_string());
             debug!(
                 "near: solution {id} of the row at {from} tokens cannot solve {op},{sig} (rocBLAS status {status}); the heuristic serves it"
             );
@@ -217,20 +206,20 @@ fn near_call(
 /// Serves one intercepted call. See the module docs.
 #[inline(always)]
 pub fn serve(
-    key: impl FnOnce() -> Option<ProblemKey>,
+    key: impl Fn() -> Option<ProblemKey> + Copy,
     caller_chose: bool,
     call: impl Fn(Route) -> Status,
 ) -> Status {
     match plan(key, caller_chose) {
         Plan::Original => call(Route::Original),
-        Plan::Tuned(id, hit) => {
+        Plan::Tuned(id, entry) => {
             let status = call(Route::Tuned(id));
-            if tuned_result(id, hit, status) {
+            if tuned_result(id, entry, status) {
                 return status;
             }
             call(Route::Original)
         }
-        Plan::Near(n) => near(n, call),
+        Plan::Near(n) => near(n, key, call),
     }
 }
 
@@ -238,47 +227,75 @@ pub fn serve(
 /// point can make the calls with its own arguments (see `exports.rs`).
 pub enum Plan {
     Original,
-    Tuned(i32, Hit),
+    Tuned(i32, &'static Entry),
     Near(NearPlan),
 }
 
 #[inline(always)]
 pub fn plan(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Plan {
-    match catch_unwind(AssertUnwindSafe(|| decide(key, caller_chose))) {
-        Ok(Decision::Tuned(id, hit)) => Plan::Tuned(id, hit),
-        Ok(Decision::Near(n)) => Plan::Near(n),
-        Ok(Decision::Pass) => Plan::Original,
-        Err(_) => {
-            runtime::latch_off("a panic while choosing a solution");
-            Plan::Original
-        }
+    match decide(key, caller_chose) {
+        Decision::Tuned(id, entry) => Plan::Tuned(id, entry),
+        Decision::Near(n) => Plan::Near(n),
+        Decision::Pass => Plan::Original,
     }
 }
 
-/// Makes a near-served call (a [`Plan::Near`]).
-pub fn near(n: NearPlan, call: impl Fn(Route) -> Status) -> Status {
-    near_call(n.rt, n.id, n.slot, n.from, &n.key, &call)
+/// Makes a near-served call (a [`Plan::Near`]); `key` is the call's key (for messages).
+pub fn near(
+    n: NearPlan,
+    key: impl FnOnce() -> Option<ProblemKey>,
+    call: impl Fn(Route) -> Status,
+) -> Status {
+    let key = key().unwrap_or_else(unreachable_key);
+    let Some(rt) = runtime::get() else {
+        return call(Route::Original);
+    };
+    let slot = (n.slot_and_validate >> 1) as usize;
+    let validate = n.slot_and_validate & 1 != 0;
+    near_call(rt, n.id, slot, validate, &key, &call)
+}
+
+/// Never used: a call planned for near serving had a key. A harmless stand-in rather than a
+/// panic, since this runs outside the unwinding guard.
+#[cold]
+fn unreachable_key() -> ProblemKey {
+    ProblemKey::single(
+        tunedblas_core::key::Trans::N,
+        tunedblas_core::key::Trans::N,
+        Types::SGEMM,
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        1,
+        0,
+    )
 }
 
 /// The outcome of a tuned call the caller made itself: true when it succeeded (counted as
 /// served); false when it failed, the row is now quarantined and the caller's own call
 /// must be made.
 #[inline(always)]
-pub fn tuned_result(id: i32, hit: Hit, status: Status) -> bool {
+pub fn tuned_result(id: i32, entry: &'static Entry, status: Status) -> bool {
     if status == STATUS_SUCCESS {
         bump(Counter::Served);
         return true;
     }
-    fell_back(id, hit, status);
+    fell_back(id, entry, status);
     false
 }
 
 /// A tuned call failed: quarantine the row (reported once) and count the fallback.
 #[cold]
 #[inline(never)]
-fn fell_back(id: i32, hit: Hit, status: Status) {
-    if hit.entry().quarantine() {
-        let row = hit.text();
+fn fell_back(id: i32, entry: &'static Entry, status: Status) {
+    if entry.quarantine() {
+        let row = runtime::get()
+            .and_then(|rt| rt.table())
+            .and_then(|t| t.describe(entry))
+            .unwrap_or_else(|| "its row".into());
         info!(
             "solution {id} for {row} failed with rocBLAS status {status}; the row is quarantined for this process and the caller's own call is made instead (re-tune this build)"
         );
