@@ -85,6 +85,8 @@ impl Types {
     pub const HGEMM: Types = Types::uniform(abi::DT_F16_R, abi::DT_F16_R);
     /// What `rocblas_sgemm` computes: f32 everywhere.
     pub const SGEMM: Types = Types::uniform(abi::DT_F32_R, abi::DT_F32_R);
+    /// f16 tensors computed in f32: PyTorch's half GEMMs (`GemmTunableOp_Half_*`).
+    pub const HALF: Types = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
 }
 
 /// One GEMM problem. See the module docs for what is (and is not) part of it.
@@ -252,6 +254,24 @@ impl ProblemKey {
         }
     }
 
+    /// `F.linear(x[M, K], W[N, K])` as PyTorch issues it, packed: gemm_ex(T, N, m = N,
+    /// n = M (the token count), k = K, lda = ldb = K, ldc = ldd = N).
+    pub fn linear(types: Types, n_out: i64, tokens: i64, k: i64) -> ProblemKey {
+        ProblemKey::single(
+            Trans::T,
+            Trans::N,
+            types,
+            n_out,
+            tokens,
+            k,
+            k,
+            k,
+            n_out,
+            n_out,
+            0,
+        )
+    }
+
     /// Turns this single problem into a batched one.
     #[inline]
     pub fn with_batch(mut self, batching: Batching, batch: i64, strides: [i64; 4]) -> ProblemKey {
@@ -336,20 +356,7 @@ mod tests {
     use super::*;
 
     fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        // F.linear(x[M,K], W[N,K]) -> gemm_ex(T, N, m=N, n=M, k=K, lda=K, ldb=K, ldc=N).
-        ProblemKey::single(
-            Trans::T,
-            Trans::N,
-            Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
-            n_out,
-            tokens,
-            k,
-            k,
-            k,
-            n_out,
-            n_out,
-            0,
-        )
+        ProblemKey::linear(Types::HALF, n_out, tokens, k)
     }
 
     #[test]

@@ -162,7 +162,7 @@ fn solution_id(s: &str) -> Option<i32> {
 fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
     let dir = scratch("export-gemm-tune-bench");
     let made = profile_rows(&artifacts().host4);
-    let store = make_store(
+    let _store = make_store(
         &dir,
         &artifacts().libdir4,
         "librocblas.so.4",

@@ -618,23 +618,10 @@ pub fn cmd(rest: &[String]) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tunedblas_core::abi;
-    use tunedblas_core::key::{Trans, Types};
+    use tunedblas_core::key::Types;
 
     fn key(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::single(
-            Trans::T,
-            Trans::N,
-            Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
-            n_out,
-            tokens,
-            k,
-            k,
-            k,
-            n_out,
-            n_out,
-            0,
-        )
+        ProblemKey::linear(Types::HALF, n_out, tokens, k)
     }
 
     fn data() -> Data {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use tunedblas_core::abi;
-use tunedblas_core::key::{ProblemKey, Trans, Types};
+use tunedblas_core::key::{ProblemKey, Types};
 
 use crate::backend::{Library, Problem, Result};
 
@@ -40,20 +40,7 @@ pub const STEPS: [(i64, &str); 10] = [
 
 /// `F.linear(x[M,K], W[N,K])` in fp16 as PyTorch issues it: gemm_ex(T, N, m=N, n=M, k=K).
 pub fn linear_key(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-    let types = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
-    ProblemKey::single(
-        Trans::T,
-        Trans::N,
-        types,
-        n_out,
-        tokens,
-        k,
-        k,
-        k,
-        n_out,
-        n_out,
-        0,
-    )
+    ProblemKey::linear(Types::HALF, n_out, tokens, k)
 }
 
 /// Every (key, reason) of one pass over the workload.

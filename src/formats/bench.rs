@@ -252,19 +252,7 @@ mod tests {
     use crate::formats::testutil::Rng;
 
     fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::single(
-            Trans::T,
-            Trans::N,
-            Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
-            n_out,
-            tokens,
-            k,
-            k,
-            k,
-            n_out,
-            n_out,
-            0,
-        )
+        ProblemKey::linear(Types::HALF, n_out, tokens, k)
     }
 
     /// Golden lines written from the fields rocBLAS logs (see the module docs).
