@@ -1435,20 +1435,13 @@ pub fn load_tables(dir: &Path) -> LtLoaded {
         }
         loaded.skipped += parsed.skipped.len();
         let table = LtTable::new(parsed.rows.iter().map(|r| (r.key, r.action)));
-        let shared = loaded
-            .tables
-            .iter()
-            .flatten()
-            .find(|t| t.same_rows(&table))
-            .cloned();
-        let table = shared.unwrap_or_else(|| {
-            loaded.distinct += 1;
-            Arc::new(table)
-        });
-        if loaded.tables.len() <= rank {
-            loaded.tables.resize(rank + 1, None);
-        }
-        loaded.tables[rank] = Some(table);
+        crate::profile::place_rank_table(
+            &mut loaded.tables,
+            &mut loaded.distinct,
+            rank,
+            table,
+            LtTable::same_rows,
+        );
     }
     loaded
 }

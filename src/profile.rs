@@ -245,22 +245,35 @@ pub fn load_tables(dir: &Path) -> Loaded {
         loaded
             .rows
             .push((rank, table.len() + table.wildcards().len()));
-        let shared = loaded
-            .tables
-            .iter()
-            .flatten()
-            .find(|t| t.same_rows(&table))
-            .cloned();
-        let table = shared.unwrap_or_else(|| {
-            loaded.distinct += 1;
-            Arc::new(table)
-        });
-        if loaded.tables.len() <= rank {
-            loaded.tables.resize(rank + 1, None);
-        }
-        loaded.tables[rank] = Some(table);
+        place_rank_table(
+            &mut loaded.tables,
+            &mut loaded.distinct,
+            rank,
+            table,
+            Table::same_rows,
+        );
     }
     loaded
+}
+
+/// Puts `table` at `tables[rank]`, sharing the `Arc` of an earlier rank with the same rows
+/// (`same`) so identical rank files cost one table; counts the distinct ones.
+pub fn place_rank_table<T>(
+    tables: &mut Vec<Option<Arc<T>>>,
+    distinct: &mut usize,
+    rank: usize,
+    table: T,
+    same: impl Fn(&T, &T) -> bool,
+) {
+    let shared = tables.iter().flatten().find(|t| same(t, &table)).cloned();
+    let table = shared.unwrap_or_else(|| {
+        *distinct += 1;
+        Arc::new(table)
+    });
+    if tables.len() <= rank {
+        tables.resize(rank + 1, None);
+    }
+    tables[rank] = Some(table);
 }
 
 #[cfg(test)]
