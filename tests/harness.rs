@@ -681,7 +681,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         text(&out.stderr)
     );
     // Every subcommand has help with examples.
-    for sub in ["tune", "qualify", "verify", "profiles", "merge"] {
+    for sub in ["demo", "tune", "qualify", "verify", "profiles", "merge"] {
         let out = ok(&run(harness(&dir, &[sub, "--help"])));
         assert!(out.contains("EXAMPLE"), "{sub}: {out}");
     }
