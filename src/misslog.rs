@@ -34,6 +34,10 @@ const READY: u32 = 2;
 struct Slot<K> {
     state: AtomicU32,
     hash: AtomicU64,
+    /// The caller's word about this key (0 until set; see [`MissSet::note_if_unset`]). The
+    /// interposer keeps a missed key's near-serving verdict here, so a repeated miss reads
+    /// it with the same probe that counts the call.
+    note: AtomicU64,
     /// Written once by the thread that moved the slot EMPTY -> BUSY, read only after READY.
     entry: UnsafeCell<MaybeUninit<(i32, K)>>,
 }
@@ -159,6 +163,21 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         key_hash: u64,
         admit: impl FnOnce() -> bool,
     ) -> Sight {
+        self.record_noted(device, key, key_hash, admit).0
+    }
+
+    /// [`MissSet::record_hashed_if`] that also returns the key's slot and its note (what
+    /// [`MissSet::note_if_unset`] or [`MissSet::set_note`] left there, 0 if nothing): one
+    /// probe counts the call and reads the caller's word about the key. No slot for
+    /// [`Sight::Full`] and [`Sight::Refused`].
+    #[inline(always)]
+    pub fn record_noted(
+        &self,
+        device: i32,
+        key: &K,
+        key_hash: u64,
+        admit: impl FnOnce() -> bool,
+    ) -> (Sight, Option<(usize, u64)>) {
         let mut admit = Some(admit);
         // Once per call: two reads of the stack address in one call may straddle a 64 KiB
         // window (debug builds give each inlined read its own slot) and pick two shards.
@@ -176,7 +195,8 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                             if *d == device && k == key {
                                 let c = &self.counts[shard * self.slots.len() + i];
                                 let count = c.fetch_add(1, Ordering::Relaxed) + 1;
-                                return Sight::Repeat { count };
+                                let note = slot.note.load(Ordering::Acquire);
+                                return (Sight::Repeat { count }, Some((i, note)));
                             }
                         }
                         break;
@@ -184,7 +204,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                     EMPTY => {
                         if let Some(admit) = admit.take() {
                             if !admit() {
-                                return Sight::Refused;
+                                return (Sight::Refused, None);
                             }
                         }
                         if slot
@@ -198,7 +218,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                             self.counts[shard * self.slots.len() + i]
                                 .fetch_add(1, Ordering::Relaxed);
                             slot.state.store(READY, Ordering::Release);
-                            return Sight::First;
+                            return (Sight::First, Some((i, 0)));
                         }
                         // Lost the race: look at the same slot again.
                     }
@@ -207,7 +227,48 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
             }
             i = (i + 1) & self.mask;
         }
-        Sight::Full
+        (Sight::Full, None)
+    }
+
+    /// The slot of (device, key) if the set holds it; counts nothing.
+    pub fn find(&self, device: i32, key: &K, key_hash: u64) -> Option<usize> {
+        let hash = hash_of(device, key_hash);
+        let mut i = hash as usize & self.mask;
+        for _ in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            match slot.state.load(Ordering::Acquire) {
+                EMPTY => return None,
+                READY if slot.hash.load(Ordering::Relaxed) == hash => {
+                    // SAFETY: READY was observed with Acquire; entry is initialised.
+                    let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
+                    if *d == device && k == key {
+                        return Some(i);
+                    }
+                }
+                // A slot being filled (BUSY) holds a key whose first sight has not returned
+                // yet: not the one a caller asks about after its own call was recorded.
+                _ => {}
+            }
+            i = (i + 1) & self.mask;
+        }
+        None
+    }
+
+    /// Leaves `note` (not 0) in a slot [`MissSet::record_noted`] returned, unless a note is
+    /// there already. True if it was stored.
+    pub fn note_if_unset(&self, slot: usize, note: u64) -> bool {
+        self.slots.get(slot).is_some_and(|s| {
+            s.note
+                .compare_exchange(0, note, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
+    /// Replaces the note of a slot [`MissSet::record_noted`] or [`MissSet::find`] returned.
+    pub fn set_note(&self, slot: usize, note: u64) {
+        if let Some(s) = self.slots.get(slot) {
+            s.note.store(note, Ordering::Release);
+        }
     }
 
     /// Every recorded (device, key, count), in slot order.
@@ -249,6 +310,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     pub unsafe fn reset(&self) {
         for (i, s) in self.slots.iter().enumerate() {
             if s.state.swap(EMPTY, Ordering::Relaxed) != EMPTY {
+                s.note.store(0, Ordering::Relaxed);
                 for shard in 0..SHARDS {
                     self.counts[shard * self.slots.len() + i].store(0, Ordering::Relaxed);
                 }
@@ -539,6 +601,36 @@ mod tests {
         assert_eq!(s.record(0, &key(1)), Sight::Repeat { count: 2 });
         assert_eq!(s.record(1, &key(1)), Sight::First, "devices are distinct");
         assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn notes_ride_on_the_probe_that_counts() {
+        let s = MissSet::with_capacity(16);
+        let h = |n| key(n).lookup_hash();
+        let (sight, noted) = s.record_noted(0, &key(1), h(1), || true);
+        assert_eq!(sight, Sight::First);
+        let (slot, note) = noted.expect("a slot");
+        assert_eq!(note, 0, "no note yet");
+        assert_eq!(s.find(0, &key(1), h(1)), Some(slot));
+        assert_eq!(s.find(1, &key(1), h(1)), None, "devices are distinct");
+        assert_eq!(s.find(0, &key(2), h(2)), None);
+        assert!(s.note_if_unset(slot, 7));
+        assert!(!s.note_if_unset(slot, 8), "only an empty note is filled");
+        assert_eq!(
+            s.record_noted(0, &key(1), h(1), || true),
+            (Sight::Repeat { count: 2 }, Some((slot, 7)))
+        );
+        s.set_note(slot, 9);
+        assert_eq!(s.record_noted(0, &key(1), h(1), || true).1, Some((slot, 9)));
+        assert_eq!(
+            s.record_noted(0, &key(2), h(2), || false),
+            (Sight::Refused, None)
+        );
+        // SAFETY: no other thread uses the set.
+        unsafe { s.reset() };
+        assert_eq!(s.find(0, &key(1), h(1)), None);
+        let (_, noted) = s.record_noted(0, &key(1), h(1), || true);
+        assert_eq!(noted.map(|n| n.1), Some(0), "reset clears notes");
     }
 
     #[test]

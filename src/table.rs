@@ -189,6 +189,12 @@ impl Table {
             .map(|w| w.text.clone())
     }
 
+    /// Whether the table has `*` rows at all (a miss skips [`Table::get_wildcard`] if not).
+    #[inline]
+    pub fn has_wildcards(&self) -> bool {
+        !self.wildcards.is_empty()
+    }
+
     pub fn wildcards(&self) -> &[Wildcard] {
         &self.wildcards
     }

@@ -230,6 +230,43 @@ fn near_serving_uses_the_validated_solution_of_the_nearest_token_count() {
 }
 
 #[test]
+fn a_near_solution_whose_call_fails_is_refused_for_good() {
+    // Validation passes, then the call itself fails (a kernel that cannot be launched):
+    // the caller's own call is made, and every later call of the shape is the heuristic's
+    // (the refusal must reach the verdict the miss set keeps for repeated misses).
+    let dir = scratch("near-call-fails");
+    let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
+    let sol = common_non_heuristic(&[tuned, missed]);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &v4_sha(),
+        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
+        1,
+    );
+    let stats = dir.join("stats.json");
+    let out = host4_env(
+        &dir,
+        &[
+            ("TUNEDBLAS_NEAR", "8"),
+            ("TUNEDBLAS_STATS", stats.to_str().unwrap()),
+            ("REFBLAS_FAIL_SOLUTIONS", &sol.to_string()),
+        ],
+        &[&format!("{missed}:5")],
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("5 calls: 0 served, 0 default, 4 missed (1 shapes), 0 passed through, 1 fallbacks, 0 near"),
+        "{stderr}"
+    );
+    let s = stats_of(&stats);
+    assert_eq!(s["near_keys_refused"], 1);
+    assert_eq!(s["near_keys_served"], 0);
+    assert_eq!(misses(&dir).1, vec![(miss_line(missed), 5)]);
+    assert!(trace(&dir).iter().all(|l| l["heuristic"] == "1"));
+}
+
+#[test]
 fn near_serving_is_refused_when_validation_fails() {
     let dir = scratch("near-refused");
     // A solution that solves 24 tokens but not 25 (refblas's 4x4 register tiles).

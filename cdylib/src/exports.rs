@@ -175,14 +175,16 @@ macro_rules! gemm_ex_export {
                             return status;
                         }
                     }
-                    // A miss served from a neighbouring token count: rare, so through the
-                    // general call helper.
+                    // A miss served from a neighbouring token count: rare, so out of line, with
+                    // the key rebuilt there. (Handing this function's `key` closure over
+                    // made it keep the captured arguments on the stack on every call: ~20
+                    // instructions on the served path, BENCHMARKS.md.)
                     serve::Plan::Near(plan) => {
                         let x = ex_args!(
                             h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d,
                             dt, ldd, ctype, algo, sol, flags
                         );
-                        return serve::near(plan, key, |route| serve::call_ex(f, &x.routed(route)));
+                        return serve::near_ex(plan, f, x);
                     }
                 }
                 // The caller's own call: a pass, a `Default` row, a miss, or the fallback of a

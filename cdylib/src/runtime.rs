@@ -153,6 +153,35 @@ pub enum NearStep {
     Validate { id: i32, slot: usize },
 }
 
+/// A final near verdict as a miss-set note (0 is "no note"): pass, or serve this solution
+/// with this verdict slot. `None` for a pending verdict, which is never noted.
+const NOTE_PASS: u64 = 1 << 62;
+const NOTE_SERVE: u64 = 2 << 62;
+
+fn note_of(slot: usize, v: Verdict) -> Option<u64> {
+    match v {
+        Verdict::Pending => None,
+        Verdict::None | Verdict::Refused => Some(NOTE_PASS),
+        // Verdict slots are below the map's capacity (MISS_CAPACITY), far below 2^30.
+        Verdict::Serve(id) => {
+            (slot < 1 << 30).then(|| NOTE_SERVE | (slot as u64) << 32 | u64::from(id as u32))
+        }
+    }
+}
+
+/// What a note says the near path does, `None` for no note.
+#[inline(always)]
+fn step_of_note(note: u64) -> Option<NearStep> {
+    match note >> 62 {
+        0 => None,
+        2 => Some(NearStep::Serve {
+            id: note as u32 as i32,
+            slot: (note >> 32) as usize & ((1 << 30) - 1),
+        }),
+        _ => Some(NearStep::Pass),
+    }
+}
+
 /// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
 #[inline]
 pub fn current_device() -> i32 {
@@ -201,6 +230,20 @@ impl Runtime {
         }
     }
 
+    /// [`Runtime::miss_on`] for the near path: also returns the key's miss-set slot and its
+    /// note (the near verdict kept there, 0 while none is), if the set holds the key.
+    #[inline(always)]
+    pub fn miss_noted(&self, device: i32, key: &ProblemKey, hash: u64) -> Option<(usize, u64)> {
+        let admit = || tunableop::check_key(key).is_ok();
+        let (sight, noted) = self.misses.record_noted(device, key, hash, admit);
+        match sight {
+            Sight::Repeat { count } if count < 1024 || !count.is_power_of_two() => {}
+            Sight::Refused => {}
+            sight => self.miss_slow(device, key, sight),
+        }
+        noted
+    }
+
     /// A first sight, a periodic count flush, or a full set: off the repeat-miss path.
     #[cold]
     #[inline(never)]
@@ -244,21 +287,56 @@ impl Runtime {
     }
 
     /// The near path for a key on `device` that has no row in `table` (the miss is
-    /// recorded apart).
+    /// recorded apart, by [`Runtime::miss_noted`], whose answer is `noted`).
     /// `hash` is the key's [`ProblemKey::lookup_hash`], reused for the verdict map.
+    ///
+    /// A final verdict (serve, none, refused) is copied into the key's miss-set slot, so a
+    /// repeated miss reads it with the probe that counts it and never asks the verdict map
+    /// again. The map stays the authority: it claims keys, holds verdicts while one is
+    /// pending, and holds keys the miss set has no room for.
+    #[inline]
     pub fn near(
         &self,
         device: i32,
         table: Option<&Table>,
         key: &ProblemKey,
         hash: u64,
+        noted: Option<(usize, u64)>,
+    ) -> NearStep {
+        if let Some(step) = noted.and_then(|(_, note)| step_of_note(note)) {
+            return step;
+        }
+        self.near_unnoted(device, table, key, hash, noted.map(|(slot, _)| slot))
+    }
+
+    /// [`Runtime::near`] for a key whose verdict is not in its miss-set slot (yet).
+    #[cold]
+    #[inline(never)]
+    fn near_unnoted(
+        &self,
+        device: i32,
+        table: Option<&Table>,
+        key: &ProblemKey,
+        hash: u64,
+        miss_slot: Option<usize>,
     ) -> NearStep {
         let (Some(near), Some(table)) = (&self.near, table) else {
             return NearStep::Pass;
         };
+        let note = |slot: usize, v: Verdict| {
+            if let (Some(m), Some(n)) = (miss_slot, note_of(slot, v)) {
+                self.misses.note_if_unset(m, n);
+            }
+        };
         match near.verdicts.get_or_claim_hashed(device, key, hash) {
-            Claim::Known(slot, Verdict::Serve(id)) => NearStep::Serve { id, slot },
-            Claim::Known(..) | Claim::Full => NearStep::Pass,
+            Claim::Known(slot, v) => {
+                note(slot, v);
+                match v {
+                    Verdict::Serve(id) => NearStep::Serve { id, slot },
+                    _ => NearStep::Pass,
+                }
+            }
+            Claim::Full => NearStep::Pass,
             Claim::Mine(slot) => {
                 let found = near
                     .indexes
@@ -279,6 +357,7 @@ impl Runtime {
                     Some((id, _from)) => NearStep::Validate { id, slot },
                     None => {
                         near.verdicts.set(slot, Verdict::None);
+                        note(slot, Verdict::None);
                         NearStep::Pass
                     }
                 }
@@ -296,10 +375,23 @@ impl Runtime {
             .map(|(from, _)| from)
     }
 
-    /// Records whether the near solution of `slot` may serve its key from now on.
-    pub fn near_outcome(&self, slot: usize, verdict: Verdict) {
-        if let Some(near) = &self.near {
-            near.verdicts.set(slot, verdict);
+    /// Records whether the near solution of verdict `slot` may serve `key` (on the calling
+    /// thread's device) from now on, in the verdict map and in the key's miss-set slot.
+    /// A refusal replaces whatever note is there; other verdicts only fill an empty one
+    /// (a refusal is final, so a late copy of an older verdict can never hide it).
+    pub fn near_outcome(&self, key: &ProblemKey, slot: usize, verdict: Verdict) {
+        let Some(near) = &self.near else { return };
+        near.verdicts.set(slot, verdict);
+        let Some(note) = note_of(slot, verdict) else {
+            return;
+        };
+        let device = current_device();
+        if let Some(m) = self.misses.find(device, key, key.lookup_hash()) {
+            if verdict == Verdict::Refused {
+                self.misses.set_note(m, note);
+            } else {
+                self.misses.note_if_unset(m, note);
+            }
         }
     }
 

@@ -17,7 +17,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
 use tunedblas_core::near::Verdict;
-use tunedblas_core::rocblas::{batched_key, ex_types, is_real_problem, single_key, Dims};
+use tunedblas_core::rocblas::{
+    batched_key, ex_types, is_real_problem, single_key, single_key_unchecked, Dims,
+};
 use tunedblas_core::table::{Action, Entry, Table};
 use tunedblas_core::tunableop;
 
@@ -139,7 +141,11 @@ fn missed(
     key: &ProblemKey,
     hash: u64,
 ) -> Decision {
-    if let Some(e) = table.and_then(|t| t.get_wildcard(key)) {
+    // Most tables have no `*` rows: then the scan is not even called.
+    if let Some(e) = table
+        .filter(|t| t.has_wildcards())
+        .and_then(|t| t.get_wildcard(key))
+    {
         return use_row(e);
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
@@ -149,8 +155,8 @@ fn missed(
         return Decision::Pass;
     }
     let device = runtime::current_device();
-    rt.miss_on(device, key, hash);
-    match rt.near(device, table, key, hash) {
+    let noted = rt.miss_noted(device, key, hash);
+    match rt.near(device, table, key, hash, noted) {
         runtime::NearStep::Pass => {
             bump(Counter::Missed);
             Decision::Pass
@@ -176,7 +182,7 @@ fn near_call(
     if validate {
         let status = call(Route::Check(id));
         if status != STATUS_SUCCESS {
-            rt.near_outcome(slot, Verdict::Refused);
+            rt.near_outcome(key, slot, Verdict::Refused);
             let (op, sig) = tunableop::op_and_signature(key);
             let from = rt
                 .near_from(rt.table(), key)
@@ -187,14 +193,14 @@ fn near_call(
             bump(Counter::Missed);
             return call(Route::Original);
         }
-        rt.near_outcome(slot, Verdict::Serve(id));
+        rt.near_outcome(key, slot, Verdict::Serve(id));
     }
     let status = call(Route::Tuned(id));
     if status == STATUS_SUCCESS {
         bump(Counter::Near);
         return status;
     }
-    rt.near_outcome(slot, Verdict::Refused);
+    rt.near_outcome(key, slot, Verdict::Refused);
     let (op, sig) = tunableop::op_and_signature(key);
     info!(
         "near: solution {id} passed validation for {op},{sig} but the call failed with rocBLAS status {status}; the caller's own call is made instead, and near serving is off for this shape"
@@ -253,6 +259,17 @@ pub fn near(
     let slot = (n.slot_and_validate >> 1) as usize;
     let validate = n.slot_and_validate & 1 != 0;
     near_call(rt, n.id, slot, validate, &key, &call)
+}
+
+/// [`near`] for a `gemm_ex` call (the export's fast path hands its arguments over here).
+#[cold]
+#[inline(never)]
+pub fn near_ex<I: Int>(n: NearPlan, f: GemmExFn<I>, x: ExArgs<I>) -> Status {
+    near(
+        n,
+        || single_key_unchecked(x.trans_a, x.trans_b, x.types(), x.dims(), x.flags),
+        |route| call_ex(f, &x.routed(route)),
+    )
 }
 
 /// Never used: a call planned for near serving had a key. A harmless stand-in rather than a
