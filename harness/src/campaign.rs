@@ -625,6 +625,20 @@ pub fn run(opts: &Options) -> Result<Summary> {
     progress.finish();
 
     let qualified_on: Vec<i32> = (0..device_count).collect();
+    if human {
+        let adoptions = done
+            .iter()
+            .filter(|o| {
+                o.tuned
+                    .as_ref()
+                    .is_some_and(|t| t.verdict.decision == Decision::Adopt)
+            })
+            .count();
+        println!(
+            "\nqualifying {adoptions} adoptions on {device_count} device{} against an f64 reference",
+            if device_count == 1 { "" } else { "s" }
+        );
+    }
     qualify_adoptions(&lib, &mut done, &qualified_on);
     // Report in the seed's order: by (N, K) pair, then token count.
     done.sort_by_key(|o| {
