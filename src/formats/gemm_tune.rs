@@ -305,22 +305,7 @@ N,T,64,32,8,16,1,0,64,32,64,1024,512,2048,bf16_r,bf16_r,f32_r,77
         let p = parse(CSV);
         assert_eq!(p.entries.len(), 3, "{:#?}", p);
         let e = &p.entries[0];
-        assert_eq!(
-            e.key,
-            ProblemKey::single(
-                Trans::T,
-                Trans::N,
-                Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
-                4096,
-                512,
-                2560,
-                2560,
-                2560,
-                4096,
-                4096,
-                0
-            )
-        );
+        assert_eq!(e.key, ProblemKey::linear(Types::HALF, 4096, 512, 2560));
         assert_eq!(e.solution, Some(2471));
         let b = &p.entries[1].key;
         assert_eq!(
@@ -424,19 +409,7 @@ N,T,64,32,8,16,1,0,64,32,64,1024,512,2048,bf16_r,bf16_r,f32_r,77
 
     #[test]
     fn what_the_file_cannot_say() {
-        let base = ProblemKey::single(
-            Trans::T,
-            Trans::N,
-            Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
-            8,
-            8,
-            8,
-            8,
-            8,
-            8,
-            8,
-            0,
-        );
+        let base = ProblemKey::linear(Types::HALF, 8, 8, 8);
         let mut k = base;
         k.ldd = 16;
         assert!(inexpressible(&k).unwrap().contains("ldd"));

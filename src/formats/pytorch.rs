@@ -220,19 +220,7 @@ mod tests {
     #[test]
     fn exported_files_hold_only_pytorch_rows_in_the_target_form() {
         let half = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
-        let packed = ProblemKey::single(
-            Trans::T,
-            Trans::N,
-            half,
-            4096,
-            512,
-            2560,
-            2560,
-            2560,
-            4096,
-            4096,
-            0,
-        );
+        let packed = ProblemKey::linear(half, 4096, 512, 2560);
         let padded = ProblemKey::single(
             Trans::T,
             Trans::N,
