@@ -1,27 +1,19 @@
 //! The durable record of shapes that had no row.
 //!
 //! Two parts:
-//! - [`MissSet`]: a fixed-size, lock-free open-addressing set of (device, key) with a call
+//! - [`MissSet`]: a lock-free open-addressing set, growing by segments, of (device, key) with a call
 //!   count each. A repeated miss is a probe and one atomic add: no lock, no allocation, no
 //!   system call. Only the first sight of a key claims a slot. Each count is split over
 //!   [`SHARDS`] cache lines picked by the calling thread's stack, so threads that miss the
 //!   same shape do not fight over one line (exact totals are the sum).
-//! - [`MissFiles`]: the files under the miss folder. A first sight is appended at once with
-//!   one `write(2)` to `<host>-<pid>-rank<device>.csv` in PyTorch's untuned-file form
-//!   (`op_name,param_signature`), so even SIGKILL loses no shape. Call counts go to the
-//!   sidecar `<host>-<pid>-rank<device>.counts.csv` (`op_name,param_signature,calls`),
-//!   rewritten atomically (temp file + rename) whenever the owner flushes.
 //!
-//! One pair of files per process and device: ranks and processes never interleave.
+//! The files under the miss folder are the preload's (`cdylib/src/recorder.rs`): this
+//! crate stays free of system calls.
 
 use std::cell::UnsafeCell;
-use std::fs::{self, File, OpenOptions};
 use std::hash::{Hash, Hasher};
-use std::io::{self, Write};
 use std::mem::MaybeUninit;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use rustc_hash::FxHasher;
 
@@ -38,6 +30,10 @@ struct Slot<K> {
     /// interposer keeps a missed key's near-serving verdict here, so a repeated miss reads
     /// it with the same probe that counts the call.
     note: AtomicU64,
+    /// The key's line as the owner formatted it at first sight ([`MissSet::set_text`]), so
+    /// the counts can be written later without formatting or allocating (from `_exit` in a
+    /// signal handler, say). Leaked on purpose: it lives as long as the process.
+    text: AtomicPtr<String>,
     /// Written once by the thread that moved the slot EMPTY -> BUSY, read only after READY.
     entry: UnsafeCell<MaybeUninit<(i32, K)>>,
 }
@@ -51,22 +47,46 @@ pub enum Sight {
     /// (its shard; one thread always counts in the same one), which [`MissSet::snapshot`]
     /// adds up with the others.
     Repeat { count: u64 },
-    /// The set is full; the shape could not be counted.
+    /// Every segment is full ([`MissSet::limit`] shapes): the shape is not recorded. The
+    /// caller counts these calls and says so once.
     Full,
     /// Not in the set, and the caller's `admit` check turned it away
     /// ([`MissSet::record_hashed_if`]).
     Refused,
 }
 
-/// Lock-free set of missed (device, key) pairs with call counts. The key type is the
-/// rocBLAS [`ProblemKey`] unless a backend names its own (cuBLASLt's `LtKey`).
-pub struct MissSet<K = ProblemKey> {
+/// One segment: an open-addressing table of `mask + 1` slots. New keys go in while it is
+/// at most half full, so a probe for a key it does not hold ends at an empty slot within a
+/// few steps (and never walks more than [`MAX_PROBE`] slots).
+struct Segment<K> {
     slots: Box<[Slot<K>]>,
     /// `counts[shard * slots.len() + slot]`: each shard is its own array, so two shards of
     /// one slot never share a cache line.
     counts: Box<[AtomicU64]>,
     mask: usize,
+    /// Slots claimed; a segment past half full takes no new keys.
+    filled: AtomicUsize,
 }
+
+/// Lock-free set of missed (device, key) pairs with call counts, growing by segments:
+/// segment `s` has `base << s` slots and is allocated when the segments before it are half
+/// full, so nothing is dropped silently below [`MissSet::limit`] shapes (the interposer's
+/// is over two million) and a repeated miss of a shape in a later segment costs a few more
+/// probes, never a scan. The key type is the rocBLAS [`ProblemKey`] unless a backend names
+/// its own (cuBLASLt's `LtKey`).
+pub struct MissSet<K = ProblemKey> {
+    segments: [AtomicPtr<Segment<K>>; SEGMENTS],
+    /// Slots of segment 0 (a power of two).
+    base: usize,
+    /// Segments this set may grow to.
+    max_segments: usize,
+}
+
+/// Segments a set grows to at most.
+pub const SEGMENTS: usize = 8;
+
+/// The longest probe in one segment (a half-full segment needs about two).
+const MAX_PROBE: usize = 64;
 
 /// Shares of each count.
 pub const SHARDS: usize = 8;
@@ -101,7 +121,7 @@ unsafe impl<K: Send> Sync for MissSet<K> {}
 unsafe impl<K: Send> Send for MissSet<K> {}
 
 /// A key's hash through its `Hash` impl (FxHash), for [`MissSet::record`].
-fn key_hash<K: Hash>(key: &K) -> u64 {
+pub fn key_hash<K: Hash>(key: &K) -> u64 {
     let mut h = FxHasher::default();
     key.hash(&mut h);
     h.finish()
@@ -115,28 +135,104 @@ pub(crate) fn hash_of(device: i32, key_hash: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
-impl<K: Copy + Eq + Hash> MissSet<K> {
-    /// A set with room for `capacity` distinct shapes (rounded up to a power of two).
-    ///
-    /// The slots come from the allocator already zeroed (an empty slot is all zero bytes),
-    /// so a large set costs no start-up time and no resident memory until shapes land in
-    /// it: the pages stay untouched. Writing 16k slots one by one took most of the
-    /// interposer's start-up (BENCHMARKS.md).
-    pub fn with_capacity(capacity: usize) -> MissSet<K> {
-        let n = capacity.max(2).next_power_of_two();
+impl<K> Segment<K> {
+    /// A segment of `n` slots (a power of two), zeroed by the allocator: an empty slot is
+    /// all zero bytes, so a large segment costs no start-up time and no resident memory
+    /// until shapes land in it. Writing 16k slots one by one took most of the interposer's
+    /// start-up (BENCHMARKS.md).
+    fn new(n: usize) -> Segment<K> {
         const { assert!(EMPTY == 0) };
-        // SAFETY: an all-zero Slot is a valid empty slot (atomics at 0 = EMPTY, `entry` is
-        // MaybeUninit), and an all-zero AtomicU64 is 0.
+        // SAFETY: an all-zero Slot is a valid empty slot (atomics at 0 = EMPTY, a null text
+        // pointer, `entry` is MaybeUninit), and an all-zero AtomicU64 is 0.
         let (slots, counts) = unsafe { (zeroed_slice(n), zeroed_slice(n * SHARDS)) };
-        MissSet {
+        Segment {
             slots,
             counts,
             mask: n - 1,
+            filled: AtomicUsize::new(0),
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
+    fn count_of(&self, i: usize) -> u64 {
+        (0..SHARDS)
+            .map(|s| self.counts[s * self.slots.len() + i].load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+impl<K: Copy + Eq + Hash> MissSet<K> {
+    /// A set whose first segment has room for `capacity` shapes (rounded up to a power of
+    /// two); it grows to [`SEGMENTS`] segments.
+    pub fn with_capacity(capacity: usize) -> MissSet<K> {
+        MissSet::with_segments(capacity, SEGMENTS)
+    }
+
+    /// A set of at most `max_segments` segments (1 to [`SEGMENTS`]), the first of
+    /// `capacity` slots.
+    pub fn with_segments(capacity: usize, max_segments: usize) -> MissSet<K> {
+        let base = capacity.max(2).next_power_of_two();
+        let set = MissSet {
+            segments: [const { AtomicPtr::new(std::ptr::null_mut()) }; SEGMENTS],
+            base,
+            max_segments: max_segments.clamp(1, SEGMENTS),
+        };
+        set.segments[0].store(
+            Box::into_raw(Box::new(Segment::new(base))),
+            Ordering::Release,
+        );
+        set
+    }
+
+    /// Distinct shapes the set can always take: half of every segment's slots.
+    pub fn limit(&self) -> usize {
+        (self.base << self.max_segments) / 2 - self.base / 2
+    }
+
+    /// The first slot number of segment `s` (slot numbers run on across segments).
+    #[inline(always)]
+    fn offset(&self, s: usize) -> usize {
+        self.base * ((1 << s) - 1)
+    }
+
+    #[inline(always)]
+    fn segment(&self, s: usize) -> Option<&Segment<K>> {
+        // SAFETY: a non-null segment pointer is a leaked Box that is never freed.
+        unsafe { self.segments[s].load(Ordering::Acquire).as_ref() }
+    }
+
+    /// Segment `s`, allocating it if no thread has yet.
+    #[cold]
+    fn grow(&self, s: usize) -> &Segment<K> {
+        if let Some(seg) = self.segment(s) {
+            return seg;
+        }
+        let new = Box::into_raw(Box::new(Segment::new(self.base << s)));
+        match self.segments[s].compare_exchange(
+            std::ptr::null_mut(),
+            new,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: just stored; never freed.
+            Ok(_) => unsafe { &*new },
+            Err(theirs) => {
+                // SAFETY: `new` was never shared; `theirs` is a leaked Box.
+                unsafe {
+                    drop(Box::from_raw(new));
+                    &*theirs
+                }
+            }
+        }
+    }
+
+    /// (segment, slot in it) of a slot number.
+    fn locate(&self, slot: usize) -> Option<(&Segment<K>, usize)> {
+        let s = (slot / self.base + 1).ilog2() as usize;
+        if s >= self.max_segments {
+            return None;
+        }
+        let (seg, i) = (self.segment(s)?, slot - self.offset(s));
+        (i < seg.slots.len()).then_some((seg, i))
     }
 
     /// Counts one call of `key` on `device`.
@@ -183,49 +279,73 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         // window (debug builds give each inlined read its own slot) and pick two shards.
         let shard = shard();
         let hash = hash_of(device, key_hash);
-        let mut i = hash as usize & self.mask;
-        for _ in 0..self.slots.len() {
-            let slot = &self.slots[i];
-            loop {
-                match slot.state.load(Ordering::Acquire) {
-                    READY => {
-                        if slot.hash.load(Ordering::Relaxed) == hash {
-                            // SAFETY: READY was observed with Acquire; entry is initialised.
-                            let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                            if *d == device && k == key {
-                                let c = &self.counts[shard * self.slots.len() + i];
-                                let count = c.fetch_add(1, Ordering::Relaxed) + 1;
-                                let note = slot.note.load(Ordering::Acquire);
-                                return (Sight::Repeat { count }, Some((i, note)));
-                            }
-                        }
-                        break;
+        let mut s = 0;
+        while s < self.max_segments {
+            let Some(seg) = self.segment(s) else {
+                // Only a new key reaches a segment no one has allocated: every earlier one
+                // was too full to take it.
+                if let Some(admit) = admit.take() {
+                    if !admit() {
+                        return (Sight::Refused, None);
                     }
-                    EMPTY => {
-                        if let Some(admit) = admit.take() {
-                            if !admit() {
-                                return (Sight::Refused, None);
-                            }
-                        }
-                        if slot
-                            .state
-                            .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
-                            .is_ok()
-                        {
-                            // SAFETY: we own the slot until the READY store below.
-                            unsafe { (*slot.entry.get()).write((device, *key)) };
-                            slot.hash.store(hash, Ordering::Relaxed);
-                            self.counts[shard * self.slots.len() + i]
-                                .fetch_add(1, Ordering::Relaxed);
-                            slot.state.store(READY, Ordering::Release);
-                            return (Sight::First, Some((i, 0)));
-                        }
-                        // Lost the race: look at the same slot again.
-                    }
-                    _ => std::hint::spin_loop(), // BUSY: the owner is a few stores from READY.
                 }
+                self.grow(s);
+                continue;
+            };
+            let open = seg.filled.load(Ordering::Relaxed) <= seg.mask / 2;
+            let mut i = hash as usize & seg.mask;
+            'probe: for _ in 0..MAX_PROBE.min(seg.slots.len()) {
+                let slot = &seg.slots[i];
+                loop {
+                    match slot.state.load(Ordering::Acquire) {
+                        READY => {
+                            if slot.hash.load(Ordering::Relaxed) == hash {
+                                // SAFETY: READY was observed with Acquire; entry is initialised.
+                                let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
+                                if *d == device && k == key {
+                                    let c = &seg.counts[shard * seg.slots.len() + i];
+                                    let count = c.fetch_add(1, Ordering::Relaxed) + 1;
+                                    let note = slot.note.load(Ordering::Acquire);
+                                    return (
+                                        Sight::Repeat { count },
+                                        Some((self.offset(s) + i, note)),
+                                    );
+                                }
+                            }
+                            break;
+                        }
+                        EMPTY => {
+                            if !open {
+                                // Not here, and this segment takes no new keys.
+                                break 'probe;
+                            }
+                            if let Some(admit) = admit.take() {
+                                if !admit() {
+                                    return (Sight::Refused, None);
+                                }
+                            }
+                            if slot
+                                .state
+                                .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                                .is_ok()
+                            {
+                                // SAFETY: we own the slot until the READY store below.
+                                unsafe { (*slot.entry.get()).write((device, *key)) };
+                                slot.hash.store(hash, Ordering::Relaxed);
+                                seg.counts[shard * seg.slots.len() + i]
+                                    .fetch_add(1, Ordering::Relaxed);
+                                seg.filled.fetch_add(1, Ordering::Relaxed);
+                                slot.state.store(READY, Ordering::Release);
+                                return (Sight::First, Some((self.offset(s) + i, 0)));
+                            }
+                            // Lost the race: look at the same slot again.
+                        }
+                        _ => std::hint::spin_loop(), // BUSY: the owner is a few stores from READY.
+                    }
+                }
+                i = (i + 1) & seg.mask;
             }
-            i = (i + 1) & self.mask;
+            s += 1;
         }
         (Sight::Full, None)
     }
@@ -233,23 +353,27 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     /// The slot of (device, key) if the set holds it; counts nothing.
     pub fn find(&self, device: i32, key: &K, key_hash: u64) -> Option<usize> {
         let hash = hash_of(device, key_hash);
-        let mut i = hash as usize & self.mask;
-        for _ in 0..self.slots.len() {
-            let slot = &self.slots[i];
-            match slot.state.load(Ordering::Acquire) {
-                EMPTY => return None,
-                READY if slot.hash.load(Ordering::Relaxed) == hash => {
-                    // SAFETY: READY was observed with Acquire; entry is initialised.
-                    let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                    if *d == device && k == key {
-                        return Some(i);
+        for s in 0..self.max_segments {
+            let seg = self.segment(s)?;
+            let mut i = hash as usize & seg.mask;
+            for _ in 0..MAX_PROBE.min(seg.slots.len()) {
+                let slot = &seg.slots[i];
+                match slot.state.load(Ordering::Acquire) {
+                    EMPTY => break,
+                    READY if slot.hash.load(Ordering::Relaxed) == hash => {
+                        // SAFETY: READY was observed with Acquire; entry is initialised.
+                        let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
+                        if *d == device && k == key {
+                            return Some(self.offset(s) + i);
+                        }
                     }
+                    // A slot being filled (BUSY) holds a key whose first sight has not
+                    // returned yet: not the one a caller asks about after its own call was
+                    // recorded.
+                    _ => {}
                 }
-                // A slot being filled (BUSY) holds a key whose first sight has not returned
-                // yet: not the one a caller asks about after its own call was recorded.
-                _ => {}
+                i = (i + 1) & seg.mask;
             }
-            i = (i + 1) & self.mask;
         }
         None
     }
@@ -257,8 +381,9 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     /// Leaves `note` (not 0) in a slot [`MissSet::record_noted`] returned, unless a note is
     /// there already. True if it was stored.
     pub fn note_if_unset(&self, slot: usize, note: u64) -> bool {
-        self.slots.get(slot).is_some_and(|s| {
-            s.note
+        self.locate(slot).is_some_and(|(seg, i)| {
+            seg.slots[i]
+                .note
                 .compare_exchange(0, note, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         })
@@ -266,315 +391,76 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
 
     /// Replaces the note of a slot [`MissSet::record_noted`] or [`MissSet::find`] returned.
     pub fn set_note(&self, slot: usize, note: u64) {
-        if let Some(s) = self.slots.get(slot) {
-            s.note.store(note, Ordering::Release);
+        if let Some((seg, i)) = self.locate(slot) {
+            seg.slots[i].note.store(note, Ordering::Release);
+        }
+    }
+
+    /// Keeps the key's formatted line with its slot (the first text given is kept).
+    pub fn set_text(&self, slot: usize, text: String) {
+        if let Some((seg, i)) = self.locate(slot) {
+            let p = Box::into_raw(Box::new(text));
+            let t = &seg.slots[i].text;
+            if t.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // SAFETY: `p` was never shared.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+
+    /// Calls `f(device, key, calls, text)` for every recorded shape, in slot order, with
+    /// the text [`MissSet::set_text`] left (None if none yet). Allocates nothing.
+    pub fn for_each(&self, mut f: impl FnMut(i32, &K, u64, Option<&str>)) {
+        for s in 0..self.max_segments {
+            let Some(seg) = self.segment(s) else { break };
+            for (i, slot) in seg.slots.iter().enumerate() {
+                if slot.state.load(Ordering::Acquire) != READY {
+                    continue;
+                }
+                // SAFETY: READY observed with Acquire; a text pointer is a leaked Box.
+                let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
+                let text = unsafe { slot.text.load(Ordering::Acquire).as_ref() };
+                f(*d, k, seg.count_of(i), text.map(String::as_str));
+            }
         }
     }
 
     /// Every recorded (device, key, count), in slot order.
     pub fn snapshot(&self) -> Vec<(i32, K, u64)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.state.load(Ordering::Acquire) == READY)
-            .map(|(i, s)| {
-                // SAFETY: READY observed with Acquire.
-                let (d, k) = unsafe { (*s.entry.get()).assume_init_ref() };
-                (*d, *k, self.count_of(i))
-            })
-            .collect()
-    }
-
-    fn count_of(&self, slot: usize) -> u64 {
-        (0..SHARDS)
-            .map(|s| self.counts[s * self.slots.len() + slot].load(Ordering::Relaxed))
-            .sum()
+        let mut v = Vec::new();
+        self.for_each(|d, k, c, _| v.push((d, *k, c)));
+        v
     }
 
     /// Number of distinct shapes recorded.
     pub fn len(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.state.load(Ordering::Acquire) == READY)
-            .count()
+        let mut n = 0;
+        self.for_each(|_, _, _, _| n += 1);
+        n
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Forgets everything. Only for a freshly forked child, where no other thread exists.
+    /// Forgets everything: a fresh first segment replaces the old ones, which are leaked
+    /// rather than written over (in a forked child, writing every slot would copy every
+    /// page the parent touched). Only for a freshly forked child, where no other thread
+    /// exists.
     ///
     /// # Safety
     /// No other thread may use the set concurrently.
     pub unsafe fn reset(&self) {
-        for (i, s) in self.slots.iter().enumerate() {
-            if s.state.swap(EMPTY, Ordering::Relaxed) != EMPTY {
-                s.note.store(0, Ordering::Relaxed);
-                for shard in 0..SHARDS {
-                    self.counts[shard * self.slots.len() + i].store(0, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-}
-
-/// Formats a key as the two fields of an untuned-file line.
-pub type KeyFormat<K = ProblemKey> = fn(&K) -> (String, String);
-
-/// First sights that could not be written (full disk, unwritable folder) and wait for the
-/// next write that works; beyond this many they are only in memory (and in the counts
-/// written at exit).
-const PENDING_MAX: usize = 1 << 14;
-
-/// The miss files of one process.
-pub struct MissFiles<K = ProblemKey> {
-    dir: PathBuf,
-    prefix: String,
-    /// Inserted after `<host>-<pid>` in file names (`-cublaslt`), so backends never share a file.
-    tag: &'static str,
-    format: KeyFormat<K>,
-    open: Vec<(i32, File)>,
-    /// (device, line) of first sights whose write failed, oldest first.
-    pending: Vec<(i32, String)>,
-}
-
-/// `<host>-<pid>`: the per-process part of the file names.
-pub fn process_prefix() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
-    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end])
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    } else {
-        "host".to_owned()
-    };
-    format!("{host}-{}", std::process::id())
-}
-
-/// Creates the miss folder (and any missing parents) with mode 0700, then checks the
-/// folder itself: a real directory, not a symlink, and either ours or a shared folder with
-/// the sticky bit (like `/tmp`), where no one else can remove or replace our files.
-pub fn checked_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let meta = fs::symlink_metadata(dir)?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let sticky = meta.mode() & libc::S_ISVTX != 0;
-    if !meta.file_type().is_dir() || (meta.uid() != uid && !sticky) {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is not a directory owned by uid {uid} (a symlink or someone else's folder); refusing to write there",
-                dir.display()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Opens a file of ours for writing without following a symlink or blocking on a FIFO
-/// planted under its name, and refuses anything but a regular file of ours with one link
-/// (a hard link planted in a shared folder would make us write into someone else's file).
-fn open_own(path: &Path, opts: &mut OpenOptions) -> io::Result<File> {
-    let f = opts
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = f.metadata()?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.file_type().is_file() || meta.uid() != uid || meta.nlink() != 1 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is not a regular file of ours with a single link; refusing to write it",
-                path.display()
-            ),
-        ));
-    }
-    Ok(f)
-}
-
-/// Appends `bytes` with one `write(2)`. A short write (disk full, file size limit) is
-/// rolled back, so the file never ends in half a line that a later append would glue onto.
-fn append_whole(f: &mut File, bytes: &[u8]) -> io::Result<()> {
-    let before = f.metadata()?.len();
-    loop {
-        match f.write(bytes) {
-            Ok(n) if n == bytes.len() => return Ok(()),
-            Ok(n) => {
-                let _ = f.set_len(before);
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!(
-                        "short write to the miss log ({n} of {} bytes; disk full?)",
-                        bytes.len()
-                    ),
-                ));
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-impl<K> MissFiles<K> {
-    pub fn new(dir: PathBuf, format: KeyFormat<K>) -> MissFiles<K> {
-        MissFiles::tagged(dir, format, "")
-    }
-
-    /// Files named `<host>-<pid><tag>-rank<device>.csv`.
-    pub fn tagged(dir: PathBuf, format: KeyFormat<K>, tag: &'static str) -> MissFiles<K> {
-        MissFiles {
-            dir,
-            prefix: process_prefix(),
-            tag,
-            format,
-            open: Vec::new(),
-            pending: Vec::new(),
-        }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    pub fn path_for(&self, device: i32) -> PathBuf {
-        self.dir
-            .join(format!("{}{}-rank{device}.csv", self.prefix, self.tag))
-    }
-
-    pub fn counts_path_for(&self, device: i32) -> PathBuf {
-        self.dir.join(format!(
-            "{}{}-rank{device}.counts.csv",
-            self.prefix, self.tag
-        ))
-    }
-
-    /// First sights not yet written.
-    pub fn pending(&self) -> usize {
-        self.pending.len()
-    }
-
-    fn file(&mut self, device: i32) -> io::Result<&mut File> {
-        if let Some(pos) = self.open.iter().position(|(d, _)| *d == device) {
-            return Ok(&mut self.open[pos].1);
-        }
-        checked_dir(&self.dir)?;
-        let f = open_own(
-            &self.path_for(device),
-            OpenOptions::new().append(true).create(true),
-        )?;
-        self.open.push((device, f));
-        Ok(&mut self.open.last_mut().expect("just pushed").1)
-    }
-
-    /// Appends the first sight of a key: one line, one `write(2)` (together with any earlier
-    /// lines of that device whose write failed). On failure the line is kept for the next
-    /// attempt.
-    pub fn append_first_sight(&mut self, device: i32, key: &K) -> io::Result<()> {
-        let (op, sig) = (self.format)(key);
-        let line = format!("{op},{sig}\n");
-        let mut text = String::new();
-        for (_, l) in self.pending.iter().filter(|(d, _)| *d == device) {
-            text.push_str(l);
-        }
-        text.push_str(&line);
-        match self
-            .file(device)
-            .and_then(|f| append_whole(f, text.as_bytes()))
-        {
-            Ok(()) => {
-                self.pending.retain(|(d, _)| *d != device);
-                Ok(())
-            }
-            Err(e) => {
-                if self.pending.len() < PENDING_MAX {
-                    self.pending.push((device, line));
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Tries once more to write every first sight whose write failed.
-    pub fn flush_pending(&mut self) -> io::Result<()> {
-        let mut devices: Vec<i32> = self.pending.iter().map(|(d, _)| *d).collect();
-        devices.sort_unstable();
-        devices.dedup();
-        let mut result = Ok(());
-        for device in devices {
-            let text: String = self
-                .pending
-                .iter()
-                .filter(|(d, _)| *d == device)
-                .map(|(_, l)| l.as_str())
-                .collect();
-            match self
-                .file(device)
-                .and_then(|f| append_whole(f, text.as_bytes()))
-            {
-                Ok(()) => self.pending.retain(|(d, _)| *d != device),
-                Err(e) => result = Err(e),
-            }
-        }
-        result
-    }
-
-    /// Rewrites the counts sidecar of every device present in `snapshot`.
-    pub fn write_counts(&mut self, snapshot: &[(i32, K, u64)]) -> io::Result<()> {
-        let mut devices: Vec<i32> = snapshot.iter().map(|(d, _, _)| *d).collect();
-        devices.sort_unstable();
-        devices.dedup();
-        if !devices.is_empty() {
-            checked_dir(&self.dir)?;
-        }
-        for device in devices {
-            let mut text = String::from("op_name,param_signature,calls\n");
-            for (_, key, count) in snapshot.iter().filter(|(d, _, _)| *d == device) {
-                let (op, sig) = (self.format)(key);
-                text.push_str(&format!("{op},{sig},{count}\n"));
-            }
-            let path = self.counts_path_for(device);
-            let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-            let create = || open_own(&tmp, OpenOptions::new().write(true).create_new(true));
-            // A temporary left by a process that died mid-write (same pid, recycled) is ours
-            // to replace; anything else under that name is refused by `open_own`.
-            let mut f = match create() {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    fs::remove_file(&tmp)?;
-                    create()?
-                }
-                other => other?,
+        for (s, seg) in self.segments.iter().enumerate() {
+            let fresh = if s == 0 {
+                Box::into_raw(Box::new(Segment::new(self.base)))
+            } else {
+                std::ptr::null_mut()
             };
-            let written = f.write_all(text.as_bytes());
-            drop(f);
-            if let Err(e) = written.and_then(|()| fs::rename(&tmp, &path)) {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
-            }
+            seg.store(fresh, Ordering::Release);
         }
-        Ok(())
-    }
-
-    /// After `fork`: the child writes its own files.
-    pub fn reset_after_fork(&mut self) {
-        self.open.clear();
-        self.pending.clear();
-        self.prefix = process_prefix();
     }
 }
 
@@ -588,10 +474,6 @@ mod tests {
     fn key(n: i64) -> ProblemKey {
         let t = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
         ProblemKey::single(Trans::T, Trans::N, t, 256, n, 64, 64, 64, 256, 256, 0)
-    }
-
-    fn fmt(k: &ProblemKey) -> (String, String) {
-        ("Op".into(), format!("n{}", k.n))
     }
 
     #[test]
@@ -651,20 +533,60 @@ mod tests {
 
     #[test]
     fn full_set_says_so() {
-        let s = MissSet::with_capacity(4);
-        for n in 0..4 {
+        let s = MissSet::with_segments(4, 1);
+        assert_eq!(s.limit(), 2);
+        for n in 0..2 {
             assert_eq!(s.record(0, &key(n)), Sight::First);
         }
         assert_eq!(s.record(0, &key(99)), Sight::Full);
-        assert!(matches!(s.record(0, &key(2)), Sight::Repeat { .. }));
+        assert!(matches!(s.record(0, &key(1)), Sight::Repeat { .. }));
         // The count is the caller's share; the snapshot adds up the shares.
         let counted: Vec<u64> = s
             .snapshot()
             .iter()
-            .filter(|e| e.1 == key(2))
+            .filter(|e| e.1 == key(1))
             .map(|e| e.2)
             .collect();
         assert_eq!(counted, vec![2]);
+    }
+
+    #[test]
+    fn the_set_grows_past_its_first_segment_and_finds_every_key_again() {
+        // More shapes than the interposer's first segment holds (16k slots): every one is
+        // recorded once, and each is found again where it went.
+        let s = MissSet::with_capacity(1 << 14);
+        assert!(s.limit() > 2_000_000, "{}", s.limit());
+        let n = 20_001;
+        for i in 0..n {
+            assert_eq!(s.record(0, &key(i)), Sight::First, "shape {i}");
+        }
+        for i in (0..n).step_by(97) {
+            assert!(
+                matches!(s.record(0, &key(i)), Sight::Repeat { count: 2 }),
+                "shape {i}"
+            );
+            let slot = s.find(0, &key(i), key_hash(&key(i))).expect("found");
+            s.set_text(slot, format!("t{i}"));
+        }
+        assert_eq!(s.len(), n as usize);
+        let mut texts = 0;
+        s.for_each(|_, k, c, t| {
+            if let Some(t) = t {
+                assert_eq!(t, format!("t{}", k.n));
+                assert_eq!(c, 2);
+                texts += 1;
+            }
+        });
+        assert_eq!(texts, (0..n).step_by(97).count());
+        // Slots beyond the first segment take notes like any other.
+        let slot = s.find(0, &key(n - 1), key_hash(&key(n - 1))).unwrap();
+        assert!(slot >= 1 << 14, "the last shape went to a later segment");
+        assert!(s.note_if_unset(slot, 5));
+        assert_eq!(
+            s.record_noted(0, &key(n - 1), key_hash(&key(n - 1)), || true)
+                .1,
+            Some((slot, 5))
+        );
     }
 
     #[test]
@@ -698,48 +620,10 @@ mod tests {
     }
 
     #[test]
-    fn files_get_one_line_per_first_sight_and_counts() {
-        let dir = std::env::temp_dir().join(format!("tunedblas-miss-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let mut files = MissFiles::new(dir.clone(), fmt);
-        let set = MissSet::with_capacity(16);
-        for n in [5, 5, 6, 5] {
-            if set.record(2, &key(n)) == Sight::First {
-                files.append_first_sight(2, &key(n)).unwrap();
-            }
-        }
-        files.write_counts(&set.snapshot()).unwrap();
-        let log = fs::read_to_string(files.path_for(2)).unwrap();
-        assert_eq!(log, "Op,n5\nOp,n6\n");
-        let counts = fs::read_to_string(files.counts_path_for(2)).unwrap();
-        assert!(
-            counts.contains("Op,n5,3\n") && counts.contains("Op,n6,1\n"),
-            "{counts}"
-        );
-        let _ = fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn other_key_types_and_tagged_files() {
-        // A backend with its own key type gets its own files beside the rocBLAS ones.
-        fn fmt_pair(k: &(u32, u32)) -> (String, String) {
-            ("Lt".into(), format!("{}x{}", k.0, k.1))
-        }
-        let dir = std::env::temp_dir().join(format!("tunedblas-miss-tag-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let plain: MissFiles = MissFiles::new(dir.clone(), fmt);
-        let mut tagged = MissFiles::tagged(dir.clone(), fmt_pair, "-cublaslt");
-        assert_ne!(plain.path_for(0), tagged.path_for(0));
-        assert!(tagged
-            .path_for(0)
-            .to_string_lossy()
-            .ends_with("-cublaslt-rank0.csv"));
+    fn other_key_types() {
         let set: MissSet<(u32, u32)> = MissSet::with_capacity(4);
         assert_eq!(set.record(0, &(3, 4)), Sight::First);
         assert!(matches!(set.record(0, &(3, 4)), Sight::Repeat { .. }));
         assert_eq!(set.snapshot(), vec![(0, (3, 4), 2)]);
-        tagged.append_first_sight(0, &(3, 4)).unwrap();
-        assert_eq!(fs::read_to_string(tagged.path_for(0)).unwrap(), "Lt,3x4\n");
-        let _ = fs::remove_dir_all(&dir);
     }
 }

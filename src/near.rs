@@ -144,6 +144,9 @@ pub enum Claim {
     Full,
 }
 
+/// The longest probe for a key; past it the map is treated as full.
+const MAX_PROBE: usize = 128;
+
 /// Lock-free (device, key) -> [`Verdict`] map of fixed capacity.
 pub struct Verdicts {
     slots: Box<[Slot]>,
@@ -177,7 +180,9 @@ impl Verdicts {
     pub fn get_or_claim_hashed(&self, device: i32, key: &ProblemKey, key_hash: u64) -> Claim {
         let hash = crate::misslog::hash_of(device, key_hash);
         let mut i = hash as usize & self.mask;
-        for _ in 0..self.slots.len() {
+        // Bounded: a full map answers `Full` after a short probe, not a scan of every slot
+        // (which made each later call of an over-capacity key cost ~100 µs).
+        for _ in 0..self.slots.len().min(MAX_PROBE) {
             let slot = &self.slots[i];
             loop {
                 match slot.state.load(Ordering::Acquire) {

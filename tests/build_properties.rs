@@ -27,6 +27,12 @@ const ALLOWED: &[&str] = &[
     "cublasLtMatmul",
     "tunedblas_cublaslt_serving",
     "_exit",
+    "_Exit",
+    "execve",
+    "execv",
+    "execvp",
+    "execvpe",
+    "fexecve",
 ];
 
 fn tool(name: &str, args: &[&str]) -> String {

@@ -24,22 +24,21 @@
 //! `libcublasLt.so*` itself). Nothing here needs CUDA to build, and a process that never
 //! calls `cublasLtMatmul` never runs any of it.
 
-use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::identity::{self, HashCache, MapCheck};
-use tunedblas_core::misslog::{MissFiles, MissSet, Sight};
+use tunedblas_core::misslog::{self, Sight};
 use tunedblas_core::profile::{self, Request, Selection};
 
+use crate::lifecycle::{self, Backend, Config, Lazy, Pass};
 use crate::log::{debug, info};
 use crate::real::Hook;
-use crate::runtime::Config;
+use crate::recorder::Recorder;
 use crate::stats::{self, bump, Counter};
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
@@ -98,35 +97,22 @@ pub struct LtCall {
 }
 
 // ---------------------------------------------------------------------------------------
-// Start-up: the same lazy state machine as the rocBLAS side (runtime.rs), kept apart so a
-// process using one library never pays for identifying the other.
+// Start-up: the shared lifecycle's lazy state machine (lifecycle.rs), a runtime apart from
+// rocBLAS's so a process using one library never pays for identifying the other.
 // ---------------------------------------------------------------------------------------
 
-const UNINIT: u8 = 0;
-const INITIALIZING: u8 = 1;
-const READY: u8 = 2;
-const OFF: u8 = 3;
-
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static RUNTIME: OnceLock<LtRuntime> = OnceLock::new();
-static FINISHED: AtomicBool = AtomicBool::new(false);
+static RUNTIME: Lazy<LtRuntime> = Lazy::new();
 /// `tunedblas_cublaslt_serving(0)` turns serving off (calls pass through, nothing is
 /// recorded) without restarting the process: for A/B trials inside one process.
 static SERVING: AtomicBool = AtomicBool::new(true);
 
-thread_local! {
-    static INITIALIZING_HERE: Cell<bool> = const { Cell::new(false) };
-}
-
-const MISS_CAPACITY: usize = 1 << 14;
+/// What the lifecycle does for cuBLASLt at exit and fork.
+pub static BACKEND: Backend = Backend { finish, after_fork };
 
 struct LtRuntime {
     loaded: LtLoaded,
     single: Option<Arc<LtTable>>,
-    misses: MissSet<LtKey>,
-    files: Mutex<MissFiles<LtKey>>,
-    miss_io_warned: AtomicBool,
-    miss_full_warned: AtomicBool,
+    misses: Recorder<LtKey>,
     stats_path: Option<PathBuf>,
 }
 
@@ -157,87 +143,25 @@ impl LtRuntime {
     /// Records a call whose key has no row; true on the key's first sight.
     fn miss(&self, key: &LtKey) -> bool {
         let device = current_device();
-        match self.misses.record(device, key) {
-            Sight::First => {
-                if let Err(e) = self.files.lock().append_first_sight(device, key) {
-                    if !self.miss_io_warned.swap(true, Ordering::Relaxed) {
-                        info!("cannot write the cuBLASLt miss log: {e}; shapes are kept in memory and counted at exit");
-                    }
-                }
-                return true;
-            }
-            Sight::Repeat { count } if count >= 1024 && count.is_power_of_two() => {
-                if let Some(mut files) = self.files.try_lock() {
-                    let _ = files.write_counts(&self.misses.snapshot());
-                }
-            }
-            // (`record` admits every key: `Refused` cannot happen here.)
-            Sight::Repeat { .. } | Sight::Refused => {}
-            Sight::Full => {
-                if !self.miss_full_warned.swap(true, Ordering::Relaxed) {
-                    info!("more than {MISS_CAPACITY} distinct missed cuBLASLt shapes; further new shapes are not recorded");
-                }
-            }
-        }
-        false
+        let hash = misslog::key_hash(key);
+        let (sight, _) = self.misses.record_sight(device, key, hash, || true);
+        sight == Sight::First
     }
 }
 
 #[inline]
 fn get() -> Option<&'static LtRuntime> {
-    if STATE.load(Ordering::Acquire) == READY {
-        return RUNTIME.get();
-    }
-    slow_get()
-}
-
-#[cold]
-fn slow_get() -> Option<&'static LtRuntime> {
-    loop {
-        match STATE.load(Ordering::Acquire) {
-            READY => return RUNTIME.get(),
-            OFF => return None,
-            UNINIT => {
-                if STATE
-                    .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    continue;
-                }
-                INITIALIZING_HERE.with(|f| f.set(true));
-                let built = catch_unwind(init).ok().flatten();
-                INITIALIZING_HERE.with(|f| f.set(false));
-                let ready = built.is_some_and(|rt| RUNTIME.set(rt).is_ok());
-                STATE.store(if ready { READY } else { OFF }, Ordering::Release);
-                return if ready { RUNTIME.get() } else { None };
-            }
-            _ => {
-                if INITIALIZING_HERE.with(|f| f.get()) {
-                    return None;
-                }
-                std::thread::yield_now();
-            }
-        }
-    }
+    RUNTIME.get(init)
 }
 
 fn latch_off(why: &str) {
-    if STATE.swap(OFF, Ordering::AcqRel) != OFF {
+    if RUNTIME.latch_off() {
         info!("cuBLASLt: internal error ({why}); passing every call through from now on");
     }
 }
 
 fn init() -> Option<LtRuntime> {
-    let cfg = Config::from_env();
-    crate::log::set_level(cfg.log_level);
-    if cfg.disabled {
-        debug!("disabled by TUNEDBLAS_DISABLE");
-        return None;
-    }
-    // SAFETY: getauxval has no preconditions. Never act on an untrusted environment.
-    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
-        return None;
-    }
+    let cfg = Config::for_start()?;
     let (loaded, line) = select_and_load(&cfg);
     info!("{line}");
     for p in loaded.problems.iter().take(20) {
@@ -252,25 +176,12 @@ fn init() -> Option<LtRuntime> {
             .cloned()
             .unwrap_or_default()
     });
-    let rt = LtRuntime {
+    Some(LtRuntime {
         loaded,
         single,
-        misses: MissSet::with_capacity(MISS_CAPACITY),
-        files: Mutex::new(MissFiles::tagged(
-            cfg.miss_dir,
-            op_and_signature,
-            "-cublaslt",
-        )),
-        miss_io_warned: AtomicBool::new(false),
-        miss_full_warned: AtomicBool::new(false),
+        misses: Recorder::new(cfg.miss_dir, op_and_signature, "-cublaslt", "cuBLASLt: "),
         stats_path: cfg.stats_path,
-    };
-    // SAFETY: registering plain extern "C" functions with libc.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-    }
-    Some(rt)
+    })
 }
 
 /// Identifies the loaded cuBLASLt build and loads its profile. Returns the startup line.
@@ -646,26 +557,22 @@ pub fn set_serving(on: c_int) -> c_int {
 // The end of the process, and fork.
 // ---------------------------------------------------------------------------------------
 
-/// Flushes miss counts, writes the stats file and prints the summary. Once per process.
-pub fn finish() {
-    if FINISHED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let Some(rt) = RUNTIME.get() else { return };
-    let snapshot = rt.misses.snapshot();
-    if !snapshot.is_empty() {
-        let _ = rt.files.lock().write_counts(&snapshot);
-    }
+/// At a way out of the process ([`crate::lifecycle`]): counts, stats and (leaving) the
+/// summary.
+fn finish(pass: Pass) {
+    let Some(rt) = RUNTIME.peek() else { return };
+    rt.misses.flush(lifecycle::EXIT_WAIT);
     if let Some(path) = &rt.stats_path {
         // The rocBLAS side owns the file when it ran too; then ours goes beside it.
-        let path = if crate::runtime::started() {
-            let mut p = path.clone().into_os_string();
-            p.push(".cublaslt.json");
-            PathBuf::from(p)
+        let suffix = if crate::runtime::started() {
+            ".cublaslt.json"
         } else {
-            path.clone()
+            ""
         };
-        let _ = write_stats(rt, &path, snapshot.len());
+        let _ = write_stats(rt, path, suffix);
+    }
+    if pass == Pass::Late {
+        return;
     }
     let t = stats::total;
     info!(
@@ -674,13 +581,21 @@ pub fn finish() {
         t(Counter::LtServed),
         t(Counter::LtDefault),
         t(Counter::LtMissed),
-        snapshot.len(),
+        rt.misses.set.len(),
         t(Counter::LtPassedThrough),
         t(Counter::LtFallbacks),
     );
 }
 
-fn write_stats(rt: &LtRuntime, path: &std::path::Path, miss_shapes: usize) -> std::io::Result<()> {
+/// In a fork child: the child's misses are its own.
+unsafe fn after_fork() {
+    if let Some(rt) = RUNTIME.peek() {
+        // SAFETY: the lifecycle calls this from the fork child handler only.
+        unsafe { rt.misses.after_fork() };
+    }
+}
+
+fn write_stats(rt: &LtRuntime, path: &std::path::Path, suffix: &str) -> std::io::Result<()> {
     let mut tables: Vec<&Arc<LtTable>> = Vec::new();
     for t in rt.loaded.tables.iter().flatten() {
         if !tables.iter().any(|s| Arc::ptr_eq(s, t)) {
@@ -709,7 +624,8 @@ fn write_stats(rt: &LtRuntime, path: &std::path::Path, miss_shapes: usize) -> st
         "served": t(Counter::LtServed),
         "default": t(Counter::LtDefault),
         "missed_calls": t(Counter::LtMissed),
-        "missed_shapes": miss_shapes,
+        "missed_shapes": rt.misses.set.len(),
+        "over_capacity_calls": rt.misses.over_cap_calls(),
         "passed_through": t(Counter::LtPassedThrough),
         "fallbacks": t(Counter::LtFallbacks),
         "rows": rows,
@@ -717,35 +633,5 @@ fn write_stats(rt: &LtRuntime, path: &std::path::Path, miss_shapes: usize) -> st
         "rows_not_hit": unhit,
         "rows_quarantined": quarantined,
     });
-    std::fs::write(path, serde_json::to_vec_pretty(&json)?)
-}
-
-extern "C" fn at_exit() {
-    let _ = catch_unwind(finish);
-}
-
-extern "C" fn fork_prepare() {
-    if let Some(rt) = RUNTIME.get() {
-        std::mem::forget(rt.files.lock());
-    }
-}
-
-extern "C" fn fork_parent() {
-    if let Some(rt) = RUNTIME.get() {
-        // SAFETY: fork_prepare locked it on this thread and forgot the guard.
-        unsafe { rt.files.force_unlock() };
-    }
-}
-
-extern "C" fn fork_child() {
-    if let Some(rt) = RUNTIME.get() {
-        // SAFETY: as in fork_parent; the child has one thread.
-        unsafe {
-            rt.files.force_unlock();
-            rt.misses.reset();
-        }
-        rt.files.lock().reset_after_fork();
-        stats::reset();
-        FINISHED.store(false, Ordering::Release);
-    }
+    lifecycle::write_stats(path, suffix, &json)
 }

@@ -547,13 +547,24 @@ pub extern "C" fn tunedblas_cublaslt_serving(on: c_int) -> c_int {
     crate::cublaslt::set_serving(on)
 }
 
-/// `_exit` skips atexit handlers (Python's `os._exit`, forked workers): flush first, then
-/// end the process as `_exit` would. A process that never called rocBLAS has nothing to
-/// flush and goes straight out.
+/// `_exit` skips atexit handlers (Python's `os._exit`, forked workers, signal handlers):
+/// write counts, stats and the summary first (the lifecycle does so without blocking or
+/// allocating in a way a signal handler could deadlock on), then end the process as `_exit`
+/// would. A process that never called a wrapped function goes straight out.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    let _ = std::panic::catch_unwind(crate::runtime::finish);
-    let _ = std::panic::catch_unwind(crate::cublaslt::finish);
+    crate::lifecycle::leaving();
+    exit_group(status)
+}
+
+/// `_Exit`: the same as `_exit` (ISO C's name for it).
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    crate::lifecycle::leaving();
+    exit_group(status)
+}
+
+fn exit_group(status: c_int) -> ! {
     // SAFETY: exit_group ends every thread of the process, which is what _exit does.
     unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
     // exit_group does not return; this only satisfies the type.
@@ -561,3 +572,35 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
         std::hint::spin_loop();
     }
 }
+
+/// The exec family: the process image is about to be replaced, so counts, stats and the
+/// summary are written first; if the exec fails the process goes on and its real exit
+/// writes them again. (The variadic `execl*` cannot be written in Rust and glibc's call
+/// `execve` inside libc, out of reach: those, like a raw `exit_group`, keep every first
+/// sight and the counts of the last periodic flush.)
+macro_rules! exec_export {
+    ($name:ident ( $($arg:ident : $ty:ty),* )) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            type Real = unsafe extern "C" fn($($ty),*) -> c_int;
+            let Some(real) = crate::real::HOOKS.$name() else {
+                // SAFETY: errno is thread-local.
+                unsafe { *libc::__errno_location() = libc::ENOSYS };
+                return -1;
+            };
+            crate::lifecycle::leaving();
+            // SAFETY: the caller's own arguments.
+            let r = unsafe { (real as Real)($($arg),*) };
+            crate::lifecycle::exec_failed();
+            r
+        }
+    };
+}
+
+type Argv = *const *const std::ffi::c_char;
+type CPath = *const std::ffi::c_char;
+exec_export!(execve(path: CPath, argv: Argv, envp: Argv));
+exec_export!(execv(path: CPath, argv: Argv));
+exec_export!(execvp(file: CPath, argv: Argv));
+exec_export!(execvpe(file: CPath, argv: Argv, envp: Argv));
+exec_export!(fexecve(fd: c_int, argv: Argv, envp: Argv));

@@ -4,15 +4,20 @@
 //!
 //! - [`exports`]: every exported symbol (and nothing else is exported).
 //! - [`serve`]: the decision for one call: tuned, `Default`, miss, pass-through, fallback.
-//! - [`runtime`]: lazy start-up, profile selection, miss recording, exit and fork.
+//! - [`lifecycle`]: one lifecycle for every backend: settings, lazy start-up, fork, every
+//!   way out of the process, and the locks that never block a fork child or signal handler.
+//! - [`recorder`]: the one miss recorder (in-memory set, miss and counts files).
+//! - [`runtime`]: the rocBLAS backend's runtime: profile selection, misses, near serving.
 //! - [`cublaslt`]: serving `cublasLtMatmul` (key from descriptors, rebuilt algorithms).
 //! - [`real`]: the typed table of real functions and how they are found.
 //! - [`stats`]: per-thread counters; [`log`]: rate-limited stderr lines.
 
 mod cublaslt;
 mod exports;
+mod lifecycle;
 mod log;
 mod real;
+mod recorder;
 mod runtime;
 mod serve;
 mod stats;

@@ -1,5 +1,8 @@
 //! Rate-limited log lines on stderr, each starting with `tunedblas:` and written with one
-//! `write(2)` so lines from several threads or processes never interleave.
+//! `write(2)` so lines from several threads or processes never interleave. A line is
+//! formatted into a stack buffer, not the heap: the exit summary is printed from `_exit`,
+//! which a signal handler may call while the thread it interrupted holds the allocator's
+//! lock.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
@@ -20,8 +23,9 @@ pub fn enabled(level: u8) -> bool {
     level <= LEVEL.load(Ordering::Relaxed) && level != QUIET
 }
 
-/// Writes one line if `level` is enabled and the budget is not spent.
-pub fn line(level: u8, msg: &str) {
+/// Writes one line if `level` is enabled and the budget is not spent, formatted on the
+/// stack (a longer line is cut short).
+pub fn line_args(level: u8, args: std::fmt::Arguments) {
     if !enabled(level) {
         return;
     }
@@ -29,22 +33,46 @@ pub fn line(level: u8, msg: &str) {
     if n > LIMIT {
         return;
     }
-    let text = if n == LIMIT {
-        "tunedblas: log limit reached; further messages are suppressed\n".to_owned()
-    } else {
-        format!("tunedblas: {msg}\n")
+    let mut out = Line {
+        buf: [0; 2048],
+        len: 0,
     };
+    use std::fmt::Write;
+    if n == LIMIT {
+        let _ = out.write_str("tunedblas: log limit reached; further messages are suppressed");
+    } else {
+        let _ = out.write_str("tunedblas: ");
+        let _ = out.write_fmt(args);
+    }
+    out.len = out.len.min(out.buf.len() - 1);
+    out.buf[out.len] = b'\n';
     // SAFETY: writing a valid buffer to fd 2; a failed write is ignored on purpose.
-    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+    unsafe { libc::write(2, out.buf.as_ptr().cast(), out.len + 1) };
+}
+
+/// A line being formatted: whatever does not fit is dropped.
+struct Line {
+    buf: [u8; 2048],
+    len: usize,
+}
+
+impl std::fmt::Write for Line {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = self.buf.len() - 1 - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
 }
 
 macro_rules! info {
-    ($($t:tt)*) => { $crate::log::line($crate::log::INFO, &format!($($t)*)) };
+    ($($t:tt)*) => { $crate::log::line_args($crate::log::INFO, format_args!($($t)*)) };
 }
 macro_rules! debug {
     ($($t:tt)*) => {
         if $crate::log::enabled($crate::log::DEBUG) {
-            $crate::log::line($crate::log::DEBUG, &format!($($t)*))
+            $crate::log::line_args($crate::log::DEBUG, format_args!($($t)*))
         }
     };
 }

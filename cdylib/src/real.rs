@@ -93,7 +93,27 @@ hook_table! {
     get_version_string: GetVersionStringFn = c"rocblas_get_version_string",
     get_version_string_size: GetVersionStringSizeFn = c"rocblas_get_version_string_size",
     hip_get_device: HipGetDeviceFn = c"hipGetDevice",
+    execve: ExecveFn = c"execve",
+    execv: ExecvFn = c"execv",
+    execvp: ExecvFn = c"execvp",
+    execvpe: ExecveFn = c"execvpe",
+    fexecve: FexecveFn = c"fexecve",
 }
+
+type ExecveFn = unsafe extern "C" fn(
+    *const std::ffi::c_char,
+    *const *const std::ffi::c_char,
+    *const *const std::ffi::c_char,
+) -> std::ffi::c_int;
+type ExecvFn = unsafe extern "C" fn(
+    *const std::ffi::c_char,
+    *const *const std::ffi::c_char,
+) -> std::ffi::c_int;
+type FexecveFn = unsafe extern "C" fn(
+    std::ffi::c_int,
+    *const *const std::ffi::c_char,
+    *const *const std::ffi::c_char,
+) -> std::ffi::c_int;
 
 /// Base address of this library, to recognise (and refuse) our own exports.
 fn own_base() -> *mut c_void {

@@ -1,137 +1,37 @@
-//! Lazy start-up, the served profile, miss recording, and the end of the process.
-//!
-//! Nothing runs at load time: LD_PRELOAD reaches every child process (shells, compilers),
-//! and those must stay inert. The first intercepted GEMM call moves the state machine
-//! UNINIT -> INITIALIZING -> READY (or OFF); other threads arriving meanwhile wait for the
-//! outcome, and a re-entrant call from the initialising thread itself passes through.
+//! The rocBLAS backend's runtime: the served profile, miss recording and near serving,
+//! built on the first intercepted call. When it starts and what happens at fork and exit
+//! is the shared lifecycle's ([`crate::lifecycle`]); this file supplies [`BACKEND`].
 
-use std::cell::Cell;
 use std::ffi::c_void;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tunedblas_core::family;
 use tunedblas_core::identity::{self, HashCache, MapCheck};
 use tunedblas_core::key::ProblemKey;
-use tunedblas_core::misslog::{MissFiles, MissSet, Sight};
 use tunedblas_core::near::{Claim, NearIndex, Verdict, Verdicts};
 use tunedblas_core::profile::{self, Loaded, Request, Selection};
 use tunedblas_core::table::{Action, Table};
 use tunedblas_core::tunableop;
 
+use crate::lifecycle::{self, Backend, Config, Lazy, Pass};
 use crate::log::{debug, info};
 use crate::real::HOOKS;
+use crate::recorder::{Recorder, MISS_CAPACITY};
 use crate::stats::{self, Counter};
 
-const UNINIT: u8 = 0;
-const INITIALIZING: u8 = 1;
-const READY: u8 = 2;
-const OFF: u8 = 3;
+static RUNTIME: Lazy<Runtime> = Lazy::new();
 
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-static FINISHED: AtomicBool = AtomicBool::new(false);
-/// The process whose runtime this is: set at start-up and in a fork child. A `vfork` child
-/// (or a raw `clone`) shares our memory without running the fork handlers; when it calls
-/// `_exit` it must not finish the parent's run (that would mark the parent finished and
-/// its counts would never be written at its real exit).
-static OWNER_PID: AtomicU32 = AtomicU32::new(0);
-/// The process in which start-up began. A child forked while another thread of its parent
-/// was starting up inherits INITIALIZING with no thread left to finish it.
-static INIT_PID: AtomicU32 = AtomicU32::new(0);
-
-thread_local! {
-    static INITIALIZING_HERE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Distinct miss shapes one process can count; more are still logged once each time seen.
-const MISS_CAPACITY: usize = 1 << 14;
-
-/// `TUNEDBLAS_NEAR` unset: the token window of near-shape serving (on; why in
-/// [`tunedblas_core::near::DEFAULT_WINDOW`]). `TUNEDBLAS_NEAR=0` turns it off.
-pub const DEFAULT_NEAR_WINDOW: i64 = tunedblas_core::near::DEFAULT_WINDOW;
-
-/// The settings, read once from the environment. `tunedblas env` documents each variable.
-pub struct Config {
-    pub disabled: bool,
-    pub profile_dir: PathBuf,
-    pub explicit: Option<String>,
-    pub allow_mismatch: bool,
-    pub miss_dir: PathBuf,
-    pub log_level: u8,
-    pub stats_path: Option<PathBuf>,
-    /// `TUNEDBLAS_NEAR`: serve a missed token count from the same layer's row at most this
-    /// many tokens away (after validating it for the exact problem); 0 or `off`: never.
-    pub near_window: i64,
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-fn truthy(name: &str) -> bool {
-    env(name).is_some_and(|v| !matches!(v.as_str(), "0" | "false" | "no" | "off"))
-}
-
-impl Config {
-    pub fn from_env() -> Config {
-        Config {
-            disabled: truthy("TUNEDBLAS_DISABLE"),
-            profile_dir: env("TUNEDBLAS_PROFILE_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(default_profile_dir),
-            explicit: env("TUNEDBLAS_PROFILE"),
-            allow_mismatch: truthy("TUNEDBLAS_ALLOW_MISMATCH"),
-            miss_dir: env("TUNEDBLAS_MISS_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
-            log_level: match env("TUNEDBLAS_LOG").as_deref() {
-                Some("0" | "quiet" | "off") => crate::log::QUIET,
-                Some("2" | "debug") => crate::log::DEBUG,
-                _ => crate::log::INFO,
-            },
-            stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from),
-            near_window: match env("TUNEDBLAS_NEAR").as_deref() {
-                None => DEFAULT_NEAR_WINDOW,
-                Some("off" | "no" | "false") => 0,
-                Some(v) => v.parse::<i64>().map_or(DEFAULT_NEAR_WINDOW, |w| w.max(0)),
-            },
-        }
-    }
-}
-
-/// The profiles installed beside this library: `<prefix>/share/tunedblas/profiles` for an
-/// installed copy (`<prefix>/lib/libtunedblas.so`), or the source tree's `profiles/` for a
-/// cargo build (`target/<profile>/libtunedblas.so`).
-fn default_profile_dir() -> PathBuf {
-    let own = identity::library_of_address(default_profile_dir as *const () as usize);
-    let Some(lib_dir) = own.as_deref().and_then(Path::parent) else {
-        return PathBuf::from("profiles");
-    };
-    let candidates = [
-        lib_dir.join("../share/tunedblas/profiles"),
-        lib_dir.join("profiles"),
-        lib_dir.join("../../profiles"),
-    ];
-    candidates
-        .iter()
-        .find(|d| d.join(profile::REGISTRY_FILE).is_file())
-        .unwrap_or(&candidates[0])
-        .clone()
-}
+/// What the lifecycle does for rocBLAS at exit and fork.
+pub static BACKEND: Backend = Backend { finish, after_fork };
 
 /// Everything the serving path needs, built once.
 pub struct Runtime {
     loaded: Loaded,
     /// Set when every rank serves the same rows: no need to ask which device a call is on.
     single: Option<Arc<Table>>,
-    misses: MissSet,
-    files: Mutex<MissFiles>,
-    miss_io_warned: AtomicBool,
-    miss_full_warned: AtomicBool,
-    stats_path: Option<PathBuf>,
+    misses: Recorder<ProblemKey>,
+    stats_path: Option<std::path::PathBuf>,
     near: Option<Near>,
 }
 
@@ -218,66 +118,19 @@ impl Runtime {
     /// [`Runtime::miss`] for a caller that already asked which device the call is on.
     #[inline]
     pub fn miss_on(&self, device: i32, key: &ProblemKey, hash: u64) {
-        // A call rocBLAS accepted can still be one no results file can name (strides whose
-        // batch extent overflows 64 bits): recording it would write a line that never reads
-        // back, and nothing could ever be tuned for it. Checked only before a key enters the
-        // set, so a repeated miss does not pay for it.
-        let admit = || tunableop::check_key(key).is_ok();
-        match self.misses.record_hashed_if(device, key, hash, admit) {
-            Sight::Repeat { count } if count < 1024 || !count.is_power_of_two() => {}
-            Sight::Refused => {}
-            sight => self.miss_slow(device, key, sight),
-        }
+        self.miss_noted(device, key, hash);
     }
 
     /// [`Runtime::miss_on`] for the near path: also returns the key's miss-set slot and its
     /// note (the near verdict kept there, 0 while none is), if the set holds the key.
     #[inline(always)]
     pub fn miss_noted(&self, device: i32, key: &ProblemKey, hash: u64) -> Option<(usize, u64)> {
+        // A call rocBLAS accepted can still be one no results file can name (strides whose
+        // batch extent overflows 64 bits): recording it would write a line that never reads
+        // back, and nothing could ever be tuned for it. Checked only before a key enters the
+        // set, so a repeated miss does not pay for it.
         let admit = || tunableop::check_key(key).is_ok();
-        let (sight, noted) = self.misses.record_noted(device, key, hash, admit);
-        match sight {
-            Sight::Repeat { count } if count < 1024 || !count.is_power_of_two() => {}
-            Sight::Refused => {}
-            sight => self.miss_slow(device, key, sight),
-        }
-        noted
-    }
-
-    /// A first sight, a periodic count flush, or a full set: off the repeat-miss path.
-    #[cold]
-    #[inline(never)]
-    fn miss_slow(&self, device: i32, key: &ProblemKey, sight: Sight) {
-        match sight {
-            Sight::First => {
-                let result = self.files.lock().append_first_sight(device, key);
-                if let Err(e) = result {
-                    self.warn_miss_io(&e);
-                }
-            }
-            // Count flushes at 1024, 2048, ... calls of a shape: periodic, yet rare.
-            Sight::Repeat { count } if count >= 1024 && count.is_power_of_two() => {
-                if let Some(mut files) = self.files.try_lock() {
-                    let _ = files.write_counts(&self.misses.snapshot());
-                }
-            }
-            Sight::Repeat { .. } | Sight::Refused => {}
-            Sight::Full => {
-                if !self.miss_full_warned.swap(true, Ordering::Relaxed) {
-                    info!("more than {MISS_CAPACITY} distinct missed shapes; further new shapes are not recorded");
-                }
-            }
-        }
-    }
-
-    /// The one warning about miss files that cannot be written.
-    fn warn_miss_io(&self, e: &std::io::Error) {
-        if !self.miss_io_warned.swap(true, Ordering::Relaxed) {
-            info!(
-                "cannot write the miss log in {}: {e}; serving continues, shapes are kept in memory, written when the folder is writable again and counted at exit",
-                self.files.lock().dir().display()
-            );
-        }
+        self.misses.record(device, key, hash, admit)
     }
 
     /// Whether the near path is on at all (off: no second look on a miss).
@@ -325,7 +178,7 @@ impl Runtime {
         };
         let note = |slot: usize, v: Verdict| {
             if let (Some(m), Some(n)) = (miss_slot, note_of(slot, v)) {
-                self.misses.note_if_unset(m, n);
+                self.misses.set.note_if_unset(m, n);
             }
         };
         match near.verdicts.get_or_claim_hashed(device, key, hash) {
@@ -386,11 +239,12 @@ impl Runtime {
             return;
         };
         let device = current_device();
-        if let Some(m) = self.misses.find(device, key, key.lookup_hash()) {
+        let set = &self.misses.set;
+        if let Some(m) = set.find(device, key, key.lookup_hash()) {
             if verdict == Verdict::Refused {
-                self.misses.set_note(m, note);
+                set.set_note(m, note);
             } else {
-                self.misses.note_if_unset(m, note);
+                set.note_if_unset(m, note);
             }
         }
     }
@@ -408,74 +262,21 @@ impl Runtime {
 
 /// True once the rocBLAS side has started (it owns `TUNEDBLAS_STATS` then).
 pub fn started() -> bool {
-    RUNTIME.get().is_some()
+    RUNTIME.peek().is_some()
 }
 
 /// The runtime, starting it on first use. `None` means: pass the call through untouched.
-#[inline]
+#[inline(always)]
 pub fn get() -> Option<&'static Runtime> {
-    if STATE.load(Ordering::Acquire) == READY {
-        return RUNTIME.get();
-    }
-    slow_get()
-}
-
-#[cold]
-fn slow_get() -> Option<&'static Runtime> {
-    loop {
-        match STATE.load(Ordering::Acquire) {
-            READY => return RUNTIME.get(),
-            OFF => return None,
-            UNINIT => {
-                // Before the CAS, so a waiter never sees INITIALIZING with an older pid
-                // (every thread of one process stores the same value).
-                INIT_PID.store(std::process::id(), Ordering::Release);
-                if STATE
-                    .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    continue;
-                }
-                INITIALIZING_HERE.with(|f| f.set(true));
-                let built = std::panic::catch_unwind(init).ok().flatten();
-                INITIALIZING_HERE.with(|f| f.set(false));
-                let ready = built.is_some_and(|rt| RUNTIME.set(rt).is_ok());
-                STATE.store(if ready { READY } else { OFF }, Ordering::Release);
-                return if ready { RUNTIME.get() } else { None };
-            }
-            _ => {
-                if INITIALIZING_HERE.with(|f| f.get()) {
-                    return None;
-                }
-                if std::process::id() != INIT_PID.load(Ordering::Acquire) {
-                    // Forked mid start-up: the initialising thread does not exist here and
-                    // may have held locks (the loader's) that nothing will release, so do
-                    // not start again: this process passes its calls through.
-                    let _ = STATE.compare_exchange(
-                        INITIALIZING,
-                        OFF,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                    return None;
-                }
-                std::thread::yield_now();
-            }
-        }
-    }
+    RUNTIME.get(init)
 }
 
 /// Stops serving for the rest of the process (after an internal error): every later call
 /// passes through untouched.
 pub fn latch_off(why: &str) {
-    if STATE.swap(OFF, Ordering::AcqRel) != OFF {
+    if RUNTIME.latch_off() {
         info!("internal error ({why}); passing every call through from now on");
     }
-}
-
-fn secure_mode() -> bool {
-    // SAFETY: getauxval has no preconditions.
-    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
 /// Address of the first real GEMM entry that resolves: it names the loaded library.
@@ -495,24 +296,7 @@ fn real_library_anchor() -> Option<*const c_void> {
 }
 
 fn init() -> Option<Runtime> {
-    let cfg = Config::from_env();
-    crate::log::set_level(cfg.log_level);
-    if cfg.disabled {
-        debug!("disabled by TUNEDBLAS_DISABLE");
-        return None;
-    }
-    if secure_mode() {
-        return None; // set-uid/set-gid: never act on the environment of an untrusted user.
-    }
-    // This library carries its own copy of std, so the hook covers only our own panics: one
-    // short line instead of a backtrace in the host's log (each export already catches them).
-    std::panic::set_hook(Box::new(|info| {
-        let place = info
-            .location()
-            .map(|l| format!(" at {}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        crate::log::line(crate::log::INFO, &format!("internal panic{place}"));
-    }));
+    let cfg = Config::for_start()?;
     let (loaded, name_line) = select_and_load(&cfg);
     let single = if loaded.distinct <= 1 {
         Some(
@@ -549,20 +333,11 @@ fn init() -> Option<Runtime> {
     let mut rt = Runtime {
         loaded,
         single,
-        misses: MissSet::with_capacity(MISS_CAPACITY),
-        files: Mutex::new(MissFiles::new(cfg.miss_dir, tunableop::op_and_signature)),
-        miss_io_warned: AtomicBool::new(false),
-        miss_full_warned: AtomicBool::new(false),
+        misses: Recorder::new(cfg.miss_dir, tunableop::op_and_signature, "", ""),
         stats_path: cfg.stats_path,
         near: None,
     };
-    OWNER_PID.store(std::process::id(), Ordering::Release);
     rt.near = build_near(&rt, cfg.near_window);
-    // SAFETY: registering plain extern "C" functions with libc.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-    }
     Some(rt)
 }
 
@@ -660,54 +435,67 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
     (loaded, line)
 }
 
-/// Flushes counts, writes the stats file and prints the summary. Runs once per process.
-pub fn finish() {
-    let Some(rt) = RUNTIME.get() else { return };
-    // SAFETY: getpid cannot fail (and is not cached by glibc, so a vfork child sees its own).
-    if unsafe { libc::getpid() } as u32 != OWNER_PID.load(Ordering::Acquire) {
-        return;
-    }
-    if FINISHED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let snapshot = rt.misses.snapshot();
-    if !snapshot.is_empty() {
-        let written = {
-            let mut files = rt.files.lock();
-            // Both, whatever the first did: the counts name every shape even when the log
-            // cannot be written.
-            let pending = files.flush_pending();
-            let counts = files.write_counts(&snapshot);
-            pending.and(counts)
-        };
-        if let Err(e) = written {
-            rt.warn_miss_io(&e);
-        }
-    }
+/// At a way out of the process ([`crate::lifecycle`]): writes the counts and the stats
+/// file, and on [`Pass::Leaving`] prints the summary.
+fn finish(pass: Pass) {
+    let Some(rt) = RUNTIME.peek() else { return };
+    rt.misses.flush(lifecycle::EXIT_WAIT);
     if let Some(path) = &rt.stats_path {
-        let _ = write_stats(rt, path, snapshot.len());
+        let _ = write_stats(rt, path);
+    }
+    if pass == Pass::Late {
+        return;
     }
     let near = stats::total(Counter::Near);
-    let near_words = if rt.near.is_some() || near > 0 {
-        format!(", {near} near")
-    } else {
-        String::new()
-    };
+    let near_on = rt.near.is_some() || near > 0;
     info!(
-        "{} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks{near_words}",
+        "{} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks{}",
         stats::total(Counter::Calls),
         stats::total(Counter::Served),
         stats::total(Counter::Default),
         stats::total(Counter::Missed),
-        snapshot.len(),
+        rt.misses.set.len(),
         stats::total(Counter::PassedThrough),
         stats::total(Counter::Fallbacks),
+        NearWords(near_on.then_some(near)),
     );
+    if rt.misses.over_cap_calls() > 0 {
+        info!(
+            "{} calls of shapes beyond the {} the miss log holds were not recorded",
+            rt.misses.over_cap_calls(),
+            rt.misses.set.limit()
+        );
+    }
+}
+
+/// `, N near` in the summary when near serving is on or served anything (formatted
+/// without allocating).
+struct NearWords(Option<u64>);
+
+impl std::fmt::Display for NearWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, ", {n} near"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// In a fork child: the child's misses are its own.
+unsafe fn after_fork() {
+    if let Some(rt) = RUNTIME.peek() {
+        // SAFETY: the lifecycle calls this from the fork child handler only.
+        unsafe { rt.misses.after_fork() };
+        if let Some(near) = &rt.near {
+            // SAFETY: as above.
+            unsafe { near.verdicts.reset() };
+        }
+    }
 }
 
 /// `TUNEDBLAS_STATS=<file>`: machine-readable counters and the rows never hit, for
 /// `tunedblas verify`.
-fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result<()> {
+fn write_stats(rt: &Runtime, path: &Path) -> std::io::Result<()> {
     let mut rows = 0;
     let mut unhit = Vec::new();
     for t in rt.all_tables() {
@@ -735,7 +523,8 @@ fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result
         "served": stats::total(Counter::Served),
         "default": stats::total(Counter::Default),
         "missed_calls": stats::total(Counter::Missed),
-        "missed_shapes": miss_shapes,
+        "missed_shapes": rt.misses.set.len(),
+        "over_capacity_calls": rt.misses.over_cap_calls(),
         "passed_through": stats::total(Counter::PassedThrough),
         "fallbacks": stats::total(Counter::Fallbacks),
         "rows": rows,
@@ -748,50 +537,5 @@ fn write_stats(rt: &Runtime, path: &Path, miss_shapes: usize) -> std::io::Result
         "wildcard_rows_hit": wild - wild_unhit.len(),
         "wildcard_rows_not_hit": wild_unhit,
     });
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Never through a symlink planted under the configured name; readable by us only.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)?
-        .write_all(&serde_json::to_vec_pretty(&json)?)
-}
-
-extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(finish);
-}
-
-extern "C" fn fork_prepare() {
-    if let Some(rt) = RUNTIME.get() {
-        // Hold the lock across fork so the child never inherits it mid-write.
-        std::mem::forget(rt.files.lock());
-    }
-}
-
-extern "C" fn fork_parent() {
-    if let Some(rt) = RUNTIME.get() {
-        // SAFETY: fork_prepare locked it on this thread and forgot the guard.
-        unsafe { rt.files.force_unlock() };
-    }
-}
-
-extern "C" fn fork_child() {
-    if let Some(rt) = RUNTIME.get() {
-        // SAFETY: as in fork_parent; the child has one thread, so resetting is exclusive.
-        unsafe {
-            rt.files.force_unlock();
-            rt.misses.reset();
-            if let Some(near) = &rt.near {
-                near.verdicts.reset();
-            }
-        }
-        rt.files.lock().reset_after_fork();
-        stats::reset();
-        OWNER_PID.store(std::process::id(), Ordering::Release);
-        FINISHED.store(false, Ordering::Release);
-    }
+    lifecycle::write_stats(path, "", &json)
 }

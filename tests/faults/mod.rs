@@ -205,11 +205,14 @@ pub fn miss_files_of(dir: &Path, pid: u32) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("misses"))
         .map(|rd| rd.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
+    // `<host>-<pid>-<start>-rank<d>...`: the pid is the second field from the right of the
+    // process part.
     v.retain(|p| {
-        p.file_name()
-            .unwrap()
-            .to_string_lossy()
-            .contains(&format!("-{pid}-rank"))
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let Some((process, _)) = name.rsplit_once("-rank") else {
+            return false;
+        };
+        process.rsplit('-').nth(1) == Some(pid.to_string().as_str())
     });
     v.sort();
     v

@@ -1,0 +1,567 @@
+//! One lifecycle for every backend: settings, lazy start-up, fork, every way out of the
+//! process, and the locks and guards that keep all of it from blocking the host.
+//!
+//! A backend (rocBLAS in `runtime.rs`, cuBLASLt in `cublaslt.rs`) keeps its runtime in a
+//! [`Lazy`] and registers in [`BACKENDS`] what it does at fork and at exit; everything else
+//! happens here, once, for all of them:
+//!
+//! - **Start-up** is lazy: nothing runs at load time (LD_PRELOAD reaches every child process,
+//!   shells and compilers, and those stay inert). The first intercepted call of a backend
+//!   moves its [`Lazy`] UNINIT -> INITIALIZING -> READY (or OFF); other threads wait for the
+//!   outcome, a re-entrant call from the initialising thread passes through, and a child
+//!   forked mid start-up passes through instead of waiting for a thread it does not have.
+//!   The first backend to start registers the process hooks ([`started`]).
+//! - **Fork**: no prepare handler (a fork never waits for us); the child's handler replaces
+//!   each backend's miss state and counters, so the child records into its own files
+//!   without touching a lock another thread held when the parent forked.
+//! - **Ways out**: `exit` and `quick_exit` (registered handlers), `_exit` and `_Exit`
+//!   (exports), `execve` and its non-variadic siblings (exports: counts are written before
+//!   the image is replaced, and again later if exec fails), the end of the library's life
+//!   (`.fini_array`: counts rewritten if GEMMs came from destructors that ran after the exit
+//!   handler). A raw `exit_group` or SIGKILL keeps every first sight (written at once) and the
+//!   counts of the last periodic flush. A `vfork` child (or a raw `clone`) sharing our
+//!   memory never finishes the parent's run.
+//! - **Never blocking**: the miss files sit behind an [`ExitLock`] (bounded waits, never
+//!   re-entered by its holder); work that can reach a cancellation point runs under
+//!   [`NoCancel`]; the exit path writes counts and the summary without allocating.
+
+use std::cell::{Cell, UnsafeCell};
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::time::Duration;
+
+use tunedblas_core::identity;
+use tunedblas_core::profile;
+
+use crate::log::{debug, info};
+
+// ---------------------------------------------------------------------------------------
+// Settings.
+// ---------------------------------------------------------------------------------------
+
+/// The settings, read from the environment when a backend starts. `tunedblas env`
+/// documents each variable.
+pub struct Config {
+    pub disabled: bool,
+    pub profile_dir: PathBuf,
+    pub explicit: Option<String>,
+    pub allow_mismatch: bool,
+    /// Absolute: a later `chdir` of the host does not move it.
+    pub miss_dir: PathBuf,
+    pub log_level: u8,
+    /// Absolute, as `miss_dir`.
+    pub stats_path: Option<PathBuf>,
+    /// `TUNEDBLAS_NEAR`: serve a missed token count from the same layer's row at most this
+    /// many tokens away (after validating it for the exact problem); 0 or `off`: never.
+    pub near_window: i64,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn truthy(name: &str) -> bool {
+    env(name).is_some_and(|v| !matches!(v.as_str(), "0" | "false" | "no" | "off"))
+}
+
+/// `path` made absolute against the current folder now, so that the host changing its
+/// folder later does not send our files somewhere else.
+fn absolute(path: PathBuf) -> PathBuf {
+    if path.is_absolute() {
+        return path;
+    }
+    std::env::current_dir().map_or(path.clone(), |cwd| cwd.join(path))
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        Config {
+            disabled: truthy("TUNEDBLAS_DISABLE"),
+            profile_dir: absolute(
+                env("TUNEDBLAS_PROFILE_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(default_profile_dir),
+            ),
+            explicit: env("TUNEDBLAS_PROFILE"),
+            allow_mismatch: truthy("TUNEDBLAS_ALLOW_MISMATCH"),
+            miss_dir: absolute(
+                env("TUNEDBLAS_MISS_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
+            ),
+            log_level: match env("TUNEDBLAS_LOG").as_deref() {
+                Some("0" | "quiet" | "off") => crate::log::QUIET,
+                Some("2" | "debug") => crate::log::DEBUG,
+                _ => crate::log::INFO,
+            },
+            stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from).map(absolute),
+            near_window: match env("TUNEDBLAS_NEAR").as_deref() {
+                None => tunedblas_core::near::DEFAULT_WINDOW,
+                Some("off" | "no" | "false") => 0,
+                Some(v) => v
+                    .parse::<i64>()
+                    .map_or(tunedblas_core::near::DEFAULT_WINDOW, |w| w.max(0)),
+            },
+        }
+    }
+
+    /// Reads the settings for a backend that is starting; `None` when the preload must stay
+    /// out of the way (`TUNEDBLAS_DISABLE`, or a set-uid/set-gid process, whose environment
+    /// an untrusted user controls).
+    pub fn for_start() -> Option<Config> {
+        let cfg = Config::from_env();
+        crate::log::set_level(cfg.log_level);
+        if cfg.disabled {
+            debug!("disabled by TUNEDBLAS_DISABLE");
+            return None;
+        }
+        // SAFETY: getauxval has no preconditions.
+        if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+            return None;
+        }
+        Some(cfg)
+    }
+}
+
+/// The profiles installed beside this library: `<prefix>/share/tunedblas/profiles` for an
+/// installed copy (`<prefix>/lib/libtunedblas.so`), or the source tree's `profiles/` for a
+/// cargo build (`target/<profile>/libtunedblas.so`).
+fn default_profile_dir() -> PathBuf {
+    let own = identity::library_of_address(default_profile_dir as *const () as usize);
+    let Some(lib_dir) = own.as_deref().and_then(Path::parent) else {
+        return PathBuf::from("profiles");
+    };
+    let candidates = [
+        lib_dir.join("../share/tunedblas/profiles"),
+        lib_dir.join("profiles"),
+        lib_dir.join("../../profiles"),
+    ];
+    candidates
+        .iter()
+        .find(|d| d.join(profile::REGISTRY_FILE).is_file())
+        .unwrap_or(&candidates[0])
+        .clone()
+}
+
+// ---------------------------------------------------------------------------------------
+// Lazy start-up.
+// ---------------------------------------------------------------------------------------
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+thread_local! {
+    /// The [`Lazy`] this thread is initialising (its address), 0 if none.
+    static INITIALIZING_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A backend's runtime, built on first use by the first caller; see the module docs.
+pub struct Lazy<T: 'static> {
+    state: AtomicU8,
+    /// Leaked once built and never freed: callers keep `&'static` references.
+    value: AtomicPtr<T>,
+    /// The process in which start-up began: a child forked while another thread of its
+    /// parent was starting up inherits INITIALIZING with no thread left to finish it.
+    init_pid: AtomicU32,
+}
+
+impl<T: 'static> Lazy<T> {
+    pub const fn new() -> Lazy<T> {
+        Lazy {
+            state: AtomicU8::new(UNINIT),
+            value: AtomicPtr::new(std::ptr::null_mut()),
+            init_pid: AtomicU32::new(0),
+        }
+    }
+
+    /// The runtime, building it with `init` on first use. `None`: pass the call through.
+    #[inline(always)]
+    pub fn get(&'static self, init: fn() -> Option<T>) -> Option<&'static T> {
+        if self.state.load(Ordering::Acquire) == READY {
+            // SAFETY: READY is stored after the value, with Release.
+            return unsafe { self.value.load(Ordering::Relaxed).as_ref() };
+        }
+        self.slow_get(init)
+    }
+
+    #[cold]
+    fn slow_get(&'static self, init: fn() -> Option<T>) -> Option<&'static T> {
+        let me = self as *const Self as usize;
+        loop {
+            match self.state.load(Ordering::Acquire) {
+                READY => return self.peek(),
+                OFF => return None,
+                UNINIT => {
+                    // Before the CAS, so a waiter never sees INITIALIZING with an older pid
+                    // (every thread of one process stores the same value).
+                    self.init_pid.store(std::process::id(), Ordering::Release);
+                    if self
+                        .state
+                        .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    INITIALIZING_HERE.with(|f| f.set(me));
+                    let built = {
+                        let _no_cancel = NoCancel::new();
+                        std::panic::catch_unwind(init).ok().flatten()
+                    };
+                    INITIALIZING_HERE.with(|f| f.set(0));
+                    let ready = if let Some(rt) = built {
+                        self.value
+                            .store(Box::into_raw(Box::new(rt)), Ordering::Release);
+                        started();
+                        true
+                    } else {
+                        false
+                    };
+                    self.state
+                        .store(if ready { READY } else { OFF }, Ordering::Release);
+                    return if ready { self.peek() } else { None };
+                }
+                _ => {
+                    if INITIALIZING_HERE.with(|f| f.get()) == me {
+                        return None;
+                    }
+                    if std::process::id() != self.init_pid.load(Ordering::Acquire) {
+                        // Forked mid start-up: the initialising thread does not exist here
+                        // and may have held locks (the loader's) that nothing will release,
+                        // so do not start again: this process passes its calls through.
+                        let _ = self.state.compare_exchange(
+                            INITIALIZING,
+                            OFF,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                        return None;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// The runtime if it was ever built, serving or not (for exit and fork).
+    pub fn peek(&self) -> Option<&'static T> {
+        // SAFETY: a non-null value is a leaked Box, never freed.
+        unsafe { self.value.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// Stops serving for the rest of the process: later calls pass through untouched.
+    /// True the first time.
+    pub fn latch_off(&self) -> bool {
+        self.state.swap(OFF, Ordering::AcqRel) != OFF
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Locks and guards that never block a fork child or a signal handler.
+// ---------------------------------------------------------------------------------------
+
+/// Monotonic nanoseconds (the vDSO clock: no system call, async-signal-safe).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: out-pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A lock for work off the hot path that a signal handler or an exiting process may need.
+///
+/// Unlike a mutex it never waits for its own holder: a thread that already holds it (a
+/// signal handler interrupted this thread inside the critical section and now makes a
+/// GEMM or calls `_exit`) is refused at once, and other threads wait at most the time they
+/// ask for. A forked child does not unlock what it inherited: it replaces the value
+/// ([`ExitLock::reset_in_child`]), since the holder may have left it half-changed.
+pub struct ExitLock<T> {
+    /// The holder's thread id, 0 when free.
+    owner: AtomicI32,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through a guard, which exists for one owner at a time.
+unsafe impl<T: Send> Sync for ExitLock<T> {}
+
+pub struct ExitGuard<'a, T> {
+    lock: &'a ExitLock<T>,
+}
+
+impl<T> ExitLock<T> {
+    pub const fn new(value: T) -> ExitLock<T> {
+        ExitLock {
+            owner: AtomicI32::new(0),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// The lock, waiting for another holder at most `wait`; never for this thread.
+    pub fn lock_within(&self, wait: Duration) -> Option<ExitGuard<'_, T>> {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let mut deadline = 0;
+        loop {
+            match self
+                .owner
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(ExitGuard { lock: self }),
+                Err(holder) if holder == me => return None,
+                Err(_) => {
+                    let now = monotonic_ns();
+                    if deadline == 0 {
+                        deadline = now + wait.as_nanos() as u64;
+                    }
+                    if now >= deadline {
+                        return None;
+                    }
+                    let pause = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 50_000,
+                    };
+                    // SAFETY: a plain sleep; async-signal-safe.
+                    unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+                }
+            }
+        }
+    }
+
+    /// The value as the parent left it, for reading its settings in a forked child.
+    ///
+    /// # Safety
+    /// Only in a fork child's handler (no other thread exists), and only fields the
+    /// holder never changes may be relied on.
+    pub unsafe fn peek_in_child(&self) -> &T {
+        // SAFETY: see above.
+        unsafe { &*self.value.get() }
+    }
+
+    /// In a forked child: a fresh value, the lock free. The old value is leaked, not
+    /// dropped (a thread of the parent may have been changing it).
+    ///
+    /// # Safety
+    /// Only in a fork child's handler, where no other thread exists.
+    pub unsafe fn reset_in_child(&self, value: T) {
+        // SAFETY: see above; the old value is overwritten without being dropped.
+        unsafe { std::ptr::write(self.value.get(), value) };
+        self.owner.store(0, Ordering::Release);
+    }
+}
+
+impl<T> std::ops::Deref for ExitGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard is the lock's only owner.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> std::ops::DerefMut for ExitGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard is the lock's only owner.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for ExitGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.owner.store(0, Ordering::Release);
+    }
+}
+
+extern "C" {
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+}
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+/// Thread cancellation held off while our own work runs. Writing a file reaches
+/// cancellation points (`write`, `open`); a cancellation acted on there would unwind
+/// through frames that cannot unwind (an `extern "C"` boundary, `catch_unwind`) and abort
+/// the host. With this guard the cancellation waits for the host's next cancellation point.
+pub struct NoCancel(c_int);
+
+impl NoCancel {
+    pub fn new() -> NoCancel {
+        let mut old = 0;
+        // SAFETY: out-pointer to an int; the state values are glibc's.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        NoCancel(old)
+    }
+}
+
+impl Drop for NoCancel {
+    fn drop(&mut self) {
+        let mut old = 0;
+        // SAFETY: restores the state saved in `new`.
+        unsafe { pthread_setcancelstate(self.0, &mut old) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The process: hooks registered once, fork, and every way out.
+// ---------------------------------------------------------------------------------------
+
+/// When a backend's `finish` runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Pass {
+    /// The process is leaving (exit, `_exit`, exec): write everything, print the summary.
+    Leaving,
+    /// After the exit handlers (the library's destructor): rewrite what changed since,
+    /// silently (GEMMs made by destructors that ran after the exit handler).
+    Late,
+}
+
+/// What the lifecycle does for one backend.
+pub struct Backend {
+    /// Writes its counts, stats and (on [`Pass::Leaving`]) its summary. Must not wait for
+    /// a lock longer than [`EXIT_WAIT`] nor for one this thread holds.
+    pub finish: fn(Pass),
+    /// In a fork child, before the child runs anything: forget the parent's misses.
+    ///
+    /// # Safety
+    /// Called only from the fork child handler, with no other thread alive.
+    pub after_fork: unsafe fn(),
+}
+
+/// Every backend, in the order they finish.
+const BACKENDS: [&Backend; 2] = [&crate::runtime::BACKEND, &crate::cublaslt::BACKEND];
+
+/// The longest an exit path waits for another thread's write to the miss files.
+pub const EXIT_WAIT: Duration = Duration::from_millis(200);
+
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// The process whose run this is: set when the first backend starts and in a fork child.
+/// A `vfork` child (or a raw `clone`) shares our memory without running the fork handlers;
+/// when it calls `_exit` or exec it must not finish the parent's run (that would mark the
+/// parent finished and its counts would never be written at its real exit).
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+/// The owner has been through [`Pass::Leaving`].
+static FINISHED: AtomicBool = AtomicBool::new(false);
+/// This process is a fork child of the one that started serving (its stats file is its
+/// own, beside the parent's).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Called when a backend has started: registers the process hooks, once.
+fn started() {
+    if REGISTERED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    OWNER_PID.store(std::process::id(), Ordering::Release);
+    // This library carries its own copy of std, so the hook covers only our own panics: one
+    // short line instead of a backtrace in the host's log (each export already catches them).
+    std::panic::set_hook(Box::new(|info| match info.location() {
+        Some(l) => info!("internal panic at {}:{}", l.file(), l.line()),
+        None => info!("internal panic"),
+    }));
+    extern "C" {
+        fn at_quick_exit(f: extern "C" fn()) -> c_int;
+    }
+    // SAFETY: registering plain extern "C" functions with libc.
+    unsafe {
+        libc::atexit(at_exit);
+        at_quick_exit(at_exit);
+        libc::pthread_atfork(None, None, Some(fork_child));
+    }
+}
+
+/// True in the process whose run this is (not a vfork child sharing its memory).
+fn is_owner() -> bool {
+    // SAFETY: getpid cannot fail (and is not cached by glibc, so a vfork child sees its own).
+    (unsafe { libc::getpid() }) as u32 == OWNER_PID.load(Ordering::Acquire)
+}
+
+/// The process is leaving now (exit handler, `_exit`, `_Exit`, exec): every backend
+/// writes its counts, stats and summary, once.
+pub fn leaving() {
+    if !REGISTERED.load(Ordering::Acquire) || !is_owner() {
+        return;
+    }
+    if FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    for b in BACKENDS {
+        let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Leaving));
+    }
+}
+
+/// An exec failed and the process goes on: its real exit writes everything again.
+pub fn exec_failed() {
+    if REGISTERED.load(Ordering::Acquire) && is_owner() {
+        FINISHED.store(false, Ordering::Release);
+    }
+}
+
+extern "C" fn at_exit() {
+    leaving();
+}
+
+/// Runs when the library is unloaded at the very end of `exit`, after every exit handler:
+/// what destructors did after [`at_exit`] is written too.
+extern "C" fn at_unload() {
+    if REGISTERED.load(Ordering::Acquire) && is_owner() && FINISHED.load(Ordering::Acquire) {
+        for b in BACKENDS {
+            let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Late));
+        }
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
+extern "C" fn fork_child() {
+    // SAFETY: the fork child handler: only this thread exists.
+    for b in BACKENDS {
+        unsafe { (b.after_fork)() };
+    }
+    crate::stats::reset();
+    OWNER_PID.store(std::process::id(), Ordering::Release);
+    FINISHED.store(false, Ordering::Release);
+    FORKED.store(true, Ordering::Release);
+}
+
+/// Writes a stats file for this process, atomically (temporary + rename), never through a
+/// symlink planted under either name, readable by the user only. `suffix` tells backends
+/// apart; a fork child writes `<path><suffix>.<pid>` and leaves the parent's file alone.
+pub fn write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    if FORKED.load(Ordering::Acquire) {
+        name.push(format!(".{}", std::process::id()));
+    }
+    let target = PathBuf::from(name);
+    let mut tmp = target.clone().into_os_string();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&tmp)
+    };
+    let mut f = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&tmp)?;
+            open()?
+        }
+        other => other?,
+    };
+    let written = f.write_all(&serde_json::to_vec_pretty(json)?);
+    drop(f);
+    // rename replaces whatever is at the target (a symlink included) without following it.
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &target)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
+}

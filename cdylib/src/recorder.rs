@@ -1,0 +1,580 @@
+//! The one miss recorder, shared by every backend: the in-memory set of missed shapes and
+//! the files under the miss folder.
+//!
+//! - A first sight is appended at once with one `write(2)` to
+//!   `<host>-<pid>-<start><tag>-rank<device>.csv` in PyTorch's untuned-file form
+//!   (`op_name,param_signature`), so even SIGKILL loses no shape. `<start>` tells two
+//!   processes apart that share a host name and a pid (a restarted container's PID 1).
+//! - Call counts go to the sidecar `...-rank<device>.counts.csv`
+//!   (`op_name,param_signature,calls`), rewritten atomically (temporary + rename) at 1024,
+//!   2048, ... calls of a shape, at least once a second while new shapes arrive, and at
+//!   every way out of the process ([`crate::lifecycle`]).
+//!
+//! Nothing here can make a fork child or a signal handler wait forever: the files sit behind
+//! an [`ExitLock`], which is never taken by the thread that already holds it (a GEMM or an
+//! `_exit` from a signal handler that interrupted this thread) and is waited for only a
+//! bounded time; a forked child replaces the files' state instead of unlocking an inherited
+//! lock. The counts are written from each shape's line as it was formatted at first sight,
+//! through a stack buffer and file system calls only: no allocation, so `_exit` from a
+//! signal handler that interrupted `malloc` cannot deadlock on the allocator either.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tunedblas_core::misslog::{MissSet, Sight};
+
+use crate::lifecycle::{self, ExitLock, NoCancel};
+use crate::log::info;
+
+/// First slot count of the miss set; it grows to [`MissSet::limit`] shapes.
+pub const MISS_CAPACITY: usize = 1 << 14;
+
+/// Formats a key as the two fields of an untuned-file line.
+pub type KeyFormat<K> = fn(&K) -> (String, String);
+
+/// How long a first sight waits for another thread's write to the same files.
+const FIRST_SIGHT_WAIT: Duration = Duration::from_secs(2);
+
+/// Counts are rewritten at least this often while new shapes arrive (a process that ends
+/// with a raw `exit_group` or SIGKILL keeps counts this fresh).
+const FLUSH_EVERY_NS: u64 = 1_000_000_000;
+
+/// The misses of one backend in one process.
+pub struct Recorder<K: 'static> {
+    pub set: MissSet<K>,
+    files: ExitLock<MissFiles<K>>,
+    /// "" for rocBLAS, "cuBLASLt " for cuBLASLt: the start of this backend's messages.
+    what: &'static str,
+    io_warned: AtomicBool,
+    full_warned: AtomicBool,
+    /// Calls of shapes that found the set full (said once, counted in the stats).
+    over_cap_calls: AtomicU64,
+    /// When counts were last written (monotonic ns).
+    last_flush_ns: AtomicU64,
+}
+
+impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
+    pub fn new(dir: PathBuf, format: KeyFormat<K>, tag: &'static str, what: &'static str) -> Self {
+        Recorder {
+            set: MissSet::with_capacity(MISS_CAPACITY),
+            files: ExitLock::new(MissFiles::new(dir, format, tag)),
+            what,
+            io_warned: AtomicBool::new(false),
+            full_warned: AtomicBool::new(false),
+            over_cap_calls: AtomicU64::new(0),
+            last_flush_ns: AtomicU64::new(lifecycle::monotonic_ns()),
+        }
+    }
+
+    /// Counts one missed call; `hash` is the key's lookup hash. `admit` runs only for a key
+    /// not seen before (false: never record it). Returns the key's slot and note, as
+    /// [`MissSet::record_noted`]. The repeat path is one probe and one atomic add.
+    #[inline(always)]
+    pub fn record(
+        &self,
+        device: i32,
+        key: &K,
+        hash: u64,
+        admit: impl FnOnce() -> bool,
+    ) -> Option<(usize, u64)> {
+        self.record_sight(device, key, hash, admit).1
+    }
+
+    /// [`Recorder::record`] that also says what the set saw.
+    #[inline(always)]
+    pub fn record_sight(
+        &self,
+        device: i32,
+        key: &K,
+        hash: u64,
+        admit: impl FnOnce() -> bool,
+    ) -> (Sight, Option<(usize, u64)>) {
+        let (sight, noted) = self.set.record_noted(device, key, hash, admit);
+        match sight {
+            Sight::Repeat { count } if count < 1024 || !count.is_power_of_two() => {}
+            Sight::Refused => {}
+            sight => self.slow(device, key, sight, noted),
+        }
+        (sight, noted)
+    }
+
+    /// A first sight, a periodic count flush, or a full set: off the repeat-miss path.
+    #[cold]
+    #[inline(never)]
+    fn slow(&self, device: i32, key: &K, sight: Sight, noted: Option<(usize, u64)>) {
+        let _no_cancel = NoCancel::new();
+        match sight {
+            Sight::First => {
+                let Some(mut files) = self.files.lock_within(FIRST_SIGHT_WAIT) else {
+                    // Held by the thread this call interrupted (a GEMM from a signal
+                    // handler), or stuck: the shape stays in memory and in the counts.
+                    return;
+                };
+                let (op, sig) = (files.format)(key);
+                let text = format!("{op},{sig}");
+                let result = files.append_first_sight(device, &text);
+                drop(files);
+                if let Some((slot, _)) = noted {
+                    self.set.set_text(slot, text);
+                }
+                if let Err(e) = result {
+                    self.warn_io(&e);
+                }
+                let now = lifecycle::monotonic_ns();
+                if now.saturating_sub(self.last_flush_ns.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS
+                {
+                    self.flush_counts(Duration::ZERO);
+                }
+            }
+            // Count flushes at 1024, 2048, ... calls of a shape: periodic, yet rare.
+            Sight::Repeat { .. } => {
+                self.flush_counts(Duration::ZERO);
+            }
+            Sight::Refused => {}
+            Sight::Full => {
+                self.over_cap_calls.fetch_add(1, Ordering::Relaxed);
+                if !self.full_warned.swap(true, Ordering::Relaxed) {
+                    info!(
+                        "{}more than {} distinct missed shapes in this process; further new shapes are counted as over-capacity calls but not recorded",
+                        self.what,
+                        self.set.limit()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Rewrites the counts files if the files are free within `wait`. Allocates nothing.
+    fn flush_counts(&self, wait: Duration) -> bool {
+        let Some(mut files) = self.files.lock_within(wait) else {
+            return false;
+        };
+        self.last_flush_ns
+            .store(lifecycle::monotonic_ns(), Ordering::Relaxed);
+        let result = files.write_counts(&self.set);
+        drop(files);
+        if let Err(e) = &result {
+            self.warn_io(e);
+        }
+        result.is_ok()
+    }
+
+    /// At a way out of the process: writes what waits (first sights whose write failed)
+    /// and the counts. Waits for another thread's write at most `wait`, never for this
+    /// thread's own (a signal handler's `_exit`), and allocates nothing.
+    pub fn flush(&self, wait: Duration) {
+        if self.set.is_empty() {
+            return;
+        }
+        let _no_cancel = NoCancel::new();
+        let Some(mut files) = self.files.lock_within(wait) else {
+            return;
+        };
+        let pending = files.flush_pending();
+        let counts = files.write_counts(&self.set);
+        drop(files);
+        if let Err(e) = pending.and(counts) {
+            self.warn_io(&e);
+        }
+    }
+
+    /// Calls whose shape found no room in the set.
+    pub fn over_cap_calls(&self) -> u64 {
+        self.over_cap_calls.load(Ordering::Relaxed)
+    }
+
+    /// In a forked child, before anything else runs: forget the parent's shapes and files
+    /// (the child records into its own), without touching the inherited lock or state.
+    ///
+    /// # Safety
+    /// Only in a fork child's handler, where no other thread exists.
+    pub unsafe fn after_fork(&self) {
+        // SAFETY: the caller guarantees we are alone.
+        unsafe {
+            self.set.reset();
+            let fresh = self.files.peek_in_child().for_child();
+            self.files.reset_in_child(fresh);
+        }
+        self.io_warned.store(false, Ordering::Relaxed);
+        self.over_cap_calls.store(0, Ordering::Relaxed);
+    }
+
+    /// The one warning about miss files that cannot be written.
+    fn warn_io(&self, e: &io::Error) {
+        if !self.io_warned.swap(true, Ordering::Relaxed) {
+            info!(
+                "{}cannot write the miss log: {e}; serving continues, shapes are kept in memory, written when the folder is writable again and counted at exit",
+                self.what
+            );
+        }
+    }
+}
+
+/// First sights that could not be written (full disk, unwritable folder) and wait for the
+/// next write that works; beyond this many they are only in memory (and in the counts).
+const PENDING_MAX: usize = 1 << 14;
+
+/// Devices whose counts one process writes (more are recorded but not counted to a file).
+const MAX_DEVICES: usize = 64;
+
+/// The miss files of one backend in one process.
+pub struct MissFiles<K> {
+    dir: PathBuf,
+    prefix: String,
+    /// Inserted after the process part of file names (`-cublaslt`), so backends never share
+    /// a file.
+    tag: &'static str,
+    format: KeyFormat<K>,
+    open: Vec<(i32, File)>,
+    /// (device, line with its newline) of first sights whose write failed, oldest first.
+    pending: Vec<(i32, String)>,
+}
+
+/// `<host>-<pid>-<start>`: the per-process part of the file names. `<start>` is the
+/// process's start time in clock ticks since boot (`/proc/self/stat`), so a later process
+/// with the same host name and pid (a restarted container's PID 1) never writes over this
+/// one's files; where `/proc` cannot be read, nanoseconds of the real-time clock.
+pub fn process_prefix() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
+    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end])
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    } else {
+        "host".to_owned()
+    };
+    let started = start_ticks().unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    format!("{host}-{}-{started}", std::process::id())
+}
+
+/// Field 22 of `/proc/self/stat` (after the parenthesised command name, which may itself
+/// hold spaces and parentheses).
+fn start_ticks() -> Option<u64> {
+    let stat = fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Creates the miss folder (and any missing parents) with mode 0700, then checks the
+/// folder itself: a real directory, not a symlink, and either ours or a shared folder with
+/// the sticky bit (like `/tmp`), where no one else can remove or replace our files.
+pub fn checked_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = fs::symlink_metadata(dir)?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let sticky = meta.mode() & libc::S_ISVTX != 0;
+    if !meta.file_type().is_dir() || (meta.uid() != uid && !sticky) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the miss folder is not a directory owned by this user (a symlink or someone else's folder); refusing to write there",
+        ));
+    }
+    Ok(())
+}
+
+/// Opens a file of ours for writing without following a symlink or blocking on a FIFO
+/// planted under its name, and refuses anything but a regular file of ours with one link
+/// (a hard link planted in a shared folder would make us write into someone else's file).
+pub fn open_own(path: &Path, opts: &mut OpenOptions) -> io::Result<File> {
+    let f = opts
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = f.metadata()?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.file_type().is_file() || meta.uid() != uid || meta.nlink() != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "a file under a miss-file name is not a regular file of ours with a single link; refusing to write it",
+        ));
+    }
+    Ok(f)
+}
+
+/// Appends `bytes` with one `write(2)`. A short write (disk full, file size limit) is
+/// rolled back, so the file never ends in half a line that a later append would glue onto.
+fn append_whole(f: &mut File, bytes: &[u8]) -> io::Result<()> {
+    let before = f.metadata()?.len();
+    loop {
+        match f.write(bytes) {
+            Ok(n) if n == bytes.len() => return Ok(()),
+            Ok(_) => {
+                let _ = f.set_len(before);
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "short write to the miss log (disk full?)",
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A file name built on the stack: `dir/prefix tag -rank<d> suffix`, with no allocation.
+struct StackPath {
+    buf: [u8; 1024],
+    len: usize,
+}
+
+impl StackPath {
+    fn new() -> StackPath {
+        StackPath {
+            buf: [0; 1024],
+            len: 0,
+        }
+    }
+    fn path(&self) -> &Path {
+        Path::new(OsStr::from_bytes(&self.buf[..self.len]))
+    }
+}
+
+impl io::Write for StackPath {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let room = self.buf.len() - self.len;
+        if b.len() > room {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "path too long"));
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Buffered output to a file through a fixed stack buffer.
+struct StackOut<'f> {
+    file: &'f mut File,
+    buf: [u8; 8192],
+    len: usize,
+}
+
+impl io::Write for StackOut<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if self.len + b.len() > self.buf.len() {
+            self.flush()?;
+        }
+        if b.len() > self.buf.len() {
+            self.file.write_all(b)?;
+        } else {
+            self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+            self.len += b.len();
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        let n = std::mem::take(&mut self.len);
+        self.file.write_all(&self.buf[..n])
+    }
+}
+
+impl<K: Copy + Eq + std::hash::Hash> MissFiles<K> {
+    pub fn new(dir: PathBuf, format: KeyFormat<K>, tag: &'static str) -> MissFiles<K> {
+        MissFiles {
+            dir,
+            prefix: process_prefix(),
+            tag,
+            format,
+            open: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The same files' settings for a forked child (its own process part, nothing open).
+    fn for_child(&self) -> MissFiles<K> {
+        MissFiles::new(self.dir.clone(), self.format, self.tag)
+    }
+
+    fn name(&self, device: i32, suffix: &str) -> io::Result<StackPath> {
+        let mut p = StackPath::new();
+        p.write_all(self.dir.as_os_str().as_bytes())?;
+        write!(p, "/{}{}-rank{device}{suffix}", self.prefix, self.tag)?;
+        Ok(p)
+    }
+
+    fn file(&mut self, device: i32) -> io::Result<&mut File> {
+        if let Some(pos) = self.open.iter().position(|(d, _)| *d == device) {
+            return Ok(&mut self.open[pos].1);
+        }
+        checked_dir(&self.dir)?;
+        let f = open_own(
+            self.name(device, ".csv")?.path(),
+            OpenOptions::new().append(true).create(true),
+        )?;
+        self.open.push((device, f));
+        Ok(&mut self.open.last_mut().expect("just pushed").1)
+    }
+
+    /// Appends the first sight of a key (`text` is its `op,sig`): one line, one `write(2)`
+    /// (after any earlier lines of that device whose write failed). On failure the line
+    /// is kept for the next attempt.
+    pub fn append_first_sight(&mut self, device: i32, text: &str) -> io::Result<()> {
+        let line = format!("{text}\n");
+        if self.pending.iter().any(|(d, _)| *d == device) {
+            self.pending.push((device, line));
+            return self.flush_pending();
+        }
+        match self
+            .file(device)
+            .and_then(|f| append_whole(f, line.as_bytes()))
+        {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if self.pending.len() < PENDING_MAX {
+                    self.pending.push((device, line));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Tries once more to write every first sight whose write failed, oldest first, one
+    /// `write(2)` a line; stops at the first failure.
+    pub fn flush_pending(&mut self) -> io::Result<()> {
+        while !self.pending.is_empty() {
+            let (device, line) = self.pending.remove(0);
+            if let Err(e) = self
+                .file(device)
+                .and_then(|f| append_whole(f, line.as_bytes()))
+            {
+                self.pending.insert(0, (device, line));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the counts sidecar of every device with shapes in `set`, from the lines
+    /// kept at first sight. Allocates nothing: the names are built on the stack and the
+    /// text goes out through a stack buffer.
+    pub fn write_counts(&mut self, set: &MissSet<K>) -> io::Result<()> {
+        let mut devices = [0i32; MAX_DEVICES];
+        let mut n = 0;
+        set.for_each(|d, _, _, text| {
+            if text.is_some() && !devices[..n].contains(&d) && n < MAX_DEVICES {
+                devices[n] = d;
+                n += 1;
+            }
+        });
+        if n == 0 {
+            return Ok(());
+        }
+        checked_dir(&self.dir)?;
+        for &device in &devices[..n] {
+            let path = self.name(device, ".counts.csv")?;
+            let mut tmp = self.name(device, ".counts.tmp.")?;
+            write!(tmp, "{}", std::process::id())?;
+            let create = || open_own(tmp.path(), OpenOptions::new().write(true).create_new(true));
+            // A temporary left by a process that died mid-write (same pid, recycled) is ours
+            // to replace; anything else under that name is refused by `open_own`.
+            let mut f = match create() {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    fs::remove_file(tmp.path())?;
+                    create()?
+                }
+                other => other?,
+            };
+            let written = {
+                let mut out = StackOut {
+                    file: &mut f,
+                    buf: [0; 8192],
+                    len: 0,
+                };
+                let mut result = out.write_all(b"op_name,param_signature,calls\n");
+                set.for_each(|d, _, calls, text| {
+                    if let (true, Some(text), Ok(())) = (d == device, text, &result) {
+                        result = writeln!(out, "{text},{calls}");
+                    }
+                });
+                result.and_then(|()| out.flush())
+            };
+            drop(f);
+            if let Err(e) = written.and_then(|()| fs::rename(tmp.path(), path.path())) {
+                let _ = fs::remove_file(tmp.path());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fmt_pair(k: &(u32, u32)) -> (String, String) {
+        ("Lt".into(), format!("{}x{}", k.0, k.1))
+    }
+
+    #[test]
+    fn files_get_one_line_per_first_sight_and_counts_from_the_kept_lines() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-rec-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let rec = Recorder::new(dir.clone(), fmt_pair, "-t", "");
+        for k in [(5, 1), (5, 1), (6, 1), (5, 1)] {
+            rec.record(2, &k, k.0 as u64 * 31, || true);
+        }
+        rec.flush(Duration::ZERO);
+        let names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let log = names
+            .iter()
+            .find(|n| n.ends_with("-t-rank2.csv"))
+            .expect("log");
+        assert_eq!(
+            fs::read_to_string(dir.join(log)).unwrap(),
+            "Lt,5x1\nLt,6x1\n"
+        );
+        let counts = names
+            .iter()
+            .find(|n| n.ends_with("-t-rank2.counts.csv"))
+            .expect("counts");
+        let text = fs::read_to_string(dir.join(counts)).unwrap();
+        assert!(
+            text.contains("Lt,5x1,3\n") && text.contains("Lt,6x1,1\n"),
+            "{text}"
+        );
+        // host-pid-start: three dash-separated parts before the tag.
+        let process = log.trim_end_matches("-t-rank2.csv");
+        assert_eq!(process.rsplitn(3, '-').count(), 3, "{process}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_start_field_is_this_process_start_time() {
+        let p = process_prefix();
+        let start: u64 = p.rsplit('-').next().unwrap().parse().unwrap();
+        assert_eq!(Some(start), start_ticks());
+        assert!(start > 0);
+        let pid: u32 = p.rsplit('-').nth(1).unwrap().parse().unwrap();
+        assert_eq!(pid, std::process::id());
+    }
+}
