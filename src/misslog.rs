@@ -427,6 +427,23 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         }
     }
 
+    /// Calls `f(slot, device, key, text)` for every recorded shape, in slot order (the slot
+    /// number is the one [`MissSet::set_text`] takes).
+    pub fn for_each_slot(&self, mut f: impl FnMut(usize, i32, &K, Option<&str>)) {
+        for s in 0..self.max_segments {
+            let Some(seg) = self.segment(s) else { break };
+            for (i, slot) in seg.slots.iter().enumerate() {
+                if slot.state.load(Ordering::Acquire) != READY {
+                    continue;
+                }
+                // SAFETY: READY observed with Acquire; a text pointer is a leaked Box.
+                let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
+                let text = unsafe { slot.text.load(Ordering::Acquire).as_ref() };
+                f(self.offset(s) + i, *d, k, text.map(String::as_str));
+            }
+        }
+    }
+
     /// Every recorded (device, key, count), in slot order.
     pub fn snapshot(&self) -> Vec<(i32, K, u64)> {
         let mut v = Vec::new();

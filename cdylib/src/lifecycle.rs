@@ -332,16 +332,6 @@ impl<T> ExitLock<T> {
         }
     }
 
-    /// The value as the parent left it, for reading its settings in a forked child.
-    ///
-    /// # Safety
-    /// Only in a fork child's handler (no other thread exists), and only fields the
-    /// holder never changes may be relied on.
-    pub unsafe fn peek_in_child(&self) -> &T {
-        // SAFETY: see above.
-        unsafe { &*self.value.get() }
-    }
-
     /// In a forked child: a fresh value, the lock free. The old value is leaked, not
     /// dropped (a thread of the parent may have been changing it).
     ///

@@ -18,6 +18,7 @@
 //! through a stack buffer and file system calls only: no allocation, so `_exit` from a
 //! signal handler that interrupted `malloc` cannot deadlock on the allocator either.
 
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -48,7 +49,11 @@ const FLUSH_EVERY_NS: u64 = 1_000_000_000;
 /// The misses of one backend in one process.
 pub struct Recorder<K: 'static> {
     pub set: MissSet<K>,
-    files: ExitLock<MissFiles<K>>,
+    /// Where the files go and what they are called; replaced only in a fork child.
+    names: ChildCell<Names>,
+    format: KeyFormat<K>,
+    /// The open miss logs and the first sights waiting to be written.
+    log: ExitLock<Log>,
     /// "" for rocBLAS, "cuBLASLt " for cuBLASLt: the start of this backend's messages.
     what: &'static str,
     io_warned: AtomicBool,
@@ -59,11 +64,42 @@ pub struct Recorder<K: 'static> {
     last_flush_ns: AtomicU64,
 }
 
+thread_local! {
+    /// This thread is inside [`Recorder::slow`]: a GEMM from a signal handler that
+    /// interrupted it must not re-enter (the allocator may be mid-call on this thread).
+    static IN_SLOW: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A value written once at construction and replaced only in a fork child's handler.
+struct ChildCell<T>(UnsafeCell<T>);
+
+// SAFETY: shared reads only, except `replace_in_child`, which runs with no other thread.
+unsafe impl<T: Send> Sync for ChildCell<T> {}
+
+impl<T> ChildCell<T> {
+    fn get(&self) -> &T {
+        // SAFETY: see the Sync impl.
+        unsafe { &*self.0.get() }
+    }
+    /// # Safety
+    /// Only in a fork child's handler. The old value is leaked, not dropped.
+    unsafe fn replace_in_child(&self, v: T) {
+        // SAFETY: see above.
+        unsafe { std::ptr::write(self.0.get(), v) };
+    }
+}
+
 impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     pub fn new(dir: PathBuf, format: KeyFormat<K>, tag: &'static str, what: &'static str) -> Self {
         Recorder {
             set: MissSet::with_capacity(MISS_CAPACITY),
-            files: ExitLock::new(MissFiles::new(dir, format, tag)),
+            names: ChildCell(UnsafeCell::new(Names {
+                dir,
+                prefix: process_prefix(),
+                tag,
+            })),
+            format,
+            log: ExitLock::new(Log::default()),
             what,
             io_warned: AtomicBool::new(false),
             full_warned: AtomicBool::new(false),
@@ -108,34 +144,16 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     #[cold]
     #[inline(never)]
     fn slow(&self, device: i32, key: &K, sight: Sight, noted: Option<(usize, u64)>) {
+        if IN_SLOW.with(|f| f.replace(true)) {
+            // Re-entered from a signal handler: the shape is in the set; its line is
+            // formatted at the next flush that may allocate.
+            return;
+        }
         let _no_cancel = NoCancel::new();
         match sight {
-            Sight::First => {
-                let Some(mut files) = self.files.lock_within(FIRST_SIGHT_WAIT) else {
-                    // Held by the thread this call interrupted (a GEMM from a signal
-                    // handler), or stuck: the shape stays in memory and in the counts.
-                    return;
-                };
-                let (op, sig) = (files.format)(key);
-                let text = format!("{op},{sig}");
-                let result = files.append_first_sight(device, &text);
-                drop(files);
-                if let Some((slot, _)) = noted {
-                    self.set.set_text(slot, text);
-                }
-                if let Err(e) = result {
-                    self.warn_io(&e);
-                }
-                let now = lifecycle::monotonic_ns();
-                if now.saturating_sub(self.last_flush_ns.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS
-                {
-                    self.flush_counts(Duration::ZERO);
-                }
-            }
+            Sight::First => self.first_sight(device, key, noted),
             // Count flushes at 1024, 2048, ... calls of a shape: periodic, yet rare.
-            Sight::Repeat { .. } => {
-                self.flush_counts(Duration::ZERO);
-            }
+            Sight::Repeat { .. } => self.write_counts(true),
             Sight::Refused => {}
             Sight::Full => {
                 self.over_cap_calls.fetch_add(1, Ordering::Relaxed);
@@ -148,40 +166,71 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
                 }
             }
         }
+        IN_SLOW.with(|f| f.set(false));
     }
 
-    /// Rewrites the counts files if the files are free within `wait`. Allocates nothing.
-    fn flush_counts(&self, wait: Duration) -> bool {
-        let Some(mut files) = self.files.lock_within(wait) else {
-            return false;
-        };
+    fn first_sight(&self, device: i32, key: &K, noted: Option<(usize, u64)>) {
+        let (op, sig) = (self.format)(key);
+        let text = format!("{op},{sig}");
+        if let Some(mut log) = self.log.lock_within(FIRST_SIGHT_WAIT) {
+            let result = log.append(self.names.get(), device, &text);
+            drop(log);
+            if let Err(e) = result {
+                self.warn_io(&e);
+            }
+        }
+        // (Not written when another thread held the log past the wait: the shape is still
+        // in the set and in the counts.)
+        if let Some((slot, _)) = noted {
+            self.set.set_text(slot, text);
+        }
+        let now = lifecycle::monotonic_ns();
+        if now.saturating_sub(self.last_flush_ns.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS {
+            self.write_counts(true);
+        }
+    }
+
+    /// Rewrites the counts files. With `may_allocate`, first formats the line of any shape
+    /// that has none yet (seen from a signal handler); without, allocates nothing and
+    /// takes no lock, so it is safe at any way out.
+    fn write_counts(&self, may_allocate: bool) {
+        if may_allocate {
+            let mut missing = Vec::new();
+            self.set.for_each_slot(|slot, _, key, text| {
+                if text.is_none() {
+                    missing.push((slot, *key));
+                }
+            });
+            for (slot, key) in missing {
+                let (op, sig) = (self.format)(&key);
+                self.set.set_text(slot, format!("{op},{sig}"));
+            }
+        }
         self.last_flush_ns
             .store(lifecycle::monotonic_ns(), Ordering::Relaxed);
-        let result = files.write_counts(&self.set);
-        drop(files);
-        if let Err(e) = &result {
-            self.warn_io(e);
+        if let Err(e) = self.names.get().write_counts(&self.set) {
+            self.warn_io(&e);
         }
-        result.is_ok()
     }
 
     /// At a way out of the process: writes what waits (first sights whose write failed)
-    /// and the counts. Waits for another thread's write at most `wait`, never for this
-    /// thread's own (a signal handler's `_exit`), and allocates nothing.
+    /// if the log is free within `wait` (never waiting for this thread itself: a signal
+    /// handler's `_exit`), then the counts, allocating nothing.
     pub fn flush(&self, wait: Duration) {
         if self.set.is_empty() {
             return;
         }
         let _no_cancel = NoCancel::new();
-        let Some(mut files) = self.files.lock_within(wait) else {
-            return;
-        };
-        let pending = files.flush_pending();
-        let counts = files.write_counts(&self.set);
-        drop(files);
-        if let Err(e) = pending.and(counts) {
-            self.warn_io(&e);
+        if !IN_SLOW.with(|f| f.get()) {
+            if let Some(mut log) = self.log.lock_within(wait) {
+                let result = log.flush_pending(self.names.get());
+                drop(log);
+                if let Err(e) = result {
+                    self.warn_io(&e);
+                }
+            }
         }
+        self.write_counts(false);
     }
 
     /// Calls whose shape found no room in the set.
@@ -195,12 +244,19 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     /// # Safety
     /// Only in a fork child's handler, where no other thread exists.
     pub unsafe fn after_fork(&self) {
+        let names = self.names.get();
+        let fresh = Names {
+            dir: names.dir.clone(),
+            prefix: process_prefix(),
+            tag: names.tag,
+        };
         // SAFETY: the caller guarantees we are alone.
         unsafe {
             self.set.reset();
-            let fresh = self.files.peek_in_child().for_child();
-            self.files.reset_in_child(fresh);
+            self.names.replace_in_child(fresh);
+            self.log.reset_in_child(Log::default());
         }
+        IN_SLOW.with(|f| f.set(false));
         self.io_warned.store(false, Ordering::Relaxed);
         self.over_cap_calls.store(0, Ordering::Relaxed);
     }
@@ -223,14 +279,19 @@ const PENDING_MAX: usize = 1 << 14;
 /// Devices whose counts one process writes (more are recorded but not counted to a file).
 const MAX_DEVICES: usize = 64;
 
-/// The miss files of one backend in one process.
-pub struct MissFiles<K> {
+/// Where one backend's miss files go and what they are called.
+struct Names {
     dir: PathBuf,
+    /// `<host>-<pid>-<start>` ([`process_prefix`]).
     prefix: String,
     /// Inserted after the process part of file names (`-cublaslt`), so backends never share
     /// a file.
     tag: &'static str,
-    format: KeyFormat<K>,
+}
+
+/// The open miss logs of one backend, and first sights waiting to be written.
+#[derive(Default)]
+struct Log {
     open: Vec<(i32, File)>,
     /// (device, line with its newline) of first sights whose write failed, oldest first.
     pending: Vec<(i32, String)>,
@@ -394,23 +455,7 @@ impl io::Write for StackOut<'_> {
     }
 }
 
-impl<K: Copy + Eq + std::hash::Hash> MissFiles<K> {
-    pub fn new(dir: PathBuf, format: KeyFormat<K>, tag: &'static str) -> MissFiles<K> {
-        MissFiles {
-            dir,
-            prefix: process_prefix(),
-            tag,
-            format,
-            open: Vec::new(),
-            pending: Vec::new(),
-        }
-    }
-
-    /// The same files' settings for a forked child (its own process part, nothing open).
-    fn for_child(&self) -> MissFiles<K> {
-        MissFiles::new(self.dir.clone(), self.format, self.tag)
-    }
-
+impl Names {
     fn name(&self, device: i32, suffix: &str) -> io::Result<StackPath> {
         let mut p = StackPath::new();
         p.write_all(self.dir.as_os_str().as_bytes())?;
@@ -418,62 +463,11 @@ impl<K: Copy + Eq + std::hash::Hash> MissFiles<K> {
         Ok(p)
     }
 
-    fn file(&mut self, device: i32) -> io::Result<&mut File> {
-        if let Some(pos) = self.open.iter().position(|(d, _)| *d == device) {
-            return Ok(&mut self.open[pos].1);
-        }
-        checked_dir(&self.dir)?;
-        let f = open_own(
-            self.name(device, ".csv")?.path(),
-            OpenOptions::new().append(true).create(true),
-        )?;
-        self.open.push((device, f));
-        Ok(&mut self.open.last_mut().expect("just pushed").1)
-    }
-
-    /// Appends the first sight of a key (`text` is its `op,sig`): one line, one `write(2)`
-    /// (after any earlier lines of that device whose write failed). On failure the line
-    /// is kept for the next attempt.
-    pub fn append_first_sight(&mut self, device: i32, text: &str) -> io::Result<()> {
-        let line = format!("{text}\n");
-        if self.pending.iter().any(|(d, _)| *d == device) {
-            self.pending.push((device, line));
-            return self.flush_pending();
-        }
-        match self
-            .file(device)
-            .and_then(|f| append_whole(f, line.as_bytes()))
-        {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                if self.pending.len() < PENDING_MAX {
-                    self.pending.push((device, line));
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Tries once more to write every first sight whose write failed, oldest first, one
-    /// `write(2)` a line; stops at the first failure.
-    pub fn flush_pending(&mut self) -> io::Result<()> {
-        while !self.pending.is_empty() {
-            let (device, line) = self.pending.remove(0);
-            if let Err(e) = self
-                .file(device)
-                .and_then(|f| append_whole(f, line.as_bytes()))
-            {
-                self.pending.insert(0, (device, line));
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
     /// Rewrites the counts sidecar of every device with shapes in `set`, from the lines
-    /// kept at first sight. Allocates nothing: the names are built on the stack and the
-    /// text goes out through a stack buffer.
-    pub fn write_counts(&mut self, set: &MissSet<K>) -> io::Result<()> {
+    /// kept at first sight. Allocates nothing (the names are built on the stack and the
+    /// text goes out through a stack buffer) and needs no lock: each writer has its own
+    /// temporary (`.counts.tmp.<pid>.<tid>`) and the rename is atomic.
+    fn write_counts<K: Copy + Eq + std::hash::Hash>(&self, set: &MissSet<K>) -> io::Result<()> {
         let mut devices = [0i32; MAX_DEVICES];
         let mut n = 0;
         set.for_each(|d, _, _, text| {
@@ -489,10 +483,12 @@ impl<K: Copy + Eq + std::hash::Hash> MissFiles<K> {
         for &device in &devices[..n] {
             let path = self.name(device, ".counts.csv")?;
             let mut tmp = self.name(device, ".counts.tmp.")?;
-            write!(tmp, "{}", std::process::id())?;
+            // SAFETY: gettid has no preconditions.
+            write!(tmp, "{}.{}", std::process::id(), unsafe { libc::gettid() })?;
             let create = || open_own(tmp.path(), OpenOptions::new().write(true).create_new(true));
-            // A temporary left by a process that died mid-write (same pid, recycled) is ours
-            // to replace; anything else under that name is refused by `open_own`.
+            // A temporary left by a process that died mid-write (same pid and tid,
+            // recycled) is ours to replace; anything else under that name is refused by
+            // `open_own`.
             let mut f = match create() {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     fs::remove_file(tmp.path())?;
@@ -517,6 +513,60 @@ impl<K: Copy + Eq + std::hash::Hash> MissFiles<K> {
             drop(f);
             if let Err(e) = written.and_then(|()| fs::rename(tmp.path(), path.path())) {
                 let _ = fs::remove_file(tmp.path());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Log {
+    fn file(&mut self, names: &Names, device: i32) -> io::Result<&mut File> {
+        if let Some(pos) = self.open.iter().position(|(d, _)| *d == device) {
+            return Ok(&mut self.open[pos].1);
+        }
+        checked_dir(&names.dir)?;
+        let f = open_own(
+            names.name(device, ".csv")?.path(),
+            OpenOptions::new().append(true).create(true),
+        )?;
+        self.open.push((device, f));
+        Ok(&mut self.open.last_mut().expect("just pushed").1)
+    }
+
+    /// Appends the first sight of a key (`text` is its `op,sig`): one line, one `write(2)`
+    /// (after any earlier lines of that device whose write failed). On failure the line
+    /// is kept for the next attempt.
+    fn append(&mut self, names: &Names, device: i32, text: &str) -> io::Result<()> {
+        let line = format!("{text}\n");
+        if self.pending.iter().any(|(d, _)| *d == device) {
+            self.pending.push((device, line));
+            return self.flush_pending(names);
+        }
+        match self
+            .file(names, device)
+            .and_then(|f| append_whole(f, line.as_bytes()))
+        {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if self.pending.len() < PENDING_MAX {
+                    self.pending.push((device, line));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Tries once more to write every first sight whose write failed, oldest first, one
+    /// `write(2)` a line; stops at the first failure.
+    fn flush_pending(&mut self, names: &Names) -> io::Result<()> {
+        while !self.pending.is_empty() {
+            let (device, line) = self.pending.remove(0);
+            if let Err(e) = self
+                .file(names, device)
+                .and_then(|f| append_whole(f, line.as_bytes()))
+            {
+                self.pending.insert(0, (device, line));
                 return Err(e);
             }
         }
