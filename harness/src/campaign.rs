@@ -63,13 +63,18 @@ pub struct Outcome {
     pub rejected: Option<String>,
 }
 
+/// The key of an `op_name,params_signature` line.
+fn parse_shape(text: &str) -> Option<ProblemKey> {
+    let (op, sig) = text.trim().split_once(',')?;
+    match tunableop::parse_key(op, sig) {
+        KeyParse::Key(k) => Some(k),
+        _ => None,
+    }
+}
+
 impl Outcome {
     pub fn key(&self) -> Option<ProblemKey> {
-        let (op, sig) = self.shape.split_once(',')?;
-        match tunableop::parse_key(op, sig) {
-            KeyParse::Key(k) => Some(k),
-            _ => None,
-        }
+        parse_shape(&self.shape)
     }
 
     /// The decision as reported: a qualification failure or an error wins.
@@ -538,7 +543,7 @@ pub fn run(opts: &Options) -> Result<Summary> {
     let mut build = Build::of(&lib, opts.arch.as_deref())?;
     let store = Store::open(&opts.profiles)?;
     let folder = store.folder_for(&build, opts.name.as_deref())?;
-    let mut results = store.read_rows(&folder)?;
+    let results = store.read_rows(&folder)?;
     if opts.arch.is_none() {
         if let Some(a) = results.validator("GCN_ARCH_NAME") {
             build.arch = a.to_string();
@@ -645,34 +650,46 @@ pub fn run(opts: &Options) -> Result<Summary> {
         o.key()
             .map(|k| (k.types, k.trans_a, k.trans_b, k.m, k.k, k.n, k.batch))
     });
-    let (counts, saved) = apply(&done, &current, &mut results);
-
     let ranks = opts.ranks.unwrap_or(device_count.max(1) as usize);
-    store.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
-    let record = Record {
-        opts,
-        build: &build,
-        collected: &collected,
-        started: &checkpoint.started,
-        devices: &devices,
-        qualified_on: &qualified_on,
-        counts: &counts,
-        rows_after: results.rows.len(),
-        done: &done,
-    };
-    store.record(&folder, &build, record.json())?;
+    // The verdicts go into the rows as they are now (a merge or import may have changed
+    // them while this campaign tuned), with the record, in one transaction.
+    let (counts, saved, rows_after) = store.transaction(|tx| {
+        let folder = tx.folder_for(&build, Some(&folder.name))?;
+        let mut results = tx.rows(&folder)?;
+        let (counts, saved) = apply(&done, &current, &mut results);
+        tx.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
+        let record = Record {
+            opts,
+            build: &build,
+            collected: &collected,
+            started: &checkpoint.started,
+            devices: &devices,
+            qualified_on: &qualified_on,
+            counts: &counts,
+            rows_after: results.rows.len(),
+            done: &done,
+        };
+        tx.record(&folder, &build, record.json())?;
+        if opts.retune {
+            // Tuned now, and recorded in provenance; shapes imported since stay waiting.
+            let tuned: HashSet<ProblemKey> = done.iter().filter_map(Outcome::key).collect();
+            let waiting = tx
+                .imported(&folder)?
+                .into_iter()
+                .filter(|l| !matches!(parse_shape(l), Some(k) if tuned.contains(&k)))
+                .collect();
+            tx.set_imported(&folder, waiting);
+        }
+        Ok((counts, saved, results.rows.len()))
+    })?;
     checkpoint.retire(&folder);
-    if opts.retune {
-        // Tuned now, and recorded in provenance.
-        let _ = std::fs::remove_file(folder.dir.join(store::IMPORTED_FILE));
-    }
 
     let summary = Summary {
         profile: folder.name.clone(),
         dir: folder.dir.clone(),
         sha256: build.sha256.clone(),
         rocblas: build.version.clone(),
-        rows: results.rows.len(),
+        rows: rows_after,
         counts,
         resumed,
         seconds: started.elapsed().as_secs_f64(),
