@@ -759,7 +759,9 @@ impl std::error::Error for CommitError {
 /// as partial.
 ///
 /// A commit takes no lock: build it under [`with_lock`] from what was read under that
-/// lock, so that a concurrent updater's change is read and kept, never overwritten.
+/// lock, so that a concurrent updater's change is read and kept, never overwritten. A
+/// commit killed before its renames leaves its temporaries (the targets are untouched);
+/// the next commit of those files removes them.
 /// Readers that take no lock (the interposer) see each file old or new, never half of one.
 #[derive(Debug, Default)]
 pub struct Commit {
@@ -853,7 +855,33 @@ impl Commit {
                 sync_dir(dir);
             }
         }
+        self.sweep_killed_temporaries();
         Ok(())
+    }
+
+    /// Removes temporaries of the committed files that an earlier commit, killed before
+    /// its renames (SIGKILL, SIGXFSZ), left: `.<name>.tmp-*` beside each. Under the lock
+    /// no other commit of these files is under way, and this one's are renamed.
+    fn sweep_killed_temporaries(&self) {
+        let mut prefixes: Vec<(&Path, String)> = Vec::new();
+        for (path, _) in &self.writes {
+            if let Some(name) = path.file_name() {
+                prefixes.push((folder_of(path), format!(".{}.tmp-", name.to_string_lossy())));
+            }
+        }
+        let mut dirs: Vec<&Path> = prefixes.iter().map(|(d, _)| *d).collect();
+        dirs.dedup();
+        for dir in dirs {
+            for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if prefixes
+                    .iter()
+                    .any(|(d, prefix)| *d == dir && name.starts_with(prefix.as_str()))
+                {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
     }
 }
 
@@ -1135,6 +1163,8 @@ mod tests {
         c.remove(&gone);
         c.write(&a, "new a"); // staged again: the last content wins
         assert!(!c.is_empty());
+        // What a commit killed before its renames left: removed by the next one.
+        dir.write(".a.csv.tmp-999999-0", "killed");
         c.apply().unwrap();
         assert_eq!(fs::read_to_string(&a).unwrap(), "new a");
         assert_eq!(fs::read_to_string(dir.0.join("new/b.json")).unwrap(), "b");
