@@ -201,7 +201,7 @@ fn eight_imports_at_once_keep_every_shape() {
     for i in 0..8 {
         let spec = format!("ex:TN:h:{}:{}:48", 32 + 8 * i, 1 + i);
         let own = dir.join(format!("other{i}.csv"));
-        results_file(&own, &[spec.clone()]);
+        results_file(&own, std::slice::from_ref(&spec));
         want.push(miss_line(&spec));
         let mut c = cli(
             &dir,
