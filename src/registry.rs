@@ -16,7 +16,9 @@
 //! folder that holds `profiles.json`.
 //!
 //! Writes are atomic: a temporary file in the same folder, fsync, rename, fsync of the
-//! folder. Readers see the old file or the new one, never half of one.
+//! folder. Readers see the old file or the new one, never half of one. A [`Commit`]
+//! replaces several files together: every temporary is written before the first rename, so
+//! a failure (a full disk) leaves all of them as they were.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -312,6 +314,16 @@ impl Registry {
 
     /// Writes the registry atomically as pretty JSON, keys in a stable order.
     pub fn save_atomic(&self, path: &Path) -> Result<(), RegistryError> {
+        let text = self.to_json(path)?;
+        write_atomic(path, text.as_bytes()).map_err(|source| RegistryError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// The text [`Registry::save_atomic`] writes (`path` only names the file in errors), for
+    /// a [`Commit`] that replaces it together with other files.
+    pub fn to_json(&self, path: &Path) -> Result<String, RegistryError> {
         let mut profiles: BTreeMap<String, Value> = self.rejected.clone();
         for (name, entry) in &self.entries {
             let value = serde_json::to_value(entry).map_err(|e| RegistryError::Io {
@@ -325,7 +337,7 @@ impl Registry {
             profiles,
             extra: self.extra.clone(),
         };
-        write_json_atomic(path, &file)
+        json_text(path, &file)
     }
 
     /// Loads the registry at `path` under an exclusive lock, lets `f` change it, and saves
@@ -452,7 +464,15 @@ impl Provenance {
         write_json_atomic(path, &self.value)
     }
 
+    /// The text [`Provenance::save_atomic`] writes (`path` only names the file in errors).
+    pub fn to_json(&self, path: &Path) -> Result<String, RegistryError> {
+        json_text(path, &self.value)
+    }
+
     /// As [`Registry::update_locked`], for a `provenance.json` (a missing file starts empty).
+    /// This locks the file's own `.provenance.json.lock`: for a standalone file. A profile
+    /// in a store is changed together with its rank files and `profiles.json`, under the
+    /// registry's lock, by one [`Commit`] (the harness's `Store::transaction`).
     pub fn update_locked<T>(
         path: &Path,
         f: impl FnOnce(&mut Provenance) -> T,
@@ -594,12 +614,18 @@ pub fn with_lock<T>(
     out
 }
 
-fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), RegistryError> {
+/// Pretty JSON with a final newline: what every registry and provenance file holds.
+fn json_text<T: Serialize>(path: &Path, value: &T) -> Result<String, RegistryError> {
     let mut text = serde_json::to_string_pretty(value).map_err(|e| RegistryError::Io {
         path: path.to_path_buf(),
         source: io::Error::other(e),
     })?;
     text.push('\n');
+    Ok(text)
+}
+
+fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), RegistryError> {
+    let text = json_text(path, value)?;
     write_atomic(path, text.as_bytes()).map_err(|source| RegistryError::Io {
         path: path.to_path_buf(),
         source,
@@ -609,36 +635,254 @@ fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), Registr
 /// Replaces `path` with `bytes` atomically: a temporary file in the same folder, fsync,
 /// rename over `path`, then fsync of the folder so the rename itself is durable.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = temp_beside(path)?;
+    write_synced(&tmp, bytes)?;
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(folder_of(path));
+    Ok(())
+}
+
+/// The folder holding `path` (`.` for a bare name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// A name for a temporary beside `path` that no other writer uses: `.<name>.tmp-<pid>-<n>`.
+fn temp_beside(path: &Path) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = dir.join(format!(
+    Ok(folder_of(path).join(format!(
         ".{}.tmp-{}-{}",
         name.to_string_lossy(),
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, path)?;
-        // Best effort: not every file system lets a folder be opened and synced.
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    )))
+}
+
+/// Creates `tmp` (never an existing file), writes `bytes` and syncs them; on failure the
+/// temporary is removed.
+fn write_synced(tmp: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = OpenOptions::new().write(true).create_new(true).open(tmp)?;
+    let written = f.write_all(bytes).and_then(|()| f.sync_all());
+    drop(f);
+    if written.is_err() {
+        let _ = fs::remove_file(tmp);
     }
-    result
+    written
+}
+
+/// Syncs a folder so that renames in it are durable. Best effort: not every file system
+/// lets a folder be opened and synced.
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Creates `dir` and any missing parents, noting each folder it made (outermost first).
+fn create_dirs(dir: &Path, created: &mut Vec<PathBuf>) -> io::Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs(parent, created)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {
+            created.push(dir.to_path_buf());
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Why a [`Commit`] did not complete: the file it failed on, and whether any file had been
+/// replaced by then.
+#[derive(Debug)]
+pub struct CommitError {
+    /// The file whose new content could not be written, put in place or removed.
+    pub path: PathBuf,
+    pub source: io::Error,
+    /// `false`: the failure came before the first rename, so every file is as it was
+    /// before the commit and no temporary is left. `true`: files staged before `path`
+    /// were already replaced (a rename or removal failed, which a full disk cannot cause).
+    pub partial: bool,
+}
+
+impl fmt::Display for CommitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.partial {
+            write!(
+                f,
+                "cannot put {} in place: {}; the files committed before it were replaced, it and the rest were not",
+                self.path.display(),
+                self.source
+            )
+        } else {
+            write!(
+                f,
+                "cannot write {}: {}; nothing was changed (every file is as it was before)",
+                self.path.display(),
+                self.source
+            )
+        }
+    }
+}
+
+impl std::error::Error for CommitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Several files replaced together, all or nothing: a profile's rank files, its
+/// `provenance.json` and `profiles.json` describe one profile, so a command that changes
+/// them must change all of them or none (a `tune` that wrote its rows and then failed on
+/// a full disk must not leave the profile changed behind a failure report).
+///
+/// [`Commit::apply`] first writes every new content to a temporary beside its target
+/// (created exclusively, fsynced), creating missing folders. Only when every temporary is
+/// written does it rename them over their targets, in the order they were staged, then
+/// removes the files staged for removal and syncs the folders. A failure while writing
+/// the temporaries (full disk, file size limit, unwritable folder) removes them and the
+/// folders it created, so every target is byte for byte as before, and names the file.
+/// Renames within one folder do not need space; the rare failure among them is reported
+/// as partial.
+///
+/// A commit takes no lock: build it under [`with_lock`] from what was read under that
+/// lock, so that a concurrent updater's change is read and kept, never overwritten. A
+/// commit killed before its renames leaves its temporaries (the targets are untouched);
+/// the next commit of those files removes them.
+/// Readers that take no lock (the interposer) see each file old or new, never half of one.
+#[derive(Debug, Default)]
+pub struct Commit {
+    writes: Vec<(PathBuf, Vec<u8>)>,
+    removes: Vec<PathBuf>,
+}
+
+impl Commit {
+    pub fn new() -> Commit {
+        Commit::default()
+    }
+
+    /// Stages `bytes` as the new content of `path`. Staging a path again replaces its
+    /// content and keeps its place in the order.
+    pub fn write(&mut self, path: impl Into<PathBuf>, bytes: impl Into<Vec<u8>>) {
+        let (path, bytes) = (path.into(), bytes.into());
+        self.removes.retain(|p| *p != path);
+        match self.writes.iter_mut().find(|(p, _)| *p == path) {
+            Some(w) => w.1 = bytes,
+            None => self.writes.push((path, bytes)),
+        }
+    }
+
+    /// Stages the removal of `path`, done after every rename (a missing file is fine).
+    pub fn remove(&mut self, path: impl Into<PathBuf>) {
+        let path = path.into();
+        self.writes.retain(|(p, _)| *p != path);
+        if !self.removes.contains(&path) {
+            self.removes.push(path);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.removes.is_empty()
+    }
+
+    /// Writes every staged file, then renames them all into place; see [`Commit`].
+    pub fn apply(self) -> Result<(), CommitError> {
+        let mut created: Vec<PathBuf> = Vec::new();
+        let mut temps: Vec<(PathBuf, &Path)> = Vec::new();
+        let staged = self.writes.iter().try_for_each(|(path, bytes)| {
+            let fail = |source| CommitError {
+                path: path.clone(),
+                source,
+                partial: false,
+            };
+            create_dirs(folder_of(path), &mut created).map_err(fail)?;
+            let tmp = temp_beside(path).map_err(fail)?;
+            write_synced(&tmp, bytes).map_err(fail)?;
+            temps.push((tmp, path));
+            Ok(())
+        });
+        if let Err(e) = staged {
+            for (tmp, _) in &temps {
+                let _ = fs::remove_file(tmp);
+            }
+            for dir in created.iter().rev() {
+                let _ = fs::remove_dir(dir);
+            }
+            return Err(e);
+        }
+        for (i, (tmp, path)) in temps.iter().enumerate() {
+            if let Err(source) = fs::rename(tmp, path) {
+                for (rest, _) in &temps[i..] {
+                    let _ = fs::remove_file(rest);
+                }
+                return Err(CommitError {
+                    path: path.to_path_buf(),
+                    source,
+                    partial: i > 0,
+                });
+            }
+        }
+        for path in &self.removes {
+            match fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(CommitError {
+                        path: path.clone(),
+                        source: e,
+                        partial: true,
+                    })
+                }
+                _ => {}
+            }
+        }
+        let mut dirs: Vec<&Path> = Vec::new();
+        for path in self.writes.iter().map(|(p, _)| p).chain(&self.removes) {
+            let dir = folder_of(path);
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+                sync_dir(dir);
+            }
+        }
+        self.sweep_killed_temporaries();
+        Ok(())
+    }
+
+    /// Removes temporaries of the committed files that an earlier commit, killed before
+    /// its renames (SIGKILL, SIGXFSZ), left: `.<name>.tmp-*` beside each. Under the lock
+    /// no other commit of these files is under way, and this one's are renamed.
+    fn sweep_killed_temporaries(&self) {
+        let mut prefixes: Vec<(&Path, String)> = Vec::new();
+        for (path, _) in &self.writes {
+            if let Some(name) = path.file_name() {
+                prefixes.push((folder_of(path), format!(".{}.tmp-", name.to_string_lossy())));
+            }
+        }
+        let mut dirs: Vec<&Path> = prefixes.iter().map(|(d, _)| *d).collect();
+        dirs.dedup();
+        for dir in dirs {
+            for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if prefixes
+                    .iter()
+                    .any(|(d, prefix)| *d == dir && name.starts_with(prefix.as_str()))
+                {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -897,5 +1141,61 @@ mod tests {
         let err = Provenance::load(&bad).unwrap_err();
         assert!(matches!(err, RegistryError::Syntax { .. }), "{err:?}");
         assert!(err.to_string().contains("trunc.json"));
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_commit_replaces_writes_and_removes_together() {
+        let dir = TempDir::new("commit");
+        let a = dir.write("a.csv", "old a");
+        let gone = dir.write("gone.csv", "remove me");
+        let mut c = Commit::new();
+        c.write(&a, "first");
+        c.write(dir.0.join("new/b.json"), "b");
+        c.remove(&gone);
+        c.write(&a, "new a"); // staged again: the last content wins
+        assert!(!c.is_empty());
+        // What a commit killed before its renames left: removed by the next one.
+        dir.write(".a.csv.tmp-999999-0", "killed");
+        c.apply().unwrap();
+        assert_eq!(fs::read_to_string(&a).unwrap(), "new a");
+        assert_eq!(fs::read_to_string(dir.0.join("new/b.json")).unwrap(), "b");
+        assert_eq!(names_in(&dir.0), ["a.csv", "new"]);
+        assert_eq!(names_in(&dir.0.join("new")), ["b.json"]);
+    }
+
+    #[test]
+    fn a_commit_that_fails_before_its_renames_changes_nothing() {
+        let dir = TempDir::new("commit-fail");
+        let a = dir.write("a.csv", "old a");
+        let gone = dir.write("gone.csv", "keep me");
+        // A regular file where a folder is needed: the third temporary cannot be created.
+        let blocker = dir.write("blocker", "a file");
+        let mut c = Commit::new();
+        c.write(&a, "new a");
+        c.write(dir.0.join("made/deeper/b.json"), "b");
+        c.write(blocker.join("x.json"), "x");
+        c.write(dir.0.join("c.json"), "c");
+        c.remove(&gone);
+        let err = c.apply().unwrap_err();
+        assert!(!err.partial);
+        assert_eq!(err.path, blocker.join("x.json"));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("blocker/x.json") && msg.contains("nothing was changed"),
+            "{msg}"
+        );
+        assert_eq!(fs::read_to_string(&a).unwrap(), "old a");
+        assert_eq!(fs::read_to_string(&gone).unwrap(), "keep me");
+        // No temporary, no folder made for one, nothing staged after the failure.
+        assert_eq!(names_in(&dir.0), ["a.csv", "blocker", "gone.csv"]);
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Shapes are tuned one worker per device. Each finished shape is appended to a checkpoint
 //! in the profile folder and synced before the next starts, so a killed campaign resumes
-//! where it stopped; the profile itself is written once, at the end, atomically.
+//! where it stopped; the profile itself is written once, at the end, in one store
+//! transaction with its record. One campaign per profile runs at a time (the folder's
+//! `.campaign.lock`): a second `tune` of it waits, then reads what the first left.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -63,13 +65,18 @@ pub struct Outcome {
     pub rejected: Option<String>,
 }
 
+/// The key of an `op_name,params_signature` line.
+fn parse_shape(text: &str) -> Option<ProblemKey> {
+    let (op, sig) = text.trim().split_once(',')?;
+    match tunableop::parse_key(op, sig) {
+        KeyParse::Key(k) => Some(k),
+        _ => None,
+    }
+}
+
 impl Outcome {
     pub fn key(&self) -> Option<ProblemKey> {
-        let (op, sig) = self.shape.split_once(',')?;
-        match tunableop::parse_key(op, sig) {
-            KeyParse::Key(k) => Some(k),
-            _ => None,
-        }
+        parse_shape(&self.shape)
     }
 
     /// The decision as reported: a qualification failure or an error wins.
@@ -373,15 +380,70 @@ impl Checkpoint {
         )
     }
 
-    /// The finished checkpoint becomes the campaign's full record in `campaigns/`.
+    /// The finished checkpoint becomes the campaign's full record in `campaigns/`, under a
+    /// name no earlier record has (two campaigns can start in one second).
     fn retire(self, folder: &Folder) {
         let dir = folder.dir.join("campaigns");
         let _ = std::fs::create_dir_all(&dir);
-        let record = dir.join(format!("{}.jsonl", self.started.replace(':', "")));
+        let stem = self.started.replace(':', "");
+        let mut record = dir.join(format!("{stem}.jsonl"));
+        // No other campaign of this folder runs meanwhile (the campaign lock).
+        for n in 2..1000 {
+            if !record.exists() {
+                break;
+            }
+            record = dir.join(format!("{stem}-{n}.jsonl"));
+        }
         if std::fs::rename(&self.path, &record).is_err() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// Takes the profile folder's campaign lock (`.campaign.lock`, `flock`), waiting while
+/// another `tune` of the profile holds it; released when the returned file is dropped, or
+/// by the kernel when the process dies. A campaign owns the folder's one checkpoint, so
+/// two at once would mix their shapes in it; waiting instead lets both finish, in turn.
+fn lock_campaign(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(&folder.dir)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
+    let path = folder.dir.join(".campaign.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))?;
+    let flock = |how| loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    match flock(libc::LOCK_EX | libc::LOCK_NB) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            if !quiet {
+                eprintln!(
+                    "tunedblas: another tune of '{}' is running; waiting for it to finish ({})",
+                    folder.name,
+                    path.display()
+                );
+            }
+            flock(libc::LOCK_EX)
+                .map_err(|e| Error::new(format!("cannot lock {}: {e}", path.display())))?;
+        }
+        Err(e) => return Err(Error::new(format!("cannot lock {}: {e}", path.display()))),
+    }
+    Ok(file)
 }
 
 /// Qualifies every adoption on every device; a failure undoes the adoption.
@@ -538,7 +600,10 @@ pub fn run(opts: &Options) -> Result<Summary> {
     let mut build = Build::of(&lib, opts.arch.as_deref())?;
     let store = Store::open(&opts.profiles)?;
     let folder = store.folder_for(&build, opts.name.as_deref())?;
-    let mut results = store.read_rows(&folder)?;
+    // One campaign per profile at a time, from here to the end: the next one reads the
+    // rows and the checkpoint this one leaves.
+    let _campaign = lock_campaign(&folder, opts.quiet)?;
+    let results = store.read_rows(&folder)?;
     if opts.arch.is_none() {
         if let Some(a) = results.validator("GCN_ARCH_NAME") {
             build.arch = a.to_string();
@@ -645,34 +710,46 @@ pub fn run(opts: &Options) -> Result<Summary> {
         o.key()
             .map(|k| (k.types, k.trans_a, k.trans_b, k.m, k.k, k.n, k.batch))
     });
-    let (counts, saved) = apply(&done, &current, &mut results);
-
     let ranks = opts.ranks.unwrap_or(device_count.max(1) as usize);
-    store.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
-    let record = Record {
-        opts,
-        build: &build,
-        collected: &collected,
-        started: &checkpoint.started,
-        devices: &devices,
-        qualified_on: &qualified_on,
-        counts: &counts,
-        rows_after: results.rows.len(),
-        done: &done,
-    };
-    store.record(&folder, &build, record.json())?;
+    // The verdicts go into the rows as they are now (a merge or import may have changed
+    // them while this campaign tuned), with the record, in one transaction.
+    let (counts, saved, rows_after) = store.transaction(|tx| {
+        let folder = tx.folder_for(&build, Some(&folder.name))?;
+        let mut results = tx.rows(&folder)?;
+        let (counts, saved) = apply(&done, &current, &mut results);
+        tx.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
+        let record = Record {
+            opts,
+            build: &build,
+            collected: &collected,
+            started: &checkpoint.started,
+            devices: &devices,
+            qualified_on: &qualified_on,
+            counts: &counts,
+            rows_after: results.rows.len(),
+            done: &done,
+        };
+        tx.record(&folder, &build, record.json())?;
+        if opts.retune {
+            // Tuned now, and recorded in provenance; shapes imported since stay waiting.
+            let tuned: HashSet<ProblemKey> = done.iter().filter_map(Outcome::key).collect();
+            let waiting = tx
+                .imported(&folder)?
+                .into_iter()
+                .filter(|l| !matches!(parse_shape(l), Some(k) if tuned.contains(&k)))
+                .collect();
+            tx.set_imported(&folder, waiting);
+        }
+        Ok((counts, saved, results.rows.len()))
+    })?;
     checkpoint.retire(&folder);
-    if opts.retune {
-        // Tuned now, and recorded in provenance.
-        let _ = std::fs::remove_file(folder.dir.join(store::IMPORTED_FILE));
-    }
 
     let summary = Summary {
         profile: folder.name.clone(),
         dir: folder.dir.clone(),
         sha256: build.sha256.clone(),
         rocblas: build.version.clone(),
-        rows: results.rows.len(),
+        rows: rows_after,
         counts,
         resumed,
         seconds: started.elapsed().as_secs_f64(),

@@ -179,48 +179,47 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     let lib = Library::load(lib_path, None)?;
     let build = Build::of(&lib, None)?;
     let store = Store::open(root)?;
-    let folder = store.folder_for(&build, None)?;
-    std::fs::create_dir_all(&folder.dir)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
-    let list = folder.dir.join(IMPORTED_FILE);
-    let mut known: Vec<String> = std::fs::read_to_string(&list)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect();
-    let mut sources = Vec::new();
-    let mut added = 0;
+    let mut read = Vec::new();
     for f in files {
         let r = tunableop::read(f)
             .map_err(|e| Error::new(format!("cannot read {}: {e}", f.display())))?;
-        let mut n = 0;
-        for row in &r.rows {
-            let line = key_text(&row.key);
-            if !known.contains(&line) {
-                known.push(line);
-                n += 1;
+        read.push((f, r));
+    }
+    // Under the store's lock, onto the list as it is now: imports run at once all count.
+    let (folder, known, sources, added) = store.transaction(|tx| {
+        let folder = tx.folder_for(&build, None)?;
+        let mut known = tx.imported(&folder)?;
+        let mut sources = Vec::new();
+        let mut added = 0;
+        for (f, r) in &read {
+            let mut n = 0;
+            for row in &r.rows {
+                let line = key_text(&row.key);
+                if !known.contains(&line) {
+                    known.push(line);
+                    n += 1;
+                }
             }
+            added += n;
+            sources.push(json!({
+                "file": f.display().to_string(),
+                "rocblas": r.validator("ROCBLAS_VERSION"),
+                "rows": r.rows.len(),
+                "new_shapes": n,
+                "ids": "not reused",
+            }));
         }
-        added += n;
-        sources.push(json!({
-            "file": f.display().to_string(),
-            "rocblas": r.validator("ROCBLAS_VERSION"),
-            "rows": r.rows.len(),
-            "new_shapes": n,
-            "ids": "not reused",
-        }));
-    }
-    let mut text = known.join("\n");
-    text.push('\n');
-    tunedblas_core::registry::write_atomic(&list, text.as_bytes())
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", list.display())))?;
-    if folder.existed {
-        store.record(
-            &folder,
-            &build,
-            json!({"kind": "import", "finished": store::utc_now(), "sources": sources}),
-        )?;
-    }
+        tx.set_imported(&folder, known.clone());
+        if folder.existed {
+            tx.record(
+                &folder,
+                &build,
+                json!({"kind": "import", "finished": store::utc_now(), "sources": sources}),
+            )?;
+        }
+        Ok((folder, known, sources, added))
+    })?;
+    let list = folder.dir.join(IMPORTED_FILE);
     if json {
         println!(
             "{}",
@@ -258,7 +257,7 @@ pub fn qualify_profile(
     let mut build = Build::of(&lib, None)?;
     let store = Store::open(root)?;
     let folder = store.existing_folder(&build)?;
-    let mut results = store.read_rows(&folder)?;
+    let results = store.read_rows(&folder)?;
     if let Some(a) = results.validator("GCN_ARCH_NAME") {
         build.arch = a.to_string();
     }
@@ -269,37 +268,42 @@ pub fn qualify_profile(
         devices,
         removed: vec![],
     };
-    let mut keep = Vec::new();
-    for row in std::mem::take(&mut results.rows) {
+    // (key, solution) of every row that failed.
+    let mut failed = Vec::new();
+    for row in &results.rows {
         let Solution::Rocblas(id) = row.solution else {
-            keep.push(row);
             continue;
         };
         report.checked += 1;
-        match qualify::qualify(&lib, row.key, id, &all) {
-            Ok(()) => keep.push(row),
-            Err(why) => {
-                if !json {
-                    println!("  removed {} (solution {id}): {why}", shape_label(&row.key));
-                }
-                report.removed.push((key_text(&row.key), why));
+        if let Err(why) = qualify::qualify(&lib, row.key, id, &all) {
+            if !json {
+                println!("  removed {} (solution {id}): {why}", shape_label(&row.key));
             }
+            report.removed.push((key_text(&row.key), why));
+            failed.push((row.key, row.solution.clone()));
         }
     }
-    results.rows = keep;
-    let ranks = store.ranks(&folder);
-    store.write_rows(&folder, &build, &mut results, ranks, "qualified")?;
-    store.record(
-        &folder,
-        &build,
-        json!({
-            "kind": "qualify",
-            "finished": store::utc_now(),
-            "devices": devices,
-            "checked": report.checked,
-            "removed": report.removed.iter().map(|(s, r)| json!({"shape": s, "reason": r})).collect::<Vec<_>>(),
-        }),
-    )?;
+    // The failed rows leave the rows as they are now: a row another command added or
+    // changed since they were read stays.
+    store.transaction(|tx| {
+        let folder = tx.existing_folder(&build)?;
+        let mut now = tx.rows(&folder)?;
+        now.rows
+            .retain(|r| !failed.iter().any(|(k, s)| *k == r.key && *s == r.solution));
+        let ranks = tx.ranks(&folder);
+        tx.write_rows(&folder, &build, &mut now, ranks, "qualified")?;
+        tx.record(
+            &folder,
+            &build,
+            json!({
+                "kind": "qualify",
+                "finished": store::utc_now(),
+                "devices": devices,
+                "checked": report.checked,
+                "removed": report.removed.iter().map(|(s, r)| json!({"shape": s, "reason": r})).collect::<Vec<_>>(),
+            }),
+        )
+    })?;
     if !json {
         println!(
             "qualify '{}': {} rows checked on {} device{}, {} removed",
@@ -327,15 +331,8 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
     let lib = Library::load(lib_path, None)?;
     let mut build = Build::of(&lib, None)?;
     let store = Store::open(root)?;
-    let folder = store.folder_for(&build, None)?;
-    let mut results = store.read_rows(&folder)?;
-    let mut rows: HashMap<ProblemKey, Row> = results.rows.drain(..).map(|r| (r.key, r)).collect();
-    let mut report = MergeReport {
-        profile: folder.name.clone(),
-        rows: 0,
-        added: 0,
-        conflicts: vec![],
-    };
+    // The shards first, outside the store's lock.
+    let mut shard_rows = Vec::new();
     let mut campaigns = Vec::new();
     let mut ranks = 1;
     for shard_root in shards {
@@ -357,11 +354,29 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
             existed: true,
         };
         ranks = ranks.max(shard.ranks(&shard_folder));
-        let shard_rows: ResultsFile = shard.read_rows(&shard_folder)?;
-        if let Some(a) = shard_rows.validator("GCN_ARCH_NAME") {
+        let rows: ResultsFile = shard.read_rows(&shard_folder)?;
+        if let Some(a) = rows.validator("GCN_ARCH_NAME") {
             build.arch = a.to_string();
         }
-        for row in shard_rows.rows {
+        shard_rows.extend(rows.rows);
+        if let Ok(p) = Provenance::load(&store::provenance_file(&shard_folder.dir)) {
+            campaigns.extend(p.campaigns().iter().cloned());
+        }
+    }
+    // Then into the profile's rows as they are now, under the lock: merges run at once
+    // each add their rows to what the others wrote.
+    let report = store.transaction(|tx| {
+        let folder = tx.folder_for(&build, None)?;
+        let mut results = tx.rows(&folder)?;
+        let mut rows: HashMap<ProblemKey, Row> =
+            results.rows.drain(..).map(|r| (r.key, r)).collect();
+        let mut report = MergeReport {
+            profile: folder.name.clone(),
+            rows: 0,
+            added: 0,
+            conflicts: vec![],
+        };
+        for row in shard_rows {
             match rows.get(&row.key) {
                 None => {
                     report.added += 1;
@@ -378,26 +393,25 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
                 }
             }
         }
-        if let Ok(p) = Provenance::load(&shard_folder.dir.join("provenance.json")) {
-            campaigns.extend(p.campaigns().iter().cloned());
-        }
-    }
-    results.rows = rows.into_values().collect();
-    results.rows.sort_by_key(|r| key_text(&r.key));
-    report.rows = results.rows.len();
-    store.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
-    store.record(
-        &folder,
-        &build,
-        json!({
-            "kind": "merge",
-            "finished": store::utc_now(),
-            "shards": shards.iter().map(|s| s.display().to_string()).collect::<Vec<_>>(),
-            "added": report.added,
-            "conflicts": report.conflicts,
-            "shard_campaigns": campaigns,
-        }),
-    )?;
+        results.rows = rows.into_values().collect();
+        results.rows.sort_by_key(|r| key_text(&r.key));
+        report.rows = results.rows.len();
+        let ranks = ranks.max(tx.ranks(&folder));
+        tx.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
+        tx.record(
+            &folder,
+            &build,
+            json!({
+                "kind": "merge",
+                "finished": store::utc_now(),
+                "shards": shards.iter().map(|s| s.display().to_string()).collect::<Vec<_>>(),
+                "added": report.added,
+                "conflicts": report.conflicts,
+                "shard_campaigns": campaigns,
+            }),
+        )?;
+        Ok(report)
+    })?;
     if !json {
         println!(
             "merged {} shard stores into '{}': {} rows added, {} rows in all, {} conflicts",

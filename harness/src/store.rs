@@ -1,13 +1,15 @@
 //! The profile store on disk: `profiles.json` plus one folder per library build, each with
 //! a results file per rank and `provenance.json`. Every subcommand that reads or writes a
-//! profile goes through here, so they agree on names, ranks and atomic writes.
+//! profile goes through here, so they agree on names, ranks and atomic writes; every
+//! change goes through [`Store::transaction`].
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tunedblas_core::identity;
 use tunedblas_core::profile::{self, REGISTRY_FILE};
-use tunedblas_core::registry::{self, Entry, Match, Provenance, Registry};
+use tunedblas_core::registry::{self, Commit, Entry, Match, Provenance, Registry};
 use tunedblas_core::tunableop::{self, ResultsFile};
 
 use crate::backend::{Error, Library, Result};
@@ -68,6 +70,14 @@ pub struct Folder {
     pub dir: PathBuf,
     /// Whether the registry already had it.
     pub existed: bool,
+}
+
+/// A profile folder's record of how its rows were made.
+pub const PROVENANCE_FILE: &str = "provenance.json";
+
+/// `<dir>/provenance.json`.
+pub fn provenance_file(dir: &Path) -> PathBuf {
+    dir.join(PROVENANCE_FILE)
 }
 
 /// `tunableop_results<rank>.csv`.
@@ -145,10 +155,15 @@ impl Store {
         let store = Store {
             root: root.to_path_buf(),
         };
-        if !store.registry_path().exists() {
-            Registry::new()
-                .save_atomic(&store.registry_path())
-                .map_err(|e| Error::new(e.to_string()))?;
+        let path = store.registry_path();
+        if !path.exists() {
+            // Under the lock: a command that saw no registry must not replace one that
+            // another command created (and filled) meanwhile.
+            registry::with_lock(&path, || match path.exists() {
+                true => Ok(()),
+                false => Registry::new().save_atomic(&path),
+            })
+            .map_err(|e| Error::new(e.to_string()))?;
         }
         Ok(store)
     }
@@ -165,20 +180,39 @@ impl Store {
         })
     }
 
-    /// Reads, changes and writes `profiles.json` atomically, under the registry's lock so
-    /// that concurrent campaigns never lose each other's entries (saved only on success).
-    pub fn update_registry(&self, change: impl FnOnce(&mut Registry) -> Result<()>) -> Result<()> {
-        Registry::try_update_locked(&self.registry_path(), change).map_err(|e| {
+    /// Runs `change` as one transaction on the store; see [`Tx`]. Nothing is written
+    /// unless `change` returns `Ok`, and then every file it staged is committed together.
+    pub fn transaction<T>(&self, change: impl FnOnce(&mut Tx) -> Result<T>) -> Result<T> {
+        let path = self.registry_path();
+        let broken = |e: registry::RegistryError| {
             Error::new(format!(
                 "{e}; fix the file or move it aside (tunedblas recreates an empty one)"
             ))
-        })?
+        };
+        let out = registry::with_lock(&path, || {
+            let registry = if path.exists() {
+                Registry::load(&path)?
+            } else {
+                Registry::new()
+            };
+            let mut tx = Tx {
+                store: self,
+                registry,
+                registry_changed: false,
+                staged: BTreeMap::new(),
+            };
+            Ok(change(&mut tx).and_then(|out| tx.commit().map(|()| out)))
+        });
+        out.map_err(broken)?
     }
 
     /// The profile a process loading `build` gets, or the folder a new one goes to.
     /// `name` must agree with the registry when the build already has a profile.
     pub fn folder_for(&self, build: &Build, name: Option<&str>) -> Result<Folder> {
-        let reg = self.registry()?;
+        self.folder_in(&self.registry()?, build, name)
+    }
+
+    fn folder_in(&self, reg: &Registry, build: &Build, name: Option<&str>) -> Result<Folder> {
         match reg.find_by_sha(&build.sha256) {
             Match::Unique(found, entry) => {
                 if let Some(n) = name.filter(|n| *n != found) {
@@ -222,7 +256,11 @@ impl Store {
 
     /// The profile `build` already has; an error saying what to do when it has none.
     pub fn existing_folder(&self, build: &Build) -> Result<Folder> {
-        let folder = self.folder_for(build, None)?;
+        self.existing_in(&self.registry()?, build)
+    }
+
+    fn existing_in(&self, reg: &Registry, build: &Build) -> Result<Folder> {
+        let folder = self.folder_in(reg, build, None)?;
         if !folder.existed {
             return Err(Error::new(format!(
                 "{} has no profile for build {} (rocBLAS {}); run `tunedblas tune` first",
@@ -256,69 +294,186 @@ impl Store {
             })
             .unwrap_or(1)
     }
+}
 
-    /// Writes `results` as every rank's file (ranks `0..ranks`), removes rank files beyond
-    /// that, and records the build in `profiles.json`.
+/// One change to the store: what a command reads and what it writes, under one lock.
+///
+/// Why a transaction: a profile is several files (a results file per rank, its
+/// `provenance.json`, its entry in `profiles.json`, the shapes waiting in
+/// `imported_shapes.csv`) that change together, and several commands (`tune`, `qualify`,
+/// `merge`, `profiles import`, run on one store at once) change them. [`Store::transaction`]
+/// holds the store's lock (`.profiles.json.lock` beside `profiles.json`, the lock
+/// [`Registry::update_locked`] takes) from the first read to the last rename, so each
+/// command reads the files as the one before it left them and merges its change into
+/// them: no command's rows or records are lost. While the closure runs, changes are only
+/// staged; when it returns `Ok` they are written by one [`Commit`] (every temporary
+/// written and synced before the first rename), so a failure, in the closure or on a full
+/// disk, leaves every file of the store as it was and names the file that failed. Do the
+/// slow work (tuning, qualifying) before: a transaction reads, merges and writes.
+pub struct Tx<'s> {
+    store: &'s Store,
+    registry: Registry,
+    registry_changed: bool,
+    /// What is staged, per profile folder.
+    staged: BTreeMap<PathBuf, Staged>,
+}
+
+#[derive(Default)]
+struct Staged {
+    /// The results file's text and how many rank files get it.
+    rows: Option<(String, usize)>,
+    provenance: Option<Provenance>,
+    /// The shapes waiting in `imported_shapes.csv` (empty: the file is removed).
+    imported: Option<Vec<String>>,
+}
+
+impl Tx<'_> {
+    /// [`Store::folder_for`], answered from the registry as it is now.
+    pub fn folder_for(&self, build: &Build, name: Option<&str>) -> Result<Folder> {
+        self.store.folder_in(&self.registry, build, name)
+    }
+
+    /// [`Store::existing_folder`], answered from the registry as it is now.
+    pub fn existing_folder(&self, build: &Build) -> Result<Folder> {
+        self.store.existing_in(&self.registry, build)
+    }
+
+    /// The profile's rows as they are now (rank 0).
+    pub fn rows(&self, folder: &Folder) -> Result<ResultsFile> {
+        self.store.read_rows(folder)
+    }
+
+    /// How many rank files the folder has now (at least 1).
+    pub fn ranks(&self, folder: &Folder) -> usize {
+        self.store.ranks(folder)
+    }
+
+    /// Stages `results` as every rank's file (ranks `0..ranks`; rank files beyond that are
+    /// removed) and the build's entry in `profiles.json`.
     pub fn write_rows(
-        &self,
+        &mut self,
         folder: &Folder,
         build: &Build,
         results: &mut ResultsFile,
         ranks: usize,
         status: &str,
     ) -> Result<()> {
-        std::fs::create_dir_all(&folder.dir)
-            .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
         results.set_validator("ROCBLAS_VERSION", &build.version);
         results.set_validator("GCN_ARCH_NAME", &build.arch);
-        let text = results.to_text();
-        for rank in 0..ranks.max(1) {
-            let path = rank_file(&folder.dir, rank);
-            registry::write_atomic(&path, text.as_bytes())
-                .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
-        }
-        if let Ok(rd) = std::fs::read_dir(&folder.dir) {
-            for f in rd.filter_map(|e| e.ok()) {
-                let name = f.file_name().to_string_lossy().into_owned();
-                if profile::rank_of_file(&name).is_some_and(|r| r >= ranks.max(1)) {
-                    let _ = std::fs::remove_file(f.path());
-                }
-            }
-        }
-        let rows = results.rows.len() as u64;
-        self.update_registry(|reg| {
-            let mut entry = reg
-                .get(&folder.name)
-                .cloned()
-                .unwrap_or_else(|| Entry::new(&folder.name, &build.sha256));
-            entry.lib_sha256 = build.sha256.clone();
-            entry.rocblas = Some(build.version.clone());
-            entry.arch = Some(build.arch.clone());
-            entry.rows_per_rank = Some(rows);
-            entry.status = Some(status.to_string());
-            reg.insert(&folder.name, entry)
-                .map(|_| ())
-                .map_err(Error::new)
-        })
+        let mut entry = self
+            .registry
+            .get(&folder.name)
+            .cloned()
+            .unwrap_or_else(|| Entry::new(&folder.name, &build.sha256));
+        entry.lib_sha256 = build.sha256.clone();
+        entry.rocblas = Some(build.version.clone());
+        entry.arch = Some(build.arch.clone());
+        entry.rows_per_rank = Some(results.rows.len() as u64);
+        entry.status = Some(status.to_string());
+        self.registry
+            .insert(&folder.name, entry)
+            .map_err(Error::new)?;
+        self.registry_changed = true;
+        self.staged_for(folder).rows = Some((results.to_text(), ranks.max(1)));
+        Ok(())
     }
 
-    /// Appends `campaign` to the folder's provenance, stamping the build on it.
-    pub fn record(&self, folder: &Folder, build: &Build, campaign: Value) -> Result<()> {
-        let path = folder.dir.join("provenance.json");
-        // Under the file's lock: two campaigns recording at once both keep their record.
-        Provenance::update_locked_or_new(
-            &path,
-            |p| p.set("created", Value::from(utc_now())),
-            |prov| {
-                prov.set_sha256(&build.sha256);
-                prov.set_rocblas(&build.version);
-                prov.set_profile(&folder.name);
-                prov.set("arch", Value::from(build.arch.clone()));
-                prov.set("updated", Value::from(utc_now()));
-                prov.push_campaign(campaign);
-            },
-        )
-        .map_err(|e| Error::new(e.to_string()))
+    /// Stages `campaign` appended to the folder's provenance as it is now, stamping the
+    /// build on it.
+    pub fn record(&mut self, folder: &Folder, build: &Build, campaign: Value) -> Result<()> {
+        let path = provenance_file(&folder.dir);
+        let staged = self.staged_for(folder);
+        let prov = match &mut staged.provenance {
+            Some(p) => p,
+            none => {
+                let p = if path.exists() {
+                    Provenance::load(&path).map_err(|e| Error::new(e.to_string()))?
+                } else {
+                    let mut p = Provenance::new();
+                    p.set("created", Value::from(utc_now()));
+                    p
+                };
+                none.insert(p)
+            }
+        };
+        prov.set_sha256(&build.sha256);
+        prov.set_rocblas(&build.version);
+        prov.set_profile(&folder.name);
+        prov.set("arch", Value::from(build.arch.clone()));
+        prov.set("updated", Value::from(utc_now()));
+        prov.push_campaign(campaign);
+        Ok(())
+    }
+
+    /// The shapes (`op,signature` lines) waiting in the folder's `imported_shapes.csv` for
+    /// `tune --retune`, as they are now, with this transaction's change.
+    pub fn imported(&self, folder: &Folder) -> Result<Vec<String>> {
+        if let Some(list) = self
+            .staged
+            .get(&folder.dir)
+            .and_then(|s| s.imported.as_ref())
+        {
+            return Ok(list.clone());
+        }
+        let path = folder.dir.join(IMPORTED_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_string)
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
+            Err(e) => Err(Error::new(format!("cannot read {}: {e}", path.display()))),
+        }
+    }
+
+    /// Stages the shapes waiting for `tune --retune`; none removes the file.
+    pub fn set_imported(&mut self, folder: &Folder, shapes: Vec<String>) {
+        self.staged_for(folder).imported = Some(shapes);
+    }
+
+    fn staged_for(&mut self, folder: &Folder) -> &mut Staged {
+        self.staged.entry(folder.dir.clone()).or_default()
+    }
+
+    /// Writes everything staged with one [`Commit`]: per folder the rank files, the
+    /// imported shapes and `provenance.json`, then `profiles.json` last (so a new profile
+    /// is listed only once its files are there).
+    fn commit(self) -> Result<()> {
+        let mut commit = Commit::new();
+        let json_error = |e: registry::RegistryError| Error::new(e.to_string());
+        for (dir, staged) in &self.staged {
+            if let Some((text, ranks)) = &staged.rows {
+                for rank in 0..*ranks {
+                    commit.write(rank_file(dir, rank), text.as_bytes());
+                }
+                for f in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    if profile::rank_of_file(&name).is_some_and(|r| r >= *ranks) {
+                        commit.remove(f.path());
+                    }
+                }
+            }
+            if let Some(list) = &staged.imported {
+                let path = dir.join(IMPORTED_FILE);
+                if list.is_empty() {
+                    commit.remove(path);
+                } else {
+                    commit.write(path, format!("{}\n", list.join("\n")));
+                }
+            }
+            if let Some(prov) = &staged.provenance {
+                let path = provenance_file(dir);
+                let text = prov.to_json(&path).map_err(json_error)?;
+                commit.write(path, text);
+            }
+        }
+        if self.registry_changed {
+            let path = self.store.registry_path();
+            let text = self.registry.to_json(&path).map_err(json_error)?;
+            commit.write(path, text);
+        }
+        commit.apply().map_err(|e| Error::new(e.to_string()))
     }
 }
 

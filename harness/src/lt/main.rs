@@ -260,7 +260,8 @@ fn cmd_tune(a: &Args) -> Result<()> {
     }
     let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
     let dir = profiles.join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| Error(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&profiles)
+        .map_err(|e| Error(format!("{}: {e}", profiles.display())))?;
     let results = LtResults {
         validators: vec![
             ("TUNEDBLAS_BACKEND".into(), "cublaslt".into()),
@@ -275,8 +276,6 @@ fn cmd_tune(a: &Args) -> Result<()> {
         skipped: Vec::new(),
     };
     let file = dir.join(format!("tunableop_results{rank}.csv"));
-    registry::write_atomic(&file, results.to_text().as_bytes())
-        .map_err(|e| Error(format!("{}: {e}", file.display())))?;
     let campaign = serde_json::json!({
         "kind": "cublaslt-tune",
         "library": lt.path.display().to_string(),
@@ -293,12 +292,6 @@ fn cmd_tune(a: &Args) -> Result<()> {
     });
     let prov_path = dir.join("provenance.json");
     let campaign_log = campaign.clone();
-    Provenance::update_locked(&prov_path, |prov| {
-        prov.set_sha256(&sha);
-        prov.set_profile(name);
-        prov.push_campaign(campaign);
-    })
-    .map_err(|e| Error(e.to_string()))?;
     let reg_path = profiles.join(tunedblas_core::profile::REGISTRY_FILE);
     let mut entry = registry::Entry::new(name, &sha);
     entry.rows_per_rank = Some(results.rows.len() as u64);
@@ -308,7 +301,31 @@ fn cmd_tune(a: &Args) -> Result<()> {
     entry
         .extra
         .insert("cublaslt_version".into(), lt.version().into());
-    Registry::try_update_locked(&reg_path, |reg| reg.insert(name, entry))
+    // The rank file, provenance and registry entry together, all or nothing, under the
+    // registry's lock (the one `tunedblas`'s store transactions take), each read as it is
+    // now so that tools writing the store at once keep each other's changes.
+    let committed = registry::with_lock(&reg_path, || {
+        let mut reg = match reg_path.exists() {
+            true => Registry::load(&reg_path)?,
+            false => Registry::new(),
+        };
+        if let Err(e) = reg.insert(name, entry) {
+            return Ok(Err(e));
+        }
+        let mut prov = match prov_path.exists() {
+            true => Provenance::load(&prov_path)?,
+            false => Provenance::new(),
+        };
+        prov.set_sha256(&sha);
+        prov.set_profile(name);
+        prov.push_campaign(campaign);
+        let mut commit = registry::Commit::new();
+        commit.write(&file, results.to_text());
+        commit.write(&prov_path, prov.to_json(&prov_path)?);
+        commit.write(&reg_path, reg.to_json(&reg_path)?);
+        Ok(commit.apply().map_err(|e| e.to_string()))
+    });
+    committed
         .map_err(|e| Error(e.to_string()))?
         .map_err(Error)?;
     write_json(

@@ -1,0 +1,440 @@
+//! Reliability, harness: commands that change one profile store at once lose nothing, and a
+//! command that fails part way through writing a profile leaves it as it was.
+//!
+//! Every writer (`tune`, `qualify`, `merge`, `profiles import`) reads the rank files,
+//! `provenance.json` and `profiles.json` under the store's lock and commits its change to
+//! all of them together (`Store::transaction`). The concurrent cases start 8 `tunedblas`
+//! processes on one store and check that every row and record of each is there; the
+//! failure cases run one under `RLIMIT_FSIZE` (as a full disk: writes past the limit fail
+//! with EFBIG, SIGXFSZ ignored) so that the small rank files' temporaries are written and
+//! the large `provenance.json`'s is not.
+
+mod common;
+mod faults;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+use faults::*;
+use serde_json::Value;
+
+fn tunedblas() -> PathBuf {
+    let p = target_dir().join("tunedblas");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
+fn lib4() -> PathBuf {
+    artifacts().libdir4.join("librocblas.so.4")
+}
+
+/// A `tunedblas` command on the store `dir/profiles`, nothing from the user's setup.
+fn cli(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(tunedblas());
+    cmd.args(args).arg("--profiles").arg(dir.join("profiles"));
+    host_env(&mut cmd, dir, false);
+    cmd.env_remove("REFBLAS_TRACE");
+    cmd
+}
+
+/// Starts every command at once, then waits for all of them (each under the hang guard).
+fn run_all_at_once(cmds: Vec<Command>) -> Vec<Output> {
+    let children: Vec<_> = cmds
+        .into_iter()
+        .map(|mut c| {
+            c.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let what = format!("{c:?}");
+            (c.spawn().unwrap_or_else(|e| panic!("{what}: {e}")), what)
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|(child, what)| wait_guarded(child, &what))
+        .collect()
+}
+
+fn succeeded(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+const PROFILE: &str = "rocblas-4.4.0.5f2e9c71";
+
+/// `op,signature` -> solution of a rank file.
+fn rows_of(profile: &Path, rank: usize) -> BTreeMap<String, String> {
+    let path = profile.join(format!("tunableop_results{rank}.csv"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.starts_with("Validator"))
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (format!("{},{}", f[0], f[1]), f[2].to_string())
+        })
+        .collect()
+}
+
+fn json_file(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
+}
+
+/// The `kind` of every campaign in a provenance file, sorted.
+fn campaign_kinds(profile: &Path) -> Vec<String> {
+    let prov = json_file(&profile.join("provenance.json"));
+    let mut kinds: Vec<String> = prov["campaigns"]
+        .as_array()
+        .expect("campaigns")
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap().to_string())
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+/// Every file under `dir` whose name marks a temporary.
+fn temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            found.extend(temporaries(&p));
+        } else if p.to_string_lossy().contains(".tmp-") {
+            found.push(p);
+        }
+    }
+    found
+}
+
+/// A store with the v4 build's profile: `seed` rows on 2 ranks.
+fn store_with(dir: &Path, seed: &[&str]) -> PathBuf {
+    let rows: Vec<String> = seed.iter().map(|s| row(s, "Default")).collect();
+    write_profile(&dir.join("profiles"), PROFILE, &sha4(), &rows, 2);
+    dir.join("profiles").join(PROFILE)
+}
+
+const SEED: &[&str] = &["ex:NN:h:16:16:16", "ex:NN:h:24:8:16"];
+
+/// A one-row shard store for the v4 build (what `tune --shard` leaves).
+fn shard(dir: &Path, i: usize) -> (PathBuf, String) {
+    let spec = format!("ex:NT:h:{}:{}:32", 40 + 8 * i, 2 + i);
+    let root = dir.join(format!("shard{i}"));
+    write_profile(&root, "shard", &sha4(), &[row(&spec, "Default")], 1);
+    (root, miss_line(&spec))
+}
+
+#[test]
+fn eight_merges_at_once_keep_every_row() {
+    let dir = scratch("store-merges");
+    let profile = store_with(&dir, SEED);
+    let lib = lib4();
+    let mut want: Vec<String> = SEED.iter().map(|s| miss_line(s)).collect();
+    let mut cmds = Vec::new();
+    for i in 0..8 {
+        let (root, key) = shard(&dir, i);
+        want.push(key);
+        let mut c = cli(&dir, &["merge", "--lib", lib.to_str().unwrap()]);
+        c.arg(&root);
+        cmds.push(c);
+    }
+    for out in run_all_at_once(cmds) {
+        let stdout = succeeded(&out);
+        assert!(stdout.contains("1 rows added"), "{stdout}");
+    }
+    want.sort();
+    for rank in 0..2 {
+        let rows: Vec<String> = rows_of(&profile, rank).into_keys().collect();
+        assert_eq!(
+            rows, want,
+            "rank {rank}: the seed rows and every shard's row"
+        );
+    }
+    let reg = json_file(&dir.join("profiles/profiles.json"));
+    assert_eq!(reg["profiles"][PROFILE]["rows_per_rank"], want.len());
+    assert_eq!(
+        campaign_kinds(&profile),
+        ["merge"; 8],
+        "every merge is recorded"
+    );
+    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn eight_imports_at_once_keep_every_shape() {
+    let dir = scratch("store-imports");
+    let profile = store_with(&dir, SEED);
+    let before: Vec<Vec<u8>> = (0..2)
+        .map(|r| std::fs::read(profile.join(format!("tunableop_results{r}.csv"))).unwrap())
+        .collect();
+    let lib = lib4();
+    // Another build's results (its shapes are imported, its ids never): a full profile
+    // that every import brings, and one shape of each import's own.
+    let shared: Vec<String> = (0..2000)
+        .map(|i| format!("ex:TN:h:{}:{}:16", 8 * (1 + i % 40), 1 + i / 40))
+        .collect();
+    let results_file = |path: &Path, specs: &[String]| {
+        let mut text = String::from("Validator,ROCBLAS_VERSION,9.9.9\n");
+        for s in specs {
+            text.push_str(&row(s, "Gemm_Rocblas_7"));
+            text.push('\n');
+        }
+        std::fs::write(path, text).unwrap();
+    };
+    let shared_file = dir.join("other-build.csv");
+    results_file(&shared_file, &shared);
+    let mut want: Vec<String> = shared.iter().map(|s| miss_line(s)).collect();
+    let mut cmds = Vec::new();
+    for i in 0..8 {
+        let spec = format!("ex:TN:h:{}:{}:48", 32 + 8 * i, 1 + i);
+        let own = dir.join(format!("other{i}.csv"));
+        results_file(&own, std::slice::from_ref(&spec));
+        want.push(miss_line(&spec));
+        let mut c = cli(
+            &dir,
+            &["profiles", "import", "--lib", lib.to_str().unwrap()],
+        );
+        c.arg(&shared_file).arg(&own);
+        cmds.push(c);
+    }
+    let mut added = 0;
+    for out in run_all_at_once(cmds) {
+        let stdout = succeeded(&out);
+        let n = stdout.split(' ').next().unwrap();
+        added += n.parse::<usize>().unwrap_or_else(|_| panic!("{stdout}"));
+    }
+    assert_eq!(added, want.len(), "each shape counted new once");
+    let mut waiting: Vec<String> = std::fs::read_to_string(profile.join("imported_shapes.csv"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    waiting.sort();
+    want.sort();
+    assert!(
+        waiting == want,
+        "{} shapes waiting, not {}: every import's shapes, once",
+        waiting.len(),
+        want.len()
+    );
+    assert_eq!(
+        campaign_kinds(&profile),
+        ["import"; 8],
+        "every import is recorded"
+    );
+    for (r, bytes) in before.iter().enumerate() {
+        let now = std::fs::read(profile.join(format!("tunableop_results{r}.csv"))).unwrap();
+        assert_eq!(&now, bytes, "rank {r} is not touched by an import");
+    }
+    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
+}
+
+/// `tune` arguments for one shape, quick settings (the tests check plumbing, not timing).
+fn tune_args(lib: &Path, shape: &str) -> Vec<String> {
+    [
+        "tune",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--shape",
+        shape,
+        "--trials",
+        "3",
+        "--max-trials",
+        "3",
+        "--rotate-mib",
+        "1",
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The rows a `tune --json` summary says it wrote: shape -> solution.
+fn rows_written(summary: &Value) -> BTreeMap<String, String> {
+    summary["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["rejected"].is_null() && o["error"].is_null())
+        .filter_map(|o| {
+            let row = o["tuned"]["verdict"]["row"].as_str()?;
+            Some((o["shape"].as_str()?.to_string(), row.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn tunes_and_merges_at_once_keep_every_row() {
+    let dir = scratch("store-tunes");
+    let profile = store_with(&dir, SEED);
+    let lib = lib4();
+    let mut cmds = Vec::new();
+    let mut merged = Vec::new();
+    for i in 0..4 {
+        let args = tune_args(&lib, &format!("f16:TN:{}:{}:64", 32 + 8 * i, 1 + i));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        cmds.push(cli(&dir, &refs));
+        let (root, key) = shard(&dir, i);
+        merged.push(key);
+        let mut c = cli(&dir, &["merge", "--lib", lib.to_str().unwrap()]);
+        c.arg(&root);
+        cmds.push(c);
+    }
+    let mut tuned = BTreeMap::new();
+    for (i, out) in run_all_at_once(cmds).iter().enumerate() {
+        let stdout = succeeded(out);
+        if i % 2 == 0 {
+            let summary: Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(summary["counts"]["shapes"], 1, "{stdout}");
+            tuned.extend(rows_written(&summary));
+        }
+    }
+    let rows = rows_of(&profile, 0);
+    for key in SEED.iter().map(|s| miss_line(s)).chain(merged) {
+        assert_eq!(rows.get(&key).map(String::as_str), Some("Default"), "{key}");
+    }
+    for (shape, solution) in &tuned {
+        assert_eq!(rows.get(shape), Some(solution), "{shape}: the tuned row");
+    }
+    assert_eq!(rows.len(), SEED.len() + 4 + tuned.len(), "{rows:?}");
+    for rank in 1..4 {
+        assert_eq!(rows_of(&profile, rank), rows, "rank {rank}");
+    }
+    let mut want = vec!["merge"; 4];
+    want.extend(["tune"; 4]);
+    assert_eq!(campaign_kinds(&profile), want);
+    // Each campaign keeps its own record, even those started in the same second.
+    assert_eq!(
+        std::fs::read_dir(profile.join("campaigns"))
+            .unwrap()
+            .count(),
+        4
+    );
+    assert!(!profile.join(".campaign.partial.jsonl").exists());
+    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
+}
+
+/// Limits the command's files to `bytes` (a full disk for every write past it) and
+/// ignores SIGXFSZ, so a write past the limit fails with EFBIG.
+fn with_file_size_limit(cmd: &mut Command, bytes: u64) {
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+const LIMIT: u64 = 16 * 1024;
+
+/// A provenance file larger than [`LIMIT`]: its new version cannot be written; the rank
+/// files (a few hundred bytes) can.
+fn big_provenance(profile: &Path) {
+    let prov = serde_json::json!({
+        "profile": PROFILE,
+        "campaigns": [{"kind": "earlier", "notes": "x".repeat(2 * LIMIT as usize)}],
+    });
+    std::fs::write(profile.join("provenance.json"), prov.to_string()).unwrap();
+}
+
+/// The bytes of the store's rank files, provenance and registry.
+fn store_bytes(dir: &Path, profile: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files: Vec<PathBuf> = vec![dir.join("profiles/profiles.json")];
+    for e in std::fs::read_dir(profile).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("tunableop_results") || name == "provenance.json" {
+            files.push(p);
+        }
+    }
+    files
+        .into_iter()
+        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+        .collect()
+}
+
+/// The command failed (exit 1) and said which file and that nothing changed.
+fn failed_naming_provenance(out: &Output) {
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{PROFILE}/provenance.json"))
+            && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_merge_failing_on_provenance_leaves_the_profile_as_it_was() {
+    let dir = scratch("store-merge-full");
+    let profile = store_with(&dir, SEED);
+    big_provenance(&profile);
+    let before = store_bytes(&dir, &profile);
+    let (root, _) = shard(&dir, 0);
+    let mut cmd = cli(&dir, &["merge", "--lib", lib4().to_str().unwrap()]);
+    cmd.arg(&root);
+    with_file_size_limit(&mut cmd, LIMIT);
+    let out = run_guarded(cmd);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        store_bytes(&dir, &profile) == before,
+        "every file as it was"
+    );
+    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
+    failed_naming_provenance(&out);
+
+    // With room, the same merge goes through.
+    let mut cmd = cli(&dir, &["merge", "--lib", lib4().to_str().unwrap()]);
+    cmd.arg(&root);
+    assert!(succeeded(&run_guarded(cmd)).contains("1 rows added"));
+    assert_eq!(rows_of(&profile, 0).len(), SEED.len() + 1);
+    assert_eq!(campaign_kinds(&profile), ["earlier", "merge"]);
+}
+
+#[test]
+fn a_tune_failing_on_provenance_leaves_the_profile_as_it_was_and_resumes() {
+    let dir = scratch("store-tune-full");
+    let profile = store_with(&dir, SEED);
+    big_provenance(&profile);
+    let before = store_bytes(&dir, &profile);
+    let args = tune_args(&lib4(), "f16:TN:48:3:64");
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = cli(&dir, &refs);
+    with_file_size_limit(&mut cmd, LIMIT);
+    let out = run_guarded(cmd);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        store_bytes(&dir, &profile) == before,
+        "every file as it was"
+    );
+    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
+    failed_naming_provenance(&out);
+
+    // The checkpoint was kept: the same command, with room, resumes and writes.
+    let summary: Value = serde_json::from_str(&succeeded(&run_guarded(cli(&dir, &refs)))).unwrap();
+    assert_eq!(summary["resumed"], 1);
+    assert_eq!(campaign_kinds(&profile), ["earlier", "tune"]);
+    let rows = rows_of(&profile, 0);
+    assert_eq!(rows.len(), SEED.len() + rows_written(&summary).len());
+}
