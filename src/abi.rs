@@ -105,8 +105,11 @@ pub fn datatype_size(t: Datatype) -> Option<usize> {
 
 // ---- C signatures -------------------------------------------------------------------------
 // `I` is the integer width of sizes: i32 (`rocblas_int`) or i64 for the `_64` twins.
+// The GEMM entry points are "C-unwind": a thread cancelled inside the real rocBLAS (a C++
+// library, whose waits are cancellation points) unwinds through the interposer's frames back
+// to the host, as it would without it; through a plain "C" frame it would abort the process.
 
-pub type GemmExFn<I> = unsafe extern "C" fn(
+pub type GemmExFn<I> = unsafe extern "C-unwind" fn(
     Handle,
     Operation,
     Operation,
@@ -133,7 +136,7 @@ pub type GemmExFn<I> = unsafe extern "C" fn(
     u32,
 ) -> Status;
 
-pub type GemmBatchedExFn<I> = unsafe extern "C" fn(
+pub type GemmBatchedExFn<I> = unsafe extern "C-unwind" fn(
     Handle,
     Operation,
     Operation,
@@ -161,7 +164,7 @@ pub type GemmBatchedExFn<I> = unsafe extern "C" fn(
     u32,
 ) -> Status;
 
-pub type GemmStridedBatchedExFn<I> = unsafe extern "C" fn(
+pub type GemmStridedBatchedExFn<I> = unsafe extern "C-unwind" fn(
     Handle,
     Operation,
     Operation,
@@ -194,7 +197,7 @@ pub type GemmStridedBatchedExFn<I> = unsafe extern "C" fn(
 ) -> Status;
 
 /// `rocblas_hgemm` / `rocblas_sgemm` (alpha, beta, A, B, C typed by the function).
-pub type TypedGemmFn<I> = unsafe extern "C" fn(
+pub type TypedGemmFn<I> = unsafe extern "C-unwind" fn(
     Handle,
     Operation,
     Operation,
@@ -211,7 +214,7 @@ pub type TypedGemmFn<I> = unsafe extern "C" fn(
     I,
 ) -> Status;
 
-pub type TypedGemmStridedBatchedFn<I> = unsafe extern "C" fn(
+pub type TypedGemmStridedBatchedFn<I> = unsafe extern "C-unwind" fn(
     Handle,
     Operation,
     Operation,

@@ -548,3 +548,305 @@ fn file_size_limit_short_writes_leave_only_whole_lines() {
     );
     assert_eq!(lines[..], want[..lines.len()], "a clean prefix, in order");
 }
+
+// ---------------------------------------------------------------------------------------
+// The lifecycle cases an outside tester found (life_host): every one hung, crashed, aborted
+// or lost records before the shared lifecycle. Each runs the host under the preload and
+// checks it ended as it meant to, within the hang guard.
+// ---------------------------------------------------------------------------------------
+
+/// life_host's GEMM number `n` (m = k = 2) as a spec, for its miss line.
+fn life_shape(n: usize) -> String {
+    format!("ex:NN:s:2:{n}:2")
+}
+
+/// A life_host run with no trace file (refblas's trace writer would be one more lock in
+/// the way of a signal handler, with or without the preload).
+fn life(dir: &Path, args: &[&str]) -> std::process::Output {
+    let mut cmd = life_cmd(dir, true, args);
+    cmd.env_remove("REFBLAS_TRACE");
+    run_guarded(cmd)
+}
+
+/// life_host's shape number `i` (`@distinct`, `@repeat`: m = 2 + i / 4096, n = i % 4096 + 1,
+/// k = 1) as a spec.
+fn life_number(i: usize) -> String {
+    format!("ex:NN:s:{}:{}:1", 2 + i / 4096, i % 4096 + 1)
+}
+
+fn calls_of(counts: &[(String, u64)], spec: &str) -> u64 {
+    let line = miss_line(spec);
+    counts
+        .iter()
+        .filter(|(l, _)| *l == line)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn forking_while_eight_threads_record_never_hangs_a_child() {
+    // Python's multiprocessing and PyTorch's DataLoader fork a threaded process like this.
+    for round in 0..3 {
+        let dir = scratch(&format!("rel-storm-{round}"));
+        let out = life(&dir, &["@gemm:3", "@storm:8:30"]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(stdout.contains("storm-hung=0\n"), "round {round}: {stdout}");
+        whole_miss_files(&dir);
+    }
+}
+
+#[test]
+fn a_signal_handler_that_exits_never_hangs_and_writes_the_counts() {
+    for mode in ["_exit", "exit", "Exit"] {
+        for round in 0..4 {
+            let dir = scratch(&format!("rel-sigexit-{mode}-{round}"));
+            let out = life(&dir, &["@gemm:3", &format!("@sigexit:8:{mode}")]);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(7), "{mode} round {round}: {stderr}");
+            assert!(stderr.contains(" calls: "), "{mode}: the summary: {stderr}");
+            let (lines, counts) = whole_miss_files(&dir);
+            assert!(!lines.is_empty(), "{mode}: shapes were logged");
+            assert!(
+                !counts.is_empty(),
+                "{mode}: the counts were written at the exit"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_gemm_from_a_signal_handler_does_not_deadlock() {
+    let dir = scratch("rel-siggemm");
+    let out = life(&dir, &["@gemm:3", "@siggemm:400"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let made: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("siggemm="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(made > 0, "{stdout}");
+    // Every shape ends up counted, the handler's included.
+    let (_, counts) = whole_miss_files(&dir);
+    assert!(calls_of(&counts, &life_shape(7)) > 0, "{counts:?}");
+}
+
+#[test]
+fn cancelling_a_thread_inside_a_gemm_does_not_abort_the_host() {
+    // Cancellation acted on between GEMMs (the host's own cancellation point), and inside
+    // the real library (refblas's REFBLAS_CANCEL_POINT, as rocBLAS's device waits): the
+    // unwinding passes through the interposer's frames back to the host. Without the
+    // interposer both runs survive, so must they with it.
+    for inside in [false, true] {
+        for preload in [false, true] {
+            let dir = scratch(&format!("rel-cancel-{inside}-{preload}"));
+            let mut cmd = life_cmd(&dir, preload, &["@gemm:3", "@cancel:20"]);
+            cmd.env_remove("REFBLAS_TRACE");
+            if inside {
+                cmd.env("REFBLAS_CANCEL_POINT", "1");
+            }
+            let out = run_guarded(cmd);
+            assert!(
+                out.status.success(),
+                "inside the library: {inside}, preload: {preload}: {:?}: {}",
+                out.status,
+                text(&out.stderr)
+            );
+            assert!(text(&out.stdout).contains("cancelled=20\n"));
+            if preload {
+                whole_miss_files(&dir);
+            }
+        }
+    }
+}
+
+/// Runs life_host with `last` after two misses (shape 0 twice, shape 1 once) and checks
+/// that the counts and the summary were written on the way out.
+fn way_out(name: &str, last: &[&str]) {
+    let dir = scratch(name);
+    let mut args = vec!["@repeat:0:2", "@repeat:1:1"];
+    args.extend_from_slice(last);
+    let out = life(&dir, &args);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{name}: {stderr}");
+    assert!(
+        stderr.contains("3 calls: 0 served, 0 default, 3 missed (2 shapes)"),
+        "{name}: the summary: {stderr}"
+    );
+    let (lines, counts) = whole_miss_files(&dir);
+    assert_eq!(lines.len(), 2, "{name}: {lines:?}");
+    assert_eq!(calls_of(&counts, &life_number(0)), 2, "{name}: {counts:?}");
+    assert_eq!(calls_of(&counts, &life_number(1)), 1, "{name}: {counts:?}");
+}
+
+#[test]
+fn every_way_out_writes_counts_and_the_summary() {
+    way_out("rel-out-exit", &[]);
+    way_out("rel-out-Exit", &["@Exit"]);
+    way_out("rel-out-quick-exit", &["@quick-exit"]);
+    way_out("rel-out-exec", &["@exec:/bin/true"]);
+}
+
+#[test]
+fn a_failed_exec_leaves_the_run_going_and_the_real_exit_writes_again() {
+    let dir = scratch("rel-exec-fail");
+    let out = life(
+        &dir,
+        &["@repeat:0:2", "@exec:/nonexistent/tunedblas", "@repeat:1:1"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(text(&out.stdout).contains("exec-failed="));
+    assert!(
+        stderr.contains("3 calls: 0 served, 0 default, 3 missed (2 shapes)"),
+        "{stderr}"
+    );
+    let (_, counts) = whole_miss_files(&dir);
+    assert_eq!(calls_of(&counts, &life_number(1)), 1, "{counts:?}");
+}
+
+#[test]
+fn a_raw_exit_group_keeps_every_shape_and_the_last_periodic_counts() {
+    // Counts are rewritten at least once a second while new shapes come: a process that
+    // leaves with a raw exit_group (or SIGKILL) keeps counts that fresh.
+    let dir = scratch("rel-exit-group");
+    let out = life(
+        &dir,
+        &["@repeat:4:100", "@sleep:1100", "@repeat:5:1", "@exit-group"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (lines, counts) = whole_miss_files(&dir);
+    assert_eq!(
+        lines,
+        vec![miss_line(&life_number(4)), miss_line(&life_number(5))]
+    );
+    assert_eq!(calls_of(&counts, &life_number(4)), 100, "{counts:?}");
+}
+
+#[test]
+fn gemms_from_late_destructors_reach_the_counts() {
+    // An exit handler registered before the first GEMM runs after the interposer's.
+    let dir = scratch("rel-late-dtor");
+    let out = life(&dir, &["@atexit-gemm", "@repeat:0:1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (lines, counts) = whole_miss_files(&dir);
+    assert!(lines.contains(&miss_line(&life_shape(4095))), "{lines:?}");
+    assert_eq!(calls_of(&counts, &life_shape(4095)), 1, "{counts:?}");
+}
+
+#[test]
+fn more_than_sixteen_thousand_shapes_are_all_recorded() {
+    let dir = scratch("rel-many-shapes");
+    let n = 20_001;
+    let out = life(&dir, &[&format!("@distinct:{n}")]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("failed=0"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(!stderr.contains("not recorded"), "{stderr}");
+    let (lines, counts) = whole_miss_files(&dir);
+    assert_eq!(lines.len(), n, "every shape in the log");
+    assert_eq!(counts.len(), n, "every shape in the counts");
+    assert!(counts.iter().all(|(_, c)| *c == 1));
+}
+
+#[test]
+fn relative_miss_and_stats_paths_survive_a_chdir() {
+    let dir = scratch("rel-chdir");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut cmd = life_cmd(
+        &dir,
+        true,
+        &[
+            "@repeat:0:1",
+            &format!("@chdir:{}", elsewhere.display()),
+            "@repeat:1:1",
+        ],
+    );
+    cmd.env_remove("REFBLAS_TRACE")
+        .current_dir(&dir)
+        .env("TUNEDBLAS_MISS_DIR", "misses")
+        .env("TUNEDBLAS_STATS", "stats.json");
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing written in the folder the host moved to"
+    );
+    let (lines, counts) = whole_miss_files(&dir);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(counts.len(), 2);
+    let stats = std::fs::read_to_string(dir.join("stats.json")).expect("stats where asked");
+    assert!(stats.contains("\"missed_shapes\": 2"), "{stats}");
+}
+
+#[test]
+fn a_fork_child_writes_its_own_stats_beside_the_parents() {
+    let dir = scratch("rel-fork-stats");
+    profile_with_hit(&dir);
+    let stats = dir.join("stats.json");
+    let mut cmd = fault_cmd(&dir, true, &[&format!("{A}:3"), "@forkx", B]);
+    cmd.env("TUNEDBLAS_STATS", &stats);
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let parent: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    // The parent made A three times and B once; the child B once.
+    assert_eq!(parent["calls"], 4, "{parent}");
+    let child: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("stats.json.") && !n.contains(".tmp."))
+        .collect();
+    assert_eq!(child.len(), 1, "{child:?}");
+    let child: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(&child[0])).unwrap()).unwrap();
+    assert_eq!(child["calls"], 1, "{child}");
+}
+
+#[test]
+fn a_restarted_process_with_the_same_host_and_pid_keeps_the_first_runs_counts() {
+    // A container's PID 1 restarted: two runs as pid 1 of their own pid namespace.
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "skipped: this machine does not allow `unshare --pid` (needs root or user namespaces)"
+        );
+        return;
+    }
+    let dir = scratch("rel-pid-reuse");
+    for run in 0..2 {
+        let mut inner = life_cmd(&dir, true, &["@repeat:0:45"]);
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--fork"])
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.env_remove("REFBLAS_TRACE");
+        let _ = &mut inner;
+        let out = run_guarded(cmd);
+        assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
+    }
+    let (_, counts) = whole_miss_files(&dir);
+    assert_eq!(
+        counts,
+        vec![
+            (miss_line(&life_number(0)), 45),
+            (miss_line(&life_number(0)), 45)
+        ],
+        "both runs' counts are kept"
+    );
+}

@@ -2,8 +2,11 @@
 //!
 //! Each export interposes the whole process, so the list is short on purpose: the rocBLAS
 //! GEMM entry points we serve, `cublasLtMatmul` and its serving switch, and `_exit` (so `os._exit` and friends still flush the miss
-//! counts). `tests/exports.rs` checks that nothing else is exported. Each function only
-//! packs its arguments and hands them to `serve`; none of them can unwind into C.
+//! counts). `tests/build_properties.rs` checks that nothing else is exported. Each function
+//! only packs its arguments and hands them to `serve`. Our own panics never unwind into C;
+//! the GEMM entry points are "C-unwind" only so a thread cancelled inside the real library
+//! unwinds back to its host through our frames (which hold nothing to drop around the real
+//! call) instead of aborting the process.
 
 use std::ffi::{c_int, c_void};
 
@@ -51,7 +54,7 @@ macro_rules! ex_args {
 macro_rules! gemm_ex_export {
     ($name:ident, $hook:ident, $I:ty) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             h: Handle,
             ta: Operation,
             tb: Operation,
@@ -94,7 +97,7 @@ macro_rules! gemm_ex_export {
             );
 
             #[inline(never)]
-            unsafe extern "C" fn serve_it(
+            unsafe extern "C-unwind" fn serve_it(
                 h: Handle,
                 ta: Operation,
                 tb: Operation,
@@ -201,7 +204,7 @@ macro_rules! gemm_ex_export {
 macro_rules! gemm_batched_ex_export {
     ($name:ident, $hook:ident, $I:ty) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             h: Handle,
             ta: Operation,
             tb: Operation,
@@ -243,7 +246,7 @@ macro_rules! gemm_batched_ex_export {
             );
 
             #[inline(never)]
-            unsafe extern "C" fn serve_it(
+            unsafe extern "C-unwind" fn serve_it(
                 h: Handle,
                 ta: Operation,
                 tb: Operation,
@@ -283,7 +286,7 @@ macro_rules! gemm_batched_ex_export {
 macro_rules! gemm_strided_batched_ex_export {
     ($name:ident, $hook:ident, $I:ty) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             h: Handle,
             ta: Operation,
             tb: Operation,
@@ -329,7 +332,7 @@ macro_rules! gemm_strided_batched_ex_export {
             );
 
             #[inline(never)]
-            unsafe extern "C" fn serve_it(
+            unsafe extern "C-unwind" fn serve_it(
                 h: Handle,
                 ta: Operation,
                 tb: Operation,
@@ -373,7 +376,7 @@ macro_rules! gemm_strided_batched_ex_export {
 macro_rules! typed_gemm_export {
     ($name:ident, $hook:ident, $I:ty, $types:expr) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             h: Handle,
             ta: Operation,
             tb: Operation,
@@ -413,7 +416,7 @@ macro_rules! typed_gemm_export {
 macro_rules! typed_gemm_strided_batched_export {
     ($name:ident, $hook:ident, $I:ty, $types:expr) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             h: Handle,
             ta: Operation,
             tb: Operation,

@@ -20,6 +20,30 @@ pub fn guard<F: FnOnce() -> Status>(f: F) -> Status {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(STATUS_INTERNAL_ERROR)
 }
 
+/// `REFBLAS_CANCEL_POINT=1` (read once): each GEMM entry point begins with
+/// `pthread_testcancel`, a cancellation point as real rocBLAS has inside its device waits.
+/// The GEMM exports are "C-unwind" and this runs before anything that could need dropping,
+/// so a thread cancelled here unwinds back to its caller as it would through C++ rocBLAS.
+pub fn cancel_point() {
+    static ON: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let mut on = ON.load(std::sync::atomic::Ordering::Relaxed);
+    if on == 0 {
+        on = if std::env::var_os("REFBLAS_CANCEL_POINT").is_some_and(|v| v == "1") {
+            2
+        } else {
+            1
+        };
+        ON.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+    if on == 2 {
+        extern "C-unwind" {
+            fn pthread_testcancel();
+        }
+        // SAFETY: no preconditions; it unwinds (forced) only if this thread was cancelled.
+        unsafe { pthread_testcancel() };
+    }
+}
+
 /// Runs a HIP entry point; a panic becomes `hipErrorUnknown`.
 pub fn guard_hip<F: FnOnce() -> HipError>(f: F) -> HipError {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(crate::hip::HIP_ERROR_UNKNOWN)
@@ -375,7 +399,7 @@ macro_rules! __refblas_gemm_exports {
         /// As rocBLAS documents.
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn $gemm_ex(
+        pub unsafe extern "C-unwind" fn $gemm_ex(
             handle: $crate::abi::Handle,
             trans_a: $crate::abi::Operation,
             trans_b: $crate::abi::Operation,
@@ -401,6 +425,7 @@ macro_rules! __refblas_gemm_exports {
             solution_index: i32,
             flags: u32,
         ) -> $crate::abi::Status {
+            $crate::exports::cancel_point();
             $crate::exports::guard(|| {
                 $crate::exports::gemm_ex(
                     REFBLAS_FLAVOUR,
@@ -439,7 +464,7 @@ macro_rules! __refblas_gemm_exports {
         /// As rocBLAS documents.
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn $batched_ex(
+        pub unsafe extern "C-unwind" fn $batched_ex(
             handle: $crate::abi::Handle,
             trans_a: $crate::abi::Operation,
             trans_b: $crate::abi::Operation,
@@ -466,6 +491,7 @@ macro_rules! __refblas_gemm_exports {
             solution_index: i32,
             flags: u32,
         ) -> $crate::abi::Status {
+            $crate::exports::cancel_point();
             $crate::exports::guard(|| {
                 $crate::exports::gemm_ex(
                     REFBLAS_FLAVOUR,
@@ -504,7 +530,7 @@ macro_rules! __refblas_gemm_exports {
         /// As rocBLAS documents.
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn $strided_ex(
+        pub unsafe extern "C-unwind" fn $strided_ex(
             handle: $crate::abi::Handle,
             trans_a: $crate::abi::Operation,
             trans_b: $crate::abi::Operation,
@@ -535,6 +561,7 @@ macro_rules! __refblas_gemm_exports {
             solution_index: i32,
             flags: u32,
         ) -> $crate::abi::Status {
+            $crate::exports::cancel_point();
             $crate::exports::guard(|| {
                 $crate::exports::gemm_ex(
                     REFBLAS_FLAVOUR,
@@ -585,7 +612,7 @@ macro_rules! __refblas_typed_exports {
         /// As rocBLAS documents.
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn $plain(
+        pub unsafe extern "C-unwind" fn $plain(
             handle: $crate::abi::Handle,
             trans_a: $crate::abi::Operation,
             trans_b: $crate::abi::Operation,
@@ -601,6 +628,7 @@ macro_rules! __refblas_typed_exports {
             c: *mut ::std::ffi::c_void,
             ldc: $I,
         ) -> $crate::abi::Status {
+            $crate::exports::cancel_point();
             $crate::exports::guard(|| {
                 $crate::exports::typed_gemm(
                     REFBLAS_FLAVOUR,
@@ -630,7 +658,7 @@ macro_rules! __refblas_typed_exports {
         /// As rocBLAS documents.
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn $strided(
+        pub unsafe extern "C-unwind" fn $strided(
             handle: $crate::abi::Handle,
             trans_a: $crate::abi::Operation,
             trans_b: $crate::abi::Operation,
@@ -650,6 +678,7 @@ macro_rules! __refblas_typed_exports {
             stride_c: i64,
             batch_count: $I,
         ) -> $crate::abi::Status {
+            $crate::exports::cancel_point();
             $crate::exports::guard(|| {
                 $crate::exports::typed_gemm(
                     REFBLAS_FLAVOUR,

@@ -20,6 +20,9 @@ pub struct Hosts {
     pub fault4: PathBuf,
     /// dl_host: not linked against rocBLAS.
     pub dl: PathBuf,
+    /// life_host (process life and death: fork storms, signal-handler exits, cancellation,
+    /// every way out) linked against `lib4/librocblas.so.4`.
+    pub life4: PathBuf,
 }
 
 fn cc(args: &[&str], out: &Path) {
@@ -52,7 +55,18 @@ pub fn hosts() -> &'static Hosts {
             &[&hosts.join("dl_host.c").display().to_string(), "-ldl"],
             &dl,
         );
-        Hosts { fault4, dl }
+        let life4 = a.work.join("life_host4");
+        cc(
+            &[
+                &hosts.join("life_host.c").display().to_string(),
+                &format!("-L{lib}"),
+                &format!("-Wl,-rpath,{lib}"),
+                "-lrocblas",
+                "-lpthread",
+            ],
+            &life4,
+        );
+        Hosts { fault4, dl, life4 }
     })
 }
 
@@ -103,6 +117,14 @@ pub fn wait_guarded(mut child: Child, what: &str) -> Output {
 /// A fault_host command with the test environment of `dir`.
 pub fn fault_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
     let mut cmd = Command::new(&hosts().fault4);
+    cmd.args(args);
+    host_env(&mut cmd, dir, preload);
+    cmd
+}
+
+/// A life_host command with the test environment of `dir`.
+pub fn life_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(&hosts().life4);
     cmd.args(args);
     host_env(&mut cmd, dir, preload);
     cmd

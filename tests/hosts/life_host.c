@@ -1,0 +1,263 @@
+/* life_host: hosts the way production processes live and die, for the lifecycle tests
+ * (tests/reliability_life.rs). Linked against librocblas.so.N like gemm_host; the steps run
+ * in order. Every GEMM here is an f32 gemm_ex with m = k = 2 on buffers allocated up front,
+ * so the host itself makes no allocation while GEMMs run (what it does in a signal handler
+ * is then safe without the interposer, and any hang is the interposer's).
+ *
+ * usage: life_host STEP...
+ *   @storm:T:N       T threads make new missed shapes without pause while the main thread
+ *                    forks N children one after another; each child makes one new missed
+ *                    GEMM and leaves (_exit for even children, exit for odd); a child not
+ *                    gone within 10 s is killed. Prints storm-hung=H
+ *   @sigexit:T:MODE  a SIGTERM handler that calls _exit(7) (MODE _exit), exit(7) (exit) or
+ *                    _Exit(7) (Exit); T threads make new misses; after 100 ms the process
+ *                    sends itself SIGTERM and waits
+ *   @siggemm:MS      a SIGALRM handler makes a GEMM (a new shape every 4th signal), every
+ *                    200 us, while the main thread makes new misses for MS milliseconds.
+ *                    Prints siggemm=<GEMMs made in the handler>
+ *   @cancel:N        N times: a thread making new missed shapes without pause (with a
+ *                    pthread_testcancel between GEMMs) is cancelled (deferred) and joined.
+ *                    Prints cancelled=N
+ *   @distinct:N      N distinct missed shapes, once each. Prints distinct=N
+ *   @repeat:N:R      shape number N (as @distinct numbers them) R more times
+ *   @atexit-gemm     registers an exit handler (before any GEMM, so it runs after the
+ *                    interposer's) that makes a GEMM of a shape of its own
+ *   @chdir:DIR       chdir(DIR)
+ *   @sleep:MS        sleep
+ *   @exit-group      the raw exit_group system call (no libc exit path at all)
+ *   @quick-exit      quick_exit(0)
+ *   @Exit            _Exit(0)
+ *   @exec:PATH       execv(PATH, {PATH}) (returns only if it fails)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef void *rocblas_handle;
+int rocblas_create_handle(rocblas_handle *);
+int rocblas_gemm_ex(rocblas_handle, int, int, int, int, int, const void *, const void *, int, int,
+                    const void *, int, int, const void *, const void *, int, int, void *, int, int, int,
+                    int, int32_t, uint32_t);
+enum { OP_N = 111, F32 = 151 };
+
+#define MAXN 4096
+static float A[2 * 2], B[2 * MAXN], C[2 * MAXN];
+static rocblas_handle H;
+
+/* One f32 GEMM of m = k = 2 and this n (1..MAXN), on the shared buffers. */
+static int gemm_on(rocblas_handle h, int n, float *c) {
+    static const float one = 1.0f, zero = 0.0f;
+    return rocblas_gemm_ex(h, OP_N, OP_N, 2, n, 2, &one, A, F32, 2, B, F32, 2, &zero, c, F32, 2, c, F32, 2, F32,
+                           0, 0, 0);
+}
+
+static int gemm(int n) { return gemm_on(H, n, C); }
+
+/* Shapes beyond MAXN: m varies too, so every number names its own shape. */
+static int gemm_number(long i) {
+    static const float one = 1.0f, zero = 0.0f;
+    int n = (int)(i % MAXN) + 1, m = 2 + (int)(i / MAXN);
+    static float big[64 * MAXN];
+    if (m > 64) return -1;
+    return rocblas_gemm_ex(H, OP_N, OP_N, m, n, 1, &one, big, F32, m, B, F32, 1, &zero, big, F32, m, big, F32, m,
+                           F32, 0, 0, 0);
+}
+
+static volatile int stop;
+
+struct worker { int id; rocblas_handle h; float c[2 * MAXN]; };
+
+static void *misser(void *p) {
+    struct worker *w = p;
+    for (unsigned i = 0; !stop; i++) gemm_on(w->h, 1 + (int)((w->id * 997 + i) % MAXN), w->c);
+    return NULL;
+}
+
+static pthread_t start_missers(int t, struct worker *w, pthread_t *tid) {
+    for (int i = 0; i < t; i++) {
+        w[i].id = i;
+        rocblas_create_handle(&w[i].h);
+        pthread_create(&tid[i], NULL, misser, &w[i]);
+    }
+    return 0;
+}
+
+static void storm(int t, int n) {
+    struct worker *w = calloc(64, sizeof *w);
+    pthread_t tid[64];
+    stop = 0;
+    start_missers(t, w, tid);
+    int hung = 0;
+    for (int c = 0; c < n; c++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            gemm(MAXN - c);
+            if (c % 2 == 0) _exit(0);
+            exit(0);
+        }
+        int done = 0;
+        for (int waited = 0; waited < 10000 && !done; waited++) {
+            int st;
+            if (waitpid(pid, &st, WNOHANG) == pid) done = 1;
+            else usleep(1000);
+        }
+        if (!done) {
+            hung++;
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+    }
+    stop = 1;
+    for (int i = 0; i < t; i++) pthread_join(tid[i], NULL);
+    printf("storm-hung=%d\n", hung);
+    fflush(stdout);
+}
+
+static int exit_mode;
+static void on_term(int sig) {
+    (void)sig;
+    if (exit_mode == 0) _exit(7);
+    if (exit_mode == 1) exit(7);
+    _Exit(7);
+}
+
+static void sigexit(int t, const char *mode) {
+    exit_mode = !strcmp(mode, "_exit") ? 0 : !strcmp(mode, "exit") ? 1 : 2;
+    signal(SIGTERM, on_term);
+    struct worker *w = calloc(64, sizeof *w);
+    pthread_t tid[64];
+    stop = 0;
+    start_missers(t, w, tid);
+    usleep(100000);
+    kill(getpid(), SIGTERM);
+    for (;;) pause();
+}
+
+static volatile int handler_gemms, alarms;
+static float handler_c[2 * MAXN];
+static void on_alarm(int sig) {
+    (void)sig;
+    int k = ++alarms;
+    /* A repeat of one shape most of the time, a new one every 4th signal. */
+    gemm_on(H, (k % 4 == 0) ? 1 + (k / 4) % MAXN : 7, handler_c);
+    handler_gemms++;
+}
+
+static void siggemm(int ms) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 200}, {0, 200}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        gemm(1 + (int)(i * 7 % MAXN));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= ms) break;
+    }
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    signal(SIGALRM, SIG_IGN);
+    printf("siggemm=%d\n", handler_gemms);
+    fflush(stdout);
+}
+
+static void *cancellable(void *p) {
+    struct worker *w = p;
+    pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, NULL);
+    for (unsigned i = 0;; i++) {
+        gemm_on(w->h, 1 + (int)((w->id * 131 + i) % MAXN), w->c);
+        pthread_testcancel(); /* the host's own cancellation point, between GEMMs */
+    }
+    return NULL;
+}
+
+static void cancel(int n) {
+    struct worker *w = calloc(1, sizeof *w);
+    rocblas_create_handle(&w->h);
+    int done = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_t t;
+        w->id = i;
+        pthread_create(&t, NULL, cancellable, w);
+        usleep(5000);
+        pthread_cancel(t);
+        void *r;
+        pthread_join(t, &r);
+        if (r == PTHREAD_CANCELED) done++;
+    }
+    printf("cancelled=%d\n", done);
+    fflush(stdout);
+}
+
+static void late_gemm(void) { gemm(MAXN - 1); }
+
+int main(int argc, char **argv) {
+    for (int i = 0; i < 4; i++) A[i] = 1.0f;
+    for (int i = 0; i < 2 * MAXN; i++) B[i] = (float)(i % 7);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int have_handle = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "@atexit-gemm") && !have_handle) {
+            rocblas_create_handle(&H);
+            have_handle = 1;
+        }
+        if (!strncmp(a, "@storm:", 7)) {
+            int t = atoi(a + 7);
+            const char *n = strchr(a + 7, ':');
+            storm(t, n ? atoi(n + 1) : 10);
+        } else if (!strncmp(a, "@sigexit:", 9)) {
+            const char *mode = strchr(a + 9, ':');
+            sigexit(atoi(a + 9), mode ? mode + 1 : "_exit");
+        } else if (!strncmp(a, "@siggemm:", 9)) {
+            siggemm(atoi(a + 9));
+        } else if (!strncmp(a, "@cancel:", 8)) {
+            cancel(atoi(a + 8));
+        } else if (!strncmp(a, "@distinct:", 10)) {
+            long n = atol(a + 10), bad = 0;
+            for (long k = 0; k < n; k++) bad += gemm_number(k) != 0;
+            printf("distinct=%ld failed=%ld\n", n, bad);
+        } else if (!strncmp(a, "@repeat:", 8)) {
+            long n = atol(a + 8);
+            const char *r = strchr(a + 8, ':');
+            for (long k = 0, reps = r ? atol(r + 1) : 1; k < reps; k++) gemm_number(n);
+        } else if (!strcmp(a, "@atexit-gemm")) {
+            atexit(late_gemm);
+        } else if (!strncmp(a, "@chdir:", 7)) {
+            if (chdir(a + 7) != 0) { perror("life_host: chdir"); return 3; }
+        } else if (!strncmp(a, "@sleep:", 7)) {
+            usleep(atoi(a + 7) * 1000);
+        } else if (!strcmp(a, "@exit-group")) {
+            syscall(SYS_exit_group, 0);
+        } else if (!strcmp(a, "@quick-exit")) {
+            quick_exit(0);
+        } else if (!strcmp(a, "@Exit")) {
+            _Exit(0);
+        } else if (!strncmp(a, "@exec:", 6)) {
+            char *args[] = {(char *)a + 6, NULL};
+            execv(a + 6, args);
+            printf("exec-failed=%d\n", errno);
+        } else if (!strncmp(a, "@gemm:", 6)) {
+            printf("status=%d\n", gemm(atoi(a + 6)));
+        } else {
+            fprintf(stderr, "life_host: unknown step %s\n", a);
+            return 2;
+        }
+    }
+    return 0;
+}
