@@ -131,13 +131,60 @@ fn a_library_that_fails_everything_gets_the_callers_call_and_its_error() {
         reference,
         "the library's own error reaches the host"
     );
-    assert_eq!(stderr.matches("quarantined").count(), 1, "{stderr}");
+    // The caller's own call fails too, so the row is not to blame: it is not quarantined,
+    // and each such call counts as passed through (a call rocBLAS rejects).
+    assert_eq!(stderr.matches("quarantined").count(), 0, "{stderr}");
     assert!(
         stderr.contains(
-            "3 calls: 0 served, 0 default, 1 missed (1 shapes), 1 passed through, 1 fallbacks"
+            "3 calls: 0 served, 0 default, 1 missed (1 shapes), 2 passed through, 0 fallbacks"
         ),
         "{stderr}"
     );
     // The shape that missed is still recorded for tuning.
     assert_eq!(whole_miss_files(&dir).0, vec![miss_line(miss)]);
+}
+
+#[test]
+fn a_bad_call_from_the_caller_does_not_quarantine_a_good_row() {
+    // alpha = NULL on a served shape: rocBLAS rejects the tuned call and the caller's own
+    // alike. The row is not at fault, so the next good call is served.
+    let dir = scratch("rel-null-alpha");
+    let spec = "ex:NN:s:2:9:2";
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha4(),
+        &[row(spec, &format!("Gemm_Rocblas_{}", tuned(spec)))],
+        1,
+    );
+    let mut cmd = life_cmd(
+        &dir,
+        true,
+        &[
+            "@null-alpha:9",
+            "@gemm:9",
+            "@null-handle:9",
+            "@null-handle:10",
+        ],
+    );
+    cmd.env_remove("REFBLAS_TRACE");
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = text(&out.stdout);
+    let statuses: Vec<&str> = stdout.lines().collect();
+    assert_eq!(statuses[1], "status=0", "{statuses:?}");
+    assert_ne!(
+        statuses[0], "status=0",
+        "alpha = NULL is rejected: {statuses:?}"
+    );
+    assert_eq!(stderr.matches("quarantined").count(), 0, "{stderr}");
+    assert!(
+        stderr.contains(
+            "4 calls: 1 served, 0 default, 0 missed (0 shapes), 3 passed through, 0 fallbacks"
+        ),
+        "{stderr}"
+    );
+    // A call on no handle is not a shape to tune.
+    assert!(whole_miss_files(&dir).0.is_empty());
 }

@@ -145,7 +145,7 @@ macro_rules! gemm_ex_export {
                     let types = ex_types(at, bt, ct, dt, ctype);
                     single_key_unchecked(ta, tb, types, dims, flags)
                 };
-                match serve::plan(key, chose) {
+                match serve::plan(key, chose, h) {
                     serve::Plan::Original => {}
                     serve::Plan::Tuned(id, entry) => {
                         let status = f(
@@ -174,9 +174,15 @@ macro_rules! gemm_ex_export {
                             id,
                             flags,
                         );
-                        if serve::tuned_result(id, entry, status) {
+                        if serve::tuned_result(status) {
                             return status;
                         }
+                        let own = f(
+                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d,
+                            dt, ldd, ctype, algo, sol, flags,
+                        );
+                        serve::fell_back(id, entry, status, own);
+                        return own;
                     }
                     // A miss served from a neighbouring token count: rare, so out of line, with
                     // the key rebuilt there. (Handing this function's `key` closure over

@@ -68,7 +68,11 @@ impl NearPlan {
 /// The per-call decision. Each call bumps exactly one counter (the calls total is their
 /// sum), and the row travels by reference: this is the hot path, see BENCHMARKS.md.
 #[inline(always)]
-fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decision {
+fn decide(
+    key: impl FnOnce() -> Option<ProblemKey>,
+    caller_chose: bool,
+    handle: Handle,
+) -> Decision {
     let Some(rt) = runtime::get() else {
         return Decision::Pass;
     };
@@ -90,7 +94,9 @@ fn decide(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Decis
             bump(Counter::PassedThrough);
             Decision::Pass
         }
-        None if !is_real_problem(&key) => {
+        // Nor is a call rocBLAS will reject (no handle: there was no device to make one
+        // on): it is not a shape to tune.
+        None if handle.is_null() || !is_real_problem(&key) => {
             bump(Counter::PassedThrough);
             Decision::Pass
         }
@@ -214,16 +220,19 @@ fn near_call(
 pub fn serve(
     key: impl Fn() -> Option<ProblemKey> + Copy,
     caller_chose: bool,
+    handle: Handle,
     call: impl Fn(Route) -> Status,
 ) -> Status {
-    match plan(key, caller_chose) {
+    match plan(key, caller_chose, handle) {
         Plan::Original => call(Route::Original),
         Plan::Tuned(id, entry) => {
             let status = call(Route::Tuned(id));
-            if tuned_result(id, entry, status) {
+            if tuned_result(status) {
                 return status;
             }
-            call(Route::Original)
+            let own = call(Route::Original);
+            fell_back(id, entry, status, own);
+            own
         }
         Plan::Near(n) => near(n, key, call),
     }
@@ -238,8 +247,8 @@ pub enum Plan {
 }
 
 #[inline(always)]
-pub fn plan(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool) -> Plan {
-    match decide(key, caller_chose) {
+pub fn plan(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool, handle: Handle) -> Plan {
+    match decide(key, caller_chose, handle) {
         Decision::Tuned(id, entry) => Plan::Tuned(id, entry),
         Decision::Near(n) => Plan::Near(n),
         Decision::Pass => Plan::Original,
@@ -291,30 +300,39 @@ fn unreachable_key() -> ProblemKey {
     )
 }
 
-/// The outcome of a tuned call the caller made itself: true when it succeeded (counted as
-/// served); false when it failed, the row is now quarantined and the caller's own call
-/// must be made.
+/// The outcome of a tuned call: true when it succeeded (counted as served); false when it
+/// failed, and the caller's own call must be made, then handed to [`fell_back`].
 #[inline(always)]
-pub fn tuned_result(id: i32, entry: &'static Entry, status: Status) -> bool {
+pub fn tuned_result(status: Status) -> bool {
     if status == STATUS_SUCCESS {
         bump(Counter::Served);
         return true;
     }
-    fell_back(id, entry, status);
     false
 }
 
-/// A tuned call failed: quarantine the row (reported once) and count the fallback.
+/// A tuned call failed with `tuned` and the caller's own call returned `own`. Only when the
+/// caller's call worked was the solution at fault: then the row is quarantined (reported
+/// once) and the call counts as a fallback. When it failed too (no valid handle, a NULL
+/// alpha, rocBLAS's device-memory size query answering 9/10), the caller's call was bad and
+/// the row stays: the call counts as passed through.
 #[cold]
 #[inline(never)]
-fn fell_back(id: i32, entry: &'static Entry, status: Status) {
+pub fn fell_back(id: i32, entry: &'static Entry, tuned: Status, own: Status) {
+    if own != STATUS_SUCCESS {
+        bump(Counter::PassedThrough);
+        debug!(
+            "solution {id} returned rocBLAS status {tuned} and the caller's own call {own}: the call was at fault, not the row"
+        );
+        return;
+    }
     if entry.quarantine() {
         let row = runtime::get()
             .and_then(|rt| rt.table())
             .and_then(|t| t.describe(entry))
             .unwrap_or_else(|| "its row".into());
         info!(
-            "solution {id} for {row} failed with rocBLAS status {status}; the row is quarantined for this process and the caller's own call is made instead (re-tune this build)"
+            "solution {id} for {row} failed with rocBLAS status {tuned} while the caller's own call works; the row is quarantined for this process and the caller's own call is made instead (re-tune this build)"
         );
     }
     bump(Counter::Fallbacks);
@@ -465,6 +483,7 @@ pub fn gemm_batched_ex<I: Int>(real: Option<GemmBatchedExFn<I>>, x: ExArgs<I>, b
     serve(
         || x.batched_key(Batching::PointerArray, batch.into(), [0; 4]),
         caller_chose(x.algo, x.flags),
+        x.handle,
         |route| {
             let x = x.routed(route);
             // SAFETY: forwarding the caller's arguments to the real function.
@@ -493,6 +512,7 @@ pub fn gemm_strided_batched_ex<I: Int>(
     serve(
         || x.batched_key(Batching::Strided, batch.into(), strides),
         caller_chose(x.algo, x.flags),
+        x.handle,
         |route| call_strided_ex(f, &x.routed(route), strides, batch),
     )
 }
@@ -594,6 +614,7 @@ pub fn typed_gemm<I: ExEntries>(
             single_key(x.trans_a, x.trans_b, types, e.dims(), FLAG_NONE)
         },
         false,
+        x.handle,
         |route| match route {
             // SAFETY: forwarding the caller's arguments to the real function.
             Route::Original => unsafe {
@@ -636,6 +657,7 @@ pub fn typed_gemm_strided_batched<I: ExEntries>(
             )
         },
         false,
+        x.handle,
         |route| match route {
             // SAFETY: forwarding the caller's arguments to the real function.
             Route::Original => unsafe {

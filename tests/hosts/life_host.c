@@ -28,6 +28,10 @@
  *   @quick-exit      quick_exit(0)
  *   @Exit            _Exit(0)
  *   @exec:PATH       execv(PATH, {PATH}) (returns only if it fails)
+ *   @gemm:N          one GEMM of n = N (m = k = 2). Prints status=S
+ *   @null-alpha:N    the same with alpha = NULL (the caller's mistake). Prints status=S
+ *   @null-handle:N   the same on a NULL handle (as after a failed create_handle). Prints
+ *                    status=S
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -252,6 +256,12 @@ int main(int argc, char **argv) {
             char *args[] = {(char *)a + 6, NULL};
             execv(a + 6, args);
             printf("exec-failed=%d\n", errno);
+        } else if (!strncmp(a, "@null-alpha:", 12)) {
+            static const float zero = 0.0f;
+            printf("status=%d\n", rocblas_gemm_ex(H, OP_N, OP_N, 2, atoi(a + 12), 2, NULL, A, F32, 2, B, F32, 2, &zero,
+                                                  C, F32, 2, C, F32, 2, F32, 0, 0, 0));
+        } else if (!strncmp(a, "@null-handle:", 13)) {
+            printf("status=%d\n", gemm_on(NULL, atoi(a + 13), C));
         } else if (!strncmp(a, "@gemm:", 6)) {
             printf("status=%d\n", gemm(atoi(a + 6)));
         } else {
