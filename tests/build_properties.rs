@@ -26,6 +26,8 @@ const ALLOWED: &[&str] = &[
     "rocblas_sgemm_strided_batched_64",
     "cublasLtMatmul",
     "tunedblas_cublaslt_serving",
+    "rocblas_create_handle",
+    "rocblas_destroy_handle",
     "_exit",
     "_Exit",
     "execve",

@@ -220,3 +220,176 @@ fn inert_in_a_shell_a_compiler_and_python_without_rocblas() {
     }
     assert_untouched(&dir);
 }
+
+// ---------------------------------------------------------------------------------------
+// Library lifetime: the module that linked rocBLAS closed and opened again, a 4.x module
+// closed and a 5.x one opened, and both builds loaded side by side in local scopes.
+// ---------------------------------------------------------------------------------------
+
+/// A profile store with one profile per build: `HIT` tuned to a solution of each build's
+/// own (never its heuristic's). Returns (v4 solution, v5 solution).
+fn two_build_profiles(dir: &Path) -> (i32, i32) {
+    let s4 = tuned(HIT);
+    let s5 = *non_heuristic_solutions(&artifacts().host5, HIT)
+        .last()
+        .unwrap();
+    let profiles = dir.join("profiles");
+    let sha5 = sha_of(&artifacts().libdir5, "librocblas.so.5");
+    let mut reg = serde_json::Map::new();
+    for (name, sha, sol) in [("ref-v4", sha4(), s4), ("ref-v5", sha5, s5)] {
+        std::fs::create_dir_all(profiles.join(name)).unwrap();
+        let text = format!(
+            "Validator,PT_VERSION,2.7.0\n{}\n",
+            row(HIT, &format!("Gemm_Rocblas_{sol}"))
+        );
+        std::fs::write(profiles.join(name).join("tunableop_results0.csv"), text).unwrap();
+        reg.insert(
+            name.into(),
+            serde_json::json!({"dir": name, "lib_sha256": sha, "rows_per_rank": 1, "status": "test"}),
+        );
+    }
+    std::fs::write(
+        profiles.join("profiles.json"),
+        serde_json::json!({ "profiles": reg }).to_string(),
+    )
+    .unwrap();
+    (s4, s5)
+}
+
+fn module5() -> String {
+    hosts().module5.display().to_string()
+}
+
+#[test]
+fn closing_and_reopening_the_module_that_links_rocblas_does_not_crash() {
+    let dir = scratch("rel-reopen");
+    let (s4, _) = two_build_profiles(&dir);
+    let open = format!("@open:{}:local", module());
+    let run = format!("@run:{HIT}");
+    // Another library opened in between takes the freed addresses, so the build comes
+    // back somewhere else: addresses found before the close must not be used.
+    let other = format!("@open:{}:local", module5());
+    let out = run_guarded(dl_cmd(
+        &dir,
+        true,
+        &[&open, &run, "@close", &other, &open, &run, "@close"],
+    ));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let t = trace(&dir);
+    assert_eq!(t.len(), 2, "{t:?}");
+    for call in &t {
+        assert_eq!(call["lib"], "librocblas.so.4");
+        assert_eq!(
+            call["solution"],
+            s4.to_string(),
+            "served both times: {stderr}"
+        );
+    }
+    assert!(stderr.contains("2 calls: 2 served"), "{stderr}");
+}
+
+#[test]
+fn a_5x_build_opened_after_the_4x_one_was_closed_gets_its_own_profile() {
+    let dir = scratch("rel-4-then-5");
+    let (s4, s5) = two_build_profiles(&dir);
+    let run = format!("@run:{HIT}");
+    let steps = [
+        format!("@open:{}:local", module()),
+        run.clone(),
+        "@close".into(),
+        format!("@open:{}:local", module5()),
+        run.clone(),
+    ];
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let out = run_guarded(dl_cmd(&dir, true, &steps));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let t = trace(&dir);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert_eq!(
+        (t[0]["lib"].as_str(), t[0]["solution"].clone()),
+        ("librocblas.so.4", s4.to_string())
+    );
+    assert_eq!(
+        (t[1]["lib"].as_str(), t[1]["solution"].clone()),
+        ("librocblas.so.5", s5.to_string()),
+        "the 5.x call ran in 5.x with the 5.x profile's solution: {stderr}"
+    );
+    assert!(stderr.contains("profile ref-v5 auto-selected"), "{stderr}");
+    assert!(stderr.contains("2 calls: 2 served"), "{stderr}");
+}
+
+#[test]
+fn two_builds_side_by_side_each_call_runs_in_its_own_build() {
+    let dir = scratch("rel-two-builds");
+    let (s4, _) = two_build_profiles(&dir);
+    let steps = [
+        format!("@open:{}:local", module()),
+        format!("@open:{}:local", module5()),
+        format!("@runat:0:{HIT}"),
+        format!("@runat:1:{HIT}"),
+        format!("@runat:0:{HIT}"),
+    ];
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let out = run_guarded(dl_cmd(&dir, true, &steps));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let t = trace(&dir);
+    let libs: Vec<&str> = t.iter().map(|c| c["lib"].as_str()).collect();
+    assert_eq!(
+        libs,
+        ["librocblas.so.4", "librocblas.so.5", "librocblas.so.4"],
+        "{stderr}"
+    );
+    assert_eq!(t[0]["solution"], s4.to_string());
+    assert_eq!(
+        t[1]["heuristic"], "1",
+        "the second build's call is untouched"
+    );
+    assert_eq!(t[2]["solution"], s4.to_string());
+    assert_eq!(
+        stderr.matches("a second rocBLAS build").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("3 calls: 2 served, 0 default, 0 missed (0 shapes), 1 passed through"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_call_uses_the_rank_file_of_the_device_its_handle_was_made_on() {
+    // The handle is made on device 1; the thread then makes device 0 current and calls.
+    // rocBLAS runs the call on the handle's device, so rank 1's row serves it.
+    let dir = scratch("rel-handle-device");
+    let spec = "ex:NN:s:2:9:2";
+    let sol = tuned(spec);
+    let profiles = dir.join("profiles");
+    std::fs::create_dir_all(profiles.join("ref-v4")).unwrap();
+    for (rank, solution) in [
+        (0, "Default".to_string()),
+        (1, format!("Gemm_Rocblas_{sol}")),
+    ] {
+        std::fs::write(
+            profiles
+                .join("ref-v4")
+                .join(format!("tunableop_results{rank}.csv")),
+            format!("Validator,PT_VERSION,2.7.0\n{}\n", row(spec, &solution)),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        profiles.join("profiles.json"),
+        serde_json::json!({"profiles": {"ref-v4": {"dir": "ref-v4", "lib_sha256": sha4(), "rows_per_rank": 1, "status": "test"}}}).to_string(),
+    )
+    .unwrap();
+    let out = run_guarded(life_cmd(&dir, true, &["@handle-on:1", "@gemm:9"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let t = trace(&dir);
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!(t[0]["solution"], sol.to_string(), "rank 1's row: {stderr}");
+    assert!(stderr.contains("1 calls: 1 served"), "{stderr}");
+}

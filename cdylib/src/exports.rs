@@ -83,7 +83,16 @@ macro_rules! gemm_ex_export {
             // A caller that chose its solution goes straight to the real function; every
             // other call to serve_it. One call site in tail position, so the compiler jumps
             // to either with the caller's arguments where they are (nothing is copied).
-            let target: GemmExFn<$I> = if !serve::caller_chose(algo, flags) {
+            let target: GemmExFn<$I> = if let Some(other) = crate::libs::other_build(h) {
+                // A handle of another rocBLAS build: its own function, untouched.
+                match other.$hook() {
+                    Some(f) => {
+                        serve::count_pass_through();
+                        f
+                    }
+                    None => return STATUS_NOT_IMPLEMENTED,
+                }
+            } else if !serve::caller_chose(algo, flags) {
                 serve_it
             } else if let Some(f) = HOOKS.$hook() {
                 serve::count_pass_through();
@@ -238,7 +247,15 @@ macro_rules! gemm_batched_ex_export {
             flags: u32,
         ) -> Status {
             // As in gemm_ex_export: a caller's own choice is one tail jump to the real function.
-            let target: GemmBatchedExFn<$I> = if !serve::caller_chose(algo, flags) {
+            let target: GemmBatchedExFn<$I> = if let Some(other) = crate::libs::other_build(h) {
+                match other.$hook() {
+                    Some(f) => {
+                        serve::count_pass_through();
+                        f
+                    }
+                    None => return STATUS_NOT_IMPLEMENTED,
+                }
+            } else if !serve::caller_chose(algo, flags) {
                 serve_it
             } else if let Some(f) = HOOKS.$hook() {
                 serve::count_pass_through();
@@ -324,14 +341,23 @@ macro_rules! gemm_strided_batched_ex_export {
             flags: u32,
         ) -> Status {
             // As in gemm_ex_export: a caller's own choice is one tail jump to the real function.
-            let target: GemmStridedBatchedExFn<$I> = if !serve::caller_chose(algo, flags) {
-                serve_it
-            } else if let Some(f) = HOOKS.$hook() {
-                serve::count_pass_through();
-                f
-            } else {
-                serve_it
-            };
+            let target: GemmStridedBatchedExFn<$I> =
+                if let Some(other) = crate::libs::other_build(h) {
+                    match other.$hook() {
+                        Some(f) => {
+                            serve::count_pass_through();
+                            f
+                        }
+                        None => return STATUS_NOT_IMPLEMENTED,
+                    }
+                } else if !serve::caller_chose(algo, flags) {
+                    serve_it
+                } else if let Some(f) = HOOKS.$hook() {
+                    serve::count_pass_through();
+                    f
+                } else {
+                    serve_it
+                };
             return target(
                 h, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct, ldc, sc, d,
                 dt, ldd, sd, batch, ctype, algo, sol, flags,
@@ -398,6 +424,13 @@ macro_rules! typed_gemm_export {
             c: *mut c_void,
             ldc: $I,
         ) -> Status {
+            if let Some(other) = crate::libs::other_build(h) {
+                let Some(f) = other.$hook() else {
+                    return STATUS_NOT_IMPLEMENTED;
+                };
+                serve::count_pass_through();
+                return f(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+            }
             let x = TypedArgs {
                 handle: h,
                 trans_a: ta,
@@ -442,6 +475,15 @@ macro_rules! typed_gemm_strided_batched_export {
             sc: i64,
             batch: $I,
         ) -> Status {
+            if let Some(other) = crate::libs::other_build(h) {
+                let Some(f) = other.$hook() else {
+                    return STATUS_NOT_IMPLEMENTED;
+                };
+                serve::count_pass_through();
+                return f(
+                    h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch,
+                );
+            }
             let x = TypedArgs {
                 handle: h,
                 trans_a: ta,
@@ -505,6 +547,36 @@ typed_gemm_strided_batched_export!(
     i64,
     Types::SGEMM
 );
+
+/// `rocblas_create_handle`: made in the build the caller links (`libs.rs` says why). A
+/// naked entry hands the caller's return address over, so we can tell who called.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn rocblas_create_handle(handle: *mut Handle) -> Status {
+    // At entry the return address is at the top of the stack: pass it as the 2nd argument.
+    std::arch::naked_asm!("mov rsi, [rsp]", "jmp {inner}", inner = sym create_handle_from)
+}
+
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn rocblas_create_handle(handle: *mut Handle) -> Status {
+    // The link register holds the return address: pass it as the 2nd argument.
+    std::arch::naked_asm!("mov x1, x30", "b {inner}", inner = sym create_handle_from)
+}
+
+extern "C" fn create_handle_from(handle: *mut Handle, ret: *const c_void) -> Status {
+    std::panic::catch_unwind(|| crate::libs::create_handle(handle, ret))
+        .unwrap_or(STATUS_INTERNAL_ERROR)
+}
+
+/// `rocblas_destroy_handle`: in the build the handle came from.
+#[no_mangle]
+pub unsafe extern "C" fn rocblas_destroy_handle(handle: Handle) -> Status {
+    std::panic::catch_unwind(|| crate::libs::destroy_handle(handle))
+        .unwrap_or(STATUS_INTERNAL_ERROR)
+}
 
 /// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt.rs`.
 #[no_mangle]

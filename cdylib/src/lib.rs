@@ -10,10 +10,13 @@
 //! - [`runtime`]: the rocBLAS backend's runtime: profile selection, misses, near serving.
 //! - [`cublaslt`]: serving `cublasLtMatmul` (key from descriptors, rebuilt algorithms).
 //! - [`real`]: the typed table of real functions and how they are found.
+//! - [`libs`]: which rocBLAS build a handle (and so a call) belongs to, as libraries are
+//!   closed, reopened or loaded side by side.
 //! - [`stats`]: per-thread counters; [`log`]: rate-limited stderr lines.
 
 mod cublaslt;
 mod exports;
+mod libs;
 mod lifecycle;
 mod log;
 mod real;

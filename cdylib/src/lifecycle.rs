@@ -251,6 +251,14 @@ impl<T: 'static> Lazy<T> {
         unsafe { self.value.load(Ordering::Acquire).as_ref() }
     }
 
+    /// Builds the runtime again on the next call (the library it was built for is gone).
+    /// The old one stays allocated: a call in flight may still be using it.
+    pub fn restart(&self) {
+        let _ = self
+            .state
+            .compare_exchange(READY, UNINIT, Ordering::AcqRel, Ordering::Acquire);
+    }
+
     /// Stops serving for the rest of the process: later calls pass through untouched.
     /// True the first time.
     pub fn latch_off(&self) -> bool {

@@ -43,32 +43,93 @@ impl Hook {
         }
     }
 
-    /// The real function's address, resolving it on first use.
+    /// The real function's address, resolving it on first use in the usual order.
     #[inline]
     pub fn get(&self) -> Option<*mut c_void> {
+        self.get_in(&Scope::GLOBAL)
+    }
+
+    /// The real function's address in `scope`, resolving it on first use.
+    #[inline]
+    pub fn get_in(&self, scope: &Scope) -> Option<*mut c_void> {
         let p = self.addr.load(Ordering::Acquire);
         if !p.is_null() {
             return Some(p);
         }
-        let p = resolve(self.name, self.libs)?;
+        let p = match scope.library() {
+            Some(lib) => resolve_in(self.name, lib)?,
+            None => resolve(self.name, self.libs)?,
+        };
         self.addr.store(p, Ordering::Release);
         Some(p)
     }
+
+    fn forget(&self) {
+        self.addr.store(std::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// Where a table of hooks resolves: the usual order ([`resolve`]), or one library file
+/// (the build a caller's handle belongs to, see `libs.rs`).
+pub struct Scope(AtomicPtr<CString>);
+
+impl Scope {
+    const GLOBAL: Scope = Scope(AtomicPtr::new(std::ptr::null_mut()));
+
+    fn library(&self) -> Option<&CStr> {
+        // SAFETY: a non-null scope is a leaked CString, never freed.
+        unsafe { self.0.load(Ordering::Acquire).as_ref() }.map(CString::as_c_str)
+    }
+}
+
+/// `name` in the loaded library file `lib` (and what it links), never our own.
+fn resolve_in(name: &CStr, lib: &CStr) -> Option<*mut c_void> {
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded.
+    let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: h is a valid handle; the name is NUL-terminated.
+    let p = unsafe { libc::dlsym(h, name.as_ptr()) };
+    // SAFETY: drops the reference NOLOAD took.
+    unsafe { libc::dlclose(h) };
+    (!p.is_null() && !is_ours(p)).then_some(p)
 }
 
 macro_rules! hook_table {
     ($($field:ident : $ty:ty = $sym:literal),* $(,)?) => {
-        /// Every function of the real libraries that tunedblas calls.
-        pub struct Hooks { $(pub $field: Hook,)* }
+        /// Every function of the real libraries that tunedblas calls, resolved in one
+        /// scope: [`HOOKS`] for the build being served, one more table per other rocBLAS
+        /// build a caller's handle belongs to (`libs.rs`).
+        pub struct Hooks { scope: Scope, $(pub $field: Hook,)* }
 
-        pub static HOOKS: Hooks = Hooks { $($field: Hook::new($sym),)* };
+        pub static HOOKS: Hooks = Hooks::new();
 
         impl Hooks {
+            const fn new() -> Hooks {
+                Hooks { scope: Scope::GLOBAL, $($field: Hook::new($sym),)* }
+            }
+
+            /// A table resolving in the library file `lib` only (leaked: callers keep it).
+            pub fn in_library(lib: CString) -> &'static Hooks {
+                let h: &'static Hooks = Box::leak(Box::new(Hooks::new()));
+                h.scope.0.store(Box::into_raw(Box::new(lib)), Ordering::Release);
+                h
+            }
+
+            /// From now on resolve in `lib` (None: the usual order), forgetting every
+            /// address found so far: the library they were in may be gone.
+            pub fn rescope(&self, lib: Option<CString>) {
+                let p = lib.map_or(std::ptr::null_mut(), |l| Box::into_raw(Box::new(l)));
+                self.scope.0.store(p, Ordering::Release);
+                $(self.$field.forget();)*
+            }
+
             $(
                 #[inline]
                 pub fn $field(&self) -> Option<$ty> {
                     // SAFETY: the symbol has this C signature (src/abi.rs, from rocBLAS's headers).
-                    self.$field.get().map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
+                    self.$field.get_in(&self.scope).map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
                 }
             )*
         }
@@ -93,6 +154,8 @@ hook_table! {
     get_version_string: GetVersionStringFn = c"rocblas_get_version_string",
     get_version_string_size: GetVersionStringSizeFn = c"rocblas_get_version_string_size",
     hip_get_device: HipGetDeviceFn = c"hipGetDevice",
+    create_handle: CreateHandleFn = c"rocblas_create_handle",
+    destroy_handle: DestroyHandleFn = c"rocblas_destroy_handle",
     execve: ExecveFn = c"execve",
     execv: ExecvFn = c"execv",
     execvp: ExecvFn = c"execvp",
@@ -123,7 +186,7 @@ fn own_base() -> *mut c_void {
     info.dli_fbase
 }
 
-fn is_ours(p: *mut c_void) -> bool {
+pub fn is_ours(p: *mut c_void) -> bool {
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     let found = unsafe { libc::dladdr(p, &mut info) } != 0;

@@ -30,7 +30,9 @@ pub struct Runtime {
     loaded: Loaded,
     /// Set when every rank serves the same rows: no need to ask which device a call is on.
     single: Option<Arc<Table>>,
-    misses: Recorder<ProblemKey>,
+    /// The process's rocBLAS misses: one recorder, kept when the runtime is built again for
+    /// another build (`libs.rs`).
+    misses: &'static Recorder<ProblemKey>,
     stats_path: Option<std::path::PathBuf>,
     near: Option<Near>,
 }
@@ -82,6 +84,12 @@ fn step_of_note(note: u64) -> Option<NearStep> {
     }
 }
 
+/// The device of a call on handle `h`: the one `h` was made on, else the calling thread's.
+#[inline]
+pub fn device_for(h: tunedblas_core::abi::Handle) -> i32 {
+    crate::libs::device_of(h).unwrap_or_else(current_device)
+}
+
 /// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
 #[inline]
 pub fn current_device() -> i32 {
@@ -103,19 +111,20 @@ impl Runtime {
     /// The table for the calling thread's device, if the profile has one.
     #[inline]
     pub fn table(&self) -> Option<&Table> {
+        self.table_for(std::ptr::null_mut())
+    }
+
+    /// The table for a call on handle `h`: the rank file of the device `h` was made on.
+    #[inline(always)]
+    pub fn table_for(&self, h: tunedblas_core::abi::Handle) -> Option<&Table> {
         match &self.single {
             Some(t) => Some(t),
-            None => self.loaded.table_for(current_device()),
+            None => self.loaded.table_for(device_for(h)),
         }
     }
 
-    /// Records a call whose key has no row; `hash` is its [`ProblemKey::lookup_hash`].
-    #[inline]
-    pub fn miss(&self, key: &ProblemKey, hash: u64) {
-        self.miss_on(current_device(), key, hash)
-    }
-
-    /// [`Runtime::miss`] for a caller that already asked which device the call is on.
+    /// Records a call on `device` whose key has no row; `hash` is its
+    /// [`ProblemKey::lookup_hash`].
     #[inline]
     pub fn miss_on(&self, device: i32, key: &ProblemKey, hash: u64) {
         self.miss_noted(device, key, hash);
@@ -333,12 +342,44 @@ fn init() -> Option<Runtime> {
     let mut rt = Runtime {
         loaded,
         single,
-        misses: Recorder::new(cfg.miss_dir, tunableop::op_and_signature, "", ""),
+        misses: recorder(&cfg),
         stats_path: cfg.stats_path,
         near: None,
     };
     rt.near = build_near(&rt, cfg.near_window);
     Some(rt)
+}
+
+/// The process's one rocBLAS miss recorder, made by the first start-up.
+fn recorder(cfg: &Config) -> &'static Recorder<ProblemKey> {
+    static RECORDER: std::sync::atomic::AtomicPtr<Recorder<ProblemKey>> =
+        std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    let p = RECORDER.load(std::sync::atomic::Ordering::Acquire);
+    // SAFETY: a non-null pointer is a leaked Box, never freed.
+    if let Some(r) = unsafe { p.as_ref() } {
+        return r;
+    }
+    let r: &'static Recorder<ProblemKey> = Box::leak(Box::new(Recorder::new(
+        cfg.miss_dir.clone(),
+        tunableop::op_and_signature,
+        "",
+        "",
+    )));
+    RECORDER.store(
+        r as *const _ as *mut _,
+        std::sync::atomic::Ordering::Release,
+    );
+    r
+}
+
+/// The served rocBLAS build was unloaded and another took its place (`libs.rs`): what the
+/// old runtime counted is written, and the next call starts the runtime again for the new
+/// build (identity, profile, near index); misses carry over.
+pub fn library_changed() {
+    if let Some(rt) = RUNTIME.peek() {
+        rt.misses.flush(lifecycle::EXIT_WAIT);
+    }
+    RUNTIME.restart();
 }
 
 fn build_near(rt: &Runtime, window: i64) -> Option<Near> {

@@ -85,7 +85,7 @@ fn decide(
         return Decision::Pass;
     };
     let hash = key.lookup_hash();
-    let table = rt.table();
+    let table = rt.table_for(handle);
     match table.and_then(|t| t.get_row_hashed(&key, hash)) {
         Some((_, e)) if e.servable => use_row(e),
         // A row for a call rocBLAS would not run (quick return, bad sizes): untouched, as if
@@ -100,7 +100,7 @@ fn decide(
             bump(Counter::PassedThrough);
             Decision::Pass
         }
-        None => guarded(|| missed(rt, table, &key, hash)),
+        None => guarded(|| missed(rt, table, &key, hash, handle)),
     }
 }
 
@@ -146,6 +146,7 @@ fn missed(
     table: Option<&'static Table>,
     key: &ProblemKey,
     hash: u64,
+    handle: Handle,
 ) -> Decision {
     // Most tables have no `*` rows: then the scan is not even called.
     if let Some(e) = table
@@ -155,12 +156,12 @@ fn missed(
         return use_row(e);
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
+    let device = runtime::device_for(handle);
     if !rt.near_on() {
-        rt.miss(key, hash);
+        rt.miss_on(device, key, hash);
         bump(Counter::Missed);
         return Decision::Pass;
     }
-    let device = runtime::current_device();
     let noted = rt.miss_noted(device, key, hash);
     match rt.near(device, table, key, hash, noted) {
         runtime::NearStep::Pass => {

@@ -158,6 +158,8 @@ impl Library {
         // A library that is not rocBLAS is named as such before HIP is looked for.
         need("rocblas_create_handle")?;
         need("rocblas_gemm_ex")?;
+        // (The interposer exports the two above, but never the solution queries.)
+        need("rocblas_gemm_ex_get_solutions")?;
         // SAFETY (all transmutes below): each symbol has the C type src/abi.rs gives it.
         let lib = unsafe {
             let hip_handle = match hip {

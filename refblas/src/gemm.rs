@@ -241,6 +241,7 @@ pub unsafe fn run_with_faults(
     }
     Ok(Outcome::Ran(Executed {
         func: call.func,
+        lib: flavour.soname(),
         solution,
         heuristic: choice.heuristic,
         m: call.m,

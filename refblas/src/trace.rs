@@ -2,7 +2,8 @@
 //! exactly which solution the interposer made the library run.
 //!
 //! Format (space-separated key=value, newline-terminated):
-//! `func=<exported name> solution=<index, flavour's encoding> heuristic=<0|1> m=<m> n=<n> k=<k> batch=<batch>`
+//! `func=<exported name> solution=<index, flavour's encoding> heuristic=<0|1> m=<m> n=<n> k=<k> batch=<batch> lib=<soname>`
+//! (`lib` tells which build ran a call when two are loaded in one process).
 //!
 //! Each line is one `write(2)` on an `O_APPEND` descriptor, so lines from concurrent threads
 //! and processes never interleave.
@@ -18,6 +19,8 @@ use std::sync::OnceLock;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Executed {
     pub func: &'static str,
+    /// The soname of the build that ran it.
+    pub lib: &'static str,
     /// The solution that ran, in the flavour's index encoding.
     pub solution: i32,
     /// True when the caller asked for no particular solution.
@@ -32,8 +35,15 @@ impl Executed {
     /// The trace line, with its newline.
     pub fn line(&self) -> String {
         format!(
-            "func={} solution={} heuristic={} m={} n={} k={} batch={}\n",
-            self.func, self.solution, self.heuristic as u8, self.m, self.n, self.k, self.batch
+            "func={} solution={} heuristic={} m={} n={} k={} batch={} lib={}\n",
+            self.func,
+            self.solution,
+            self.heuristic as u8,
+            self.m,
+            self.n,
+            self.k,
+            self.batch,
+            self.lib
         )
     }
 }
@@ -106,6 +116,7 @@ mod tests {
     fn line_format() {
         let e = Executed {
             func: "rocblas_gemm_strided_batched_ex",
+            lib: "librocblas.so.5",
             solution: -1086326047,
             heuristic: false,
             m: 4,
@@ -115,7 +126,7 @@ mod tests {
         };
         assert_eq!(
             e.line(),
-            "func=rocblas_gemm_strided_batched_ex solution=-1086326047 heuristic=0 m=4 n=5 k=6 batch=7\n"
+            "func=rocblas_gemm_strided_batched_ex solution=-1086326047 heuristic=0 m=4 n=5 k=6 batch=7 lib=librocblas.so.5\n"
         );
     }
 
@@ -133,6 +144,7 @@ mod tests {
                     for i in 0..500 {
                         tracer.record(&Executed {
                             func: "rocblas_gemm_ex",
+                            lib: "librocblas.so.4",
                             solution: t,
                             heuristic: i % 2 == 0,
                             m: i,
@@ -152,9 +164,10 @@ mod tests {
         assert_eq!(lines.len(), 2000);
         for l in lines {
             let fields: Vec<&str> = l.split(' ').collect();
-            assert_eq!(fields.len(), 7, "{l}");
+            assert_eq!(fields.len(), 8, "{l}");
             assert_eq!(fields[0], "func=rocblas_gemm_ex");
             assert!(fields[6] == "batch=1", "{l}");
+            assert!(fields[7] == "lib=librocblas.so.4", "{l}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

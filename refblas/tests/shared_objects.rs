@@ -379,19 +379,38 @@ fn shared_objects_build_load_and_compute() {
         let keys: Vec<&str> = l.split(' ').map(|f| f.split_once('=').unwrap().0).collect();
         assert_eq!(
             keys,
-            ["func", "solution", "heuristic", "m", "n", "k", "batch"],
+            [
+                "func",
+                "solution",
+                "heuristic",
+                "m",
+                "n",
+                "k",
+                "batch",
+                "lib"
+            ],
             "{l}"
         );
-        assert!(l.ends_with("m=2 n=2 k=2 batch=1"), "{l}");
+        assert!(
+            l.ends_with("m=2 n=2 k=2 batch=1 lib=librocblas.so.4")
+                || l.ends_with("m=2 n=2 k=2 batch=1 lib=librocblas.so.5"),
+            "{l}"
+        );
     }
     // V4 f32 solutions are 13..=16; the heuristic takes the naive kernel (13) for 2x2x2.
     assert_eq!(
         lines[0],
-        "func=rocblas_gemm_ex solution=13 heuristic=1 m=2 n=2 k=2 batch=1"
+        "func=rocblas_gemm_ex solution=13 heuristic=1 m=2 n=2 k=2 batch=1 lib=librocblas.so.4"
     );
-    assert!(lines.contains(&"func=rocblas_sgemm_64 solution=13 heuristic=1 m=2 n=2 k=2 batch=1"));
-    assert!(lines.contains(&"func=rocblas_gemm_ex solution=-2 heuristic=1 m=2 n=2 k=2 batch=1"));
-    assert!(lines.contains(&"func=rocblas_gemm_ex solution=-2 heuristic=0 m=2 n=2 k=2 batch=1"));
+    assert!(lines.contains(
+        &"func=rocblas_sgemm_64 solution=13 heuristic=1 m=2 n=2 k=2 batch=1 lib=librocblas.so.4"
+    ));
+    assert!(lines.contains(
+        &"func=rocblas_gemm_ex solution=-2 heuristic=1 m=2 n=2 k=2 batch=1 lib=librocblas.so.5"
+    ));
+    assert!(lines.contains(
+        &"func=rocblas_gemm_ex solution=-2 heuristic=0 m=2 n=2 k=2 batch=1 lib=librocblas.so.5"
+    ));
     let heuristic_lines = lines.iter().filter(|l| l.contains("heuristic=1")).count();
     assert_eq!(heuristic_lines, 4, "{text}");
     std::fs::remove_dir_all(&dir).unwrap();

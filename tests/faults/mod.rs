@@ -20,6 +20,9 @@ pub struct Hosts {
     pub fault4: PathBuf,
     /// dl_host: not linked against rocBLAS.
     pub dl: PathBuf,
+    /// gemm_host.c built as a module linked against `lib5/librocblas.so.5` (the common
+    /// artifacts have the `.so.4` one).
+    pub module5: PathBuf,
     /// life_host (process life and death: fork storms, signal-handler exits, cancellation,
     /// every way out) linked against `lib4/librocblas.so.4`.
     pub life4: PathBuf,
@@ -66,7 +69,27 @@ pub fn hosts() -> &'static Hosts {
             ],
             &life4,
         );
-        Hosts { fault4, dl, life4 }
+        let module5 = a.work.join("libhostmod5.so");
+        let lib5 = a.libdir5.display().to_string();
+        cc(
+            &[
+                "-shared",
+                "-fPIC",
+                "-DGEMM_HOST_MODULE",
+                &hosts.join("gemm_host.c").display().to_string(),
+                &format!("-L{lib5}"),
+                &format!("-Wl,-rpath,{lib5}"),
+                "-lrocblas",
+                "-lpthread",
+            ],
+            &module5,
+        );
+        Hosts {
+            fault4,
+            dl,
+            module5,
+            life4,
+        }
     })
 }
 

@@ -10,6 +10,9 @@
  *   @maps:TEXT        print mapped=<path> for each distinct mapped file whose path has TEXT
  *   @main ARGS...     call host_main(ARGS) of the last opened object that has it
  *                     (gemm_host.c built as a module); every later argument is for it
+ *   @run:SPEC         host_main(SPEC) of the last opened module that has it, and go on
+ *   @runat:I:SPEC     host_main(SPEC) of the I-th module opened (from 0), and go on
+ *   @close            dlclose the last opened object (print closed=PATH)
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -21,6 +24,17 @@ typedef int (*gemm_ex_fn)(void *, int, int, int, int, int, const void *, const v
                           const void *, int, int, const void *, const void *, int, int, void *,
                           int, int, int, int, int32_t, uint32_t);
 typedef int (*host_main_fn)(int, char **);
+
+static struct { void *h; host_main_fn main; char path[1024]; } opened[16];
+static int n_opened;
+
+static int run_in(host_main_fn m, const char *spec) {
+    if (!m) { fprintf(stderr, "dl_host: no module with host_main\n"); return 3; }
+    char *args[] = {"dl_host", (char *)spec, NULL};
+    int rc = m(2, args);
+    fflush(stdout);
+    return rc;
+}
 
 int main(int argc, char **argv) {
     host_main_fn host_main = NULL;
@@ -47,6 +61,12 @@ int main(int argc, char **argv) {
             if (!h) { fprintf(stderr, "dl_host: %s\n", dlerror()); return 3; }
             host_main_fn m = (host_main_fn)dlsym(h, "host_main");
             if (m) host_main = m;
+            if (n_opened < 16) {
+                opened[n_opened].h = h;
+                opened[n_opened].main = m;
+                snprintf(opened[n_opened].path, sizeof opened[0].path, "%s", path);
+                n_opened++;
+            }
             printf("opened=%s\n", path);
             fflush(stdout);
         } else if (!strncmp(a, "@maps:", 6)) {
@@ -64,6 +84,22 @@ int main(int argc, char **argv) {
                 printf("mapped=%s\n", p);
             }
             if (f) fclose(f);
+            fflush(stdout);
+        } else if (!strncmp(a, "@run:", 5)) {
+            host_main_fn m = NULL;
+            for (int j = n_opened - 1; j >= 0 && !m; j--) m = opened[j].main;
+            if (run_in(m, a + 5) != 0) return 4;
+        } else if (!strncmp(a, "@runat:", 7)) {
+            int at = atoi(a + 7);
+            const char *spec = strchr(a + 7, ':');
+            if (!spec || at < 0 || at >= n_opened) return 2;
+            if (run_in(opened[at].main, spec + 1) != 0) return 4;
+        } else if (!strcmp(a, "@close")) {
+            if (n_opened == 0) return 2;
+            n_opened--;
+            if (dlclose(opened[n_opened].h) != 0) { fprintf(stderr, "dl_host: %s\n", dlerror()); return 3; }
+            if (opened[n_opened].main == host_main) host_main = NULL;
+            printf("closed=%s\n", opened[n_opened].path);
             fflush(stdout);
         } else if (!strcmp(a, "@main")) {
             if (!host_main) { fprintf(stderr, "dl_host: no module with host_main\n"); return 3; }

@@ -29,6 +29,8 @@
  *   @Exit            _Exit(0)
  *   @exec:PATH       execv(PATH, {PATH}) (returns only if it fails)
  *   @gemm:N          one GEMM of n = N (m = k = 2). Prints status=S
+ *   @handle-on:D     make the handle on device D (hipSetDevice), then set device 0 again:
+ *                    later GEMMs run on D's handle from a thread whose current device is 0
  *   @null-alpha:N    the same with alpha = NULL (the caller's mistake). Prints status=S
  *   @null-handle:N   the same on a NULL handle (as after a failed create_handle). Prints
  *                    status=S
@@ -49,6 +51,7 @@
 
 typedef void *rocblas_handle;
 int rocblas_create_handle(rocblas_handle *);
+int hipSetDevice(int);
 int rocblas_gemm_ex(rocblas_handle, int, int, int, int, int, const void *, const void *, int, int,
                     const void *, int, int, const void *, const void *, int, int, void *, int, int, int,
                     int, int32_t, uint32_t);
@@ -217,6 +220,13 @@ int main(int argc, char **argv) {
     int have_handle = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strncmp(a, "@handle-on:", 11)) {
+            hipSetDevice(atoi(a + 11));
+            rocblas_create_handle(&H);
+            hipSetDevice(0);
+            have_handle = 1;
+            continue;
+        }
         if (strcmp(a, "@atexit-gemm") && !have_handle) {
             rocblas_create_handle(&H);
             have_handle = 1;
