@@ -5,6 +5,7 @@
 //! from the stand-in's trace.
 
 mod common;
+mod faults;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -96,6 +97,10 @@ fn profile(dir: &Path, rows: &[String]) {
 }
 
 fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
+    host_cmd(dir, preload, calls).output().expect("run lt_host")
+}
+
+fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
     let mut cmd = Command::new(&lt().host);
     cmd.arg(&lt().module)
         .args(calls)
@@ -111,7 +116,7 @@ fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
     if preload {
         cmd.env("LD_PRELOAD", &artifacts().preload);
     }
-    cmd.output().expect("run lt_host")
+    cmd
 }
 
 fn trace(dir: &Path) -> Vec<HashMap<String, String>> {
@@ -346,4 +351,101 @@ fn disabled_means_untouched() {
     assert!(out.status.success());
     assert_eq!(trace(&dir)[0]["algo"], "6");
     assert!(miss_lines(&dir).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// The lifecycle's fault rows for the cuBLASLt backend (the rocBLAS side's are in
+// reliability_life.rs): the two backends share one lifecycle, and these show it holds for
+// this one too.
+// ---------------------------------------------------------------------------------------
+
+/// The counts written for the cuBLASLt miss files: total calls over every shape.
+fn lt_counted_calls(dir: &Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().ends_with("-cublaslt-rank0.counts.csv") {
+            let log = tunedblas_core::untuned::read(&p).unwrap();
+            total += log.misses.iter().filter_map(|m| m.calls).sum::<u64>();
+        }
+    }
+    total
+}
+
+#[test]
+fn cublaslt_forking_while_threads_record_never_hangs_a_child() {
+    let dir = scratch("lt-storm");
+    profile(&dir, &[]);
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@storm:6:20"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("storm-hung=0"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn cublaslt_a_signal_handler_exit_writes_counts_and_summary() {
+    for round in 0..3 {
+        let dir = scratch(&format!("lt-sigexit-{round}"));
+        profile(&dir, &[]);
+        let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@sigexit:6"]));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(7), "{stderr}");
+        assert!(
+            stderr.contains("cuBLASLt: ") && stderr.contains(" calls: "),
+            "{stderr}"
+        );
+        assert!(lt_counted_calls(&dir) > 0, "counts written at _exit");
+        assert!(stats(&dir)["calls"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn cublaslt_a_vfork_child_does_not_finish_the_parents_run() {
+    let dir = scratch("lt-vfork");
+    profile(&dir, &[]);
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@vfork-fail", "16,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches(" calls: ").count(),
+        1,
+        "one summary: {stderr}"
+    );
+    assert!(stderr.contains("cuBLASLt: 2 calls"), "{stderr}");
+    assert_eq!(lt_counted_calls(&dir), 2, "the parent's counts");
+}
+
+#[test]
+fn cublaslt_every_way_out_writes_counts_stats_and_summary() {
+    for last in ["@Exit", "@exec:/bin/true"] {
+        let dir = scratch(&format!("lt-out-{}", last.len()));
+        profile(&dir, &[]);
+        let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "8,8,8", "16,8,8", last]));
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{last}: {stderr}");
+        assert!(stderr.contains("cuBLASLt: 3 calls"), "{last}: {stderr}");
+        assert_eq!(lt_counted_calls(&dir), 3, "{last}");
+        assert_eq!(stats(&dir)["calls"], 3, "{last}");
+    }
+}
+
+#[test]
+fn cublaslt_stats_are_never_written_through_a_planted_symlink() {
+    let dir = scratch("lt-stats-symlink");
+    profile(&dir, &[]);
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("stats.json")).unwrap();
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    // The stats went to the file itself, replacing the link.
+    assert!(!std::fs::symlink_metadata(dir.join("stats.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(stats(&dir)["calls"], 1);
 }

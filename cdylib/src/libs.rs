@@ -155,24 +155,9 @@ fn object_of(addr: *const c_void) -> Option<(usize, CString)> {
 
 /// Whether the main program holds `base` (its scope is the global one).
 fn is_main_program(base: usize) -> bool {
-    let mut first: usize = usize::MAX;
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> libc::c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our pointer back.
-        let (info, first) = unsafe { (&*info, &mut *(data as *mut usize)) };
-        // The main program is reported first; its base is where its headers are mapped.
-        *first = info.dlpi_phdr as usize;
-        1
-    }
-    // SAFETY: the callback only reads the info and writes the usize we pass.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut first as *mut usize as *mut c_void) };
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as in `object_of`.
-    let found = unsafe { libc::dladdr(first as *const c_void, &mut info) } != 0;
-    found && info.dli_fbase as usize == base
+    // SAFETY: getauxval has no preconditions; AT_PHDR is the main program's headers.
+    let phdr = unsafe { libc::getauxval(libc::AT_PHDR) } as *const c_void;
+    object_of(phdr).is_some_and(|(b, _)| b == base)
 }
 
 /// Whether the build is still loaded: the same file mapped at the same place.

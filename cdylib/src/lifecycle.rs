@@ -524,6 +524,12 @@ extern "C" fn fork_child() {
     FORKED.store(true, Ordering::Release);
 }
 
+/// True in a fork child of the process that started serving (it has one thread, and
+/// locks the parent's other threads held at the fork stay held).
+pub fn in_fork_child() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
 /// Writes a stats file for this process, atomically (temporary + rename), never through a
 /// symlink planted under either name, readable by the user only. `suffix` tells backends
 /// apart; a fork child writes `<path><suffix>.<pid>` and leaves the parent's file alone.

@@ -14,7 +14,7 @@
 
 use std::ffi::{c_void, CStr, CString};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use tunedblas_core::abi::*;
 
@@ -27,7 +27,15 @@ pub struct Hook {
     pub name: &'static CStr,
     libs: &'static [&'static str],
     addr: AtomicPtr<c_void>,
+    /// When resolving last failed (monotonic ns; 0: never tried or found). A name that is
+    /// not there (cuCtxGetDevice with no CUDA driver) is looked for again at most once a
+    /// second, not on every call: each search walks the loader's list under its lock, which
+    /// costs microseconds and is a lock a fork child could inherit held.
+    failed_at: AtomicU64,
 }
+
+/// How long a failed lookup is trusted before the name is looked for again.
+const RETRY_NS: u64 = 1_000_000_000;
 
 impl Hook {
     const fn new(name: &'static CStr) -> Hook {
@@ -40,6 +48,7 @@ impl Hook {
             name,
             libs,
             addr: AtomicPtr::new(std::ptr::null_mut()),
+            failed_at: AtomicU64::new(0),
         }
     }
 
@@ -56,16 +65,36 @@ impl Hook {
         if !p.is_null() {
             return Some(p);
         }
-        let p = match scope.library() {
-            Some(lib) => resolve_in(self.name, lib)?,
-            None => resolve(self.name, self.libs)?,
+        self.resolve_in(scope)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn resolve_in(&self, scope: &Scope) -> Option<*mut c_void> {
+        let failed = self.failed_at.load(Ordering::Relaxed);
+        let now = crate::lifecycle::monotonic_ns();
+        if failed != 0 && now.saturating_sub(failed) < RETRY_NS {
+            return None;
+        }
+        let found = match scope.library() {
+            Some(lib) => resolve_in(self.name, lib),
+            None => resolve(self.name, self.libs),
         };
-        self.addr.store(p, Ordering::Release);
-        Some(p)
+        match found {
+            Some(p) => {
+                self.addr.store(p, Ordering::Release);
+                Some(p)
+            }
+            None => {
+                self.failed_at.store(now.max(1), Ordering::Relaxed);
+                None
+            }
+        }
     }
 
     fn forget(&self) {
         self.addr.store(std::ptr::null_mut(), Ordering::Release);
+        self.failed_at.store(0, Ordering::Relaxed);
     }
 }
 
@@ -221,6 +250,63 @@ fn resolve(name: &CStr, libs: &[&str]) -> Option<*mut c_void> {
 
 /// Paths of loaded objects whose file name starts with one of `prefixes`, in load order.
 pub fn loaded_libraries(prefixes: &[&str]) -> Vec<PathBuf> {
+    if crate::lifecycle::in_fork_child() {
+        return loaded_libraries_alone(prefixes);
+    }
+    loaded_libraries_listed(prefixes)
+}
+
+/// `<link.h>`'s `struct link_map`: the loader's public list of loaded objects.
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+    l_name: *const std::ffi::c_char,
+    l_ld: *mut c_void,
+    l_next: *mut LinkMap,
+    l_prev: *mut LinkMap,
+}
+
+extern "C" {
+    fn dlinfo(handle: *mut c_void, request: std::ffi::c_int, info: *mut c_void) -> std::ffi::c_int;
+}
+const RTLD_DI_LINKMAP: std::ffi::c_int = 2;
+
+/// [`loaded_libraries`] in a forked child, where `dl_iterate_phdr` may wait forever: it
+/// takes a loader lock that glibc does not reset in the child, so one held by another
+/// thread of the parent at the fork is never released. The child has one thread, so the
+/// loader's list can be walked without that lock.
+fn loaded_libraries_alone(prefixes: &[&str]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    // SAFETY: dlopen(NULL) is the main program's handle; dlinfo writes a link_map pointer.
+    unsafe {
+        let main = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if main.is_null() {
+            return found;
+        }
+        let mut map: *mut LinkMap = std::ptr::null_mut();
+        let ok = dlinfo(
+            main,
+            RTLD_DI_LINKMAP,
+            &mut map as *mut *mut LinkMap as *mut c_void,
+        ) == 0;
+        libc::dlclose(main);
+        while ok && !map.is_null() {
+            let name = (*map).l_name;
+            if !name.is_null() {
+                let name = CStr::from_ptr(name).to_bytes();
+                let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+                if prefixes.iter().any(|p| file.starts_with(p.as_bytes())) {
+                    use std::os::unix::ffi::OsStrExt;
+                    found.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
+                }
+            }
+            map = (*map).l_next;
+        }
+    }
+    found
+}
+
+fn loaded_libraries_listed(prefixes: &[&str]) -> Vec<PathBuf> {
     struct Search<'a> {
         prefixes: &'a [&'a str],
         found: Vec<PathBuf>,

@@ -6,8 +6,20 @@
  *   extension modules, so cuBLASLt sits in a local scope) and runs each argument:
  *     N,M,K[,workspace_bytes[,misalign]]   one F.linear(x[M,K], W[N,K])
  *     off | on                            tunedblas_cublaslt_serving(0 | 1), if preloaded
- *   printing `call=<arg> status=<s>`; exit 1 if any call failed. */
+ *   printing `call=<arg> status=<s>`; exit 1 if any call failed. And the process-life
+ *   steps of life_host.c, with F.linear calls of new shapes (N = 1, 2, ...; M = K = 8):
+ *     @storm:T:N     T threads make new shapes while N children are forked one after
+ *                    another, each making one call and leaving with _exit; prints
+ *                    storm-hung=H (a child not gone in 10 s is killed)
+ *     @sigexit:T     T threads make new shapes; after 100 ms the process sends itself
+ *                    SIGTERM, whose handler calls _exit(7)
+ *     @vfork-fail    vfork, exec a path that does not exist, _exit(127) in the child
+ *     @Exit          _Exit(0)
+ *     @exec:PATH     execv(PATH, {PATH}) */
+#define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +77,82 @@ int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
     return st;
 }
 #else
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int (*linear)(long, long, long, size_t, int);
+static volatile int stop;
+
+static void *shapes(void *p) {
+    long id = (long)p;
+    for (long i = 0; !stop; i++) linear(1 + (id * 997 + i) % 2048, 8, 8, 0, 0);
+    return NULL;
+}
+
+static void start(int t, pthread_t *tid) {
+    stop = 0;
+    for (long i = 0; i < t && i < 64; i++) pthread_create(&tid[i], NULL, shapes, (void *)i);
+}
+
+static void on_term(int sig) {
+    (void)sig;
+    _exit(7);
+}
+
+static int life_step(const char *a) {
+    pthread_t tid[64];
+    if (!strncmp(a, "@storm:", 7)) {
+        int t = atoi(a + 7), n = strchr(a + 7, ':') ? atoi(strchr(a + 7, ':') + 1) : 10, hung = 0;
+        start(t, tid);
+        for (int c = 0; c < n; c++) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                linear(4096 - c, 8, 8, 0, 0);
+                _exit(0);
+            }
+            int done = 0;
+            for (int w = 0; w < 10000 && !done; w++) {
+                if (waitpid(pid, NULL, WNOHANG) == pid) done = 1;
+                else usleep(1000);
+            }
+            if (!done) { hung++; kill(pid, SIGKILL); waitpid(pid, NULL, 0); }
+        }
+        stop = 1;
+        for (int i = 0; i < t && i < 64; i++) pthread_join(tid[i], NULL);
+        printf("storm-hung=%d\n", hung);
+    } else if (!strncmp(a, "@sigexit:", 9)) {
+        signal(SIGTERM, on_term);
+        start(atoi(a + 9), tid);
+        usleep(100000);
+        kill(getpid(), SIGTERM);
+        for (;;) pause();
+    } else if (!strcmp(a, "@vfork-fail")) {
+        fflush(stdout);
+        pid_t pid = vfork();
+        if (pid == 0) {
+            char *args[] = {"/nonexistent/tunedblas-test", NULL};
+            execv(args[0], args);
+            _exit(127);
+        }
+        int status = -1;
+        waitpid(pid, &status, 0);
+        printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strcmp(a, "@Exit")) {
+        fflush(stdout);
+        _Exit(0);
+    } else if (!strncmp(a, "@exec:", 6)) {
+        fflush(stdout);
+        char *args[] = {(char *)a + 6, NULL};
+        execv(a + 6, args);
+        printf("exec-failed\n");
+    } else {
+        return -1;
+    }
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: lt_host MODULE CALL...\n");
@@ -75,11 +163,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lt_host: %s\n", dlerror());
         return 2;
     }
-    int (*linear)(long, long, long, size_t, int) = (int (*)(long, long, long, size_t, int))dlsym(mod, "lt_linear");
+    linear = (int (*)(long, long, long, size_t, int))dlsym(mod, "lt_linear");
     int (*serving)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "tunedblas_cublaslt_serving");
     int failed = 0;
     for (int i = 2; i < argc; i++) {
         int st;
+        if (argv[i][0] == '@') {
+            if (life_step(argv[i]) != 0) return 2;
+            continue;
+        }
         if (!strcmp(argv[i], "off") || !strcmp(argv[i], "on")) {
             st = serving ? (serving(argv[i][1] == 'n'), 0) : -1;
         } else {
