@@ -3,12 +3,18 @@
 //! Pure logic over the registry and the TunableOp reader, so the interposer, `tunedblas
 //! profiles which` and the tests all make the same decision with the same words.
 
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::key::ProblemKey;
 use crate::registry::{Match, Registry};
-use crate::table::{Action, Table};
-use crate::tunableop::{self, Solution};
+use crate::table::{Action, Table, TableBuilder};
+use crate::tunableop::{self, RowData, RowSink, Solution};
 
 /// The registry file inside a profile folder.
 pub const REGISTRY_FILE: &str = "profiles.json";
@@ -170,78 +176,55 @@ pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
         .rocblas_versions
         .iter()
         .filter(|(_, v)| v.trim() != version.trim())
-        .map(|(p, v)| {
-            format!(
-                "{}: Validator ROCBLAS_VERSION is {v}, but the loaded rocBLAS reports {version}; check that this profile belongs to this build",
-                p.display()
-            )
-        })
+        .map(|(p, v)| contradiction(p, v, version))
         .collect()
 }
 
-/// Reads every `tunableop_results<rank>.csv` in `dir`.
-pub fn load_tables(dir: &Path) -> Loaded {
-    let mut loaded = Loaded::default();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            loaded.problems.push(format!(
-                "{}: cannot read the profile folder: {e}",
-                dir.display()
-            ));
-            return loaded;
-        }
-    };
+fn contradiction(path: &Path, found: &str, loaded: &str) -> String {
+    format!(
+        "{}: Validator ROCBLAS_VERSION is {found}, but the loaded rocBLAS reports {loaded}; check that this profile belongs to this build",
+        path.display()
+    )
+}
+
+/// The `tunableop_results<rank>.csv` files of `dir`, by rank; the error is the problem line.
+pub fn rank_files(dir: &Path) -> Result<Vec<(usize, PathBuf)>, String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: cannot read the profile folder: {e}", dir.display()))?;
     let mut files: Vec<(usize, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| Some((rank_of_file(e.file_name().to_str()?)?, e.path())))
         .collect();
     files.sort();
+    Ok(files)
+}
+
+/// Reads every `tunableop_results<rank>.csv` in `dir`. Each file is read only if it is a
+/// regular file (through symlinks) of at most [`MAX_RESULTS_FILE_BYTES`]; anything else is
+/// one problem line and its rank serves nothing.
+pub fn load_tables(dir: &Path) -> Loaded {
+    let mut loaded = Loaded::default();
+    let files = match rank_files(dir) {
+        Ok(f) => f,
+        Err(line) => {
+            loaded.problems.push(line);
+            return loaded;
+        }
+    };
     for (rank, path) in files {
-        let parsed = match tunableop::read(&path) {
-            Ok(p) => p,
-            Err(e) => {
-                loaded.problems.push(format!(
-                    "{}: unreadable ({e}); rank {rank} serves nothing",
-                    path.display()
-                ));
+        let file = match load_rank(&path, rank) {
+            Ok(f) => f,
+            Err(line) => {
+                loaded.problems.push(line);
                 continue;
             }
         };
-        for m in &parsed.malformed {
-            loaded.problems.push(format!(
-                "{}:{}: skipped: {}; fix or delete the line",
-                path.display(),
-                m.line,
-                m.reason
-            ));
+        loaded.problems.extend(file.problems);
+        loaded.unservable += file.unservable;
+        if let Some(v) = file.rocblas_version {
+            loaded.rocblas_versions.push((path.clone(), v));
         }
-        for d in &parsed.duplicates {
-            loaded.problems.push(format!(
-                "{}:{}: duplicate of line {}; the first row wins",
-                path.display(),
-                d.line,
-                d.first_line
-            ));
-        }
-        loaded.unservable += parsed.unservable.len();
-        if let Some(v) = parsed.validator("ROCBLAS_VERSION") {
-            loaded.rocblas_versions.push((path.clone(), v.to_owned()));
-        }
-        let rows = parsed.rows.iter().filter_map(|r| match r.solution {
-            Solution::Default => Some((r.key, Action::Default)),
-            Solution::Rocblas(id) => Some((r.key, Action::Solution(id))),
-            Solution::Other(_) => None,
-        });
-        let wildcards = parsed.wildcards.iter().filter_map(|w| {
-            let action = match w.solution {
-                Solution::Default => Action::Default,
-                Solution::Rocblas(id) => Action::Solution(id),
-                Solution::Other(_) => return None,
-            };
-            Some((w.pattern, format!("{},{}", w.op_name, w.signature), action))
-        });
-        let table = Table::with_wildcards(rows, wildcards);
+        let table = file.table;
         loaded
             .rows
             .push((rank, table.len() + table.wildcards().len()));
@@ -254,6 +237,258 @@ pub fn load_tables(dir: &Path) -> Loaded {
         );
     }
     loaded
+}
+
+// ---- Reading the files of a profile folder ----------------------------------------------
+
+/// The largest results file the loader reads: 1 GiB (some 13 million rows of PyTorch's
+/// form). A larger file is refused whole, with one line, rather than read: a file that
+/// never ends (a symlink to `/dev/zero` is refused before that, as not a regular file) or a
+/// runaway writer must not take the host's memory with it.
+pub const MAX_RESULTS_FILE_BYTES: u64 = 1 << 30;
+
+/// The largest `profiles.json` or `provenance.json` read: 64 MiB.
+pub const MAX_JSON_FILE_BYTES: u64 = 64 << 20;
+
+/// Why a file of the profile folder was not read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// It could not be opened or read (missing, no permission, a directory, ...).
+    Io(io::Error),
+    /// Not a regular file, in words: `a FIFO (named pipe)`, `a symlink to /dev/zero (a
+    /// character device)`, ... Opening a FIFO for reading would block until a writer
+    /// came, and a device may never end.
+    NotRegular(String),
+    /// Larger than the limit it was read with.
+    TooLarge { size: u64, limit: u64 },
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::NotRegular(what) => write!(f, "{what}, not a regular file"),
+            ReadError::TooLarge { size, limit } => write!(
+                f,
+                "{size} bytes, more than the {} it may have",
+                bytes_text(*limit)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl From<ReadError> for io::Error {
+    fn from(e: ReadError) -> io::Error {
+        match e {
+            ReadError::Io(e) => e,
+            other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+        }
+    }
+}
+
+fn bytes_text(n: u64) -> String {
+    if n >= 1 << 30 && n & ((1 << 30) - 1) == 0 {
+        format!("{} GiB", n >> 30)
+    } else if n >= 1 << 20 && n & ((1 << 20) - 1) == 0 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// What a file that is not regular is, in words, and the symlink that led there if any.
+fn describe_special(path: &Path, ft: std::fs::FileType) -> String {
+    let kind = if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    };
+    match std::fs::read_link(path) {
+        Ok(target) => format!("a symlink to {} ({kind})", target.display()),
+        Err(_) => kind.to_string(),
+    }
+}
+
+/// Checks what `meta` (of `path`, symlinks followed) describes: a regular file of at most
+/// `limit` bytes. A directory is the error reading one gives (`EISDIR`).
+fn check_regular(path: &Path, meta: &std::fs::Metadata, limit: u64) -> Result<u64, ReadError> {
+    let ft = meta.file_type();
+    if ft.is_dir() {
+        return Err(ReadError::Io(io::Error::from_raw_os_error(libc::EISDIR)));
+    }
+    if !ft.is_file() {
+        return Err(ReadError::NotRegular(describe_special(path, ft)));
+    }
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge {
+            size: meta.len(),
+            limit,
+        });
+    }
+    Ok(meta.len())
+}
+
+/// Opens a file of the profile folder for reading, if it is a regular file (symlinks are
+/// followed) of at most `limit` bytes; returns it with its size. What it is is checked
+/// with `stat` before opening, so a device is never opened (opening some has effects),
+/// and again with `fstat` on what was opened; the open is `O_NONBLOCK` (a FIFO swapped in
+/// between cannot block it), `O_NOCTTY` and `O_CLOEXEC`.
+pub fn open_regular(path: &Path, limit: u64) -> Result<(File, u64), ReadError> {
+    let meta = std::fs::metadata(path).map_err(ReadError::Io)?;
+    check_regular(path, &meta, limit)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(ReadError::Io)?;
+    let size = check_regular(path, &file.metadata().map_err(ReadError::Io)?, limit)?;
+    Ok((file, size))
+}
+
+/// Reads a whole file of the profile folder with [`open_regular`]'s checks, never more
+/// than `limit` bytes (a file that grows past it while read is refused too).
+pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let (file, size) = open_regular(path, limit)?;
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge {
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The problem line for a rank file that was not read: the file, what it is, what to do.
+pub(crate) fn unreadable(path: &Path, rank: usize, e: &ReadError) -> String {
+    let p = path.display();
+    match e {
+        ReadError::Io(e) => format!("{p}: unreadable ({e}); rank {rank} serves nothing"),
+        ReadError::NotRegular(what) => format!(
+            "{p}: {what}, not a regular file, so it is not read; rank {rank} serves nothing; put the results file itself there, or remove it"
+        ),
+        ReadError::TooLarge { size, limit } => format!(
+            "{p}: {size} bytes, more than the {} a results file may have, so it is not read; rank {rank} serves nothing; prune the profile or split it",
+            bytes_text(*limit)
+        ),
+    }
+}
+
+/// One rank file read into a table.
+struct RankFile {
+    table: Table,
+    /// Its problem lines: malformed lines, then duplicates.
+    problems: Vec<String>,
+    unservable: usize,
+    rocblas_version: Option<String>,
+}
+
+/// The parser's sink for the loader: rows go straight into the table being built.
+struct TableSink {
+    builder: TableBuilder,
+    /// The line of each row of the builder, by position, for duplicate reports.
+    lines: Vec<u32>,
+    /// Keys whose first row names another backend's solution: PyTorch would use that
+    /// row, so a later rocBLAS row for the key is a duplicate (rare; usually empty).
+    blocked: HashMap<ProblemKey, usize>,
+}
+
+impl RowSink for TableSink {
+    fn claim(&mut self, key: ProblemKey, line: usize, row: Option<RowData<'_>>) -> Option<usize> {
+        if !self.blocked.is_empty() {
+            if let Some(&first) = self.blocked.get(&key) {
+                return Some(first);
+            }
+        }
+        let action = match row.map(|r| r.solution) {
+            Some(Solution::Default) => Action::Default,
+            Some(Solution::Rocblas(id)) => Action::Solution(id),
+            Some(Solution::Other(_)) | None => {
+                if let Some(pos) = self.builder.find(&key) {
+                    return Some(self.lines[pos] as usize);
+                }
+                self.blocked.insert(key, line);
+                return None;
+            }
+        };
+        match self.builder.insert(key, action) {
+            // Lines fit in 32 bits: a file is at most MAX_RESULTS_FILE_BYTES.
+            Ok(_) => {
+                self.lines.push(line as u32);
+                None
+            }
+            Err(pos) => Some(self.lines[pos] as usize),
+        }
+    }
+}
+
+/// Reads one rank file into a table, a line at a time: the text is never held whole, and
+/// rows go into the table as they are read (no parsed-row list, no second key map). The
+/// error is the problem line.
+fn load_rank(path: &Path, rank: usize) -> Result<RankFile, String> {
+    let limit = MAX_RESULTS_FILE_BYTES;
+    let (file, size) = open_regular(path, limit).map_err(|e| unreadable(path, rank, &e))?;
+    let mut reader = io::BufReader::with_capacity(1 << 16, file.take(limit + 1));
+    // Rows are rarely under 60 bytes: sized so the table seldom grows while read.
+    let guess = usize::try_from(size / 96).unwrap_or(0);
+    let sink = TableSink {
+        builder: TableBuilder::with_capacity(guess),
+        lines: Vec::with_capacity(guess),
+        blocked: HashMap::new(),
+    };
+    let (parsed, sink) = tunableop::parse_reader(&mut reader, sink)
+        .map_err(|e| unreadable(path, rank, &ReadError::Io(e)))?;
+    if reader.get_ref().limit() == 0 {
+        // It grew past the limit while it was read.
+        let e = ReadError::TooLarge {
+            size: limit + 1,
+            limit,
+        };
+        return Err(unreadable(path, rank, &e));
+    }
+    let mut problems = Vec::new();
+    for m in &parsed.malformed {
+        problems.push(format!(
+            "{}:{}: skipped: {}; fix or delete the line",
+            path.display(),
+            m.line,
+            m.reason
+        ));
+    }
+    for d in &parsed.duplicates {
+        problems.push(format!(
+            "{}:{}: duplicate of line {}; the first row wins",
+            path.display(),
+            d.line,
+            d.first_line
+        ));
+    }
+    let mut builder = sink.builder;
+    for w in &parsed.wildcards {
+        let action = match w.solution {
+            Solution::Default => Action::Default,
+            Solution::Rocblas(id) => Action::Solution(id),
+            Solution::Other(_) => continue,
+        };
+        builder.push_wildcard(w.pattern, format!("{},{}", w.op_name, w.signature), action);
+    }
+    Ok(RankFile {
+        table: builder.finish(),
+        problems,
+        unservable: parsed.unservable.len(),
+        rocblas_version: parsed.validator("ROCBLAS_VERSION").map(str::to_owned),
+    })
 }
 
 /// Puts `table` at `tables[rank]`, sharing the `Arc` of an earlier rank with the same rows
@@ -279,6 +514,7 @@ pub fn place_rank_table<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn registry_hash_prefix_rules() {
@@ -292,6 +528,254 @@ mod tests {
         );
         assert!(!registry_sha_matches("d05939967b5f", sha));
         assert!(!registry_sha_matches("", sha));
+    }
+
+    /// A fresh folder under the system's temporary folder, removed when dropped.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let d = std::env::temp_dir()
+                .join(format!("tunedblas-profile-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Scratch(d)
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn mkfifo(path: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    }
+
+    /// Runs `f` on a thread and fails the test if it has not finished in 60 s (a read that
+    /// blocks on a FIFO would otherwise hang the test binary).
+    fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("blocked for 60 s: a read that should have been refused")
+    }
+
+    const ROW: &str = "GemmTunableOp_Half_TN,tn_64_24_40_ld_40_40_64,Gemm_Rocblas_7,0.01\n";
+
+    #[test]
+    fn special_and_oversized_files_are_refused_with_one_line_each() {
+        let dir = Scratch::new("special");
+        let d = dir.0.clone();
+        mkfifo(&d.join("tunableop_results0.csv"));
+        std::os::unix::fs::symlink("/dev/zero", d.join("tunableop_results1.csv")).unwrap();
+        // Sparse: 1 GiB and a byte, in no time and no disk space.
+        let big = File::create(d.join("tunableop_results2.csv")).unwrap();
+        big.set_len(MAX_RESULTS_FILE_BYTES + 1).unwrap();
+        std::fs::create_dir(d.join("tunableop_results3.csv")).unwrap();
+        std::fs::write(d.join("tunableop_results4.csv"), ROW).unwrap();
+        let began = Instant::now();
+        let loaded = bounded(move || load_tables(&d));
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
+        let p = |r: usize| {
+            dir.0
+                .join(format!("tunableop_results{r}.csv"))
+                .display()
+                .to_string()
+        };
+        let want = [
+            format!("{}: a FIFO (named pipe), not a regular file, so it is not read; rank 0 serves nothing; put the results file itself there, or remove it", p(0)),
+            format!("{}: a symlink to /dev/zero (a character device), not a regular file, so it is not read; rank 1 serves nothing; put the results file itself there, or remove it", p(1)),
+            format!("{}: {} bytes, more than the 1 GiB a results file may have, so it is not read; rank 2 serves nothing; prune the profile or split it", p(2), MAX_RESULTS_FILE_BYTES + 1),
+            format!("{}: unreadable (Is a directory (os error 21)); rank 3 serves nothing", p(3)),
+        ];
+        assert_eq!(loaded.problems, want);
+        assert_eq!(loaded.rows, vec![(4, 1)]);
+        // Devices without a table of their own get none here: rank 0 is unreadable.
+        assert!(loaded.table_for(4).is_some() && loaded.table_for(0).is_none());
+
+        // The same checks for every reader of the folder's files.
+        for r in 0..3 {
+            let path = dir.0.join(format!("tunableop_results{r}.csv"));
+            assert!(tunableop::read(&path).is_err());
+            let e = read_regular(&path, MAX_JSON_FILE_BYTES).unwrap_err();
+            assert!(!matches!(e, ReadError::Io(_)), "{e}");
+        }
+        let lt = crate::cublaslt::load_tables(&dir.0);
+        assert_eq!(lt.problems[..4], want);
+    }
+
+    #[test]
+    fn registry_files_that_are_not_regular_are_refused() {
+        let dir = Scratch::new("registry");
+        let reg = dir.0.join(REGISTRY_FILE);
+        mkfifo(&reg);
+        let prov = dir.0.join("provenance.json");
+        std::os::unix::fs::symlink("/dev/zero", &prov).unwrap();
+        let (r, p) = (reg.clone(), prov.clone());
+        let (a, b) = bounded(move || {
+            (
+                Registry::load(&r).unwrap_err().to_string(),
+                crate::registry::Provenance::load(&p)
+                    .unwrap_err()
+                    .to_string(),
+            )
+        });
+        assert!(
+            a.starts_with(&format!(
+                "{}: a FIFO (named pipe), not a regular file",
+                reg.display()
+            )),
+            "{a}"
+        );
+        assert!(
+            b.starts_with(&format!(
+                "{}: a symlink to /dev/zero (a character device), not a regular file",
+                prov.display()
+            )),
+            "{b}"
+        );
+        let sel = bounded(move || {
+            let sha = "c27e2252cc7a4b6e174601a180a169822dcf15a29e634046daecb61498e3bd2a";
+            select(&Request {
+                profile_dir: reg.parent().unwrap(),
+                sha256: sha,
+                explicit: None,
+                allow_mismatch: false,
+            })
+        });
+        assert!(
+            matches!(&sel, Selection::None { why } if why.contains("a FIFO (named pipe), not a regular file")),
+            "{sel:?}"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_first_line() {
+        let dir = Scratch::new("bom");
+        std::fs::write(
+            dir.0.join("tunableop_results0.csv"),
+            format!("\u{feff}{ROW}Validator,ROCBLAS_VERSION,4.4\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.0.join("tunableop_results1.csv"),
+            format!("\u{feff}Validator,ROCBLAS_VERSION,4.4\n{ROW}"),
+        )
+        .unwrap();
+        let loaded = load_tables(&dir.0);
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        assert_eq!(loaded.rows, vec![(0, 1), (1, 1)]);
+        let versions: Vec<&str> = loaded
+            .rocblas_versions
+            .iter()
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(versions, ["4.4", "4.4"]);
+    }
+
+    /// The line-at-a-time loader and [`tunableop::parse`] agree on every file: the same
+    /// rows in the same order, the same problems, on real profiles and on byte-mutated
+    /// ones (cut lines, CRLF, invalid UTF-8, duplicates, BOMs).
+    #[test]
+    fn the_streaming_loader_agrees_with_parse() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vllm-rdna");
+        let sources: Vec<Vec<u8>> = [
+            "rocblas-c27e2252cc7a/tunableop_results0.csv",
+            "rocblas-f30bb442e9b5/tunableop_results0.csv",
+            "rocm7.14-rocblas5.5/tunableop_results2.csv",
+        ]
+        .iter()
+        .map(|f| std::fs::read(fixtures.join(f)).unwrap())
+        .collect();
+        let dir = Scratch::new("agree");
+        let path = dir.0.join("tunableop_results0.csv");
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let noise = b",\n\r_*\xef\xbb\xbf\xff0x-";
+        for round in 0..300 {
+            let mut bytes = sources[round % sources.len()].clone();
+            if round >= sources.len() {
+                for _ in 0..1 + next() % 12 {
+                    let at = (next() % (bytes.len() as u64 + 1)) as usize;
+                    match next() % 5 {
+                        0 => bytes.truncate(at),
+                        1 if at < bytes.len() => bytes[at] ^= 1 << (next() % 8),
+                        2 => bytes.insert(at, noise[(next() % noise.len() as u64) as usize]),
+                        3 => {
+                            // Repeat a stretch: duplicates.
+                            let end = (at + (next() % 400) as usize).min(bytes.len());
+                            let copy = bytes[at..end].to_vec();
+                            bytes.extend_from_slice(&copy);
+                        }
+                        _ => bytes.splice(0..0, "\u{feff}".bytes()).for_each(drop),
+                    }
+                }
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let parsed = tunableop::parse(&String::from_utf8_lossy(&bytes));
+            let table = match load_rank(&path, 0) {
+                Ok(f) => f,
+                Err(e) => panic!("round {round}: {e}"),
+            };
+            let want: Vec<(ProblemKey, Action)> = parsed
+                .rows
+                .iter()
+                .map(|r| {
+                    let a = match r.solution {
+                        Solution::Rocblas(id) => Action::Solution(id),
+                        _ => Action::Default,
+                    };
+                    (r.key, a)
+                })
+                .collect();
+            let got: Vec<(ProblemKey, Action)> =
+                table.table.iter().map(|(k, e)| (*k, e.action)).collect();
+            assert_eq!(got, want, "round {round}");
+            assert_eq!(
+                table.table.wildcards().len(),
+                parsed.wildcards.len(),
+                "round {round}"
+            );
+            assert_eq!(table.unservable, parsed.unservable.len(), "round {round}");
+            assert_eq!(
+                table.problems.len(),
+                parsed.malformed.len() + parsed.duplicates.len(),
+                "round {round}"
+            );
+            for (m, line) in parsed.malformed.iter().zip(&table.problems) {
+                assert!(
+                    line.contains(&format!(":{}: skipped: {}", m.line, m.reason)),
+                    "round {round}: {line}"
+                );
+            }
+            for (d, line) in parsed
+                .duplicates
+                .iter()
+                .zip(&table.problems[parsed.malformed.len()..])
+            {
+                assert!(
+                    line.ends_with(&format!(
+                        ":{}: duplicate of line {}; the first row wins",
+                        d.line, d.first_line
+                    )),
+                    "round {round}: {line}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -331,8 +331,11 @@ fn write_row(
 }
 
 /// Reads a results file. Invalid UTF-8 is replaced (lossy) and the text still parsed.
+/// Only a regular file of at most [`crate::profile::MAX_RESULTS_FILE_BYTES`] is read: a FIFO
+/// (which would block), a device such as `/dev/zero` (which never ends) or a larger file is
+/// refused with an error saying what it is.
 pub fn read(path: &Path) -> io::Result<ResultsFile> {
-    let bytes = std::fs::read(path)?;
+    let bytes = crate::profile::read_regular(path, crate::profile::MAX_RESULTS_FILE_BYTES)?;
     Ok(parse(&String::from_utf8_lossy(&bytes)))
 }
 
@@ -356,6 +359,45 @@ pub fn parse(text: &str) -> ResultsFile {
     let (mut out, sink) = parser.finish();
     out.rows = sink.rows;
     out
+}
+
+/// Parses a results file from a reader, one line at a time, handing each concrete row to
+/// `sink` instead of keeping it: what the interposer's loader uses, so a large profile is
+/// never held as text plus rows plus a key map at once. Everything but `rows` is in the
+/// returned [`ResultsFile`] (validators, `*` rows, unservable rows, duplicates, malformed
+/// lines), exactly as [`parse`] would have it for the same bytes; invalid UTF-8 is replaced
+/// line by line, which gives the same text as replacing it in the whole file.
+pub(crate) fn parse_reader<S: RowSink>(
+    mut reader: impl io::BufRead,
+    sink: S,
+) -> io::Result<(ResultsFile, S)> {
+    let mut parser = Parser::new(sink);
+    let mut buf = Vec::with_capacity(256);
+    let mut idx = 0;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf)?;
+        // A segment not ended by a newline is the last one (empty at a final newline).
+        let last = n == 0 || buf.last() != Some(&b'\n');
+        if last && n == 0 && idx > 0 {
+            // The file ended with a newline: the empty segment after it is blank.
+            break;
+        }
+        idx += 1;
+        let mut bytes = &buf[..];
+        if bytes.last() == Some(&b'\n') {
+            bytes = &bytes[..bytes.len() - 1];
+        }
+        if idx == 1 {
+            bytes = bytes.strip_prefix(BOM.as_bytes()).unwrap_or(bytes);
+        }
+        let text = String::from_utf8_lossy(bytes);
+        parser.segment(&text, idx, last);
+        if last {
+            break;
+        }
+    }
+    Ok(parser.finish())
 }
 
 /// The servable part of a concrete row, for a [`RowSink`].
