@@ -659,6 +659,17 @@ pub struct LazyTables {
     rocblas_version: Option<String>,
 }
 
+/// No rank files at all: every device gets [`RankTable::None`] (what a process without a
+/// profile for its build holds).
+impl Default for LazyTables {
+    fn default() -> LazyTables {
+        LazyTables {
+            slots: Box::new([]),
+            rocblas_version: None,
+        }
+    }
+}
+
 enum Outcome<'a> {
     Ready(&'a Table),
     Busy,
@@ -1394,6 +1405,10 @@ mod tests {
         }
         assert!(lazy.single().is_some_and(|t| t.len() == 1));
         assert_eq!(lazy.ready_tables().len(), 1);
+        // No profile: no table for any device, and one empty table for all.
+        let none = LazyTables::default();
+        assert!(matches!(none.table_for(0), RankTable::None));
+        assert!(none.single().is_some_and(|t| t.is_empty()));
         // Different ranks: no single table until they are known to be the same.
         let two = two_ranks("not-single");
         let (lazy, _) = LazyTables::open(&two.0, 0, None);
