@@ -1219,6 +1219,8 @@ impl LtResults {
 pub fn parse_results(text: &str) -> LtResults {
     let mut out = LtResults::default();
     let mut seen: HashMap<LtKey, usize> = HashMap::new();
+    // A UTF-8 byte order mark (some editors write one) is not part of the first line.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let l = raw.trim_end_matches('\r').trim();
@@ -1415,13 +1417,14 @@ pub fn load_tables(dir: &Path) -> LtLoaded {
         .collect();
     files.sort();
     for (rank, path) in files {
-        let text = match std::fs::read(&path) {
+        // Only a regular file of bounded size: a FIFO would block, /dev/zero never ends.
+        let text = match crate::profile::read_regular(&path, crate::profile::MAX_RESULTS_FILE_BYTES)
+        {
             Ok(b) => String::from_utf8_lossy(&b).into_owned(),
             Err(e) => {
-                loaded.problems.push(format!(
-                    "{}: unreadable ({e}); rank {rank} serves nothing",
-                    path.display()
-                ));
+                loaded
+                    .problems
+                    .push(crate::profile::unreadable(&path, rank, &e));
                 continue;
             }
         };

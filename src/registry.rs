@@ -233,12 +233,19 @@ fn json_error(path: &Path, e: serde_json::Error) -> RegistryError {
     }
 }
 
+/// Reads a JSON file of the profile folder: only a regular file of at most
+/// [`crate::profile::MAX_JSON_FILE_BYTES`] (a FIFO would block the reader, a device such as
+/// `/dev/zero` would never end); a UTF-8 byte order mark at the start is skipped.
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RegistryError> {
-    let bytes = fs::read(path).map_err(|source| RegistryError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| json_error(path, e))
+    let bytes =
+        crate::profile::read_regular(path, crate::profile::MAX_JSON_FILE_BYTES).map_err(|e| {
+            RegistryError::Io {
+                path: path.to_path_buf(),
+                source: e.into(),
+            }
+        })?;
+    let json = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(&bytes);
+    serde_json::from_slice(json).map_err(|e| json_error(path, e))
 }
 
 /// The on-disk shape of `profiles.json`.

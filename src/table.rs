@@ -124,30 +124,12 @@ fn tag_of(hash: u64) -> u32 {
 impl Table {
     /// Builds a table; the first row for a key wins, as in PyTorch.
     pub fn new(rows: impl IntoIterator<Item = (ProblemKey, Action)>) -> Table {
-        let input: Vec<(ProblemKey, Action)> = rows.into_iter().collect();
-        // At most 3/4 full, so a probe sequence stays short; a power of two for the mask.
-        let n = (input.len() * 4 / 3 + 1).next_power_of_two().max(4);
-        let mut table = Table {
-            rows: Box::new([]),
-            slots: vec![Slot { tag: 0, row: EMPTY }; n].into_boxed_slice(),
-            mask: n - 1,
-            wildcards: Vec::new(),
-        };
-        let mut kept: Vec<(ProblemKey, Entry)> = Vec::with_capacity(input.len());
-        for (key, action) in input {
-            let hash = key.lookup_hash();
-            let found = table.probe(&key, hash, |r| &kept[r].0);
-            if let Err(free) = found {
-                table.slots[free] = Slot {
-                    tag: tag_of(hash),
-                    row: kept.len() as u32,
-                };
-                let entry = Entry::new(&key, action);
-                kept.push((key, entry));
-            }
+        let rows = rows.into_iter();
+        let mut b = TableBuilder::with_capacity(rows.size_hint().0);
+        for (key, action) in rows {
+            let _ = b.insert(key, action);
         }
-        table.rows = kept.into_boxed_slice();
-        table
+        b.finish()
     }
 
     /// As [`Table::new`], with `*` rows `(pattern, "op,signature", action)` in file order.
@@ -282,6 +264,135 @@ impl Table {
     }
 }
 
+/// Builds a [`Table`] one row at a time, answering for duplicates as it goes: what the
+/// profile loader feeds while it reads a file, so the rows are never held twice (as parsed
+/// rows and again as the table). The index grows by doubling and stays at most 3/4 full,
+/// so the finished table is the one [`Table::new`] makes from the same rows.
+#[derive(Debug)]
+pub struct TableBuilder {
+    rows: Vec<(ProblemKey, Entry)>,
+    slots: Vec<Slot>,
+    mask: usize,
+    wildcards: Vec<Wildcard>,
+}
+
+impl Default for TableBuilder {
+    fn default() -> TableBuilder {
+        TableBuilder::with_capacity(0)
+    }
+}
+
+impl TableBuilder {
+    /// A builder with room for `rows` rows before it grows.
+    pub fn with_capacity(rows: usize) -> TableBuilder {
+        let n = slots_for(rows);
+        TableBuilder {
+            rows: Vec::with_capacity(rows),
+            slots: vec![Slot { tag: 0, row: EMPTY }; n],
+            mask: n - 1,
+            wildcards: Vec::new(),
+        }
+    }
+
+    /// The slot holding `key` (`Ok`) or the empty slot where it would go (`Err`).
+    fn probe(&self, key: &ProblemKey, hash: u64) -> Result<usize, usize> {
+        let tag = tag_of(hash);
+        let mut i = hash as usize & self.mask;
+        // Never full (grown before 3/4), so the loop ends.
+        loop {
+            let s = self.slots[i];
+            if s.row == EMPTY {
+                return Err(i);
+            }
+            if s.tag == tag && self.rows[s.row as usize].0.same_as(key) {
+                return Ok(i);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// The position (in insertion order) of the row for `key`, if it has one.
+    pub fn find(&self, key: &ProblemKey) -> Option<usize> {
+        let i = self.probe(key, key.lookup_hash()).ok()?;
+        Some(self.slots[i].row as usize)
+    }
+
+    /// Adds the row for `key` and returns its position, unless the key already has a row:
+    /// then nothing changes and the error is the earlier row's position (the first wins).
+    pub fn insert(&mut self, key: ProblemKey, action: Action) -> Result<usize, usize> {
+        // A row number must stay below EMPTY; a table that large (4 billion rows, over
+        // 600 GB) cannot be built anyway.
+        if slots_for(self.rows.len() + 1) > self.slots.len() {
+            self.grow();
+        }
+        let hash = key.lookup_hash();
+        match self.probe(&key, hash) {
+            Ok(i) => Err(self.slots[i].row as usize),
+            Err(free) => {
+                let row = self.rows.len();
+                self.slots[free] = Slot {
+                    tag: tag_of(hash),
+                    row: row as u32,
+                };
+                let entry = Entry::new(&key, action);
+                self.rows.push((key, entry));
+                Ok(row)
+            }
+        }
+    }
+
+    /// Doubles the index and puts every row back in it.
+    fn grow(&mut self) {
+        let n = self.slots.len() * 2;
+        self.slots = vec![Slot { tag: 0, row: EMPTY }; n];
+        self.mask = n - 1;
+        for (row, (key, _)) in self.rows.iter().enumerate() {
+            let hash = key.lookup_hash();
+            let mut i = hash as usize & self.mask;
+            while self.slots[i].row != EMPTY {
+                i = (i + 1) & self.mask;
+            }
+            self.slots[i] = Slot {
+                tag: tag_of(hash),
+                row: row as u32,
+            };
+        }
+    }
+
+    /// Adds a `*` row (`pattern`, its `op,signature` text); patterns keep their order.
+    pub fn push_wildcard(&mut self, pattern: KeyPattern, text: String, action: Action) {
+        self.wildcards.push(Wildcard {
+            pattern,
+            text,
+            entry: Entry::for_pattern(action),
+        });
+    }
+
+    /// Rows added so far.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The table, its row array trimmed to the rows it holds.
+    pub fn finish(self) -> Table {
+        Table {
+            rows: self.rows.into_boxed_slice(),
+            slots: self.slots.into_boxed_slice(),
+            mask: self.mask,
+            wildcards: self.wildcards,
+        }
+    }
+}
+
+/// Index slots for `rows` rows: at most 3/4 full, a power of two for the mask.
+fn slots_for(rows: usize) -> usize {
+    (rows * 4 / 3 + 1).next_power_of_two().max(4)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,6 +519,25 @@ mod tests {
         // Rows keep the order they were given in.
         assert!(t.iter().map(|(k, _)| k.n).eq(0..5000));
         assert!(Table::default().get(&key(0)).is_none());
+    }
+
+    #[test]
+    fn a_builder_that_grows_makes_the_table_new_makes() {
+        let mut b = TableBuilder::default();
+        for n in 0..10_000 {
+            assert_eq!(b.insert(key(n), Action::Solution(n as i32)), Ok(n as usize));
+        }
+        // A second row for a key changes nothing and names the first.
+        assert_eq!(b.insert(key(7), Action::Default), Err(7));
+        assert_eq!(b.find(&key(9_999)), Some(9_999));
+        assert_eq!(b.find(&key(10_000)), None);
+        assert_eq!(b.len(), 10_000);
+        let grown = b.finish();
+        let direct = Table::new((0..10_000).map(|n| (key(n), Action::Solution(n as i32))));
+        assert!(grown.same_rows(&direct));
+        assert!(grown.iter().map(|(k, _)| k.n).eq(0..10_000));
+        assert_eq!(grown.heap_bytes(), direct.heap_bytes());
+        assert_eq!(grown.get(&key(7)).unwrap().action, Action::Solution(7));
     }
 
     #[test]

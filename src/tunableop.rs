@@ -331,54 +331,172 @@ fn write_row(
 }
 
 /// Reads a results file. Invalid UTF-8 is replaced (lossy) and the text still parsed.
+/// Only a regular file of at most [`crate::profile::MAX_RESULTS_FILE_BYTES`] is read: a FIFO
+/// (which would block), a device such as `/dev/zero` (which never ends) or a larger file is
+/// refused with an error saying what it is.
 pub fn read(path: &Path) -> io::Result<ResultsFile> {
-    let bytes = std::fs::read(path)?;
+    let bytes = crate::profile::read_regular(path, crate::profile::MAX_RESULTS_FILE_BYTES)?;
     Ok(parse(&String::from_utf8_lossy(&bytes)))
 }
 
+/// The UTF-8 byte order mark some editors (and Windows tools) put at the start of a file.
+const BOM: &str = "\u{feff}";
+
 /// Parses the text of a results file. Never panics; see the module docs for what goes where.
+/// A UTF-8 byte order mark at the start is dropped.
 pub fn parse(text: &str) -> ResultsFile {
-    let mut parser = Parser::default();
+    let text = text.strip_prefix(BOM).unwrap_or(text);
     let segments = text.split('\n').count();
+    let mut sink = FileRows::default();
     // Sized for every line being a row: growing the row vector and the key map as rows
     // arrive was a third of the interposer's start-up (BENCHMARKS.md).
-    parser.out.rows.reserve(segments);
-    parser.keys.reserve(segments);
+    sink.rows.reserve(segments);
+    sink.keys.reserve(segments);
+    let mut parser = Parser::new(sink);
     for (idx, raw) in text.split('\n').enumerate() {
-        // `trim` also drops the `\r` of CRLF files.
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        // PyTorch ends every row with a newline and a time. A last line with neither was
-        // cut short (a full disk, a killed writer) and may end inside the solution index,
-        // which would still read as some other, wrong index: never serve it.
-        let cut_short =
-            idx + 1 == segments && !line.starts_with("Validator,") && line.split(',').count() < 4;
-        if cut_short {
-            parser.malformed(
-                idx + 1,
-                "the last line has no time_ms and no newline: the file was cut short".into(),
-            );
-            continue;
-        }
-        parser.line(line, idx + 1);
+        parser.segment(raw, idx + 1, idx + 1 == segments);
     }
-    parser.out
+    let (mut out, sink) = parser.finish();
+    out.rows = sink.rows;
+    out
 }
 
+/// Parses a results file from a reader, one line at a time, handing each concrete row to
+/// `sink` instead of keeping it: what the interposer's loader uses, so a large profile is
+/// never held as text plus rows plus a key map at once. Everything but `rows` is in the
+/// returned [`ResultsFile`] (validators, `*` rows, unservable rows, duplicates, malformed
+/// lines), exactly as [`parse`] would have it for the same bytes; invalid UTF-8 is replaced
+/// line by line, which gives the same text as replacing it in the whole file.
+pub(crate) fn parse_reader<S: RowSink>(
+    mut reader: impl io::BufRead,
+    sink: S,
+) -> io::Result<(ResultsFile, S)> {
+    let mut parser = Parser::new(sink);
+    let mut buf = Vec::with_capacity(256);
+    let mut idx = 0;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf)?;
+        // A segment not ended by a newline is the last one (empty at a final newline).
+        let last = n == 0 || buf.last() != Some(&b'\n');
+        if last && n == 0 && idx > 0 {
+            // The file ended with a newline: the empty segment after it is blank.
+            break;
+        }
+        idx += 1;
+        let mut bytes = &buf[..];
+        if bytes.last() == Some(&b'\n') {
+            bytes = &bytes[..bytes.len() - 1];
+        }
+        if idx == 1 {
+            bytes = bytes.strip_prefix(BOM.as_bytes()).unwrap_or(bytes);
+        }
+        let text = String::from_utf8_lossy(bytes);
+        parser.segment(&text, idx, last);
+        if last {
+            break;
+        }
+    }
+    Ok(parser.finish())
+}
+
+/// The servable part of a concrete row, for a [`RowSink`].
+pub(crate) struct RowData<'a> {
+    pub solution: Solution,
+    pub time_ms: Option<f64>,
+    pub blas_params: Option<&'a str>,
+}
+
+/// Where the parser puts concrete rows: [`ResultsFile::rows`] for [`parse`], or a lookup
+/// table straight away for the interposer's loader. The sink also answers for duplicates,
+/// so a second map of every key is never needed.
+pub(crate) trait RowSink {
+    /// Takes the row at `line` for `key`, unless an earlier row named the same problem: then
+    /// it keeps nothing and returns that row's line. `row` is `None` when the row's solution
+    /// is not a rocBLAS one; the key is still taken (PyTorch would use that first row).
+    fn claim(&mut self, key: ProblemKey, line: usize, row: Option<RowData<'_>>) -> Option<usize>;
+}
+
+/// [`parse`]'s sink: every row, and the first line of every key.
 #[derive(Default)]
-struct Parser {
-    out: ResultsFile,
-    /// First line of each problem seen, servable solution or not.
+struct FileRows {
+    rows: Vec<Row>,
     keys: HashMap<ProblemKey, usize>,
+}
+
+impl RowSink for FileRows {
+    fn claim(&mut self, key: ProblemKey, line: usize, row: Option<RowData<'_>>) -> Option<usize> {
+        match self.keys.entry(key) {
+            std::collections::hash_map::Entry::Occupied(first) => Some(*first.get()),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(line);
+                if let Some(r) = row {
+                    self.rows.push(Row {
+                        key,
+                        solution: r.solution,
+                        time_ms: r.time_ms,
+                        blas_params: r.blas_params.map(str::to_string),
+                        line,
+                    });
+                }
+                None
+            }
+        }
+    }
+}
+
+struct Parser<S> {
+    out: ResultsFile,
+    sink: S,
     /// First line of each (op, signature) that has no concrete key.
     texts: HashMap<(String, String), usize>,
 }
 
-impl Parser {
+impl<S: RowSink> Parser<S> {
+    fn new(sink: S) -> Parser<S> {
+        Parser {
+            out: ResultsFile::default(),
+            sink,
+            texts: HashMap::new(),
+        }
+    }
+
+    fn finish(self) -> (ResultsFile, S) {
+        (self.out, self.sink)
+    }
+
     fn malformed(&mut self, line: usize, reason: String) {
         self.out.malformed.push(Malformed { line, reason });
+    }
+
+    /// One `\n`-separated segment of the file; `last` for the one after the last newline.
+    fn segment(&mut self, raw: &str, line: usize, last: bool) {
+        // `trim` also drops the `\r` of CRLF files.
+        let text = raw.trim();
+        if text.is_empty() {
+            return;
+        }
+        // PyTorch ends every row with a newline and a time. A last line with neither was
+        // cut short (a full disk, a killed writer) and may end inside the solution index,
+        // which would still read as some other, wrong index: never serve it.
+        let cut_short = last && !text.starts_with("Validator,") && text.split(',').count() < 4;
+        if cut_short {
+            return self.malformed(
+                line,
+                "the last line has no time_ms and no newline: the file was cut short".into(),
+            );
+        }
+        self.line(text, line);
+    }
+
+    /// The first line of the (op, signature) text, or `None` after noting this one as first.
+    fn first_text(&mut self, op: &str, sig: &str, line: usize) -> Option<usize> {
+        let key = (op.to_string(), sig.to_string());
+        if let Some(&first) = self.texts.get(&key) {
+            return Some(first);
+        }
+        self.texts.insert(key, line);
+        None
     }
 
     fn line(&mut self, text: &str, line: usize) {
@@ -414,7 +532,7 @@ impl Parser {
             Ok(t) => t,
             Err(e) => return self.malformed(line, e),
         };
-        let blas_params = fields.next().map(|s| s.trim().to_string());
+        let blas_params = fields.next().map(str::trim);
         if op.is_empty() || sig.is_empty() {
             return self.malformed(line, "empty op name or signature".into());
         }
@@ -422,7 +540,6 @@ impl Parser {
             return self.malformed(line, "the solution field is empty".into());
         }
 
-        let text_key = (op.to_string(), sig.to_string());
         let unservable = |reason: String| Unservable {
             op_name: op.to_string(),
             signature: sig.to_string(),
@@ -430,16 +547,15 @@ impl Parser {
             line,
             reason,
             time_ms,
-            blas_params: blas_params.clone(),
+            blas_params: blas_params.map(str::to_string),
         };
 
         match parse_key(op, sig) {
             KeyParse::Invalid(reason) => self.malformed(line, reason),
             KeyParse::Unservable => {
-                if let Some(&first_line) = self.texts.get(&text_key) {
+                if let Some(first_line) = self.first_text(op, sig, line) {
                     self.out.duplicates.push(Duplicate { line, first_line });
                 } else {
-                    self.texts.insert(text_key, line);
                     let u = unservable(unservable_op_reason(op));
                     self.out.unservable.push(u);
                 }
@@ -449,11 +565,10 @@ impl Parser {
                     Ok(s) => s,
                     Err(e) => return self.malformed(line, e),
                 };
-                if let Some(&first_line) = self.texts.get(&text_key) {
+                if let Some(first_line) = self.first_text(op, sig, line) {
                     self.out.duplicates.push(Duplicate { line, first_line });
                     return;
                 }
-                self.texts.insert(text_key, line);
                 if let Solution::Other(s) = &solution {
                     let u = unservable(format!("solution {s} is not a rocBLAS solution"));
                     self.out.unservable.push(u);
@@ -466,7 +581,7 @@ impl Parser {
                     pattern,
                     solution,
                     time_ms,
-                    blas_params,
+                    blas_params: blas_params.map(str::to_string),
                     line,
                 });
             }
@@ -475,23 +590,23 @@ impl Parser {
                     Ok(s) => s,
                     Err(e) => return self.malformed(line, e),
                 };
-                if let Some(&first_line) = self.keys.get(&key) {
-                    self.out.duplicates.push(Duplicate { line, first_line });
-                    return;
-                }
-                self.keys.insert(key, line);
-                if let Solution::Other(s) = &solution {
-                    let u = unservable(format!("solution {s} is not a rocBLAS solution"));
-                    self.out.unservable.push(u);
-                    return;
-                }
-                self.out.rows.push(Row {
-                    key,
+                let other = match &solution {
+                    Solution::Other(s) => Some(s.clone()),
+                    _ => None,
+                };
+                let row = other.is_none().then_some(RowData {
                     solution,
                     time_ms,
                     blas_params,
-                    line,
                 });
+                if let Some(first_line) = self.sink.claim(key, line, row) {
+                    self.out.duplicates.push(Duplicate { line, first_line });
+                    return;
+                }
+                if let Some(s) = other {
+                    let u = unservable(format!("solution {s} is not a rocBLAS solution"));
+                    self.out.unservable.push(u);
+                }
             }
         }
     }
@@ -901,7 +1016,8 @@ struct OpInfo {
     batching: Batching,
     types: Types,
     layout: [Trans; 2],
-    layout_text: String,
+    /// The layout letters in lower case, as the signature must start.
+    layout_text: [u8; 2],
 }
 
 enum OpParse {
@@ -911,16 +1027,15 @@ enum OpParse {
 }
 
 fn parse_layout(ab: &str, op: &str) -> Result<[Trans; 2], String> {
-    let letters: Vec<char> = ab.chars().collect();
-    let ok = letters.len() == 2 && letters.iter().all(|c| matches!(c, 'N' | 'T' | 'C'));
-    if !ok {
-        return Err(format!("op name {op} does not end in a layout such as _TN"));
-    }
-    match (
-        Trans::from_letter(letters[0]),
-        Trans::from_letter(letters[1]),
-    ) {
-        (Some(a), Some(b)) => Ok([a, b]),
+    let letter = |c: u8| match c {
+        b'N' | b'T' | b'C' => Trans::from_letter(c as char),
+        _ => None,
+    };
+    match ab.as_bytes() {
+        &[a, b] => match (letter(a), letter(b)) {
+            (Some(a), Some(b)) => Ok([a, b]),
+            _ => Err(format!("op name {op} does not end in a layout such as _TN")),
+        },
         _ => Err(format!("op name {op} does not end in a layout such as _TN")),
     }
 }
@@ -942,7 +1057,9 @@ fn parse_op(op: &str) -> OpParse {
         Ok(l) => l,
         Err(e) => return OpParse::Invalid(e),
     };
-    let layout_text = ab.to_ascii_lowercase();
+    // Two ASCII letters: parse_layout checked them.
+    let b = ab.as_bytes();
+    let layout_text = [b[0].to_ascii_lowercase(), b[1].to_ascii_lowercase()];
     if family != Family::Extension {
         let Some(types) = pytorch_types(head) else {
             // tf32 and any type PyTorch may add later: not something rocBLAS serves.
@@ -1045,22 +1162,23 @@ fn parse_flags(tok: &str) -> Result<u32, String> {
     Ok(flags)
 }
 
-/// The tokens of a signature, read front to back.
+/// The tokens of a signature, read front to back (without collecting them: this runs once
+/// per row of a profile that may hold millions).
 struct Tokens<'a> {
     sig: &'a str,
-    tokens: Vec<&'a str>,
-    pos: usize,
+    tokens: std::iter::Peekable<std::str::Split<'a, char>>,
 }
 
 impl<'a> Tokens<'a> {
     fn next(&mut self, what: &str) -> Result<&'a str, String> {
-        let t = self.tokens.get(self.pos).copied();
-        let t = t.ok_or_else(|| format!("signature {:?} ends before {what}", self.sig))?;
-        self.pos += 1;
-        Ok(t)
+        let t = self.tokens.next();
+        t.ok_or_else(|| format!("signature {:?} ends before {what}", self.sig))
     }
-    fn peek(&self) -> Option<&'a str> {
-        self.tokens.get(self.pos).copied()
+    fn peek(&mut self) -> Option<&'a str> {
+        self.tokens.peek().copied()
+    }
+    fn skip(&mut self) {
+        self.tokens.next();
     }
     fn dims<const N: usize>(&mut self, names: [&str; N]) -> Result<[Dim; N], String> {
         let mut out = [None; N];
@@ -1074,11 +1192,10 @@ impl<'a> Tokens<'a> {
 fn parse_signature(op: &OpInfo, op_name: &str, sig: &str) -> Result<KeyPattern, String> {
     let mut t = Tokens {
         sig,
-        tokens: sig.split('_').collect(),
-        pos: 0,
+        tokens: sig.split('_').peekable(),
     };
     let layout = t.next("the layout")?;
-    if layout != op.layout_text {
+    if layout.as_bytes() != op.layout_text {
         return Err(format!(
             "layout {layout:?} of the signature disagrees with the op name {op_name}"
         ));
@@ -1099,7 +1216,7 @@ fn parse_signature(op: &OpInfo, op_name: &str, sig: &str) -> Result<KeyPattern, 
         if t.peek() != Some(section) {
             continue;
         }
-        t.pos += 1;
+        t.skip();
         match section {
             "B" => batch = Some(t.dims(["batch count"])?[0]),
             "ld" if op.family == Family::Extension => {
@@ -1798,6 +1915,22 @@ GemmTunableOp_Half_TN,tn_8_4_21,Default,-1
                 f.rows.iter().map(|r| r.key).collect::<Vec<_>>()
             );
         }
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_dropped() {
+        let text = "GemmTunableOp_Half_TN,tn_8_4_16,Default,1\nValidator,PT_VERSION,2.7.0\n";
+        let plain = parse(text);
+        assert_eq!(plain.rows.len(), 1);
+        let bom = parse(&format!("\u{feff}{text}"));
+        assert_eq!(bom, plain, "the first row is read as a row");
+        let v = parse("\u{feff}Validator,PT_VERSION,2.7.0\n");
+        assert_eq!(v.validator("PT_VERSION"), Some("2.7.0"));
+        // Only at the very start: elsewhere it is part of the line (an unknown op name).
+        let inner = parse(&format!("{text}\u{feff}{text}"));
+        assert_eq!(inner.rows.len(), 1);
+        assert_eq!(inner.unservable.len(), 1);
+        assert!(inner.unservable[0].op_name.starts_with('\u{feff}'));
     }
 
     #[test]

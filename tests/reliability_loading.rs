@@ -2,16 +2,23 @@
 //! `dlopen` after the first GEMM calls already reached the interposer, two copies of the
 //! same build from two paths; and processes that never use rocBLAS (a shell, a compiler,
 //! Python) where the interposer stays inert and creates nothing. (The library linked
-//! directly is every test in tests/interposer.rs.)
+//! directly is every test in tests/interposer.rs.) Then the profile itself: files that are
+//! not regular files (a FIFO, a symlink to `/dev/zero`), a byte order mark, and rank files
+//! loaded on first use from their device.
 
 mod common;
 mod faults;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
 
 use common::*;
 use faults::*;
+use tunedblas_core::profile::{LazyTables, RankState, RankTable};
+use tunedblas_core::table::Action;
 
 const HIT: &str = "ex:TN:h:64:24:40";
 const MISS: &str = "ex:TN:h:8:8:8";
@@ -392,4 +399,330 @@ fn a_call_uses_the_rank_file_of_the_device_its_handle_was_made_on() {
     assert_eq!(t.len(), 1, "{t:?}");
     assert_eq!(t[0]["solution"], sol.to_string(), "rank 1's row: {stderr}");
     assert!(stderr.contains("1 calls: 1 served"), "{stderr}");
+}
+
+// ---- The profile's files (issue 12) ------------------------------------------------------
+
+/// The bug these cases guard against is a hang (a FIFO) or a host eating the machine's
+/// memory (`/dev/zero`): each run must end well inside this.
+const QUICK: Duration = Duration::from_secs(30);
+
+fn rank_file(dir: &Path, rank: usize) -> PathBuf {
+    dir.join(format!("profiles/ref-v4/tunableop_results{rank}.csv"))
+}
+
+fn mkfifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// The `tunedblas:` lines of a run that name `path`.
+fn lines_naming(out: &std::process::Output, path: &Path) -> Vec<String> {
+    let p = path.display().to_string();
+    log_lines(out)
+        .into_iter()
+        .filter(|l| l.contains(&p))
+        .collect()
+}
+
+#[test]
+fn a_fifo_in_the_profile_does_not_block_the_host() {
+    // Rank 0's file, rank 1's (the host runs on device 0, which is still served), and
+    // profiles.json: opening a FIFO for reading waits for a writer that never comes.
+    for case in ["rank0", "rank1", "registry"] {
+        let name = format!("rel-fifo-{case}");
+        let dir = scratch(&name);
+        let sol = profile(&dir);
+        let rank1 = rank_file(&dir, 1);
+        if case == "rank1" {
+            std::fs::copy(rank_file(&dir, 0), &rank1).unwrap();
+        }
+        let fifo = match case {
+            "rank0" => rank_file(&dir, 0),
+            "rank1" => rank1,
+            _ => dir.join("profiles/profiles.json"),
+        };
+        mkfifo(&fifo);
+        let began = Instant::now();
+        let out = run_guarded_for(fault_cmd(&dir, true, &[HIT, MISS]), QUICK);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{case}: {stderr}");
+        assert!(began.elapsed() < QUICK, "{case}: {:?}", began.elapsed());
+        let lines = lines_naming(&out, &fifo);
+        assert_eq!(lines.len(), 1, "{case}: one line names the FIFO: {stderr}");
+        assert!(
+            lines[0].contains("a FIFO (named pipe), not a regular file"),
+            "{case}: {stderr}"
+        );
+        let served: &[(&str, i32)] = if case == "rank1" { &[(HIT, sol)] } else { &[] };
+        assert_eq!(
+            results(&out),
+            expected(&name, &[HIT, MISS], served),
+            "{case}"
+        );
+        let (logged, _) = whole_miss_files(&dir);
+        let want = if case == "rank1" { 1 } else { 2 };
+        assert_eq!(
+            logged.len(),
+            want,
+            "{case}: every shape without a row is recorded"
+        );
+    }
+}
+
+#[test]
+fn a_rank_file_linked_to_dev_zero_is_refused_at_once() {
+    let name = "rel-dev-zero";
+    let dir = scratch(name);
+    profile(&dir);
+    let rank0 = rank_file(&dir, 0);
+    std::fs::remove_file(&rank0).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &rank0).unwrap();
+    let mut cmd = fault_cmd(&dir, true, &[HIT]);
+    // A reader that follows the link reads zeros until memory runs out (13-24 GB before
+    // the fix): cap the host's address space so such a run dies at 4 GiB, not the machine.
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 4 << 30,
+                rlim_max: 4 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let began = Instant::now();
+    let out = run_guarded_for(cmd, QUICK);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    let lines = lines_naming(&out, &rank0);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains(
+            "a symlink to /dev/zero (a character device), not a regular file, so it is not read; rank 0 serves nothing"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(results(&out), reference(name, &[HIT]));
+}
+
+#[test]
+fn a_byte_order_mark_does_not_hide_the_first_row() {
+    // The served row is the file's first line, behind a UTF-8 BOM (as an editor saving
+    // "UTF-8 with BOM" writes it); before, it was read as a malformed line and not served.
+    let name = "rel-bom";
+    let dir = scratch(name);
+    let sol = profile(&dir);
+    let first = row(HIT, &format!("Gemm_Rocblas_{sol}"));
+    std::fs::write(
+        rank_file(&dir, 0),
+        format!("\u{feff}{first}\nValidator,PT_VERSION,2.7.0\n"),
+    )
+    .unwrap();
+    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("skipped"), "{stderr}");
+    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    assert_eq!(results(&out), expected(name, &[HIT], &[(HIT, sol)]));
+    assert_eq!(trace(&dir)[0]["solution"], sol.to_string());
+}
+
+/// A profile whose rank 0 and rank 1 serve `HIT` with different solutions; returns them.
+fn two_rank_profile(dir: &Path) -> (i32, i32) {
+    let sols = untuned_by_heuristic(HIT);
+    assert!(sols.len() >= 2, "{sols:?}");
+    let (r0, r1) = (sols[0], sols[sols.len() - 1]);
+    write_profile(
+        &dir.join("profiles"),
+        "ref-v4",
+        &sha4(),
+        &[row(HIT, &format!("Gemm_Rocblas_{r0}"))],
+        1,
+    );
+    let rank1 = format!("{}\n", row(HIT, &format!("Gemm_Rocblas_{r1}")));
+    std::fs::write(rank_file(dir, 1), rank1).unwrap();
+    (r0, r1)
+}
+
+fn action(t: RankTable<'_>) -> Option<Action> {
+    match t {
+        RankTable::Ready(t) => t.get(&spec_key(HIT)).map(|e| e.action),
+        _ => None,
+    }
+}
+
+#[test]
+fn only_the_calling_devices_rank_file_is_read_at_start() {
+    let dir = scratch("rel-lazy-start");
+    let (r0, r1) = two_rank_profile(&dir);
+    let folder = dir.join("profiles/ref-v4");
+    let (lazy, start) = LazyTables::open(&folder, 1, None);
+    assert!(start.problems.is_empty(), "{:?}", start.problems);
+    assert_eq!(start.rank_files, 2);
+    assert_eq!(
+        lazy.parsed_ranks(),
+        vec![1],
+        "only device 1's file at start"
+    );
+    assert_eq!(lazy.rank_state(0), Some(RankState::Unloaded));
+    assert_eq!(action(lazy.table_for(1)), Some(Action::Solution(r1)));
+    // A call from device 3 (no file of its own: rank 0's) reads rank 0, once.
+    let mut loads = Vec::new();
+    let got = lazy.table_for_with(3, |r| loads.push((r.rank, r.rows, r.parsed)));
+    assert_eq!(action(got), Some(Action::Solution(r0)));
+    assert_eq!(loads, vec![(0, 1, true)]);
+    assert_eq!(action(lazy.table_for(0)), Some(Action::Solution(r0)));
+    assert_eq!(lazy.parsed_ranks(), vec![0, 1]);
+    assert!(lazy.single().is_none(), "the ranks differ");
+}
+
+#[test]
+fn the_other_rank_is_served_when_a_call_comes_from_its_device() {
+    // One process, device 0 then device 1: each call gets its own rank's solution,
+    // whichever rank the interposer read first.
+    let name = "rel-lazy-serve";
+    let dir = scratch(name);
+    let (r0, r1) = two_rank_profile(&dir);
+    let out = run_guarded(fault_cmd(
+        &dir,
+        true,
+        &[HIT, "@device:1", HIT, "@device:0", HIT],
+    ));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("3 calls: 3 served"), "{stderr}");
+    let ran: Vec<String> = trace(&dir).iter().map(|t| t["solution"].clone()).collect();
+    assert_eq!(ran, [r0, r1, r0].map(|s| s.to_string()));
+    assert_eq!(misses(&dir).0, Vec::<String>::new());
+}
+
+/// A rank file of `rows` distinct rows, large enough that reading it takes a while.
+fn big_rank(path: &Path, rows: usize) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for n in 1..=rows {
+        writeln!(
+            out,
+            "GemmTunableOp_Half_TN,tn_4096_{n}_4096_ld_4096_4096_4096,Gemm_Rocblas_-1086327687,0.01"
+        )
+        .unwrap();
+    }
+    out.flush().unwrap();
+}
+
+#[test]
+fn concurrent_first_calls_load_a_rank_once_and_none_waits() {
+    let dir = scratch("rel-lazy-threads");
+    two_rank_profile(&dir);
+    const ROWS: usize = 100_000;
+    big_rank(&rank_file(&dir, 1), ROWS);
+    let (lazy, _) = LazyTables::open(&dir.join("profiles/ref-v4"), 0, None);
+    assert_eq!(lazy.parsed_ranks(), vec![0]);
+    let lazy = Arc::new(lazy);
+    let loads = Arc::new(AtomicUsize::new(0));
+    let passed = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Barrier::new(16));
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let (lazy, loads, passed, gate) =
+                (lazy.clone(), loads.clone(), passed.clone(), gate.clone());
+            std::thread::spawn(move || {
+                gate.wait();
+                let began = Instant::now();
+                loop {
+                    match lazy.table_for_with(1, |_| {
+                        loads.fetch_add(1, Ordering::SeqCst);
+                    }) {
+                        RankTable::Ready(t) => break t.len(),
+                        // Someone else is reading it: the call passes through, at once.
+                        RankTable::Loading => {
+                            passed.fetch_add(1, Ordering::SeqCst);
+                            assert!(began.elapsed() < QUICK, "never loaded");
+                            std::thread::yield_now();
+                        }
+                        RankTable::None => panic!("rank 1 has a table"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), ROWS);
+    }
+    assert_eq!(loads.load(Ordering::SeqCst), 1, "one thread read the file");
+    assert_eq!(lazy.parsed_ranks(), vec![0, 1]);
+    assert_eq!(lazy.ready_tables().len(), 2);
+    eprintln!(
+        "{} calls passed through while rank 1 loaded",
+        passed.load(Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn a_child_forked_while_a_rank_loads_reads_it_itself() {
+    let dir = scratch("rel-lazy-fork");
+    two_rank_profile(&dir);
+    const ROWS: usize = 400_000;
+    big_rank(&rank_file(&dir, 1), ROWS);
+    let (lazy, _) = LazyTables::open(&dir.join("profiles/ref-v4"), 0, None);
+    let lazy = Arc::new(lazy);
+    let loader = {
+        let lazy = lazy.clone();
+        std::thread::spawn(move || matches!(lazy.table_for(1), RankTable::Ready(_)))
+    };
+    let began = Instant::now();
+    while lazy.rank_state(1) == Some(RankState::Unloaded) {
+        assert!(began.elapsed() < QUICK);
+        std::hint::spin_loop();
+    }
+    assert_eq!(
+        lazy.rank_state(1),
+        Some(RankState::Loading),
+        "forking mid-load needs a larger file here"
+    );
+    // SAFETY: the child only reads files, allocates (glibc's malloc is fork-safe) and
+    // leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // The thread that claimed rank 1 does not exist here; waiting for it would hang.
+        let code = match lazy.table_for(1) {
+            RankTable::Ready(t) if t.len() == ROWS => 0,
+            RankTable::Loading => 2,
+            _ => 1,
+        };
+        // SAFETY: leaving the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    let waited = Instant::now();
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if waited.elapsed() > QUICK {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the forked child hung on the rank its parent was loading");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(libc::WIFEXITED(status), "child status {status}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the child read rank 1 itself");
+    assert!(loader.join().unwrap());
 }

@@ -14,6 +14,7 @@ use tunedblas_core::abi::{self, KERNEL_FLAGS};
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
 use tunedblas_core::registry::{Provenance, Registry};
 use tunedblas_core::rocblas::{batched_key, single_key, Dims};
+use tunedblas_core::table::Action;
 use tunedblas_core::tunableop::{self, KeyParse, Solution};
 use tunedblas_core::{identity, untuned};
 
@@ -174,6 +175,65 @@ fn tunableop_results_files_never_panic_and_account_for_every_line() {
         rows > 1000 && malformed > 1000,
         "the generator explores both: {rows} rows, {malformed} malformed"
     );
+}
+
+#[test]
+fn the_interposers_loader_reads_what_parse_reads() {
+    // profile::load_tables reads a rank file a line at a time straight into the lookup
+    // table; tunableop::parse reads the whole text. Same bytes, same rows in the same
+    // order, one problem line per malformed or duplicate line, with or without a BOM.
+    let dir = std::env::temp_dir().join(format!("tunedblas-parsers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tunableop_results0.csv");
+    let mut served = 0;
+    each_case(0x5eed_0011, 1500, |_, rng| {
+        let mut text = if rng.chance(30) {
+            String::from("\u{feff}")
+        } else {
+            String::new()
+        };
+        text.push_str(&soup(rng, 400));
+        for _ in 0..rng.below(8) {
+            let (op, sig) = tunableop::op_and_signature(&random_key(rng));
+            let sol = if rng.chance(20) {
+                "Default".to_string()
+            } else {
+                format!("Gemm_Rocblas_{}", rng.next() as i32)
+            };
+            let line = format!("{op},{sig},{sol},0.5\n");
+            text.push_str(&line);
+            if rng.chance(20) {
+                text.push_str(&line);
+            }
+        }
+        std::fs::write(&path, &text).unwrap();
+        let f = tunableop::parse(&text);
+        let loaded = tunedblas_core::profile::load_tables(&dir);
+        let want: Vec<_> = f
+            .rows
+            .iter()
+            .map(|r| {
+                let a = match r.solution {
+                    Solution::Rocblas(id) => Action::Solution(id),
+                    _ => Action::Default,
+                };
+                (r.key, a)
+            })
+            .collect();
+        let got: Vec<_> = match loaded.tables.first().and_then(|t| t.as_deref()) {
+            Some(t) => t.iter().map(|(k, e)| (*k, e.action)).collect(),
+            None => Vec::new(),
+        };
+        assert_eq!(got, want, "{text:?}");
+        assert_eq!(
+            loaded.problems.len(),
+            f.malformed.len() + f.duplicates.len(),
+            "{text:?}"
+        );
+        served += got.len();
+    });
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(served > 1000, "the generator makes rows: {served}");
 }
 
 #[test]

@@ -94,18 +94,28 @@ pub fn hosts() -> &'static Hosts {
 }
 
 /// Runs a command to the end, killing it (and failing the test) if it hangs.
-pub fn run_guarded(mut cmd: Command) -> Output {
+pub fn run_guarded(cmd: Command) -> Output {
+    run_guarded_for(cmd, HANG)
+}
+
+/// [`run_guarded`] with a shorter limit, for cases whose bug is a hang: the test fails in
+/// `limit`, not in [`HANG`].
+pub fn run_guarded_for(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    wait_guarded(child, &format!("{cmd:?}"))
+    wait_guarded_for(child, &format!("{cmd:?}"), limit)
 }
 
 /// Waits for a spawned child with piped stdout/stderr, failing the test on a hang.
-pub fn wait_guarded(mut child: Child, what: &str) -> Output {
+pub fn wait_guarded(child: Child, what: &str) -> Output {
+    wait_guarded_for(child, what, HANG)
+}
+
+fn wait_guarded_for(mut child: Child, what: &str, limit: Duration) -> Output {
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
     let t_out = std::thread::spawn(move || {
@@ -123,10 +133,10 @@ pub fn wait_guarded(mut child: Child, what: &str) -> Output {
         if let Some(s) = child.try_wait().expect("try_wait") {
             break s;
         }
-        if start.elapsed() > HANG {
+        if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what} hung for {HANG:?} and was killed");
+            panic!("{what} hung for {limit:?} and was killed");
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -169,18 +179,21 @@ pub fn sha4() -> String {
 /// The last solution refblas lists for a spec: never the heuristic's choice for the
 /// shapes used here, so serving it shows in the trace.
 pub fn tuned(spec: &str) -> i32 {
-    // Cached and serialised: the helper runs in a scratch folder named after the spec,
-    // which tests running in parallel would otherwise share.
-    static CACHE: std::sync::Mutex<Vec<(String, i32)>> = std::sync::Mutex::new(Vec::new());
+    *untuned_by_heuristic(spec).last().unwrap()
+}
+
+/// [`non_heuristic_solutions`] on refblas v4, cached and serialised: the helper runs in a
+/// scratch folder named after the spec, which tests running in parallel would otherwise
+/// share.
+pub fn untuned_by_heuristic(spec: &str) -> Vec<i32> {
+    static CACHE: std::sync::Mutex<Vec<(String, Vec<i32>)>> = std::sync::Mutex::new(Vec::new());
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, id)) = cache.iter().find(|(s, _)| s == spec) {
-        return *id;
+    if let Some((_, ids)) = cache.iter().find(|(s, _)| s == spec) {
+        return ids.clone();
     }
-    let id = *non_heuristic_solutions(&artifacts().host4, spec)
-        .last()
-        .unwrap();
-    cache.push((spec.to_owned(), id));
-    id
+    let ids = non_heuristic_solutions(&artifacts().host4, spec);
+    cache.push((spec.to_owned(), ids.clone()));
+    ids
 }
 
 /// What the host computes for `args` without the interposer: `(spec, status, digest)`.

@@ -27,6 +27,7 @@
  *                       leading dimensions and strides, bad enums, negative batches) that
  *                       rocBLAS rejects or runs without reading A and B; print absurd=<statuses>
  *   @exit_              _exit(0) now (skips atexit handlers)
+ *   @device:D           hipSetDevice(D) on the main thread: later specs run on device D
  */
 #define GEMM_HOST_MODULE
 #include "gemm_host.c"
@@ -237,6 +238,8 @@ int main(int argc, char **argv) {
             if (link(colon + 1, path) != 0) { perror("fault_host: link"); return 3; }
         } else if (!strcmp(a, "@absurd")) {
             absurd();
+        } else if (!strncmp(a, "@device:", 8)) {
+            if (hipSetDevice(atoi(a + 8)) != 0) { fprintf(stderr, "fault_host: hipSetDevice failed\n"); return 2; }
         } else if (!strcmp(a, "@exit_")) {
             fflush(stdout);
             _exit(0);
