@@ -66,6 +66,11 @@ struct Segment<K> {
     mask: usize,
     /// Slots claimed; a segment past half full takes no new keys.
     filled: AtomicUsize,
+    /// `order[n]` = 1 + the slot the n-th key went to (0 while being written): walking the
+    /// recorded shapes costs what they are, not the segment's size (a count flush at exit,
+    /// or every 1024th call of a shape, used to scan all 16k slots), and goes in the order
+    /// the shapes were first seen.
+    order: Box<[AtomicU32]>,
 }
 
 /// Lock-free set of missed (device, key) pairs with call counts, growing by segments:
@@ -144,12 +149,14 @@ impl<K> Segment<K> {
         const { assert!(EMPTY == 0) };
         // SAFETY: an all-zero Slot is a valid empty slot (atomics at 0 = EMPTY, a null text
         // pointer, `entry` is MaybeUninit), and an all-zero AtomicU64 is 0.
-        let (slots, counts) = unsafe { (zeroed_slice(n), zeroed_slice(n * SHARDS)) };
+        let (slots, counts, order) =
+            unsafe { (zeroed_slice(n), zeroed_slice(n * SHARDS), zeroed_slice(n)) };
         Segment {
             slots,
             counts,
             mask: n - 1,
             filled: AtomicUsize::new(0),
+            order,
         }
     }
 
@@ -292,7 +299,6 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                 self.grow(s);
                 continue;
             };
-            let open = seg.filled.load(Ordering::Relaxed) <= seg.mask / 2;
             let mut i = hash as usize & seg.mask;
             'probe: for _ in 0..MAX_PROBE.min(seg.slots.len()) {
                 let slot = &seg.slots[i];
@@ -315,7 +321,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                             break;
                         }
                         EMPTY => {
-                            if !open {
+                            if seg.filled.load(Ordering::Relaxed) > seg.mask / 2 {
                                 // Not here, and this segment takes no new keys.
                                 break 'probe;
                             }
@@ -334,8 +340,10 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                                 slot.hash.store(hash, Ordering::Relaxed);
                                 seg.counts[shard * seg.slots.len() + i]
                                     .fetch_add(1, Ordering::Relaxed);
-                                seg.filled.fetch_add(1, Ordering::Relaxed);
+                                let nth = seg.filled.fetch_add(1, Ordering::Relaxed);
                                 slot.state.store(READY, Ordering::Release);
+                                // At most one key per slot, so `nth` < the slot count.
+                                seg.order[nth].store(i as u32 + 1, Ordering::Release);
                                 return (Sight::First, Some((self.offset(s) + i, 0)));
                             }
                             // Lost the race: look at the same slot again.
@@ -410,41 +418,42 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         }
     }
 
-    /// Calls `f(device, key, calls, text)` for every recorded shape, in slot order, with
-    /// the text [`MissSet::set_text`] left (None if none yet). Allocates nothing.
+    /// Calls `f(device, key, calls, text)` for every recorded shape, in the order they
+    /// were first seen, with the text [`MissSet::set_text`] left (None if none yet).
+    /// Allocates nothing.
     pub fn for_each(&self, mut f: impl FnMut(i32, &K, u64, Option<&str>)) {
+        self.for_each_slot(|_, d, k, calls, text| f(d, k, calls, text));
+    }
+
+    /// [`MissSet::for_each`] with each shape's slot number (the one
+    /// [`MissSet::set_text`] takes).
+    pub fn for_each_slot(&self, mut f: impl FnMut(usize, i32, &K, u64, Option<&str>)) {
         for s in 0..self.max_segments {
             let Some(seg) = self.segment(s) else { break };
-            for (i, slot) in seg.slots.iter().enumerate() {
+            let filled = seg.filled.load(Ordering::Acquire).min(seg.order.len());
+            for nth in &seg.order[..filled] {
+                let Some(i) = (nth.load(Ordering::Acquire) as usize).checked_sub(1) else {
+                    continue; // claimed a moment ago; its owner is still writing it
+                };
+                let slot = &seg.slots[i];
                 if slot.state.load(Ordering::Acquire) != READY {
                     continue;
                 }
                 // SAFETY: READY observed with Acquire; a text pointer is a leaked Box.
                 let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
                 let text = unsafe { slot.text.load(Ordering::Acquire).as_ref() };
-                f(*d, k, seg.count_of(i), text.map(String::as_str));
+                f(
+                    self.offset(s) + i,
+                    *d,
+                    k,
+                    seg.count_of(i),
+                    text.map(String::as_str),
+                );
             }
         }
     }
 
-    /// Calls `f(slot, device, key, text)` for every recorded shape, in slot order (the slot
-    /// number is the one [`MissSet::set_text`] takes).
-    pub fn for_each_slot(&self, mut f: impl FnMut(usize, i32, &K, Option<&str>)) {
-        for s in 0..self.max_segments {
-            let Some(seg) = self.segment(s) else { break };
-            for (i, slot) in seg.slots.iter().enumerate() {
-                if slot.state.load(Ordering::Acquire) != READY {
-                    continue;
-                }
-                // SAFETY: READY observed with Acquire; a text pointer is a leaked Box.
-                let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                let text = unsafe { slot.text.load(Ordering::Acquire).as_ref() };
-                f(self.offset(s) + i, *d, k, text.map(String::as_str));
-            }
-        }
-    }
-
-    /// Every recorded (device, key, count), in slot order.
+    /// Every recorded (device, key, count), in the order first seen.
     pub fn snapshot(&self) -> Vec<(i32, K, u64)> {
         let mut v = Vec::new();
         self.for_each(|d, k, c, _| v.push((d, *k, c)));

@@ -596,14 +596,20 @@ fn the_other_rank_is_served_when_a_call_comes_from_its_device() {
     let name = "rel-lazy-serve";
     let dir = scratch(name);
     let (r0, r1) = two_rank_profile(&dir);
-    let out = run_guarded(fault_cmd(
-        &dir,
-        true,
-        &[HIT, "@device:1", HIT, "@device:0", HIT],
-    ));
+    let mut cmd = fault_cmd(&dir, true, &[HIT, "@device:1", HIT, "@device:0", HIT]);
+    cmd.env("TUNEDBLAS_LOG", "debug");
+    let out = run_guarded(cmd);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("3 calls: 3 served"), "{stderr}");
+    // Start-up read rank 0 only; rank 1 was read when device 1 first called.
+    assert_eq!(
+        stderr
+            .matches("rank 1 loaded on its device's first call")
+            .count(),
+        1,
+        "{stderr}"
+    );
     let ran: Vec<String> = trace(&dir).iter().map(|t| t["solution"].clone()).collect();
     assert_eq!(ran, [r0, r1, r0].map(|s| s.to_string()));
     assert_eq!(misses(&dir).0, Vec::<String>::new());

@@ -196,7 +196,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     fn write_counts(&self, may_allocate: bool) {
         if may_allocate {
             let mut missing = Vec::new();
-            self.set.for_each_slot(|slot, _, key, text| {
+            self.set.for_each_slot(|slot, _, key, _, text| {
                 if text.is_none() {
                     missing.push((slot, *key));
                 }

@@ -10,7 +10,7 @@ use tunedblas_core::family;
 use tunedblas_core::identity::{self, HashCache, MapCheck};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::near::{Claim, NearIndex, Verdict, Verdicts};
-use tunedblas_core::profile::{self, Loaded, Request, Selection};
+use tunedblas_core::profile::{self, LazyTables, RankTable, Request, Selection};
 use tunedblas_core::table::{Action, Table};
 use tunedblas_core::tunableop;
 
@@ -27,7 +27,9 @@ pub static BACKEND: Backend = Backend { finish, after_fork };
 
 /// Everything the serving path needs, built once.
 pub struct Runtime {
-    loaded: Loaded,
+    /// The profile's rank tables: the calling device's read at start-up, the others on
+    /// their device's first call.
+    tables: LazyTables,
     /// Set when every rank serves the same rows: no need to ask which device a call is on.
     single: Option<Arc<Table>>,
     /// The process's rocBLAS misses: one recorder, kept when the runtime is built again for
@@ -111,15 +113,20 @@ impl Runtime {
     /// The table for the calling thread's device, if the profile has one.
     #[inline]
     pub fn table(&self) -> Option<&Table> {
-        self.table_for(std::ptr::null_mut())
+        match self.table_for(std::ptr::null_mut()) {
+            RankTable::Ready(t) => Some(t),
+            _ => None,
+        }
     }
 
     /// The table for a call on handle `h`: the rank file of the device `h` was made on.
+    /// [`RankTable::Loading`] while another thread reads that rank's file: the call is
+    /// then passed through, not recorded (the profile may have its row).
     #[inline(always)]
-    pub fn table_for(&self, h: tunedblas_core::abi::Handle) -> Option<&Table> {
+    pub fn table_for(&self, h: tunedblas_core::abi::Handle) -> RankTable<'_> {
         match &self.single {
-            Some(t) => Some(t),
-            None => self.loaded.table_for(device_for(h)),
+            Some(t) => RankTable::Ready(t),
+            None => self.tables.table_for_with(device_for(h), report_rank),
         }
     }
 
@@ -258,15 +265,34 @@ impl Runtime {
         }
     }
 
-    fn all_tables(&self) -> impl Iterator<Item = &Arc<Table>> {
-        let mut seen: Vec<&Arc<Table>> = Vec::new();
-        for t in self.loaded.tables.iter().flatten() {
-            if !seen.iter().any(|s| Arc::ptr_eq(s, t)) {
-                seen.push(t);
-            }
-        }
-        seen.into_iter()
+    /// Every distinct table loaded so far.
+    fn all_tables(&self) -> Vec<Arc<Table>> {
+        self.tables.ready_tables()
     }
+}
+
+/// The log lines of a rank file read after start-up (its device's first call).
+fn report_rank(r: &profile::RankReport) {
+    for p in r.problems.iter().take(20) {
+        info!("{p}");
+    }
+    if r.unservable > 0 {
+        info!(
+            "rank {}: {} rows name ops or solutions rocBLAS cannot serve and are skipped",
+            r.rank, r.unservable
+        );
+    }
+    debug!(
+        "rank {} loaded on its device's first call: {} rows in {:.3} ms{}",
+        r.rank,
+        r.rows,
+        r.took.as_secs_f64() * 1e3,
+        if r.parsed {
+            ""
+        } else {
+            " (shared with an identical rank file)"
+        }
+    );
 }
 
 /// True once the rocBLAS side has started (it owns `TUNEDBLAS_STATS` then).
@@ -307,19 +333,7 @@ fn real_library_anchor() -> Option<*const c_void> {
 fn init() -> Option<Runtime> {
     let cfg = Config::for_start()?;
     let (loaded, name_line) = select_and_load(&cfg);
-    let single = if loaded.distinct <= 1 {
-        Some(
-            loaded
-                .tables
-                .iter()
-                .flatten()
-                .next()
-                .cloned()
-                .unwrap_or_default(),
-        )
-    } else {
-        None
-    };
+    let single = loaded.tables.single();
     if let Some(line) = name_line {
         info!("{line}");
     }
@@ -340,7 +354,7 @@ fn init() -> Option<Runtime> {
         );
     }
     let mut rt = Runtime {
-        loaded,
+        tables: loaded.tables,
         single,
         misses: recorder(&cfg),
         stats_path: cfg.stats_path,
@@ -388,7 +402,11 @@ fn build_near(rt: &Runtime, window: i64) -> Option<Near> {
     }
     let indexes: Vec<(Arc<Table>, NearIndex)> = rt
         .all_tables()
-        .map(|t| (t.clone(), NearIndex::new(t)))
+        .into_iter()
+        .map(|t| {
+            let ix = NearIndex::new(&t);
+            (t, ix)
+        })
         .collect();
     if indexes.iter().all(|(_, ix)| ix.families() == 0) {
         return None;
@@ -401,22 +419,30 @@ fn build_near(rt: &Runtime, window: i64) -> Option<Near> {
     })
 }
 
-/// Identifies the loaded build, picks its profile and loads it. Returns the tables and
-/// the startup line.
-fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
-    let start = std::time::Instant::now();
+/// The chosen profile's tables as start-up left them, with what to say about them.
+#[derive(Default)]
+struct Opened {
+    tables: LazyTables,
+    problems: Vec<String>,
+    unservable: usize,
+}
+
+/// Identifies the loaded build, picks its profile and opens it (the calling device's rank
+/// file is read now, the others on first use). Returns the tables and the startup line.
+fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
+    let start_time = std::time::Instant::now();
     let Some(anchor) = real_library_anchor() else {
         return (
-            Loaded::default(),
+            Opened::default(),
             Some("no real rocBLAS GEMM found in this process; passing calls through".into()),
         );
     };
     let Some(path) = identity::library_of_address(anchor as usize) else {
-        return (Loaded::default(), Some("cannot tell which file rocBLAS was loaded from; passing calls through and recording misses".into()));
+        return (Opened::default(), Some("cannot tell which file rocBLAS was loaded from; passing calls through and recording misses".into()));
     };
     if identity::check_mapped_file(anchor as usize, &path) == MapCheck::Replaced {
         return (
-            Loaded::default(),
+            Opened::default(),
             Some(format!(
                 "{} was replaced on disk after this process loaded it, so the running build cannot be identified; restart the process to serve tuned rows",
                 path.display()
@@ -428,7 +454,7 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
         Ok(id) => id,
         Err(e) => {
             return (
-                Loaded::default(),
+                Opened::default(),
                 Some(format!(
                     "cannot hash {}: {e}; passing calls through",
                     path.display()
@@ -436,7 +462,7 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
             )
         }
     };
-    let identified = start.elapsed();
+    let identified = start_time.elapsed();
     let req = Request {
         profile_dir: &cfg.profile_dir,
         sha256: &id.sha256,
@@ -446,29 +472,32 @@ fn select_and_load(cfg: &Config) -> (Loaded, Option<String>) {
     let registry_problems = profile::registry_problems(&cfg.profile_dir);
     let (mut loaded, line) = match profile::select(&req) {
         Selection::Chosen { name, dir, reason } => {
-            let selected = start.elapsed();
-            let mut loaded = profile::load_tables(&dir);
-            if let Some(version) = crate::real::version_string() {
-                let contradictions = profile::contradicting_validators(&loaded, &version);
-                loaded.problems.extend(contradictions);
-            }
+            let selected = start_time.elapsed();
+            let device = current_device();
+            let version = crate::real::version_string();
+            let (tables, start) = LazyTables::open(&dir, device, version.as_deref());
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
             debug!(
                 "start-up times: identify {:.3} ms ({}), select {:.3} ms, load {:.3} ms ({} rank files)",
                 ms(identified),
                 if id.cached { "hash cache hit" } else { "hashed the library" },
                 ms(selected - identified),
-                ms(start.elapsed() - selected),
-                loaded.rows.len()
+                ms(start_time.elapsed() - selected),
+                start.rank_files
             );
-            let device = current_device();
-            let rows = loaded
-                .table_for(device)
-                .map_or(0, |t| t.len() + t.wildcards().len());
+            let rows = match tables.table_for(device) {
+                RankTable::Ready(t) => t.len() + t.wildcards().len(),
+                _ => 0,
+            };
             let line = format!("profile {name} {reason} ({rows} rows, rank {device})");
-            (loaded, Some(line))
+            let opened = Opened {
+                tables,
+                problems: start.problems,
+                unservable: start.unservable,
+            };
+            (opened, Some(line))
         }
-        Selection::None { why } => (Loaded::default(), Some(why)),
+        Selection::None { why } => (Opened::default(), Some(why)),
     };
     let mut problems = registry_problems;
     problems.append(&mut loaded.problems);

@@ -17,6 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
 use tunedblas_core::near::Verdict;
+use tunedblas_core::profile::RankTable;
 use tunedblas_core::rocblas::{
     batched_key, ex_types, is_real_problem, single_key, single_key_unchecked, Dims,
 };
@@ -85,7 +86,15 @@ fn decide(
         return Decision::Pass;
     };
     let hash = key.lookup_hash();
-    let table = rt.table_for(handle);
+    let table = match rt.table_for(handle) {
+        RankTable::Ready(t) => Some(t),
+        RankTable::None => None,
+        // Another thread is reading this device's rank file: untouched, not a miss.
+        RankTable::Loading => {
+            bump(Counter::PassedThrough);
+            return Decision::Pass;
+        }
+    };
     match table.and_then(|t| t.get_row_hashed(&key, hash)) {
         Some((_, e)) if e.servable => use_row(e),
         // A row for a call rocBLAS would not run (quick return, bad sizes): untouched, as if
