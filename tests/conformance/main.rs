@@ -1,0 +1,46 @@
+//! Conformance: the interposer and the harness against the real ROCm libraries Debian ships.
+//!
+//! Every other test runs against refblas, our own CPU library. These run against real
+//! rocBLAS 5.5.1 (Debian trixie; library 2.47, `librocblas.so.0`) and 6.4.4 (Debian sid;
+//! library 4.4, `librocblas.so.4`, with the `_64` API), real hipBLAS and hipBLASLt 7.1.1, in
+//! minimal roots that `scripts/conformance` makes under `target/conformance/` (this machine's
+//! glibc is too old for those libraries; the interposer needs only glibc 2.34). There is no
+//! AMD GPU: `rocblas_create_handle` fails with status 1 and no GEMM runs, but everything up to
+//! that point is the real library: its headers, its exports, its loader behaviour, its status
+//! codes, its rocblas-bench parser.
+//!
+//! When the Debian packages cannot be reached, one line on stderr says so and every check
+//! here returns at once (the rest of the test suite is unaffected); on a machine that
+//! reaches them they run. `TUNEDBLAS_CONFORMANCE=off` skips them on purpose.
+
+#[path = "../common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+mod exports;
+mod sources;
+mod suite;
+
+/// One test per suite for a check taking `&Suite`.
+macro_rules! per_suite {
+    ($($check:path => $t55:ident, $t64:ident;)*) => {
+        $(
+            #[test]
+            fn $t55() {
+                if let Some(s) = suite::suite("rocblas-5.5") {
+                    $check(s);
+                }
+            }
+            #[test]
+            fn $t64() {
+                if let Some(s) = suite::suite("rocblas-6.4") {
+                    $check(s);
+                }
+            }
+        )*
+    };
+}
+
+per_suite! {
+    exports::check => exports_rocblas_5_5, exports_rocblas_6_4;
+}
