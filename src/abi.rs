@@ -55,9 +55,10 @@ pub const FLAG_STOCHASTIC_ROUNDING: u32 = 0x20;
 pub const KERNEL_FLAGS: u32 =
     FLAG_USE_CU_EFFICIENCY | FLAG_FP16_ALT_IMPL | FLAG_FP16_ALT_IMPL_RNZ | FLAG_STOCHASTIC_ROUNDING;
 
-/// `rocblas_pointer_mode`.
-pub const POINTER_MODE_HOST: i32 = 0;
-pub const POINTER_MODE_DEVICE: i32 = 1;
+/// `rocblas_pointer_mode` (a 32-bit C enum).
+pub type PointerMode = i32;
+pub const POINTER_MODE_HOST: PointerMode = 0;
+pub const POINTER_MODE_DEVICE: PointerMode = 1;
 
 pub type Handle = *mut c_void;
 pub type Stream = *mut c_void;
@@ -299,8 +300,8 @@ pub type CreateHandleFn = unsafe extern "C" fn(*mut Handle) -> Status;
 pub type DestroyHandleFn = unsafe extern "C" fn(Handle) -> Status;
 pub type SetStreamFn = unsafe extern "C" fn(Handle, Stream) -> Status;
 pub type GetStreamFn = unsafe extern "C" fn(Handle, *mut Stream) -> Status;
-pub type GetPointerModeFn = unsafe extern "C" fn(Handle, *mut i32) -> Status;
-pub type SetPointerModeFn = unsafe extern "C" fn(Handle, i32) -> Status;
+pub type GetPointerModeFn = unsafe extern "C" fn(Handle, *mut PointerMode) -> Status;
+pub type SetPointerModeFn = unsafe extern "C" fn(Handle, PointerMode) -> Status;
 pub type GetVersionStringFn = unsafe extern "C" fn(*mut c_char, usize) -> Status;
 pub type GetVersionStringSizeFn = unsafe extern "C" fn(*mut usize) -> Status;
 pub type StatusToStringFn = unsafe extern "C" fn(Status) -> *const c_char;
@@ -308,9 +309,11 @@ pub type StatusToStringFn = unsafe extern "C" fn(Status) -> *const c_char;
 // ---- The HIP runtime subset the harness needs (hipError_t is a 32-bit enum, 0 = success) --
 pub type HipError = i32;
 pub const HIP_SUCCESS: HipError = 0;
-pub const HIP_MEMCPY_HOST_TO_DEVICE: i32 = 1;
-pub const HIP_MEMCPY_DEVICE_TO_HOST: i32 = 2;
-pub const HIP_MEMCPY_DEFAULT: i32 = 4;
+/// `hipMemcpyKind` (a 32-bit C enum).
+pub type HipMemcpyKind = i32;
+pub const HIP_MEMCPY_HOST_TO_DEVICE: HipMemcpyKind = 1;
+pub const HIP_MEMCPY_DEVICE_TO_HOST: HipMemcpyKind = 2;
+pub const HIP_MEMCPY_DEFAULT: HipMemcpyKind = 4;
 pub type HipEvent = *mut c_void;
 
 pub type HipGetDeviceCountFn = unsafe extern "C" fn(*mut i32) -> HipError;
@@ -318,7 +321,8 @@ pub type HipSetDeviceFn = unsafe extern "C" fn(i32) -> HipError;
 pub type HipGetDeviceFn = unsafe extern "C" fn(*mut i32) -> HipError;
 pub type HipMallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> HipError;
 pub type HipFreeFn = unsafe extern "C" fn(*mut c_void) -> HipError;
-pub type HipMemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, i32) -> HipError;
+pub type HipMemcpyFn =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, HipMemcpyKind) -> HipError;
 pub type HipDeviceSynchronizeFn = unsafe extern "C" fn() -> HipError;
 pub type HipEventCreateFn = unsafe extern "C" fn(*mut HipEvent) -> HipError;
 pub type HipEventRecordFn = unsafe extern "C" fn(HipEvent, Stream) -> HipError;

@@ -17,6 +17,7 @@
 #[allow(dead_code)]
 mod common;
 
+mod abi;
 mod exports;
 mod sources;
 mod suite;
@@ -43,4 +44,5 @@ macro_rules! per_suite {
 
 per_suite! {
     exports::check => exports_rocblas_5_5, exports_rocblas_6_4;
+    abi::check => abi_rocblas_5_5, abi_rocblas_6_4;
 }
