@@ -19,6 +19,7 @@ mod common;
 
 mod abi;
 mod exports;
+mod hosts;
 mod sources;
 mod suite;
 
@@ -45,4 +46,15 @@ macro_rules! per_suite {
 per_suite! {
     exports::check => exports_rocblas_5_5, exports_rocblas_6_4;
     abi::check => abi_rocblas_5_5, abi_rocblas_6_4;
+    hosts::linked => linked_host_rocblas_5_5, linked_host_rocblas_6_4;
+    hosts::rtld_local_module => rtld_local_module_rocblas_5_5, rtld_local_module_rocblas_6_4;
+    hosts::python_ctypes => python_ctypes_rocblas_5_5, python_ctypes_rocblas_6_4;
+    hosts::python_ctypes_direct => python_ctypes_direct_rocblas_5_5, python_ctypes_direct_rocblas_6_4;
+}
+
+#[test]
+fn hipblas_host_rocblas_6_4() {
+    if let Some(s) = suite::suite("rocblas-6.4") {
+        hosts::hipblas(s);
+    }
 }

@@ -208,6 +208,12 @@ impl Suite {
         (host, format!("{}/{name}", self.work.1))
     }
 
+    /// A hash cache shared by this process's runs in the root (inside path): the first run
+    /// under the preload hashes the real library, later ones find it cached.
+    pub fn shared_cache(&self) -> String {
+        format!("{}/cache", self.work.1)
+    }
+
     /// The rocBLAS library major version (2 for rocBLAS 2.47 in ROCm 5.5).
     pub fn major(&self) -> u32 {
         self.version.split('.').next().unwrap().parse().unwrap()
@@ -256,7 +262,7 @@ impl Suite {
         );
         if self.has_hipblas() {
             script.push_str(
-                "\n gcc -O1 -Wall -Werror -D__HIP_PLATFORM_AMD__ -o hipblas_host hipblas_host.c -lhipblas",
+                "\n gcc -O1 -Wall -Werror -DHIPBLAS_V2 -D__HIP_PLATFORM_AMD__ -o hipblas_host hipblas_host.c -lhipblas",
             );
         }
         let out = self.sh(&script);
