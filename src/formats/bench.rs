@@ -190,7 +190,8 @@ fn parse_command(args: &str) -> Result<(ProblemKey, Option<i32>), String> {
 }
 
 /// The `rocblas-bench` command that runs `key` with `solution` (`None`: the library
-/// heuristic, `--algo 0`), in the form rocBLAS's own bench log writes. `None` when a data
+/// heuristic, `--algo 0`), in the form rocBLAS's own bench log writes, plus `--c_noalias_d`
+/// when D is not laid out as C. `None` when a data
 /// type has no rocBLAS name (rocblas-bench could not express it).
 pub fn command(key: &ProblemKey, solution: Option<i32>) -> Option<String> {
     let t = &key.types;
@@ -224,11 +225,16 @@ pub fn command(key: &ProblemKey, solution: Option<i32>) -> Option<String> {
         Some(id) => (abi::ALGO_SOLUTION_INDEX, id),
         None => (abi::ALGO_STANDARD, 0),
     };
+    // rocblas-bench (5.5 at least) runs D in C's place, with ldd = ldc and d_type = c_type
+    // (and stride_d = stride_c), unless told D is its own matrix: without the switch a row
+    // whose D differs from C would be measured as another problem.
+    let own_d = key.ldd != key.ldc || t.d != t.c || (strided && key.stride_d != key.stride_c);
+    let noalias = if own_d { " --c_noalias_d" } else { "" };
     // Strided: batch_count after stride_d; pointer arrays: after ldd (as rocBLAS logs).
     Some(format!(
         "./rocblas-bench -f {func} --transposeA {} --transposeB {} -m {} -n {} -k {} --alpha 1 \
 --a_type {a} --lda {}{} --b_type {b} --ldb {}{} --beta 0 --c_type {c} --ldc {}{} \
---d_type {d} --ldd {}{}{batch} --compute_type {compute} --algo {algo} --solution_index {index} --flags {}",
+--d_type {d} --ldd {}{}{batch} --compute_type {compute} --algo {algo} --solution_index {index} --flags {}{noalias}",
         key.trans_a.letter(),
         key.trans_b.letter(),
         key.m,
@@ -368,6 +374,29 @@ rocBLAS info: some unrelated line
                 assert_eq!(p.entries[0].key, key, "{line}");
                 assert_eq!(p.entries[0].solution, sol, "{line}");
             }
+        }
+    }
+
+    /// rocblas-bench 5.5 sets ldd = ldc and d_type = c_type unless `--c_noalias_d` is given
+    /// (the conformance suite runs these lines through the real 5.5 and 6.4 parsers).
+    #[test]
+    fn a_problem_whose_d_is_not_c_asks_the_bench_for_its_own_d() {
+        let plain = linear(64, 32, 16);
+        let line = command(&plain, None).unwrap();
+        assert!(!line.contains("--c_noalias_d"), "{line}");
+        let mut padded = plain;
+        padded.ldd = 80;
+        let mut wider = plain;
+        wider.types.d = abi::DT_F32_R;
+        let mut strided = plain.with_batch(Batching::Strided, 2, plain.packed_strides());
+        strided.stride_d += 64;
+        for key in [padded, wider, strided] {
+            let line = command(&key, Some(3)).unwrap();
+            assert!(line.ends_with(" --c_noalias_d"), "{line}");
+            let p = parse(&line);
+            assert_eq!(p.entries.len(), 1, "{:?}", p.skipped);
+            assert_eq!(p.entries[0].key, key);
+            assert_eq!(p.entries[0].solution, Some(3));
         }
     }
 
