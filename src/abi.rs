@@ -46,14 +46,20 @@ pub const ALGO_SOLUTION_INDEX: GemmAlgo = 1;
 
 /// `rocblas_gemm_flags` (a bit set passed as uint32).
 pub const FLAG_NONE: u32 = 0;
+/// int8 inputs packed four to a 32-bit word: another problem (other kernels) than plain int8.
+pub const FLAG_PACK_INT8X4: u32 = 0x1;
 pub const FLAG_USE_CU_EFFICIENCY: u32 = 0x2;
 pub const FLAG_FP16_ALT_IMPL: u32 = 0x4;
 pub const FLAG_CHECK_SOLUTION_INDEX: u32 = 0x8;
 pub const FLAG_FP16_ALT_IMPL_RNZ: u32 = 0x10;
 pub const FLAG_STOCHASTIC_ROUNDING: u32 = 0x20;
-/// Flags that select a different kernel or rounding: they are part of the problem key.
-pub const KERNEL_FLAGS: u32 =
-    FLAG_USE_CU_EFFICIENCY | FLAG_FP16_ALT_IMPL | FLAG_FP16_ALT_IMPL_RNZ | FLAG_STOCHASTIC_ROUNDING;
+/// Flags that select a different kernel, data layout or rounding: they are part of the
+/// problem key. Only `check_solution_index` (validate, run nothing) is left out.
+pub const KERNEL_FLAGS: u32 = FLAG_PACK_INT8X4
+    | FLAG_USE_CU_EFFICIENCY
+    | FLAG_FP16_ALT_IMPL
+    | FLAG_FP16_ALT_IMPL_RNZ
+    | FLAG_STOCHASTIC_ROUNDING;
 
 /// `rocblas_pointer_mode` (a 32-bit C enum).
 pub type PointerMode = i32;
