@@ -16,7 +16,9 @@
 //! ./rocblas-bench -f gemm_strided_batched -r f32_r ... --stride_c S --batch_count B
 //! ```
 //!
-//! (all on one line). The `_64` API adds `--api 1` after the program name; a handle that
+//! (all on one line). rocBLAS 5.5-5.7 write `--ldc` without its value in `gemm_batched_ex`
+//! lines (`... --c_type f16_r --ldc --d_type f16_r --ldd 8 ...`); such a line is read with
+//! ldc = ldd. The `_64` API adds `--api 1` after the program name; a handle that
 //! forbids atomics appends `--atomics_not_allowed`. Neither changes the problem. Each line
 //! is one call, so a problem's call count is the number of its lines. Lines that do not run
 //! `rocblas-bench`, and other functions, are skipped with the reason; so are typed GEMMs the
@@ -131,6 +133,17 @@ fn parse_command(args: &str) -> Result<(ProblemKey, Option<i32>), String> {
     };
     if let Some(v) = get(&["--flags"]) {
         f.flags = flags_from_text(v)?;
+    }
+    // rocBLAS 5.5-5.7 write `--ldc` with no value in gemm_batched_ex lines (the argument
+    // after it was left out of the log call). Those lines come from hipBLAS and PyTorch,
+    // which pass d = c, so ldc is ldd.
+    let ldc_without_value = opts
+        .iter()
+        .rev()
+        .find(|(n, _)| *n == "--ldc")
+        .is_some_and(|(_, v)| v.is_none());
+    if func == "gemm_batched_ex" && ldc_without_value && f.ldc.is_none() {
+        f.ldc = f.ldd;
     }
     let precision = get(&["-r", "--precision"]);
     let typed = |r: Option<&str>| -> Result<Types, String> {

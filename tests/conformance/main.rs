@@ -20,6 +20,7 @@ mod common;
 mod abi;
 mod exports;
 mod hosts;
+mod logs;
 mod sources;
 mod suite;
 
