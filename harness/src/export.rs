@@ -171,7 +171,10 @@ fn build_words(p: &Picked) -> String {
     format!(
         "rocBLAS build sha256 {} (rocBLAS {}; arch {})",
         p.sha256,
-        p.rocblas.as_deref().unwrap_or("unknown"),
+        p.version()
+            .map(|v| v.label())
+            .or_else(|| p.rocblas.clone())
+            .unwrap_or_else(|| "unknown".into()),
         p.arch.as_deref().unwrap_or("unknown")
     )
 }
@@ -242,8 +245,15 @@ fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String, Er
         p.name,
         build_words(p)
     );
+    if p.major().is_none() {
+        out.push_str(&format!(
+            "# The rocBLAS version is unknown: lines for a D laid out unlike C use {} (rocBLAS 4.0 and later); rocblas-bench of rocBLAS 3.x and older (ROCm 5.7 and older) calls it {}.\n",
+            bench::own_d_switch(None),
+            bench::own_d_switch(Some(3))
+        ));
+    }
     for r in &file.rows {
-        let Some(heuristic) = bench::command(&r.key, None) else {
+        let Some(heuristic) = bench::command(&r.key, None, p.major()) else {
             report.dropped.push(format!(
                 "{}: a data type rocblas-bench has no name for",
                 key_text(&r.key)
@@ -260,7 +270,7 @@ fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String, Er
         ));
         match &r.solution {
             Solution::Rocblas(id) => {
-                out.push_str(&bench::command(&r.key, Some(*id)).unwrap_or_default());
+                out.push_str(&bench::command(&r.key, Some(*id), p.major()).unwrap_or_default());
                 out.push('\n');
                 out.push_str(&heuristic);
                 out.push_str("   # the heuristic\n");

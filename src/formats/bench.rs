@@ -202,11 +202,23 @@ fn parse_command(args: &str) -> Result<(ProblemKey, Option<i32>), String> {
     Ok((key, solution))
 }
 
+/// The rocblas-bench switch that gives D its own memory, ldd and type. Without it the
+/// bench runs D in C's place with ldc and c_type: `--c_noalias_d` up to rocBLAS 3.x
+/// (ROCm 5.7), `--outofplace` from 4.0 (ROCm 6.0) on; each version rejects the other's as an
+/// unknown option (tests/conformance runs both real parsers). `None`: the version is
+/// unknown, and the current form is used.
+pub fn own_d_switch(major: Option<u32>) -> &'static str {
+    match major {
+        Some(m) if m <= 3 => "--c_noalias_d",
+        _ => "--outofplace",
+    }
+}
+
 /// The `rocblas-bench` command that runs `key` with `solution` (`None`: the library
-/// heuristic, `--algo 0`), in the form rocBLAS's own bench log writes, plus `--c_noalias_d`
-/// when D is not laid out as C. `None` when a data
-/// type has no rocBLAS name (rocblas-bench could not express it).
-pub fn command(key: &ProblemKey, solution: Option<i32>) -> Option<String> {
+/// heuristic, `--algo 0`), in the form rocBLAS's own bench log writes, plus
+/// [`own_d_switch`] for the rocBLAS major version `major` when D is not laid out as C.
+/// `None` when a data type has no rocBLAS name (rocblas-bench could not express it).
+pub fn command(key: &ProblemKey, solution: Option<i32>, major: Option<u32>) -> Option<String> {
     let t = &key.types;
     let name = |d| abi::datatype_name(d);
     let (a, b, c, d, compute) = (
@@ -238,11 +250,15 @@ pub fn command(key: &ProblemKey, solution: Option<i32>) -> Option<String> {
         Some(id) => (abi::ALGO_SOLUTION_INDEX, id),
         None => (abi::ALGO_STANDARD, 0),
     };
-    // rocblas-bench (5.5 at least) runs D in C's place, with ldd = ldc and d_type = c_type
-    // (and stride_d = stride_c), unless told D is its own matrix: without the switch a row
-    // whose D differs from C would be measured as another problem.
+    // rocblas-bench runs D in C's place, with ldd = ldc and d_type = c_type, unless told D
+    // is its own matrix: without the switch a row whose D differs from C would be measured
+    // as another problem.
     let own_d = key.ldd != key.ldc || t.d != t.c || (strided && key.stride_d != key.stride_c);
-    let noalias = if own_d { " --c_noalias_d" } else { "" };
+    let noalias = if own_d {
+        format!(" {}", own_d_switch(major))
+    } else {
+        String::new()
+    };
     // Strided: batch_count after stride_d; pointer arrays: after ldd (as rocBLAS logs).
     Some(format!(
         "./rocblas-bench -f {func} --transposeA {} --transposeB {} -m {} -n {} -k {} --alpha 1 \
@@ -380,7 +396,7 @@ rocBLAS info: some unrelated line
                 }
             };
             for sol in [None, Some(-1086326047), Some(17)] {
-                let line = command(&key, sol).unwrap();
+                let line = command(&key, sol, Some(4)).unwrap();
                 let p = parse(&line);
                 assert!(p.skipped.is_empty(), "{line}: {:?}", p.skipped);
                 assert_eq!(p.entries.len(), 1);
@@ -390,13 +406,17 @@ rocBLAS info: some unrelated line
         }
     }
 
-    /// rocblas-bench 5.5 sets ldd = ldc and d_type = c_type unless `--c_noalias_d` is given
-    /// (the conformance suite runs these lines through the real 5.5 and 6.4 parsers).
+    /// rocblas-bench sets ldd = ldc and d_type = c_type unless told otherwise: with
+    /// `--c_noalias_d` up to rocBLAS 3.x, `--outofplace` from 4.0 (the conformance suite runs
+    /// these lines through the real 5.5 and 6.4 parsers).
     #[test]
     fn a_problem_whose_d_is_not_c_asks_the_bench_for_its_own_d() {
         let plain = linear(64, 32, 16);
-        let line = command(&plain, None).unwrap();
-        assert!(!line.contains("--c_noalias_d"), "{line}");
+        let line = command(&plain, None, Some(2)).unwrap();
+        assert!(
+            !line.contains("--c_noalias_d") && !line.contains("--outofplace"),
+            "{line}"
+        );
         let mut padded = plain;
         padded.ldd = 80;
         let mut wider = plain;
@@ -404,12 +424,20 @@ rocBLAS info: some unrelated line
         let mut strided = plain.with_batch(Batching::Strided, 2, plain.packed_strides());
         strided.stride_d += 64;
         for key in [padded, wider, strided] {
-            let line = command(&key, Some(3)).unwrap();
-            assert!(line.ends_with(" --c_noalias_d"), "{line}");
-            let p = parse(&line);
-            assert_eq!(p.entries.len(), 1, "{:?}", p.skipped);
-            assert_eq!(p.entries[0].key, key);
-            assert_eq!(p.entries[0].solution, Some(3));
+            for (major, switch) in [
+                (Some(2), "--c_noalias_d"),
+                (Some(3), "--c_noalias_d"),
+                (Some(4), "--outofplace"),
+                (Some(5), "--outofplace"),
+                (None, "--outofplace"),
+            ] {
+                let line = command(&key, Some(3), major).unwrap();
+                assert!(line.ends_with(&format!(" {switch}")), "{major:?}: {line}");
+                let p = parse(&line);
+                assert_eq!(p.entries.len(), 1, "{:?}", p.skipped);
+                assert_eq!(p.entries[0].key, key);
+                assert_eq!(p.entries[0].solution, Some(3));
+            }
         }
     }
 
@@ -417,7 +445,7 @@ rocBLAS info: some unrelated line
     fn a_type_without_a_rocblas_name_has_no_command() {
         let mut key = linear(8, 8, 8);
         key.types.a = 170;
-        assert_eq!(command(&key, None), None);
+        assert_eq!(command(&key, None, None), None);
     }
 
     #[test]
