@@ -487,6 +487,8 @@ fn profiles_cmd(rest: &[String]) -> Result<(), Failure> {
                 .map(PathBuf::from)
                 .or_else(|| a.path("--lib"))
                 .ok_or_else(|| a.usage("which needs a library file"))?;
+            // A bare soname (librocblas.so.0) is found where `env` looks.
+            let lib = env::find_library(&lib);
             profiles::which(&root, &lib, json)?
         }
         Some("import") => {
