@@ -19,6 +19,7 @@ mod common;
 
 mod abi;
 mod exports;
+mod harness;
 mod hosts;
 mod logs;
 mod sources;
@@ -47,6 +48,10 @@ macro_rules! per_suite {
 per_suite! {
     exports::check => exports_rocblas_5_5, exports_rocblas_6_4;
     abi::check => abi_rocblas_5_5, abi_rocblas_6_4;
+    harness::no_device => harness_no_device_rocblas_5_5, harness_no_device_rocblas_6_4;
+    harness::finds_the_distribution_library => env_finds_the_library_rocblas_5_5, env_finds_the_library_rocblas_6_4;
+    harness::bench_lines_pass_the_real_parser => bench_lines_rocblas_5_5, bench_lines_rocblas_6_4;
+    harness::gemm_tune_export_matches_what_the_library_reads => gemm_tune_export_rocblas_5_5, gemm_tune_export_rocblas_6_4;
     hosts::linked => linked_host_rocblas_5_5, linked_host_rocblas_6_4;
     hosts::rtld_local_module => rtld_local_module_rocblas_5_5, rtld_local_module_rocblas_6_4;
     hosts::python_ctypes => python_ctypes_rocblas_5_5, python_ctypes_rocblas_6_4;
