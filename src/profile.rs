@@ -137,6 +137,9 @@ pub struct Loaded {
     pub unservable: usize,
     /// `ROCBLAS_VERSION` validators found in the rank files, with the file they came from.
     pub rocblas_versions: Vec<(PathBuf, String)>,
+    /// Rows naming a rocBLAS solution id <= 0: (file, line, `op,signature`, id). rocBLAS up
+    /// to 4.x runs its heuristic for those; see [`version_problems`].
+    pub nonpositive_ids: Vec<(PathBuf, usize, String, i32)>,
 }
 
 impl Loaded {
@@ -163,20 +166,44 @@ pub fn rank_of_file(name: &str) -> Option<usize> {
     digits.parse().ok()
 }
 
-/// The rank files whose `ROCBLAS_VERSION` validator contradicts the loaded `version`: the
-/// hash already matched, so this only flags a registry or file mix-up worth a look.
-pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
-    loaded
+/// What only the loaded rocBLAS `version` shows about a profile, one line each:
+/// - rank files whose `ROCBLAS_VERSION` validator names another build (the hash already
+///   matched, so this flags a registry or file mix-up worth a look). Version strings are
+///   compared as builds: Debian's `2.47.0.` (no commit id) and `2.47.0` agree;
+/// - on rocBLAS up to 4.x, rows naming a solution id <= 0: with `algo = solution_index`
+///   such an id runs the heuristic, so the row is not the tuned solution it looks like
+///   (and the interposer counts its calls as served).
+pub fn version_problems(loaded: &Loaded, version: &str) -> Vec<String> {
+    let mut out: Vec<String> = loaded
         .rocblas_versions
         .iter()
-        .filter(|(_, v)| v.trim() != version.trim())
+        .filter(|(_, v)| !crate::version::same_build(v, version))
         .map(|(p, v)| {
             format!(
                 "{}: Validator ROCBLAS_VERSION is {v}, but the loaded rocBLAS reports {version}; check that this profile belongs to this build",
                 p.display()
             )
         })
-        .collect()
+        .collect();
+    let parsed = crate::version::Version::parse(version);
+    if let (Some(v), Some((file, line, key, id))) = (&parsed, loaded.nonpositive_ids.first()) {
+        if v.nonpositive_id_is_heuristic() {
+            out.push(format!(
+                "{}:{line}: {key} names solution {id}, and {} more rows name ids <= 0: rocBLAS {} ({}) runs its heuristic for an id <= 0, so these rows serve nothing tuned; re-tune this build or delete them",
+                file.display(),
+                loaded.nonpositive_ids.len() - 1,
+                v.label(),
+                v.rocm()
+            ));
+        }
+    }
+    out
+}
+
+/// [`version_problems`], under the name the interposer calls at load
+/// (`cdylib/src/runtime.rs`): more than contradicting validators now.
+pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
+    version_problems(loaded, version)
 }
 
 /// Reads every `tunableop_results<rank>.csv` in `dir`.
@@ -227,6 +254,16 @@ pub fn load_tables(dir: &Path) -> Loaded {
         loaded.unservable += parsed.unservable.len();
         if let Some(v) = parsed.validator("ROCBLAS_VERSION") {
             loaded.rocblas_versions.push((path.clone(), v.to_owned()));
+        }
+        for r in &parsed.rows {
+            if let Solution::Rocblas(id) = r.solution {
+                if id <= 0 {
+                    let (op, sig) = tunableop::op_and_signature(&r.key);
+                    loaded
+                        .nonpositive_ids
+                        .push((path.clone(), r.line, format!("{op},{sig}"), id));
+                }
+            }
         }
         let rows = parsed.rows.iter().filter_map(|r| match r.solution {
             Solution::Default => Some((r.key, Action::Default)),
@@ -292,6 +329,61 @@ mod tests {
         );
         assert!(!registry_sha_matches("d05939967b5f", sha));
         assert!(!registry_sha_matches("", sha));
+    }
+
+    fn loaded_from(rows: &str, validator: &str) -> (Loaded, PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "tunedblas-version-problems-{}-{}",
+            std::process::id(),
+            validator.len() + rows.len()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("tunableop_results0.csv"),
+            format!("Validator,ROCBLAS_VERSION,{validator}\n{rows}"),
+        )
+        .unwrap();
+        (load_tables(&dir), dir)
+    }
+
+    /// rocBLAS up to 4.x runs the heuristic for `algo = solution_index` with an id <= 0, so
+    /// such a row is not what it looks like: said at load, with the first one and a count.
+    #[test]
+    fn nonpositive_ids_are_named_for_builds_up_to_4() {
+        let rows = "GemmTunableOp_Half_TN,tn_64_32_16_ld_16_16_64,Gemm_Rocblas_0,0.1\n\
+GemmTunableOp_Half_TN,tn_64_48_16_ld_16_16_64,Gemm_Rocblas_-1086326047,0.1\n\
+GemmTunableOp_Half_TN,tn_64_64_16_ld_16_16_64,Gemm_Rocblas_12,0.1\n";
+        let (loaded, dir) = loaded_from(rows, "2.47.0.");
+        let p = version_problems(&loaded, "2.47.0.");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("tunableop_results0.csv:2: GemmTunableOp_Half_TN,tn_64_32_16_ld_16_16_64 names solution 0, and 1 more rows name ids <= 0")
+                && p[0].contains("rocBLAS 2.47.0 (ROCm 5.5) runs its heuristic"),
+            "{}",
+            p[0]
+        );
+        assert_eq!(contradicting_validators(&loaded, "2.47.0."), p);
+        assert_eq!(
+            version_problems(&loaded, "4.4.1.").len(),
+            2,
+            "4.x too, and 2.47 is another build"
+        );
+        // rocBLAS 5.x: -1086326047 is a Tensile solution, 0 the heuristic as asked.
+        assert!(version_problems(&loaded, "5.5.0.cd957402")
+            .iter()
+            .all(|l| !l.contains("ids <= 0")));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Debian builds report `2.47.0.`; a file saying `2.47.0` is the same build.
+    #[test]
+    fn a_version_without_its_empty_commit_id_is_no_contradiction() {
+        let rows = "GemmTunableOp_Half_TN,tn_64_32_16_ld_16_16_64,Gemm_Rocblas_3,0.1\n";
+        let (loaded, dir) = loaded_from(rows, "2.47.0");
+        assert_eq!(version_problems(&loaded, "2.47.0."), Vec::<String>::new());
+        assert_eq!(version_problems(&loaded, "2.48.0.").len(), 1);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

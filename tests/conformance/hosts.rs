@@ -349,3 +349,42 @@ pub fn hipblas(s: &Suite) {
     }
     check_intercepted(s, "hipBLAS host", &run, calls.len());
 }
+
+/// The real version strings (`2.47.0.`, `4.4.1.`: no commit id) at load: a profile whose
+/// validator says `2.47.0` is no contradiction, and a row naming solution 0 is called out
+/// (rocBLAS up to 4.x runs its heuristic for ids <= 0).
+pub fn version_at_load(s: &Suite) {
+    let (host, inside) = s.scratch("version-at-load");
+    let key = key_of("ex:TN:h:64:32:16");
+    let (op, sig) = tunedblas_core::tunableop::op_and_signature(&key);
+    common::write_profile(
+        &host.join("profiles"),
+        &format!("conf-{}", s.name),
+        &s.sha256,
+        &[format!("{op},{sig},Gemm_Rocblas_0,0.01")],
+        1,
+    );
+    let rank0 = host.join(format!("profiles/conf-{}/tunableop_results0.csv", s.name));
+    let text = std::fs::read_to_string(&rank0).unwrap();
+    let label = s.version.trim_end_matches('.');
+    std::fs::write(&rank0, format!("Validator,ROCBLAS_VERSION,{label}\n{text}")).unwrap();
+    let out = s.sh(&format!(
+        "cd {inside} && {} {} ex:TN:h:64:32:16",
+        preload_env(s, &inside),
+        s.hosts().linked
+    ));
+    let (_, err) = out_text(&out);
+    assert!(
+        !err.contains("Validator ROCBLAS_VERSION is"),
+        "{}: {err}",
+        s.name
+    );
+    let rocm = tunedblas_core::version::Version::parse(&s.version)
+        .unwrap()
+        .rocm();
+    assert!(
+        err.contains(&format!("names solution 0, and 0 more rows name ids <= 0: rocBLAS {label} ({rocm}) runs its heuristic")),
+        "{}: {err}",
+        s.name
+    );
+}

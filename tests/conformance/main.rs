@@ -52,6 +52,7 @@ per_suite! {
     harness::finds_the_distribution_library => env_finds_the_library_rocblas_5_5, env_finds_the_library_rocblas_6_4;
     harness::bench_lines_pass_the_real_parser => bench_lines_rocblas_5_5, bench_lines_rocblas_6_4;
     harness::gemm_tune_export_matches_what_the_library_reads => gemm_tune_export_rocblas_5_5, gemm_tune_export_rocblas_6_4;
+    hosts::version_at_load => version_at_load_rocblas_5_5, version_at_load_rocblas_6_4;
     hosts::linked => linked_host_rocblas_5_5, linked_host_rocblas_6_4;
     hosts::rtld_local_module => rtld_local_module_rocblas_5_5, rtld_local_module_rocblas_6_4;
     hosts::python_ctypes => python_ctypes_rocblas_5_5, python_ctypes_rocblas_6_4;
