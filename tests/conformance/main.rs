@@ -22,6 +22,7 @@ mod exports;
 mod harness;
 mod hosts;
 mod logs;
+mod pending;
 mod sources;
 mod suite;
 
