@@ -20,6 +20,7 @@ mod common;
 mod abi;
 mod exports;
 mod harness;
+mod hipblaslt;
 mod hosts;
 mod logs;
 mod pending;
@@ -58,6 +59,13 @@ per_suite! {
     hosts::rtld_local_module => rtld_local_module_rocblas_5_5, rtld_local_module_rocblas_6_4;
     hosts::python_ctypes => python_ctypes_rocblas_5_5, python_ctypes_rocblas_6_4;
     hosts::python_ctypes_direct => python_ctypes_direct_rocblas_5_5, python_ctypes_direct_rocblas_6_4;
+}
+
+#[test]
+fn hipblaslt_7_1_rocblas_6_4() {
+    if let Some(s) = suite::suite("rocblas-6.4") {
+        hipblaslt::check(s);
+    }
 }
 
 #[test]
