@@ -968,3 +968,23 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
     assert_eq!(s["rows"], 1, "{s}");
     assert_eq!(s["rows_hit"], 1, "{s}");
 }
+
+/// The harness runs each shape with its own flags: ROCBLAS_INTERNAL_FP16_ALT_IMPL, which
+/// rocBLAS would apply to every call it times, is dropped, and the commands that run GEMMs
+/// say so (shapes recorded under the variable carry fp16_alt_impl in their keys already).
+#[test]
+fn the_harness_drops_rocblas_internal_fp16_alt_impl() {
+    let dir = scratch("fp16-alt-impl-harness");
+    let lib = lib4();
+    let out = harness(&dir, &["verify", "--lib", lib.to_str().unwrap()])
+        .env("ROCBLAS_INTERNAL_FP16_ALT_IMPL", "1")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "ROCBLAS_INTERNAL_FP16_ALT_IMPL=1 is ignored here: each shape runs with its own flags"
+        ),
+        "{err}"
+    );
+}
