@@ -14,7 +14,6 @@
 //! reaches them they run. `TUNEDBLAS_CONFORMANCE=off` skips them on purpose.
 
 #[path = "../common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 mod abi;

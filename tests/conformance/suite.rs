@@ -9,11 +9,10 @@
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Once, OnceLock};
 
 pub const SUITES: [&str; 2] = ["rocblas-5.5", "rocblas-6.4"];
 
@@ -93,15 +92,12 @@ fn notice(why: &str) {
 /// The suite's root, set up on first use. `None` (after one line on stderr) when the Debian
 /// packages cannot be reached or the tests do not run as root.
 pub fn suite(name: &'static str) -> Option<&'static Suite> {
-    static SUITES_READY: OnceLock<
-        Mutex<HashMap<&'static str, &'static OnceLock<Option<&'static Suite>>>>,
-    > = OnceLock::new();
-    let cell: &'static OnceLock<Option<&'static Suite>> = {
-        let mut map = SUITES_READY.get_or_init(Default::default).lock().unwrap();
-        map.entry(name)
-            .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
-    };
-    *cell.get_or_init(|| set_up(name).map(|s| &*Box::leak(Box::new(s))))
+    static READY: [OnceLock<Option<Suite>>; SUITES.len()] = [OnceLock::new(), OnceLock::new()];
+    let i = SUITES
+        .iter()
+        .position(|s| *s == name)
+        .unwrap_or_else(|| panic!("no suite {name}"));
+    READY[i].get_or_init(|| set_up(name)).as_ref()
 }
 
 fn text(b: &[u8]) -> String {
