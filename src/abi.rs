@@ -46,18 +46,26 @@ pub const ALGO_SOLUTION_INDEX: GemmAlgo = 1;
 
 /// `rocblas_gemm_flags` (a bit set passed as uint32).
 pub const FLAG_NONE: u32 = 0;
+/// int8 inputs packed four to a 32-bit word: another problem (other kernels) than plain int8.
+/// rocBLAS up to 3.x (ROCm 5.7); ROCm 6.0 removed it from the headers and keeps 0x1 reserved.
+pub const FLAG_PACK_INT8X4: u32 = 0x1;
 pub const FLAG_USE_CU_EFFICIENCY: u32 = 0x2;
 pub const FLAG_FP16_ALT_IMPL: u32 = 0x4;
 pub const FLAG_CHECK_SOLUTION_INDEX: u32 = 0x8;
 pub const FLAG_FP16_ALT_IMPL_RNZ: u32 = 0x10;
 pub const FLAG_STOCHASTIC_ROUNDING: u32 = 0x20;
-/// Flags that select a different kernel or rounding: they are part of the problem key.
-pub const KERNEL_FLAGS: u32 =
-    FLAG_USE_CU_EFFICIENCY | FLAG_FP16_ALT_IMPL | FLAG_FP16_ALT_IMPL_RNZ | FLAG_STOCHASTIC_ROUNDING;
+/// Flags that select a different kernel, data layout or rounding: they are part of the
+/// problem key. Only `check_solution_index` (validate, run nothing) is left out.
+pub const KERNEL_FLAGS: u32 = FLAG_PACK_INT8X4
+    | FLAG_USE_CU_EFFICIENCY
+    | FLAG_FP16_ALT_IMPL
+    | FLAG_FP16_ALT_IMPL_RNZ
+    | FLAG_STOCHASTIC_ROUNDING;
 
-/// `rocblas_pointer_mode`.
-pub const POINTER_MODE_HOST: i32 = 0;
-pub const POINTER_MODE_DEVICE: i32 = 1;
+/// `rocblas_pointer_mode` (a 32-bit C enum).
+pub type PointerMode = i32;
+pub const POINTER_MODE_HOST: PointerMode = 0;
+pub const POINTER_MODE_DEVICE: PointerMode = 1;
 
 pub type Handle = *mut c_void;
 pub type Stream = *mut c_void;
@@ -302,8 +310,8 @@ pub type CreateHandleFn = unsafe extern "C" fn(*mut Handle) -> Status;
 pub type DestroyHandleFn = unsafe extern "C" fn(Handle) -> Status;
 pub type SetStreamFn = unsafe extern "C" fn(Handle, Stream) -> Status;
 pub type GetStreamFn = unsafe extern "C" fn(Handle, *mut Stream) -> Status;
-pub type GetPointerModeFn = unsafe extern "C" fn(Handle, *mut i32) -> Status;
-pub type SetPointerModeFn = unsafe extern "C" fn(Handle, i32) -> Status;
+pub type GetPointerModeFn = unsafe extern "C" fn(Handle, *mut PointerMode) -> Status;
+pub type SetPointerModeFn = unsafe extern "C" fn(Handle, PointerMode) -> Status;
 pub type GetVersionStringFn = unsafe extern "C" fn(*mut c_char, usize) -> Status;
 pub type GetVersionStringSizeFn = unsafe extern "C" fn(*mut usize) -> Status;
 pub type StatusToStringFn = unsafe extern "C" fn(Status) -> *const c_char;
@@ -311,9 +319,11 @@ pub type StatusToStringFn = unsafe extern "C" fn(Status) -> *const c_char;
 // ---- The HIP runtime subset the harness needs (hipError_t is a 32-bit enum, 0 = success) --
 pub type HipError = i32;
 pub const HIP_SUCCESS: HipError = 0;
-pub const HIP_MEMCPY_HOST_TO_DEVICE: i32 = 1;
-pub const HIP_MEMCPY_DEVICE_TO_HOST: i32 = 2;
-pub const HIP_MEMCPY_DEFAULT: i32 = 4;
+/// `hipMemcpyKind` (a 32-bit C enum).
+pub type HipMemcpyKind = i32;
+pub const HIP_MEMCPY_HOST_TO_DEVICE: HipMemcpyKind = 1;
+pub const HIP_MEMCPY_DEVICE_TO_HOST: HipMemcpyKind = 2;
+pub const HIP_MEMCPY_DEFAULT: HipMemcpyKind = 4;
 pub type HipEvent = *mut c_void;
 
 pub type HipGetDeviceCountFn = unsafe extern "C" fn(*mut i32) -> HipError;
@@ -321,10 +331,96 @@ pub type HipSetDeviceFn = unsafe extern "C" fn(i32) -> HipError;
 pub type HipGetDeviceFn = unsafe extern "C" fn(*mut i32) -> HipError;
 pub type HipMallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> HipError;
 pub type HipFreeFn = unsafe extern "C" fn(*mut c_void) -> HipError;
-pub type HipMemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, i32) -> HipError;
+pub type HipMemcpyFn =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, HipMemcpyKind) -> HipError;
 pub type HipDeviceSynchronizeFn = unsafe extern "C" fn() -> HipError;
 pub type HipEventCreateFn = unsafe extern "C" fn(*mut HipEvent) -> HipError;
 pub type HipEventRecordFn = unsafe extern "C" fn(HipEvent, Stream) -> HipError;
 pub type HipEventSynchronizeFn = unsafe extern "C" fn(HipEvent) -> HipError;
 pub type HipEventElapsedTimeFn = unsafe extern "C" fn(*mut f32, HipEvent, HipEvent) -> HipError;
 pub type HipEventDestroyFn = unsafe extern "C" fn(HipEvent) -> HipError;
+
+// ---- hipBLASLt: what a hipBLASLt backend calls (FACTS.md section 10) ----------------------
+// Not used by the interposer yet. Checked against hipBLASLt 7.1.1's headers and library by
+// tests/conformance (prototypes, struct layouts, the C++ symbols of `hipblaslt_ext`).
+
+/// `hipblasStatus_t` (a 32-bit C enum; 0 = success).
+pub type HipblasStatus = i32;
+pub const HIPBLAS_STATUS_SUCCESS: HipblasStatus = 0;
+pub const HIPBLAS_STATUS_NOT_INITIALIZED: HipblasStatus = 1;
+pub const HIPBLAS_STATUS_INVALID_VALUE: HipblasStatus = 3;
+pub const HIPBLAS_STATUS_NOT_SUPPORTED: HipblasStatus = 7;
+pub type HipblasLtHandle = *mut c_void;
+pub type HipblasLtMatmulDesc = *mut c_void;
+pub type HipblasLtMatrixLayout = *mut c_void;
+pub type HipblasLtMatmulPreference = *mut c_void;
+
+/// `hipblasLtMatmulAlgo_t`: an opaque 16-byte algorithm id and the workspace it may use.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HipblasLtMatmulAlgo {
+    pub data: [u8; 16],
+    pub max_workspace_bytes: usize,
+}
+
+/// `hipblasLtMatmulHeuristicResult_t`, as `hipblasLtMatmulAlgoGetHeuristic` and
+/// `hipblaslt_ext::getAllAlgos` fill it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HipblasLtMatmulHeuristicResult {
+    pub algo: HipblasLtMatmulAlgo,
+    pub workspace_size: usize,
+    pub state: HipblasStatus,
+    pub waves_count: f32,
+    pub reserved: [i32; 4],
+}
+
+pub type HipblasLtCreateFn = unsafe extern "C" fn(*mut HipblasLtHandle) -> HipblasStatus;
+pub type HipblasLtDestroyFn = unsafe extern "C" fn(HipblasLtHandle) -> HipblasStatus;
+
+/// `hipblasLtMatmul`: cuBLASLt's 16 arguments.
+pub type HipblasLtMatmulFn = unsafe extern "C" fn(
+    HipblasLtHandle,
+    HipblasLtMatmulDesc,
+    *const c_void,
+    *const c_void,
+    HipblasLtMatrixLayout,
+    *const c_void,
+    HipblasLtMatrixLayout,
+    *const c_void,
+    *const c_void,
+    HipblasLtMatrixLayout,
+    *mut c_void,
+    HipblasLtMatrixLayout,
+    *const HipblasLtMatmulAlgo,
+    *mut c_void,
+    usize,
+    Stream,
+) -> HipblasStatus;
+
+pub type HipblasLtMatmulAlgoGetHeuristicFn = unsafe extern "C" fn(
+    HipblasLtHandle,
+    HipblasLtMatmulDesc,
+    HipblasLtMatrixLayout,
+    HipblasLtMatrixLayout,
+    HipblasLtMatrixLayout,
+    HipblasLtMatrixLayout,
+    HipblasLtMatmulPreference,
+    i32,
+    *mut HipblasLtMatmulHeuristicResult,
+    *mut i32,
+) -> HipblasStatus;
+
+/// The C++ entry points of `hipblaslt_ext` PyTorch TunableOp uses for `Gemm_Hipblaslt_<index>`
+/// rows, by their mangled names (libstdc++ `std::vector`; what `dlsym` needs):
+/// `getAllAlgos(handle, GemmType, opA, opB, typeA, typeB, typeC, typeD, computeType,
+/// std::vector<hipblasLtMatmulHeuristicResult_t>&)`.
+pub const HIPBLASLT_EXT_GET_ALL_ALGOS: &str = "_ZN13hipblaslt_ext11getAllAlgosEPvNS_8GemmTypeE18hipblasOperation_tS2_11hipDataTypeS3_S3_S3_20hipblasComputeType_tRSt6vectorI33_hipblasLtMatmulHeuristicResult_tSaIS6_EE";
+/// `int getIndexFromAlgo(hipblasLtMatmulAlgo_t&)`.
+pub const HIPBLASLT_EXT_GET_INDEX_FROM_ALGO: &str =
+    "_ZN13hipblaslt_ext16getIndexFromAlgoER22_hipblasLtMatmulAlgo_t";
+/// `getAlgosFromIndex(handle, std::vector<int>&, std::vector<hipblasLtMatmulHeuristicResult_t>&)`.
+pub const HIPBLASLT_EXT_GET_ALGOS_FROM_INDEX: &str = "_ZN13hipblaslt_ext17getAlgosFromIndexEPvRSt6vectorIiSaIiEERS1_I33_hipblasLtMatmulHeuristicResult_tSaIS5_EE";
+/// `matmulIsAlgoSupported(handle, matmulDesc, alpha, Adesc, Bdesc, beta, Cdesc, Ddesc,
+/// hipblasLtMatmulAlgo_t&, size_t&)`.
+pub const HIPBLASLT_EXT_MATMUL_IS_ALGO_SUPPORTED: &str = "_ZN13hipblaslt_ext21matmulIsAlgoSupportedEPvP27hipblasLtMatmulDescOpaque_tPKvP29hipblasLtMatrixLayoutOpaque_tS6_S4_S6_S6_R22_hipblasLtMatmulAlgo_tRm";

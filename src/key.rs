@@ -387,6 +387,27 @@ mod tests {
         assert_eq!(k.flags, abi::FLAG_FP16_ALT_IMPL);
     }
 
+    /// `rocblas_gemm_flags_pack_int8x4` (0x1) changes the int8 problem (inputs packed four
+    /// to a word, other kernels): packed and unpacked calls must not share a row.
+    #[test]
+    fn packed_int8_is_another_problem() {
+        let t = Types {
+            a: abi::DT_I8_R,
+            b: abi::DT_I8_R,
+            c: abi::DT_I32_R,
+            d: abi::DT_I32_R,
+            compute: abi::DT_I32_R,
+        };
+        let key =
+            |flags| ProblemKey::single(Trans::T, Trans::N, t, 64, 32, 64, 64, 64, 64, 64, flags);
+        assert_eq!(key(abi::FLAG_PACK_INT8X4).flags, abi::FLAG_PACK_INT8X4);
+        assert_ne!(key(abi::FLAG_PACK_INT8X4), key(0));
+        assert_eq!(
+            key(abi::FLAG_PACK_INT8X4 | abi::FLAG_CHECK_SOLUTION_INDEX),
+            key(abi::FLAG_PACK_INT8X4)
+        );
+    }
+
     #[test]
     fn strides_only_for_strided_batching() {
         let k = linear(64, 32, 16).with_batch(Batching::PointerArray, 4, [1, 2, 3, 4]);

@@ -16,6 +16,7 @@
 //! - [`near`]: serving a missed token count from the nearest row of the same layer.
 //! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
 //! - [`cublaslt`]: the cuBLASLt backend's key, algorithm configurations and table.
+//! - [`version`]: rocBLAS version strings (`2.47.0.`, `5.6.0.8d1ae90e`) and what they imply.
 
 pub mod abi;
 pub mod coverage;
@@ -33,3 +34,4 @@ pub mod rocblas;
 pub mod table;
 pub mod tunableop;
 pub mod untuned;
+pub mod version;

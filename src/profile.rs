@@ -145,6 +145,9 @@ pub struct Loaded {
     pub unservable: usize,
     /// `ROCBLAS_VERSION` validators found in the rank files, with the file they came from.
     pub rocblas_versions: Vec<(PathBuf, String)>,
+    /// Rows naming a rocBLAS solution id <= 0: (file, line, `op,signature`, id). rocBLAS up
+    /// to 4.x runs its heuristic for those; see [`version_problems`].
+    pub nonpositive_ids: Vec<(PathBuf, usize, String, i32)>,
 }
 
 impl Loaded {
@@ -171,15 +174,49 @@ pub fn rank_of_file(name: &str) -> Option<usize> {
     digits.parse().ok()
 }
 
-/// The rank files whose `ROCBLAS_VERSION` validator contradicts the loaded `version`: the
-/// hash already matched, so this only flags a registry or file mix-up worth a look.
-pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
-    loaded
+/// What only the loaded rocBLAS `version` shows about a profile, one line each:
+/// - rank files whose `ROCBLAS_VERSION` validator names another build (the hash already
+///   matched, so this flags a registry or file mix-up worth a look). Version strings are
+///   compared as builds: Debian's `2.47.0.` (no commit id) and `2.47.0` agree;
+/// - on rocBLAS up to 4.x, rows naming a solution id <= 0: with `algo = solution_index`
+///   such an id runs the heuristic, so the row is not the tuned solution it looks like
+///   (and the interposer counts its calls as served).
+pub fn version_problems(loaded: &Loaded, version: &str) -> Vec<String> {
+    let mut out: Vec<String> = loaded
         .rocblas_versions
         .iter()
-        .filter(|(_, v)| v.trim() != version.trim())
+        .filter(|(_, v)| !crate::version::same_build(v, version))
         .map(|(p, v)| contradiction(p, v, version))
-        .collect()
+        .collect();
+    if let Some(first) = loaded.nonpositive_ids.first() {
+        out.extend(nonpositive_problem(first, loaded.nonpositive_ids.len(), version));
+    }
+    out
+}
+
+/// The line about rows naming ids <= 0 (`first` of `count`), if the loaded `version`
+/// runs its heuristic for such ids (rocBLAS up to 4.x).
+fn nonpositive_problem(
+    (file, line, key, id): &(PathBuf, usize, String, i32),
+    count: usize,
+    version: &str,
+) -> Option<String> {
+    let v = crate::version::Version::parse(version)?;
+    v.nonpositive_id_is_heuristic().then(|| {
+        format!(
+            "{}:{line}: {key} names solution {id}, and {} more rows name ids <= 0: rocBLAS {} ({}) runs its heuristic for an id <= 0, so these rows serve nothing tuned; re-tune this build or delete them",
+            file.display(),
+            count - 1,
+            v.label(),
+            v.rocm()
+        )
+    })
+}
+
+/// [`version_problems`], under the name the interposer calls at load
+/// (`cdylib/src/runtime.rs`): more than contradicting validators now.
+pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
+    version_problems(loaded, version)
 }
 
 fn contradiction(path: &Path, found: &str, loaded: &str) -> String {
@@ -226,6 +263,11 @@ pub fn load_tables(dir: &Path) -> Loaded {
         loaded.unservable += file.unservable;
         if let Some(v) = file.rocblas_version {
             loaded.rocblas_versions.push((path.clone(), v));
+        }
+        for (line, key, id) in &file.nonpositive {
+            loaded
+                .nonpositive_ids
+                .push((path.clone(), *line, key.clone(), *id));
         }
         let table = file.table;
         loaded
@@ -395,6 +437,9 @@ struct RankFile {
     problems: Vec<String>,
     unservable: usize,
     rocblas_version: Option<String>,
+    /// (line, `op,signature`, id) of rows naming a solution id <= 0 (see
+    /// [`version_problems`]).
+    nonpositive: Vec<(usize, String, i32)>,
 }
 
 /// The parser's sink for the loader: rows go straight into the table being built.
@@ -405,6 +450,8 @@ struct TableSink {
     /// Keys whose first row names another backend's solution: PyTorch would use that
     /// row, so a later rocBLAS row for the key is a duplicate (rare; usually empty).
     blocked: HashMap<ProblemKey, usize>,
+    /// Rows naming ids <= 0 (rare; usually empty).
+    nonpositive: Vec<(usize, String, i32)>,
 }
 
 impl RowSink for TableSink {
@@ -416,7 +463,13 @@ impl RowSink for TableSink {
         }
         let action = match row.map(|r| r.solution) {
             Some(Solution::Default) => Action::Default,
-            Some(Solution::Rocblas(id)) => Action::Solution(id),
+            Some(Solution::Rocblas(id)) => {
+                if id <= 0 {
+                    let (op, sig) = tunableop::op_and_signature(&key);
+                    self.nonpositive.push((line, format!("{op},{sig}"), id));
+                }
+                Action::Solution(id)
+            }
             Some(Solution::Other(_)) | None => {
                 if let Some(pos) = self.builder.find(&key) {
                     return Some(self.lines[pos] as usize);
@@ -449,6 +502,7 @@ fn load_rank(path: &Path, rank: usize) -> Result<RankFile, String> {
         builder: TableBuilder::with_capacity(guess),
         lines: Vec::with_capacity(guess),
         blocked: HashMap::new(),
+        nonpositive: Vec::new(),
     };
     let (parsed, sink) = tunableop::parse_reader(&mut reader, sink)
         .map_err(|e| unreadable(path, rank, &ReadError::Io(e)))?;
@@ -491,6 +545,7 @@ fn load_rank(path: &Path, rank: usize) -> Result<RankFile, String> {
         problems,
         unservable: parsed.unservable.len(),
         rocblas_version: parsed.validator("ROCBLAS_VERSION").map(str::to_owned),
+        nonpositive: sink.nonpositive,
     })
 }
 
@@ -931,9 +986,15 @@ impl LazyTables {
             Err(line) => return (None, self.report(slot, 0, false, vec![line])),
         };
         let mut problems = file.problems;
-        if let (Some(mine), Some(v)) = (&self.rocblas_version, &file.rocblas_version) {
-            if v.trim() != mine.trim() {
-                problems.push(contradiction(&slot.path, v, mine));
+        if let Some(mine) = &self.rocblas_version {
+            if let Some(v) = &file.rocblas_version {
+                if !crate::version::same_build(v, mine) {
+                    problems.push(contradiction(&slot.path, v, mine));
+                }
+            }
+            if let Some((line, key, id)) = file.nonpositive.first() {
+                let first = (slot.path.clone(), *line, key.clone(), *id);
+                problems.extend(nonpositive_problem(&first, file.nonpositive.len(), mine));
             }
         }
         let rows = file.table.len() + file.table.wildcards().len();
@@ -1416,6 +1477,61 @@ mod tests {
         let _ = lazy.table_for(1);
         assert!(lazy.single().is_none());
         assert_eq!(lazy.ready_tables().len(), 2);
+    }
+
+    fn loaded_from(rows: &str, validator: &str) -> (Loaded, PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "tunedblas-version-problems-{}-{}",
+            std::process::id(),
+            validator.len() + rows.len()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("tunableop_results0.csv"),
+            format!("Validator,ROCBLAS_VERSION,{validator}\n{rows}"),
+        )
+        .unwrap();
+        (load_tables(&dir), dir)
+    }
+
+    /// rocBLAS up to 4.x runs the heuristic for `algo = solution_index` with an id <= 0, so
+    /// such a row is not what it looks like: said at load, with the first one and a count.
+    #[test]
+    fn nonpositive_ids_are_named_for_builds_up_to_4() {
+        let rows = "GemmTunableOp_Half_TN,tn_64_32_16_ld_16_16_64,Gemm_Rocblas_0,0.1\n\
+GemmTunableOp_Half_TN,tn_64_48_16_ld_16_16_64,Gemm_Rocblas_-1086326047,0.1\n\
+GemmTunableOp_Half_TN,tn_64_64_16_ld_16_16_64,Gemm_Rocblas_12,0.1\n";
+        let (loaded, dir) = loaded_from(rows, "2.47.0.");
+        let p = version_problems(&loaded, "2.47.0.");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("tunableop_results0.csv:2: GemmTunableOp_Half_TN,tn_64_32_16_ld_16_16_64 names solution 0, and 1 more rows name ids <= 0")
+                && p[0].contains("rocBLAS 2.47.0 (ROCm 5.5) runs its heuristic"),
+            "{}",
+            p[0]
+        );
+        assert_eq!(contradicting_validators(&loaded, "2.47.0."), p);
+        assert_eq!(
+            version_problems(&loaded, "4.4.1.").len(),
+            2,
+            "4.x too, and 2.47 is another build"
+        );
+        // rocBLAS 5.x: -1086326047 is a Tensile solution, 0 the heuristic as asked.
+        assert!(version_problems(&loaded, "5.5.0.cd957402")
+            .iter()
+            .all(|l| !l.contains("ids <= 0")));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Debian builds report `2.47.0.`; a file saying `2.47.0` is the same build.
+    #[test]
+    fn a_version_without_its_empty_commit_id_is_no_contradiction() {
+        let rows = "GemmTunableOp_Half_TN,tn_64_32_16_ld_16_16_64,Gemm_Rocblas_3,0.1\n";
+        let (loaded, dir) = loaded_from(rows, "2.47.0");
+        assert_eq!(version_problems(&loaded, "2.47.0."), Vec::<String>::new());
+        assert_eq!(version_problems(&loaded, "2.48.0.").len(), 1);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

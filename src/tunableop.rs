@@ -1858,6 +1858,38 @@ GemmTunableOp_Half_TN,tn_8_4_21,Default,-1
         }
     }
 
+    /// `pack_int8x4` (0x1) is a kernel flag: an int8 row for packed inputs keeps it in its
+    /// `_fl_` field and reads back as that problem, not the unpacked one.
+    #[test]
+    fn packed_int8_rows_keep_their_flag() {
+        let t = Types {
+            a: abi::DT_I8_R,
+            b: abi::DT_I8_R,
+            c: abi::DT_I32_R,
+            d: abi::DT_I32_R,
+            compute: abi::DT_I32_R,
+        };
+        let packed = ProblemKey::single(
+            Trans::T,
+            Trans::N,
+            t,
+            64,
+            32,
+            64,
+            64,
+            64,
+            64,
+            64,
+            abi::FLAG_PACK_INT8X4,
+        );
+        let (op, sig) = op_and_signature(&packed);
+        assert_eq!(op, "TunedblasGemm_Single_i8_i8_i32_i32_i32_TN");
+        assert!(sig.ends_with("_fl_0x1"), "{sig}");
+        assert_eq!(parse_key(&op, &sig), KeyParse::Key(packed));
+        let plain = ProblemKey { flags: 0, ..packed };
+        assert_ne!(op_and_signature(&plain), (op, sig));
+    }
+
     #[test]
     fn every_valid_key_round_trips_through_its_name() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

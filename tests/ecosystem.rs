@@ -307,6 +307,83 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
     assert_eq!(shapes, specs);
 }
 
+/// rocBLAS 2.47 (ROCm 5.5, Debian's 5.5.1, version string `2.47.0.`) has no
+/// ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH (it first appears in rocBLAS 3.1, ROCm 5.7; the
+/// conformance suite checks the real libraries' strings): a file for it would be ignored
+/// without a word, so the export refuses and says what works instead. Bench lines still go.
+#[test]
+fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
+    let dir = scratch("export-gemm-tune-2.47");
+    let made = profile_rows(&artifacts().host4);
+    make_store(
+        &dir,
+        &artifacts().libdir4,
+        "librocblas.so.4",
+        "2.47.0.",
+        &made,
+        "Default",
+    );
+    let lib = lib4();
+    let lib = lib.to_str().unwrap();
+    let csv = dir.join("override.csv");
+    let out = harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "gemm-tune",
+            "--out",
+            csv.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("rocBLAS 2.47.0 (ROCm 5.5)")
+            && err.contains("does not read ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH")
+            && err.contains("3.1 (ROCm 5.7)")
+            && err.contains("LD_PRELOAD"),
+        "{err}"
+    );
+    assert!(!csv.exists(), "no file that would be ignored");
+    let sh = dir.join("check.sh");
+    ok(&harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "bench",
+            "--out",
+            sh.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap());
+
+    // A build that reads the file gets a comment saying so.
+    let dir = scratch("export-gemm-tune-4.4");
+    make_store(
+        &dir,
+        &artifacts().libdir4,
+        "librocblas.so.4",
+        "4.4.1.",
+        &made,
+        "Default",
+    );
+    let out = ok(
+        &harness(&dir, &["export", "--lib", lib, "--format", "gemm-tune"])
+            .output()
+            .unwrap(),
+    );
+    assert!(out.contains("# rocBLAS 4.4.1 reads that variable"), "{out}");
+}
+
 #[test]
 fn rocblas5_ids_become_tensile_indices_and_others_are_named() {
     let dir = scratch("export-gemm-tune-v5");
@@ -890,4 +967,24 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
     assert_eq!(s["missed_calls"], 0, "{s}");
     assert_eq!(s["rows"], 1, "{s}");
     assert_eq!(s["rows_hit"], 1, "{s}");
+}
+
+/// The harness runs each shape with its own flags: ROCBLAS_INTERNAL_FP16_ALT_IMPL, which
+/// rocBLAS would apply to every call it times, is dropped, and the commands that run GEMMs
+/// say so (shapes recorded under the variable carry fp16_alt_impl in their keys already).
+#[test]
+fn the_harness_drops_rocblas_internal_fp16_alt_impl() {
+    let dir = scratch("fp16-alt-impl-harness");
+    let lib = lib4();
+    let out = harness(&dir, &["verify", "--lib", lib.to_str().unwrap()])
+        .env("ROCBLAS_INTERNAL_FP16_ALT_IMPL", "1")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "ROCBLAS_INTERNAL_FP16_ALT_IMPL=1 is ignored here: each shape runs with its own flags"
+        ),
+        "{err}"
+    );
 }

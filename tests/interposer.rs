@@ -491,3 +491,51 @@ fn strided_batched_rows_are_served_typed_and_ex() {
         ("rocblas_gemm_strided_batched_ex", st.to_string(), "2")
     );
 }
+
+/// rocBLAS reads ROCBLAS_INTERNAL_FP16_ALT_IMPL and then runs every f16 call with (or
+/// without) fp16_alt_impl, whatever flag the caller passed: the key is the problem that
+/// runs, so a process with the variable set is served the fp16_alt_impl row.
+#[test]
+fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
+    let dir = scratch("fp16-alt-impl-env");
+    let sols = solutions(&artifacts().host4, SPEC);
+    assert!(sols.len() >= 2, "{sols:?}");
+    let (plain_sol, alt_sol) = (sols[0], *sols.last().unwrap());
+    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let plain = spec_key(SPEC);
+    let alt = tunedblas_core::key::ProblemKey {
+        flags: tunedblas_core::abi::FLAG_FP16_ALT_IMPL,
+        ..plain
+    };
+    let rows: Vec<String> = [(plain, plain_sol), (alt, alt_sol)]
+        .iter()
+        .map(|(k, s)| {
+            let (op, sig) = tunedblas_core::tunableop::op_and_signature(k);
+            format!("{op},{sig},Gemm_Rocblas_{s},0.01")
+        })
+        .collect();
+    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    for (value, want) in [
+        (None, plain_sol),
+        (Some("1"), alt_sol),
+        (Some("0"), plain_sol),
+    ] {
+        let _ = std::fs::remove_file(dir.join("trace.log"));
+        let mut cmd = Command::new(&artifacts().host4);
+        cmd.arg(SPEC);
+        host_env(&mut cmd, &dir, true);
+        match value {
+            Some(v) => cmd.env("ROCBLAS_INTERNAL_FP16_ALT_IMPL", v),
+            None => cmd.env_remove("ROCBLAS_INTERNAL_FP16_ALT_IMPL"),
+        };
+        let out = run(cmd);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let t = trace(&dir);
+        assert_eq!(
+            t[0]["solution"],
+            want.to_string(),
+            "ROCBLAS_INTERNAL_FP16_ALT_IMPL={value:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

@@ -95,20 +95,48 @@ pub fn settings(profile_dir: &Path) -> Vec<Setting> {
         .collect()
 }
 
-/// rocBLAS files worth a look: `--lib`, else `$ROCM_PATH/lib`, `/opt/rocm/lib` and the
-/// `LD_LIBRARY_PATH` folders. Each real file once.
-fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
-    if !given.is_empty() {
-        return given.to_vec();
-    }
+/// The folders rocBLAS is looked for in: `$ROCM_PATH/lib`, `/opt/rocm/lib`, the
+/// `LD_LIBRARY_PATH` folders, then the distribution's library folders (Debian and Ubuntu
+/// install `librocblas0`/`librocblas4` in `/usr/lib/<arch>-linux-gnu`, others use
+/// `/usr/lib64`).
+pub fn library_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(r) = var("ROCM_PATH") {
         dirs.push(Path::new(&r).join("lib"));
     }
     dirs.push(PathBuf::from("/opt/rocm/lib"));
     if let Some(l) = std::env::var_os("LD_LIBRARY_PATH") {
-        dirs.extend(std::env::split_paths(&l));
+        dirs.extend(std::env::split_paths(&l).filter(|d| !d.as_os_str().is_empty()));
     }
+    dirs.push(PathBuf::from(format!(
+        "/usr/lib/{}-linux-gnu",
+        std::env::consts::ARCH
+    )));
+    dirs.push(PathBuf::from("/usr/lib64"));
+    dirs.push(PathBuf::from("/usr/lib"));
+    dirs
+}
+
+/// A library named without a folder (`librocblas.so.0`) found in [`library_dirs`]; a path
+/// with a folder, or a file that exists as given, is returned as it is.
+pub fn find_library(name: &Path) -> PathBuf {
+    if name.components().count() != 1 || name.exists() {
+        return name.to_path_buf();
+    }
+    library_dirs()
+        .into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| name.to_path_buf())
+}
+
+/// rocBLAS files worth a look: `--lib`, else every `librocblas.so*` in [`library_dirs`].
+/// Each real file once.
+fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
+    if !given.is_empty() {
+        return given.iter().map(|g| find_library(g)).collect();
+    }
+    let dirs = library_dirs();
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for d in dirs {
@@ -384,6 +412,19 @@ pub fn cmd(rest: &[String]) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_distribution_library_folder_is_searched() {
+        let dirs = library_dirs();
+        let multiarch = PathBuf::from(format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH));
+        assert!(dirs.contains(&multiarch), "{dirs:?}");
+        assert!(dirs.contains(&PathBuf::from("/usr/lib64")), "{dirs:?}");
+        // A name with a folder is never searched for.
+        assert_eq!(
+            find_library(Path::new("./librocblas.so.0")),
+            PathBuf::from("./librocblas.so.0")
+        );
+    }
 
     #[test]
     fn snippets_carry_the_paths() {

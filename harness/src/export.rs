@@ -19,6 +19,7 @@ use tunedblas_core::identity;
 use tunedblas_core::profile;
 use tunedblas_core::registry::{Match, Registry};
 use tunedblas_core::tunableop::{self, ResultsFile, Solution};
+use tunedblas_core::version::{self, Version};
 
 use crate::backend::Error;
 use crate::cli::Args;
@@ -39,13 +40,12 @@ pub struct Picked {
 impl Picked {
     /// The rocBLAS major version, from the registry or the rank files' validator.
     pub fn major(&self) -> Option<u32> {
-        self.rocblas
-            .as_deref()?
-            .split('.')
-            .next()?
-            .trim()
-            .parse()
-            .ok()
+        self.version().map(|v| v.major)
+    }
+
+    /// The rocBLAS version, from the registry or the rank files' validator.
+    pub fn version(&self) -> Option<Version> {
+        Version::parse(self.rocblas.as_deref()?)
     }
 
     pub fn short(&self) -> &str {
@@ -171,7 +171,10 @@ fn build_words(p: &Picked) -> String {
     format!(
         "rocBLAS build sha256 {} (rocBLAS {}; arch {})",
         p.sha256,
-        p.rocblas.as_deref().unwrap_or("unknown"),
+        p.version()
+            .map(|v| v.label())
+            .or_else(|| p.rocblas.clone())
+            .unwrap_or_else(|| "unknown".into()),
         p.arch.as_deref().unwrap_or("unknown")
     )
 }
@@ -182,6 +185,17 @@ fn gemm_tune_text(
     betas: &[f64],
     report: &mut Report,
 ) -> Result<String, Error> {
+    // rocBLAS reads the file only from 3.1 (ROCm 5.7) on; an older build ignores the
+    // variable without a word, so writing the file would only look like it worked.
+    let needs = "ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH is read by rocBLAS 3.1 (ROCm 5.7) and later";
+    if let Some(v) = p.version().filter(|v| !v.reads_gemm_override_file()) {
+        return Err(Error::new(format!(
+            "profile '{}' is for rocBLAS {v} ({}), which does not read ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH ({}): it would ignore an override file without a word. Serve this profile with the interposer (LD_PRELOAD=libtunedblas.so), or check its rows with --format bench",
+            p.name,
+            v.rocm(),
+            needs.trim_start_matches("ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH is ")
+        )));
+    }
     let file = read(p.rank_file(rank)?)?;
     let mut rows = Vec::new();
     for r in &file.rows {
@@ -207,6 +221,10 @@ fn gemm_tune_text(
         format!("valid ONLY for {}", build_words(p)),
         "solution indices are build-specific and rocBLAS does not check this file against the loaded build".into(),
         "use: ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH=<absolute path of this file> (no LD_PRELOAD needed)".into(),
+        match p.version() {
+            Some(v) => format!("rocBLAS {v} reads that variable ({needs})"),
+            None => format!("the build's rocBLAS version is unknown: {needs}; older builds ignore the file"),
+        },
         format!(
             "Tensile matches beta exactly: rows are written for beta = {}",
             betas.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(" and ")
@@ -227,8 +245,15 @@ fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String, Er
         p.name,
         build_words(p)
     );
+    if p.major().is_none() {
+        out.push_str(&format!(
+            "# The rocBLAS version is unknown: lines for a D laid out unlike C use {} (rocBLAS 4.0 and later); rocblas-bench of rocBLAS 3.x and older (ROCm 5.7 and older) calls it {}.\n",
+            bench::own_d_switch(None),
+            bench::own_d_switch(Some(3))
+        ));
+    }
     for r in &file.rows {
-        let Some(heuristic) = bench::command(&r.key, None) else {
+        let Some(heuristic) = bench::command(&r.key, None, p.major()) else {
             report.dropped.push(format!(
                 "{}: a data type rocblas-bench has no name for",
                 key_text(&r.key)
@@ -245,7 +270,7 @@ fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String, Er
         ));
         match &r.solution {
             Solution::Rocblas(id) => {
-                out.push_str(&bench::command(&r.key, Some(*id)).unwrap_or_default());
+                out.push_str(&bench::command(&r.key, Some(*id), p.major()).unwrap_or_default());
                 out.push('\n');
                 out.push_str(&heuristic);
                 out.push_str("   # the heuristic\n");
@@ -260,9 +285,11 @@ fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String, Er
     Ok(out)
 }
 
+/// Whether two `ROCBLAS_VERSION` strings name the same build (`2.47.0.` and `2.47.0` do; a
+/// `-` for the last `.`, as some files have it, too).
 fn same_version(a: &str, b: &str) -> bool {
     let norm = |s: &str| s.trim().replace('-', ".");
-    norm(a) == norm(b)
+    version::same_build(a, b) || norm(a) == norm(b)
 }
 
 /// The validator set for PyTorch: `--validators-from`, else the profile's own, then each

@@ -487,6 +487,8 @@ fn profiles_cmd(rest: &[String]) -> Result<(), Failure> {
                 .map(PathBuf::from)
                 .or_else(|| a.path("--lib"))
                 .ok_or_else(|| a.usage("which needs a library file"))?;
+            // A bare soname (librocblas.so.0) is found where `env` looks.
+            let lib = env::find_library(&lib);
             profiles::which(&root, &lib, json)?
         }
         Some("import") => {
@@ -558,6 +560,26 @@ fn internal(cmd: &str, rest: &[String]) -> Option<Result<(), Failure>> {
     matches!(cmd, "workload" | "replay").then(run)
 }
 
+/// rocBLAS applies `ROCBLAS_INTERNAL_FP16_ALT_IMPL` to every call of the process; the keys
+/// the interposer records already carry its effect in their flags
+/// (`tunedblas_core::rocblas::effective_flags`), so the harness must run each key with its
+/// own flags: the variable is removed before rocBLAS is loaded, and the commands that run
+/// GEMMs say so.
+fn unset_fp16_alt_impl_override(cmd: &str) {
+    let var = tunedblas_core::rocblas::FP16_ALT_IMPL_VAR;
+    let Some(value) = std::env::var_os(var) else {
+        return;
+    };
+    // Single-threaded here, before anything reads the environment.
+    std::env::remove_var(var);
+    if matches!(cmd, "tune" | "qualify" | "verify" | "demo") {
+        eprintln!(
+            "tunedblas: {var}={} is ignored here: each shape runs with its own flags (shapes recorded under it carry fp16_alt_impl already)",
+            value.to_string_lossy()
+        );
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = args.first() else {
@@ -565,6 +587,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let rest = &args[1..];
+    unset_fp16_alt_impl_override(cmd);
     if rest.iter().any(|a| a == "--help" || a == "-h") {
         print!("{}", subcommand_help(cmd).unwrap_or_else(|| HELP.into()));
         return ExitCode::SUCCESS;

@@ -280,7 +280,7 @@ mod tests {
     fn rocblas_logs_and_gemm_tune_csv_give_shapes_with_calls() {
         let d = tmp("rocblas-formats");
         let k = parse_spec("f16:TN:512:16:256").unwrap();
-        let bench = tunedblas_core::formats::bench::command(&k, None).unwrap();
+        let bench = tunedblas_core::formats::bench::command(&k, None, None).unwrap();
         std::fs::write(
             d.join("bench.log"),
             format!("{bench}\nnoise\n{bench}\n./rocblas-bench -f gemm_ex -m x\n"),

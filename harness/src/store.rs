@@ -41,10 +41,13 @@ impl Build {
         &self.sha256[..12]
     }
 
-    /// The default profile name: `rocblas-<version>`, made a valid name.
+    /// The default profile name: `rocblas-<version>`, made a valid name. A version string
+    /// without a commit id (`2.47.0.`) gives `rocblas-2.47.0`.
     pub fn default_name(&self) -> String {
-        let v: String = self
-            .version
+        let label = tunedblas_core::version::Version::parse(&self.version)
+            .map(|v| v.label())
+            .unwrap_or_else(|| self.version.clone());
+        let v: String = label
             .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || "._-+".contains(c) {
@@ -480,6 +483,23 @@ impl Tx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_names_of_distribution_builds() {
+        let build = |version: &str| Build {
+            path: PathBuf::from("/usr/lib/x86_64-linux-gnu/librocblas.so.0"),
+            sha256: "0".repeat(64),
+            version: version.into(),
+            arch: "gfx1030".into(),
+        };
+        assert_eq!(build("2.47.0.").default_name(), "rocblas-2.47.0");
+        assert_eq!(build("4.4.1.").default_name(), "rocblas-4.4.1");
+        assert_eq!(
+            build("5.6.0.8d1ae90e").default_name(),
+            "rocblas-5.6.0.8d1ae90e"
+        );
+        assert_eq!(build("unknown").default_name(), "rocblas-unknown");
+    }
 
     #[test]
     fn utc_now_is_a_plausible_timestamp() {

@@ -16,7 +16,9 @@
 //! ./rocblas-bench -f gemm_strided_batched -r f32_r ... --stride_c S --batch_count B
 //! ```
 //!
-//! (all on one line). The `_64` API adds `--api 1` after the program name; a handle that
+//! (all on one line). rocBLAS 5.5-5.7 write `--ldc` without its value in `gemm_batched_ex`
+//! lines (`... --c_type f16_r --ldc --d_type f16_r --ldd 8 ...`); such a line is read with
+//! ldc = ldd. The `_64` API adds `--api 1` after the program name; a handle that
 //! forbids atomics appends `--atomics_not_allowed`. Neither changes the problem. Each line
 //! is one call, so a problem's call count is the number of its lines. Lines that do not run
 //! `rocblas-bench`, and other functions, are skipped with the reason; so are typed GEMMs the
@@ -132,6 +134,17 @@ fn parse_command(args: &str) -> Result<(ProblemKey, Option<i32>), String> {
     if let Some(v) = get(&["--flags"]) {
         f.flags = flags_from_text(v)?;
     }
+    // rocBLAS 5.5-5.7 write `--ldc` with no value in gemm_batched_ex lines (the argument
+    // after it was left out of the log call). Those lines come from hipBLAS and PyTorch,
+    // which pass d = c, so ldc is ldd.
+    let ldc_without_value = opts
+        .iter()
+        .rev()
+        .find(|(n, _)| *n == "--ldc")
+        .is_some_and(|(_, v)| v.is_none());
+    if func == "gemm_batched_ex" && ldc_without_value && f.ldc.is_none() {
+        f.ldc = f.ldd;
+    }
     let precision = get(&["-r", "--precision"]);
     let typed = |r: Option<&str>| -> Result<Types, String> {
         match r {
@@ -189,10 +202,23 @@ fn parse_command(args: &str) -> Result<(ProblemKey, Option<i32>), String> {
     Ok((key, solution))
 }
 
+/// The rocblas-bench switch that gives D its own memory, ldd and type. Without it the
+/// bench runs D in C's place with ldc and c_type: `--c_noalias_d` up to rocBLAS 3.x
+/// (ROCm 5.7), `--outofplace` from 4.0 (ROCm 6.0) on; each version rejects the other's as an
+/// unknown option (tests/conformance runs both real parsers). `None`: the version is
+/// unknown, and the current form is used.
+pub fn own_d_switch(major: Option<u32>) -> &'static str {
+    match major {
+        Some(m) if m <= 3 => "--c_noalias_d",
+        _ => "--outofplace",
+    }
+}
+
 /// The `rocblas-bench` command that runs `key` with `solution` (`None`: the library
-/// heuristic, `--algo 0`), in the form rocBLAS's own bench log writes. `None` when a data
-/// type has no rocBLAS name (rocblas-bench could not express it).
-pub fn command(key: &ProblemKey, solution: Option<i32>) -> Option<String> {
+/// heuristic, `--algo 0`), in the form rocBLAS's own bench log writes, plus
+/// [`own_d_switch`] for the rocBLAS major version `major` when D is not laid out as C.
+/// `None` when a data type has no rocBLAS name (rocblas-bench could not express it).
+pub fn command(key: &ProblemKey, solution: Option<i32>, major: Option<u32>) -> Option<String> {
     let t = &key.types;
     let name = |d| abi::datatype_name(d);
     let (a, b, c, d, compute) = (
@@ -224,11 +250,20 @@ pub fn command(key: &ProblemKey, solution: Option<i32>) -> Option<String> {
         Some(id) => (abi::ALGO_SOLUTION_INDEX, id),
         None => (abi::ALGO_STANDARD, 0),
     };
+    // rocblas-bench runs D in C's place, with ldd = ldc and d_type = c_type, unless told D
+    // is its own matrix: without the switch a row whose D differs from C would be measured
+    // as another problem.
+    let own_d = key.ldd != key.ldc || t.d != t.c || (strided && key.stride_d != key.stride_c);
+    let noalias = if own_d {
+        format!(" {}", own_d_switch(major))
+    } else {
+        String::new()
+    };
     // Strided: batch_count after stride_d; pointer arrays: after ldd (as rocBLAS logs).
     Some(format!(
         "./rocblas-bench -f {func} --transposeA {} --transposeB {} -m {} -n {} -k {} --alpha 1 \
 --a_type {a} --lda {}{} --b_type {b} --ldb {}{} --beta 0 --c_type {c} --ldc {}{} \
---d_type {d} --ldd {}{}{batch} --compute_type {compute} --algo {algo} --solution_index {index} --flags {}",
+--d_type {d} --ldd {}{}{batch} --compute_type {compute} --algo {algo} --solution_index {index} --flags {}{noalias}",
         key.trans_a.letter(),
         key.trans_b.letter(),
         key.m,
@@ -361,7 +396,7 @@ rocBLAS info: some unrelated line
                 }
             };
             for sol in [None, Some(-1086326047), Some(17)] {
-                let line = command(&key, sol).unwrap();
+                let line = command(&key, sol, Some(4)).unwrap();
                 let p = parse(&line);
                 assert!(p.skipped.is_empty(), "{line}: {:?}", p.skipped);
                 assert_eq!(p.entries.len(), 1);
@@ -371,11 +406,46 @@ rocBLAS info: some unrelated line
         }
     }
 
+    /// rocblas-bench sets ldd = ldc and d_type = c_type unless told otherwise: with
+    /// `--c_noalias_d` up to rocBLAS 3.x, `--outofplace` from 4.0 (the conformance suite runs
+    /// these lines through the real 5.5 and 6.4 parsers).
+    #[test]
+    fn a_problem_whose_d_is_not_c_asks_the_bench_for_its_own_d() {
+        let plain = linear(64, 32, 16);
+        let line = command(&plain, None, Some(2)).unwrap();
+        assert!(
+            !line.contains("--c_noalias_d") && !line.contains("--outofplace"),
+            "{line}"
+        );
+        let mut padded = plain;
+        padded.ldd = 80;
+        let mut wider = plain;
+        wider.types.d = abi::DT_F32_R;
+        let mut strided = plain.with_batch(Batching::Strided, 2, plain.packed_strides());
+        strided.stride_d += 64;
+        for key in [padded, wider, strided] {
+            for (major, switch) in [
+                (Some(2), "--c_noalias_d"),
+                (Some(3), "--c_noalias_d"),
+                (Some(4), "--outofplace"),
+                (Some(5), "--outofplace"),
+                (None, "--outofplace"),
+            ] {
+                let line = command(&key, Some(3), major).unwrap();
+                assert!(line.ends_with(&format!(" {switch}")), "{major:?}: {line}");
+                let p = parse(&line);
+                assert_eq!(p.entries.len(), 1, "{:?}", p.skipped);
+                assert_eq!(p.entries[0].key, key);
+                assert_eq!(p.entries[0].solution, Some(3));
+            }
+        }
+    }
+
     #[test]
     fn a_type_without_a_rocblas_name_has_no_command() {
         let mut key = linear(8, 8, 8);
         key.types.a = 170;
-        assert_eq!(command(&key, None), None);
+        assert_eq!(command(&key, None, None), None);
     }
 
     #[test]

@@ -225,6 +225,8 @@ pub(crate) fn flags_from_text(text: &str) -> Result<u32, String> {
     let t = text.trim();
     let v = match t {
         "none" => abi::FLAG_NONE,
+        // rocBLAS 2.47 (ROCm 5.5) logs rocblas_gemm_flags_pack_int8x4 this way.
+        "pack_int" | "pack_int8x4" => abi::FLAG_PACK_INT8X4,
         "use_cu_efficiency" => abi::FLAG_USE_CU_EFFICIENCY,
         "fp16_alt_impl" => abi::FLAG_FP16_ALT_IMPL,
         "check_solution_index" => abi::FLAG_CHECK_SOLUTION_INDEX,

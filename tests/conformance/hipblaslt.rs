@@ -1,0 +1,203 @@
+//! hipBLASLt 7.1.1 (Debian sid, in the rocblas-6.4 root): what a hipBLASLt backend needs from
+//! `src/abi.rs`, checked against the real headers and library:
+//! - the C prototypes (`hipblasLtMatmul`, its 16 arguments, and the heuristic query, create,
+//!   destroy), argument by argument, as for rocBLAS;
+//! - the layout of `hipblasLtMatmulAlgo_t` and `hipblasLtMatmulHeuristicResult_t` (size,
+//!   alignment, every field's offset) against the `#[repr(C)]` structs;
+//! - the status values;
+//! - the `hipblaslt_ext` C++ functions TunableOp uses: the mangled names in `src/abi.rs` are
+//!   what g++ makes of the header's declarations, and the library exports them.
+
+use std::fmt::Write;
+use std::mem::{align_of, offset_of, size_of};
+use std::process::Command;
+
+use tunedblas_core::abi::{
+    self, HipblasLtMatmulAlgo as Algo, HipblasLtMatmulHeuristicResult as Heur,
+};
+
+use crate::abi::{compile, describe, identifiers, preprocess, PRELUDE};
+use crate::exports::exports;
+use crate::sources;
+use crate::suite::{Suite, LIBDIR};
+
+const INCLUDES: &str = "#include <hipblaslt/hipblaslt.h>\n#include <hipblaslt/hipblaslt-ext.hpp>\n";
+const FLAGS: &str = "-D__HIP_PLATFORM_AMD__ -D__HIP_DISABLE_CPP_FUNCTIONS__ -w";
+
+const FUNCTIONS: &[(&str, &str)] = &[
+    ("hipblasLtCreate", "HipblasLtCreateFn"),
+    ("hipblasLtDestroy", "HipblasLtDestroyFn"),
+    ("hipblasLtMatmul", "HipblasLtMatmulFn"),
+    (
+        "hipblasLtMatmulAlgoGetHeuristic",
+        "HipblasLtMatmulAlgoGetHeuristicFn",
+    ),
+];
+
+/// The `hipblaslt_ext` functions: mangled name in `src/abi.rs`, and a C++ expression taking
+/// the address of the header's declaration (overloads picked by their full type).
+fn ext_functions() -> [(&'static str, &'static str); 4] {
+    [
+        (
+            abi::HIPBLASLT_EXT_GET_ALL_ALGOS,
+            "static_cast<hipblasStatus_t (*)(hipblasLtHandle_t, hipblaslt_ext::GemmType, hipblasOperation_t, hipblasOperation_t, hipDataType, hipDataType, hipDataType, hipDataType, hipblasComputeType_t, std::vector<hipblasLtMatmulHeuristicResult_t>&)>(&hipblaslt_ext::getAllAlgos)",
+        ),
+        (abi::HIPBLASLT_EXT_GET_INDEX_FROM_ALGO, "&hipblaslt_ext::getIndexFromAlgo"),
+        (
+            abi::HIPBLASLT_EXT_GET_ALGOS_FROM_INDEX,
+            "static_cast<hipblasStatus_t (*)(hipblasLtHandle_t, std::vector<int>&, std::vector<hipblasLtMatmulHeuristicResult_t>&)>(&hipblaslt_ext::getAlgosFromIndex)",
+        ),
+        (
+            abi::HIPBLASLT_EXT_MATMUL_IS_ALGO_SUPPORTED,
+            "static_cast<hipblasStatus_t (*)(hipblasLtHandle_t, hipblasLtMatmulDesc_t, const void*, hipblasLtMatrixLayout_t, hipblasLtMatrixLayout_t, const void*, hipblasLtMatrixLayout_t, hipblasLtMatrixLayout_t, hipblasLtMatmulAlgo_t&, size_t&)>(&hipblaslt_ext::matmulIsAlgoSupported)",
+        ),
+    ]
+}
+
+fn generate(declared: &std::collections::BTreeSet<String>) -> String {
+    let sigs = sources::abi_signatures();
+    let mut src = String::from(INCLUDES);
+    src.push_str(PRELUDE);
+    // Every hipBLASLt function type of src/abi.rs is checked against a real function.
+    for s in sigs.iter().filter(|s| s.name.starts_with("HipblasLt")) {
+        assert!(
+            FUNCTIONS.iter().any(|(_, t)| *t == s.name),
+            "src/abi.rs {} is checked against no hipBLASLt function: add it to FUNCTIONS",
+            s.name
+        );
+    }
+    for (sym, ty) in FUNCTIONS {
+        assert!(declared.contains(*sym), "hipblaslt.h declares no {sym}");
+        let sig = sigs
+            .iter()
+            .find(|s| s.name == *ty)
+            .unwrap_or_else(|| panic!("src/abi.rs has no {ty}"));
+        let f = format!("decltype({sym})");
+        writeln!(src, "static_assert(conf::fn<{f}>::arity == {n}, \"{sym}: src/abi.rs {ty} has {n} arguments\");", n = sig.args.len()).unwrap();
+        writeln!(
+            src,
+            "static_assert(conf::like<conf::fn<{f}>::ret, {}>::value, \"{sym}: return type\");",
+            describe(&sig.ret, "I")
+        )
+        .unwrap();
+        for (i, a) in sig.args.iter().enumerate() {
+            writeln!(
+                src,
+                "static_assert(conf::like<conf::arg<{f}, {i}>, {}>::value, \"{sym} argument {}: src/abi.rs {ty} says {a}\");",
+                describe(a, "I"),
+                i + 1
+            )
+            .unwrap();
+        }
+    }
+    let layout = |c: &str, size: usize, align: usize, fields: &[(&str, usize)]| {
+        let mut t = format!(
+            "static_assert(sizeof({c}) == {size} && alignof({c}) == {align}, \"{c}: size {size}, alignment {align} in src/abi.rs\");\n"
+        );
+        for (f, off) in fields {
+            t.push_str(&format!(
+                "static_assert(offsetof({c}, {f}) == {off}, \"{c}::{f} is at {off} in src/abi.rs\");\n"
+            ));
+        }
+        t
+    };
+    src.push_str(&layout(
+        "hipblasLtMatmulAlgo_t",
+        size_of::<Algo>(),
+        align_of::<Algo>(),
+        &[
+            ("data", offset_of!(Algo, data)),
+            ("max_workspace_bytes", offset_of!(Algo, max_workspace_bytes)),
+        ],
+    ));
+    writeln!(
+        src,
+        "static_assert(sizeof(((hipblasLtMatmulAlgo_t*)0)->data) == {}, \"data[16]\");",
+        size_of::<[u8; 16]>()
+    )
+    .unwrap();
+    src.push_str(&layout(
+        "hipblasLtMatmulHeuristicResult_t",
+        size_of::<Heur>(),
+        align_of::<Heur>(),
+        &[
+            ("algo", offset_of!(Heur, algo)),
+            ("workspaceSize", offset_of!(Heur, workspace_size)),
+            ("state", offset_of!(Heur, state)),
+            ("wavesCount", offset_of!(Heur, waves_count)),
+            ("reserved", offset_of!(Heur, reserved)),
+        ],
+    ));
+    writeln!(src, "static_assert(std::is_same<decltype(hipblasLtMatmulHeuristicResult_t::wavesCount), float>::value, \"wavesCount is a float\");").unwrap();
+    for (name, _, value) in sources::abi_constants() {
+        if name.starts_with("HIPBLAS_STATUS_") {
+            writeln!(src, "static_assert(static_cast<long long>({name}) == {value}LL, \"src/abi.rs {name} = {value}\");").unwrap();
+        }
+    }
+    src
+}
+
+pub fn check(s: &Suite) {
+    if !s.has_hipblas() {
+        return;
+    }
+    let pp = preprocess(s, "hipblaslt-pp", INCLUDES, FLAGS);
+    let src = generate(&identifiers(&pp));
+    if let Err(e) = compile(s, "hipblaslt", &src, FLAGS) {
+        panic!(
+            "{}: src/abi.rs disagrees with hipBLASLt's headers:\n{e}",
+            s.name
+        );
+    }
+
+    // The mangled names: what g++ makes of the header's declarations ...
+    let (host, inside) = s.scratch("hipblaslt-ext");
+    let mut refs = String::from(INCLUDES);
+    refs.push_str("void* conformance_refs[] = {\n");
+    for (_, expr) in ext_functions() {
+        refs.push_str(&format!("    (void*)({expr}),\n"));
+    }
+    refs.push_str("};\n");
+    std::fs::write(host.join("refs.cpp"), refs).unwrap();
+    let out = s.sh(&format!(
+        "cd {inside} && g++ -std=c++17 {FLAGS} -c refs.cpp -o refs.o"
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nm = Command::new("nm")
+        .arg("-u")
+        .arg(host.join("refs.o"))
+        .output()
+        .unwrap();
+    let undefined = String::from_utf8_lossy(&nm.stdout).into_owned();
+    // ... and what the library exports.
+    let lib = s.sh(&format!("readlink -f {LIBDIR}/libhipblaslt.so.1"));
+    let lib = s.host_path(String::from_utf8_lossy(&lib.stdout).trim());
+    let exported = exports(&lib);
+    for (name, expr) in ext_functions() {
+        assert!(
+            undefined
+                .lines()
+                .any(|l| l.split_whitespace().last() == Some(name)),
+            "{}: g++ names {expr} otherwise than src/abi.rs ({name}):\n{undefined}",
+            s.name
+        );
+        assert!(
+            exported.contains(name),
+            "{}: {} does not export {name}",
+            s.name,
+            lib.display()
+        );
+    }
+    for (sym, _) in FUNCTIONS {
+        assert!(
+            exported.contains(*sym),
+            "{}: {} does not export {sym}",
+            s.name,
+            lib.display()
+        );
+    }
+}

@@ -1,0 +1,201 @@
+//! What the real libraries show the interposer still gets wrong, written down as tests that
+//! are ignored until the preload (cdylib/, being rewritten) is fixed. Run them with
+//! `cargo test --test conformance -- --ignored`.
+//!
+//! - A tuned call that fails for the caller's reason (invalid handle: status 1; rocBLAS's
+//!   device-memory size query: 9 / 10) quarantines the row "(re-tune this build)".
+//! - Calls rocBLAS rejects (invalid handle) are recorded as misses to tune.
+//! - The `_64` exports exist even where the real library has none (rocBLAS 5.5.1): a host
+//!   probing for the 64-bit API with `dlsym` finds ours, which returns 2 uncounted.
+
+use std::process::Command;
+
+use crate::common;
+use crate::hosts::{self, key_of, preload_env};
+use crate::suite::{out_text, Suite};
+
+/// Real rocBLAS, no GPU: every call fails with invalid_handle, the caller's fault. The row
+/// must stay: no quarantine, the second call of the same shape is served as the first.
+fn invalid_handle_keeps_the_row(s: &Suite) {
+    let spec = "ex:TN:h:64:32:16";
+    let (host, inside) = s.scratch("pending-quarantine");
+    hosts::write_profile(s, &host, &format!("conf-{}", s.name), &[key_of(spec)]);
+    let out = s.sh(&format!(
+        "cd {inside} && {} {} {spec} {spec}",
+        preload_env(s, &inside),
+        s.hosts().linked
+    ));
+    let (stdout, err) = out_text(&out);
+    assert_eq!(stdout.matches("status=1").count(), 2, "{stdout}");
+    assert!(
+        !err.contains("quarantined"),
+        "{}: a row quarantined for the caller's invalid handle:\n{err}",
+        s.name
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(host.join("stats.json")).unwrap()).unwrap();
+    assert_eq!(
+        stats["passed_through"], 0,
+        "{}: the second call was passed through: {stats}",
+        s.name
+    );
+}
+
+/// rocBLAS's device-memory size-query mode makes gemm_ex return 9 or 10 (size increased or
+/// unchanged): not a solution failure. refblas returns them on request.
+fn size_query_statuses_keep_the_row() {
+    let a = common::artifacts();
+    let spec = "ex:TN:h:64:24:40";
+    let sols = common::non_heuristic_solutions(&a.host4, spec);
+    let sha = common::sha_of(&a.libdir4, "librocblas.so.4");
+    for status in [1, 9, 10] {
+        let dir = common::scratch(&format!("pending-size-query-{status}"));
+        common::write_profile(
+            &dir.join("profiles"),
+            "ref-v4",
+            &sha,
+            &[common::row(spec, &format!("Gemm_Rocblas_{}", sols[0]))],
+            1,
+        );
+        let mut cmd = Command::new(&a.host4);
+        cmd.args([spec, spec]);
+        common::host_env(&mut cmd, &dir, true);
+        cmd.env("REFBLAS_FAIL_ALL", status.to_string());
+        let out = common::run(cmd);
+        let err = common::text(&out.stderr);
+        assert!(!err.contains("quarantined"), "status {status}: {err}");
+    }
+}
+
+fn rejected_calls_are_not_misses(s: &Suite) {
+    let (host, inside) = s.scratch("pending-misses");
+    // A profile with no row for the calls made.
+    hosts::write_profile(
+        s,
+        &host,
+        &format!("conf-{}", s.name),
+        &[key_of("ex:NN:h:8:8:8")],
+    );
+    let run = s.sh(&format!(
+        "cd {inside} && {} {} ex:TN:h:64:32:16 sgemm:TN:x:24:8:4",
+        preload_env(s, &inside),
+        s.hosts().linked
+    ));
+    assert!(run.status.success());
+    let misses: Vec<String> = std::fs::read_dir(host.join("misses"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with("-rank0.csv"))
+                .flat_map(|e| {
+                    std::fs::read_to_string(e.path())
+                        .unwrap()
+                        .lines()
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        misses
+            .iter()
+            .all(|l| l.starts_with("op_name,") || l.is_empty()),
+        "{}: calls rocBLAS rejected (invalid handle) were recorded as shapes to tune: {misses:?}",
+        s.name
+    );
+}
+
+/// On rocBLAS 5.5.1 (no `_64` API), a host that probes for it must find nothing, with or
+/// without the preload.
+fn no_64_api_where_the_library_has_none(s: &Suite) {
+    assert!(!s.has_64());
+    let (host, inside) = s.scratch("pending-64");
+    let names = [
+        "rocblas_gemm_ex_64",
+        "rocblas_gemm_batched_ex_64",
+        "rocblas_gemm_strided_batched_ex_64",
+        "rocblas_hgemm_64",
+        "rocblas_sgemm_64",
+        "rocblas_hgemm_strided_batched_64",
+        "rocblas_sgemm_strided_batched_64",
+    ];
+    let mut src = String::from("#include <dlfcn.h>\n#include <stdio.h>\n#include <rocblas/rocblas.h>\nint main(void) {\n  rocblas_handle h = 0;\n  rocblas_create_handle(&h);\n");
+    for n in names {
+        src.push_str(&format!(
+            "  printf(\"{n}=%s\\n\", dlsym(RTLD_DEFAULT, \"{n}\") ? \"found\" : \"absent\");\n"
+        ));
+    }
+    src.push_str("  return 0;\n}\n");
+    std::fs::write(host.join("probe.c"), src).unwrap();
+    let build = s.sh(&format!(
+        "cd {inside} && gcc -o probe probe.c -lrocblas -ldl"
+    ));
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let plain = s.sh(&format!("cd {inside} && ./probe"));
+    let (plain_out, _) = out_text(&plain);
+    assert_eq!(
+        plain_out.matches("=absent").count(),
+        names.len(),
+        "{plain_out}"
+    );
+    let pre = s.sh(&format!(
+        "cd {inside} && {} ./probe",
+        preload_env(s, &inside)
+    ));
+    let (pre_out, err) = out_text(&pre);
+    assert_eq!(
+        pre_out, plain_out,
+        "{}: under the preload the 64-bit API appears:\n{err}",
+        s.name
+    );
+}
+
+#[test]
+#[ignore = "needs the preload fix for tuned-call failures that are the caller's fault (status 1, 9, 10) quarantining rows"]
+fn pending_invalid_handle_keeps_the_row_rocblas_5_5() {
+    if let Some(s) = crate::suite::suite("rocblas-5.5") {
+        invalid_handle_keeps_the_row(s);
+    }
+}
+
+#[test]
+#[ignore = "needs the preload fix for tuned-call failures that are the caller's fault (status 1, 9, 10) quarantining rows"]
+fn pending_invalid_handle_keeps_the_row_rocblas_6_4() {
+    if let Some(s) = crate::suite::suite("rocblas-6.4") {
+        invalid_handle_keeps_the_row(s);
+    }
+}
+
+#[test]
+#[ignore = "needs the preload fix for tuned-call failures that are the caller's fault (status 1, 9, 10) quarantining rows"]
+fn pending_size_query_statuses_keep_the_row() {
+    size_query_statuses_keep_the_row();
+}
+
+#[test]
+#[ignore = "needs the preload fix for calls rocBLAS rejects being recorded as misses"]
+fn pending_rejected_calls_are_not_misses_rocblas_5_5() {
+    if let Some(s) = crate::suite::suite("rocblas-5.5") {
+        rejected_calls_are_not_misses(s);
+    }
+}
+
+#[test]
+#[ignore = "needs the preload fix for calls rocBLAS rejects being recorded as misses"]
+fn pending_rejected_calls_are_not_misses_rocblas_6_4() {
+    if let Some(s) = crate::suite::suite("rocblas-6.4") {
+        rejected_calls_are_not_misses(s);
+    }
+}
+
+#[test]
+#[ignore = "needs the preload fix for the _64 exports existing when the real library lacks them"]
+fn pending_no_64_api_where_the_library_has_none_rocblas_5_5() {
+    if let Some(s) = crate::suite::suite("rocblas-5.5") {
+        no_64_api_where_the_library_has_none(s);
+    }
+}

@@ -1,0 +1,207 @@
+//! What the project's own sources say it calls, read from the files themselves so the checks
+//! follow every change: the interposer's hook table (`cdylib/src/real.rs`), the symbols the
+//! harness resolves (`harness/src/backend.rs`), and the C signatures of `src/abi.rs`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use crate::suite::repo;
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// One entry of `hook_table!`: `field: Type = c"symbol"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hook {
+    pub field: String,
+    /// The Rust type as written: `GemmExFn<i64>`.
+    pub ty: String,
+    pub symbol: String,
+}
+
+/// The entries of the `hook_table! { ... }` invocation in `cdylib/src/real.rs`.
+pub fn hook_table() -> Vec<Hook> {
+    let src = read("cdylib/src/real.rs");
+    let start = src
+        .find("\nhook_table! {")
+        .expect("cdylib/src/real.rs invokes hook_table!");
+    let body = &src[start..];
+    let body = &body[body.find('{').unwrap() + 1..body.find("\n}").unwrap()];
+    body.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .map(|l| {
+            let l = l.trim_end_matches(',');
+            let (field, rest) = l.split_once(':').unwrap_or_else(|| panic!("hook line {l}"));
+            let (ty, sym) = rest
+                .split_once('=')
+                .unwrap_or_else(|| panic!("hook line {l}"));
+            let sym = sym.trim();
+            let sym = sym
+                .strip_prefix("c\"")
+                .and_then(|s| s.strip_suffix('"'))
+                .unwrap_or_else(|| panic!("hook symbol {sym}"));
+            Hook {
+                field: field.trim().to_string(),
+                ty: ty.trim().to_string(),
+                symbol: sym.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// How the harness resolves a symbol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Need {
+    /// `need(...)` / `hip_need(...)`: the harness refuses a library without it.
+    Required,
+    /// `sym(...)`: used when present.
+    Optional,
+}
+
+/// The symbols `harness/src/backend.rs` resolves from rocBLAS (`need`, `sym(h|scope, ..)`) and
+/// from HIP (`hip_need`, `sym(hip_handle, ..)`): (rocBLAS, HIP) maps of name to need.
+pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
+    let src: String = read("harness/src/backend.rs")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let mut rocblas = BTreeMap::new();
+    let mut hip = BTreeMap::new();
+    let name_at = |s: &str| -> Option<String> {
+        let s = s.strip_prefix('"')?;
+        let end = s.find('"')?;
+        Some(s[..end].to_string())
+    };
+    let mut i = 0;
+    while let Some(p) = src[i..].find("need(\"") {
+        let at = i + p;
+        let hip_call = src[..at].ends_with("hip_");
+        if let Some(n) = name_at(&src[at + 5..]) {
+            let map = if hip_call { &mut hip } else { &mut rocblas };
+            map.insert(n, Need::Required);
+        }
+        i = at + 5;
+    }
+    i = 0;
+    while let Some(p) = src[i..].find("sym") {
+        let at = i + p;
+        i = at + 3;
+        let mut rest = &src[at + 3..];
+        if let Some(r) = rest.strip_prefix("::<") {
+            // Skip the turbofish (no nesting in these calls beyond one level of <>).
+            let mut depth = 1;
+            let mut end = 0;
+            for (j, c) in r.char_indices() {
+                match c {
+                    '<' => depth += 1,
+                    '>' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = j + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            rest = &r[end..];
+        }
+        let Some(args) = rest.strip_prefix('(') else {
+            continue;
+        };
+        let Some((scope, after)) = args.split_once(',') else {
+            continue;
+        };
+        let Some(n) = name_at(after) else { continue };
+        let map = match scope {
+            "h" | "scope" => &mut rocblas,
+            "hip_handle" => &mut hip,
+            _ => continue,
+        };
+        map.entry(n).or_insert(Need::Optional);
+    }
+    (rocblas, hip)
+}
+
+/// One `pub type Name<I>? = unsafe extern "C" fn(args) -> Ret;` of `src/abi.rs`.
+#[derive(Clone, Debug)]
+pub struct Signature {
+    pub name: String,
+    /// Whether it is generic over the size type `I`.
+    pub generic: bool,
+    /// Argument types as written (`I`, `*const c_void`, `Datatype`, ...).
+    pub args: Vec<String>,
+    pub ret: String,
+}
+
+/// Every C function type `src/abi.rs` defines.
+pub fn abi_signatures() -> Vec<Signature> {
+    let src = read("src/abi.rs");
+    let mut out = Vec::new();
+    let mut rest = src.as_str();
+    while let Some(p) = rest.find("pub type ") {
+        rest = &rest[p + "pub type ".len()..];
+        let end = rest.find(';').unwrap();
+        let decl: String = rest[..end].split_whitespace().collect::<Vec<_>>().join(" ");
+        rest = &rest[end..];
+        let Some((lhs, rhs)) = decl.split_once('=') else {
+            continue;
+        };
+        let rhs = rhs.trim();
+        let Some(f) = rhs.strip_prefix("unsafe extern \"C\" fn(") else {
+            continue;
+        };
+        let close = f.rfind(')').unwrap();
+        let args: Vec<String> = f[..close]
+            .split(',')
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
+        let ret = f[close + 1..]
+            .trim()
+            .strip_prefix("->")
+            .map_or("()".to_string(), |r| r.trim().to_string());
+        let lhs = lhs.trim();
+        let (name, generic) = match lhs.split_once('<') {
+            Some((n, _)) => (n.to_string(), true),
+            None => (lhs.to_string(), false),
+        };
+        out.push(Signature {
+            name,
+            generic,
+            args,
+            ret,
+        });
+    }
+    out
+}
+
+/// One `pub const NAME: Type = literal;` of a section of `src/abi.rs` (literal integers only;
+/// constants computed from others are skipped).
+pub fn abi_constants() -> Vec<(String, String, i64)> {
+    let src = read("src/abi.rs");
+    let mut out = Vec::new();
+    for line in src.lines() {
+        let Some(rest) = line.trim().strip_prefix("pub const ") else {
+            continue;
+        };
+        let Some((name, rest)) = rest.split_once(':') else {
+            continue;
+        };
+        let Some((ty, value)) = rest.split_once('=') else {
+            continue;
+        };
+        let value = value.trim().trim_end_matches(';').trim();
+        let parsed = match value.strip_prefix("0x") {
+            Some(h) => i64::from_str_radix(&h.replace('_', ""), 16).ok(),
+            None => value.replace('_', "").parse::<i64>().ok(),
+        };
+        if let Some(v) = parsed {
+            out.push((name.trim().to_string(), ty.trim().to_string(), v));
+        }
+    }
+    out
+}
