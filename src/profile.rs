@@ -189,7 +189,11 @@ pub fn version_problems(loaded: &Loaded, version: &str) -> Vec<String> {
         .map(|(p, v)| contradiction(p, v, version))
         .collect();
     if let Some(first) = loaded.nonpositive_ids.first() {
-        out.extend(nonpositive_problem(first, loaded.nonpositive_ids.len(), version));
+        out.extend(nonpositive_problem(
+            first,
+            loaded.nonpositive_ids.len(),
+            version,
+        ));
     }
     out
 }

@@ -126,7 +126,8 @@ pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
     (rocblas, hip)
 }
 
-/// One `pub type Name<I>? = unsafe extern "C" fn(args) -> Ret;` of `src/abi.rs`.
+/// One `pub type Name<I>? = unsafe extern "C" fn(args) -> Ret;` of `src/abi.rs` (or
+/// `"C-unwind"`).
 #[derive(Clone, Debug)]
 pub struct Signature {
     pub name: String,
@@ -151,7 +152,11 @@ pub fn abi_signatures() -> Vec<Signature> {
             continue;
         };
         let rhs = rhs.trim();
-        let Some(f) = rhs.strip_prefix("unsafe extern \"C\" fn(") else {
+        // "C-unwind" has the C calling convention: only unwinding across it differs.
+        let Some(f) = rhs
+            .strip_prefix("unsafe extern \"C\" fn(")
+            .or_else(|| rhs.strip_prefix("unsafe extern \"C-unwind\" fn("))
+        else {
             continue;
         };
         let close = f.rfind(')').unwrap();
