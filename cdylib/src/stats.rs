@@ -177,6 +177,12 @@ pub fn reset() {
     );
 }
 
+/// Tests that count calls run one at a time: the counters are process-wide, so one test's
+/// calls would show up in another's totals (and a test holding every block would send
+/// another's thread to the shared one).
+#[cfg(test)]
+pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +190,7 @@ mod tests {
     // The counters are process-wide, so one test checks everything in order.
     #[test]
     fn threads_that_end_give_their_block_back_and_nothing_is_lost() {
+        let _alone = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let before = total(Counter::Served);
         // Far more threads than blocks, one after another: each must find a block.
         for _ in 0..3 * BLOCKS {
