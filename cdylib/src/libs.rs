@@ -217,6 +217,18 @@ pub fn create_handle(out: *mut Handle, ret: *const c_void) -> Status {
     status
 }
 
+/// In a fork child: a parent's thread may have held the builds' lock at the fork; free it,
+/// so the child's handles are not each kept waiting two seconds. (Holders mostly compare;
+/// only a fork landing inside the push of a newly seen build could leave the list torn,
+/// and only builds loaded beside the served one are ever pushed.)
+///
+/// # Safety
+/// Only from the fork child handler, with no other thread alive.
+pub unsafe fn after_fork() {
+    // SAFETY: see above.
+    unsafe { BUILDS.unlock_in_child() };
+}
+
 /// `rocblas_destroy_handle`: in the build the handle came from.
 pub fn destroy_handle(h: Handle) -> Status {
     let destroy = match other_build(h) {

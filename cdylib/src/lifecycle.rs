@@ -340,6 +340,15 @@ impl<T> ExitLock<T> {
         }
     }
 
+    /// In a forked child: the lock free, the value kept. Only for a value whose holders
+    /// leave it whole at every step (a thread of the parent may have held the lock).
+    ///
+    /// # Safety
+    /// Only in a fork child's handler, where no other thread exists.
+    pub unsafe fn unlock_in_child(&self) {
+        self.owner.store(0, Ordering::Release);
+    }
+
     /// In a forked child: a fresh value, the lock free. The old value is leaked, not
     /// dropped (a thread of the parent may have been changing it).
     ///
@@ -518,6 +527,8 @@ extern "C" fn fork_child() {
     for b in BACKENDS {
         unsafe { (b.after_fork)() };
     }
+    // SAFETY: as above.
+    unsafe { crate::libs::after_fork() };
     crate::stats::reset();
     OWNER_PID.store(std::process::id(), Ordering::Release);
     FINISHED.store(false, Ordering::Release);
