@@ -86,6 +86,9 @@ fn step_of_note(note: u64) -> Option<NearStep> {
     }
 }
 
+/// "No device asked about" for [`Runtime::table_and_device`]: outside every `i32`.
+pub const NO_DEVICE: i64 = i64::MIN;
+
 /// The device of a call on handle `h`: the one `h` was made on, else the calling thread's.
 #[inline]
 pub fn device_for(h: tunedblas_core::abi::Handle) -> i32 {
@@ -124,9 +127,24 @@ impl Runtime {
     /// then passed through, not recorded (the profile may have its row).
     #[inline(always)]
     pub fn table_for(&self, h: tunedblas_core::abi::Handle) -> RankTable<'_> {
+        self.table_and_device(h).0
+    }
+
+    /// [`Runtime::table_for`], with the device it asked about: [`NO_DEVICE`] when every
+    /// rank serves the same rows (then it did not ask; a miss asks [`device_for`] itself).
+    /// (One word rather than an `Option`, which took two registers through the hit path and
+    /// cost it ~4 instructions.)
+    #[inline(always)]
+    pub fn table_and_device(&self, h: tunedblas_core::abi::Handle) -> (RankTable<'_>, i64) {
         match &self.single {
-            Some(t) => RankTable::Ready(t),
-            None => self.tables.table_for_with(device_for(h), report_rank),
+            Some(t) => (RankTable::Ready(t), NO_DEVICE),
+            None => {
+                let device = device_for(h);
+                (
+                    self.tables.table_for_with(device, report_rank),
+                    i64::from(device),
+                )
+            }
         }
     }
 

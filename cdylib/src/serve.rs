@@ -86,7 +86,8 @@ fn decide(
         return Decision::Pass;
     };
     let hash = key.lookup_hash();
-    let table = match rt.table_for(handle) {
+    let (table, device) = rt.table_and_device(handle);
+    let table = match table {
         RankTable::Ready(t) => Some(t),
         RankTable::None => None,
         // Another thread is reading this device's rank file: untouched, not a miss.
@@ -109,7 +110,7 @@ fn decide(
             bump(Counter::PassedThrough);
             Decision::Pass
         }
-        None => guarded(|| missed(rt, table, &key, hash, handle)),
+        None => missed(rt, table, key, hash, handle, device),
     }
 }
 
@@ -147,15 +148,34 @@ fn use_row(e: &'static Entry) -> Decision {
 }
 
 /// No exact row: a `*` row may still match; otherwise the shape is recorded as a miss.
-/// Kept out of line so the hit path stays small.
+/// Kept out of line so the hit path stays small, and guarded inside, so the export calls
+/// it directly. (Guarded at the call site, the arguments went into a closure that an
+/// out-of-line `catch_unwind` helper unpacked, and the decision came back through two more
+/// copies: ~30 instructions on every repeated miss, BENCHMARKS.md.) The key comes by value:
+/// taken by reference, it had to be written to memory before the table lookup on every
+/// call, and the served path paid for it (~20 instructions).
 #[cold]
 #[inline(never)]
 fn missed(
     rt: &'static runtime::Runtime,
     table: Option<&'static Table>,
+    key: ProblemKey,
+    hash: u64,
+    handle: Handle,
+    device: i64,
+) -> Decision {
+    guarded(|| missed_unguarded(rt, table, &key, hash, handle, device))
+}
+
+/// [`missed`] without its guard.
+#[inline(always)]
+fn missed_unguarded(
+    rt: &'static runtime::Runtime,
+    table: Option<&'static Table>,
     key: &ProblemKey,
     hash: u64,
     handle: Handle,
+    device: i64,
 ) -> Decision {
     // Most tables have no `*` rows: then the scan is not even called.
     if let Some(e) = table
@@ -165,7 +185,12 @@ fn missed(
         return use_row(e);
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
-    let device = runtime::device_for(handle);
+    // The device the table lookup asked about, or (one table for every rank, so it did not
+    // ask) the handle's now: misses are recorded per device.
+    let device = match device {
+        runtime::NO_DEVICE => runtime::device_for(handle),
+        d => d as i32,
+    };
     if !rt.near_on() {
         rt.miss_on(device, key, hash);
         bump(Counter::Missed);
