@@ -324,10 +324,24 @@ pub fn get() -> Option<&'static Runtime> {
     RUNTIME.get(init)
 }
 
+/// Whether the runtime is built and serving now (never starts it).
+#[inline]
+pub fn is_ready() -> bool {
+    RUNTIME.is_ready()
+}
+
+/// Whether the runtime serves, starting it on first use ([`get`] without the runtime).
+#[inline(always)]
+pub fn serving() -> bool {
+    RUNTIME.serving(init)
+}
+
 /// Stops serving for the rest of the process (after an internal error): every later call
 /// passes through untouched.
 pub fn latch_off(why: &str) {
-    if RUNTIME.latch_off() {
+    let first = RUNTIME.latch_off();
+    crate::serve::shut_pass_gate();
+    if first {
         info!("internal error ({why}); passing every call through from now on");
     }
 }
@@ -412,6 +426,7 @@ pub fn library_changed() {
         rt.misses.flush(lifecycle::EXIT_WAIT);
     }
     RUNTIME.restart();
+    crate::serve::shut_pass_gate();
 }
 
 fn build_near(rt: &Runtime, window: i64) -> Option<Near> {

@@ -13,6 +13,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{fence, AtomicU8, Ordering};
 
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
@@ -378,12 +379,76 @@ pub trait Int: Copy + Into<i64> {}
 impl Int for i32 {}
 impl Int for i64 {}
 
-/// Counts a call passed through because its caller chose the solution.
+/// Counts a call passed through because its caller chose the solution (starting the
+/// runtime on first use, as any call does).
 #[inline(always)]
 pub fn count_pass_through() {
-    if runtime::get().is_some() {
+    if runtime::serving() {
         bump(Counter::PassedThrough);
     }
+}
+
+/// [`count_pass_through`] while the pass-through gate is open (the runtime serves).
+#[inline(always)]
+pub fn count_pass_through_open() {
+    bump(Counter::PassedThrough);
+}
+
+/// The pass-through gate: [`GATE_OPEN`] while the runtime serves and every handle belongs
+/// to the served build. Then a caller's own choice needs one load to know that it goes to
+/// the served build's own function and is counted (`exports.rs`), where it would otherwise
+/// ask whether another build is loaded and whether the runtime is ready (two loads and
+/// branches more: the pass-through path is ~60 instructions in all, BENCHMARKS.md).
+///
+/// [`GATE_SHUT`]: not known now; the export takes the full route and opens the gate again
+/// when it can ([`open_pass_gate`]). [`GATE_CLOSED`]: for good (another rocBLAS build is
+/// loaded beside the served one: every call's handle is looked up).
+static PASS_GATE: AtomicU8 = AtomicU8::new(GATE_SHUT);
+pub const GATE_SHUT: u8 = 0;
+pub const GATE_OPEN: u8 = 1;
+pub const GATE_CLOSED: u8 = 2;
+
+/// The gate's state, for the exports' first branch.
+#[inline(always)]
+pub fn pass_gate() -> u8 {
+    PASS_GATE.load(Ordering::Relaxed)
+}
+
+/// Opens a shut gate if the runtime serves and a single build is in use. Called by the
+/// exports' full route while the gate is shut.
+#[cold]
+#[inline(never)]
+pub fn open_pass_gate() {
+    if !runtime::is_ready() || crate::libs::several_builds() {
+        return;
+    }
+    if PASS_GATE
+        .compare_exchange(GATE_SHUT, GATE_OPEN, Ordering::SeqCst, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // The runtime may have stopped since it was asked about (and [`shut_pass_gate`] run
+    // before the gate opened): ask again. With the fence here and the one there, either
+    // this sees the runtime stopped, or that sees the gate open and shuts it.
+    fence(Ordering::SeqCst);
+    if !runtime::is_ready() {
+        let _ =
+            PASS_GATE.compare_exchange(GATE_OPEN, GATE_SHUT, Ordering::SeqCst, Ordering::Relaxed);
+    }
+}
+
+/// The runtime just stopped serving or restarted (`runtime.rs`): an open gate shuts, so the
+/// next chosen call asks the runtime again (starting it, or not counting).
+pub fn shut_pass_gate() {
+    fence(Ordering::SeqCst);
+    let _ = PASS_GATE.compare_exchange(GATE_OPEN, GATE_SHUT, Ordering::SeqCst, Ordering::Relaxed);
+}
+
+/// Another rocBLAS build is in use beside the served one (`libs.rs`): the gate closes for
+/// good, before any handle of that build exists.
+pub fn close_pass_gate() {
+    PASS_GATE.store(GATE_CLOSED, Ordering::SeqCst);
 }
 
 #[inline(always)]
