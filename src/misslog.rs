@@ -342,7 +342,9 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                 continue;
             };
             let mut i = hash as usize & seg.mask;
-            'probe: for _ in 0..seg.probes {
+            // At least one step: `probes` is never 0 (a segment has two slots or more).
+            let mut left = seg.probes;
+            'probe: loop {
                 // SAFETY: `i` is masked with the segment's mask.
                 let slot = unsafe { seg.slot(i) };
                 loop {
@@ -391,6 +393,10 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                         }
                         _ => std::hint::spin_loop(), // BUSY: the owner is a few stores from READY.
                     }
+                }
+                left -= 1;
+                if left == 0 {
+                    break;
                 }
                 i = (i + 1) & seg.mask;
             }
