@@ -63,7 +63,13 @@ struct Segment<K> {
     /// `counts[shard * slots.len() + slot]`: each shard is its own array, so two shards of
     /// one slot never share a cache line.
     counts: Box<[AtomicU64]>,
+    /// `slots.len() - 1` (a power of two less one): every slot index a probe makes is
+    /// masked with it, so it is always in bounds.
     mask: usize,
+    /// The number of the segment's first slot (slot numbers run on across segments).
+    offset: usize,
+    /// The longest probe here: [`MAX_PROBE`], or the slot count if that is smaller.
+    probes: usize,
     /// Slots claimed; a segment past half full takes no new keys.
     filled: AtomicUsize,
     /// `order[n]` = 1 + the slot the n-th key went to (0 while being written): walking the
@@ -106,6 +112,15 @@ fn shard() -> usize {
     ((sp >> 16).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61) as usize
 }
 
+/// Whether two keys are equal, out of line on purpose: inlined into a probe loop, the
+/// compiler copied every field of the caller's key into stack temporaries before the loop
+/// (about 30 instructions on every repeated miss, for a compare that runs about once), and
+/// the call costs a few.
+#[inline(never)]
+fn same_key<K: Eq>(a: &K, b: &K) -> bool {
+    a == b
+}
+
 /// `n` zeroed values of a type for which all-zero bytes are a valid value, as a box whose
 /// pages the system only provides once touched.
 ///
@@ -145,7 +160,8 @@ impl<K> Segment<K> {
     /// all zero bytes, so a large segment costs no start-up time and no resident memory
     /// until shapes land in it. Writing 16k slots one by one took most of the interposer's
     /// start-up (BENCHMARKS.md).
-    fn new(n: usize) -> Segment<K> {
+    fn new(n: usize, offset: usize) -> Segment<K> {
+        assert!(n.is_power_of_two());
         const { assert!(EMPTY == 0) };
         // SAFETY: an all-zero Slot is a valid empty slot (atomics at 0 = EMPTY, a null text
         // pointer, `entry` is MaybeUninit), and an all-zero AtomicU64 is 0.
@@ -155,9 +171,34 @@ impl<K> Segment<K> {
             slots,
             counts,
             mask: n - 1,
+            offset,
+            probes: MAX_PROBE.min(n),
             filled: AtomicUsize::new(0),
             order,
         }
+    }
+
+    /// Slot `i` of the segment, without a bounds check (the repeated-miss probe makes
+    /// one per step).
+    ///
+    /// # Safety
+    /// `i <= mask` (an index masked with [`Segment::mask`]).
+    #[inline(always)]
+    unsafe fn slot(&self, i: usize) -> &Slot<K> {
+        debug_assert!(i <= self.mask);
+        // SAFETY: `slots.len()` is `mask + 1`; the caller keeps `i` at most `mask`.
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
+    /// Shard `shard`'s count of slot `i`, without a bounds check.
+    ///
+    /// # Safety
+    /// `shard < SHARDS` and `i <= mask`.
+    #[inline(always)]
+    unsafe fn count(&self, shard: usize, i: usize) -> &AtomicU64 {
+        debug_assert!(shard < SHARDS && i <= self.mask);
+        // SAFETY: `counts` holds SHARDS * (mask + 1) values; the caller keeps both in range.
+        unsafe { self.counts.get_unchecked(shard * (self.mask + 1) + i) }
     }
 
     fn count_of(&self, i: usize) -> u64 {
@@ -184,7 +225,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
             max_segments: max_segments.clamp(1, SEGMENTS),
         };
         set.segments[0].store(
-            Box::into_raw(Box::new(Segment::new(base))),
+            Box::into_raw(Box::new(Segment::new(base, 0))),
             Ordering::Release,
         );
         set
@@ -213,7 +254,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         if let Some(seg) = self.segment(s) {
             return seg;
         }
-        let new = Box::into_raw(Box::new(Segment::new(self.base << s)));
+        let new = Box::into_raw(Box::new(Segment::new(self.base << s, self.offset(s))));
         match self.segments[s].compare_exchange(
             std::ptr::null_mut(),
             new,
@@ -238,7 +279,8 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         if s >= self.max_segments {
             return None;
         }
-        let (seg, i) = (self.segment(s)?, slot - self.offset(s));
+        let seg = self.segment(s)?;
+        let i = slot - seg.offset;
         (i < seg.slots.len()).then_some((seg, i))
     }
 
@@ -300,22 +342,23 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                 continue;
             };
             let mut i = hash as usize & seg.mask;
-            'probe: for _ in 0..MAX_PROBE.min(seg.slots.len()) {
-                let slot = &seg.slots[i];
+            // At least one step: `probes` is never 0 (a segment has two slots or more).
+            let mut left = seg.probes;
+            'probe: loop {
+                // SAFETY: `i` is masked with the segment's mask.
+                let slot = unsafe { seg.slot(i) };
                 loop {
                     match slot.state.load(Ordering::Acquire) {
                         READY => {
                             if slot.hash.load(Ordering::Relaxed) == hash {
                                 // SAFETY: READY was observed with Acquire; entry is initialised.
                                 let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                                if *d == device && k == key {
-                                    let c = &seg.counts[shard * seg.slots.len() + i];
+                                if *d == device && same_key(k, key) {
+                                    // SAFETY: `shard()` is below SHARDS; `i` is masked.
+                                    let c = unsafe { seg.count(shard, i) };
                                     let count = c.fetch_add(1, Ordering::Relaxed) + 1;
                                     let note = slot.note.load(Ordering::Acquire);
-                                    return (
-                                        Sight::Repeat { count },
-                                        Some((self.offset(s) + i, note)),
-                                    );
+                                    return (Sight::Repeat { count }, Some((seg.offset + i, note)));
                                 }
                             }
                             break;
@@ -338,18 +381,22 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                                 // SAFETY: we own the slot until the READY store below.
                                 unsafe { (*slot.entry.get()).write((device, *key)) };
                                 slot.hash.store(hash, Ordering::Relaxed);
-                                seg.counts[shard * seg.slots.len() + i]
-                                    .fetch_add(1, Ordering::Relaxed);
+                                // SAFETY: as above.
+                                unsafe { seg.count(shard, i) }.fetch_add(1, Ordering::Relaxed);
                                 let nth = seg.filled.fetch_add(1, Ordering::Relaxed);
                                 slot.state.store(READY, Ordering::Release);
                                 // At most one key per slot, so `nth` < the slot count.
                                 seg.order[nth].store(i as u32 + 1, Ordering::Release);
-                                return (Sight::First, Some((self.offset(s) + i, 0)));
+                                return (Sight::First, Some((seg.offset + i, 0)));
                             }
                             // Lost the race: look at the same slot again.
                         }
                         _ => std::hint::spin_loop(), // BUSY: the owner is a few stores from READY.
                     }
+                }
+                left -= 1;
+                if left == 0 {
+                    break;
                 }
                 i = (i + 1) & seg.mask;
             }
@@ -364,15 +411,16 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         for s in 0..self.max_segments {
             let seg = self.segment(s)?;
             let mut i = hash as usize & seg.mask;
-            for _ in 0..MAX_PROBE.min(seg.slots.len()) {
-                let slot = &seg.slots[i];
+            for _ in 0..seg.probes {
+                // SAFETY: `i` is masked with the segment's mask.
+                let slot = unsafe { seg.slot(i) };
                 match slot.state.load(Ordering::Acquire) {
                     EMPTY => break,
                     READY if slot.hash.load(Ordering::Relaxed) == hash => {
                         // SAFETY: READY was observed with Acquire; entry is initialised.
                         let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                        if *d == device && k == key {
-                            return Some(self.offset(s) + i);
+                        if *d == device && same_key(k, key) {
+                            return Some(seg.offset + i);
                         }
                     }
                     // A slot being filled (BUSY) holds a key whose first sight has not
@@ -443,7 +491,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                 let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
                 let text = unsafe { slot.text.load(Ordering::Acquire).as_ref() };
                 f(
-                    self.offset(s) + i,
+                    seg.offset + i,
                     *d,
                     k,
                     seg.count_of(i),
@@ -481,7 +529,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     pub unsafe fn reset(&self) {
         for (s, seg) in self.segments.iter().enumerate() {
             let fresh = if s == 0 {
-                Box::into_raw(Box::new(Segment::new(self.base)))
+                Box::into_raw(Box::new(Segment::new(self.base, 0)))
             } else {
                 std::ptr::null_mut()
             };

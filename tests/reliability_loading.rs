@@ -367,6 +367,62 @@ fn two_builds_side_by_side_each_call_runs_in_its_own_build() {
 }
 
 #[test]
+fn a_second_build_loaded_after_serving_settled_still_gets_its_own_calls() {
+    // Two calls through the served build open the exports' pass-through gate (serving, one
+    // build: no handle lookup, `serve::pass_gate`). The second build's first handle must
+    // close it: its calls, the plain one and one whose caller chose a solution, go to that
+    // build untouched, and the served build's calls are still served.
+    let dir = scratch("rel-second-build-later");
+    let (s4, s5) = two_build_profiles(&dir);
+    let run0 = format!("@runat:0:{HIT}");
+    let steps = [
+        format!("@open:{}:local", module()),
+        run0.clone(),
+        run0.clone(),
+        format!("@open:{}:local", module5()),
+        format!("@runat:1:{HIT}"),
+        run0.clone(),
+        "@main".into(),
+        "--solution".into(),
+        s5.to_string(),
+        HIT.into(),
+    ];
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let out = run_guarded(dl_cmd(&dir, true, &steps));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let t = trace(&dir);
+    let libs: Vec<&str> = t.iter().map(|c| c["lib"].as_str()).collect();
+    assert_eq!(
+        libs,
+        [
+            "librocblas.so.4",
+            "librocblas.so.4",
+            "librocblas.so.5",
+            "librocblas.so.4",
+            "librocblas.so.5"
+        ],
+        "{stderr}"
+    );
+    for i in [0, 1, 3] {
+        assert_eq!(t[i]["solution"], s4.to_string(), "call {i}: {stderr}");
+    }
+    assert_eq!(
+        t[2]["heuristic"], "1",
+        "the second build's call is untouched"
+    );
+    assert_eq!(
+        t[4]["solution"],
+        s5.to_string(),
+        "the caller's own solution, in its own build: {stderr}"
+    );
+    assert!(
+        stderr.contains("5 calls: 3 served, 0 default, 0 missed (0 shapes), 2 passed through"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_call_uses_the_rank_file_of_the_device_its_handle_was_made_on() {
     // The handle is made on device 1; the thread then makes device 0 current and calls.
     // rocBLAS runs the call on the handle's device, so rank 1's row serves it.

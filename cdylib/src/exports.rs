@@ -51,6 +51,50 @@ macro_rules! ex_args {
     };
 }
 
+/// Where a `gemm_ex`-family call goes: the real function itself for a caller that chose its
+/// solution (counted as passed through), `$serve_it` for every other call, and another
+/// rocBLAS build's own function, untouched, for a handle of that build. While the
+/// pass-through gate is open (serving, one build: `serve::pass_gate`) that takes one load
+/// and branch before the caller's choice is read; otherwise the handle is looked up and
+/// the runtime asked, and the gate opened again when it can be.
+macro_rules! route {
+    ($h:ident, $algo:ident, $flags:ident, $hook:ident, $serve_it:ident) => {{
+        let gate = serve::pass_gate();
+        if gate == serve::GATE_OPEN {
+            if !serve::caller_chose($algo, $flags) {
+                $serve_it
+            } else if let Some(f) = HOOKS.$hook() {
+                serve::count_pass_through_open();
+                f
+            } else {
+                $serve_it
+            }
+        } else if let Some(other) = crate::libs::other_build($h) {
+            // A handle of another rocBLAS build: its own function, untouched.
+            match other.$hook() {
+                Some(f) => {
+                    serve::count_pass_through();
+                    f
+                }
+                None => return STATUS_NOT_IMPLEMENTED,
+            }
+        } else {
+            let target = if !serve::caller_chose($algo, $flags) {
+                $serve_it
+            } else if let Some(f) = HOOKS.$hook() {
+                serve::count_pass_through();
+                f
+            } else {
+                $serve_it
+            };
+            if gate == serve::GATE_SHUT {
+                serve::open_pass_gate();
+            }
+            target
+        }
+    }};
+}
+
 macro_rules! gemm_ex_export {
     ($name:ident, $hook:ident, $I:ty) => {
         #[no_mangle]
@@ -81,25 +125,10 @@ macro_rules! gemm_ex_export {
             flags: u32,
         ) -> Status {
             // A caller that chose its solution goes straight to the real function; every
-            // other call to serve_it. One call site in tail position, so the compiler jumps
-            // to either with the caller's arguments where they are (nothing is copied).
-            let target: GemmExFn<$I> = if let Some(other) = crate::libs::other_build(h) {
-                // A handle of another rocBLAS build: its own function, untouched.
-                match other.$hook() {
-                    Some(f) => {
-                        serve::count_pass_through();
-                        f
-                    }
-                    None => return STATUS_NOT_IMPLEMENTED,
-                }
-            } else if !serve::caller_chose(algo, flags) {
-                serve_it
-            } else if let Some(f) = HOOKS.$hook() {
-                serve::count_pass_through();
-                f
-            } else {
-                serve_it
-            };
+            // other call to serve_it (see `route!`). One call site in tail position, so the
+            // compiler jumps to either with the caller's arguments where they are (nothing
+            // is copied).
+            let target: GemmExFn<$I> = route!(h, algo, flags, $hook, serve_it);
             return target(
                 h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt, ldd,
                 ctype, algo, sol, flags,
@@ -247,22 +276,7 @@ macro_rules! gemm_batched_ex_export {
             flags: u32,
         ) -> Status {
             // As in gemm_ex_export: a caller's own choice is one tail jump to the real function.
-            let target: GemmBatchedExFn<$I> = if let Some(other) = crate::libs::other_build(h) {
-                match other.$hook() {
-                    Some(f) => {
-                        serve::count_pass_through();
-                        f
-                    }
-                    None => return STATUS_NOT_IMPLEMENTED,
-                }
-            } else if !serve::caller_chose(algo, flags) {
-                serve_it
-            } else if let Some(f) = HOOKS.$hook() {
-                serve::count_pass_through();
-                f
-            } else {
-                serve_it
-            };
+            let target: GemmBatchedExFn<$I> = route!(h, algo, flags, $hook, serve_it);
             return target(
                 h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt, ldd,
                 batch, ctype, algo, sol, flags,
@@ -341,23 +355,7 @@ macro_rules! gemm_strided_batched_ex_export {
             flags: u32,
         ) -> Status {
             // As in gemm_ex_export: a caller's own choice is one tail jump to the real function.
-            let target: GemmStridedBatchedExFn<$I> =
-                if let Some(other) = crate::libs::other_build(h) {
-                    match other.$hook() {
-                        Some(f) => {
-                            serve::count_pass_through();
-                            f
-                        }
-                        None => return STATUS_NOT_IMPLEMENTED,
-                    }
-                } else if !serve::caller_chose(algo, flags) {
-                    serve_it
-                } else if let Some(f) = HOOKS.$hook() {
-                    serve::count_pass_through();
-                    f
-                } else {
-                    serve_it
-                };
+            let target: GemmStridedBatchedExFn<$I> = route!(h, algo, flags, $hook, serve_it);
             return target(
                 h, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct, ldc, sc, d,
                 dt, ldd, sd, batch, ctype, algo, sol, flags,

@@ -17,8 +17,9 @@
 //!
 //! The handle map also keeps the device each handle was made on (HIP's current device at
 //! creation, as rocBLAS binds it), so a call's rank file is the handle's, not the calling
-//! thread's current device. The hot path pays one relaxed load while only one build is in
-//! use.
+//! thread's current device. While only one build is in use the hot path pays one relaxed
+//! load (the exports' pass-through gate, `serve::pass_gate`, which a second build closes
+//! for good; [`other_build`]'s own load when the gate is not open).
 
 use std::ffi::{c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -53,7 +54,8 @@ const OTHERS: usize = 8;
 static OTHER_HOOKS: [AtomicPtr<Hooks>; OTHERS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; OTHERS];
 
-/// Set once a handle of another build was made: calls then look their handle up.
+/// Set once a handle of another build is about to be made: calls then look their handle
+/// up (and the pass-through gate is closed, `serve::close_pass_gate`).
 static MULTI: AtomicBool = AtomicBool::new(false);
 
 /// Handles: (handle, build << 32 | device + 1), open addressing; 0 = empty. `build` is 0
@@ -117,6 +119,12 @@ pub fn other_build(h: Handle) -> Option<&'static Hooks> {
         return None;
     }
     other_build_slow(h)
+}
+
+/// Whether a handle of another rocBLAS build was ever made (calls then look their handle
+/// up).
+pub fn several_builds() -> bool {
+    MULTI.load(Ordering::Acquire)
 }
 
 #[cold]
@@ -288,6 +296,7 @@ fn note_build(b: &Build) -> usize {
             );
             builds.others.push(b.clone());
             MULTI.store(true, Ordering::Release);
+            crate::serve::close_pass_gate();
             i + 2
         }
     }

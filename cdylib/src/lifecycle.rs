@@ -187,6 +187,19 @@ impl<T: 'static> Lazy<T> {
         self.slow_get(init)
     }
 
+    /// Whether the runtime is built and serving now (never starts it).
+    #[inline]
+    pub fn is_ready(&self) -> bool {
+        self.state.load(Ordering::Acquire) == READY
+    }
+
+    /// Whether the runtime serves, starting it on first use: [`Lazy::get`] for a caller
+    /// that only needs to know (one load and a compare once it is ready).
+    #[inline(always)]
+    pub fn serving(&'static self, init: fn() -> Option<T>) -> bool {
+        self.state.load(Ordering::Acquire) == READY || self.slow_get(init).is_some()
+    }
+
     #[cold]
     fn slow_get(&'static self, init: fn() -> Option<T>) -> Option<&'static T> {
         let me = self as *const Self as usize;

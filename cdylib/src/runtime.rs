@@ -86,6 +86,9 @@ fn step_of_note(note: u64) -> Option<NearStep> {
     }
 }
 
+/// "No device asked about" for [`Runtime::table_and_device`]: outside every `i32`.
+pub const NO_DEVICE: i64 = i64::MIN;
+
 /// The device of a call on handle `h`: the one `h` was made on, else the calling thread's.
 #[inline]
 pub fn device_for(h: tunedblas_core::abi::Handle) -> i32 {
@@ -124,9 +127,24 @@ impl Runtime {
     /// then passed through, not recorded (the profile may have its row).
     #[inline(always)]
     pub fn table_for(&self, h: tunedblas_core::abi::Handle) -> RankTable<'_> {
+        self.table_and_device(h).0
+    }
+
+    /// [`Runtime::table_for`], with the device it asked about: [`NO_DEVICE`] when every
+    /// rank serves the same rows (then it did not ask; a miss asks [`device_for`] itself).
+    /// (One word rather than an `Option`, which took two registers through the hit path and
+    /// cost it ~4 instructions.)
+    #[inline(always)]
+    pub fn table_and_device(&self, h: tunedblas_core::abi::Handle) -> (RankTable<'_>, i64) {
         match &self.single {
-            Some(t) => RankTable::Ready(t),
-            None => self.tables.table_for_with(device_for(h), report_rank),
+            Some(t) => (RankTable::Ready(t), NO_DEVICE),
+            None => {
+                let device = device_for(h);
+                (
+                    self.tables.table_for_with(device, report_rank),
+                    i64::from(device),
+                )
+            }
         }
     }
 
@@ -306,10 +324,24 @@ pub fn get() -> Option<&'static Runtime> {
     RUNTIME.get(init)
 }
 
+/// Whether the runtime is built and serving now (never starts it).
+#[inline]
+pub fn is_ready() -> bool {
+    RUNTIME.is_ready()
+}
+
+/// Whether the runtime serves, starting it on first use ([`get`] without the runtime).
+#[inline(always)]
+pub fn serving() -> bool {
+    RUNTIME.serving(init)
+}
+
 /// Stops serving for the rest of the process (after an internal error): every later call
 /// passes through untouched.
 pub fn latch_off(why: &str) {
-    if RUNTIME.latch_off() {
+    let first = RUNTIME.latch_off();
+    crate::serve::shut_pass_gate();
+    if first {
         info!("internal error ({why}); passing every call through from now on");
     }
 }
@@ -394,6 +426,7 @@ pub fn library_changed() {
         rt.misses.flush(lifecycle::EXIT_WAIT);
     }
     RUNTIME.restart();
+    crate::serve::shut_pass_gate();
 }
 
 fn build_near(rt: &Runtime, window: i64) -> Option<Near> {

@@ -13,6 +13,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{fence, AtomicU8, Ordering};
 
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
@@ -86,7 +87,8 @@ fn decide(
         return Decision::Pass;
     };
     let hash = key.lookup_hash();
-    let table = match rt.table_for(handle) {
+    let (table, device) = rt.table_and_device(handle);
+    let table = match table {
         RankTable::Ready(t) => Some(t),
         RankTable::None => None,
         // Another thread is reading this device's rank file: untouched, not a miss.
@@ -109,7 +111,7 @@ fn decide(
             bump(Counter::PassedThrough);
             Decision::Pass
         }
-        None => guarded(|| missed(rt, table, &key, hash, handle)),
+        None => missed(rt, table, key, hash, handle, device),
     }
 }
 
@@ -147,15 +149,34 @@ fn use_row(e: &'static Entry) -> Decision {
 }
 
 /// No exact row: a `*` row may still match; otherwise the shape is recorded as a miss.
-/// Kept out of line so the hit path stays small.
+/// Kept out of line so the hit path stays small, and guarded inside, so the export calls
+/// it directly. (Guarded at the call site, the arguments went into a closure that an
+/// out-of-line `catch_unwind` helper unpacked, and the decision came back through two more
+/// copies: ~30 instructions on every repeated miss, BENCHMARKS.md.) The key comes by value:
+/// taken by reference, it had to be written to memory before the table lookup on every
+/// call, and the served path paid for it (~20 instructions).
 #[cold]
 #[inline(never)]
 fn missed(
     rt: &'static runtime::Runtime,
     table: Option<&'static Table>,
+    key: ProblemKey,
+    hash: u64,
+    handle: Handle,
+    device: i64,
+) -> Decision {
+    guarded(|| missed_unguarded(rt, table, &key, hash, handle, device))
+}
+
+/// [`missed`] without its guard.
+#[inline(always)]
+fn missed_unguarded(
+    rt: &'static runtime::Runtime,
+    table: Option<&'static Table>,
     key: &ProblemKey,
     hash: u64,
     handle: Handle,
+    device: i64,
 ) -> Decision {
     // Most tables have no `*` rows: then the scan is not even called.
     if let Some(e) = table
@@ -165,7 +186,12 @@ fn missed(
         return use_row(e);
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
-    let device = runtime::device_for(handle);
+    // The device the table lookup asked about, or (one table for every rank, so it did not
+    // ask) the handle's now: misses are recorded per device.
+    let device = match device {
+        runtime::NO_DEVICE => runtime::device_for(handle),
+        d => d as i32,
+    };
     if !rt.near_on() {
         rt.miss_on(device, key, hash);
         bump(Counter::Missed);
@@ -353,12 +379,76 @@ pub trait Int: Copy + Into<i64> {}
 impl Int for i32 {}
 impl Int for i64 {}
 
-/// Counts a call passed through because its caller chose the solution.
+/// Counts a call passed through because its caller chose the solution (starting the
+/// runtime on first use, as any call does).
 #[inline(always)]
 pub fn count_pass_through() {
-    if runtime::get().is_some() {
+    if runtime::serving() {
         bump(Counter::PassedThrough);
     }
+}
+
+/// [`count_pass_through`] while the pass-through gate is open (the runtime serves).
+#[inline(always)]
+pub fn count_pass_through_open() {
+    bump(Counter::PassedThrough);
+}
+
+/// The pass-through gate: [`GATE_OPEN`] while the runtime serves and every handle belongs
+/// to the served build. Then a caller's own choice needs one load to know that it goes to
+/// the served build's own function and is counted (`exports.rs`), where it would otherwise
+/// ask whether another build is loaded and whether the runtime is ready (two loads and
+/// branches more: the pass-through path is ~60 instructions in all, BENCHMARKS.md).
+///
+/// [`GATE_SHUT`]: not known now; the export takes the full route and opens the gate again
+/// when it can ([`open_pass_gate`]). [`GATE_CLOSED`]: for good (another rocBLAS build is
+/// loaded beside the served one: every call's handle is looked up).
+static PASS_GATE: AtomicU8 = AtomicU8::new(GATE_SHUT);
+pub const GATE_SHUT: u8 = 0;
+pub const GATE_OPEN: u8 = 1;
+pub const GATE_CLOSED: u8 = 2;
+
+/// The gate's state, for the exports' first branch.
+#[inline(always)]
+pub fn pass_gate() -> u8 {
+    PASS_GATE.load(Ordering::Relaxed)
+}
+
+/// Opens a shut gate if the runtime serves and a single build is in use. Called by the
+/// exports' full route while the gate is shut.
+#[cold]
+#[inline(never)]
+pub fn open_pass_gate() {
+    if !runtime::is_ready() || crate::libs::several_builds() {
+        return;
+    }
+    if PASS_GATE
+        .compare_exchange(GATE_SHUT, GATE_OPEN, Ordering::SeqCst, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // The runtime may have stopped since it was asked about (and [`shut_pass_gate`] run
+    // before the gate opened): ask again. With the fence here and the one there, either
+    // this sees the runtime stopped, or that sees the gate open and shuts it.
+    fence(Ordering::SeqCst);
+    if !runtime::is_ready() {
+        let _ =
+            PASS_GATE.compare_exchange(GATE_OPEN, GATE_SHUT, Ordering::SeqCst, Ordering::Relaxed);
+    }
+}
+
+/// The runtime just stopped serving or restarted (`runtime.rs`): an open gate shuts, so the
+/// next chosen call asks the runtime again (starting it, or not counting).
+pub fn shut_pass_gate() {
+    fence(Ordering::SeqCst);
+    let _ = PASS_GATE.compare_exchange(GATE_OPEN, GATE_SHUT, Ordering::SeqCst, Ordering::Relaxed);
+}
+
+/// Another rocBLAS build is in use beside the served one (`libs.rs`): the gate closes for
+/// good, before any handle of that build exists.
+pub fn close_pass_gate() {
+    PASS_GATE.store(GATE_CLOSED, Ordering::SeqCst);
 }
 
 #[inline(always)]
