@@ -130,7 +130,7 @@ pub fn write_startup_profile(
     }
     Ok((
         root,
-        "ranks 0 and 2 of the real 1,601-row profile `rocm7.14-rocblas5.5` (tests/fixtures/vllm-rdna), two rank files of 1,603 rows".into(),
+        "ranks 0 and 2 of the real 1,601-row profile `rocm7.14-rocblas5.5` (tests/fixtures/vllm-rdna), two rank files of 1,603 rows, of which start-up reads the calling device's".into(),
     ))
 }
 
