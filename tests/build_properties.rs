@@ -24,6 +24,8 @@ const ALLOWED: &[&str] = &[
     "rocblas_hgemm_strided_batched_64",
     "rocblas_sgemm_strided_batched",
     "rocblas_sgemm_strided_batched_64",
+    "cublasLtCreate",
+    "cublasLtDestroy",
     "cublasLtMatmul",
     "tunedblas_cublaslt_serving",
     "rocblas_create_handle",

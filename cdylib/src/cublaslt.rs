@@ -37,9 +37,9 @@ use tunedblas_core::profile::{self, Request, Selection};
 
 use crate::lifecycle::{self, Backend, Config, Lazy, Pass};
 use crate::log::{debug, info};
-use crate::real::Hook;
 use crate::recorder::Recorder;
 use crate::stats::{self, bump, Counter};
+use std::ffi::CString;
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
 const CUDA_LIBS: &[&str] = &["libcuda.so"];
@@ -47,33 +47,25 @@ const CUDA_LIBS: &[&str] = &["libcuda.so"];
 /// `cuCtxGetDevice(CUdevice*)`: the device of the calling thread's current context.
 type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 
-macro_rules! lt_hooks {
-    ($($field:ident : $ty:ty = $sym:literal in $libs:expr),* $(,)?) => {
-        struct LtHooks { $($field: Hook,)* }
-        static LT: LtHooks = LtHooks { $($field: Hook::in_libs($sym, $libs),)* };
-        impl LtHooks {
-            $(
-                #[inline]
-                fn $field(&self) -> Option<$ty> {
-                    // SAFETY: the symbol has this C signature (src/cublaslt.rs, from cublasLt.h).
-                    self.$field.get().map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
-                }
-            )*
-        }
-    };
-}
-
-lt_hooks! {
-    matmul: MatmulFn = c"cublasLtMatmul" in CUBLASLT_LIBS,
-    desc_get: GetAttributeFn = c"cublasLtMatmulDescGetAttribute" in CUBLASLT_LIBS,
-    layout_get: GetAttributeFn = c"cublasLtMatrixLayoutGetAttribute" in CUBLASLT_LIBS,
-    algo_init: AlgoInitFn = c"cublasLtMatmulAlgoInit" in CUBLASLT_LIBS,
-    config_set: AlgoSetAttributeFn = c"cublasLtMatmulAlgoConfigSetAttribute" in CUBLASLT_LIBS,
-    config_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoConfigGetAttribute" in CUBLASLT_LIBS,
-    cap_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoCapGetAttribute" in CUBLASLT_LIBS,
-    algo_check: AlgoCheckFn = c"cublasLtMatmulAlgoCheck" in CUBLASLT_LIBS,
+crate::real::hook_table! {
+    pub struct LtHooks; static LT; libs = CUBLASLT_LIBS;
+    matmul: MatmulFn = c"cublasLtMatmul",
+    desc_get: GetAttributeFn = c"cublasLtMatmulDescGetAttribute",
+    layout_get: GetAttributeFn = c"cublasLtMatrixLayoutGetAttribute",
+    algo_init: AlgoInitFn = c"cublasLtMatmulAlgoInit",
+    config_set: AlgoSetAttributeFn = c"cublasLtMatmulAlgoConfigSetAttribute",
+    config_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoConfigGetAttribute",
+    cap_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoCapGetAttribute",
+    algo_check: AlgoCheckFn = c"cublasLtMatmulAlgoCheck",
+    create: LtCreateFn = c"cublasLtCreate",
+    destroy: LtDestroyFn = c"cublasLtDestroy",
     ctx_get_device: CtxGetDeviceFn = c"cuCtxGetDevice" in CUDA_LIBS,
 }
+
+/// `cublasLtCreate(cublasLtHandle_t*)`.
+pub type LtCreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
+/// `cublasLtDestroy(cublasLtHandle_t)`.
+pub type LtDestroyFn = unsafe extern "C" fn(LtHandle) -> LtStatus;
 
 /// One `cublasLtMatmul` call's arguments.
 #[derive(Clone, Copy)]
@@ -112,11 +104,14 @@ pub static BACKEND: Backend = Backend { finish, after_fork };
 struct LtRuntime {
     loaded: LtLoaded,
     single: Option<Arc<LtTable>>,
-    misses: Recorder<LtKey>,
+    /// The process's cuBLASLt misses: one recorder, kept when the runtime starts again for
+    /// another build.
+    misses: &'static Recorder<LtKey>,
     stats_path: Option<PathBuf>,
 }
 
-fn current_device() -> i32 {
+/// The device of the calling thread's current CUDA context, 0 if unknown.
+pub fn current_device() -> i32 {
     match LT.ctx_get_device() {
         Some(f) => {
             let mut d = 0;
@@ -154,6 +149,48 @@ fn get() -> Option<&'static LtRuntime> {
     RUNTIME.get(init)
 }
 
+/// `cublasLtCreate` from a caller at return address `ret`: in the build it links
+/// (`libs.rs`).
+pub fn create_handle(out: *mut LtHandle, ret: *const c_void) -> LtStatus {
+    let ours = LT.create.get();
+    let made = crate::libs::CUBLASLT.create(ret, ours, |f| {
+        // SAFETY: the symbol has this signature (cublasLt.h); the caller's out-pointer.
+        let create = unsafe { std::mem::transmute::<*mut c_void, LtCreateFn>(f) };
+        let status = unsafe { create(out) };
+        // SAFETY: the real function wrote the handle when it succeeded.
+        let h = if status == STATUS_SUCCESS && !out.is_null() {
+            unsafe { *out }
+        } else {
+            std::ptr::null_mut()
+        };
+        (status, h)
+    });
+    made.unwrap_or(STATUS_NOT_INITIALIZED)
+}
+
+/// `cublasLtDestroy`: in the build the handle came from.
+pub fn destroy_handle(h: LtHandle) -> LtStatus {
+    let destroy = match crate::libs::CUBLASLT.destroyed(h) {
+        Some(other) => other.destroy(),
+        None => LT.destroy(),
+    };
+    match destroy {
+        // SAFETY: the caller's own handle.
+        Some(f) => unsafe { f(h) },
+        None => STATUS_NOT_INITIALIZED,
+    }
+}
+
+/// The served cuBLASLt build was unloaded and another took its place (`libs.rs`): what the
+/// old runtime counted is written, and the next call starts the runtime again for the new
+/// build (identity, profile); misses carry over.
+pub fn library_changed() {
+    if let Some(rt) = RUNTIME.peek() {
+        rt.misses.flush(lifecycle::EXIT_WAIT);
+    }
+    RUNTIME.restart();
+}
+
 fn latch_off(why: &str) {
     if RUNTIME.latch_off() {
         info!("cuBLASLt: internal error ({why}); passing every call through from now on");
@@ -179,7 +216,18 @@ fn init() -> Option<LtRuntime> {
     Some(LtRuntime {
         loaded,
         single,
-        misses: Recorder::new(cfg.miss_dir, op_and_signature, "-cublaslt", "cuBLASLt: "),
+        misses: {
+            static RECORDER: std::sync::atomic::AtomicPtr<Recorder<LtKey>> =
+                std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+            crate::recorder::shared(&RECORDER, || {
+                Recorder::new(
+                    cfg.miss_dir.clone(),
+                    op_and_signature,
+                    "-cublaslt",
+                    "cuBLASLt: ",
+                )
+            })
+        },
         stats_path: cfg.stats_path,
     })
 }
@@ -249,6 +297,18 @@ enum Decision {
 /// # Safety
 /// The arguments are a caller's `cublasLtMatmul` arguments.
 pub unsafe fn matmul(x: &LtCall) -> LtStatus {
+    if let Some(other) = crate::libs::CUBLASLT.other_build(x.handle) {
+        // A handle of another cuBLASLt build: its own function, untouched.
+        let Some(real) = other.matmul() else {
+            return STATUS_NOT_INITIALIZED;
+        };
+        if get().is_some() {
+            bump(Counter::LtCalls);
+            bump(Counter::LtPassedThrough);
+        }
+        // SAFETY: the caller's own arguments, to the build its handle came from.
+        return unsafe { call(real, x, x.algo) };
+    }
     let Some(real) = LT.matmul() else {
         // No cuBLASLt in this process: the caller could not have made a valid call.
         return STATUS_NOT_INITIALIZED;

@@ -576,6 +576,33 @@ pub unsafe extern "C" fn rocblas_destroy_handle(handle: Handle) -> Status {
         .unwrap_or(STATUS_INTERNAL_ERROR)
 }
 
+/// `cublasLtCreate`: made in the cuBLASLt build the caller links, as `rocblas_create_handle`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn cublasLtCreate(handle: *mut lt::LtHandle) -> lt::LtStatus {
+    std::arch::naked_asm!("mov rsi, [rsp]", "jmp {inner}", inner = sym lt_create_from)
+}
+
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn cublasLtCreate(handle: *mut lt::LtHandle) -> lt::LtStatus {
+    std::arch::naked_asm!("mov x1, x30", "b {inner}", inner = sym lt_create_from)
+}
+
+extern "C" fn lt_create_from(handle: *mut lt::LtHandle, ret: *const c_void) -> lt::LtStatus {
+    std::panic::catch_unwind(|| crate::cublaslt::create_handle(handle, ret))
+        .unwrap_or(lt::STATUS_INTERNAL_ERROR)
+}
+
+/// `cublasLtDestroy`: in the build the handle came from.
+#[no_mangle]
+pub unsafe extern "C" fn cublasLtDestroy(handle: lt::LtHandle) -> lt::LtStatus {
+    std::panic::catch_unwind(|| crate::cublaslt::destroy_handle(handle))
+        .unwrap_or(lt::STATUS_INTERNAL_ERROR)
+}
+
 /// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt.rs`.
 #[no_mangle]
 pub unsafe extern "C" fn cublasLtMatmul(

@@ -1,4 +1,6 @@
-//! Which rocBLAS build a call belongs to, as libraries come and go.
+//! Which library build a call belongs to, as libraries come and go: one [`Registry`] per
+//! backend (rocBLAS handles from `rocblas_create_handle`, cuBLASLt handles from
+//! `cublasLtCreate`); the rocBLAS case is told here.
 //!
 //! A process may close the module that linked rocBLAS and open another (the library is
 //! unloaded and loaded again, maybe another build), or load two builds side by side in local
@@ -27,9 +29,10 @@ use std::time::Duration;
 
 use tunedblas_core::abi::*;
 
+use crate::cublaslt::{LtHooks, LT};
 use crate::lifecycle::ExitLock;
 use crate::log::info;
-use crate::real::{Hooks, HOOKS};
+use crate::real::{Hooks, Scoped, HOOKS};
 
 /// A build's library file and where it is mapped.
 #[derive(Clone, PartialEq, Eq)]
@@ -44,109 +47,257 @@ struct Builds {
     others: Vec<Build>,
 }
 
-static BUILDS: ExitLock<Builds> = ExitLock::new(Builds {
-    served: None,
-    others: Vec::new(),
-});
-
-/// Other builds' hook tables; a handle's map entry names one by index + 1 (0: served).
+/// Other builds' hook tables; a handle's map entry names one by index + 2.
 const OTHERS: usize = 8;
-static OTHER_HOOKS: [AtomicPtr<Hooks>; OTHERS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; OTHERS];
-
-/// Set once a handle of another build is about to be made: calls then look their handle
-/// up (and the pass-through gate is closed, `serve::close_pass_gate`).
-static MULTI: AtomicBool = AtomicBool::new(false);
 
 /// Handles: (handle, build << 32 | device + 1), open addressing; 0 = empty. `build` is 0
-/// when unknown, 1 for the served build, 2.. for the others (`OTHER_HOOKS[build - 2]`).
-/// A destroyed handle's slot keeps its key with meta 0, so probes go on past it.
+/// when unknown, 1 for the served build, 2.. for the others (`others[build - 2]`). A
+/// destroyed handle's slot keeps its key with meta 0, so probes go on past it.
 const SLOTS: usize = 4096;
-static HANDLE_KEYS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
-static HANDLE_META: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
-/// Set once any handle is in the map (then device lookups are worth a probe).
-static ANY_HANDLE: AtomicBool = AtomicBool::new(false);
+
+/// What a backend's registry needs to know of it.
+pub struct Backend<H: 'static> {
+    /// "rocBLAS" or "cuBLASLt", for messages.
+    what: &'static str,
+    /// The function that makes a handle (asked of the caller's own scope).
+    create: &'static CStr,
+    /// The table of the served build.
+    hooks: &'static H,
+    /// The served build was unloaded and another took its place: start again for it.
+    changed: fn(),
+    /// A second build appeared beside the served one (before its first handle exists).
+    several: fn(),
+    /// The device a handle made now belongs to.
+    device: fn() -> i32,
+}
+
+/// The builds and handles of one backend.
+pub struct Registry<H: 'static> {
+    backend: Backend<H>,
+    builds: ExitLock<Builds>,
+    others: [AtomicPtr<H>; OTHERS],
+    /// Set once a handle of another build is about to be made: calls then look their
+    /// handle up.
+    multi: AtomicBool,
+    keys: [AtomicUsize; SLOTS],
+    meta: [AtomicU64; SLOTS],
+    /// Set once any handle is in the map (then device lookups are worth a probe).
+    any_handle: AtomicBool,
+}
+
+/// rocBLAS's builds and handles.
+pub static ROCBLAS: Registry<Hooks> = Registry::new(Backend {
+    what: "rocBLAS",
+    create: c"rocblas_create_handle",
+    hooks: &HOOKS,
+    changed: crate::runtime::library_changed,
+    several: crate::serve::close_pass_gate,
+    device: crate::runtime::current_device,
+});
+
+/// cuBLASLt's builds and handles.
+pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
+    what: "cuBLASLt",
+    create: c"cublasLtCreate",
+    hooks: &LT,
+    changed: crate::cublaslt::library_changed,
+    several: || {},
+    device: crate::cublaslt::current_device,
+});
 
 fn home(h: usize) -> usize {
     ((h >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (SLOTS - 1)
 }
 
-/// The slot of `h`, if the map holds it.
-fn find(h: usize) -> Option<usize> {
-    let mut i = home(h);
-    for _ in 0..64 {
-        match HANDLE_KEYS[i].load(Ordering::Acquire) {
-            0 => return None,
-            k if k == h => return Some(i),
-            _ => i = (i + 1) & (SLOTS - 1),
+impl<H: Scoped> Registry<H> {
+    const fn new(backend: Backend<H>) -> Registry<H> {
+        Registry {
+            backend,
+            builds: ExitLock::new(Builds {
+                served: None,
+                others: Vec::new(),
+            }),
+            others: [const { AtomicPtr::new(std::ptr::null_mut()) }; OTHERS],
+            multi: AtomicBool::new(false),
+            keys: [const { AtomicUsize::new(0) }; SLOTS],
+            meta: [const { AtomicU64::new(0) }; SLOTS],
+            any_handle: AtomicBool::new(false),
         }
     }
-    None
-}
 
-fn remember(h: usize, build: usize, device: i32) {
-    let meta = ((build as u64) << 32) | u64::from((device as u32).wrapping_add(1));
-    let mut i = home(h);
-    for _ in 0..64 {
-        let k = HANDLE_KEYS[i].load(Ordering::Acquire);
-        let mine = k == h
-            || (k == 0
-                && HANDLE_KEYS[i]
-                    .compare_exchange(0, h, Ordering::AcqRel, Ordering::Acquire)
-                    .map_or_else(|now| now == h, |_| true));
-        if mine {
-            HANDLE_META[i].store(meta, Ordering::Release);
-            ANY_HANDLE.store(true, Ordering::Release);
-            return;
+    /// The slot of `h`, if the map holds it.
+    fn find(&self, h: usize) -> Option<usize> {
+        let mut i = home(h);
+        for _ in 0..64 {
+            match self.keys[i].load(Ordering::Acquire) {
+                0 => return None,
+                k if k == h => return Some(i),
+                _ => i = (i + 1) & (SLOTS - 1),
+            }
         }
-        i = (i + 1) & (SLOTS - 1);
+        None
     }
-    // Full around its home: the handle is served as the first build's, on the thread's
-    // current device (as before this map existed).
-}
 
-fn forget(h: usize) {
-    if let Some(i) = find(h) {
-        HANDLE_META[i].store(0, Ordering::Release);
+    fn remember(&self, h: usize, build: usize, device: i32) {
+        let meta = ((build as u64) << 32) | u64::from((device as u32).wrapping_add(1));
+        let mut i = home(h);
+        for _ in 0..64 {
+            let k = self.keys[i].load(Ordering::Acquire);
+            let mine = k == h
+                || (k == 0
+                    && self.keys[i]
+                        .compare_exchange(0, h, Ordering::AcqRel, Ordering::Acquire)
+                        .map_or_else(|now| now == h, |_| true));
+            if mine {
+                self.meta[i].store(meta, Ordering::Release);
+                self.any_handle.store(true, Ordering::Release);
+                return;
+            }
+            i = (i + 1) & (SLOTS - 1);
+        }
+        // Full around its home: the handle is served as the first build's, on the thread's
+        // current device (as before this map existed).
     }
-}
 
-/// The hooks of the other build `h` belongs to, if it belongs to one: its calls go there
-/// untouched. One relaxed load while a single build is in use.
-#[inline(always)]
-pub fn other_build(h: Handle) -> Option<&'static Hooks> {
-    if !MULTI.load(Ordering::Relaxed) {
-        return None;
+    fn forget(&self, h: usize) {
+        if let Some(i) = self.find(h) {
+            self.meta[i].store(0, Ordering::Release);
+        }
     }
-    other_build_slow(h)
-}
 
-/// Whether a handle of another rocBLAS build was ever made (calls then look their handle
-/// up).
-pub fn several_builds() -> bool {
-    MULTI.load(Ordering::Acquire)
-}
-
-#[cold]
-#[inline(never)]
-fn other_build_slow(h: Handle) -> Option<&'static Hooks> {
-    let meta = HANDLE_META[find(h as usize)?].load(Ordering::Acquire);
-    let build = (meta >> 32) as usize;
-    if build < 2 {
-        return None;
+    /// The hooks of the other build `h` belongs to, if it belongs to one: its calls go
+    /// there untouched. One relaxed load while a single build is in use.
+    #[inline(always)]
+    pub fn other_build(&self, h: *mut c_void) -> Option<&'static H> {
+        if !self.multi.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.other_build_slow(h)
     }
-    // SAFETY: a non-null entry is a leaked Hooks, never freed.
-    unsafe { OTHER_HOOKS.get(build - 2)?.load(Ordering::Acquire).as_ref() }
-}
 
-/// The device handle `h` was made on, if it was made through us.
-pub fn device_of(h: Handle) -> Option<i32> {
-    if !ANY_HANDLE.load(Ordering::Relaxed) {
-        return None;
+    /// Whether a handle of another build was ever made (calls then look their handle up).
+    pub fn several_builds(&self) -> bool {
+        self.multi.load(Ordering::Acquire)
     }
-    let meta = HANDLE_META[find(h as usize)?].load(Ordering::Acquire);
-    let device = (meta & 0xffff_ffff) as u32;
-    (meta != 0 && device != 0).then(|| device.wrapping_sub(1) as i32)
+
+    #[cold]
+    #[inline(never)]
+    fn other_build_slow(&self, h: *mut c_void) -> Option<&'static H> {
+        let meta = self.meta[self.find(h as usize)?].load(Ordering::Acquire);
+        let build = (meta >> 32) as usize;
+        if build < 2 {
+            return None;
+        }
+        // SAFETY: a non-null entry is a leaked table, never freed.
+        unsafe { self.others.get(build - 2)?.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// The device handle `h` was made on, if it was made through us.
+    pub fn device_of(&self, h: *mut c_void) -> Option<i32> {
+        if !self.any_handle.load(Ordering::Relaxed) {
+            return None;
+        }
+        let meta = self.meta[self.find(h as usize)?].load(Ordering::Acquire);
+        let device = (meta & 0xffff_ffff) as u32;
+        (meta != 0 && device != 0).then(|| device.wrapping_sub(1) as i32)
+    }
+
+    /// A handle made by a caller whose return address is `ret`: `make` is given the
+    /// create function to call (the caller's own build's, or the served table's `ours`)
+    /// and returns (status, handle made). Returns the status.
+    pub fn create(
+        &self,
+        ret: *const c_void,
+        ours: Option<*mut c_void>,
+        make: impl FnOnce(*mut c_void) -> (i32, *mut c_void),
+    ) -> Option<i32> {
+        let caller = build_of_caller(ret, self.backend.create);
+        let index = match &caller {
+            Some((build, _)) => self.note_build(build),
+            None => 0,
+        };
+        let f = match (&caller, index) {
+            (Some((_, f)), i) if i >= 2 => *f,
+            _ => ours?,
+        };
+        let (status, h) = make(f);
+        if status == 0 && !h.is_null() {
+            self.remember(h as usize, index, (self.backend.device)());
+        }
+        Some(status)
+    }
+
+    /// A handle destroyed: forgotten. Returns the table of the build it belongs to, if it
+    /// is not the served one.
+    pub fn destroyed(&self, h: *mut c_void) -> Option<&'static H> {
+        let other = self.other_build(h);
+        self.forget(h as usize);
+        other
+    }
+
+    /// In a fork child: a parent's thread may have held the builds' lock at the fork; free
+    /// it, so the child's handles are not each kept waiting two seconds. (Holders mostly
+    /// compare; only a fork landing inside the push of a newly seen build could leave the
+    /// list torn, and only builds loaded beside the served one are ever pushed.)
+    ///
+    /// # Safety
+    /// Only from the fork child handler, with no other thread alive.
+    pub unsafe fn after_fork(&self) {
+        // SAFETY: see above.
+        unsafe { self.builds.unlock_in_child() };
+    }
+
+    /// Records which build a new handle belongs to: 1 for the served build (pinning it if
+    /// none was yet, switching to `b` if the served one is gone), 2.. for another build
+    /// still loaded beside it, 0 when it cannot be told (the lock was not free in time).
+    fn note_build(&self, b: &Build) -> usize {
+        let Some(mut builds) = self.builds.lock_within(Duration::from_secs(2)) else {
+            return 0;
+        };
+        let what = self.backend.what;
+        match &builds.served {
+            None => {
+                self.backend.hooks.rescope(Some(b.path.clone()));
+                builds.served = Some(b.clone());
+                1
+            }
+            Some(s) if s == b => 1,
+            Some(s) if !is_loaded(s) => {
+                info!(
+                    "{what} {} was unloaded and {} loaded: serving the new build from now on",
+                    s.path.to_string_lossy(),
+                    b.path.to_string_lossy()
+                );
+                self.backend.hooks.rescope(Some(b.path.clone()));
+                builds.served = Some(b.clone());
+                builds.others.retain(|o| o != b);
+                (self.backend.changed)();
+                1
+            }
+            Some(s) => {
+                if let Some(i) = builds.others.iter().position(|o| o == b) {
+                    return i + 2;
+                }
+                if builds.others.len() >= OTHERS {
+                    return 0;
+                }
+                info!(
+                    "a second {what} build ({}) is loaded beside the one served ({}); its calls go to it untouched",
+                    b.path.to_string_lossy(),
+                    s.path.to_string_lossy()
+                );
+                let i = builds.others.len();
+                self.others[i].store(
+                    H::in_library(b.path.clone()) as *const H as *mut H,
+                    Ordering::Release,
+                );
+                builds.others.push(b.clone());
+                self.multi.store(true, Ordering::Release);
+                (self.backend.several)();
+                i + 2
+            }
+        }
+    }
 }
 
 /// The loaded object holding `addr`: (base, file name), if any.
@@ -173,10 +324,10 @@ fn is_loaded(b: &Build) -> bool {
     object_of(b.base as *const c_void).is_some_and(|(base, path)| base == b.base && path == b.path)
 }
 
-/// The build a caller at return address `ret` links: its own scope's
-/// `rocblas_create_handle`. `None` when the caller is the main program (its scope is the
+/// The build a caller at return address `ret` links: its own scope's `create` function
+/// (and that function). `None` when the caller is the main program (its scope is the
 /// global one), or cannot be told.
-fn build_of_caller(ret: *const c_void) -> Option<(Build, CreateHandleFn)> {
+fn build_of_caller(ret: *const c_void, create: &CStr) -> Option<(Build, *mut c_void)> {
     let (caller_base, caller) = object_of(ret)?;
     if crate::real::is_ours(ret as *mut c_void) || is_main_program(caller_base) {
         return None;
@@ -187,63 +338,58 @@ fn build_of_caller(ret: *const c_void) -> Option<(Build, CreateHandleFn)> {
         return None;
     }
     // SAFETY: a valid handle and a NUL-terminated name.
-    let f = unsafe { libc::dlsym(h, c"rocblas_create_handle".as_ptr()) };
+    let f = unsafe { libc::dlsym(h, create.as_ptr()) };
     // SAFETY: drops the reference NOLOAD took.
     unsafe { libc::dlclose(h) };
     if f.is_null() || crate::real::is_ours(f) {
         return None;
     }
     let (base, path) = object_of(f)?;
-    // SAFETY: the symbol has this signature (src/abi.rs).
-    let create = unsafe { std::mem::transmute::<*mut c_void, CreateHandleFn>(f) };
-    Some((Build { base, path }, create))
+    Some((Build { base, path }, f))
+}
+
+// ---- rocBLAS -------------------------------------------------------------------------
+
+/// The hooks of the other rocBLAS build `h` belongs to, if any ([`Registry::other_build`]).
+#[inline(always)]
+pub fn other_build(h: Handle) -> Option<&'static Hooks> {
+    ROCBLAS.other_build(h)
+}
+
+/// Whether a handle of another rocBLAS build was ever made.
+pub fn several_builds() -> bool {
+    ROCBLAS.several_builds()
+}
+
+/// The device rocBLAS handle `h` was made on, if it was made through us.
+pub fn device_of(h: Handle) -> Option<i32> {
+    ROCBLAS.device_of(h)
 }
 
 /// `rocblas_create_handle` from a caller whose return address is `ret` (exports.rs).
 pub fn create_handle(out: *mut Handle, ret: *const c_void) -> Status {
-    let caller = build_of_caller(ret);
-    let index = match &caller {
-        Some((build, _)) => note_build(build),
-        None => 0,
-    };
-    let create = match (&caller, index) {
-        (Some((_, f)), i) if i >= 2 => Some(*f),
-        _ => HOOKS.create_handle(),
-    };
-    let Some(create) = create else {
-        return STATUS_NOT_IMPLEMENTED;
-    };
-    // SAFETY: the caller's own out-pointer.
-    let status = unsafe { create(out) };
-    if status == STATUS_SUCCESS && !out.is_null() {
-        // SAFETY: the real function wrote the handle.
-        let h = unsafe { *out };
-        if !h.is_null() {
-            remember(h as usize, index, crate::runtime::current_device());
-        }
-    }
-    status
-}
-
-/// In a fork child: a parent's thread may have held the builds' lock at the fork; free it,
-/// so the child's handles are not each kept waiting two seconds. (Holders mostly compare;
-/// only a fork landing inside the push of a newly seen build could leave the list torn,
-/// and only builds loaded beside the served one are ever pushed.)
-///
-/// # Safety
-/// Only from the fork child handler, with no other thread alive.
-pub unsafe fn after_fork() {
-    // SAFETY: see above.
-    unsafe { BUILDS.unlock_in_child() };
+    let ours = HOOKS.create_handle.get();
+    let made = ROCBLAS.create(ret, ours, |f| {
+        // SAFETY: the symbol has this signature (src/abi.rs); the caller's out-pointer.
+        let create = unsafe { std::mem::transmute::<*mut c_void, CreateHandleFn>(f) };
+        let status = unsafe { create(out) };
+        // SAFETY: the real function wrote the handle when it succeeded.
+        let h = if status == STATUS_SUCCESS && !out.is_null() {
+            unsafe { *out }
+        } else {
+            std::ptr::null_mut()
+        };
+        (status, h)
+    });
+    made.unwrap_or(STATUS_NOT_IMPLEMENTED)
 }
 
 /// `rocblas_destroy_handle`: in the build the handle came from.
 pub fn destroy_handle(h: Handle) -> Status {
-    let destroy = match other_build(h) {
+    let destroy = match ROCBLAS.destroyed(h) {
         Some(other) => other.destroy_handle(),
         None => HOOKS.destroy_handle(),
     };
-    forget(h as usize);
     match destroy {
         // SAFETY: the caller's own handle.
         Some(f) => unsafe { f(h) },
@@ -251,53 +397,14 @@ pub fn destroy_handle(h: Handle) -> Status {
     }
 }
 
-/// Records which build a new handle belongs to: 1 for the served build (pinning it if none
-/// was yet, switching to `b` if the served one is gone), 2.. for another build still
-/// loaded beside it, 0 when it cannot be told (the lock was not free in time).
-fn note_build(b: &Build) -> usize {
-    let Some(mut builds) = BUILDS.lock_within(Duration::from_secs(2)) else {
-        return 0;
-    };
-    match &builds.served {
-        None => {
-            HOOKS.rescope(Some(b.path.clone()));
-            builds.served = Some(b.clone());
-            1
-        }
-        Some(s) if s == b => 1,
-        Some(s) if !is_loaded(s) => {
-            info!(
-                "rocBLAS {} was unloaded and {} loaded: serving the new build from now on",
-                s.path.to_string_lossy(),
-                b.path.to_string_lossy()
-            );
-            HOOKS.rescope(Some(b.path.clone()));
-            builds.served = Some(b.clone());
-            builds.others.retain(|o| o != b);
-            crate::runtime::library_changed();
-            1
-        }
-        Some(s) => {
-            if let Some(i) = builds.others.iter().position(|o| o == b) {
-                return i + 2;
-            }
-            if builds.others.len() >= OTHERS {
-                return 0;
-            }
-            info!(
-                "a second rocBLAS build ({}) is loaded beside the one served ({}); its calls go to it untouched",
-                b.path.to_string_lossy(),
-                s.path.to_string_lossy()
-            );
-            let i = builds.others.len();
-            OTHER_HOOKS[i].store(
-                Hooks::in_library(b.path.clone()) as *const Hooks as *mut Hooks,
-                Ordering::Release,
-            );
-            builds.others.push(b.clone());
-            MULTI.store(true, Ordering::Release);
-            crate::serve::close_pass_gate();
-            i + 2
-        }
+/// In a fork child: both backends' builds' locks free ([`Registry::after_fork`]).
+///
+/// # Safety
+/// Only from the fork child handler, with no other thread alive.
+pub unsafe fn after_fork() {
+    // SAFETY: see above.
+    unsafe {
+        ROCBLAS.after_fork();
+        CUBLASLT.after_fork();
     }
 }

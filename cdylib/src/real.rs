@@ -38,10 +38,6 @@ pub struct Hook {
 const RETRY_NS: u64 = 1_000_000_000;
 
 impl Hook {
-    const fn new(name: &'static CStr) -> Hook {
-        Hook::in_libs(name, ROCBLAS_LIBS)
-    }
-
     /// A function of another library (cuBLASLt, the CUDA driver).
     pub const fn in_libs(name: &'static CStr, libs: &'static [&'static str]) -> Hook {
         Hook {
@@ -92,7 +88,7 @@ impl Hook {
         }
     }
 
-    fn forget(&self) {
+    pub fn forget(&self) {
         self.addr.store(std::ptr::null_mut(), Ordering::Release);
         self.failed_at.store(0, Ordering::Relaxed);
     }
@@ -103,7 +99,12 @@ impl Hook {
 pub struct Scope(AtomicPtr<CString>);
 
 impl Scope {
-    const GLOBAL: Scope = Scope(AtomicPtr::new(std::ptr::null_mut()));
+    pub const GLOBAL: Scope = Scope(AtomicPtr::new(std::ptr::null_mut()));
+
+    pub fn set(&self, lib: Option<CString>) {
+        let p = lib.map_or(std::ptr::null_mut(), |l| Box::into_raw(Box::new(l)));
+        self.0.store(p, Ordering::Release);
+    }
 
     fn library(&self) -> Option<&CStr> {
         // SAFETY: a non-null scope is a leaked CString, never freed.
@@ -125,47 +126,75 @@ fn resolve_in(name: &CStr, lib: &CStr) -> Option<*mut c_void> {
     (!p.is_null() && !is_ours(p)).then_some(p)
 }
 
+/// A table of hooks that can be pinned to one library file (`libs.rs`).
+pub trait Scoped: Sync + 'static {
+    /// A table resolving in the library file `lib` only (leaked: callers keep it).
+    fn in_library(lib: CString) -> &'static Self;
+    /// From now on resolve in `lib` (None: the usual order), forgetting every address
+    /// found so far: the library they were in may be gone.
+    fn rescope(&self, lib: Option<CString>);
+}
+
+/// The first of `$libs` given, else `$default`.
+macro_rules! libs_or {
+    ($default:expr;) => {
+        $default
+    };
+    ($default:expr; $libs:expr) => {
+        $libs
+    };
+}
+
+/// A typed table of hooks: `$Name` with one accessor per function, and the static
+/// `$STATIC` resolving in the usual order. Each name is searched in `$default` libraries
+/// (file-name prefixes) when `RTLD_NEXT` finds nothing, or in its own `in ...` list.
 macro_rules! hook_table {
-    ($($field:ident : $ty:ty = $sym:literal),* $(,)?) => {
-        /// Every function of the real libraries that tunedblas calls, resolved in one
-        /// scope: [`HOOKS`] for the build being served, one more table per other rocBLAS
-        /// build a caller's handle belongs to (`libs.rs`).
-        pub struct Hooks { scope: Scope, $(pub $field: Hook,)* }
+    ($vis:vis struct $Name:ident; static $STATIC:ident; libs = $default:expr;
+     $($field:ident : $ty:ty = $sym:literal $(in $libs:expr)?),* $(,)?) => {
+        /// Every function of a real library that tunedblas calls, resolved in one scope:
+        /// the static table for the build being served, one more per other build a
+        /// caller's handle belongs to (`libs.rs`).
+        $vis struct $Name { scope: $crate::real::Scope, $(pub $field: $crate::real::Hook,)* }
 
-        pub static HOOKS: Hooks = Hooks::new();
+        $vis static $STATIC: $Name = $Name::new();
 
-        impl Hooks {
-            const fn new() -> Hooks {
-                Hooks { scope: Scope::GLOBAL, $($field: Hook::new($sym),)* }
-            }
-
-            /// A table resolving in the library file `lib` only (leaked: callers keep it).
-            pub fn in_library(lib: CString) -> &'static Hooks {
-                let h: &'static Hooks = Box::leak(Box::new(Hooks::new()));
-                h.scope.0.store(Box::into_raw(Box::new(lib)), Ordering::Release);
-                h
-            }
-
-            /// From now on resolve in `lib` (None: the usual order), forgetting every
-            /// address found so far: the library they were in may be gone.
-            pub fn rescope(&self, lib: Option<CString>) {
-                let p = lib.map_or(std::ptr::null_mut(), |l| Box::into_raw(Box::new(l)));
-                self.scope.0.store(p, Ordering::Release);
-                $(self.$field.forget();)*
+        #[allow(dead_code)]
+        impl $Name {
+            const fn new() -> $Name {
+                $Name {
+                    scope: $crate::real::Scope::GLOBAL,
+                    $($field: $crate::real::Hook::in_libs($sym, $crate::real::libs_or!($default; $($libs)?)),)*
+                }
             }
 
             $(
                 #[inline]
                 pub fn $field(&self) -> Option<$ty> {
-                    // SAFETY: the symbol has this C signature (src/abi.rs, from rocBLAS's headers).
+                    // SAFETY: the symbol has this C signature (src/abi.rs, src/cublaslt.rs,
+                    // from the libraries' headers).
                     self.$field.get_in(&self.scope).map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
                 }
             )*
         }
+
+        impl $crate::real::Scoped for $Name {
+            fn in_library(lib: CString) -> &'static $Name {
+                let h: &'static $Name = Box::leak(Box::new($Name::new()));
+                h.scope.set(Some(lib));
+                h
+            }
+
+            fn rescope(&self, lib: Option<CString>) {
+                self.scope.set(lib);
+                $(self.$field.forget();)*
+            }
+        }
     };
 }
+pub(crate) use {hook_table, libs_or};
 
 hook_table! {
+    pub struct Hooks; static HOOKS; libs = ROCBLAS_LIBS;
     gemm_ex: GemmExFn<i32> = c"rocblas_gemm_ex",
     gemm_ex_64: GemmExFn<i64> = c"rocblas_gemm_ex_64",
     gemm_batched_ex: GemmBatchedExFn<i32> = c"rocblas_gemm_batched_ex",

@@ -272,6 +272,22 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     }
 }
 
+/// The process's one recorder of a backend, kept in `cell`: made by `make` the first time,
+/// the same one after (a runtime started again for another build keeps recording into
+/// the same files).
+pub fn shared<K: Copy + Eq + std::hash::Hash + 'static>(
+    cell: &std::sync::atomic::AtomicPtr<Recorder<K>>,
+    make: impl FnOnce() -> Recorder<K>,
+) -> &'static Recorder<K> {
+    // SAFETY: a non-null pointer is a leaked Box, never freed.
+    if let Some(r) = unsafe { cell.load(Ordering::Acquire).as_ref() } {
+        return r;
+    }
+    let r: &'static Recorder<K> = Box::leak(Box::new(make()));
+    cell.store(r as *const _ as *mut _, Ordering::Release);
+    r
+}
+
 /// First sights that could not be written (full disk, unwritable folder) and wait for the
 /// next write that works; beyond this many they are only in memory (and in the counts).
 const PENDING_MAX: usize = 1 << 14;

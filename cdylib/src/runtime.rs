@@ -400,22 +400,9 @@ fn init() -> Option<Runtime> {
 fn recorder(cfg: &Config) -> &'static Recorder<ProblemKey> {
     static RECORDER: std::sync::atomic::AtomicPtr<Recorder<ProblemKey>> =
         std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
-    let p = RECORDER.load(std::sync::atomic::Ordering::Acquire);
-    // SAFETY: a non-null pointer is a leaked Box, never freed.
-    if let Some(r) = unsafe { p.as_ref() } {
-        return r;
-    }
-    let r: &'static Recorder<ProblemKey> = Box::leak(Box::new(Recorder::new(
-        cfg.miss_dir.clone(),
-        tunableop::op_and_signature,
-        "",
-        "",
-    )));
-    RECORDER.store(
-        r as *const _ as *mut _,
-        std::sync::atomic::Ordering::Release,
-    );
-    r
+    crate::recorder::shared(&RECORDER, || {
+        Recorder::new(cfg.miss_dir.clone(), tunableop::op_and_signature, "", "")
+    })
 }
 
 /// The served rocBLAS build was unloaded and another took its place (`libs.rs`): what the

@@ -31,9 +31,12 @@ pub fn hook_table() -> Vec<Hook> {
     let body = &body[body.find('{').unwrap() + 1..body.find("\n}").unwrap()];
     body.lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        // (The first line names the table: `pub struct Hooks; static HOOKS; libs = ...;`.)
+        .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.contains("struct "))
         .map(|l| {
             let l = l.trim_end_matches(',');
+            // `... = c"sym" in LIBS`: searched in other libraries; the symbol is the same.
+            let l = l.split(" in ").next().unwrap_or(l);
             let (field, rest) = l.split_once(':').unwrap_or_else(|| panic!("hook line {l}"));
             let (ty, sym) = rest
                 .split_once('=')
