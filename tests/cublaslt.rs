@@ -20,6 +20,11 @@ struct Lt {
     host: PathBuf,
     module: PathBuf,
     sha: String,
+    /// A second build of the stand-in (`libcublasLt.so.12`, another sha256: two files of one
+    /// soname cannot be loaded side by side) and a module linked against it, for the
+    /// library-lifetime cases.
+    module2: PathBuf,
+    sha2: String,
 }
 
 fn cc(args: &[&str], out: &Path) {
@@ -60,13 +65,36 @@ fn lt() -> &'static Lt {
             &module,
         );
         let host = work.join("lt_host");
-        cc(&[src.to_str().unwrap(), "-ldl"], &host);
+        cc(&[src.to_str().unwrap(), "-ldl", "-lpthread"], &host);
         let sha = tunedblas_core::identity::sha256_file(&lib).unwrap();
+        let libdir2 = work.join("lib2");
+        std::fs::create_dir_all(&libdir2).unwrap();
+        let lib2 = libdir2.join("libcublasLt.so.12");
+        cc(
+            &["-shared", "-fPIC", "-DFAKE_BUILD=2", fake.to_str().unwrap()],
+            &lib2,
+        );
+        let module2 = work.join("libltmod2.so");
+        cc(
+            &[
+                "-shared",
+                "-fPIC",
+                "-DLT_MODULE",
+                src.to_str().unwrap(),
+                &format!("-L{}", libdir2.display()),
+                &format!("-Wl,-rpath,{}", libdir2.display()),
+                "-l:libcublasLt.so.12",
+            ],
+            &module2,
+        );
+        let sha2 = tunedblas_core::identity::sha256_file(&lib2).unwrap();
         Lt {
             libdir,
             host,
             module,
             sha,
+            module2,
+            sha2,
         }
     })
 }
@@ -448,4 +476,97 @@ fn cublaslt_stats_are_never_written_through_a_planted_symlink() {
         .file_type()
         .is_symlink());
     assert_eq!(stats(&dir)["calls"], 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Library lifetime for cuBLASLt: a second build side by side, and the served build closed
+// and another opened (libs.rs's Registry, as for rocBLAS in reliability_loading.rs).
+// ---------------------------------------------------------------------------------------
+
+/// A profile for each stand-in build, each with a tuned row for F.linear 8x8x8.
+fn two_build_lt_profiles(dir: &Path) {
+    let p = dir.join("profiles");
+    let mut reg = serde_json::Map::new();
+    for (name, sha) in [("fake-lt", &lt().sha), ("fake-lt2", &lt().sha2)] {
+        std::fs::create_dir_all(p.join(name)).unwrap();
+        let text = format!(
+            "Validator,CUBLASLT_VERSION,130100\n{}\n",
+            row(&key(8, 8, 8), TUNED)
+        );
+        std::fs::write(p.join(name).join("tunableop_results0.csv"), text).unwrap();
+        reg.insert(
+            name.into(),
+            serde_json::json!({"dir": name, "lib_sha256": sha}),
+        );
+    }
+    std::fs::write(
+        p.join("profiles.json"),
+        serde_json::json!({ "profiles": reg }).to_string(),
+    )
+    .unwrap();
+}
+
+fn builds_in_trace(dir: &Path) -> Vec<String> {
+    trace(dir)
+        .iter()
+        .filter_map(|t| t.get("build").cloned())
+        .collect()
+}
+
+#[test]
+fn cublaslt_two_builds_side_by_side_each_call_runs_in_its_own_build() {
+    let dir = scratch("lt-two-builds");
+    two_build_lt_profiles(&dir);
+    let module2 = format!("@module:{}", lt().module2.display());
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", &module2, "8,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The first build's call is served (the tuned algorithm, 21, in the trace); the second
+    // build's runs untouched, with the caller's own algorithm (the stand-in's heuristic
+    // answer, 6), in build 2.
+    assert_eq!(
+        builds_in_trace(&dir),
+        ["1", "2"],
+        "{:?}: {stderr}",
+        trace(&dir)
+    );
+    let t = trace(&dir);
+    assert_eq!(t[0]["algo"], "21", "{t:?}");
+    assert_eq!(t[1]["algo"], "6", "{t:?}");
+    assert_eq!(stats(&dir)["served"], 1);
+    assert_eq!(stats(&dir)["passed_through"], 1);
+    assert_eq!(
+        stderr.matches("a second cuBLASLt build").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cublaslt_the_served_build_closed_and_another_opened_serves_the_new_one() {
+    let dir = scratch("lt-switch");
+    two_build_lt_profiles(&dir);
+    let module2 = format!("@module:{}", lt().module2.display());
+    let out = faults::run_guarded(host_cmd(
+        &dir,
+        true,
+        &["8,8,8", "@close", &module2, "8,8,8"],
+    ));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let builds = builds_in_trace(&dir);
+    assert_eq!(
+        builds.last().map(String::as_str),
+        Some("2"),
+        "{builds:?}: {stderr}"
+    );
+    assert!(
+        stderr.contains("profile fake-lt2 auto-selected"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stats(&dir)["served"],
+        2,
+        "both builds served their own row: {stderr}"
+    );
 }

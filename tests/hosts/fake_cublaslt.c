@@ -203,6 +203,12 @@ int cublasLtMatmulAlgoGetHeuristic(void *h, Desc *d, Layout *A, Layout *B, Layou
     return OK;
 }
 
+/* Which build of the stand-in this is (-DFAKE_BUILD=2 makes a second one, another file with
+ * another sha256): the trace says which build ran a call. */
+#ifndef FAKE_BUILD
+#define FAKE_BUILD 1
+#endif
+
 int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout *Ad,
                    const void *B, Layout *Bd, const void *beta, const void *C, Layout *Cd,
                    void *D, Layout *Dd, const Algo *algo, void *ws, size_t ws_bytes, void *stream) {
@@ -218,14 +224,15 @@ int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout
         if (f) {
             uint64_t k = Ad ? (desc->transa ? Ad->rows : Ad->cols) : 0;
             if (algo)
-                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=%llu tile=%llu stages=%llu splitk=%llu cluster=%llu ok=%d\n",
+                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=%llu tile=%llu stages=%llu splitk=%llu cluster=%llu ok=%d build=%d\n",
                         (unsigned long long)Dd->rows, (unsigned long long)Dd->cols, (unsigned long long)k,
                         (unsigned long long)algo->data[0], (unsigned long long)algo->data[1],
                         (unsigned long long)algo->data[6], (unsigned long long)algo->data[2],
-                        (unsigned long long)((algo->data[7] >> 16) & 0xffff), ok);
+                        (unsigned long long)((algo->data[7] >> 16) & 0xffff), ok, FAKE_BUILD);
             else
-                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=heuristic ok=%d\n",
-                        (unsigned long long)Dd->rows, (unsigned long long)Dd->cols, (unsigned long long)k, ok);
+                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=heuristic ok=%d build=%d\n",
+                        (unsigned long long)Dd->rows, (unsigned long long)Dd->cols, (unsigned long long)k, ok,
+                        FAKE_BUILD);
             fclose(f);
         }
     }

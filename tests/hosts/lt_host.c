@@ -15,7 +15,9 @@
  *                    SIGTERM, whose handler calls _exit(7)
  *     @vfork-fail    vfork, exec a path that does not exist, _exit(127) in the child
  *     @Exit          _Exit(0)
- *     @exec:PATH     execv(PATH, {PATH}) */
+ *     @exec:PATH     execv(PATH, {PATH})
+ *     @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
+ *     @close         dlclose the last module opened: later calls go through the one before */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -81,6 +83,9 @@ int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
 #include <unistd.h>
 
 static int (*linear)(long, long, long, size_t, int);
+static void *modules[8];
+static int (*linears[8])(long, long, long, size_t, int);
+static int n_modules;
 static volatile int stop;
 
 static void *shapes(void *p) {
@@ -138,6 +143,15 @@ static int life_step(const char *a) {
         int status = -1;
         waitpid(pid, &status, 0);
         printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strncmp(a, "@module:", 8)) {
+        void *m = dlopen(a + 8, RTLD_NOW | RTLD_LOCAL);
+        if (!m || n_modules == 8) { fprintf(stderr, "lt_host: %s\n", dlerror()); return -1; }
+        modules[n_modules] = m;
+        linears[n_modules++] = linear = (int (*)(long, long, long, size_t, int))dlsym(m, "lt_linear");
+    } else if (!strcmp(a, "@close")) {
+        if (n_modules == 0 || dlclose(modules[--n_modules]) != 0) return -1;
+        linear = n_modules ? linears[n_modules - 1] : NULL;
+        printf("closed\n");
     } else if (!strcmp(a, "@Exit")) {
         fflush(stdout);
         _Exit(0);
@@ -164,6 +178,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     linear = (int (*)(long, long, long, size_t, int))dlsym(mod, "lt_linear");
+    modules[0] = mod;
+    linears[0] = linear;
+    n_modules = 1;
     int (*serving)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "tunedblas_cublaslt_serving");
     int failed = 0;
     for (int i = 2; i < argc; i++) {
