@@ -175,7 +175,9 @@ pub type MatmulPreference = *mut c_void;
 pub type CudaStream = *mut c_void;
 
 /// `cublasLtMatmul`: 16 arguments; `algo` NULL means the library heuristic.
-pub type MatmulFn = unsafe extern "C" fn(
+/// "C-unwind": a thread cancelled inside cuBLASLt unwinds through the interposer back to its
+/// host (as for rocBLAS's entry points, `crate::abi`).
+pub type MatmulFn = unsafe extern "C-unwind" fn(
     LtHandle,
     MatmulDesc,
     *const c_void, // alpha

@@ -570,3 +570,32 @@ fn cublaslt_the_served_build_closed_and_another_opened_serves_the_new_one() {
         "both builds served their own row: {stderr}"
     );
 }
+
+#[test]
+fn cublaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
+    // Cancellation acted on between calls, and inside the library (the stand-in's
+    // FAKELT_CANCEL_POINT): with or without the interposer the host survives.
+    for inside in [false, true] {
+        for preload in [false, true] {
+            let dir = scratch(&format!("lt-cancel-{inside}-{preload}"));
+            profile(&dir, &[]);
+            let mut cmd = host_cmd(&dir, preload, &["8,8,8", "@cancel:20"]);
+            cmd.env_remove("FAKELT_TRACE");
+            if inside {
+                cmd.env("FAKELT_CANCEL_POINT", "1");
+            }
+            let out = faults::run_guarded(cmd);
+            assert!(
+                out.status.success(),
+                "inside: {inside}, preload: {preload}: {:?}: {}",
+                out.status,
+                text(&out.stderr)
+            );
+            assert!(
+                text(&out.stdout).contains("cancelled=20"),
+                "{}",
+                text(&out.stdout)
+            );
+        }
+    }
+}

@@ -605,7 +605,7 @@ pub unsafe extern "C" fn cublasLtDestroy(handle: lt::LtHandle) -> lt::LtStatus {
 
 /// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt.rs`.
 #[no_mangle]
-pub unsafe extern "C" fn cublasLtMatmul(
+pub unsafe extern "C-unwind" fn cublasLtMatmul(
     handle: lt::LtHandle,
     desc: lt::MatmulDesc,
     alpha: *const c_void,

@@ -16,6 +16,8 @@
  *     @vfork-fail    vfork, exec a path that does not exist, _exit(127) in the child
  *     @Exit          _Exit(0)
  *     @exec:PATH     execv(PATH, {PATH})
+ *     @cancel:N      N times: a thread making calls without pause (a pthread_testcancel
+ *                    between them) is cancelled and joined; prints cancelled=N
  *     @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
  *     @close         dlclose the last module opened: later calls go through the one before */
 #define _GNU_SOURCE
@@ -99,6 +101,15 @@ static void start(int t, pthread_t *tid) {
     for (long i = 0; i < t && i < 64; i++) pthread_create(&tid[i], NULL, shapes, (void *)i);
 }
 
+static void *cancellable(void *p) {
+    (void)p;
+    for (long i = 0;; i++) {
+        linear(1 + i % 2048, 8, 8, 0, 0);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
 static void on_term(int sig) {
     (void)sig;
     _exit(7);
@@ -143,6 +154,18 @@ static int life_step(const char *a) {
         int status = -1;
         waitpid(pid, &status, 0);
         printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strncmp(a, "@cancel:", 8)) {
+        int n = atoi(a + 8), done = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_t t;
+            void *r;
+            pthread_create(&t, NULL, cancellable, NULL);
+            usleep(5000);
+            pthread_cancel(t);
+            pthread_join(t, &r);
+            done += r == PTHREAD_CANCELED;
+        }
+        printf("cancelled=%d\n", done);
     } else if (!strncmp(a, "@module:", 8)) {
         void *m = dlopen(a + 8, RTLD_NOW | RTLD_LOCAL);
         if (!m || n_modules == 8) { fprintf(stderr, "lt_host: %s\n", dlerror()); return -1; }
