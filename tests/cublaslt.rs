@@ -599,3 +599,51 @@ fn cublaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
         }
     }
 }
+
+// ---- The profile's files, for cuBLASLt (the rocBLAS rows are in reliability_loading.rs) ---
+
+#[test]
+fn cublaslt_a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host() {
+    for what in ["fifo", "zero"] {
+        let dir = scratch(&format!("lt-special-{what}"));
+        profile(&dir, &[]);
+        let rank = dir.join("profiles/fake-lt/tunableop_results0.csv");
+        std::fs::remove_file(&rank).unwrap();
+        if what == "fifo" {
+            let c = std::ffi::CString::new(rank.to_str().unwrap()).unwrap();
+            // SAFETY: a NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &rank).unwrap();
+        }
+        let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{what}: {stderr}");
+        assert!(
+            stderr.contains("not a regular file"),
+            "{what}: one line says why: {stderr}"
+        );
+        assert_eq!(
+            miss_lines(&dir).len(),
+            2,
+            "{what}: the shapes are still recorded"
+        );
+    }
+}
+
+#[test]
+fn cublaslt_a_byte_order_mark_does_not_hide_the_first_row() {
+    let dir = scratch("lt-bom");
+    let r = row(&key(8, 8, 8), TUNED);
+    profile(&dir, &[]);
+    // The row first, right after a BOM (no validator line before it).
+    std::fs::write(
+        dir.join("profiles/fake-lt/tunableop_results0.csv"),
+        format!("\u{feff}{r}\n"),
+    )
+    .unwrap();
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stats(&dir)["served"], 1, "{stderr}");
+}
