@@ -647,3 +647,44 @@ fn cublaslt_a_byte_order_mark_does_not_hide_the_first_row() {
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stats(&dir)["served"], 1, "{stderr}");
 }
+
+// ---- The miss folder, for cuBLASLt (the rocBLAS rows are in reliability_security.rs and
+// reliability_life.rs) ---------------------------------------------------------------------
+
+#[test]
+fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on() {
+    for what in ["symlink", "enotdir"] {
+        let dir = scratch(&format!("lt-missdir-{what}"));
+        profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+        let elsewhere = dir.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let miss_dir = if what == "symlink" {
+            std::os::unix::fs::symlink(&elsewhere, dir.join("link")).unwrap();
+            dir.join("link")
+        } else {
+            std::fs::write(dir.join("a-file"), "x").unwrap();
+            dir.join("a-file/misses")
+        };
+        let mut cmd = host_cmd(&dir, true, &["8,8,8", "16,8,8", "24,8,8"]);
+        cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir);
+        let out = faults::run_guarded(cmd);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{what}: {stderr}");
+        assert_eq!(
+            stderr.matches("cannot write the miss log").count(),
+            1,
+            "{what}: one warning: {stderr}"
+        );
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "{what}");
+        assert_eq!(
+            stats(&dir)["served"],
+            1,
+            "{what}: serving goes on: {stderr}"
+        );
+        assert_eq!(
+            stats(&dir)["missed_shapes"],
+            2,
+            "{what}: the shapes are kept in memory"
+        );
+    }
+}
