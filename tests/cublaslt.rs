@@ -688,3 +688,71 @@ fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on
         );
     }
 }
+
+// ---- Bad input and file modes, for cuBLASLt (the rocBLAS rows are in reliability_input.rs
+// and reliability_security.rs) -------------------------------------------------------------
+
+#[test]
+fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks() {
+    // A malformed line is skipped with its file and line; every valid row is served.
+    let dir = scratch("lt-malformed");
+    profile(&dir, &[]);
+    std::fs::write(
+        dir.join("profiles/fake-lt/tunableop_results0.csv"),
+        format!(
+            "Validator,CUBLASLT_VERSION,130100\nGemmTunableOp_BFloat16_TN,tn_8_8,Gemm_Cublaslt_nonsense,x\n{}\n",
+            row(&key(8, 8, 8), TUNED)
+        ),
+    )
+    .unwrap();
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("tunableop_results0.csv:2:"), "{stderr}");
+    assert_eq!(stats(&dir)["served"], 1, "{stderr}");
+    // profiles.json that is not JSON: said with its line, every call passes through and is
+    // recorded.
+    let dir = scratch("lt-bad-registry");
+    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    let reg = dir.join("profiles/profiles.json");
+    std::fs::write(&reg, "{\"profiles\": {,,}}\n").unwrap();
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("not valid JSON"), "{stderr}");
+    assert_eq!(stats(&dir)["served"], 0);
+    assert_eq!(miss_lines(&dir).len(), 2, "every shape is recorded");
+}
+
+#[test]
+fn cublaslt_folders_are_0700_and_files_0600_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("lt-modes");
+    profile(&dir, &[]);
+    let miss_dir = dir.join("m1/m2");
+    let mut cmd = host_cmd(&dir, true, &["8,8,8"]);
+    cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir);
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let out = faults::run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for d in [dir.join("m1"), miss_dir.clone()] {
+        assert_eq!(mode(&d), 0o700, "{}", d.display());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&miss_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.push(dir.join("stats.json"));
+    assert!(files.len() >= 3, "{files:?}");
+    for f in files {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+}
