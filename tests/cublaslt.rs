@@ -756,3 +756,115 @@ fn cublaslt_folders_are_0700_and_files_0600_whatever_the_umask() {
         assert_eq!(mode(&f), 0o600, "{}", f.display());
     }
 }
+
+// ---- Killed from outside, and profiles that serve nothing, for cuBLASLt ------------------
+
+#[test]
+fn cublaslt_sigkill_and_sigterm_from_outside_keep_every_shape_seen() {
+    use std::io::{BufRead, BufReader};
+    for sig in [libc::SIGKILL, libc::SIGTERM] {
+        let dir = scratch(&format!("lt-kill-{sig}"));
+        profile(&dir, &[]);
+        let calls: Vec<String> = (1..=40).map(|n| format!("{n},8,8")).collect();
+        let mut args: Vec<&str> = calls.iter().map(String::as_str).collect();
+        args.push("@pause");
+        let mut cmd = host_cmd(&dir, true, &args);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut paused = false;
+        for line in BufReader::new(stdout).lines() {
+            if line.unwrap() == "paused" {
+                paused = true;
+                break;
+            }
+        }
+        assert!(paused, "the host got to its pause");
+        // SAFETY: a plain kill of our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "{sig}: {status:?}");
+        assert_eq!(
+            miss_lines(&dir).len(),
+            40,
+            "signal {sig}: every shape seen is in the log"
+        );
+    }
+}
+
+#[test]
+fn cublaslt_a_profile_for_another_build_or_an_unreadable_rank_serves_nothing_and_records() {
+    // Registered for another sha256: never chosen.
+    let dir = scratch("lt-other-sha");
+    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    let reg = dir.join("profiles/profiles.json");
+    let other = std::fs::read_to_string(&reg)
+        .unwrap()
+        .replace(&lt().sha, &"0".repeat(64));
+    std::fs::write(&reg, other).unwrap();
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stats(&dir)["served"], 0, "{stderr}");
+    assert_eq!(miss_lines(&dir).len(), 1);
+    // The rank file is a directory: one line, nothing served, the shape recorded.
+    let dir = scratch("lt-unreadable");
+    profile(&dir, &[]);
+    let rank = dir.join("profiles/fake-lt/tunableop_results0.csv");
+    std::fs::remove_file(&rank).unwrap();
+    std::fs::create_dir(&rank).unwrap();
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tunableop_results0.csv"),
+        "one line names the file: {stderr}"
+    );
+    assert_eq!(miss_lines(&dir).len(), 1);
+}
+
+#[test]
+fn cublaslt_thirty_two_threads_give_exact_counts() {
+    // One tuned shape and one missed, each called 32 x 100 times at once (after one call
+    // each from the main thread): exact totals, one first sight, exact counts on disk.
+    let dir = scratch("lt-threads");
+    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    let out = faults::run_guarded(host_cmd(
+        &dir,
+        true,
+        &["8,8,8", "16,8,8", "@threads:32:100"],
+    ));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let s = stats(&dir);
+    assert_eq!(s["calls"], 6402, "{s}");
+    assert_eq!(s["served"], 3201, "{s}");
+    assert_eq!(s["missed_calls"], 3201, "{s}");
+    assert_eq!(miss_lines(&dir).len(), 1, "one first sight");
+    assert_eq!(lt_counted_calls(&dir), 3201, "exact counts on disk");
+}
+
+#[test]
+fn cublaslt_planted_symlinks_under_its_miss_file_names_are_not_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("lt-planted");
+    profile(&dir, &[]);
+    let shared = dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let plant = format!("@plant:{}:{}", shared.display(), victim.display());
+    let mut cmd = host_cmd(&dir, true, &[&plant, "8,8,8", "16,8,8"]);
+    cmd.env("TUNEDBLAS_MISS_DIR", &shared);
+    let out = faults::run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("cannot write the miss log").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}

@@ -31,6 +31,7 @@
  */
 #define GEMM_HOST_MODULE
 #include "gemm_host.c"
+#include "miss_names.h"
 
 #include <ctype.h>
 #include <signal.h>
@@ -85,33 +86,8 @@ static void run_spec(const char *text) {
     fflush(stdout);
 }
 
-/* This process's start time in clock ticks since boot (field 22 of /proc/self/stat). */
-static unsigned long long start_ticks(void) {
-    char buf[4096];
-    FILE *f = fopen("/proc/self/stat", "r");
-    size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[len] = 0;
-    char *p = strrchr(buf, ')');
-    unsigned long long v = 0;
-    /* After ") " come fields 3, 4, ...: starttime is the 20th of them. */
-    for (int field = 3; p && field <= 22; field++) {
-        p = strchr(p, ' ');
-        if (!p) break;
-        p++;
-        if (field == 22) v = strtoull(p, NULL, 10);
-    }
-    return v;
-}
-
 /* "<host>-<pid>-<start>-rank0" as the interposer names this process's miss files. */
-static void miss_prefix(char *out, size_t n) {
-    char host[256] = {0};
-    if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "host");
-    for (char *c = host; *c; c++)
-        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '_') *c = '_';
-    snprintf(out, n, "%s-%d-%llu-rank0", host, (int)getpid(), start_ticks());
-}
+static void miss_prefix(char *out, size_t n) { miss_prefix_tagged(out, n, ""); }
 
 struct busy { struct spec spec; volatile int *stop; int runs; };
 

@@ -18,6 +18,10 @@
  *     @exec:PATH     execv(PATH, {PATH})
  *     @cancel:N      N times: a thread making calls without pause (a pthread_testcancel
  *                    between them) is cancelled and joined; prints cancelled=N
+ *     @pause         print "paused" and wait for signals forever
+ *     @plant:DIR:VICTIM  symlinks to VICTIM under this process's cuBLASLt rank-0 miss-file
+ *                    names in DIR (log, counts, counts temporary)
+ *     @threads:T:N   T threads each make N calls of 8,8,8 and N of 16,8,8 at once
  *     @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
  *     @close         dlclose the last module opened: later calls go through the one before */
 #define _GNU_SOURCE
@@ -84,6 +88,8 @@ int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "miss_names.h"
+
 static int (*linear)(long, long, long, size_t, int);
 static void *modules[8];
 static int (*linears[8])(long, long, long, size_t, int);
@@ -106,6 +112,16 @@ static void *cancellable(void *p) {
     for (long i = 0;; i++) {
         linear(1 + i % 2048, 8, 8, 0, 0);
         pthread_testcancel();
+    }
+    return NULL;
+}
+
+static int per_thread;
+static void *repeat_calls(void *p) {
+    (void)p;
+    for (int i = 0; i < per_thread; i++) {
+        linear(8, 8, 8, 0, 0);
+        linear(16, 8, 8, 0, 0);
     }
     return NULL;
 }
@@ -154,6 +170,27 @@ static int life_step(const char *a) {
         int status = -1;
         waitpid(pid, &status, 0);
         printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strncmp(a, "@threads:", 9)) {
+        int t = atoi(a + 9);
+        const char *n = strchr(a + 9, ':');
+        per_thread = n ? atoi(n + 1) : 1;
+        for (int i = 0; i < t && i < 64; i++) pthread_create(&tid[i], NULL, repeat_calls, NULL);
+        for (int i = 0; i < t && i < 64; i++) pthread_join(tid[i], NULL);
+    } else if (!strncmp(a, "@plant:", 7)) {
+        char dir[512], prefix[320], path[1024];
+        const char *colon = strchr(a + 7, ':');
+        if (!colon) return -1;
+        snprintf(dir, sizeof dir, "%.*s", (int)(colon - (a + 7)), a + 7);
+        miss_prefix_tagged(prefix, sizeof prefix, "-cublaslt");
+        const char *suffixes[] = {".csv", ".counts.csv"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(path, sizeof path, "%s/%s%s", dir, prefix, suffixes[k]);
+            if (symlink(colon + 1, path) != 0) { perror("lt_host: symlink"); return -1; }
+        }
+    } else if (!strcmp(a, "@pause")) {
+        printf("paused\n");
+        fflush(stdout);
+        for (;;) pause();
     } else if (!strncmp(a, "@cancel:", 8)) {
         int n = atoi(a + 8), done = 0;
         for (int i = 0; i < n; i++) {
