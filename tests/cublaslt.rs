@@ -868,3 +868,53 @@ fn cublaslt_planted_symlinks_under_its_miss_file_names_are_not_followed() {
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
+
+#[test]
+fn cublaslt_a_file_size_limit_leaves_only_whole_lines_and_serving_goes_on() {
+    // RLIMIT_FSIZE: writes past the limit are short, then fail (EFBIG), SIGXFSZ ignored as a
+    // server would: the paths of a disk filling up.
+    let dir = scratch("lt-fsize");
+    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    let calls: Vec<String> = (100..200).map(|n| format!("{n},8,8")).collect();
+    let mut args: Vec<&str> = calls.iter().map(String::as_str).collect();
+    args.push("8,8,8");
+    let mut cmd = host_cmd(&dir, true, &args);
+    cmd.env_remove("FAKELT_TRACE");
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: 2010,
+                rlim_max: 2010,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = faults::run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("cannot write the miss log").count(),
+        1,
+        "{stderr}"
+    );
+    let lines = miss_lines(&dir);
+    let want: Vec<String> = (100..200)
+        .map(|n| {
+            let (op, sig) = op_and_signature(&key(n, 8, 8));
+            format!("{op},{sig}")
+        })
+        .collect();
+    assert!(
+        !lines.is_empty() && lines.len() < want.len(),
+        "{}",
+        lines.len()
+    );
+    assert_eq!(lines[..], want[..lines.len()], "a clean prefix, in order");
+    assert_eq!(stats(&dir)["served"], 1, "serving goes on");
+}
