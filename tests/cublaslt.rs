@@ -129,8 +129,13 @@ fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
 }
 
 fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
+    host_cmd_with(&lt().module, dir, preload, calls)
+}
+
+/// [`host_cmd`] with another first module (`-`: none, see lt_host.c).
+fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Command {
     let mut cmd = Command::new(&lt().host);
-    cmd.arg(&lt().module)
+    cmd.arg(module)
         .args(calls)
         .env_remove("LD_PRELOAD")
         .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
@@ -917,4 +922,108 @@ fn cublaslt_a_file_size_limit_leaves_only_whole_lines_and_serving_goes_on() {
     );
     assert_eq!(lines[..], want[..lines.len()], "a clean prefix, in order");
     assert_eq!(stats(&dir)["served"], 1, "serving goes on");
+}
+
+#[test]
+fn cublaslt_a_planted_hard_link_or_fifo_under_its_log_name_is_refused() {
+    for what in ["link", "fifo"] {
+        let dir = scratch(&format!("lt-plant-{what}"));
+        profile(&dir, &[]);
+        let shared = dir.join("shared");
+        std::fs::create_dir_all(&shared).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        }
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let step = format!("@{what}:{}:{}", shared.display(), victim.display());
+        let mut cmd = host_cmd(&dir, true, &[&step, "8,8,8"]);
+        cmd.env("TUNEDBLAS_MISS_DIR", &shared);
+        let out = faults::run_guarded(cmd);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{what}: {stderr}");
+        assert_eq!(
+            stderr.matches("cannot write the miss log").count(),
+            1,
+            "{what}: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "precious\n",
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn cublaslt_calls_before_cublaslt_is_loaded_decide_nothing_for_good() {
+    // A call reaching the interposer before any cuBLASLt exists gets NOT_INITIALIZED; once
+    // a module brings cuBLASLt in, the profile is chosen and its row served.
+    let dir = scratch("lt-late");
+    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    let module = format!("@module:{}", lt().module.display());
+    let out = faults::run_guarded(host_cmd_with(
+        Path::new("-"),
+        &dir,
+        true,
+        &[&module, "8,8,8"],
+    ));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("early=1\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(stats(&dir)["served"], 1, "{stderr}");
+}
+
+#[test]
+fn cublaslt_four_processes_at_once_each_record_their_own_shapes() {
+    let dir = scratch("lt-four");
+    profile(&dir, &[]);
+    let children: Vec<_> = (0..4)
+        .map(|p| {
+            let calls: Vec<String> = (0..20)
+                .map(|n| format!("{},8,8", 100 + p * 100 + n))
+                .collect();
+            let mut args: Vec<&str> = calls.iter().map(String::as_str).collect();
+            args.push("@threads:4:25");
+            let mut cmd = host_cmd(&dir, true, &args);
+            cmd.env_remove("TUNEDBLAS_STATS")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = faults::wait_guarded(c, "lt_host");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    // Each process: its own log with its 20 shapes and the 2 shared ones; every counts file
+    // names them with exact calls (the shared ones 4 x 25 each).
+    let mut logs = 0;
+    for e in std::fs::read_dir(dir.join("misses")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with("-cublaslt-rank0.csv") {
+            logs += 1;
+            let lines = std::fs::read_to_string(&p).unwrap();
+            assert_eq!(lines.lines().count(), 22, "{name}: {lines}");
+        }
+        if name.ends_with("-cublaslt-rank0.counts.csv") {
+            let log = tunedblas_core::untuned::read(&p).unwrap();
+            assert!(log.malformed.is_empty());
+            let shared: Vec<u64> = log
+                .misses
+                .iter()
+                .filter(|m| [8, 16].contains(&m.key.m))
+                .filter_map(|m| m.calls)
+                .collect();
+            assert_eq!(shared, vec![100, 100], "{name}");
+        }
+    }
+    assert_eq!(logs, 4);
 }

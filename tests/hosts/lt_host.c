@@ -20,10 +20,15 @@
  *                    between them) is cancelled and joined; prints cancelled=N
  *     @pause         print "paused" and wait for signals forever
  *     @plant:DIR:VICTIM  symlinks to VICTIM under this process's cuBLASLt rank-0 miss-file
- *                    names in DIR (log, counts, counts temporary)
+ *                    names in DIR (log, counts)
+ *     @link:DIR:VICTIM   a hard link to VICTIM under the miss-log name
+ *     @fifo:DIR          a FIFO under the miss-log name
  *     @threads:T:N   T threads each make N calls of 8,8,8 and N of 16,8,8 at once
  *     @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
- *     @close         dlclose the last module opened: later calls go through the one before */
+ *     @close         dlclose the last module opened: later calls go through the one before
+ *   With "-" as MODULE no module is opened at start: the host first calls cublasLtMatmul as
+ *   the global scope has it (the interposer's, preloaded) with no cuBLASLt loaded and prints
+ *   early=<status>; then @module:PATH opens one. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -85,6 +90,7 @@ int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
     return st;
 }
 #else
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -187,6 +193,14 @@ static int life_step(const char *a) {
             snprintf(path, sizeof path, "%s/%s%s", dir, prefix, suffixes[k]);
             if (symlink(colon + 1, path) != 0) { perror("lt_host: symlink"); return -1; }
         }
+    } else if (!strncmp(a, "@link:", 6) || !strncmp(a, "@fifo:", 6)) {
+        char dir[512], prefix[320], path[1024];
+        const char *colon = strchr(a + 6, ':');
+        snprintf(dir, sizeof dir, "%.*s", colon ? (int)(colon - (a + 6)) : (int)strlen(a + 6), a + 6);
+        miss_prefix_tagged(prefix, sizeof prefix, "-cublaslt");
+        snprintf(path, sizeof path, "%s/%s.csv", dir, prefix);
+        int r = a[1] == 'l' ? (colon ? link(colon + 1, path) : -1) : mkfifo(path, 0600);
+        if (r != 0) { perror("lt_host: plant"); return -1; }
     } else if (!strcmp(a, "@pause")) {
         printf("paused\n");
         fflush(stdout);
@@ -232,15 +246,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: lt_host MODULE CALL...\n");
         return 2;
     }
-    void *mod = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    if (!mod) {
-        fprintf(stderr, "lt_host: %s\n", dlerror());
-        return 2;
+    if (!strcmp(argv[1], "-")) {
+        typedef int (*matmul_fn)(void *, void *, const void *, const void *, void *, const void *, void *,
+                                 const void *, const void *, void *, void *, void *, const void *, void *,
+                                 size_t, void *);
+        matmul_fn f = (matmul_fn)dlsym(RTLD_DEFAULT, "cublasLtMatmul");
+        if (f) printf("early=%d\n", f(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                         NULL, NULL, 0, NULL));
+        else printf("early=absent\n");
+        fflush(stdout);
+    } else {
+        void *mod = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+        if (!mod) {
+            fprintf(stderr, "lt_host: %s\n", dlerror());
+            return 2;
+        }
+        linear = (int (*)(long, long, long, size_t, int))dlsym(mod, "lt_linear");
+        modules[0] = mod;
+        linears[0] = linear;
+        n_modules = 1;
     }
-    linear = (int (*)(long, long, long, size_t, int))dlsym(mod, "lt_linear");
-    modules[0] = mod;
-    linears[0] = linear;
-    n_modules = 1;
     int (*serving)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "tunedblas_cublaslt_serving");
     int failed = 0;
     for (int i = 2; i < argc; i++) {
