@@ -1027,3 +1027,28 @@ fn cublaslt_four_processes_at_once_each_record_their_own_shapes() {
     }
     assert_eq!(logs, 4);
 }
+
+#[test]
+fn cublaslt_a_truncated_results_file_serves_its_whole_rows_only() {
+    // The last row cut inside its configuration (no time, no newline) could name another
+    // algorithm: it is never served; the whole row before it is.
+    let dir = scratch("lt-truncated");
+    profile(&dir, &[]);
+    let whole = row(&key(8, 8, 8), TUNED);
+    let cut = row(&key(16, 8, 8), TUNED);
+    let cut = &cut[..cut.rfind("_cluster").unwrap()];
+    std::fs::write(
+        dir.join("profiles/fake-lt/tunableop_results0.csv"),
+        format!("Validator,CUBLASLT_VERSION,130100\n{whole}\n{cut}"),
+    )
+    .unwrap();
+    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stats(&dir)["served"], 1, "{stderr}");
+    assert_eq!(
+        miss_lines(&dir).len(),
+        1,
+        "the cut row's shape is a miss: {stderr}"
+    );
+}
