@@ -280,7 +280,7 @@ impl Cuda {
 
     /// Captures what `enqueue` puts on `stream` (a non-default stream) into a graph of `ops`
     /// operations and instantiates it. On any failure the capture is ended, the runtime's
-    /// sticky-free error state cleared, and the error returned: the caller falls back.
+    /// last (non-sticky) error cleared, and the error returned: the caller falls back.
     pub fn capture(
         &self,
         stream: *mut c_void,
@@ -290,9 +290,12 @@ impl Cuda {
         let Some(g) = self.graphs else {
             return err("this CUDA runtime has no stream capture");
         };
-        self.check("cudaStreamBeginCapture", unsafe {
+        if let Err(e) = self.check("cudaStreamBeginCapture", unsafe {
             (g.begin)(stream, CAPTURE_THREAD_LOCAL)
-        })?;
+        }) {
+            unsafe { (self.last_error)() };
+            return Err(e);
+        }
         let queued = enqueue();
         let mut graph = std::ptr::null_mut();
         let ended = self.check("cudaStreamEndCapture", unsafe {
