@@ -78,9 +78,22 @@ type StreamSyncFn = unsafe extern "C" fn(*mut c_void) -> CudaErr;
 type GetErrorStringFn = unsafe extern "C" fn(CudaErr) -> *const c_char;
 type DeviceGetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CudaErr;
 type RuntimeVersionFn = unsafe extern "C" fn(*mut c_int) -> CudaErr;
+type MemcpyAsyncFn =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, *mut c_void) -> CudaErr;
+type MemsetAsyncFn = unsafe extern "C" fn(*mut c_void, c_int, usize, *mut c_void) -> CudaErr;
+type GetLastErrorFn = unsafe extern "C" fn() -> CudaErr;
+type BeginCaptureFn = unsafe extern "C" fn(*mut c_void, c_int) -> CudaErr;
+type EndCaptureFn = unsafe extern "C" fn(*mut c_void, *mut *mut c_void) -> CudaErr;
+type GraphInstantiateFn = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> CudaErr;
+type GraphLaunchFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> CudaErr;
+type GraphDestroyFn = unsafe extern "C" fn(*mut c_void) -> CudaErr;
+type GraphCreateFn = unsafe extern "C" fn(*mut *mut c_void, u32) -> CudaErr;
 
 const MEMCPY_H2D: c_int = 1;
 const MEMCPY_D2H: c_int = 2;
+const MEMCPY_D2D: c_int = 3;
+/// `cudaStreamCaptureModeThreadLocal`: other threads' CUDA calls do not break the capture.
+const CAPTURE_THREAD_LOCAL: c_int = 1;
 /// `cudaDevAttrL2CacheSize`, `cudaDevAttrComputeCapabilityMajor` / `Minor`.
 const ATTR_L2_BYTES: c_int = 38;
 const ATTR_CC_MAJOR: c_int = 75;
@@ -101,7 +114,51 @@ pub struct Cuda {
     error_string: GetErrorStringFn,
     device_attr: DeviceGetAttributeFn,
     runtime_version: RuntimeVersionFn,
+    memcpy_async: MemcpyAsyncFn,
+    memset_async: MemsetAsyncFn,
+    last_error: GetLastErrorFn,
+    /// Stream capture and graphs; `None` in a runtime without them (the events mode remains).
+    graphs: Option<GraphFns>,
     pub path: PathBuf,
+}
+
+/// The CUDA graph calls the graph-replay timing mode makes.
+#[derive(Clone, Copy)]
+struct GraphFns {
+    begin: BeginCaptureFn,
+    end: EndCaptureFn,
+    instantiate: GraphInstantiateFn,
+    launch: GraphLaunchFn,
+    exec_destroy: GraphDestroyFn,
+    destroy: GraphDestroyFn,
+    create: GraphCreateFn,
+}
+
+/// An instantiated CUDA graph, destroyed on drop.
+pub struct Graph<'a> {
+    cuda: &'a Cuda,
+    exec: *mut c_void,
+    /// Operations captured in it (what a replay's time is divided by).
+    pub ops: usize,
+}
+
+impl Graph<'_> {
+    pub fn launch(&self, stream: *mut c_void) -> Result<()> {
+        let g = self
+            .cuda
+            .graphs
+            .expect("a graph exists only where graphs do");
+        self.cuda
+            .check("cudaGraphLaunch", unsafe { (g.launch)(self.exec, stream) })
+    }
+}
+
+impl Drop for Graph<'_> {
+    fn drop(&mut self) {
+        if let Some(g) = self.cuda.graphs {
+            unsafe { (g.exec_destroy)(self.exec) };
+        }
+    }
 }
 
 /// Default names tried for each library, newest first.
@@ -147,6 +204,21 @@ impl Cuda {
                 error_string: sym(h, "cudaGetErrorString")?,
                 device_attr: sym(h, "cudaDeviceGetAttribute")?,
                 runtime_version: sym(h, "cudaRuntimeGetVersion")?,
+                memcpy_async: sym(h, "cudaMemcpyAsync")?,
+                memset_async: sym(h, "cudaMemsetAsync")?,
+                last_error: sym(h, "cudaGetLastError")?,
+                graphs: (|| {
+                    Ok::<_, Error>(GraphFns {
+                        begin: sym(h, "cudaStreamBeginCapture")?,
+                        end: sym(h, "cudaStreamEndCapture")?,
+                        instantiate: sym(h, "cudaGraphInstantiateWithFlags")?,
+                        launch: sym(h, "cudaGraphLaunch")?,
+                        exec_destroy: sym(h, "cudaGraphExecDestroy")?,
+                        destroy: sym(h, "cudaGraphDestroy")?,
+                        create: sym(h, "cudaGraphCreate")?,
+                    })
+                })()
+                .ok(),
                 path,
             })
         }
@@ -204,6 +276,89 @@ impl Cuda {
 
     pub fn sync_stream(&self, s: *mut c_void) -> Result<()> {
         self.check("cudaStreamSynchronize", unsafe { (self.stream_sync)(s) })
+    }
+
+    /// Captures what `enqueue` puts on `stream` (a non-default stream) into a graph of `ops`
+    /// operations and instantiates it. On any failure the capture is ended, the runtime's
+    /// last (non-sticky) error cleared, and the error returned: the caller falls back.
+    pub fn capture(
+        &self,
+        stream: *mut c_void,
+        ops: usize,
+        enqueue: impl FnOnce() -> Result<()>,
+    ) -> Result<Graph<'_>> {
+        let Some(g) = self.graphs else {
+            return err("this CUDA runtime has no stream capture");
+        };
+        if let Err(e) = self.check("cudaStreamBeginCapture", unsafe {
+            (g.begin)(stream, CAPTURE_THREAD_LOCAL)
+        }) {
+            unsafe { (self.last_error)() };
+            return Err(e);
+        }
+        let queued = enqueue();
+        let mut graph = std::ptr::null_mut();
+        let ended = self.check("cudaStreamEndCapture", unsafe {
+            (g.end)(stream, &mut graph)
+        });
+        let result = queued.and(ended).and_then(|()| {
+            let mut exec = std::ptr::null_mut();
+            self.check("cudaGraphInstantiateWithFlags", unsafe {
+                (g.instantiate)(&mut exec, graph, 0)
+            })?;
+            Ok(Graph {
+                cuda: self,
+                exec,
+                ops,
+            })
+        });
+        if !graph.is_null() {
+            unsafe { (g.destroy)(graph) };
+        }
+        if result.is_err() {
+            unsafe { (self.last_error)() };
+        }
+        result
+    }
+
+    /// An instantiated graph with no nodes (what one graph launch costs by itself).
+    pub fn empty_graph(&self) -> Result<Graph<'_>> {
+        let Some(g) = self.graphs else {
+            return err("this CUDA runtime has no graphs");
+        };
+        let mut graph = std::ptr::null_mut();
+        self.check("cudaGraphCreate", unsafe { (g.create)(&mut graph, 0) })?;
+        let mut exec = std::ptr::null_mut();
+        let r = self.check("cudaGraphInstantiateWithFlags", unsafe {
+            (g.instantiate)(&mut exec, graph, 0)
+        });
+        unsafe { (g.destroy)(graph) };
+        r.map(|()| Graph {
+            cuda: self,
+            exec,
+            ops: 1,
+        })
+    }
+
+    /// Enqueues a device-to-device copy of `bytes` on `stream`.
+    pub fn copy_async(
+        &self,
+        dst: &DevBuf<'_>,
+        src: &DevBuf<'_>,
+        bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        assert!(bytes <= dst.bytes && bytes <= src.bytes);
+        self.check("cudaMemcpyAsync", unsafe {
+            (self.memcpy_async)(dst.ptr, src.ptr, bytes, MEMCPY_D2D, stream)
+        })
+    }
+
+    /// Enqueues a memset of the first `bytes` of `buf` on `stream`.
+    pub fn memset_async(&self, buf: &DevBuf<'_>, bytes: usize, stream: *mut c_void) -> Result<()> {
+        self.check("cudaMemsetAsync", unsafe {
+            (self.memset_async)(buf.ptr, 0, bytes.min(buf.bytes), stream)
+        })
     }
 
     fn attr(&self, which: c_int) -> Option<i64> {
@@ -357,5 +512,79 @@ pub fn lt_check(what: &str, st: LtStatus) -> Result<()> {
         Ok(())
     } else {
         err(format!("{what} returned cuBLAS status {st}"))
+    }
+}
+
+type CuModuleLoadDataFn = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> c_int;
+type CuModuleGetFunctionFn =
+    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> c_int;
+type CuLaunchKernelFn = unsafe extern "C" fn(
+    *mut c_void,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+
+/// A kernel that does nothing, JIT-compiled from PTX by the driver (no compiler is linked):
+/// the floor of one launch in either timing mode.
+const EMPTY_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry tunedblas_empty()\n{\n\tret;\n}\n\0";
+
+/// The empty kernel, loaded through the driver API into the runtime's current context.
+pub struct EmptyKernel {
+    launch: CuLaunchKernelFn,
+    func: *mut c_void,
+}
+
+impl EmptyKernel {
+    /// Needs the runtime initialised on this thread first (any allocation does it).
+    pub fn load() -> Result<EmptyKernel> {
+        let (h, _) = open_first(&[PathBuf::from("libcuda.so.1")], libc::RTLD_NOW)
+            .map_err(|e| Error(format!("cannot load the CUDA driver ({})", e.0)))?;
+        unsafe {
+            let load: CuModuleLoadDataFn = sym(h, "cuModuleLoadData")?;
+            let get: CuModuleGetFunctionFn = sym(h, "cuModuleGetFunction")?;
+            let launch: CuLaunchKernelFn = sym(h, "cuLaunchKernel")?;
+            let mut module = std::ptr::null_mut();
+            let st = load(&mut module, EMPTY_PTX.as_ptr().cast());
+            if st != 0 {
+                return err(format!("cuModuleLoadData returned {st}"));
+            }
+            let mut func = std::ptr::null_mut();
+            let st = get(&mut func, module, c"tunedblas_empty".as_ptr());
+            if st != 0 {
+                return err(format!("cuModuleGetFunction returned {st}"));
+            }
+            Ok(EmptyKernel { launch, func })
+        }
+    }
+
+    /// Enqueues one launch (1 block of 1 thread) on `stream`.
+    pub fn enqueue(&self, stream: *mut c_void) -> Result<()> {
+        let st = unsafe {
+            (self.launch)(
+                self.func,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                stream,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if st != 0 {
+            return err(format!("cuLaunchKernel returned {st}"));
+        }
+        Ok(())
     }
 }

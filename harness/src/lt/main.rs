@@ -5,6 +5,7 @@
 mod cuda;
 mod numeric;
 mod problem;
+mod timing;
 mod tune;
 
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::registry::{self, Provenance, Registry};
 
-use cuda::{err, Cuda, Error, Lt, Result};
+use cuda::{err, lt_check, Cuda, Error, Lt, Result};
 use problem::{Delay, Problem};
 
 const HELP: &str = "\
@@ -48,6 +49,12 @@ COMMON OPTIONS:
     --workspace B     workspace bytes callers give cuBLASLt (1048576)
     --explore N       also try up to N configurations near the heuristic's answers (other
                       cluster shapes and custom options of their tiles; 0)
+    --timing MODE     graph (default): each sample is a CUDA graph of the calls, replayed
+                      between two events, inputs rotated beyond L2 inside it; events: the
+                      calls back to back between two events. Graph falls back to events,
+                      with one line, where capture does not work.
+    --shape N,M,K     (tune) also tune F.linear(out N, tokens M, in K) in bf16; repeatable
+    --copy-mib N      (tune) size of the copy that measures the bandwidth limit (1024)
     --log FILE        every measurement as JSON
 ";
 
@@ -106,6 +113,7 @@ fn options(a: &Args, cuda: &Cuda) -> Result<tune::Options> {
         sample_ms: a.num("--sample-ms", d.sample_ms)?,
         l2_bytes: cuda.l2_bytes(),
         explore: a.num("--explore", d.explore)?,
+        timing: timing::Timing::parse(a.value("--timing"))?,
     })
 }
 
@@ -184,6 +192,31 @@ fn delay<'a>(cuda: &'a Cuda, lt: &'a Lt) -> Result<Delay<'a>> {
     Ok(d)
 }
 
+/// Whether a graph of matmul calls can be captured and replayed here.
+fn probe_capture(cuda: &Cuda, lt: &Lt, d: &Delay) -> Result<()> {
+    let p = Problem::new(cuda, lt, LtKey::linear(R_16BF, 512, 1, 512), 1, 0)?;
+    let base = p.heuristic(1)?;
+    let algo = base
+        .first()
+        .map_or(std::ptr::null(), |r| &r.algo as *const MatmulAlgo);
+    lt_check("cublasLtMatmul", p.launch(algo, 0))?;
+    cuda.sync_stream(p.stream)?;
+    p.time_graph(algo, 4, d).map(|_| ())
+}
+
+/// The timing mode to use: the one asked for, events where graph capture fails.
+fn timing_mode(cuda: &Cuda, lt: &Lt, d: &Delay, asked: timing::Timing) -> timing::Timing {
+    let probe = match asked {
+        timing::Timing::Graph => probe_capture(cuda, lt, d),
+        timing::Timing::Events => Ok(()),
+    };
+    let (t, line) = timing::choose(asked, probe);
+    if let Some(l) = line {
+        eprintln!("{l}");
+    }
+    t
+}
+
 fn cmd_info(a: &Args) -> Result<()> {
     let (cuda, lt) = load(a)?;
     println!("cublaslt: {} (version {})", lt.path.display(), lt.version());
@@ -205,15 +238,55 @@ fn cmd_tune(a: &Args) -> Result<()> {
     registry::check_name(name).map_err(Error)?;
     let rank: usize = a.num("--rank", 0)?;
     let misses = a.values("--misses");
-    if misses.is_empty() {
-        return err("--misses needs at least one file or folder");
+    let shapes = a.values("--shape");
+    if misses.is_empty() && shapes.is_empty() {
+        return err("--misses needs at least one file or folder (or give --shape N,M,K)");
     }
-    let keys = read_misses(&misses)?;
+    let mut keys = if misses.is_empty() {
+        Vec::new()
+    } else {
+        read_misses(&misses)?
+    };
+    for s in shapes {
+        let (n, m, k) = parse_shape(s)?;
+        let key = LtKey::linear(R_16BF, n, m, k);
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
     if keys.is_empty() {
         return err("the miss files hold no cuBLASLt shapes");
     }
     let sha = sha_of(&lt)?;
     let d = delay(&cuda, &lt)?;
+    let mut opts = opts;
+    opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
+    let copy_mib: usize = a.num("--copy-mib", 1024)?;
+    let limits = match timing::measure(&cuda, opts.timing, copy_mib << 20, 15, &d) {
+        Ok(l) => {
+            eprintln!(
+                "tunedblas-lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
+                 {} {:.2} us per call (spread {:.1}%){}",
+                l.timing.name(),
+                l.copy_bytes_per_s / 1e9,
+                copy_mib,
+                l.copy_spread * 100.0,
+                l.copy_bytes_per_s_graph
+                    .map_or("-".into(), |g| format!("{:.0}", g / 1e9)),
+                l.copy_bytes_per_s_events / 1e9,
+                l.floor_op,
+                l.floor_ms * 1e3,
+                l.floor_spread * 100.0,
+                l.empty_graph_ms
+                    .map_or(String::new(), |g| format!(", empty graph {:.2} us per launch", g * 1e3))
+            );
+            Some(l)
+        }
+        Err(e) => {
+            eprintln!("tunedblas-lt: limits not measured: {e}");
+            None
+        }
+    };
     eprintln!(
         "tunedblas-lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call",
         keys.len(),
@@ -226,20 +299,41 @@ fn cmd_tune(a: &Args) -> Result<()> {
     );
     let mut outcomes = Vec::new();
     let mut rows = Vec::new();
+    println!("timing: {}", opts.timing.name());
     println!(
-        "{:<44} {:>6} {:>10} {:>7} {:>10} {:>7} {:>7}  decision",
-        "shape (op signature)", "cands", "heur ms", "spread", "best ms", "gain", "confirm"
+        "{:<44} {:>6} {:>10} {:>7} {:>10} {:>7} {:>7} {:>9} {:>6}  decision",
+        "shape (op signature)",
+        "cands",
+        "heur ms",
+        "spread",
+        "best ms",
+        "gain",
+        "confirm",
+        "limit ms",
+        "%lim"
     );
     for key in keys {
         let (op, sig) = op_and_signature(&key);
         let sets = Problem::sets_for(&key, opts.l2_bytes);
-        let outcome = Problem::new(&cuda, &lt, key, sets, opts.workspace)
-            .and_then(|p| tune::tune_shape(&p, &opts, &d));
+        let outcome = Problem::new(&cuda, &lt, key, sets, opts.workspace).and_then(|p| {
+            p.set_timing(opts.timing);
+            tune::tune_shape(&p, &opts, &d)
+        });
         match outcome {
-            Ok(o) => {
+            Ok(mut o) => {
                 let best = o.candidates.first().map_or(f64::NAN, |c| c.median_ms);
+                if let Some(l) = &limits {
+                    let lim = l.limit_ms(o.bytes_moved);
+                    o.limit_ms = Some(lim);
+                    o.heuristic_pct_of_limit =
+                        Some(timing::pct_of_limit(lim, o.heuristic.median_ms));
+                    o.best_pct_of_limit = o
+                        .candidates
+                        .first()
+                        .map(|c| timing::pct_of_limit(lim, c.median_ms.min(o.heuristic.median_ms)));
+                }
                 println!(
-                    "{:<44} {:>6} {:>10.5} {:>6.1}% {:>10.5} {:>+6.1}% {:>7}  {}",
+                    "{:<44} {:>6} {:>10.5} {:>6.1}% {:>10.5} {:>+6.1}% {:>7} {:>9} {:>6}  {}",
                     format!("{op} {sig}").chars().skip(14).collect::<String>(),
                     o.candidates.len(),
                     o.heuristic.median_ms,
@@ -248,6 +342,9 @@ fn cmd_tune(a: &Args) -> Result<()> {
                     o.gain * 100.0,
                     o.confirm_gain
                         .map_or("-".into(), |g| format!("{:+.1}%", g * 100.0)),
+                    o.limit_ms.map_or("-".into(), |l| format!("{l:.5}")),
+                    o.heuristic_pct_of_limit
+                        .map_or("-".into(), |p| format!("{p:.0}%")),
                     o.adopted
                         .as_deref()
                         .map_or(format!("Default: {}", o.reason), |s| format!("ADOPT {s}"))
@@ -285,8 +382,9 @@ fn cmd_tune(a: &Args) -> Result<()> {
         "options": {
             "trials": opts.trials, "candidates": opts.candidates, "margin": opts.margin,
             "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
-            "explore": opts.explore,
+            "explore": opts.explore, "timing": opts.timing,
         },
+        "limits": limits,
         "shapes": outcomes.len(),
         "adopted": adopted,
     });
@@ -359,6 +457,8 @@ fn cmd_recheck(a: &Args) -> Result<()> {
     let opts = options(a, &cuda)?;
     let rows = profile_rows(a)?;
     let d = delay(&cuda, &lt)?;
+    let mut opts = opts;
+    opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
     let mut out = Vec::new();
     for r in &rows {
         let LtAction::Config(cfg) = r.action else {
@@ -366,6 +466,7 @@ fn cmd_recheck(a: &Args) -> Result<()> {
         };
         let sets = Problem::sets_for(&r.key, opts.l2_bytes);
         let p = Problem::new(&cuda, &lt, r.key, sets, opts.workspace)?;
+        p.set_timing(opts.timing);
         let c = tune::recheck(&p, &cfg, &opts, &d)?;
         println!(
             "{} {}: heuristic {:.5} ms ({:.1}%), tuned {:.5} ms ({:.1}%), gain {:+.1}% {}",

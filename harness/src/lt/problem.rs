@@ -1,13 +1,15 @@
 //! One cuBLASLt problem on the device: descriptors made the way PyTorch makes them, rotating
 //! sets of input buffers, a workspace, a stream and a pair of events.
 
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::time::Instant;
 
 use tunedblas_core::cublaslt::*;
 
-use super::cuda::{err, lt_check, Cuda, DevBuf, Lt, Result};
+use super::cuda::{err, lt_check, Cuda, DevBuf, Graph, Lt, Result};
 use super::numeric;
+use super::timing::Timing;
 
 /// Keys the harness can run: real f16/bf16/f32 with f32 scale, no epilogue but a bias,
 /// host scalars. (Everything PyTorch's `F.linear` and `matmul` put on cuBLASLt.)
@@ -25,6 +27,19 @@ pub fn supported(key: &LtKey) -> std::result::Result<(), String> {
         return Err(format!("epilogue {} is not tuned yet", key.epilogue));
     }
     key.check()
+}
+
+/// Bytes one call must move at least: A and B read, D written (beta = 0: C is not read), the
+/// bias read.
+pub fn bytes_moved(key: &LtKey) -> usize {
+    let ext = extents(key);
+    let b = key.elem_bytes();
+    let bias = if epilogue_has_bias(key.epilogue) {
+        key.m as usize * type_bytes(key.bias_type)
+    } else {
+        0
+    };
+    ext[0] * b[0] + ext[1] * b[1] + ext[3] * b[3] + bias
 }
 
 /// Elements each matrix spans, batch included.
@@ -57,6 +72,11 @@ pub struct Problem<'a> {
     ev: [*mut c_void; 2],
     alpha: f32,
     beta: f32,
+    timing: Cell<Timing>,
+    /// Set when graph capture failed for this problem and it fell back to events.
+    pub graph_failure: RefCell<Option<String>>,
+    /// Instantiated graphs by (algorithm, operations captured).
+    graphs: RefCell<Vec<(Option<[u64; 8]>, usize, Graph<'a>)>>,
 }
 
 impl Drop for Problem<'_> {
@@ -113,6 +133,9 @@ impl<'a> Problem<'a> {
             ev: [cuda.event()?, cuda.event()?],
             alpha: 1.0,
             beta: 0.0,
+            timing: Cell::new(Timing::Events),
+            graph_failure: RefCell::new(None),
+            graphs: RefCell::new(Vec::new()),
         };
         set_attr(lt.desc_set, desc, DESC_TRANSA, &op_of(key.trans_a))?;
         set_attr(lt.desc_set, desc, DESC_TRANSB, &op_of(key.trans_b))?;
@@ -321,10 +344,69 @@ impl<'a> Problem<'a> {
         self.launch_with(self.lt.matmul, algo, set)
     }
 
+    /// The timing mode [`Problem::time`] uses (events until set).
+    pub fn set_timing(&self, t: Timing) {
+        self.timing.set(t);
+    }
+
+    pub fn timing(&self) -> Timing {
+        self.timing.get()
+    }
+
+    /// Milliseconds per call of `algo`, in this problem's timing mode. A graph capture that
+    /// fails switches the problem to events, says so once, and times with events.
+    pub fn time(&self, algo: *const MatmulAlgo, calls: usize, delay: &Delay) -> Result<f64> {
+        if self.timing.get() == Timing::Graph {
+            match self.time_graph(algo, calls, delay) {
+                Ok(t) => return Ok(t),
+                Err(e) => {
+                    let (op, sig) = op_and_signature(&self.key);
+                    eprintln!(
+                        "tunedblas-lt: {op} {sig}: graph timing failed ({e}); timing it with events"
+                    );
+                    *self.graph_failure.borrow_mut() = Some(e.0);
+                    self.timing.set(Timing::Events);
+                }
+            }
+        }
+        self.time_events(algo, calls, delay)
+    }
+
+    /// Graph replay: `calls` calls (at least one per input set, so the graph's inputs cover
+    /// three times L2) captured once into a CUDA graph, replayed between two events.
+    pub fn time_graph(&self, algo: *const MatmulAlgo, calls: usize, delay: &Delay) -> Result<f64> {
+        let ops = calls.max(self.sets.len()).max(1);
+        // SAFETY: a non-null algo points at a live MatmulAlgo.
+        let id = (!algo.is_null()).then(|| unsafe { (*algo).data });
+        let mut graphs = self.graphs.borrow_mut();
+        let at = match graphs.iter().position(|g| g.0 == id && g.1 == ops) {
+            Some(i) => i,
+            None => {
+                let g = self.cuda.capture(self.stream, ops, || {
+                    for i in 0..ops {
+                        lt_check("cublasLtMatmul (captured)", self.launch(algo, i))?;
+                    }
+                    Ok(())
+                })?;
+                // The first launch uploads the graph: not timed.
+                g.launch(self.stream)?;
+                self.cuda.sync_stream(self.stream)?;
+                graphs.push((id, ops, g));
+                graphs.len() - 1
+            }
+        };
+        let g = &graphs[at].2;
+        delay.enqueue(self.stream, 4)?;
+        self.cuda.record(self.ev[0], self.stream)?;
+        g.launch(self.stream)?;
+        self.cuda.record(self.ev[1], self.stream)?;
+        Ok(self.cuda.elapsed(self.ev[0], self.ev[1])? / g.ops as f64)
+    }
+
     /// Milliseconds per call of `calls` back-to-back calls between two events, rotating the
     /// input sets. `delay` is enqueued first so the host has queued every call before the
     /// device reaches the first event: the span is device time, not launch rate.
-    pub fn time(&self, algo: *const MatmulAlgo, calls: usize, delay: &Delay) -> Result<f64> {
+    pub fn time_events(&self, algo: *const MatmulAlgo, calls: usize, delay: &Delay) -> Result<f64> {
         delay.enqueue(self.stream, calls)?;
         self.cuda.record(self.ev[0], self.stream)?;
         for i in 0..calls {
@@ -529,5 +611,20 @@ impl<'a> Delay<'a> {
             lt_check("delay matmul", st)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_moved_counts_a_b_and_d() {
+        // F.linear(out 10240, tokens 16, in 2560) in bf16: W 10240x2560, x 16x2560, y 16x10240.
+        let k = LtKey::linear(R_16BF, 10240, 16, 2560);
+        assert_eq!(bytes_moved(&k), 2 * (10240 * 2560 + 16 * 2560 + 16 * 10240));
+        // At M = 1 the weights are nearly all of it.
+        let k = LtKey::linear(R_16BF, 336, 1, 10240);
+        assert_eq!(bytes_moved(&k), 2 * (336 * 10240 + 10240 + 336));
     }
 }

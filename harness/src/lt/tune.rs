@@ -30,6 +30,8 @@ pub struct Options {
     /// Further configurations to try beyond the heuristic's answers (0: none): each answer's
     /// tile with other cluster shapes and custom options, best answers first.
     pub explore: usize,
+    /// How samples are timed (graph replay where capture works).
+    pub timing: super::timing::Timing,
 }
 
 impl Default for Options {
@@ -43,6 +45,7 @@ impl Default for Options {
             sample_ms: 1.0,
             l2_bytes: 64 << 20,
             explore: 0,
+            timing: super::timing::Timing::Graph,
         }
     }
 }
@@ -77,6 +80,14 @@ pub struct Outcome {
     /// Share of paired selection trials the best candidate won.
     pub win_share: f64,
     pub reason: String,
+    /// The timing mode the shape was measured in (events where its graph capture failed).
+    pub timing: String,
+    /// Bytes one call moves at least, the limit they give (max(bytes / copy bandwidth,
+    /// floor)) and the heuristic's and the best candidate's time as a share of it.
+    pub bytes_moved: usize,
+    pub limit_ms: Option<f64>,
+    pub heuristic_pct_of_limit: Option<f64>,
+    pub best_pct_of_limit: Option<f64>,
     #[serde(skip)]
     pub action: Option<LtAction>,
     #[serde(skip)]
@@ -294,6 +305,11 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
         confirm_gain: None,
         win_share: wins,
         reason: String::new(),
+        timing: String::new(),
+        bytes_moved: super::problem::bytes_moved(&key),
+        limit_ms: None,
+        heuristic_pct_of_limit: None,
+        best_pct_of_limit: None,
         action: Some(LtAction::Default),
         key: Some(key),
     };
@@ -328,6 +344,12 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
     }
     candidates.sort_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
     out.candidates = candidates;
+    out.timing = match &*p.graph_failure.borrow() {
+        Some(e) if opts.timing == super::timing::Timing::Graph => {
+            format!("events (graph capture failed: {e})")
+        }
+        _ => p.timing().name().into(),
+    };
     Ok(out)
 }
 
