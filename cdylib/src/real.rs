@@ -51,7 +51,8 @@ impl Hook {
     /// The real function's address, resolving it on first use in the usual order.
     #[inline]
     pub fn get(&self) -> Option<*mut c_void> {
-        self.get_in(&Scope::GLOBAL)
+        static GLOBAL: Scope = Scope::global();
+        self.get_in(&GLOBAL)
     }
 
     /// The real function's address in `scope`, resolving it on first use.
@@ -99,7 +100,10 @@ impl Hook {
 pub struct Scope(AtomicPtr<CString>);
 
 impl Scope {
-    pub const GLOBAL: Scope = Scope(AtomicPtr::new(std::ptr::null_mut()));
+    /// The usual order (no library pinned).
+    pub const fn global() -> Scope {
+        Scope(AtomicPtr::new(std::ptr::null_mut()))
+    }
 
     pub fn set(&self, lib: Option<CString>) {
         let p = lib.map_or(std::ptr::null_mut(), |l| Box::into_raw(Box::new(l)));
@@ -162,7 +166,7 @@ macro_rules! hook_table {
         impl $Name {
             const fn new() -> $Name {
                 $Name {
-                    scope: $crate::real::Scope::GLOBAL,
+                    scope: $crate::real::Scope::global(),
                     $($field: $crate::real::Hook::in_libs($sym, $crate::real::libs_or!($default; $($libs)?)),)*
                 }
             }
