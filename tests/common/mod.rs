@@ -240,7 +240,11 @@ pub fn solutions(host: &Path, spec: &str) -> Vec<i32> {
 
 /// The solution refblas's heuristic runs for a spec (read from its trace), no preload.
 pub fn heuristic_solution(host: &Path, spec: &str) -> i32 {
-    let dir = scratch(&format!("heuristic-{}", spec.replace(':', "_")));
+    // A folder of its own per call: two tests asking about one spec at once would otherwise
+    // share it, and `scratch` empties it under the other's run.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch(&format!("heuristic-{}-{n}", spec.replace(':', "_")));
     let mut cmd = Command::new(host);
     cmd.arg(spec);
     host_env(&mut cmd, &dir, false);
