@@ -1,8 +1,8 @@
 //! Reading the miss logs back: every process's and rank's missed shapes added up, grouped
 //! into families a tuning run should take together, ranked by calls x FLOPs.
 //!
-//! The interposer writes, per process and device, `<host>-<pid>-rank<d>.csv` (one
-//! `op_name,param_signature` line per first sight) and `<host>-<pid>-rank<d>.counts.csv`
+//! The interposer writes, per process and device, `<host>-<pid>-<start>-rank<d>.csv` (one
+//! `op_name,param_signature` line per first sight) and `<host>-<pid>-<start>-rank<d>.counts.csv`
 //! (`op_name,param_signature,calls`, rewritten whole at flushes and at exit); see
 //! [`crate::misslog`]. A process killed before its first flush leaves only the first file:
 //! its shapes count as one call each and are marked as lower bounds. Each file is read with
@@ -22,7 +22,7 @@ use crate::untuned;
 /// The files of one process and rank, as text.
 #[derive(Clone, Debug, Default)]
 pub struct Source {
-    /// `<host>-<pid>` (or the file's stem for files not named by the interposer).
+    /// `<host>-<pid>-<start>` (or the file's stem for files not named by the interposer).
     pub process: String,
     pub rank: Option<i32>,
     /// The first-sight file (`op,sig` lines; PyTorch's untuned files read the same).

@@ -1,4 +1,4 @@
-//! Reading miss logs back: the interposer's `<host>-<pid>-rank<d>.csv` files, their
+//! Reading miss logs back: the interposer's `<host>-<pid>-<start>-rank<d>.csv` files, their
 //! `.counts.csv` sidecars, and PyTorch's own `tunableop_untuned<ordinal>.csv` files.
 //!
 //! All three are PyTorch untuned-file lines, `op_name,param_signature`, optionally followed

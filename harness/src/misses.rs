@@ -14,7 +14,7 @@ use tunedblas_core::tunableop;
 pub const HELP: &str = "\
 tunedblas misses [DIR|FILE ...] [--align N] [--window N] [--top N] [--json] [--out FILE]
 
-Adds up the miss logs of every process and rank (<host>-<pid>-rank<d>.csv and .counts.csv;
+Adds up the miss logs of every process and rank (<host>-<pid>-<start>-rank<d>.csv and .counts.csv;
 default folder: $TUNEDBLAS_MISS_DIR, else the user cache's misses/), groups the shapes of
 one layer into chunk + decode families (token counts up to --window (32) above a multiple
 of --align (256)) and decode batches, and ranks the groups by calls x FLOPs: the gaps
