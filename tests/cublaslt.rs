@@ -850,28 +850,39 @@ fn cublaslt_thirty_two_threads_give_exact_counts() {
     assert_eq!(lt_counted_calls(&dir), 3201, "exact counts on disk");
 }
 
-#[test]
-fn cublaslt_planted_symlinks_under_its_miss_file_names_are_not_followed() {
+/// Plants what `@VERB:DIR:VICTIM` plants under this process's cuBLASLt miss-file names in a
+/// sticky shared folder (like /tmp), runs a call, and checks: the host ends well, one
+/// warning, the victim untouched.
+fn planted_case(verb: &str) {
     use std::os::unix::fs::PermissionsExt;
-    let dir = scratch("lt-planted");
+    let dir = scratch(&format!("lt-plant-{verb}"));
     profile(&dir, &[]);
     let shared = dir.join("shared");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
-    let plant = format!("@plant:{}:{}", shared.display(), victim.display());
-    let mut cmd = host_cmd(&dir, true, &[&plant, "8,8,8", "16,8,8"]);
+    let step = format!("@{verb}:{}:{}", shared.display(), victim.display());
+    let mut cmd = host_cmd(&dir, true, &[&step, "8,8,8", "16,8,8"]);
     cmd.env("TUNEDBLAS_MISS_DIR", &shared);
     let out = faults::run_guarded(cmd);
     let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    assert!(out.status.success(), "{verb}: {stderr}");
     assert_eq!(
         stderr.matches("cannot write the miss log").count(),
         1,
-        "{stderr}"
+        "{verb}: {stderr}"
     );
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "{verb}"
+    );
+}
+
+#[test]
+fn cublaslt_planted_symlinks_under_its_miss_file_names_are_not_followed() {
+    planted_case("plant");
 }
 
 #[test]
@@ -926,34 +937,8 @@ fn cublaslt_a_file_size_limit_leaves_only_whole_lines_and_serving_goes_on() {
 
 #[test]
 fn cublaslt_a_planted_hard_link_or_fifo_under_its_log_name_is_refused() {
-    for what in ["link", "fifo"] {
-        let dir = scratch(&format!("lt-plant-{what}"));
-        profile(&dir, &[]);
-        let shared = dir.join("shared");
-        std::fs::create_dir_all(&shared).unwrap();
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        }
-        let victim = dir.join("victim");
-        std::fs::write(&victim, "precious\n").unwrap();
-        let step = format!("@{what}:{}:{}", shared.display(), victim.display());
-        let mut cmd = host_cmd(&dir, true, &[&step, "8,8,8"]);
-        cmd.env("TUNEDBLAS_MISS_DIR", &shared);
-        let out = faults::run_guarded(cmd);
-        let stderr = text(&out.stderr);
-        assert!(out.status.success(), "{what}: {stderr}");
-        assert_eq!(
-            stderr.matches("cannot write the miss log").count(),
-            1,
-            "{what}: {stderr}"
-        );
-        assert_eq!(
-            std::fs::read_to_string(&victim).unwrap(),
-            "precious\n",
-            "{what}"
-        );
-    }
+    planted_case("link");
+    planted_case("fifo");
 }
 
 #[test]

@@ -152,20 +152,9 @@ fn get() -> Option<&'static LtRuntime> {
 /// `cublasLtCreate` from a caller at return address `ret`: in the build it links
 /// (`libs.rs`).
 pub fn create_handle(out: *mut LtHandle, ret: *const c_void) -> LtStatus {
-    let ours = LT.create.get();
-    let made = crate::libs::CUBLASLT.create(ret, ours, |f| {
-        // SAFETY: the symbol has this signature (cublasLt.h); the caller's out-pointer.
-        let create = unsafe { std::mem::transmute::<*mut c_void, LtCreateFn>(f) };
-        let status = unsafe { create(out) };
-        // SAFETY: the real function wrote the handle when it succeeded.
-        let h = if status == STATUS_SUCCESS && !out.is_null() {
-            unsafe { *out }
-        } else {
-            std::ptr::null_mut()
-        };
-        (status, h)
-    });
-    made.unwrap_or(STATUS_NOT_INITIALIZED)
+    crate::libs::CUBLASLT
+        .create(out, ret, LT.create.get())
+        .unwrap_or(STATUS_NOT_INITIALIZED)
 }
 
 /// `cublasLtDestroy`: in the build the handle came from.

@@ -202,15 +202,17 @@ impl<H: Scoped> Registry<H> {
         (meta != 0 && device != 0).then(|| device.wrapping_sub(1) as i32)
     }
 
-    /// A handle made by a caller whose return address is `ret`: `make` is given the
-    /// create function to call (the caller's own build's, or the served table's `ours`)
-    /// and returns (status, handle made). Returns the status.
+    /// Makes a handle into `out` for a caller whose return address is `ret`, with the
+    /// create function of the build the caller links, else `ours` (the served table's).
+    /// Both backends' create functions have one C shape, `int create(void **out)`, with
+    /// 0 for success. `None` when there is no create function at all.
     pub fn create(
         &self,
+        out: *mut *mut c_void,
         ret: *const c_void,
         ours: Option<*mut c_void>,
-        make: impl FnOnce(*mut c_void) -> (i32, *mut c_void),
     ) -> Option<i32> {
+        type CreateFn = unsafe extern "C" fn(*mut *mut c_void) -> i32;
         let caller = build_of_caller(ret, self.backend.create);
         let index = match &caller {
             Some((build, _)) => self.note_build(build),
@@ -220,9 +222,15 @@ impl<H: Scoped> Registry<H> {
             (Some((_, f)), i) if i >= 2 => *f,
             _ => ours?,
         };
-        let (status, h) = make(f);
-        if status == 0 && !h.is_null() {
-            self.remember(h as usize, index, (self.backend.device)());
+        // SAFETY: both create functions have this C signature (rocblas.h, cublasLt.h);
+        // `out` is the caller's own out-pointer.
+        let status = unsafe { std::mem::transmute::<*mut c_void, CreateFn>(f)(out) };
+        if status == 0 && !out.is_null() {
+            // SAFETY: the real function wrote the handle when it succeeded.
+            let h = unsafe { *out };
+            if !h.is_null() {
+                self.remember(h as usize, index, (self.backend.device)());
+            }
         }
         Some(status)
     }
@@ -368,20 +376,9 @@ pub fn device_of(h: Handle) -> Option<i32> {
 
 /// `rocblas_create_handle` from a caller whose return address is `ret` (exports.rs).
 pub fn create_handle(out: *mut Handle, ret: *const c_void) -> Status {
-    let ours = HOOKS.create_handle.get();
-    let made = ROCBLAS.create(ret, ours, |f| {
-        // SAFETY: the symbol has this signature (src/abi.rs); the caller's out-pointer.
-        let create = unsafe { std::mem::transmute::<*mut c_void, CreateHandleFn>(f) };
-        let status = unsafe { create(out) };
-        // SAFETY: the real function wrote the handle when it succeeded.
-        let h = if status == STATUS_SUCCESS && !out.is_null() {
-            unsafe { *out }
-        } else {
-            std::ptr::null_mut()
-        };
-        (status, h)
-    });
-    made.unwrap_or(STATUS_NOT_IMPLEMENTED)
+    ROCBLAS
+        .create(out, ret, HOOKS.create_handle.get())
+        .unwrap_or(STATUS_NOT_IMPLEMENTED)
 }
 
 /// `rocblas_destroy_handle`: in the build the handle came from.
