@@ -70,6 +70,13 @@ fn hipblaslt_7_1_rocblas_6_4() {
 #[test]
 fn hipblas_host_rocblas_6_4() {
     if let Some(s) = suite::suite("rocblas-6.4") {
-        hosts::hipblas(s);
+        hosts::hipblas(s, false);
+    }
+}
+
+#[test]
+fn hipblas_host_bound_at_load_rocblas_6_4() {
+    if let Some(s) = suite::suite("rocblas-6.4") {
+        hosts::hipblas(s, true);
     }
 }
