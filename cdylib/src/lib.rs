@@ -15,6 +15,7 @@
 //! - [`stats`]: per-thread counters; [`log`]: rate-limited stderr lines.
 
 mod cublaslt;
+mod dynsym;
 mod exports;
 mod libs;
 mod lifecycle;

@@ -69,6 +69,8 @@ pub struct Backend<H: 'static> {
     several: fn(),
     /// The device a handle made now belongs to.
     device: fn() -> i32,
+    /// A handle is made by the served build: `create` is the function that makes it.
+    serving: fn(*mut c_void),
 }
 
 /// The builds and handles of one backend.
@@ -93,6 +95,7 @@ pub static ROCBLAS: Registry<Hooks> = Registry::new(Backend {
     changed: crate::runtime::library_changed,
     several: crate::serve::close_pass_gate,
     device: crate::runtime::current_device,
+    serving: crate::dynsym::follow,
 });
 
 /// cuBLASLt's builds and handles.
@@ -103,6 +106,7 @@ pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
     changed: crate::cublaslt::library_changed,
     several: || {},
     device: crate::cublaslt::current_device,
+    serving: |_| {},
 });
 
 fn home(h: usize) -> usize {
@@ -220,7 +224,11 @@ impl<H: Scoped> Registry<H> {
         };
         let f = match (&caller, index) {
             (Some((_, f)), i) if i >= 2 => *f,
-            _ => ours?,
+            _ => {
+                let f = ours?;
+                (self.backend.serving)(f);
+                f
+            }
         };
         // SAFETY: both create functions have this C signature (rocblas.h, cublasLt.h);
         // `out` is the caller's own out-pointer.

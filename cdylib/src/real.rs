@@ -116,6 +116,11 @@ impl Scope {
     }
 }
 
+/// Whether the loaded library file `lib` (or what it links) defines `name`, not counting us.
+pub fn defined_in(name: &CStr, lib: &CStr) -> bool {
+    resolve_in(name, lib).is_some()
+}
+
 /// `name` in the loaded library file `lib` (and what it links), never our own.
 fn resolve_in(name: &CStr, lib: &CStr) -> Option<*mut c_void> {
     // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded.

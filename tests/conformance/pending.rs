@@ -1,5 +1,4 @@
-//! What the real libraries showed the interposer getting wrong, as tests: all fixed and run
-//! but the last, which stays ignored (`cargo test --test conformance -- --ignored` runs it).
+//! What the real libraries showed the interposer getting wrong, as tests: all fixed and run.
 //!
 //! - A tuned call that fails for the caller's reason (invalid handle: status 1; rocBLAS's
 //!   device-memory size query: 9 / 10) quarantines the row "(re-tune this build)".
@@ -190,15 +189,10 @@ fn calls_rocblas_rejects_are_not_misses_rocblas_6_4() {
     }
 }
 
-/// Tried and measured (issue 14): making the `_64` exports IFUNCs whose resolver answers NULL
-/// where the loaded rocBLAS has no such function passes this check, and a resolver that runs
-/// before the preload is relocated can be made safe, but glibc then prints "Relink `<lib>'
-/// with `libtunedblas.so' for IFUNC symbol" for every library linked with BIND_NOW that
-/// refers to them, Debian's hipBLAS 6.4 among them (`hipblas_host_bound_at_load_rocblas_6_4`
-/// and `run_both`'s stderr check catch it): a change to every such host's output, worse than
-/// the probe this would fix.
+/// The `_64` exports are hidden from the loader once a handle shows the served build lacks
+/// them (`cdylib/src/dynsym.rs`; IFUNCs were tried first and made glibc warn in every
+/// BIND_NOW host, see there).
 #[test]
-#[ignore = "open: the _64 exports exist whatever the loaded rocBLAS offers; IFUNCs would hide them but make glibc warn in every BIND_NOW host (see the comment above)"]
 fn no_64_api_where_the_library_has_none_rocblas_5_5() {
     if let Some(s) = crate::suite::suite("rocblas-5.5") {
         no_64_api_where_the_library_has_none(s);
