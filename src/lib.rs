@@ -31,6 +31,7 @@ pub mod near;
 pub mod profile;
 pub mod registry;
 pub mod rocblas;
+pub mod settings;
 pub mod table;
 pub mod tunableop;
 pub mod untuned;

@@ -33,8 +33,9 @@ use std::time::Duration;
 
 use tunedblas_core::identity;
 use tunedblas_core::profile;
+use tunedblas_core::settings;
 
-use crate::log::{debug, info};
+use crate::log::info;
 
 // ---------------------------------------------------------------------------------------
 // Settings.
@@ -61,10 +62,6 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn truthy(name: &str) -> bool {
-    env(name).is_some_and(|v| !matches!(v.as_str(), "0" | "false" | "no" | "off"))
-}
-
 /// `path` made absolute against the current folder now, so that the host changing its
 /// folder later does not send our files somewhere else.
 fn absolute(path: PathBuf) -> PathBuf {
@@ -75,49 +72,83 @@ fn absolute(path: PathBuf) -> PathBuf {
 }
 
 impl Config {
-    pub fn from_env() -> Config {
-        Config {
-            disabled: truthy("TUNEDBLAS_DISABLE"),
+    /// The settings, and one sentence for each value or `TUNEDBLAS_*` name that is not
+    /// what it was meant to be (read through `tunedblas_core::settings`, as `tunedblas env`).
+    pub fn from_env() -> (Config, Vec<String>) {
+        let mut said = Vec::new();
+        fn take<T>(said: &mut Vec<String>, (value, problem): settings::Parsed<T>) -> T {
+            said.extend(problem);
+            value
+        }
+        let disabled = take(
+            &mut said,
+            settings::switch("TUNEDBLAS_DISABLE", env("TUNEDBLAS_DISABLE").as_deref()),
+        );
+        let allow_mismatch = take(
+            &mut said,
+            settings::switch(
+                "TUNEDBLAS_ALLOW_MISMATCH",
+                env("TUNEDBLAS_ALLOW_MISMATCH").as_deref(),
+            ),
+        );
+        let log_level = take(
+            &mut said,
+            settings::log_level(env("TUNEDBLAS_LOG").as_deref()),
+        );
+        let near_window = take(
+            &mut said,
+            settings::near_window(
+                env("TUNEDBLAS_NEAR").as_deref(),
+                tunedblas_core::near::DEFAULT_WINDOW,
+            ),
+        );
+        let names: Vec<String> = std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .collect();
+        said.extend(settings::unknown_names(names.iter().map(String::as_str)));
+        let cfg = Config {
+            disabled,
             profile_dir: absolute(
                 env("TUNEDBLAS_PROFILE_DIR")
                     .map(PathBuf::from)
                     .unwrap_or_else(default_profile_dir),
             ),
             explicit: env("TUNEDBLAS_PROFILE"),
-            allow_mismatch: truthy("TUNEDBLAS_ALLOW_MISMATCH"),
+            allow_mismatch,
             miss_dir: absolute(
                 env("TUNEDBLAS_MISS_DIR")
                     .map(PathBuf::from)
                     .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
             ),
-            log_level: match env("TUNEDBLAS_LOG").as_deref() {
-                Some("0" | "quiet" | "off") => crate::log::QUIET,
-                Some("2" | "debug") => crate::log::DEBUG,
-                _ => crate::log::INFO,
-            },
+            log_level,
             stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from).map(absolute),
-            near_window: match env("TUNEDBLAS_NEAR").as_deref() {
-                None => tunedblas_core::near::DEFAULT_WINDOW,
-                Some("off" | "no" | "false") => 0,
-                Some(v) => v
-                    .parse::<i64>()
-                    .map_or(tunedblas_core::near::DEFAULT_WINDOW, |w| w.max(0)),
-            },
-        }
+            near_window,
+        };
+        (cfg, said)
     }
 
     /// Reads the settings for a backend that is starting; `None` when the preload must stay
     /// out of the way (`TUNEDBLAS_DISABLE`, or a set-uid/set-gid process, whose environment
-    /// an untrusted user controls).
+    /// an untrusted user controls). What is wrong in the settings, and that the preload is
+    /// disabled, is said once per process, however many backends start.
     pub fn for_start() -> Option<Config> {
-        let cfg = Config::from_env();
-        crate::log::set_level(cfg.log_level);
-        if cfg.disabled {
-            debug!("disabled by TUNEDBLAS_DISABLE");
-            return None;
-        }
+        static SAID: AtomicBool = AtomicBool::new(false);
         // SAFETY: getauxval has no preconditions.
         if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+            return None;
+        }
+        let (cfg, problems) = Config::from_env();
+        crate::log::set_level(cfg.log_level);
+        let first = !SAID.swap(true, Ordering::AcqRel);
+        if first {
+            for p in &problems {
+                info!("{p}");
+            }
+        }
+        if cfg.disabled {
+            if first {
+                info!("disabled by TUNEDBLAS_DISABLE: every call passes through untouched, nothing is recorded");
+            }
             return None;
         }
         Some(cfg)

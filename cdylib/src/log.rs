@@ -6,9 +6,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-pub const QUIET: u8 = 0;
-pub const INFO: u8 = 1;
-pub const DEBUG: u8 = 2;
+pub use tunedblas_core::settings::{LOG_DEBUG as DEBUG, LOG_INFO as INFO, LOG_QUIET as QUIET};
 
 static LEVEL: AtomicU8 = AtomicU8::new(INFO);
 static WRITTEN: AtomicU32 = AtomicU32::new(0);

@@ -1,0 +1,203 @@
+//! The `TUNEDBLAS_*` environment variables: what each one accepts, and what is said when a
+//! value (or a name) is not one of ours.
+//!
+//! The interposer reads its settings once, when a backend starts, and must never refuse to
+//! start over a bad value; but a setting it silently reads as something else (`LOG=verbose`
+//! taken as `info`, `NEAR=abc` as the default window, `TUNEDBLAS_PROFILES_DIR` ignored) leaves
+//! an operator believing what is not so. Each parser here returns the value used *and* the
+//! sentence saying why it is not what was written; the interposer prints those once, and
+//! `tunedblas env` can show the same ones, since both read through these functions.
+
+/// Log levels, as the interposer numbers them.
+pub const LOG_QUIET: u8 = 0;
+pub const LOG_INFO: u8 = 1;
+pub const LOG_DEBUG: u8 = 2;
+
+/// Every variable the interposer reads.
+pub const INTERPOSER: &[&str] = &[
+    "TUNEDBLAS_PROFILE_DIR",
+    "TUNEDBLAS_PROFILE",
+    "TUNEDBLAS_ALLOW_MISMATCH",
+    "TUNEDBLAS_MISS_DIR",
+    "TUNEDBLAS_CACHE_DIR",
+    "TUNEDBLAS_DISABLE",
+    "TUNEDBLAS_LOG",
+    "TUNEDBLAS_STATS",
+    "TUNEDBLAS_NEAR",
+];
+
+/// Variables the tools read (the cuBLASLt harness, the tests, the benchmarks). Not the
+/// interposer's, but not typos either: they may be exported for a whole session.
+pub const TOOLS: &[&str] = &[
+    "TUNEDBLAS_CUBLASLT",
+    "TUNEDBLAS_CUDART",
+    "TUNEDBLAS_BACKEND",
+    "TUNEDBLAS_LT_BIN",
+    "TUNEDBLAS_BENCH_PRELOAD",
+    "TUNEDBLAS_CONFORMANCE",
+    "TUNEDBLAS_CONFORMANCE_MIRROR",
+    "TUNEDBLAS_TEST_REGISTRY_WORKER",
+];
+
+/// A value read, and the sentence to say when it is not what was written (`None`: it is).
+pub type Parsed<T> = (T, Option<String>);
+
+/// `TUNEDBLAS_LOG`: `quiet` (`0`, `off`), `info` (`1`, the default) or `debug` (`2`).
+pub fn log_level(value: Option<&str>) -> Parsed<u8> {
+    match value {
+        None | Some("1" | "info") => (LOG_INFO, None),
+        Some("0" | "quiet" | "off") => (LOG_QUIET, None),
+        Some("2" | "debug") => (LOG_DEBUG, None),
+        Some(v) => (
+            LOG_INFO,
+            Some(format!(
+                "TUNEDBLAS_LOG={v} is not a level (quiet, info or debug): using info"
+            )),
+        ),
+    }
+}
+
+/// A switch (`TUNEDBLAS_DISABLE`, `TUNEDBLAS_ALLOW_MISMATCH`): `1`/`true`/`yes`/`on` or
+/// `0`/`false`/`no`/`off`. Anything else counts as on, as it always has (a value was set
+/// on purpose), and is said.
+pub fn switch(name: &str, value: Option<&str>) -> Parsed<bool> {
+    match value {
+        None | Some("0" | "false" | "no" | "off") => (false, None),
+        Some("1" | "true" | "yes" | "on") => (true, None),
+        Some(v) => (
+            true,
+            Some(format!(
+                "{name}={v} is not 1 or 0 (true/false, yes/no, on/off): taken as 1"
+            )),
+        ),
+    }
+}
+
+/// `TUNEDBLAS_NEAR`: a window in tokens (a whole number; `0`, `off`, `no` or `false`: never).
+pub fn near_window(value: Option<&str>, default: i64) -> Parsed<i64> {
+    match value {
+        None => (default, None),
+        Some("off" | "no" | "false") => (0, None),
+        Some(v) => match v.parse::<i64>() {
+            Ok(w) if w >= 0 => (w, None),
+            _ => (
+                default,
+                Some(format!(
+                    "TUNEDBLAS_NEAR={v} is not a window in tokens (a whole number, or off): using {default}"
+                )),
+            ),
+        },
+    }
+}
+
+/// One sentence per `TUNEDBLAS_*` variable in `vars` whose name is neither the
+/// interposer's nor a tool's, with the nearest known name when one is close.
+pub fn unknown_names<'a>(vars: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in vars {
+        if !name.starts_with("TUNEDBLAS_") || INTERPOSER.contains(&name) || TOOLS.contains(&name) {
+            continue;
+        }
+        let hint = nearest(name, INTERPOSER.iter().chain(TOOLS).copied())
+            .map(|n| format!(" (did you mean {n}?)"))
+            .unwrap_or_default();
+        out.push(format!("{name} is not a tunedblas setting, ignored{hint}"));
+    }
+    out
+}
+
+/// The candidate closest to `word` by edit distance, if close enough to be a likely typo:
+/// at most a third of the word's length, and at least one edit allowed.
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance over characters (insert, delete, substitute: one each).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_and_what_is_said_of_a_bad_one() {
+        assert_eq!(log_level(None), (LOG_INFO, None));
+        assert_eq!(log_level(Some("debug")).0, LOG_DEBUG);
+        assert_eq!(log_level(Some("0")).0, LOG_QUIET);
+        let (level, said) = log_level(Some("verbose"));
+        assert_eq!(level, LOG_INFO);
+        assert!(said
+            .unwrap()
+            .contains("TUNEDBLAS_LOG=verbose is not a level"));
+    }
+
+    #[test]
+    fn switches_keep_their_old_reading_and_say_when_unclear() {
+        assert_eq!(switch("TUNEDBLAS_DISABLE", Some("1")), (true, None));
+        assert_eq!(switch("TUNEDBLAS_DISABLE", Some("off")), (false, None));
+        assert_eq!(switch("TUNEDBLAS_DISABLE", None), (false, None));
+        let (on, said) = switch("TUNEDBLAS_DISABLE", Some("maybe"));
+        assert!(on);
+        assert!(said.unwrap().starts_with("TUNEDBLAS_DISABLE=maybe"));
+    }
+
+    #[test]
+    fn near_windows() {
+        assert_eq!(near_window(None, 32), (32, None));
+        assert_eq!(near_window(Some("off"), 32), (0, None));
+        assert_eq!(near_window(Some("64"), 32), (64, None));
+        let (w, said) = near_window(Some("abc"), 32);
+        assert_eq!(w, 32);
+        assert!(said.unwrap().contains("TUNEDBLAS_NEAR=abc"));
+        assert!(near_window(Some("-5"), 32).1.is_some());
+    }
+
+    #[test]
+    fn unknown_names_are_said_with_the_nearest_known_one() {
+        let said = unknown_names([
+            "TUNEDBLAS_PROFILES_DIR",
+            "TUNEDBLAS_LOG",
+            "TUNEDBLAS_CUBLASLT",
+            "HOME",
+            "TUNEDBLAS_SOMETHING_ELSE_ENTIRELY",
+        ]);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].contains("did you mean TUNEDBLAS_PROFILE_DIR?"),
+            "{said:?}"
+        );
+        assert!(!said[1].contains("did you mean"), "{said:?}");
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("--fresh", "--fresh"), 0);
+        assert_eq!(nearest("--frsh", ["--fresh", "--json"]), Some("--fresh"));
+        assert_eq!(nearest("--zzzzzz", ["--fresh", "--json"]), None);
+    }
+}
