@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop::Solution;
 
-use crate::backend::{Library, Problem, Result};
+use crate::backend::{Library, Problem};
 use crate::curate::{self, Decision, Evidence, Round, Rules, Verdict};
+use crate::error::Result;
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Method {
