@@ -391,7 +391,7 @@ fn elems(ld: i64, cols: i64, batch: i64, stride: i64) -> usize {
     if batch <= 1 {
         one
     } else {
-        one.max(0) + (stride.max(0) as usize) * (batch as usize - 1)
+        one + (stride.max(0) as usize) * (batch as usize - 1)
     }
 }
 

@@ -584,6 +584,97 @@ fn check_devices(opts: &Options, device_count: i32) -> Result<Vec<i32>> {
     Ok(devices)
 }
 
+/// The campaign's opening lines: what, where, resumed from where, and the rules.
+fn announce(
+    opts: &Options,
+    build: &Build,
+    devices: &[i32],
+    folder: &Folder,
+    total: usize,
+    resumed: usize,
+    to_go: usize,
+) {
+    println!(
+        "tuning {} shapes for rocBLAS {} (build {}) on device{} {} -> {}",
+        total,
+        build.version,
+        build.short(),
+        if devices.len() > 1 { "s" } else { "" },
+        devices
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        folder.dir.display()
+    );
+    if resumed > 0 {
+        println!(
+            "resuming: {resumed} of {} shapes were finished before; {} to go",
+            total, to_go
+        );
+    }
+    println!("rules:");
+    for r in opts.rules.describe() {
+        println!("  - {r}");
+    }
+    println!("\n          {}", table_header());
+}
+
+/// The shapes left to tune and what the workers tune them with.
+struct Work<'a> {
+    lib: &'a Library,
+    devices: &'a [i32],
+    queue: &'a [Shape],
+    /// The profile's rows before the campaign, for the current-row timings.
+    current: &'a HashMap<ProblemKey, Solution>,
+    opts: &'a Options,
+    /// Shapes in the campaign, and those finished before a resume, for the progress lines.
+    total: usize,
+    resumed: usize,
+    human: bool,
+}
+
+/// Tunes the queue, one worker per device, checkpointing each outcome as it arrives.
+fn tune_queue(w: &Work, checkpoint: &mut Checkpoint, done: &mut Vec<Outcome>) -> Result<()> {
+    let Work {
+        lib,
+        devices,
+        queue,
+        current,
+        opts,
+        ..
+    } = *w;
+    let mut progress = Progress::new(w.total, w.resumed, !opts.quiet);
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| -> Result<()> {
+        for &d in devices {
+            let tx = tx.clone();
+            let next = &next;
+            scope.spawn(move || worker(lib, d, queue, next, current, opts, tx));
+        }
+        drop(tx);
+        for outcome in rx {
+            checkpoint.append(&outcome)?;
+            progress.advance(&outcome.key().map_or(outcome.shape.clone(), |k| {
+                format!("{} M={}", shape_label(&k), k.n)
+            }));
+            if w.human {
+                progress.println(&format!(
+                    "[{:>3}/{}] {}",
+                    progress.done(),
+                    w.total,
+                    outcome_line(&outcome)
+                ));
+            }
+            done.push(outcome);
+        }
+        Ok(())
+    })?;
+    progress.finish();
+    Ok(())
+}
+
 /// Runs a campaign; see the module docs.
 pub fn run(opts: &Options) -> Result<Summary> {
     let started = Instant::now();
@@ -625,62 +716,29 @@ pub fn run(opts: &Options) -> Result<Summary> {
 
     let human = !opts.json && !opts.quiet;
     if human {
-        println!(
-            "tuning {} shapes for rocBLAS {} (build {}) on device{} {} -> {}",
+        announce(
+            opts,
+            &build,
+            &devices,
+            &folder,
             shapes.len(),
-            build.version,
-            build.short(),
-            if devices.len() > 1 { "s" } else { "" },
-            devices
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-            folder.dir.display()
+            resumed,
+            queue.len(),
         );
-        if resumed > 0 {
-            println!(
-                "resuming: {resumed} of {} shapes were finished before; {} to go",
-                shapes.len(),
-                queue.len()
-            );
-        }
-        println!("rules:");
-        for r in opts.rules.describe() {
-            println!("  - {r}");
-        }
-        println!("\n          {}", table_header());
     }
 
     // Tune, one worker per device; this thread checkpoints and reports.
-    let mut progress = Progress::new(shapes.len(), resumed, !opts.quiet);
-    let next = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| -> Result<()> {
-        for &d in &devices {
-            let tx = tx.clone();
-            let (lib, queue, next, current) = (&lib, &queue, &next, &current);
-            scope.spawn(move || worker(lib, d, queue, next, current, opts, tx));
-        }
-        drop(tx);
-        for outcome in rx {
-            checkpoint.append(&outcome)?;
-            progress.advance(&outcome.key().map_or(outcome.shape.clone(), |k| {
-                format!("{} M={}", shape_label(&k), k.n)
-            }));
-            if human {
-                progress.println(&format!(
-                    "[{:>3}/{}] {}",
-                    progress.done(),
-                    shapes.len(),
-                    outcome_line(&outcome)
-                ));
-            }
-            done.push(outcome);
-        }
-        Ok(())
-    })?;
-    progress.finish();
+    let work = Work {
+        lib: &lib,
+        devices: &devices,
+        queue: &queue,
+        current: &current,
+        opts,
+        total: shapes.len(),
+        resumed,
+        human,
+    };
+    tune_queue(&work, &mut checkpoint, &mut done)?;
 
     let qualified_on: Vec<i32> = (0..device_count).collect();
     if human {

@@ -200,7 +200,11 @@ pub fn compare(key: &ProblemKey, got: &[f64], want: &[f64], tol: &Tolerance) -> 
                 };
                 ref2 += w * w;
                 let limit = tol.atol + tol.rtol * w.abs();
-                if !(diff <= limit) {
+                // NaN is not close either.
+                if !matches!(
+                    diff.partial_cmp(&limit),
+                    Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+                ) {
                     not_close += 1;
                     let excess = if diff.is_finite() {
                         diff - limit

@@ -316,7 +316,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let c = collect(&[d.clone()], &[]).unwrap();
+        let c = collect(std::slice::from_ref(&d), &[]).unwrap();
         let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
         assert_eq!(
@@ -368,7 +368,7 @@ mod tests {
             format!("Validator,ROCBLAS_VERSION,9.9\n{op2},{sig2},Gemm_Rocblas_77,0.1\n"),
         )
         .unwrap();
-        let c = collect(&[d.clone()], &[]).unwrap();
+        let c = collect(std::slice::from_ref(&d), &[]).unwrap();
         let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
         assert_eq!(calls[&k1], 40, "counted once, from the sidecar");

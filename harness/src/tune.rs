@@ -71,6 +71,9 @@ pub struct Tuned {
     pub verdict: Verdict,
 }
 
+/// A probed solution and its probe time (ms).
+type Probe = (i32, f64);
+
 fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
     let once = p.time(None, 1)?.max(1e-4);
     Ok(((target_ms / once).ceil() as usize).clamp(1, 10_000))
@@ -94,14 +97,14 @@ pub fn tune(
     // Probe: one short sample each; whatever is far behind the best is hopeless.
     let started = Instant::now();
     let probe_calls = calls.div_ceil(4);
-    let mut probes: Vec<(i32, f64)> = Vec::new();
+    let mut probes: Vec<Probe> = Vec::new();
     for &s in &offered {
         if let Ok(ms) = p.time(Some(s), probe_calls) {
             probes.push((s, ms));
         }
     }
     let floor = probes.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
-    let (keep, pruned): (Vec<&(i32, f64)>, Vec<&(i32, f64)>) =
+    let (keep, pruned): (Vec<&Probe>, Vec<&Probe>) =
         probes.iter().partition(|x| x.1 <= floor * method.prune);
     let probe_s = started.elapsed().as_secs_f64();
     let pruning_saved_s = pruned
