@@ -14,6 +14,77 @@ use tunedblas_core::key::{Batching, ProblemKey};
 
 use crate::error::{Error, Result};
 
+/// Calls `f`, a function of the `rocblas_gemm_ex` shape, on problem `p` with operand set
+/// `o`, then the arguments after the compute type: running a problem and asking for its
+/// solutions take the same problem and differ only there.
+macro_rules! gemm_ex_call {
+    ($f:expr, $p:expr, $o:expr; $($tail:expr),*) => {{
+        let (k, t) = (&$p.key, $p.key.types);
+        let i = |v: i64| v as i32;
+        ($f)(
+            $p.handle.h,
+            k.trans_a.to_rocblas(),
+            k.trans_b.to_rocblas(),
+            i(k.m),
+            i(k.n),
+            i(k.k),
+            $p.alpha.as_ptr().cast(),
+            $o.a.ptr,
+            t.a,
+            i(k.lda),
+            $o.b.ptr,
+            t.b,
+            i(k.ldb),
+            $p.beta.as_ptr().cast(),
+            $o.c.ptr,
+            t.c,
+            i(k.ldc),
+            $o.d.ptr,
+            t.d,
+            i(k.ldd),
+            t.compute,
+            $($tail),*
+        )
+    }};
+}
+
+/// As [`gemm_ex_call`], for the `rocblas_gemm_strided_batched_ex` shape.
+macro_rules! strided_ex_call {
+    ($f:expr, $p:expr, $o:expr; $($tail:expr),*) => {{
+        let (k, t) = (&$p.key, $p.key.types);
+        let i = |v: i64| v as i32;
+        ($f)(
+            $p.handle.h,
+            k.trans_a.to_rocblas(),
+            k.trans_b.to_rocblas(),
+            i(k.m),
+            i(k.n),
+            i(k.k),
+            $p.alpha.as_ptr().cast(),
+            $o.a.ptr,
+            t.a,
+            i(k.lda),
+            k.stride_a,
+            $o.b.ptr,
+            t.b,
+            i(k.ldb),
+            k.stride_b,
+            $p.beta.as_ptr().cast(),
+            $o.c.ptr,
+            t.c,
+            i(k.ldc),
+            k.stride_c,
+            $o.d.ptr,
+            t.d,
+            i(k.ldd),
+            k.stride_d,
+            i(k.batch),
+            t.compute,
+            $($tail),*
+        )
+    }};
+}
+
 fn dl_error() -> String {
     // SAFETY: dlerror returns NULL or a NUL-terminated message owned by libc.
     let e = unsafe { libc::dlerror() };
@@ -506,76 +577,17 @@ impl<'a> Problem<'a> {
     /// index. `extra_flags` adds e.g. check_solution_index.
     pub fn run_on(&self, set: usize, solution: Option<i32>, extra_flags: u32) -> Status {
         let o = &self.sets[set % self.sets.len()];
-        let k = &self.key;
         let (algo, idx) = match solution {
             Some(s) => (ALGO_SOLUTION_INDEX, s),
             None => (ALGO_STANDARD, 0),
         };
-        let flags = k.flags | extra_flags;
-        let t = k.types;
-        let (ta, tb) = (k.trans_a.to_rocblas(), k.trans_b.to_rocblas());
-        let i = |v: i64| v as i32;
+        let flags = self.key.flags | extra_flags;
         // SAFETY: every buffer was sized for this key above.
         unsafe {
-            match k.batching {
-                Batching::Single => (self.lib.gemm_ex)(
-                    self.handle.h,
-                    ta,
-                    tb,
-                    i(k.m),
-                    i(k.n),
-                    i(k.k),
-                    self.alpha.as_ptr().cast(),
-                    o.a.ptr,
-                    t.a,
-                    i(k.lda),
-                    o.b.ptr,
-                    t.b,
-                    i(k.ldb),
-                    self.beta.as_ptr().cast(),
-                    o.c.ptr,
-                    t.c,
-                    i(k.ldc),
-                    o.d.ptr,
-                    t.d,
-                    i(k.ldd),
-                    t.compute,
-                    algo,
-                    idx,
-                    flags,
-                ),
+            match self.key.batching {
+                Batching::Single => gemm_ex_call!(self.lib.gemm_ex, self, o; algo, idx, flags),
                 Batching::Strided => match self.lib.gemm_strided_batched_ex {
-                    Some(f) => f(
-                        self.handle.h,
-                        ta,
-                        tb,
-                        i(k.m),
-                        i(k.n),
-                        i(k.k),
-                        self.alpha.as_ptr().cast(),
-                        o.a.ptr,
-                        t.a,
-                        i(k.lda),
-                        k.stride_a,
-                        o.b.ptr,
-                        t.b,
-                        i(k.ldb),
-                        k.stride_b,
-                        self.beta.as_ptr().cast(),
-                        o.c.ptr,
-                        t.c,
-                        i(k.ldc),
-                        k.stride_c,
-                        o.d.ptr,
-                        t.d,
-                        i(k.ldd),
-                        k.stride_d,
-                        i(k.batch),
-                        t.compute,
-                        algo,
-                        idx,
-                        flags,
-                    ),
+                    Some(f) => strided_ex_call!(f, self, o; algo, idx, flags),
                     None => STATUS_NOT_IMPLEMENTED,
                 },
                 Batching::PointerArray => STATUS_NOT_IMPLEMENTED,
@@ -586,76 +598,20 @@ impl<'a> Problem<'a> {
     /// The solutions the library offers for exactly this problem.
     pub fn solutions(&self) -> Result<Vec<i32>> {
         let o = &self.sets[0];
-        let k = &self.key;
-        let t = k.types;
-        let (ta, tb) = (k.trans_a.to_rocblas(), k.trans_b.to_rocblas());
-        let i = |v: i64| v as i32;
+        let flags = self.key.flags;
         let query = |list: *mut i32, size: &mut i32| -> Status {
             // SAFETY: buffers sized for this key; list is NULL or holds *size entries.
             unsafe {
-                match k.batching {
+                match self.key.batching {
                     Batching::Strided => match self.lib.get_solutions_strided {
-                        Some(f) => f(
-                            self.handle.h,
-                            ta,
-                            tb,
-                            i(k.m),
-                            i(k.n),
-                            i(k.k),
-                            self.alpha.as_ptr().cast(),
-                            o.a.ptr,
-                            t.a,
-                            i(k.lda),
-                            k.stride_a,
-                            o.b.ptr,
-                            t.b,
-                            i(k.ldb),
-                            k.stride_b,
-                            self.beta.as_ptr().cast(),
-                            o.c.ptr,
-                            t.c,
-                            i(k.ldc),
-                            k.stride_c,
-                            o.d.ptr,
-                            t.d,
-                            i(k.ldd),
-                            k.stride_d,
-                            i(k.batch),
-                            t.compute,
-                            ALGO_SOLUTION_INDEX,
-                            k.flags,
-                            list,
-                            size,
-                        ),
+                        Some(f) => {
+                            strided_ex_call!(f, self, o; ALGO_SOLUTION_INDEX, flags, list, size)
+                        }
                         None => STATUS_NOT_IMPLEMENTED,
                     },
-                    _ => (self.lib.get_solutions)(
-                        self.handle.h,
-                        ta,
-                        tb,
-                        i(k.m),
-                        i(k.n),
-                        i(k.k),
-                        self.alpha.as_ptr().cast(),
-                        o.a.ptr,
-                        t.a,
-                        i(k.lda),
-                        o.b.ptr,
-                        t.b,
-                        i(k.ldb),
-                        self.beta.as_ptr().cast(),
-                        o.c.ptr,
-                        t.c,
-                        i(k.ldc),
-                        o.d.ptr,
-                        t.d,
-                        i(k.ldd),
-                        t.compute,
-                        ALGO_SOLUTION_INDEX,
-                        k.flags,
-                        list,
-                        size,
-                    ),
+                    _ => {
+                        gemm_ex_call!(self.lib.get_solutions, self, o; ALGO_SOLUTION_INDEX, flags, list, size)
+                    }
                 }
             }
         };

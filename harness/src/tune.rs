@@ -128,6 +128,21 @@ pub fn tune(
     leaders.sort_by(|a, b| a.1.total_cmp(&b.1));
     leaders.truncate(5);
     let new = leaders.first().map(|x| x.0);
+    // What a tuning returns, with the rounds of the final comparison and its verdict.
+    let finish = |rounds: Vec<Round>, heuristic_spread: f64, verdict: Verdict| Tuned {
+        offered: offered.len(),
+        survivors: keep.len(),
+        calls_per_sample: calls,
+        launch_bound,
+        operand_sets: p.sets(),
+        leaders,
+        rounds,
+        heuristic_spread,
+        probe_s,
+        timing_s: started.elapsed().as_secs_f64(),
+        pruning_saved_s,
+        verdict,
+    };
 
     // The current row's solution; one that no longer runs on this build is dropped.
     let current_id = match current {
@@ -147,20 +162,7 @@ pub fn tune(
             verdict.decision = Decision::Drop;
             verdict.row = rules.keep_default.then_some(Solution::Default);
             verdict.reason = format!("the current row's solution {id} fails on this build: {e}");
-            return Ok(Tuned {
-                offered: offered.len(),
-                survivors: keep.len(),
-                calls_per_sample: calls,
-                launch_bound,
-                operand_sets: p.sets(),
-                leaders,
-                rounds: vec![],
-                heuristic_spread: f64::NAN,
-                probe_s,
-                timing_s: started.elapsed().as_secs_f64(),
-                pruning_saved_s,
-                verdict,
-            });
+            return Ok(finish(vec![], f64::NAN, verdict));
         }
     }
 
@@ -200,18 +202,6 @@ pub fn tune(
     let (lo, hi) = h
         .iter()
         .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-    Ok(Tuned {
-        offered: offered.len(),
-        survivors: keep.len(),
-        calls_per_sample: calls,
-        launch_bound,
-        operand_sets: p.sets(),
-        leaders,
-        heuristic_spread: (hi - lo) / curate::median(&h),
-        rounds,
-        probe_s,
-        timing_s: started.elapsed().as_secs_f64(),
-        pruning_saved_s,
-        verdict,
-    })
+    let spread = (hi - lo) / curate::median(&h);
+    Ok(finish(rounds, spread, verdict))
 }
