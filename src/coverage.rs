@@ -7,12 +7,13 @@
 //!   file ([`shapes_from_file`]), or from the rows already in a profile
 //!   ([`shapes_from_profile`]).
 //! - **The token grid** ([`Serving`], [`grid`]): the token counts (rocBLAS `n`, the "M" of
-//!   the seed's tables) the server runs, each with the reasons it occurs, from vLLM's flags
-//!   plus the seed's dynamic-prefill ladder.
+//!   the seed's tables) the server runs, each with the reasons it occurs, from vLLM's
+//!   settings plus the seed's dynamic-prefill ladder.
 //! - **The check** ([`analyse`]): every (shape, M) looked up in a profile
 //!   ([`ProfileIndex`]) as tuned, `Default`, missing or unservable, ranked by the cost of one
-//!   step at that M (calls per step x FLOPs), rendered as text ([`render_text`]) or JSON
-//!   ([`to_json`]).
+//!   step at that M (calls per step x FLOPs), with the gaps grouped for tuning
+//!   ([`gap_groups`]). Reading vLLM's flags and laying the report out as text or JSON are
+//!   the `tunedblas coverage` command's (the harness).
 //!
 //! # What vLLM runs (the model behind the grid)
 //!
@@ -45,7 +46,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::abi;
 use crate::family::{self, family_of, instantiate};
@@ -456,168 +457,7 @@ impl Default for Serving {
     }
 }
 
-fn parse_list(v: &str, what: &str) -> Result<Vec<i64>, String> {
-    let list: Result<Vec<i64>, _> = v
-        .trim_matches(|c| c == '[' || c == ']')
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<i64>()
-                .map_err(|_| format!("{what}: {s:?} is not a number"))
-        })
-        .collect();
-    let list = list?;
-    if list.iter().any(|&x| x <= 0) {
-        return Err(format!("{what}: sizes must be positive"));
-    }
-    Ok(list)
-}
-
-/// The vLLM and ladder flags [`Serving::from_args`] understands, for the help text.
-pub const SERVING_FLAGS: &str =
-    "    vLLM: --max-num-batched-tokens N, --block-size N, --max-num-seqs N,
-          --tensor-parallel-size N (-tp N), --num-speculative-tokens N,
-          --speculative-config JSON (num_speculative_tokens), --cuda-graph-sizes N,N,..,
-          --max-cudagraph-capture-size N, --compilation-config JSON (cudagraph_mode,
-          cudagraph_capture_sizes, max_cudagraph_capture_size), --enforce-eager,
-          --long-prefill-token-threshold N   (--flag=value works too)
-    dynamic prefill: --dynamic-prefill (the seed's ladder: rungs 256,512,1024, shared cap
-          512, 256 from 8 eligible requests), --dyn-rungs N,N,.., --dyn-shared-cap N,
-          --dyn-thresholds E:CAP,..   (any of these turns the ladder on)
-    --mix-decodes N   decode requests sharing a step with a capped chunk (default 32)";
-
 impl Serving {
-    /// Reads the serving flags out of `args` (vLLM's own spelling, `--flag value` or
-    /// `--flag=value`). Returns the configuration and the arguments it did not use.
-    pub fn from_args(args: &[String]) -> Result<(Serving, Vec<String>), String> {
-        let mut s = Serving::default();
-        let mut rest = Vec::new();
-        let mut ladder: Option<Ladder> = None;
-        let mut i = 0;
-        while i < args.len() {
-            let (flag, inline) = match args[i].split_once('=') {
-                Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-                _ => (args[i].clone(), None),
-            };
-            let takes_value = matches!(
-                flag.as_str(),
-                "--max-num-batched-tokens"
-                    | "--block-size"
-                    | "--max-num-seqs"
-                    | "--tensor-parallel-size"
-                    | "-tp"
-                    | "--num-speculative-tokens"
-                    | "--speculative-config"
-                    | "--cuda-graph-sizes"
-                    | "--max-cudagraph-capture-size"
-                    | "--compilation-config"
-                    | "--long-prefill-token-threshold"
-                    | "--dyn-rungs"
-                    | "--dyn-shared-cap"
-                    | "--dyn-thresholds"
-                    | "--mix-decodes"
-            );
-            let value = if takes_value {
-                match inline.clone() {
-                    Some(v) => v,
-                    None => {
-                        i += 1;
-                        args.get(i)
-                            .cloned()
-                            .ok_or_else(|| format!("{flag} needs a value"))?
-                    }
-                }
-            } else {
-                String::new()
-            };
-            let num = |v: &str| -> Result<i64, String> {
-                v.trim()
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|&x| x >= 0)
-                    .ok_or_else(|| format!("{flag} takes a non-negative number, not {v:?}"))
-            };
-            let positive = |v: &str| -> Result<i64, String> {
-                Some(num(v)?)
-                    .filter(|&x| x > 0)
-                    .ok_or_else(|| format!("{flag} takes a positive number"))
-            };
-            match flag.as_str() {
-                "--max-num-batched-tokens" => s.max_num_batched_tokens = positive(&value)?,
-                "--block-size" => s.block_size = positive(&value)?,
-                "--max-num-seqs" => s.max_num_seqs = positive(&value)?,
-                "--tensor-parallel-size" | "-tp" => {
-                    s.tp = u32::try_from(positive(&value)?)
-                        .map_err(|_| "tensor-parallel size too large")?
-                }
-                "--num-speculative-tokens" => s.spec_tokens = num(&value)?,
-                "--speculative-config" => {
-                    let v: Value = serde_json::from_str(&value)
-                        .map_err(|e| format!("--speculative-config is not JSON: {e}"))?;
-                    if let Some(k) = v.get("num_speculative_tokens").and_then(Value::as_i64) {
-                        s.spec_tokens = k.max(0);
-                    }
-                }
-                "--cuda-graph-sizes" => s.capture_sizes = Some(parse_list(&value, &flag)?),
-                "--max-cudagraph-capture-size" => s.max_capture_size = Some(positive(&value)?),
-                "--compilation-config" => {
-                    let v: Value = serde_json::from_str(&value)
-                        .map_err(|e| format!("--compilation-config is not JSON: {e}"))?;
-                    if let Some(mode) = v.get("cudagraph_mode").and_then(Value::as_str) {
-                        s.graphs = match mode.to_ascii_uppercase().as_str() {
-                            "NONE" => GraphMode::Eager,
-                            "FULL_DECODE_ONLY" => GraphMode::FullDecodeOnly,
-                            _ => GraphMode::Piecewise,
-                        };
-                    }
-                    if let Some(list) = v.get("cudagraph_capture_sizes").and_then(Value::as_array) {
-                        let sizes: Vec<i64> = list
-                            .iter()
-                            .filter_map(Value::as_i64)
-                            .filter(|&x| x > 0)
-                            .collect();
-                        s.capture_sizes = Some(sizes);
-                    }
-                    if let Some(m) = v.get("max_cudagraph_capture_size").and_then(Value::as_i64) {
-                        s.max_capture_size = Some(m.max(1));
-                    }
-                }
-                "--enforce-eager" => s.graphs = GraphMode::Eager,
-                "--long-prefill-token-threshold" => s.long_prefill_token_threshold = num(&value)?,
-                "--dynamic-prefill" => {
-                    ladder.get_or_insert_with(Ladder::default);
-                }
-                "--dyn-rungs" => {
-                    ladder.get_or_insert_with(Ladder::default).rungs = parse_list(&value, &flag)?
-                }
-                "--dyn-shared-cap" => {
-                    ladder.get_or_insert_with(Ladder::default).shared_cap = positive(&value)?
-                }
-                "--dyn-thresholds" => {
-                    let mut th = Vec::new();
-                    for part in value.split(',').filter(|p| !p.trim().is_empty()) {
-                        let (e, c) = part
-                            .split_once(':')
-                            .ok_or_else(|| format!("{flag}: {part:?} is not ELIGIBLE:CAP"))?;
-                        let e = e
-                            .trim()
-                            .parse::<u32>()
-                            .map_err(|_| format!("{flag}: {e:?} is not a count"))?;
-                        th.push((e, positive(c)?));
-                    }
-                    ladder.get_or_insert_with(Ladder::default).thresholds = th;
-                }
-                "--mix-decodes" => s.mix_decodes = num(&value)?,
-                _ => {
-                    rest.push(args[i].clone());
-                }
-            }
-            i += 1;
-        }
-        s.ladder = ladder;
-        Ok((s, rest))
-    }
-
     /// The capture sizes vLLM would use (ascending, deduplicated), empty without graphs.
     pub fn capture_sizes(&self) -> Vec<i64> {
         if self.graphs == GraphMode::Eager {
@@ -765,25 +605,12 @@ fn add(grid: &mut Grid, m: i64, reason: Reason, base: i64, detail: String) {
 
 /// The token grid `serving` puts on the wire for layers of `role`.
 pub fn grid(s: &Serving, role: Role) -> Grid {
-    let mut g = Grid::new();
-    let k1 = 1 + s.spec_tokens;
-    let budget = s.max_num_batched_tokens;
     if role == Role::LmHead {
-        for r in 1..=s.max_num_seqs {
-            add(&mut g, r, Reason::Sampled, 0, format!("{r} sampled tokens"));
-            if k1 > 1 {
-                add(
-                    &mut g,
-                    r * k1,
-                    Reason::Sampled,
-                    0,
-                    format!("{r} requests x {k1} verified tokens"),
-                );
-            }
-        }
-        return g;
+        return lm_head_grid(s);
     }
+    let mut g = Grid::new();
     let caps = s.capture_sizes();
+    decode_steps(&mut g, s, &caps);
     let max_cap = caps.last().copied().unwrap_or(0);
     let pad = |m: i64| -> i64 {
         if s.graphs == GraphMode::Piecewise && m <= max_cap {
@@ -792,131 +619,9 @@ pub fn grid(s: &Serving, role: Role) -> Grid {
             m
         }
     };
-
-    // Decode.
-    for &c in &caps {
-        add(
-            &mut g,
-            c,
-            Reason::DecodeCapture,
-            0,
-            format!("graph captured at {c} tokens"),
-        );
-    }
-    let max_decode = (s.max_num_seqs * k1).min(budget);
-    let eager_from = if s.graphs == GraphMode::Eager {
-        1
-    } else {
-        max_cap + 1
-    };
-    if s.spec_tokens == 0 {
-        for r in eager_from..=max_decode {
-            add(
-                &mut g,
-                r,
-                Reason::DecodeEager,
-                0,
-                format!("{r} decodes, no graph"),
-            );
-        }
-    } else {
-        // Verify steps: r requests x (k + 1) tokens, r over the base decode sizes.
-        let base = Serving {
-            spec_tokens: 0,
-            ..s.clone()
-        };
-        let mut rs: Vec<i64> = if s.graphs == GraphMode::Eager {
-            (1..=s.max_num_seqs).collect()
-        } else {
-            base.capture_sizes()
-        };
-        rs.retain(|&r| r <= s.max_num_seqs);
-        for r in rs {
-            let m = r * k1;
-            if m <= budget {
-                add(
-                    &mut g,
-                    m,
-                    Reason::MtpVerify,
-                    0,
-                    format!("{r} requests x {k1} tokens"),
-                );
-            }
-        }
-    }
-
-    // Prefill: (M before padding, reason, detail).
-    let mut chunks: Vec<(i64, Reason, String)> = Vec::new();
-    let mut j = 1;
-    while j * s.block_size <= budget {
-        let m = j * s.block_size;
-        chunks.push((
-            m,
-            Reason::PrefillChunk,
-            format!("{j} x block {}", s.block_size),
-        ));
-        j += 1;
-    }
-    chunks.push((
-        budget,
-        Reason::PrefillChunk,
-        "the whole token budget".into(),
-    ));
-    let l = s.long_prefill_token_threshold;
-    if l > 0 && l < budget {
-        for j in 1..=budget / l {
-            chunks.push((
-                j * l,
-                Reason::LongPrefill,
-                format!("{j} long prompt(s) x {l}"),
-            ));
-        }
-    }
-    if let Some(ladder) = &s.ladder {
-        for &r in ladder.rungs.iter().filter(|&&r| r <= budget) {
-            chunks.push((
-                r,
-                Reason::DynamicRung,
-                format!("one eligible request capped at {r}"),
-            ));
-        }
-        // From `e` eligible requests on, each is capped at `c`: the step carries
-        // min(e x c, budget) tokens; a single chunk at the cap reaches the GEMMs too (the
-        // seed saw M = 512 at the shared cap and 256 at 8 eligible).
-        let mut caps_by: Vec<(i64, i64)> = vec![(2, ladder.shared_cap)];
-        caps_by.extend(
-            ladder
-                .thresholds
-                .iter()
-                .map(|&(e, c)| (i64::from(e.max(1)), c)),
-        );
-        caps_by.sort_unstable();
-        for (idx, &(e, c)) in caps_by.iter().enumerate() {
-            if c <= 0 || c > budget {
-                continue;
-            }
-            chunks.push((
-                c,
-                Reason::DynamicShared,
-                format!("one chunk at the {c}-token cap ({e}+ eligible)"),
-            ));
-            // Up to the next threshold, e eligible requests share this cap.
-            let until = caps_by.get(idx + 1).map_or(i64::MAX, |n| n.0 - 1);
-            let mut n = e;
-            while n <= until {
-                let m = (n * c).min(budget);
-                chunks.push((
-                    m,
-                    Reason::DynamicShared,
-                    format!("{n} eligible requests x {c}"),
-                ));
-                if m == budget {
-                    break;
-                }
-                n += 1;
-            }
-        }
-    }
+    let k1 = 1 + s.spec_tokens;
+    let budget = s.max_num_batched_tokens;
+    let chunks = prefill_chunks(s);
     for (m, reason, detail) in &chunks {
         let p = pad(*m);
         let detail = if p != *m {
@@ -946,6 +651,164 @@ pub fn grid(s: &Serving, role: Role) -> Grid {
     g
 }
 
+/// `lm_head` runs on the sampled tokens only: every request count (x k + 1 verifying).
+fn lm_head_grid(s: &Serving) -> Grid {
+    let mut g = Grid::new();
+    let k1 = 1 + s.spec_tokens;
+    for r in 1..=s.max_num_seqs {
+        add(&mut g, r, Reason::Sampled, 0, format!("{r} sampled tokens"));
+        if k1 > 1 {
+            add(
+                &mut g,
+                r * k1,
+                Reason::Sampled,
+                0,
+                format!("{r} requests x {k1} verified tokens"),
+            );
+        }
+    }
+    g
+}
+
+/// Decode steps: the capture sizes, eager batches above them, MTP verify steps.
+fn decode_steps(g: &mut Grid, s: &Serving, caps: &[i64]) {
+    let k1 = 1 + s.spec_tokens;
+    let budget = s.max_num_batched_tokens;
+    let max_cap = caps.last().copied().unwrap_or(0);
+    for &c in caps {
+        add(
+            g,
+            c,
+            Reason::DecodeCapture,
+            0,
+            format!("graph captured at {c} tokens"),
+        );
+    }
+    let max_decode = (s.max_num_seqs * k1).min(budget);
+    let eager_from = if s.graphs == GraphMode::Eager {
+        1
+    } else {
+        max_cap + 1
+    };
+    if s.spec_tokens == 0 {
+        for r in eager_from..=max_decode {
+            add(
+                g,
+                r,
+                Reason::DecodeEager,
+                0,
+                format!("{r} decodes, no graph"),
+            );
+        }
+    } else {
+        // Verify steps: r requests x (k + 1) tokens, r over the base decode sizes.
+        let base = Serving {
+            spec_tokens: 0,
+            ..s.clone()
+        };
+        let mut rs: Vec<i64> = if s.graphs == GraphMode::Eager {
+            (1..=s.max_num_seqs).collect()
+        } else {
+            base.capture_sizes()
+        };
+        rs.retain(|&r| r <= s.max_num_seqs);
+        for r in rs {
+            let m = r * k1;
+            if m <= budget {
+                add(
+                    g,
+                    m,
+                    Reason::MtpVerify,
+                    0,
+                    format!("{r} requests x {k1} tokens"),
+                );
+            }
+        }
+    }
+}
+
+/// Prefill chunks before padding: (M, reason, detail).
+fn prefill_chunks(s: &Serving) -> Vec<(i64, Reason, String)> {
+    let budget = s.max_num_batched_tokens;
+    let mut chunks: Vec<(i64, Reason, String)> = Vec::new();
+    let mut j = 1;
+    while j * s.block_size <= budget {
+        let m = j * s.block_size;
+        chunks.push((
+            m,
+            Reason::PrefillChunk,
+            format!("{j} x block {}", s.block_size),
+        ));
+        j += 1;
+    }
+    chunks.push((
+        budget,
+        Reason::PrefillChunk,
+        "the whole token budget".into(),
+    ));
+    let l = s.long_prefill_token_threshold;
+    if l > 0 && l < budget {
+        for j in 1..=budget / l {
+            chunks.push((
+                j * l,
+                Reason::LongPrefill,
+                format!("{j} long prompt(s) x {l}"),
+            ));
+        }
+    }
+    if let Some(ladder) = &s.ladder {
+        ladder_chunks(ladder, budget, &mut chunks);
+    }
+    chunks
+}
+
+/// The dynamic-prefill controller's chunks: its rungs and its shared caps.
+fn ladder_chunks(ladder: &Ladder, budget: i64, chunks: &mut Vec<(i64, Reason, String)>) {
+    for &r in ladder.rungs.iter().filter(|&&r| r <= budget) {
+        chunks.push((
+            r,
+            Reason::DynamicRung,
+            format!("one eligible request capped at {r}"),
+        ));
+    }
+    // From `e` eligible requests on, each is capped at `c`: the step carries
+    // min(e x c, budget) tokens; a single chunk at the cap reaches the GEMMs too (the
+    // seed saw M = 512 at the shared cap and 256 at 8 eligible).
+    let mut caps_by: Vec<(i64, i64)> = vec![(2, ladder.shared_cap)];
+    caps_by.extend(
+        ladder
+            .thresholds
+            .iter()
+            .map(|&(e, c)| (i64::from(e.max(1)), c)),
+    );
+    caps_by.sort_unstable();
+    for (idx, &(e, c)) in caps_by.iter().enumerate() {
+        if c <= 0 || c > budget {
+            continue;
+        }
+        chunks.push((
+            c,
+            Reason::DynamicShared,
+            format!("one chunk at the {c}-token cap ({e}+ eligible)"),
+        ));
+        // Up to the next threshold, e eligible requests share this cap.
+        let until = caps_by.get(idx + 1).map_or(i64::MAX, |n| n.0 - 1);
+        let mut n = e;
+        while n <= until {
+            let m = (n * c).min(budget);
+            chunks.push((
+                m,
+                Reason::DynamicShared,
+                format!("{n} eligible requests x {c}"),
+            ));
+            if m == budget {
+                break;
+            }
+            n += 1;
+        }
+    }
+}
+
 // ---- The profile side -----------------------------------------------------------------------
 
 /// What a profile says about one problem.
@@ -970,7 +833,7 @@ impl Status {
             Status::Unservable(_) => "unservable",
         }
     }
-    fn letter(&self) -> char {
+    pub fn letter(&self) -> char {
         match self {
             Status::Tuned(_) => 'T',
             Status::Default => 'D',
@@ -1253,7 +1116,7 @@ impl Group {
     }
 
     /// Words for the group, from the reasons of its problems.
-    fn label(&self, ps: &[&Problem]) -> String {
+    pub fn label(&self, ps: &[&Problem]) -> String {
         if self.reason == Reason::ChunkDecodeMix {
             return format!("chunk {} + decodes", self.base);
         }
@@ -1265,15 +1128,6 @@ impl Group {
         reasons.dedup();
         reasons.join(", ")
     }
-}
-
-/// Problems grouped by [`Group`], in report order.
-fn by_group(r: &Report) -> BTreeMap<Group, Vec<&Problem>> {
-    let mut groups: BTreeMap<Group, Vec<&Problem>> = BTreeMap::new();
-    for p in &r.problems {
-        groups.entry(Group::of(p)).or_default().push(p);
-    }
-    groups
 }
 
 /// The gaps of one shape in one group: what to tune together.
@@ -1317,535 +1171,13 @@ pub fn gap_groups(r: &Report) -> Vec<GapGroup<'_>> {
     out
 }
 
-fn short(f: f64) -> String {
-    if f >= 1e12 {
-        format!("{:.1}T", f / 1e12)
-    } else if f >= 1e9 {
-        format!("{:.1}G", f / 1e9)
-    } else if f >= 1e6 {
-        format!("{:.1}M", f / 1e6)
-    } else {
-        format!("{:.0}k", f / 1e3)
-    }
-}
-
-fn ms_text(ps: &[&Problem]) -> String {
-    let mut ms: Vec<i64> = ps.iter().map(|p| p.m).collect();
-    ms.sort_unstable();
-    ms.dedup();
-    compress(&ms)
-}
-
-/// As [`ms_text`], at most about 24 characters: `1..496 (47 values)` for long lists.
-fn ms_short(ps: &[&Problem]) -> String {
-    let full = ms_text(ps);
-    if full.len() <= 24 {
-        return full;
-    }
-    let lo = ps.iter().map(|p| p.m).min().unwrap_or(0);
-    let hi = ps.iter().map(|p| p.m).max().unwrap_or(0);
-    let n = ps.iter().map(|p| p.m).collect::<BTreeSet<_>>().len();
-    format!("{lo}..{hi} ({n} values)")
-}
-
-fn count_words(ps: &[&Problem]) -> String {
-    let mut parts = Vec::new();
-    for w in ["tuned", "Default", "missing", "unservable"] {
-        let n = ps.iter().filter(|p| p.status.word() == w).count();
-        if n > 0 {
-            parts.push(format!("{n} {w}"));
-        }
-    }
-    parts.join(", ")
-}
-
-/// The report as text: header, token grid, per-group status across shapes, the per-shape
-/// matrix at the prefill token counts, and the gap groups worth tuning first (`top`).
-pub fn render_text(r: &Report, top: usize) -> String {
-    let mut o = String::new();
-    let nshapes = r.shapes.len();
-    let _ = writeln!(
-        o,
-        "coverage of {} for {} ({nshapes} shapes)",
-        r.profile.as_deref().unwrap_or("no profile"),
-        r.source,
-    );
-    let _ = writeln!(o, "serving: {}", r.serving.describe());
-
-    let _ = writeln!(o, "\ntoken counts (M) and why:");
-    for (role, g) in &r.grids {
-        let mut by_reason: BTreeMap<Reason, Vec<i64>> = BTreeMap::new();
-        for (&m, whys) in g {
-            for w in whys {
-                let v = by_reason.entry(w.reason).or_default();
-                if v.last() != Some(&m) {
-                    v.push(m);
-                }
-            }
-        }
-        for (reason, ms) in by_reason {
-            let who = if *role == Role::LmHead {
-                " (lm_head)"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                o,
-                "  {:<22} {}",
-                format!("{}{who}", reason.label()),
-                compress(&ms)
-            );
-        }
-    }
-
-    let _ = writeln!(
-        o,
-        "\n{} problems: {} tuned, {} Default, {} missing, {} unservable; tuned + Default carry {:.1}% of the predicted cost per step",
-        r.problems.len(),
-        r.count("tuned"),
-        r.count("Default"),
-        r.count("missing"),
-        r.count("unservable"),
-        100.0 * r.covered_cost_share()
-    );
-    let near = r.problems.iter().filter(|p| p.near.is_some()).count();
-    if r.near_window > 0 && r.count("missing") > 0 {
-        let _ = writeln!(
-            o,
-            "near serving (window {}): {near} of the missing have a tuned row of their layer within reach; it serves them where that solution validates for the exact M",
-            r.near_window
-        );
-    }
-
-    // Per group of token counts, across shapes.
-    let groups = by_group(r);
-    let single: Vec<(&Group, &Vec<&Problem>)> = groups.iter().filter(|(g, _)| g.m > 0).collect();
-    let all_missing: Vec<i64> = single
-        .iter()
-        .filter(|(_, ps)| ps.iter().all(|p| p.status == Status::Missing))
-        .map(|(g, _)| g.m)
-        .collect();
-    let present: Vec<String> = single
-        .iter()
-        .filter(|(_, ps)| ps.iter().any(|p| p.status.is_covered()))
-        .map(|(g, ps)| format!("{} ({})", g.m, count_words(ps)))
-        .collect();
-    let _ = writeln!(o, "\nprefill token counts:");
-    if !all_missing.is_empty() {
-        let mut ms = all_missing.clone();
-        ms.sort_unstable();
-        let _ = writeln!(
-            o,
-            "  missing for all {nshapes} shapes: M = {}",
-            ms.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
-        );
-    }
-    if !present.is_empty() {
-        let _ = writeln!(o, "  present at: M = {}", present.join("; "));
-    }
-    let _ = writeln!(o, "\nby token count (across the {nshapes} shapes):");
-    for (g, ps) in &groups {
-        let label = g.label(ps);
-        let head = if g.m > 0 {
-            format!("M = {} ({label})", g.m)
-        } else {
-            format!("M = {} ({label})", ms_text(ps))
-        };
-        let shapes_in: BTreeSet<usize> = ps.iter().map(|p| p.shape).collect();
-        let verdict = if ps.iter().all(|p| p.status == Status::Missing) {
-            format!("MISSING for all {} shapes", shapes_in.len())
-        } else {
-            let mut v = count_words(ps);
-            if g.m > 0 {
-                for w in ["Default", "missing", "unservable"] {
-                    let names: Vec<String> = ps
-                        .iter()
-                        .filter(|p| p.status.word() == w)
-                        .map(|p| r.shapes[p.shape].label())
-                        .collect();
-                    if !names.is_empty() && names.len() < shapes_in.len() {
-                        let _ = write!(v, "; {w}: {}", names.join(", "));
-                    }
-                }
-            }
-            v
-        };
-        let _ = writeln!(o, "  {head}: {verdict}");
-    }
-
-    // Per-shape matrix at the single-M (prefill-type) token counts.
-    let cols: Vec<i64> = single
-        .iter()
-        .map(|(g, _)| g.m)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if !cols.is_empty() && cols.len() <= 24 {
-        let _ = writeln!(
-            o,
-            "\nby shape at those token counts (T tuned, D Default, - missing, U unservable):"
-        );
-        let width = r
-            .shapes
-            .iter()
-            .map(|s| s.label().len())
-            .max()
-            .unwrap_or(8)
-            .max(8);
-        let mut head = format!("  {:<width$}", "shape");
-        for c in &cols {
-            let _ = write!(head, " {c:>5}");
-        }
-        let _ = writeln!(o, "{head}   other M covered");
-        for (i, s) in r.shapes.iter().enumerate() {
-            let mut line = format!("  {:<width$}", s.label());
-            for c in &cols {
-                let st = r
-                    .problems
-                    .iter()
-                    .find(|p| p.shape == i && p.m == *c)
-                    .map_or(' ', |p| p.status.letter());
-                let _ = write!(line, " {st:>5}");
-            }
-            let rest: Vec<&Problem> = r
-                .problems
-                .iter()
-                .filter(|p| p.shape == i && !cols.contains(&p.m))
-                .collect();
-            let covered = rest.iter().filter(|p| p.status.is_covered()).count();
-            let _ = writeln!(o, "{line}   {covered}/{}", rest.len());
-        }
-    }
-
-    // The gaps, grouped per shape and ranked.
-    let gaps = gap_groups(r);
-    if gaps.is_empty() {
-        let _ = writeln!(o, "\nno gaps: every predicted problem has a row");
-    } else {
-        let _ = writeln!(
-            o,
-            "\nworth tuning first ({} of {} gap groups; cost = calls per step x FLOPs of the largest M):",
-            top.min(gaps.len()),
-            gaps.len()
-        );
-        let _ = writeln!(
-            o,
-            "  {:<4} {:<22} {:<24} {:>5} {:>8}  why",
-            "rank", "shape", "M", "calls", "FLOP"
-        );
-        for (i, g) in gaps.iter().take(top).enumerate() {
-            let s = &r.shapes[g.shape];
-            let unservable = g
-                .problems
-                .iter()
-                .filter(|p| matches!(p.status, Status::Unservable(_)))
-                .count();
-            let near_from: BTreeSet<i64> = g.problems.iter().filter_map(|p| p.near).collect();
-            let mut note = if unservable > 0 {
-                format!(" [{unservable} unservable]")
-            } else {
-                String::new()
-            };
-            if !near_from.is_empty() {
-                let from: Vec<String> = near_from.iter().map(i64::to_string).collect();
-                let _ = write!(note, " [near: row at {}]", from.join(","));
-            }
-            let biggest = g.problems.iter().map(|p| p.key.flops()).fold(0.0, f64::max);
-            let _ = writeln!(
-                o,
-                "  {:<4} {:<22} {:<24} {:>5} {:>8}  {}{note}",
-                i + 1,
-                s.label(),
-                ms_short(&g.problems),
-                s.calls_per_step,
-                short(biggest),
-                g.label,
-            );
-        }
-    }
-    if !r.unused_rows.is_empty() {
-        let mut ms: Vec<i64> = r.unused_rows.iter().map(|k| k.n).collect();
-        ms.sort_unstable();
-        ms.dedup();
-        let _ = writeln!(
-            o,
-            "\n{} profile rows are at token counts this configuration does not predict (M = {})",
-            r.unused_rows.len(),
-            compress(&ms)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "prompt tails (the last chunk of a prompt) can be any length; only near-shape serving covers them"
-    );
-    o
-}
-
-/// The report as JSON: every problem with its status and reasons, ranked.
-pub fn to_json(r: &Report) -> Value {
-    let shapes: Vec<Value> = r
-        .shapes
-        .iter()
-        .map(|s| {
-            json!({
-                "name": s.name,
-                "label": s.label(),
-                "n": s.family.m,
-                "k": s.family.k,
-                "calls_per_step": s.calls_per_step,
-                "role": if s.role == Role::LmHead { "lm_head" } else { "body" },
-            })
-        })
-        .collect();
-    let problems: Vec<Value> = r
-        .problems
-        .iter()
-        .map(|p| {
-            let (op, sig) = tunableop::op_and_signature(&p.key);
-            let mut v = json!({
-                "shape": r.shapes[p.shape].label(),
-                "n": p.key.m,
-                "k": p.key.k,
-                "m": p.m,
-                "status": p.status.word(),
-                "op": op,
-                "signature": sig,
-                "calls_per_step": r.shapes[p.shape].calls_per_step,
-                "flops": p.key.flops(),
-                "cost": p.cost,
-                "reasons": p.whys.iter().map(|w| json!({"reason": w.reason.label(), "detail": w.detail})).collect::<Vec<_>>(),
-            });
-            if let Some(t) = p.near {
-                v["near_row"] = json!(t);
-            }
-            match &p.status {
-                Status::Tuned(id) => v["solution"] = json!(id),
-                Status::Unservable(why) => v["why"] = json!(why),
-                _ => {}
-            }
-            v
-        })
-        .collect();
-    json!({
-        "source": r.source,
-        "profile": r.profile,
-        "serving": r.serving.describe(),
-        "summary": {
-            "problems": r.problems.len(),
-            "tuned": r.count("tuned"),
-            "default": r.count("Default"),
-            "missing": r.count("missing"),
-            "unservable": r.count("unservable"),
-            "covered_cost_share": r.covered_cost_share(),
-            "unused_profile_rows": r.unused_rows.len(),
-            "near_window": r.near_window,
-            "missing_with_near_row": r.problems.iter().filter(|p| p.near.is_some()).count(),
-        },
-        "shapes": shapes,
-        "gap_groups": gap_groups(r).iter().map(|g| json!({
-            "shape": r.shapes[g.shape].label(),
-            "group": g.label,
-            "m": g.problems.iter().map(|p| p.m).collect::<Vec<_>>(),
-            "statuses": g.problems.iter().map(|p| p.status.word()).collect::<Vec<_>>(),
-            "cost": g.cost,
-        })).collect::<Vec<_>>(),
-        "problems": problems,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
-    }
-
-    fn serving(s: &str) -> Serving {
-        let (sv, rest) = Serving::from_args(&args(s)).unwrap();
-        assert!(rest.is_empty(), "unused {rest:?}");
-        sv
-    }
-
-    fn reasons_at(g: &Grid, m: i64) -> Vec<Reason> {
-        g.get(&m)
-            .map_or(vec![], |w| w.iter().map(|w| w.reason).collect())
-    }
+    use serde_json::json;
 
     fn half() -> Types {
         Types::uniform(abi::DT_F16_R, abi::DT_F32_R)
-    }
-
-    #[test]
-    fn decode_capture_sizes_follow_vllm_defaults() {
-        let g = grid(&serving("--max-num-seqs 256"), Role::Body);
-        let caps: Vec<i64> = g
-            .iter()
-            .filter(|(_, w)| w.iter().any(|w| w.reason == Reason::DecodeCapture))
-            .map(|(m, _)| *m)
-            .collect();
-        assert_eq!(&caps[..5], &[1, 2, 4, 8, 16]);
-        assert!(caps.contains(&248) && caps.contains(&256) && caps.contains(&272));
-        assert!(!caps.contains(&3) && !caps.contains(&260));
-        assert_eq!(*caps.last().unwrap(), 512, "min(2 x 256, 512)");
-        // A small server captures less: min(2 x 8, 512) = 16.
-        let g = grid(&serving("--max-num-seqs 8"), Role::Body);
-        assert!(reasons_at(&g, 16).contains(&Reason::DecodeCapture));
-        assert!(!reasons_at(&g, 24).contains(&Reason::DecodeCapture));
-        // Explicit sizes win.
-        let g = grid(&serving("--cuda-graph-sizes 1,3,5"), Role::Body);
-        assert!(reasons_at(&g, 3).contains(&Reason::DecodeCapture));
-        assert!(!reasons_at(&g, 2).contains(&Reason::DecodeCapture));
-    }
-
-    #[test]
-    fn eager_decode_runs_every_batch_size() {
-        let g = grid(&serving("--enforce-eager --max-num-seqs 40"), Role::Body);
-        for m in 1..=40 {
-            assert!(reasons_at(&g, m).contains(&Reason::DecodeEager), "M={m}");
-        }
-        assert!(!g
-            .values()
-            .flatten()
-            .any(|w| w.reason == Reason::DecodeCapture));
-        // Graphs captured only up to 16: larger decode batches run eagerly.
-        let g = grid(
-            &serving("--max-num-seqs 24 --max-cudagraph-capture-size 16"),
-            Role::Body,
-        );
-        assert!(reasons_at(&g, 17).contains(&Reason::DecodeEager));
-        assert!(!reasons_at(&g, 16).contains(&Reason::DecodeEager));
-    }
-
-    #[test]
-    fn mtp_verify_is_requests_times_k_plus_one() {
-        let g = grid(
-            &serving("--num-speculative-tokens 2 --max-num-seqs 8"),
-            Role::Body,
-        );
-        for m in [3, 6, 12, 24] {
-            assert!(reasons_at(&g, m).contains(&Reason::MtpVerify), "M={m}");
-        }
-        assert!(!reasons_at(&g, 9).contains(&Reason::MtpVerify));
-        let sv = serving(r#"--speculative-config={"method":"mtp","num_speculative_tokens":1}"#);
-        assert_eq!(sv.spec_tokens, 1);
-        assert!(reasons_at(&grid(&sv, Role::Body), 2).contains(&Reason::MtpVerify));
-    }
-
-    #[test]
-    fn prefill_chunks_are_block_multiples_up_to_the_budget() {
-        let g = grid(
-            &serving("--block-size 1024 --max-num-batched-tokens 2048"),
-            Role::Body,
-        );
-        assert!(reasons_at(&g, 1024).contains(&Reason::PrefillChunk));
-        assert!(reasons_at(&g, 2048).contains(&Reason::PrefillChunk));
-        assert!(!g.contains_key(&3072));
-        // The seed's trap: without the ladder, 256 and 512 are only decode capture sizes.
-        assert!(!reasons_at(&g, 512).contains(&Reason::DynamicRung));
-    }
-
-    #[test]
-    fn the_dynamic_ladder_adds_rungs_and_shared_caps() {
-        let g = grid(
-            &serving("--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill"),
-            Role::Body,
-        );
-        assert!(reasons_at(&g, 256).contains(&Reason::DynamicRung));
-        assert!(reasons_at(&g, 512).contains(&Reason::DynamicRung));
-        assert!(reasons_at(&g, 512).contains(&Reason::DynamicShared));
-        assert!(
-            reasons_at(&g, 1536).contains(&Reason::DynamicShared),
-            "3 x 512"
-        );
-        assert!(
-            reasons_at(&g, 2048).contains(&Reason::DynamicShared),
-            "4 x 512, 8 x 256"
-        );
-        assert!(
-            !g.contains_key(&768),
-            "3 x 256 needs 8 eligible requests, which fill 2048"
-        );
-        let g = grid(
-            &serving("--max-num-batched-tokens 4096 --dyn-rungs 384 --dyn-shared-cap 640 --dyn-thresholds 6:320"),
-            Role::Body,
-        );
-        assert!(reasons_at(&g, 384).contains(&Reason::DynamicRung));
-        assert!(reasons_at(&g, 640).contains(&Reason::DynamicShared));
-        assert!(reasons_at(&g, 320).contains(&Reason::DynamicShared));
-        assert!(!reasons_at(&g, 256).contains(&Reason::DynamicRung));
-    }
-
-    #[test]
-    fn long_prefill_threshold_caps_each_prompt() {
-        let g = grid(
-            &serving(
-                "--max-num-batched-tokens 2048 --long-prefill-token-threshold 600 --enforce-eager",
-            ),
-            Role::Body,
-        );
-        for m in [600, 1200, 1800] {
-            assert!(reasons_at(&g, m).contains(&Reason::LongPrefill), "M={m}");
-        }
-    }
-
-    #[test]
-    fn capped_chunks_mix_with_decodes_and_pad_under_piecewise_graphs() {
-        let sv = serving(
-            "--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill --mix-decodes 21",
-        );
-        let g = grid(&sv, Role::Body);
-        // 512 + 1..21 runs eagerly (above the largest capture size, 512).
-        for m in 513..=533 {
-            assert!(reasons_at(&g, m).contains(&Reason::ChunkDecodeMix), "M={m}");
-        }
-        assert!(!reasons_at(&g, 534).contains(&Reason::ChunkDecodeMix));
-        assert!(
-            reasons_at(&g, 1045).contains(&Reason::ChunkDecodeMix),
-            "1024 + 21"
-        );
-        // 256 + d fits under 512: padded to the capture sizes 272 and 288.
-        assert!(reasons_at(&g, 272).contains(&Reason::ChunkDecodeMix));
-        assert!(!g.contains_key(&257));
-        // The budget itself never gets a mix: the chunk shrinks instead.
-        assert!(!g.contains_key(&2049));
-        // Mixes of speculative decodes add k + 1 tokens per request.
-        let g = grid(
-            &serving("--enforce-eager --dyn-rungs 512 --num-speculative-tokens 2 --mix-decodes 2"),
-            Role::Body,
-        );
-        assert!(reasons_at(&g, 515).contains(&Reason::ChunkDecodeMix));
-        assert!(reasons_at(&g, 518).contains(&Reason::ChunkDecodeMix));
-        assert!(!reasons_at(&g, 513).contains(&Reason::ChunkDecodeMix));
-        // Decode-only graphs leave mixed steps eager and unpadded.
-        let g = grid(
-            &serving(
-                r#"--dyn-rungs 256 --compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY"}"#,
-            ),
-            Role::Body,
-        );
-        assert!(reasons_at(&g, 257).contains(&Reason::ChunkDecodeMix));
-    }
-
-    #[test]
-    fn lm_head_sees_the_sampled_tokens() {
-        let g = grid(
-            &serving("--max-num-seqs 4 --num-speculative-tokens 2"),
-            Role::LmHead,
-        );
-        let ms: Vec<i64> = g.keys().copied().collect();
-        assert_eq!(ms, vec![1, 2, 3, 4, 6, 9, 12]);
-    }
-
-    #[test]
-    fn unknown_flags_are_handed_back_and_bad_values_refused() {
-        let (sv, rest) =
-            Serving::from_args(&args("serve model --block-size=32 --port 8000")).unwrap();
-        assert_eq!(sv.block_size, 32);
-        assert_eq!(rest, args("serve model --port 8000"));
-        assert!(Serving::from_args(&args("--block-size 0")).is_err());
-        assert!(Serving::from_args(&args("--max-num-seqs")).is_err());
-        assert!(Serving::from_args(&args("--dyn-thresholds 8-256")).is_err());
     }
 
     fn llama_config() -> Value {
@@ -2013,119 +1345,6 @@ mod tests {
             Status::Tuned(-1086327700),
             "the * row"
         );
-    }
-
-    #[test]
-    fn analysis_ranks_gaps_by_cost_and_lists_unused_rows() {
-        let f = tunableop::parse(PROFILE);
-        let ix = ProfileIndex::new(&f);
-        let sv = serving(
-            "--block-size 1024 --max-num-batched-tokens 2048 --max-num-seqs 4 --mix-decodes 0",
-        );
-        let r = analyse("test", shapes_from_profile(&f), &sv, Some(("p", &ix)), 32);
-        let costs: Vec<f64> = r.problems.iter().map(|p| p.cost).collect();
-        assert!(costs.windows(2).all(|w| w[0] >= w[1]));
-        let gap = r.gaps().next().unwrap();
-        assert_eq!(
-            (gap.key.m, gap.m),
-            (336, 2048),
-            "the biggest missing problem first"
-        );
-        assert_eq!(r.unused_rows.len(), 1, "M=800 is not predicted");
-        let text = render_text(&r, 5);
-        assert!(text.contains("M = 800"), "{text}");
-        let j = to_json(&r);
-        assert_eq!(
-            j["summary"]["problems"].as_u64().unwrap() as usize,
-            r.problems.len()
-        );
-        assert_eq!(j["problems"][0]["m"], 2048);
-    }
-
-    fn fixture(rel: &str) -> String {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/vllm-rdna")
-            .join(rel);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
-
-    /// The issue's case: the published 70-row gfx1030 profile under the seed's live
-    /// configuration (block size 1024, 2048 batched tokens, dynamic prefill on).
-    #[test]
-    fn the_seed_live_configuration_on_the_70_row_profile() {
-        let f = tunableop::parse(&fixture("rocblas-c27e2252cc7a/tunableop_results0.csv"));
-        assert_eq!(f.rows.len(), 70);
-        let ix = ProfileIndex::new(&f);
-        let shapes = shapes_from_profile(&f);
-        let pairs: BTreeSet<(i64, i64)> = shapes.iter().map(|s| (s.family.m, s.family.k)).collect();
-        assert_eq!(
-            pairs,
-            BTreeSet::from([
-                (3584, 2560),
-                (10240, 2560),
-                (512, 2560),
-                (2560, 1536),
-                (4096, 2560),
-                (10240, 320),
-                (336, 10240)
-            ])
-        );
-        let live = serving("--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill");
-        let r = analyse("fixture", shapes.clone(), &live, Some(("c27e", &ix)), 32);
-        let at = |m: i64| -> Vec<&Problem> { r.problems.iter().filter(|p| p.m == m).collect() };
-        for m in [256, 512] {
-            let ps = at(m);
-            assert_eq!(ps.len(), 7, "M={m}");
-            assert!(ps.iter().all(|p| p.status == Status::Missing), "M={m}");
-            assert!(ps
-                .iter()
-                .all(|p| p.whys.iter().any(|w| w.reason == Reason::DynamicRung)));
-        }
-        let defaults = |m: i64| -> BTreeSet<(i64, i64)> {
-            at(m)
-                .iter()
-                .filter(|p| p.status == Status::Default)
-                .map(|p| (p.key.m, p.key.k))
-                .collect()
-        };
-        for m in [1024, 2048] {
-            assert!(at(m).iter().all(|p| p.status.is_covered()), "M={m}");
-        }
-        assert_eq!(defaults(1024), BTreeSet::from([(4096, 2560), (10240, 320)]));
-        assert_eq!(
-            defaults(2048),
-            BTreeSet::from([(10240, 2560), (10240, 320)])
-        );
-        // Near serving would try the 1024 rows for 1024 + d on the five tuned layers, and
-        // nothing for 512 + d (no row at 512 to take).
-        let near_at = |m: i64| at(m).iter().filter(|p| p.near == Some(1024)).count();
-        assert_eq!(near_at(1030), 5);
-        assert!(at(520).iter().all(|p| p.near.is_none()));
-        // The chunk-plus-decode mixes of the 512 chunk run eagerly and are missing too.
-        assert!(at(533)
-            .iter()
-            .all(|p| p.status == Status::Missing && p.whys[0].reason == Reason::ChunkDecodeMix));
-
-        let text = render_text(&r, 10);
-        assert!(
-            text.contains("missing for all 7 shapes: M = 256, 512"),
-            "{text}"
-        );
-        assert!(
-            text.contains("present at: M = 1024 (5 tuned, 2 Default); 2048 (5 tuned, 2 Default)"),
-            "{text}"
-        );
-        assert!(text.contains("M = 1024 (dynamic rung, dynamic shared cap, prefill chunk): 5 tuned, 2 Default; Default: 4096x2560, 10240x320"), "{text}");
-
-        // The seed's checker model (block multiples only) cannot see the 256/512 family.
-        let blocks_only = serving("--block-size 1024 --max-num-batched-tokens 2048");
-        let r0 = analyse("fixture", shapes, &blocks_only, Some(("c27e", &ix)), 32);
-        assert!(r0
-            .problems
-            .iter()
-            .filter(|p| p.m == 256 || p.m == 512)
-            .all(|p| p.whys.iter().all(|w| w.reason == Reason::DecodeCapture)));
-        assert!(!render_text(&r0, 10).contains("missing for all"));
     }
 
     #[test]

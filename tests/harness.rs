@@ -625,7 +625,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         (
             &["tune", "--lib", lib, "--bogus"],
             2,
-            "unknown option --bogus",
+            "unknown option '--bogus'",
         ),
         (
             &["tune", "--lib", lib, "--shard", "2/2"],

@@ -12,52 +12,78 @@ use tunedblas_core::abi::*;
 use tunedblas_core::identity;
 use tunedblas_core::key::{Batching, ProblemKey};
 
-/// A harness error with the words a user needs: what failed and what to do.
-#[derive(Debug)]
-pub struct Error {
-    pub msg: String,
-    pub kind: Kind,
+use crate::error::{Error, Result};
+
+/// Calls `f`, a function of the `rocblas_gemm_ex` shape, on problem `p` with operand set
+/// `o`, then the arguments after the compute type: running a problem and asking for its
+/// solutions take the same problem and differ only there.
+macro_rules! gemm_ex_call {
+    ($f:expr, $p:expr, $o:expr; $($tail:expr),*) => {{
+        let (k, t) = (&$p.key, $p.key.types);
+        let i = |v: i64| v as i32;
+        ($f)(
+            $p.handle.h,
+            k.trans_a.to_rocblas(),
+            k.trans_b.to_rocblas(),
+            i(k.m),
+            i(k.n),
+            i(k.k),
+            $p.alpha.as_ptr().cast(),
+            $o.a.ptr,
+            t.a,
+            i(k.lda),
+            $o.b.ptr,
+            t.b,
+            i(k.ldb),
+            $p.beta.as_ptr().cast(),
+            $o.c.ptr,
+            t.c,
+            i(k.ldc),
+            $o.d.ptr,
+            t.d,
+            i(k.ldd),
+            t.compute,
+            $($tail),*
+        )
+    }};
 }
 
-/// What kind of failure, for the exit code (`tunedblas help` documents them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// The work failed: exit 1.
-    Failed,
-    /// The library could not be loaded or is not rocBLAS: exit 3.
-    NotRocblas,
-    /// No usable device: exit 4.
-    NoDevice,
+/// As [`gemm_ex_call`], for the `rocblas_gemm_strided_batched_ex` shape.
+macro_rules! strided_ex_call {
+    ($f:expr, $p:expr, $o:expr; $($tail:expr),*) => {{
+        let (k, t) = (&$p.key, $p.key.types);
+        let i = |v: i64| v as i32;
+        ($f)(
+            $p.handle.h,
+            k.trans_a.to_rocblas(),
+            k.trans_b.to_rocblas(),
+            i(k.m),
+            i(k.n),
+            i(k.k),
+            $p.alpha.as_ptr().cast(),
+            $o.a.ptr,
+            t.a,
+            i(k.lda),
+            k.stride_a,
+            $o.b.ptr,
+            t.b,
+            i(k.ldb),
+            k.stride_b,
+            $p.beta.as_ptr().cast(),
+            $o.c.ptr,
+            t.c,
+            i(k.ldc),
+            k.stride_c,
+            $o.d.ptr,
+            t.d,
+            i(k.ldd),
+            k.stride_d,
+            i(k.batch),
+            t.compute,
+            $($tail),*
+        )
+    }};
 }
-
-impl Error {
-    pub fn new(msg: impl Into<String>) -> Error {
-        Error {
-            msg: msg.into(),
-            kind: Kind::Failed,
-        }
-    }
-    pub fn with_kind(mut self, kind: Kind) -> Error {
-        self.kind = kind;
-        self
-    }
-    pub fn exit_code(&self) -> u8 {
-        match self.kind {
-            Kind::Failed => 1,
-            Kind::NotRocblas => 3,
-            Kind::NoDevice => 4,
-        }
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.msg)
-    }
-}
-impl std::error::Error for Error {}
-
-pub type Result<T> = std::result::Result<T, Error>;
 
 fn dl_error() -> String {
     // SAFETY: dlerror returns NULL or a NUL-terminated message owned by libc.
@@ -106,14 +132,15 @@ unsafe fn sym<T: Copy>(handle: *mut c_void, name: &str) -> Option<T> {
 
 fn open(path: &Path, flags: i32) -> Result<*mut c_void> {
     let c = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| Error::new(format!("{}: path contains a NUL byte", path.display())))?;
+        .map_err(|_| Error::failed(format!("{}: path contains a NUL byte", path.display())))?;
     // SAFETY: dlopen with a valid C string.
     let h = unsafe { libc::dlopen(c.as_ptr(), flags) };
     if h.is_null() {
-        return Err(
-            Error::new(format!("cannot load {}: {}", path.display(), dl_error()))
-                .with_kind(Kind::NotRocblas),
-        );
+        return Err(Error::not_rocblas(format!(
+            "cannot load {}: {}",
+            path.display(),
+            dl_error()
+        )));
     }
     Ok(h)
 }
@@ -146,11 +173,10 @@ impl Library {
             let c = CString::new(name).unwrap();
             let p = unsafe { libc::dlsym(h, c.as_ptr()) };
             if p.is_null() {
-                Err(Error::new(format!(
+                Err(Error::not_rocblas(format!(
                     "{} has no {name}: it is not rocBLAS (or older than ROCm 5.5, which lacks the solution queries)",
                     path.display()
-                ))
-                .with_kind(Kind::NotRocblas))
+                )))
             } else {
                 Ok(p)
             }
@@ -169,11 +195,11 @@ impl Library {
                     Path::new("libamdhip64.so"),
                     libc::RTLD_NOW | libc::RTLD_LOCAL,
                 )
-                .map_err(|e| Error::new(format!("{e}; pass --hip <path to libamdhip64.so>")))?,
+                .map_err(|e| Error::failed(format!("{e}; pass --hip <path to libamdhip64.so>")))?,
             };
             let hip_need = |name: &str| -> Result<*mut c_void> {
                 sym::<*mut c_void>(hip_handle, name)
-                    .ok_or_else(|| Error::new(format!("the HIP runtime has no {name}")))
+                    .ok_or_else(|| Error::failed(format!("the HIP runtime has no {name}")))
             };
             Library {
                 file: identity::library_of_address(need("rocblas_create_handle")? as usize)
@@ -247,13 +273,10 @@ impl Library {
         // SAFETY: out-pointer.
         match unsafe { f(&mut n) } {
             HIP_SUCCESS if n > 0 => Ok(n),
-            HIP_SUCCESS => {
-                Err(Error::new("the HIP runtime sees no device").with_kind(Kind::NoDevice))
-            }
-            e => Err(Error::new(format!(
+            HIP_SUCCESS => Err(Error::no_device("the HIP runtime sees no device")),
+            e => Err(Error::no_device(format!(
                 "hipGetDeviceCount failed with HIP error {e}: no usable device"
-            ))
-            .with_kind(Kind::NoDevice)),
+            ))),
         }
     }
 
@@ -261,18 +284,18 @@ impl Library {
     pub fn set_device(&self, device: i32) -> Result<()> {
         let count = self.device_count()?;
         if device < 0 || device >= count {
-            return Err(Error::new(format!(
+            return Err(Error::failed(format!(
                 "device {device} does not exist (the HIP runtime sees {count}: 0..{})",
                 count - 1
             )));
         }
         match self.hip.set_device {
             None if device == 0 => Ok(()),
-            None => Err(Error::new("the HIP runtime has no hipSetDevice")),
+            None => Err(Error::failed("the HIP runtime has no hipSetDevice")),
             // SAFETY: plain call.
             Some(f) => match unsafe { f(device) } {
                 HIP_SUCCESS => Ok(()),
-                e => Err(Error::new(format!(
+                e => Err(Error::failed(format!(
                     "hipSetDevice({device}) failed with HIP error {e}"
                 ))),
             },
@@ -284,7 +307,7 @@ impl Library {
         // SAFETY: out-pointer.
         match unsafe { (self.create_handle)(&mut h) } {
             STATUS_SUCCESS => Ok(RocHandle { lib: self, h }),
-            s => Err(Error::new(format!(
+            s => Err(Error::failed(format!(
                 "rocblas_create_handle failed with status {s}"
             ))),
         }
@@ -317,7 +340,7 @@ impl<'a> DevBuf<'a> {
         // SAFETY: out-pointer; size > 0.
         match unsafe { (hip.malloc)(&mut ptr, bytes.max(16)) } {
             HIP_SUCCESS => Ok(DevBuf { hip, ptr, bytes }),
-            e => Err(Error::new(format!(
+            e => Err(Error::failed(format!(
                 "hipMalloc({bytes} bytes) failed with HIP error {e}"
             ))),
         }
@@ -329,7 +352,7 @@ impl<'a> DevBuf<'a> {
             (self.hip.memcpy)(self.ptr, host.as_ptr().cast(), n, HIP_MEMCPY_HOST_TO_DEVICE)
         } {
             HIP_SUCCESS => Ok(()),
-            e => Err(Error::new(format!(
+            e => Err(Error::failed(format!(
                 "hipMemcpy to the device failed with HIP error {e}"
             ))),
         }
@@ -349,7 +372,7 @@ impl DevBuf<'_> {
             )
         } {
             HIP_SUCCESS => Ok(host),
-            e => Err(Error::new(format!(
+            e => Err(Error::failed(format!(
                 "hipMemcpy from the device failed with HIP error {e}"
             ))),
         }
@@ -439,7 +462,7 @@ fn elems(ld: i64, cols: i64, batch: i64, stride: i64) -> usize {
     if batch <= 1 {
         one
     } else {
-        one.max(0) + (stride.max(0) as usize) * (batch as usize - 1)
+        one + (stride.max(0) as usize) * (batch as usize - 1)
     }
 }
 
@@ -466,14 +489,14 @@ impl<'a> Problem<'a> {
     /// `rotate_bytes` (at least one, at most 8).
     pub fn new(lib: &'a Library, key: ProblemKey, rotate_bytes: usize) -> Result<Problem<'a>> {
         if key.batching == Batching::PointerArray {
-            return Err(Error::new(
+            return Err(Error::failed(
                 "pointer-array batched problems cannot be run by the harness yet",
             ));
         }
         let t = key.types;
         let size = |dt: Datatype| {
             datatype_size(dt).ok_or_else(|| {
-                Error::new(format!("data type {dt} is not supported by the harness"))
+                Error::failed(format!("data type {dt} is not supported by the harness"))
             })
         };
         let cols_a = if key.trans_a == tunedblas_core::key::Trans::N {
@@ -539,7 +562,7 @@ impl<'a> Problem<'a> {
     pub fn run_and_read(&self, solution: Option<i32>) -> Result<Vec<u8>> {
         match self.run_on(0, solution, 0) {
             STATUS_SUCCESS => self.sets[0].d.download(),
-            st => Err(Error::new(format!(
+            st => Err(Error::failed(format!(
                 "the GEMM failed with rocBLAS status {st}"
             ))),
         }
@@ -554,76 +577,17 @@ impl<'a> Problem<'a> {
     /// index. `extra_flags` adds e.g. check_solution_index.
     pub fn run_on(&self, set: usize, solution: Option<i32>, extra_flags: u32) -> Status {
         let o = &self.sets[set % self.sets.len()];
-        let k = &self.key;
         let (algo, idx) = match solution {
             Some(s) => (ALGO_SOLUTION_INDEX, s),
             None => (ALGO_STANDARD, 0),
         };
-        let flags = k.flags | extra_flags;
-        let t = k.types;
-        let (ta, tb) = (k.trans_a.to_rocblas(), k.trans_b.to_rocblas());
-        let i = |v: i64| v as i32;
+        let flags = self.key.flags | extra_flags;
         // SAFETY: every buffer was sized for this key above.
         unsafe {
-            match k.batching {
-                Batching::Single => (self.lib.gemm_ex)(
-                    self.handle.h,
-                    ta,
-                    tb,
-                    i(k.m),
-                    i(k.n),
-                    i(k.k),
-                    self.alpha.as_ptr().cast(),
-                    o.a.ptr,
-                    t.a,
-                    i(k.lda),
-                    o.b.ptr,
-                    t.b,
-                    i(k.ldb),
-                    self.beta.as_ptr().cast(),
-                    o.c.ptr,
-                    t.c,
-                    i(k.ldc),
-                    o.d.ptr,
-                    t.d,
-                    i(k.ldd),
-                    t.compute,
-                    algo,
-                    idx,
-                    flags,
-                ),
+            match self.key.batching {
+                Batching::Single => gemm_ex_call!(self.lib.gemm_ex, self, o; algo, idx, flags),
                 Batching::Strided => match self.lib.gemm_strided_batched_ex {
-                    Some(f) => f(
-                        self.handle.h,
-                        ta,
-                        tb,
-                        i(k.m),
-                        i(k.n),
-                        i(k.k),
-                        self.alpha.as_ptr().cast(),
-                        o.a.ptr,
-                        t.a,
-                        i(k.lda),
-                        k.stride_a,
-                        o.b.ptr,
-                        t.b,
-                        i(k.ldb),
-                        k.stride_b,
-                        self.beta.as_ptr().cast(),
-                        o.c.ptr,
-                        t.c,
-                        i(k.ldc),
-                        k.stride_c,
-                        o.d.ptr,
-                        t.d,
-                        i(k.ldd),
-                        k.stride_d,
-                        i(k.batch),
-                        t.compute,
-                        algo,
-                        idx,
-                        flags,
-                    ),
+                    Some(f) => strided_ex_call!(f, self, o; algo, idx, flags),
                     None => STATUS_NOT_IMPLEMENTED,
                 },
                 Batching::PointerArray => STATUS_NOT_IMPLEMENTED,
@@ -634,83 +598,27 @@ impl<'a> Problem<'a> {
     /// The solutions the library offers for exactly this problem.
     pub fn solutions(&self) -> Result<Vec<i32>> {
         let o = &self.sets[0];
-        let k = &self.key;
-        let t = k.types;
-        let (ta, tb) = (k.trans_a.to_rocblas(), k.trans_b.to_rocblas());
-        let i = |v: i64| v as i32;
+        let flags = self.key.flags;
         let query = |list: *mut i32, size: &mut i32| -> Status {
             // SAFETY: buffers sized for this key; list is NULL or holds *size entries.
             unsafe {
-                match k.batching {
+                match self.key.batching {
                     Batching::Strided => match self.lib.get_solutions_strided {
-                        Some(f) => f(
-                            self.handle.h,
-                            ta,
-                            tb,
-                            i(k.m),
-                            i(k.n),
-                            i(k.k),
-                            self.alpha.as_ptr().cast(),
-                            o.a.ptr,
-                            t.a,
-                            i(k.lda),
-                            k.stride_a,
-                            o.b.ptr,
-                            t.b,
-                            i(k.ldb),
-                            k.stride_b,
-                            self.beta.as_ptr().cast(),
-                            o.c.ptr,
-                            t.c,
-                            i(k.ldc),
-                            k.stride_c,
-                            o.d.ptr,
-                            t.d,
-                            i(k.ldd),
-                            k.stride_d,
-                            i(k.batch),
-                            t.compute,
-                            ALGO_SOLUTION_INDEX,
-                            k.flags,
-                            list,
-                            size,
-                        ),
+                        Some(f) => {
+                            strided_ex_call!(f, self, o; ALGO_SOLUTION_INDEX, flags, list, size)
+                        }
                         None => STATUS_NOT_IMPLEMENTED,
                     },
-                    _ => (self.lib.get_solutions)(
-                        self.handle.h,
-                        ta,
-                        tb,
-                        i(k.m),
-                        i(k.n),
-                        i(k.k),
-                        self.alpha.as_ptr().cast(),
-                        o.a.ptr,
-                        t.a,
-                        i(k.lda),
-                        o.b.ptr,
-                        t.b,
-                        i(k.ldb),
-                        self.beta.as_ptr().cast(),
-                        o.c.ptr,
-                        t.c,
-                        i(k.ldc),
-                        o.d.ptr,
-                        t.d,
-                        i(k.ldd),
-                        t.compute,
-                        ALGO_SOLUTION_INDEX,
-                        k.flags,
-                        list,
-                        size,
-                    ),
+                    _ => {
+                        gemm_ex_call!(self.lib.get_solutions, self, o; ALGO_SOLUTION_INDEX, flags, list, size)
+                    }
                 }
             }
         };
         let mut count = 0i32;
         let st = query(std::ptr::null_mut(), &mut count);
         if st != STATUS_SUCCESS {
-            return Err(Error::new(format!(
+            return Err(Error::failed(format!(
                 "get_solutions failed with rocBLAS status {st}"
             )));
         }
@@ -718,7 +626,7 @@ impl<'a> Problem<'a> {
         let mut size = count;
         let st = query(list.as_mut_ptr(), &mut size);
         if st != STATUS_SUCCESS {
-            return Err(Error::new(format!(
+            return Err(Error::failed(format!(
                 "get_solutions failed with rocBLAS status {st}"
             )));
         }
@@ -756,7 +664,7 @@ impl<'a> Problem<'a> {
             (hip.event_destroy)(stop);
         }
         if status != STATUS_SUCCESS {
-            return Err(Error::new(format!(
+            return Err(Error::failed(format!(
                 "the GEMM failed with rocBLAS status {status}"
             )));
         }

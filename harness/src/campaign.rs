@@ -19,11 +19,12 @@ use serde_json::{json, Value};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop::{self, KeyParse, ResultsFile, Row, Solution};
 
-use crate::backend::{Error, Kind, Library, Result};
+use crate::backend::Library;
 use crate::curate::{Decision, Rules};
+use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::qualify;
-use crate::shapes::{self, Shape};
+use crate::shapes::{self, shape_label, Shape};
 use crate::store::{self, Build, Folder, Store};
 use crate::tune::{self, Method, Tuned};
 
@@ -136,23 +137,6 @@ fn key_text(k: &ProblemKey) -> String {
     format!("{op},{sig}")
 }
 
-/// `TN f16 4096x1024` style label: layout, type, (rocBLAS m x k), the seed's (N, K).
-pub fn shape_label(k: &ProblemKey) -> String {
-    format!(
-        "{}{} {} {}x{}{}",
-        k.trans_a.letter(),
-        k.trans_b.letter(),
-        tunableop::short_type_name(k.types.a),
-        k.m,
-        k.k,
-        if k.batch > 1 {
-            format!(" b{}", k.batch)
-        } else {
-            String::new()
-        }
-    )
-}
-
 fn checkpoint_path(folder: &Folder) -> PathBuf {
     folder.dir.join(".campaign.partial.jsonl")
 }
@@ -163,7 +147,12 @@ fn read_checkpoint(path: &Path) -> Result<Option<(Header, Vec<Outcome>)>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::new(format!("cannot read {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(Error::failed(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
     };
     let mut lines = text.lines();
     let Some(header) = lines
@@ -183,7 +172,7 @@ fn append_line(file: &mut std::fs::File, line: &str, path: &Path) -> Result<()> 
     file.write_all(format!("{line}\n").as_bytes())
         .and_then(|_| file.sync_data())
         .map_err(|e| {
-            Error::new(format!(
+            Error::failed(format!(
                 "cannot write the checkpoint {}: {e}",
                 path.display()
             ))
@@ -254,7 +243,7 @@ fn worker(
             rejected: None,
         };
         match &ready {
-            Err(e) => outcome.error = Some(e.msg.clone()),
+            Err(e) => outcome.error = Some(e.message.clone()),
             Ok(()) => match tune::tune(
                 lib,
                 shape.key,
@@ -263,7 +252,7 @@ fn worker(
                 &opts.rules,
             ) {
                 Ok(t) => outcome.tuned = Some(t),
-                Err(e) => outcome.error = Some(e.msg),
+                Err(e) => outcome.error = Some(e.message),
             },
         }
         if tx.send(outcome).is_err() {
@@ -310,7 +299,7 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
             .collect();
     }
     if collected.shapes.is_empty() {
-        return Err(Error::new(
+        return Err(Error::failed(
             "no shapes to tune: give miss logs, untuned or results files, --shape, or --retune",
         ));
     }
@@ -330,14 +319,14 @@ impl Checkpoint {
     /// unfinished campaign with other shapes allows only with `fresh`.
     fn open(folder: &Folder, header: Header, fresh: bool) -> Result<(Checkpoint, Vec<Outcome>)> {
         std::fs::create_dir_all(&folder.dir)
-            .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", folder.dir.display())))?;
         let path = checkpoint_path(folder);
         let (started, done) = match read_checkpoint(&path)? {
             Some((old, done)) if old.build == header.build && old.shapes == header.shapes => {
                 (old.started, done)
             }
             Some(_) if !fresh => {
-                return Err(Error::new(format!(
+                return Err(Error::failed(format!(
                     "an unfinished campaign with other shapes is in {}; rerun it with the same inputs to finish it, or pass --fresh to discard it",
                     path.display()
                 )));
@@ -348,10 +337,10 @@ impl Checkpoint {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| Error::failed(format!("cannot open {}: {e}", path.display())))?;
         if done.is_empty() {
             file.set_len(0)
-                .map_err(|e| Error::new(format!("cannot reset {}: {e}", path.display())))?;
+                .map_err(|e| Error::failed(format!("cannot reset {}: {e}", path.display())))?;
             let h = Header {
                 started: started.clone(),
                 ..header
@@ -408,7 +397,7 @@ fn lock_campaign(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(&folder.dir)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", folder.dir.display())))?;
+        .map_err(|e| Error::failed(format!("cannot create {}: {e}", folder.dir.display())))?;
     let path = folder.dir.join(".campaign.lock");
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -417,7 +406,7 @@ fn lock_campaign(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
         .truncate(false)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
-        .map_err(|e| Error::new(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| Error::failed(format!("cannot open {}: {e}", path.display())))?;
     let flock = |how| loop {
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
@@ -439,9 +428,14 @@ fn lock_campaign(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
                 );
             }
             flock(libc::LOCK_EX)
-                .map_err(|e| Error::new(format!("cannot lock {}: {e}", path.display())))?;
+                .map_err(|e| Error::failed(format!("cannot lock {}: {e}", path.display())))?;
         }
-        Err(e) => return Err(Error::new(format!("cannot lock {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(Error::failed(format!(
+                "cannot lock {}: {e}",
+                path.display()
+            )))
+        }
     }
     Ok(file)
 }
@@ -582,13 +576,103 @@ fn check_devices(opts: &Options, device_count: i32) -> Result<Vec<i32>> {
         opts.devices.clone()
     };
     if let Some(d) = devices.iter().find(|&&d| d < 0 || d >= device_count) {
-        return Err(Error::new(format!(
+        return Err(Error::no_device(format!(
             "--devices names device {d}, but the runtime sees {device_count} (0..{})",
             device_count - 1
-        ))
-        .with_kind(Kind::NoDevice));
+        )));
     }
     Ok(devices)
+}
+
+/// The campaign's opening lines: what, where, resumed from where, and the rules.
+fn announce(
+    opts: &Options,
+    build: &Build,
+    devices: &[i32],
+    folder: &Folder,
+    total: usize,
+    resumed: usize,
+    to_go: usize,
+) {
+    println!(
+        "tuning {} shapes for rocBLAS {} (build {}) on device{} {} -> {}",
+        total,
+        build.version,
+        build.short(),
+        if devices.len() > 1 { "s" } else { "" },
+        devices
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        folder.dir.display()
+    );
+    if resumed > 0 {
+        println!(
+            "resuming: {resumed} of {} shapes were finished before; {} to go",
+            total, to_go
+        );
+    }
+    println!("rules:");
+    for r in opts.rules.describe() {
+        println!("  - {r}");
+    }
+    println!("\n          {}", table_header());
+}
+
+/// The shapes left to tune and what the workers tune them with.
+struct Work<'a> {
+    lib: &'a Library,
+    devices: &'a [i32],
+    queue: &'a [Shape],
+    /// The profile's rows before the campaign, for the current-row timings.
+    current: &'a HashMap<ProblemKey, Solution>,
+    opts: &'a Options,
+    /// Shapes in the campaign, and those finished before a resume, for the progress lines.
+    total: usize,
+    resumed: usize,
+    human: bool,
+}
+
+/// Tunes the queue, one worker per device, checkpointing each outcome as it arrives.
+fn tune_queue(w: &Work, checkpoint: &mut Checkpoint, done: &mut Vec<Outcome>) -> Result<()> {
+    let Work {
+        lib,
+        devices,
+        queue,
+        current,
+        opts,
+        ..
+    } = *w;
+    let mut progress = Progress::new(w.total, w.resumed, !opts.quiet);
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| -> Result<()> {
+        for &d in devices {
+            let tx = tx.clone();
+            let next = &next;
+            scope.spawn(move || worker(lib, d, queue, next, current, opts, tx));
+        }
+        drop(tx);
+        for outcome in rx {
+            checkpoint.append(&outcome)?;
+            progress.advance(&outcome.key().map_or(outcome.shape.clone(), |k| {
+                format!("{} M={}", shape_label(&k), k.n)
+            }));
+            if w.human {
+                progress.println(&format!(
+                    "[{:>3}/{}] {}",
+                    progress.done(),
+                    w.total,
+                    outcome_line(&outcome)
+                ));
+            }
+            done.push(outcome);
+        }
+        Ok(())
+    })?;
+    progress.finish();
+    Ok(())
 }
 
 /// Runs a campaign; see the module docs.
@@ -632,62 +716,29 @@ pub fn run(opts: &Options) -> Result<Summary> {
 
     let human = !opts.json && !opts.quiet;
     if human {
-        println!(
-            "tuning {} shapes for rocBLAS {} (build {}) on device{} {} -> {}",
+        announce(
+            opts,
+            &build,
+            &devices,
+            &folder,
             shapes.len(),
-            build.version,
-            build.short(),
-            if devices.len() > 1 { "s" } else { "" },
-            devices
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-            folder.dir.display()
+            resumed,
+            queue.len(),
         );
-        if resumed > 0 {
-            println!(
-                "resuming: {resumed} of {} shapes were finished before; {} to go",
-                shapes.len(),
-                queue.len()
-            );
-        }
-        println!("rules:");
-        for r in opts.rules.describe() {
-            println!("  - {r}");
-        }
-        println!("\n          {}", table_header());
     }
 
     // Tune, one worker per device; this thread checkpoints and reports.
-    let mut progress = Progress::new(shapes.len(), resumed, !opts.quiet);
-    let next = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| -> Result<()> {
-        for &d in &devices {
-            let tx = tx.clone();
-            let (lib, queue, next, current) = (&lib, &queue, &next, &current);
-            scope.spawn(move || worker(lib, d, queue, next, current, opts, tx));
-        }
-        drop(tx);
-        for outcome in rx {
-            checkpoint.append(&outcome)?;
-            progress.advance(&outcome.key().map_or(outcome.shape.clone(), |k| {
-                format!("{} M={}", shape_label(&k), k.n)
-            }));
-            if human {
-                progress.println(&format!(
-                    "[{:>3}/{}] {}",
-                    progress.done(),
-                    shapes.len(),
-                    outcome_line(&outcome)
-                ));
-            }
-            done.push(outcome);
-        }
-        Ok(())
-    })?;
-    progress.finish();
+    let work = Work {
+        lib: &lib,
+        devices: &devices,
+        queue: &queue,
+        current: &current,
+        opts,
+        total: shapes.len(),
+        resumed,
+        human,
+    };
+    tune_queue(&work, &mut checkpoint, &mut done)?;
 
     let qualified_on: Vec<i32> = (0..device_count).collect();
     if human {

@@ -217,8 +217,8 @@ fn pct(x: f64) -> String {
     format!("{:+.1}%", x * 100.0)
 }
 
-/// Applies the rules to one shape.
-pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
+/// The timed series of one shape: heuristic, current row, new best (None: not timed).
+fn series(e: &Evidence) -> (Vec<f64>, Option<Vec<f64>>, Option<Vec<f64>>) {
     let heur: Vec<f64> = e.rounds.iter().map(|r| r.heuristic).collect();
     let cur: Option<Vec<f64>> = e
         .rounds
@@ -232,133 +232,138 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
         .map(|r| r.new)
         .collect::<Option<Vec<f64>>>()
         .filter(|v| !v.is_empty());
-    let nh = new.as_ref().map(|n| Compare::of(n, &heur));
-    let mut v = Verdict {
-        decision: Decision::Default,
-        row: None,
-        reason: String::new(),
-        heuristic_ms: median(&heur),
-        current_ms: cur.as_deref().map(median),
-        new_ms: new.as_deref().map(median),
-        delta: nh.map(|c| c.delta),
-        spread: nh.map_or(f64::INFINITY, |c| c.spread),
-    };
-    let default_row = || rules.keep_default.then_some(Solution::Default);
-    let current_id = match &e.current {
-        Some(Solution::Rocblas(id)) => Some(*id),
-        Some(Solution::Other(text)) => {
-            v.decision = Decision::Keep;
-            v.row = e.current.clone();
-            v.reason = format!("{text} is not a rocBLAS solution: left as it is");
-            return v;
-        }
-        _ => None,
-    };
+    (heur, cur, new)
+}
 
-    // 1. Can the new best be adopted?
-    let mut undecided: Option<String> = None;
-    if let (Some(id), Some(nh)) = (e.new, nh) {
-        if Some(id) == current_id {
-            // Trap 1: the same kernel timed twice; whatever it "gains" is noise.
-        } else {
-            let vs_current = match (&cur, &new) {
-                (Some(c), Some(n)) => Some(Compare::of(n, c)),
-                _ => None,
-            };
-            match (
-                nh.outcome(rules.margin),
-                vs_current.map(|c| c.outcome(rules.margin)),
-            ) {
-                (Outcome::Faster, None | Some(Outcome::Faster)) => {
-                    v.decision = Decision::Adopt;
-                    v.row = Some(Solution::Rocblas(id));
-                    v.reason = match vs_current {
-                        Some(c) => format!(
-                            "{} vs heuristic and {} vs the current row, spread {:.1}%",
-                            pct(nh.delta),
-                            pct(c.delta),
-                            nh.spread.max(c.spread) * 100.0
-                        ),
-                        None => format!(
-                            "{} vs heuristic, spread {:.1}%",
-                            pct(nh.delta),
-                            nh.spread * 100.0
-                        ),
-                    };
-                    return v;
-                }
-                (Outcome::InsideSpread, _) if nh.delta < 0.0 => {
-                    undecided = Some(format!(
-                        "the new best's {} vs heuristic is inside the spread ({:.1}%)",
-                        pct(nh.delta),
-                        nh.spread * 100.0
-                    ));
-                }
-                (Outcome::Faster, Some(Outcome::InsideSpread)) => {
-                    let c = vs_current.expect("matched Some");
-                    undecided = Some(format!(
-                        "the new best's {} vs the current row is inside the spread ({:.1}%)",
-                        pct(c.delta),
-                        c.spread * 100.0
-                    ));
-                }
-                _ => {}
-            }
-        }
+/// What rule 1 says about the new best.
+enum NewBest {
+    /// Adopt it, for this reason.
+    Adopt(i32, String),
+    /// It may be faster, but inside the spread: why.
+    Undecided(String),
+    /// Nothing to adopt.
+    No,
+}
+
+/// Rule 1: can the new best be adopted? It must be another kernel than the current row's
+/// and beat the heuristic (and the current row, if timed) by the margin, outside the spread.
+fn judge_new_best(
+    e: &Evidence,
+    rules: &Rules,
+    nh: Option<Compare>,
+    vs_current: Option<Compare>,
+    current_id: Option<i32>,
+) -> NewBest {
+    let (Some(id), Some(nh)) = (e.new, nh) else {
+        return NewBest::No;
+    };
+    if Some(id) == current_id {
+        // Trap 1: the same kernel timed twice; whatever it "gains" is noise.
+        return NewBest::No;
     }
-    let same_id_note = match (e.new, current_id) {
-        (Some(n), Some(c)) if n == c => {
-            format!("; the best candidate is the current row's own solution {c}, so no new kernel")
+    match (
+        nh.outcome(rules.margin),
+        vs_current.map(|c| c.outcome(rules.margin)),
+    ) {
+        (Outcome::Faster, None | Some(Outcome::Faster)) => NewBest::Adopt(
+            id,
+            match vs_current {
+                Some(c) => format!(
+                    "{} vs heuristic and {} vs the current row, spread {:.1}%",
+                    pct(nh.delta),
+                    pct(c.delta),
+                    nh.spread.max(c.spread) * 100.0
+                ),
+                None => format!(
+                    "{} vs heuristic, spread {:.1}%",
+                    pct(nh.delta),
+                    nh.spread * 100.0
+                ),
+            },
+        ),
+        (Outcome::InsideSpread, _) if nh.delta < 0.0 => NewBest::Undecided(format!(
+            "the new best's {} vs heuristic is inside the spread ({:.1}%)",
+            pct(nh.delta),
+            nh.spread * 100.0
+        )),
+        (Outcome::Faster, Some(Outcome::InsideSpread)) => {
+            let c = vs_current.expect("matched Some");
+            NewBest::Undecided(format!(
+                "the new best's {} vs the current row is inside the spread ({:.1}%)",
+                pct(c.delta),
+                c.spread * 100.0
+            ))
+        }
+        _ => NewBest::No,
+    }
+}
+
+/// Rule 2: the current rocBLAS row `id` against the heuristic, when no new best was
+/// adopted (`undecided`: why rule 1 could not decide).
+fn judge_current_row(
+    v: &mut Verdict,
+    e: &Evidence,
+    rules: &Rules,
+    id: i32,
+    (heur, cur): (&[f64], Option<&[f64]>),
+    undecided: Option<String>,
+) {
+    let same_id_note = match e.new {
+        Some(n) if n == id => {
+            format!("; the best candidate is the current row's own solution {id}, so no new kernel")
         }
         _ => String::new(),
     };
-
-    // 2. Judge the current row against the heuristic.
-    if let Some(id) = current_id {
-        let Some(c) = &cur else {
+    let Some(c) = cur else {
+        v.decision = Decision::Undecidable;
+        v.row = e.current.clone();
+        v.reason = format!("the current row's solution {id} could not be timed: kept");
+        return;
+    };
+    let ch = Compare::of(c, heur);
+    match ch.outcome(rules.margin) {
+        Outcome::Slower => {
+            v.decision = Decision::Drop;
+            v.row = rules.keep_default.then_some(Solution::Default);
+            v.reason = format!(
+                "the current row ({id}) is {} vs heuristic, spread {:.1}%{same_id_note}",
+                pct(ch.delta),
+                ch.spread * 100.0
+            );
+        }
+        Outcome::InsideSpread => {
             v.decision = Decision::Undecidable;
             v.row = e.current.clone();
-            v.reason = format!("the current row's solution {id} could not be timed: kept");
-            return v;
-        };
-        let ch = Compare::of(c, &heur);
-        match ch.outcome(rules.margin) {
-            Outcome::Slower => {
-                v.decision = Decision::Drop;
-                v.row = default_row();
-                v.reason = format!(
-                    "the current row ({id}) is {} vs heuristic, spread {:.1}%{same_id_note}",
-                    pct(ch.delta),
-                    ch.spread * 100.0
-                );
-            }
-            Outcome::InsideSpread => {
-                v.decision = Decision::Undecidable;
-                v.row = e.current.clone();
-                v.reason = format!(
-                    "the current row's {} vs heuristic is inside the spread ({:.1}%): kept{same_id_note}",
-                    pct(ch.delta),
-                    ch.spread * 100.0
-                );
-            }
-            Outcome::Faster | Outcome::Even => {
-                if let Some(why) = undecided {
-                    v.decision = Decision::Undecidable;
-                    v.reason = format!("{why}: the current row stays");
-                } else {
-                    v.decision = Decision::Keep;
-                    v.reason = format!(
-                        "the current row ({id}) holds at {} vs heuristic{same_id_note}",
-                        pct(ch.delta)
-                    );
-                }
-                v.row = e.current.clone();
-            }
+            v.reason = format!(
+                "the current row's {} vs heuristic is inside the spread ({:.1}%): kept{same_id_note}",
+                pct(ch.delta),
+                ch.spread * 100.0
+            );
         }
-        return v;
+        Outcome::Faster | Outcome::Even => {
+            if let Some(why) = undecided {
+                v.decision = Decision::Undecidable;
+                v.reason = format!("{why}: the current row stays");
+            } else {
+                v.decision = Decision::Keep;
+                v.reason = format!(
+                    "the current row ({id}) holds at {} vs heuristic{same_id_note}",
+                    pct(ch.delta)
+                );
+            }
+            v.row = e.current.clone();
+        }
     }
+}
 
-    // 3. No rocBLAS row: the heuristic stands unless something was undecidable.
+/// Rule 3: no rocBLAS row: the heuristic stands unless something was undecidable.
+fn judge_without_row(
+    v: &mut Verdict,
+    e: &Evidence,
+    rules: &Rules,
+    nh: Option<Compare>,
+    undecided: Option<String>,
+) {
     if let Some(why) = undecided {
         v.decision = Decision::Undecidable;
         v.row = e.current.clone();
@@ -370,10 +375,10 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
                 "no row written; re-tune with more --trials"
             }
         );
-        return v;
+        return;
     }
     v.decision = Decision::Default;
-    v.row = default_row();
+    v.row = rules.keep_default.then_some(Solution::Default);
     v.reason = match (e.new, nh) {
         (None, _) | (_, None) => "the library offered no runnable solution".into(),
         (Some(_), Some(nh)) => format!(
@@ -382,6 +387,50 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
             pct(nh.delta)
         ),
     };
+}
+
+/// Applies the rules to one shape.
+pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
+    let (heur, cur, new) = series(e);
+    let nh = new.as_ref().map(|n| Compare::of(n, &heur));
+    let mut v = Verdict {
+        decision: Decision::Default,
+        row: None,
+        reason: String::new(),
+        heuristic_ms: median(&heur),
+        current_ms: cur.as_deref().map(median),
+        new_ms: new.as_deref().map(median),
+        delta: nh.map(|c| c.delta),
+        spread: nh.map_or(f64::INFINITY, |c| c.spread),
+    };
+    let current_id = match &e.current {
+        Some(Solution::Rocblas(id)) => Some(*id),
+        Some(Solution::Other(text)) => {
+            v.decision = Decision::Keep;
+            v.row = e.current.clone();
+            v.reason = format!("{text} is not a rocBLAS solution: left as it is");
+            return v;
+        }
+        _ => None,
+    };
+    let vs_current = match (&cur, &new) {
+        (Some(c), Some(n)) => Some(Compare::of(n, c)),
+        _ => None,
+    };
+    let undecided = match judge_new_best(e, rules, nh, vs_current, current_id) {
+        NewBest::Adopt(id, reason) => {
+            v.decision = Decision::Adopt;
+            v.row = Some(Solution::Rocblas(id));
+            v.reason = reason;
+            return v;
+        }
+        NewBest::Undecided(why) => Some(why),
+        NewBest::No => None,
+    };
+    match current_id {
+        Some(id) => judge_current_row(&mut v, e, rules, id, (&heur, cur.as_deref()), undecided),
+        None => judge_without_row(&mut v, e, rules, nh, undecided),
+    }
     v
 }
 
@@ -434,8 +483,10 @@ mod tests {
         let v = decide_with(rounds(7, 1.0, None, Some(0.985), 0.002), None, Some(17));
         assert_eq!(v.decision, Decision::Default, "{v:?}");
         assert_eq!(v.row, Some(Solution::Default));
-        let mut rules = Rules::default();
-        rules.keep_default = false;
+        let rules = Rules {
+            keep_default: false,
+            ..Rules::default()
+        };
         let v = decide(
             &Evidence {
                 rounds: rounds(7, 1.0, None, Some(0.985), 0.002),

@@ -13,9 +13,10 @@ use std::time::Instant;
 
 use tunedblas_core::registry::Registry;
 
-use crate::backend::{Error, Library, Result};
+use crate::backend::Library;
 use crate::campaign;
 use crate::curate::Rules;
+use crate::error::{Error, Result};
 use crate::tune::Method;
 use crate::verify;
 use crate::workload::{self, Report};
@@ -27,7 +28,7 @@ pub struct Options {
 
 fn artifact(name: &str) -> Result<PathBuf> {
     Library::beside_exe(name).ok_or_else(|| {
-        Error::new(format!("{name} is not beside the tunedblas binary; build the workspace first: cargo build --release --workspace"))
+        Error::failed(format!("{name} is not beside the tunedblas binary; build the workspace first: cargo build --release --workspace"))
     })
 }
 
@@ -54,7 +55,7 @@ fn run_workload(
 ) -> Result<(Report, Stats, String)> {
     let preload = artifact("libtunedblas.so")?;
     let exe = std::env::current_exe()
-        .map_err(|e| Error::new(format!("cannot find the tunedblas binary: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
     let stats_path = dir.join(format!("stats-{tag}.json"));
     let out = Command::new(exe)
         .args(["workload", "--lib"])
@@ -68,21 +69,21 @@ fn run_workload(
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_DISABLE")
         .output()
-        .map_err(|e| Error::new(format!("cannot start the workload: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot start the workload: {e}")))?;
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(Error::new(format!(
+        return Err(Error::failed(format!(
             "the workload failed ({}):\n{log}",
             out.status
         )));
     }
     let report: Report = serde_json::from_slice(&out.stdout)
-        .map_err(|e| Error::new(format!("the workload printed no report ({e}):\n{log}")))?;
+        .map_err(|e| Error::failed(format!("the workload printed no report ({e}):\n{log}")))?;
     let stats = std::fs::read(&stats_path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .ok_or_else(|| {
-            Error::new(format!(
+            Error::failed(format!(
                 "the interposer wrote no stats to {}:\n{log}",
                 stats_path.display()
             ))
@@ -102,19 +103,19 @@ pub fn run(opts: Options) -> Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     let lib_dir = dir.join("lib");
     std::fs::create_dir_all(&lib_dir)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", lib_dir.display())))?;
+        .map_err(|e| Error::failed(format!("cannot create {}: {e}", lib_dir.display())))?;
     // refblas's 5.x flavour stands in for rocBLAS 5 (ROCm 7): large negative Tensile ids.
     let lib = lib_dir.join("librocblas.so.5");
     std::fs::copy(artifact("librocblas_v5.so")?, &lib)
-        .map_err(|e| Error::new(format!("cannot copy refblas: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot copy refblas: {e}")))?;
     println!("tunedblas demo in {}", dir.display());
     println!("workload: {} linear layers x {} token counts (decode, MTP verify, 256/512-token chunks, chunk+decode)", workload::LAYERS.len(), workload::STEPS.len());
 
     std::fs::create_dir_all(dir.join("profiles"))
-        .map_err(|e| Error::new(format!("cannot create the profile folder: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot create the profile folder: {e}")))?;
     Registry::new()
         .save_atomic(&dir.join("profiles/profiles.json"))
-        .map_err(|e| Error::new(e.to_string()))?;
+        .map_err(|e| Error::failed(e.to_string()))?;
     println!("\n1. run the workload under the preload, no profile yet");
     let (before, stats_before, log) = run_workload(&dir, &lib, opts.passes, "before")?;
     print!("{}", indent(&log));
@@ -153,7 +154,7 @@ pub fn run(opts: Options) -> Result<()> {
         json: false,
     })?;
     if !report.ok {
-        return Err(Error::new(format!(
+        return Err(Error::failed(format!(
             "verification failed: {}",
             report.problems.join("; ")
         )));
@@ -213,7 +214,7 @@ pub fn run(opts: Options) -> Result<()> {
         before.gemm_ms / after.gemm_ms.max(1e-9)
     );
     if before.failures + after.failures > 0 {
-        return Err(Error::new(format!(
+        return Err(Error::failed(format!(
             "{} GEMM calls failed",
             before.failures + after.failures
         )));

@@ -9,11 +9,6 @@ use serde::Serialize;
 use tunedblas_core::identity::{self, HashCache};
 use tunedblas_core::profile::{self, Request, Selection};
 
-use crate::backend::Library;
-use crate::cli::Args;
-use crate::style::{self, Colour};
-use crate::Failure;
-
 /// One setting: its value and where the value comes from.
 #[derive(Debug, Serialize)]
 pub struct Setting {
@@ -24,7 +19,7 @@ pub struct Setting {
     pub meaning: &'static str,
 }
 
-fn var(name: &str) -> Option<String> {
+pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
@@ -132,7 +127,7 @@ pub fn find_library(name: &Path) -> PathBuf {
 
 /// rocBLAS files worth a look: `--lib`, else every `librocblas.so*` in [`library_dirs`].
 /// Each real file once.
-fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
+pub fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
     if !given.is_empty() {
         return given.iter().map(|g| find_library(g)).collect();
     }
@@ -171,7 +166,7 @@ pub struct Found {
     pub reason: String,
 }
 
-fn which(profile_dir: &Path, lib: &Path) -> Found {
+pub fn which(profile_dir: &Path, lib: &Path) -> Found {
     let id = HashCache::new(identity::user_cache_dir()).identify(lib);
     match id {
         Err(e) => Found {
@@ -280,133 +275,12 @@ VOLUME /var/cache/tunedblas
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
-    preload: Option<PathBuf>,
-    preloaded_now: bool,
-    settings: Vec<Setting>,
-    libraries: Vec<Found>,
-    snippets: Snippets,
-}
-
-pub fn cmd(rest: &[String]) -> Result<(), Failure> {
-    let a = Args::parse(
-        "env",
-        rest,
-        &["--json"],
-        &["--lib", "--profiles", "--snippet"],
-    )?;
-    let profile_dir = crate::profile_store(&a);
-    let preload =
-        Library::beside_exe("libtunedblas.so").map(|p| std::fs::canonicalize(&p).unwrap_or(p));
-    let prefix = preload
-        .as_deref()
-        .and_then(Path::parent)
-        .filter(|d| d.file_name().is_some_and(|n| n == "lib"))
-        .and_then(Path::parent)
-        .map(Path::to_path_buf);
-    let given: Vec<PathBuf> = a.values("--lib").into_iter().map(PathBuf::from).collect();
-    let libraries: Vec<Found> = candidates(&given)
-        .iter()
-        .map(|l| which(&profile_dir, l))
-        .collect();
-    let shown_preload = preload
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/path/to/libtunedblas.so"));
-    let profile_dir_abs = std::fs::canonicalize(&profile_dir).unwrap_or(profile_dir.clone());
-    let snips = snippets(&shown_preload, &profile_dir_abs, prefix.as_deref());
-    if let Some(which) = a.value("--snippet") {
-        let text = match which {
-            "vllm" => &snips.vllm,
-            "systemd" => &snips.systemd,
-            "docker" => &snips.docker,
-            other => {
-                return Err(a
-                    .usage(format!(
-                        "--snippet takes vllm, systemd or docker, not '{other}'"
-                    ))
-                    .into())
-            }
-        };
-        print!("{text}");
-        return Ok(());
-    }
-    let mut settings = settings(&profile_dir_abs);
-    if a.has("--profiles") {
-        settings[0].source = "--profiles";
-    }
-    let report = Report {
-        preloaded_now: var("LD_PRELOAD").is_some_and(|v| v.contains("libtunedblas")),
-        preload,
-        settings,
-        libraries,
-        snippets: snips,
-    };
-    if a.has("--json") {
-        crate::print_json(&report);
-        return Ok(());
-    }
-    let on = style::enabled(style::STDOUT);
-    let bold = |s: &str| style::paint(s, Colour::Bold, on);
-    println!("{}", bold("interposer"));
-    match &report.preload {
-        Some(p) => println!("  {}", p.display()),
-        None => println!(
-            "  libtunedblas.so is not beside this binary (nor in ../lib): build or install it"
-        ),
-    }
-    println!(
-        "  {}",
-        if report.preloaded_now {
-            "LD_PRELOAD includes it in this shell"
-        } else {
-            "not in LD_PRELOAD in this shell"
-        }
-    );
-    println!("\n{}", bold("settings (as the interposer reads them)"));
-    for s in &report.settings {
-        let src = if s.source == "environment" {
-            style::paint("set", Colour::Green, on)
-        } else {
-            style::paint("default", Colour::Grey, on)
-        };
-        println!("  {:<26} {:<8} {}", s.name, src, s.value);
-        println!(
-            "  {:<26} {:<8} {}",
-            "",
-            "",
-            style::paint(s.meaning, Colour::Grey, on)
-        );
-    }
-    println!(
-        "\n{}",
-        bold("rocBLAS on this machine, and the profile each would get")
-    );
-    if report.libraries.is_empty() {
-        println!("  none found in $ROCM_PATH/lib, /opt/rocm/lib or LD_LIBRARY_PATH; name one with --lib (PyTorch wheels: site-packages/torch/lib/librocblas.so)");
-    }
-    for f in &report.libraries {
-        let build = f
-            .sha256
-            .as_deref()
-            .map_or("?".to_string(), |s| s[..12].to_string());
-        let verdict = match &f.profile {
-            Some(p) => style::paint(&format!("profile '{p}'"), Colour::Green, on),
-            None => style::paint("no profile", Colour::Red, on),
-        };
-        println!(
-            "  {} (build {build})\n    -> {verdict}: {}",
-            f.library.display(),
-            f.reason
-        );
-    }
-    println!("\n{}", bold("vLLM launcher"));
-    print!("{}", report.snippets.vllm);
-    println!("\n{}", bold("systemd unit"));
-    print!("{}", report.snippets.systemd);
-    println!("\n{}", bold("Dockerfile"));
-    print!("{}", report.snippets.docker);
-    println!("\n(one snippet alone: tunedblas env --snippet vllm|systemd|docker)");
-    Ok(())
+pub struct Report {
+    pub preload: Option<PathBuf>,
+    pub preloaded_now: bool,
+    pub settings: Vec<Setting>,
+    pub libraries: Vec<Found>,
+    pub snippets: Snippets,
 }
 
 #[cfg(test)]

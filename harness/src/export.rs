@@ -15,139 +15,23 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tunedblas_core::formats::{bench, gemm_tune, pytorch};
-use tunedblas_core::identity;
-use tunedblas_core::profile;
-use tunedblas_core::registry::{Match, Registry};
 use tunedblas_core::tunableop::{self, ResultsFile, Solution};
-use tunedblas_core::version::{self, Version};
+use tunedblas_core::version;
 
-use crate::backend::Error;
-use crate::cli::Args;
-use crate::Failure;
-
-/// A profile picked by `--profile NAME` or by the build of `--lib`.
-#[derive(Clone, Debug, Serialize)]
-pub struct Picked {
-    pub name: String,
-    pub dir: PathBuf,
-    pub sha256: String,
-    pub rocblas: Option<String>,
-    pub arch: Option<String>,
-    /// `(rank, file)` of every rank file, in rank order.
-    pub ranks: Vec<(usize, PathBuf)>,
-}
-
-impl Picked {
-    /// The rocBLAS major version, from the registry or the rank files' validator.
-    pub fn major(&self) -> Option<u32> {
-        self.version().map(|v| v.major)
-    }
-
-    /// The rocBLAS version, from the registry or the rank files' validator.
-    pub fn version(&self) -> Option<Version> {
-        Version::parse(self.rocblas.as_deref()?)
-    }
-
-    pub fn short(&self) -> &str {
-        &self.sha256[..self.sha256.len().min(12)]
-    }
-
-    pub fn rank_file(&self, rank: usize) -> Result<&Path, Error> {
-        self.ranks
-            .iter()
-            .find(|(r, _)| *r == rank)
-            .map(|(_, p)| p.as_path())
-            .ok_or_else(|| {
-                Error::new(format!(
-                    "profile '{}' has no rank {rank} file in {}",
-                    self.name,
-                    self.dir.display()
-                ))
-            })
-    }
-}
-
-/// Finds the profile: `--profile NAME`, else the one registered for the build at `--lib`
-/// (matched by sha256, as the interposer does).
-pub fn pick(a: &Args, root: &Path) -> Result<Picked, Failure> {
-    let reg_path = root.join(profile::REGISTRY_FILE);
-    let reg = Registry::load(&reg_path).map_err(|e| Error::new(e.to_string()))?;
-    let (name, entry) = match (a.value("--profile"), a.path("--lib")) {
-        (Some(name), _) => {
-            let entry = reg.get(name).ok_or_else(|| {
-                Error::new(format!(
-                    "no profile '{name}' in {}; `tunedblas profiles list` shows the names",
-                    reg_path.display()
-                ))
-            })?;
-            (name.to_string(), entry.clone())
-        }
-        (None, Some(lib)) => {
-            let sha = identity::sha256_file(&lib)
-                .map_err(|e| Error::new(format!("cannot hash {}: {e}", lib.display())))?;
-            match reg.find_by_sha(&sha) {
-                Match::Unique(name, entry) => (name.to_string(), entry.clone()),
-                Match::Ambiguous(names) => {
-                    return Err(Error::new(format!(
-                        "build {} has several profiles ({}); name one with --profile",
-                        &sha[..12],
-                        names.join(", ")
-                    ))
-                    .into())
-                }
-                Match::None => {
-                    return Err(Error::new(format!(
-                        "no profile in {} for the build of {} ({}); `tunedblas tune` makes one",
-                        reg_path.display(),
-                        lib.display(),
-                        &sha[..12]
-                    ))
-                    .into())
-                }
-            }
-        }
-        (None, None) => {
-            return Err(a
-                .usage("needs --lib <librocblas.so> or --profile <name>")
-                .into())
-        }
-    };
-    let dir = entry.path_in(root);
-    let mut ranks: Vec<(usize, PathBuf)> = std::fs::read_dir(&dir)
-        .map_err(|e| Error::new(format!("cannot read {}: {e}", dir.display())))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| Some((profile::rank_of_file(e.file_name().to_str()?)?, e.path())))
-        .collect();
-    ranks.sort();
-    let mut rocblas = entry.rocblas.clone();
-    let mut arch = entry.arch.clone();
-    if let Some((_, first)) = ranks.first() {
-        if let Ok(f) = tunableop::read(first) {
-            rocblas = rocblas.or_else(|| f.validator("ROCBLAS_VERSION").map(str::to_string));
-            arch = arch.or_else(|| f.validator("GCN_ARCH_NAME").map(str::to_string));
-        }
-    }
-    Ok(Picked {
-        name,
-        dir,
-        sha256: entry.lib_sha256.clone(),
-        rocblas,
-        arch,
-        ranks,
-    })
-}
+use crate::error::Error;
+use crate::pick::Picked;
 
 fn read(path: &Path) -> Result<ResultsFile, Error> {
-    tunableop::read(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))
+    tunableop::read(path).map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
 }
 
-fn write(path: &Path, text: &str) -> Result<(), Error> {
+pub fn write(path: &Path, text: &str) -> Result<(), Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
-            .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))?;
     }
     std::fs::write(path, text)
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))
 }
 
 /// What an export wrote.
@@ -179,7 +63,7 @@ fn build_words(p: &Picked) -> String {
     )
 }
 
-fn gemm_tune_text(
+pub fn gemm_tune_text(
     p: &Picked,
     rank: usize,
     betas: &[f64],
@@ -189,7 +73,7 @@ fn gemm_tune_text(
     // variable without a word, so writing the file would only look like it worked.
     let needs = "ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH is read by rocBLAS 3.1 (ROCm 5.7) and later";
     if let Some(v) = p.version().filter(|v| !v.reads_gemm_override_file()) {
-        return Err(Error::new(format!(
+        return Err(Error::failed(format!(
             "profile '{}' is for rocBLAS {v} ({}), which does not read ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH ({}): it would ignore an override file without a word. Serve this profile with the interposer (LD_PRELOAD=libtunedblas.so), or check its rows with --format bench",
             p.name,
             v.rocm(),
@@ -235,7 +119,7 @@ fn gemm_tune_text(
     Ok(gemm_tune::file_text(&comments, &rows, betas))
 }
 
-fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String, Error> {
+pub fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String, Error> {
     let file = read(p.rank_file(rank)?)?;
     let mut out = format!(
         "#!/bin/sh\n# rocblas-bench command lines for profile {} (rank {rank}), written by tunedblas export\n\
@@ -292,40 +176,45 @@ fn same_version(a: &str, b: &str) -> bool {
     version::same_build(a, b) || norm(a) == norm(b)
 }
 
-/// The validator set for PyTorch: `--validators-from`, else the profile's own, then each
-/// `--validator KEY=VALUE`.
-fn pytorch_validators(a: &Args, own: &ResultsFile) -> Result<Vec<(String, String)>, Failure> {
-    let mut set = match a.path("--validators-from") {
-        Some(f) => read(&f)?.validators,
+/// Where the validators PyTorch will compare come from (`export --format tunableop`).
+pub struct Validators {
+    /// `--validators-from`: a results file PyTorch wrote on the target; else the profile's own.
+    pub from: Option<PathBuf>,
+    /// `--validator KEY=VALUE`, applied last.
+    pub set: Vec<(String, String)>,
+    /// `--force`: export even for validators that name another rocBLAS version.
+    pub force: bool,
+}
+
+/// The validator set for PyTorch: `from`, else the profile's own, then each given one.
+fn pytorch_validators(v: &Validators, own: &ResultsFile) -> Result<Vec<(String, String)>, Error> {
+    let mut set = match &v.from {
+        Some(f) => read(f)?.validators,
         None => own.validators.clone(),
     };
-    for kv in a.values("--validator") {
-        let (k, v) = kv
-            .split_once('=')
-            .filter(|(k, _)| !k.is_empty())
-            .ok_or_else(|| a.usage(format!("--validator takes KEY=VALUE, not '{kv}'")))?;
+    for (k, value) in &v.set {
         match set.iter_mut().find(|(key, _)| key == k) {
-            Some(e) => e.1 = v.to_string(),
-            None => set.push((k.to_string(), v.to_string())),
+            Some(e) => e.1 = value.clone(),
+            None => set.push((k.clone(), value.clone())),
         }
     }
     Ok(set)
 }
 
-fn tunableop_files(
-    a: &Args,
+/// The profile as PyTorch results files: (rank, text) for every rank.
+pub fn tunableop_files(
+    v: &Validators,
     p: &Picked,
     report: &mut Report,
-) -> Result<Vec<(usize, String)>, Failure> {
+) -> Result<Vec<(usize, String)>, Error> {
     let first = read(p.rank_file(p.ranks.first().map_or(0, |r| r.0))?)?;
-    let validators = pytorch_validators(a, &first)?;
+    let validators = pytorch_validators(v, &first)?;
     let problems = pytorch::validator_problems(&validators);
     if !problems.is_empty() {
-        return Err(Error::new(format!(
+        return Err(Error::failed(format!(
             "PyTorch discards a results file whose validators are not exactly its own: {}. Give --validators-from <a tunableop_results file PyTorch wrote on the target> or --validator KEY=VALUE",
             problems.join("; ")
-        ))
-        .into());
+        )));
     }
     let theirs = validators
         .iter()
@@ -333,13 +222,12 @@ fn tunableop_files(
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     if let Some(ours) = &p.rocblas {
-        if !same_version(ours, &theirs) && !a.has("--force") {
-            return Err(Error::new(format!(
+        if !same_version(ours, &theirs) && !v.force {
+            return Err(Error::failed(format!(
                 "the validators are for rocBLAS {theirs}, but profile '{}' was tuned on rocBLAS {ours} (build {}): its solution ids would be used with another build. Tune that build, or pass --force",
                 p.name,
                 p.short()
-            ))
-            .into());
+            )));
         }
     }
     let mut files = Vec::new();
@@ -352,125 +240,4 @@ fn tunableop_files(
         files.push((*rank, e.text));
     }
     Ok(files)
-}
-
-pub fn cmd(rest: &[String]) -> Result<(), Failure> {
-    let a = Args::parse(
-        "export",
-        rest,
-        &["--json", "--force"],
-        &[
-            "--lib",
-            "--profile",
-            "--profiles",
-            "--format",
-            "--out",
-            "--rank",
-            "--beta",
-            "--validators-from",
-            "--validator",
-        ],
-    )?;
-    let root = crate::profile_store(&a);
-    let format = a
-        .value("--format")
-        .ok_or_else(|| a.usage("needs --format gemm-tune, bench or tunableop"))?
-        .to_string();
-    let rank: usize = a.parsed("--rank", 0, "a rank number")?;
-    let betas: Vec<f64> = a
-        .value("--beta")
-        .unwrap_or("0")
-        .split(',')
-        .map(|b| b.trim().parse::<f64>().ok().filter(|b| b.is_finite()))
-        .collect::<Option<Vec<f64>>>()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| a.usage("--beta takes numbers like 0 or 0,1"))?;
-    let out = a.path("--out");
-    if a.has("--json") && out.is_none() {
-        return Err(a
-            .usage("--json prints a summary: give --out for the export itself")
-            .into());
-    }
-    let p = pick(&a, &root)?;
-    let mut report = Report {
-        profile: p.name.clone(),
-        build: p.sha256.clone(),
-        format: format.clone(),
-        ..Report::default()
-    };
-    match format.as_str() {
-        "gemm-tune" | "bench" => {
-            let text = if format == "bench" {
-                bench_text(&p, rank, &mut report)?
-            } else {
-                gemm_tune_text(&p, rank, &betas, &mut report)?
-            };
-            match &out {
-                Some(path) => {
-                    write(path, &text)?;
-                    report.files.push(path.clone());
-                }
-                None => print!("{text}"),
-            }
-        }
-        "tunableop" => {
-            let files = tunableop_files(&a, &p, &mut report)?;
-            match &out {
-                None => {
-                    let (_, text) = files.iter().find(|(r, _)| *r == rank).ok_or_else(|| {
-                        Error::new(format!("profile '{}' has no rank {rank} file", p.name))
-                    })?;
-                    print!("{text}");
-                }
-                Some(path) if path.extension().is_some_and(|e| e == "csv") => {
-                    let (_, text) = files.iter().find(|(r, _)| *r == rank).ok_or_else(|| {
-                        Error::new(format!("profile '{}' has no rank {rank} file", p.name))
-                    })?;
-                    write(path, text)?;
-                    report.files.push(path.clone());
-                }
-                Some(dir) => {
-                    for (r, text) in &files {
-                        let f = dir.join(format!("tunableop_results{r}.csv"));
-                        write(&f, text)?;
-                        report.files.push(f);
-                    }
-                }
-            }
-        }
-        other => {
-            return Err(a
-                .usage(format!(
-                    "--format takes gemm-tune, bench or tunableop, not '{other}'"
-                ))
-                .into())
-        }
-    }
-    if a.has("--json") {
-        crate::print_json(&report);
-    } else {
-        let dest = if report.files.is_empty() {
-            "stdout".to_string()
-        } else {
-            report
-                .files
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        eprintln!(
-            "tunedblas: exported {} rows of profile '{}' (build {}) as {format} to {dest}",
-            report.rows,
-            p.name,
-            p.short()
-        );
-        if let Some(first) = report.dropped.first() {
-            eprintln!(
-                "tunedblas: {} rows have no {format} form; the first: {first}",
-                report.dropped.len()
-            );
-        }
-    }
-    Ok(())
 }

@@ -8,74 +8,36 @@
 //! a `Default` chunk row the heuristic too. Samples are interleaved, medians of `trials`.
 //! The answer is the ratio near / heuristic: per shape, its geometric mean, and total time.
 
-use std::process::ExitCode;
-
-use serde_json::json;
+use serde_json::{json, Value};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
 use tunedblas_core::tunableop::Solution;
 
-use crate::backend::{Library, Problem, Result};
+use crate::backend::{Library, Problem};
 use crate::curate::{self, Rules};
+use crate::error::Result;
 use crate::tune::{self, Method};
 use crate::workload::{linear_key, LAYERS};
 
-struct Options {
-    lib: std::path::PathBuf,
-    chunks: Vec<i64>,
-    decodes: i64,
-    trials: usize,
-    json: bool,
-}
-
-fn parse(args: &[String]) -> std::result::Result<Options, String> {
-    let mut o = Options {
-        lib: Library::beside_exe("librocblas_v4.so").unwrap_or_else(|| "librocblas_v4.so".into()),
-        chunks: vec![256, 512],
-        decodes: 32,
-        trials: 7,
-        json: false,
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let flag = args[i].as_str();
-        let mut value = || {
-            i += 1;
-            args.get(i)
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag {
-            "--lib" => o.lib = value()?.into(),
-            "--chunks" => {
-                o.chunks = value()?
-                    .split(',')
-                    .map(|c| {
-                        c.trim()
-                            .parse::<i64>()
-                            .map_err(|_| "--chunks takes N,N,..".to_string())
-                    })
-                    .collect::<std::result::Result<_, _>>()?
-            }
-            "--decodes" => o.decodes = value()?.parse().map_err(|_| "--decodes takes a number")?,
-            "--trials" => o.trials = value()?.parse().map_err(|_| "--trials takes a number")?,
-            "--json" => o.json = true,
-            other => return Err(format!("near-bench: unknown argument {other:?}")),
-        }
-        i += 1;
-    }
-    Ok(o)
+/// What to measure.
+pub struct Options {
+    pub lib: std::path::PathBuf,
+    /// Chunk sizes whose rows near serving would stretch.
+    pub chunks: Vec<i64>,
+    /// Decode requests added to each chunk: M = chunk + 1..decodes.
+    pub decodes: i64,
+    pub trials: usize,
 }
 
 /// One (layer, chunk, row policy) of the measurement.
-struct Case {
-    n: i64,
-    k: i64,
-    chunk: i64,
+pub struct Case {
+    pub n: i64,
+    pub k: i64,
+    pub chunk: i64,
     /// "curated": the chunk's row as `tune` writes it; "fastest": its fastest solution.
-    policy: &'static str,
-    row: Option<Solution>,
+    pub policy: &'static str,
+    pub row: Option<Solution>,
     /// (M, heuristic ms, near ms, what near ran: "solution", "refused", "heuristic").
-    points: Vec<(i64, f64, f64, &'static str)>,
+    pub points: Vec<(i64, f64, f64, &'static str)>,
 }
 
 fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
@@ -168,46 +130,33 @@ fn geo_mean(v: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-pub fn main(args: &[String]) -> ExitCode {
-    let o = match parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("tunedblas: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let lib = match Library::load(&o.lib, None) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("tunedblas: {e}");
-            return ExitCode::from(3);
-        }
-    };
+/// Measures every layer at every chunk size; each case is said on stderr as it finishes.
+pub fn measure_all(o: &Options) -> Result<Vec<Case>> {
+    let lib = Library::load(&o.lib, None)?;
     let mut cases = Vec::new();
     for &(n, k) in &LAYERS {
         for &chunk in &o.chunks {
-            match measure(&lib, n, k, chunk, &o) {
-                Ok(cs) => {
-                    for c in &cs {
-                        let ratios = c.points.iter().map(|p| p.2 / p.1);
-                        let served = c.points.iter().filter(|p| p.3 == "solution").count();
-                        eprintln!(
-                            "{n}x{k} chunk {chunk} {}: row {}, near served {served}/{} M, geo-mean near/heuristic {:.3}",
-                            c.policy,
-                            c.row.as_ref().map_or("none".into(), |r| r.to_string()),
-                            c.points.len(),
-                            geo_mean(ratios)
-                        );
-                    }
-                    cases.extend(cs);
-                }
-                Err(e) => {
-                    eprintln!("tunedblas: {n}x{k} chunk {chunk}: {e}");
-                    return ExitCode::from(1);
-                }
+            let cs = measure(&lib, n, k, chunk, o)
+                .map_err(|e| e.context(format!("{n}x{k} chunk {chunk}")))?;
+            for c in &cs {
+                let ratios = c.points.iter().map(|p| p.2 / p.1);
+                let served = c.points.iter().filter(|p| p.3 == "solution").count();
+                eprintln!(
+                    "{n}x{k} chunk {chunk} {}: row {}, near served {served}/{} M, geo-mean near/heuristic {:.3}",
+                    c.policy,
+                    c.row.as_ref().map_or("none".into(), |r| r.to_string()),
+                    c.points.len(),
+                    geo_mean(ratios)
+                );
             }
+            cases.extend(cs);
         }
     }
+    Ok(cases)
+}
+
+/// Per row policy: points, how often near served, wins and losses, time ratios.
+pub fn summaries(cases: &[Case]) -> Vec<Value> {
     let mut summaries = Vec::new();
     for policy in ["curated", "fastest"] {
         let pts: Vec<&(i64, f64, f64, &str)> = cases
@@ -237,44 +186,5 @@ pub fn main(args: &[String]) -> ExitCode {
             "total_ratio_served": if served_h > 0.0 { served_n / served_h } else { 1.0 },
         }));
     }
-    if o.json {
-        let v = json!({
-            "library": o.lib.display().to_string(),
-            "chunks": o.chunks, "decodes": o.decodes, "trials": o.trials,
-            "summary": summaries,
-            "cases": cases.iter().map(|c| json!({
-                "n": c.n, "k": c.k, "chunk": c.chunk, "rows": c.policy,
-                "row": c.row.as_ref().map(|r| r.to_string()),
-                "points": c.points.iter().map(|p| json!({"m": p.0, "heuristic_ms": p.1, "near_ms": p.2, "near_ran": p.3})).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&v).expect("plain values")
-        );
-        return ExitCode::SUCCESS;
-    }
-    println!(
-        "M = chunk + 1..{} for chunks {:?}, {} layers, medians of {} interleaved trials",
-        o.decodes,
-        o.chunks,
-        LAYERS.len(),
-        o.trials
-    );
-    for s in &summaries {
-        println!(
-            "{} chunk rows: {} points, near served the chunk's solution at {} ({} faster, {} slower by > 3%), refused {}; near/heuristic total time {:.3} ({:.3} where served), geometric mean {:.3} ({:.3} where served)",
-            s["rows"].as_str().unwrap_or(""),
-            s["points"],
-            s["served"],
-            s["faster_by_3pct"],
-            s["slower_by_3pct"],
-            s["refused"],
-            s["total_ratio_all"].as_f64().unwrap_or(1.0),
-            s["total_ratio_served"].as_f64().unwrap_or(1.0),
-            s["geo_mean_ratio_all"].as_f64().unwrap_or(1.0),
-            s["geo_mean_ratio_served"].as_f64().unwrap_or(1.0),
-        );
-    }
-    ExitCode::SUCCESS
+    summaries
 }

@@ -12,9 +12,10 @@ use tunedblas_core::profile::{self, Request, Selection};
 use tunedblas_core::registry::{Match, Provenance};
 use tunedblas_core::tunableop::{self, ResultsFile, Row, Solution};
 
-use crate::backend::{Error, Library, Result};
-use crate::campaign::shape_label;
+use crate::backend::Library;
+use crate::error::{Error, Result};
 use crate::qualify;
+use crate::shapes::shape_label;
 use crate::store::{self, Build, Folder, Store, IMPORTED_FILE};
 
 pub fn list(root: &Path, json: bool) -> Result<()> {
@@ -67,7 +68,7 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
     let store = Store::existing(root)?;
     let reg = store.registry()?;
     let entry = reg.get(name).ok_or_else(|| {
-        Error::new(format!(
+        Error::failed(format!(
             "no profile '{name}' in {}; `tunedblas profiles list` shows the names",
             store.registry_path().display()
         ))
@@ -137,7 +138,7 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
 /// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`).
 pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
     let sha = identity::sha256_file(lib)
-        .map_err(|e| Error::new(format!("cannot hash {}: {e}", lib.display())))?;
+        .map_err(|e| Error::failed(format!("cannot hash {}: {e}", lib.display())))?;
     let explicit = std::env::var("TUNEDBLAS_PROFILE")
         .ok()
         .filter(|s| !s.is_empty());
@@ -182,7 +183,7 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     let mut read = Vec::new();
     for f in files {
         let r = tunableop::read(f)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", f.display())))?;
+            .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
         read.push((f, r));
     }
     // Under the store's lock, onto the list as it is now: imports run at once all count.
@@ -341,7 +342,7 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
         let (name, entry) = match reg.find_by_sha(&build.sha256) {
             Match::Unique(n, e) => (n.to_string(), e.clone()),
             _ => {
-                return Err(Error::new(format!(
+                return Err(Error::failed(format!(
                     "{} has no profile for build {}: it was tuned for another library",
                     shard.registry_path().display(),
                     build.short()

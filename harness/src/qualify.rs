@@ -9,7 +9,8 @@ use serde::Serialize;
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{ProblemKey, Trans};
 
-use crate::backend::{Library, Problem, Result, ALPHA, BETA};
+use crate::backend::{Library, Problem, ALPHA, BETA};
+use crate::error::Result;
 
 /// The thresholds for one output type.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -199,7 +200,11 @@ pub fn compare(key: &ProblemKey, got: &[f64], want: &[f64], tol: &Tolerance) -> 
                 };
                 ref2 += w * w;
                 let limit = tol.atol + tol.rtol * w.abs();
-                if !(diff <= limit) {
+                // NaN is not close either.
+                if !matches!(
+                    diff.partial_cmp(&limit),
+                    Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+                ) {
                     not_close += 1;
                     let excess = if diff.is_finite() {
                         diff - limit
@@ -257,7 +262,7 @@ pub fn qualify(
 ) -> std::result::Result<(), String> {
     let mut want: Option<Vec<f64>> = None;
     for &dev in devices {
-        lib.set_device(dev).map_err(|e| e.msg)?;
+        lib.set_device(dev).map_err(|e| e.message)?;
         if want.is_none() {
             let p = Problem::new(lib, key, 0).map_err(|e| format!("on device {dev}: {e}"))?;
             want = Some(reference_for(&p));

@@ -11,7 +11,6 @@
 //!   the latest campaign in `provenance.json` that measured the shape.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -23,12 +22,9 @@ use tunedblas_core::registry::Provenance;
 use tunedblas_core::table::Action;
 use tunedblas_core::tunableop::{self, KeyParse, Solution};
 
-use crate::backend::Error;
-use crate::cli::Args;
-use crate::export::{pick, Picked};
+use crate::error::Error;
+use crate::pick::Picked;
 use crate::png::{Canvas, Rgb};
-use crate::style::{self, Colour};
-use crate::Failure;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -164,7 +160,7 @@ fn row_label(k: &ProblemKey) -> String {
 pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey], window: i64) -> Result<Data, Error> {
     let path = p.rank_file(rank)?;
     let file = tunableop::read(path)
-        .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+        .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
     let mut columns = BTreeSet::new();
     let mut grid: BTreeMap<ProblemKey, BTreeMap<i64, Solution>> = BTreeMap::new();
     for r in &file.rows {
@@ -309,7 +305,7 @@ fn esc(s: &str) -> String {
 }
 
 /// Geometric mean of the bars' speedups.
-fn geomean(bars: &[Bar]) -> Option<f64> {
+pub fn geomean(bars: &[Bar]) -> Option<f64> {
     (!bars.is_empty())
         .then(|| (bars.iter().map(|b| b.speedup.ln()).sum::<f64>() / bars.len() as f64).exp())
 }
@@ -525,94 +521,6 @@ pub fn png(d: &Data) -> Canvas {
         c.rect(one, map_h - 4, 1, d.bars.len() * ch + 4, RULE);
     }
     c
-}
-
-pub fn cmd(rest: &[String]) -> Result<(), Failure> {
-    let a = Args::parse(
-        "report",
-        rest,
-        &["--json", "--no-png"],
-        &[
-            "--lib",
-            "--profile",
-            "--profiles",
-            "--out",
-            "--png",
-            "--rank",
-            "--misses",
-        ],
-    )?;
-    let root = crate::profile_store(&a);
-    let p = pick(&a, &root)?;
-    let rank: usize = a.parsed("--rank", 0, "a rank number")?;
-    let inputs: Vec<PathBuf> = a
-        .values("--misses")
-        .into_iter()
-        .map(PathBuf::from)
-        .collect();
-    let missed: Vec<ProblemKey> = if inputs.is_empty() {
-        Vec::new()
-    } else {
-        crate::shapes::collect(&inputs, &[])?
-            .shapes
-            .into_iter()
-            .map(|s| s.key)
-            .collect()
-    };
-    let data = build(&p, rank, &missed, near_window())?;
-    let html_path = a
-        .path("--out")
-        .unwrap_or_else(|| PathBuf::from(format!("tunedblas-report-{}.html", p.name)));
-    let write = |path: &PathBuf, bytes: &[u8]| -> Result<(), Error> {
-        if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d)
-                .map_err(|e| Error::new(format!("cannot create {}: {e}", d.display())))?;
-        }
-        std::fs::write(path, bytes)
-            .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
-    };
-    write(&html_path, html(&data).as_bytes())?;
-    let png_path = (!a.has("--no-png")).then(|| {
-        a.path("--png")
-            .unwrap_or_else(|| html_path.with_extension("png"))
-    });
-    if let Some(pp) = &png_path {
-        write(pp, &png(&data).png())?;
-    }
-    if a.has("--json") {
-        crate::print_json(&serde_json::json!({
-            "html": html_path, "png": png_path, "png_cell": png_cell(data.columns.len()), "report": data,
-        }));
-        return Ok(());
-    }
-    let on = style::enabled(style::STDOUT);
-    let c = &data.counts;
-    println!(
-        "profile '{}' (rocBLAS {}, build {}): {} tuned, {} Default, {} near, {} missing over {} (N, K) rows x {} token counts",
-        data.profile,
-        data.rocblas.as_deref().unwrap_or("unknown"),
-        p.short(),
-        style::paint(&c.tuned.to_string(), Colour::Green, on),
-        style::paint(&c.default.to_string(), Colour::Grey, on),
-        c.near,
-        style::paint(&c.missing.to_string(), Colour::Red, on),
-        data.rows.len(),
-        data.columns.len()
-    );
-    if let Some(g) = geomean(&data.bars) {
-        let best = data.bars.iter().map(|b| b.speedup).fold(0.0, f64::max);
-        println!(
-            "speedup over the heuristic: geometric mean {} (best {best:.2}x) across {} measured shapes",
-            style::paint(&format!("{g:.2}x"), Colour::Bold, on),
-            data.bars.len()
-        );
-    }
-    println!(
-        "wrote {}{}",
-        html_path.display(),
-        png_path.map_or(String::new(), |p| format!(" and {}", p.display()))
-    );
-    Ok(())
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use tunedblas_core::formats;
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
 use tunedblas_core::tunableop::{self, KeyParse};
 
-use crate::backend::{Error, Result};
+use crate::error::{Error, Result};
 
 /// One shape to tune.
 #[derive(Clone, Debug)]
@@ -53,7 +53,7 @@ impl Collected {
 
 fn csv_files(path: &Path) -> Result<Vec<PathBuf>> {
     let meta = std::fs::metadata(path).map_err(|e| {
-        Error::new(format!(
+        Error::failed(format!(
             "{}: {e}; give a miss-log folder, an untuned or results CSV, or --shape",
             path.display()
         ))
@@ -62,7 +62,7 @@ fn csv_files(path: &Path) -> Result<Vec<PathBuf>> {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?
+        .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             p.extension()
@@ -94,7 +94,7 @@ pub fn collect(inputs: &[PathBuf], specs: &[&str]) -> Result<Collected> {
                 counted.iter().any(|c| c.to_string_lossy() == sidecar)
             };
             let text = std::fs::read(f)
-                .map_err(|e| Error::new(format!("cannot read {}: {e}", f.display())))?;
+                .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
             let text = String::from_utf8_lossy(&text);
             if let Some(parsed) = formats::parse(formats::detect(&text), &text) {
                 add_foreign(&mut out, &mut index, f, &text, parsed);
@@ -203,7 +203,7 @@ fn add_foreign(
 /// for a linear layer with 256 tokens. TYPE is f16 or bf16 (f32 compute), f32 or f64.
 pub fn parse_spec(spec: &str) -> Result<ProblemKey> {
     let bad = |why: &str| {
-        Error::new(format!(
+        Error::failed(format!(
             "--shape {spec}: {why}; the form is TYPE:AB:M:N:K[:BATCH], e.g. f16:TN:4096:256:4096"
         ))
     };
@@ -244,6 +244,23 @@ pub fn parse_spec(spec: &str) -> Result<ProblemKey> {
     })
 }
 
+/// `TN f16 4096x1024` style label: layout, type, (rocBLAS m x k), the seed's (N, K).
+pub fn shape_label(k: &ProblemKey) -> String {
+    format!(
+        "{}{} {} {}x{}{}",
+        k.trans_a.letter(),
+        k.trans_b.letter(),
+        tunableop::short_type_name(k.types.a),
+        k.m,
+        k.k,
+        if k.batch > 1 {
+            format!(" b{}", k.batch)
+        } else {
+            String::new()
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,7 +289,7 @@ mod tests {
             "f16:TN:a:2:3",
         ] {
             let e = parse_spec(bad).unwrap_err();
-            assert!(e.msg.contains(bad), "{e}");
+            assert!(e.message.contains(bad), "{e}");
         }
     }
 
@@ -299,7 +316,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let c = collect(&[d.clone()], &[]).unwrap();
+        let c = collect(std::slice::from_ref(&d), &[]).unwrap();
         let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
         assert_eq!(
@@ -351,7 +368,7 @@ mod tests {
             format!("Validator,ROCBLAS_VERSION,9.9\n{op2},{sig2},Gemm_Rocblas_77,0.1\n"),
         )
         .unwrap();
-        let c = collect(&[d.clone()], &[]).unwrap();
+        let c = collect(std::slice::from_ref(&d), &[]).unwrap();
         let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
         assert_eq!(calls[&k1], 40, "counted once, from the sidecar");
@@ -364,6 +381,6 @@ mod tests {
         assert_eq!(only.shapes.len(), 2);
         assert_eq!(only.shapes[0].key, k2);
         let e = collect(&[d.join("absent")], &[]).unwrap_err();
-        assert!(e.msg.contains("absent"), "{e}");
+        assert!(e.message.contains("absent"), "{e}");
     }
 }

@@ -12,7 +12,8 @@ use tunedblas_core::profile::{self, REGISTRY_FILE};
 use tunedblas_core::registry::{self, Commit, Entry, Match, Provenance, Registry};
 use tunedblas_core::tunableop::{self, ResultsFile};
 
-use crate::backend::{Error, Library, Result};
+use crate::backend::Library;
+use crate::error::{Error, Result};
 
 /// The library build a profile is for.
 #[derive(Clone, Debug)]
@@ -28,7 +29,7 @@ impl Build {
     pub fn of(lib: &Library, arch: Option<&str>) -> Result<Build> {
         let path = lib.file.as_path();
         let sha256 = identity::sha256_file(path)
-            .map_err(|e| Error::new(format!("cannot hash {}: {e}", path.display())))?;
+            .map_err(|e| Error::failed(format!("cannot hash {}: {e}", path.display())))?;
         Ok(Build {
             path: path.to_path_buf(),
             sha256,
@@ -143,7 +144,7 @@ impl Store {
             root: root.to_path_buf(),
         };
         if !store.registry_path().is_file() {
-            return Err(Error::new(format!(
+            return Err(Error::failed(format!(
                 "{} has no {REGISTRY_FILE}: not a profile store",
                 root.display()
             )));
@@ -154,7 +155,7 @@ impl Store {
     /// Opens (creating if needed) the store at `root`.
     pub fn open(root: &Path) -> Result<Store> {
         std::fs::create_dir_all(root)
-            .map_err(|e| Error::new(format!("cannot create {}: {e}", root.display())))?;
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", root.display())))?;
         let store = Store {
             root: root.to_path_buf(),
         };
@@ -166,7 +167,7 @@ impl Store {
                 true => Ok(()),
                 false => Registry::new().save_atomic(&path),
             })
-            .map_err(|e| Error::new(e.to_string()))?;
+            .map_err(|e| Error::failed(e.to_string()))?;
         }
         Ok(store)
     }
@@ -177,7 +178,7 @@ impl Store {
 
     pub fn registry(&self) -> Result<Registry> {
         Registry::load(&self.registry_path()).map_err(|e| {
-            Error::new(format!(
+            Error::failed(format!(
                 "{e}; fix the file or move it aside (tunedblas recreates an empty one)"
             ))
         })
@@ -188,7 +189,7 @@ impl Store {
     pub fn transaction<T>(&self, change: impl FnOnce(&mut Tx) -> Result<T>) -> Result<T> {
         let path = self.registry_path();
         let broken = |e: registry::RegistryError| {
-            Error::new(format!(
+            Error::failed(format!(
                 "{e}; fix the file or move it aside (tunedblas recreates an empty one)"
             ))
         };
@@ -219,7 +220,7 @@ impl Store {
         match reg.find_by_sha(&build.sha256) {
             Match::Unique(found, entry) => {
                 if let Some(n) = name.filter(|n| *n != found) {
-                    return Err(Error::new(format!(
+                    return Err(Error::failed(format!(
                         "build {} already has the profile '{found}' in {}; tune into it (leave out --name {n}) or remove it first",
                         build.short(),
                         self.registry_path().display()
@@ -231,7 +232,7 @@ impl Store {
                     existed: true,
                 })
             }
-            Match::Ambiguous(names) => Err(Error::new(format!(
+            Match::Ambiguous(names) => Err(Error::failed(format!(
                 "build {} is registered under several profiles ({}) in {}; keep one",
                 build.short(),
                 names.join(", "),
@@ -240,9 +241,9 @@ impl Store {
             Match::None => {
                 let name = name.map_or_else(|| build.default_name(), str::to_string);
                 registry::check_name(&name)
-                    .map_err(|e| Error::new(format!("--name {name}: {e}")))?;
+                    .map_err(|e| Error::failed(format!("--name {name}: {e}")))?;
                 if let Some(other) = reg.get(&name) {
-                    return Err(Error::new(format!(
+                    return Err(Error::failed(format!(
                         "the profile name '{name}' is taken by build {} in {}; choose another with --name",
                         &other.lib_sha256[..other.lib_sha256.len().min(12)],
                         self.registry_path().display()
@@ -265,7 +266,7 @@ impl Store {
     fn existing_in(&self, reg: &Registry, build: &Build) -> Result<Folder> {
         let folder = self.folder_in(reg, build, None)?;
         if !folder.existed {
-            return Err(Error::new(format!(
+            return Err(Error::failed(format!(
                 "{} has no profile for build {} (rocBLAS {}); run `tunedblas tune` first",
                 self.registry_path().display(),
                 build.short(),
@@ -282,7 +283,7 @@ impl Store {
             return Ok(ResultsFile::default());
         }
         tunableop::read(&path)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))
+            .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
     }
 
     /// How many rank files the folder has now (at least 1).
@@ -375,7 +376,7 @@ impl Tx<'_> {
         entry.status = Some(status.to_string());
         self.registry
             .insert(&folder.name, entry)
-            .map_err(Error::new)?;
+            .map_err(Error::failed)?;
         self.registry_changed = true;
         self.staged_for(folder).rows = Some((results.to_text(), ranks.max(1)));
         Ok(())
@@ -390,7 +391,7 @@ impl Tx<'_> {
             Some(p) => p,
             none => {
                 let p = if path.exists() {
-                    Provenance::load(&path).map_err(|e| Error::new(e.to_string()))?
+                    Provenance::load(&path).map_err(|e| Error::failed(e.to_string()))?
                 } else {
                     let mut p = Provenance::new();
                     p.set("created", Value::from(utc_now()));
@@ -426,7 +427,10 @@ impl Tx<'_> {
                 .map(str::to_string)
                 .collect()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
-            Err(e) => Err(Error::new(format!("cannot read {}: {e}", path.display()))),
+            Err(e) => Err(Error::failed(format!(
+                "cannot read {}: {e}",
+                path.display()
+            ))),
         }
     }
 
@@ -444,7 +448,7 @@ impl Tx<'_> {
     /// is listed only once its files are there).
     fn commit(self) -> Result<()> {
         let mut commit = Commit::new();
-        let json_error = |e: registry::RegistryError| Error::new(e.to_string());
+        let json_error = |e: registry::RegistryError| Error::failed(e.to_string());
         for (dir, staged) in &self.staged {
             if let Some((text, ranks)) = &staged.rows {
                 for rank in 0..*ranks {
@@ -476,7 +480,7 @@ impl Tx<'_> {
             let text = self.registry.to_json(&path).map_err(json_error)?;
             commit.write(path, text);
         }
-        commit.apply().map_err(|e| Error::new(e.to_string()))
+        commit.apply().map_err(|e| Error::failed(e.to_string()))
     }
 }
 

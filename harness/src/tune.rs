@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop::Solution;
 
-use crate::backend::{Library, Problem, Result};
+use crate::backend::{Library, Problem};
 use crate::curate::{self, Decision, Evidence, Round, Rules, Verdict};
+use crate::error::Result;
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Method {
@@ -70,6 +71,9 @@ pub struct Tuned {
     pub verdict: Verdict,
 }
 
+/// A probed solution and its probe time (ms).
+type Probe = (i32, f64);
+
 fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
     let once = p.time(None, 1)?.max(1e-4);
     Ok(((target_ms / once).ceil() as usize).clamp(1, 10_000))
@@ -93,14 +97,14 @@ pub fn tune(
     // Probe: one short sample each; whatever is far behind the best is hopeless.
     let started = Instant::now();
     let probe_calls = calls.div_ceil(4);
-    let mut probes: Vec<(i32, f64)> = Vec::new();
+    let mut probes: Vec<Probe> = Vec::new();
     for &s in &offered {
         if let Ok(ms) = p.time(Some(s), probe_calls) {
             probes.push((s, ms));
         }
     }
     let floor = probes.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
-    let (keep, pruned): (Vec<&(i32, f64)>, Vec<&(i32, f64)>) =
+    let (keep, pruned): (Vec<&Probe>, Vec<&Probe>) =
         probes.iter().partition(|x| x.1 <= floor * method.prune);
     let probe_s = started.elapsed().as_secs_f64();
     let pruning_saved_s = pruned
@@ -124,6 +128,21 @@ pub fn tune(
     leaders.sort_by(|a, b| a.1.total_cmp(&b.1));
     leaders.truncate(5);
     let new = leaders.first().map(|x| x.0);
+    // What a tuning returns, with the rounds of the final comparison and its verdict.
+    let finish = |rounds: Vec<Round>, heuristic_spread: f64, verdict: Verdict| Tuned {
+        offered: offered.len(),
+        survivors: keep.len(),
+        calls_per_sample: calls,
+        launch_bound,
+        operand_sets: p.sets(),
+        leaders,
+        rounds,
+        heuristic_spread,
+        probe_s,
+        timing_s: started.elapsed().as_secs_f64(),
+        pruning_saved_s,
+        verdict,
+    };
 
     // The current row's solution; one that no longer runs on this build is dropped.
     let current_id = match current {
@@ -143,20 +162,7 @@ pub fn tune(
             verdict.decision = Decision::Drop;
             verdict.row = rules.keep_default.then_some(Solution::Default);
             verdict.reason = format!("the current row's solution {id} fails on this build: {e}");
-            return Ok(Tuned {
-                offered: offered.len(),
-                survivors: keep.len(),
-                calls_per_sample: calls,
-                launch_bound,
-                operand_sets: p.sets(),
-                leaders,
-                rounds: vec![],
-                heuristic_spread: f64::NAN,
-                probe_s,
-                timing_s: started.elapsed().as_secs_f64(),
-                pruning_saved_s,
-                verdict,
-            });
+            return Ok(finish(vec![], f64::NAN, verdict));
         }
     }
 
@@ -196,18 +202,6 @@ pub fn tune(
     let (lo, hi) = h
         .iter()
         .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-    Ok(Tuned {
-        offered: offered.len(),
-        survivors: keep.len(),
-        calls_per_sample: calls,
-        launch_bound,
-        operand_sets: p.sets(),
-        leaders,
-        heuristic_spread: (hi - lo) / curate::median(&h),
-        rounds,
-        probe_s,
-        timing_s: started.elapsed().as_secs_f64(),
-        pruning_saved_s,
-        verdict,
-    })
+    let spread = (hi - lo) / curate::median(&h);
+    Ok(finish(rounds, spread, verdict))
 }

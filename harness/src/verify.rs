@@ -9,7 +9,8 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 use tunedblas_core::key::ProblemKey;
 
-use crate::backend::{Error, Library, Problem, Result};
+use crate::backend::{Library, Problem};
+use crate::error::{Error, Result};
 use crate::store::{Build, Store};
 
 pub struct Options {
@@ -60,12 +61,14 @@ pub struct Replayed {
 pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
     match given {
         Some(p) if p.is_file() => Ok(p.to_path_buf()),
-        Some(p) => Err(Error::new(format!(
+        Some(p) => Err(Error::failed(format!(
             "--preload {}: no such file",
             p.display()
         ))),
         None => Library::beside_exe("libtunedblas.so").ok_or_else(|| {
-            Error::new("libtunedblas.so is not beside the tunedblas binary; pass --preload <path>")
+            Error::failed(
+                "libtunedblas.so is not beside the tunedblas binary; pass --preload <path>",
+            )
         }),
     }
 }
@@ -98,13 +101,13 @@ pub fn run(opts: &Options) -> Result<Report> {
     let scratch = std::env::temp_dir().join(format!("tunedblas-verify-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", scratch.display())))?;
+        .map_err(|e| Error::failed(format!("cannot create {}: {e}", scratch.display())))?;
     let list = scratch.join("rows.csv");
     std::fs::write(&list, rows.to_text())
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", list.display())))?;
+        .map_err(|e| Error::failed(format!("cannot write {}: {e}", list.display())))?;
     let stats_path = scratch.join("stats.json");
     let exe = std::env::current_exe()
-        .map_err(|e| Error::new(format!("cannot find the tunedblas binary: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
     let out = Command::new(exe)
         .arg("replay")
         .arg("--lib")
@@ -119,7 +122,7 @@ pub fn run(opts: &Options) -> Result<Report> {
         .env_remove("TUNEDBLAS_DISABLE")
         .env_remove("TUNEDBLAS_ALLOW_MISMATCH")
         .output()
-        .map_err(|e| Error::new(format!("cannot start the replay: {e}")))?;
+        .map_err(|e| Error::failed(format!("cannot start the replay: {e}")))?;
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     let stats: Option<Stats> = std::fs::read(&stats_path)
         .ok()
@@ -127,7 +130,7 @@ pub fn run(opts: &Options) -> Result<Report> {
     let replayed: Option<Replayed> = serde_json::from_slice(&out.stdout).ok();
     let _ = std::fs::remove_dir_all(&scratch);
     let (Some(stats), Some(replayed)) = (stats, replayed) else {
-        return Err(Error::new(format!(
+        return Err(Error::failed(format!(
             "the replay under the preload did not finish ({}):\n{log}",
             out.status
         )));
@@ -192,7 +195,7 @@ pub fn run(opts: &Options) -> Result<Report> {
 pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
     let lib = Library::load_as_host(lib_path)?;
     let rows = tunedblas_core::tunableop::read(rows_path)
-        .map_err(|e| Error::new(format!("cannot read {}: {e}", rows_path.display())))?;
+        .map_err(|e| Error::failed(format!("cannot read {}: {e}", rows_path.display())))?;
     let keys: Vec<ProblemKey> = rows.rows.iter().map(|r| r.key).collect();
     let mut r = Replayed {
         calls: 0,
@@ -207,11 +210,11 @@ pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
                 Ok(0) => {}
                 Ok(st) => r.failures.push(format!(
                     "{} on device {dev}: rocBLAS status {st}",
-                    crate::campaign::shape_label(key)
+                    crate::shapes::shape_label(key)
                 )),
                 Err(e) => r.failures.push(format!(
                     "{} on device {dev}: {e}",
-                    crate::campaign::shape_label(key)
+                    crate::shapes::shape_label(key)
                 )),
             }
         }

@@ -11,7 +11,8 @@ use std::time::Instant;
 use tunedblas_core::abi;
 use tunedblas_core::key::{ProblemKey, Types};
 
-use crate::backend::{Library, Problem, Result};
+use crate::backend::{Library, Problem};
+use crate::error::Result;
 
 /// The seed's (N, K) pairs, divided by 16.
 pub const LAYERS: [(i64, i64); 7] = [

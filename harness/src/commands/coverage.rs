@@ -1,9 +1,8 @@
 //! `tunedblas coverage`: which GEMM problems a serving configuration will run, and which of
-//! them a profile serves. The model and the report live in `tunedblas_core::coverage`;
-//! this is the command line and the files.
+//! them a profile serves. The model is `tunedblas_core::coverage`; this is the command
+//! line, the files, and (through `render::coverage`) how the report reads.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use tunedblas_core::coverage::{self, ModelOptions, ProfileIndex, Serving, Shape};
 use tunedblas_core::key::Types;
@@ -11,7 +10,12 @@ use tunedblas_core::profile::REGISTRY_FILE;
 use tunedblas_core::registry::Registry;
 use tunedblas_core::tunableop;
 
-pub const HELP: &str = "\
+use crate::args::{default_profile_store, Args};
+use crate::error::{Error, Result};
+use crate::render;
+use crate::serving;
+
+const HELP: &str = "\
 tunedblas coverage [--config PATH] [--shapes FILE] [--profile DIR|NAME] [SERVING FLAGS]
                    [--profiles DIR] [--rank R] [--near W] [--dtype T] [--unfused] [--top N] [--json]
                    [--strict] [-- <vLLM command line>]
@@ -46,7 +50,7 @@ pub const EXIT_UNSERVABLE: u8 = 4;
 pub fn help() -> String {
     format!(
         "{HELP}{}\nOUTPUT:\n    --top N (25) gap groups in the text, --json everything\n\nEXIT CODES with --strict: 0 every problem has a row, {EXIT_MISSING} some are missing, {EXIT_UNSERVABLE} none missing\nbut some unservable (without --strict: 0). 1 unreadable input, 2 bad command line.\n\nEXAMPLE (the seed's live configuration):\n    tunedblas coverage --profile rocm10-rocblas5.6 --dynamic-prefill --strict -- \\\n        vllm serve MODEL --block-size 1024 --max-num-batched-tokens 2048\n",
-        coverage::SERVING_FLAGS
+        serving::HELP
     )
 }
 
@@ -65,79 +69,67 @@ struct Options {
     serving: Serving,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
+/// The flags of `coverage` itself (the serving flags are read first, by `serving`).
+const SWITCHES: &[&str] = &["--unfused", "--json", "--strict"];
+const OPTIONS: &[&str] = &[
+    "--config",
+    "--model",
+    "--shapes",
+    "--profile",
+    "--profiles",
+    "--rank",
+    "--dtype",
+    "--top",
+    "--near",
+];
+
+fn parse(args: &[String]) -> Result<Options> {
     let (ours, vllm) = match args.iter().position(|a| a == "--") {
         Some(i) => (&args[..i], &args[i + 1..]),
         None => (args, &args[args.len()..]),
     };
-    let (_, rest) = Serving::from_args(ours)?;
+    let (_, rest) = serving::from_args(ours)?;
     // A pasted vLLM command line gives its serving flags (the rest of it is ignored); our
     // own flags come later, so they win.
-    let (serving, _) = Serving::from_args(&[vllm, ours].concat())?;
-    let mut o = Options {
-        config: None,
-        shapes: None,
-        profile: None,
-        profile_dir: None,
-        rank: 0,
-        dtype: None,
-        unfused: false,
-        top: 25,
-        json: false,
-        strict: false,
-        near: tunedblas_core::near::DEFAULT_WINDOW,
-        serving,
+    let (serving, _) = serving::from_args(&[vllm, ours].concat())?;
+    // The serving flags are known too, so a misspelt one is suggested; none is left in `rest`.
+    let switches = [SWITCHES, serving::SWITCHES].concat();
+    let options = [OPTIONS, serving::VALUE_FLAGS].concat();
+    let a = Args::parse("coverage", &rest, &switches, &options)?;
+    a.at_most_positional(0)?;
+    let dtype = match a.value("--dtype") {
+        None => None,
+        Some(v) => Some(
+            coverage::types_from_name(v)
+                .ok_or_else(|| a.usage(format!("--dtype {v}: use float16, bfloat16 or float32")))?,
+        ),
     };
-    let mut i = 0;
-    while i < rest.len() {
-        let flag = rest[i].as_str();
-        let mut value = || -> Result<String, String> {
-            i += 1;
-            rest.get(i)
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag {
-            "--config" | "--model" => o.config = Some(PathBuf::from(value()?)),
-            "--shapes" => o.shapes = Some(PathBuf::from(value()?)),
-            "--profile" => o.profile = Some(value()?),
-            "--profiles" => o.profile_dir = Some(PathBuf::from(value()?)),
-            "--rank" => {
-                o.rank = value()?
-                    .parse()
-                    .map_err(|_| "--rank takes a number".to_string())?
-            }
-            "--dtype" => {
-                let v = value()?;
-                o.dtype = Some(
-                    coverage::types_from_name(&v)
-                        .ok_or_else(|| format!("--dtype {v}: use float16, bfloat16 or float32"))?,
-                );
-            }
-            "--top" => {
-                o.top = value()?
-                    .parse()
-                    .map_err(|_| "--top takes a number".to_string())?
-            }
-            "--near" => {
-                o.near = value()?
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|w| *w >= 0)
-                    .ok_or_else(|| "--near takes a token window (0: off)".to_string())?
-            }
-            "--unfused" => o.unfused = true,
-            "--json" => o.json = true,
-            "--strict" => o.strict = true,
-            other => return Err(format!("coverage: unknown argument {other:?}")),
-        }
-        i += 1;
-    }
-    Ok(o)
+    let near = match a.value("--near") {
+        None => tunedblas_core::near::DEFAULT_WINDOW,
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|w| *w >= 0)
+            .ok_or_else(|| a.usage("--near takes a token window (0: off)"))?,
+    };
+    Ok(Options {
+        config: a.path("--config").or_else(|| a.path("--model")),
+        shapes: a.path("--shapes"),
+        profile: a.value("--profile").map(str::to_string),
+        profile_dir: a.path("--profiles"),
+        rank: a.parsed("--rank", 0, "a number")?,
+        dtype,
+        unfused: a.has("--unfused"),
+        top: a.parsed("--top", 25, "a number")?,
+        json: a.has("--json"),
+        strict: a.has("--strict"),
+        near,
+        serving,
+    })
 }
 
 /// The rank file and a label for the profile named by `--profile`.
-fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>, String> {
+fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>> {
     let Some(p) = &o.profile else {
         return Ok(None);
     };
@@ -152,27 +144,23 @@ fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>, String> {
             .unwrap_or_default();
         return Ok(Some((name, as_path.to_path_buf())));
     } else {
-        let store = o
-            .profile_dir
-            .clone()
-            .or_else(|| std::env::var_os("TUNEDBLAS_PROFILE_DIR").map(PathBuf::from))
-            .unwrap_or_else(crate::store::default_root);
+        let store = o.profile_dir.clone().unwrap_or_else(default_profile_store);
         let reg_path = store.join(REGISTRY_FILE);
-        let reg = Registry::load(&reg_path).map_err(|e| e.to_string())?;
+        let reg = Registry::load(&reg_path).map_err(|e| Error::failed(e.to_string()))?;
         let entry = reg.get(p).ok_or_else(|| {
-            format!(
+            Error::failed(format!(
                 "--profile {p}: neither a folder nor a name in {}",
                 reg_path.display()
-            )
+            ))
         })?;
         entry.path_in(&store)
     };
     let file = dir.join(&file_name);
     if !file.is_file() {
-        return Err(format!(
+        return Err(Error::failed(format!(
             "{} has no {file_name} (use --rank for another rank)",
             dir.display()
-        ));
+        )));
     }
     let name = dir
         .file_name()
@@ -181,10 +169,11 @@ fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>, String> {
     Ok(Some((format!("{name} rank {}", o.rank), file)))
 }
 
-fn run(o: &Options) -> Result<coverage::Report, String> {
+fn analyse(o: &Options) -> Result<coverage::Report> {
     let profile = match profile_file(o)? {
         Some((label, path)) => {
-            let file = tunableop::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let file = tunableop::read(&path)
+                .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
             Some((label, file))
         }
         None => None,
@@ -197,27 +186,28 @@ fn run(o: &Options) -> Result<coverage::Report, String> {
         } else {
             c.clone()
         };
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
         let opts = ModelOptions {
             tp: o.serving.tp,
             dtype: o.dtype,
             unfused: o.unfused,
         };
         let (desc, s) = coverage::shapes_from_hf_config(&json, &opts)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
         sources.push(desc);
         shapes.extend(s);
     }
     if let Some(f) = &o.shapes {
-        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| Error::failed(format!("{}: {e}", f.display())))?;
         let default = o
             .dtype
             .unwrap_or_else(|| coverage::types_from_name("float16").expect("known"));
         let s = coverage::shapes_from_file(&text, default)
-            .map_err(|e| format!("{}: {e}", f.display()))?;
+            .map_err(|e| Error::failed(format!("{}: {e}", f.display())))?;
         sources.push(format!("{} shapes from {}", s.len(), f.display()));
         shapes.extend(s);
     }
@@ -228,10 +218,9 @@ fn run(o: &Options) -> Result<coverage::Report, String> {
                 sources.push(format!("the shapes in {label}"));
             }
             None => {
-                return Err(
-                    "coverage needs shapes: --config, --shapes, or a --profile to take them from"
-                        .into(),
-                )
+                return Err(Error::failed(
+                    "coverage needs shapes: --config, --shapes, or a --profile to take them from",
+                ))
             }
         }
     }
@@ -249,41 +238,29 @@ fn run(o: &Options) -> Result<coverage::Report, String> {
 }
 
 /// Runs `tunedblas coverage` with the arguments after the command name.
-pub fn main(args: &[String]) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", help());
-        return ExitCode::SUCCESS;
-    }
-    let o = match parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("tunedblas: {e}\n\n{}", help());
-            return ExitCode::from(2);
-        }
-    };
-    let report = match run(&o) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tunedblas: {e}");
-            return ExitCode::from(1);
-        }
-    };
+pub fn run(args: &[String]) -> Result<()> {
+    let o = parse(args)?;
+    let report = analyse(&o)?;
     if o.json {
-        let j = coverage::to_json(&report);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&j).expect("plain values")
-        );
+        super::print_json(&render::coverage::json(&report));
     } else {
-        print!("{}", coverage::render_text(&report, o.top));
+        print!("{}", render::coverage::text(&report, o.top));
     }
     if o.strict {
-        if report.count("missing") > 0 {
-            return ExitCode::from(EXIT_MISSING);
+        let missing = report.count("missing");
+        if missing > 0 {
+            return Err(Error::verdict(
+                EXIT_MISSING,
+                format!("coverage --strict: {missing} predicted problems have no row"),
+            ));
         }
-        if report.count("unservable") > 0 {
-            return ExitCode::from(EXIT_UNSERVABLE);
+        let unservable = report.count("unservable");
+        if unservable > 0 {
+            return Err(Error::verdict(
+                EXIT_UNSERVABLE,
+                format!("coverage --strict: {unservable} predicted problems have rows that cannot be served"),
+            ));
         }
     }
-    ExitCode::SUCCESS
+    Ok(())
 }

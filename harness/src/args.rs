@@ -1,0 +1,369 @@
+//! The command line of every command: `--flag`, `--flag VALUE` / `--flag=VALUE`
+//! (repeatable) and positionals, read strictly. Each command declares what it takes, so a
+//! typo is a short error naming the bad input, with the nearest flag it might have meant,
+//! instead of a silently ignored option or the whole usage text.
+//!
+//! The arguments several commands share (`--lib`, `--profiles`, `--devices`, `--shard`)
+//! are read here too, so they mean the same everywhere.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+pub struct Args {
+    command: String,
+    /// (flag, value); value is None for switches.
+    flags: Vec<(String, Option<String>)>,
+    pub positional: Vec<String>,
+}
+
+impl Args {
+    /// Splits `args` by the declared `switches` (no value) and `options` (one value each).
+    /// Everything after `--` is positional.
+    pub fn parse(
+        command: &str,
+        args: &[String],
+        switches: &[&str],
+        options: &[&str],
+    ) -> Result<Args> {
+        let mut flags = Vec::new();
+        let mut positional = Vec::new();
+        let mut it = args.iter().peekable();
+        while let Some(a) = it.next() {
+            if a == "--" {
+                positional.extend(it.by_ref().cloned());
+                break;
+            }
+            if !looks_like_flag(a) {
+                positional.push(a.clone());
+                continue;
+            }
+            let (name, inline) = match a.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (a.as_str(), None),
+            };
+            if switches.contains(&name) {
+                if inline.is_some() {
+                    return Err(Error::usage(
+                        command,
+                        format!("option '{name}' for 'tunedblas {command}' takes no value"),
+                    ));
+                }
+                flags.push((name.to_string(), None));
+            } else if options.contains(&name) {
+                let value = match inline {
+                    Some(v) => Some(v),
+                    // A flag where the value should be means the value was left out.
+                    None => it.next_if(|next| !next.starts_with("--")).cloned(),
+                };
+                let value = value.ok_or_else(|| {
+                    Error::usage(
+                        command,
+                        format!("option '{name}' for 'tunedblas {command}' needs a value"),
+                    )
+                })?;
+                flags.push((name.to_string(), Some(value)));
+            } else {
+                let known: Vec<&str> = switches.iter().chain(options).copied().collect();
+                return Err(unknown_option(command, name, &known));
+            }
+        }
+        Ok(Args {
+            command: command.to_string(),
+            flags,
+            positional,
+        })
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.flags.iter().any(|(n, _)| n == name)
+    }
+
+    /// The last value given for `name`.
+    pub fn value(&self, name: &str) -> Option<&str> {
+        self.flags
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    /// Every value given for a repeatable option, in order.
+    pub fn values(&self, name: &str) -> Vec<&str> {
+        self.flags
+            .iter()
+            .filter(|(n, _)| n == name)
+            .filter_map(|(_, v)| v.as_deref())
+            .collect()
+    }
+
+    pub fn path(&self, name: &str) -> Option<PathBuf> {
+        self.value(name).map(PathBuf::from)
+    }
+
+    /// `name`'s value parsed as `T`, or `default` when absent.
+    pub fn parsed<T: FromStr>(&self, name: &str, default: T, what: &str) -> Result<T> {
+        match self.value(name) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| self.usage(format!("{name} takes {what}, not '{v}'"))),
+        }
+    }
+
+    /// A mistake in this command's arguments.
+    pub fn usage(&self, msg: impl std::fmt::Display) -> Error {
+        Error::usage(&self.command, format!("tunedblas {}: {msg}", self.command))
+    }
+
+    /// Refuses positionals beyond the first `max` (a command that takes none says so
+    /// rather than ignoring a stray word).
+    pub fn at_most_positional(&self, max: usize) -> Result<()> {
+        match self.positional.get(max) {
+            None => Ok(()),
+            Some(extra) => Err(Error::usage(
+                &self.command,
+                format!(
+                    "unexpected argument '{extra}' for 'tunedblas {}'",
+                    self.command
+                ),
+            )),
+        }
+    }
+
+    /// The profile store: `--profiles`, `$TUNEDBLAS_PROFILE_DIR`, or the installed one.
+    pub fn profile_store(&self) -> PathBuf {
+        self.path("--profiles")
+            .unwrap_or_else(default_profile_store)
+    }
+
+    /// `--lib`, which most commands cannot do without.
+    pub fn lib(&self) -> Result<PathBuf> {
+        self.path("--lib")
+            .ok_or_else(|| self.usage("needs --lib <path to librocblas.so>"))
+    }
+
+    /// The profile `--profile NAME` or `--lib LIBROCBLAS` names (a name wins).
+    pub fn which_profile(&self) -> Result<crate::pick::Which<'_>> {
+        use crate::pick::Which;
+        match (self.value("--profile"), self.value("--lib")) {
+            (Some(name), _) => Ok(Which::Name(name)),
+            (None, Some(lib)) => Ok(Which::Build(std::path::Path::new(lib))),
+            (None, None) => Err(self.usage("needs --lib <librocblas.so> or --profile <name>")),
+        }
+    }
+
+    /// `--devices 0,1,2,3` (empty when not given: the command's default).
+    pub fn devices(&self) -> Result<Vec<i32>> {
+        match self.value("--devices") {
+            None => Ok(vec![]),
+            Some(list) => list
+                .split(',')
+                .map(|d| d.trim().parse::<i32>().ok().filter(|d| *d >= 0))
+                .collect::<Option<Vec<i32>>>()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    self.usage(format!("--devices takes a list like 0,1,2,3, not '{list}'"))
+                }),
+        }
+    }
+
+    /// `--shard I/N`: this machine's share of a campaign.
+    pub fn shard(&self) -> Result<Option<(usize, usize)>> {
+        let Some(s) = self.value("--shard") else {
+            return Ok(None);
+        };
+        s.split_once('/')
+            .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+            .filter(|(i, n)| *n > 0 && i < n)
+            .map(Some)
+            .ok_or_else(|| {
+                self.usage(format!(
+                    "--shard takes I/N with 0 <= I < N, like 0/4, not '{s}'"
+                ))
+            })
+    }
+}
+
+/// The store when no `--profiles` is given: `$TUNEDBLAS_PROFILE_DIR`, else the installed one.
+pub fn default_profile_store() -> PathBuf {
+    std::env::var_os("TUNEDBLAS_PROFILE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(crate::store::default_root)
+}
+
+/// `--x` and `-x` are flags; `-` (standard input), `--` and negative numbers are not.
+fn looks_like_flag(a: &str) -> bool {
+    a.len() > 1 && a.starts_with('-') && a != "--" && a.parse::<f64>().is_err()
+}
+
+/// The error for a flag `command` does not take, with the nearest one it does.
+pub fn unknown_option(command: &str, name: &str, known: &[&str]) -> Error {
+    let mut msg = format!("unknown option '{name}' for 'tunedblas {command}'");
+    match suggest(name, known.iter().copied()) {
+        Some(s) => msg.push_str(&format!(" (did you mean '{s}'?)")),
+        None if known.is_empty() => msg.push_str(" (it takes no options)"),
+        None => {}
+    }
+    Error::usage(command, msg)
+}
+
+/// The candidate `given` most likely misspells: the closest by edit distance within a
+/// tolerance that grows with the length, else the only candidate `given` abbreviates.
+/// None when nothing is close, so a wild guess is never offered.
+pub fn suggest<'a>(given: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    let bare = |s: &str| s.trim_start_matches('-').to_ascii_lowercase();
+    let g = bare(given);
+    let tolerance = 1 + g.chars().count() / 4;
+    let closest = candidates
+        .iter()
+        .map(|c| (edit_distance(&g, &bare(c)), *c))
+        .filter(|(d, _)| *d <= tolerance)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c);
+    closest.or_else(|| {
+        let mut prefixed = candidates
+            .iter()
+            .filter(|c| g.len() >= 2 && bare(c).starts_with(&g));
+        match (prefixed.next(), prefixed.next()) {
+            (Some(only), None) => Some(*only),
+            _ => None,
+        }
+    })
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions), by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_values_and_positionals() {
+        let a = Args::parse(
+            "tune",
+            &s(&[
+                "--json",
+                "--lib",
+                "x.so",
+                "pos",
+                "--misses=a",
+                "--misses",
+                "b",
+                "--margin",
+                "-1",
+                "--",
+                "--not-a-flag",
+            ]),
+            &["--json"],
+            &["--lib", "--misses", "--margin"],
+        )
+        .unwrap();
+        assert!(a.has("--json"));
+        assert_eq!(a.value("--lib"), Some("x.so"));
+        assert_eq!(a.values("--misses"), vec!["a", "b"]);
+        assert_eq!(a.value("--margin"), Some("-1"));
+        assert_eq!(a.positional, vec!["pos", "--not-a-flag"]);
+        assert!(a.at_most_positional(2).is_ok());
+        let e = a.at_most_positional(1).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.message.contains("unexpected argument '--not-a-flag'"));
+    }
+
+    #[test]
+    fn unknown_and_missing_values_are_errors() {
+        let e = Args::parse("tune", &s(&["--libb", "x"]), &[], &["--lib"])
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.message,
+            "unknown option '--libb' for 'tunedblas tune' (did you mean '--lib'?)"
+        );
+        assert_eq!(e.exit_code(), 2);
+        let e = Args::parse("tune", &s(&["-x"]), &["--json"], &[])
+            .err()
+            .unwrap();
+        assert_eq!(e.message, "unknown option '-x' for 'tunedblas tune'");
+        for missing in [&["--lib"][..], &["--lib", "--json"][..]] {
+            let e = Args::parse("tune", &s(missing), &["--json"], &["--lib"])
+                .err()
+                .unwrap();
+            assert_eq!(
+                e.message, "option '--lib' for 'tunedblas tune' needs a value",
+                "{missing:?}"
+            );
+        }
+        let e = Args::parse("tune", &s(&["--json=1"]), &["--json"], &[])
+            .err()
+            .unwrap();
+        assert!(e.message.contains("takes no value"), "{}", e.message);
+        let a = Args::parse("tune", &s(&["--trials", "x"]), &[], &["--trials"]).unwrap();
+        assert!(a.parsed::<usize>("--trials", 5, "a count").is_err());
+        assert_eq!(
+            Args::parse("tune", &[], &[], &["--trials"])
+                .unwrap()
+                .parsed::<usize>("--trials", 5, "a count")
+                .unwrap(),
+            5
+        );
+    }
+
+    #[test]
+    fn suggestions_are_near_misses_or_unique_abbreviations() {
+        let flags = [
+            "--fresh",
+            "--retune",
+            "--devices",
+            "--json",
+            "--shard",
+            "--shape",
+        ];
+        assert_eq!(suggest("--frseh", flags), Some("--fresh"));
+        assert_eq!(suggest("--retnue", flags), Some("--retune"));
+        assert_eq!(suggest("--JSON", flags), Some("--json"));
+        assert_eq!(suggest("--dev", flags), Some("--devices"));
+        // "--sha" abbreviates two flags: no guess.
+        assert_eq!(suggest("--sha", flags), None);
+        assert_eq!(suggest("--bogus", flags), None);
+        assert_eq!(suggest("tunr", ["tune", "qualify"]), Some("tune"));
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+    }
+
+    #[test]
+    fn shared_arguments_read_the_same_everywhere() {
+        let a = Args::parse(
+            "tune",
+            &s(&["--devices", "0,2", "--shard", "1/4"]),
+            &[],
+            &["--devices", "--shard", "--lib"],
+        )
+        .unwrap();
+        assert_eq!(a.devices().unwrap(), vec![0, 2]);
+        assert_eq!(a.shard().unwrap(), Some((1, 4)));
+        assert!(a.lib().unwrap_err().message.contains("needs --lib"));
+        let bad = Args::parse("tune", &s(&["--shard", "4/4"]), &[], &["--shard"]).unwrap();
+        assert!(bad.shard().is_err());
+    }
+}

@@ -1,0 +1,177 @@
+//! `tunedblas export`: a profile in the formats other tools read.
+
+use crate::args::Args;
+use crate::error::{Error, Result};
+use crate::export;
+use crate::pick::pick;
+
+use super::print_json;
+
+pub const HELP: &str = "\
+tunedblas export (--lib LIBROCBLAS | --profile NAME) --format FORMAT [--out PATH] [options]
+
+Writes the profile of the build at LIBROCBLAS (matched by sha256) in another tool's format:
+  gemm-tune   a rocblas-gemm-tune CSV for ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH, for hosts where
+              LD_PRELOAD is not allowed. Valid ONLY for that build (its comment lines say
+              which): rocBLAS does not check. Tensile matches beta exactly (--beta 0,1 writes
+              both); rows with flags, ldd != ldc, mixed c/d types or Default have no form.
+  bench       rocblas-bench command lines: each row, then the heuristic on the same problem,
+              to check a row with AMD's own tool.
+  tunableop   PyTorch TunableOp results files PyTorch accepts unchanged: one per rank
+              (--out DIR), or one rank (--out FILE.csv, or stdout; --rank N). PyTorch drops a
+              file whose validators differ from its own in any key or value, so they come
+              from --validators-from FILE (a tunableop_results file PyTorch wrote on the
+              target) and --validator KEY=VALUE. Extension rows are left out; PyTorch < 2.7
+              gets its older signature form.
+
+OPTIONS:
+    --profiles DIR   the profile store (see `tunedblas help`)
+    --out PATH       where to write (default stdout); --json prints a summary of it
+    --rank N         the rank file to export (default 0)
+    --force          export for PyTorch validators that name another rocBLAS version
+
+EXAMPLES:
+    tunedblas export --lib /opt/rocm/lib/librocblas.so.4 --format gemm-tune --out override.csv
+    ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH=$PWD/override.csv python serve.py
+    tunedblas export --lib librocblas.so.5 --format bench --out check.sh
+    tunedblas export --lib $TORCH/lib/librocblas.so --format tunableop \\
+        --validators-from old/tunableop_results0.csv --out ./tunableop
+";
+
+pub fn help() -> String {
+    HELP.into()
+}
+
+/// `--validators-from`, `--validator KEY=VALUE`... and `--force`.
+fn validators(a: &Args) -> Result<export::Validators> {
+    let mut set = Vec::new();
+    for kv in a.values("--validator") {
+        let (k, v) = kv
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| a.usage(format!("--validator takes KEY=VALUE, not '{kv}'")))?;
+        set.push((k.to_string(), v.to_string()));
+    }
+    Ok(export::Validators {
+        from: a.path("--validators-from"),
+        set,
+        force: a.has("--force"),
+    })
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let a = Args::parse(
+        "export",
+        args,
+        &["--json", "--force"],
+        &[
+            "--lib",
+            "--profile",
+            "--profiles",
+            "--format",
+            "--out",
+            "--rank",
+            "--beta",
+            "--validators-from",
+            "--validator",
+        ],
+    )?;
+    a.at_most_positional(0)?;
+    let format = a
+        .value("--format")
+        .ok_or_else(|| a.usage("needs --format gemm-tune, bench or tunableop"))?
+        .to_string();
+    let rank: usize = a.parsed("--rank", 0, "a rank number")?;
+    let betas: Vec<f64> = a
+        .value("--beta")
+        .unwrap_or("0")
+        .split(',')
+        .map(|b| b.trim().parse::<f64>().ok().filter(|b| b.is_finite()))
+        .collect::<Option<Vec<f64>>>()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| a.usage("--beta takes numbers like 0 or 0,1"))?;
+    let out = a.path("--out");
+    if a.has("--json") && out.is_none() {
+        return Err(a.usage("--json prints a summary: give --out for the export itself"));
+    }
+    let p = pick(a.which_profile()?, &a.profile_store())?;
+    let mut report = export::Report {
+        profile: p.name.clone(),
+        build: p.sha256.clone(),
+        format: format.clone(),
+        ..export::Report::default()
+    };
+    match format.as_str() {
+        "gemm-tune" | "bench" => {
+            let text = if format == "bench" {
+                export::bench_text(&p, rank, &mut report)?
+            } else {
+                export::gemm_tune_text(&p, rank, &betas, &mut report)?
+            };
+            match &out {
+                Some(path) => {
+                    export::write(path, &text)?;
+                    report.files.push(path.clone());
+                }
+                None => print!("{text}"),
+            }
+        }
+        "tunableop" => {
+            let files = export::tunableop_files(&validators(&a)?, &p, &mut report)?;
+            match &out {
+                None => {
+                    let (_, text) = files.iter().find(|(r, _)| *r == rank).ok_or_else(|| {
+                        Error::failed(format!("profile '{}' has no rank {rank} file", p.name))
+                    })?;
+                    print!("{text}");
+                }
+                Some(path) if path.extension().is_some_and(|e| e == "csv") => {
+                    let (_, text) = files.iter().find(|(r, _)| *r == rank).ok_or_else(|| {
+                        Error::failed(format!("profile '{}' has no rank {rank} file", p.name))
+                    })?;
+                    export::write(path, text)?;
+                    report.files.push(path.clone());
+                }
+                Some(dir) => {
+                    for (r, text) in &files {
+                        let f = dir.join(format!("tunableop_results{r}.csv"));
+                        export::write(&f, text)?;
+                        report.files.push(f);
+                    }
+                }
+            }
+        }
+        other => {
+            return Err(a.usage(format!(
+                "--format takes gemm-tune, bench or tunableop, not '{other}'"
+            )))
+        }
+    }
+    if a.has("--json") {
+        print_json(&report);
+    } else {
+        let dest = if report.files.is_empty() {
+            "stdout".to_string()
+        } else {
+            report
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        eprintln!(
+            "tunedblas: exported {} rows of profile '{}' (build {}) as {format} to {dest}",
+            report.rows,
+            p.name,
+            p.short()
+        );
+        if let Some(first) = report.dropped.first() {
+            eprintln!(
+                "tunedblas: {} rows have no {format} form; the first: {first}",
+                report.dropped.len()
+            );
+        }
+    }
+    Ok(())
+}

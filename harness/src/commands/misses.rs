@@ -1,0 +1,179 @@
+//! `tunedblas misses`: the miss logs of every process and rank, added up, grouped into
+//! chunk + decode families and ranked by calls x FLOPs. The logic is in
+//! `tunedblas_core::misses`; this is the command line and the files (`render::misses`
+//! lays the answer out).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tunedblas_core::identity;
+use tunedblas_core::misses::{self, Source};
+use tunedblas_core::tunableop;
+
+use crate::args::Args;
+use crate::error::{Error, Result};
+use crate::render::misses::{self as render, Summary};
+
+const HELP: &str = "\
+tunedblas misses [DIR|FILE ...] [--align N] [--window N] [--top N] [--json] [--out FILE]
+
+Adds up the miss logs of every process and rank (<host>-<pid>-<start>-rank<d>.csv and .counts.csv;
+default folder: $TUNEDBLAS_MISS_DIR, else the user cache's misses/), groups the shapes of
+one layer into chunk + decode families (token counts up to --window (32) above a multiple
+of --align (256)) and decode batches, and ranks the groups by calls x FLOPs: the gaps
+worth tuning first. --out writes every missed shape in that order as PyTorch untuned-file
+lines (op_name,param_signature), which `tunedblas tune` reads.
+
+EXAMPLE:
+    tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
+";
+
+struct Options {
+    inputs: Vec<PathBuf>,
+    align: i64,
+    window: i64,
+    top: usize,
+    json: bool,
+    out: Option<PathBuf>,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let a = Args::parse(
+        "misses",
+        args,
+        &["--json"],
+        &["--align", "--window", "--top", "--out"],
+    )?;
+    let number = |flag: &str, default: i64| -> Result<i64> {
+        match a.value(flag) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| a.usage(format!("{flag} takes a positive number, not '{v}'"))),
+        }
+    };
+    let mut inputs: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
+    if inputs.is_empty() {
+        inputs.push(
+            std::env::var_os("TUNEDBLAS_MISS_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
+        );
+    }
+    Ok(Options {
+        inputs,
+        align: number("--align", 256)?,
+        window: number("--window", 32)?,
+        top: number("--top", 20)? as usize,
+        json: a.has("--json"),
+        out: a.path("--out"),
+    })
+}
+
+/// Reads the miss files under the inputs into one source per (process, rank).
+fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize)> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let rd = std::fs::read_dir(input)
+                .map_err(|e| Error::failed(format!("{}: {e}", input.display())))?;
+            let mut here: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            here.sort();
+            files.extend(here);
+        } else if input.is_file() {
+            files.push(input.clone());
+        } else {
+            return Err(Error::failed(format!(
+                "{}: no such miss folder or file (set TUNEDBLAS_MISS_DIR or name the folder)",
+                input.display()
+            )));
+        }
+    }
+    let mut by_source: BTreeMap<(String, Option<i32>), Source> = BTreeMap::new();
+    let mut read = 0;
+    for f in files {
+        let Some(name) = f.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some((process, rank, counts)) = misses::parse_file_name(name) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&f)
+            .map_err(|e| Error::failed(format!("{}: {e}", f.display())))?;
+        read += 1;
+        let s = by_source
+            .entry((process.clone(), rank))
+            .or_insert_with(|| Source {
+                process,
+                rank,
+                ..Source::default()
+            });
+        if counts {
+            s.counts = Some(text);
+        } else {
+            s.first_sights = Some(text);
+        }
+    }
+    Ok((by_source.into_values().collect(), read))
+}
+
+fn write_out(path: &Path, lines: &[String]) -> Result<()> {
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|e| Error::failed(format!("{}: {e}", path.display())))
+}
+
+pub fn help() -> String {
+    HELP.into()
+}
+
+/// Runs `tunedblas misses` with the arguments after the command name.
+pub fn run(args: &[String]) -> Result<()> {
+    let o = parse(args)?;
+    let (sources, files) = read_sources(&o.inputs)?;
+    let (all, problems) = misses::aggregate(&sources);
+    let groups = misses::group(&all, o.align, o.window);
+    if let Some(out) = &o.out {
+        write_out(out, &untuned_lines(&all, &groups))?;
+    }
+    let summary = Summary {
+        inputs: o
+            .inputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        files,
+        processes: sources.iter().map(|s| s.process.as_str()).collect(),
+        ranks: sources.iter().filter_map(|s| s.rank).collect(),
+        all: &all,
+        problems: &problems,
+        groups: &groups,
+    };
+    if o.json {
+        super::print_json(&render::json(&summary));
+    } else {
+        print!("{}", render::text(&summary, o.top, o.out.as_deref()));
+    }
+    Ok(())
+}
+
+/// Every missed shape, most expensive group first, as PyTorch untuned-file lines.
+fn untuned_lines(all: &[misses::Miss], groups: &[misses::Group]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for g in groups {
+        let mut members = g.members.clone();
+        members.sort_by(|&a, &b| all[b].cost().total_cmp(&all[a].cost()));
+        for i in members {
+            let (op, sig) = tunableop::op_and_signature(&all[i].key);
+            lines.push(format!("{op},{sig}"));
+        }
+    }
+    lines
+}

@@ -1,0 +1,75 @@
+//! `tunedblas profiles`: the profile store: list, show, which, import.
+
+use std::path::PathBuf;
+
+use crate::args::{suggest, Args};
+use crate::env;
+use crate::error::Result;
+use crate::profiles;
+
+pub const HELP: &str = "\
+tunedblas profiles list [--profiles DIR] [--json]
+    Every profile: name, build, rocBLAS version, rows, status.
+tunedblas profiles show NAME [--profiles DIR] [--json]
+    One profile: registry entry, rank files, campaigns from provenance.json.
+tunedblas profiles which LIBROCBLAS [--profiles DIR] [--json]
+    The profile a process loading that file would get, and why (the interposer's rule).
+tunedblas profiles import --lib LIBROCBLAS FILE... [--profiles DIR]
+    Adds the shapes of other builds' results files to this build's shape list (ids are
+    never reused); `tune --retune` then tunes them.
+
+EXAMPLES:
+    tunedblas profiles which /opt/rocm/lib/librocblas.so.5
+    tunedblas profiles import --lib librocblas.so.5 old-build/tunableop_results0.csv
+";
+
+const ACTIONS: [&str; 4] = ["list", "show", "which", "import"];
+
+pub fn help() -> String {
+    HELP.into()
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let a = Args::parse("profiles", args, &["--json"], &["--profiles", "--lib"])?;
+    let root = a.profile_store();
+    let json = a.has("--json");
+    match a.positional.first().map(String::as_str) {
+        None | Some("list") => {
+            a.at_most_positional(1)?;
+            profiles::list(&root, json)
+        }
+        Some("show") => {
+            a.at_most_positional(2)?;
+            let name = a
+                .positional
+                .get(1)
+                .ok_or_else(|| a.usage("show needs a profile NAME"))?;
+            profiles::show(&root, name, json)
+        }
+        Some("which") => {
+            a.at_most_positional(2)?;
+            let lib = a
+                .positional
+                .get(1)
+                .map(PathBuf::from)
+                .or_else(|| a.path("--lib"))
+                .ok_or_else(|| a.usage("which needs a library file"))?;
+            // A bare soname (librocblas.so.0) is found where `env` looks.
+            let lib = env::find_library(&lib);
+            profiles::which(&root, &lib, json)
+        }
+        Some("import") => {
+            let files: Vec<PathBuf> = a.positional[1..].iter().map(PathBuf::from).collect();
+            if files.is_empty() {
+                return Err(a.usage("import needs one or more results files"));
+            }
+            profiles::import(&root, &a.lib()?, &files, json)
+        }
+        Some(other) => Err(a.usage(format!(
+            "unknown action '{other}': list, show, which or import{}",
+            suggest(other, ACTIONS)
+                .map(|s| format!(" (did you mean '{s}'?)"))
+                .unwrap_or_default()
+        ))),
+    }
+}

@@ -1,0 +1,145 @@
+//! `tunedblas tune`: recorded shapes into the profile of exactly one library build.
+
+use std::path::PathBuf;
+
+use crate::args::Args;
+use crate::campaign;
+use crate::curate;
+use crate::error::Result;
+use crate::tune;
+
+use super::print_json;
+
+const HELP_TUNE: &str = "\
+tunedblas tune --lib LIBROCBLAS [INPUT...] [--shape SPEC]... [options]
+
+Tunes shapes for the rocBLAS build at LIBROCBLAS (hashed: the profile is for exactly that
+file) and writes its profile: one results file per rank, provenance.json, profiles.json.
+Per shape: every solution rocBLAS offers for it is probed, hopeless ones are pruned, the
+rest timed; then heuristic, current row and new best are re-timed interleaved and curated:
+";
+
+const HELP_TUNE_OPTIONS: &str = "
+INPUT: miss-log folders (TUNEDBLAS_MISS_DIR), PyTorch untuned files, TunableOp results
+files (their shapes only: ids are never reused), rocBLAS bench logs (ROCBLAS_LAYER=2) and
+profile logs (ROCBLAS_LAYER=4; both give call counts), rocblas-gemm-tune CSV; files or
+folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its content.
+
+OPTIONS:
+    --shape TYPE:AB:M:N:K[:BATCH]  an explicit shape, e.g. f16:TN:4096:256:4096 (repeatable)
+    --retune              also re-tune every row the build's profile already has
+    --profiles DIR        the profile store (see `tunedblas help`)
+    --name NAME           profile name for a build that has none (default rocblas-<version>)
+    --arch ARCH           GPU architecture to record, e.g. gfx1030
+    --hip PATH            libamdhip64.so when it is not found by name
+    --devices 0,1,2,3     tune in parallel, one worker per device (default 0)
+    --shard I/N           tune only every N-th shape starting at I (join with `merge`)
+    --trials N            interleaved rounds (default 7; twice that for launch-bound shapes,
+                          timed as many back-to-back calls); --max-trials N: extend up to
+                          N rounds while undecidable (default 21)
+    --margin PCT          adoption margin in percent (default 3)
+    --no-default-rows     write no row when nothing beats the heuristic
+    --prune X             prune candidates slower than X times the best probe (default 1.5)
+    --rotate-mib N        operand bytes each timed sample rotates through (default 512)
+    --ranks N             results files to write (default: one per device)
+    --fresh               discard an unfinished campaign with other shapes
+    --json                print the result as JSON (progress stays on stderr)
+
+An interrupted campaign resumes: run the same command again.
+
+EXAMPLES:
+    tunedblas tune --lib /opt/rocm/lib/librocblas.so.5 ~/.cache/tunedblas/misses
+    tunedblas tune --lib librocblas.so.5 --shape f16:TN:5120:512:5120 --devices 0,1,2,3
+    ROCBLAS_LAYER=6 ROCBLAS_LOG_BENCH_PATH=$PWD/bench.log ROCBLAS_LOG_PROFILE_PATH=$PWD/prof.yaml <server>
+    tunedblas tune --lib librocblas.so.5 bench.log prof.yaml
+    tunedblas tune --lib librocblas.so.5 --retune --shard 0/2   # on machine A; 1/2 on B
+";
+
+/// The help, with the curation rules as the code applies them.
+pub fn help() -> String {
+    format!(
+        "{HELP_TUNE}{}{HELP_TUNE_OPTIONS}",
+        curate::Rules::default()
+            .describe()
+            .iter()
+            .map(|r| format!("  - {r}\n"))
+            .collect::<String>()
+    )
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let a = Args::parse(
+        "tune",
+        args,
+        &["--retune", "--no-default-rows", "--fresh", "--json"],
+        &[
+            "--lib",
+            "--hip",
+            "--profiles",
+            "--name",
+            "--arch",
+            "--shape",
+            "--devices",
+            "--shard",
+            "--trials",
+            "--max-trials",
+            "--margin",
+            "--prune",
+            "--rotate-mib",
+            "--ranks",
+        ],
+    )?;
+    let defaults = tune::Method::default();
+    let trials = a.parsed("--trials", defaults.trials, "a number of rounds")?;
+    let method = tune::Method {
+        trials,
+        max_trials: a.parsed(
+            "--max-trials",
+            defaults.max_trials.max(trials),
+            "a number of rounds",
+        )?,
+        prune: a.parsed("--prune", defaults.prune, "a factor like 1.5")?,
+        rotate_bytes: a.parsed::<usize>("--rotate-mib", defaults.rotate_bytes >> 20, "MiB")? << 20,
+        ..defaults
+    };
+    if method.trials == 0 || method.prune < 1.0 {
+        return Err(a.usage("--trials must be positive and --prune at least 1"));
+    }
+    let margin: f64 = a.parsed("--margin", 3.0, "a percentage like 3")?;
+    if !(0.0..100.0).contains(&margin) {
+        return Err(a.usage("--margin takes a percentage from 0 to 100"));
+    }
+    let opts = campaign::Options {
+        lib: a.lib()?,
+        hip: a.path("--hip"),
+        profiles: a.profile_store(),
+        name: a.value("--name").map(str::to_string),
+        arch: a.value("--arch").map(str::to_string),
+        inputs: a.positional.iter().map(PathBuf::from).collect(),
+        specs: a
+            .values("--shape")
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
+        retune: a.has("--retune"),
+        devices: a.devices()?,
+        shard: a.shard()?,
+        fresh: a.has("--fresh"),
+        ranks: a
+            .value("--ranks")
+            .map(|_| a.parsed("--ranks", 1usize, "a count"))
+            .transpose()?,
+        method,
+        rules: curate::Rules {
+            margin: margin / 100.0,
+            keep_default: !a.has("--no-default-rows"),
+        },
+        json: a.has("--json"),
+        quiet: false,
+    };
+    let summary = campaign::run(&opts)?;
+    if opts.json {
+        print_json(&summary);
+    }
+    Ok(())
+}

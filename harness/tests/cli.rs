@@ -1,0 +1,136 @@
+//! The command line itself: strict arguments, suggestions, help, and the exit codes of
+//! mistakes. Nothing here loads a library, so it runs anywhere.
+
+use std::process::{Command, Output};
+
+fn tunedblas(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tunedblas"))
+        .args(args)
+        .env_remove("TUNEDBLAS_PROFILE_DIR")
+        .output()
+        .expect("the tunedblas binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A usage error: exit 2, the message, the pointer to the command's help, and nothing else
+/// (never the whole usage text).
+fn assert_usage_error(args: &[&str], message: &str, help_for: &str) {
+    let out = tunedblas(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    let hint = if help_for.is_empty() {
+        "run 'tunedblas help'".to_string()
+    } else {
+        format!("run 'tunedblas help {help_for}'")
+    };
+    assert!(
+        err.starts_with(&format!("error: {message}\n{hint}")),
+        "{args:?}: {err}"
+    );
+    assert_eq!(err.lines().count(), 2, "{args:?}: {err}");
+    assert!(stdout(&out).is_empty(), "{args:?}");
+}
+
+#[test]
+fn an_unknown_option_names_itself_and_the_nearest_one() {
+    assert_usage_error(
+        &["tune", "--frehs"],
+        "unknown option '--frehs' for 'tunedblas tune' (did you mean '--fresh'?)",
+        "tune",
+    );
+    // The serving flags coverage reads in vLLM's spelling are suggested too.
+    assert_usage_error(
+        &["coverage", "--block-sise", "16"],
+        "unknown option '--block-sise' for 'tunedblas coverage' (did you mean '--block-size'?)",
+        "coverage",
+    );
+    // Nothing close: no guess.
+    assert_usage_error(
+        &["misses", "--frobnicate"],
+        "unknown option '--frobnicate' for 'tunedblas misses'",
+        "misses",
+    );
+    // A stray word where a command takes none is refused, not ignored.
+    assert_usage_error(
+        &["qualify", "--lib", "x.so", "extra"],
+        "unexpected argument 'extra' for 'tunedblas qualify'",
+        "qualify",
+    );
+}
+
+#[test]
+fn an_unknown_command_gets_the_nearest_command() {
+    assert_usage_error(
+        &["qualfy"],
+        "unknown command 'qualfy' (did you mean 'qualify'?)",
+        "",
+    );
+    assert_usage_error(
+        &["help", "tunr"],
+        "unknown command 'tunr' (did you mean 'tune'?)",
+        "",
+    );
+    // Internal commands are never offered.
+    assert_usage_error(&["near-bnch"], "unknown command 'near-bnch'", "");
+}
+
+#[test]
+fn an_option_missing_its_value_says_so() {
+    for args in [
+        &["export", "--format"][..],
+        &["export", "--format", "--json"][..],
+    ] {
+        assert_usage_error(
+            args,
+            "option '--format' for 'tunedblas export' needs a value",
+            "export",
+        );
+    }
+    assert_usage_error(
+        &["coverage", "--max-num-seqs"],
+        "--max-num-seqs needs a value",
+        "coverage",
+    );
+}
+
+#[test]
+fn help_for_every_command_including_help_itself() {
+    let out = tunedblas(&["help", "help"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("tunedblas help [COMMAND]"),
+        "{}",
+        stdout(&out)
+    );
+    for name in [
+        "demo", "tune", "qualify", "verify", "profiles", "merge", "coverage", "misses", "export",
+        "report", "env", "help",
+    ] {
+        let via_help = tunedblas(&["help", name]);
+        let via_flag = tunedblas(&[name, "--help"]);
+        assert_eq!(via_help.status.code(), Some(0), "{name}");
+        assert_eq!(via_flag.status.code(), Some(0), "{name}");
+        assert_eq!(stdout(&via_help), stdout(&via_flag), "{name}");
+        assert!(
+            stdout(&via_help).starts_with(&format!("tunedblas {name}")),
+            "{name}: {}",
+            stdout(&via_help)
+        );
+        // The overview lists it.
+        assert!(
+            stdout(&tunedblas(&["help"])).contains(&format!("    tunedblas {name}")),
+            "{name}"
+        );
+    }
+    // No command: the overview on stderr, exit 2.
+    let out = tunedblas(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("EXIT CODES"), "{}", stderr(&out));
+}
