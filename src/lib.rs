@@ -32,6 +32,7 @@ pub mod profile;
 pub mod registry;
 pub mod rocblas;
 pub mod settings;
+pub mod suggest;
 pub mod table;
 pub mod tunableop;
 pub mod untuned;

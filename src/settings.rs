@@ -8,6 +8,8 @@
 //! sentence saying why it is not what was written; the interposer prints those once, and
 //! `tunedblas env` can show the same ones, since both read through these functions.
 
+use crate::suggest::suggest;
+
 /// Log levels, as the interposer numbers them.
 pub const LOG_QUIET: u8 = 0;
 pub const LOG_INFO: u8 = 1;
@@ -98,44 +100,15 @@ pub fn unknown_names<'a>(vars: impl IntoIterator<Item = &'a str>) -> Vec<String>
         if !name.starts_with("TUNEDBLAS_") || INTERPOSER.contains(&name) || TOOLS.contains(&name) {
             continue;
         }
-        let hint = nearest(name, INTERPOSER.iter().chain(TOOLS).copied())
-            .map(|n| format!(" (did you mean {n}?)"))
+        // Compared without the common prefix, which would make every long name "close".
+        let rest = |n: &'static str| n.trim_start_matches("TUNEDBLAS_");
+        let known: Vec<&str> = INTERPOSER.iter().chain(TOOLS).map(|n| rest(n)).collect();
+        let hint = suggest(&name["TUNEDBLAS_".len()..], known)
+            .map(|n| format!(" (did you mean TUNEDBLAS_{n}?)"))
             .unwrap_or_default();
         out.push(format!("{name} is not a tunedblas setting, ignored{hint}"));
     }
     out
-}
-
-/// The candidate closest to `word` by edit distance, if close enough to be a likely typo:
-/// at most a third of the word's length, and at least one edit allowed.
-pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(word, c), c))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-/// Levenshtein distance over characters (insert, delete, substitute: one each).
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                diagonal
-            } else {
-                1 + diagonal.min(above).min(row[j])
-            };
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
@@ -190,14 +163,5 @@ mod tests {
             "{said:?}"
         );
         assert!(!said[1].contains("did you mean"), "{said:?}");
-    }
-
-    #[test]
-    fn edit_distances() {
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("--fresh", "--fresh"), 0);
-        assert_eq!(nearest("--frsh", ["--fresh", "--json"]), Some("--fresh"));
-        assert_eq!(nearest("--zzzzzz", ["--fresh", "--json"]), None);
     }
 }

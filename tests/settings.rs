@@ -56,7 +56,8 @@ fn good_values_say_nothing_about_settings() {
 fn disabled_says_so_once_and_passes_everything_through() {
     let err = run_with("settings-disabled", &[("TUNEDBLAS_DISABLE", "1")]);
     assert_eq!(
-        err.matches("tunedblas: disabled by TUNEDBLAS_DISABLE").count(),
+        err.matches("tunedblas: disabled by TUNEDBLAS_DISABLE")
+            .count(),
         1,
         "{err}"
     );
