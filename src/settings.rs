@@ -92,6 +92,53 @@ pub fn near_window(value: Option<&str>, default: i64) -> Parsed<i64> {
     }
 }
 
+/// The interposer's typed settings (the paths are read as they are), and the sentences for
+/// whatever in the environment is not what it was meant to be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Switches {
+    pub disabled: bool,
+    pub allow_mismatch: bool,
+    pub log_level: u8,
+    pub near_window: i64,
+}
+
+impl Switches {
+    /// Reads them through `get` (a variable's non-empty value), and says what is wrong with
+    /// them and with any `TUNEDBLAS_*` name in `names` that is not known.
+    pub fn read<'a>(
+        get: impl Fn(&str) -> Option<String>,
+        names: impl IntoIterator<Item = &'a str>,
+        default_window: i64,
+    ) -> (Switches, Vec<String>) {
+        let mut said = Vec::new();
+        fn take<T>(said: &mut Vec<String>, (value, problem): Parsed<T>) -> T {
+            said.extend(problem);
+            value
+        }
+        let get = |name: &str| get(name).filter(|v| !v.is_empty());
+        let switches = Switches {
+            disabled: take(
+                &mut said,
+                switch("TUNEDBLAS_DISABLE", get("TUNEDBLAS_DISABLE").as_deref()),
+            ),
+            allow_mismatch: take(
+                &mut said,
+                switch(
+                    "TUNEDBLAS_ALLOW_MISMATCH",
+                    get("TUNEDBLAS_ALLOW_MISMATCH").as_deref(),
+                ),
+            ),
+            log_level: take(&mut said, log_level(get("TUNEDBLAS_LOG").as_deref())),
+            near_window: take(
+                &mut said,
+                near_window(get("TUNEDBLAS_NEAR").as_deref(), default_window),
+            ),
+        };
+        said.extend(unknown_names(names));
+        (switches, said)
+    }
+}
+
 /// One sentence per `TUNEDBLAS_*` variable in `vars` whose name is neither the
 /// interposer's nor a tool's, with the nearest known name when one is close.
 pub fn unknown_names<'a>(vars: impl IntoIterator<Item = &'a str>) -> Vec<String> {

@@ -75,54 +75,31 @@ impl Config {
     /// The settings, and one sentence for each value or `TUNEDBLAS_*` name that is not
     /// what it was meant to be (read through `tunedblas_core::settings`, as `tunedblas env`).
     pub fn from_env() -> (Config, Vec<String>) {
-        let mut said = Vec::new();
-        fn take<T>(said: &mut Vec<String>, (value, problem): settings::Parsed<T>) -> T {
-            said.extend(problem);
-            value
-        }
-        let disabled = take(
-            &mut said,
-            settings::switch("TUNEDBLAS_DISABLE", env("TUNEDBLAS_DISABLE").as_deref()),
-        );
-        let allow_mismatch = take(
-            &mut said,
-            settings::switch(
-                "TUNEDBLAS_ALLOW_MISMATCH",
-                env("TUNEDBLAS_ALLOW_MISMATCH").as_deref(),
-            ),
-        );
-        let log_level = take(
-            &mut said,
-            settings::log_level(env("TUNEDBLAS_LOG").as_deref()),
-        );
-        let near_window = take(
-            &mut said,
-            settings::near_window(
-                env("TUNEDBLAS_NEAR").as_deref(),
-                tunedblas_core::near::DEFAULT_WINDOW,
-            ),
-        );
         let names: Vec<String> = std::env::vars_os()
             .filter_map(|(k, _)| k.into_string().ok())
             .collect();
-        said.extend(settings::unknown_names(names.iter().map(String::as_str)));
+        let (sw, said) = settings::Switches::read(
+            env,
+            names.iter().map(String::as_str),
+            tunedblas_core::near::DEFAULT_WINDOW,
+        );
         let cfg = Config {
-            disabled,
+            disabled: sw.disabled,
             profile_dir: absolute(
                 env("TUNEDBLAS_PROFILE_DIR")
                     .map(PathBuf::from)
                     .unwrap_or_else(default_profile_dir),
             ),
             explicit: env("TUNEDBLAS_PROFILE"),
-            allow_mismatch,
+            allow_mismatch: sw.allow_mismatch,
             miss_dir: absolute(
                 env("TUNEDBLAS_MISS_DIR")
                     .map(PathBuf::from)
                     .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
             ),
-            log_level,
+            log_level: sw.log_level,
             stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from).map(absolute),
-            near_window,
+            near_window: sw.near_window,
         };
         (cfg, said)
     }

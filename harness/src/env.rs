@@ -276,9 +276,12 @@ VOLUME /var/cache/tunedblas
 
 #[derive(Debug, Serialize)]
 pub struct Report {
+    pub version: &'static str,
     pub preload: Option<PathBuf>,
     pub preloaded_now: bool,
     pub settings: Vec<Setting>,
+    /// What the interposer would say of these settings (bad values, unknown names).
+    pub problems: Vec<String>,
     pub libraries: Vec<Found>,
     pub snippets: Snippets,
 }

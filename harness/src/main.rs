@@ -33,6 +33,10 @@ use std::process::ExitCode;
 use commands::Command;
 use error::{Error, Result};
 
+/// This build's version (the workspace's), as `tunedblas --version`, `tunedblas env` and the
+/// interposer's start line say it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Every command, in the order `tunedblas help` lists them.
 const COMMANDS: &[Command] = &[
     Command {
@@ -173,6 +177,8 @@ PROFILE STORE:
     --profiles DIR, else $TUNEDBLAS_PROFILE_DIR, else the store the installed interposer
     reads (share/tunedblas/profiles beside it, or profiles/ in a source checkout).
 
+    tunedblas --version (or -V) prints the version.
+
 EXIT CODES:
     0 success; 1 the work failed (the message says why; verify: a row was not hit);
     2 bad command line; 3 the library cannot be loaded or is not rocBLAS; 4 no usable device
@@ -229,6 +235,10 @@ fn dispatch(args: &[String]) -> Result<()> {
     let rest = &args[1..];
     let name = match name.as_str() {
         "--help" | "-h" => "help",
+        "--version" | "-V" | "version" => {
+            println!("tunedblas {}", VERSION);
+            return Ok(());
+        }
         other => other,
     };
     let command = find(name).ok_or_else(|| commands::help::unknown_command(name))?;

@@ -134,3 +134,37 @@ fn help_for_every_command_including_help_itself() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("EXIT CODES"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_version_is_one_line_in_every_spelling() {
+    let want = format!("tunedblas {}\n", env!("CARGO_PKG_VERSION"));
+    for spelling in ["--version", "-V", "version"] {
+        let out = tunedblas(&[spelling]);
+        assert_eq!(out.status.code(), Some(0), "{spelling}: {}", stderr(&out));
+        assert_eq!(stdout(&out), want, "{spelling}");
+    }
+    // And `env` starts with it.
+    let out = tunedblas(&["env"]);
+    assert!(stdout(&out).starts_with(&want), "{}", stdout(&out));
+}
+
+#[test]
+fn env_says_what_the_interposer_would_say_of_the_settings() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tunedblas"))
+        .arg("env")
+        .env("TUNEDBLAS_LOG", "verbose")
+        .env("TUNEDBLAS_PROFILES_DIR", "/x")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "warning: TUNEDBLAS_LOG=verbose is not a level (quiet, info or debug): using info"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("warning: TUNEDBLAS_PROFILES_DIR is not a tunedblas setting, ignored (did you mean TUNEDBLAS_PROFILE_DIR?)"),
+        "{text}"
+    );
+}

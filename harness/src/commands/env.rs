@@ -74,7 +74,17 @@ pub fn run(args: &[String]) -> Result<()> {
     if a.has("--profiles") {
         settings[0].source = "--profiles";
     }
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    let (_, problems) = tunedblas_core::settings::Switches::read(
+        |n| std::env::var(n).ok(),
+        names.iter().map(String::as_str),
+        tunedblas_core::near::DEFAULT_WINDOW,
+    );
     let report = env::Report {
+        version: crate::VERSION,
+        problems,
         preloaded_now: env::var("LD_PRELOAD").is_some_and(|v| v.contains("libtunedblas")),
         preload,
         settings,
@@ -87,6 +97,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let on = style::enabled(style::STDOUT);
     let bold = |s: &str| style::paint(s, Colour::Bold, on);
+    println!("tunedblas {}\n", report.version);
     println!("{}", bold("interposer"));
     match &report.preload {
         Some(p) => println!("  {}", p.display()),
@@ -116,6 +127,9 @@ pub fn run(args: &[String]) -> Result<()> {
             "",
             style::paint(s.meaning, Colour::Grey, on)
         );
+    }
+    for p in &report.problems {
+        println!("  {} {p}", style::paint("warning:", Colour::Red, on));
     }
     println!(
         "\n{}",
