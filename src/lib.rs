@@ -21,6 +21,7 @@
 pub mod abi;
 pub mod coverage;
 pub mod cublaslt;
+pub mod elf;
 pub mod family;
 pub mod formats;
 pub mod identity;

@@ -181,7 +181,12 @@ pub fn which(profile_dir: &Path, lib: &Path) -> Found {
                 profile_dir,
                 sha256: &id.sha256,
                 explicit: explicit.as_deref(),
-                allow_mismatch: var("TUNEDBLAS_ALLOW_MISMATCH").is_some_and(|v| v == "1"),
+                // Read as the interposer reads it (`true`, `yes`, `on` count too).
+                allow_mismatch: tunedblas_core::settings::switch(
+                    "TUNEDBLAS_ALLOW_MISMATCH",
+                    var("TUNEDBLAS_ALLOW_MISMATCH").as_deref(),
+                )
+                .0,
             });
             let (profile, reason) = match sel {
                 Selection::Chosen { name, reason, .. } => (Some(name), reason),

@@ -168,3 +168,18 @@ fn env_says_what_the_interposer_would_say_of_the_settings() {
         "{text}"
     );
 }
+
+#[test]
+fn profiles_which_refuses_what_is_not_rocblas_with_exit_3() {
+    // The C library is on every machine and is certainly not rocBLAS.
+    let out = tunedblas(&["profiles", "which", "libc.so.6"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not rocBLAS: it exports no rocblas_create_handle"),
+        "{}",
+        stderr(&out)
+    );
+    let out = tunedblas(&["profiles", "which", "/no/such/librocblas.so.4"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot read /no/such/librocblas.so.4"));
+}

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::args::{suggest, Args};
 use crate::env;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::profiles;
 
 pub const HELP: &str = "\
@@ -56,6 +56,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 .ok_or_else(|| a.usage("which needs a library file"))?;
             // A bare soname (librocblas.so.0) is found where `env` looks.
             let lib = env::find_library(&lib);
+            is_rocblas(&lib)?;
             profiles::which(&root, &lib, json)
         }
         Some("import") => {
@@ -70,6 +71,22 @@ pub fn run(args: &[String]) -> Result<()> {
             suggest(other, ACTIONS)
                 .map(|s| format!(" (did you mean '{s}'?)"))
                 .unwrap_or_default()
+        ))),
+    }
+}
+
+/// `which` answers for rocBLAS builds only: a file that cannot be read, or that does not
+/// export `rocblas_create_handle`, is refused with exit 3 (read from the file, not loaded).
+fn is_rocblas(lib: &std::path::Path) -> Result<()> {
+    match tunedblas_core::elf::defines(lib, "rocblas_create_handle") {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::not_rocblas(format!(
+            "{} is not rocBLAS: it exports no rocblas_create_handle (give the librocblas.so* file the server loads)",
+            lib.display()
+        ))),
+        Err(e) => Err(Error::not_rocblas(format!(
+            "cannot read {}: {e}",
+            lib.display()
         ))),
     }
 }
