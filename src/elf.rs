@@ -16,7 +16,10 @@ const SHN_UNDEF: u16 = 0;
 fn bad(path: &Path, why: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!("{} is not a 64-bit ELF shared object ({why})", path.display()),
+        format!(
+            "{} is not a 64-bit ELF shared object ({why})",
+            path.display()
+        ),
     )
 }
 

@@ -556,6 +556,39 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     }
     assert_ne!(rank1_sol, "Default");
 
+    // One rank to one file: the count said is that file's rows, not every rank's.
+    let one = dir.join("rank0.csv");
+    let out = harness(
+        &dir,
+        &[
+            "export",
+            "--lib",
+            lib,
+            "--format",
+            "tunableop",
+            "--validators-from",
+            pytorch_file,
+            "--validator",
+            "ROCBLAS_VERSION=4.4.0.5f2e9c71",
+            "--out",
+            one.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    ok(&out);
+    let rows = std::fs::read_to_string(&one)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("Validator,") && !l.is_empty())
+        .count();
+    assert!(rows > 0);
+    assert!(
+        text(&out.stderr).contains(&format!("exported {rows} rows of profile")),
+        "{rows} rows written: {}",
+        text(&out.stderr)
+    );
+
     // PyTorch 2.6 names problems without leading dimensions.
     let out = ok(&harness(
         &dir,

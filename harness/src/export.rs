@@ -46,6 +46,14 @@ pub struct Report {
     pub dropped: Vec<String>,
 }
 
+impl Report {
+    /// A file written with `rows` rows.
+    pub fn wrote(&mut self, path: &Path, rows: usize) {
+        self.files.push(path.to_path_buf());
+        self.rows += rows;
+    }
+}
+
 fn key_text(k: &tunedblas_core::key::ProblemKey) -> String {
     let (op, sig) = tunableop::op_and_signature(k);
     format!("{op},{sig}")
@@ -201,12 +209,20 @@ fn pytorch_validators(v: &Validators, own: &ResultsFile) -> Result<Vec<(String, 
     Ok(set)
 }
 
-/// The profile as PyTorch results files: (rank, text) for every rank.
+/// One rank's PyTorch results file, and how many rows it holds.
+pub struct RankFile {
+    pub rank: usize,
+    pub text: String,
+    pub rows: usize,
+}
+
+/// The profile as PyTorch results files, one for every rank. The report counts the rows of
+/// the files the caller writes (`Report::wrote`), not of every rank.
 pub fn tunableop_files(
     v: &Validators,
     p: &Picked,
     report: &mut Report,
-) -> Result<Vec<(usize, String)>, Error> {
+) -> Result<Vec<RankFile>, Error> {
     let first = read(p.rank_file(p.ranks.first().map_or(0, |r| r.0))?)?;
     let validators = pytorch_validators(v, &first)?;
     let problems = pytorch::validator_problems(&validators);
@@ -236,8 +252,11 @@ pub fn tunableop_files(
         if files.is_empty() {
             report.dropped = e.dropped.clone();
         }
-        report.rows += e.rows;
-        files.push((*rank, e.text));
+        files.push(RankFile {
+            rank: *rank,
+            text: e.text,
+            rows: e.rows,
+        });
     }
     Ok(files)
 }

@@ -118,25 +118,27 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         "tunableop" => {
             let files = export::tunableop_files(&validators(&a)?, &p, &mut report)?;
+            let of_rank = || {
+                files.iter().find(|f| f.rank == rank).ok_or_else(|| {
+                    Error::failed(format!("profile '{}' has no rank {rank} file", p.name))
+                })
+            };
             match &out {
                 None => {
-                    let (_, text) = files.iter().find(|(r, _)| *r == rank).ok_or_else(|| {
-                        Error::failed(format!("profile '{}' has no rank {rank} file", p.name))
-                    })?;
-                    print!("{text}");
+                    let f = of_rank()?;
+                    print!("{}", f.text);
+                    report.rows = f.rows;
                 }
                 Some(path) if path.extension().is_some_and(|e| e == "csv") => {
-                    let (_, text) = files.iter().find(|(r, _)| *r == rank).ok_or_else(|| {
-                        Error::failed(format!("profile '{}' has no rank {rank} file", p.name))
-                    })?;
-                    export::write(path, text)?;
-                    report.files.push(path.clone());
+                    let f = of_rank()?;
+                    export::write(path, &f.text)?;
+                    report.wrote(path, f.rows);
                 }
                 Some(dir) => {
-                    for (r, text) in &files {
-                        let f = dir.join(format!("tunableop_results{r}.csv"));
-                        export::write(&f, text)?;
-                        report.files.push(f);
+                    for f in &files {
+                        let file = dir.join(format!("tunableop_results{}.csv", f.rank));
+                        export::write(&file, &f.text)?;
+                        report.wrote(&file, f.rows);
                     }
                 }
             }
