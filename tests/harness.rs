@@ -109,6 +109,13 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
         "the rules are printed:\n{out}"
     );
     assert!(out.contains("heur ms") && out.contains("decision"), "{out}");
+    // Each shape's line is printed once, as it finishes (not again after qualification).
+    assert_eq!(out.matches("heur ms").count(), 1, "one table:\n{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("[")).count(),
+        SPECS.len(),
+        "{out}"
+    );
     let (profile, entry) = only_profile(&store);
     let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     assert_eq!(entry["lib_sha256"], sha.as_str());
@@ -557,6 +564,30 @@ fn shards_tuned_apart_merge_into_one_profile() {
             .unwrap()
             .len(),
         2
+    );
+}
+
+#[test]
+fn a_quiet_campaign_prints_the_counts_only() {
+    let dir = scratch("quiet");
+    let lib = lib4();
+    let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap(), "-q"]
+        .map(String::from)
+        .to_vec();
+    args.extend(shape_args(3));
+    args.extend(QUICK.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(harness(&dir, &refs));
+    let stdout = ok(&out);
+    assert!(stdout.contains("3 shapes: "), "{stdout}");
+    assert!(
+        !stdout.contains("heur ms") && !stdout.lines().any(|l| l.starts_with("[")),
+        "{stdout}"
+    );
+    assert!(
+        !text(&out.stderr).contains("ETA"),
+        "no progress: {}",
+        text(&out.stderr)
     );
 }
 

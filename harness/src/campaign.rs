@@ -741,21 +741,11 @@ pub fn run(opts: &Options) -> Result<Summary> {
     tune_queue(&work, &mut checkpoint, &mut done)?;
 
     let qualified_on: Vec<i32> = (0..device_count).collect();
-    if human {
-        let adoptions = done
-            .iter()
-            .filter(|o| {
-                o.tuned
-                    .as_ref()
-                    .is_some_and(|t| t.verdict.decision == Decision::Adopt)
-            })
-            .count();
-        println!(
-            "\nqualifying {adoptions} adoptions on {device_count} device{} against an f64 reference",
-            if device_count == 1 { "" } else { "s" }
-        );
-    }
+    let rejected_before = done.iter().filter(|o| o.rejected.is_some()).count();
     qualify_adoptions(&lib, &mut done, &qualified_on);
+    if !opts.json {
+        print_qualification(&done, rejected_before, device_count);
+    }
     // Report in the seed's order: by (N, K) pair, then token count.
     done.sort_by_key(|o| {
         o.key()
@@ -807,19 +797,51 @@ pub fn run(opts: &Options) -> Result<Summary> {
         pruning_saved_s: saved,
         outcomes: done,
     };
-    if human {
-        print_table(&summary);
+    if !opts.json {
+        print_summary(&summary);
     }
     Ok(summary)
 }
 
-/// The per-shape table of the seed: shape, M, heuristic, current, new, delta, decision,
-/// reason; then the counts.
-pub fn print_table(s: &Summary) {
-    println!("\n{}", table_header());
-    for o in &s.outcomes {
-        println!("{}", outcome_line(o));
+/// What qualification did to the adoptions, after the per-shape lines printed as each shape
+/// finished: one line, and one more per adoption it rejected (the shape and why). Nothing
+/// when there was nothing to qualify.
+fn print_qualification(done: &[Outcome], rejected_before: usize, devices: i32) {
+    let adopted = |o: &&Outcome| {
+        o.tuned
+            .as_ref()
+            .is_some_and(|t| t.verdict.decision == Decision::Adopt)
+    };
+    let adoptions = done.iter().filter(adopted).count();
+    if adoptions == 0 {
+        return;
     }
+    let rejected: Vec<&Outcome> = done
+        .iter()
+        .filter(adopted)
+        .filter(|o| o.rejected.is_some())
+        .collect();
+    println!(
+        "\nqualification on {devices} device{} against an f64 reference: {} of {adoptions} adoptions pass{}",
+        if devices == 1 { "" } else { "s" },
+        adoptions - rejected.len(),
+        if rejected.len() > rejected_before {
+            format!(", {} rejected (their rows stay as they were):", rejected.len())
+        } else {
+            String::new()
+        }
+    );
+    for o in rejected {
+        let label = o.key().map_or(o.shape.clone(), |k| {
+            format!("{} M={}", shape_label(&k), k.n)
+        });
+        println!("  {label}: {}", o.rejected.as_deref().unwrap_or(""));
+    }
+}
+
+/// The campaign's counts, the profile written and the time taken. The per-shape lines were
+/// printed as each shape finished (not with --quiet); they are not printed again.
+pub fn print_summary(s: &Summary) {
     let c = &s.counts;
     println!(
         "\n{} shapes: {} new, {} replaced, {} kept, {} dropped, {} default, {} undecidable, {} rejected by qualification, {} failed",

@@ -44,6 +44,8 @@ OPTIONS:
     --ranks N             results files to write (default: one per device)
     --fresh               discard an unfinished campaign with other shapes
     --json                print the result as JSON (progress stays on stderr)
+    -q, --quiet           no progress and no per-shape lines: the qualification and the
+                          counts only
 
 An interrupted campaign resumes: run the same command again.
 
@@ -71,7 +73,14 @@ pub fn run(args: &[String]) -> Result<()> {
     let a = Args::parse(
         "tune",
         args,
-        &["--retune", "--no-default-rows", "--fresh", "--json"],
+        &[
+            "--retune",
+            "--no-default-rows",
+            "--fresh",
+            "--json",
+            "--quiet",
+            "-q",
+        ],
         &[
             "--lib",
             "--hip",
@@ -135,7 +144,7 @@ pub fn run(args: &[String]) -> Result<()> {
             keep_default: !a.has("--no-default-rows"),
         },
         json: a.has("--json"),
-        quiet: false,
+        quiet: a.has("--quiet") || a.has("-q"),
     };
     let summary = campaign::run(&opts)?;
     if opts.json {
