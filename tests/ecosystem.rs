@@ -15,33 +15,10 @@ use tunedblas_core::formats::{bench, gemm_tune};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop;
 
-fn tunedblas() -> PathBuf {
-    let p = target_dir().join("tunedblas");
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
-
 fn harness(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(tunedblas());
-    cmd.args(args);
-    host_env(&mut cmd, dir, false);
-    cmd.env_remove("REFBLAS_TRACE").env("NO_COLOR", "1");
+    let mut cmd = tunedblas_cmd(dir, args);
+    cmd.env("NO_COLOR", "1");
     cmd
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stderr)
-    );
-    stdout
 }
 
 fn key_text(k: &ProblemKey) -> String {
@@ -127,13 +104,6 @@ fn pytorch_reads(
     (&validators == registered).then_some(results)
 }
 
-fn lib4() -> PathBuf {
-    artifacts().libdir4.join("librocblas.so.4")
-}
-fn lib5() -> PathBuf {
-    artifacts().libdir5.join("librocblas.so.5")
-}
-
 const TUNED: &str = "ex:TN:h:64:24:40";
 const DEFAULT: &str = "ex:TN:h:96:16:64";
 const EXTENSION: &str = "ex:NN:hh:32:8:16";
@@ -171,7 +141,7 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
         "Default",
     );
     let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
 
     // The override CSV: Tensile indices of the rocBLAS 4 build (the ids themselves), the
@@ -323,7 +293,7 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
         &made,
         "Default",
     );
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let csv = dir.join("override.csv");
     let out = harness(
@@ -405,7 +375,7 @@ fn rocblas5_ids_become_tensile_indices_and_others_are_named() {
         "Default",
     );
     let csv = dir.join("o.csv");
-    let lib = lib5();
+    let lib = artifacts().lib5();
     let out = harness(
         &dir,
         &[
@@ -465,7 +435,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
         &made,
         "Default",
     );
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     // A file PyTorch wrote on the target (from the vllm-rdna fixtures): its validators.
     let pytorch_file =
@@ -669,7 +639,7 @@ fn png_pixels(png: &[u8]) -> (usize, usize, Vec<u8>) {
 fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     let dir = scratch("report");
     let store = dir.join("profiles");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     // A real campaign, so provenance holds measurements: two layers, three token counts
     // for one and one for the other.
     let mut args = vec![
@@ -880,7 +850,7 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
             .env_remove("REFBLAS_TRACE")
             .env("NO_COLOR", "1");
     };
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let mut tune = Command::new(&bin);
     tune.args([
@@ -975,7 +945,7 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
 #[test]
 fn the_harness_drops_rocblas_internal_fp16_alt_impl() {
     let dir = scratch("fp16-alt-impl-harness");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let out = harness(&dir, &["verify", "--lib", lib.to_str().unwrap()])
         .env("ROCBLAS_INTERNAL_FP16_ALT_IMPL", "1")
         .output()

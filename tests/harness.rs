@@ -11,44 +11,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn tunedblas() -> PathBuf {
-    let p = target_dir().join("tunedblas");
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
-
-fn lib4() -> PathBuf {
-    artifacts().libdir4.join("librocblas.so.4")
-}
-fn lib5() -> PathBuf {
-    artifacts().libdir5.join("librocblas.so.5")
-}
-
 /// Fast settings: the tests check the plumbing, not the timings.
 const QUICK: &[&str] = &["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"];
-
-fn harness(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(tunedblas());
-    cmd.args(args);
-    host_env(&mut cmd, dir, false);
-    cmd.env_remove("REFBLAS_TRACE");
-    cmd
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stderr)
-    );
-    stdout
-}
 
 fn json_file(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
@@ -92,7 +56,7 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     // 2. Tune into a fresh store.
     let store = dir.join("profiles");
     let misses_dir = dir.join("misses");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let mut args = vec![
         "tune",
         "--lib",
@@ -102,7 +66,7 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     ];
     args.push(misses_dir.to_str().unwrap());
     args.extend(["--trials", "5", "--max-trials", "10", "--rotate-mib", "1"]);
-    let out = ok(&run(harness(&dir, &args)));
+    let out = ok(&run(tunedblas_cmd(&dir, &args)));
     assert!(out.contains("tuning 3 shapes"), "{out}");
     assert!(
         out.contains("adopt a new solution only if"),
@@ -152,14 +116,14 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     }
 
     // 3. Qualify and verify.
-    let q = ok(&run(harness(
+    let q = ok(&run(tunedblas_cmd(
         &dir,
-        &["qualify", "--lib", lib4().to_str().unwrap()],
+        &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
     assert!(q.contains("0 removed"), "{q}");
-    let v = ok(&run(harness(
+    let v = ok(&run(tunedblas_cmd(
         &dir,
-        &["verify", "--lib", lib4().to_str().unwrap()],
+        &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
     if rows.is_empty() {
         assert!(v.contains("no rows, nothing to replay -> OK"), "{v}");
@@ -228,18 +192,18 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     }
 
     // 5. The store answers questions about it.
-    let which = ok(&run(harness(
+    let which = ok(&run(tunedblas_cmd(
         &dir,
-        &["profiles", "which", lib4().to_str().unwrap()],
+        &["profiles", "which", artifacts().lib4().to_str().unwrap()],
     )));
     assert!(
         which.contains(&format!("profile '{}'", name.to_string_lossy())),
         "{which}"
     );
-    let list = ok(&run(harness(&dir, &["profiles", "list", "--json"])));
+    let list = ok(&run(tunedblas_cmd(&dir, &["profiles", "list", "--json"])));
     let list: Value = serde_json::from_str(&list).unwrap();
     assert_eq!(list[0]["rows_per_rank"], rows.len());
-    let show = ok(&run(harness(
+    let show = ok(&run(tunedblas_cmd(
         &dir,
         &["profiles", "show", &name.to_string_lossy()],
     )));
@@ -264,14 +228,14 @@ fn shape_args(n: usize) -> Vec<String> {
 fn a_killed_campaign_resumes_and_loses_nothing() {
     let dir = scratch("resume");
     let shapes = shape_args(16);
-    let mut args: Vec<String> = ["tune", "--lib", lib4().to_str().unwrap()]
+    let mut args: Vec<String> = ["tune", "--lib", artifacts().lib4().to_str().unwrap()]
         .iter()
         .map(|s| s.to_string())
         .chain(shapes.iter().cloned())
         .chain(["--trials", "5", "--max-trials", "5", "--rotate-mib", "1"].map(String::from))
         .collect();
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = harness(&dir, &arg_refs)
+    let mut child = tunedblas_cmd(&dir, &arg_refs)
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -310,12 +274,12 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     );
 
     // Different inputs are refused while the campaign is unfinished.
-    let other = run(harness(
+    let other = run(tunedblas_cmd(
         &dir,
         &[
             "tune",
             "--lib",
-            lib4().to_str().unwrap(),
+            artifacts().lib4().to_str().unwrap(),
             "--shape",
             "f16:TN:8:8:8",
         ],
@@ -330,7 +294,7 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     // The same command resumes.
     args.push("--json".into());
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = ok(&run(harness(&dir, &arg_refs)));
+    let out = ok(&run(tunedblas_cmd(&dir, &arg_refs)));
     let summary: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(summary["resumed"], before_kill.len());
     assert_eq!(summary["counts"]["shapes"], 16);
@@ -375,13 +339,13 @@ fn an_import_from_another_build_keeps_shapes_and_never_ids() {
         text_rows.push('\n');
     }
     std::fs::write(&foreign, text_rows).unwrap();
-    let out = ok(&run(harness(
+    let out = ok(&run(tunedblas_cmd(
         &dir,
         &[
             "profiles",
             "import",
             "--lib",
-            lib5().to_str().unwrap(),
+            artifacts().lib5().to_str().unwrap(),
             foreign.to_str().unwrap(),
         ],
     )));
@@ -394,10 +358,10 @@ fn an_import_from_another_build_keeps_shapes_and_never_ids() {
     assert_eq!(waiting.lines().count(), 2);
     assert!(!waiting.contains("Gemm_Rocblas"), "{waiting}");
 
-    let lib = lib5();
+    let lib = artifacts().lib5();
     let mut args = vec!["tune", "--lib", lib.to_str().unwrap(), "--retune"];
     args.extend(QUICK);
-    ok(&run(harness(&dir, &args)));
+    ok(&run(tunedblas_cmd(&dir, &args)));
     let v5_offered: Vec<i32> = specs
         .iter()
         .flat_map(|s| solutions(&artifacts().host5, s))
@@ -427,17 +391,15 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
     let good = non_heuristic_solutions(&artifacts().host4, good_spec)[0];
     assert_ne!(bad, good, "the faulty id must not hit the other row");
     let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
-    write_profile(
-        &dir.join("profiles"),
-        "p",
-        &sha,
-        &[
-            row(bad_spec, &format!("Gemm_Rocblas_{bad}")),
-            row(good_spec, &format!("Gemm_Rocblas_{good}")),
-        ],
-        2,
+    Profile::new(&dir.join("profiles"), "p", &sha)
+        .tuned(bad_spec, bad)
+        .tuned(good_spec, good)
+        .ranks(2)
+        .write();
+    let mut cmd = tunedblas_cmd(
+        &dir,
+        &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     );
-    let mut cmd = harness(&dir, &["qualify", "--lib", lib4().to_str().unwrap()]);
     cmd.env("REFBLAS_FAULTY_SOLUTION", bad.to_string());
     let out = ok(&run(cmd));
     assert!(
@@ -458,9 +420,9 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
         miss_line(bad_spec).as_str()
     );
     // Without the fault, the same row qualifies.
-    let out = ok(&run(harness(
+    let out = ok(&run(tunedblas_cmd(
         &dir,
-        &["qualify", "--lib", lib4().to_str().unwrap()],
+        &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
     assert!(
         out.contains("1 rows checked on 4 devices, 0 removed"),
@@ -474,16 +436,12 @@ fn verify_fails_when_a_row_is_not_served() {
     let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let spec = "ex:TN:h:64:24:40";
     // An id refblas 4.x does not have: the interposer falls back and quarantines it.
-    write_profile(
-        &dir.join("profiles"),
-        "p",
-        &sha,
-        &[row(spec, "Gemm_Rocblas_9999")],
-        1,
-    );
-    let out = run(harness(
+    Profile::new(&dir.join("profiles"), "p", &sha)
+        .row(spec, "Gemm_Rocblas_9999")
+        .write();
+    let out = run(tunedblas_cmd(
         &dir,
-        &["verify", "--lib", lib4().to_str().unwrap()],
+        &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     ));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let stdout = text(&out.stdout);
@@ -493,9 +451,9 @@ fn verify_fails_when_a_row_is_not_served() {
     );
     // No profile at all is an error that says what to do.
     let empty = scratch("verify-none");
-    let out = run(harness(
+    let out = run(tunedblas_cmd(
         &empty,
-        &["verify", "--lib", lib4().to_str().unwrap()],
+        &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     ));
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -515,7 +473,7 @@ fn shards_tuned_apart_merge_into_one_profile() {
         let args: Vec<String> = [
             "tune",
             "--lib",
-            lib4().to_str().unwrap(),
+            artifacts().lib4().to_str().unwrap(),
             "--profiles",
             store.to_str().unwrap(),
             "--shard",
@@ -528,17 +486,17 @@ fn shards_tuned_apart_merge_into_one_profile() {
         .chain(["--json".to_string()])
         .collect();
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let summary: Value = serde_json::from_str(&ok(&run(harness(&dir, &refs)))).unwrap();
+        let summary: Value = serde_json::from_str(&ok(&run(tunedblas_cmd(&dir, &refs)))).unwrap();
         assert_eq!(summary["counts"]["shapes"], 3, "half of six shapes each");
         rows_total += summary["rows"].as_u64().unwrap();
     }
     let merged = dir.join("merged");
-    let out = ok(&run(harness(
+    let out = ok(&run(tunedblas_cmd(
         &dir,
         &[
             "merge",
             "--lib",
-            lib4().to_str().unwrap(),
+            artifacts().lib4().to_str().unwrap(),
             "--profiles",
             merged.to_str().unwrap(),
             dir.join("shard0").to_str().unwrap(),
@@ -563,14 +521,14 @@ fn shards_tuned_apart_merge_into_one_profile() {
 #[test]
 fn several_devices_tune_in_parallel_one_worker_each() {
     let dir = scratch("devices");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap(), "--devices", "0,1"]
         .map(String::from)
         .to_vec();
     args.extend(shape_args(8));
     args.extend(QUICK.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = ok(&run(harness(&dir, &refs)));
+    let out = ok(&run(tunedblas_cmd(&dir, &refs)));
     assert!(out.contains("on devices 0,1"), "{out}");
     let record = std::fs::read_dir(dir.join("profiles/rocblas-4.4.0.5f2e9c71/campaigns"))
         .unwrap()
@@ -605,7 +563,7 @@ fn a_library_named_by_soname_is_hashed_from_the_file_the_loader_maps() {
         "f16:TN:16:4:32",
     ];
     args.extend(QUICK);
-    let mut cmd = harness(&dir, &args);
+    let mut cmd = tunedblas_cmd(&dir, &args);
     cmd.env("LD_LIBRARY_PATH", &artifacts().libdir4);
     ok(&run(cmd));
     let (_, entry) = only_profile(&dir.join("profiles"));
@@ -618,7 +576,7 @@ fn a_library_named_by_soname_is_hashed_from_the_file_the_loader_maps() {
 #[test]
 fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     let dir = scratch("cli");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let cases: &[(&[&str], i32, &str)] = &[
         (&["tune"], 2, "needs --lib"),
@@ -660,7 +618,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         (&["frobnicate"], 2, "unknown command"),
     ];
     for (args, code, words) in cases {
-        let out = run(harness(&dir, args));
+        let out = run(tunedblas_cmd(&dir, args));
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(*code), "{args:?}: {stderr}");
         assert!(
@@ -670,7 +628,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     }
     // A library that is not rocBLAS: exit 3, and it says so.
     let preload = artifacts().preload.to_str().unwrap().to_string();
-    let out = run(harness(
+    let out = run(tunedblas_cmd(
         &dir,
         &["tune", "--lib", &preload, "--shape", "f16:TN:8:8:8"],
     ));
@@ -682,7 +640,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     );
     // Every subcommand has help with examples.
     for sub in ["demo", "tune", "qualify", "verify", "profiles", "merge"] {
-        let out = ok(&run(harness(&dir, &[sub, "--help"])));
+        let out = ok(&run(tunedblas_cmd(&dir, &[sub, "--help"])));
         assert!(out.contains("EXAMPLE"), "{sub}: {out}");
     }
 }
