@@ -353,7 +353,7 @@ fn lt_counted_calls(dir: &Path) -> u64 {
     for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
         let p = e.unwrap().path();
         if p.to_string_lossy().ends_with("-cublaslt-rank0.counts.csv") {
-            let log = tunedblas_core::untuned::read(&p).unwrap();
+            let log = tunedblas_core::misses::file::read(&p).unwrap();
             total += log.misses.iter().filter_map(|m| m.calls).sum::<u64>();
         }
     }
@@ -956,7 +956,7 @@ fn cublaslt_four_processes_at_once_each_record_their_own_shapes() {
             assert_eq!(lines.lines().count(), 22, "{name}: {lines}");
         }
         if name.ends_with("-cublaslt-rank0.counts.csv") {
-            let log = tunedblas_core::untuned::read(&p).unwrap();
+            let log = tunedblas_core::misses::file::read(&p).unwrap();
             assert!(log.malformed.is_empty());
             let shared: Vec<u64> = log
                 .misses

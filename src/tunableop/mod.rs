@@ -94,7 +94,7 @@ pub use names::{
     KeyPattern,
 };
 use names::{parse_int, NumError};
-pub use read::{parse, read};
+pub use read::{lines, parse, read, Line};
 pub(crate) use read::{parse_reader, RowData, RowSink};
 
 /// Op-name prefix of the tunedblas extension rows (see the module docs).

@@ -23,10 +23,35 @@ pub fn read(path: &Path) -> io::Result<ResultsFile> {
 /// The UTF-8 byte order mark some editors (and Windows tools) put at the start of a file.
 const BOM: &str = "\u{feff}";
 
+/// One non-blank line of a TunableOp-style file (a results file, a PyTorch untuned file,
+/// a miss log or its counts): its 1-based number, its text trimmed (the `\r` of CRLF and
+/// spaces dropped), and whether it is the last segment, one that no newline ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Line<'a> {
+    pub number: usize,
+    pub text: &'a str,
+    pub last: bool,
+}
+
+/// The one way every TunableOp-style file is cut into lines: `\n`-separated segments, a
+/// UTF-8 byte order mark at the very start dropped, blank lines skipped. A `last` line
+/// that is not blank was never ended by its writer (the file may have been cut short).
+pub fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
+    let text = text.strip_prefix(BOM).unwrap_or(text);
+    let segments = text.split('\n').count();
+    text.split('\n').enumerate().filter_map(move |(idx, raw)| {
+        let text = raw.trim();
+        (!text.is_empty()).then_some(Line {
+            number: idx + 1,
+            text,
+            last: idx + 1 == segments,
+        })
+    })
+}
+
 /// Parses the text of a results file. Never panics; see the module docs for what goes where.
 /// A UTF-8 byte order mark at the start is dropped.
 pub fn parse(text: &str) -> ResultsFile {
-    let text = text.strip_prefix(BOM).unwrap_or(text);
     let segments = text.split('\n').count();
     let mut sink = FileRows::default();
     // Sized for every line being a row: growing the row vector and the key map as rows
@@ -34,8 +59,8 @@ pub fn parse(text: &str) -> ResultsFile {
     sink.rows.reserve(segments);
     sink.keys.reserve(segments);
     let mut parser = Parser::new(sink);
-    for (idx, raw) in text.split('\n').enumerate() {
-        parser.segment(raw, idx + 1, idx + 1 == segments);
+    for line in lines(text) {
+        parser.take(line);
     }
     let (mut out, sink) = parser.finish();
     out.rows = sink.rows;
@@ -73,7 +98,14 @@ pub(crate) fn parse_reader<S: RowSink>(
             bytes = bytes.strip_prefix(BOM.as_bytes()).unwrap_or(bytes);
         }
         let text = String::from_utf8_lossy(bytes);
-        parser.segment(&text, idx, last);
+        let text = text.trim();
+        if !text.is_empty() {
+            parser.take(Line {
+                number: idx,
+                text,
+                last,
+            });
+        }
         if last {
             break;
         }
@@ -150,13 +182,9 @@ impl<S: RowSink> Parser<S> {
         self.out.malformed.push(Malformed { line, reason });
     }
 
-    /// One `\n`-separated segment of the file; `last` for the one after the last newline.
-    fn segment(&mut self, raw: &str, line: usize, last: bool) {
-        // `trim` also drops the `\r` of CRLF files.
-        let text = raw.trim();
-        if text.is_empty() {
-            return;
-        }
+    /// One line of the file (see [`lines`]).
+    fn take(&mut self, l: Line<'_>) {
+        let (text, line, last) = (l.text, l.number, l.last);
         // PyTorch ends every row with a newline and a time. A last line with neither was
         // cut short (a full disk, a killed writer) and may end inside the solution index,
         // which would still read as some other, wrong index: never serve it.

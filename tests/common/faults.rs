@@ -205,7 +205,7 @@ pub fn whole_miss_files(dir: &Path) -> (Vec<String>, Vec<(String, u64)>) {
                 body.is_empty() || body.ends_with('\n'),
                 "{name} ends in a cut line: {body:?}"
             );
-            let log = tunedblas_core::untuned::parse(&body);
+            let log = tunedblas_core::misses::file::parse(&body);
             assert!(log.malformed.is_empty(), "{name}: {:?}", log.malformed);
             assert!(log.unservable.is_empty(), "{name}: {:?}", log.unservable);
         }

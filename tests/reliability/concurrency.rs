@@ -139,7 +139,7 @@ fn four_processes_record_misses_at_once_without_corrupt_lines() {
             .iter()
             .find(|f| f.to_string_lossy().ends_with(".counts.csv"))
             .unwrap();
-        let counts = tunedblas_core::untuned::read(counts).unwrap();
+        let counts = tunedblas_core::misses::file::read(counts).unwrap();
         assert!(counts.malformed.is_empty());
         for m in &counts.misses {
             let (op, sig) = tunedblas_core::tunableop::op_and_signature(&m.key);

@@ -230,7 +230,7 @@ fn a_miss_log_from_an_older_format_still_reads() {
     )
     .unwrap();
     std::fs::write(misses.join("host-2-rank0.counts.tmp.2"), "junk").unwrap();
-    let read = tunedblas_core::untuned::read_dir(&misses).unwrap();
+    let read = tunedblas_core::misses::file::read_dir(&misses).unwrap();
     assert_eq!(read.misses.len(), 3, "{read:?}");
     assert_eq!(
         read.misses[0].key,

@@ -26,7 +26,7 @@ fn counts_of(files: &[std::path::PathBuf]) -> Vec<(String, u64)> {
         .iter()
         .filter(|f| f.to_string_lossy().ends_with(".counts.csv"))
     {
-        let log = tunedblas_core::untuned::read(f).unwrap();
+        let log = tunedblas_core::misses::file::read(f).unwrap();
         for m in log.misses {
             let (op, sig) = tunedblas_core::tunableop::op_and_signature(&m.key);
             v.push((format!("{op},{sig}"), m.calls.unwrap()));
