@@ -29,37 +29,16 @@ pub enum Action {
     Solution(i32),
 }
 
-/// One row as the interposer holds it.
-#[derive(Debug)]
-pub struct Entry {
-    pub action: Action,
-    /// The key is a problem rocBLAS would run ([`rocblas::is_real_problem`]): a call that
-    /// matches a row without it is passed through untouched, as if it had no key. Known
-    /// when the table is built, so the hot path checks a call only after its lookup.
-    pub servable: bool,
+/// What happens to a served row in one process: whether it was hit, whether it was taken
+/// out of service. The one such state for every backend's rows (rocBLAS's [`Entry`]; the
+/// cuBLASLt rows can hold one too). Each flag is written at most once per process.
+#[derive(Debug, Default)]
+pub struct RowState {
     hit: AtomicBool,
     quarantined: AtomicBool,
 }
 
-impl Entry {
-    fn new(key: &ProblemKey, action: Action) -> Entry {
-        Entry::with_servable(action, rocblas::is_real_problem(key))
-    }
-
-    /// A `*` row's entry: looked up only for calls already checked, so always servable.
-    fn for_pattern(action: Action) -> Entry {
-        Entry::with_servable(action, true)
-    }
-
-    fn with_servable(action: Action, servable: bool) -> Entry {
-        Entry {
-            action,
-            servable,
-            hit: AtomicBool::new(false),
-            quarantined: AtomicBool::new(false),
-        }
-    }
-
+impl RowState {
     /// Marks the row as used; a read after the first time, so no shared line is written.
     #[inline]
     pub fn mark_hit(&self) {
@@ -81,6 +60,46 @@ impl Entry {
     /// so the failure is reported exactly once.
     pub fn quarantine(&self) -> bool {
         !self.quarantined.swap(true, Ordering::Relaxed)
+    }
+}
+
+/// One row as the interposer holds it; its [`RowState`] methods (`mark_hit`,
+/// `quarantine`, ...) are called on the entry itself.
+#[derive(Debug)]
+pub struct Entry {
+    pub action: Action,
+    /// The key is a problem rocBLAS would run ([`rocblas::is_real_problem`]): a call that
+    /// matches a row without it is passed through untouched, as if it had no key. Known
+    /// when the table is built, so the hot path checks a call only after its lookup.
+    pub servable: bool,
+    state: RowState,
+}
+
+impl std::ops::Deref for Entry {
+    type Target = RowState;
+
+    #[inline]
+    fn deref(&self) -> &RowState {
+        &self.state
+    }
+}
+
+impl Entry {
+    fn new(key: &ProblemKey, action: Action) -> Entry {
+        Entry::with_servable(action, rocblas::is_real_problem(key))
+    }
+
+    /// A `*` row's entry: looked up only for calls already checked, so always servable.
+    fn for_pattern(action: Action) -> Entry {
+        Entry::with_servable(action, true)
+    }
+
+    fn with_servable(action: Action, servable: bool) -> Entry {
+        Entry {
+            action,
+            servable,
+            state: RowState::default(),
+        }
     }
 }
 

@@ -159,12 +159,20 @@ impl Loaded {
     /// build, so any rank's rows are valid on every device of the same architecture).
     #[inline]
     pub fn table_for(&self, device: i32) -> Option<&Table> {
-        let own = usize::try_from(device)
-            .ok()
-            .and_then(|d| self.tables.get(d))
-            .and_then(|t| t.as_deref());
-        own.or_else(|| self.tables.first().and_then(|t| t.as_deref()))
+        table_of_device(&self.tables, device)
     }
+}
+
+/// The table `device` uses among a profile's rank tables (`tables[rank]`, any backend's):
+/// its own rank's, else rank 0's (solution ids belong to the build, so any rank's rows are
+/// valid on every device of the same architecture).
+#[inline]
+pub fn table_of_device<T>(tables: &[Option<Arc<T>>], device: i32) -> Option<&T> {
+    let own = usize::try_from(device)
+        .ok()
+        .and_then(|d| tables.get(d))
+        .and_then(|t| t.as_deref());
+    own.or_else(|| tables.first().and_then(|t| t.as_deref()))
 }
 
 /// The rank of a `tunableop_results<rank>.csv` file name.
@@ -246,48 +254,67 @@ pub fn rank_files(dir: &Path) -> Result<Vec<(usize, PathBuf)>, String> {
     Ok(files)
 }
 
-/// Reads every `tunableop_results<rank>.csv` in `dir`. Each file is read only if it is a
-/// regular file (through symlinks) of at most [`MAX_RESULTS_FILE_BYTES`]; anything else is
-/// one problem line and its rank serves nothing. [`LazyTables`] reads only the calling
-/// device's file at start-up.
+/// The one eager rank loader, whatever table a backend builds: every
+/// `tunableop_results<rank>.csv` of `dir` in rank order through `load` (which reads the
+/// file, adds its problem lines and returns its table, or `None` for a rank that serves
+/// nothing), ranks whose tables hold the same rows (`same`) sharing one. Returns
+/// `tables[rank]` and the number of distinct tables; an unreadable folder is one problem.
+pub fn load_ranks<T>(
+    dir: &Path,
+    problems: &mut Vec<String>,
+    same: impl Fn(&T, &T) -> bool,
+    mut load: impl FnMut(usize, &Path, &mut Vec<String>) -> Option<T>,
+) -> (Vec<Option<Arc<T>>>, usize) {
+    let (mut tables, mut distinct) = (Vec::new(), 0);
+    match rank_files(dir) {
+        Ok(files) => {
+            for (rank, path) in files {
+                if let Some(table) = load(rank, &path, problems) {
+                    place_rank_table(&mut tables, &mut distinct, rank, table, &same);
+                }
+            }
+        }
+        Err(line) => problems.push(line),
+    }
+    (tables, distinct)
+}
+
+/// Reads every `tunableop_results<rank>.csv` in `dir` ([`load_ranks`] with the rocBLAS
+/// loader). Each file is read only if it is a regular file (through symlinks) of at most
+/// [`MAX_RESULTS_FILE_BYTES`]; anything else is one problem line and its rank serves
+/// nothing. [`LazyTables`] reads only the calling device's file at start-up.
 pub fn load_tables(dir: &Path) -> Loaded {
     let mut loaded = Loaded::default();
-    let files = match rank_files(dir) {
-        Ok(f) => f,
-        Err(line) => {
-            loaded.problems.push(line);
-            return loaded;
-        }
-    };
-    for (rank, path) in files {
-        let file = match load_rank(&path, rank) {
-            Ok(f) => f,
-            Err(line) => {
-                loaded.problems.push(line);
-                continue;
+    let mut problems = Vec::new();
+    let (tables, distinct) = load_ranks(
+        dir,
+        &mut problems,
+        Table::same_rows,
+        |rank, path, problems| {
+            let file = match load_rank(path, rank) {
+                Ok(f) => f,
+                Err(line) => {
+                    problems.push(line);
+                    return None;
+                }
+            };
+            problems.extend(file.problems);
+            loaded.unservable += file.unservable;
+            if let Some(v) = file.rocblas_version {
+                loaded.rocblas_versions.push((path.to_path_buf(), v));
             }
-        };
-        loaded.problems.extend(file.problems);
-        loaded.unservable += file.unservable;
-        if let Some(v) = file.rocblas_version {
-            loaded.rocblas_versions.push((path.clone(), v));
-        }
-        for (line, key, id) in &file.nonpositive {
+            for (line, key, id) in file.nonpositive {
+                loaded
+                    .nonpositive_ids
+                    .push((path.to_path_buf(), line, key, id));
+            }
+            let table = file.table;
             loaded
-                .nonpositive_ids
-                .push((path.clone(), *line, key.clone(), *id));
-        }
-        let table = file.table;
-        loaded
-            .rows
-            .push((rank, table.len() + table.wildcards().len()));
-        place_rank_table(
-            &mut loaded.tables,
-            &mut loaded.distinct,
-            rank,
-            table,
-            Table::same_rows,
-        );
-    }
+                .rows
+                .push((rank, table.len() + table.wildcards().len()));
+            Some(table)
+        },
+    );
+    (loaded.tables, loaded.distinct, loaded.problems) = (tables, distinct, problems);
     loaded
 }
