@@ -6,12 +6,11 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use common::{artifacts, build, scratch, text, Profile};
+use common::{artifacts, build, scratch, text, trace, Profile};
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
 
 struct Lt {
@@ -105,19 +104,6 @@ fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Co
         cmd.env("LD_PRELOAD", &artifacts().preload);
     }
     cmd
-}
-
-fn trace(dir: &Path) -> Vec<HashMap<String, String>> {
-    std::fs::read_to_string(dir.join("trace.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .filter_map(|f| f.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        })
-        .collect()
 }
 
 fn stats(dir: &Path) -> serde_json::Value {

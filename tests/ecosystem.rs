@@ -140,7 +140,7 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
         &made,
         "Default",
     );
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sha = sha4();
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
 

@@ -28,18 +28,6 @@ fn only_profile(store: &Path) -> (PathBuf, Value) {
     (store.join(entry["dir"].as_str().unwrap()), entry.clone())
 }
 
-fn rows_of(dir: &Path, rank: usize) -> Vec<(String, String)> {
-    std::fs::read_to_string(dir.join(format!("tunableop_results{rank}.csv")))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with("Validator"))
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (format!("{},{}", f[0], f[1]), f[2].to_string())
-        })
-        .collect()
-}
-
 const SPECS: &[&str] = &["ex:TN:h:64:24:40", "ex:TN:h:96:16:64", "ex:TN:h:48:1:64"];
 
 #[test]
@@ -74,13 +62,13 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     );
     assert!(out.contains("heur ms") && out.contains("decision"), "{out}");
     let (profile, entry) = only_profile(&store);
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sha = sha4();
     assert_eq!(entry["lib_sha256"], sha.as_str());
     assert_eq!(entry["arch"], "refblas-cpu");
     // One results file per device refblas reports (4), all alike.
-    let rows = rows_of(&profile, 0);
+    let rows = rank_rows(&profile, 0);
     for rank in 1..4 {
-        assert_eq!(rows_of(&profile, rank), rows);
+        assert_eq!(rank_rows(&profile, rank), rows);
     }
     assert!(!profile.join("tunableop_results4.csv").exists());
     assert!(
@@ -366,7 +354,7 @@ fn an_import_from_another_build_keeps_shapes_and_never_ids() {
         .iter()
         .flat_map(|s| solutions(&artifacts().host5, s))
         .collect();
-    let rows = rows_of(&folder, 0);
+    let rows = rank_rows(&folder, 0);
     for (shape, sol) in &rows {
         if let Some(id) = sol.strip_prefix("Gemm_Rocblas_") {
             let id: i32 = id.parse().unwrap();
@@ -390,7 +378,7 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
     let bad = non_heuristic_solutions(&artifacts().host4, bad_spec)[0];
     let good = non_heuristic_solutions(&artifacts().host4, good_spec)[0];
     assert_ne!(bad, good, "the faulty id must not hit the other row");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sha = sha4();
     Profile::new(&dir.join("profiles"), "p", &sha)
         .tuned(bad_spec, bad)
         .tuned(good_spec, good)
@@ -408,7 +396,7 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
     );
     assert!(out.contains("relative L2"), "the reason is given:\n{out}");
     for rank in 0..2 {
-        let rows = rows_of(&dir.join("profiles/p"), rank);
+        let rows = rank_rows(&dir.join("profiles/p"), rank);
         assert_eq!(
             rows,
             vec![(miss_line(good_spec), format!("Gemm_Rocblas_{good}"))]
@@ -433,7 +421,7 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
 #[test]
 fn verify_fails_when_a_row_is_not_served() {
     let dir = scratch("verify-fail");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sha = sha4();
     let spec = "ex:TN:h:64:24:40";
     // An id refblas 4.x does not have: the interposer falls back and quarantines it.
     Profile::new(&dir.join("profiles"), "p", &sha)
@@ -506,7 +494,7 @@ fn shards_tuned_apart_merge_into_one_profile() {
     assert!(out.contains(&format!("{rows_total} rows added")), "{out}");
     let (profile, entry) = only_profile(&merged);
     assert_eq!(entry["rows_per_rank"], rows_total);
-    assert_eq!(rows_of(&profile, 0).len() as u64, rows_total);
+    assert_eq!(rank_rows(&profile, 0).len() as u64, rows_total);
     let prov = json_file(&profile.join("provenance.json"));
     assert_eq!(prov["campaigns"][0]["kind"], "merge");
     assert_eq!(
@@ -567,10 +555,7 @@ fn a_library_named_by_soname_is_hashed_from_the_file_the_loader_maps() {
     cmd.env("LD_LIBRARY_PATH", &artifacts().libdir4);
     ok(&run(cmd));
     let (_, entry) = only_profile(&dir.join("profiles"));
-    assert_eq!(
-        entry["lib_sha256"],
-        sha_of(&artifacts().libdir4, "librocblas.so.4").as_str()
-    );
+    assert_eq!(entry["lib_sha256"], sha4().as_str());
 }
 
 #[test]

@@ -28,7 +28,7 @@ const SPEC: &str = "ex:TN:h:64:24:40";
 fn serves_the_tuned_solution_of_the_matching_build() {
     let dir = scratch("serve");
     let sol = tuned_solution(SPEC);
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sha = sha4();
     Profile::new(&dir.join("profiles"), "ref-v4", &sha)
         .tuned(SPEC, sol)
         .write();
@@ -72,7 +72,7 @@ fn scratch_path(name: &str) -> std::path::PathBuf {
 fn a_profile_for_another_build_is_not_chosen() {
     let dir = scratch("other-build");
     let sol = tuned_solution(SPEC);
-    let other = sha_of(&artifacts().libdir5, "librocblas.so.5");
+    let other = sha5();
     Profile::new(&dir.join("profiles"), "ref-v5", &other)
         .tuned(SPEC, sol)
         .write();
@@ -130,11 +130,8 @@ fn a_profile_for_another_build_is_not_chosen() {
 #[test]
 fn a_bad_solution_falls_back_and_the_result_is_still_right() {
     let dir = scratch("bad-id");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     // 77777 is no refblas solution: rocBLAS answers invalid_value.
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .row(SPEC, "Gemm_Rocblas_77777")
-        .write();
+    Profile::v4(&dir).row(SPEC, "Gemm_Rocblas_77777").write();
     let out = host4(&dir, true, &[&format!("{SPEC}:3")]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -161,12 +158,9 @@ fn a_bad_solution_falls_back_and_the_result_is_still_right() {
 #[test]
 fn every_missing_shape_is_logged_once_with_its_count() {
     let dir = scratch("misses");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let served = "ex:TN:h:32:8:16";
     let sol = tuned_solution(served);
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .tuned(served, sol)
-        .write();
+    Profile::v4(&dir).tuned(served, sol).write();
     let a = "ex:TN:h:48:512:32";
     let b = "sgemm:NN:s:16:16:16";
     let c = "sb:NT:b:8:8:8";
@@ -203,12 +197,9 @@ fn every_missing_shape_is_logged_once_with_its_count() {
 #[test]
 fn eight_threads_at_once_lose_nothing() {
     let dir = scratch("threads");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let hit = "ex:TN:h:16:8:16";
     let sol = tuned_solution(hit);
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .tuned(hit, sol)
-        .write();
+    Profile::v4(&dir).tuned(hit, sol).write();
     let specs = [
         "ex:TN:h:16:4:16:25",
         "ex:TN:h:16:12:16:25",
@@ -239,12 +230,9 @@ fn eight_threads_at_once_lose_nothing() {
 #[test]
 fn python_loading_rocblas_locally_is_served() {
     let dir = scratch("python");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let sol = tuned_solution(SPEC);
     let miss = "ex:TN:h:8:8:8";
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .tuned(SPEC, sol)
-        .write();
+    Profile::v4(&dir).tuned(SPEC, sol).write();
     let mut cmd = Command::new("python3");
     cmd.arg(repo().join("tests/hosts/py_host.py"))
         .arg(&artifacts().module4)
@@ -268,7 +256,6 @@ fn python_loading_rocblas_locally_is_served() {
 #[test]
 fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
     let dir = scratch("typed");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let s = "sgemm:NN:s:32:16:24";
     let h = "hgemm:NT:hh:32:16:24";
     let ss = tuned_solution(s);
@@ -277,9 +264,7 @@ fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
         row(s, &format!("Gemm_Rocblas_{ss}")),
         row(h, &format!("Gemm_Rocblas_{hs}")),
     ];
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .lines(&rows)
-        .write();
+    Profile::v4(&dir).lines(&rows).write();
     let out = host4(&dir, true, &[s, h]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = trace(&dir);
@@ -303,10 +288,7 @@ fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
 #[test]
 fn default_rows_pass_through_and_count_as_served_by_design() {
     let dir = scratch("default");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .row(SPEC, "Default")
-        .write();
+    Profile::v4(&dir).row(SPEC, "Default").write();
     let out = host4(&dir, true, &[&format!("{SPEC}:2")]);
     let stderr = text(&out.stderr);
     assert!(
@@ -320,12 +302,9 @@ fn default_rows_pass_through_and_count_as_served_by_design() {
 #[test]
 fn a_caller_that_chose_a_solution_is_left_alone() {
     let dir = scratch("caller-chose");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let sols = solutions(&artifacts().host4, SPEC);
     let (tuned, chosen) = (sols[sols.len() - 1], sols[0]);
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .tuned(SPEC, tuned)
-        .write();
+    Profile::v4(&dir).tuned(SPEC, tuned).write();
     let out = host4(&dir, true, &["--solution", &chosen.to_string(), SPEC]);
     assert!(
         text(&out.stderr)
@@ -364,7 +343,7 @@ fn the_5x_flavour_serves_large_negative_ids() {
         .iter()
         .find(|&&s| s <= -11)
         .expect("refblas 5.x offers Tensile-style ids");
-    let sha = sha_of(&artifacts().libdir5, "librocblas.so.5");
+    let sha = sha5();
     Profile::new(&dir.join("profiles"), "ref-v5", &sha)
         .tuned(spec, tensile)
         .write();
@@ -380,13 +359,10 @@ fn the_5x_flavour_serves_large_negative_ids() {
 #[test]
 fn each_device_is_served_from_its_own_rank_file() {
     let dir = scratch("ranks");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let sols = non_heuristic_solutions(&artifacts().host4, SPEC);
     assert!(sols.len() >= 2, "{sols:?}");
     let (r0, r1) = (sols[0], sols[sols.len() - 1]);
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .tuned(SPEC, r0)
-        .write();
+    Profile::v4(&dir).tuned(SPEC, r0).write();
     let rank1 = format!("{}\n", row(SPEC, &format!("Gemm_Rocblas_{r1}")));
     std::fs::write(dir.join("profiles/ref-v4/tunableop_results1.csv"), rank1).unwrap();
     let miss = "ex:TN:h:8:8:8";
@@ -410,7 +386,6 @@ fn each_device_is_served_from_its_own_rank_file() {
 #[test]
 fn strided_batched_rows_are_served_typed_and_ex() {
     let dir = scratch("strided");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let ex = "sb:NT:h:16:12:8";
     let typed = "ssb:NN:s:16:12:8";
     let (se, st) = (tuned_solution(ex), tuned_solution(typed));
@@ -418,9 +393,7 @@ fn strided_batched_rows_are_served_typed_and_ex() {
         row(ex, &format!("Gemm_Rocblas_{se}")),
         row(typed, &format!("Gemm_Rocblas_{st}")),
     ];
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .lines(&rows)
-        .write();
+    Profile::v4(&dir).lines(&rows).write();
     let out = host4(&dir, true, &[ex, typed]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -454,7 +427,6 @@ fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
     let sols = solutions(&artifacts().host4, SPEC);
     assert!(sols.len() >= 2, "{sols:?}");
     let (plain_sol, alt_sol) = (sols[0], *sols.last().unwrap());
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let plain = spec_key(SPEC);
     let alt = tunedblas_core::key::ProblemKey {
         flags: tunedblas_core::abi::FLAG_FP16_ALT_IMPL,
@@ -467,9 +439,7 @@ fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
             format!("{op},{sig},Gemm_Rocblas_{s},0.01")
         })
         .collect();
-    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
-        .lines(&rows)
-        .write();
+    Profile::v4(&dir).lines(&rows).write();
     for (value, want) in [
         (None, plain_sol),
         (Some("1"), alt_sol),

@@ -266,6 +266,20 @@ pub fn results(out: &Output) -> Vec<(String, i32, String)> {
         .collect()
 }
 
+/// The rows of a profile folder's rank file, as (`op,signature`, solution).
+pub fn rank_rows(profile: &Path, rank: usize) -> Vec<(String, String)> {
+    let path = profile.join(format!("tunableop_results{rank}.csv"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.starts_with("Validator"))
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (format!("{},{}", f[0], f[1]), f[2].to_string())
+        })
+        .collect()
+}
+
 /// The refblas trace: one map of key=value per executed GEMM.
 pub fn trace(dir: &Path) -> Vec<std::collections::HashMap<String, String>> {
     std::fs::read_to_string(dir.join("trace.log"))

@@ -17,6 +17,11 @@ use crate::common::faults::*;
 use crate::common::*;
 use serde_json::Value;
 
+/// `op,signature` -> solution of a rank file.
+fn rows_of(profile: &Path, rank: usize) -> BTreeMap<String, String> {
+    rank_rows(profile, rank).into_iter().collect()
+}
+
 /// A `tunedblas` command on the store `dir/profiles`, nothing from the user's setup.
 fn cli(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = tunedblas_cmd(dir, args);
@@ -54,20 +59,6 @@ fn succeeded(out: &Output) -> String {
 }
 
 const PROFILE: &str = "rocblas-4.4.0.5f2e9c71";
-
-/// `op,signature` -> solution of a rank file.
-fn rows_of(profile: &Path, rank: usize) -> BTreeMap<String, String> {
-    let path = profile.join(format!("tunableop_results{rank}.csv"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.starts_with("Validator"))
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (format!("{},{}", f[0], f[1]), f[2].to_string())
-        })
-        .collect()
-}
 
 fn json_file(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
