@@ -586,7 +586,7 @@ fn two_rank_profile(dir: &Path) -> (i32, i32) {
     let sols = untuned_by_heuristic(HIT);
     assert!(sols.len() >= 2, "{sols:?}");
     let (r0, r1) = (sols[0], sols[sols.len() - 1]);
-    Profile::v4(&dir).tuned(HIT, r0).write();
+    Profile::v4(dir).tuned(HIT, r0).write();
     let rank1 = format!("{}\n", row(HIT, &format!("Gemm_Rocblas_{r1}")));
     std::fs::write(rank_file(dir, 1), rank1).unwrap();
     (r0, r1)
