@@ -43,7 +43,7 @@ impl Drop for Lock {
 
 /// The folder `<root>/<name>-<hash of parts>`, made by `make` (which fills the temporary
 /// folder it is given) unless an earlier build left it there.
-pub fn cached(name: &str, parts: &[&[u8]], make: impl FnOnce(&Path, &Path)) -> PathBuf {
+pub fn cached(name: &str, parts: &[&[u8]], make: impl FnOnce(&Path)) -> PathBuf {
     let mut h = Sha256::new();
     for p in parts {
         h.update((p.len() as u64).to_le_bytes());
@@ -65,7 +65,7 @@ pub fn cached(name: &str, parts: &[&[u8]], make: impl FnOnce(&Path, &Path)) -> P
     let tmp = root.join(format!(".{name}-{hash}.tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
-    make(&tmp, &dir);
+    make(&tmp);
     std::fs::rename(&tmp, &dir).unwrap_or_else(|e| panic!("rename to {}: {e}", dir.display()));
     dir
 }
@@ -87,6 +87,18 @@ fn host_sources() -> Vec<u8> {
     all
 }
 
+/// What `cc --version` says: part of every program's hash, so a new compiler rebuilds.
+fn compiler() -> &'static [u8] {
+    static V: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        Command::new("cc")
+            .arg("--version")
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default()
+    })
+}
+
 /// `cc -O1 -Wall -o <out> <args>`, failing the test with the compiler's words.
 pub fn cc(out: &Path, args: &[String]) {
     let mut c = Command::new("cc");
@@ -104,7 +116,7 @@ pub fn c_program(name: &str, args: &[String]) -> PathBuf {
     let args: Vec<String> = args.iter().map(|a| a.replace("{hosts}", &hosts)).collect();
     let sources = host_sources();
     let joined = args.join("\0");
-    let dir = cached(name, &[&sources, joined.as_bytes()], |tmp, _| {
+    let dir = cached(name, &[compiler(), &sources, joined.as_bytes()], |tmp| {
         cc(&tmp.join(name), &args)
     });
     dir.join(name)
@@ -114,7 +126,7 @@ pub fn c_program(name: &str, args: &[String]) -> PathBuf {
 /// finds), keyed by the library's bytes.
 pub fn lib_dir(name: &str, lib: &Path, soname: &str, link: Option<&str>) -> PathBuf {
     let bytes = std::fs::read(lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
-    cached(name, &[&bytes, soname.as_bytes()], |tmp, _| {
+    cached(name, &[&bytes, soname.as_bytes()], |tmp| {
         let mut f = File::create(tmp.join(soname)).unwrap();
         f.write_all(&bytes).unwrap();
         if let Some(link) = link {
