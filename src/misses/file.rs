@@ -234,4 +234,25 @@ mod tests {
         assert_eq!(log.misses[0].calls, Some(7));
         assert_eq!(log.malformed.len(), 1);
     }
+
+    #[test]
+    fn a_byte_order_mark_does_not_hide_the_first_miss() {
+        let log = parse("\u{feff}GemmTunableOp_Half_TN,tn_8_8_8\n");
+        assert_eq!(log.misses.len(), 1, "{log:?}");
+        assert!(log.unservable.is_empty() && log.malformed.is_empty());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_not_read() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-missfile-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("x.csv");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain mkfifo on a path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read(&fifo).unwrap_err();
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -435,3 +435,26 @@ fn rank_file_names() {
     assert_eq!(rank_of_file("tunableop_results1.csv.bak"), None);
     assert_eq!(rank_of_file("tunableop_untuned0.csv"), None);
 }
+
+#[test]
+fn load_ranks_takes_any_table_type_and_shares_identical_ones() {
+    let dir = Scratch::new("load-ranks");
+    for (rank, body) in [(0, "a"), (1, "a"), (2, "b")] {
+        std::fs::write(dir.0.join(format!("tunableop_results{rank}.csv")), body).unwrap();
+    }
+    std::fs::write(dir.0.join("notes.csv"), "not a rank file").unwrap();
+    let read = |_: usize, p: &Path, _: &mut Vec<String>| std::fs::read_to_string(p).ok();
+    let mut problems = Vec::new();
+    let (tables, distinct) = load_ranks(&dir.0, &mut problems, |a, b| a == b, read);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!((tables.len(), distinct), (3, 2));
+    let (t0, t1) = (tables[0].as_ref().unwrap(), tables[1].as_ref().unwrap());
+    assert!(Arc::ptr_eq(t0, t1), "identical ranks share one table");
+    assert_eq!(table_of_device(&tables, 2).map(String::as_str), Some("b"));
+    assert_eq!(table_of_device(&tables, 7).map(String::as_str), Some("a"));
+    assert_eq!(table_of_device(&tables, -1).map(String::as_str), Some("a"));
+    let (none, _) = load_ranks(&dir.0.join("absent"), &mut problems, |a, b| a == b, read);
+    assert!(none.is_empty());
+    assert_eq!(problems.len(), 1, "an unreadable folder is one problem");
+    assert!(problems[0].contains("cannot read the profile folder"));
+}

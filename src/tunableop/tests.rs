@@ -692,3 +692,20 @@ fn invalid_utf8_is_read_lossily() {
     assert_eq!(f.validator("GCN_ARCH_NAME"), Some("gfx\u{fffd}1030"));
     assert!(read(&dir.join("absent.csv")).is_err());
 }
+
+#[test]
+fn every_kind_of_file_is_cut_into_lines_the_same_way() {
+    let got: Vec<Line> = lines("\u{feff}a,b\r\n\n  \nc,d\ne").collect();
+    let line = |number, text, last| Line { number, text, last };
+    assert_eq!(
+        got,
+        [
+            line(1, "a,b", false),
+            line(4, "c,d", false),
+            line(5, "e", true)
+        ]
+    );
+    // A file that ends with a newline has no unended last line.
+    assert!(lines("x\ny\n").all(|l| !l.last));
+    assert_eq!(lines("").count(), 0);
+}
