@@ -680,14 +680,7 @@ fn cublaslt_folders_are_0700_and_files_0600_whatever_the_umask() {
     let miss_dir = dir.join("m1/m2");
     let mut cmd = host_cmd(&dir, true, &["8,8,8"]);
     cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir);
-    // SAFETY: umask is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::umask(0);
-            Ok(())
-        });
-    }
+    common::faults::with_umask(&mut cmd, 0);
     let out = common::faults::run_guarded(cmd);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -839,21 +832,7 @@ fn cublaslt_a_file_size_limit_leaves_only_whole_lines_and_serving_goes_on() {
     args.push("8,8,8");
     let mut cmd = host_cmd(&dir, true, &args);
     cmd.env_remove("FAKELT_TRACE");
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let lim = libc::rlimit {
-                rlim_cur: 2010,
-                rlim_max: 2010,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::faults::with_file_size_limit(&mut cmd, 2010);
     let out = common::faults::run_guarded(cmd);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");

@@ -250,3 +250,35 @@ pub fn can_unshare_mount() -> bool {
             .is_ok_and(|s| s.success())
     })
 }
+
+/// Limits the command's files to `bytes` (a full disk for every write past it) and
+/// ignores SIGXFSZ, so a write past the limit fails with EFBIG.
+pub fn with_file_size_limit(cmd: &mut Command, bytes: u64) {
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Runs the command with this umask (set between fork and exec).
+pub fn with_umask(cmd: &mut Command, mask: libc::mode_t) {
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::umask(mask);
+            Ok(())
+        });
+    }
+}

@@ -506,21 +506,7 @@ fn file_size_limit_short_writes_leave_only_whole_lines() {
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cmd = fault_cmd(&dir, true, &argv);
     cmd.env_remove("REFBLAS_TRACE");
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let lim = libc::rlimit {
-                rlim_cur: 2010,
-                rlim_max: 2010,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    with_file_size_limit(&mut cmd, 2010);
     let out = run_guarded(cmd);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");

@@ -88,14 +88,7 @@ fn folders_are_0700_and_files_0600_whatever_the_umask() {
     cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir)
         .env("TUNEDBLAS_CACHE_DIR", &cache_dir)
         .env("TUNEDBLAS_STATS", dir.join("stats.json"));
-    // SAFETY: umask is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::umask(0);
-            Ok(())
-        });
-    }
+    with_umask(&mut cmd, 0);
     let out = run_guarded(cmd);
     assert!(out.status.success(), "{}", text(&out.stderr));
     for d in [

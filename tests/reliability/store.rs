@@ -304,26 +304,6 @@ fn tunes_and_merges_at_once_keep_every_row() {
     assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
 }
 
-/// Limits the command's files to `bytes` (a full disk for every write past it) and
-/// ignores SIGXFSZ, so a write past the limit fails with EFBIG.
-fn with_file_size_limit(cmd: &mut Command, bytes: u64) {
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(move || {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let lim = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: bytes,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 const LIMIT: u64 = 16 * 1024;
 
 /// A provenance file larger than [`LIMIT`]: its new version cannot be written; the rank
