@@ -17,6 +17,15 @@ use tunedblas_core::abi;
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
 use tunedblas_core::tunableop;
 
+pub mod build;
+pub mod faults;
+pub mod profile;
+
+/// The one-call form the conformance suite uses.
+#[allow(unused_imports)]
+pub use profile::write_profile;
+pub use profile::Profile;
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -31,18 +40,11 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-pub mod build;
-pub mod faults;
-pub mod profile;
-
-/// The one-call form the conformance suite uses.
-#[allow(unused_imports)]
-pub use profile::write_profile;
-pub use profile::Profile;
-
 pub struct Artifacts {
     pub preload: PathBuf,
-    /// `lib4/librocblas.so.4` and `lib5/librocblas.so.5`: refblas under rocBLAS's names.
+    /// `lib4-<hash>/librocblas.so.4` and `lib5-<hash>/librocblas.so.5` (with
+    /// `librocblas.so` links) under `target/<profile>/test-hosts`: refblas under rocBLAS's
+    /// names.
     pub libdir4: PathBuf,
     pub libdir5: PathBuf,
     pub host4: PathBuf,
