@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use common::{artifacts, build, scratch, text, trace, Profile};
+use common::{artifacts, build, host_env, scratch, text, trace, Profile};
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
 
 struct Lt {
@@ -89,20 +89,12 @@ fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
 /// [`host_cmd`] with another first module (`-`: none, see lt_host.c).
 fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Command {
     let mut cmd = Command::new(&lt().host);
-    cmd.arg(module)
-        .args(calls)
-        .env_remove("LD_PRELOAD")
-        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
-        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
-        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"))
+    cmd.arg(module).args(calls);
+    // The rocBLAS hosts' environment, with the stand-in's trace and a stats file.
+    host_env(&mut cmd, dir, preload);
+    cmd.env_remove("REFBLAS_TRACE")
         .env("TUNEDBLAS_STATS", dir.join("stats.json"))
-        .env("FAKELT_TRACE", dir.join("trace.log"))
-        .env_remove("TUNEDBLAS_PROFILE")
-        .env_remove("TUNEDBLAS_DISABLE")
-        .env_remove("TUNEDBLAS_LOG");
-    if preload {
-        cmd.env("LD_PRELOAD", &artifacts().preload);
-    }
+        .env("FAKELT_TRACE", dir.join("trace.log"));
     cmd
 }
 
