@@ -21,6 +21,13 @@ fn harness(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// `tunedblas export --lib <lib> --format <format> <rest>` in `dir`'s environment.
+fn export(dir: &Path, lib: &str, format: &str, rest: &[&str]) -> Command {
+    let mut args = vec!["export", "--lib", lib, "--format", format];
+    args.extend(rest);
+    harness(dir, &args)
+}
+
 fn key_text(k: &ProblemKey) -> String {
     let (op, sig) = tunableop::op_and_signature(k);
     format!("{op},{sig}")
@@ -147,19 +154,11 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
     // The override CSV: Tensile indices of the rocBLAS 4 build (the ids themselves), the
     // build named in comment lines without commas, Default rows left out.
     let csv = dir.join("override.csv");
-    let out = harness(
+    let out = export(
         &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "gemm-tune",
-            "--beta",
-            "0,1",
-            "--out",
-            csv.to_str().unwrap(),
-        ],
+        lib,
+        "gemm-tune",
+        &["--beta", "0,1", "--out", csv.to_str().unwrap()],
     )
     .output()
     .unwrap();
@@ -202,20 +201,11 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
 
     // rocblas-bench lines: each row, then its heuristic.
     let sh = dir.join("check.sh");
-    ok(&harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "bench",
-            "--out",
-            sh.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap());
+    ok(
+        &export(&dir, lib, "bench", &["--out", sh.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
     let body = std::fs::read_to_string(&sh).unwrap();
     let parsed = bench::parse(&body);
     assert!(parsed.skipped.is_empty(), "{:?}", parsed.skipped);
@@ -296,20 +286,9 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let csv = dir.join("override.csv");
-    let out = harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "gemm-tune",
-            "--out",
-            csv.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = export(&dir, lib, "gemm-tune", &["--out", csv.to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -321,20 +300,11 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
     );
     assert!(!csv.exists(), "no file that would be ignored");
     let sh = dir.join("check.sh");
-    ok(&harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "bench",
-            "--out",
-            sh.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap());
+    ok(
+        &export(&dir, lib, "bench", &["--out", sh.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
 
     // A build that reads the file gets a comment saying so.
     let dir = scratch("export-gemm-tune-4.4");
@@ -346,11 +316,7 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
         &made,
         "Default",
     );
-    let out = ok(
-        &harness(&dir, &["export", "--lib", lib, "--format", "gemm-tune"])
-            .output()
-            .unwrap(),
-    );
+    let out = ok(&export(&dir, lib, "gemm-tune", &[]).output().unwrap());
     assert!(out.contains("# rocBLAS 4.4.1 reads that variable"), "{out}");
 }
 
@@ -376,18 +342,11 @@ fn rocblas5_ids_become_tensile_indices_and_others_are_named() {
     );
     let csv = dir.join("o.csv");
     let lib = artifacts().lib5();
-    let out = harness(
+    let out = export(
         &dir,
-        &[
-            "export",
-            "--lib",
-            lib.to_str().unwrap(),
-            "--format",
-            "gemm-tune",
-            "--out",
-            csv.to_str().unwrap(),
-            "--json",
-        ],
+        lib.to_str().unwrap(),
+        "gemm-tune",
+        &["--out", csv.to_str().unwrap(), "--json"],
     )
     .output()
     .unwrap();
@@ -443,9 +402,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     let pytorch_file = pytorch_file.to_str().unwrap();
 
     // Our own validators are not PyTorch's set: refused, saying what is missing.
-    let out = harness(&dir, &["export", "--lib", lib, "--format", "tunableop"])
-        .output()
-        .unwrap();
+    let out = export(&dir, lib, "tunableop", &[]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
@@ -455,20 +412,9 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
         "{err}"
     );
     // That PyTorch used another rocBLAS: the ids would be wrong there.
-    let out = harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "tunableop",
-            "--validators-from",
-            pytorch_file,
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = export(&dir, lib, "tunableop", &["--validators-from", pytorch_file])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("5.6.0.8d1ae90e") && text(&out.stderr).contains("--force"),
@@ -478,14 +424,11 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
 
     // The same PyTorch with this build's rocBLAS: accepted, one file per rank.
     let outdir = dir.join("pytorch");
-    ok(&harness(
+    ok(&export(
         &dir,
+        lib,
+        "tunableop",
         &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "tunableop",
             "--validators-from",
             pytorch_file,
             "--validator",
@@ -527,14 +470,11 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     assert_ne!(rank1_sol, "Default");
 
     // PyTorch 2.6 names problems without leading dimensions.
-    let out = ok(&harness(
+    let out = ok(&export(
         &dir,
+        lib,
+        "tunableop",
         &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "tunableop",
             "--validators-from",
             pytorch_file,
             "--validator",
