@@ -10,9 +10,9 @@
 //! - [`table`]: the immutable lookup table the interposer serves from.
 //! - [`profile`]: choosing the profile for the loaded build, loading its rank tables.
 //! - [`misslog`]: the durable record of shapes that had no row.
-//! - [`untuned`]: reading miss logs (and PyTorch untuned files) back.
 //! - [`family`]: problems equal but for the token count.
-//! - [`misses`]: the miss logs of every process and rank, grouped and ranked.
+//! - [`misses`]: reading miss logs back: one file or folder ([`misses::file`], PyTorch
+//!   untuned files too), every process and rank added up, grouped and ranked.
 //! - [`near`]: serving a missed token count from the nearest row of the same layer.
 //! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
 //! - [`cublaslt`]: the cuBLASLt backend's key, algorithm configurations and table.
@@ -36,5 +36,4 @@ pub mod settings;
 pub mod suggest;
 pub mod table;
 pub mod tunableop;
-pub mod untuned;
 pub mod version;

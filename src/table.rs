@@ -29,37 +29,16 @@ pub enum Action {
     Solution(i32),
 }
 
-/// One row as the interposer holds it.
-#[derive(Debug)]
-pub struct Entry {
-    pub action: Action,
-    /// The key is a problem rocBLAS would run ([`rocblas::is_real_problem`]): a call that
-    /// matches a row without it is passed through untouched, as if it had no key. Known
-    /// when the table is built, so the hot path checks a call only after its lookup.
-    pub servable: bool,
+/// What happens to a served row in one process: whether it was hit, whether it was taken
+/// out of service. The one such state for every backend's rows (rocBLAS's [`Entry`]; the
+/// cuBLASLt rows can hold one too). Each flag is written at most once per process.
+#[derive(Debug, Default)]
+pub struct RowState {
     hit: AtomicBool,
     quarantined: AtomicBool,
 }
 
-impl Entry {
-    fn new(key: &ProblemKey, action: Action) -> Entry {
-        Entry::with_servable(action, rocblas::is_real_problem(key))
-    }
-
-    /// A `*` row's entry: looked up only for calls already checked, so always servable.
-    fn for_pattern(action: Action) -> Entry {
-        Entry::with_servable(action, true)
-    }
-
-    fn with_servable(action: Action, servable: bool) -> Entry {
-        Entry {
-            action,
-            servable,
-            hit: AtomicBool::new(false),
-            quarantined: AtomicBool::new(false),
-        }
-    }
-
+impl RowState {
     /// Marks the row as used; a read after the first time, so no shared line is written.
     #[inline]
     pub fn mark_hit(&self) {
@@ -84,6 +63,46 @@ impl Entry {
     }
 }
 
+/// One row as the interposer holds it; its [`RowState`] methods (`mark_hit`,
+/// `quarantine`, ...) are called on the entry itself.
+#[derive(Debug)]
+pub struct Entry {
+    pub action: Action,
+    /// The key is a problem rocBLAS would run ([`rocblas::is_real_problem`]): a call that
+    /// matches a row without it is passed through untouched, as if it had no key. Known
+    /// when the table is built, so the hot path checks a call only after its lookup.
+    pub servable: bool,
+    state: RowState,
+}
+
+impl std::ops::Deref for Entry {
+    type Target = RowState;
+
+    #[inline]
+    fn deref(&self) -> &RowState {
+        &self.state
+    }
+}
+
+impl Entry {
+    fn new(key: &ProblemKey, action: Action) -> Entry {
+        Entry::with_servable(action, rocblas::is_real_problem(key))
+    }
+
+    /// A `*` row's entry: looked up only for calls already checked, so always servable.
+    fn for_pattern(action: Action) -> Entry {
+        Entry::with_servable(action, true)
+    }
+
+    fn with_servable(action: Action, servable: bool) -> Entry {
+        Entry {
+            action,
+            servable,
+            state: RowState::default(),
+        }
+    }
+}
+
 /// One index slot: the high half of the key's hash and the row's position.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -92,6 +111,34 @@ struct Slot {
 }
 
 const EMPTY: u32 = u32::MAX;
+
+/// The slot of `slots` (`mask` = length - 1) holding `key` (`Ok`), or the empty slot where
+/// it would go (`Err`); `row_key` gives the key of a row number. The one probe of the
+/// table and its builder.
+#[inline(always)]
+fn probe<'a>(
+    slots: &[Slot],
+    mask: usize,
+    key: &ProblemKey,
+    hash: u64,
+    row_key: impl Fn(usize) -> &'a ProblemKey,
+) -> Result<usize, usize> {
+    let tag = tag_of(hash);
+    let mut i = hash as usize & mask;
+    // The interposer's hit path runs this outside its unwinding guard: it cannot panic,
+    // since `mask` keeps `i` within the slots, every row number stored is below the row
+    // count, and the index is never full (a builder grows before 3/4), so the loop ends.
+    loop {
+        let s = slots[i];
+        if s.row == EMPTY {
+            return Err(i);
+        }
+        if s.tag == tag && row_key(s.row as usize).same_as(key) {
+            return Ok(i);
+        }
+        i = (i + 1) & mask;
+    }
+}
 
 /// A `*` row: the pattern, its row as the file wrote it (`op,signature`), and its entry.
 #[derive(Debug)]
@@ -181,31 +228,6 @@ impl Table {
         &self.wildcards
     }
 
-    /// The slot holding `key` (`Ok`) or the empty slot where it would go (`Err`).
-    #[inline(always)]
-    fn probe<'a>(
-        &self,
-        key: &ProblemKey,
-        hash: u64,
-        row_key: impl Fn(usize) -> &'a ProblemKey,
-    ) -> Result<usize, usize> {
-        let tag = tag_of(hash);
-        let mut i = hash as usize & self.mask;
-        // The interposer's hit path runs this outside its unwinding guard: it cannot panic,
-        // since `mask` keeps `i` within the slots, every row number stored is below the row
-        // count, and the index is never full, so the loop ends.
-        loop {
-            let s = self.slots[i];
-            if s.row == EMPTY {
-                return Err(i);
-            }
-            if s.tag == tag && row_key(s.row as usize).same_as(key) {
-                return Ok(i);
-            }
-            i = (i + 1) & self.mask;
-        }
-    }
-
     /// The row for `key`, with the key as the table holds it. Inlined into the interposer's
     /// entry points, so the key goes from the call's arguments to the hash in registers.
     #[inline(always)]
@@ -217,7 +239,7 @@ impl Table {
     /// interposer reuses it for the miss set).
     #[inline(always)]
     pub fn get_row_hashed(&self, key: &ProblemKey, hash: u64) -> Option<&(ProblemKey, Entry)> {
-        let i = self.probe(key, hash, |r| &self.rows[r].0).ok()?;
+        let i = probe(&self.slots, self.mask, key, hash, |r| &self.rows[r].0).ok()?;
         Some(&self.rows[self.slots[i].row as usize])
     }
 
@@ -296,19 +318,7 @@ impl TableBuilder {
 
     /// The slot holding `key` (`Ok`) or the empty slot where it would go (`Err`).
     fn probe(&self, key: &ProblemKey, hash: u64) -> Result<usize, usize> {
-        let tag = tag_of(hash);
-        let mut i = hash as usize & self.mask;
-        // Never full (grown before 3/4), so the loop ends.
-        loop {
-            let s = self.slots[i];
-            if s.row == EMPTY {
-                return Err(i);
-            }
-            if s.tag == tag && self.rows[s.row as usize].0.same_as(key) {
-                return Ok(i);
-            }
-            i = (i + 1) & self.mask;
-        }
+        probe(&self.slots, self.mask, key, hash, |r| &self.rows[r].0)
     }
 
     /// The position (in insertion order) of the row for `key`, if it has one.

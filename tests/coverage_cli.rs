@@ -5,17 +5,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{repo, target_dir, text};
-
-fn tunedblas() -> PathBuf {
-    let p = target_dir().join("tunedblas");
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo build --workspace` first (scripts/test does)",
-        p.display()
-    );
-    p
-}
+use common::{repo, target_dir, text, tunedblas};
 
 fn coverage(args: &[&str]) -> Output {
     Command::new(tunedblas())

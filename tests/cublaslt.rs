@@ -5,14 +5,12 @@
 //! from the stand-in's trace.
 
 mod common;
-mod faults;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use common::{artifacts, scratch, text};
+use common::{artifacts, build, host_env, scratch, text, trace, Profile};
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
 
 struct Lt {
@@ -27,74 +25,38 @@ struct Lt {
     sha2: String,
 }
 
-fn cc(args: &[&str], out: &Path) {
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(out)
-        .args(args)
-        .output()
-        .expect("a C compiler (cc) is needed for this test");
-    assert!(o.status.success(), "cc {args:?}: {}", text(&o.stderr));
-}
-
 fn lt() -> &'static Lt {
     static L: OnceLock<Lt> = OnceLock::new();
     L.get_or_init(|| {
-        let work = artifacts().work.join("cublaslt");
-        let _ = std::fs::remove_dir_all(&work);
-        let libdir = work.join("lib");
-        std::fs::create_dir_all(&libdir).unwrap();
-        let hosts = common::repo().join("tests/hosts");
-        let lib = libdir.join("libcublasLt.so.13");
-        let fake = hosts.join("fake_cublaslt.c");
-        let src = hosts.join("lt_host.c");
-        cc(&["-shared", "-fPIC", fake.to_str().unwrap()], &lib);
-        let module = work.join("libltmod.so");
-        let libflag = format!("-L{}", libdir.display());
-        let rpath = format!("-Wl,-rpath,{}", libdir.display());
-        cc(
-            &[
-                "-shared",
-                "-fPIC",
-                "-DLT_MODULE",
-                src.to_str().unwrap(),
-                &libflag,
-                &rpath,
-                "-l:libcublasLt.so.13",
-            ],
-            &module,
+        // The stand-in as `libcublasLt.so.13` and a second build of it as `.so.12`.
+        let fake = |soname: &str, extra: &[&str]| {
+            let mut args: Vec<String> = vec!["-shared".into(), "-fPIC".into()];
+            args.extend(extra.iter().map(|s| s.to_string()));
+            args.push("{hosts}/fake_cublaslt.c".into());
+            build::c_program(soname, &args)
+        };
+        let module = |name: &str, lib: &Path| {
+            let soname = lib.file_name().unwrap().to_str().unwrap();
+            let mut args: Vec<String> = ["-shared", "-fPIC", "-DLT_MODULE", "{hosts}/lt_host.c"]
+                .map(String::from)
+                .to_vec();
+            args.extend(build::link_args(lib.parent().unwrap()));
+            args.push(format!("-l:{soname}"));
+            build::c_program(name, &args)
+        };
+        let lib = fake("libcublasLt.so.13", &[]);
+        let lib2 = fake("libcublasLt.so.12", &["-DFAKE_BUILD=2"]);
+        let host = build::c_program(
+            "lt_host",
+            &["{hosts}/lt_host.c", "-ldl", "-lpthread"].map(String::from),
         );
-        let host = work.join("lt_host");
-        cc(&[src.to_str().unwrap(), "-ldl", "-lpthread"], &host);
-        let sha = tunedblas_core::identity::sha256_file(&lib).unwrap();
-        let libdir2 = work.join("lib2");
-        std::fs::create_dir_all(&libdir2).unwrap();
-        let lib2 = libdir2.join("libcublasLt.so.12");
-        cc(
-            &["-shared", "-fPIC", "-DFAKE_BUILD=2", fake.to_str().unwrap()],
-            &lib2,
-        );
-        let module2 = work.join("libltmod2.so");
-        cc(
-            &[
-                "-shared",
-                "-fPIC",
-                "-DLT_MODULE",
-                src.to_str().unwrap(),
-                &format!("-L{}", libdir2.display()),
-                &format!("-Wl,-rpath,{}", libdir2.display()),
-                "-l:libcublasLt.so.12",
-            ],
-            &module2,
-        );
-        let sha2 = tunedblas_core::identity::sha256_file(&lib2).unwrap();
         Lt {
-            libdir,
+            libdir: lib.parent().unwrap().to_path_buf(),
             host,
-            module,
-            sha,
-            module2,
-            sha2,
+            module: module("libltmod.so", &lib),
+            sha: tunedblas_core::identity::sha256_file(&lib).unwrap(),
+            module2: module("libltmod2.so", &lib2),
+            sha2: tunedblas_core::identity::sha256_file(&lib2).unwrap(),
         }
     })
 }
@@ -110,18 +72,10 @@ fn row(k: &LtKey, solution: &str) -> String {
 }
 
 fn profile(dir: &Path, rows: &[String]) {
-    let p = dir.join("profiles");
-    std::fs::create_dir_all(p.join("fake-lt")).unwrap();
-    let registry = serde_json::json!({
-        "profiles": { "fake-lt": { "dir": "fake-lt", "lib_sha256": lt().sha } }
-    });
-    std::fs::write(p.join("profiles.json"), registry.to_string()).unwrap();
-    let mut text = String::from("Validator,CUBLASLT_VERSION,130100\n");
-    for r in rows {
-        text.push_str(r);
-        text.push('\n');
-    }
-    std::fs::write(p.join("fake-lt/tunableop_results0.csv"), text).unwrap();
+    Profile::new(&dir.join("profiles"), "fake-lt", &lt().sha)
+        .validators(&[("CUBLASLT_VERSION", "130100")])
+        .lines(rows)
+        .write();
 }
 
 fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
@@ -135,34 +89,13 @@ fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
 /// [`host_cmd`] with another first module (`-`: none, see lt_host.c).
 fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Command {
     let mut cmd = Command::new(&lt().host);
-    cmd.arg(module)
-        .args(calls)
-        .env_remove("LD_PRELOAD")
-        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
-        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
-        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"))
+    cmd.arg(module).args(calls);
+    // The rocBLAS hosts' environment, with the stand-in's trace and a stats file.
+    host_env(&mut cmd, dir, preload);
+    cmd.env_remove("REFBLAS_TRACE")
         .env("TUNEDBLAS_STATS", dir.join("stats.json"))
-        .env("FAKELT_TRACE", dir.join("trace.log"))
-        .env_remove("TUNEDBLAS_PROFILE")
-        .env_remove("TUNEDBLAS_DISABLE")
-        .env_remove("TUNEDBLAS_LOG");
-    if preload {
-        cmd.env("LD_PRELOAD", &artifacts().preload);
-    }
+        .env("FAKELT_TRACE", dir.join("trace.log"));
     cmd
-}
-
-fn trace(dir: &Path) -> Vec<HashMap<String, String>> {
-    std::fs::read_to_string(dir.join("trace.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .filter_map(|f| f.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        })
-        .collect()
 }
 
 fn stats(dir: &Path) -> serde_json::Value {
@@ -388,7 +321,7 @@ fn disabled_means_untouched() {
 
 // ---------------------------------------------------------------------------------------
 // The lifecycle's fault rows for the cuBLASLt backend (the rocBLAS side's are in
-// reliability_life.rs): the two backends share one lifecycle, and these show it holds for
+// reliability/life.rs): the two backends share one lifecycle, and these show it holds for
 // this one too.
 // ---------------------------------------------------------------------------------------
 
@@ -398,7 +331,7 @@ fn lt_counted_calls(dir: &Path) -> u64 {
     for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
         let p = e.unwrap().path();
         if p.to_string_lossy().ends_with("-cublaslt-rank0.counts.csv") {
-            let log = tunedblas_core::untuned::read(&p).unwrap();
+            let log = tunedblas_core::misses::file::read(&p).unwrap();
             total += log.misses.iter().filter_map(|m| m.calls).sum::<u64>();
         }
     }
@@ -409,7 +342,7 @@ fn lt_counted_calls(dir: &Path) -> u64 {
 fn cublaslt_forking_while_threads_record_never_hangs_a_child() {
     let dir = scratch("lt-storm");
     profile(&dir, &[]);
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@storm:6:20"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@storm:6:20"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("storm-hung=0"),
@@ -423,7 +356,7 @@ fn cublaslt_a_signal_handler_exit_writes_counts_and_summary() {
     for round in 0..3 {
         let dir = scratch(&format!("lt-sigexit-{round}"));
         profile(&dir, &[]);
-        let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@sigexit:6"]));
+        let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@sigexit:6"]));
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(7), "{stderr}");
         assert!(
@@ -439,7 +372,8 @@ fn cublaslt_a_signal_handler_exit_writes_counts_and_summary() {
 fn cublaslt_a_vfork_child_does_not_finish_the_parents_run() {
     let dir = scratch("lt-vfork");
     profile(&dir, &[]);
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@vfork-fail", "16,8,8"]));
+    let out =
+        common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@vfork-fail", "16,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(
@@ -456,7 +390,8 @@ fn cublaslt_every_way_out_writes_counts_stats_and_summary() {
     for last in ["@Exit", "@exec:/bin/true"] {
         let dir = scratch(&format!("lt-out-{}", last.len()));
         profile(&dir, &[]);
-        let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "8,8,8", "16,8,8", last]));
+        let out =
+            common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "8,8,8", "16,8,8", last]));
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{last}: {stderr}");
         assert!(stderr.contains("cuBLASLt: 3 calls"), "{last}: {stderr}");
@@ -472,7 +407,7 @@ fn cublaslt_stats_are_never_written_through_a_planted_symlink() {
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     std::os::unix::fs::symlink(&victim, dir.join("stats.json")).unwrap();
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     // The stats went to the file itself, replacing the link.
@@ -485,7 +420,7 @@ fn cublaslt_stats_are_never_written_through_a_planted_symlink() {
 
 // ---------------------------------------------------------------------------------------
 // Library lifetime for cuBLASLt: a second build side by side, and the served build closed
-// and another opened (libs.rs's Registry, as for rocBLAS in reliability_loading.rs).
+// and another opened (libs.rs's Registry, as for rocBLAS in reliability/loading.rs).
 // ---------------------------------------------------------------------------------------
 
 /// A profile for each stand-in build, each with a tuned row for F.linear 8x8x8.
@@ -523,7 +458,7 @@ fn cublaslt_two_builds_side_by_side_each_call_runs_in_its_own_build() {
     let dir = scratch("lt-two-builds");
     two_build_lt_profiles(&dir);
     let module2 = format!("@module:{}", lt().module2.display());
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", &module2, "8,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", &module2, "8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // The first build's call is served (the tuned algorithm, 21, in the trace); the second
@@ -552,7 +487,7 @@ fn cublaslt_the_served_build_closed_and_another_opened_serves_the_new_one() {
     let dir = scratch("lt-switch");
     two_build_lt_profiles(&dir);
     let module2 = format!("@module:{}", lt().module2.display());
-    let out = faults::run_guarded(host_cmd(
+    let out = common::faults::run_guarded(host_cmd(
         &dir,
         true,
         &["8,8,8", "@close", &module2, "8,8,8"],
@@ -589,7 +524,7 @@ fn cublaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
             if inside {
                 cmd.env("FAKELT_CANCEL_POINT", "1");
             }
-            let out = faults::run_guarded(cmd);
+            let out = common::faults::run_guarded(cmd);
             assert!(
                 out.status.success(),
                 "inside: {inside}, preload: {preload}: {:?}: {}",
@@ -605,7 +540,7 @@ fn cublaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
     }
 }
 
-// ---- The profile's files, for cuBLASLt (the rocBLAS rows are in reliability_loading.rs) ---
+// ---- The profile's files, for cuBLASLt (the rocBLAS rows are in reliability/loading.rs) ---
 
 #[test]
 fn cublaslt_a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host() {
@@ -621,7 +556,7 @@ fn cublaslt_a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host() {
         } else {
             std::os::unix::fs::symlink("/dev/zero", &rank).unwrap();
         }
-        let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+        let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{what}: {stderr}");
         assert!(
@@ -647,14 +582,14 @@ fn cublaslt_a_byte_order_mark_does_not_hide_the_first_row() {
         format!("\u{feff}{r}\n"),
     )
     .unwrap();
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stats(&dir)["served"], 1, "{stderr}");
 }
 
-// ---- The miss folder, for cuBLASLt (the rocBLAS rows are in reliability_security.rs and
-// reliability_life.rs) ---------------------------------------------------------------------
+// ---- The miss folder, for cuBLASLt (the rocBLAS rows are in reliability/security.rs and
+// reliability/life.rs) ---------------------------------------------------------------------
 
 #[test]
 fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on() {
@@ -672,7 +607,7 @@ fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on
         };
         let mut cmd = host_cmd(&dir, true, &["8,8,8", "16,8,8", "24,8,8"]);
         cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir);
-        let out = faults::run_guarded(cmd);
+        let out = common::faults::run_guarded(cmd);
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{what}: {stderr}");
         assert_eq!(
@@ -694,8 +629,8 @@ fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on
     }
 }
 
-// ---- Bad input and file modes, for cuBLASLt (the rocBLAS rows are in reliability_input.rs
-// and reliability_security.rs) -------------------------------------------------------------
+// ---- Bad input and file modes, for cuBLASLt (the rocBLAS rows are in reliability/input.rs
+// and reliability/security.rs) -------------------------------------------------------------
 
 #[test]
 fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks() {
@@ -710,7 +645,7 @@ fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks()
         ),
     )
     .unwrap();
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("tunableop_results0.csv:2:"), "{stderr}");
@@ -721,7 +656,7 @@ fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks()
     profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
     let reg = dir.join("profiles/profiles.json");
     std::fs::write(&reg, "{\"profiles\": {,,}}\n").unwrap();
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("not valid JSON"), "{stderr}");
@@ -737,15 +672,8 @@ fn cublaslt_folders_are_0700_and_files_0600_whatever_the_umask() {
     let miss_dir = dir.join("m1/m2");
     let mut cmd = host_cmd(&dir, true, &["8,8,8"]);
     cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir);
-    // SAFETY: umask is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::umask(0);
-            Ok(())
-        });
-    }
-    let out = faults::run_guarded(cmd);
+    common::faults::with_umask(&mut cmd, 0);
+    let out = common::faults::run_guarded(cmd);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     for d in [dir.join("m1"), miss_dir.clone()] {
@@ -808,7 +736,7 @@ fn cublaslt_a_profile_for_another_build_or_an_unreadable_rank_serves_nothing_and
         .unwrap()
         .replace(&lt().sha, &"0".repeat(64));
     std::fs::write(&reg, other).unwrap();
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stats(&dir)["served"], 0, "{stderr}");
@@ -819,7 +747,7 @@ fn cublaslt_a_profile_for_another_build_or_an_unreadable_rank_serves_nothing_and
     let rank = dir.join("profiles/fake-lt/tunableop_results0.csv");
     std::fs::remove_file(&rank).unwrap();
     std::fs::create_dir(&rank).unwrap();
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -835,7 +763,7 @@ fn cublaslt_thirty_two_threads_give_exact_counts() {
     // each from the main thread): exact totals, one first sight, exact counts on disk.
     let dir = scratch("lt-threads");
     profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
-    let out = faults::run_guarded(host_cmd(
+    let out = common::faults::run_guarded(host_cmd(
         &dir,
         true,
         &["8,8,8", "16,8,8", "@threads:32:100"],
@@ -865,7 +793,7 @@ fn planted_case(verb: &str) {
     let step = format!("@{verb}:{}:{}", shared.display(), victim.display());
     let mut cmd = host_cmd(&dir, true, &[&step, "8,8,8", "16,8,8"]);
     cmd.env("TUNEDBLAS_MISS_DIR", &shared);
-    let out = faults::run_guarded(cmd);
+    let out = common::faults::run_guarded(cmd);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{verb}: {stderr}");
     assert_eq!(
@@ -896,22 +824,8 @@ fn cublaslt_a_file_size_limit_leaves_only_whole_lines_and_serving_goes_on() {
     args.push("8,8,8");
     let mut cmd = host_cmd(&dir, true, &args);
     cmd.env_remove("FAKELT_TRACE");
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let lim = libc::rlimit {
-                rlim_cur: 2010,
-                rlim_max: 2010,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let out = faults::run_guarded(cmd);
+    common::faults::with_file_size_limit(&mut cmd, 2010);
+    let out = common::faults::run_guarded(cmd);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(
@@ -948,7 +862,7 @@ fn cublaslt_calls_before_cublaslt_is_loaded_decide_nothing_for_good() {
     let dir = scratch("lt-late");
     profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
     let module = format!("@module:{}", lt().module.display());
-    let out = faults::run_guarded(host_cmd_with(
+    let out = common::faults::run_guarded(host_cmd_with(
         Path::new("-"),
         &dir,
         true,
@@ -984,7 +898,7 @@ fn cublaslt_four_processes_at_once_each_record_their_own_shapes() {
         })
         .collect();
     for c in children {
-        let out = faults::wait_guarded(c, "lt_host");
+        let out = common::faults::wait_guarded(c, "lt_host");
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
     // Each process: its own log with its 20 shapes and the 2 shared ones; every counts file
@@ -999,7 +913,7 @@ fn cublaslt_four_processes_at_once_each_record_their_own_shapes() {
             assert_eq!(lines.lines().count(), 22, "{name}: {lines}");
         }
         if name.ends_with("-cublaslt-rank0.counts.csv") {
-            let log = tunedblas_core::untuned::read(&p).unwrap();
+            let log = tunedblas_core::misses::file::read(&p).unwrap();
             assert!(log.malformed.is_empty());
             let shared: Vec<u64> = log
                 .misses
@@ -1027,7 +941,7 @@ fn cublaslt_a_truncated_results_file_serves_its_whole_rows_only() {
         format!("Validator,CUBLASLT_VERSION,130100\n{whole}\n{cut}"),
     )
     .unwrap();
-    let out = faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stats(&dir)["served"], 1, "{stderr}");

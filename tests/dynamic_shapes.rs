@@ -9,9 +9,7 @@ use std::process::Command;
 use common::*;
 
 fn host4_env(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(&artifacts().host4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, true);
+    let mut cmd = host4_cmd(dir, true, args);
     cmd.env_remove("TUNEDBLAS_NEAR");
     for (k, v) in env {
         cmd.env(k, v);
@@ -28,13 +26,7 @@ fn near_serving_is_on_by_default_within_32_tokens() {
     let dir = scratch("near-default-on");
     let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
     let sol = common_non_heuristic(&[tuned, missed]);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &v4_sha(),
-        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(tuned, sol).write();
     let out = host4_env(&dir, &[], &[missed, "ex:TN:h:64:60:40"]);
     let stderr = text(&out.stderr);
     assert!(
@@ -58,10 +50,6 @@ fn common_non_heuristic(specs: &[&str]) -> i32 {
     *sols.first().expect("a shared non-heuristic solution")
 }
 
-fn v4_sha() -> String {
-    sha_of(&artifacts().libdir4, "librocblas.so.4")
-}
-
 #[test]
 fn wildcard_rows_serve_every_token_count_of_their_layer() {
     let dir = scratch("wildcard");
@@ -79,7 +67,7 @@ fn wildcard_rows_serve_every_token_count_of_their_layer() {
         row(exact, &format!("Gemm_Rocblas_{exact_sol}")),
         "GemmTunableOp_Half_TN,tn_48_*_16_ld_16_16_48,Default,0.01".to_string(),
     ];
-    write_profile(&dir.join("profiles"), "ref-v4", &v4_sha(), &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     let stats = dir.join("stats.json");
     let out = host4_env(
         &dir,
@@ -125,7 +113,7 @@ fn wildcard_rows_serve_every_token_count_of_their_layer() {
 fn a_failing_wildcard_row_is_quarantined_and_the_call_still_right() {
     let dir = scratch("wildcard-bad");
     let rows = ["GemmTunableOp_Half_TN,tn_64_*_40_ld_40_40_64,Gemm_Rocblas_77777,0.01".to_string()];
-    write_profile(&dir.join("profiles"), "ref-v4", &v4_sha(), &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     let out = host4_env(&dir, &[], &["ex:TN:h:64:24:40:2", "ex:TN:h:64:28:40"]);
     let stderr = text(&out.stderr);
     assert_eq!(stderr.matches("quarantined").count(), 1, "{stderr}");
@@ -164,13 +152,7 @@ fn near_serving_uses_the_validated_solution_of_the_nearest_token_count() {
     // The layer 64x40 has a row at 24 tokens; 28 tokens missed (a chunk + decode step).
     let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
     let sol = common_non_heuristic(&[tuned, missed]);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &v4_sha(),
-        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(tuned, sol).write();
     let stats = dir.join("stats.json");
     let out = host4_env(
         &dir,
@@ -213,13 +195,7 @@ fn near_serving_uses_the_validated_solution_of_the_nearest_token_count() {
 
     // Off: TUNEDBLAS_NEAR=0 serves nothing near.
     let off = scratch("near-off");
-    write_profile(
-        &off.join("profiles"),
-        "ref-v4",
-        &v4_sha(),
-        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&off).tuned(tuned, sol).write();
     let out = host4_env(&off, &[("TUNEDBLAS_NEAR", "0")], &[missed]);
     assert!(
         text(&out.stderr).contains("1 calls: 0 served, 0 default, 1 missed (1 shapes)"),
@@ -237,13 +213,7 @@ fn a_near_solution_whose_call_fails_is_refused_for_good() {
     let dir = scratch("near-call-fails");
     let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
     let sol = common_non_heuristic(&[tuned, missed]);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &v4_sha(),
-        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(tuned, sol).write();
     let stats = dir.join("stats.json");
     let out = host4_env(
         &dir,
@@ -274,13 +244,7 @@ fn near_serving_is_refused_when_validation_fails() {
     let sol = *only_at(tuned, missed)
         .first()
         .expect("refblas has a kernel that needs n % 4 == 0");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &v4_sha(),
-        &[row(tuned, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(tuned, sol).write();
     let stats = dir.join("stats.json");
     let out = host4_env(
         &dir,
@@ -318,13 +282,7 @@ fn near_serving_is_refused_when_validation_fails() {
 fn a_default_row_nearby_means_the_heuristic() {
     let dir = scratch("near-default");
     let (tuned, missed) = ("ex:TN:h:64:24:40", "ex:TN:h:64:28:40");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &v4_sha(),
-        &[row(tuned, "Default")],
-        1,
-    );
+    Profile::v4(&dir).row(tuned, "Default").write();
     let out = host4_env(&dir, &[("TUNEDBLAS_NEAR", "8")], &[missed]);
     assert!(
         text(&out.stderr).contains("1 calls: 0 served, 0 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks, 0 near"),

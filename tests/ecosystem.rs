@@ -15,33 +15,17 @@ use tunedblas_core::formats::{bench, gemm_tune};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop;
 
-fn tunedblas() -> PathBuf {
-    let p = target_dir().join("tunedblas");
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
-
 fn harness(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(tunedblas());
-    cmd.args(args);
-    host_env(&mut cmd, dir, false);
-    cmd.env_remove("REFBLAS_TRACE").env("NO_COLOR", "1");
+    let mut cmd = tunedblas_cmd(dir, args);
+    cmd.env("NO_COLOR", "1");
     cmd
 }
 
-fn ok(out: &Output) -> String {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stderr)
-    );
-    stdout
+/// `tunedblas export --lib <lib> --format <format> <rest>` in `dir`'s environment.
+fn export(dir: &Path, lib: &str, format: &str, rest: &[&str]) -> Command {
+    let mut args = vec!["export", "--lib", lib, "--format", format];
+    args.extend(rest);
+    harness(dir, &args)
 }
 
 fn key_text(k: &ProblemKey) -> String {
@@ -127,13 +111,6 @@ fn pytorch_reads(
     (&validators == registered).then_some(results)
 }
 
-fn lib4() -> PathBuf {
-    artifacts().libdir4.join("librocblas.so.4")
-}
-fn lib5() -> PathBuf {
-    artifacts().libdir5.join("librocblas.so.5")
-}
-
 const TUNED: &str = "ex:TN:h:64:24:40";
 const DEFAULT: &str = "ex:TN:h:96:16:64";
 const EXTENSION: &str = "ex:NN:hh:32:8:16";
@@ -170,26 +147,18 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
         &made,
         "Default",
     );
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
-    let lib = lib4();
+    let sha = sha4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
 
     // The override CSV: Tensile indices of the rocBLAS 4 build (the ids themselves), the
     // build named in comment lines without commas, Default rows left out.
     let csv = dir.join("override.csv");
-    let out = harness(
+    let out = export(
         &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "gemm-tune",
-            "--beta",
-            "0,1",
-            "--out",
-            csv.to_str().unwrap(),
-        ],
+        lib,
+        "gemm-tune",
+        &["--beta", "0,1", "--out", csv.to_str().unwrap()],
     )
     .output()
     .unwrap();
@@ -232,20 +201,11 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
 
     // rocblas-bench lines: each row, then its heuristic.
     let sh = dir.join("check.sh");
-    ok(&harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "bench",
-            "--out",
-            sh.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap());
+    ok(
+        &export(&dir, lib, "bench", &["--out", sh.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
     let body = std::fs::read_to_string(&sh).unwrap();
     let parsed = bench::parse(&body);
     assert!(parsed.skipped.is_empty(), "{:?}", parsed.skipped);
@@ -323,23 +283,12 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
         &made,
         "Default",
     );
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let csv = dir.join("override.csv");
-    let out = harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "gemm-tune",
-            "--out",
-            csv.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = export(&dir, lib, "gemm-tune", &["--out", csv.to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -351,20 +300,11 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
     );
     assert!(!csv.exists(), "no file that would be ignored");
     let sh = dir.join("check.sh");
-    ok(&harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "bench",
-            "--out",
-            sh.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap());
+    ok(
+        &export(&dir, lib, "bench", &["--out", sh.to_str().unwrap()])
+            .output()
+            .unwrap(),
+    );
 
     // A build that reads the file gets a comment saying so.
     let dir = scratch("export-gemm-tune-4.4");
@@ -376,11 +316,7 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
         &made,
         "Default",
     );
-    let out = ok(
-        &harness(&dir, &["export", "--lib", lib, "--format", "gemm-tune"])
-            .output()
-            .unwrap(),
-    );
+    let out = ok(&export(&dir, lib, "gemm-tune", &[]).output().unwrap());
     assert!(out.contains("# rocBLAS 4.4.1 reads that variable"), "{out}");
 }
 
@@ -405,19 +341,12 @@ fn rocblas5_ids_become_tensile_indices_and_others_are_named() {
         "Default",
     );
     let csv = dir.join("o.csv");
-    let lib = lib5();
-    let out = harness(
+    let lib = artifacts().lib5();
+    let out = export(
         &dir,
-        &[
-            "export",
-            "--lib",
-            lib.to_str().unwrap(),
-            "--format",
-            "gemm-tune",
-            "--out",
-            csv.to_str().unwrap(),
-            "--json",
-        ],
+        lib.to_str().unwrap(),
+        "gemm-tune",
+        &["--out", csv.to_str().unwrap(), "--json"],
     )
     .output()
     .unwrap();
@@ -465,7 +394,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
         &made,
         "Default",
     );
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     // A file PyTorch wrote on the target (from the vllm-rdna fixtures): its validators.
     let pytorch_file =
@@ -473,9 +402,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     let pytorch_file = pytorch_file.to_str().unwrap();
 
     // Our own validators are not PyTorch's set: refused, saying what is missing.
-    let out = harness(&dir, &["export", "--lib", lib, "--format", "tunableop"])
-        .output()
-        .unwrap();
+    let out = export(&dir, lib, "tunableop", &[]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
@@ -485,20 +412,9 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
         "{err}"
     );
     // That PyTorch used another rocBLAS: the ids would be wrong there.
-    let out = harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "tunableop",
-            "--validators-from",
-            pytorch_file,
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = export(&dir, lib, "tunableop", &["--validators-from", pytorch_file])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("5.6.0.8d1ae90e") && text(&out.stderr).contains("--force"),
@@ -508,14 +424,11 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
 
     // The same PyTorch with this build's rocBLAS: accepted, one file per rank.
     let outdir = dir.join("pytorch");
-    ok(&harness(
+    ok(&export(
         &dir,
+        lib,
+        "tunableop",
         &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "tunableop",
             "--validators-from",
             pytorch_file,
             "--validator",
@@ -590,14 +503,11 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     );
 
     // PyTorch 2.6 names problems without leading dimensions.
-    let out = ok(&harness(
+    let out = ok(&export(
         &dir,
+        lib,
+        "tunableop",
         &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "tunableop",
             "--validators-from",
             pytorch_file,
             "--validator",
@@ -702,7 +612,7 @@ fn png_pixels(png: &[u8]) -> (usize, usize, Vec<u8>) {
 fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     let dir = scratch("report");
     let store = dir.join("profiles");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     // A real campaign, so provenance holds measurements: two layers, three token counts
     // for one and one for the other.
     let mut args = vec![
@@ -913,7 +823,7 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
             .env_remove("REFBLAS_TRACE")
             .env("NO_COLOR", "1");
     };
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let mut tune = Command::new(&bin);
     tune.args([
@@ -1008,7 +918,7 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
 #[test]
 fn the_harness_drops_rocblas_internal_fp16_alt_impl() {
     let dir = scratch("fp16-alt-impl-harness");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let out = harness(&dir, &["verify", "--lib", lib.to_str().unwrap()])
         .env("ROCBLAS_INTERNAL_FP16_ALT_IMPL", "1")
         .output()

@@ -11,44 +11,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn tunedblas() -> PathBuf {
-    let p = target_dir().join("tunedblas");
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
-
-fn lib4() -> PathBuf {
-    artifacts().libdir4.join("librocblas.so.4")
-}
-fn lib5() -> PathBuf {
-    artifacts().libdir5.join("librocblas.so.5")
-}
-
 /// Fast settings: the tests check the plumbing, not the timings.
 const QUICK: &[&str] = &["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"];
-
-fn harness(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(tunedblas());
-    cmd.args(args);
-    host_env(&mut cmd, dir, false);
-    cmd.env_remove("REFBLAS_TRACE");
-    cmd
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status.code(),
-        text(&out.stderr)
-    );
-    stdout
-}
 
 fn json_file(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
@@ -62,18 +26,6 @@ fn only_profile(store: &Path) -> (PathBuf, Value) {
     assert_eq!(profiles.len(), 1, "{reg}");
     let (_, entry) = profiles.iter().next().unwrap();
     (store.join(entry["dir"].as_str().unwrap()), entry.clone())
-}
-
-fn rows_of(dir: &Path, rank: usize) -> Vec<(String, String)> {
-    std::fs::read_to_string(dir.join(format!("tunableop_results{rank}.csv")))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with("Validator"))
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (format!("{},{}", f[0], f[1]), f[2].to_string())
-        })
-        .collect()
 }
 
 const SPECS: &[&str] = &["ex:TN:h:64:24:40", "ex:TN:h:96:16:64", "ex:TN:h:48:1:64"];
@@ -92,7 +44,7 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     // 2. Tune into a fresh store.
     let store = dir.join("profiles");
     let misses_dir = dir.join("misses");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let mut args = vec![
         "tune",
         "--lib",
@@ -102,7 +54,7 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     ];
     args.push(misses_dir.to_str().unwrap());
     args.extend(["--trials", "5", "--max-trials", "10", "--rotate-mib", "1"]);
-    let out = ok(&run(harness(&dir, &args)));
+    let out = ok(&run(tunedblas_cmd(&dir, &args)));
     assert!(out.contains("tuning 3 shapes"), "{out}");
     assert!(
         out.contains("adopt a new solution only if"),
@@ -117,13 +69,13 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
         "{out}"
     );
     let (profile, entry) = only_profile(&store);
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sha = sha4();
     assert_eq!(entry["lib_sha256"], sha.as_str());
     assert_eq!(entry["arch"], "refblas-cpu");
     // One results file per device refblas reports (4), all alike.
-    let rows = rows_of(&profile, 0);
+    let rows = rank_rows(&profile, 0);
     for rank in 1..4 {
-        assert_eq!(rows_of(&profile, rank), rows);
+        assert_eq!(rank_rows(&profile, rank), rows);
     }
     assert!(!profile.join("tunableop_results4.csv").exists());
     assert!(
@@ -159,14 +111,14 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     }
 
     // 3. Qualify and verify.
-    let q = ok(&run(harness(
+    let q = ok(&run(tunedblas_cmd(
         &dir,
-        &["qualify", "--lib", lib4().to_str().unwrap()],
+        &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
     assert!(q.contains("0 removed"), "{q}");
-    let v = ok(&run(harness(
+    let v = ok(&run(tunedblas_cmd(
         &dir,
-        &["verify", "--lib", lib4().to_str().unwrap()],
+        &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
     if rows.is_empty() {
         assert!(v.contains("no rows, nothing to replay -> OK"), "{v}");
@@ -235,18 +187,18 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
     }
 
     // 5. The store answers questions about it.
-    let which = ok(&run(harness(
+    let which = ok(&run(tunedblas_cmd(
         &dir,
-        &["profiles", "which", lib4().to_str().unwrap()],
+        &["profiles", "which", artifacts().lib4().to_str().unwrap()],
     )));
     assert!(
         which.contains(&format!("profile '{}'", name.to_string_lossy())),
         "{which}"
     );
-    let list = ok(&run(harness(&dir, &["profiles", "list", "--json"])));
+    let list = ok(&run(tunedblas_cmd(&dir, &["profiles", "list", "--json"])));
     let list: Value = serde_json::from_str(&list).unwrap();
     assert_eq!(list[0]["rows_per_rank"], rows.len());
-    let show = ok(&run(harness(
+    let show = ok(&run(tunedblas_cmd(
         &dir,
         &["profiles", "show", &name.to_string_lossy()],
     )));
@@ -271,14 +223,14 @@ fn shape_args(n: usize) -> Vec<String> {
 fn a_killed_campaign_resumes_and_loses_nothing() {
     let dir = scratch("resume");
     let shapes = shape_args(16);
-    let mut args: Vec<String> = ["tune", "--lib", lib4().to_str().unwrap()]
+    let mut args: Vec<String> = ["tune", "--lib", artifacts().lib4().to_str().unwrap()]
         .iter()
         .map(|s| s.to_string())
         .chain(shapes.iter().cloned())
         .chain(["--trials", "5", "--max-trials", "5", "--rotate-mib", "1"].map(String::from))
         .collect();
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = harness(&dir, &arg_refs)
+    let mut child = tunedblas_cmd(&dir, &arg_refs)
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -317,12 +269,12 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     );
 
     // Different inputs are refused while the campaign is unfinished.
-    let other = run(harness(
+    let other = run(tunedblas_cmd(
         &dir,
         &[
             "tune",
             "--lib",
-            lib4().to_str().unwrap(),
+            artifacts().lib4().to_str().unwrap(),
             "--shape",
             "f16:TN:8:8:8",
         ],
@@ -337,7 +289,7 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     // The same command resumes.
     args.push("--json".into());
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = ok(&run(harness(&dir, &arg_refs)));
+    let out = ok(&run(tunedblas_cmd(&dir, &arg_refs)));
     let summary: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(summary["resumed"], before_kill.len());
     assert_eq!(summary["counts"]["shapes"], 16);
@@ -382,13 +334,13 @@ fn an_import_from_another_build_keeps_shapes_and_never_ids() {
         text_rows.push('\n');
     }
     std::fs::write(&foreign, text_rows).unwrap();
-    let out = ok(&run(harness(
+    let out = ok(&run(tunedblas_cmd(
         &dir,
         &[
             "profiles",
             "import",
             "--lib",
-            lib5().to_str().unwrap(),
+            artifacts().lib5().to_str().unwrap(),
             foreign.to_str().unwrap(),
         ],
     )));
@@ -401,15 +353,15 @@ fn an_import_from_another_build_keeps_shapes_and_never_ids() {
     assert_eq!(waiting.lines().count(), 2);
     assert!(!waiting.contains("Gemm_Rocblas"), "{waiting}");
 
-    let lib = lib5();
+    let lib = artifacts().lib5();
     let mut args = vec!["tune", "--lib", lib.to_str().unwrap(), "--retune"];
     args.extend(QUICK);
-    ok(&run(harness(&dir, &args)));
+    ok(&run(tunedblas_cmd(&dir, &args)));
     let v5_offered: Vec<i32> = specs
         .iter()
         .flat_map(|s| solutions(&artifacts().host5, s))
         .collect();
-    let rows = rows_of(&folder, 0);
+    let rows = rank_rows(&folder, 0);
     for (shape, sol) in &rows {
         if let Some(id) = sol.strip_prefix("Gemm_Rocblas_") {
             let id: i32 = id.parse().unwrap();
@@ -433,18 +385,16 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
     let bad = non_heuristic_solutions(&artifacts().host4, bad_spec)[0];
     let good = non_heuristic_solutions(&artifacts().host4, good_spec)[0];
     assert_ne!(bad, good, "the faulty id must not hit the other row");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
-    write_profile(
-        &dir.join("profiles"),
-        "p",
-        &sha,
-        &[
-            row(bad_spec, &format!("Gemm_Rocblas_{bad}")),
-            row(good_spec, &format!("Gemm_Rocblas_{good}")),
-        ],
-        2,
+    let sha = sha4();
+    Profile::new(&dir.join("profiles"), "p", &sha)
+        .tuned(bad_spec, bad)
+        .tuned(good_spec, good)
+        .ranks(2)
+        .write();
+    let mut cmd = tunedblas_cmd(
+        &dir,
+        &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     );
-    let mut cmd = harness(&dir, &["qualify", "--lib", lib4().to_str().unwrap()]);
     cmd.env("REFBLAS_FAULTY_SOLUTION", bad.to_string());
     let out = ok(&run(cmd));
     assert!(
@@ -453,7 +403,7 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
     );
     assert!(out.contains("relative L2"), "the reason is given:\n{out}");
     for rank in 0..2 {
-        let rows = rows_of(&dir.join("profiles/p"), rank);
+        let rows = rank_rows(&dir.join("profiles/p"), rank);
         assert_eq!(
             rows,
             vec![(miss_line(good_spec), format!("Gemm_Rocblas_{good}"))]
@@ -465,9 +415,9 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
         miss_line(bad_spec).as_str()
     );
     // Without the fault, the same row qualifies.
-    let out = ok(&run(harness(
+    let out = ok(&run(tunedblas_cmd(
         &dir,
-        &["qualify", "--lib", lib4().to_str().unwrap()],
+        &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
     assert!(
         out.contains("1 rows checked on 4 devices, 0 removed"),
@@ -478,19 +428,15 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
 #[test]
 fn verify_fails_when_a_row_is_not_served() {
     let dir = scratch("verify-fail");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
+    let sha = sha4();
     let spec = "ex:TN:h:64:24:40";
     // An id refblas 4.x does not have: the interposer falls back and quarantines it.
-    write_profile(
-        &dir.join("profiles"),
-        "p",
-        &sha,
-        &[row(spec, "Gemm_Rocblas_9999")],
-        1,
-    );
-    let out = run(harness(
+    Profile::new(&dir.join("profiles"), "p", &sha)
+        .row(spec, "Gemm_Rocblas_9999")
+        .write();
+    let out = run(tunedblas_cmd(
         &dir,
-        &["verify", "--lib", lib4().to_str().unwrap()],
+        &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     ));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let stdout = text(&out.stdout);
@@ -500,9 +446,9 @@ fn verify_fails_when_a_row_is_not_served() {
     );
     // No profile at all is an error that says what to do.
     let empty = scratch("verify-none");
-    let out = run(harness(
+    let out = run(tunedblas_cmd(
         &empty,
-        &["verify", "--lib", lib4().to_str().unwrap()],
+        &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     ));
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -522,7 +468,7 @@ fn shards_tuned_apart_merge_into_one_profile() {
         let args: Vec<String> = [
             "tune",
             "--lib",
-            lib4().to_str().unwrap(),
+            artifacts().lib4().to_str().unwrap(),
             "--profiles",
             store.to_str().unwrap(),
             "--shard",
@@ -535,17 +481,17 @@ fn shards_tuned_apart_merge_into_one_profile() {
         .chain(["--json".to_string()])
         .collect();
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let summary: Value = serde_json::from_str(&ok(&run(harness(&dir, &refs)))).unwrap();
+        let summary: Value = serde_json::from_str(&ok(&run(tunedblas_cmd(&dir, &refs)))).unwrap();
         assert_eq!(summary["counts"]["shapes"], 3, "half of six shapes each");
         rows_total += summary["rows"].as_u64().unwrap();
     }
     let merged = dir.join("merged");
-    let out = ok(&run(harness(
+    let out = ok(&run(tunedblas_cmd(
         &dir,
         &[
             "merge",
             "--lib",
-            lib4().to_str().unwrap(),
+            artifacts().lib4().to_str().unwrap(),
             "--profiles",
             merged.to_str().unwrap(),
             dir.join("shard0").to_str().unwrap(),
@@ -555,7 +501,7 @@ fn shards_tuned_apart_merge_into_one_profile() {
     assert!(out.contains(&format!("{rows_total} rows added")), "{out}");
     let (profile, entry) = only_profile(&merged);
     assert_eq!(entry["rows_per_rank"], rows_total);
-    assert_eq!(rows_of(&profile, 0).len() as u64, rows_total);
+    assert_eq!(rank_rows(&profile, 0).len() as u64, rows_total);
     let prov = json_file(&profile.join("provenance.json"));
     assert_eq!(prov["campaigns"][0]["kind"], "merge");
     assert_eq!(
@@ -594,14 +540,14 @@ fn a_quiet_campaign_prints_the_counts_only() {
 #[test]
 fn several_devices_tune_in_parallel_one_worker_each() {
     let dir = scratch("devices");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap(), "--devices", "0,1"]
         .map(String::from)
         .to_vec();
     args.extend(shape_args(8));
     args.extend(QUICK.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = ok(&run(harness(&dir, &refs)));
+    let out = ok(&run(tunedblas_cmd(&dir, &refs)));
     assert!(out.contains("on devices 0,1"), "{out}");
     let record = std::fs::read_dir(dir.join("profiles/rocblas-4.4.0.5f2e9c71/campaigns"))
         .unwrap()
@@ -636,20 +582,17 @@ fn a_library_named_by_soname_is_hashed_from_the_file_the_loader_maps() {
         "f16:TN:16:4:32",
     ];
     args.extend(QUICK);
-    let mut cmd = harness(&dir, &args);
+    let mut cmd = tunedblas_cmd(&dir, &args);
     cmd.env("LD_LIBRARY_PATH", &artifacts().libdir4);
     ok(&run(cmd));
     let (_, entry) = only_profile(&dir.join("profiles"));
-    assert_eq!(
-        entry["lib_sha256"],
-        sha_of(&artifacts().libdir4, "librocblas.so.4").as_str()
-    );
+    assert_eq!(entry["lib_sha256"], sha4().as_str());
 }
 
 #[test]
 fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     let dir = scratch("cli");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let cases: &[(&[&str], i32, &str)] = &[
         (&["tune"], 2, "needs --lib"),
@@ -691,7 +634,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         (&["frobnicate"], 2, "unknown command"),
     ];
     for (args, code, words) in cases {
-        let out = run(harness(&dir, args));
+        let out = run(tunedblas_cmd(&dir, args));
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(*code), "{args:?}: {stderr}");
         assert!(
@@ -701,7 +644,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     }
     // A library that is not rocBLAS: exit 3, and it says so.
     let preload = artifacts().preload.to_str().unwrap().to_string();
-    let out = run(harness(
+    let out = run(tunedblas_cmd(
         &dir,
         &["tune", "--lib", &preload, "--shape", "f16:TN:8:8:8"],
     ));
@@ -713,7 +656,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     );
     // Every subcommand has help with examples.
     for sub in ["demo", "tune", "qualify", "verify", "profiles", "merge"] {
-        let out = ok(&run(harness(&dir, &[sub, "--help"])));
+        let out = ok(&run(tunedblas_cmd(&dir, &[sub, "--help"])));
         assert!(out.contains("EXAMPLE"), "{sub}: {out}");
     }
 }

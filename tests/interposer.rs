@@ -9,10 +9,7 @@ use std::process::Command;
 use common::*;
 
 fn host4(dir: &std::path::Path, preload: bool, args: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(&artifacts().host4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, preload);
-    run(cmd)
+    run(host4_cmd(dir, preload, args))
 }
 
 /// A solution other than the heuristic's, so serving it is visible.
@@ -31,14 +28,10 @@ const SPEC: &str = "ex:TN:h:64:24:40";
 fn serves_the_tuned_solution_of_the_matching_build() {
     let dir = scratch("serve");
     let sol = tuned_solution(SPEC);
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    let sha = sha4();
+    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
+        .tuned(SPEC, sol)
+        .write();
 
     let served = host4(&dir, true, &[SPEC]);
     let stderr = text(&served.stderr);
@@ -79,14 +72,10 @@ fn scratch_path(name: &str) -> std::path::PathBuf {
 fn a_profile_for_another_build_is_not_chosen() {
     let dir = scratch("other-build");
     let sol = tuned_solution(SPEC);
-    let other = sha_of(&artifacts().libdir5, "librocblas.so.5");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v5",
-        &other,
-        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    let other = sha5();
+    Profile::new(&dir.join("profiles"), "ref-v5", &other)
+        .tuned(SPEC, sol)
+        .write();
     let out = host4(&dir, true, &[SPEC]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -104,13 +93,9 @@ fn a_profile_for_another_build_is_not_chosen() {
 
     // Naming it explicitly is refused too, unless the operator forces it.
     let dir = scratch("other-build-explicit");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v5",
-        &other,
-        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::new(&dir.join("profiles"), "ref-v5", &other)
+        .tuned(SPEC, sol)
+        .write();
     let mut cmd = Command::new(&artifacts().host4);
     cmd.arg(SPEC);
     host_env(&mut cmd, &dir, true);
@@ -124,13 +109,9 @@ fn a_profile_for_another_build_is_not_chosen() {
     assert_eq!(trace(&dir)[0]["heuristic"], "1");
 
     let dir = scratch("other-build-forced");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v5",
-        &other,
-        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::new(&dir.join("profiles"), "ref-v5", &other)
+        .tuned(SPEC, sol)
+        .write();
     let mut cmd = Command::new(&artifacts().host4);
     cmd.arg(SPEC);
     host_env(&mut cmd, &dir, true);
@@ -149,15 +130,8 @@ fn a_profile_for_another_build_is_not_chosen() {
 #[test]
 fn a_bad_solution_falls_back_and_the_result_is_still_right() {
     let dir = scratch("bad-id");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     // 77777 is no refblas solution: rocBLAS answers invalid_value.
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(SPEC, "Gemm_Rocblas_77777")],
-        1,
-    );
+    Profile::v4(&dir).row(SPEC, "Gemm_Rocblas_77777").write();
     let out = host4(&dir, true, &[&format!("{SPEC}:3")]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -184,16 +158,9 @@ fn a_bad_solution_falls_back_and_the_result_is_still_right() {
 #[test]
 fn every_missing_shape_is_logged_once_with_its_count() {
     let dir = scratch("misses");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let served = "ex:TN:h:32:8:16";
     let sol = tuned_solution(served);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(served, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(served, sol).write();
     let a = "ex:TN:h:48:512:32";
     let b = "sgemm:NN:s:16:16:16";
     let c = "sb:NT:b:8:8:8";
@@ -230,16 +197,9 @@ fn every_missing_shape_is_logged_once_with_its_count() {
 #[test]
 fn eight_threads_at_once_lose_nothing() {
     let dir = scratch("threads");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let hit = "ex:TN:h:16:8:16";
     let sol = tuned_solution(hit);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(hit, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(hit, sol).write();
     let specs = [
         "ex:TN:h:16:4:16:25",
         "ex:TN:h:16:12:16:25",
@@ -270,16 +230,9 @@ fn eight_threads_at_once_lose_nothing() {
 #[test]
 fn python_loading_rocblas_locally_is_served() {
     let dir = scratch("python");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let sol = tuned_solution(SPEC);
     let miss = "ex:TN:h:8:8:8";
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(SPEC, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(SPEC, sol).write();
     let mut cmd = Command::new("python3");
     cmd.arg(repo().join("tests/hosts/py_host.py"))
         .arg(&artifacts().module4)
@@ -303,7 +256,6 @@ fn python_loading_rocblas_locally_is_served() {
 #[test]
 fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
     let dir = scratch("typed");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let s = "sgemm:NN:s:32:16:24";
     let h = "hgemm:NT:hh:32:16:24";
     let ss = tuned_solution(s);
@@ -312,7 +264,7 @@ fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
         row(s, &format!("Gemm_Rocblas_{ss}")),
         row(h, &format!("Gemm_Rocblas_{hs}")),
     ];
-    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     let out = host4(&dir, true, &[s, h]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = trace(&dir);
@@ -336,14 +288,7 @@ fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
 #[test]
 fn default_rows_pass_through_and_count_as_served_by_design() {
     let dir = scratch("default");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(SPEC, "Default")],
-        1,
-    );
+    Profile::v4(&dir).row(SPEC, "Default").write();
     let out = host4(&dir, true, &[&format!("{SPEC}:2")]);
     let stderr = text(&out.stderr);
     assert!(
@@ -357,16 +302,9 @@ fn default_rows_pass_through_and_count_as_served_by_design() {
 #[test]
 fn a_caller_that_chose_a_solution_is_left_alone() {
     let dir = scratch("caller-chose");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let sols = solutions(&artifacts().host4, SPEC);
     let (tuned, chosen) = (sols[sols.len() - 1], sols[0]);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(SPEC, &format!("Gemm_Rocblas_{tuned}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(SPEC, tuned).write();
     let out = host4(&dir, true, &["--solution", &chosen.to_string(), SPEC]);
     assert!(
         text(&out.stderr)
@@ -405,14 +343,10 @@ fn the_5x_flavour_serves_large_negative_ids() {
         .iter()
         .find(|&&s| s <= -11)
         .expect("refblas 5.x offers Tensile-style ids");
-    let sha = sha_of(&artifacts().libdir5, "librocblas.so.5");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v5",
-        &sha,
-        &[row(spec, &format!("Gemm_Rocblas_{tensile}"))],
-        1,
-    );
+    let sha = sha5();
+    Profile::new(&dir.join("profiles"), "ref-v5", &sha)
+        .tuned(spec, tensile)
+        .write();
     let mut cmd = Command::new(&artifacts().host5);
     cmd.arg(spec);
     host_env(&mut cmd, &dir, true);
@@ -425,17 +359,10 @@ fn the_5x_flavour_serves_large_negative_ids() {
 #[test]
 fn each_device_is_served_from_its_own_rank_file() {
     let dir = scratch("ranks");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let sols = non_heuristic_solutions(&artifacts().host4, SPEC);
     assert!(sols.len() >= 2, "{sols:?}");
     let (r0, r1) = (sols[0], sols[sols.len() - 1]);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha,
-        &[row(SPEC, &format!("Gemm_Rocblas_{r0}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(SPEC, r0).write();
     let rank1 = format!("{}\n", row(SPEC, &format!("Gemm_Rocblas_{r1}")));
     std::fs::write(dir.join("profiles/ref-v4/tunableop_results1.csv"), rank1).unwrap();
     let miss = "ex:TN:h:8:8:8";
@@ -459,7 +386,6 @@ fn each_device_is_served_from_its_own_rank_file() {
 #[test]
 fn strided_batched_rows_are_served_typed_and_ex() {
     let dir = scratch("strided");
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let ex = "sb:NT:h:16:12:8";
     let typed = "ssb:NN:s:16:12:8";
     let (se, st) = (tuned_solution(ex), tuned_solution(typed));
@@ -467,7 +393,7 @@ fn strided_batched_rows_are_served_typed_and_ex() {
         row(ex, &format!("Gemm_Rocblas_{se}")),
         row(typed, &format!("Gemm_Rocblas_{st}")),
     ];
-    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     let out = host4(&dir, true, &[ex, typed]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -501,7 +427,6 @@ fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
     let sols = solutions(&artifacts().host4, SPEC);
     assert!(sols.len() >= 2, "{sols:?}");
     let (plain_sol, alt_sol) = (sols[0], *sols.last().unwrap());
-    let sha = sha_of(&artifacts().libdir4, "librocblas.so.4");
     let plain = spec_key(SPEC);
     let alt = tunedblas_core::key::ProblemKey {
         flags: tunedblas_core::abi::FLAG_FP16_ALT_IMPL,
@@ -514,7 +439,7 @@ fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
             format!("{op},{sig},Gemm_Rocblas_{s},0.01")
         })
         .collect();
-    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     for (value, want) in [
         (None, plain_sol),
         (Some("1"), alt_sol),

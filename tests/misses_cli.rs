@@ -7,15 +7,12 @@ use std::process::Command;
 use common::*;
 
 fn host(dir: &std::path::Path, args: &[&str]) {
-    let mut cmd = Command::new(&artifacts().host4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, true);
-    let out = run(cmd);
+    let out = run(host4_cmd(dir, true, args));
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 fn misses(args: &[&str]) -> std::process::Output {
-    Command::new(target_dir().join("tunedblas"))
+    Command::new(tunedblas())
         .arg("misses")
         .args(args)
         .output()

@@ -1,5 +1,7 @@
-//! Shared plumbing for the end-to-end tests: build the host programs, lay out a profile
-//! folder, run a host under the preload against refblas, read what happened.
+//! The one support module of the end-to-end tests: every helper they share is here, once.
+//! Build the host programs (once per run, [`build`]), lay out a profile folder
+//! ([`profile::Profile`]), run a host under the preload against refblas, read what
+//! happened; the fault-injection plumbing of the reliability tests is [`faults`].
 //!
 //! The tests need the workspace's shared objects (`libtunedblas.so`, `librocblas_v4.so`,
 //! `librocblas_v5.so`); the README's test command builds them first (`cargo build
@@ -14,6 +16,15 @@ use std::sync::OnceLock;
 use tunedblas_core::abi;
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
 use tunedblas_core::tunableop;
+
+pub mod build;
+pub mod faults;
+pub mod profile;
+
+/// The one-call form the conformance suite uses.
+#[allow(unused_imports)]
+pub use profile::write_profile;
+pub use profile::Profile;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -31,62 +42,132 @@ pub fn target_dir() -> PathBuf {
 
 pub struct Artifacts {
     pub preload: PathBuf,
-    /// `lib4/librocblas.so.4` and `lib5/librocblas.so.5`: refblas under rocBLAS's names.
+    /// `lib4-<hash>/librocblas.so.4` and `lib5-<hash>/librocblas.so.5` (with
+    /// `librocblas.so` links) under `target/<profile>/test-hosts`: refblas under rocBLAS's
+    /// names.
     pub libdir4: PathBuf,
     pub libdir5: PathBuf,
     pub host4: PathBuf,
     pub host5: PathBuf,
     /// The C host built as a module (for the Python host), linked against `.so.4`.
     pub module4: PathBuf,
+    /// This test binary's scratch folder (`target/<profile>/e2e-<pid>`).
     pub work: PathBuf,
 }
 
-fn sh(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+impl Artifacts {
+    /// refblas v4 as the hosts load it (`<libdir4>/librocblas.so.4`).
+    pub fn lib4(&self) -> PathBuf {
+        self.libdir4.join("librocblas.so.4")
+    }
+
+    /// refblas v5 as the hosts load it (`<libdir5>/librocblas.so.5`).
+    pub fn lib5(&self) -> PathBuf {
+        self.libdir5.join("librocblas.so.5")
+    }
 }
 
-/// Builds the C hosts once per test binary.
+/// A file the workspace build makes (`target/<profile>/<name>`); says how to make it when
+/// it is missing.
+pub fn built(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+/// The `tunedblas` command as built.
+pub fn tunedblas() -> PathBuf {
+    built("tunedblas")
+}
+
+/// A `tunedblas` command with the test environment of `dir` (no refblas trace).
+pub fn tunedblas_cmd(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(tunedblas());
+    cmd.args(args);
+    host_env(&mut cmd, dir, false);
+    cmd.env_remove("REFBLAS_TRACE");
+    cmd
+}
+
+/// A command's stdout, after checking it exited 0 (else the test fails with both streams).
+pub fn ok(out: &Output) -> String {
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status.code(),
+        text(&out.stderr)
+    );
+    stdout
+}
+
+/// The built objects, the refblas folders and the gemm hosts: built once per test run
+/// (see [`build`]), looked up once per test binary.
 pub fn artifacts() -> &'static Artifacts {
     static A: OnceLock<Artifacts> = OnceLock::new();
     A.get_or_init(|| {
-        let t = target_dir();
-        let need = |name: &str| {
-            let p = t.join(name);
-            assert!(p.is_file(), "{} is missing: run `cargo build --workspace` before the tests (the README's test command does)", p.display());
-            p
+        let preload = built("libtunedblas.so");
+        let libdir4 = build::lib_dir(
+            "lib4",
+            &built("librocblas_v4.so"),
+            "librocblas.so.4",
+            Some("librocblas.so"),
+        );
+        let libdir5 = build::lib_dir(
+            "lib5",
+            &built("librocblas_v5.so"),
+            "librocblas.so.5",
+            Some("librocblas.so"),
+        );
+        let gemm_host = |name: &str, libdir: &Path, extra: &[&str]| {
+            let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            args.push("{hosts}/gemm_host.c".into());
+            args.extend(build::link_args(libdir));
+            args.extend(["-lrocblas".into(), "-lpthread".into()]);
+            build::c_program(name, &args)
         };
-        let preload = need("libtunedblas.so");
-        let v4 = need("librocblas_v4.so");
-        let v5 = need("librocblas_v5.so");
-        let work = t.join(format!("e2e-{}", std::process::id()));
+        let host4 = gemm_host("gemm_host4", &libdir4, &[]);
+        let host5 = gemm_host("gemm_host5", &libdir5, &[]);
+        let module4 = gemm_host(
+            "libhostmod.so",
+            &libdir4,
+            &["-shared", "-fPIC", "-DGEMM_HOST_MODULE"],
+        );
+        let work = target_dir().join(format!("e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&work);
-        let (libdir4, libdir5) = (work.join("lib4"), work.join("lib5"));
-        for (dir, lib, soname) in [(&libdir4, &v4, "librocblas.so.4"), (&libdir5, &v5, "librocblas.so.5")] {
-            std::fs::create_dir_all(dir).unwrap();
-            std::fs::copy(lib, dir.join(soname)).unwrap();
-            std::os::unix::fs::symlink(soname, dir.join("librocblas.so")).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        Artifacts {
+            preload,
+            libdir4,
+            libdir5,
+            host4,
+            host5,
+            module4,
+            work,
         }
-        let src = repo().join("tests/hosts/gemm_host.c");
-        let build = |out: &Path, libdir: &Path, extra: &[&str]| {
-            let mut c = Command::new("cc");
-            c.args(["-O1", "-Wall", "-o"]).arg(out).arg(&src).args(extra);
-            c.arg(format!("-L{}", libdir.display())).arg(format!("-Wl,-rpath,{}", libdir.display()));
-            c.args(["-lrocblas", "-lpthread"]);
-            sh(&mut c);
-        };
-        let (host4, host5, module4) = (work.join("gemm_host4"), work.join("gemm_host5"), work.join("libhostmod.so"));
-        build(&host4, &libdir4, &[]);
-        build(&host5, &libdir5, &[]);
-        build(&module4, &libdir4, &["-shared", "-fPIC", "-DGEMM_HOST_MODULE"]);
-        Artifacts { preload, libdir4, libdir5, host4, host5, module4, work }
     })
+}
+
+/// The sha256 of refblas v4 as the tests install it.
+pub fn sha4() -> String {
+    sha_of(&artifacts().libdir4, "librocblas.so.4")
+}
+
+/// The sha256 of refblas v5 as the tests install it.
+pub fn sha5() -> String {
+    sha_of(&artifacts().libdir5, "librocblas.so.5")
+}
+
+/// A gemm_host (linked against `.so.4`) command with the test environment of `dir`.
+pub fn host4_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(args);
+    host_env(&mut cmd, dir, preload);
+    cmd
 }
 
 /// A fresh folder for one test.
@@ -130,32 +211,6 @@ pub fn spec_key(spec: &str) -> ProblemKey {
 pub fn row(spec: &str, solution: &str) -> String {
     let (op, sig) = tunableop::op_and_signature(&spec_key(spec));
     format!("{op},{sig},{solution},0.01")
-}
-
-/// Writes `<dir>/profiles.json` naming one profile `name` for `sha`, with `rows` as rank 0
-/// (and the same rows for each further rank in `ranks`).
-pub fn write_profile(dir: &Path, name: &str, sha: &str, rows: &[String], ranks: usize) {
-    let registry = serde_json::json!({
-        "profiles": { name: { "dir": name, "lib_sha256": sha, "rows_per_rank": rows.len(), "status": "test" } }
-    });
-    std::fs::create_dir_all(dir.join(name)).unwrap();
-    std::fs::write(
-        dir.join("profiles.json"),
-        serde_json::to_string_pretty(&registry).unwrap(),
-    )
-    .unwrap();
-    let mut text = String::from("Validator,PT_VERSION,2.7.0\nValidator,GCN_ARCH_NAME,gfx1030\n");
-    for r in rows {
-        text.push_str(r);
-        text.push('\n');
-    }
-    for rank in 0..ranks.max(1) {
-        std::fs::write(
-            dir.join(name).join(format!("tunableop_results{rank}.csv")),
-            &text,
-        )
-        .unwrap();
-    }
 }
 
 pub fn sha_of(lib_dir: &Path, soname: &str) -> String {
@@ -209,6 +264,20 @@ pub fn results(out: &Output) -> Vec<(String, i32, String)> {
                 }
             }
             Some((spec?, status?, digest?))
+        })
+        .collect()
+}
+
+/// The rows of a profile folder's rank file, as (`op,signature`, solution).
+pub fn rank_rows(profile: &Path, rank: usize) -> Vec<(String, String)> {
+    let path = profile.join(format!("tunableop_results{rank}.csv"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.starts_with("Validator"))
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (format!("{},{}", f[0], f[1]), f[2].to_string())
         })
         .collect()
 }

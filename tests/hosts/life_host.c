@@ -1,5 +1,5 @@
 /* life_host: hosts the way production processes live and die, for the lifecycle tests
- * (tests/reliability_life.rs). Linked against librocblas.so.N like gemm_host; the steps run
+ * (tests/reliability/life.rs). Linked against librocblas.so.N like gemm_host; the steps run
  * in order. Every GEMM here is an f32 gemm_ex with m = k = 2 on buffers allocated up front,
  * so the host itself makes no allocation while GEMMs run (what it does in a signal handler
  * is then safe without the interposer, and any hang is the interposer's).

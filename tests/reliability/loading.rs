@@ -6,34 +6,19 @@
 //! not regular files (a FIFO, a symlink to `/dev/zero`), a byte order mark, and rank files
 //! loaded on first use from their device.
 
-mod common;
-mod faults;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::*;
-use faults::*;
+use crate::common::faults::*;
+use crate::common::*;
 use tunedblas_core::profile::{LazyTables, RankState, RankTable};
 use tunedblas_core::table::Action;
 
 const HIT: &str = "ex:TN:h:64:24:40";
 const MISS: &str = "ex:TN:h:8:8:8";
-
-fn profile(dir: &Path) -> i32 {
-    let sol = tuned(HIT);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(HIT, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
-    sol
-}
 
 fn dl_cmd(dir: &Path, preload: bool, steps: &[&str]) -> Command {
     let mut cmd = Command::new(&hosts().dl);
@@ -50,7 +35,7 @@ fn module() -> String {
 /// served and recorded; returns the run's stdout.
 fn served_through_dlopen(name: &str, steps: &[String]) -> String {
     let dir = scratch(name);
-    let sol = profile(&dir);
+    let sol = profile_with_hit(&dir, HIT);
     let miss2 = format!("{MISS}:2");
     let mut argv: Vec<&str> = steps.iter().map(String::as_str).collect();
     argv.extend(["@main", HIT, &miss2]);
@@ -241,7 +226,7 @@ fn two_build_profiles(dir: &Path) -> (i32, i32) {
         .last()
         .unwrap();
     let profiles = dir.join("profiles");
-    let sha5 = sha_of(&artifacts().libdir5, "librocblas.so.5");
+    let sha5 = sha5();
     let mut reg = serde_json::Map::new();
     for (name, sha, sol) in [("ref-v4", sha4(), s4), ("ref-v5", sha5, s5)] {
         std::fs::create_dir_all(profiles.join(name)).unwrap();
@@ -491,7 +476,7 @@ fn a_fifo_in_the_profile_does_not_block_the_host() {
     for case in ["rank0", "rank1", "registry"] {
         let name = format!("rel-fifo-{case}");
         let dir = scratch(&name);
-        let sol = profile(&dir);
+        let sol = profile_with_hit(&dir, HIT);
         let rank1 = rank_file(&dir, 1);
         if case == "rank1" {
             std::fs::copy(rank_file(&dir, 0), &rank1).unwrap();
@@ -533,7 +518,7 @@ fn a_fifo_in_the_profile_does_not_block_the_host() {
 fn a_rank_file_linked_to_dev_zero_is_refused_at_once() {
     let name = "rel-dev-zero";
     let dir = scratch(name);
-    profile(&dir);
+    profile_with_hit(&dir, HIT);
     let rank0 = rank_file(&dir, 0);
     std::fs::remove_file(&rank0).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &rank0).unwrap();
@@ -580,7 +565,7 @@ fn a_byte_order_mark_does_not_hide_the_first_row() {
     // "UTF-8 with BOM" writes it); before, it was read as a malformed line and not served.
     let name = "rel-bom";
     let dir = scratch(name);
-    let sol = profile(&dir);
+    let sol = profile_with_hit(&dir, HIT);
     let first = row(HIT, &format!("Gemm_Rocblas_{sol}"));
     std::fs::write(
         rank_file(&dir, 0),
@@ -601,13 +586,7 @@ fn two_rank_profile(dir: &Path) -> (i32, i32) {
     let sols = untuned_by_heuristic(HIT);
     assert!(sols.len() >= 2, "{sols:?}");
     let (r0, r1) = (sols[0], sols[sols.len() - 1]);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(HIT, &format!("Gemm_Rocblas_{r0}"))],
-        1,
-    );
+    Profile::v4(dir).tuned(HIT, r0).write();
     let rank1 = format!("{}\n", row(HIT, &format!("Gemm_Rocblas_{r1}")));
     std::fs::write(rank_file(dir, 1), rank1).unwrap();
     (r0, r1)

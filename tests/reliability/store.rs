@@ -9,37 +9,23 @@
 //! with EFBIG, SIGXFSZ ignored) so that the small rank files' temporaries are written and
 //! the large `provenance.json`'s is not.
 
-mod common;
-mod faults;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::*;
-use faults::*;
+use crate::common::faults::*;
+use crate::common::*;
 use serde_json::Value;
 
-fn tunedblas() -> PathBuf {
-    let p = target_dir().join("tunedblas");
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
-
-fn lib4() -> PathBuf {
-    artifacts().libdir4.join("librocblas.so.4")
+/// `op,signature` -> solution of a rank file.
+fn rows_of(profile: &Path, rank: usize) -> BTreeMap<String, String> {
+    rank_rows(profile, rank).into_iter().collect()
 }
 
 /// A `tunedblas` command on the store `dir/profiles`, nothing from the user's setup.
 fn cli(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(tunedblas());
-    cmd.args(args).arg("--profiles").arg(dir.join("profiles"));
-    host_env(&mut cmd, dir, false);
-    cmd.env_remove("REFBLAS_TRACE");
+    let mut cmd = tunedblas_cmd(dir, args);
+    cmd.arg("--profiles").arg(dir.join("profiles"));
     cmd
 }
 
@@ -73,20 +59,6 @@ fn succeeded(out: &Output) -> String {
 }
 
 const PROFILE: &str = "rocblas-4.4.0.5f2e9c71";
-
-/// `op,signature` -> solution of a rank file.
-fn rows_of(profile: &Path, rank: usize) -> BTreeMap<String, String> {
-    let path = profile.join(format!("tunableop_results{rank}.csv"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.starts_with("Validator"))
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (format!("{},{}", f[0], f[1]), f[2].to_string())
-        })
-        .collect()
-}
 
 fn json_file(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
@@ -123,7 +95,10 @@ fn temporaries(dir: &Path) -> Vec<PathBuf> {
 /// A store with the v4 build's profile: `seed` rows on 2 ranks.
 fn store_with(dir: &Path, seed: &[&str]) -> PathBuf {
     let rows: Vec<String> = seed.iter().map(|s| row(s, "Default")).collect();
-    write_profile(&dir.join("profiles"), PROFILE, &sha4(), &rows, 2);
+    Profile::new(&dir.join("profiles"), PROFILE, &sha4())
+        .lines(&rows)
+        .ranks(2)
+        .write();
     dir.join("profiles").join(PROFILE)
 }
 
@@ -133,7 +108,9 @@ const SEED: &[&str] = &["ex:NN:h:16:16:16", "ex:NN:h:24:8:16"];
 fn shard(dir: &Path, i: usize) -> (PathBuf, String) {
     let spec = format!("ex:NT:h:{}:{}:32", 40 + 8 * i, 2 + i);
     let root = dir.join(format!("shard{i}"));
-    write_profile(&root, "shard", &sha4(), &[row(&spec, "Default")], 1);
+    Profile::new(&root, "shard", &sha4())
+        .row(&spec, "Default")
+        .write();
     (root, miss_line(&spec))
 }
 
@@ -141,7 +118,7 @@ fn shard(dir: &Path, i: usize) -> (PathBuf, String) {
 fn eight_merges_at_once_keep_every_row() {
     let dir = scratch("store-merges");
     let profile = store_with(&dir, SEED);
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let mut want: Vec<String> = SEED.iter().map(|s| miss_line(s)).collect();
     let mut cmds = Vec::new();
     for i in 0..8 {
@@ -180,7 +157,7 @@ fn eight_imports_at_once_keep_every_shape() {
     let before: Vec<Vec<u8>> = (0..2)
         .map(|r| std::fs::read(profile.join(format!("tunableop_results{r}.csv"))).unwrap())
         .collect();
-    let lib = lib4();
+    let lib = artifacts().lib4();
     // Another build's results (its shapes are imported, its ids never): a full profile
     // that every import brings, and one shape of each import's own.
     let shared: Vec<String> = (0..2000)
@@ -280,7 +257,7 @@ fn rows_written(summary: &Value) -> BTreeMap<String, String> {
 fn tunes_and_merges_at_once_keep_every_row() {
     let dir = scratch("store-tunes");
     let profile = store_with(&dir, SEED);
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let mut cmds = Vec::new();
     let mut merged = Vec::new();
     for i in 0..4 {
@@ -325,26 +302,6 @@ fn tunes_and_merges_at_once_keep_every_row() {
     );
     assert!(!profile.join(".campaign.partial.jsonl").exists());
     assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
-}
-
-/// Limits the command's files to `bytes` (a full disk for every write past it) and
-/// ignores SIGXFSZ, so a write past the limit fails with EFBIG.
-fn with_file_size_limit(cmd: &mut Command, bytes: u64) {
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(move || {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let lim = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: bytes,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 const LIMIT: u64 = 16 * 1024;
@@ -392,7 +349,10 @@ fn a_merge_failing_on_provenance_leaves_the_profile_as_it_was() {
     big_provenance(&profile);
     let before = store_bytes(&dir, &profile);
     let (root, _) = shard(&dir, 0);
-    let mut cmd = cli(&dir, &["merge", "--lib", lib4().to_str().unwrap()]);
+    let mut cmd = cli(
+        &dir,
+        &["merge", "--lib", artifacts().lib4().to_str().unwrap()],
+    );
     cmd.arg(&root);
     with_file_size_limit(&mut cmd, LIMIT);
     let out = run_guarded(cmd);
@@ -405,7 +365,10 @@ fn a_merge_failing_on_provenance_leaves_the_profile_as_it_was() {
     failed_naming_provenance(&out);
 
     // With room, the same merge goes through.
-    let mut cmd = cli(&dir, &["merge", "--lib", lib4().to_str().unwrap()]);
+    let mut cmd = cli(
+        &dir,
+        &["merge", "--lib", artifacts().lib4().to_str().unwrap()],
+    );
     cmd.arg(&root);
     assert!(succeeded(&run_guarded(cmd)).contains("1 rows added"));
     assert_eq!(rows_of(&profile, 0).len(), SEED.len() + 1);
@@ -418,7 +381,7 @@ fn a_tune_failing_on_provenance_leaves_the_profile_as_it_was_and_resumes() {
     let profile = store_with(&dir, SEED);
     big_provenance(&profile);
     let before = store_bytes(&dir, &profile);
-    let args = tune_args(&lib4(), "f16:TN:48:3:64");
+    let args = tune_args(&artifacts().lib4(), "f16:TN:48:3:64");
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cmd = cli(&dir, &refs);
     with_file_size_limit(&mut cmd, LIMIT);

@@ -4,30 +4,15 @@
 //! profiles are data only (a registry `dir` never leads outside the profile folder, nothing
 //! in a results file is ever executed).
 
-mod common;
-mod faults;
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
-use faults::*;
+use crate::common::faults::*;
+use crate::common::*;
 
 const HIT: &str = "ex:TN:h:64:24:40";
 const MISS: &str = "ex:TN:h:8:8:8";
-
-fn profile(dir: &Path) -> i32 {
-    let sol = tuned(HIT);
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(HIT, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
-    sol
-}
 
 fn mode(p: &Path) -> u32 {
     std::fs::symlink_metadata(p)
@@ -60,14 +45,14 @@ fn set_uid_process_is_left_alone() {
     };
     // Control: the same program, not set-uid, is served and records.
     let plain = scratch("rel-setuid-control");
-    let sol = profile(&plain);
+    let sol = profile_with_hit(&plain, HIT);
     let out = run_guarded(steps(&plain, &hosts().dl));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(trace(&plain)[0]["solution"], sol.to_string());
     assert!(plain.join("misses").exists());
 
     let dir = scratch("rel-setuid");
-    profile(&dir);
+    profile_with_hit(&dir, HIT);
     let suid = dir.join("dl_host_suid");
     std::fs::copy(&hosts().dl, &suid).unwrap();
     std::os::unix::fs::chown(&suid, Some(65534), Some(65534)).unwrap();
@@ -96,21 +81,14 @@ fn set_uid_process_is_left_alone() {
 #[test]
 fn folders_are_0700_and_files_0600_whatever_the_umask() {
     let dir = scratch("rel-modes");
-    profile(&dir);
+    profile_with_hit(&dir, HIT);
     let miss_dir = dir.join("m1/m2");
     let cache_dir = dir.join("c1/c2");
     let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
     cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir)
         .env("TUNEDBLAS_CACHE_DIR", &cache_dir)
         .env("TUNEDBLAS_STATS", dir.join("stats.json"));
-    // SAFETY: umask is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::umask(0);
-            Ok(())
-        });
-    }
+    with_umask(&mut cmd, 0);
     let out = run_guarded(cmd);
     assert!(out.status.success(), "{}", text(&out.stderr));
     for d in [
@@ -157,7 +135,7 @@ fn one_warning(stderr: &str) {
 #[test]
 fn a_symlinked_miss_folder_is_refused() {
     let dir = scratch("rel-symlink-dir");
-    let sol = profile(&dir);
+    let sol = profile_with_hit(&dir, HIT);
     let elsewhere = dir.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, dir.join("link")).unwrap();
@@ -179,7 +157,7 @@ fn a_symlinked_miss_folder_is_refused() {
 /// the names this process will use.
 fn planted(name: &str, step: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
     let dir = scratch(name);
-    let sol = profile(&dir);
+    let sol = profile_with_hit(&dir, HIT);
     let shared = dir.join("shared");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
@@ -233,7 +211,7 @@ fn a_planted_hard_link_is_not_written_through() {
 #[test]
 fn a_planted_stats_symlink_is_not_followed() {
     let dir = scratch("rel-planted-stats");
-    profile(&dir);
+    profile_with_hit(&dir, HIT);
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     std::os::unix::fs::symlink(&victim, dir.join("stats.json")).unwrap();
@@ -253,13 +231,7 @@ fn profiles_are_data_only() {
     let outside = dir.join("outside");
     let marker = dir.join("pwned");
     // A valid profile for this build, but outside the profile folder.
-    write_profile(
-        &dir,
-        "outside",
-        &sha,
-        &[row(HIT, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::new(&dir, "outside", &sha).tuned(HIT, sol).write();
     std::fs::remove_file(dir.join("profiles.json")).unwrap();
     std::fs::create_dir_all(profiles.join("inside")).unwrap();
     let registry = serde_json::json!({"profiles": {
@@ -304,7 +276,9 @@ fn profiles_are_data_only() {
         ),
         row(HIT, &format!("Gemm_Rocblas_{sol}")),
     ];
-    write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    Profile::new(&dir.join("profiles"), "ref-v4", &sha)
+        .lines(&rows)
+        .write();
     std::fs::write(
         dir.join("profiles/ref-v4/tunableop_results0.csv.sh"),
         format!("touch {}\n", marker.display()),

@@ -2,14 +2,11 @@
 //! (past the periodic count flushes), and 4 processes recording misses into one folder at
 //! once with no interleaved or corrupt line.
 
-mod common;
-mod faults;
-
 use std::collections::HashMap;
 use std::process::Stdio;
 
-use common::*;
-use faults::*;
+use crate::common::faults::*;
+use crate::common::*;
 
 const HIT_H: &str = "ex:TN:h:16:8:16";
 const HIT_S: &str = "sgemm:NN:s:8:8:8";
@@ -22,16 +19,7 @@ fn thirty_two_threads_exact_per_key_counts() {
     const REPS: u64 = 40; // 1,280 calls per key: past the count flush at 1,024
     let dir = scratch("rel-32-threads");
     let (sh, ss) = (tuned(HIT_H), tuned(HIT_S));
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[
-            row(HIT_H, &format!("Gemm_Rocblas_{sh}")),
-            row(HIT_S, &format!("Gemm_Rocblas_{ss}")),
-        ],
-        1,
-    );
+    Profile::v4(&dir).tuned(HIT_H, sh).tuned(HIT_S, ss).write();
     let specs: Vec<String> = [HIT_H, MISS_H, HIT_S, MISS_SB]
         .iter()
         .map(|s| format!("{s}:{REPS}"))
@@ -101,13 +89,7 @@ fn thirty_two_threads_exact_per_key_counts() {
 #[test]
 fn four_processes_record_misses_at_once_without_corrupt_lines() {
     let dir = scratch("rel-4-procs");
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(HIT_H, &format!("Gemm_Rocblas_{}", tuned(HIT_H)))],
-        1,
-    );
+    Profile::v4(&dir).tuned(HIT_H, tuned(HIT_H)).write();
     // Shared shapes every process misses, and 30 of each process's own.
     let shared = ["ex:TN:h:12:12:12", "sgemm:NN:s:12:4:12", "sb:NT:b:8:4:8"];
     let own = |p: usize| -> Vec<String> {
@@ -157,7 +139,7 @@ fn four_processes_record_misses_at_once_without_corrupt_lines() {
             .iter()
             .find(|f| f.to_string_lossy().ends_with(".counts.csv"))
             .unwrap();
-        let counts = tunedblas_core::untuned::read(counts).unwrap();
+        let counts = tunedblas_core::misses::file::read(counts).unwrap();
         assert!(counts.malformed.is_empty());
         for m in &counts.misses {
             let (op, sig) = tunedblas_core::tunableop::op_and_signature(&m.key);

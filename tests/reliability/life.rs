@@ -3,31 +3,18 @@
 //! disk. Each test checks the host's results against a run without tunedblas, that the host
 //! ended as it meant to (no crash, no hang), and that every shape seen is on disk.
 
-mod common;
-mod faults;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
-use faults::*;
+use crate::common::faults::*;
+use crate::common::*;
 
 const A: &str = "ex:TN:h:24:8:16";
 const B: &str = "sgemm:NN:s:16:8:8";
 const HIT: &str = "ex:TN:h:64:24:40";
-
-fn profile_with_hit(dir: &Path) {
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(HIT, &format!("Gemm_Rocblas_{}", tuned(HIT)))],
-        1,
-    );
-}
 
 fn served() -> [(&'static str, i32); 1] {
     [(HIT, tuned(HIT))]
@@ -39,7 +26,7 @@ fn counts_of(files: &[std::path::PathBuf]) -> Vec<(String, u64)> {
         .iter()
         .filter(|f| f.to_string_lossy().ends_with(".counts.csv"))
     {
-        let log = tunedblas_core::untuned::read(f).unwrap();
+        let log = tunedblas_core::misses::file::read(f).unwrap();
         for m in log.misses {
             let (op, sig) = tunedblas_core::tunableop::op_and_signature(&m.key);
             v.push((format!("{op},{sig}"), m.calls.unwrap()));
@@ -71,7 +58,7 @@ fn sorted(mut v: Vec<(String, u64)>) -> Vec<(String, u64)> {
 
 fn fork_case(name: &str, fork_step: &str) {
     let dir = scratch(name);
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let a2 = format!("{A}:2");
     let b3 = format!("{B}:3");
     let args = [a2.as_str(), HIT, fork_step, b3.as_str(), A];
@@ -141,7 +128,7 @@ fn fork_child_leaving_with_exit_underscore_still_writes_counts() {
 #[test]
 fn fork_while_other_threads_are_recording_does_not_deadlock() {
     let dir = scratch("rel-fork-busy");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let out = run_guarded(fault_cmd(&dir, true, &[&format!("@fork-busy:6:{A}")]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -162,7 +149,7 @@ fn fork_while_other_threads_are_recording_does_not_deadlock() {
 fn fork_during_start_up_does_not_hang_the_child() {
     // A fresh cache: start-up hashes the library, so the fork lands inside it.
     let dir = scratch("rel-fork-init");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let out = run_guarded(fault_cmd(&dir, true, &[&format!("@fork-init:4:{A}")]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -181,7 +168,7 @@ fn fork_during_start_up_does_not_hang_the_child() {
 #[test]
 fn vfork_child_exiting_does_not_finish_the_parent() {
     let dir = scratch("rel-vfork");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let args = [
         format!("{A}:2"),
         "@vfork-fail".into(),
@@ -212,7 +199,7 @@ fn vfork_child_exiting_does_not_finish_the_parent() {
 #[test]
 fn exit_underscore_skips_atexit_but_nothing_is_lost() {
     let dir = scratch("rel-exit");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let args = [format!("{A}:3"), HIT.into(), "@exit_".into(), B.into()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_guarded(fault_cmd(&dir, true, &args));
@@ -320,7 +307,7 @@ fn every_printed_shape_is_logged(dir: &Path, lines: &[String], at_least: usize) 
 #[test]
 fn sigkill_mid_run_loses_no_shape_seen() {
     let dir = scratch("rel-sigkill");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let specs = distinct_specs(400);
     let args: Vec<&str> = specs.iter().map(String::as_str).collect();
     let (lines, status, _) = signal_when(fault_cmd(&dir, true, &args), libc::SIGKILL, |l| {
@@ -333,7 +320,7 @@ fn sigkill_mid_run_loses_no_shape_seen() {
 #[test]
 fn sigkill_with_threads_keeps_every_shape_seen() {
     let dir = scratch("rel-sigkill-threads");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let mut args: Vec<String> = (1..=12)
         .map(|n| format!("@threads:8:ex:TN:h:12:{n}:8:20"))
         .collect();
@@ -355,7 +342,7 @@ fn sigkill_with_threads_keeps_every_shape_seen() {
 #[test]
 fn sigterm_from_outside_and_inside_keeps_every_shape_seen() {
     let dir = scratch("rel-sigterm");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let specs = distinct_specs(400);
     let args: Vec<&str> = specs.iter().map(String::as_str).collect();
     let (lines, status, _) = signal_when(fault_cmd(&dir, true, &args), libc::SIGTERM, |l| {
@@ -365,7 +352,7 @@ fn sigterm_from_outside_and_inside_keeps_every_shape_seen() {
     every_printed_shape_is_logged(&dir, &lines, 25);
 
     let dir = scratch("rel-sigterm-raise");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let args = [
         format!("{A}:2"),
         B.into(),
@@ -392,7 +379,7 @@ fn one_warning(stderr: &str) {
 #[test]
 fn unwritable_miss_folder_warns_once_and_serving_continues() {
     let dir = scratch("rel-unwritable");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     std::fs::write(dir.join("not-a-folder"), "").unwrap();
     let mut args = distinct_specs(5);
     args.push(format!("{HIT}:2"));
@@ -420,7 +407,7 @@ fn read_only_miss_folder_warns_once_and_serving_continues() {
         return;
     }
     let dir = scratch("rel-readonly");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let ro = dir.join("ro");
     std::fs::create_dir_all(&ro).unwrap();
     let mut args = distinct_specs(4);
@@ -454,7 +441,7 @@ fn full_disk_warns_once_and_every_shape_reaches_the_log_once_space_returns() {
         return;
     }
     let dir = scratch("rel-fulldisk");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let disk = dir.join("disk");
     let copy = dir.join("misses");
     std::fs::create_dir_all(&disk).unwrap();
@@ -512,28 +499,14 @@ fn file_size_limit_short_writes_leave_only_whole_lines() {
     // RLIMIT_FSIZE makes writes past the limit short, then fail (EFBIG), with SIGXFSZ
     // ignored as a server would: the same paths as a disk filling up, without mounting.
     let dir = scratch("rel-fsize");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let specs = distinct_specs(120);
     let mut args = specs.clone();
     args.push(HIT.into());
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cmd = fault_cmd(&dir, true, &argv);
     cmd.env_remove("REFBLAS_TRACE");
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let lim = libc::rlimit {
-                rlim_cur: 2010,
-                rlim_max: 2010,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    with_file_size_limit(&mut cmd, 2010);
     let out = run_guarded(cmd);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -795,7 +768,7 @@ fn relative_miss_and_stats_paths_survive_a_chdir() {
 #[test]
 fn a_fork_child_writes_its_own_stats_beside_the_parents() {
     let dir = scratch("rel-fork-stats");
-    profile_with_hit(&dir);
+    profile_with_hit(&dir, HIT);
     let stats = dir.join("stats.json");
     let mut cmd = fault_cmd(&dir, true, &[&format!("{A}:3"), "@forkx", B]);
     cmd.env("TUNEDBLAS_STATS", &stats);

@@ -83,10 +83,15 @@ fn concurrent_updates_from_threads_and_processes_lose_no_entry() {
     )
     .unwrap();
     let exe = std::env::current_exe().unwrap();
+    // The test `worker` of this module, as the test binary names it (no crate name).
+    let worker = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::worker"),
+        None => "worker".to_string(),
+    };
     let procs: Vec<_> = (0..4)
         .map(|p| {
             Command::new(&exe)
-                .args(["--exact", "worker", "--test-threads", "1", "--quiet"])
+                .args(["--exact", &worker, "--test-threads", "1", "--quiet"])
                 .env(
                     WORKER_ENV,
                     format!("{}|{}|proc{p}|12", reg.display(), prov.display()),

@@ -11,12 +11,13 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 use tunedblas_core::abi::{self, KERNEL_FLAGS};
+use tunedblas_core::identity;
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
+use tunedblas_core::misses::file as miss_file;
 use tunedblas_core::registry::{Provenance, Registry};
 use tunedblas_core::rocblas::{batched_key, single_key, Dims};
 use tunedblas_core::table::Action;
 use tunedblas_core::tunableop::{self, KeyParse, Solution};
-use tunedblas_core::{identity, untuned};
 
 /// xorshift64*: small, seeded, good enough to explore inputs.
 struct Rng(u64);
@@ -359,7 +360,7 @@ fn every_valid_key_round_trips_through_its_row_and_its_miss_line() {
             KeyParse::Key(key),
             "{op},{sig}"
         );
-        let log = untuned::parse(&format!("{op},{sig}\n{op},{sig},41\n"));
+        let log = miss_file::parse(&format!("{op},{sig}\n{op},{sig},41\n"));
         assert_eq!(log.malformed, vec![]);
         assert_eq!(log.misses.len(), 1);
         assert_eq!((log.misses[0].key, log.misses[0].calls), (key, Some(41)));
@@ -412,7 +413,7 @@ fn keys_from_absurd_call_arguments_never_panic() {
 fn miss_logs_never_panic() {
     each_case(0x5eed_0005, 3000, |_, rng| {
         let text = soup(rng, 500);
-        let log = untuned::parse(&text);
+        let log = miss_file::parse(&text);
         let lines = text.split('\n').count();
         for m in &log.misses {
             assert_eq!(tunableop::check_key(&m.key), Ok(()));

@@ -1,4 +1,4 @@
-//! Reading miss logs back: the interposer's `<host>-<pid>-<start>-rank<d>.csv` files, their
+//! Reading one miss file back (or a folder of them, merged): the interposer's `<host>-<pid>-<start>-rank<d>.csv` files, their
 //! `.counts.csv` sidecars, and PyTorch's own `tunableop_untuned<ordinal>.csv` files.
 //!
 //! All three are PyTorch untuned-file lines, `op_name,param_signature`, optionally followed
@@ -58,17 +58,21 @@ fn is_header(op: &str, sig: &str) -> bool {
     op == "op_name" && sig == "param_signature"
 }
 
-/// Parses the text of a miss log, counts file or PyTorch untuned file.
+/// Calls of one shape from two lines or files: summed; unknown only when neither knows.
+fn add_calls(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Parses the text of a miss log, counts file or PyTorch untuned file (cut into lines by
+/// [`tunableop::lines`], the same as results files).
 pub fn parse(text: &str) -> MissLog {
     let mut out = MissLog::default();
-    let segments = text.split('\n').count();
-    for (idx, raw) in text.split('\n').enumerate() {
-        let line_no = idx + 1;
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if idx + 1 == segments {
+    for l in tunableop::lines(text) {
+        let (line, line_no) = (l.text, l.number);
+        if l.last {
             out.malformed.push(Problem {
                 line: line_no,
                 reason: "the last line has no newline: a fragment of a write that was cut short"
@@ -113,12 +117,7 @@ pub fn parse(text: &str) -> MissLog {
         };
         match tunableop::parse_key(op, sig) {
             KeyParse::Key(key) => match out.misses.iter_mut().find(|m| m.key == key) {
-                Some(m) => {
-                    m.calls = match (m.calls, calls) {
-                        (Some(a), Some(b)) => Some(a.saturating_add(b)),
-                        (a, b) => a.or(b),
-                    }
-                }
+                Some(m) => m.calls = add_calls(m.calls, calls),
                 None => out.misses.push(Miss {
                     key,
                     calls,
@@ -139,9 +138,11 @@ pub fn parse(text: &str) -> MissLog {
     out
 }
 
-/// Reads one file (invalid UTF-8 is replaced, then parsed).
+/// Reads one file (invalid UTF-8 is replaced, then parsed). Only a regular file of at
+/// most [`crate::profile::MAX_RESULTS_FILE_BYTES`] is read, as for results files: a FIFO
+/// or a device left in a miss folder never blocks the reader.
 pub fn read(path: &Path) -> io::Result<MissLog> {
-    let bytes = std::fs::read(path)?;
+    let bytes = crate::profile::read_regular(path, crate::profile::MAX_RESULTS_FILE_BYTES)?;
     Ok(parse(&String::from_utf8_lossy(&bytes)))
 }
 
@@ -186,12 +187,7 @@ pub fn read_dir(dir: &Path) -> io::Result<MissDir> {
         }
         for m in log.misses {
             match out.misses.iter_mut().find(|o| o.key == m.key) {
-                Some(o) => {
-                    o.calls = match (o.calls, m.calls) {
-                        (Some(a), Some(b)) => Some(a.saturating_add(b)),
-                        (a, b) => a.or(b),
-                    }
-                }
+                Some(o) => o.calls = add_calls(o.calls, m.calls),
                 None => out.misses.push(m),
             }
         }
@@ -237,5 +233,26 @@ mod tests {
         assert_eq!(log.misses.len(), 1);
         assert_eq!(log.misses[0].calls, Some(7));
         assert_eq!(log.malformed.len(), 1);
+    }
+
+    #[test]
+    fn a_byte_order_mark_does_not_hide_the_first_miss() {
+        let log = parse("\u{feff}GemmTunableOp_Half_TN,tn_8_8_8\n");
+        assert_eq!(log.misses.len(), 1, "{log:?}");
+        assert!(log.unservable.is_empty() && log.malformed.is_empty());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_not_read() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-missfile-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("x.csv");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain mkfifo on a path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read(&fifo).unwrap_err();
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

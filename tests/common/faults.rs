@@ -1,4 +1,4 @@
-//! Plumbing shared by the reliability tests (`tests/reliability_*.rs`): the extra host
+//! Plumbing shared by the reliability tests (`tests/reliability/`): the extra host
 //! programs, runs with a hang guard, and the checks every fault case makes (the host's
 //! results equal a run without the interposer, the miss files are whole).
 
@@ -10,7 +10,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::common::*;
+use super::build::{c_program, link_args};
+use super::*;
 
 /// Any host run longer than this is a hang (the runs here take well under a second).
 pub const HANG: Duration = Duration::from_secs(120);
@@ -28,67 +29,27 @@ pub struct Hosts {
     pub life4: PathBuf,
 }
 
-fn cc(args: &[&str], out: &Path) {
-    let mut c = Command::new("cc");
-    c.args(["-O1", "-Wall", "-o"]).arg(out).args(args);
-    let o = c.output().unwrap_or_else(|e| panic!("cannot run cc: {e}"));
-    assert!(o.status.success(), "{c:?}:\n{}", text(&o.stderr));
-}
-
 pub fn hosts() -> &'static Hosts {
     static H: OnceLock<Hosts> = OnceLock::new();
     H.get_or_init(|| {
         let a = artifacts();
-        let hosts = repo().join("tests/hosts");
-        let fault4 = a.work.join("fault_host4");
-        let lib = a.libdir4.display().to_string();
-        cc(
-            &[
-                &format!("-I{}", hosts.display()),
-                &hosts.join("fault_host.c").display().to_string(),
-                &format!("-L{lib}"),
-                &format!("-Wl,-rpath,{lib}"),
-                "-lrocblas",
-                "-lpthread",
-            ],
-            &fault4,
-        );
-        let dl = a.work.join("dl_host");
-        cc(
-            &[&hosts.join("dl_host.c").display().to_string(), "-ldl"],
-            &dl,
-        );
-        let life4 = a.work.join("life_host4");
-        cc(
-            &[
-                &hosts.join("life_host.c").display().to_string(),
-                &format!("-L{lib}"),
-                &format!("-Wl,-rpath,{lib}"),
-                "-lrocblas",
-                "-lpthread",
-            ],
-            &life4,
-        );
-        let module5 = a.work.join("libhostmod5.so");
-        let lib5 = a.libdir5.display().to_string();
-        cc(
-            &[
-                "-shared",
-                "-fPIC",
-                "-DGEMM_HOST_MODULE",
-                &hosts.join("gemm_host.c").display().to_string(),
-                &format!("-L{lib5}"),
-                &format!("-Wl,-rpath,{lib5}"),
-                "-lrocblas",
-                "-lpthread",
-            ],
-            &module5,
-        );
+        let linked = |name: &str, src: &str, libdir: &Path, extra: &[&str]| {
+            let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            args.push(format!("{{hosts}}/{src}"));
+            args.extend(link_args(libdir));
+            args.extend(["-lrocblas".into(), "-lpthread".into()]);
+            c_program(name, &args)
+        };
         Hosts {
-            fault4,
-            dl,
-            module5,
-            life4,
+            fault4: linked("fault_host4", "fault_host.c", &a.libdir4, &["-I{hosts}"]),
+            dl: c_program("dl_host", &["{hosts}/dl_host.c".into(), "-ldl".into()]),
+            module5: linked(
+                "libhostmod5.so",
+                "gemm_host.c",
+                &a.libdir5,
+                &["-shared", "-fPIC", "-DGEMM_HOST_MODULE"],
+            ),
+            life4: linked("life_host4", "life_host.c", &a.libdir4, &[]),
         }
     })
 }
@@ -163,19 +124,6 @@ pub fn life_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
     cmd
 }
 
-/// A gemm_host (linked against `.so.4`) command with the test environment of `dir`.
-pub fn host4_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&artifacts().host4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, preload);
-    cmd
-}
-
-/// The sha256 of refblas v4 as the tests install it.
-pub fn sha4() -> String {
-    sha_of(&artifacts().libdir4, "librocblas.so.4")
-}
-
 /// The last solution refblas lists for a spec: never the heuristic's choice for the
 /// shapes used here, so serving it shows in the trace.
 pub fn tuned(spec: &str) -> i32 {
@@ -194,6 +142,13 @@ pub fn untuned_by_heuristic(spec: &str) -> Vec<i32> {
     let ids = non_heuristic_solutions(&artifacts().host4, spec);
     cache.push((spec.to_owned(), ids.clone()));
     ids
+}
+
+/// `ref-v4` with one row serving [`tuned`] for `spec`; returns that solution.
+pub fn profile_with_hit(dir: &Path, spec: &str) -> i32 {
+    let sol = tuned(spec);
+    Profile::v4(dir).tuned(spec, sol).write();
+    sol
 }
 
 /// What the host computes for `args` without the interposer: `(spec, status, digest)`.
@@ -250,7 +205,7 @@ pub fn whole_miss_files(dir: &Path) -> (Vec<String>, Vec<(String, u64)>) {
                 body.is_empty() || body.ends_with('\n'),
                 "{name} ends in a cut line: {body:?}"
             );
-            let log = tunedblas_core::untuned::parse(&body);
+            let log = tunedblas_core::misses::file::parse(&body);
             assert!(log.malformed.is_empty(), "{name}: {:?}", log.malformed);
             assert!(log.unservable.is_empty(), "{name}: {:?}", log.unservable);
         }
@@ -294,4 +249,36 @@ pub fn can_unshare_mount() -> bool {
             .status()
             .is_ok_and(|s| s.success())
     })
+}
+
+/// Limits the command's files to `bytes` (a full disk for every write past it) and
+/// ignores SIGXFSZ, so a write past the limit fails with EFBIG.
+pub fn with_file_size_limit(cmd: &mut Command, bytes: u64) {
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Runs the command with this umask (set between fork and exec).
+pub fn with_umask(cmd: &mut Command, mask: libc::mode_t) {
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::umask(mask);
+            Ok(())
+        });
+    }
 }

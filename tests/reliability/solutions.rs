@@ -3,11 +3,8 @@
 //! the call is redone with the caller's own arguments, the row is quarantined (said once),
 //! and the host gets exactly what it would have got without tunedblas.
 
-mod common;
-mod faults;
-
-use common::*;
-use faults::*;
+use crate::common::faults::*;
+use crate::common::*;
 
 const EX: &str = "ex:TN:h:64:24:40";
 const SB: &str = "sb:NT:h:16:12:8";
@@ -25,7 +22,7 @@ fn rejected_ids_fall_back_on_every_entry_point() {
         .iter()
         .map(|s| row(s, "Gemm_Rocblas_77777"))
         .collect();
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     let args = repeated(&[EX, SB, SG], 3);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_guarded(fault_cmd(&dir, true, &args));
@@ -69,13 +66,7 @@ fn an_id_that_validates_but_fails_when_run_falls_back() {
     let direct = run_guarded(direct);
     assert_eq!(results(&direct)[0].1, 6, "internal_error from the library");
 
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(EX, &format!("Gemm_Rocblas_{sol}"))],
-        1,
-    );
+    Profile::v4(&dir).tuned(EX, sol).write();
     let args = [format!("{EX}:4")];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cmd = fault_cmd(&dir, true, &args);
@@ -103,13 +94,7 @@ fn an_id_that_validates_but_fails_when_run_falls_back() {
 fn a_library_that_fails_everything_gets_the_callers_call_and_its_error() {
     let dir = scratch("rel-failall");
     let miss = "ex:TN:h:8:8:8";
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(EX, &format!("Gemm_Rocblas_{}", tuned(EX)))],
-        1,
-    );
+    Profile::v4(&dir).tuned(EX, tuned(EX)).write();
     let args = [format!("{EX}:1"), format!("{EX}:1"), miss.to_string()];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let reference = {
@@ -150,13 +135,7 @@ fn a_bad_call_from_the_caller_does_not_quarantine_a_good_row() {
     // alike. The row is not at fault, so the next good call is served.
     let dir = scratch("rel-null-alpha");
     let spec = "ex:NN:s:2:9:2";
-    write_profile(
-        &dir.join("profiles"),
-        "ref-v4",
-        &sha4(),
-        &[row(spec, &format!("Gemm_Rocblas_{}", tuned(spec)))],
-        1,
-    );
+    Profile::v4(&dir).tuned(spec, tuned(spec)).write();
     let mut cmd = life_cmd(
         &dir,
         true,

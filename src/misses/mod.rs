@@ -1,12 +1,13 @@
-//! Reading the miss logs back: every process's and rank's missed shapes added up, grouped
-//! into families a tuning run should take together, ranked by calls x FLOPs.
+//! Reading the miss logs back ([`crate::misslog`] writes them): [`file`] reads one file
+//! or one folder; this module adds up every process's and rank's missed shapes, groups
+//! them into families a tuning run should take together and ranks them by calls x FLOPs.
 //!
 //! The interposer writes, per process and device, `<host>-<pid>-<start>-rank<d>.csv` (one
 //! `op_name,param_signature` line per first sight) and `<host>-<pid>-<start>-rank<d>.counts.csv`
 //! (`op_name,param_signature,calls`, rewritten whole at flushes and at exit); see
 //! [`crate::misslog`]. A process killed before its first flush leaves only the first file:
 //! its shapes count as one call each and are marked as lower bounds. Each file is read with
-//! [`crate::untuned::parse`], the one reader of every miss-file form.
+//! [`file::parse`], the one reader of every miss-file form.
 //!
 //! Grouping: shapes of one layer family ([`crate::family`]) whose token counts sit at most
 //! `window` above a multiple of `align` form a chunk + decode group (`512 + 1..21`, the
@@ -17,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::family::{describe, family_of};
 use crate::key::ProblemKey;
-use crate::untuned;
+
+pub mod file;
 
 /// The files of one process and rank, as text.
 #[derive(Clone, Debug, Default)]
@@ -74,7 +76,7 @@ pub fn aggregate(sources: &[Source]) -> (Vec<Miss>, Vec<String>) {
         for (text, what) in files {
             let Some(text) = text else { continue };
             // One reader for every miss-file form (fragments, older signatures, BLAS_PARAMS).
-            let log = untuned::parse(text);
+            let log = file::parse(text);
             for p in &log.malformed {
                 problems.push(format!(
                     "{} {what} line {}: {}",

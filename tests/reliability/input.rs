@@ -5,13 +5,10 @@
 //! still served, and the host's results are right. (A profile whose sha256 does not match
 //! the loaded build: `a_profile_for_another_build_is_not_chosen` in tests/interposer.rs.)
 
-mod common;
-mod faults;
-
 use std::path::Path;
 
-use common::*;
-use faults::*;
+use crate::common::faults::*;
+use crate::common::*;
 
 const HIT: &str = "ex:TN:h:64:24:40";
 const MISS: &str = "ex:TN:h:8:8:8";
@@ -56,7 +53,7 @@ fn malformed_lines_are_skipped_reported_and_counted() {
     rows.push("GemmTunableOp_Half_TN,tn_8_8_8,Default,-3".into());
     rows.push("Validator,ONLY_KEY".into());
     rows.insert(5, hit_row());
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     let stderr = run_served("rel-malformed", &dir, &[]);
     let file = rank0(&dir).display().to_string();
     assert!(stderr.contains(&format!("{file}:3: skipped: ")), "{stderr}");
@@ -72,7 +69,7 @@ fn malformed_lines_are_skipped_reported_and_counted() {
 #[test]
 fn an_unreadable_rank_file_is_reported_and_the_others_serve() {
     let dir = scratch("rel-unreadable");
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    Profile::v4(&dir).line(hit_row()).write();
     // Rank 1's "file" cannot be read (a folder in its place); device 1 falls back to rank 0.
     let rank1 = dir.join("profiles/ref-v4/tunableop_results1.csv");
     std::fs::create_dir_all(&rank1).unwrap();
@@ -92,7 +89,7 @@ fn an_unreadable_rank_file_is_reported_and_the_others_serve() {
 #[test]
 fn a_truncated_results_file_serves_its_whole_rows_only() {
     let dir = scratch("rel-truncated");
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    Profile::v4(&dir).line(hit_row()).write();
     // The next row was being written when the disk filled: cut inside the solution index,
     // which would otherwise read as another (valid-looking) index.
     let sol = tuned(MISS);
@@ -119,7 +116,7 @@ fn a_truncated_results_file_serves_its_whole_rows_only() {
 #[test]
 fn invalid_profiles_json_passes_through_and_records() {
     let dir = scratch("rel-bad-registry");
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    Profile::v4(&dir).line(hit_row()).write();
     let reg = dir.join("profiles/profiles.json");
     std::fs::write(
         &reg,
@@ -150,7 +147,7 @@ fn invalid_profiles_json_passes_through_and_records() {
 #[test]
 fn a_contradicting_validator_is_reported_and_serving_continues() {
     let dir = scratch("rel-validator");
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &[hit_row()], 1);
+    Profile::v4(&dir).line(hit_row()).write();
     let text = std::fs::read_to_string(rank0(&dir)).unwrap();
     std::fs::write(
         rank0(&dir),
@@ -177,7 +174,7 @@ fn unknown_ops_and_other_backends_are_counted_not_served() {
         "ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_Half_TN,tn_8_8_8_ld_8_8_8_rw_0_bias_None,Gemm_Hipblaslt_1,0.1".into(),
         hit_row(),
     ];
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     let stderr = run_served("rel-unknown-ops", &dir, &[]);
     assert!(
         stderr.contains("3 rows name ops or solutions rocBLAS cannot serve"),
@@ -198,7 +195,7 @@ fn absurd_dimensions_and_ids_in_rows_and_calls() {
         "GemmTunableOp_Half_TN,tn_1099511627776_1_1,Default,1".into(),
         hit_row(),
     ];
-    write_profile(&dir.join("profiles"), "ref-v4", &sha4(), &rows, 1);
+    Profile::v4(&dir).lines(&rows).write();
     // Calls with absurd arguments before and after the served ones: rocBLAS's own answer
     // reaches the host, and nothing in the interposer gives up (no internal error latch).
     let stderr = run_served("rel-absurd", &dir, &["@absurd", HIT]);
@@ -233,7 +230,7 @@ fn a_miss_log_from_an_older_format_still_reads() {
     )
     .unwrap();
     std::fs::write(misses.join("host-2-rank0.counts.tmp.2"), "junk").unwrap();
-    let read = tunedblas_core::untuned::read_dir(&misses).unwrap();
+    let read = tunedblas_core::misses::file::read_dir(&misses).unwrap();
     assert_eq!(read.misses.len(), 3, "{read:?}");
     assert_eq!(
         read.misses[0].key,

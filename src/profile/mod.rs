@@ -1,0 +1,320 @@
+//! Choosing the profile for the loaded build and loading its rank files into tables.
+//!
+//! Pure logic over the registry and the TunableOp reader, so the interposer, `tunedblas
+//! profiles which` and the tests all make the same decision with the same words.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::registry::{Match, Registry};
+use crate::table::Table;
+
+mod files;
+mod lazy;
+mod rank;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use files::unreadable;
+pub use files::{
+    open_regular, read_regular, ReadError, MAX_JSON_FILE_BYTES, MAX_RESULTS_FILE_BYTES,
+};
+pub use lazy::{place_rank_table, LazyStart, LazyTables, RankReport, RankState, RankTable};
+use rank::load_rank;
+
+/// The registry file inside a profile folder.
+pub const REGISTRY_FILE: &str = "profiles.json";
+
+/// What the operator asked for.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// Folder holding `profiles.json` and one folder per build.
+    pub profile_dir: &'a Path,
+    /// Full sha256 (hex) of the loaded library.
+    pub sha256: &'a str,
+    /// `TUNEDBLAS_PROFILE`: a profile name to use instead of matching by hash.
+    pub explicit: Option<&'a str>,
+    /// `TUNEDBLAS_ALLOW_MISMATCH=1`: use an explicit profile made for another build.
+    pub allow_mismatch: bool,
+}
+
+/// The outcome, with the reason in words for the startup line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selection {
+    Chosen {
+        name: String,
+        dir: PathBuf,
+        reason: String,
+    },
+    /// Nothing to serve; `why` says what to do about it.
+    None { why: String },
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// Picks the profile for the build whose sha256 is `req.sha256`.
+pub fn select(req: &Request) -> Selection {
+    let reg_path = req.profile_dir.join(REGISTRY_FILE);
+    let registry = match Registry::load(&reg_path) {
+        Ok(r) => r,
+        Err(e) => return Selection::None { why: e.to_string() },
+    };
+    let build = short(req.sha256);
+    if let Some(name) = req.explicit {
+        let Some(entry) = registry.get(name) else {
+            return Selection::None {
+                why: format!(
+                    "TUNEDBLAS_PROFILE={name} is not in {}; `tunedblas profiles list` shows the names",
+                    reg_path.display()
+                ),
+            };
+        };
+        let dir = req.profile_dir.join(&entry.dir);
+        let matches = registry_sha_matches(&entry.lib_sha256, req.sha256);
+        return if matches {
+            Selection::Chosen {
+                name: name.to_owned(),
+                dir,
+                reason: format!("selected by TUNEDBLAS_PROFILE for rocBLAS build {build}"),
+            }
+        } else if req.allow_mismatch {
+            Selection::Chosen {
+                name: name.to_owned(),
+                dir,
+                reason: format!(
+                    "forced by TUNEDBLAS_ALLOW_MISMATCH although it was made for build {} and the loaded rocBLAS is {build}; its solution ids may be wrong or fail",
+                    short(&entry.lib_sha256)
+                ),
+            }
+        } else {
+            Selection::None {
+                why: format!(
+                    "refusing TUNEDBLAS_PROFILE={name}: it was made for rocBLAS build {}, but the loaded build is {build} (solution ids are build-specific); unset it, tune this build, or set TUNEDBLAS_ALLOW_MISMATCH=1 to force",
+                    short(&entry.lib_sha256)
+                ),
+            }
+        };
+    }
+    match registry.find_by_sha(req.sha256) {
+        Match::Unique(name, entry) => Selection::Chosen {
+            name: name.to_owned(),
+            dir: req.profile_dir.join(&entry.dir),
+            reason: format!("auto-selected for rocBLAS build {build}"),
+        },
+        Match::Ambiguous(names) => Selection::None {
+            why: format!(
+                "{} names several profiles for rocBLAS build {build} ({}); set TUNEDBLAS_PROFILE to one of them",
+                reg_path.display(),
+                names.join(", ")
+            ),
+        },
+        Match::None => Selection::None {
+            why: format!(
+                "no profile in {} for rocBLAS build {build}; shapes are recorded for `tunedblas tune`",
+                reg_path.display()
+            ),
+        },
+    }
+}
+
+/// One line per registry entry that was skipped (bad name, a `dir` leading outside the
+/// folder, no usable hash), naming the file and what to do; empty if the registry does not
+/// load at all ([`select`] says why then).
+pub fn registry_problems(profile_dir: &Path) -> Vec<String> {
+    Registry::load(&profile_dir.join(REGISTRY_FILE))
+        .map(|r| r.errors().iter().map(|e| e.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// A registry hash (full, or a prefix of at least 12 hex digits) names the build `sha`.
+pub fn registry_sha_matches(registered: &str, sha: &str) -> bool {
+    let r = registered.trim().to_ascii_lowercase();
+    r.len() >= 12 && r.len() <= sha.len() && sha.to_ascii_lowercase().starts_with(&r)
+}
+
+/// A profile's rank files loaded as lookup tables.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// `tables[rank]`; ranks with identical rows share one `Arc`.
+    pub tables: Vec<Option<Arc<Table>>>,
+    /// Distinct tables among the ranks (1 when every rank file holds the same rows).
+    pub distinct: usize,
+    /// Rows per rank file, in rank order: (rank, servable rows).
+    pub rows: Vec<(usize, usize)>,
+    /// One line per problem found while reading (file, line, what, what to do).
+    pub problems: Vec<String>,
+    /// Rows that name a solution rocBLAS cannot serve (hipBLASLt, scaled GEMMs, ...).
+    pub unservable: usize,
+    /// `ROCBLAS_VERSION` validators found in the rank files, with the file they came from.
+    pub rocblas_versions: Vec<(PathBuf, String)>,
+    /// Rows naming a rocBLAS solution id <= 0: (file, line, `op,signature`, id). rocBLAS up
+    /// to 4.x runs its heuristic for those; see [`version_problems`].
+    pub nonpositive_ids: Vec<(PathBuf, usize, String, i32)>,
+}
+
+impl Loaded {
+    /// The table for `device`: its own rank file, else rank 0's (solution ids belong to the
+    /// build, so any rank's rows are valid on every device of the same architecture).
+    #[inline]
+    pub fn table_for(&self, device: i32) -> Option<&Table> {
+        table_of_device(&self.tables, device)
+    }
+}
+
+/// The table `device` uses among a profile's rank tables (`tables[rank]`, any backend's):
+/// its own rank's, else rank 0's (solution ids belong to the build, so any rank's rows are
+/// valid on every device of the same architecture).
+#[inline]
+pub fn table_of_device<T>(tables: &[Option<Arc<T>>], device: i32) -> Option<&T> {
+    let own = usize::try_from(device)
+        .ok()
+        .and_then(|d| tables.get(d))
+        .and_then(|t| t.as_deref());
+    own.or_else(|| tables.first().and_then(|t| t.as_deref()))
+}
+
+/// The rank of a `tunableop_results<rank>.csv` file name.
+pub fn rank_of_file(name: &str) -> Option<usize> {
+    let digits = name
+        .strip_prefix("tunableop_results")?
+        .strip_suffix(".csv")?;
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// What only the loaded rocBLAS `version` shows about a profile, one line each:
+/// - rank files whose `ROCBLAS_VERSION` validator names another build (the hash already
+///   matched, so this flags a registry or file mix-up worth a look). Version strings are
+///   compared as builds: Debian's `2.47.0.` (no commit id) and `2.47.0` agree;
+/// - on rocBLAS up to 4.x, rows naming a solution id <= 0: with `algo = solution_index`
+///   such an id runs the heuristic, so the row is not the tuned solution it looks like
+///   (and the interposer counts its calls as served).
+pub fn version_problems(loaded: &Loaded, version: &str) -> Vec<String> {
+    let mut out: Vec<String> = loaded
+        .rocblas_versions
+        .iter()
+        .filter(|(_, v)| !crate::version::same_build(v, version))
+        .map(|(p, v)| contradiction(p, v, version))
+        .collect();
+    if let Some(first) = loaded.nonpositive_ids.first() {
+        out.extend(nonpositive_problem(
+            first,
+            loaded.nonpositive_ids.len(),
+            version,
+        ));
+    }
+    out
+}
+
+/// The line about rows naming ids <= 0 (`first` of `count`), if the loaded `version`
+/// runs its heuristic for such ids (rocBLAS up to 4.x).
+fn nonpositive_problem(
+    (file, line, key, id): &(PathBuf, usize, String, i32),
+    count: usize,
+    version: &str,
+) -> Option<String> {
+    let v = crate::version::Version::parse(version)?;
+    v.nonpositive_id_is_heuristic().then(|| {
+        format!(
+            "{}:{line}: {key} names solution {id}, and {} more rows name ids <= 0: rocBLAS {} ({}) runs its heuristic for an id <= 0, so these rows serve nothing tuned; re-tune this build or delete them",
+            file.display(),
+            count - 1,
+            v.label(),
+            v.rocm()
+        )
+    })
+}
+
+/// [`version_problems`], under the name the interposer calls at load
+/// (`cdylib/src/runtime.rs`): more than contradicting validators now.
+pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
+    version_problems(loaded, version)
+}
+
+fn contradiction(path: &Path, found: &str, loaded: &str) -> String {
+    format!(
+        "{}: Validator ROCBLAS_VERSION is {found}, but the loaded rocBLAS reports {loaded}; check that this profile belongs to this build",
+        path.display()
+    )
+}
+
+/// The `tunableop_results<rank>.csv` files of `dir`, by rank; the error is the problem line.
+pub fn rank_files(dir: &Path) -> Result<Vec<(usize, PathBuf)>, String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: cannot read the profile folder: {e}", dir.display()))?;
+    let mut files: Vec<(usize, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((rank_of_file(e.file_name().to_str()?)?, e.path())))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The one eager rank loader, whatever table a backend builds: every
+/// `tunableop_results<rank>.csv` of `dir` in rank order through `load` (which reads the
+/// file, adds its problem lines and returns its table, or `None` for a rank that serves
+/// nothing), ranks whose tables hold the same rows (`same`) sharing one. Returns
+/// `tables[rank]` and the number of distinct tables; an unreadable folder is one problem.
+pub fn load_ranks<T>(
+    dir: &Path,
+    problems: &mut Vec<String>,
+    same: impl Fn(&T, &T) -> bool,
+    mut load: impl FnMut(usize, &Path, &mut Vec<String>) -> Option<T>,
+) -> (Vec<Option<Arc<T>>>, usize) {
+    let (mut tables, mut distinct) = (Vec::new(), 0);
+    match rank_files(dir) {
+        Ok(files) => {
+            for (rank, path) in files {
+                if let Some(table) = load(rank, &path, problems) {
+                    place_rank_table(&mut tables, &mut distinct, rank, table, &same);
+                }
+            }
+        }
+        Err(line) => problems.push(line),
+    }
+    (tables, distinct)
+}
+
+/// Reads every `tunableop_results<rank>.csv` in `dir` ([`load_ranks`] with the rocBLAS
+/// loader). Each file is read only if it is a regular file (through symlinks) of at most
+/// [`MAX_RESULTS_FILE_BYTES`]; anything else is one problem line and its rank serves
+/// nothing. [`LazyTables`] reads only the calling device's file at start-up.
+pub fn load_tables(dir: &Path) -> Loaded {
+    let mut loaded = Loaded::default();
+    let mut problems = Vec::new();
+    let (tables, distinct) = load_ranks(
+        dir,
+        &mut problems,
+        Table::same_rows,
+        |rank, path, problems| {
+            let file = match load_rank(path, rank) {
+                Ok(f) => f,
+                Err(line) => {
+                    problems.push(line);
+                    return None;
+                }
+            };
+            problems.extend(file.problems);
+            loaded.unservable += file.unservable;
+            if let Some(v) = file.rocblas_version {
+                loaded.rocblas_versions.push((path.to_path_buf(), v));
+            }
+            for (line, key, id) in file.nonpositive {
+                loaded
+                    .nonpositive_ids
+                    .push((path.to_path_buf(), line, key, id));
+            }
+            let table = file.table;
+            loaded
+                .rows
+                .push((rank, table.len() + table.wildcards().len()));
+            Some(table)
+        },
+    );
+    (loaded.tables, loaded.distinct, loaded.problems) = (tables, distinct, problems);
+    loaded
+}

@@ -1,0 +1,144 @@
+//! The C programs and libraries the end-to-end tests run, built once per test run for every
+//! test binary: each lands in `target/<profile>/test-hosts/<name>-<hash>/`, where the hash
+//! covers what goes into it (the sources under `tests/hosts/`, the compiler arguments, the
+//! bytes of a copied library). The first binary to need one builds it into a temporary
+//! folder under a file lock and renames it into place; the others (and later runs) find it
+//! there. A finished folder is never written again, so readers need no lock.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use super::{repo, target_dir, text};
+
+/// `target/<profile>/test-hosts`.
+pub fn cache_root() -> PathBuf {
+    target_dir().join("test-hosts")
+}
+
+/// Holds an exclusive `flock` on the cache's lock file until dropped.
+struct Lock(File);
+
+impl Lock {
+    fn take(root: &Path) -> Lock {
+        std::fs::create_dir_all(root).unwrap();
+        let f = File::create(root.join(".lock")).unwrap();
+        // SAFETY: flock on a descriptor this process owns; blocks until it is ours.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "flock {}", root.display());
+        Lock(f)
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // SAFETY: as above; closing the file would release it too.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// The folder `<root>/<name>-<hash of parts>`, made by `make` (which fills the temporary
+/// folder it is given) unless an earlier build left it there.
+pub fn cached(name: &str, parts: &[&[u8]], make: impl FnOnce(&Path)) -> PathBuf {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    let hash: String = h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let root = cache_root();
+    let dir = root.join(format!("{name}-{hash}"));
+    if dir.is_dir() {
+        return dir;
+    }
+    let _lock = Lock::take(&root);
+    if dir.is_dir() {
+        return dir;
+    }
+    let tmp = root.join(format!(".{name}-{hash}.tmp{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    make(&tmp);
+    std::fs::rename(&tmp, &dir).unwrap_or_else(|e| panic!("rename to {}: {e}", dir.display()));
+    dir
+}
+
+/// Every file of `tests/hosts/` (sources and headers), in name order: a change to any of
+/// them rebuilds every host, which is a second or two once per run.
+fn host_sources() -> Vec<u8> {
+    let dir = repo().join("tests/hosts");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    let mut all = Vec::new();
+    for p in names {
+        all.extend_from_slice(p.file_name().unwrap().as_encoded_bytes());
+        all.extend_from_slice(&std::fs::read(&p).unwrap());
+    }
+    all
+}
+
+/// What `cc --version` says: part of every program's hash, so a new compiler rebuilds.
+fn compiler() -> &'static [u8] {
+    static V: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        Command::new("cc")
+            .arg("--version")
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default()
+    })
+}
+
+/// `cc -O1 -Wall -o <out> <args>`, failing the test with the compiler's words.
+pub fn cc(out: &Path, args: &[String]) {
+    let mut c = Command::new("cc");
+    c.args(["-O1", "-Wall", "-o"]).arg(out).args(args);
+    let o = c
+        .output()
+        .unwrap_or_else(|e| panic!("a C compiler (cc) is needed for these tests: {e}"));
+    assert!(o.status.success(), "{c:?}:\n{}", text(&o.stderr));
+}
+
+/// A program or library built from `tests/hosts/` with `args` (`{hosts}` in an argument is
+/// that folder): the path of `<name>` in its cached folder.
+pub fn c_program(name: &str, args: &[String]) -> PathBuf {
+    let hosts = repo().join("tests/hosts").display().to_string();
+    let args: Vec<String> = args.iter().map(|a| a.replace("{hosts}", &hosts)).collect();
+    let sources = host_sources();
+    let joined = args.join("\0");
+    let dir = cached(name, &[compiler(), &sources, joined.as_bytes()], |tmp| {
+        cc(&tmp.join(name), &args)
+    });
+    dir.join(name)
+}
+
+/// A folder holding `lib` under `soname`, plus `link` -> `soname` when given (what `-l`
+/// finds), keyed by the library's bytes.
+pub fn lib_dir(name: &str, lib: &Path, soname: &str, link: Option<&str>) -> PathBuf {
+    let bytes = std::fs::read(lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
+    cached(name, &[&bytes, soname.as_bytes()], |tmp| {
+        let mut f = File::create(tmp.join(soname)).unwrap();
+        f.write_all(&bytes).unwrap();
+        if let Some(link) = link {
+            std::os::unix::fs::symlink(soname, tmp.join(link)).unwrap();
+        }
+    })
+}
+
+/// The `-L` and `-Wl,-rpath` arguments for linking against a library in `dir`.
+pub fn link_args(dir: &Path) -> [String; 2] {
+    [
+        format!("-L{}", dir.display()),
+        format!("-Wl,-rpath,{}", dir.display()),
+    ]
+}
