@@ -516,14 +516,14 @@ fn shards_tuned_apart_merge_into_one_profile() {
 #[test]
 fn a_quiet_campaign_prints_the_counts_only() {
     let dir = scratch("quiet");
-    let lib = lib4();
+    let lib = artifacts().lib4();
     let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap(), "-q"]
         .map(String::from)
         .to_vec();
     args.extend(shape_args(3));
     args.extend(QUICK.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(harness(&dir, &refs));
+    let out = run(tunedblas_cmd(&dir, &refs));
     let stdout = ok(&out);
     assert!(stdout.contains("3 shapes: "), "{stdout}");
     assert!(

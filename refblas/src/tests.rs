@@ -399,7 +399,7 @@ fn every_solution_matches_the_f64_reference() {
                     (variant % 4) as usize,
                     ((variant + 1) % 3) as usize,
                 ];
-                case.in_place = variant % 3 == 0;
+                case.in_place = variant.is_multiple_of(3);
                 if variant % 4 == 1 {
                     case.beta = 0.0;
                 }
