@@ -139,6 +139,15 @@ impl Switches {
     }
 }
 
+/// Where the interposer records misses: `TUNEDBLAS_MISS_DIR`, else `<user cache>/misses`
+/// (`identity::user_cache_dir`). `misses`, `tune` and `report` look there by default.
+pub fn miss_dir(get: impl Fn(&str) -> Option<String>) -> std::path::PathBuf {
+    get("TUNEDBLAS_MISS_DIR")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::identity::user_cache_dir().join("misses"))
+}
+
 /// One sentence per `TUNEDBLAS_*` variable in `vars` whose name is neither the
 /// interposer's nor a tool's, with the nearest known name when one is close.
 pub fn unknown_names<'a>(vars: impl IntoIterator<Item = &'a str>) -> Vec<String> {

@@ -514,6 +514,27 @@ fn shards_tuned_apart_merge_into_one_profile() {
 }
 
 #[test]
+fn tune_with_no_inputs_reads_the_miss_folder() {
+    let dir = scratch("default-misses");
+    let mut cmd = Command::new(&artifacts().host4);
+    cmd.args(["ex:TN:h:24:8:16", "ex:TN:h:40:8:16"]);
+    host_env(&mut cmd, &dir, true);
+    assert!(run(cmd).status.success());
+    let lib = artifacts().lib4();
+    let mut args = vec!["tune", "--lib", lib.to_str().unwrap()];
+    args.extend(QUICK);
+    let out = ok(&run(tunedblas_cmd(&dir, &args)));
+    assert!(
+        out.contains(&format!(
+            "no inputs named: tuning the misses recorded in {}",
+            dir.join("misses").display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("2 shapes: "), "{out}");
+}
+
+#[test]
 fn a_quiet_campaign_prints_the_counts_only() {
     let dir = scratch("quiet");
     let lib = artifacts().lib4();

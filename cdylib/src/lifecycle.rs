@@ -92,11 +92,7 @@ impl Config {
             ),
             explicit: env("TUNEDBLAS_PROFILE"),
             allow_mismatch: sw.allow_mismatch,
-            miss_dir: absolute(
-                env("TUNEDBLAS_MISS_DIR")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
-            ),
+            miss_dir: absolute(settings::miss_dir(env)),
             log_level: sw.log_level,
             stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from).map(absolute),
             near_window: sw.near_window,

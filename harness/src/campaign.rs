@@ -266,6 +266,19 @@ fn worker(
 fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes::Collected> {
     let spec_refs: Vec<&str> = opts.specs.iter().map(String::as_str).collect();
     let mut inputs = opts.inputs.clone();
+    // Nothing named: the shapes the interposer recorded, where it records them (as `misses`).
+    if inputs.is_empty() && spec_refs.is_empty() && !opts.retune {
+        let dir = tunedblas_core::settings::miss_dir(|n| std::env::var(n).ok());
+        if dir.is_dir() {
+            if !opts.quiet && !opts.json {
+                println!(
+                    "no inputs named: tuning the misses recorded in {}",
+                    dir.display()
+                );
+            }
+            inputs.push(dir);
+        }
+    }
     let imported = folder.dir.join(store::IMPORTED_FILE);
     if opts.retune && imported.is_file() {
         inputs.push(imported);
@@ -300,7 +313,7 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
     }
     if collected.shapes.is_empty() {
         return Err(Error::failed(
-            "no shapes to tune: give miss logs, untuned or results files, --shape, or --retune",
+            "no shapes to tune: give miss logs, untuned or results files, --shape, or --retune (with none, the miss folder $TUNEDBLAS_MISS_DIR or ~/.cache/tunedblas/misses is read)",
         ));
     }
     Ok(collected)

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tunedblas_core::identity;
 use tunedblas_core::misses::{self, Source};
 use tunedblas_core::tunableop;
 
@@ -56,12 +55,9 @@ fn parse(args: &[String]) -> Result<Options> {
     };
     let mut inputs: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
     if inputs.is_empty() {
-        inputs.push(
-            std::env::var_os("TUNEDBLAS_MISS_DIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(|| identity::user_cache_dir().join("misses")),
-        );
+        inputs.push(tunedblas_core::settings::miss_dir(|n| {
+            std::env::var(n).ok()
+        }));
     }
     Ok(Options {
         inputs,

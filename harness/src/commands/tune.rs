@@ -24,6 +24,8 @@ INPUT: miss-log folders (TUNEDBLAS_MISS_DIR), PyTorch untuned files, TunableOp r
 files (their shapes only: ids are never reused), rocBLAS bench logs (ROCBLAS_LAYER=2) and
 profile logs (ROCBLAS_LAYER=4; both give call counts), rocblas-gemm-tune CSV; files or
 folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its content.
+With no INPUT, no --shape and no --retune: the miss folder the interposer writes
+($TUNEDBLAS_MISS_DIR, else ~/.cache/tunedblas/misses), as `tunedblas misses` reads it.
 
 OPTIONS:
     --shape TYPE:AB:M:N:K[:BATCH]  an explicit shape, e.g. f16:TN:4096:256:4096 (repeatable)
