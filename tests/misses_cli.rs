@@ -116,3 +116,37 @@ fn processes_and_ranks_add_up_into_chunk_decode_families() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("TUNEDBLAS_MISS_DIR"));
 }
+
+#[test]
+fn shapes_a_profile_has_rows_for_now_are_not_listed() {
+    let dir = scratch("misses-served");
+    // Recorded with no profile: both shapes are misses.
+    host(&dir, &["ex:TN:h:96:512:64", "ex:TN:h:8:1:16"]);
+    // Then one of them is tuned.
+    Profile::v4(&dir)
+        .row("ex:TN:h:96:512:64", "Default")
+        .write();
+    let lib = artifacts().lib4();
+    let out = misses(&[
+        dir.join("misses").to_str().unwrap(),
+        "--lib",
+        lib.to_str().unwrap(),
+        "--profiles",
+        dir.join("profiles").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["served_by"]["shapes"], 1, "{v}");
+    assert_eq!(v["served_by"]["profile"], "ref-v4", "{v}");
+    let listed = serde_json::to_string(&v["groups"]).unwrap();
+    assert!(
+        !listed.contains("96"),
+        "the tuned shape is still listed: {listed}"
+    );
+    // Without --lib, both are listed.
+    let out = misses(&[dir.join("misses").to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.get("served_by").is_none());
+    assert!(serde_json::to_string(&v["groups"]).unwrap().contains("96"));
+}

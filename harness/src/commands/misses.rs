@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 use crate::render::misses::{self as render, Summary};
 
 const HELP: &str = "\
-tunedblas misses [DIR|FILE ...] [--align N] [--window N] [--top N] [--json] [--out FILE]
+tunedblas misses [DIR|FILE ...] [--lib LIBROCBLAS | --profile NAME] [--align N] [--window N]
+                 [--top N] [--json] [--out FILE]
 
 Adds up the miss logs of every process and rank (<host>-<pid>-<start>-rank<d>.csv and .counts.csv;
 default folder: $TUNEDBLAS_MISS_DIR, else the user cache's misses/), groups the shapes of
@@ -23,12 +24,17 @@ of --align (256)) and decode batches, and ranks the groups by calls x FLOPs: the
 worth tuning first. --out writes every missed shape in that order as PyTorch untuned-file
 lines (op_name,param_signature), which `tunedblas tune` reads.
 
+With --lib (or --profile), shapes the profile for that build has a row for now (tuned since
+they were recorded) are left out, and counted in one line: what is listed is still to do.
+
 EXAMPLE:
     tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
 ";
 
 struct Options {
     inputs: Vec<PathBuf>,
+    /// The profile whose rows are taken out of the list (`--lib` / `--profile`).
+    served_by: Option<crate::pick::Picked>,
     align: i64,
     window: i64,
     top: usize,
@@ -41,7 +47,15 @@ fn parse(args: &[String]) -> Result<Options> {
         "misses",
         args,
         &["--json"],
-        &["--align", "--window", "--top", "--out"],
+        &[
+            "--align",
+            "--window",
+            "--top",
+            "--out",
+            "--lib",
+            "--profile",
+            "--profiles",
+        ],
     )?;
     let number = |flag: &str, default: i64| -> Result<i64> {
         match a.value(flag) {
@@ -59,8 +73,13 @@ fn parse(args: &[String]) -> Result<Options> {
             std::env::var(n).ok()
         }));
     }
+    let served_by = match (a.has("--lib"), a.has("--profile")) {
+        (false, false) => None,
+        _ => Some(crate::pick::pick(a.which_profile()?, &a.profile_store())?),
+    };
     Ok(Options {
         inputs,
+        served_by,
         align: number("--align", 256)?,
         window: number("--window", 32)?,
         top: number("--top", 20)? as usize,
@@ -133,7 +152,11 @@ pub fn help() -> String {
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let (sources, files) = read_sources(&o.inputs)?;
-    let (all, problems) = misses::aggregate(&sources);
+    let (mut all, problems) = misses::aggregate(&sources);
+    let served = match &o.served_by {
+        Some(p) => drop_served(&mut all, p)?,
+        None => 0,
+    };
     let groups = misses::group(&all, o.align, o.window);
     if let Some(out) = &o.out {
         write_out(out, &untuned_lines(&all, &groups))?;
@@ -153,11 +176,35 @@ pub fn run(args: &[String]) -> Result<()> {
         groups: &groups,
     };
     if o.json {
-        super::print_json(&render::json(&summary));
+        let mut v = render::json(&summary);
+        if let Some(p) = &o.served_by {
+            v["served_by"] = serde_json::json!({ "profile": p.name, "shapes": served });
+        }
+        super::print_json(&v);
     } else {
+        if let Some(p) = &o.served_by {
+            println!(
+                "{served} recorded shapes have rows in profile '{}' (build {}) now: not listed",
+                p.name,
+                p.short()
+            );
+        }
         print!("{}", render::text(&summary, o.top, o.out.as_deref()));
     }
     Ok(())
+}
+
+/// Takes out of `all` the shapes profile `p` has a row for on any rank; returns how many.
+fn drop_served(all: &mut Vec<misses::Miss>, p: &crate::pick::Picked) -> Result<usize> {
+    let mut rows = std::collections::HashSet::new();
+    for (_, file) in &p.ranks {
+        let f = tunableop::read(file)
+            .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+        rows.extend(f.rows.iter().map(|r| r.key));
+    }
+    let before = all.len();
+    all.retain(|m| !rows.contains(&m.key));
+    Ok(before - all.len())
 }
 
 /// Every missed shape, most expensive group first, as PyTorch untuned-file lines.
