@@ -34,6 +34,7 @@ use tunedblas_core::cublaslt::*;
 use tunedblas_core::identity::{self, HashCache, MapCheck};
 use tunedblas_core::misslog::{self, Sight};
 use tunedblas_core::profile::{self, Request, Selection};
+use tunedblas_lt_algo::build_algo;
 
 use crate::lifecycle::{self, Backend, Config, Lazy, Pass};
 use crate::log::{debug, info};
@@ -278,7 +279,9 @@ fn select_and_load(cfg: &Config) -> (LtLoaded, String) {
 
 enum Decision {
     Pass,
-    Tuned(MatmulAlgo, &'static LtEntry, LtKey),
+    /// The row's rebuilt algorithm (kept in its entry) and the entry. By reference: the
+    /// algorithm and key by value made the decision 216 bytes.
+    Tuned(&'static MatmulAlgo, &'static LtEntry),
 }
 
 /// Serves one intercepted `cublasLtMatmul`. See the module docs.
@@ -311,14 +314,16 @@ pub unsafe fn matmul(x: &LtCall) -> LtStatus {
     };
     match decision {
         Decision::Pass => unsafe { call(real, x, x.algo) },
-        Decision::Tuned(algo, entry, key) => {
-            let status = unsafe { call(real, x, &algo) };
+        Decision::Tuned(algo, entry) => {
+            let status = unsafe { call(real, x, algo) };
             if status == STATUS_SUCCESS {
                 bump(Counter::LtServed);
                 return status;
             }
             if entry.quarantine() {
-                let (op, sig) = op_and_signature(&key);
+                // SAFETY: the caller's descriptors, as when the key was read for the lookup.
+                let key = unsafe { read_key(x) };
+                let (op, sig) = key.as_ref().map_or_else(Default::default, op_and_signature);
                 info!(
                     "cuBLASLt: {} for {op},{sig} failed with status {status}; the row is quarantined for this process and the caller's own algorithm is used (re-tune this build)",
                     entry.action.solution_text()
@@ -392,7 +397,7 @@ fn decide(x: &LtCall) -> Decision {
                                 x.workspace_bytes,
                             ) =>
                         {
-                            Decision::Tuned(p.algo, e, key)
+                            Decision::Tuned(&p.algo, e)
                         }
                         Some(_) => {
                             // Less workspace or alignment than the tuned algorithm needs.
