@@ -15,8 +15,8 @@ use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 use tunedblas_core::rocblas::{ex_types, single_key_unchecked, Dims};
 
-use crate::real::HOOKS;
-use crate::serve::{self, ExArgs, TypedArgs};
+use crate::rocblas::real::{self as rocblas, HOOKS};
+use crate::rocblas::serve::{self, ExArgs, TypedArgs};
 
 macro_rules! ex_args {
     ($h:ident, $ta:ident, $tb:ident, $m:ident, $n:ident, $k:ident, $alpha:ident, $a:ident, $at:ident,
@@ -69,7 +69,7 @@ macro_rules! route {
             } else {
                 $serve_it
             }
-        } else if let Some(other) = crate::libs::other_build($h) {
+        } else if let Some(other) = rocblas::other_build($h) {
             // A handle of another rocBLAS build: its own function, untouched.
             match other.$hook() {
                 Some(f) => {
@@ -422,7 +422,7 @@ macro_rules! typed_gemm_export {
             c: *mut c_void,
             ldc: $I,
         ) -> Status {
-            if let Some(other) = crate::libs::other_build(h) {
+            if let Some(other) = rocblas::other_build(h) {
                 let Some(f) = other.$hook() else {
                     return STATUS_NOT_IMPLEMENTED;
                 };
@@ -473,7 +473,7 @@ macro_rules! typed_gemm_strided_batched_export {
             sc: i64,
             batch: $I,
         ) -> Status {
-            if let Some(other) = crate::libs::other_build(h) {
+            if let Some(other) = rocblas::other_build(h) {
                 let Some(f) = other.$hook() else {
                     return STATUS_NOT_IMPLEMENTED;
                 };
@@ -565,15 +565,14 @@ pub unsafe extern "C" fn rocblas_create_handle(handle: *mut Handle) -> Status {
 }
 
 extern "C" fn create_handle_from(handle: *mut Handle, ret: *const c_void) -> Status {
-    std::panic::catch_unwind(|| crate::libs::create_handle(handle, ret))
+    std::panic::catch_unwind(|| rocblas::create_handle(handle, ret))
         .unwrap_or(STATUS_INTERNAL_ERROR)
 }
 
 /// `rocblas_destroy_handle`: in the build the handle came from.
 #[no_mangle]
 pub unsafe extern "C" fn rocblas_destroy_handle(handle: Handle) -> Status {
-    std::panic::catch_unwind(|| crate::libs::destroy_handle(handle))
-        .unwrap_or(STATUS_INTERNAL_ERROR)
+    std::panic::catch_unwind(|| rocblas::destroy_handle(handle)).unwrap_or(STATUS_INTERNAL_ERROR)
 }
 
 /// `cublasLtCreate`: made in the cuBLASLt build the caller links, as `rocblas_create_handle`.
@@ -592,18 +591,18 @@ pub unsafe extern "C" fn cublasLtCreate(handle: *mut lt::LtHandle) -> lt::LtStat
 }
 
 extern "C" fn lt_create_from(handle: *mut lt::LtHandle, ret: *const c_void) -> lt::LtStatus {
-    std::panic::catch_unwind(|| crate::cublaslt::create_handle(handle, ret))
+    std::panic::catch_unwind(|| crate::cublaslt::real::create_handle(handle, ret))
         .unwrap_or(lt::STATUS_INTERNAL_ERROR)
 }
 
 /// `cublasLtDestroy`: in the build the handle came from.
 #[no_mangle]
 pub unsafe extern "C" fn cublasLtDestroy(handle: lt::LtHandle) -> lt::LtStatus {
-    std::panic::catch_unwind(|| crate::cublaslt::destroy_handle(handle))
+    std::panic::catch_unwind(|| crate::cublaslt::real::destroy_handle(handle))
         .unwrap_or(lt::STATUS_INTERNAL_ERROR)
 }
 
-/// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt.rs`.
+/// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt/`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cublasLtMatmul(
     handle: lt::LtHandle,
@@ -623,7 +622,7 @@ pub unsafe extern "C-unwind" fn cublasLtMatmul(
     workspace_bytes: usize,
     stream: lt::CudaStream,
 ) -> lt::LtStatus {
-    let x = crate::cublaslt::LtCall {
+    let x = crate::cublaslt::real::LtCall {
         handle,
         desc,
         alpha,
@@ -642,7 +641,7 @@ pub unsafe extern "C-unwind" fn cublasLtMatmul(
         stream,
     };
     // SAFETY: the caller's own cublasLtMatmul arguments.
-    unsafe { crate::cublaslt::matmul(&x) }
+    unsafe { crate::cublaslt::serve::matmul(&x) }
 }
 
 /// `int tunedblas_cublaslt_serving(int on)`: 1 serves cuBLASLt rows, 0 passes every call
@@ -689,7 +688,7 @@ macro_rules! exec_export {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             type Real = unsafe extern "C" fn($($ty),*) -> c_int;
-            let Some(real) = crate::real::HOOKS.$name() else {
+            let Some(real) = crate::real::PROCESS.$name() else {
                 // SAFETY: errno is thread-local.
                 unsafe { *libc::__errno_location() = libc::ENOSYS };
                 return -1;

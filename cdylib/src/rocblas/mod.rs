@@ -1,6 +1,13 @@
-//! The rocBLAS backend's runtime: the served profile, miss recording and near serving,
-//! built on the first intercepted call. When it starts and what happens at fork and exit
-//! is the shared lifecycle's ([`crate::lifecycle`]); this file supplies [`BACKEND`].
+//! The rocBLAS backend. Every rocBLAS export in `exports.rs` routes its call through
+//! [`serve`]; this file is the runtime it serves from: the profile chosen for the loaded
+//! build, miss recording and near serving, built on the first intercepted call. When it
+//! starts and what happens at fork and exit is the shared lifecycle's
+//! ([`crate::lifecycle`]); this file supplies [`BACKEND`].
+//!
+//! - [`real`]: the real rocBLAS functions, handles and their builds, devices.
+//! - [`serve`]: the decision for one call, the tuned call and its fallback, each entry
+//!   point's key and real call, the pass-through gate.
+//! - this file: the runtime (profile, tables, misses, near index, stats).
 
 use std::ffi::c_void;
 use std::path::Path;
@@ -16,9 +23,13 @@ use tunedblas_core::tunableop;
 
 use crate::lifecycle::{self, Backend, Config, Lazy, Pass};
 use crate::log::{debug, info};
-use crate::real::HOOKS;
 use crate::recorder::{Recorder, MISS_CAPACITY};
 use crate::stats::{self, Counter};
+use real::HOOKS;
+pub use real::{current_device, device_for};
+
+pub mod real;
+pub mod serve;
 
 static RUNTIME: Lazy<Runtime> = Lazy::new();
 
@@ -88,29 +99,6 @@ fn step_of_note(note: u64) -> Option<NearStep> {
 
 /// "No device asked about" for [`Runtime::table_and_device`]: outside every `i32`.
 pub const NO_DEVICE: i64 = i64::MIN;
-
-/// The device of a call on handle `h`: the one `h` was made on, else the calling thread's.
-#[inline]
-pub fn device_for(h: tunedblas_core::abi::Handle) -> i32 {
-    crate::libs::device_of(h).unwrap_or_else(current_device)
-}
-
-/// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
-#[inline]
-pub fn current_device() -> i32 {
-    match HOOKS.hip_get_device() {
-        Some(f) => {
-            let mut d = 0;
-            // SAFETY: out-pointer to an int.
-            if unsafe { f(&mut d) } == 0 {
-                d
-            } else {
-                0
-            }
-        }
-        None => 0,
-    }
-}
 
 impl Runtime {
     /// The table for the calling thread's device, if the profile has one.
@@ -340,7 +328,7 @@ pub fn serving() -> bool {
 /// passes through untouched.
 pub fn latch_off(why: &str) {
     let first = RUNTIME.latch_off();
-    crate::serve::shut_pass_gate();
+    serve::shut_pass_gate();
     if first {
         info!("internal error ({why}); passing every call through from now on");
     }
@@ -413,7 +401,7 @@ pub fn library_changed() {
         rt.misses.flush(lifecycle::EXIT_WAIT);
     }
     RUNTIME.restart();
-    crate::serve::shut_pass_gate();
+    serve::shut_pass_gate();
 }
 
 fn build_near(rt: &Runtime, window: i64) -> Option<Near> {
@@ -494,7 +482,7 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
         Selection::Chosen { name, dir, reason } => {
             let selected = start_time.elapsed();
             let device = current_device();
-            let version = crate::real::version_string();
+            let version = real::version_string();
             let (tables, start) = LazyTables::open(&dir, device, version.as_deref());
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
             debug!(
@@ -573,6 +561,8 @@ impl std::fmt::Display for NearWords {
 
 /// In a fork child: the child's misses are its own.
 unsafe fn after_fork() {
+    // SAFETY: as below.
+    unsafe { real::ROCBLAS.after_fork() };
     if let Some(rt) = RUNTIME.peek() {
         // SAFETY: the lifecycle calls this from the fork child handler only.
         unsafe { rt.misses.after_fork() };

@@ -25,9 +25,9 @@ use tunedblas_core::rocblas::{
 use tunedblas_core::table::{Action, Entry, Table};
 use tunedblas_core::tunableop;
 
+use super::real::HOOKS;
 use crate::log::{debug, info};
-use crate::real::HOOKS;
-use crate::runtime;
+use crate::rocblas as runtime;
 use crate::stats::{bump, Counter};
 
 /// How to make the real call.
@@ -419,7 +419,7 @@ pub fn pass_gate() -> u8 {
 #[cold]
 #[inline(never)]
 pub fn open_pass_gate() {
-    if !runtime::is_ready() || crate::libs::several_builds() {
+    if !runtime::is_ready() || super::real::several_builds() {
         return;
     }
     if PASS_GATE
@@ -438,7 +438,7 @@ pub fn open_pass_gate() {
     }
 }
 
-/// The runtime just stopped serving or restarted (`runtime.rs`): an open gate shuts, so the
+/// The runtime just stopped serving or restarted (`rocblas/mod.rs`): an open gate shuts, so the
 /// next chosen call asks the runtime again (starting it, or not counting).
 pub fn shut_pass_gate() {
     fence(Ordering::SeqCst);
