@@ -3,7 +3,8 @@
 //! Each export interposes the whole process, so the list is short on purpose: the rocBLAS
 //! GEMM entry points we serve, `cublasLtMatmul` and its serving switch, and `_exit` (so `os._exit` and friends still flush the miss
 //! counts). `tests/build_properties.rs` checks that nothing else is exported. Each function
-//! only packs its arguments and hands them to `serve`. Our own panics never unwind into C;
+//! only packs its arguments and hands them to its backend's `serve` (`rocblas/serve.rs`,
+//! `cublaslt/serve.rs`), which makes the tuned call. Our own panics never unwind into C;
 //! the GEMM entry points are "C-unwind" only so a thread cancelled inside the real library
 //! unwinds back to its host through our frames (which hold nothing to drop around the real
 //! call) instead of aborting the process.
@@ -15,6 +16,7 @@ use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 use tunedblas_core::rocblas::{ex_types, single_key_unchecked, Dims};
 
+use crate::rocblas::near;
 use crate::rocblas::real::{self as rocblas, HOOKS};
 use crate::rocblas::serve::{self, ExArgs, TypedArgs};
 
@@ -183,62 +185,28 @@ macro_rules! gemm_ex_export {
                     let types = ex_types(at, bt, ct, dt, ctype);
                     single_key_unchecked(ta, tb, types, dims, flags)
                 };
-                match serve::plan(key, chose, h) {
-                    serve::Plan::Original => {}
-                    serve::Plan::Tuned(id, entry) => {
-                        let status = f(
-                            h,
-                            ta,
-                            tb,
-                            m,
-                            n,
-                            k,
-                            alpha,
-                            a,
-                            at,
-                            lda,
-                            b,
-                            bt,
-                            ldb,
-                            beta,
-                            c,
-                            ct,
-                            ldc,
-                            d,
-                            dt,
-                            ldd,
-                            ctype,
-                            ALGO_SOLUTION_INDEX,
-                            id,
-                            flags,
-                        );
-                        if serve::tuned_result(status) {
-                            return status;
-                        }
-                        let own = f(
-                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d,
-                            dt, ldd, ctype, algo, sol, flags,
-                        );
-                        serve::fell_back(id, entry, status, own);
-                        return own;
-                    }
-                    // A miss served from a neighbouring token count: rare, so out of line, with
-                    // the key rebuilt there. (Handing this function's `key` closure over
-                    // made it keep the captured arguments on the stack on every call: ~20
-                    // instructions on the served path, BENCHMARKS.md.)
-                    serve::Plan::Near(plan) => {
+                // Every call `make_call!` makes passes the caller's arguments themselves,
+                // with the route's algo, solution and flags. A miss served from a
+                // neighbouring token count is rare, so out of line, with the arguments
+                // handed over by value and the key rebuilt there. (Handing this function's
+                // `key` closure over made it keep the captured arguments on the stack on
+                // every call: ~20 instructions on the served path, BENCHMARKS.md.)
+                serve::make_call!(
+                    serve::decide(key, chose, h),
+                    route => {
+                        let (algo, sol, flags) = route.apply(algo, sol, flags);
+                        f(
+                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,
+                            d, dt, ldd, ctype, algo, sol, flags,
+                        )
+                    },
+                    plan => {
                         let x = ex_args!(
-                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d,
-                            dt, ldd, ctype, algo, sol, flags
+                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct,
+                            ldc, d, dt, ldd, ctype, algo, sol, flags
                         );
-                        return serve::near_ex(plan, f, x);
+                        near::serve_ex(plan, f, x)
                     }
-                }
-                // The caller's own call: a pass, a `Default` row, a miss, or the fallback of a
-                // tuned call that failed.
-                f(
-                    h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt,
-                    ldd, ctype, algo, sol, flags,
                 )
             }
         }
