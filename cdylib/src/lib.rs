@@ -17,18 +17,23 @@
 //!
 //! One folder per backend, holding only that backend's key building, serving and real
 //! calls:
-//! - [`rocblas`]: the runtime (profile, misses, near serving), `real.rs` (hook table,
-//!   handles, devices), `serve.rs` (the decision and the tuned calls).
+//! - [`rocblas`]: the runtime (profile, misses), `real.rs` (hook table, handles, devices),
+//!   `serve.rs` (the decision, and `make_call!`: the tuned call of all 14 GEMM entry
+//!   points), `near.rs` (near-shape serving: its state and its serve path).
 //! - [`cublaslt`]: the runtime, `real.rs`, `key.rs` (the key from the descriptors),
 //!   `serve.rs` (the decision, the tuned call, rebuilt algorithms).
 //!
 //! # Where a call goes
 //!
 //! A rocBLAS GEMM: its export (`exports.rs`) -> a caller's own choice jumps straight to the
-//! real function (`rocblas::real::HOOKS`, resolved by `real.rs`); a handle of another build
-//! goes to that build's own function (`libs.rs`); every other call to `rocblas::serve`,
-//! which decides (table lookup; on a miss the recorder and near serving) and makes the
-//! tuned call, its fallback, or the caller's own call through the same real function.
+//! real function (`rocblas::real::HOOKS`, resolved in the order `real.rs` documents); a
+//! handle of another build goes to that build's own function, untouched (`libs.rs`); every
+//! other call to the entry's serving function (`gemm_ex`: its `serve_it`, which keeps the
+//! caller's arguments where they are; the other 13: `rocblas::serve::gemm_batched_ex`,
+//! `typed_gemm`, ...) -> `serve::decide` (table lookup; on a miss the recorder and
+//! `rocblas::near`) -> `serve::make_call!`, which calls the real function with the tuned
+//! solution (`algo = solution_index`; hgemm/sgemm re-issued as `gemm_ex`), falls back to
+//! the caller's own call if that fails, or makes the caller's own call.
 //! `cublasLtMatmul`: its export -> `cublaslt::serve::matmul` -> `cublaslt::key` (the key)
 //! -> the decision -> `cublaslt::real::call` with the row's rebuilt algorithm or the
 //! caller's.

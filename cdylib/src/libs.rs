@@ -24,8 +24,11 @@
 //! for good; [`other_build`]'s own load when the gate is not open).
 
 use std::ffi::{c_void, CStr, CString};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
+
+use tunedblas_core::identity;
 
 use crate::lifecycle::ExitLock;
 use crate::log::info;
@@ -320,4 +323,33 @@ fn build_of_caller(ret: *const c_void, create: &CStr) -> Option<(Build, *mut c_v
     let f = crate::real::resolve_in(create, &caller)?;
     let (base, path) = object_of(f)?;
     Some((Build { base, path }, f))
+}
+
+/// The build a backend serves, identified from the address of one of its functions: the
+/// file it was loaded from (checked to be the inode actually mapped) and its sha256
+/// (through the per-user hash cache). `Err` is the start-up line saying why it cannot be
+/// identified; `what` names the library in it.
+pub fn identify_loaded(
+    anchor: *const c_void,
+    what: &str,
+) -> Result<(PathBuf, identity::Identity), String> {
+    let Some(path) = identity::library_of_address(anchor as usize) else {
+        return Err(format!(
+            "cannot tell which file {what} was loaded from; passing calls through and recording misses"
+        ));
+    };
+    if identity::check_mapped_file(anchor as usize, &path) == identity::MapCheck::Replaced {
+        return Err(format!(
+            "{} was replaced on disk after this process loaded it, so the running build cannot be identified; restart the process to serve tuned rows",
+            path.display()
+        ));
+    }
+    let cache = identity::HashCache::new(identity::user_cache_dir().join("sha256"));
+    match cache.identify(&path) {
+        Ok(id) => Ok((path, id)),
+        Err(e) => Err(format!(
+            "cannot hash {}: {e}; passing calls through",
+            path.display()
+        )),
+    }
 }

@@ -169,7 +169,7 @@ macro_rules! hook_table {
             $(
                 #[inline]
                 pub fn $field(&self) -> Option<$ty> {
-                    // SAFETY: the symbol has this C signature (src/abi.rs, src/cublaslt.rs,
+                    // SAFETY: the symbol has this C signature (src/abi.rs, src/cublaslt/,
                     // from the libraries' headers).
                     self.$field.get_in(&self.scope).map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
                 }

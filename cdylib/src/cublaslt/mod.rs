@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::identity::{self, HashCache, MapCheck};
+
 use tunedblas_core::misslog::{self, Sight};
 use tunedblas_core::profile::{self, Request, Selection};
 
@@ -153,24 +153,9 @@ fn select_and_load(cfg: &Config) -> (LtLoaded, String) {
             "cuBLASLt: cublasLtMatmul not found in this process; passing calls through".into(),
         );
     };
-    let Some(path) = identity::library_of_address(anchor as usize) else {
-        return none("cuBLASLt: cannot tell which file cuBLASLt was loaded from; passing calls through and recording misses".into());
-    };
-    if identity::check_mapped_file(anchor as usize, &path) == MapCheck::Replaced {
-        return none(format!(
-            "cuBLASLt: {} was replaced on disk after this process loaded it; restart the process to serve tuned rows",
-            path.display()
-        ));
-    }
-    let cache = HashCache::new(identity::user_cache_dir().join("sha256"));
-    let id = match cache.identify(&path) {
-        Ok(id) => id,
-        Err(e) => {
-            return none(format!(
-                "cuBLASLt: cannot hash {}: {e}; passing calls through",
-                path.display()
-            ))
-        }
+    let (path, id) = match crate::libs::identify_loaded(anchor as *const _, "cuBLASLt") {
+        Ok(found) => found,
+        Err(why) => return none(format!("cuBLASLt: {why}")),
     };
     let req = Request {
         profile_dir: &cfg.profile_dir,

@@ -14,7 +14,6 @@ use std::ffi::c_void;
 use std::path::Path;
 use std::sync::Arc;
 
-use tunedblas_core::identity::{self, HashCache, MapCheck};
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::profile::{self, LazyTables, RankTable, Request, Selection};
 use tunedblas_core::table::Table;
@@ -259,30 +258,9 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
             Some("no real rocBLAS GEMM found in this process; passing calls through".into()),
         );
     };
-    let Some(path) = identity::library_of_address(anchor as usize) else {
-        return (Opened::default(), Some("cannot tell which file rocBLAS was loaded from; passing calls through and recording misses".into()));
-    };
-    if identity::check_mapped_file(anchor as usize, &path) == MapCheck::Replaced {
-        return (
-            Opened::default(),
-            Some(format!(
-                "{} was replaced on disk after this process loaded it, so the running build cannot be identified; restart the process to serve tuned rows",
-                path.display()
-            )),
-        );
-    }
-    let cache = HashCache::new(identity::user_cache_dir().join("sha256"));
-    let id = match cache.identify(&path) {
-        Ok(id) => id,
-        Err(e) => {
-            return (
-                Opened::default(),
-                Some(format!(
-                    "cannot hash {}: {e}; passing calls through",
-                    path.display()
-                )),
-            )
-        }
+    let (_, id) = match crate::libs::identify_loaded(anchor, "rocBLAS") {
+        Ok(found) => found,
+        Err(why) => return (Opened::default(), Some(why)),
     };
     let identified = start_time.elapsed();
     let req = Request {
