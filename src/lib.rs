@@ -19,6 +19,7 @@
 //! - [`version`]: rocBLAS version strings (`2.47.0.`, `5.6.0.8d1ae90e`) and what they imply.
 
 pub mod abi;
+pub mod claim_map;
 pub mod coverage;
 pub mod cublaslt;
 pub mod elf;

@@ -7,25 +7,20 @@
 //!   [`SHARDS`] cache lines picked by the calling thread's stack, so threads that miss the
 //!   same shape do not fight over one line (exact totals are the sum).
 //!
-//! The files under the miss folder are the preload's (`cdylib/src/recorder.rs`): this
-//! crate stays free of system calls.
+//! Each segment is a [`ClaimMap`], the one lock-free claim-map primitive (the near
+//! verdicts use it too). The files under the miss folder are the preload's
+//! (`cdylib/src/recorder.rs`): this crate stays free of system calls.
 
-use std::cell::UnsafeCell;
 use std::hash::{Hash, Hasher};
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use rustc_hash::FxHasher;
 
+use crate::claim_map::{hash_of, zeroed_slice, ClaimMap, Probe, Zeroed};
 use crate::key::ProblemKey;
 
-const EMPTY: u32 = 0;
-const BUSY: u32 = 1;
-const READY: u32 = 2;
-
-struct Slot<K> {
-    state: AtomicU32,
-    hash: AtomicU64,
+/// What a miss-set slot holds beside its key.
+struct MissSlot {
     /// The caller's word about this key (0 until set; see [`MissSet::note_if_unset`]). The
     /// interposer keeps a missed key's near-serving verdict here, so a repeated miss reads
     /// it with the same probe that counts the call.
@@ -34,9 +29,10 @@ struct Slot<K> {
     /// the counts can be written later without formatting or allocating (from `_exit` in a
     /// signal handler, say). Leaked on purpose: it lives as long as the process.
     text: AtomicPtr<String>,
-    /// Written once by the thread that moved the slot EMPTY -> BUSY, read only after READY.
-    entry: UnsafeCell<MaybeUninit<(i32, K)>>,
 }
+
+// SAFETY: two atomics; all zero is "no note" and "no text".
+unsafe impl Zeroed for MissSlot {}
 
 /// What [`MissSet::record`] saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,21 +51,16 @@ pub enum Sight {
     Refused,
 }
 
-/// One segment: an open-addressing table of `mask + 1` slots. New keys go in while it is
-/// at most half full, so a probe for a key it does not hold ends at an empty slot within a
-/// few steps (and never walks more than [`MAX_PROBE`] slots).
+/// One segment: a claim map of `mask + 1` slots. New keys go in while it is at most half
+/// full, so a probe for a key it does not hold ends at an empty slot within a few steps
+/// (and never walks more than [`MAX_PROBE`] slots).
 struct Segment<K> {
-    slots: Box<[Slot<K>]>,
-    /// `counts[shard * slots.len() + slot]`: each shard is its own array, so two shards of
-    /// one slot never share a cache line.
+    map: ClaimMap<K, MissSlot>,
+    /// `counts[shard * slots + slot]`: each shard is its own array, so two shards of one
+    /// slot never share a cache line.
     counts: Box<[AtomicU64]>,
-    /// `slots.len() - 1` (a power of two less one): every slot index a probe makes is
-    /// masked with it, so it is always in bounds.
-    mask: usize,
     /// The number of the segment's first slot (slot numbers run on across segments).
     offset: usize,
-    /// The longest probe here: [`MAX_PROBE`], or the slot count if that is smaller.
-    probes: usize,
     /// Slots claimed; a segment past half full takes no new keys.
     filled: AtomicUsize,
     /// `order[n]` = 1 + the slot the n-th key went to (0 while being written): walking the
@@ -112,31 +103,8 @@ fn shard() -> usize {
     ((sp >> 16).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 61) as usize
 }
 
-/// Whether two keys are equal, out of line on purpose: inlined into a probe loop, the
-/// compiler copied every field of the caller's key into stack temporaries before the loop
-/// (about 30 instructions on every repeated miss, for a compare that runs about once), and
-/// the call costs a few.
-#[inline(never)]
-fn same_key<K: Eq>(a: &K, b: &K) -> bool {
-    a == b
-}
-
-/// `n` zeroed values of a type for which all-zero bytes are a valid value, as a box whose
-/// pages the system only provides once touched.
-///
-/// # Safety
-/// All-zero bytes must be a valid `T`.
-pub(crate) unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
-    let layout = std::alloc::Layout::array::<T>(n).expect("slice size");
-    let p = std::alloc::alloc_zeroed(layout) as *mut T;
-    if p.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
-    Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
-}
-
-// SAFETY: `entry` is written by exactly one thread (the one that won the EMPTY -> BUSY CAS)
-// before a Release store of READY, and read only after an Acquire load sees READY.
+// SAFETY: the segments are claim maps (Sync for a Send key) and atomics, reached through
+// pointers to leaked boxes that are never freed.
 unsafe impl<K: Send> Sync for MissSet<K> {}
 unsafe impl<K: Send> Send for MissSet<K> {}
 
@@ -147,47 +115,21 @@ pub fn key_hash<K: Hash>(key: &K) -> u64 {
     h.finish()
 }
 
-/// The set's hash of (device, key), from the key's [`ProblemKey::lookup_hash`].
-#[inline(always)]
-pub(crate) fn hash_of(device: i32, key_hash: u64) -> u64 {
-    // One multiply mixes the device into every bit the slot index and tag use.
-    let p = ((key_hash ^ device as u32 as u64) as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (p as u64) ^ ((p >> 64) as u64)
-}
-
-impl<K> Segment<K> {
+impl<K: Copy + Eq> Segment<K> {
     /// A segment of `n` slots (a power of two), zeroed by the allocator: an empty slot is
     /// all zero bytes, so a large segment costs no start-up time and no resident memory
-    /// until shapes land in it. Writing 16k slots one by one took most of the interposer's
-    /// start-up (BENCHMARKS.md).
+    /// until shapes land in it.
     fn new(n: usize, offset: usize) -> Segment<K> {
         assert!(n.is_power_of_two());
-        const { assert!(EMPTY == 0) };
-        // SAFETY: an all-zero Slot is a valid empty slot (atomics at 0 = EMPTY, a null text
-        // pointer, `entry` is MaybeUninit), and an all-zero AtomicU64 is 0.
-        let (slots, counts, order) =
-            unsafe { (zeroed_slice(n), zeroed_slice(n * SHARDS), zeroed_slice(n)) };
+        // SAFETY: an all-zero AtomicU64 / AtomicU32 is 0.
+        let (counts, order) = unsafe { (zeroed_slice(n * SHARDS), zeroed_slice(n)) };
         Segment {
-            slots,
+            map: ClaimMap::new(n, MAX_PROBE),
             counts,
-            mask: n - 1,
             offset,
-            probes: MAX_PROBE.min(n),
             filled: AtomicUsize::new(0),
             order,
         }
-    }
-
-    /// Slot `i` of the segment, without a bounds check (the repeated-miss probe makes
-    /// one per step).
-    ///
-    /// # Safety
-    /// `i <= mask` (an index masked with [`Segment::mask`]).
-    #[inline(always)]
-    unsafe fn slot(&self, i: usize) -> &Slot<K> {
-        debug_assert!(i <= self.mask);
-        // SAFETY: `slots.len()` is `mask + 1`; the caller keeps `i` at most `mask`.
-        unsafe { self.slots.get_unchecked(i) }
     }
 
     /// Shard `shard`'s count of slot `i`, without a bounds check.
@@ -196,14 +138,15 @@ impl<K> Segment<K> {
     /// `shard < SHARDS` and `i <= mask`.
     #[inline(always)]
     unsafe fn count(&self, shard: usize, i: usize) -> &AtomicU64 {
-        debug_assert!(shard < SHARDS && i <= self.mask);
+        let mask = self.map.mask();
+        debug_assert!(shard < SHARDS && i <= mask);
         // SAFETY: `counts` holds SHARDS * (mask + 1) values; the caller keeps both in range.
-        unsafe { self.counts.get_unchecked(shard * (self.mask + 1) + i) }
+        unsafe { self.counts.get_unchecked(shard * (mask + 1) + i) }
     }
 
     fn count_of(&self, i: usize) -> u64 {
         (0..SHARDS)
-            .map(|s| self.counts[s * self.slots.len() + i].load(Ordering::Relaxed))
+            .map(|s| self.counts[s * self.map.slots() + i].load(Ordering::Relaxed))
             .sum()
     }
 }
@@ -281,7 +224,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         }
         let seg = self.segment(s)?;
         let i = slot - seg.offset;
-        (i < seg.slots.len()).then_some((seg, i))
+        (i < seg.map.slots()).then_some((seg, i))
     }
 
     /// Counts one call of `key` on `device`.
@@ -324,6 +267,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         admit: impl FnOnce() -> bool,
     ) -> (Sight, Option<(usize, u64)>) {
         let mut admit = Some(admit);
+        let mut refused = false;
         // Once per call: two reads of the stack address in one call may straddle a 64 KiB
         // window (debug builds give each inlined read its own slot) and pick two shards.
         let shard = shard();
@@ -341,64 +285,35 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                 self.grow(s);
                 continue;
             };
-            let mut i = hash as usize & seg.mask;
-            // At least one step: `probes` is never 0 (a segment has two slots or more).
-            let mut left = seg.probes;
-            'probe: loop {
-                // SAFETY: `i` is masked with the segment's mask.
-                let slot = unsafe { seg.slot(i) };
-                loop {
-                    match slot.state.load(Ordering::Acquire) {
-                        READY => {
-                            if slot.hash.load(Ordering::Relaxed) == hash {
-                                // SAFETY: READY was observed with Acquire; entry is initialised.
-                                let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                                if *d == device && same_key(k, key) {
-                                    // SAFETY: `shard()` is below SHARDS; `i` is masked.
-                                    let c = unsafe { seg.count(shard, i) };
-                                    let count = c.fetch_add(1, Ordering::Relaxed) + 1;
-                                    let note = slot.note.load(Ordering::Acquire);
-                                    return (Sight::Repeat { count }, Some((seg.offset + i, note)));
-                                }
-                            }
-                            break;
-                        }
-                        EMPTY => {
-                            if seg.filled.load(Ordering::Relaxed) > seg.mask / 2 {
-                                // Not here, and this segment takes no new keys.
-                                break 'probe;
-                            }
-                            if let Some(admit) = admit.take() {
-                                if !admit() {
-                                    return (Sight::Refused, None);
-                                }
-                            }
-                            if slot
-                                .state
-                                .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
-                                .is_ok()
-                            {
-                                // SAFETY: we own the slot until the READY store below.
-                                unsafe { (*slot.entry.get()).write((device, *key)) };
-                                slot.hash.store(hash, Ordering::Relaxed);
-                                // SAFETY: as above.
-                                unsafe { seg.count(shard, i) }.fetch_add(1, Ordering::Relaxed);
-                                let nth = seg.filled.fetch_add(1, Ordering::Relaxed);
-                                slot.state.store(READY, Ordering::Release);
-                                // At most one key per slot, so `nth` < the slot count.
-                                seg.order[nth].store(i as u32 + 1, Ordering::Release);
-                                return (Sight::First, Some((seg.offset + i, 0)));
-                            }
-                            // Lost the race: look at the same slot again.
-                        }
-                        _ => std::hint::spin_loop(), // BUSY: the owner is a few stores from READY.
-                    }
+            let may_claim = || {
+                if seg.filled.load(Ordering::Relaxed) > seg.map.mask() / 2 {
+                    // Not here, and this segment takes no new keys.
+                    return false;
                 }
-                left -= 1;
-                if left == 0 {
-                    break;
+                if admit.take().is_some_and(|admit| !admit()) {
+                    refused = true;
+                    return false;
                 }
-                i = (i + 1) & seg.mask;
+                true
+            };
+            match seg.map.probe(hash, device, key, may_claim, |_| {}) {
+                Probe::Found(i, slot) => {
+                    // SAFETY: `shard()` is below SHARDS; a probe's slot is masked.
+                    let c = unsafe { seg.count(shard, i) };
+                    let count = c.fetch_add(1, Ordering::Relaxed) + 1;
+                    let note = slot.note.load(Ordering::Acquire);
+                    return (Sight::Repeat { count }, Some((seg.offset + i, note)));
+                }
+                Probe::Claimed(i, _) => {
+                    // SAFETY: as above.
+                    unsafe { seg.count(shard, i) }.fetch_add(1, Ordering::Relaxed);
+                    let nth = seg.filled.fetch_add(1, Ordering::Relaxed);
+                    // At most one key per slot, so `nth` < the slot count.
+                    seg.order[nth].store(i as u32 + 1, Ordering::Release);
+                    return (Sight::First, Some((seg.offset + i, 0)));
+                }
+                Probe::Absent if refused => return (Sight::Refused, None),
+                Probe::Absent => {}
             }
             s += 1;
         }
@@ -408,37 +323,17 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     /// The slot of (device, key) if the set holds it; counts nothing.
     pub fn find(&self, device: i32, key: &K, key_hash: u64) -> Option<usize> {
         let hash = hash_of(device, key_hash);
-        for s in 0..self.max_segments {
-            let seg = self.segment(s)?;
-            let mut i = hash as usize & seg.mask;
-            for _ in 0..seg.probes {
-                // SAFETY: `i` is masked with the segment's mask.
-                let slot = unsafe { seg.slot(i) };
-                match slot.state.load(Ordering::Acquire) {
-                    EMPTY => break,
-                    READY if slot.hash.load(Ordering::Relaxed) == hash => {
-                        // SAFETY: READY was observed with Acquire; entry is initialised.
-                        let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                        if *d == device && same_key(k, key) {
-                            return Some(seg.offset + i);
-                        }
-                    }
-                    // A slot being filled (BUSY) holds a key whose first sight has not
-                    // returned yet: not the one a caller asks about after its own call was
-                    // recorded.
-                    _ => {}
-                }
-                i = (i + 1) & seg.mask;
-            }
-        }
-        None
+        (0..self.max_segments)
+            .map_while(|s| self.segment(s))
+            .find_map(|seg| seg.map.find(hash, device, key).map(|i| seg.offset + i))
     }
 
     /// Leaves `note` (not 0) in a slot [`MissSet::record_noted`] returned, unless a note is
     /// there already. True if it was stored.
     pub fn note_if_unset(&self, slot: usize, note: u64) -> bool {
         self.locate(slot).is_some_and(|(seg, i)| {
-            seg.slots[i]
+            seg.map
+                .value(i)
                 .note
                 .compare_exchange(0, note, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -448,7 +343,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     /// Replaces the note of a slot [`MissSet::record_noted`] or [`MissSet::find`] returned.
     pub fn set_note(&self, slot: usize, note: u64) {
         if let Some((seg, i)) = self.locate(slot) {
-            seg.slots[i].note.store(note, Ordering::Release);
+            seg.map.value(i).note.store(note, Ordering::Release);
         }
     }
 
@@ -456,7 +351,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     pub fn set_text(&self, slot: usize, text: String) {
         if let Some((seg, i)) = self.locate(slot) {
             let p = Box::into_raw(Box::new(text));
-            let t = &seg.slots[i].text;
+            let t = &seg.map.value(i).text;
             if t.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
@@ -483,16 +378,14 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                 let Some(i) = (nth.load(Ordering::Acquire) as usize).checked_sub(1) else {
                     continue; // claimed a moment ago; its owner is still writing it
                 };
-                let slot = &seg.slots[i];
-                if slot.state.load(Ordering::Acquire) != READY {
+                let Some((d, k, v)) = seg.map.get(i) else {
                     continue;
-                }
-                // SAFETY: READY observed with Acquire; a text pointer is a leaked Box.
-                let (d, k) = unsafe { (*slot.entry.get()).assume_init_ref() };
-                let text = unsafe { slot.text.load(Ordering::Acquire).as_ref() };
+                };
+                // SAFETY: a text pointer is a leaked Box.
+                let text = unsafe { v.text.load(Ordering::Acquire).as_ref() };
                 f(
                     seg.offset + i,
-                    *d,
+                    d,
                     k,
                     seg.count_of(i),
                     text.map(String::as_str),

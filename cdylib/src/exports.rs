@@ -3,7 +3,8 @@
 //! Each export interposes the whole process, so the list is short on purpose: the rocBLAS
 //! GEMM entry points we serve, `cublasLtMatmul` and its serving switch, and `_exit` (so `os._exit` and friends still flush the miss
 //! counts). `tests/build_properties.rs` checks that nothing else is exported. Each function
-//! only packs its arguments and hands them to `serve`. Our own panics never unwind into C;
+//! only packs its arguments and hands them to its backend's `serve` (`rocblas/serve.rs`,
+//! `cublaslt/serve.rs`), which makes the tuned call. Our own panics never unwind into C;
 //! the GEMM entry points are "C-unwind" only so a thread cancelled inside the real library
 //! unwinds back to its host through our frames (which hold nothing to drop around the real
 //! call) instead of aborting the process.
@@ -15,8 +16,9 @@ use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 use tunedblas_core::rocblas::{ex_types, single_key_unchecked, Dims};
 
-use crate::real::HOOKS;
-use crate::serve::{self, ExArgs, TypedArgs};
+use crate::rocblas::near;
+use crate::rocblas::real::{self as rocblas, HOOKS};
+use crate::rocblas::serve::{self, ExArgs, TypedArgs};
 
 macro_rules! ex_args {
     ($h:ident, $ta:ident, $tb:ident, $m:ident, $n:ident, $k:ident, $alpha:ident, $a:ident, $at:ident,
@@ -69,7 +71,7 @@ macro_rules! route {
             } else {
                 $serve_it
             }
-        } else if let Some(other) = crate::libs::other_build($h) {
+        } else if let Some(other) = rocblas::other_build($h) {
             // A handle of another rocBLAS build: its own function, untouched.
             match other.$hook() {
                 Some(f) => {
@@ -183,62 +185,28 @@ macro_rules! gemm_ex_export {
                     let types = ex_types(at, bt, ct, dt, ctype);
                     single_key_unchecked(ta, tb, types, dims, flags)
                 };
-                match serve::plan(key, chose, h) {
-                    serve::Plan::Original => {}
-                    serve::Plan::Tuned(id, entry) => {
-                        let status = f(
-                            h,
-                            ta,
-                            tb,
-                            m,
-                            n,
-                            k,
-                            alpha,
-                            a,
-                            at,
-                            lda,
-                            b,
-                            bt,
-                            ldb,
-                            beta,
-                            c,
-                            ct,
-                            ldc,
-                            d,
-                            dt,
-                            ldd,
-                            ctype,
-                            ALGO_SOLUTION_INDEX,
-                            id,
-                            flags,
-                        );
-                        if serve::tuned_result(status) {
-                            return status;
-                        }
-                        let own = f(
-                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d,
-                            dt, ldd, ctype, algo, sol, flags,
-                        );
-                        serve::fell_back(id, entry, status, own);
-                        return own;
-                    }
-                    // A miss served from a neighbouring token count: rare, so out of line, with
-                    // the key rebuilt there. (Handing this function's `key` closure over
-                    // made it keep the captured arguments on the stack on every call: ~20
-                    // instructions on the served path, BENCHMARKS.md.)
-                    serve::Plan::Near(plan) => {
+                // Every call `make_call!` makes passes the caller's arguments themselves,
+                // with the route's algo, solution and flags. A miss served from a
+                // neighbouring token count is rare, so out of line, with the arguments
+                // handed over by value and the key rebuilt there. (Handing this function's
+                // `key` closure over made it keep the captured arguments on the stack on
+                // every call: ~20 instructions on the served path, BENCHMARKS.md.)
+                serve::make_call!(
+                    serve::decide(key, chose, h),
+                    route => {
+                        let (algo, sol, flags) = route.apply(algo, sol, flags);
+                        f(
+                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,
+                            d, dt, ldd, ctype, algo, sol, flags,
+                        )
+                    },
+                    plan => {
                         let x = ex_args!(
-                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d,
-                            dt, ldd, ctype, algo, sol, flags
+                            h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct,
+                            ldc, d, dt, ldd, ctype, algo, sol, flags
                         );
-                        return serve::near_ex(plan, f, x);
+                        near::serve_ex(plan, f, x)
                     }
-                }
-                // The caller's own call: a pass, a `Default` row, a miss, or the fallback of a
-                // tuned call that failed.
-                f(
-                    h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt,
-                    ldd, ctype, algo, sol, flags,
                 )
             }
         }
@@ -422,7 +390,7 @@ macro_rules! typed_gemm_export {
             c: *mut c_void,
             ldc: $I,
         ) -> Status {
-            if let Some(other) = crate::libs::other_build(h) {
+            if let Some(other) = rocblas::other_build(h) {
                 let Some(f) = other.$hook() else {
                     return STATUS_NOT_IMPLEMENTED;
                 };
@@ -473,7 +441,7 @@ macro_rules! typed_gemm_strided_batched_export {
             sc: i64,
             batch: $I,
         ) -> Status {
-            if let Some(other) = crate::libs::other_build(h) {
+            if let Some(other) = rocblas::other_build(h) {
                 let Some(f) = other.$hook() else {
                     return STATUS_NOT_IMPLEMENTED;
                 };
@@ -565,15 +533,14 @@ pub unsafe extern "C" fn rocblas_create_handle(handle: *mut Handle) -> Status {
 }
 
 extern "C" fn create_handle_from(handle: *mut Handle, ret: *const c_void) -> Status {
-    std::panic::catch_unwind(|| crate::libs::create_handle(handle, ret))
+    std::panic::catch_unwind(|| rocblas::create_handle(handle, ret))
         .unwrap_or(STATUS_INTERNAL_ERROR)
 }
 
 /// `rocblas_destroy_handle`: in the build the handle came from.
 #[no_mangle]
 pub unsafe extern "C" fn rocblas_destroy_handle(handle: Handle) -> Status {
-    std::panic::catch_unwind(|| crate::libs::destroy_handle(handle))
-        .unwrap_or(STATUS_INTERNAL_ERROR)
+    std::panic::catch_unwind(|| rocblas::destroy_handle(handle)).unwrap_or(STATUS_INTERNAL_ERROR)
 }
 
 /// `cublasLtCreate`: made in the cuBLASLt build the caller links, as `rocblas_create_handle`.
@@ -592,18 +559,18 @@ pub unsafe extern "C" fn cublasLtCreate(handle: *mut lt::LtHandle) -> lt::LtStat
 }
 
 extern "C" fn lt_create_from(handle: *mut lt::LtHandle, ret: *const c_void) -> lt::LtStatus {
-    std::panic::catch_unwind(|| crate::cublaslt::create_handle(handle, ret))
+    std::panic::catch_unwind(|| crate::cublaslt::real::create_handle(handle, ret))
         .unwrap_or(lt::STATUS_INTERNAL_ERROR)
 }
 
 /// `cublasLtDestroy`: in the build the handle came from.
 #[no_mangle]
 pub unsafe extern "C" fn cublasLtDestroy(handle: lt::LtHandle) -> lt::LtStatus {
-    std::panic::catch_unwind(|| crate::cublaslt::destroy_handle(handle))
+    std::panic::catch_unwind(|| crate::cublaslt::real::destroy_handle(handle))
         .unwrap_or(lt::STATUS_INTERNAL_ERROR)
 }
 
-/// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt.rs`.
+/// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt/`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cublasLtMatmul(
     handle: lt::LtHandle,
@@ -623,7 +590,7 @@ pub unsafe extern "C-unwind" fn cublasLtMatmul(
     workspace_bytes: usize,
     stream: lt::CudaStream,
 ) -> lt::LtStatus {
-    let x = crate::cublaslt::LtCall {
+    let x = crate::cublaslt::real::LtCall {
         handle,
         desc,
         alpha,
@@ -642,7 +609,7 @@ pub unsafe extern "C-unwind" fn cublasLtMatmul(
         stream,
     };
     // SAFETY: the caller's own cublasLtMatmul arguments.
-    unsafe { crate::cublaslt::matmul(&x) }
+    unsafe { crate::cublaslt::serve::matmul(&x) }
 }
 
 /// `int tunedblas_cublaslt_serving(int on)`: 1 serves cuBLASLt rows, 0 passes every call
@@ -689,7 +656,7 @@ macro_rules! exec_export {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             type Real = unsafe extern "C" fn($($ty),*) -> c_int;
-            let Some(real) = crate::real::HOOKS.$name() else {
+            let Some(real) = crate::real::PROCESS.$name() else {
                 // SAFETY: errno is thread-local.
                 unsafe { *libc::__errno_location() = libc::ENOSYS };
                 return -1;

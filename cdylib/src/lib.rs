@@ -1,29 +1,60 @@
 //! `libtunedblas.so`: loaded with `LD_PRELOAD` into an inference server, it intercepts the
-//! rocBLAS GEMM calls, serves the tuned solution of the profile made for the loaded rocBLAS
-//! build, and records every shape that has no row.
+//! rocBLAS GEMM calls (and cuBLASLt's `cublasLtMatmul`), serves the tuned solution of the
+//! profile made for the loaded library build, and records every shape that has no row.
 //!
-//! - [`exports`]: every exported symbol (and nothing else is exported).
-//! - [`serve`]: the decision for one call: tuned, `Default`, miss, pass-through, fallback.
+//! # Layout
+//!
+//! Shared by every backend, at the top:
+//! - [`exports`]: every exported symbol, in one file (and nothing else is exported).
 //! - [`lifecycle`]: one lifecycle for every backend: settings, lazy start-up, fork, every
 //!   way out of the process, and the locks that never block a fork child or signal handler.
+//! - [`real`]: how a real function is found (the documented resolution order) and the
+//!   `hook_table!` macro each backend declares its typed table of real functions with.
+//! - [`libs`]: which library build a handle (and so a call) belongs to, as libraries are
+//!   closed, reopened or loaded side by side; one registry per backend.
 //! - [`recorder`]: the one miss recorder (in-memory set, miss and counts files).
-//! - [`runtime`]: the rocBLAS backend's runtime: profile selection, misses, near serving.
-//! - [`cublaslt`]: serving `cublasLtMatmul` (key from descriptors, rebuilt algorithms).
-//! - [`real`]: the typed table of real functions and how they are found.
-//! - [`libs`]: which rocBLAS build a handle (and so a call) belongs to, as libraries are
-//!   closed, reopened or loaded side by side.
 //! - [`stats`]: per-thread counters; [`log`]: rate-limited stderr lines.
+//!
+//! One folder per backend, holding only that backend's key building, serving and real
+//! calls:
+//! - [`rocblas`]: the runtime (profile, misses), `real.rs` (hook table, handles, devices),
+//!   `serve.rs` (the decision, and `make_call!`: the tuned call of all 14 GEMM entry
+//!   points), `near.rs` (near-shape serving: its state and its serve path), `dynsym.rs`
+//!   (the `_64` exports shown to the loader only where the served build has them).
+//! - [`cublaslt`]: the runtime, `real.rs`, `key.rs` (the key from the descriptors),
+//!   `serve.rs` (the decision, the tuned call, rebuilt algorithms).
+//!
+//! # Where a call goes
+//!
+//! A rocBLAS GEMM: its export (`exports.rs`) -> a caller's own choice jumps straight to the
+//! real function (`rocblas::real::HOOKS`, resolved in the order `real.rs` documents); a
+//! handle of another build goes to that build's own function, untouched (`libs.rs`); every
+//! other call to the entry's serving function (`gemm_ex`: its `serve_it`, which keeps the
+//! caller's arguments where they are; the other 13: `rocblas::serve::gemm_batched_ex`,
+//! `typed_gemm`, ...) -> `serve::decide` (table lookup; on a miss the recorder and
+//! `rocblas::near`) -> `serve::make_call!`, which calls the real function with the tuned
+//! solution (`algo = solution_index`; hgemm/sgemm re-issued as `gemm_ex`), falls back to
+//! the caller's own call if that fails, or makes the caller's own call.
+//! `cublasLtMatmul`: its export -> `cublaslt::serve::matmul` -> `cublaslt::key` (the key)
+//! -> the decision -> `cublaslt::real::call` with the row's rebuilt algorithm or the
+//! caller's.
+//!
+//! # A new backend
+//!
+//! A folder `<backend>/` with `mod.rs` (its runtime: a `lifecycle::Lazy`, a
+//! `lifecycle::Backend` for exit and fork, a `recorder::Recorder` for its misses),
+//! `real.rs` (its `hook_table!` and `libs::Registry`), its key building and `serve.rs`;
+//! then its exports in `exports.rs`, one entry in `lifecycle::BACKENDS`, its counters in
+//! `stats.rs`, and `tests/build_properties.rs`'s export list.
 
 mod cublaslt;
-mod dynsym;
 mod exports;
 mod libs;
 mod lifecycle;
 mod log;
 mod real;
 mod recorder;
-mod runtime;
-mod serve;
+mod rocblas;
 mod stats;
 
 #[cfg(test)]

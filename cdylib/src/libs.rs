@@ -24,15 +24,15 @@
 //! for good; [`other_build`]'s own load when the gate is not open).
 
 use std::ffi::{c_void, CStr, CString};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tunedblas_core::abi::*;
+use tunedblas_core::identity;
 
-use crate::cublaslt::{LtHooks, LT};
 use crate::lifecycle::ExitLock;
 use crate::log::info;
-use crate::real::{Hooks, Scoped, HOOKS};
+use crate::real::Scoped;
 
 /// A build's library file and where it is mapped.
 #[derive(Clone, PartialEq, Eq)]
@@ -58,19 +58,19 @@ const SLOTS: usize = 4096;
 /// What a backend's registry needs to know of it.
 pub struct Backend<H: 'static> {
     /// "rocBLAS" or "cuBLASLt", for messages.
-    what: &'static str,
+    pub what: &'static str,
     /// The function that makes a handle (asked of the caller's own scope).
-    create: &'static CStr,
+    pub create: &'static CStr,
     /// The table of the served build.
-    hooks: &'static H,
+    pub hooks: &'static H,
     /// The served build was unloaded and another took its place: start again for it.
-    changed: fn(),
+    pub changed: fn(),
     /// A second build appeared beside the served one (before its first handle exists).
-    several: fn(),
+    pub several: fn(),
     /// The device a handle made now belongs to.
-    device: fn() -> i32,
+    pub device: fn() -> i32,
     /// A handle is made by the served build: `create` is the function that makes it.
-    serving: fn(*mut c_void),
+    pub serving: fn(*mut c_void),
 }
 
 /// The builds and handles of one backend.
@@ -87,34 +87,12 @@ pub struct Registry<H: 'static> {
     any_handle: AtomicBool,
 }
 
-/// rocBLAS's builds and handles.
-pub static ROCBLAS: Registry<Hooks> = Registry::new(Backend {
-    what: "rocBLAS",
-    create: c"rocblas_create_handle",
-    hooks: &HOOKS,
-    changed: crate::runtime::library_changed,
-    several: crate::serve::close_pass_gate,
-    device: crate::runtime::current_device,
-    serving: crate::dynsym::follow,
-});
-
-/// cuBLASLt's builds and handles.
-pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
-    what: "cuBLASLt",
-    create: c"cublasLtCreate",
-    hooks: &LT,
-    changed: crate::cublaslt::library_changed,
-    several: || {},
-    device: crate::cublaslt::current_device,
-    serving: |_| {},
-});
-
 fn home(h: usize) -> usize {
     ((h >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (SLOTS - 1)
 }
 
 impl<H: Scoped> Registry<H> {
-    const fn new(backend: Backend<H>) -> Registry<H> {
+    pub const fn new(backend: Backend<H>) -> Registry<H> {
         Registry {
             backend,
             builds: ExitLock::new(Builds {
@@ -348,68 +326,36 @@ fn build_of_caller(ret: *const c_void, create: &CStr) -> Option<(Build, *mut c_v
     if crate::real::is_ours(ret as *mut c_void) || is_main_program(caller_base) {
         return None;
     }
-    // SAFETY: RTLD_NOLOAD only returns a handle to an object already loaded.
-    let h = unsafe { libc::dlopen(caller.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    if h.is_null() {
-        return None;
-    }
-    // SAFETY: a valid handle and a NUL-terminated name.
-    let f = unsafe { libc::dlsym(h, create.as_ptr()) };
-    // SAFETY: drops the reference NOLOAD took.
-    unsafe { libc::dlclose(h) };
-    if f.is_null() || crate::real::is_ours(f) {
-        return None;
-    }
+    let f = crate::real::resolve_in(create, &caller)?;
     let (base, path) = object_of(f)?;
     Some((Build { base, path }, f))
 }
 
-// ---- rocBLAS -------------------------------------------------------------------------
-
-/// The hooks of the other rocBLAS build `h` belongs to, if any ([`Registry::other_build`]).
-#[inline(always)]
-pub fn other_build(h: Handle) -> Option<&'static Hooks> {
-    ROCBLAS.other_build(h)
-}
-
-/// Whether a handle of another rocBLAS build was ever made.
-pub fn several_builds() -> bool {
-    ROCBLAS.several_builds()
-}
-
-/// The device rocBLAS handle `h` was made on, if it was made through us.
-pub fn device_of(h: Handle) -> Option<i32> {
-    ROCBLAS.device_of(h)
-}
-
-/// `rocblas_create_handle` from a caller whose return address is `ret` (exports.rs).
-pub fn create_handle(out: *mut Handle, ret: *const c_void) -> Status {
-    ROCBLAS
-        .create(out, ret, HOOKS.create_handle.get())
-        .unwrap_or(STATUS_NOT_IMPLEMENTED)
-}
-
-/// `rocblas_destroy_handle`: in the build the handle came from.
-pub fn destroy_handle(h: Handle) -> Status {
-    let destroy = match ROCBLAS.destroyed(h) {
-        Some(other) => other.destroy_handle(),
-        None => HOOKS.destroy_handle(),
+/// The build a backend serves, identified from the address of one of its functions: the
+/// file it was loaded from (checked to be the inode actually mapped) and its sha256
+/// (through the per-user hash cache). `Err` is the start-up line saying why it cannot be
+/// identified; `what` names the library in it.
+pub fn identify_loaded(
+    anchor: *const c_void,
+    what: &str,
+) -> Result<(PathBuf, identity::Identity), String> {
+    let Some(path) = identity::library_of_address(anchor as usize) else {
+        return Err(format!(
+            "cannot tell which file {what} was loaded from; passing calls through and recording misses"
+        ));
     };
-    match destroy {
-        // SAFETY: the caller's own handle.
-        Some(f) => unsafe { f(h) },
-        None => STATUS_NOT_IMPLEMENTED,
+    if identity::check_mapped_file(anchor as usize, &path) == identity::MapCheck::Replaced {
+        return Err(format!(
+            "{} was replaced on disk after this process loaded it, so the running build cannot be identified; restart the process to serve tuned rows",
+            path.display()
+        ));
     }
-}
-
-/// In a fork child: both backends' builds' locks free ([`Registry::after_fork`]).
-///
-/// # Safety
-/// Only from the fork child handler, with no other thread alive.
-pub unsafe fn after_fork() {
-    // SAFETY: see above.
-    unsafe {
-        ROCBLAS.after_fork();
-        CUBLASLT.after_fork();
+    let cache = identity::HashCache::new(identity::user_cache_dir().join("sha256"));
+    match cache.identify(&path) {
+        Ok(id) => Ok((path, id)),
+        Err(e) => Err(format!(
+            "cannot hash {}: {e}; passing calls through",
+            path.display()
+        )),
     }
 }

@@ -1,7 +1,7 @@
 //! One lifecycle for every backend: settings, lazy start-up, fork, every way out of the
 //! process, and the locks and guards that keep all of it from blocking the host.
 //!
-//! A backend (rocBLAS in `runtime.rs`, cuBLASLt in `cublaslt.rs`) keeps its runtime in a
+//! A backend (rocBLAS in `rocblas/`, cuBLASLt in `cublaslt/`) keeps its runtime in a
 //! [`Lazy`] and registers in [`BACKENDS`] what it does at fork and at exit; everything else
 //! happens here, once, for all of them:
 //!
@@ -454,7 +454,7 @@ pub struct Backend {
 }
 
 /// Every backend, in the order they finish.
-const BACKENDS: [&Backend; 2] = [&crate::runtime::BACKEND, &crate::cublaslt::BACKEND];
+const BACKENDS: [&Backend; 2] = [&crate::rocblas::BACKEND, &crate::cublaslt::BACKEND];
 
 /// The longest an exit path waits for another thread's write to the miss files.
 pub const EXIT_WAIT: Duration = Duration::from_millis(200);
@@ -544,8 +544,6 @@ extern "C" fn fork_child() {
     for b in BACKENDS {
         unsafe { (b.after_fork)() };
     }
-    // SAFETY: as above.
-    unsafe { crate::libs::after_fork() };
     crate::stats::reset();
     OWNER_PID.store(std::process::id(), Ordering::Release);
     FINISHED.store(false, Ordering::Release);

@@ -16,11 +16,6 @@ use std::ffi::{c_void, CStr, CString};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use tunedblas_core::abi::*;
-
-/// The libraries searched when rocBLAS sits in a local scope.
-const ROCBLAS_LIBS: &[&str] = &["librocblas.so", "libamdhip64.so"];
-
 /// One resolvable function: its symbol name, the libraries (file-name prefixes) to search
 /// when `RTLD_NEXT` finds nothing, and a cache of the address (NULL = not yet).
 pub struct Hook {
@@ -122,7 +117,7 @@ pub fn defined_in(name: &CStr, lib: &CStr) -> bool {
 }
 
 /// `name` in the loaded library file `lib` (and what it links), never our own.
-fn resolve_in(name: &CStr, lib: &CStr) -> Option<*mut c_void> {
+pub fn resolve_in(name: &CStr, lib: &CStr) -> Option<*mut c_void> {
     // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded.
     let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
     if h.is_null() {
@@ -179,7 +174,7 @@ macro_rules! hook_table {
             $(
                 #[inline]
                 pub fn $field(&self) -> Option<$ty> {
-                    // SAFETY: the symbol has this C signature (src/abi.rs, src/cublaslt.rs,
+                    // SAFETY: the symbol has this C signature (src/abi.rs, src/cublaslt/,
                     // from the libraries' headers).
                     self.$field.get_in(&self.scope).map(|p| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
                 }
@@ -202,27 +197,10 @@ macro_rules! hook_table {
 }
 pub(crate) use {hook_table, libs_or};
 
+// The C library's functions the process-level exports call (the exec family): resolved in
+// the usual order, never pinned to a rocBLAS or cuBLASLt build.
 hook_table! {
-    pub struct Hooks; static HOOKS; libs = ROCBLAS_LIBS;
-    gemm_ex: GemmExFn<i32> = c"rocblas_gemm_ex",
-    gemm_ex_64: GemmExFn<i64> = c"rocblas_gemm_ex_64",
-    gemm_batched_ex: GemmBatchedExFn<i32> = c"rocblas_gemm_batched_ex",
-    gemm_batched_ex_64: GemmBatchedExFn<i64> = c"rocblas_gemm_batched_ex_64",
-    gemm_strided_batched_ex: GemmStridedBatchedExFn<i32> = c"rocblas_gemm_strided_batched_ex",
-    gemm_strided_batched_ex_64: GemmStridedBatchedExFn<i64> = c"rocblas_gemm_strided_batched_ex_64",
-    hgemm: TypedGemmFn<i32> = c"rocblas_hgemm",
-    hgemm_64: TypedGemmFn<i64> = c"rocblas_hgemm_64",
-    sgemm: TypedGemmFn<i32> = c"rocblas_sgemm",
-    sgemm_64: TypedGemmFn<i64> = c"rocblas_sgemm_64",
-    hgemm_strided_batched: TypedGemmStridedBatchedFn<i32> = c"rocblas_hgemm_strided_batched",
-    hgemm_strided_batched_64: TypedGemmStridedBatchedFn<i64> = c"rocblas_hgemm_strided_batched_64",
-    sgemm_strided_batched: TypedGemmStridedBatchedFn<i32> = c"rocblas_sgemm_strided_batched",
-    sgemm_strided_batched_64: TypedGemmStridedBatchedFn<i64> = c"rocblas_sgemm_strided_batched_64",
-    get_version_string: GetVersionStringFn = c"rocblas_get_version_string",
-    get_version_string_size: GetVersionStringSizeFn = c"rocblas_get_version_string_size",
-    hip_get_device: HipGetDeviceFn = c"hipGetDevice",
-    create_handle: CreateHandleFn = c"rocblas_create_handle",
-    destroy_handle: DestroyHandleFn = c"rocblas_destroy_handle",
+    pub struct Process; static PROCESS; libs = &[];
     execve: ExecveFn = c"execve",
     execv: ExecvFn = c"execv",
     execvp: ExecvFn = c"execvp",
@@ -270,16 +248,7 @@ fn resolve(name: &CStr, libs: &[&str]) -> Option<*mut c_void> {
         let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else {
             continue;
         };
-        // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-        if h.is_null() {
-            continue;
-        }
-        // SAFETY: h is a valid handle; the name is NUL-terminated.
-        let p = unsafe { libc::dlsym(h, name.as_ptr()) };
-        // Drop the reference NOLOAD took; the object stays loaded by its other users.
-        unsafe { libc::dlclose(h) };
-        if !p.is_null() && !is_ours(p) {
+        if let Some(p) = resolve_in(name, &c) {
             return Some(p);
         }
     }
@@ -381,22 +350,4 @@ fn loaded_libraries_listed(prefixes: &[&str]) -> Vec<PathBuf> {
     // SAFETY: the callback only reads the info it is given and writes through `data`.
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
     search.found
-}
-
-/// The real rocBLAS version string (`5.6.0.8d1ae90e`), if the library offers it.
-pub fn version_string() -> Option<String> {
-    let size_fn = HOOKS.get_version_string_size()?;
-    let get_fn = HOOKS.get_version_string()?;
-    let mut size = 0usize;
-    // SAFETY: out-pointer to a usize.
-    if unsafe { size_fn(&mut size) } != STATUS_SUCCESS || size == 0 || size > 4096 {
-        return None;
-    }
-    let mut buf = vec![0u8; size];
-    // SAFETY: buf has `size` bytes as the library asked.
-    if unsafe { get_fn(buf.as_mut_ptr().cast(), size) } != STATUS_SUCCESS {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }

@@ -23,11 +23,12 @@ use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use tunedblas_core::identity;
 use tunedblas_core::misslog::{MissSet, Sight};
 
 use crate::lifecycle::{self, ExitLock, NoCancel};
@@ -352,24 +353,28 @@ fn start_ticks() -> Option<u64> {
 }
 
 /// Creates the miss folder (and any missing parents) with mode 0700, then checks the
-/// folder itself: a real directory, not a symlink, and either ours or a shared folder with
+/// folder itself: a real directory, not a symlink, and either ours
+/// ([`identity::private_dir`]'s check, shared with the hash cache) or a shared folder with
 /// the sticky bit (like `/tmp`), where no one else can remove or replace our files.
 pub fn checked_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let meta = fs::symlink_metadata(dir)?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let sticky = meta.mode() & libc::S_ISVTX != 0;
-    if !meta.file_type().is_dir() || (meta.uid() != uid && !sticky) {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "the miss folder is not a directory owned by this user (a symlink or someone else's folder); refusing to write there",
-        ));
+    match identity::private_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() != io::ErrorKind::PermissionDenied => Err(e),
+        Err(e) => {
+            // Not made (an unwritable parent): that error. Made but not ours: a shared
+            // sticky folder will do.
+            let Ok(meta) = fs::symlink_metadata(dir) else {
+                return Err(e);
+            };
+            if meta.file_type().is_dir() && meta.mode() & libc::S_ISVTX != 0 {
+                return Ok(());
+            }
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the miss folder is not a directory owned by this user (a symlink or someone else's folder); refusing to write there",
+            ))
+        }
     }
-    Ok(())
 }
 
 /// Opens a file of ours for writing without following a symlink or blocking on a FIFO

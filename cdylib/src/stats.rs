@@ -32,7 +32,7 @@ pub enum Counter {
     /// No row, served with the validated solution of the same layer's nearest token count
     /// (the shape is still recorded as a miss).
     Near,
-    /// The first six again, for `cublasLtMatmul` calls (`cublaslt.rs`).
+    /// The first six again, for `cublasLtMatmul` calls (`cublaslt/`).
     LtCalls,
     LtServed,
     LtDefault,

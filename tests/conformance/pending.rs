@@ -190,7 +190,7 @@ fn calls_rocblas_rejects_are_not_misses_rocblas_6_4() {
 }
 
 /// The `_64` exports are hidden from the loader once a handle shows the served build lacks
-/// them (`cdylib/src/dynsym.rs`; IFUNCs were tried first and made glibc warn in every
+/// them (`cdylib/src/rocblas/dynsym.rs`; IFUNCs were tried first and made glibc warn in every
 /// BIND_NOW host, see there).
 #[test]
 fn no_64_api_where_the_library_has_none_rocblas_5_5() {

@@ -1,5 +1,5 @@
 //! What the project's own sources say it calls, read from the files themselves so the checks
-//! follow every change: the interposer's hook table (`cdylib/src/real.rs`), the symbols the
+//! follow every change: the interposer's hook table (`cdylib/src/rocblas/real.rs`), the symbols the
 //! harness resolves (`harness/src/backend.rs`), and the C signatures of `src/abi.rs`.
 
 #![allow(dead_code)]
@@ -21,12 +21,12 @@ pub struct Hook {
     pub symbol: String,
 }
 
-/// The entries of the `hook_table! { ... }` invocation in `cdylib/src/real.rs`.
+/// The entries of the `hook_table! { ... }` invocation in `cdylib/src/rocblas/real.rs`.
 pub fn hook_table() -> Vec<Hook> {
-    let src = read("cdylib/src/real.rs");
+    let src = read("cdylib/src/rocblas/real.rs");
     let start = src
         .find("\nhook_table! {")
-        .expect("cdylib/src/real.rs invokes hook_table!");
+        .expect("cdylib/src/rocblas/real.rs invokes hook_table!");
     let body = &src[start..];
     let body = &body[body.find('{').unwrap() + 1..body.find("\n}").unwrap()];
     body.lines()

@@ -6,6 +6,7 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use tunedblas_core::cublaslt::*;
+use tunedblas_lt_algo::{build_algo, read_config};
 
 use super::cuda::{err, lt_check, Cuda, DevBuf, Graph, Lt, Result};
 use super::numeric;

@@ -17,17 +17,14 @@ use std::sync::atomic::{fence, AtomicU8, Ordering};
 
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Types};
-use tunedblas_core::near::Verdict;
 use tunedblas_core::profile::RankTable;
-use tunedblas_core::rocblas::{
-    batched_key, ex_types, is_real_problem, single_key, single_key_unchecked, Dims,
-};
+use tunedblas_core::rocblas::{batched_key, ex_types, is_real_problem, single_key, Dims};
 use tunedblas_core::table::{Action, Entry, Table};
-use tunedblas_core::tunableop;
 
+use super::near::{self, NearPlan};
+use super::real::HOOKS;
 use crate::log::{debug, info};
-use crate::real::HOOKS;
-use crate::runtime;
+use crate::rocblas as runtime;
 use crate::stats::{bump, Counter};
 
 /// How to make the real call.
@@ -41,36 +38,34 @@ pub enum Route {
     Check(i32),
 }
 
-enum Decision {
+impl Route {
+    /// The (algo, solution index, flags) of a `gemm_ex`-family call made this way, from
+    /// the caller's own.
+    #[inline(always)]
+    pub fn apply(self, algo: GemmAlgo, solution: i32, flags: u32) -> (GemmAlgo, i32, u32) {
+        match self {
+            Route::Original => (algo, solution, flags),
+            Route::Tuned(id) => (ALGO_SOLUTION_INDEX, id, flags),
+            Route::Check(id) => (ALGO_SOLUTION_INDEX, id, flags | FLAG_CHECK_SOLUTION_INDEX),
+        }
+    }
+}
+
+/// What to do with a call: the one decision every entry point's call goes by.
+pub enum Decision {
+    /// The caller's own call (a pass, a `Default` row, a miss).
     Pass,
     /// The solution, and its row's entry.
     Tuned(i32, &'static Entry),
-    /// No row; the nearest token count's solution, `validated` already or not yet.
+    /// No row; the nearest token count's solution, validated already or not yet
+    /// (`near.rs`).
     Near(NearPlan),
-}
-
-/// A call to serve from the nearest token count's row (see [`near`]): the solution, and its
-/// verdict slot with a bit saying whether it must be validated first. Eight bytes, so the
-/// whole decision is returned in two registers (a 40-byte variant made the hot path return
-/// it through memory and cost the served path ~5 ns, BENCHMARKS.md).
-pub struct NearPlan {
-    id: i32,
-    slot_and_validate: u32,
-}
-
-impl NearPlan {
-    fn new(id: i32, slot: usize, validate: bool) -> NearPlan {
-        NearPlan {
-            id,
-            slot_and_validate: (slot as u32) << 1 | validate as u32,
-        }
-    }
 }
 
 /// The per-call decision. Each call bumps exactly one counter (the calls total is their
 /// sum), and the row travels by reference: this is the hot path, see BENCHMARKS.md.
 #[inline(always)]
-fn decide(
+pub fn decide(
     key: impl FnOnce() -> Option<ProblemKey>,
     caller_chose: bool,
     handle: Handle,
@@ -111,8 +106,28 @@ fn decide(
             bump(Counter::PassedThrough);
             Decision::Pass
         }
-        None => missed(rt, table, key, hash, handle, device),
+        // The miss path says what it found; the decision is made here. (Had it returned a
+        // `Decision`, which comes back through memory, the hit paths wrote theirs to the
+        // same place: ~4 instructions on the served path, BENCHMARKS.md.)
+        None => match missed(rt, table, key, hash, handle, device) {
+            Missed::Nothing => Decision::Pass,
+            Missed::Wildcard(e) => match wildcard_solution(e) {
+                Some(id) => Decision::Tuned(id, e),
+                None => Decision::Pass,
+            },
+            Missed::Near(plan) => Decision::Near(plan),
+        },
     }
+}
+
+/// What the miss path found for a key with no exact row.
+enum Missed {
+    /// The nearest token count's row (`near.rs`).
+    Near(NearPlan),
+    /// A `*` row that matches it.
+    Wildcard(&'static Entry),
+    /// Nothing to serve it with: the caller's own call (the miss is recorded).
+    Nothing,
 }
 
 /// Runs the miss path under `catch_unwind`: it writes files, allocates and serves near
@@ -121,12 +136,12 @@ fn decide(
 /// decision returned through the unwinding guard went through memory and stalled the
 /// served path (~4 ns, BENCHMARKS.md).
 #[inline(always)]
-fn guarded(f: impl FnOnce() -> Decision) -> Decision {
+fn guarded(f: impl FnOnce() -> Missed) -> Missed {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(d) => d,
         Err(_) => {
             runtime::latch_off("a panic while choosing a solution");
-            Decision::Pass
+            Missed::Nothing
         }
     }
 }
@@ -134,18 +149,36 @@ fn guarded(f: impl FnOnce() -> Decision) -> Decision {
 /// What a row (exact or `*`) says for this call.
 #[inline(always)]
 fn use_row(e: &'static Entry) -> Decision {
+    match row_solution(e) {
+        Some(id) => Decision::Tuned(id, e),
+        None => Decision::Pass,
+    }
+}
+
+/// The solution a row serves this call with, `None` for the caller's own call (a
+/// quarantined or `Default` row); counts the call unless it is served.
+#[inline(always)]
+fn row_solution(e: &'static Entry) -> Option<i32> {
     if e.is_quarantined() {
         bump(Counter::PassedThrough);
-        return Decision::Pass;
+        return None;
     }
     e.mark_hit();
     match e.action {
         Action::Default => {
             bump(Counter::Default);
-            Decision::Pass
+            None
         }
-        Action::Solution(id) => Decision::Tuned(id, e),
+        Action::Solution(id) => Some(id),
     }
+}
+
+/// [`row_solution`] for a `*` row, out of line: inlined beside the exact row's, the two
+/// were merged and the `Default` path paid ~3 instructions for it (BENCHMARKS.md).
+#[cold]
+#[inline(never)]
+fn wildcard_solution(e: &'static Entry) -> Option<i32> {
+    row_solution(e)
 }
 
 /// No exact row: a `*` row may still match; otherwise the shape is recorded as a miss.
@@ -164,7 +197,7 @@ fn missed(
     hash: u64,
     handle: Handle,
     device: i64,
-) -> Decision {
+) -> Missed {
     guarded(|| missed_unguarded(rt, table, &key, hash, handle, device))
 }
 
@@ -177,13 +210,13 @@ fn missed_unguarded(
     hash: u64,
     handle: Handle,
     device: i64,
-) -> Decision {
+) -> Missed {
     // Most tables have no `*` rows: then the scan is not even called.
     if let Some(e) = table
         .filter(|t| t.has_wildcards())
         .and_then(|t| t.get_wildcard(key))
     {
-        return use_row(e);
+        return Missed::Wildcard(e);
     }
     // The exact shape is recorded whatever the near path does: it still needs its own row.
     // The device the table lookup asked about, or (one table for every rank, so it did not
@@ -192,63 +225,19 @@ fn missed_unguarded(
         runtime::NO_DEVICE => runtime::device_for(handle),
         d => d as i32,
     };
-    if !rt.near_on() {
+    let Some(near) = &rt.near else {
         rt.miss_on(device, key, hash);
         bump(Counter::Missed);
-        return Decision::Pass;
-    }
+        return Missed::Nothing;
+    };
     let noted = rt.miss_noted(device, key, hash);
-    match rt.near(device, table, key, hash, noted) {
-        runtime::NearStep::Pass => {
+    match near.step(&rt.misses.set, device, table, key, hash, noted) {
+        Some(plan) => Missed::Near(plan),
+        None => {
             bump(Counter::Missed);
-            Decision::Pass
+            Missed::Nothing
         }
-        runtime::NearStep::Serve { id, slot } => Decision::Near(NearPlan::new(id, slot, false)),
-        runtime::NearStep::Validate { id, slot } => Decision::Near(NearPlan::new(id, slot, true)),
     }
-}
-
-/// Serves a call from the nearest token count's row: validates the solution for this exact
-/// problem first if nobody has (`from` is set), and never uses it again for this key if
-/// validation or the call fails.
-#[cold]
-#[inline(never)]
-fn near_call(
-    rt: &'static runtime::Runtime,
-    id: i32,
-    slot: usize,
-    validate: bool,
-    key: &ProblemKey,
-    call: &impl Fn(Route) -> Status,
-) -> Status {
-    if validate {
-        let status = call(Route::Check(id));
-        if status != STATUS_SUCCESS {
-            rt.near_outcome(key, slot, Verdict::Refused);
-            let (op, sig) = tunableop::op_and_signature(key);
-            let from = rt
-                .near_from(rt.table(), key)
-                .map_or_else(|| "?".to_string(), |f| f.to_string());
-            debug!(
-                "near: solution {id} of the row at {from} tokens cannot solve {op},{sig} (rocBLAS status {status}); the heuristic serves it"
-            );
-            bump(Counter::Missed);
-            return call(Route::Original);
-        }
-        rt.near_outcome(key, slot, Verdict::Serve(id));
-    }
-    let status = call(Route::Tuned(id));
-    if status == STATUS_SUCCESS {
-        bump(Counter::Near);
-        return status;
-    }
-    rt.near_outcome(key, slot, Verdict::Refused);
-    let (op, sig) = tunableop::op_and_signature(key);
-    info!(
-        "near: solution {id} passed validation for {op},{sig} but the call failed with rocBLAS status {status}; the caller's own call is made instead, and near serving is off for this shape"
-    );
-    bump(Counter::Fallbacks);
-    call(Route::Original)
 }
 
 /// Serves one intercepted call. See the module docs.
@@ -259,82 +248,50 @@ pub fn serve(
     handle: Handle,
     call: impl Fn(Route) -> Status,
 ) -> Status {
-    match plan(key, caller_chose, handle) {
-        Plan::Original => call(Route::Original),
-        Plan::Tuned(id, entry) => {
-            let status = call(Route::Tuned(id));
-            if tuned_result(status) {
-                return status;
+    make_call!(
+        decide(key, caller_chose, handle),
+        route => call(route),
+        plan => near::serve(plan, key, &call)
+    )
+}
+
+/// Makes the call a [`Decision`] says: the one place every entry point's tuned call, its
+/// fallback and the caller's own call are made. `$route => $call` is the real call with
+/// the caller's arguments, made the way `$route` ([`Route`]) says; `$plan => $near` makes a
+/// near-served call ([`NearPlan`]).
+///
+/// A macro, not a function taking closures: `gemm_ex` passes its 24 arguments straight
+/// through, and handed over in closures (even inlined ones) they were kept on the stack
+/// on every call: ~45 instructions more on the served, `Default` and repeat-miss paths
+/// (BENCHMARKS.md).
+macro_rules! make_call {
+    ($decision:expr, $route:ident => $call:expr, $plan:ident => $near:expr) => {
+        match $decision {
+            $crate::rocblas::serve::Decision::Pass => {
+                let $route = $crate::rocblas::serve::Route::Original;
+                $call
             }
-            let own = call(Route::Original);
-            fell_back(id, entry, status, own);
-            own
+            $crate::rocblas::serve::Decision::Tuned(id, entry) => {
+                let status = {
+                    let $route = $crate::rocblas::serve::Route::Tuned(id);
+                    $call
+                };
+                if $crate::rocblas::serve::tuned_result(status) {
+                    status
+                } else {
+                    let own = {
+                        let $route = $crate::rocblas::serve::Route::Original;
+                        $call
+                    };
+                    $crate::rocblas::serve::fell_back(id, entry, status, own);
+                    own
+                }
+            }
+            $crate::rocblas::serve::Decision::Near($plan) => $near,
         }
-        Plan::Near(n) => near(n, key, call),
-    }
-}
-
-/// What to do with a call: the decision of [`serve`] without the call itself, so an entry
-/// point can make the calls with its own arguments (see `exports.rs`).
-pub enum Plan {
-    Original,
-    Tuned(i32, &'static Entry),
-    Near(NearPlan),
-}
-
-#[inline(always)]
-pub fn plan(key: impl FnOnce() -> Option<ProblemKey>, caller_chose: bool, handle: Handle) -> Plan {
-    match decide(key, caller_chose, handle) {
-        Decision::Tuned(id, entry) => Plan::Tuned(id, entry),
-        Decision::Near(n) => Plan::Near(n),
-        Decision::Pass => Plan::Original,
-    }
-}
-
-/// Makes a near-served call (a [`Plan::Near`]); `key` is the call's key (for messages).
-pub fn near(
-    n: NearPlan,
-    key: impl FnOnce() -> Option<ProblemKey>,
-    call: impl Fn(Route) -> Status,
-) -> Status {
-    let key = key().unwrap_or_else(unreachable_key);
-    let Some(rt) = runtime::get() else {
-        return call(Route::Original);
     };
-    let slot = (n.slot_and_validate >> 1) as usize;
-    let validate = n.slot_and_validate & 1 != 0;
-    near_call(rt, n.id, slot, validate, &key, &call)
 }
-
-/// [`near`] for a `gemm_ex` call (the export's fast path hands its arguments over here).
-#[cold]
-#[inline(never)]
-pub fn near_ex<I: Int>(n: NearPlan, f: GemmExFn<I>, x: ExArgs<I>) -> Status {
-    near(
-        n,
-        || single_key_unchecked(x.trans_a, x.trans_b, x.types(), x.dims(), x.flags),
-        |route| call_ex(f, &x.routed(route)),
-    )
-}
-
-/// Never used: a call planned for near serving had a key. A harmless stand-in rather than a
-/// panic, since this runs outside the unwinding guard.
-#[cold]
-fn unreachable_key() -> ProblemKey {
-    ProblemKey::single(
-        tunedblas_core::key::Trans::N,
-        tunedblas_core::key::Trans::N,
-        Types::SGEMM,
-        0,
-        0,
-        0,
-        1,
-        1,
-        1,
-        1,
-        0,
-    )
-}
+pub(crate) use make_call;
 
 /// The outcome of a tuned call: true when it succeeded (counted as served); false when it
 /// failed, and the caller's own call must be made, then handed to [`fell_back`].
@@ -419,7 +376,7 @@ pub fn pass_gate() -> u8 {
 #[cold]
 #[inline(never)]
 pub fn open_pass_gate() {
-    if !runtime::is_ready() || crate::libs::several_builds() {
+    if !runtime::is_ready() || super::real::several_builds() {
         return;
     }
     if PASS_GATE
@@ -438,7 +395,7 @@ pub fn open_pass_gate() {
     }
 }
 
-/// The runtime just stopped serving or restarted (`runtime.rs`): an open gate shuts, so the
+/// The runtime just stopped serving or restarted (`rocblas/mod.rs`): an open gate shuts, so the
 /// next chosen call asks the runtime again (starting it, or not counting).
 pub fn shut_pass_gate() {
     fence(Ordering::SeqCst);
@@ -487,7 +444,7 @@ pub struct ExArgs<I> {
 
 impl<I: Int> ExArgs<I> {
     #[inline(always)]
-    fn dims(&self) -> Dims {
+    pub fn dims(&self) -> Dims {
         Dims {
             m: self.m.into(),
             n: self.n.into(),
@@ -499,7 +456,7 @@ impl<I: Int> ExArgs<I> {
         }
     }
     #[inline(always)]
-    fn types(&self) -> Types {
+    pub fn types(&self) -> Types {
         ex_types(
             self.a_type,
             self.b_type,
@@ -526,19 +483,12 @@ impl<I: Int> ExArgs<I> {
     /// The call to make for a route: the caller's, or the same with the tuned solution.
     #[inline(always)]
     pub fn routed(&self, route: Route) -> ExArgs<I> {
-        match route {
-            Route::Original => *self,
-            Route::Tuned(id) => ExArgs {
-                algo: ALGO_SOLUTION_INDEX,
-                solution: id,
-                ..*self
-            },
-            Route::Check(id) => ExArgs {
-                algo: ALGO_SOLUTION_INDEX,
-                solution: id,
-                flags: self.flags | FLAG_CHECK_SOLUTION_INDEX,
-                ..*self
-            },
+        let (algo, solution, flags) = route.apply(self.algo, self.solution, self.flags);
+        ExArgs {
+            algo,
+            solution,
+            flags,
+            ..*self
         }
     }
 }

@@ -1,24 +1,35 @@
-//! The rocBLAS backend's runtime: the served profile, miss recording and near serving,
-//! built on the first intercepted call. When it starts and what happens at fork and exit
-//! is the shared lifecycle's ([`crate::lifecycle`]); this file supplies [`BACKEND`].
+//! The rocBLAS backend. Every rocBLAS export in `exports.rs` routes its call through
+//! [`serve`]; this file is the runtime it serves from: the profile chosen for the loaded
+//! build, miss recording and near serving, built on the first intercepted call. When it
+//! starts and what happens at fork and exit is the shared lifecycle's
+//! ([`crate::lifecycle`]); this file supplies [`BACKEND`].
+//!
+//! - [`real`]: the real rocBLAS functions, handles and their builds, devices.
+//! - [`serve`]: the decision for one call, the tuned call and its fallback, each entry
+//!   point's key and real call, the pass-through gate.
+//! - [`near`]: near-shape serving (its state and its serve path).
+//! - this file: the runtime (profile, tables, misses, stats).
 
 use std::ffi::c_void;
 use std::path::Path;
 use std::sync::Arc;
 
-use tunedblas_core::family;
-use tunedblas_core::identity::{self, HashCache, MapCheck};
 use tunedblas_core::key::ProblemKey;
-use tunedblas_core::near::{Claim, NearIndex, Verdict, Verdicts};
 use tunedblas_core::profile::{self, LazyTables, RankTable, Request, Selection};
-use tunedblas_core::table::{Action, Table};
+use tunedblas_core::table::Table;
 use tunedblas_core::tunableop;
 
 use crate::lifecycle::{self, Backend, Config, Lazy, Pass};
 use crate::log::{debug, info};
-use crate::real::HOOKS;
-use crate::recorder::{Recorder, MISS_CAPACITY};
+use crate::recorder::Recorder;
 use crate::stats::{self, Counter};
+use real::HOOKS;
+pub use real::{current_device, device_for};
+
+pub mod dynsym;
+pub mod near;
+pub mod real;
+pub mod serve;
 
 static RUNTIME: Lazy<Runtime> = Lazy::new();
 
@@ -36,81 +47,11 @@ pub struct Runtime {
     /// another build (`libs.rs`).
     misses: &'static Recorder<ProblemKey>,
     stats_path: Option<std::path::PathBuf>,
-    near: Option<Near>,
-}
-
-/// Near-shape serving: one index per distinct table, and the verdict per missed key.
-struct Near {
-    window: i64,
-    indexes: Vec<(Arc<Table>, NearIndex)>,
-    verdicts: Verdicts,
-}
-
-/// What the near path says for one missed call.
-pub enum NearStep {
-    /// Nothing near (or not yet decided, or refused): the heuristic.
-    Pass,
-    /// Serve this solution; validated before for this key.
-    Serve { id: i32, slot: usize },
-    /// First sight: validate this solution (from the row [`Runtime::near_from`] names) for
-    /// the exact problem, then report the outcome with [`Runtime::near_outcome`].
-    Validate { id: i32, slot: usize },
-}
-
-/// A final near verdict as a miss-set note (0 is "no note"): pass, or serve this solution
-/// with this verdict slot. `None` for a pending verdict, which is never noted.
-const NOTE_PASS: u64 = 1 << 62;
-const NOTE_SERVE: u64 = 2 << 62;
-
-fn note_of(slot: usize, v: Verdict) -> Option<u64> {
-    match v {
-        Verdict::Pending => None,
-        Verdict::None | Verdict::Refused => Some(NOTE_PASS),
-        // Verdict slots are below the map's capacity (MISS_CAPACITY), far below 2^30.
-        Verdict::Serve(id) => {
-            (slot < 1 << 30).then(|| NOTE_SERVE | (slot as u64) << 32 | u64::from(id as u32))
-        }
-    }
-}
-
-/// What a note says the near path does, `None` for no note.
-#[inline(always)]
-fn step_of_note(note: u64) -> Option<NearStep> {
-    match note >> 62 {
-        0 => None,
-        2 => Some(NearStep::Serve {
-            id: note as u32 as i32,
-            slot: (note >> 32) as usize & ((1 << 30) - 1),
-        }),
-        _ => Some(NearStep::Pass),
-    }
+    near: Option<near::Near>,
 }
 
 /// "No device asked about" for [`Runtime::table_and_device`]: outside every `i32`.
 pub const NO_DEVICE: i64 = i64::MIN;
-
-/// The device of a call on handle `h`: the one `h` was made on, else the calling thread's.
-#[inline]
-pub fn device_for(h: tunedblas_core::abi::Handle) -> i32 {
-    crate::libs::device_of(h).unwrap_or_else(current_device)
-}
-
-/// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
-#[inline]
-pub fn current_device() -> i32 {
-    match HOOKS.hip_get_device() {
-        Some(f) => {
-            let mut d = 0;
-            // SAFETY: out-pointer to an int.
-            if unsafe { f(&mut d) } == 0 {
-                d
-            } else {
-                0
-            }
-        }
-        None => 0,
-    }
-}
 
 impl Runtime {
     /// The table for the calling thread's device, if the profile has one.
@@ -165,122 +106,6 @@ impl Runtime {
         // set, so a repeated miss does not pay for it.
         let admit = || tunableop::check_key(key).is_ok();
         self.misses.record(device, key, hash, admit)
-    }
-
-    /// Whether the near path is on at all (off: no second look on a miss).
-    #[inline]
-    pub fn near_on(&self) -> bool {
-        self.near.is_some()
-    }
-
-    /// The near path for a key on `device` that has no row in `table` (the miss is
-    /// recorded apart, by [`Runtime::miss_noted`], whose answer is `noted`).
-    /// `hash` is the key's [`ProblemKey::lookup_hash`], reused for the verdict map.
-    ///
-    /// A final verdict (serve, none, refused) is copied into the key's miss-set slot, so a
-    /// repeated miss reads it with the probe that counts it and never asks the verdict map
-    /// again. The map stays the authority: it claims keys, holds verdicts while one is
-    /// pending, and holds keys the miss set has no room for.
-    #[inline]
-    pub fn near(
-        &self,
-        device: i32,
-        table: Option<&Table>,
-        key: &ProblemKey,
-        hash: u64,
-        noted: Option<(usize, u64)>,
-    ) -> NearStep {
-        if let Some(step) = noted.and_then(|(_, note)| step_of_note(note)) {
-            return step;
-        }
-        self.near_unnoted(device, table, key, hash, noted.map(|(slot, _)| slot))
-    }
-
-    /// [`Runtime::near`] for a key whose verdict is not in its miss-set slot (yet).
-    #[cold]
-    #[inline(never)]
-    fn near_unnoted(
-        &self,
-        device: i32,
-        table: Option<&Table>,
-        key: &ProblemKey,
-        hash: u64,
-        miss_slot: Option<usize>,
-    ) -> NearStep {
-        let (Some(near), Some(table)) = (&self.near, table) else {
-            return NearStep::Pass;
-        };
-        let note = |slot: usize, v: Verdict| {
-            if let (Some(m), Some(n)) = (miss_slot, note_of(slot, v)) {
-                self.misses.set.note_if_unset(m, n);
-            }
-        };
-        match near.verdicts.get_or_claim_hashed(device, key, hash) {
-            Claim::Known(slot, v) => {
-                note(slot, v);
-                match v {
-                    Verdict::Serve(id) => NearStep::Serve { id, slot },
-                    _ => NearStep::Pass,
-                }
-            }
-            Claim::Full => NearStep::Pass,
-            Claim::Mine(slot) => {
-                let found = near
-                    .indexes
-                    .iter()
-                    .find(|(t, _)| std::ptr::eq(&**t, table))
-                    .and_then(|(_, ix)| ix.nearest(key, near.window));
-                let usable = found.and_then(|(from, action)| {
-                    let row = family::instantiate(&family::family_of(key), from)
-                        .and_then(|k| table.get(&k));
-                    match action {
-                        Action::Solution(id) if !row.is_some_and(|e| e.is_quarantined()) => {
-                            Some((id, from))
-                        }
-                        _ => None,
-                    }
-                });
-                match usable {
-                    Some((id, _from)) => NearStep::Validate { id, slot },
-                    None => {
-                        near.verdicts.set(slot, Verdict::None);
-                        note(slot, Verdict::None);
-                        NearStep::Pass
-                    }
-                }
-            }
-        }
-    }
-
-    /// The token count of the row the near path takes for `key` in `table` (for messages).
-    pub fn near_from(&self, table: Option<&Table>, key: &ProblemKey) -> Option<i64> {
-        let (near, table) = (self.near.as_ref()?, table?);
-        near.indexes
-            .iter()
-            .find(|(t, _)| std::ptr::eq(&**t, table))
-            .and_then(|(_, ix)| ix.nearest(key, near.window))
-            .map(|(from, _)| from)
-    }
-
-    /// Records whether the near solution of verdict `slot` may serve `key` (on the calling
-    /// thread's device) from now on, in the verdict map and in the key's miss-set slot.
-    /// A refusal replaces whatever note is there; other verdicts only fill an empty one
-    /// (a refusal is final, so a late copy of an older verdict can never hide it).
-    pub fn near_outcome(&self, key: &ProblemKey, slot: usize, verdict: Verdict) {
-        let Some(near) = &self.near else { return };
-        near.verdicts.set(slot, verdict);
-        let Some(note) = note_of(slot, verdict) else {
-            return;
-        };
-        let device = current_device();
-        let set = &self.misses.set;
-        if let Some(m) = set.find(device, key, key.lookup_hash()) {
-            if verdict == Verdict::Refused {
-                set.set_note(m, note);
-            } else {
-                set.note_if_unset(m, note);
-            }
-        }
     }
 
     /// Every distinct table loaded so far.
@@ -340,7 +165,7 @@ pub fn serving() -> bool {
 /// passes through untouched.
 pub fn latch_off(why: &str) {
     let first = RUNTIME.latch_off();
-    crate::serve::shut_pass_gate();
+    serve::shut_pass_gate();
     if first {
         info!("internal error ({why}); passing every call through from now on");
     }
@@ -392,7 +217,7 @@ fn init() -> Option<Runtime> {
         stats_path: cfg.stats_path,
         near: None,
     };
-    rt.near = build_near(&rt, cfg.near_window);
+    rt.near = near::Near::build(rt.all_tables(), cfg.near_window);
     Some(rt)
 }
 
@@ -413,30 +238,7 @@ pub fn library_changed() {
         rt.misses.flush(lifecycle::EXIT_WAIT);
     }
     RUNTIME.restart();
-    crate::serve::shut_pass_gate();
-}
-
-fn build_near(rt: &Runtime, window: i64) -> Option<Near> {
-    if window <= 0 {
-        return None;
-    }
-    let indexes: Vec<(Arc<Table>, NearIndex)> = rt
-        .all_tables()
-        .into_iter()
-        .map(|t| {
-            let ix = NearIndex::new(&t);
-            (t, ix)
-        })
-        .collect();
-    if indexes.iter().all(|(_, ix)| ix.families() == 0) {
-        return None;
-    }
-    debug!("near-shape serving within {window} tokens");
-    Some(Near {
-        window,
-        indexes,
-        verdicts: Verdicts::with_capacity(MISS_CAPACITY),
-    })
+    serve::shut_pass_gate();
 }
 
 /// The chosen profile's tables as start-up left them, with what to say about them.
@@ -457,30 +259,9 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
             Some("no real rocBLAS GEMM found in this process; passing calls through".into()),
         );
     };
-    let Some(path) = identity::library_of_address(anchor as usize) else {
-        return (Opened::default(), Some("cannot tell which file rocBLAS was loaded from; passing calls through and recording misses".into()));
-    };
-    if identity::check_mapped_file(anchor as usize, &path) == MapCheck::Replaced {
-        return (
-            Opened::default(),
-            Some(format!(
-                "{} was replaced on disk after this process loaded it, so the running build cannot be identified; restart the process to serve tuned rows",
-                path.display()
-            )),
-        );
-    }
-    let cache = HashCache::new(identity::user_cache_dir().join("sha256"));
-    let id = match cache.identify(&path) {
-        Ok(id) => id,
-        Err(e) => {
-            return (
-                Opened::default(),
-                Some(format!(
-                    "cannot hash {}: {e}; passing calls through",
-                    path.display()
-                )),
-            )
-        }
+    let (_, id) = match crate::libs::identify_loaded(anchor, "rocBLAS") {
+        Ok(found) => found,
+        Err(why) => return (Opened::default(), Some(why)),
     };
     let identified = start_time.elapsed();
     let req = Request {
@@ -494,7 +275,7 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
         Selection::Chosen { name, dir, reason } => {
             let selected = start_time.elapsed();
             let device = current_device();
-            let version = crate::real::version_string();
+            let version = real::version_string();
             let (tables, start) = LazyTables::open(&dir, device, version.as_deref());
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
             debug!(
@@ -573,12 +354,14 @@ impl std::fmt::Display for NearWords {
 
 /// In a fork child: the child's misses are its own.
 unsafe fn after_fork() {
+    // SAFETY: as below.
+    unsafe { real::ROCBLAS.after_fork() };
     if let Some(rt) = RUNTIME.peek() {
         // SAFETY: the lifecycle calls this from the fork child handler only.
         unsafe { rt.misses.after_fork() };
         if let Some(near) = &rt.near {
             // SAFETY: as above.
-            unsafe { near.verdicts.reset() };
+            unsafe { near.after_fork() };
         }
     }
 }
@@ -607,7 +390,7 @@ fn write_stats(rt: &Runtime, path: &Path) -> std::io::Result<()> {
             }
         }
     }
-    let near_tally = rt.near.as_ref().map_or((0, 0, 0), |n| n.verdicts.tally());
+    let near_tally = rt.near.as_ref().map_or((0, 0, 0), |n| n.tally());
     let json = serde_json::json!({
         "calls": stats::total(Counter::Calls),
         "served": stats::total(Counter::Served),

@@ -1,0 +1,129 @@
+//! The real cuBLASLt: the typed table of its functions (and CUDA's `cuCtxGetDevice`),
+//! one call's arguments and the call itself, the build each handle belongs to
+//! (`crate::libs`), and the device a call runs on.
+
+use std::ffi::{c_int, c_void, CString};
+
+use tunedblas_core::cublaslt::*;
+
+use crate::libs::{Backend, Registry};
+
+const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
+const CUDA_LIBS: &[&str] = &["libcuda.so"];
+
+/// `cuCtxGetDevice(CUdevice*)`: the device of the calling thread's current context.
+type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> c_int;
+
+crate::real::hook_table! {
+    pub struct LtHooks; static LT; libs = CUBLASLT_LIBS;
+    matmul: MatmulFn = c"cublasLtMatmul",
+    desc_get: GetAttributeFn = c"cublasLtMatmulDescGetAttribute",
+    layout_get: GetAttributeFn = c"cublasLtMatrixLayoutGetAttribute",
+    algo_init: AlgoInitFn = c"cublasLtMatmulAlgoInit",
+    config_set: AlgoSetAttributeFn = c"cublasLtMatmulAlgoConfigSetAttribute",
+    config_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoConfigGetAttribute",
+    cap_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoCapGetAttribute",
+    algo_check: AlgoCheckFn = c"cublasLtMatmulAlgoCheck",
+    create: LtCreateFn = c"cublasLtCreate",
+    destroy: LtDestroyFn = c"cublasLtDestroy",
+    ctx_get_device: CtxGetDeviceFn = c"cuCtxGetDevice" in CUDA_LIBS,
+}
+
+/// `cublasLtCreate(cublasLtHandle_t*)`.
+pub type LtCreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
+/// `cublasLtDestroy(cublasLtHandle_t)`.
+pub type LtDestroyFn = unsafe extern "C" fn(LtHandle) -> LtStatus;
+
+/// One `cublasLtMatmul` call's arguments.
+#[derive(Clone, Copy)]
+pub struct LtCall {
+    pub handle: LtHandle,
+    pub desc: MatmulDesc,
+    pub alpha: *const c_void,
+    pub a: *const c_void,
+    pub a_desc: MatrixLayout,
+    pub b: *const c_void,
+    pub b_desc: MatrixLayout,
+    pub beta: *const c_void,
+    pub c: *const c_void,
+    pub c_desc: MatrixLayout,
+    pub d: *mut c_void,
+    pub d_desc: MatrixLayout,
+    pub algo: *const MatmulAlgo,
+    pub workspace: *mut c_void,
+    pub workspace_bytes: usize,
+    pub stream: CudaStream,
+}
+
+#[inline]
+pub unsafe fn call(f: MatmulFn, x: &LtCall, algo: *const MatmulAlgo) -> LtStatus {
+    // SAFETY: forwarding the caller's arguments (with possibly another algo).
+    unsafe {
+        f(
+            x.handle,
+            x.desc,
+            x.alpha,
+            x.a,
+            x.a_desc,
+            x.b,
+            x.b_desc,
+            x.beta,
+            x.c,
+            x.c_desc,
+            x.d,
+            x.d_desc,
+            algo,
+            x.workspace,
+            x.workspace_bytes,
+            x.stream,
+        )
+    }
+}
+
+/// cuBLASLt's builds and handles.
+pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
+    what: "cuBLASLt",
+    create: c"cublasLtCreate",
+    hooks: &LT,
+    changed: super::library_changed,
+    several: || {},
+    device: current_device,
+    serving: |_| {},
+});
+
+/// `cublasLtCreate` from a caller at return address `ret`: in the build it links
+/// (`libs.rs`).
+pub fn create_handle(out: *mut LtHandle, ret: *const c_void) -> LtStatus {
+    CUBLASLT
+        .create(out, ret, LT.create.get())
+        .unwrap_or(STATUS_NOT_INITIALIZED)
+}
+
+/// `cublasLtDestroy`: in the build the handle came from.
+pub fn destroy_handle(h: LtHandle) -> LtStatus {
+    let destroy = match CUBLASLT.destroyed(h) {
+        Some(other) => other.destroy(),
+        None => LT.destroy(),
+    };
+    match destroy {
+        // SAFETY: the caller's own handle.
+        Some(f) => unsafe { f(h) },
+        None => STATUS_NOT_INITIALIZED,
+    }
+}
+
+/// The device of the calling thread's current CUDA context, 0 if unknown.
+pub fn current_device() -> i32 {
+    match LT.ctx_get_device() {
+        Some(f) => {
+            let mut d = 0;
+            // SAFETY: out-pointer to an int.
+            if unsafe { f(&mut d) } == 0 {
+                d
+            } else {
+                0
+            }
+        }
+        None => 0,
+    }
+}

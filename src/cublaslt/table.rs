@@ -1,0 +1,378 @@
+//! cuBLASLt profile rows and the lookup table the interposer serves from: the rows of a
+//! results file, each key's action (`Default`, or a configuration to rebuild), and per
+//! row the algorithm once rebuilt and checked, its hit mark and its quarantine.
+
+use super::*;
+
+/// What a row tells the interposer to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LtAction {
+    /// The caller's own algorithm was fastest: pass the call through.
+    Default,
+    /// Rebuild this configuration and run with it.
+    Config(AlgoConfig),
+}
+
+impl LtAction {
+    pub fn solution_text(&self) -> String {
+        match self {
+            LtAction::Default => "Default".into(),
+            LtAction::Config(c) => c.solution_name(),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<LtAction, String> {
+        match text.trim() {
+            "Default" => Ok(LtAction::Default),
+            t => AlgoConfig::parse(t).map(LtAction::Config),
+        }
+    }
+}
+
+/// One row of a cuBLASLt profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LtRow {
+    pub key: LtKey,
+    pub action: LtAction,
+    pub time_ms: Option<f64>,
+}
+
+/// A cuBLASLt results file: validators, rows, and the lines that were skipped (with why).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LtResults {
+    pub validators: Vec<(String, String)>,
+    pub rows: Vec<LtRow>,
+    /// (1-based line, reason) of lines that are not servable cuBLASLt rows.
+    pub skipped: Vec<(usize, String)>,
+}
+
+impl LtResults {
+    /// The file as text: validators, then rows in the order given.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for (k, v) in &self.validators {
+            out.push_str(&format!("Validator,{k},{v}\n"));
+        }
+        for r in &self.rows {
+            let (op, sig) = op_and_signature(&r.key);
+            out.push_str(&format!("{op},{sig},{}", r.action.solution_text()));
+            if let Some(t) = r.time_ms {
+                out.push_str(&format!(",{t}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Parses a results file for cuBLASLt rows. Never panics; a later row for a key an earlier
+/// row named is skipped (the first wins, as in PyTorch).
+pub fn parse_results(text: &str) -> LtResults {
+    let mut out = LtResults::default();
+    let mut seen: HashMap<LtKey, usize> = HashMap::new();
+    // A UTF-8 byte order mark (some editors write one) is not part of the first line.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let l = raw.trim_end_matches('\r').trim();
+        if l.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = l.splitn(5, ',').map(str::trim).collect();
+        if fields[0] == "Validator" {
+            if fields.len() >= 3 {
+                let value = l.splitn(3, ',').nth(2).unwrap_or("").trim();
+                out.validators
+                    .push((fields[1].to_owned(), value.to_owned()));
+            } else {
+                out.skipped
+                    .push((line, "a Validator line without a value".into()));
+            }
+            continue;
+        }
+        if fields.len() < 3 {
+            out.skipped.push((line, "fewer than three fields".into()));
+            continue;
+        }
+        let key = match parse_key(fields[0], fields[1]) {
+            Ok(k) => k,
+            Err(e) => {
+                out.skipped.push((line, e));
+                continue;
+            }
+        };
+        let action = match LtAction::parse(fields[2]) {
+            Ok(a) => a,
+            Err(e) => {
+                out.skipped.push((line, e));
+                continue;
+            }
+        };
+        if let Some(first) = seen.get(&key) {
+            out.skipped.push((
+                line,
+                format!("duplicate of line {first}; the first row wins"),
+            ));
+            continue;
+        }
+        seen.insert(key, line);
+        let time_ms = fields.get(3).and_then(|t| t.parse::<f64>().ok());
+        out.rows.push(LtRow {
+            key,
+            action,
+            time_ms,
+        });
+    }
+    out
+}
+
+/// An algorithm rebuilt from its configuration and checked against a call's descriptors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    pub algo: MatmulAlgo,
+    /// Workspace bytes it needs (`cublasLtMatmulAlgoCheck`).
+    pub workspace: usize,
+    /// Minimum alignment in bytes of the A, B, C, D pointers.
+    pub min_align: [u32; 4],
+}
+
+impl Prepared {
+    /// True when a call with these pointers and this workspace can use the algorithm.
+    #[inline]
+    pub fn fits(&self, ptrs: [usize; 4], workspace: *const c_void, workspace_bytes: usize) -> bool {
+        if self.workspace > workspace_bytes || (self.workspace > 0 && workspace.is_null()) {
+            return false;
+        }
+        ptrs.iter()
+            .zip(self.min_align)
+            .all(|(p, a)| a <= 1 || p % a as usize == 0)
+    }
+}
+
+/// One row as the interposer holds it.
+#[derive(Debug)]
+pub struct LtEntry {
+    pub action: LtAction,
+    hit: AtomicBool,
+    quarantined: AtomicBool,
+    /// Rebuilt and checked on the first call of the key; `None` inside if that failed.
+    pub prepared: OnceLock<Option<Prepared>>,
+}
+
+impl LtEntry {
+    fn new(action: LtAction) -> LtEntry {
+        LtEntry {
+            action,
+            hit: AtomicBool::new(false),
+            quarantined: AtomicBool::new(false),
+            prepared: OnceLock::new(),
+        }
+    }
+    #[inline]
+    pub fn mark_hit(&self) {
+        if !self.hit.load(Ordering::Relaxed) {
+            self.hit.store(true, Ordering::Relaxed);
+        }
+    }
+    pub fn was_hit(&self) -> bool {
+        self.hit.load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub fn is_quarantined(&self) -> bool {
+        self.quarantined.load(Ordering::Relaxed)
+    }
+    /// Takes the row out of service; true for the first caller only.
+    pub fn quarantine(&self) -> bool {
+        !self.quarantined.swap(true, Ordering::Relaxed)
+    }
+}
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// An immutable key -> row map; the first row for a key wins.
+#[derive(Debug, Default)]
+pub struct LtTable {
+    rows: HashMap<LtKey, LtEntry, FxBuild>,
+}
+
+impl LtTable {
+    pub fn new(rows: impl IntoIterator<Item = (LtKey, LtAction)>) -> LtTable {
+        let mut map: HashMap<LtKey, LtEntry, FxBuild> = HashMap::default();
+        for (k, a) in rows {
+            map.entry(k).or_insert_with(|| LtEntry::new(a));
+        }
+        map.shrink_to_fit();
+        LtTable { rows: map }
+    }
+    #[inline]
+    pub fn get(&self, key: &LtKey) -> Option<&LtEntry> {
+        self.rows.get(key)
+    }
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&LtKey, &LtEntry)> {
+        self.rows.iter()
+    }
+    fn same_rows(&self, other: &LtTable) -> bool {
+        self.len() == other.len()
+            && self
+                .rows
+                .iter()
+                .all(|(k, e)| other.get(k).is_some_and(|o| o.action == e.action))
+    }
+}
+
+/// A profile's rank files as cuBLASLt tables.
+#[derive(Debug, Default)]
+pub struct LtLoaded {
+    pub tables: Vec<Option<Arc<LtTable>>>,
+    pub distinct: usize,
+    /// One line per problem met while reading.
+    pub problems: Vec<String>,
+    /// Lines that were not cuBLASLt rows (rocBLAS rows, other backends).
+    pub skipped: usize,
+}
+
+impl LtLoaded {
+    /// The table of `device`: its own rank file, else rank 0's.
+    #[inline]
+    pub fn table_for(&self, device: i32) -> Option<&LtTable> {
+        let own = usize::try_from(device)
+            .ok()
+            .and_then(|d| self.tables.get(d))
+            .and_then(|t| t.as_deref());
+        own.or_else(|| self.tables.first().and_then(|t| t.as_deref()))
+    }
+}
+
+/// Reads every `tunableop_results<rank>.csv` of a profile folder for cuBLASLt rows.
+pub fn load_tables(dir: &Path) -> LtLoaded {
+    let mut loaded = LtLoaded::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            loaded.problems.push(format!(
+                "{}: cannot read the profile folder: {e}",
+                dir.display()
+            ));
+            return loaded;
+        }
+    };
+    let mut files: Vec<(usize, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((rank_of_file(e.file_name().to_str()?)?, e.path())))
+        .collect();
+    files.sort();
+    for (rank, path) in files {
+        // Only a regular file of bounded size: a FIFO would block, /dev/zero never ends.
+        let text = match crate::profile::read_regular(&path, crate::profile::MAX_RESULTS_FILE_BYTES)
+        {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => {
+                loaded
+                    .problems
+                    .push(crate::profile::unreadable(&path, rank, &e));
+                continue;
+            }
+        };
+        let parsed = parse_results(&text);
+        for (line, why) in &parsed.skipped {
+            if why.starts_with("duplicate") || !why.starts_with("op ") {
+                loaded
+                    .problems
+                    .push(format!("{}:{line}: skipped: {why}", path.display()));
+            }
+        }
+        loaded.skipped += parsed.skipped.len();
+        let table = LtTable::new(parsed.rows.iter().map(|r| (r.key, r.action)));
+        crate::profile::place_rank_table(
+            &mut loaded.tables,
+            &mut loaded.distinct,
+            rank,
+            table,
+            LtTable::same_rows,
+        );
+    }
+    loaded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_files_keep_the_first_row_and_skip_other_backends() {
+        let k1 = LtKey::linear(R_16BF, 10240, 2048, 320);
+        let (op, sig) = op_and_signature(&k1);
+        let cfg =
+            "Gemm_Cublaslt_algo66_tile20_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster2";
+        let text = format!(
+            "Validator,PT_VERSION,2.11.0\r\nValidator,CUBLASLT_VERSION,130100\n\
+             {op},{sig},{cfg},0.0374\n\
+             {op},{sig},Default,0.03\n\
+             GemmTunableOp_BFloat16_TN,tn_512_1_2560_ld_2560_2560_512,Default\n\
+             GemmTunableOp_Half_TN,tn_512_1_2560_ld_2560_2560_512,Gemm_Rocblas_-9,0.01\n\
+             TunedblasGemm_Single_f16_f16_f16_f16_f16_TN,tn_4_4_4_ld_4_4_4_4_fl_0x0,Default\n\n"
+        );
+        let r = parse_results(&text);
+        assert_eq!(r.validators.len(), 2);
+        assert_eq!(
+            r.validators[1],
+            ("CUBLASLT_VERSION".into(), "130100".into())
+        );
+        assert_eq!(r.rows.len(), 2);
+        assert_eq!(r.rows[0].key, k1);
+        assert_eq!(r.rows[0].action, LtAction::parse(cfg).unwrap());
+        assert_eq!(r.rows[0].time_ms, Some(0.0374));
+        assert_eq!(r.rows[1].action, LtAction::Default);
+        assert_eq!(r.skipped.len(), 3, "{:?}", r.skipped);
+        // Writing and reading again gives the same rows.
+        let again = parse_results(&r.to_text());
+        assert_eq!(again.rows, r.rows);
+        assert_eq!(again.validators, r.validators);
+    }
+
+    #[test]
+    fn prepared_algorithms_fit_only_calls_that_can_run_them() {
+        let p = Prepared {
+            algo: MatmulAlgo::default(),
+            workspace: 4096,
+            min_align: [16, 16, 16, 16],
+        };
+        let ws = 0x1000 as *const c_void;
+        assert!(p.fits([0x100, 0x200, 0x300, 0x300], ws, 4096));
+        assert!(
+            !p.fits([0x100, 0x200, 0x300, 0x300], ws, 4095),
+            "workspace too small"
+        );
+        assert!(!p.fits([0x100, 0x200, 0x300, 0x300], std::ptr::null(), 1 << 20));
+        assert!(
+            !p.fits([0x102, 0x200, 0x300, 0x300], ws, 4096),
+            "A misaligned"
+        );
+        let none = Prepared {
+            workspace: 0,
+            min_align: [2, 2, 2, 2],
+            ..p
+        };
+        assert!(none.fits([0x102, 0x202, 0x302, 0x302], std::ptr::null(), 0));
+    }
+
+    #[test]
+    fn table_first_row_wins_and_quarantine_reports_once() {
+        let k = LtKey::linear(R_16F, 64, 1, 64);
+        let t = LtTable::new([(k, LtAction::Default), (k, LtAction::Default)]);
+        assert_eq!(t.len(), 1);
+        let e = t.get(&k).unwrap();
+        assert!(!e.was_hit());
+        e.mark_hit();
+        assert!(e.was_hit());
+        assert!(e.quarantine());
+        assert!(!e.quarantine());
+        assert!(t.get(&LtKey::linear(R_16F, 64, 2, 64)).is_none());
+    }
+}
