@@ -48,6 +48,14 @@ pub struct Rules {
     pub margin: f64,
     /// Write `Default` outcomes as explicit `Default` rows (else leave them out).
     pub keep_default: bool,
+    /// A spread above this (0.5 = 50%) cannot say that nothing beats the heuristic: such a
+    /// shape is undecidable, not `Default`, so no row pins it and it comes back as a miss.
+    #[serde(default = "default_noisy")]
+    pub noisy: f64,
+}
+
+fn default_noisy() -> f64 {
+    0.5
 }
 
 impl Default for Rules {
@@ -55,6 +63,7 @@ impl Default for Rules {
         Rules {
             margin: 0.03,
             keep_default: true,
+            noisy: default_noisy(),
         }
     }
 }
@@ -72,6 +81,10 @@ impl Rules {
             } else {
                 "when nothing beats the heuristic, write no row".into()
             },
+            format!(
+                "a shape whose spread is over {:.0}% is too noisy to say nothing beats the heuristic: undecidable, no row written",
+                self.noisy * 100.0
+            ),
         ]
     }
 }
@@ -364,7 +377,10 @@ fn judge_without_row(
     nh: Option<Compare>,
     undecided: Option<String>,
 ) {
-    if let Some(why) = undecided {
+    let too_noisy = nh
+        .filter(|c| c.spread > rules.noisy)
+        .map(|c| format!("too noisy to decide (spread {:.0}%)", c.spread * 100.0));
+    if let Some(why) = undecided.or(too_noisy) {
         v.decision = Decision::Undecidable;
         v.row = e.current.clone();
         v.reason = format!(
@@ -497,6 +513,36 @@ mod tests {
         );
         assert_eq!(v.decision, Decision::Default);
         assert_eq!(v.row, None, "keep_default off writes no row");
+    }
+
+    /// A shape whose best candidate times even with the heuristic (median ratio 1.0) but with
+    /// an 80% spread: that cannot show that nothing beats the heuristic, so no `Default` row is
+    /// written (it would pin the shape and keep it from coming back as a miss).
+    #[test]
+    fn a_very_noisy_shape_is_undecidable_not_default() {
+        let noisy = |ratios: &[f64]| -> Vec<Round> {
+            ratios
+                .iter()
+                .map(|&r| Round {
+                    heuristic: 1.0,
+                    current: None,
+                    new: Some(r),
+                })
+                .collect()
+        };
+        let wide = [0.2, 0.7, 1.0, 1.0, 1.0, 1.3, 1.8];
+        let v = decide_with(noisy(&wide), None, Some(17));
+        assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
+        assert_eq!(v.row, None, "{v:?}");
+        assert!(v.reason.contains("too noisy"), "{}", v.reason);
+        // A Default row already there stays.
+        let v = decide_with(noisy(&wide), Some(Solution::Default), Some(17));
+        assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
+        assert_eq!(v.row, Some(Solution::Default));
+        // The same median with a usual spread is Default.
+        let narrow = [0.99, 0.995, 1.0, 1.0, 1.0, 1.005, 1.01];
+        let v = decide_with(noisy(&narrow), None, Some(17));
+        assert_eq!(v.decision, Decision::Default, "{v:?}");
     }
 
     /// Trap 1 of the seed: the "new best" is the current row's own solution id, and this

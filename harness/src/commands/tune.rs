@@ -46,6 +46,8 @@ OPTIONS:
     --ranks N             results files to write (default: one per device)
     --fresh               discard an unfinished campaign with other shapes
     --json                print the result as JSON (progress stays on stderr)
+    --noisy PCT           a shape whose spread is over PCT% (50) is undecidable, not Default:
+                          no row is written, so it comes back as a miss
     -q, --quiet           no progress and no per-shape lines: the qualification and the
                           counts only
 
@@ -98,6 +100,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "--prune",
             "--rotate-mib",
             "--ranks",
+            "--noisy",
         ],
     )?;
     let defaults = tune::Method::default();
@@ -119,6 +122,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let margin: f64 = a.parsed("--margin", 3.0, "a percentage like 3")?;
     if !(0.0..100.0).contains(&margin) {
         return Err(a.usage("--margin takes a percentage from 0 to 100"));
+    }
+    let noisy: f64 = a.parsed("--noisy", 50.0, "a percentage like 50")?;
+    if noisy <= 0.0 {
+        return Err(a.usage("--noisy takes a positive percentage"));
     }
     let opts = campaign::Options {
         lib: a.lib()?,
@@ -144,6 +151,7 @@ pub fn run(args: &[String]) -> Result<()> {
         rules: curate::Rules {
             margin: margin / 100.0,
             keep_default: !a.has("--no-default-rows"),
+            noisy: noisy / 100.0,
         },
         json: a.has("--json"),
         quiet: a.has("--quiet") || a.has("-q"),
