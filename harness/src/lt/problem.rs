@@ -50,6 +50,49 @@ fn extents(key: &LtKey) -> [usize; 4] {
     std::array::from_fn(|i| (lds[i] * shapes[i].1 + strides[i] * (key.batch - 1)).max(1) as usize)
 }
 
+/// Rebuilds `cfg` for `key` and asks `cublasLtMatmulAlgoCheck` whether it runs with the
+/// descriptors `descs` (matmul, A, B, C, D) in `workspace` bytes; the algorithm and the
+/// workspace it needs.
+pub fn check_config(
+    lt: &Lt,
+    key: &LtKey,
+    descs: [*mut c_void; 5],
+    cfg: &AlgoConfig,
+    workspace: usize,
+) -> std::result::Result<(MatmulAlgo, usize), String> {
+    // SAFETY: the library's own functions and a live handle.
+    let algo = unsafe {
+        build_algo(
+            lt.algo_init,
+            lt.config_set,
+            lt.config_get,
+            lt.handle,
+            key,
+            cfg,
+        )
+    }?;
+    let mut res = HeuristicResult::default();
+    // SAFETY: live descriptors, a valid algorithm and out-pointer.
+    let st = unsafe {
+        (lt.check)(
+            lt.handle, descs[0], descs[1], descs[2], descs[3], descs[4], &algo, &mut res,
+        )
+    };
+    if st != STATUS_SUCCESS {
+        return Err(format!("cublasLtMatmulAlgoCheck returned {st}"));
+    }
+    if res.workspace_size > workspace {
+        return Err(format!(
+            "needs {} bytes of workspace, more than the {workspace} a caller gives",
+            res.workspace_size
+        ));
+    }
+    Ok((algo, res.workspace_size))
+}
+
+/// An instantiated graph by (algorithm words, operations captured).
+type CachedGraph<'a> = (Option<[u64; 8]>, usize, Graph<'a>);
+
 struct Set<'a> {
     a: DevBuf<'a>,
     b: DevBuf<'a>,
@@ -76,7 +119,7 @@ pub struct Problem<'a> {
     /// Set when graph capture failed for this problem and it fell back to events.
     pub graph_failure: RefCell<Option<String>>,
     /// Instantiated graphs by (algorithm, operations captured).
-    graphs: RefCell<Vec<(Option<[u64; 8]>, usize, Graph<'a>)>>,
+    graphs: RefCell<Vec<CachedGraph<'a>>>,
 }
 
 impl Drop for Problem<'_> {
@@ -235,40 +278,9 @@ impl<'a> Problem<'a> {
     /// Rebuilds `cfg` (as the interposer does) and checks it; returns the algorithm and the
     /// workspace it needs.
     pub fn rebuild(&self, cfg: &AlgoConfig) -> std::result::Result<(MatmulAlgo, usize), String> {
-        let lt = self.lt;
-        let algo = unsafe {
-            build_algo(
-                lt.algo_init,
-                lt.config_set,
-                lt.config_get,
-                lt.handle,
-                &self.key,
-                cfg,
-            )
-        }?;
-        let mut res = HeuristicResult::default();
-        let st = unsafe {
-            (lt.check)(
-                lt.handle,
-                self.desc,
-                self.layouts[0],
-                self.layouts[1],
-                self.layouts[2],
-                self.d_layout(),
-                &algo,
-                &mut res,
-            )
-        };
-        if st != STATUS_SUCCESS {
-            return Err(format!("cublasLtMatmulAlgoCheck returned {st}"));
-        }
-        if res.workspace_size > self.workspace_bytes {
-            return Err(format!(
-                "needs {} bytes of workspace, more than the {} a caller gives",
-                res.workspace_size, self.workspace_bytes
-            ));
-        }
-        Ok((algo, res.workspace_size))
+        let l = &self.layouts;
+        let descs = [self.desc, l[0], l[1], l[2], self.d_layout()];
+        check_config(self.lt, &self.key, descs, cfg, self.workspace_bytes)
     }
 
     /// `CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX` of the algorithm `cfg` names.
@@ -370,6 +382,25 @@ impl<'a> Problem<'a> {
             }
         }
         self.time_events(algo, calls, delay)
+    }
+
+    /// Milliseconds per call in this problem's mode without the fallback: a graph that fails
+    /// here is the algorithm's failure (the search's probes), not the mode's.
+    pub fn time_graph_or_events(
+        &self,
+        algo: *const MatmulAlgo,
+        calls: usize,
+        delay: &Delay,
+    ) -> Result<f64> {
+        match self.timing.get() {
+            Timing::Graph => self.time_graph(algo, calls, delay),
+            Timing::Events => self.time_events(algo, calls, delay),
+        }
+    }
+
+    /// Drops the instantiated graphs (the search probes hundreds of algorithms once each).
+    pub fn clear_graphs(&self) {
+        self.graphs.borrow_mut().clear();
     }
 
     /// Graph replay: `calls` calls (at least one per input set, so the graph's inputs cover
