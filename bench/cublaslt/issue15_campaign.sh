@@ -60,39 +60,39 @@ smoke)
   grep -E "search:|fresh process|limits" "$R/tune-smoke.err" >>"$R/summary.txt"
   ;;
 harness)
-  # CAMPAIGNS (a b by default): each a fresh tune process into a fresh profile, then its
+  # CAMPAIGNS (a b by default): each a fresh tune process into a fresh profile (EXTRA: more
+  # tune options, e.g. --alignment 256), then its
   # adopted rows re-measured by `recheck`, a third process.
   for c in ${CAMPAIGNS:-a b}; do
     rm -rf "$W/profiles-$c"
-    run "tune-$c" 400 "$LT" tune $S --profiles "$W/profiles-$c" --name "$c" --budget "$BUDGET" --log "$R/tune-$c.json"
+    run "tune-$c" 400 "$LT" tune $S --profiles "$W/profiles-$c" --name "$c" --budget "$BUDGET" ${EXTRA:-} --log "$R/tune-$c.json"
     tail -4 "$R/tune-$c.err" >>"$R/summary.txt"
     clocks
     mkdir -p "$R/profiles"
     cp -r "$W/profiles-$c" "$R/profiles/$c"
-    run "recheck-$c" 120 "$LT" recheck --profiles "$W/profiles-$c" --name "$c" --log "$R/recheck-$c.json"
+    run "recheck-$c" 120 "$LT" recheck --profiles "$W/profiles-$c" --name "$c" ${EXTRA:-} --log "$R/recheck-$c.json"
     tail -1 "$R/recheck-$c.out" >>"$R/summary.txt"
   done
   ;;
 torch)
+  # PROFILES (a b by default): each profile served in PyTorch, per shape and whole workload;
+  # the first also against no preload, process by process.
   PRE=$B/libtunedblas.so
-  for c in a b; do
+  set -- ${PROFILES:-a b}
+  FIRST=$1
+  for c in "$@"; do
     P=$B/profiles/$c
     run "ab-$c" 200 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$P" TUNEDBLAS_MISS_DIR="$W/miss-ab-$c" \
       TUNEDBLAS_STATS="$R/ab-$c-stats.json" python3 "$B/workload.py" ab --trials 15 --profile-csv "$P/$c/tunableop_results0.csv"
     grep -o '"served": *[0-9]*\|"rows_hit": *[0-9]*\|"missed_shapes": *[0-9]*\|"fallbacks": *[0-9]*' "$R/ab-$c-stats.json" | tr '\n' ' ' >>"$R/summary.txt"
     echo >>"$R/summary.txt"
+    run "total-ab-$c" 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$P" TUNEDBLAS_MISS_DIR="$W/miss-tab-$c" \
+      python3 "$B/workload.py" total-ab --trials 21
+    tail -1 "$R/total-ab-$c.err" >>"$R/summary.txt"
   done
-  P=$B/profiles/a
-  run total-ab-a 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$P" TUNEDBLAS_MISS_DIR="$W/miss-tab" \
-    python3 "$B/workload.py" total-ab --trials 21
-  tail -1 "$R/total-ab-a.err" >>"$R/summary.txt"
-  P=$B/profiles/b
-  run total-ab-b 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$P" TUNEDBLAS_MISS_DIR="$W/miss-tab2" \
-    python3 "$B/workload.py" total-ab --trials 21
-  tail -1 "$R/total-ab-b.err" >>"$R/summary.txt"
   for i in 1 2; do
-    run "total-profile-a$i" 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$B/profiles/a" TUNEDBLAS_MISS_DIR="$W/miss-t$i" \
-      python3 "$B/workload.py" total --label "profile-a-$i"
+    run "total-profile-$FIRST$i" 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$B/profiles/$FIRST" TUNEDBLAS_MISS_DIR="$W/miss-t$i" \
+      python3 "$B/workload.py" total --label "profile-$FIRST-$i"
     run "total-plain$i" 120 python3 "$B/workload.py" total --label "no-preload-$i"
   done
   grep -h "^total" "$R"/total-*.err >>"$R/summary.txt"

@@ -56,6 +56,8 @@ COMMON OPTIONS:
                       tiles, stages, split-K and reduction schemes, swizzling, custom options
                       and cluster shapes, validated with AlgoCheck, pruned by one short probe
                       each; the fastest --keep (8) go on to numerics and the trials
+    --alignment B     pointer alignment the heuristic is told, bytes (16): PyTorch tells it
+                      its pointers' alignment, 256 for tensors of their own allocation
     --confirm MODE    (tune) fresh (default): a proposed row is adopted only if a fresh process
                       (`recheck`, interleaved against the heuristic) measures it faster by the
                       margin too; off: the second set of trials in this process decides
@@ -126,6 +128,10 @@ fn options(a: &Args, cuda: &Cuda) -> Result<tune::Options> {
         timing: timing::Timing::parse(a.value("--timing"))?,
         budget: a.num("--budget", d.budget)?.max(0.0),
         keep: a.num("--keep", d.keep)?.max(1),
+        alignment: match a.num("--alignment", d.alignment)? {
+            v @ (16 | 32 | 64 | 128 | 256) => v,
+            v => return err(format!("--alignment takes 16, 32, 64, 128 or 256, not {v}")),
+        },
         fresh: match a.value("--confirm") {
             None | Some("fresh") => true,
             Some("off") => false,
@@ -329,6 +335,7 @@ fn tune_all(
         let sets = Problem::sets_for(key, opts.l2_bytes);
         let outcome = Problem::new(cuda, lt, *key, sets, opts.workspace).and_then(|p| {
             p.set_timing(opts.timing);
+            p.set_alignment(opts.alignment)?;
             tune::tune_shape(&p, opts, d)
         });
         let said = match outcome {
@@ -439,6 +446,7 @@ fn fresh_verdicts(
         .args(["--sample-ms", &opts.sample_ms.to_string()])
         .args(["--margin", &opts.margin.to_string()])
         .args(["--timing", opts.timing.name()])
+        .args(["--alignment", &opts.alignment.to_string()])
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
@@ -596,7 +604,7 @@ fn cmd_tune(a: &Args) -> Result<()> {
             "trials": opts.trials, "candidates": opts.candidates, "margin": opts.margin,
             "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
             "explore": opts.explore, "timing": opts.timing, "budget": opts.budget,
-            "keep": opts.keep, "fresh": opts.fresh,
+            "keep": opts.keep, "fresh": opts.fresh, "alignment": opts.alignment,
         },
         "limits": limits,
         "shapes": outcomes.len(),
@@ -664,6 +672,7 @@ fn cmd_recheck(a: &Args) -> Result<()> {
         let sets = Problem::sets_for(&r.key, opts.l2_bytes);
         let p = Problem::new(&cuda, &lt, r.key, sets, opts.workspace)?;
         p.set_timing(opts.timing);
+        p.set_alignment(opts.alignment)?;
         let c = tune::recheck(&p, &cfg, &opts, &d)?;
         println!(
             "{} {} {}: heuristic {:.5} ms ({:.1}%), tuned {:.5} ms ({:.1}%), gain {:+.1}% {}",

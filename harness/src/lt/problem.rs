@@ -93,11 +93,10 @@ pub fn check_config(
 /// An instantiated graph by (algorithm words, operations captured).
 type CachedGraph<'a> = (Option<[u64; 8]>, usize, Graph<'a>);
 
+/// One rotating input set.
 struct Set<'a> {
     a: DevBuf<'a>,
     b: DevBuf<'a>,
-    /// C and D in one buffer (beta = 0, D written in place, as PyTorch does).
-    c: DevBuf<'a>,
 }
 
 pub struct Problem<'a> {
@@ -108,6 +107,12 @@ pub struct Problem<'a> {
     layouts: [MatrixLayout; 4],
     pref: MatmulPreference,
     sets: Vec<Set<'a>>,
+    /// C and D in one buffer (beta = 0, D written in place), one for every input set: in
+    /// PyTorch each call's output is a fresh tensor, but the caching allocator hands the
+    /// block just freed to the next call, so back-to-back calls (and graph replays) write
+    /// one buffer, which stays in L2 where it fits. Rotating D with the inputs made large
+    /// outputs 9-13% slower in the harness than in PyTorch (BENCHMARKS.md, issue 15).
+    out: DevBuf<'a>,
     _bias: Option<DevBuf<'a>>,
     workspace: DevBuf<'a>,
     pub workspace_bytes: usize,
@@ -161,6 +166,10 @@ impl<'a> Problem<'a> {
             (lt.pref_create)(&mut pref)
         })?;
         let ws = cuda.alloc(workspace)?;
+        let ext = extents(&key);
+        let bytes = key.elem_bytes();
+        let out = cuda.alloc(ext[2].max(ext[3]) * bytes[2].max(bytes[3]))?;
+        out.fill(0)?;
         let mut p = Problem {
             cuda,
             lt,
@@ -169,6 +178,7 @@ impl<'a> Problem<'a> {
             layouts: [std::ptr::null_mut(); 4],
             pref,
             sets: Vec::new(),
+            out,
             _bias: None,
             workspace: ws,
             workspace_bytes: workspace,
@@ -206,18 +216,14 @@ impl<'a> Problem<'a> {
         for a in PREF_MIN_ALIGNMENT_A_BYTES..=PREF_MIN_ALIGNMENT_D_BYTES {
             set_attr(lt.pref_set, pref, a, &16u32)?;
         }
-        let ext = extents(&key);
-        let bytes = key.elem_bytes();
         let mut rng =
             numeric::Rng::new(0x5eed ^ key.m as u64 ^ (key.n as u64) << 20 ^ (key.k as u64) << 40);
         for _ in 0..sets.max(1) {
             let a = cuda.alloc(ext[0] * bytes[0])?;
             let b = cuda.alloc(ext[1] * bytes[1])?;
-            let c = cuda.alloc(ext[2].max(ext[3]) * bytes[2].max(bytes[3]))?;
             a.upload(&numeric::random(key.a_type, ext[0], &mut rng))?;
             b.upload(&numeric::random(key.b_type, ext[1], &mut rng))?;
-            c.fill(0)?;
-            p.sets.push(Set { a, b, c });
+            p.sets.push(Set { a, b });
         }
         if epilogue_has_bias(key.epilogue) {
             let bias = cuda.alloc(key.m as usize * type_bytes(key.bias_type).max(1))?;
@@ -230,12 +236,13 @@ impl<'a> Problem<'a> {
         Ok(p)
     }
 
-    /// Input sets to rotate through so that repeated calls do not run from L2: enough to
-    /// cover three times the cache, at most 64.
+    /// Input sets to rotate through so that repeated calls do not read their inputs from
+    /// L2: enough A and B to cover three times the cache, at most 64 (the output buffer is
+    /// one for all, as in PyTorch).
     pub fn sets_for(key: &LtKey, l2_bytes: usize) -> usize {
         let ext = extents(key);
         let b = key.elem_bytes();
-        let one: usize = (0..3).map(|i| ext[i] * b[i]).sum();
+        let one: usize = (0..2).map(|i| ext[i] * b[i]).sum();
         (3 * l2_bytes).div_ceil(one.max(1)).clamp(1, 64)
     }
 
@@ -339,9 +346,9 @@ impl<'a> Problem<'a> {
                 s.b.ptr,
                 self.layouts[1],
                 (&self.beta as *const f32).cast(),
-                s.c.ptr,
+                self.out.ptr,
                 self.layouts[2],
-                s.c.ptr,
+                self.out.ptr,
                 self.d_layout(),
                 algo,
                 ws,
@@ -354,6 +361,16 @@ impl<'a> Problem<'a> {
     #[inline]
     pub fn launch(&self, algo: *const MatmulAlgo, set: usize) -> LtStatus {
         self.launch_with(self.lt.matmul, algo, set)
+    }
+
+    /// The pointer alignment the heuristic is told (`PREF_MIN_ALIGNMENT_*`, bytes; 16 until
+    /// set). PyTorch passes the alignment of its actual pointers, 256 for tensors of their
+    /// own allocation.
+    pub fn set_alignment(&self, bytes: u32) -> Result<()> {
+        for a in PREF_MIN_ALIGNMENT_A_BYTES..=PREF_MIN_ALIGNMENT_D_BYTES {
+            set_attr(self.lt.pref_set, self.pref, a, &bytes)?;
+        }
+        Ok(())
     }
 
     /// The timing mode [`Problem::time`] uses (events until set).
@@ -450,14 +467,13 @@ impl<'a> Problem<'a> {
     /// D of input set 0 computed with `algo`, as f64 (the buffer is poisoned first, so an
     /// algorithm that leaves elements unwritten shows NaNs).
     pub fn output(&self, algo: *const MatmulAlgo) -> Result<Vec<f64>> {
-        let s = &self.sets[0];
-        s.c.fill(0xff)?;
+        self.out.fill(0xff)?;
         lt_check("cublasLtMatmul", self.launch(algo, 0))?;
         self.cuda.sync_stream(self.stream)?;
         let n = extents(&self.key)[3];
-        let bytes = s.c.download(n * type_bytes(self.key.d_type))?;
+        let bytes = self.out.download(n * type_bytes(self.key.d_type))?;
         let out = numeric::to_f64(self.key.d_type, &bytes);
-        s.c.fill(0)?;
+        self.out.fill(0)?;
         Ok(out)
     }
 
@@ -629,9 +645,9 @@ impl<'a> Delay<'a> {
                     self.problem.sets[0].b.ptr,
                     self.problem.layouts[1],
                     (&self.problem.beta as *const f32).cast(),
-                    self.problem.sets[0].c.ptr,
+                    self.problem.out.ptr,
                     self.problem.layouts[2],
-                    self.problem.sets[0].c.ptr,
+                    self.problem.out.ptr,
                     self.problem.layouts[2],
                     std::ptr::null(),
                     std::ptr::null_mut(),

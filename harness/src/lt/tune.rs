@@ -38,6 +38,8 @@ pub struct Options {
     pub keep: usize,
     /// Adopt only what a fresh process confirms (`tune` runs `recheck` as a child).
     pub fresh: bool,
+    /// Pointer alignment the heuristic is told (what the caller's pointers have).
+    pub alignment: u32,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
             budget: 0.0,
             keep: 8,
             fresh: true,
+            alignment: 16,
         }
     }
 }
@@ -329,15 +332,13 @@ pub fn warm_up(p: &Problem, algo: &MatmulAlgo, calls: usize, delay: &Delay) -> R
     Ok(())
 }
 
-/// Calls per timed sample: about `sample_ms` of the heuristic's work; the device warmed up.
+/// Calls per timed sample: about `sample_ms` of the heuristic's work.
 fn sample_calls(p: &Problem, base: &MatmulAlgo, opts: &Options, delay: &Delay) -> Result<usize> {
     for _ in 0..3 {
         p.time(base, 4, delay)?;
     }
     let once = p.time(base, 8, delay)?;
-    let calls = ((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400);
-    warm_up(p, base, calls, delay)?;
-    Ok(calls)
+    Ok(((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400))
 }
 
 /// One sample each; anything over 1.5x the best probe cannot win. The indices kept.
@@ -382,6 +383,8 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
     let keep = probe_prune(p, &base.algo, &cands, calls, delay, &mut dropped)?;
     let mut algos: Vec<*const MatmulAlgo> = vec![&base.algo];
     algos.extend(keep.iter().map(|&i| &cands[i].1 as *const MatmulAlgo));
+    // The probes captured every graph; the device is warmed up right before the trials.
+    warm_up(p, &base.algo, calls, delay)?;
     let times = trials(p, &algos, calls, opts.trials, delay)?;
     let timed = |cfg: &AlgoConfig, s: &[f64], e: f64, ws: usize| Timed {
         solution: cfg.solution_name(),
@@ -532,6 +535,9 @@ pub fn recheck(p: &Problem, cfg: &AlgoConfig, opts: &Options, delay: &Delay) -> 
     }
     let once = p.time(&base.algo, 8, delay)?;
     let calls = ((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400);
+    // Both graphs captured first (capture leaves the device idle), then the warm-up.
+    p.time(&algo, calls, delay)?;
+    p.time(&base.algo, calls, delay)?;
     warm_up(p, &base.algo, calls, delay)?;
     let t = trials(p, &[&base.algo, &algo], calls, opts.trials, delay)?;
     r.heuristic_ms = median(&t[0]);
