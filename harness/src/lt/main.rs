@@ -392,7 +392,12 @@ fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tun
         return;
     }
     let dir = std::env::temp_dir().join(format!("tunedblas-lt-fresh-{}", std::process::id()));
-    let verdicts = fresh_verdicts(lt, cuda, opts, &proposed, &dir);
+    let verdicts = std::env::current_exe()
+        .map_err(|e| format!("this program's path: {e}"))
+        .and_then(|exe| {
+            let libs = [lt.path.as_path(), cuda.path.as_path()];
+            fresh_verdicts(&exe, libs, opts, &proposed, &dir)
+        });
     let _ = std::fs::remove_dir_all(&dir);
     let withdrawn = tune::apply_fresh(
         outcomes,
@@ -407,10 +412,11 @@ fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tun
     );
 }
 
-/// Runs `recheck` on `rows` in a child process; its verdicts, or why there are none.
+/// Runs `exe recheck` on `rows` in a child process, with the libraries `libs` (cuBLASLt,
+/// CUDA runtime) and `opts`; its verdicts, or why there are none.
 fn fresh_verdicts(
-    lt: &Lt,
-    cuda: &Cuda,
+    exe: &Path,
+    libs: [&Path; 2],
     opts: &tune::Options,
     rows: &[LtRow],
     dir: &Path,
@@ -425,22 +431,21 @@ fn fresh_verdicts(
     }
     .to_text();
     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
-    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
     eprintln!(
         "tunedblas-lt: {} proposed rows re-measured in a fresh process ({} recheck)",
         rows.len(),
         exe.display()
     );
-    let out = std::process::Command::new(&exe)
+    let out = std::process::Command::new(exe)
         .arg("recheck")
         .arg("--rows")
         .arg(&file)
         .arg("--log")
         .arg(&log)
         .arg("--lib")
-        .arg(&lt.path)
+        .arg(libs[0])
         .arg("--cudart")
-        .arg(&cuda.path)
+        .arg(libs[1])
         .args(["--trials", &opts.trials.to_string()])
         .args(["--workspace", &opts.workspace.to_string()])
         .args(["--sample-ms", &opts.sample_ms.to_string()])
@@ -1046,6 +1051,64 @@ mod tests {
                 LtKey::linear(R_16BF, 2560, 16, 1536),
             ]
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A stand-in for the child `tune` starts: a shell script that checks how it was called
+    /// and answers for the first row of the file it was given, as `recheck --log` does.
+    fn stand_in_child(dir: &Path, exit: i32) -> PathBuf {
+        let script = dir.join(format!("child-{exit}.sh"));
+        let body = format!(
+            r#"#!/bin/sh
+[ "$1" = recheck ] || exit 3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rows) rows=$2 ;; --log) log=$2 ;; --lib) lib=$2 ;; --timing) timing=$2 ;;
+  esac
+  shift
+done
+[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] || exit 4
+row=$(grep -v '^Validator' "$rows" | head -1)
+sig=$(echo "$row" | cut -d, -f2)
+sol=$(echo "$row" | cut -d, -f3)
+printf '{{"rechecks":[{{"signature":"%s","solution":"%s","gain":0.05,"error":null}}]}}' "$sig" "$sol" >"$log"
+echo "recheck: 1 of 1 adopted rows still win"
+exit {exit}
+"#
+        );
+        std::fs::write(&script, body).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+        script
+    }
+
+    #[test]
+    fn the_fresh_process_gets_the_proposed_rows_and_its_verdicts_come_back() {
+        let dir =
+            std::env::temp_dir().join(format!("tunedblas-lt-fresh-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = LtKey::linear(R_16BF, 512, 256, 2560);
+        let cfg = AlgoConfig::parse(
+            "Gemm_Cublaslt_algo66_tile47_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster2",
+        )
+        .unwrap();
+        let rows = [LtRow {
+            key,
+            action: LtAction::Config(cfg),
+            time_ms: Some(0.0064),
+        }];
+        let libs = [Path::new("/the/cublasLt.so"), Path::new("/the/cudart.so")];
+        let opts = tune::Options::default();
+        let work = dir.join("work");
+        let v = fresh_verdicts(&stand_in_child(&dir, 0), libs, &opts, &rows, &work).unwrap();
+        let sig = op_and_signature(&key).1;
+        assert_eq!(v, [(sig, cfg.solution_name(), Some(0.05))]);
+        // A child that fails gives no verdicts, whatever it wrote.
+        let e = fresh_verdicts(&stand_in_child(&dir, 1), libs, &opts, &rows, &work).unwrap_err();
+        assert!(e.contains("exit status: 1"), "{e}");
+        let missing = dir.join("no-such-program");
+        assert!(fresh_verdicts(&missing, libs, &opts, &rows, &work).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
