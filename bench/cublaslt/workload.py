@@ -11,6 +11,8 @@ with TORCH_BLAS_PREFER_CUBLASLT=1 (set by the caller) so PyTorch calls cublasLtM
                                                  off / on, interleaved in this one process
     python3 workload.py total [--passes P]       the whole workload: eager passes (host wall
                                                  clock) and a CUDA graph of one pass (replays)
+    python3 workload.py total-ab                 the whole workload as CUDA graphs captured with
+                                                 serving off / on, replays interleaved
 
 `ab` and `eager-ab` need libtunedblas.so preloaded (it switches serving with tunedblas_cublaslt_serving).
 Results go to stdout as one JSON document; progress to stderr.
@@ -241,6 +243,47 @@ def cmd_total(args):
     print()
 
 
+def cmd_total_ab(args):
+    """The whole workload as two CUDA graphs in this one process, captured with serving off (the
+    heuristic) and on (the profile), replays interleaved: the profile's effect on GPU time."""
+    serving = switch()
+    data = []
+    for n, m, k in shapes():
+        ws, xs = rotating(n, m, k, sets=1)
+        data.append((ws[0], xs[0]))
+
+    def one_pass():
+        for w, x in data:
+            for _ in range(args.calls):
+                F.linear(x, w)
+
+    serving(0)
+    g_off = capture(one_pass)
+    serving(1)
+    g_on = capture(one_pass)
+    for g in (g_off, g_on, g_off, g_on):
+        replay_ms(g)
+    off, on = [], []
+    for t in range(args.trials):
+        pair = [(g_off, off), (g_on, on)]
+        if t % 2:
+            pair.reverse()
+        for g, acc in pair:
+            acc.append(replay_ms(g))
+    med = statistics.median
+    res = {
+        "mode": "total-ab", "calls_per_shape": args.calls, "trials": args.trials,
+        "heuristic_ms": off, "served_ms": on, "heuristic_median_ms": med(off), "served_median_ms": med(on),
+        "heuristic_spread": (max(off) - min(off)) / med(off), "served_spread": (max(on) - min(on)) / med(on),
+        "gain": 1 - med(on) / med(off),
+    }
+    log(f"total-ab: heuristic {res['heuristic_median_ms']:.3f} ms/pass ({res['heuristic_spread']*100:.1f}%), "
+        f"served {res['served_median_ms']:.3f} ms/pass ({res['served_spread']*100:.1f}%), gain {res['gain']*100:+.2f}%")
+    serving(1)
+    json.dump(res, sys.stdout)
+    print()
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -257,7 +300,10 @@ def main():
     t.add_argument("--passes", type=int, default=9)
     t.add_argument("--calls", type=int, default=4)
     t.add_argument("--label", default="")
-    for s in (r, a, e, t):
+    ta = sub.add_parser("total-ab")
+    ta.add_argument("--trials", type=int, default=21)
+    ta.add_argument("--calls", type=int, default=4)
+    for s in (r, a, e, t, ta):
         s.add_argument("--only", type=int, default=0, help="first N shapes only (smoke runs)")
     args = p.parse_args()
     if os.environ.get("TORCH_BLAS_PREFER_CUBLASLT") != "1":
@@ -267,7 +313,8 @@ def main():
         all_shapes = shapes()
         shapes = lambda: all_shapes[: args.only]  # noqa: E731
     torch.cuda.init()
-    {"record": cmd_record, "ab": cmd_ab, "eager-ab": cmd_eager_ab, "total": cmd_total}[args.cmd](args)
+    {"record": cmd_record, "ab": cmd_ab, "eager-ab": cmd_eager_ab, "total": cmd_total,
+     "total-ab": cmd_total_ab}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -167,11 +167,36 @@ int cublasLtMatmulAlgoConfigSetAttribute(Algo *a, int attr, const void *buf, siz
     a->data[slot] = (a->data[slot] & ~mask) | (v << shift);
     return OK;
 }
+/* What the wider search (tunedblas-lt --budget) reads: AlgoGetIds lists ids 6, 21, 66 and
+ * 120 (AlgoInit refuses 120); id 66 has tiles 15, 20 and 999 (AlgoCheck refuses 999),
+ * stages 8 and 35, split-K with reduction schemes 1 and 2, swizzling and custom options
+ * 0..2; the others tile 15, stage 8 and none of that. */
+int cublasLtMatmulAlgoGetIds(void *h, int32_t compute, int32_t scale, uint32_t at, uint32_t bt,
+                             uint32_t ct, uint32_t dt, int requested, int *ids, int *returned) {
+    (void)h; (void)compute; (void)scale; (void)at; (void)bt; (void)ct; (void)dt;
+    static const int all[] = {6, 21, 66, 120};
+    if (requested < 0 || !ids || !returned) return INVALID;
+    int n = 0;
+    for (; n < requested && n < 4; n++) ids[n] = all[n];
+    *returned = n;
+    return OK;
+}
 int cublasLtMatmulAlgoCapGetAttribute(const Algo *a, int attr, void *buf, size_t size, size_t *written) {
-    (void)a;
+    static const uint32_t tiles66[] = {15, 20, 999}, tiles[] = {15}, stages66[] = {8, 35}, stages[] = {8};
+    int big = a->data[0] == 66;
     uint32_t align = 16;
+    int32_t v;
     if (attr >= 16 && attr <= 19) return copy_out(&align, 4, buf, size, written);
-    return INVALID;
+    switch (attr) {
+    case 0: case 2: v = big; return copy_out(&v, 4, buf, size, written);
+    case 1: v = big ? 3 : 0; return copy_out(&v, 4, buf, size, written);
+    case 7: v = big ? 2 : 0; return copy_out(&v, 4, buf, size, written);
+    case 6: return big ? copy_out(tiles66, sizeof tiles66, buf, size, written)
+                       : copy_out(tiles, sizeof tiles, buf, size, written);
+    case 13: return big ? copy_out(stages66, sizeof stages66, buf, size, written)
+                        : copy_out(stages, sizeof stages, buf, size, written);
+    default: return INVALID;
+    }
 }
 int cublasLtMatmulAlgoInit(void *h, int32_t compute, int32_t scale, uint32_t at, uint32_t bt,
                            uint32_t ct, uint32_t dt, int id, Algo *a) {

@@ -422,6 +422,21 @@ impl Drop for DevBuf<'_> {
 }
 
 /// cuBLASLt's entry points and one handle.
+/// `cublasLtMatmulAlgoGetIds(handle, compute, scale, Atype, Btype, Ctype, Dtype, requested,
+/// ids*, returned*)`.
+pub type AlgoGetIdsFn = unsafe extern "C" fn(
+    LtHandle,
+    ComputeType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    c_int,
+    *mut c_int,
+    *mut c_int,
+) -> LtStatus;
+
 pub struct Lt {
     pub matmul: MatmulFn,
     /// `cublasLtMatmul` as a linked host resolves it: an interposer's if one is preloaded.
@@ -444,6 +459,8 @@ pub struct Lt {
     pub config_set: AlgoSetAttributeFn,
     pub cap_get: AlgoGetAttributeFn,
     pub check: AlgoCheckFn,
+    /// `cublasLtMatmulAlgoGetIds`, for the wider search (`None` where the library lacks it).
+    pub get_ids: Option<AlgoGetIdsFn>,
     pub version: GetVersionFn,
     pub handle: LtHandle,
     pub path: PathBuf,
@@ -491,6 +508,7 @@ impl Lt {
                 config_set: sym(h, "cublasLtMatmulAlgoConfigSetAttribute")?,
                 cap_get: sym(h, "cublasLtMatmulAlgoCapGetAttribute")?,
                 check: sym(h, "cublasLtMatmulAlgoCheck")?,
+                get_ids: sym(h, "cublasLtMatmulAlgoGetIds").ok(),
                 version: sym(h, "cublasLtGetVersion")?,
                 handle: std::ptr::null_mut(),
                 path,

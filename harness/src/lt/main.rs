@@ -5,6 +5,7 @@
 mod cuda;
 mod numeric;
 mod problem;
+mod search;
 mod timing;
 mod tune;
 
@@ -29,9 +30,10 @@ USAGE:
     tunedblas-lt tune --misses PATH... --profiles DIR --name NAME [--rank R]
         Tune every shape in the miss files (a file, or a folder of *-cublaslt-rank*.csv) and
         write DIR/NAME/tunableop_results<R>.csv, provenance.json and DIR/profiles.json.
-    tunedblas-lt recheck --profiles DIR --name NAME [--rank R]
+    tunedblas-lt recheck (--profiles DIR --name NAME [--rank R] | --rows FILE)
         Re-measure every adopted row against the heuristic in this (fresh) process: how many
-        still win (the false-adopt rate is the rest).
+        still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
+        proposes (--confirm fresh) and adopts only what it confirms by the margin.
     tunedblas-lt overhead [--shape N,M,K] [--calls C] [--reps R]
         Host microseconds per cublasLtMatmul call, the library's own symbol against the one a
         linked host resolves (an LD_PRELOADed interposer's): their difference is the
@@ -49,6 +51,16 @@ COMMON OPTIONS:
     --workspace B     workspace bytes callers give cuBLASLt (1048576)
     --explore N       also try up to N configurations near the heuristic's answers (other
                       cluster shapes and custom options of their tiles; 0)
+    --budget S        (tune) wider search, S seconds per shape (0: the heuristic's answers only):
+                      the algorithm ids cuBLASLt lists for the types (AlgoGetIds), each one's
+                      tiles, stages, split-K and reduction schemes, swizzling, custom options
+                      and cluster shapes, validated with AlgoCheck, pruned by one short probe
+                      each; the fastest --keep (8) go on to numerics and the trials
+    --alignment B     pointer alignment the heuristic is told, bytes (16): PyTorch tells it
+                      its pointers' alignment, 256 for tensors of their own allocation
+    --confirm MODE    (tune) fresh (default): a proposed row is adopted only if a fresh process
+                      (`recheck`, interleaved against the heuristic) measures it faster by the
+                      margin too; off: the second set of trials in this process decides
     --timing MODE     graph (default): each sample is a CUDA graph of the calls, replayed
                       between two events, inputs rotated beyond L2 inside it; events: the
                       calls back to back between two events. Graph falls back to events,
@@ -114,6 +126,17 @@ fn options(a: &Args, cuda: &Cuda) -> Result<tune::Options> {
         l2_bytes: cuda.l2_bytes(),
         explore: a.num("--explore", d.explore)?,
         timing: timing::Timing::parse(a.value("--timing"))?,
+        budget: a.num("--budget", d.budget)?.max(0.0),
+        keep: a.num("--keep", d.keep)?.max(1),
+        alignment: match a.num("--alignment", d.alignment)? {
+            v @ (16 | 32 | 64 | 128 | 256) => v,
+            v => return err(format!("--alignment takes 16, 32, 64, 128 or 256, not {v}")),
+        },
+        fresh: match a.value("--confirm") {
+            None | Some("fresh") => true,
+            Some("off") => false,
+            Some(o) => return err(format!("--confirm takes fresh or off, not {o:?}")),
+        },
     })
 }
 
@@ -230,13 +253,8 @@ fn cmd_info(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn cmd_tune(a: &Args) -> Result<()> {
-    let (cuda, lt) = load(a)?;
-    let opts = options(a, &cuda)?;
-    let profiles = PathBuf::from(a.need("--profiles")?);
-    let name = a.need("--name")?;
-    registry::check_name(name).map_err(Error)?;
-    let rank: usize = a.num("--rank", 0)?;
+/// The shapes to tune: the miss files' keys, then `--shape`s not among them.
+fn tune_keys(a: &Args) -> Result<Vec<LtKey>> {
     let misses = a.values("--misses");
     let shapes = a.values("--shape");
     if misses.is_empty() && shapes.is_empty() {
@@ -257,12 +275,18 @@ fn cmd_tune(a: &Args) -> Result<()> {
     if keys.is_empty() {
         return err("the miss files hold no cuBLASLt shapes");
     }
-    let sha = sha_of(&lt)?;
-    let d = delay(&cuda, &lt)?;
-    let mut opts = opts;
-    opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
-    let copy_mib: usize = a.num("--copy-mib", 1024)?;
-    let limits = match timing::measure(&cuda, opts.timing, copy_mib << 20, 15, &d) {
+    Ok(keys)
+}
+
+/// The limits of this card in this mode, said on stderr; `None` (said) where they cannot
+/// be measured.
+fn measure_limits(
+    cuda: &Cuda,
+    t: timing::Timing,
+    copy_mib: usize,
+    d: &Delay,
+) -> Option<timing::Limits> {
+    match timing::measure(cuda, t, copy_mib << 20, 15, d) {
         Ok(l) => {
             eprintln!(
                 "tunedblas-lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
@@ -286,43 +310,37 @@ fn cmd_tune(a: &Args) -> Result<()> {
             eprintln!("tunedblas-lt: limits not measured: {e}");
             None
         }
-    };
-    eprintln!(
-        "tunedblas-lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call",
-        keys.len(),
-        cuda.arch(),
-        lt.path.display(),
-        lt.version(),
-        &sha[..12],
-        d.ms,
-        d.host_us
-    );
+    }
+}
+
+fn mins_secs(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    format!("{}m{:02}s", s / 60, s % 60)
+}
+
+/// Every key tuned in turn, each against the limits; progress and the campaign's ETA on
+/// stderr after each shape.
+fn tune_all(
+    cuda: &Cuda,
+    lt: &Lt,
+    keys: &[LtKey],
+    opts: &tune::Options,
+    d: &Delay,
+    limits: Option<&timing::Limits>,
+) -> Vec<tune::Outcome> {
+    let t0 = std::time::Instant::now();
     let mut outcomes = Vec::new();
-    let mut rows = Vec::new();
-    println!("timing: {}", opts.timing.name());
-    println!(
-        "{:<44} {:>6} {:>10} {:>7} {:>10} {:>7} {:>7} {:>9} {:>6}  decision",
-        "shape (op signature)",
-        "cands",
-        "heur ms",
-        "spread",
-        "best ms",
-        "gain",
-        "confirm",
-        "limit ms",
-        "%lim"
-    );
-    for key in keys {
-        let (op, sig) = op_and_signature(&key);
-        let sets = Problem::sets_for(&key, opts.l2_bytes);
-        let outcome = Problem::new(&cuda, &lt, key, sets, opts.workspace).and_then(|p| {
+    for (i, key) in keys.iter().enumerate() {
+        let (op, sig) = op_and_signature(key);
+        let sets = Problem::sets_for(key, opts.l2_bytes);
+        let outcome = Problem::new(cuda, lt, *key, sets, opts.workspace).and_then(|p| {
             p.set_timing(opts.timing);
-            tune::tune_shape(&p, &opts, &d)
+            p.set_alignment(opts.alignment)?;
+            tune::tune_shape(&p, opts, d)
         });
-        match outcome {
+        let said = match outcome {
             Ok(mut o) => {
-                let best = o.candidates.first().map_or(f64::NAN, |c| c.median_ms);
-                if let Some(l) = &limits {
+                if let Some(l) = limits {
                     let lim = l.limit_ms(o.bytes_moved);
                     o.limit_ms = Some(lim);
                     o.heuristic_pct_of_limit =
@@ -332,33 +350,242 @@ fn cmd_tune(a: &Args) -> Result<()> {
                         .first()
                         .map(|c| timing::pct_of_limit(lim, c.median_ms.min(o.heuristic.median_ms)));
                 }
-                println!(
-                    "{:<44} {:>6} {:>10.5} {:>6.1}% {:>10.5} {:>+6.1}% {:>7} {:>9} {:>6}  {}",
-                    format!("{op} {sig}").chars().skip(14).collect::<String>(),
-                    o.candidates.len(),
-                    o.heuristic.median_ms,
-                    o.heuristic.spread * 100.0,
-                    best,
-                    o.gain * 100.0,
-                    o.confirm_gain
-                        .map_or("-".into(), |g| format!("{:+.1}%", g * 100.0)),
-                    o.limit_ms.map_or("-".into(), |l| format!("{l:.5}")),
-                    o.heuristic_pct_of_limit
-                        .map_or("-".into(), |p| format!("{p:.0}%")),
+                let said = format!(
+                    "{}{}",
                     o.adopted
                         .as_deref()
-                        .map_or(format!("Default: {}", o.reason), |s| format!("ADOPT {s}"))
+                        .map_or("Default".into(), |s| format!("proposed {s}")),
+                    o.search
+                        .as_ref()
+                        .map_or(String::new(), |s| format!("; {}", s.line()))
                 );
-                rows.push(o.row());
                 outcomes.push(o);
+                said
             }
-            Err(e) => println!("{op},{sig}: not tuned: {e}"),
-        }
+            Err(e) => {
+                println!("{op},{sig}: not tuned: {e}");
+                format!("not tuned: {e}")
+            }
+        };
+        let (done, el) = (i + 1, t0.elapsed().as_secs_f64());
+        eprintln!(
+            "tunedblas-lt: [{done}/{}] {}: {said}; {} elapsed, ETA {}",
+            keys.len(),
+            sig.chars().skip(5).take(40).collect::<String>(),
+            mins_secs(el),
+            mins_secs(el / done as f64 * (keys.len() - done) as f64)
+        );
     }
-    let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
+    outcomes
+}
+
+/// The proposed adoptions re-measured by a fresh process (this binary's `recheck`, its
+/// own CUDA context and cuBLASLt handle, interleaved against the heuristic): those it does
+/// not confirm by the margin go back to `Default`.
+fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tune::Outcome]) {
+    let proposed: Vec<LtRow> = outcomes
+        .iter()
+        .filter(|o| o.adopted.is_some())
+        .map(|o| o.row())
+        .collect();
+    if !opts.fresh || proposed.is_empty() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tunedblas-lt-fresh-{}", std::process::id()));
+    let verdicts = std::env::current_exe()
+        .map_err(|e| format!("this program's path: {e}"))
+        .and_then(|exe| {
+            let libs = [lt.path.as_path(), cuda.path.as_path()];
+            fresh_verdicts(&exe, libs, opts, &proposed, &dir)
+        });
+    let _ = std::fs::remove_dir_all(&dir);
+    let withdrawn = tune::apply_fresh(
+        outcomes,
+        verdicts.as_deref().map_err(Clone::clone),
+        opts.margin,
+    );
+    eprintln!(
+        "tunedblas-lt: fresh process: {} of {} proposed rows confirmed by the {:.0}% margin, {withdrawn} withdrawn",
+        proposed.len() - withdrawn,
+        proposed.len(),
+        opts.margin * 100.0
+    );
+}
+
+/// Runs `exe recheck` on `rows` in a child process, with the libraries `libs` (cuBLASLt,
+/// CUDA runtime) and `opts`; its verdicts, or why there are none.
+fn fresh_verdicts(
+    exe: &Path,
+    libs: [&Path; 2],
+    opts: &tune::Options,
+    rows: &[LtRow],
+    dir: &Path,
+) -> std::result::Result<Vec<tune::Verdict>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let file = dir.join("proposed.csv");
+    let log = dir.join("fresh.json");
+    let text = LtResults {
+        validators: Vec::new(),
+        rows: rows.to_vec(),
+        skipped: Vec::new(),
+    }
+    .to_text();
+    std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+    eprintln!(
+        "tunedblas-lt: {} proposed rows re-measured in a fresh process ({} recheck)",
+        rows.len(),
+        exe.display()
+    );
+    let out = std::process::Command::new(exe)
+        .arg("recheck")
+        .arg("--rows")
+        .arg(&file)
+        .arg("--log")
+        .arg(&log)
+        .arg("--lib")
+        .arg(libs[0])
+        .arg("--cudart")
+        .arg(libs[1])
+        .args(["--trials", &opts.trials.to_string()])
+        .args(["--workspace", &opts.workspace.to_string()])
+        .args(["--sample-ms", &opts.sample_ms.to_string()])
+        .args(["--margin", &opts.margin.to_string()])
+        .args(["--timing", opts.timing.name()])
+        .args(["--alignment", &opts.alignment.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        eprintln!("tunedblas-lt: fresh process: {line}");
+    }
+    if !out.status.success() {
+        return Err(format!("the child {}", out.status));
+    }
+    let text = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", log.display()))?;
+    Ok(tune::read_fresh(&v))
+}
+
+fn print_table(opts: &tune::Options, outcomes: &[tune::Outcome]) {
+    println!("timing: {}", opts.timing.name());
+    println!(
+        "{:<44} {:>6} {:>10} {:>7} {:>10} {:>7} {:>7} {:>7} {:>9} {:>6}  decision",
+        "shape (op signature)",
+        "cands",
+        "heur ms",
+        "spread",
+        "best ms",
+        "gain",
+        "confirm",
+        "fresh",
+        "limit ms",
+        "%lim"
+    );
+    let pct = |g: Option<f64>| g.map_or("-".into(), |g| format!("{:+.1}%", g * 100.0));
+    for o in outcomes {
+        println!(
+            "{:<44} {:>6} {:>10.5} {:>6.1}% {:>10.5} {:>+6.1}% {:>7} {:>7} {:>9} {:>6}  {}",
+            format!("{} {}", o.op, o.signature)
+                .chars()
+                .skip(14)
+                .collect::<String>(),
+            o.candidates.len(),
+            o.heuristic.median_ms,
+            o.heuristic.spread * 100.0,
+            o.candidates.first().map_or(f64::NAN, |c| c.median_ms),
+            o.gain * 100.0,
+            pct(o.confirm_gain),
+            pct(o.fresh_gain),
+            o.limit_ms.map_or("-".into(), |l| format!("{l:.5}")),
+            o.heuristic_pct_of_limit
+                .map_or("-".into(), |p| format!("{p:.0}%")),
+            o.adopted
+                .as_deref()
+                .map_or(format!("Default: {}", o.reason), |s| format!(
+                    "ADOPT {s} ({})",
+                    o.reason
+                ))
+        );
+    }
+}
+
+/// The rank file, provenance and registry entry together, all or nothing, under the
+/// registry's lock (the one `tunedblas`'s store transactions take), each read as it is now
+/// so that tools writing the store at once keep each other's changes.
+fn write_profile(
+    profiles: &Path,
+    name: &str,
+    rank: usize,
+    sha: &str,
+    results: &LtResults,
+    entry: registry::Entry,
+    campaign: serde_json::Value,
+) -> Result<PathBuf> {
     let dir = profiles.join(name);
-    std::fs::create_dir_all(&profiles)
-        .map_err(|e| Error(format!("{}: {e}", profiles.display())))?;
+    std::fs::create_dir_all(profiles).map_err(|e| Error(format!("{}: {e}", profiles.display())))?;
+    let file = dir.join(format!("tunableop_results{rank}.csv"));
+    let prov_path = dir.join("provenance.json");
+    let reg_path = profiles.join(tunedblas_core::profile::REGISTRY_FILE);
+    let committed = registry::with_lock(&reg_path, || {
+        let mut reg = match reg_path.exists() {
+            true => Registry::load(&reg_path)?,
+            false => Registry::new(),
+        };
+        if let Err(e) = reg.insert(name, entry) {
+            return Ok(Err(e));
+        }
+        let mut prov = match prov_path.exists() {
+            true => Provenance::load(&prov_path)?,
+            false => Provenance::new(),
+        };
+        prov.set_sha256(sha);
+        prov.set_profile(name);
+        prov.push_campaign(campaign);
+        let mut commit = registry::Commit::new();
+        commit.write(&file, results.to_text());
+        commit.write(&prov_path, prov.to_json(&prov_path)?);
+        commit.write(&reg_path, reg.to_json(&reg_path)?);
+        Ok(commit.apply().map_err(|e| e.to_string()))
+    });
+    committed
+        .map_err(|e| Error(e.to_string()))?
+        .map_err(Error)?;
+    Ok(file)
+}
+
+fn cmd_tune(a: &Args) -> Result<()> {
+    let (cuda, lt) = load(a)?;
+    let mut opts = options(a, &cuda)?;
+    let profiles = PathBuf::from(a.need("--profiles")?);
+    let name = a.need("--name")?;
+    registry::check_name(name).map_err(Error)?;
+    let rank: usize = a.num("--rank", 0)?;
+    let keys = tune_keys(a)?;
+    let sha = sha_of(&lt)?;
+    let d = delay(&cuda, &lt)?;
+    opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
+    let limits = measure_limits(&cuda, opts.timing, a.num("--copy-mib", 1024)?, &d);
+    eprintln!(
+        "tunedblas-lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call; {}",
+        keys.len(),
+        cuda.arch(),
+        lt.path.display(),
+        lt.version(),
+        &sha[..12],
+        d.ms,
+        d.host_us,
+        if opts.budget > 0.0 {
+            format!("wider search {:.1} s per shape (at least {} in all)", opts.budget, mins_secs(opts.budget * keys.len() as f64))
+        } else {
+            "the heuristic's answers only".into()
+        }
+    );
+    let mut outcomes = tune_all(&cuda, &lt, &keys, &opts, &d, limits.as_ref());
+    confirm_fresh(&lt, &cuda, &opts, &mut outcomes);
+    print_table(&opts, &outcomes);
+    let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
+    let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
     let results = LtResults {
         validators: vec![
             ("TUNEDBLAS_BACKEND".into(), "cublaslt".into()),
@@ -372,7 +599,6 @@ fn cmd_tune(a: &Args) -> Result<()> {
         rows,
         skipped: Vec::new(),
     };
-    let file = dir.join(format!("tunableop_results{rank}.csv"));
     let campaign = serde_json::json!({
         "kind": "cublaslt-tune",
         "library": lt.path.display().to_string(),
@@ -382,15 +608,13 @@ fn cmd_tune(a: &Args) -> Result<()> {
         "options": {
             "trials": opts.trials, "candidates": opts.candidates, "margin": opts.margin,
             "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
-            "explore": opts.explore, "timing": opts.timing,
+            "explore": opts.explore, "timing": opts.timing, "budget": opts.budget,
+            "keep": opts.keep, "fresh": opts.fresh, "alignment": opts.alignment,
         },
         "limits": limits,
         "shapes": outcomes.len(),
         "adopted": adopted,
     });
-    let prov_path = dir.join("provenance.json");
-    let campaign_log = campaign.clone();
-    let reg_path = profiles.join(tunedblas_core::profile::REGISTRY_FILE);
     let mut entry = registry::Entry::new(name, &sha);
     entry.rows_per_rank = Some(results.rows.len() as u64);
     entry.arch = Some(cuda.arch());
@@ -399,36 +623,18 @@ fn cmd_tune(a: &Args) -> Result<()> {
     entry
         .extra
         .insert("cublaslt_version".into(), lt.version().into());
-    // The rank file, provenance and registry entry together, all or nothing, under the
-    // registry's lock (the one `tunedblas`'s store transactions take), each read as it is
-    // now so that tools writing the store at once keep each other's changes.
-    let committed = registry::with_lock(&reg_path, || {
-        let mut reg = match reg_path.exists() {
-            true => Registry::load(&reg_path)?,
-            false => Registry::new(),
-        };
-        if let Err(e) = reg.insert(name, entry) {
-            return Ok(Err(e));
-        }
-        let mut prov = match prov_path.exists() {
-            true => Provenance::load(&prov_path)?,
-            false => Provenance::new(),
-        };
-        prov.set_sha256(&sha);
-        prov.set_profile(name);
-        prov.push_campaign(campaign);
-        let mut commit = registry::Commit::new();
-        commit.write(&file, results.to_text());
-        commit.write(&prov_path, prov.to_json(&prov_path)?);
-        commit.write(&reg_path, reg.to_json(&reg_path)?);
-        Ok(commit.apply().map_err(|e| e.to_string()))
-    });
-    committed
-        .map_err(|e| Error(e.to_string()))?
-        .map_err(Error)?;
+    let file = write_profile(
+        &profiles,
+        name,
+        rank,
+        &sha,
+        &results,
+        entry,
+        campaign.clone(),
+    )?;
     write_json(
         a.path("--log"),
-        &serde_json::json!({ "campaign": campaign_log, "outcomes": outcomes }),
+        &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
     )?;
     eprintln!(
         "tunedblas-lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
@@ -441,6 +647,10 @@ fn cmd_tune(a: &Args) -> Result<()> {
 }
 
 fn profile_rows(a: &Args) -> Result<Vec<LtRow>> {
+    if let Some(f) = a.value("--rows") {
+        let text = std::fs::read_to_string(f).map_err(|e| Error(format!("{f}: {e}")))?;
+        return Ok(parse_results(&text).rows);
+    }
     let profiles = PathBuf::from(a.need("--profiles")?);
     let name = a.need("--name")?;
     let rank: usize = a.num("--rank", 0)?;
@@ -467,11 +677,13 @@ fn cmd_recheck(a: &Args) -> Result<()> {
         let sets = Problem::sets_for(&r.key, opts.l2_bytes);
         let p = Problem::new(&cuda, &lt, r.key, sets, opts.workspace)?;
         p.set_timing(opts.timing);
+        p.set_alignment(opts.alignment)?;
         let c = tune::recheck(&p, &cfg, &opts, &d)?;
         println!(
-            "{} {}: heuristic {:.5} ms ({:.1}%), tuned {:.5} ms ({:.1}%), gain {:+.1}% {}",
+            "{} {} {}: heuristic {:.5} ms ({:.1}%), tuned {:.5} ms ({:.1}%), gain {:+.1}% {}",
             c.op,
             c.signature,
+            c.solution,
             c.heuristic_ms,
             c.heuristic_spread * 100.0,
             c.tuned_ms,
@@ -479,17 +691,20 @@ fn cmd_recheck(a: &Args) -> Result<()> {
             c.gain * 100.0,
             match (&c.error, c.still_wins) {
                 (Some(e), _) => format!("FAILED: {e}"),
-                (None, true) => "still wins".into(),
+                (None, true) if c.confirmed => "still wins by the margin".into(),
+                (None, true) => "still wins, under the margin".into(),
                 (None, false) => "FALSE ADOPT".into(),
             }
         );
         out.push(c);
     }
     let wins = out.iter().filter(|c| c.still_wins).count();
+    let confirmed = out.iter().filter(|c| c.confirmed).count();
     println!(
-        "recheck: {wins} of {} adopted rows still win in a fresh process ({} false adopts)",
+        "recheck: {wins} of {} adopted rows still win in a fresh process ({} false adopts; {confirmed} by the {:.0}% margin)",
         out.len(),
-        out.len() - wins
+        out.len() - wins,
+        opts.margin * 100.0
     );
     write_json(a.path("--log"), &serde_json::json!({ "rechecks": out }))
 }
@@ -598,6 +813,19 @@ fn cmd_selftest(a: &Args) -> Result<()> {
             failures.push(what.to_string());
         }
     };
+    selftest_abi(&lt, key, &mut check)?;
+    selftest_rebuilds(&p, &mut check)?;
+    if failures.is_empty() {
+        println!("selftest: passed");
+        Ok(())
+    } else {
+        err(format!("selftest failed: {}", failures.join("; ")))
+    }
+}
+
+/// Descriptor attributes read back through the values the interposer uses, and the key it
+/// would build from them.
+fn selftest_abi(lt: &Lt, key: LtKey, check: &mut dyn FnMut(&str, bool)) -> Result<()> {
     // Descriptor attributes read back through the values the interposer uses.
     let (mut desc, mut la, mut lb, mut lc) = (
         std::ptr::null_mut(),
@@ -709,7 +937,11 @@ fn cmd_selftest(a: &Args) -> Result<()> {
         (lt.layout_destroy)(lc);
         (lt.desc_destroy)(desc);
     }
-    // Every heuristic answer: readable configuration -> rebuilt -> same results, bit for bit.
+    Ok(())
+}
+
+/// Every heuristic answer: readable configuration -> rebuilt -> same results, bit for bit.
+fn selftest_rebuilds(p: &Problem, check: &mut dyn FnMut(&str, bool)) -> Result<()> {
     let answers = p.heuristic(16)?;
     check("the heuristic answers", !answers.is_empty());
     let mut same = 0;
@@ -746,12 +978,7 @@ fn cmd_selftest(a: &Args) -> Result<()> {
         ),
         same == answers.len(),
     );
-    if failures.is_empty() {
-        println!("selftest: passed");
-        Ok(())
-    } else {
-        err(format!("selftest failed: {}", failures.join("; ")))
-    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -824,6 +1051,64 @@ mod tests {
                 LtKey::linear(R_16BF, 2560, 16, 1536),
             ]
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A stand-in for the child `tune` starts: a shell script that checks how it was called
+    /// and answers for the first row of the file it was given, as `recheck --log` does.
+    fn stand_in_child(dir: &Path, exit: i32) -> PathBuf {
+        let script = dir.join(format!("child-{exit}.sh"));
+        let body = format!(
+            r#"#!/bin/sh
+[ "$1" = recheck ] || exit 3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rows) rows=$2 ;; --log) log=$2 ;; --lib) lib=$2 ;; --timing) timing=$2 ;;
+  esac
+  shift
+done
+[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] || exit 4
+row=$(grep -v '^Validator' "$rows" | head -1)
+sig=$(echo "$row" | cut -d, -f2)
+sol=$(echo "$row" | cut -d, -f3)
+printf '{{"rechecks":[{{"signature":"%s","solution":"%s","gain":0.05,"error":null}}]}}' "$sig" "$sol" >"$log"
+echo "recheck: 1 of 1 adopted rows still win"
+exit {exit}
+"#
+        );
+        std::fs::write(&script, body).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+        script
+    }
+
+    #[test]
+    fn the_fresh_process_gets_the_proposed_rows_and_its_verdicts_come_back() {
+        let dir =
+            std::env::temp_dir().join(format!("tunedblas-lt-fresh-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = LtKey::linear(R_16BF, 512, 256, 2560);
+        let cfg = AlgoConfig::parse(
+            "Gemm_Cublaslt_algo66_tile47_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster2",
+        )
+        .unwrap();
+        let rows = [LtRow {
+            key,
+            action: LtAction::Config(cfg),
+            time_ms: Some(0.0064),
+        }];
+        let libs = [Path::new("/the/cublasLt.so"), Path::new("/the/cudart.so")];
+        let opts = tune::Options::default();
+        let work = dir.join("work");
+        let v = fresh_verdicts(&stand_in_child(&dir, 0), libs, &opts, &rows, &work).unwrap();
+        let sig = op_and_signature(&key).1;
+        assert_eq!(v, [(sig, cfg.solution_name(), Some(0.05))]);
+        // A child that fails gives no verdicts, whatever it wrote.
+        let e = fresh_verdicts(&stand_in_child(&dir, 1), libs, &opts, &rows, &work).unwrap_err();
+        assert!(e.contains("exit status: 1"), "{e}");
+        let missing = dir.join("no-such-program");
+        assert!(fresh_verdicts(&missing, libs, &opts, &rows, &work).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -51,11 +51,53 @@ fn extents(key: &LtKey) -> [usize; 4] {
     std::array::from_fn(|i| (lds[i] * shapes[i].1 + strides[i] * (key.batch - 1)).max(1) as usize)
 }
 
+/// Rebuilds `cfg` for `key` and asks `cublasLtMatmulAlgoCheck` whether it runs with the
+/// descriptors `descs` (matmul, A, B, C, D) in `workspace` bytes; the algorithm and the
+/// workspace it needs.
+pub fn check_config(
+    lt: &Lt,
+    key: &LtKey,
+    descs: [*mut c_void; 5],
+    cfg: &AlgoConfig,
+    workspace: usize,
+) -> std::result::Result<(MatmulAlgo, usize), String> {
+    // SAFETY: the library's own functions and a live handle.
+    let algo = unsafe {
+        build_algo(
+            lt.algo_init,
+            lt.config_set,
+            lt.config_get,
+            lt.handle,
+            key,
+            cfg,
+        )
+    }?;
+    let mut res = HeuristicResult::default();
+    // SAFETY: live descriptors, a valid algorithm and out-pointer.
+    let st = unsafe {
+        (lt.check)(
+            lt.handle, descs[0], descs[1], descs[2], descs[3], descs[4], &algo, &mut res,
+        )
+    };
+    if st != STATUS_SUCCESS {
+        return Err(format!("cublasLtMatmulAlgoCheck returned {st}"));
+    }
+    if res.workspace_size > workspace {
+        return Err(format!(
+            "needs {} bytes of workspace, more than the {workspace} a caller gives",
+            res.workspace_size
+        ));
+    }
+    Ok((algo, res.workspace_size))
+}
+
+/// An instantiated graph by (algorithm words, operations captured).
+type CachedGraph<'a> = (Option<[u64; 8]>, usize, Graph<'a>);
+
+/// One rotating input set.
 struct Set<'a> {
     a: DevBuf<'a>,
     b: DevBuf<'a>,
-    /// C and D in one buffer (beta = 0, D written in place, as PyTorch does).
-    c: DevBuf<'a>,
 }
 
 pub struct Problem<'a> {
@@ -66,6 +108,12 @@ pub struct Problem<'a> {
     layouts: [MatrixLayout; 4],
     pref: MatmulPreference,
     sets: Vec<Set<'a>>,
+    /// C and D in one buffer (beta = 0, D written in place), one for every input set: in
+    /// PyTorch each call's output is a fresh tensor, but the caching allocator hands the
+    /// block just freed to the next call, so back-to-back calls (and graph replays) write
+    /// one buffer, which stays in L2 where it fits. Rotating D with the inputs made large
+    /// outputs 9-13% slower in the harness than in PyTorch (BENCHMARKS.md, issue 15).
+    out: DevBuf<'a>,
     _bias: Option<DevBuf<'a>>,
     workspace: DevBuf<'a>,
     pub workspace_bytes: usize,
@@ -77,7 +125,7 @@ pub struct Problem<'a> {
     /// Set when graph capture failed for this problem and it fell back to events.
     pub graph_failure: RefCell<Option<String>>,
     /// Instantiated graphs by (algorithm, operations captured).
-    graphs: RefCell<Vec<(Option<[u64; 8]>, usize, Graph<'a>)>>,
+    graphs: RefCell<Vec<CachedGraph<'a>>>,
 }
 
 impl Drop for Problem<'_> {
@@ -119,6 +167,10 @@ impl<'a> Problem<'a> {
             (lt.pref_create)(&mut pref)
         })?;
         let ws = cuda.alloc(workspace)?;
+        let ext = extents(&key);
+        let bytes = key.elem_bytes();
+        let out = cuda.alloc(ext[2].max(ext[3]) * bytes[2].max(bytes[3]))?;
+        out.fill(0)?;
         let mut p = Problem {
             cuda,
             lt,
@@ -127,6 +179,7 @@ impl<'a> Problem<'a> {
             layouts: [std::ptr::null_mut(); 4],
             pref,
             sets: Vec::new(),
+            out,
             _bias: None,
             workspace: ws,
             workspace_bytes: workspace,
@@ -164,18 +217,14 @@ impl<'a> Problem<'a> {
         for a in PREF_MIN_ALIGNMENT_A_BYTES..=PREF_MIN_ALIGNMENT_D_BYTES {
             set_attr(lt.pref_set, pref, a, &16u32)?;
         }
-        let ext = extents(&key);
-        let bytes = key.elem_bytes();
         let mut rng =
             numeric::Rng::new(0x5eed ^ key.m as u64 ^ (key.n as u64) << 20 ^ (key.k as u64) << 40);
         for _ in 0..sets.max(1) {
             let a = cuda.alloc(ext[0] * bytes[0])?;
             let b = cuda.alloc(ext[1] * bytes[1])?;
-            let c = cuda.alloc(ext[2].max(ext[3]) * bytes[2].max(bytes[3]))?;
             a.upload(&numeric::random(key.a_type, ext[0], &mut rng))?;
             b.upload(&numeric::random(key.b_type, ext[1], &mut rng))?;
-            c.fill(0)?;
-            p.sets.push(Set { a, b, c });
+            p.sets.push(Set { a, b });
         }
         if epilogue_has_bias(key.epilogue) {
             let bias = cuda.alloc(key.m as usize * type_bytes(key.bias_type).max(1))?;
@@ -188,12 +237,13 @@ impl<'a> Problem<'a> {
         Ok(p)
     }
 
-    /// Input sets to rotate through so that repeated calls do not run from L2: enough to
-    /// cover three times the cache, at most 64.
+    /// Input sets to rotate through so that repeated calls do not read their inputs from
+    /// L2: enough A and B to cover three times the cache, at most 64 (the output buffer is
+    /// one for all, as in PyTorch).
     pub fn sets_for(key: &LtKey, l2_bytes: usize) -> usize {
         let ext = extents(key);
         let b = key.elem_bytes();
-        let one: usize = (0..3).map(|i| ext[i] * b[i]).sum();
+        let one: usize = (0..2).map(|i| ext[i] * b[i]).sum();
         (3 * l2_bytes).div_ceil(one.max(1)).clamp(1, 64)
     }
 
@@ -236,40 +286,9 @@ impl<'a> Problem<'a> {
     /// Rebuilds `cfg` (as the interposer does) and checks it; returns the algorithm and the
     /// workspace it needs.
     pub fn rebuild(&self, cfg: &AlgoConfig) -> std::result::Result<(MatmulAlgo, usize), String> {
-        let lt = self.lt;
-        let algo = unsafe {
-            build_algo(
-                lt.algo_init,
-                lt.config_set,
-                lt.config_get,
-                lt.handle,
-                &self.key,
-                cfg,
-            )
-        }?;
-        let mut res = HeuristicResult::default();
-        let st = unsafe {
-            (lt.check)(
-                lt.handle,
-                self.desc,
-                self.layouts[0],
-                self.layouts[1],
-                self.layouts[2],
-                self.d_layout(),
-                &algo,
-                &mut res,
-            )
-        };
-        if st != STATUS_SUCCESS {
-            return Err(format!("cublasLtMatmulAlgoCheck returned {st}"));
-        }
-        if res.workspace_size > self.workspace_bytes {
-            return Err(format!(
-                "needs {} bytes of workspace, more than the {} a caller gives",
-                res.workspace_size, self.workspace_bytes
-            ));
-        }
-        Ok((algo, res.workspace_size))
+        let l = &self.layouts;
+        let descs = [self.desc, l[0], l[1], l[2], self.d_layout()];
+        check_config(self.lt, &self.key, descs, cfg, self.workspace_bytes)
     }
 
     /// `CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX` of the algorithm `cfg` names.
@@ -328,9 +347,9 @@ impl<'a> Problem<'a> {
                 s.b.ptr,
                 self.layouts[1],
                 (&self.beta as *const f32).cast(),
-                s.c.ptr,
+                self.out.ptr,
                 self.layouts[2],
-                s.c.ptr,
+                self.out.ptr,
                 self.d_layout(),
                 algo,
                 ws,
@@ -343,6 +362,16 @@ impl<'a> Problem<'a> {
     #[inline]
     pub fn launch(&self, algo: *const MatmulAlgo, set: usize) -> LtStatus {
         self.launch_with(self.lt.matmul, algo, set)
+    }
+
+    /// The pointer alignment the heuristic is told (`PREF_MIN_ALIGNMENT_*`, bytes; 16 until
+    /// set). PyTorch passes the alignment of its actual pointers, 256 for tensors of their
+    /// own allocation.
+    pub fn set_alignment(&self, bytes: u32) -> Result<()> {
+        for a in PREF_MIN_ALIGNMENT_A_BYTES..=PREF_MIN_ALIGNMENT_D_BYTES {
+            set_attr(self.lt.pref_set, self.pref, a, &bytes)?;
+        }
+        Ok(())
     }
 
     /// The timing mode [`Problem::time`] uses (events until set).
@@ -371,6 +400,25 @@ impl<'a> Problem<'a> {
             }
         }
         self.time_events(algo, calls, delay)
+    }
+
+    /// Milliseconds per call in this problem's mode without the fallback: a graph that fails
+    /// here is the algorithm's failure (the search's probes), not the mode's.
+    pub fn time_graph_or_events(
+        &self,
+        algo: *const MatmulAlgo,
+        calls: usize,
+        delay: &Delay,
+    ) -> Result<f64> {
+        match self.timing.get() {
+            Timing::Graph => self.time_graph(algo, calls, delay),
+            Timing::Events => self.time_events(algo, calls, delay),
+        }
+    }
+
+    /// Drops the instantiated graphs (the search probes hundreds of algorithms once each).
+    pub fn clear_graphs(&self) {
+        self.graphs.borrow_mut().clear();
     }
 
     /// Graph replay: `calls` calls (at least one per input set, so the graph's inputs cover
@@ -420,14 +468,13 @@ impl<'a> Problem<'a> {
     /// D of input set 0 computed with `algo`, as f64 (the buffer is poisoned first, so an
     /// algorithm that leaves elements unwritten shows NaNs).
     pub fn output(&self, algo: *const MatmulAlgo) -> Result<Vec<f64>> {
-        let s = &self.sets[0];
-        s.c.fill(0xff)?;
+        self.out.fill(0xff)?;
         lt_check("cublasLtMatmul", self.launch(algo, 0))?;
         self.cuda.sync_stream(self.stream)?;
         let n = extents(&self.key)[3];
-        let bytes = s.c.download(n * type_bytes(self.key.d_type))?;
+        let bytes = self.out.download(n * type_bytes(self.key.d_type))?;
         let out = numeric::to_f64(self.key.d_type, &bytes);
-        s.c.fill(0)?;
+        self.out.fill(0)?;
         Ok(out)
     }
 
@@ -599,9 +646,9 @@ impl<'a> Delay<'a> {
                     self.problem.sets[0].b.ptr,
                     self.problem.layouts[1],
                     (&self.problem.beta as *const f32).cast(),
-                    self.problem.sets[0].c.ptr,
+                    self.problem.out.ptr,
                     self.problem.layouts[2],
-                    self.problem.sets[0].c.ptr,
+                    self.problem.out.ptr,
                     self.problem.layouts[2],
                     std::ptr::null(),
                     std::ptr::null_mut(),

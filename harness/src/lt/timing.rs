@@ -182,7 +182,7 @@ pub fn measure(
         Timing::Events => None,
     };
     let copy_ms = median(&copies);
-    if !(copy_ms > 0.0) {
+    if copy_ms.is_nan() || copy_ms <= 0.0 {
         return Err(Error(format!(
             "a {copy_bytes}-byte copy timed {copy_ms} ms"
         )));

@@ -32,6 +32,14 @@ pub struct Options {
     pub explore: usize,
     /// How samples are timed (graph replay where capture works).
     pub timing: super::timing::Timing,
+    /// Seconds of wider search per shape (0: the heuristic's answers only).
+    pub budget: f64,
+    /// Configurations the search hands on to numerics and the trials.
+    pub keep: usize,
+    /// Adopt only what a fresh process confirms (`tune` runs `recheck` as a child).
+    pub fresh: bool,
+    /// Pointer alignment the heuristic is told (what the caller's pointers have).
+    pub alignment: u32,
 }
 
 impl Default for Options {
@@ -46,6 +54,10 @@ impl Default for Options {
             l2_bytes: 64 << 20,
             explore: 0,
             timing: super::timing::Timing::Graph,
+            budget: 0.0,
+            keep: 8,
+            fresh: true,
+            alignment: 16,
         }
     }
 }
@@ -77,6 +89,9 @@ pub struct Outcome {
     /// 1 - best/heuristic in the selection trials, and in the confirmation trials.
     pub gain: f64,
     pub confirm_gain: Option<f64>,
+    /// The gain measured by a fresh process (`recheck` run by `tune`), interleaved against
+    /// the heuristic: the adoption stands only if it keeps the margin there too.
+    pub fresh_gain: Option<f64>,
     /// Share of paired selection trials the best candidate won.
     pub win_share: f64,
     pub reason: String,
@@ -88,6 +103,8 @@ pub struct Outcome {
     pub limit_ms: Option<f64>,
     pub heuristic_pct_of_limit: Option<f64>,
     pub best_pct_of_limit: Option<f64>,
+    /// The wider search, where `--budget` asked for one.
+    pub search: Option<super::search::Stats>,
     #[serde(skip)]
     pub action: Option<LtAction>,
     #[serde(skip)]
@@ -182,20 +199,27 @@ fn trials(
     Ok(out)
 }
 
-pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome> {
-    let key = p.key;
-    let (op, signature) = op_and_signature(&key);
-    // The baseline is exactly what a caller asking for one answer gets (PyTorch does).
-    let base =
-        p.heuristic(1)?.into_iter().next().ok_or_else(|| {
-            super::cuda::Error("cuBLASLt has no algorithm for this problem".into())
-        })?;
-    let base_cfg = p.config_of(&base.algo)?;
-    let mut dropped = Vec::new();
-    let mut cands: Vec<(AlgoConfig, MatmulAlgo, usize)> = Vec::new();
+type Cand = (AlgoConfig, MatmulAlgo, usize);
+
+/// The baseline: exactly what a caller asking for one answer gets (PyTorch does).
+fn baseline(p: &Problem) -> Result<HeuristicResult> {
+    p.heuristic(1)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| super::cuda::Error("cuBLASLt has no algorithm for this problem".into()))
+}
+
+/// The heuristic's other answers, rebuilt, and with `--explore` their near variants.
+fn answers(
+    p: &Problem,
+    opts: &Options,
+    base_cfg: &AlgoConfig,
+    dropped: &mut Vec<String>,
+) -> Result<Vec<Cand>> {
+    let mut cands: Vec<Cand> = Vec::new();
     for r in p.heuristic(opts.candidates)? {
         let cfg = p.config_of(&r.algo)?;
-        if cfg == base_cfg || cands.iter().any(|c| c.0 == cfg) {
+        if cfg == *base_cfg || cands.iter().any(|c| c.0 == cfg) {
             continue;
         }
         match p.rebuild(&cfg) {
@@ -204,7 +228,7 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
         }
     }
     if opts.explore > 0 {
-        let mut answers = vec![base_cfg];
+        let mut answers = vec![*base_cfg];
         answers.extend(cands.iter().map(|c| c.0));
         let max_custom = |c: &AlgoConfig| p.custom_option_max(c).unwrap_or(0);
         for cfg in variants(&answers, max_custom, opts.explore) {
@@ -214,8 +238,44 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
             }
         }
     }
+    Ok(cands)
+}
+
+/// The wider search (`--budget`): what it found beyond `cands` joins them.
+fn widen(
+    p: &Problem,
+    opts: &Options,
+    base_cfg: &AlgoConfig,
+    cands: &mut Vec<Cand>,
+    delay: &Delay,
+) -> Result<Option<super::search::Stats>> {
+    if opts.budget <= 0.0 {
+        return Ok(None);
+    }
+    let mut seeds = vec![*base_cfg];
+    seeds.extend(cands.iter().map(|c| c.0));
+    let budget = std::time::Duration::from_secs_f64(opts.budget);
+    let (found, stats) = super::search::search(p, &seeds, budget, opts.keep, delay)?;
+    for f in found {
+        if !cands.iter().any(|c| c.0 == f.cfg) {
+            cands.push((f.cfg, f.algo, f.workspace));
+        }
+    }
+    Ok(Some(stats))
+}
+
+/// Numerics: the heuristic's own error against the f32-output reference, and every
+/// candidate within tolerance of it (the others dropped, with why). Returns the heuristic's
+/// error and each kept candidate's.
+fn check_numerics(
+    p: &Problem,
+    base: &MatmulAlgo,
+    cands: &mut Vec<Cand>,
+    dropped: &mut Vec<String>,
+) -> Result<(f64, Vec<f64>)> {
+    let d_type = p.key.d_type;
     let reference = p.reference()?;
-    let base_out = p.output(&base.algo)?;
+    let base_out = p.output(base)?;
     let (reference, base_err) = match reference {
         Some(r) => {
             let e = rel_l2(&base_out, &r);
@@ -223,11 +283,11 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
         }
         None => (base_out.clone(), 0.0),
     };
-    let tol = tolerance(key.d_type).max(2.0 * base_err);
-    if !(base_err <= tolerance(key.d_type)) {
+    let tol = tolerance(d_type).max(2.0 * base_err);
+    if base_err.is_nan() || base_err > tolerance(d_type) {
         return err(format!(
             "the heuristic's own result is off by {base_err:.2e} (tolerance {:.0e}): inputs or reference are wrong",
-            tolerance(key.d_type)
+            tolerance(d_type)
         ));
     }
     let mut errs = Vec::new();
@@ -250,15 +310,48 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
             false
         }
     });
-    // Warm up, then size a sample from the heuristic's time.
-    for _ in 0..3 {
-        p.time(&base.algo, 4, delay)?;
+    Ok((base_err, errs))
+}
+
+/// Device time of sustained work before timed trials. After host-side work (numerics, the
+/// search's bookkeeping) the GPU has idled and its clocks run high for the first tens of
+/// milliseconds of load: without this, the first trials of memory-heavy shapes ran up to 13%
+/// faster than the rest (BENCHMARKS.md, issue 15).
+pub const WARM_UP_MS: f64 = 200.0;
+
+/// Runs samples of `algo` until `WARM_UP_MS` of device time has passed (at most 2000
+/// samples).
+pub fn warm_up(p: &Problem, algo: &MatmulAlgo, calls: usize, delay: &Delay) -> Result<()> {
+    let mut spent = 0.0;
+    for _ in 0..2000 {
+        if spent >= WARM_UP_MS {
+            break;
+        }
+        spent += p.time(algo, calls, delay)? * calls.max(p.sets()) as f64;
     }
-    let once = p.time(&base.algo, 8, delay)?;
-    let calls = ((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400);
-    // Probe: one sample each; anything over 1.5x the best probe cannot win.
-    let mut probes = vec![p.time(&base.algo, calls, delay)?];
-    for (_, algo, _) in &cands {
+    Ok(())
+}
+
+/// Calls per timed sample: about `sample_ms` of the heuristic's work.
+fn sample_calls(p: &Problem, base: &MatmulAlgo, opts: &Options, delay: &Delay) -> Result<usize> {
+    for _ in 0..3 {
+        p.time(base, 4, delay)?;
+    }
+    let once = p.time(base, 8, delay)?;
+    Ok(((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400))
+}
+
+/// One sample each; anything over 1.5x the best probe cannot win. The indices kept.
+fn probe_prune(
+    p: &Problem,
+    base: &MatmulAlgo,
+    cands: &[Cand],
+    calls: usize,
+    delay: &Delay,
+    dropped: &mut Vec<String>,
+) -> Result<Vec<usize>> {
+    let mut probes = vec![p.time(base, calls, delay)?];
+    for (_, algo, _) in cands {
         probes.push(p.time(algo, calls, delay)?);
     }
     let floor = probes.iter().copied().fold(f64::INFINITY, f64::min);
@@ -274,8 +367,24 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
             ));
         }
     }
+    Ok(keep)
+}
+
+pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome> {
+    let key = p.key;
+    let (op, signature) = op_and_signature(&key);
+    let base = baseline(p)?;
+    let base_cfg = p.config_of(&base.algo)?;
+    let mut dropped = Vec::new();
+    let mut cands = answers(p, opts, &base_cfg, &mut dropped)?;
+    let search = widen(p, opts, &base_cfg, &mut cands, delay)?;
+    let (base_err, errs) = check_numerics(p, &base.algo, &mut cands, &mut dropped)?;
+    let calls = sample_calls(p, &base.algo, opts, delay)?;
+    let keep = probe_prune(p, &base.algo, &cands, calls, delay, &mut dropped)?;
     let mut algos: Vec<*const MatmulAlgo> = vec![&base.algo];
     algos.extend(keep.iter().map(|&i| &cands[i].1 as *const MatmulAlgo));
+    // The probes captured every graph; the device is warmed up right before the trials.
+    warm_up(p, &base.algo, calls, delay)?;
     let times = trials(p, &algos, calls, opts.trials, delay)?;
     let timed = |cfg: &AlgoConfig, s: &[f64], e: f64, ws: usize| Timed {
         solution: cfg.solution_name(),
@@ -303,6 +412,7 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
         adopted: None,
         gain,
         confirm_gain: None,
+        fresh_gain: None,
         win_share: wins,
         reason: String::new(),
         timing: String::new(),
@@ -310,6 +420,7 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
         limit_ms: None,
         heuristic_pct_of_limit: None,
         best_pct_of_limit: None,
+        search,
         action: Some(LtAction::Default),
         key: Some(key),
     };
@@ -325,21 +436,8 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
             )
         }
         Some(j) => {
-            let i = keep[j];
-            let again = trials(p, &[&base.algo, &cands[i].1], calls, opts.trials, delay)?;
-            let cg = 1.0 - median(&again[1]) / median(&again[0]);
-            out.confirm_gain = Some(cg);
-            if cg >= opts.margin {
-                out.adopted = Some(cands[i].0.solution_name());
-                out.action = Some(LtAction::Config(cands[i].0));
-                out.reason = format!("{:+.1}% selected, {:+.1}% confirmed", gain * 100.0, cg * 100.0);
-            } else {
-                out.reason = format!(
-                    "{:+.1}% selected but only {:+.1}% in the confirmation trials",
-                    gain * 100.0,
-                    cg * 100.0
-                );
-            }
+            let c = &cands[keep[j]];
+            confirm_in_process(p, &base.algo, c, gain, calls, opts, delay, &mut out)?
         }
     }
     candidates.sort_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
@@ -353,6 +451,40 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
     Ok(out)
 }
 
+/// The second, independent set of trials in this process: the selection's winner is
+/// proposed only if it keeps the margin there (the fresh process decides after).
+#[allow(clippy::too_many_arguments)]
+fn confirm_in_process(
+    p: &Problem,
+    base: &MatmulAlgo,
+    c: &Cand,
+    gain: f64,
+    calls: usize,
+    opts: &Options,
+    delay: &Delay,
+    out: &mut Outcome,
+) -> Result<()> {
+    let again = trials(p, &[base, &c.1], calls, opts.trials, delay)?;
+    let cg = 1.0 - median(&again[1]) / median(&again[0]);
+    out.confirm_gain = Some(cg);
+    if cg >= opts.margin {
+        out.adopted = Some(c.0.solution_name());
+        out.action = Some(LtAction::Config(c.0));
+        out.reason = format!(
+            "{:+.1}% selected, {:+.1}% confirmed",
+            gain * 100.0,
+            cg * 100.0
+        );
+    } else {
+        out.reason = format!(
+            "{:+.1}% selected but only {:+.1}% in the confirmation trials",
+            gain * 100.0,
+            cg * 100.0
+        );
+    }
+    Ok(())
+}
+
 /// A fresh-process re-measurement of one adopted row against the heuristic.
 #[derive(Clone, Debug, Serialize)]
 pub struct Recheck {
@@ -364,7 +496,10 @@ pub struct Recheck {
     pub tuned_ms: f64,
     pub tuned_spread: f64,
     pub gain: f64,
+    /// Faster than the heuristic (a row that is not is a false adopt).
     pub still_wins: bool,
+    /// Faster by the margin (what `tune`'s fresh-process confirmation asks).
+    pub confirmed: bool,
     pub error: Option<String>,
 }
 
@@ -384,6 +519,7 @@ pub fn recheck(p: &Problem, cfg: &AlgoConfig, opts: &Options, delay: &Delay) -> 
         tuned_spread: f64::NAN,
         gain: f64::NAN,
         still_wins: false,
+        confirmed: false,
         error: None,
     };
     let algo = match p.rebuild(cfg) {
@@ -399,6 +535,10 @@ pub fn recheck(p: &Problem, cfg: &AlgoConfig, opts: &Options, delay: &Delay) -> 
     }
     let once = p.time(&base.algo, 8, delay)?;
     let calls = ((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400);
+    // Both graphs captured first (capture leaves the device idle), then the warm-up.
+    p.time(&algo, calls, delay)?;
+    p.time(&base.algo, calls, delay)?;
+    warm_up(p, &base.algo, calls, delay)?;
     let t = trials(p, &[&base.algo, &algo], calls, opts.trials, delay)?;
     r.heuristic_ms = median(&t[0]);
     r.heuristic_spread = spread(&t[0]);
@@ -406,7 +546,70 @@ pub fn recheck(p: &Problem, cfg: &AlgoConfig, opts: &Options, delay: &Delay) -> 
     r.tuned_spread = spread(&t[1]);
     r.gain = 1.0 - r.tuned_ms / r.heuristic_ms;
     r.still_wins = r.tuned_ms < r.heuristic_ms;
+    r.confirmed = r.gain >= opts.margin;
     Ok(r)
+}
+
+/// A fresh process's verdict on one row: (signature, solution, gain where it measured one).
+pub type Verdict = (String, String, Option<f64>);
+
+/// The fresh process's verdicts, read from its `--log` JSON: (signature, solution) -> gain,
+/// `None` where it could not measure the row.
+pub fn read_fresh(log: &serde_json::Value) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for r in log["rechecks"].as_array().into_iter().flatten() {
+        let (Some(sig), Some(sol)) = (r["signature"].as_str(), r["solution"].as_str()) else {
+            continue;
+        };
+        let gain = match r["error"].is_null() {
+            true => r["gain"].as_f64(),
+            false => None,
+        };
+        out.push((sig.to_string(), sol.to_string(), gain));
+    }
+    out
+}
+
+/// Applies the fresh process's verdicts: an adoption stands only where the fresh process
+/// measured the same row at least `margin` faster than the heuristic; every other adoption
+/// (not measured, failed, under the margin, or the whole child failed: `fresh` is `Err`)
+/// becomes `Default`, with why. Returns how many were withdrawn.
+pub fn apply_fresh(
+    outcomes: &mut [Outcome],
+    fresh: std::result::Result<&[Verdict], String>,
+    margin: f64,
+) -> usize {
+    let mut withdrawn = 0;
+    for o in outcomes.iter_mut() {
+        let Some(sol) = o.adopted.clone() else {
+            continue;
+        };
+        let verdict = match &fresh {
+            Err(e) => Err(format!("the fresh-process confirmation failed ({e})")),
+            Ok(v) => match v.iter().find(|x| x.0 == o.signature && x.1 == sol) {
+                None => Err("the fresh process did not measure it".to_string()),
+                Some((_, _, None)) => Err("the fresh process could not run it".to_string()),
+                Some((_, _, Some(g))) => {
+                    o.fresh_gain = Some(*g);
+                    if *g >= margin {
+                        Ok(*g)
+                    } else {
+                        Err(format!("only {:+.1}% in a fresh process", g * 100.0))
+                    }
+                }
+            },
+        };
+        match verdict {
+            Ok(g) => o.reason = format!("{}, {:+.1}% in a fresh process", o.reason, g * 100.0),
+            Err(why) => {
+                o.reason = format!("{} but {why}", o.reason);
+                o.adopted = None;
+                o.action = Some(LtAction::Default);
+                withdrawn += 1;
+            }
+        }
+    }
+    withdrawn
 }
 
 #[cfg(test)]
@@ -434,6 +637,95 @@ mod tests {
             248,
             "best answers first"
         );
+    }
+
+    fn proposed(sig: &str, cfg: Option<AlgoConfig>) -> Outcome {
+        let t = Timed {
+            solution: "x".into(),
+            median_ms: 1.0,
+            spread: 0.0,
+            rel_err: 0.0,
+            workspace: 0,
+            samples: Vec::new(),
+        };
+        Outcome {
+            op: "GemmTunableOp_BFloat16_TN".into(),
+            signature: sig.into(),
+            calls_per_sample: 1,
+            input_sets: 1,
+            heuristic: t,
+            candidates: Vec::new(),
+            dropped: Vec::new(),
+            adopted: cfg.map(|c| c.solution_name()),
+            gain: 0.05,
+            confirm_gain: Some(0.05),
+            fresh_gain: None,
+            win_share: 1.0,
+            reason: "+5.0% selected, +5.0% confirmed".into(),
+            timing: "graph".into(),
+            bytes_moved: 0,
+            limit_ms: None,
+            heuristic_pct_of_limit: None,
+            best_pct_of_limit: None,
+            search: None,
+            action: Some(cfg.map_or(LtAction::Default, LtAction::Config)),
+            key: Some(LtKey::linear(R_16BF, 64, 64, 64)),
+        }
+    }
+
+    #[test]
+    fn only_what_the_fresh_process_confirms_by_the_margin_is_adopted() {
+        let c = AlgoConfig::parse(
+            "Gemm_Cublaslt_algo66_tile20_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster3",
+        )
+        .unwrap();
+        let sol = c.solution_name();
+        let mut o = vec![
+            proposed("a", Some(c)), // confirmed: +4%
+            proposed("b", Some(c)), // faster, under the margin: +1%
+            proposed("c", Some(c)), // slower in the fresh process
+            proposed("d", Some(c)), // the fresh process could not run it
+            proposed("e", Some(c)), // not measured at all
+            proposed("f", None),    // Default stays Default
+        ];
+        // What `recheck --log` writes (NaN gains are null in JSON).
+        let log = serde_json::json!({ "rechecks": [
+            { "signature": "a", "solution": sol, "gain": 0.04, "error": null },
+            { "signature": "b", "solution": sol, "gain": 0.01, "error": null },
+            { "signature": "c", "solution": sol, "gain": -0.02, "error": null },
+            { "signature": "d", "solution": sol, "gain": null, "error": "AlgoCheck returned 15" },
+            { "signature": "e", "solution": "Gemm_Cublaslt_other", "gain": 0.5, "error": null },
+        ]});
+        let fresh = read_fresh(&log);
+        assert_eq!(fresh.len(), 5);
+        assert_eq!(apply_fresh(&mut o, Ok(&fresh), 0.03), 4);
+        assert_eq!(o[0].adopted.as_deref(), Some(sol.as_str()));
+        assert_eq!(o[0].row().action, LtAction::Config(c));
+        assert_eq!(o[0].fresh_gain, Some(0.04));
+        assert!(
+            o[0].reason.contains("+4.0% in a fresh process"),
+            "{}",
+            o[0].reason
+        );
+        for x in &o[1..] {
+            assert!(x.adopted.is_none(), "{}", x.signature);
+            assert_eq!(x.row().action, LtAction::Default);
+        }
+        assert!(
+            o[1].reason.contains("only +1.0% in a fresh process"),
+            "{}",
+            o[1].reason
+        );
+        assert!(o[2].reason.contains("-2.0%"));
+        assert!(o[3].reason.contains("could not run it"));
+        assert!(o[4].reason.contains("did not measure it"));
+        // The child failed as a whole: nothing is adopted.
+        let mut o = vec![proposed("a", Some(c))];
+        assert_eq!(
+            apply_fresh(&mut o, Err("the child exit status: 1".into()), 0.03),
+            1
+        );
+        assert!(o[0].adopted.is_none() && o[0].reason.contains("confirmation failed"));
     }
 
     #[test]
