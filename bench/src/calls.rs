@@ -241,7 +241,8 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
     // --compare: another build of the interposer, loaded beside the preload with dlopen and
     // measured in the same rounds, so before/after figures share every disturbance. It
     // reads the same settings, except that it writes its counters to a file of its own.
-    let mut other_lib = None;
+    // Holds the other build's handle until the rounds are over (it is never closed).
+    let mut _other_lib = None;
     if let Some(other) = &s.compare {
         let lib = Lib::open(other, libc::RTLD_NOW | libc::RTLD_LOCAL)?;
         // SAFETY: the other build exports rocblas_gemm_ex with rocBLAS's signature.
@@ -266,7 +267,7 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
         if let Some(path) = stats {
             std::env::set_var("TUNEDBLAS_STATS", path);
         }
-        other_lib = Some(lib);
+        _other_lib = Some(lib);
     }
     let main_paths = 5;
     let mut calls = vec![1000u64; paths.len()];
@@ -418,7 +419,6 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
             calls[5], calls[6], calls[7], calls[8]
         );
     }
-    drop(other_lib);
     Ok(())
 }
 
