@@ -80,24 +80,10 @@ impl NearIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi;
-    use crate::key::{Trans, Types};
+    use crate::key::Types;
 
     fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        let t = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
-        ProblemKey::single(
-            Trans::T,
-            Trans::N,
-            t,
-            n_out,
-            tokens,
-            k,
-            k,
-            k,
-            n_out,
-            n_out,
-            0,
-        )
+        ProblemKey::linear(Types::HALF, n_out, tokens, k)
     }
 
     #[test]

@@ -41,7 +41,6 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHasher;

@@ -3,6 +3,7 @@
 //! row the algorithm once rebuilt and checked, its hit mark and its quarantine.
 
 use super::*;
+use crate::table::RowState;
 
 /// What a row tells the interposer to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,12 +150,12 @@ impl Prepared {
     }
 }
 
-/// One row as the interposer holds it.
+/// One row as the interposer holds it; its [`RowState`] methods (`mark_hit`,
+/// `quarantine`, ...) are called on the entry itself, as on rocBLAS's `table::Entry`.
 #[derive(Debug)]
 pub struct LtEntry {
     pub action: LtAction,
-    hit: AtomicBool,
-    quarantined: AtomicBool,
+    state: RowState,
     /// Rebuilt and checked on the first call of the key; `None` inside if that failed.
     pub prepared: OnceLock<Option<Prepared>>,
 }
@@ -163,27 +164,17 @@ impl LtEntry {
     fn new(action: LtAction) -> LtEntry {
         LtEntry {
             action,
-            hit: AtomicBool::new(false),
-            quarantined: AtomicBool::new(false),
+            state: RowState::default(),
             prepared: OnceLock::new(),
         }
     }
-    #[inline]
-    pub fn mark_hit(&self) {
-        if !self.hit.load(Ordering::Relaxed) {
-            self.hit.store(true, Ordering::Relaxed);
-        }
-    }
-    pub fn was_hit(&self) -> bool {
-        self.hit.load(Ordering::Relaxed)
-    }
-    #[inline]
-    pub fn is_quarantined(&self) -> bool {
-        self.quarantined.load(Ordering::Relaxed)
-    }
-    /// Takes the row out of service; true for the first caller only.
-    pub fn quarantine(&self) -> bool {
-        !self.quarantined.swap(true, Ordering::Relaxed)
+}
+
+impl std::ops::Deref for LtEntry {
+    type Target = RowState;
+
+    fn deref(&self) -> &RowState {
+        &self.state
     }
 }
 

@@ -446,23 +446,9 @@ impl Verdicts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tunedblas_core::key::Trans;
 
     fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        let t = Types::uniform(DT_F16_R, DT_F32_R);
-        ProblemKey::single(
-            Trans::T,
-            Trans::N,
-            t,
-            n_out,
-            tokens,
-            k,
-            k,
-            k,
-            n_out,
-            n_out,
-            0,
-        )
+        ProblemKey::linear(Types::HALF, n_out, tokens, k)
     }
 
     #[test]
