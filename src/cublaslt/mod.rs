@@ -40,13 +40,12 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::hash::BuildHasherDefault;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHasher;
 
 use crate::key::{ProblemKey, Trans};
-use crate::profile::rank_of_file;
 
 mod table;
 pub use table::*;

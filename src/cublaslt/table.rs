@@ -71,12 +71,11 @@ impl LtResults {
 pub fn parse_results(text: &str) -> LtResults {
     let mut out = LtResults::default();
     let mut seen: HashMap<LtKey, usize> = HashMap::new();
-    // A UTF-8 byte order mark (some editors write one) is not part of the first line.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let l = raw.trim_end_matches('\r').trim();
-        if l.is_empty() {
+    // The one line reader of TunableOp-style files (BOM, blank lines, a cut-short last line).
+    for one in crate::tunableop::lines(text) {
+        let (line, l) = (one.number, one.text);
+        if one.cut_short() {
+            out.skipped.push((line, crate::tunableop::CUT_SHORT.into()));
             continue;
         }
         let fields: Vec<&str> = l.splitn(5, ',').map(str::trim).collect();
@@ -232,62 +231,41 @@ impl LtLoaded {
     /// The table of `device`: its own rank file, else rank 0's.
     #[inline]
     pub fn table_for(&self, device: i32) -> Option<&LtTable> {
-        let own = usize::try_from(device)
-            .ok()
-            .and_then(|d| self.tables.get(d))
-            .and_then(|t| t.as_deref());
-        own.or_else(|| self.tables.first().and_then(|t| t.as_deref()))
+        crate::profile::table_of_device(&self.tables, device)
     }
 }
 
-/// Reads every `tunableop_results<rank>.csv` of a profile folder for cuBLASLt rows.
+/// Reads every `tunableop_results<rank>.csv` of a profile folder for cuBLASLt rows, through
+/// the one rank loader (`profile::load_ranks`: regular files of bounded size only).
 pub fn load_tables(dir: &Path) -> LtLoaded {
     let mut loaded = LtLoaded::default();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            loaded.problems.push(format!(
-                "{}: cannot read the profile folder: {e}",
-                dir.display()
-            ));
-            return loaded;
-        }
-    };
-    let mut files: Vec<(usize, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| Some((rank_of_file(e.file_name().to_str()?)?, e.path())))
-        .collect();
-    files.sort();
-    for (rank, path) in files {
-        // Only a regular file of bounded size: a FIFO would block, /dev/zero never ends.
-        let text = match crate::profile::read_regular(&path, crate::profile::MAX_RESULTS_FILE_BYTES)
-        {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) => {
-                loaded
-                    .problems
-                    .push(crate::profile::unreadable(&path, rank, &e));
-                continue;
+    let mut skipped = 0;
+    let (tables, distinct) = crate::profile::load_ranks(
+        dir,
+        &mut loaded.problems,
+        LtTable::same_rows,
+        |rank, path, problems| {
+            let text =
+                match crate::profile::read_regular(path, crate::profile::MAX_RESULTS_FILE_BYTES) {
+                    Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                    Err(e) => {
+                        problems.push(crate::profile::unreadable(path, rank, &e));
+                        return None;
+                    }
+                };
+            let parsed = parse_results(&text);
+            for (line, why) in &parsed.skipped {
+                if why.starts_with("duplicate") || !why.starts_with("op ") {
+                    problems.push(format!("{}:{line}: skipped: {why}", path.display()));
+                }
             }
-        };
-        let parsed = parse_results(&text);
-        for (line, why) in &parsed.skipped {
-            if why.starts_with("duplicate") || !why.starts_with("op ") {
-                loaded
-                    .problems
-                    .push(format!("{}:{line}: skipped: {why}", path.display()));
-            }
-        }
-        loaded.skipped += parsed.skipped.len();
-        let table = LtTable::new(parsed.rows.iter().map(|r| (r.key, r.action)));
-        crate::profile::place_rank_table(
-            &mut loaded.tables,
-            &mut loaded.distinct,
-            rank,
-            table,
-            LtTable::same_rows,
-        );
-    }
+            skipped += parsed.skipped.len();
+            Some(LtTable::new(parsed.rows.iter().map(|r| (r.key, r.action))))
+        },
+    );
+    loaded.tables = tables;
+    loaded.distinct = distinct;
+    loaded.skipped = skipped;
     loaded
 }
 
@@ -325,6 +303,27 @@ mod tests {
         let again = parse_results(&r.to_text());
         assert_eq!(again.rows, r.rows);
         assert_eq!(again.validators, r.validators);
+    }
+
+    /// A file cut inside its last row (a full disk, a killed writer) could end inside the
+    /// configuration and still read as another one: that row is never served.
+    #[test]
+    fn a_last_row_cut_short_is_skipped() {
+        let k = LtKey::linear(R_16BF, 10240, 2048, 320);
+        let (op, sig) = op_and_signature(&k);
+        // Cut one digit short, the configuration still parses: as another cluster shape.
+        let cfg =
+            "Gemm_Cublaslt_algo66_tile20_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster12";
+        let shorter = &cfg[..cfg.len() - 1];
+        assert!(LtAction::parse(shorter).is_ok());
+        let cut = format!("Validator,PT_VERSION,2.11.0\n{op},{sig},{shorter}");
+        let r = parse_results(&cut);
+        assert!(r.rows.is_empty(), "{:?}", r.rows);
+        assert_eq!(r.skipped.len(), 1);
+        assert!(r.skipped[0].1.contains("cut short"), "{:?}", r.skipped);
+        // The same row ended by its writer is read.
+        let whole = format!("Validator,PT_VERSION,2.11.0\n{op},{sig},{cfg},0.03\n");
+        assert_eq!(parse_results(&whole).rows.len(), 1);
     }
 
     #[test]

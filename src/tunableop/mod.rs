@@ -94,7 +94,7 @@ pub use names::{
     KeyPattern,
 };
 use names::{parse_int, NumError};
-pub use read::{lines, parse, read, Line};
+pub use read::{lines, parse, read, Line, CUT_SHORT};
 pub(crate) use read::{parse_reader, RowData, RowSink};
 
 /// Op-name prefix of the tunedblas extension rows (see the module docs).

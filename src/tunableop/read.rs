@@ -33,6 +33,18 @@ pub struct Line<'a> {
     pub last: bool,
 }
 
+impl Line<'_> {
+    /// PyTorch ends every row with a newline and a time. A last line with neither was cut
+    /// short (a full disk, a killed writer) and may end inside the solution, which would
+    /// still read as some other, wrong solution: never serve it.
+    pub fn cut_short(&self) -> bool {
+        self.last && !self.text.starts_with("Validator,") && self.text.split(',').count() < 4
+    }
+}
+
+/// What is said of a [`Line::cut_short`] line.
+pub const CUT_SHORT: &str = "the last line has no time_ms and no newline: the file was cut short";
+
 /// The one way every TunableOp-style file is cut into lines: `\n`-separated segments, a
 /// UTF-8 byte order mark at the very start dropped, blank lines skipped. A `last` line
 /// that is not blank was never ended by its writer (the file may have been cut short).
@@ -184,18 +196,10 @@ impl<S: RowSink> Parser<S> {
 
     /// One line of the file (see [`lines`]).
     fn take(&mut self, l: Line<'_>) {
-        let (text, line, last) = (l.text, l.number, l.last);
-        // PyTorch ends every row with a newline and a time. A last line with neither was
-        // cut short (a full disk, a killed writer) and may end inside the solution index,
-        // which would still read as some other, wrong index: never serve it.
-        let cut_short = last && !text.starts_with("Validator,") && text.split(',').count() < 4;
-        if cut_short {
-            return self.malformed(
-                line,
-                "the last line has no time_ms and no newline: the file was cut short".into(),
-            );
+        if l.cut_short() {
+            return self.malformed(l.number, CUT_SHORT.into());
         }
-        self.line(text, line);
+        self.line(l.text, l.number);
     }
 
     /// The first line of the (op, signature) text, or `None` after noting this one as first.
