@@ -167,7 +167,45 @@ impl Workers {
     }
 }
 
+/// The per-call benchmark: every path measured interleaved on one thread, first-sight
+/// misses, one thread against two, then the calls each path made (for the parent to check
+/// against the interposer's own counters).
 pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(), String> {
+    let (_lib, ctx, mut paths) = set_up(lib_path, solution)?;
+    // Holds the other build's handle until the rounds are over (it is never closed).
+    let _other_lib = match &s.compare {
+        Some(other) => Some(add_other_build(other, &ctx, &mut paths)?),
+        None => None,
+    };
+    let mut calls = vec![1000u64; paths.len()];
+    one_thread(&ctx, &paths, s, &mut calls);
+    first_sights(&ctx, &paths, s, &mut calls);
+    one_thread_vs_two(ctx, &paths, s, &mut calls);
+    // What this process made of each path, for the parent to compare with the interposer's
+    // own counters (TUNEDBLAS_STATS): every call must have taken the path it was meant to.
+    println!(
+        "counts served={} default={} missed={} passed={} direct={}",
+        calls[1],
+        calls[2],
+        calls[3] + s.first_sights as u64,
+        calls[4],
+        calls[0]
+    );
+    if paths.len() > MAIN_PATHS {
+        println!(
+            "counts-other served={} default={} missed={} passed={}",
+            calls[5], calls[6], calls[7], calls[8]
+        );
+    }
+    Ok(())
+}
+
+/// The paths of this build (direct, served, `Default`, repeat miss, pass-through).
+const MAIN_PATHS: usize = 5;
+
+/// Opens refblas and the preload's entry point, makes a handle, and warms every path up
+/// (start-up happens on the first intercepted call; the miss is then a repeat one).
+fn set_up(lib_path: &std::path::Path, solution: i32) -> Result<(Lib, Ctx, Vec<Path>), String> {
     let lib = Lib::open(lib_path, libc::RTLD_NOW | libc::RTLD_GLOBAL)?;
     // SAFETY: rocBLAS's signatures (src/abi.rs).
     let (direct, create) = unsafe {
@@ -205,7 +243,7 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
         solution,
         budget,
     };
-    let mut paths = vec![
+    let paths = vec![
         path("direct (refblas)", direct, N_SERVED, ALGO_STANDARD, 0, None),
         path("served row", via, N_SERVED, ALGO_STANDARD, 0, Some(15.0)),
         path(
@@ -234,45 +272,49 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
     if paths[0].call(&probe, N_SERVED) != STATUS_SUCCESS {
         return Err("refblas validates its arguments: set REFBLAS_NO_COMPUTE=return".into());
     }
-    // Start-up happens on the first intercepted call; the miss is then a repeat one.
     for p in &paths {
         p.run(&ctx, 1000);
     }
-    // --compare: another build of the interposer, loaded beside the preload with dlopen and
-    // measured in the same rounds, so before/after figures share every disturbance. It
-    // reads the same settings, except that it writes its counters to a file of its own.
-    // Holds the other build's handle until the rounds are over (it is never closed).
-    let mut _other_lib = None;
-    if let Some(other) = &s.compare {
-        let lib = Lib::open(other, libc::RTLD_NOW | libc::RTLD_LOCAL)?;
-        // SAFETY: the other build exports rocblas_gemm_ex with rocBLAS's signature.
-        let f = unsafe { lib.func::<GemmExFn<i32>>(c"rocblas_gemm_ex")? };
-        let stats = std::env::var_os("TUNEDBLAS_STATS");
-        if let Some(path) = &stats {
-            let mut other_stats = path.clone();
-            other_stats.push(".other");
-            std::env::set_var("TUNEDBLAS_STATS", other_stats);
-        }
-        let main = paths.clone();
-        for p in &main[1..] {
-            let q = Path {
-                name: OTHER_NAMES[paths.len() - main.len()],
-                f,
-                budget: None,
-                ..*p
-            };
-            q.run(&ctx, 1000);
-            paths.push(q);
-        }
-        if let Some(path) = stats {
-            std::env::set_var("TUNEDBLAS_STATS", path);
-        }
-        _other_lib = Some(lib);
-    }
-    let main_paths = 5;
-    let mut calls = vec![1000u64; paths.len()];
+    Ok((lib, ctx, paths))
+}
 
-    // ---- one thread, interleaved ------------------------------------------------------
+/// --compare: another build of the interposer, loaded beside the preload with dlopen and
+/// measured in the same rounds, so before/after figures share every disturbance. It reads
+/// the same settings, except that it writes its counters to a file of its own. Its paths
+/// (all but direct) are appended to `paths`; returns its library, which must stay open.
+fn add_other_build(
+    other: &std::path::Path,
+    ctx: &Ctx,
+    paths: &mut Vec<Path>,
+) -> Result<Lib, String> {
+    let lib = Lib::open(other, libc::RTLD_NOW | libc::RTLD_LOCAL)?;
+    // SAFETY: the other build exports rocblas_gemm_ex with rocBLAS's signature.
+    let f = unsafe { lib.func::<GemmExFn<i32>>(c"rocblas_gemm_ex")? };
+    let stats = std::env::var_os("TUNEDBLAS_STATS");
+    if let Some(path) = &stats {
+        let mut other_stats = path.clone();
+        other_stats.push(".other");
+        std::env::set_var("TUNEDBLAS_STATS", other_stats);
+    }
+    let main = paths.clone();
+    for p in &main[1..] {
+        let q = Path {
+            name: OTHER_NAMES[paths.len() - main.len()],
+            f,
+            budget: None,
+            ..*p
+        };
+        q.run(ctx, 1000);
+        paths.push(q);
+    }
+    if let Some(path) = stats {
+        std::env::set_var("TUNEDBLAS_STATS", path);
+    }
+    Ok(lib)
+}
+
+/// Every path on one thread, interleaved round by round; prints the per-call table.
+fn one_thread(ctx: &Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
     let mut all: Vec<Vec<f64>> = vec![Vec::with_capacity(s.rounds * s.samples); paths.len()];
     let mut per_round: Vec<Vec<f64>> = vec![Vec::with_capacity(s.rounds); paths.len()];
     let mut block = Vec::with_capacity(s.samples);
@@ -282,7 +324,7 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
             block.clear();
             for _ in 0..s.samples {
                 let t = Instant::now();
-                paths[i].run(&ctx, BATCH);
+                paths[i].run(ctx, BATCH);
                 block.push(t.elapsed().as_nanos() as f64 / BATCH as f64);
             }
             calls[i] += BATCH * s.samples as u64;
@@ -330,17 +372,19 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
         );
     }
     println!();
+}
 
-    // ---- first-sight misses ------------------------------------------------------------
+/// Shapes never seen, each call timed alone against the direct call of the same shape.
+fn first_sights(ctx: &Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
     let mut first = Vec::with_capacity(s.first_sights);
     let mut base = Vec::with_capacity(s.first_sights);
     for i in 0..s.first_sights {
         let n = FIRST_SIGHT_BASE + i as i32;
         let t = Instant::now();
-        black_box(paths[0].call(&ctx, n));
+        black_box(paths[0].call(ctx, n));
         base.push(t.elapsed().as_nanos() as f64);
         let t = Instant::now();
-        black_box(paths[1].call(&ctx, n));
+        black_box(paths[1].call(ctx, n));
         first.push(t.elapsed().as_nanos() as f64);
     }
     calls[0] += s.first_sights as u64;
@@ -354,15 +398,17 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
         fm - bm
     );
     println!();
+}
 
-    // ---- one thread vs two ---------------------------------------------------------------
+/// This build's paths on one worker thread, then on two at once; prints the scaling table.
+fn one_thread_vs_two(ctx: Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
     let w = workers(ctx);
-    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); main_paths];
-    let mut cpu_ratios: Vec<Vec<f64>> = vec![Vec::new(); main_paths];
-    let mut rates: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); main_paths];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); MAIN_PATHS];
+    let mut cpu_ratios: Vec<Vec<f64>> = vec![Vec::new(); MAIN_PATHS];
+    let mut rates: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); MAIN_PATHS];
     for r in 0..s.thread_rounds {
-        for j in 0..main_paths {
-            let i = (r + j) % main_paths;
+        for j in 0..MAIN_PATHS {
+            let i = (r + j) % MAIN_PATHS;
             let one = w.rate(paths[i], 1, s.thread_calls);
             let two = w.rate(paths[i], 2, s.thread_calls);
             calls[i] += 3 * s.thread_calls;
@@ -384,7 +430,7 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
     // The direct path takes no lock and writes nothing shared: when even it does not reach
     // 1.8x, other processes held a core and the wall-clock ratio says nothing about us.
     let busy = median(&mut ratios[0].clone()) < 1.8;
-    for (i, p) in paths.iter().take(main_paths).enumerate() {
+    for (i, p) in paths.iter().take(MAIN_PATHS).enumerate() {
         let ratio = median(&mut ratios[i]);
         let verdict = match (i, ratio >= 1.8, busy) {
             (0, _, true) => "machine busy",
@@ -403,23 +449,6 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
         );
     }
     println!();
-    // What this process made of each path, for the parent to compare with the interposer's
-    // own counters (TUNEDBLAS_STATS): every call must have taken the path it was meant to.
-    println!(
-        "counts served={} default={} missed={} passed={} direct={}",
-        calls[1],
-        calls[2],
-        calls[3] + s.first_sights as u64,
-        calls[4],
-        calls[0]
-    );
-    if paths.len() > main_paths {
-        println!(
-            "counts-other served={} default={} missed={} passed={}",
-            calls[5], calls[6], calls[7], calls[8]
-        );
-    }
-    Ok(())
 }
 
 /// Start-up: the first intercepted call, less a second one; prints `startup_ns <ns>`.

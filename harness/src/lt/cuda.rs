@@ -485,7 +485,7 @@ impl Lt {
             .ok()
             .and_then(|p| tunedblas_core::identity::library_of_address(p as usize))
             .unwrap_or(path);
-        // SAFETY: each symbol has the C type src/cublaslt.rs gives it (cublasLt.h).
+        // SAFETY: each symbol has the C type src/cublaslt/ gives it (cublasLt.h).
         let mut lt = unsafe {
             Lt {
                 matmul: sym(h, "cublasLtMatmul")?,
