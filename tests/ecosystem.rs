@@ -815,6 +815,22 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
     let store = prefix.join("share/tunedblas/profiles");
     assert!(bin.is_file() && preload.is_file() && store.join("profiles.json").is_file());
     assert!(prefix.join("share/doc/tunedblas/README.md").is_file());
+    // Every relative link of the installed README leads to an installed file.
+    let doc = prefix.join("share/doc/tunedblas");
+    let readme = std::fs::read_to_string(doc.join("README.md")).unwrap();
+    let links: Vec<&str> = readme
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|l| !l.contains("://") && !l.starts_with('#') && l.ends_with(".md"))
+        .collect();
+    assert!(!links.is_empty());
+    for l in links {
+        assert!(
+            doc.join(l).is_file(),
+            "the installed README links {l}, not installed"
+        );
+    }
 
     // Nothing says where the profiles are: each finds the installed store by itself.
     let bare = |cmd: &mut Command| {
@@ -910,6 +926,30 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
     assert_eq!(s["missed_calls"], 0, "{s}");
     assert_eq!(s["rows"], 1, "{s}");
     assert_eq!(s["rows_hit"], 1, "{s}");
+
+    // The installed demo finds its CPU rocBLAS (lib/tunedblas/, off the loader's path) and
+    // starts its workload; it is stopped there (the whole loop is the README's demo).
+    assert!(prefix.join("lib/tunedblas/librocblas_v5.so").is_file());
+    let mut demo = Command::new(&bin)
+        .args(["demo", "--passes", "1", "--dir"])
+        .arg(dir.join("demo"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(demo.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let _ = demo.kill();
+    let out = demo.wait_with_output().unwrap();
+    assert!(
+        first.starts_with("tunedblas demo in "),
+        "{first}{}",
+        text(&out.stderr)
+    );
 }
 
 /// The harness runs each shape with its own flags: ROCBLAS_INTERNAL_FP16_ALT_IMPL, which

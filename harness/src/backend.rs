@@ -678,8 +678,15 @@ impl Library {
     pub fn beside_exe(name: &str) -> Option<PathBuf> {
         let exe = std::env::current_exe().ok()?;
         let dir = exe.parent()?;
-        [dir.join(name), dir.join("../lib").join(name)]
-            .into_iter()
-            .find(|p| p.is_file())
+        // A build folder (target/release), an installed prefix (bin/ and lib/), and the
+        // installed prefix's private folder for refblas (lib/tunedblas/: kept out of the
+        // loader's search path, where a librocblas.so.5 must never stand in for rocBLAS).
+        [
+            dir.join(name),
+            dir.join("../lib").join(name),
+            dir.join("../lib/tunedblas").join(name),
+        ]
+        .into_iter()
+        .find(|p| p.is_file())
     }
 }

@@ -96,11 +96,43 @@ fn indent(log: &str) -> String {
 }
 
 pub fn run(opts: Options) -> Result<()> {
+    match opts.dir.clone() {
+        Some(dir) => run_in(&dir, opts),
+        None => {
+            // A folder of our own, removed when the demo ends, however it ends; --dir keeps
+            // the files.
+            let dir = std::env::temp_dir().join(format!("tunedblas-demo-{}", std::process::id()));
+            let result = run_in(&dir, opts);
+            let _ = std::fs::remove_dir_all(&dir);
+            println!("(removed {}; --dir DIR keeps the files)", dir.display());
+            result
+        }
+    }
+}
+
+/// Marks a folder the demo made, so that a later demo may empty it again.
+const MARKER: &str = ".tunedblas-demo";
+
+/// Empties `dir` for a new demo: a folder an earlier demo made, or an empty or new one.
+/// Anything else is refused, never deleted: `--dir ~/work` must not cost the user ~/work.
+fn fresh_folder(dir: &Path) -> Result<()> {
+    let empty = std::fs::read_dir(dir).map_or(true, |mut rd| rd.next().is_none());
+    if !empty && !dir.join(MARKER).is_file() {
+        return Err(Error::failed(format!(
+            "{} is not empty and not a folder an earlier demo made: give a new or empty folder",
+            dir.display()
+        )));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(dir.join(MARKER), "made by tunedblas demo\n"))
+        .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))
+}
+
+fn run_in(dir: &Path, opts: Options) -> Result<()> {
     let started = Instant::now();
-    let dir = opts.dir.unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("tunedblas-demo-{}", std::process::id()))
-    });
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = dir.to_path_buf();
+    fresh_folder(&dir)?;
     let lib_dir = dir.join("lib");
     std::fs::create_dir_all(&lib_dir)
         .map_err(|e| Error::failed(format!("cannot create {}: {e}", lib_dir.display())))?;

@@ -209,6 +209,13 @@ pub struct Snippets {
     pub docker: String,
 }
 
+/// `name` in a folder of `$PATH`, if it is there.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
 /// The snippets, with this installation's paths. `prefix` is the install prefix when the
 /// interposer sits in `<prefix>/lib` (the Dockerfile copies it).
 pub fn snippets(preload: &Path, profile_dir: &Path, prefix: Option<&Path>) -> Snippets {
@@ -226,18 +233,30 @@ export TUNEDBLAS_MISS_DIR="${{TUNEDBLAS_MISS_DIR:-$HOME/.cache/tunedblas/misses}
 exec vllm serve "$@"
 "#
     );
+    // systemd runs ExecStart with its own PATH: a venv's vllm is found only by its full
+    // path. The one on this PATH now, else a placeholder to replace.
+    let vllm_exe = on_path("vllm").map_or("/path/to/venv/bin/vllm".to_string(), |p| {
+        p.display().to_string()
+    });
+    let user = var("USER")
+        .filter(|u| u != "root")
+        .unwrap_or_else(|| "vllm".into());
     let systemd = format!(
         r#"# /etc/systemd/system/vllm-tuned.service
+# Check User= (the account that owns the model cache) and the vllm path (`which vllm`
+# inside the venv vLLM runs from) before `systemctl enable --now vllm-tuned`.
 [Unit]
 Description=vLLM with tunedblas-tuned rocBLAS GEMMs
 After=network-online.target
 
 [Service]
+User={user}
 Environment=LD_PRELOAD={pre}
 Environment=TUNEDBLAS_PROFILE_DIR={dir}
 Environment=TUNEDBLAS_MISS_DIR=/var/cache/tunedblas/misses
+# /var/cache/tunedblas, made and owned by User= (the misses go there).
 CacheDirectory=tunedblas
-ExecStart=/usr/bin/env vllm serve <model> --max-num-batched-tokens 2048
+ExecStart={vllm_exe} serve <model> --max-num-batched-tokens 2048
 # Misses are written as they happen; call counts at exit, which SIGINT lets happen.
 KillSignal=SIGINT
 Restart=on-failure
@@ -325,6 +344,24 @@ mod tests {
         }
         assert!(s.vllm.starts_with("#!/bin/sh\n") && s.vllm.contains("exec vllm serve \"$@\""));
         assert!(s.systemd.contains("[Service]") && s.systemd.contains("ExecStart="));
+        // systemd finds no venv's vllm through `env`: ExecStart names a full path, and the
+        // service runs as a user, not root.
+        let exec = s
+            .systemd
+            .lines()
+            .find_map(|l| l.strip_prefix("ExecStart="))
+            .unwrap();
+        assert!(
+            exec.starts_with('/') && !exec.starts_with("/usr/bin/env"),
+            "{exec}"
+        );
+        assert!(exec.contains("vllm serve"), "{exec}");
+        let user = s.systemd.lines().find_map(|l| l.strip_prefix("User="));
+        assert!(
+            user.is_some_and(|u| !u.is_empty() && u != "root"),
+            "{}",
+            s.systemd
+        );
         assert!(
             s.docker.contains("FROM $BASE")
                 && s.docker

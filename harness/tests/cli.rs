@@ -183,3 +183,49 @@ fn profiles_which_refuses_what_is_not_rocblas_with_exit_3() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("cannot read /no/such/librocblas.so.4"));
 }
+
+#[test]
+fn demo_never_empties_a_folder_it_did_not_make() {
+    let dir = std::env::temp_dir().join(format!("tunedblas-cli-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("precious.txt"), "mine").unwrap();
+    let out = tunedblas(&["demo", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not empty and not a folder an earlier demo made"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("precious.txt")).unwrap(),
+        "mine"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn demo_leaves_no_temporary_folder_behind_even_when_it_fails() {
+    // The binary alone, without refblas beside it: the demo fails at once.
+    let bin = std::env::temp_dir().join(format!("tunedblas-cli-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("tunedblas");
+    std::fs::copy(env!("CARGO_BIN_EXE_tunedblas"), &exe).unwrap();
+    let out = Command::new(&exe).arg("demo").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("librocblas_v5.so is not beside"),
+        "{}",
+        stderr(&out)
+    );
+    let said = stdout(&out);
+    let removed = said
+        .lines()
+        .find_map(|l| l.strip_prefix("(removed "))
+        .and_then(|l| l.split(';').next())
+        .unwrap_or_else(|| panic!("no removal said: {said}"));
+    assert!(
+        !std::path::Path::new(removed).exists(),
+        "{removed} left behind"
+    );
+    std::fs::remove_dir_all(&bin).unwrap();
+}
