@@ -256,3 +256,39 @@ fn a_hugging_face_config_gives_vllm_layers_per_rank() {
         .unwrap()
         .starts_with("tn_"));
 }
+
+/// `--out` writes the missing problems as a `tune` input, and `tune`'s reader takes every
+/// line of it: the prediction closes the loop.
+#[test]
+fn out_writes_the_missing_problems_as_a_tune_input() {
+    let profile = fixture_profile();
+    let dir = scratch("out");
+    let file = dir.join("missing.csv");
+    let out = coverage(&[
+        "--profile",
+        &profile,
+        "--block-size",
+        "1024",
+        "--max-num-batched-tokens",
+        "2048",
+        "--dynamic-prefill",
+        "--json",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let missing = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["status"] == "missing")
+        .count();
+    assert!(missing > 0);
+    let written = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines.len(), missing, "{written}");
+    // Each line is a shape tune reads (the untuned-file form).
+    let log = tunedblas_core::misses::file::parse(&written);
+    assert_eq!(log.keys().count(), missing, "{written}");
+}

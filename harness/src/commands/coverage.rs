@@ -18,7 +18,7 @@ use crate::serving;
 const HELP: &str = "\
 tunedblas coverage [--config PATH] [--shapes FILE] [--profile DIR|NAME] [SERVING FLAGS]
                    [--profiles DIR] [--rank R] [--near W] [--dtype T] [--unfused] [--top N] [--json]
-                   [--strict] [-- <vLLM command line>]
+                   [--strict] [--out FILE] [-- <vLLM command line>]
 
 Predicts the GEMM problems a vLLM configuration puts on the wire, with the reason for every
 token count M, and checks each (N, K, M) against a profile: tuned, Default, missing or
@@ -49,7 +49,7 @@ pub const EXIT_UNSERVABLE: u8 = 4;
 /// The help text, with the serving flags the core understands.
 pub fn help() -> String {
     format!(
-        "{HELP}{}\nOUTPUT:\n    --top N (25) gap groups in the text, --json everything\n\nEXIT CODES with --strict: 0 every problem has a row, {EXIT_MISSING} some are missing, {EXIT_UNSERVABLE} none missing\nbut some unservable (without --strict: 0). 1 unreadable input, 2 bad command line.\n\nEXAMPLE (the seed's live configuration):\n    tunedblas coverage --profile rocm10-rocblas5.6 --dynamic-prefill --strict -- \\\n        vllm serve MODEL --block-size 1024 --max-num-batched-tokens 2048\n",
+        "{HELP}{}\nOUTPUT:\n    --top N (25) gap groups in the text, --json everything\n    --out FILE   the missing problems, most expensive first, as a `tunedblas tune` input\n\nEXIT CODES with --strict: 0 every problem has a row, {EXIT_MISSING} some are missing, {EXIT_UNSERVABLE} none missing\nbut some unservable (without --strict: 0). 1 unreadable input, 2 bad command line.\n\nEXAMPLE (the seed's live configuration):\n    tunedblas coverage --profile rocm10-rocblas5.6 --dynamic-prefill --strict -- \\\n        vllm serve MODEL --block-size 1024 --max-num-batched-tokens 2048\n",
         serving::HELP
     )
 }
@@ -67,6 +67,7 @@ struct Options {
     strict: bool,
     near: i64,
     serving: Serving,
+    out: Option<PathBuf>,
 }
 
 /// The flags of `coverage` itself (the serving flags are read first, by `serving`).
@@ -78,6 +79,7 @@ const OPTIONS: &[&str] = &[
     "--profile",
     "--profiles",
     "--rank",
+    "--out",
     "--dtype",
     "--top",
     "--near",
@@ -125,6 +127,7 @@ fn parse(args: &[String]) -> Result<Options> {
         strict: a.has("--strict"),
         near,
         serving,
+        out: a.path("--out"),
     })
 }
 
@@ -241,6 +244,9 @@ fn analyse(o: &Options) -> Result<coverage::Report> {
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let report = analyse(&o)?;
+    if let Some(out) = &o.out {
+        write_tune_input(out, &report)?;
+    }
     if o.json {
         super::print_json(&render::coverage::json(&report));
     } else {
@@ -262,5 +268,29 @@ pub fn run(args: &[String]) -> Result<()> {
             ));
         }
     }
+    Ok(())
+}
+
+/// `--out FILE`: every predicted problem with no row, most expensive first, as PyTorch
+/// untuned-file lines (`op_name,param_signature`), which `tunedblas tune` reads.
+fn write_tune_input(out: &Path, report: &coverage::Report) -> Result<()> {
+    let mut text = String::new();
+    let mut count = 0;
+    for p in report
+        .problems
+        .iter()
+        .filter(|p| matches!(p.status, coverage::Status::Missing))
+    {
+        let (op, sig) = tunableop::op_and_signature(&p.key);
+        text.push_str(&format!("{op},{sig}\n"));
+        count += 1;
+    }
+    std::fs::write(out, text)
+        .map_err(|e| Error::failed(format!("cannot write {}: {e}", out.display())))?;
+    eprintln!(
+        "tunedblas: {count} predicted problems with no row written to {} (tunedblas tune --lib <librocblas.so> {} tunes them)",
+        out.display(),
+        out.display()
+    );
     Ok(())
 }
