@@ -951,3 +951,103 @@ fn cublaslt_a_truncated_results_file_serves_its_whole_rows_only() {
         "the cut row's shape is a miss: {stderr}"
     );
 }
+
+/// `tunedblas lt ARGS` (and `tunedblas-lt ARGS`, which runs it) as built; (exit code,
+/// stdout, stderr).
+fn lt_cli(entry: &[&str], args: &[&str]) -> (i32, String, String) {
+    let (program, first) = entry.split_first().unwrap();
+    let out = Command::new(common::built(program))
+        .args(first)
+        .args(args)
+        .env_remove("TUNEDBLAS_CUBLASLT")
+        .env_remove("TUNEDBLAS_CUDART")
+        .output()
+        .expect("run tunedblas lt");
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+#[test]
+fn tunedblas_lt_reads_its_arguments_strictly_with_the_documented_exit_codes() {
+    let dir = scratch("lt-cli");
+    let stats = dir.join("s.json");
+    std::fs::write(
+        &stats,
+        r#"{"calls":4,"served":4,"rows":1,"rows_hit":1,"rows_not_hit":[]}"#,
+    )
+    .unwrap();
+    let stats = stats.to_str().unwrap();
+    for entry in [&["tunedblas", "lt"][..], &["tunedblas-lt"]] {
+        // The issue's example: an unknown option was ignored and the run passed.
+        let (code, _, err) = lt_cli(entry, &["verify", "--stats", stats, "--no-such-flag", "1"]);
+        assert_eq!(code, 2, "{entry:?}: {err}");
+        assert!(
+            err.contains("unknown option '--no-such-flag' for 'tunedblas lt verify'")
+                && err.contains("run 'tunedblas help lt'"),
+            "{err}"
+        );
+        let (code, _, err) = lt_cli(entry, &["verify", "--stat", stats]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("(did you mean '--stats'?)"), "{err}");
+        let (code, _, err) = lt_cli(entry, &["verify", "--stats"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("option '--stats' for 'tunedblas lt verify' needs a value"),
+            "{err}"
+        );
+        let (code, _, err) = lt_cli(entry, &["verify", "--stats", stats, "stray"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("unexpected argument 'stray'"), "{err}");
+        let (code, _, err) = lt_cli(entry, &["tnue"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("(did you mean 'tune'?)"), "{err}");
+        let (code, out, err) = lt_cli(entry, &["verify", "--stats", stats]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("1 of 1 rows hit"), "{out}");
+    }
+    // A stats file that shows a miss fails the check: exit 1.
+    std::fs::write(
+        dir.join("miss.json"),
+        r#"{"rows":1,"rows_hit":1,"missed_shapes":1}"#,
+    )
+    .unwrap();
+    let miss = dir.join("miss.json");
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &["verify", "--stats", miss.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{err}");
+    // The options of tune are read before anything is loaded: a mistake is exit 2 on a
+    // machine without CUDA; a library that cannot be loaded is exit 3.
+    let tune = [
+        "tune",
+        "--shape",
+        "512,256,2560",
+        "--profiles",
+        stats,
+        "--name",
+        "x",
+    ];
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--timing", "clock"]].concat(),
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--shape", "1,2"]].concat(),
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--cudart", "/no/such/libcudart.so"]].concat(),
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("cannot load the CUDA runtime"), "{err}");
+    let (code, out, _) = lt_cli(&["tunedblas"], &["help", "lt"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("tunedblas lt "), "{out}");
+}

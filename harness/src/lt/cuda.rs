@@ -366,6 +366,11 @@ impl Cuda {
         (unsafe { (self.device_attr)(&mut v, which, 0) } == 0).then_some(v as i64)
     }
 
+    /// Whether device 0 answers (a runtime with no usable device answers nothing).
+    pub fn has_device(&self) -> bool {
+        self.attr(ATTR_CC_MAJOR).is_some()
+    }
+
     /// L2 cache bytes of device 0 (60 MB on an H200).
     pub fn l2_bytes(&self) -> usize {
         self.attr(ATTR_L2_BYTES).unwrap_or(64 << 20).max(1 << 20) as usize
