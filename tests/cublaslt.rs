@@ -1041,6 +1041,16 @@ fn tunedblas_lt_reads_its_arguments_strictly_with_the_documented_exit_codes() {
         &[&tune[..], &["--shape", "1,2"]].concat(),
     );
     assert_eq!(code, 2, "{err}");
+    // --margin is in percent, as in `tunedblas tune`; a fraction is refused, not read as 0.03%.
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--margin", "0.03"]].concat(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--margin takes a percentage like 3 (for 3%)"),
+        "{err}"
+    );
     let (code, _, err) = lt_cli(
         &["tunedblas", "lt"],
         &[&tune[..], &["--cudart", "/no/such/libcudart.so"]].concat(),

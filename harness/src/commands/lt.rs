@@ -36,7 +36,8 @@ OPTIONS:
     --cudart PATH     libcudart.so to load (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)
     --trials N        interleaved trials per candidate (15)
     --candidates N    heuristic answers asked for (32)
-    --margin F        gain needed to adopt, in the selection and the confirmation (0.03)
+    --margin PCT      gain needed to adopt, in percent, in the selection and the confirmation
+                      (3; as `tunedblas tune`: 1 or more, or 0; 0.03 is refused)
     --win-share F     share of the trials the candidate must win (see tune.rs)
     --workspace B     workspace bytes callers give cuBLASLt (1048576)
     --sample-ms MS    time each timed sample spans

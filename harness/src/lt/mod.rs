@@ -46,7 +46,7 @@ fn options(a: &Args) -> CliResult<tune::Options> {
     Ok(tune::Options {
         trials: num(a, "--trials", d.trials)?.max(3),
         candidates: num(a, "--candidates", d.candidates)?.max(1),
-        margin: num(a, "--margin", d.margin)?,
+        margin: a.margin(d.margin * 100.0)?,
         win_share: num(a, "--win-share", d.win_share)?,
         workspace: num(a, "--workspace", d.workspace)?,
         sample_ms: num(a, "--sample-ms", d.sample_ms)?,
@@ -389,7 +389,8 @@ fn fresh_verdicts(
         .args(["--trials", &opts.trials.to_string()])
         .args(["--workspace", &opts.workspace.to_string()])
         .args(["--sample-ms", &opts.sample_ms.to_string()])
-        .args(["--margin", &opts.margin.to_string()])
+        // In percent, as the command line takes it (rounded: 0.03 * 100 is not exactly 3).
+        .args(["--margin", &((opts.margin * 1e8).round() / 1e6).to_string()])
         .args(["--timing", opts.timing.name()])
         .args(["--alignment", &opts.alignment.to_string()])
         .stderr(std::process::Stdio::inherit())
@@ -979,11 +980,11 @@ mod tests {
 [ "$1" = lt ] && [ "$2" = recheck ] || exit 3
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rows) rows=$2 ;; --log) log=$2 ;; --lib) lib=$2 ;; --timing) timing=$2 ;;
+    --rows) rows=$2 ;; --log) log=$2 ;; --lib) lib=$2 ;; --timing) timing=$2 ;; --margin) margin=$2 ;;
   esac
   shift
 done
-[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] || exit 4
+[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] && [ "$margin" = 3 ] || exit 4
 row=$(grep -v '^Validator' "$rows" | head -1)
 sig=$(echo "$row" | cut -d, -f2)
 sol=$(echo "$row" | cut -d, -f3)
@@ -1036,6 +1037,7 @@ exit {exit}
             "--alignment",
             "--confirm",
             "--timing",
+            "--margin",
         ];
         Args::parse("lt tune", &args.map_strings(), &[], &options).unwrap()
     }
@@ -1062,12 +1064,16 @@ exit {exit}
         assert_eq!(need(&a, "--timing").unwrap_err().exit_code(), 2);
         assert_eq!(num(&a, "--trials", 1usize).unwrap(), 9);
         assert_eq!(options(&a).unwrap().trials, 9);
+        // The margin is in percent, as `tunedblas tune` takes it.
+        assert_eq!(options(&a).unwrap().margin, 0.03);
+        assert_eq!(options(&parse(&["--margin", "5"])).unwrap().margin, 0.05);
         assert_eq!(num::<usize>(&a, "--name", 1).unwrap_err().exit_code(), 2);
         for bad in [
             &["--alignment", "48"][..],
             &["--confirm", "maybe"],
             &["--timing", "clock"],
             &["--trials", "many"],
+            &["--margin", "0.03"],
         ] {
             let e = options(&parse(bad)).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad:?}: {}", e.message);
