@@ -19,6 +19,9 @@ SUBCOMMANDS:
     tune --misses PATH [PATH...] --profiles DIR --name NAME [--rank R] [--shape N,M,K]...
         Tune every shape in the miss files (a file, or a folder of *-cublaslt-rank*.csv) and
         write DIR/NAME/tunableop_results<R>.csv, provenance.json and DIR/profiles.json.
+        Each finished shape is checkpointed in DIR/NAME: an interrupted campaign resumes
+        when the same command is run again (--fresh discards an unfinished one with other
+        shapes); one campaign per profile runs at a time.
     recheck (--profiles DIR --name NAME [--rank R] | --rows FILE)
         Re-measure every adopted row against the heuristic in this (fresh) process: how many
         still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
@@ -96,6 +99,7 @@ const TIMING: &[&str] = &[
 /// A subcommand: its name, the options it takes on top of `shared`, its positionals, its run.
 struct Sub {
     name: &'static str,
+    switches: &'static [&'static str],
     shared: &'static [&'static str],
     options: &'static [&'static str],
     positionals: usize,
@@ -107,6 +111,7 @@ const LIBS: &[&str] = &["--lib", "--cudart"];
 const SUBS: &[Sub] = &[
     Sub {
         name: "info",
+        switches: &[],
         shared: LIBS,
         options: &[],
         positionals: 0,
@@ -114,6 +119,7 @@ const SUBS: &[Sub] = &[
     },
     Sub {
         name: "selftest",
+        switches: &[],
         shared: LIBS,
         options: &[],
         positionals: 0,
@@ -121,6 +127,7 @@ const SUBS: &[Sub] = &[
     },
     Sub {
         name: "tune",
+        switches: &["--fresh"],
         shared: TIMING,
         options: &[
             "--misses",
@@ -136,6 +143,7 @@ const SUBS: &[Sub] = &[
     },
     Sub {
         name: "recheck",
+        switches: &[],
         shared: TIMING,
         options: &["--profiles", "--name", "--rank", "--rows"],
         positionals: 0,
@@ -143,6 +151,7 @@ const SUBS: &[Sub] = &[
     },
     Sub {
         name: "overhead",
+        switches: &[],
         shared: LIBS,
         options: &["--shape", "--calls", "--reps", "--workspace", "--log"],
         positionals: 0,
@@ -150,6 +159,7 @@ const SUBS: &[Sub] = &[
     },
     Sub {
         name: "verify",
+        switches: &[],
         shared: &[],
         options: &["--stats"],
         positionals: 0,
@@ -179,7 +189,7 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     let options: Vec<&str> = sub.shared.iter().chain(sub.options).copied().collect();
     let run = || {
-        let a = Args::parse(&format!("lt {name}"), &args[1..], &[], &options)?;
+        let a = Args::parse(&format!("lt {name}"), &args[1..], sub.switches, &options)?;
         a.at_most_positional(sub.positionals)?;
         (sub.run)(&a)
     };

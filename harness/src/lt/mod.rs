@@ -5,6 +5,7 @@
 mod cuda;
 mod numeric;
 mod problem;
+mod resume;
 mod search;
 mod timing;
 mod tune;
@@ -258,65 +259,30 @@ fn mins_secs(s: f64) -> String {
     format!("{}m{:02}s", s / 60, s % 60)
 }
 
-/// Every key tuned in turn, each against the limits; progress and the campaign's ETA on
-/// stderr after each shape.
-fn tune_all(
+/// One shape tuned, and measured against the limits where they are known.
+fn tune_key(
     cuda: &Cuda,
     lt: &Lt,
-    keys: &[LtKey],
+    key: &LtKey,
     opts: &tune::Options,
     d: &Delay,
     limits: Option<&timing::Limits>,
-) -> Vec<tune::Outcome> {
-    let t0 = std::time::Instant::now();
-    let mut outcomes = Vec::new();
-    for (i, key) in keys.iter().enumerate() {
-        let (op, sig) = op_and_signature(key);
-        let sets = Problem::sets_for(key, opts.l2_bytes);
-        let outcome = Problem::new(cuda, lt, *key, sets, opts.workspace).and_then(|p| {
-            p.set_timing(opts.timing);
-            p.set_alignment(opts.alignment)?;
-            tune::tune_shape(&p, opts, d)
-        });
-        let said = match outcome {
-            Ok(mut o) => {
-                if let Some(l) = limits {
-                    let lim = l.limit_ms(o.bytes_moved);
-                    o.limit_ms = Some(lim);
-                    o.heuristic_pct_of_limit =
-                        Some(timing::pct_of_limit(lim, o.heuristic.median_ms));
-                    o.best_pct_of_limit = o
-                        .candidates
-                        .first()
-                        .map(|c| timing::pct_of_limit(lim, c.median_ms.min(o.heuristic.median_ms)));
-                }
-                let said = format!(
-                    "{}{}",
-                    o.adopted
-                        .as_deref()
-                        .map_or("Default".into(), |s| format!("proposed {s}")),
-                    o.search
-                        .as_ref()
-                        .map_or(String::new(), |s| format!("; {}", s.line()))
-                );
-                outcomes.push(o);
-                said
-            }
-            Err(e) => {
-                println!("{op},{sig}: not tuned: {e}");
-                format!("not tuned: {e}")
-            }
-        };
-        let (done, el) = (i + 1, t0.elapsed().as_secs_f64());
-        eprintln!(
-            "tunedblas-lt: [{done}/{}] {}: {said}; {} elapsed, ETA {}",
-            keys.len(),
-            sig.chars().skip(5).take(40).collect::<String>(),
-            mins_secs(el),
-            mins_secs(el / done as f64 * (keys.len() - done) as f64)
-        );
+) -> Result<tune::Outcome> {
+    let sets = Problem::sets_for(key, opts.l2_bytes);
+    let p = Problem::new(cuda, lt, *key, sets, opts.workspace)?;
+    p.set_timing(opts.timing);
+    p.set_alignment(opts.alignment)?;
+    let mut o = tune::tune_shape(&p, opts, d)?;
+    if let Some(l) = limits {
+        let lim = l.limit_ms(o.bytes_moved);
+        o.limit_ms = Some(lim);
+        o.heuristic_pct_of_limit = Some(timing::pct_of_limit(lim, o.heuristic.median_ms));
+        o.best_pct_of_limit = o
+            .candidates
+            .first()
+            .map(|c| timing::pct_of_limit(lim, c.median_ms.min(o.heuristic.median_ms)));
     }
-    outcomes
+    Ok(o)
 }
 
 /// The proposed adoptions re-measured by a fresh process (this binary's `recheck`, its
@@ -524,7 +490,17 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
             "the heuristic's answers only".into()
         }
     );
-    let mut outcomes = tune_all(&cuda, &lt, &keys, &opts, &d, limits.as_ref());
+    // One campaign per profile folder at a time; a killed one resumes from its checkpoint.
+    let folder = crate::store::Folder {
+        name: name.to_string(),
+        dir: profiles.join(name),
+        existed: false,
+    };
+    let _campaign = crate::campaign::lock_campaign(&folder, false)?;
+    let (mut checkpoint, done) = resume::open(&folder.dir, &sha, rank, &keys, a.has("--fresh"))?;
+    let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
+        tune_key(&cuda, &lt, key, &opts, &d, limits.as_ref())
+    })?;
     confirm_fresh(&lt, &cuda, &opts, &mut outcomes);
     print_table(&opts, &outcomes);
     let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
@@ -575,6 +551,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         entry,
         campaign.clone(),
     )?;
+    checkpoint.retire(&folder.dir);
     write_json(
         a.path("--log"),
         &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
