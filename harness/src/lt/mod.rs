@@ -13,7 +13,7 @@ mod tune;
 use std::path::{Path, PathBuf};
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::registry::{self, Provenance, Registry};
+use tunedblas_core::registry;
 
 use crate::args::Args;
 use cuda::{err, lt_check, Cuda, Error, Lt, Result};
@@ -417,48 +417,30 @@ fn print_table(opts: &tune::Options, outcomes: &[tune::Outcome]) {
     }
 }
 
-/// The rank file, provenance and registry entry together, all or nothing, under the
-/// registry's lock (the one `tunedblas`'s store transactions take), each read as it is now
-/// so that tools writing the store at once keep each other's changes.
+/// The rank file, provenance and registry entry together, all or nothing, in one
+/// transaction of the profile store (the locked one every `tunedblas` writer uses), each
+/// read as it is now so that tools writing the store at once keep each other's changes.
+/// Only this rank's file is written; the other ranks' stay as they are.
 fn write_profile(
     profiles: &Path,
-    name: &str,
+    folder: &crate::store::Folder,
     rank: usize,
     sha: &str,
     results: &LtResults,
     entry: registry::Entry,
     campaign: serde_json::Value,
-) -> Result<PathBuf> {
-    let dir = profiles.join(name);
-    std::fs::create_dir_all(profiles).map_err(|e| Error(format!("{}: {e}", profiles.display())))?;
-    let file = dir.join(format!("tunableop_results{rank}.csv"));
-    let prov_path = dir.join("provenance.json");
-    let reg_path = profiles.join(tunedblas_core::profile::REGISTRY_FILE);
-    let committed = registry::with_lock(&reg_path, || {
-        let mut reg = match reg_path.exists() {
-            true => Registry::load(&reg_path)?,
-            false => Registry::new(),
-        };
-        if let Err(e) = reg.insert(name, entry) {
-            return Ok(Err(e));
-        }
-        let mut prov = match prov_path.exists() {
-            true => Provenance::load(&prov_path)?,
-            false => Provenance::new(),
-        };
+) -> CliResult<PathBuf> {
+    let store = crate::store::Store::open(profiles)?;
+    store.transaction(|tx| {
+        tx.write_rank(folder, rank, results.to_text(), entry)?;
+        let prov = tx.provenance(folder)?;
         prov.set_sha256(sha);
-        prov.set_profile(name);
+        prov.set_profile(&folder.name);
+        prov.set("updated", crate::store::utc_now().into());
         prov.push_campaign(campaign);
-        let mut commit = registry::Commit::new();
-        commit.write(&file, results.to_text());
-        commit.write(&prov_path, prov.to_json(&prov_path)?);
-        commit.write(&reg_path, reg.to_json(&reg_path)?);
-        Ok(commit.apply().map_err(|e| e.to_string()))
-    });
-    committed
-        .map_err(|e| Error(e.to_string()))?
-        .map_err(Error)?;
-    Ok(file)
+        Ok(())
+    })?;
+    Ok(crate::store::rank_file(&folder.dir, rank))
 }
 
 pub fn cmd_tune(a: &Args) -> CliResult<()> {
@@ -544,7 +526,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         .insert("cublaslt_version".into(), lt.version().into());
     let file = write_profile(
         &profiles,
-        name,
+        &folder,
         rank,
         &sha,
         &results,
@@ -1003,6 +985,77 @@ exit {exit}
         assert!(e.contains("exit status: 1"), "{e}");
         let missing = dir.join("no-such-program");
         assert!(fresh_verdicts(&missing, libs, &opts, &rows, &work).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_profile_is_written_by_a_store_transaction_one_rank_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-lt-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let profiles = dir.join("profiles");
+        let folder = crate::store::Folder {
+            name: "h200-lt".into(),
+            dir: profiles.join("h200-lt"),
+            existed: false,
+        };
+        let sha = "ab".repeat(32);
+        let results = |m| LtResults {
+            validators: vec![("TUNEDBLAS_BACKEND".into(), "cublaslt".into())],
+            rows: vec![LtRow {
+                key: LtKey::linear(R_16BF, 512, m, 256),
+                action: LtAction::Default,
+                time_ms: Some(0.01),
+            }],
+            skipped: Vec::new(),
+        };
+        let entry = || {
+            let mut e = registry::Entry::new("h200-lt", &sha);
+            e.extra.insert("library".into(), "cublaslt".into());
+            e
+        };
+        let campaign = |rank| serde_json::json!({ "kind": "cublaslt-tune", "rank": rank });
+        for rank in [0, 1] {
+            let file = write_profile(
+                &profiles,
+                &folder,
+                rank,
+                &sha,
+                &results(rank as i64 + 1),
+                entry(),
+                campaign(rank),
+            )
+            .unwrap();
+            assert_eq!(
+                file,
+                folder.dir.join(format!("tunableop_results{rank}.csv"))
+            );
+        }
+        // Rank 1 left rank 0 as it was.
+        let rows = |rank: usize| {
+            let f = folder.dir.join(format!("tunableop_results{rank}.csv"));
+            parse_results(&std::fs::read_to_string(f).unwrap()).rows
+        };
+        assert_eq!(rows(0), results(1).rows);
+        assert_eq!(rows(1), results(2).rows);
+        let store = crate::store::Store::existing(&profiles).unwrap();
+        let reg = store.registry().unwrap();
+        let e = reg.get("h200-lt").unwrap();
+        assert_eq!(e.lib_sha256, sha);
+        let prov = std::fs::read_to_string(folder.dir.join("provenance.json")).unwrap();
+        assert!(
+            prov.contains("cublaslt-tune") && prov.contains(&sha),
+            "{prov}"
+        );
+        // An entry the registry refuses fails the transaction, and nothing is written.
+        let other = registry::Entry::new("h200-lt", "not a sha256");
+        let before = std::fs::read_to_string(store.registry_path()).unwrap();
+        let refused = write_profile(&profiles, &folder, 2, &sha, &results(3), other, campaign(2));
+        assert!(refused.is_err());
+        assert!(!folder.dir.join("tunableop_results2.csv").exists());
+        assert_eq!(
+            std::fs::read_to_string(store.registry_path()).unwrap(),
+            before
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
