@@ -26,15 +26,7 @@ pub fn err<T>(msg: impl Into<String>) -> Result<T> {
     Err(Error(msg.into()))
 }
 
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by libc.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown error".into()
-    } else {
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
+use crate::backend::dl_error;
 
 /// Opens the first of `candidates` that loads.
 fn open_first(candidates: &[PathBuf], flags: c_int) -> Result<(*mut c_void, PathBuf)> {
