@@ -201,3 +201,39 @@ pub fn run(args: &[String]) -> Result<()> {
         e
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_names_every_subcommand_and_every_option_they_take() {
+        for sub in SUBS {
+            assert!(
+                HELP.contains(&format!("\n    {} ", sub.name))
+                    || HELP.contains(&format!("\n    {}\n", sub.name)),
+                "{}",
+                sub.name
+            );
+            for o in sub.switches.iter().chain(sub.shared).chain(sub.options) {
+                assert!(HELP.contains(&format!("{o} ")), "{} {o}", sub.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_usage_error_leads_to_the_lt_help() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let e = run(&v(&["recheck", "--rows"])).unwrap_err();
+        assert_eq!((e.exit_code(), e.command.as_deref()), (2, Some("lt")));
+        assert!(
+            e.message.contains("'tunedblas lt recheck' needs a value"),
+            "{}",
+            e.message
+        );
+        let e = run(&v(&["tune", "--fresh=1"])).unwrap_err();
+        assert!(e.message.contains("takes no value"), "{}", e.message);
+        let e = run(&[]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+}

@@ -121,7 +121,7 @@ fn read_misses(paths: &[&str]) -> Result<Vec<LtKey>> {
             match parse_key(op, sig) {
                 Ok(k) if !keys.contains(&k) => keys.push(k),
                 Ok(_) => {}
-                Err(e) => eprintln!("tunedblas-lt: {}:{}: skipped: {e}", f.display(), i + 1),
+                Err(e) => eprintln!("tunedblas lt: {}:{}: skipped: {e}", f.display(), i + 1),
             }
         }
     }
@@ -230,7 +230,7 @@ fn measure_limits(
     match timing::measure(cuda, t, copy_mib << 20, 15, d) {
         Ok(l) => {
             eprintln!(
-                "tunedblas-lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
+                "tunedblas lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
                  {} {:.2} us per call (spread {:.1}%){}",
                 l.timing.name(),
                 l.copy_bytes_per_s / 1e9,
@@ -248,7 +248,7 @@ fn measure_limits(
             Some(l)
         }
         Err(e) => {
-            eprintln!("tunedblas-lt: limits not measured: {e}");
+            eprintln!("tunedblas lt: limits not measured: {e}");
             None
         }
     }
@@ -311,7 +311,7 @@ fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tun
         opts.margin,
     );
     eprintln!(
-        "tunedblas-lt: fresh process: {} of {} proposed rows confirmed by the {:.0}% margin, {withdrawn} withdrawn",
+        "tunedblas lt: fresh process: {} of {} proposed rows confirmed by the {:.0}% margin, {withdrawn} withdrawn",
         proposed.len() - withdrawn,
         proposed.len(),
         opts.margin * 100.0
@@ -338,7 +338,7 @@ fn fresh_verdicts(
     .to_text();
     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
     eprintln!(
-        "tunedblas-lt: {} proposed rows re-measured in a fresh process ({} recheck)",
+        "tunedblas lt: {} proposed rows re-measured in a fresh process ({} recheck)",
         rows.len(),
         exe.display()
     );
@@ -363,7 +363,7 @@ fn fresh_verdicts(
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        eprintln!("tunedblas-lt: fresh process: {line}");
+        eprintln!("tunedblas lt: fresh process: {line}");
     }
     if !out.status.success() {
         return Err(format!("the child {}", out.status));
@@ -458,7 +458,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
     let limits = measure_limits(&cuda, opts.timing, copy_mib, &d);
     eprintln!(
-        "tunedblas-lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call; {}",
+        "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call; {}",
         keys.len(),
         cuda.arch(),
         lt.path.display(),
@@ -539,7 +539,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
     )?;
     eprintln!(
-        "tunedblas-lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
+        "tunedblas lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
         results.rows.len(),
         results.rows.len() - adopted,
         file.display(),

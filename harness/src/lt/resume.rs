@@ -60,7 +60,7 @@ pub fn tune_all(
     let resumed = done.len();
     if resumed > 0 {
         eprintln!(
-            "tunedblas-lt: resuming: {resumed} of {} shapes were tuned by the interrupted run",
+            "tunedblas lt: resuming: {resumed} of {} shapes were tuned by the interrupted run",
             keys.len()
         );
     }
@@ -98,7 +98,7 @@ pub fn tune_all(
         let el = t0.elapsed().as_secs_f64();
         let left = keys.len() - i - 1;
         eprintln!(
-            "tunedblas-lt: [{}/{}] {}: {said}; {} elapsed, ETA {}",
+            "tunedblas lt: [{}/{}] {}: {said}; {} elapsed, ETA {}",
             i + 1,
             keys.len(),
             sig.chars().skip(5).take(40).collect::<String>(),
