@@ -1061,3 +1061,78 @@ fn tunedblas_lt_reads_its_arguments_strictly_with_the_documented_exit_codes() {
     assert_eq!(code, 0);
     assert!(out.starts_with("tunedblas lt "), "{out}");
 }
+
+/// How many matmuls of a trace computed a D with `cols` columns (tokens) for the test's
+/// 64-out, 64-in shapes.
+fn matmuls_of(trace: &Path, cols: u32) -> usize {
+    let needle = format!("matmul m=64 n={cols} k=64 ");
+    std::fs::read_to_string(trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&needle))
+        .count()
+}
+
+#[test]
+fn tunedblas_lt_tune_killed_midway_resumes_and_tunes_each_shape_once() {
+    // The stand-in cuBLASLt computing for real, on a stand-in CUDA runtime (host memory,
+    // clock events): the whole of `tunedblas lt tune` runs without a GPU.
+    let cudart = build::c_program(
+        "libcudart.so.12",
+        &["-shared", "-fPIC", "{hosts}/fake_cudart.c"].map(String::from),
+    );
+    let lib = lt().libdir.join("libcublasLt.so.13");
+    let dir = scratch("lt-resume");
+    let profiles = dir.join("profiles");
+    let folder = profiles.join("stand-in");
+    let run = |trace: &str, die_at_tokens: Option<&str>| {
+        let mut cmd = Command::new(common::tunedblas());
+        cmd.args(["lt", "tune", "--lib"])
+            .arg(&lib)
+            .arg("--cudart")
+            .arg(&cudart)
+            .args([
+                "--shape", "64,2,64", "--shape", "64,3,64", "--shape", "64,4,64",
+            ])
+            .arg("--profiles")
+            .arg(&profiles)
+            .args(["--name", "stand-in", "--trials", "3", "--copy-mib", "1"])
+            .args(["--confirm", "off"])
+            .env("FAKELT_COMPUTE", "1")
+            .env("FAKELT_TRACE", dir.join(trace))
+            .env_remove("FAKELT_DIE_COLS")
+            .env_remove("TUNEDBLAS_CUBLASLT")
+            .env_remove("TUNEDBLAS_CUDART");
+        if let Some(n) = die_at_tokens {
+            cmd.env("FAKELT_DIE_COLS", n);
+        }
+        cmd.output().expect("run tunedblas lt tune")
+    };
+    // The process dies in the second shape's first matmul.
+    let first = run("t1", Some("3"));
+    assert_eq!(first.status.code(), Some(9), "{}", text(&first.stderr));
+    assert!(folder.join(".campaign.partial.jsonl").is_file());
+    assert!(!folder.join("tunableop_results0.csv").exists());
+    // Rerun with the same inputs: the first shape comes from the checkpoint.
+    let second = run("t2", None);
+    let err = text(&second.stderr);
+    assert!(second.status.success(), "{err}");
+    assert!(
+        err.contains("resuming: 1 of 3 shapes")
+            && err.contains("[1/3] _2_64_ld_64_64_64: from the checkpoint"),
+        "{err}"
+    );
+    let (t1, t2) = (dir.join("t1"), dir.join("t2"));
+    assert!(matmuls_of(&t1, 2) > 0 && matmuls_of(&t2, 2) == 0);
+    assert!(matmuls_of(&t1, 4) == 0 && matmuls_of(&t2, 3) > 0 && matmuls_of(&t2, 4) > 0);
+    let rows = tunedblas_core::cublaslt::parse_results(
+        &std::fs::read_to_string(folder.join("tunableop_results0.csv")).unwrap(),
+    )
+    .rows;
+    let keys: Vec<LtKey> = rows.iter().map(|r| r.key).collect();
+    assert_eq!(keys, [key(64, 2, 64), key(64, 3, 64), key(64, 4, 64)]);
+    // Finished: the checkpoint is the campaign's record now.
+    assert!(!folder.join(".campaign.partial.jsonl").exists());
+    let records = std::fs::read_dir(folder.join("campaigns")).unwrap().count();
+    assert_eq!(records, 1);
+}
