@@ -1073,15 +1073,19 @@ fn matmuls_of(trace: &Path, cols: u32) -> usize {
         .count()
 }
 
-#[test]
-fn tunedblas_lt_tune_killed_midway_resumes_and_tunes_each_shape_once() {
-    // The stand-in cuBLASLt computing for real, on a stand-in CUDA runtime (host memory,
-    // clock events): the whole of `tunedblas lt tune` runs without a GPU.
+/// The stand-in CUDA runtime (host memory, clock events) and the stand-in cuBLASLt, under
+/// which the whole of `tunedblas lt tune` runs without a GPU (with `FAKELT_COMPUTE=1`).
+fn stand_in_libs() -> (PathBuf, PathBuf) {
     let cudart = build::c_program(
         "libcudart.so.12",
         &["-shared", "-fPIC", "{hosts}/fake_cudart.c"].map(String::from),
     );
-    let lib = lt().libdir.join("libcublasLt.so.13");
+    (lt().libdir.join("libcublasLt.so.13"), cudart)
+}
+
+#[test]
+fn tunedblas_lt_tune_killed_midway_resumes_and_tunes_each_shape_once() {
+    let (lib, cudart) = stand_in_libs();
     let dir = scratch("lt-resume");
     let profiles = dir.join("profiles");
     let folder = profiles.join("stand-in");
@@ -1135,4 +1139,65 @@ fn tunedblas_lt_tune_killed_midway_resumes_and_tunes_each_shape_once() {
     assert!(!folder.join(".campaign.partial.jsonl").exists());
     let records = std::fs::read_dir(folder.join("campaigns")).unwrap().count();
     assert_eq!(records, 1);
+}
+
+#[test]
+fn tunedblas_lt_tune_adopts_only_what_its_fresh_recheck_child_confirms() {
+    // The heuristic's algorithm is 4 times slower on the stand-in: the wider search finds
+    // a faster one, and the `tunedblas lt recheck --rows` child tune starts confirms it.
+    // Started as tunedblas-lt, which runs `tunedblas lt`.
+    let (lib, cudart) = stand_in_libs();
+    let dir = scratch("lt-fresh");
+    let profiles = dir.join("profiles");
+    let lt_cmd = |program: &str, args: &[&str]| {
+        Command::new(common::built(program))
+            .args(args)
+            .arg("--lib")
+            .arg(&lib)
+            .arg("--cudart")
+            .arg(&cudart)
+            .arg("--profiles")
+            .arg(&profiles)
+            .args(["--name", "stand-in", "--trials", "3"])
+            .env("FAKELT_COMPUTE", "1")
+            .env("FAKELT_SLOW_HEURISTIC", "1")
+            .env_remove("FAKELT_TRACE")
+            .env_remove("FAKELT_DIE_COLS")
+            .output()
+            .expect("run the cuBLASLt harness")
+    };
+    let tune = [
+        "tune",
+        "--shape",
+        "64,4,64",
+        "--budget",
+        "0.3",
+        "--copy-mib",
+        "1",
+    ];
+    let out = lt_cmd("tunedblas-lt", &tune);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("tunedblas lt recheck)"), "{err}");
+    assert!(
+        err.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),
+        "{err}"
+    );
+    let rank = profiles.join("stand-in/tunableop_results0.csv");
+    let rows =
+        tunedblas_core::cublaslt::parse_results(&std::fs::read_to_string(rank).unwrap()).rows;
+    assert_eq!(rows.len(), 1);
+    assert!(
+        matches!(rows[0].action, tunedblas_core::cublaslt::LtAction::Config(c) if c.algo != 6),
+        "{:?}",
+        rows[0]
+    );
+    // The adopted row still wins when rechecked on its own.
+    let out = lt_cmd("tunedblas", &["lt", "recheck"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("recheck: 1 of 1 adopted rows still win"),
+        "{}",
+        text(&out.stdout)
+    );
 }

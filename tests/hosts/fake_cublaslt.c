@@ -288,7 +288,12 @@ int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout
     const char *die = getenv("FAKELT_DIE_COLS");
     if (ok && Dd && die && (uint64_t)atoll(die) == Dd->cols) _exit(9);
     const char *compute = getenv("FAKELT_COMPUTE");
-    if (ok && compute && compute[0] == '1' && Ad && Dd) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
+    if (ok && compute && compute[0] == '1' && Ad && Dd) {
+        /* FAKELT_SLOW_HEURISTIC=1: the heuristic's algorithm (id 6) takes 4 times as long. */
+        const char *slow = getenv("FAKELT_SLOW_HEURISTIC");
+        int reps = slow && slow[0] == '1' && (!algo || algo->data[0] == 6) ? 4 : 1;
+        for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
+    }
     const char *path = getenv("FAKELT_TRACE");
     if (path) {
         FILE *f = fopen(path, "a");

@@ -338,7 +338,7 @@ fn fresh_verdicts(
     .to_text();
     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
     eprintln!(
-        "tunedblas lt: {} proposed rows re-measured in a fresh process ({} recheck)",
+        "tunedblas lt: {} proposed rows re-measured in a fresh process ({} lt recheck)",
         rows.len(),
         exe.display()
     );
