@@ -41,7 +41,7 @@ fn need<'a>(a: &'a Args, name: &str) -> CliResult<&'a str> {
 }
 
 /// The tuning options, read before anything is loaded (a mistake is exit 2 on any machine);
-/// the L2 size is the device's, set by [`load`].
+/// the L2 size is the device's, set by the caller once [`load`] has found it.
 fn options(a: &Args) -> CliResult<tune::Options> {
     let d = tune::Options::default();
     Ok(tune::Options {
