@@ -951,3 +951,253 @@ fn cublaslt_a_truncated_results_file_serves_its_whole_rows_only() {
         "the cut row's shape is a miss: {stderr}"
     );
 }
+
+/// `tunedblas lt ARGS` (and `tunedblas-lt ARGS`, which runs it) as built; (exit code,
+/// stdout, stderr).
+fn lt_cli(entry: &[&str], args: &[&str]) -> (i32, String, String) {
+    let (program, first) = entry.split_first().unwrap();
+    let out = Command::new(common::built(program))
+        .args(first)
+        .args(args)
+        .env_remove("TUNEDBLAS_CUBLASLT")
+        .env_remove("TUNEDBLAS_CUDART")
+        .output()
+        .expect("run tunedblas lt");
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+#[test]
+fn tunedblas_lt_reads_its_arguments_strictly_with_the_documented_exit_codes() {
+    let dir = scratch("lt-cli");
+    let stats = dir.join("s.json");
+    std::fs::write(
+        &stats,
+        r#"{"calls":4,"served":4,"rows":1,"rows_hit":1,"rows_not_hit":[]}"#,
+    )
+    .unwrap();
+    let stats = stats.to_str().unwrap();
+    for entry in [&["tunedblas", "lt"][..], &["tunedblas-lt"]] {
+        // The issue's example: an unknown option was ignored and the run passed.
+        let (code, _, err) = lt_cli(entry, &["verify", "--stats", stats, "--no-such-flag", "1"]);
+        assert_eq!(code, 2, "{entry:?}: {err}");
+        assert!(
+            err.contains("unknown option '--no-such-flag' for 'tunedblas lt verify'")
+                && err.contains("run 'tunedblas help lt'"),
+            "{err}"
+        );
+        let (code, _, err) = lt_cli(entry, &["verify", "--stat", stats]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("(did you mean '--stats'?)"), "{err}");
+        let (code, _, err) = lt_cli(entry, &["verify", "--stats"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("option '--stats' for 'tunedblas lt verify' needs a value"),
+            "{err}"
+        );
+        let (code, _, err) = lt_cli(entry, &["verify", "--stats", stats, "stray"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("unexpected argument 'stray'"), "{err}");
+        let (code, _, err) = lt_cli(entry, &["tnue"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("(did you mean 'tune'?)"), "{err}");
+        let (code, out, err) = lt_cli(entry, &["verify", "--stats", stats]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("1 of 1 rows hit"), "{out}");
+    }
+    // A stats file that shows a miss fails the check: exit 1.
+    std::fs::write(
+        dir.join("miss.json"),
+        r#"{"rows":1,"rows_hit":1,"missed_shapes":1}"#,
+    )
+    .unwrap();
+    let miss = dir.join("miss.json");
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &["verify", "--stats", miss.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "{err}");
+    // The options of tune are read before anything is loaded: a mistake is exit 2 on a
+    // machine without CUDA; a library that cannot be loaded is exit 3.
+    let tune = [
+        "tune",
+        "--shape",
+        "512,256,2560",
+        "--profiles",
+        stats,
+        "--name",
+        "x",
+    ];
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--timing", "clock"]].concat(),
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--shape", "1,2"]].concat(),
+    );
+    assert_eq!(code, 2, "{err}");
+    // --margin is in percent, as in `tunedblas tune`; a fraction is refused, not read as 0.03%.
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--margin", "0.03"]].concat(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--margin takes a percentage like 3 (for 3%)"),
+        "{err}"
+    );
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
+        &[&tune[..], &["--cudart", "/no/such/libcudart.so"]].concat(),
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("cannot load the CUDA runtime"), "{err}");
+    let (code, out, _) = lt_cli(&["tunedblas"], &["help", "lt"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("tunedblas lt "), "{out}");
+}
+
+/// How many matmuls of a trace computed a D with `cols` columns (tokens) for the test's
+/// 64-out, 64-in shapes.
+fn matmuls_of(trace: &Path, cols: u32) -> usize {
+    let needle = format!("matmul m=64 n={cols} k=64 ");
+    std::fs::read_to_string(trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&needle))
+        .count()
+}
+
+/// The stand-in CUDA runtime (host memory, clock events) and the stand-in cuBLASLt, under
+/// which the whole of `tunedblas lt tune` runs without a GPU (with `FAKELT_COMPUTE=1`).
+fn stand_in_libs() -> (PathBuf, PathBuf) {
+    let cudart = build::c_program(
+        "libcudart.so.12",
+        &["-shared", "-fPIC", "{hosts}/fake_cudart.c"].map(String::from),
+    );
+    (lt().libdir.join("libcublasLt.so.13"), cudart)
+}
+
+#[test]
+fn tunedblas_lt_tune_killed_midway_resumes_and_tunes_each_shape_once() {
+    let (lib, cudart) = stand_in_libs();
+    let dir = scratch("lt-resume");
+    let profiles = dir.join("profiles");
+    let folder = profiles.join("stand-in");
+    let run = |trace: &str, die_at_tokens: Option<&str>| {
+        let mut cmd = Command::new(common::tunedblas());
+        cmd.args(["lt", "tune", "--lib"])
+            .arg(&lib)
+            .arg("--cudart")
+            .arg(&cudart)
+            .args([
+                "--shape", "64,2,64", "--shape", "64,3,64", "--shape", "64,4,64",
+            ])
+            .arg("--profiles")
+            .arg(&profiles)
+            .args(["--name", "stand-in", "--trials", "3", "--copy-mib", "1"])
+            .args(["--confirm", "off"])
+            .env("FAKELT_COMPUTE", "1")
+            .env("FAKELT_TRACE", dir.join(trace))
+            .env_remove("FAKELT_DIE_COLS")
+            .env_remove("TUNEDBLAS_CUBLASLT")
+            .env_remove("TUNEDBLAS_CUDART");
+        if let Some(n) = die_at_tokens {
+            cmd.env("FAKELT_DIE_COLS", n);
+        }
+        cmd.output().expect("run tunedblas lt tune")
+    };
+    // The process dies in the second shape's first matmul.
+    let first = run("t1", Some("3"));
+    assert_eq!(first.status.code(), Some(9), "{}", text(&first.stderr));
+    assert!(folder.join(".campaign.partial.jsonl").is_file());
+    assert!(!folder.join("tunableop_results0.csv").exists());
+    // Rerun with the same inputs: the first shape comes from the checkpoint.
+    let second = run("t2", None);
+    let err = text(&second.stderr);
+    assert!(second.status.success(), "{err}");
+    assert!(
+        err.contains("resuming: 1 of 3 shapes")
+            && err.contains("[1/3] _2_64_ld_64_64_64: from the checkpoint"),
+        "{err}"
+    );
+    let (t1, t2) = (dir.join("t1"), dir.join("t2"));
+    assert!(matmuls_of(&t1, 2) > 0 && matmuls_of(&t2, 2) == 0);
+    assert!(matmuls_of(&t1, 4) == 0 && matmuls_of(&t2, 3) > 0 && matmuls_of(&t2, 4) > 0);
+    let rows = tunedblas_core::cublaslt::parse_results(
+        &std::fs::read_to_string(folder.join("tunableop_results0.csv")).unwrap(),
+    )
+    .rows;
+    let keys: Vec<LtKey> = rows.iter().map(|r| r.key).collect();
+    assert_eq!(keys, [key(64, 2, 64), key(64, 3, 64), key(64, 4, 64)]);
+    // Finished: the checkpoint is the campaign's record now.
+    assert!(!folder.join(".campaign.partial.jsonl").exists());
+    let records = std::fs::read_dir(folder.join("campaigns")).unwrap().count();
+    assert_eq!(records, 1);
+}
+
+#[test]
+fn tunedblas_lt_tune_adopts_only_what_its_fresh_recheck_child_confirms() {
+    // The heuristic's algorithm is 4 times slower on the stand-in: the wider search finds
+    // a faster one, and the `tunedblas lt recheck --rows` child tune starts confirms it.
+    // Started as tunedblas-lt, which runs `tunedblas lt`.
+    let (lib, cudart) = stand_in_libs();
+    let dir = scratch("lt-fresh");
+    let profiles = dir.join("profiles");
+    let lt_cmd = |program: &str, args: &[&str]| {
+        Command::new(common::built(program))
+            .args(args)
+            .arg("--lib")
+            .arg(&lib)
+            .arg("--cudart")
+            .arg(&cudart)
+            .arg("--profiles")
+            .arg(&profiles)
+            .args(["--name", "stand-in", "--trials", "3"])
+            .env("FAKELT_COMPUTE", "1")
+            .env("FAKELT_SLOW_HEURISTIC", "1")
+            .env_remove("FAKELT_TRACE")
+            .env_remove("FAKELT_DIE_COLS")
+            .output()
+            .expect("run the cuBLASLt harness")
+    };
+    let tune = [
+        "tune",
+        "--shape",
+        "64,4,64",
+        "--budget",
+        "0.3",
+        "--copy-mib",
+        "1",
+    ];
+    let out = lt_cmd("tunedblas-lt", &tune);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("tunedblas lt recheck)"), "{err}");
+    assert!(
+        err.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),
+        "{err}"
+    );
+    let rank = profiles.join("stand-in/tunableop_results0.csv");
+    let rows =
+        tunedblas_core::cublaslt::parse_results(&std::fs::read_to_string(rank).unwrap()).rows;
+    assert_eq!(rows.len(), 1);
+    assert!(
+        matches!(rows[0].action, tunedblas_core::cublaslt::LtAction::Config(c) if c.algo != 6),
+        "{:?}",
+        rows[0]
+    );
+    // The adopted row still wins when rechecked on its own.
+    let out = lt_cmd("tunedblas", &["lt", "recheck"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("recheck: 1 of 1 adopted rows still win"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -4,8 +4,8 @@
 #
 #   bench/cublaslt/h200.sh BIN_DIR OUT_DIR [smoke|full]
 #
-# BIN_DIR holds release builds of tunedblas-lt and libtunedblas.so, the gpu_cublaslt test
-# binary (optional) and bench/cublaslt/workload.py. Needs python3 with a CUDA PyTorch.
+# BIN_DIR holds release builds of tunedblas, tunedblas-lt (which runs `tunedblas lt`) and
+# libtunedblas.so, the gpu_cublaslt test binary (optional) and bench/cublaslt/workload.py. Needs python3 with a CUDA PyTorch.
 # Everything lands in OUT_DIR/results.tgz (updated after each step) and OUT_DIR/summary.txt.
 set -u
 B=$(cd "$1" && pwd)

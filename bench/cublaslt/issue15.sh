@@ -4,6 +4,7 @@
 #
 #   bench/cublaslt/issue15.sh LT_BINARY OUT_DIR
 #
+# LT_BINARY: tunedblas-lt, with the tunedblas it runs (`tunedblas lt`) beside it.
 # Needs a CUDA GPU and cuBLASLt (found in python3's site-packages, the nvidia wheels, unless
 # TUNEDBLAS_CUBLASLT / TUNEDBLAS_CUDART are set). A handful of the seed's shapes, bf16
 # F.linear(out N, tokens M, in K); three campaigns in one go: graph, events, graph again.

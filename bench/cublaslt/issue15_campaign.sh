@@ -5,7 +5,7 @@
 #
 #   bench/cublaslt/issue15_campaign.sh BIN OUT smoke|harness|torch [BUDGET]
 #
-# BIN holds tunedblas-lt, libtunedblas.so and workload.py. smoke: 3 shapes, one campaign;
+# BIN holds tunedblas, tunedblas-lt (it runs `tunedblas lt`), libtunedblas.so and workload.py. smoke: 3 shapes, one campaign;
 # harness: campaigns $CAMPAIGNS (a b; fresh profile each; BUDGET seconds of search per shape,
 # 2.5), each followed by `recheck` of its rows (a third process); torch: BIN/profiles/{a,b} (from a harness run)
 # served in PyTorch. Everything lands in OUT/results.tgz and OUT/summary.txt.

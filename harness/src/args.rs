@@ -171,6 +171,23 @@ impl Args {
         }
     }
 
+    /// `--margin PCT`, the adoption margin of `tune` and `lt tune`, in percent (`--margin 3`
+    /// is 3%), returned as a fraction (0.03); `default_pct` when not given. A value between
+    /// 0 and 1 is refused: it is almost surely a fraction meant as one (0.03 for 3%), and
+    /// read as a percentage it would adopt nearly anything.
+    pub fn margin(&self, default_pct: f64) -> Result<f64> {
+        let pct: f64 = self.parsed("--margin", default_pct, "a percentage like 3")?;
+        if pct > 0.0 && pct < 1.0 {
+            return Err(self.usage(format!(
+                "--margin takes a percentage like 3 (for 3%), not '{pct}': below 1% it is taken for a fraction"
+            )));
+        }
+        if !(0.0..100.0).contains(&pct) {
+            return Err(self.usage("--margin takes a percentage from 0 to 100"));
+        }
+        Ok(pct / 100.0)
+    }
+
     /// `--shard I/N`: this machine's share of a campaign.
     pub fn shard(&self) -> Result<Option<(usize, usize)>> {
         let Some(s) = self.value("--shard") else {
@@ -303,5 +320,23 @@ mod tests {
         assert!(a.lib().unwrap_err().message.contains("needs --lib"));
         let bad = Args::parse("tune", &s(&["--shard", "4/4"]), &[], &["--shard"]).unwrap();
         assert!(bad.shard().is_err());
+        let margin = |v: &str| {
+            Args::parse("tune", &s(&["--margin", v]), &[], &["--margin"])
+                .unwrap()
+                .margin(3.0)
+        };
+        assert_eq!(margin("5").unwrap(), 0.05);
+        assert_eq!(margin("1").unwrap(), 0.01);
+        assert_eq!(margin("0").unwrap(), 0.0);
+        let e = margin("0.03").unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.message.contains("a percentage like 3 (for 3%)"),
+            "{}",
+            e.message
+        );
+        assert!(margin("100").is_err() && margin("-1").is_err() && margin("x").is_err());
+        let none = Args::parse("tune", &[], &[], &["--margin"]).unwrap();
+        assert_eq!(none.margin(3.0).unwrap(), 0.03);
     }
 }

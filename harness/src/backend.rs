@@ -85,7 +85,8 @@ macro_rules! strided_ex_call {
     }};
 }
 
-fn dl_error() -> String {
+/// The loader's last error message (for rocBLAS, HIP and the CUDA libraries alike).
+pub(crate) fn dl_error() -> String {
     // SAFETY: dlerror returns NULL or a NUL-terminated message owned by libc.
     let e = unsafe { libc::dlerror() };
     if e.is_null() {

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tunedblas_core::key::ProblemKey;
@@ -94,13 +95,15 @@ impl Outcome {
     }
 }
 
-/// The first checkpoint line: what the campaign was started with.
+/// The first checkpoint line: what the campaign was started with. A rerun resumes the
+/// checkpoint when `build` and `shapes` are the same.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct Header {
-    started: String,
-    build: String,
+pub struct Header {
+    pub started: String,
+    /// The library build (its sha256, and for `lt tune` the rank).
+    pub build: String,
     /// Every shape of this campaign (after sharding), in order.
-    shapes: Vec<String>,
+    pub shapes: Vec<String>,
 }
 
 /// Counts of a finished campaign.
@@ -137,13 +140,13 @@ fn key_text(k: &ProblemKey) -> String {
     format!("{op},{sig}")
 }
 
-fn checkpoint_path(folder: &Folder) -> PathBuf {
-    folder.dir.join(".campaign.partial.jsonl")
+fn checkpoint_path(dir: &Path) -> PathBuf {
+    dir.join(".campaign.partial.jsonl")
 }
 
 /// Reads an unfinished campaign's checkpoint: its header and the shapes it finished. A
 /// torn last line (killed mid-write) is ignored; that shape is simply tuned again.
-fn read_checkpoint(path: &Path) -> Result<Option<(Header, Vec<Outcome>)>> {
+fn read_checkpoint<O: DeserializeOwned>(path: &Path) -> Result<Option<(Header, Vec<O>)>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -162,7 +165,7 @@ fn read_checkpoint(path: &Path) -> Result<Option<(Header, Vec<Outcome>)>> {
         return Ok(None);
     };
     let done = lines
-        .filter_map(|l| serde_json::from_str::<Outcome>(l).ok())
+        .filter_map(|l| serde_json::from_str::<O>(l).ok())
         .collect();
     Ok(Some((header, done)))
 }
@@ -319,21 +322,27 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
     Ok(collected)
 }
 
-/// The append-only, synced record of finished shapes that makes a campaign resumable.
-struct Checkpoint {
+/// The append-only, synced record of finished shapes that makes a campaign resumable: one
+/// [`Header`] line, then one JSON line per finished shape (`tune`'s [`Outcome`], `lt
+/// tune`'s own), in the profile folder. Hold [`lock_campaign`] while it is open.
+pub struct Checkpoint {
     path: PathBuf,
     file: std::fs::File,
-    started: String,
+    pub started: String,
 }
 
 impl Checkpoint {
-    /// Opens the folder's checkpoint for `header`: resumes it when it was started with the
-    /// same build and shapes (returning what it finished), else starts afresh, which an
-    /// unfinished campaign with other shapes allows only with `fresh`.
-    fn open(folder: &Folder, header: Header, fresh: bool) -> Result<(Checkpoint, Vec<Outcome>)> {
-        std::fs::create_dir_all(&folder.dir)
-            .map_err(|e| Error::failed(format!("cannot create {}: {e}", folder.dir.display())))?;
-        let path = checkpoint_path(folder);
+    /// Opens the checkpoint in the profile folder `dir` for `header`: resumes it when it
+    /// was started with the same build and shapes (returning what it finished), else starts
+    /// afresh, which an unfinished campaign with other shapes allows only with `fresh`.
+    pub fn open<O: DeserializeOwned>(
+        dir: &Path,
+        header: Header,
+        fresh: bool,
+    ) -> Result<(Checkpoint, Vec<O>)> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))?;
+        let path = checkpoint_path(dir);
         let (started, done) = match read_checkpoint(&path)? {
             Some((old, done)) if old.build == header.build && old.shapes == header.shapes => {
                 (old.started, done)
@@ -374,7 +383,7 @@ impl Checkpoint {
         ))
     }
 
-    fn append(&mut self, o: &Outcome) -> Result<()> {
+    pub fn append<O: Serialize>(&mut self, o: &O) -> Result<()> {
         append_line(
             &mut self.file,
             &serde_json::to_string(o).expect("plain struct"),
@@ -384,8 +393,8 @@ impl Checkpoint {
 
     /// The finished checkpoint becomes the campaign's full record in `campaigns/`, under a
     /// name no earlier record has (two campaigns can start in one second).
-    fn retire(self, folder: &Folder) {
-        let dir = folder.dir.join("campaigns");
+    pub fn retire(self, dir: &Path) {
+        let dir = dir.join("campaigns");
         let _ = std::fs::create_dir_all(&dir);
         let stem = self.started.replace(':', "");
         let mut record = dir.join(format!("{stem}.jsonl"));
@@ -406,7 +415,7 @@ impl Checkpoint {
 /// another `tune` of the profile holds it; released when the returned file is dropped, or
 /// by the kernel when the process dies. A campaign owns the folder's one checkpoint, so
 /// two at once would mix their shapes in it; waiting instead lets both finish, in turn.
-fn lock_campaign(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
+pub fn lock_campaign(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(&folder.dir)
@@ -718,7 +727,8 @@ pub fn run(opts: &Options) -> Result<Summary> {
         build: build.sha256.clone(),
         shapes: shapes.iter().map(|s| key_text(&s.key)).collect(),
     };
-    let (mut checkpoint, mut done) = Checkpoint::open(&folder, header, opts.fresh)?;
+    let (mut checkpoint, mut done): (Checkpoint, Vec<Outcome>) =
+        Checkpoint::open(&folder.dir, header, opts.fresh)?;
     let resumed = done.len();
     let finished: HashSet<String> = done.iter().map(|o| o.shape.clone()).collect();
     let queue: Vec<Shape> = shapes
@@ -796,7 +806,7 @@ pub fn run(opts: &Options) -> Result<Summary> {
         }
         Ok((counts, saved, results.rows.len()))
     })?;
-    checkpoint.retire(&folder);
+    checkpoint.retire(&folder.dir);
 
     let summary = Summary {
         profile: folder.name.clone(),

@@ -12,6 +12,7 @@ mod demo;
 mod env;
 mod error;
 mod export;
+mod lt;
 mod nearbench;
 mod pick;
 mod png;
@@ -130,6 +131,14 @@ const COMMANDS: &[Command] = &[
             "Effective settings, the profile each rocBLAS here would get, deployment snippets.",
         help: commands::env::help,
         run: commands::env::run,
+        internal: false,
+    },
+    Command {
+        name: "lt",
+        usage: "tunedblas lt info|selftest|tune|recheck|overhead|verify [options]",
+        summary: "The cuBLASLt (NVIDIA) side: tune, recheck and verify cuBLASLt profiles.",
+        help: commands::lt::help,
+        run: commands::lt::run,
         internal: false,
     },
     Command {

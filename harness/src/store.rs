@@ -326,6 +326,9 @@ pub struct Tx<'s> {
 struct Staged {
     /// The results file's text and how many rank files get it.
     rows: Option<(String, usize)>,
+    /// Rank files written one by one, the others left as they are (`lt tune`, whose rows
+    /// are cuBLASLt's and are tuned a rank at a time).
+    rank_files: BTreeMap<usize, String>,
     provenance: Option<Provenance>,
     /// The shapes waiting in `imported_shapes.csv` (empty: the file is removed).
     imported: Option<Vec<String>>,
@@ -382,12 +385,43 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Stages `text` as the folder's rank file `rank` alone (the other ranks stay as they
+    /// are) and `entry` as its entry in `profiles.json`: a results file whose rows are not
+    /// rocBLAS's (`lt tune`'s cuBLASLt rows), which says its own validators.
+    pub fn write_rank(
+        &mut self,
+        folder: &Folder,
+        rank: usize,
+        text: String,
+        entry: Entry,
+    ) -> Result<()> {
+        self.registry
+            .insert(&folder.name, entry)
+            .map_err(Error::failed)?;
+        self.registry_changed = true;
+        self.staged_for(folder).rank_files.insert(rank, text);
+        Ok(())
+    }
+
     /// Stages `campaign` appended to the folder's provenance as it is now, stamping the
     /// build on it.
     pub fn record(&mut self, folder: &Folder, build: &Build, campaign: Value) -> Result<()> {
+        let prov = self.provenance(folder)?;
+        prov.set_sha256(&build.sha256);
+        prov.set_rocblas(&build.version);
+        prov.set_profile(&folder.name);
+        prov.set("arch", Value::from(build.arch.clone()));
+        prov.set("updated", Value::from(utc_now()));
+        prov.push_campaign(campaign);
+        Ok(())
+    }
+
+    /// The folder's provenance as it is now, with this transaction's changes, to change
+    /// (staged: written when the transaction commits).
+    pub fn provenance(&mut self, folder: &Folder) -> Result<&mut Provenance> {
         let path = provenance_file(&folder.dir);
         let staged = self.staged_for(folder);
-        let prov = match &mut staged.provenance {
+        Ok(match &mut staged.provenance {
             Some(p) => p,
             none => {
                 let p = if path.exists() {
@@ -399,14 +433,7 @@ impl Tx<'_> {
                 };
                 none.insert(p)
             }
-        };
-        prov.set_sha256(&build.sha256);
-        prov.set_rocblas(&build.version);
-        prov.set_profile(&folder.name);
-        prov.set("arch", Value::from(build.arch.clone()));
-        prov.set("updated", Value::from(utc_now()));
-        prov.push_campaign(campaign);
-        Ok(())
+        })
     }
 
     /// The shapes (`op,signature` lines) waiting in the folder's `imported_shapes.csv` for
@@ -460,6 +487,9 @@ impl Tx<'_> {
                         commit.remove(f.path());
                     }
                 }
+            }
+            for (rank, text) in &staged.rank_files {
+                commit.write(rank_file(dir, *rank), text.as_bytes());
             }
             if let Some(list) = &staged.imported {
                 let path = dir.join(IMPORTED_FILE);

@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo test -p tunedblas-harness --test gpu_cublaslt -- --nocapture
-//! # or, with no Rust toolchain there, the built test binary and tunedblas-lt beside it:
+//! # or, with no Rust toolchain there, the built test binary, tunedblas and tunedblas-lt beside it:
 //! TUNEDBLAS_LT_BIN=path/to/tunedblas-lt path/to/gpu_cublaslt-<hash> --nocapture
 //! ```
 //!

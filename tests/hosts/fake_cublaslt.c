@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define OK 0
 #define INVALID 7
@@ -235,6 +236,40 @@ int cublasLtMatmulAlgoGetHeuristic(void *h, Desc *d, Layout *A, Layout *B, Layou
 #define FAKE_BUILD 1
 #endif
 
+/* bf16 (type 14) or f32 (type 0) element i of a matrix. */
+static float load_el(const void *p, uint32_t type, uint64_t i) {
+    if (type == 0) return ((const float *)p)[i];
+    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static void store_el(void *p, uint32_t type, uint64_t i, float v) {
+    if (type == 0) { ((float *)p)[i] = v; return; }
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
+    ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
+}
+/* D = alpha op(A) op(B) + beta C, column-major. */
+static void compute_d(Desc *desc, const void *alpha, const void *A, Layout *Ad, const void *B, Layout *Bd,
+                      const void *beta, const void *C, Layout *Cd, void *D, Layout *Dd) {
+    uint64_t m = Dd->rows, n = Dd->cols, k = desc->transa ? Ad->rows : Ad->cols;
+    if (m * n * k > (1ull << 24) || Dd->batch > 1) return;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0;
+            for (uint64_t p = 0; p < k; p++) {
+                float a = load_el(A, Ad->type, desc->transa ? p + i * Ad->ld : i + p * Ad->ld);
+                float b = load_el(B, Bd->type, desc->transb ? j + p * Bd->ld : p + j * Bd->ld);
+                acc += a * b;
+            }
+            float c = be != 0 ? be * load_el(C, Cd->type, i + j * Cd->ld) : 0;
+            store_el(D, Dd->type, i + j * Dd->ld, al * acc + c);
+        }
+}
+
 int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout *Ad,
                    const void *B, Layout *Bd, const void *beta, const void *C, Layout *Cd,
                    void *D, Layout *Dd, const Algo *algo, void *ws, size_t ws_bytes, void *stream) {
@@ -247,6 +282,18 @@ int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout
         ok = 0;
     /* Only the heuristic's own algorithm (id 6) copes with pointers below 16-byte alignment. */
     if (algo && algo->data[0] != 6 && (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) & 15) != 0) ok = 0;
+    /* FAKELT_COMPUTE=1: compute D for real (unbatched problems of at most 2^24
+     * multiply-adds; larger ones are left alone), for `tunedblas lt tune` on the stand-in
+     * runtime; FAKELT_DIE_COLS=N: the process dies in a matmul whose D has N columns. */
+    const char *die = getenv("FAKELT_DIE_COLS");
+    if (ok && Dd && die && (uint64_t)atoll(die) == Dd->cols) _exit(9);
+    const char *compute = getenv("FAKELT_COMPUTE");
+    if (ok && compute && compute[0] == '1' && Ad && Dd) {
+        /* FAKELT_SLOW_HEURISTIC=1: the heuristic's algorithm (id 6) takes 4 times as long. */
+        const char *slow = getenv("FAKELT_SLOW_HEURISTIC");
+        int reps = slow && slow[0] == '1' && (!algo || algo->data[0] == 6) ? 4 : 1;
+        for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
+    }
     const char *path = getenv("FAKELT_TRACE");
     if (path) {
         FILE *f = fopen(path, "a");

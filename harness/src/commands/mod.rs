@@ -8,6 +8,7 @@ pub mod demo;
 pub mod env;
 pub mod export;
 pub mod help;
+pub mod lt;
 pub mod merge;
 pub mod misses;
 pub mod near_bench;

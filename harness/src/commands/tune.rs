@@ -39,7 +39,7 @@ OPTIONS:
     --trials N            interleaved rounds (default 7; twice that for launch-bound shapes,
                           timed as many back-to-back calls); --max-trials N: extend up to
                           N rounds while undecidable (default 21)
-    --margin PCT          adoption margin in percent (default 3)
+    --margin PCT          adoption margin in percent (default 3; 1 or more, or 0)
     --no-default-rows     write no row when nothing beats the heuristic
     --prune X             prune candidates slower than X times the best probe (default 1.5)
     --rotate-mib N        operand bytes each timed sample rotates through (default 512)
@@ -119,10 +119,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if method.trials == 0 || method.prune < 1.0 {
         return Err(a.usage("--trials must be positive and --prune at least 1"));
     }
-    let margin: f64 = a.parsed("--margin", 3.0, "a percentage like 3")?;
-    if !(0.0..100.0).contains(&margin) {
-        return Err(a.usage("--margin takes a percentage from 0 to 100"));
-    }
+    let margin = a.margin(3.0)?;
     let noisy: f64 = a.parsed("--noisy", 50.0, "a percentage like 50")?;
     if noisy <= 0.0 {
         return Err(a.usage("--noisy takes a positive percentage"));
@@ -149,7 +146,7 @@ pub fn run(args: &[String]) -> Result<()> {
             .transpose()?,
         method,
         rules: curate::Rules {
-            margin: margin / 100.0,
+            margin,
             keep_default: !a.has("--no-default-rows"),
             noisy: noisy / 100.0,
         },

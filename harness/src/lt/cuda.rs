@@ -26,15 +26,7 @@ pub fn err<T>(msg: impl Into<String>) -> Result<T> {
     Err(Error(msg.into()))
 }
 
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by libc.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown error".into()
-    } else {
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
+use crate::backend::dl_error;
 
 /// Opens the first of `candidates` that loads.
 fn open_first(candidates: &[PathBuf], flags: c_int) -> Result<(*mut c_void, PathBuf)> {
@@ -364,6 +356,11 @@ impl Cuda {
     fn attr(&self, which: c_int) -> Option<i64> {
         let mut v = 0;
         (unsafe { (self.device_attr)(&mut v, which, 0) } == 0).then_some(v as i64)
+    }
+
+    /// Whether device 0 answers (a runtime with no usable device answers nothing).
+    pub fn has_device(&self) -> bool {
+        self.attr(ATTR_CC_MAJOR).is_some()
     }
 
     /// L2 cache bytes of device 0 (60 MB on an H200).

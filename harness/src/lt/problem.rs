@@ -392,7 +392,7 @@ impl<'a> Problem<'a> {
                 Err(e) => {
                     let (op, sig) = op_and_signature(&self.key);
                     eprintln!(
-                        "tunedblas-lt: {op} {sig}: graph timing failed ({e}); timing it with events"
+                        "tunedblas lt: {op} {sig}: graph timing failed ({e}); timing it with events"
                     );
                     *self.graph_failure.borrow_mut() = Some(e.0);
                     self.timing.set(Timing::Events);

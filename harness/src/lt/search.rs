@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tunedblas_core::cublaslt::*;
 
 use super::cuda::{Lt, Result};
@@ -283,7 +283,7 @@ pub struct Found {
 }
 
 /// What the search did for one shape.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Stats {
     pub algo_ids: usize,
     /// Configurations listed by phase one and phase two (before the check).

@@ -45,7 +45,7 @@ pub fn choose(requested: Timing, probe: Result<()>) -> (Timing, Option<String>) 
         (Timing::Graph, Err(e)) => (
             Timing::Events,
             Some(format!(
-                "tunedblas-lt: graph capture does not work here ({e}); timing with events"
+                "tunedblas lt: graph capture does not work here ({e}); timing with events"
             )),
         ),
     }
@@ -161,7 +161,7 @@ pub fn measure(
             "empty kernel".to_string(),
         ),
         Err(e) => {
-            eprintln!("tunedblas-lt: no empty kernel ({e}); the floor is a 4-byte memset");
+            eprintln!("tunedblas lt: no empty kernel ({e}); the floor is a 4-byte memset");
             let tiny = cuda.alloc(256)?;
             (
                 time_ops(cuda, t, stream, 200, trials, delay, &|| {

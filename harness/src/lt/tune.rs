@@ -4,7 +4,7 @@
 //! interleaved trials, and adopted only with a margin that survives a second, independent
 //! set of trials.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tunedblas_core::cublaslt::*;
 
 use super::cuda::{err, Result};
@@ -63,7 +63,7 @@ impl Default for Options {
 }
 
 /// One timed algorithm.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Timed {
     pub solution: String,
     pub median_ms: f64,
@@ -73,8 +73,9 @@ pub struct Timed {
     pub samples: Vec<f64>,
 }
 
-/// What was decided for a shape, and why.
-#[derive(Clone, Debug, Serialize)]
+/// What was decided for a shape, and why; one line of the campaign's checkpoint (without
+/// its key and row, which `lt::resume` rebuilds from the signature and `adopted`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Outcome {
     pub op: String,
     pub signature: String,

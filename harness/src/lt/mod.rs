@@ -1,148 +1,85 @@
-//! `tunedblas-lt`: the cuBLASLt (NVIDIA) side of the tunedblas harness. A binary of its
-//! own so it can grow without touching the rocBLAS command; it shares the core's key,
-//! profile format and registry.
+//! The cuBLASLt (NVIDIA) side of the harness, run as `tunedblas lt <subcommand>`
+//! (`commands/lt.rs` holds its help, arguments and dispatch). It shares the core's key,
+//! profile format and registry, and the rocBLAS side's arguments, errors and exit codes.
 
 mod cuda;
 mod numeric;
 mod problem;
+mod resume;
 mod search;
 mod timing;
 mod tune;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::registry::{self, Provenance, Registry};
+use tunedblas_core::registry;
 
+use crate::args::Args;
 use cuda::{err, lt_check, Cuda, Error, Lt, Result};
 use problem::{Delay, Problem};
 
-const HELP: &str = "\
-tunedblas-lt - tune and check cuBLASLt algorithms for libtunedblas.so (NVIDIA GPUs)
+/// The command's result: [`crate::error::Error`], whose kind is the exit code.
+type CliResult<T> = crate::error::Result<T>;
 
-USAGE:
-    tunedblas-lt info
-        The cuBLASLt and CUDA runtime found, the library's sha256, the GPU.
-    tunedblas-lt selftest
-        GPU self-test: the ABI values tunedblas relies on, read back from the real library;
-        an algorithm rebuilt from its readable configuration computes bit-identical results.
-    tunedblas-lt tune --misses PATH... --profiles DIR --name NAME [--rank R]
-        Tune every shape in the miss files (a file, or a folder of *-cublaslt-rank*.csv) and
-        write DIR/NAME/tunableop_results<R>.csv, provenance.json and DIR/profiles.json.
-    tunedblas-lt recheck (--profiles DIR --name NAME [--rank R] | --rows FILE)
-        Re-measure every adopted row against the heuristic in this (fresh) process: how many
-        still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
-        proposes (--confirm fresh) and adopts only what it confirms by the margin.
-    tunedblas-lt overhead [--shape N,M,K] [--calls C] [--reps R]
-        Host microseconds per cublasLtMatmul call, the library's own symbol against the one a
-        linked host resolves (an LD_PRELOADed interposer's): their difference is the
-        interposer's cost per call.
-    tunedblas-lt verify --stats FILE
-        Checks a TUNEDBLAS_STATS file of a run under the profile: every row hit, no miss, no
-        fallback.
-
-COMMON OPTIONS:
-    --lib PATH        libcublasLt.so to load (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)
-    --cudart PATH     libcudart.so to load (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)
-    --trials N        interleaved trials per candidate (15)
-    --candidates N    heuristic answers asked for (32)
-    --margin F        gain needed to adopt, in the selection and the confirmation (0.03)
-    --workspace B     workspace bytes callers give cuBLASLt (1048576)
-    --explore N       also try up to N configurations near the heuristic's answers (other
-                      cluster shapes and custom options of their tiles; 0)
-    --budget S        (tune) wider search, S seconds per shape (0: the heuristic's answers only):
-                      the algorithm ids cuBLASLt lists for the types (AlgoGetIds), each one's
-                      tiles, stages, split-K and reduction schemes, swizzling, custom options
-                      and cluster shapes, validated with AlgoCheck, pruned by one short probe
-                      each; the fastest --keep (8) go on to numerics and the trials
-    --alignment B     pointer alignment the heuristic is told, bytes (16): PyTorch tells it
-                      its pointers' alignment, 256 for tensors of their own allocation
-    --confirm MODE    (tune) fresh (default): a proposed row is adopted only if a fresh process
-                      (`recheck`, interleaved against the heuristic) measures it faster by the
-                      margin too; off: the second set of trials in this process decides
-    --timing MODE     graph (default): each sample is a CUDA graph of the calls, replayed
-                      between two events, inputs rotated beyond L2 inside it; events: the
-                      calls back to back between two events. Graph falls back to events,
-                      with one line, where capture does not work.
-    --shape N,M,K     (tune) also tune F.linear(out N, tokens M, in K) in bf16; repeatable
-    --copy-mib N      (tune) size of the copy that measures the bandwidth limit (1024)
-    --log FILE        every measurement as JSON
-";
-
-struct Args(Vec<String>);
-
-impl Args {
-    fn value(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .position(|a| a == name)
-            .and_then(|i| self.0.get(i + 1))
-            .map(String::as_str)
-    }
-    fn values(&self, name: &str) -> Vec<&str> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < self.0.len() {
-            if self.0[i] == name {
-                let mut j = i + 1;
-                while j < self.0.len() && !self.0[j].starts_with("--") {
-                    out.push(self.0[j].as_str());
-                    j += 1;
-                }
-                i = j;
-            } else {
-                i += 1;
-            }
-        }
-        out
-    }
-    fn path(&self, name: &str) -> Option<PathBuf> {
-        self.value(name).map(PathBuf::from)
-    }
-    fn need(&self, name: &str) -> Result<&str> {
-        self.value(name)
-            .ok_or_else(|| Error(format!("{name} is required (tunedblas-lt help)")))
-    }
-    fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T> {
-        match self.value(name) {
-            None => Ok(default),
-            Some(v) => v
-                .parse()
-                .map_err(|_| Error(format!("{name} takes a number, not {v:?}"))),
-        }
+/// The work failed (exit 1): every error of the CUDA and cuBLASLt calls.
+impl From<Error> for crate::error::Error {
+    fn from(e: Error) -> Self {
+        crate::error::Error::failed(e.0)
     }
 }
 
-fn options(a: &Args, cuda: &Cuda) -> Result<tune::Options> {
+/// `name`'s number, or `default` when it is not given.
+fn num<T: std::str::FromStr>(a: &Args, name: &str, default: T) -> CliResult<T> {
+    a.parsed(name, default, "a number")
+}
+
+/// An option the subcommand cannot do without.
+fn need<'a>(a: &'a Args, name: &str) -> CliResult<&'a str> {
+    a.value(name)
+        .ok_or_else(|| a.usage(format!("needs {name}")))
+}
+
+/// The tuning options, read before anything is loaded (a mistake is exit 2 on any machine);
+/// the L2 size is the device's, set by the caller once [`load`] has found it.
+fn options(a: &Args) -> CliResult<tune::Options> {
     let d = tune::Options::default();
     Ok(tune::Options {
-        trials: a.num("--trials", d.trials)?.max(3),
-        candidates: a.num("--candidates", d.candidates)?.max(1),
-        margin: a.num("--margin", d.margin)?,
-        win_share: a.num("--win-share", d.win_share)?,
-        workspace: a.num("--workspace", d.workspace)?,
-        sample_ms: a.num("--sample-ms", d.sample_ms)?,
-        l2_bytes: cuda.l2_bytes(),
-        explore: a.num("--explore", d.explore)?,
-        timing: timing::Timing::parse(a.value("--timing"))?,
-        budget: a.num("--budget", d.budget)?.max(0.0),
-        keep: a.num("--keep", d.keep)?.max(1),
-        alignment: match a.num("--alignment", d.alignment)? {
+        trials: num(a, "--trials", d.trials)?.max(3),
+        candidates: num(a, "--candidates", d.candidates)?.max(1),
+        margin: a.margin(d.margin * 100.0)?,
+        win_share: num(a, "--win-share", d.win_share)?,
+        workspace: num(a, "--workspace", d.workspace)?,
+        sample_ms: num(a, "--sample-ms", d.sample_ms)?,
+        l2_bytes: d.l2_bytes,
+        explore: num(a, "--explore", d.explore)?,
+        timing: timing::Timing::parse(a.value("--timing")).map_err(|e| a.usage(e))?,
+        budget: num(a, "--budget", d.budget)?.max(0.0),
+        keep: num(a, "--keep", d.keep)?.max(1),
+        alignment: match num(a, "--alignment", d.alignment)? {
             v @ (16 | 32 | 64 | 128 | 256) => v,
-            v => return err(format!("--alignment takes 16, 32, 64, 128 or 256, not {v}")),
+            v => return Err(a.usage(format!("--alignment takes 16, 32, 64, 128 or 256, not {v}"))),
         },
         fresh: match a.value("--confirm") {
             None | Some("fresh") => true,
             Some("off") => false,
-            Some(o) => return err(format!("--confirm takes fresh or off, not {o:?}")),
+            Some(o) => return Err(a.usage(format!("--confirm takes fresh or off, not '{o}'"))),
         },
     })
 }
 
-fn load(a: &Args) -> Result<(Cuda, Lt)> {
-    let cuda = Cuda::load(a.path("--cudart").as_deref())?;
-    let lt = Lt::load(a.path("--lib").as_deref())?;
+/// The CUDA runtime and cuBLASLt: a library that cannot be loaded is exit 3, a runtime
+/// that sees no device exit 4 (as `tunedblas` says of rocBLAS and its devices).
+fn load(a: &Args) -> CliResult<(Cuda, Lt)> {
+    let cannot_load = |e: Error| crate::error::Error::not_rocblas(e.0);
+    let cuda = Cuda::load(a.path("--cudart").as_deref()).map_err(cannot_load)?;
+    let lt = Lt::load(a.path("--lib").as_deref()).map_err(cannot_load)?;
+    if !cuda.has_device() {
+        return Err(crate::error::Error::no_device(format!(
+            "the CUDA runtime {} sees no usable device",
+            cuda.path.display()
+        )));
+    }
     Ok((cuda, lt))
 }
 
@@ -184,7 +121,7 @@ fn read_misses(paths: &[&str]) -> Result<Vec<LtKey>> {
             match parse_key(op, sig) {
                 Ok(k) if !keys.contains(&k) => keys.push(k),
                 Ok(_) => {}
-                Err(e) => eprintln!("tunedblas-lt: {}:{}: skipped: {e}", f.display(), i + 1),
+                Err(e) => eprintln!("tunedblas lt: {}:{}: skipped: {e}", f.display(), i + 1),
             }
         }
     }
@@ -240,7 +177,7 @@ fn timing_mode(cuda: &Cuda, lt: &Lt, d: &Delay, asked: timing::Timing) -> timing
     t
 }
 
-fn cmd_info(a: &Args) -> Result<()> {
+pub fn cmd_info(a: &Args) -> CliResult<()> {
     let (cuda, lt) = load(a)?;
     println!("cublaslt: {} (version {})", lt.path.display(), lt.version());
     println!("sha256: {}", sha_of(&lt)?);
@@ -254,11 +191,13 @@ fn cmd_info(a: &Args) -> Result<()> {
 }
 
 /// The shapes to tune: the miss files' keys, then `--shape`s not among them.
-fn tune_keys(a: &Args) -> Result<Vec<LtKey>> {
-    let misses = a.values("--misses");
+fn tune_keys(a: &Args) -> CliResult<Vec<LtKey>> {
+    // `--misses A B` as the old parser read it: the second path is a positional.
+    let mut misses = a.values("--misses");
+    misses.extend(a.positional.iter().map(String::as_str));
     let shapes = a.values("--shape");
     if misses.is_empty() && shapes.is_empty() {
-        return err("--misses needs at least one file or folder (or give --shape N,M,K)");
+        return Err(a.usage("needs --misses with a file or folder (or --shape N,M,K)"));
     }
     let mut keys = if misses.is_empty() {
         Vec::new()
@@ -266,14 +205,16 @@ fn tune_keys(a: &Args) -> Result<Vec<LtKey>> {
         read_misses(&misses)?
     };
     for s in shapes {
-        let (n, m, k) = parse_shape(s)?;
+        let (n, m, k) = parse_shape(s).map_err(|e| a.usage(e))?;
         let key = LtKey::linear(R_16BF, n, m, k);
         if !keys.contains(&key) {
             keys.push(key);
         }
     }
     if keys.is_empty() {
-        return err("the miss files hold no cuBLASLt shapes");
+        return Err(crate::error::Error::failed(
+            "the miss files hold no cuBLASLt shapes",
+        ));
     }
     Ok(keys)
 }
@@ -289,7 +230,7 @@ fn measure_limits(
     match timing::measure(cuda, t, copy_mib << 20, 15, d) {
         Ok(l) => {
             eprintln!(
-                "tunedblas-lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
+                "tunedblas lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
                  {} {:.2} us per call (spread {:.1}%){}",
                 l.timing.name(),
                 l.copy_bytes_per_s / 1e9,
@@ -307,7 +248,7 @@ fn measure_limits(
             Some(l)
         }
         Err(e) => {
-            eprintln!("tunedblas-lt: limits not measured: {e}");
+            eprintln!("tunedblas lt: limits not measured: {e}");
             None
         }
     }
@@ -318,65 +259,30 @@ fn mins_secs(s: f64) -> String {
     format!("{}m{:02}s", s / 60, s % 60)
 }
 
-/// Every key tuned in turn, each against the limits; progress and the campaign's ETA on
-/// stderr after each shape.
-fn tune_all(
+/// One shape tuned, and measured against the limits where they are known.
+fn tune_key(
     cuda: &Cuda,
     lt: &Lt,
-    keys: &[LtKey],
+    key: &LtKey,
     opts: &tune::Options,
     d: &Delay,
     limits: Option<&timing::Limits>,
-) -> Vec<tune::Outcome> {
-    let t0 = std::time::Instant::now();
-    let mut outcomes = Vec::new();
-    for (i, key) in keys.iter().enumerate() {
-        let (op, sig) = op_and_signature(key);
-        let sets = Problem::sets_for(key, opts.l2_bytes);
-        let outcome = Problem::new(cuda, lt, *key, sets, opts.workspace).and_then(|p| {
-            p.set_timing(opts.timing);
-            p.set_alignment(opts.alignment)?;
-            tune::tune_shape(&p, opts, d)
-        });
-        let said = match outcome {
-            Ok(mut o) => {
-                if let Some(l) = limits {
-                    let lim = l.limit_ms(o.bytes_moved);
-                    o.limit_ms = Some(lim);
-                    o.heuristic_pct_of_limit =
-                        Some(timing::pct_of_limit(lim, o.heuristic.median_ms));
-                    o.best_pct_of_limit = o
-                        .candidates
-                        .first()
-                        .map(|c| timing::pct_of_limit(lim, c.median_ms.min(o.heuristic.median_ms)));
-                }
-                let said = format!(
-                    "{}{}",
-                    o.adopted
-                        .as_deref()
-                        .map_or("Default".into(), |s| format!("proposed {s}")),
-                    o.search
-                        .as_ref()
-                        .map_or(String::new(), |s| format!("; {}", s.line()))
-                );
-                outcomes.push(o);
-                said
-            }
-            Err(e) => {
-                println!("{op},{sig}: not tuned: {e}");
-                format!("not tuned: {e}")
-            }
-        };
-        let (done, el) = (i + 1, t0.elapsed().as_secs_f64());
-        eprintln!(
-            "tunedblas-lt: [{done}/{}] {}: {said}; {} elapsed, ETA {}",
-            keys.len(),
-            sig.chars().skip(5).take(40).collect::<String>(),
-            mins_secs(el),
-            mins_secs(el / done as f64 * (keys.len() - done) as f64)
-        );
+) -> Result<tune::Outcome> {
+    let sets = Problem::sets_for(key, opts.l2_bytes);
+    let p = Problem::new(cuda, lt, *key, sets, opts.workspace)?;
+    p.set_timing(opts.timing);
+    p.set_alignment(opts.alignment)?;
+    let mut o = tune::tune_shape(&p, opts, d)?;
+    if let Some(l) = limits {
+        let lim = l.limit_ms(o.bytes_moved);
+        o.limit_ms = Some(lim);
+        o.heuristic_pct_of_limit = Some(timing::pct_of_limit(lim, o.heuristic.median_ms));
+        o.best_pct_of_limit = o
+            .candidates
+            .first()
+            .map(|c| timing::pct_of_limit(lim, c.median_ms.min(o.heuristic.median_ms)));
     }
-    outcomes
+    Ok(o)
 }
 
 /// The proposed adoptions re-measured by a fresh process (this binary's `recheck`, its
@@ -405,7 +311,7 @@ fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tun
         opts.margin,
     );
     eprintln!(
-        "tunedblas-lt: fresh process: {} of {} proposed rows confirmed by the {:.0}% margin, {withdrawn} withdrawn",
+        "tunedblas lt: fresh process: {} of {} proposed rows confirmed by the {:.0}% margin, {withdrawn} withdrawn",
         proposed.len() - withdrawn,
         proposed.len(),
         opts.margin * 100.0
@@ -432,12 +338,12 @@ fn fresh_verdicts(
     .to_text();
     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
     eprintln!(
-        "tunedblas-lt: {} proposed rows re-measured in a fresh process ({} recheck)",
+        "tunedblas lt: {} proposed rows re-measured in a fresh process ({} lt recheck)",
         rows.len(),
         exe.display()
     );
     let out = std::process::Command::new(exe)
-        .arg("recheck")
+        .args(["lt", "recheck"])
         .arg("--rows")
         .arg(&file)
         .arg("--log")
@@ -449,14 +355,15 @@ fn fresh_verdicts(
         .args(["--trials", &opts.trials.to_string()])
         .args(["--workspace", &opts.workspace.to_string()])
         .args(["--sample-ms", &opts.sample_ms.to_string()])
-        .args(["--margin", &opts.margin.to_string()])
+        // In percent, as the command line takes it (rounded: 0.03 * 100 is not exactly 3).
+        .args(["--margin", &((opts.margin * 1e8).round() / 1e6).to_string()])
         .args(["--timing", opts.timing.name()])
         .args(["--alignment", &opts.alignment.to_string()])
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        eprintln!("tunedblas-lt: fresh process: {line}");
+        eprintln!("tunedblas lt: fresh process: {line}");
     }
     if !out.status.success() {
         return Err(format!("the child {}", out.status));
@@ -510,64 +417,48 @@ fn print_table(opts: &tune::Options, outcomes: &[tune::Outcome]) {
     }
 }
 
-/// The rank file, provenance and registry entry together, all or nothing, under the
-/// registry's lock (the one `tunedblas`'s store transactions take), each read as it is now
-/// so that tools writing the store at once keep each other's changes.
+/// The rank file, provenance and registry entry together, all or nothing, in one
+/// transaction of the profile store (the locked one every `tunedblas` writer uses), each
+/// read as it is now so that tools writing the store at once keep each other's changes.
+/// Only this rank's file is written; the other ranks' stay as they are.
 fn write_profile(
     profiles: &Path,
-    name: &str,
+    folder: &crate::store::Folder,
     rank: usize,
     sha: &str,
     results: &LtResults,
     entry: registry::Entry,
     campaign: serde_json::Value,
-) -> Result<PathBuf> {
-    let dir = profiles.join(name);
-    std::fs::create_dir_all(profiles).map_err(|e| Error(format!("{}: {e}", profiles.display())))?;
-    let file = dir.join(format!("tunableop_results{rank}.csv"));
-    let prov_path = dir.join("provenance.json");
-    let reg_path = profiles.join(tunedblas_core::profile::REGISTRY_FILE);
-    let committed = registry::with_lock(&reg_path, || {
-        let mut reg = match reg_path.exists() {
-            true => Registry::load(&reg_path)?,
-            false => Registry::new(),
-        };
-        if let Err(e) = reg.insert(name, entry) {
-            return Ok(Err(e));
-        }
-        let mut prov = match prov_path.exists() {
-            true => Provenance::load(&prov_path)?,
-            false => Provenance::new(),
-        };
+) -> CliResult<PathBuf> {
+    let store = crate::store::Store::open(profiles)?;
+    store.transaction(|tx| {
+        tx.write_rank(folder, rank, results.to_text(), entry)?;
+        let prov = tx.provenance(folder)?;
         prov.set_sha256(sha);
-        prov.set_profile(name);
+        prov.set_profile(&folder.name);
+        prov.set("updated", crate::store::utc_now().into());
         prov.push_campaign(campaign);
-        let mut commit = registry::Commit::new();
-        commit.write(&file, results.to_text());
-        commit.write(&prov_path, prov.to_json(&prov_path)?);
-        commit.write(&reg_path, reg.to_json(&reg_path)?);
-        Ok(commit.apply().map_err(|e| e.to_string()))
-    });
-    committed
-        .map_err(|e| Error(e.to_string()))?
-        .map_err(Error)?;
-    Ok(file)
+        Ok(())
+    })?;
+    Ok(crate::store::rank_file(&folder.dir, rank))
 }
 
-fn cmd_tune(a: &Args) -> Result<()> {
-    let (cuda, lt) = load(a)?;
-    let mut opts = options(a, &cuda)?;
-    let profiles = PathBuf::from(a.need("--profiles")?);
-    let name = a.need("--name")?;
-    registry::check_name(name).map_err(Error)?;
-    let rank: usize = a.num("--rank", 0)?;
+pub fn cmd_tune(a: &Args) -> CliResult<()> {
+    let mut opts = options(a)?;
+    let profiles = PathBuf::from(need(a, "--profiles")?);
+    let name = need(a, "--name")?;
+    registry::check_name(name).map_err(|e| a.usage(e))?;
+    let rank: usize = num(a, "--rank", 0)?;
+    let copy_mib = num(a, "--copy-mib", 1024)?;
     let keys = tune_keys(a)?;
+    let (cuda, lt) = load(a)?;
+    opts.l2_bytes = cuda.l2_bytes();
     let sha = sha_of(&lt)?;
     let d = delay(&cuda, &lt)?;
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
-    let limits = measure_limits(&cuda, opts.timing, a.num("--copy-mib", 1024)?, &d);
+    let limits = measure_limits(&cuda, opts.timing, copy_mib, &d);
     eprintln!(
-        "tunedblas-lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call; {}",
+        "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call; {}",
         keys.len(),
         cuda.arch(),
         lt.path.display(),
@@ -581,7 +472,17 @@ fn cmd_tune(a: &Args) -> Result<()> {
             "the heuristic's answers only".into()
         }
     );
-    let mut outcomes = tune_all(&cuda, &lt, &keys, &opts, &d, limits.as_ref());
+    // One campaign per profile folder at a time; a killed one resumes from its checkpoint.
+    let folder = crate::store::Folder {
+        name: name.to_string(),
+        dir: profiles.join(name),
+        existed: false,
+    };
+    let _campaign = crate::campaign::lock_campaign(&folder, false)?;
+    let (mut checkpoint, done) = resume::open(&folder.dir, &sha, rank, &keys, a.has("--fresh"))?;
+    let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
+        tune_key(&cuda, &lt, key, &opts, &d, limits.as_ref())
+    })?;
     confirm_fresh(&lt, &cuda, &opts, &mut outcomes);
     print_table(&opts, &outcomes);
     let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
@@ -625,19 +526,20 @@ fn cmd_tune(a: &Args) -> Result<()> {
         .insert("cublaslt_version".into(), lt.version().into());
     let file = write_profile(
         &profiles,
-        name,
+        &folder,
         rank,
         &sha,
         &results,
         entry,
         campaign.clone(),
     )?;
+    checkpoint.retire(&folder.dir);
     write_json(
         a.path("--log"),
         &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
     )?;
     eprintln!(
-        "tunedblas-lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
+        "tunedblas lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
         results.rows.len(),
         results.rows.len() - adopted,
         file.display(),
@@ -646,14 +548,14 @@ fn cmd_tune(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn profile_rows(a: &Args) -> Result<Vec<LtRow>> {
+fn profile_rows(a: &Args) -> CliResult<Vec<LtRow>> {
     if let Some(f) = a.value("--rows") {
         let text = std::fs::read_to_string(f).map_err(|e| Error(format!("{f}: {e}")))?;
         return Ok(parse_results(&text).rows);
     }
-    let profiles = PathBuf::from(a.need("--profiles")?);
-    let name = a.need("--name")?;
-    let rank: usize = a.num("--rank", 0)?;
+    let profiles = PathBuf::from(need(a, "--profiles")?);
+    let name = need(a, "--name")?;
+    let rank: usize = num(a, "--rank", 0)?;
     let file = profiles
         .join(name)
         .join(format!("tunableop_results{rank}.csv"));
@@ -662,12 +564,12 @@ fn profile_rows(a: &Args) -> Result<Vec<LtRow>> {
     Ok(parse_results(&text).rows)
 }
 
-fn cmd_recheck(a: &Args) -> Result<()> {
-    let (cuda, lt) = load(a)?;
-    let opts = options(a, &cuda)?;
+pub fn cmd_recheck(a: &Args) -> CliResult<()> {
+    let mut opts = options(a)?;
     let rows = profile_rows(a)?;
+    let (cuda, lt) = load(a)?;
+    opts.l2_bytes = cuda.l2_bytes();
     let d = delay(&cuda, &lt)?;
-    let mut opts = opts;
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
     let mut out = Vec::new();
     for r in &rows {
@@ -706,7 +608,10 @@ fn cmd_recheck(a: &Args) -> Result<()> {
         out.len() - wins,
         opts.margin * 100.0
     );
-    write_json(a.path("--log"), &serde_json::json!({ "rechecks": out }))
+    Ok(write_json(
+        a.path("--log"),
+        &serde_json::json!({ "rechecks": out }),
+    )?)
 }
 
 fn parse_shape(s: &str) -> Result<(i64, i64, i64)> {
@@ -719,12 +624,12 @@ fn parse_shape(s: &str) -> Result<(i64, i64, i64)> {
     }
 }
 
-fn cmd_overhead(a: &Args) -> Result<()> {
+pub fn cmd_overhead(a: &Args) -> CliResult<()> {
     let (cuda, lt) = load(a)?;
     let (n, m, k) = parse_shape(a.value("--shape").unwrap_or("2560,1,1536"))?;
-    let calls: usize = a.num("--calls", 200)?;
-    let reps: usize = a.num("--reps", 30)?;
-    let workspace: usize = a.num("--workspace", 1 << 20)?;
+    let calls: usize = num(a, "--calls", 200)?;
+    let reps: usize = num(a, "--reps", 30)?;
+    let workspace: usize = num(a, "--workspace", 1 << 20)?;
     let key = LtKey::linear(R_16BF, n, m, k);
     let p = Problem::new(&cuda, &lt, key, 1, workspace)?;
     let base = p.heuristic(1)?;
@@ -762,7 +667,7 @@ fn cmd_overhead(a: &Args) -> Result<()> {
         "overhead: the 25 descriptor reads the interposer makes per call take {:.0} ns here",
         numeric::median(&reads_ns)
     );
-    write_json(
+    Ok(write_json(
         a.path("--log"),
         &serde_json::json!({
             "shape": [n, m, k], "interposed": interposed, "calls": calls, "reps": reps,
@@ -770,11 +675,11 @@ fn cmd_overhead(a: &Args) -> Result<()> {
             "direct_median_us": dm, "global_median_us": gm, "difference_us": gm - dm,
             "descriptor_reads_ns": reads_ns,
         }),
-    )
+    )?)
 }
 
-fn cmd_verify(a: &Args) -> Result<()> {
-    let path = a.need("--stats")?;
+pub fn cmd_verify(a: &Args) -> CliResult<()> {
+    let path = need(a, "--stats")?;
     let text = std::fs::read_to_string(path).map_err(|e| Error(format!("{path}: {e}")))?;
     let s: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error(format!("{path}: {e}")))?;
@@ -791,18 +696,18 @@ fn cmd_verify(a: &Args) -> Result<()> {
         n("rows")
     );
     if unhit > 0 || n("missed_shapes") > 0 || n("fallbacks") > 0 || n("rows") == 0 {
-        return err(format!(
+        return Err(crate::error::Error::failed(format!(
             "not verified: {unhit} rows never hit, {} shapes missed, {} fallbacks",
             n("missed_shapes"),
             n("fallbacks")
-        ));
+        )));
     }
     Ok(())
 }
 
 /// Checks the ABI values tunedblas uses against the real library, and that an algorithm
 /// rebuilt from its configuration is the same algorithm.
-fn cmd_selftest(a: &Args) -> Result<()> {
+pub fn cmd_selftest(a: &Args) -> CliResult<()> {
     let (cuda, lt) = load(a)?;
     let key = LtKey::linear(R_16BF, 2560, 256, 1536);
     let p = Problem::new(&cuda, &lt, key, 1, 1 << 20)?;
@@ -819,7 +724,10 @@ fn cmd_selftest(a: &Args) -> Result<()> {
         println!("selftest: passed");
         Ok(())
     } else {
-        err(format!("selftest failed: {}", failures.join("; ")))
+        Err(crate::error::Error::failed(format!(
+            "selftest failed: {}",
+            failures.join("; ")
+        )))
     }
 }
 
@@ -981,38 +889,6 @@ fn selftest_rebuilds(p: &Problem, check: &mut dyn FnMut(&str, bool)) -> Result<(
     Ok(())
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first().cloned() else {
-        eprint!("{HELP}");
-        return ExitCode::from(2);
-    };
-    let a = Args(args[1..].to_vec());
-    let result = match cmd.as_str() {
-        "info" => cmd_info(&a),
-        "selftest" => cmd_selftest(&a),
-        "tune" => cmd_tune(&a),
-        "recheck" => cmd_recheck(&a),
-        "overhead" => cmd_overhead(&a),
-        "verify" => cmd_verify(&a),
-        "help" | "--help" | "-h" => {
-            print!("{HELP}");
-            Ok(())
-        }
-        other => {
-            eprintln!("tunedblas-lt: unknown command '{other}'\n\n{HELP}");
-            return ExitCode::from(2);
-        }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tunedblas-lt: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1060,14 +936,14 @@ mod tests {
         let script = dir.join(format!("child-{exit}.sh"));
         let body = format!(
             r#"#!/bin/sh
-[ "$1" = recheck ] || exit 3
+[ "$1" = lt ] && [ "$2" = recheck ] || exit 3
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rows) rows=$2 ;; --log) log=$2 ;; --lib) lib=$2 ;; --timing) timing=$2 ;;
+    --rows) rows=$2 ;; --log) log=$2 ;; --lib) lib=$2 ;; --timing) timing=$2 ;; --margin) margin=$2 ;;
   esac
   shift
 done
-[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] || exit 4
+[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] && [ "$margin" = 3 ] || exit 4
 row=$(grep -v '^Validator' "$rows" | head -1)
 sig=$(echo "$row" | cut -d, -f2)
 sol=$(echo "$row" | cut -d, -f3)
@@ -1113,18 +989,125 @@ exit {exit}
     }
 
     #[test]
-    fn arguments() {
-        let a = Args(
-            [
-                "--misses", "a", "b", "--name", "x", "--trials", "9", "--misses", "c",
-            ]
-            .map(String::from)
-            .to_vec(),
+    fn the_profile_is_written_by_a_store_transaction_one_rank_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-lt-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let profiles = dir.join("profiles");
+        let folder = crate::store::Folder {
+            name: "h200-lt".into(),
+            dir: profiles.join("h200-lt"),
+            existed: false,
+        };
+        let sha = "ab".repeat(32);
+        let results = |m| LtResults {
+            validators: vec![("TUNEDBLAS_BACKEND".into(), "cublaslt".into())],
+            rows: vec![LtRow {
+                key: LtKey::linear(R_16BF, 512, m, 256),
+                action: LtAction::Default,
+                time_ms: Some(0.01),
+            }],
+            skipped: Vec::new(),
+        };
+        let entry = || {
+            let mut e = registry::Entry::new("h200-lt", &sha);
+            e.extra.insert("library".into(), "cublaslt".into());
+            e
+        };
+        let campaign = |rank| serde_json::json!({ "kind": "cublaslt-tune", "rank": rank });
+        for rank in [0, 1] {
+            let file = write_profile(
+                &profiles,
+                &folder,
+                rank,
+                &sha,
+                &results(rank as i64 + 1),
+                entry(),
+                campaign(rank),
+            )
+            .unwrap();
+            assert_eq!(
+                file,
+                folder.dir.join(format!("tunableop_results{rank}.csv"))
+            );
+        }
+        // Rank 1 left rank 0 as it was.
+        let rows = |rank: usize| {
+            let f = folder.dir.join(format!("tunableop_results{rank}.csv"));
+            parse_results(&std::fs::read_to_string(f).unwrap()).rows
+        };
+        assert_eq!(rows(0), results(1).rows);
+        assert_eq!(rows(1), results(2).rows);
+        let store = crate::store::Store::existing(&profiles).unwrap();
+        let reg = store.registry().unwrap();
+        let e = reg.get("h200-lt").unwrap();
+        assert_eq!(e.lib_sha256, sha);
+        let prov = std::fs::read_to_string(folder.dir.join("provenance.json")).unwrap();
+        assert!(
+            prov.contains("cublaslt-tune") && prov.contains(&sha),
+            "{prov}"
         );
-        assert_eq!(a.values("--misses"), ["a", "b", "c"]);
-        assert_eq!(a.value("--name"), Some("x"));
-        assert_eq!(a.num("--trials", 1usize).unwrap(), 9);
-        assert!(a.num::<usize>("--name", 1).is_err());
+        // An entry the registry refuses fails the transaction, and nothing is written.
+        let other = registry::Entry::new("h200-lt", "not a sha256");
+        let before = std::fs::read_to_string(store.registry_path()).unwrap();
+        let refused = write_profile(&profiles, &folder, 2, &sha, &results(3), other, campaign(2));
+        assert!(refused.is_err());
+        assert!(!folder.dir.join("tunableop_results2.csv").exists());
+        assert_eq!(
+            std::fs::read_to_string(store.registry_path()).unwrap(),
+            before
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn parse(args: &[&str]) -> Args {
+        let options = [
+            "--misses",
+            "--name",
+            "--trials",
+            "--alignment",
+            "--confirm",
+            "--timing",
+            "--margin",
+        ];
+        Args::parse("lt tune", &args.map_strings(), &[], &options).unwrap()
+    }
+
+    trait MapStrings {
+        fn map_strings(&self) -> Vec<String>;
+    }
+
+    impl MapStrings for [&str] {
+        fn map_strings(&self) -> Vec<String> {
+            self.iter().map(|s| s.to_string()).collect()
+        }
+    }
+
+    #[test]
+    fn arguments() {
+        let a = parse(&[
+            "--misses", "a", "b", "--name", "x", "--trials", "9", "--misses", "c",
+        ]);
+        assert_eq!(a.values("--misses"), ["a", "c"]);
+        assert_eq!(a.positional, ["b"]);
+        assert_eq!(need(&a, "--name").unwrap(), "x");
+        assert_eq!(need(&a, "--trials").unwrap(), "9");
+        assert_eq!(need(&a, "--timing").unwrap_err().exit_code(), 2);
+        assert_eq!(num(&a, "--trials", 1usize).unwrap(), 9);
+        assert_eq!(options(&a).unwrap().trials, 9);
+        // The margin is in percent, as `tunedblas tune` takes it.
+        assert_eq!(options(&a).unwrap().margin, 0.03);
+        assert_eq!(options(&parse(&["--margin", "5"])).unwrap().margin, 0.05);
+        assert_eq!(num::<usize>(&a, "--name", 1).unwrap_err().exit_code(), 2);
+        for bad in [
+            &["--alignment", "48"][..],
+            &["--confirm", "maybe"],
+            &["--timing", "clock"],
+            &["--trials", "many"],
+            &["--margin", "0.03"],
+        ] {
+            let e = options(&parse(bad)).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {}", e.message);
+        }
         assert_eq!(parse_shape("2560,16,1536").unwrap(), (2560, 16, 1536));
         assert!(parse_shape("1,2").is_err());
     }

@@ -1,0 +1,45 @@
+/* A stand-in for libcudart.so for the CPU tests of `tunedblas lt tune`: the C ABI of the
+ * CUDA runtime calls the harness makes (values from cuda_runtime_api.h), on the host.
+ * "Device" memory is malloc'd, copies and sets are memcpy/memset, streams run everything
+ * at once, an event is the time it was recorded. No graph symbols: the harness times with
+ * events. Device 0 answers as sm_90 with 1 MiB of L2. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct { double ms; } Event;
+
+int cudaMalloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+int cudaFree(void *p) { free(p); return 0; }
+int cudaMemcpy(void *d, const void *s, size_t n, int kind) { (void)kind; memmove(d, s, n); return 0; }
+int cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return 0; }
+int cudaMemcpyAsync(void *d, const void *s, size_t n, int kind, void *st) {
+    (void)st;
+    return cudaMemcpy(d, s, n, kind);
+}
+int cudaMemsetAsync(void *p, int v, size_t n, void *st) { (void)st; return cudaMemset(p, v, n); }
+int cudaEventCreate(Event **e) { *e = calloc(1, sizeof **e); return 0; }
+int cudaEventRecord(Event *e, void *st) {
+    (void)st;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    e->ms = t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+    return 0;
+}
+int cudaEventSynchronize(Event *e) { (void)e; return 0; }
+int cudaEventElapsedTime(float *ms, Event *a, Event *b) { *ms = (float)(b->ms - a->ms); return 0; }
+int cudaStreamCreate(void **s) { *s = malloc(1); return 0; }
+int cudaStreamSynchronize(void *s) { (void)s; return 0; }
+const char *cudaGetErrorString(int e) { return e ? "stand-in error" : "no error"; }
+int cudaGetLastError(void) { return 0; }
+int cudaRuntimeGetVersion(int *v) { *v = 12080; return 0; }
+int cudaDeviceGetAttribute(int *v, int attr, int device) {
+    if (device != 0) return 101;
+    switch (attr) {
+    case 38: *v = 1 << 20; return 0; /* L2 bytes */
+    case 75: *v = 9; return 0;       /* compute capability */
+    case 76: *v = 0; return 0;
+    default: *v = 1; return 0;
+    }
+}
