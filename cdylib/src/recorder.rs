@@ -63,6 +63,10 @@ pub struct Recorder<K: 'static> {
     over_cap_calls: AtomicU64,
     /// When counts were last written (monotonic ns).
     last_flush_ns: AtomicU64,
+    /// A shape was first seen by a signal handler that interrupted the slow path: it has
+    /// no line yet. The next slow path that may allocate gives it one and writes the
+    /// counts, so a way out (which allocates nothing) finds its line.
+    untexted: AtomicBool,
 }
 
 thread_local! {
@@ -106,6 +110,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
             full_warned: AtomicBool::new(false),
             over_cap_calls: AtomicU64::new(0),
             last_flush_ns: AtomicU64::new(lifecycle::monotonic_ns()),
+            untexted: AtomicBool::new(false),
         }
     }
 
@@ -147,7 +152,10 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     fn slow(&self, device: i32, key: &K, sight: Sight, noted: Option<(usize, u64)>) {
         if IN_SLOW.with(|f| f.replace(true)) {
             // Re-entered from a signal handler: the shape is in the set; its line is
-            // formatted at the next flush that may allocate.
+            // formatted by the next slow path that may allocate.
+            if matches!(sight, Sight::First) {
+                self.untexted.store(true, Ordering::Relaxed);
+            }
             return;
         }
         let _no_cancel = NoCancel::new();
@@ -186,7 +194,8 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
             self.set.set_text(slot, text);
         }
         let now = lifecycle::monotonic_ns();
-        if now.saturating_sub(self.last_flush_ns.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS {
+        let due = now.saturating_sub(self.last_flush_ns.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS;
+        if self.untexted.swap(false, Ordering::Relaxed) || due {
             self.write_counts(true);
         }
     }
