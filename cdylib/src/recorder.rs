@@ -182,6 +182,11 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         }
         // (Not written when another thread held the log past the wait: the shape is still
         // in the set and in the counts.)
+        crate::log::debug!(
+            "{}missed {text} (rank {device}): no row; recorded in {}",
+            self.what,
+            self.names.get().dir.display()
+        );
         if let Some((slot, _)) = noted {
             self.set.set_text(slot, text);
         }
@@ -211,6 +216,10 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
             .store(lifecycle::monotonic_ns(), Ordering::Relaxed);
         if let Err(e) = self.names.get().write_counts(&self.set) {
             self.warn_io(&e);
+        }
+        if may_allocate {
+            // A process without a status thread (a fork child) is seen live from here.
+            crate::status::on_flush();
         }
     }
 
@@ -418,19 +427,19 @@ fn append_whole(f: &mut File, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// A file name built on the stack: `dir/prefix tag -rank<d> suffix`, with no allocation.
-struct StackPath {
+pub(crate) struct StackPath {
     buf: [u8; 1024],
     len: usize,
 }
 
 impl StackPath {
-    fn new() -> StackPath {
+    pub(crate) fn new() -> StackPath {
         StackPath {
             buf: [0; 1024],
             len: 0,
         }
     }
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         Path::new(OsStr::from_bytes(&self.buf[..self.len]))
     }
 }
@@ -451,10 +460,20 @@ impl io::Write for StackPath {
 }
 
 /// Buffered output to a file through a fixed stack buffer.
-struct StackOut<'f> {
+pub(crate) struct StackOut<'f> {
     file: &'f mut File,
     buf: [u8; 8192],
     len: usize,
+}
+
+impl<'f> StackOut<'f> {
+    pub(crate) fn new(file: &'f mut File) -> StackOut<'f> {
+        StackOut {
+            file,
+            buf: [0; 8192],
+            len: 0,
+        }
+    }
 }
 
 impl io::Write for StackOut<'_> {

@@ -138,6 +138,11 @@ fn report_rank(r: &profile::RankReport) {
     );
 }
 
+/// The rocBLAS misses, once the runtime was built (for the live status).
+pub fn status_misses() -> Option<&'static tunedblas_core::misslog::MissSet<ProblemKey>> {
+    RUNTIME.peek().map(|rt| &rt.misses.set)
+}
+
 /// True once the rocBLAS side has started (it owns `TUNEDBLAS_STATS` then).
 pub fn started() -> bool {
     RUNTIME.peek().is_some()
@@ -218,6 +223,7 @@ fn init() -> Option<Runtime> {
         near: None,
     };
     rt.near = near::Near::build(rt.all_tables(), cfg.near_window);
+    crate::status::start(&cfg.miss_dir);
     Some(rt)
 }
 
@@ -298,7 +304,13 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
             };
             (opened, Some(line))
         }
-        Selection::None { why } => (Opened::default(), Some(why)),
+        Selection::None { why } => (
+            Opened::default(),
+            Some(format!(
+                "{why}; misses go to {} (`tunedblas status` shows them live)",
+                cfg.miss_dir.display()
+            )),
+        ),
     };
     let mut problems = registry_problems;
     problems.append(&mut loaded.problems);
