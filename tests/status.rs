@@ -327,3 +327,60 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
     );
     assert_eq!(child["final"], true, "{child}");
 }
+
+#[test]
+fn debug_says_each_shapes_decision_once_and_the_no_profile_line_names_the_miss_folder() {
+    let (hit, dflt, miss) = ("ex:NN:s:32:16:24", "ex:NN:s:8:8:8", "ex:NN:s:4:4:4");
+    let dir = scratch("status-debug");
+    let sol = common::faults::tuned(hit);
+    Profile::v4(&dir)
+        .tuned(hit, sol)
+        .row(dflt, "Default")
+        .write();
+    let mut cmd = host4_cmd(
+        &dir,
+        true,
+        &[
+            &format!("{hit}:3"),
+            &format!("{dflt}:3"),
+            &format!("{miss}:3"),
+        ],
+    );
+    cmd.env("TUNEDBLAS_LOG", "debug");
+    let out = run(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let once = |needle: &str| {
+        let n = stderr.lines().filter(|l| l.contains(needle)).count();
+        assert_eq!(n, 1, "one line with {needle:?}: {stderr}");
+    };
+    once(&format!("served with solution {sol}"));
+    once("a Default row: the caller's own call");
+    once(&format!(
+        "missed {} (rank 0): no row; recorded in",
+        miss_line(miss)
+    ));
+    // At the default level, none of these.
+    let out = run(host4_cmd(
+        &dir,
+        true,
+        &[&format!("{hit}:3"), &format!("{miss}:3")],
+    ));
+    let stderr = text(&out.stderr);
+    assert!(
+        !stderr.contains("served with solution") && !stderr.contains("no row;"),
+        "{stderr}"
+    );
+    // No profile at all: the start line says where the misses go.
+    let bare = scratch("status-no-profile");
+    let out = run(host4_cmd(&bare, true, &[miss]));
+    let stderr = text(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("no profile") || l.contains("profiles.json"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        line.contains(&format!("misses go to {}", bare.join("misses").display())),
+        "{line}"
+    );
+}

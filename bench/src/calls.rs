@@ -418,7 +418,7 @@ pub fn main(lib_path: &std::path::Path, solution: i32, s: &Settings) -> Result<(
             calls[5], calls[6], calls[7], calls[8]
         );
     }
-    drop(other_lib);
+    let _ = other_lib; // (no Drop: the library stays loaded)
     Ok(())
 }
 

@@ -182,11 +182,6 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         }
         // (Not written when another thread held the log past the wait: the shape is still
         // in the set and in the counts.)
-        crate::log::debug!(
-            "{}missed {text} (rank {device}): no row; recorded in {}",
-            self.what,
-            self.names.get().dir.display()
-        );
         if let Some((slot, _)) = noted {
             self.set.set_text(slot, text);
         }
@@ -217,10 +212,6 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         if let Err(e) = self.names.get().write_counts(&self.set) {
             self.warn_io(&e);
         }
-        if may_allocate {
-            // A process without a status thread (a fork child) is seen live from here.
-            crate::status::on_flush();
-        }
     }
 
     /// At a way out of the process: writes what waits (first sights whose write failed)
@@ -241,6 +232,11 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
             }
         }
         self.write_counts(false);
+    }
+
+    /// The miss folder.
+    pub fn dir(&self) -> &Path {
+        &self.names.get().dir
     }
 
     /// Calls whose shape found no room in the set.

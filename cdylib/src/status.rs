@@ -25,8 +25,9 @@
 //!   of this pid is left, which the next write of that name replaces and `status` ignores.
 //! - **A fork child** gets no thread (starting threads in the child of a multi-threaded
 //!   process is where inherited locks bite, and a fork storm would pay for one each): its
-//!   files are written when its miss recorder flushes counts (at least once a second while
-//!   new shapes arrive) and at every way out.
+//!   files are written at its way out. (Writing them from the recorder's count flush too
+//!   made the repeated-miss path 3 instructions dearer, by changing how the compiler laid
+//!   out the miss path around the call; BENCHMARKS.md.)
 //! - **Every way out** ([`crate::lifecycle`]): the final files, without allocating (a signal
 //!   handler's `_exit`), waiting at most [`crate::lifecycle::EXIT_WAIT`] for the writer.
 //!
@@ -85,12 +86,10 @@ const SET: u8 = 2;
 static PLACE_SET: AtomicU8 = AtomicU8::new(UNSET);
 /// The process whose writer thread is running (0: none).
 static WRITER_PID: AtomicU32 = AtomicU32::new(0);
-/// One writer at a time (the thread, a recorder flush, an exit path).
+/// One writer at a time (the thread, an exit path).
 static LOCK: ExitLock<()> = ExitLock::new(());
 /// What the counters added up to at the last write, to skip writes when nothing moved.
 static LAST_SUM: AtomicU64 = AtomicU64::new(u64::MAX);
-/// When the files were last written (monotonic ns).
-static LAST_WRITE_NS: AtomicU64 = AtomicU64::new(0);
 /// The final files are written: nothing rewrites them but a later way out.
 static FINAL: AtomicBool = AtomicBool::new(false);
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -191,19 +190,7 @@ fn writer() {
             continue;
         }
         write(false, Duration::ZERO);
-    }
-}
-
-/// The recorder flushed counts (first sights at least once a second, counts at 1024,
-/// 2048, ... calls): in a process with no writer thread (a fork child), the status too.
-pub fn on_flush() {
-    // SAFETY: getpid cannot fail.
-    if WRITER_PID.load(Ordering::Acquire) == unsafe { libc::getpid() } as u32 {
-        return;
-    }
-    let now = lifecycle::monotonic_ns();
-    if now.saturating_sub(LAST_WRITE_NS.load(Ordering::Relaxed)) >= EVERY.as_nanos() as u64 {
-        write(false, Duration::ZERO);
+        crate::rocblas::say_new_hits();
     }
 }
 
@@ -236,7 +223,6 @@ pub unsafe fn after_fork() {
     unsafe { LOCK.reset_in_child(()) };
     WRITER_PID.store(0, Ordering::Release);
     LAST_SUM.store(u64::MAX, Ordering::Relaxed);
-    LAST_WRITE_NS.store(0, Ordering::Relaxed);
     FINAL.store(false, Ordering::Release);
     WARNED.store(false, Ordering::Relaxed);
 }
@@ -303,7 +289,6 @@ fn write(last: bool, wait: Duration) {
         return;
     };
     LAST_SUM.store(now_sum, Ordering::Relaxed);
-    LAST_WRITE_NS.store(lifecycle::monotonic_ns(), Ordering::Relaxed);
     let result = write_files(place, last, roc.as_ref(), lt.as_ref());
     if let Err(e) = result {
         if !WARNED.swap(true, Ordering::Relaxed) {
@@ -464,9 +449,9 @@ fn write_files<A: Copy + Eq + std::hash::Hash, B: Copy + Eq + std::hash::Hash>(
         }
         out.write_all(b"# HELP tunedblas_status_updated_seconds When this process's tunedblas status was written (Unix time).\n# TYPE tunedblas_status_updated_seconds gauge\n")?;
         out.write_all(b"tunedblas_status_updated_seconds{")?;
-        write!(
+        writeln!(
             out,
-            "host=\"{host}\",pid=\"{pid}\",start=\"{start}\"}} {}.{:03}\n",
+            "host=\"{host}\",pid=\"{pid}\",start=\"{start}\"}} {}.{:03}",
             updated / 1000,
             updated % 1000
         )
@@ -529,7 +514,7 @@ fn backend_json<K: Copy + Eq + std::hash::Hash>(
             }
         }
     });
-    top[..filled].sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    top[..filled].sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
     for (i, &(calls, rank, ptr, len)) in top[..filled].iter().enumerate() {
         // SAFETY: see above: the text outlives the process's use of it.
         let text = unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(ptr, len)) };

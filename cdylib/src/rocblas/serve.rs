@@ -163,34 +163,13 @@ fn row_solution(e: &'static Entry) -> Option<i32> {
         bump(Counter::PassedThrough);
         return None;
     }
-    if !e.was_hit() {
-        first_hit(e);
-    }
+    e.mark_hit();
     match e.action {
         Action::Default => {
             bump(Counter::Default);
             None
         }
         Action::Solution(id) => Some(id),
-    }
-}
-
-/// A row's first hit: marks it (for the stats' rows never hit) and, at `TUNEDBLAS_LOG=debug`,
-/// says the decision once per row. Out of line: the hot path keeps only the hit flag's
-/// load and branch, as `mark_hit` had.
-#[cold]
-#[inline(never)]
-fn first_hit(e: &'static Entry) {
-    e.mark_hit();
-    if crate::log::enabled(crate::log::DEBUG) {
-        let row = runtime::get()
-            .and_then(|rt| rt.table())
-            .and_then(|t| t.describe(e))
-            .unwrap_or_else(|| "a row".into());
-        match e.action {
-            Action::Default => debug!("{row}: a Default row: the caller's own call (first hit)"),
-            Action::Solution(id) => debug!("{row}: served with solution {id} (first hit)"),
-        }
     }
 }
 
