@@ -227,9 +227,8 @@ fn render(procs: &[Process]) -> String {
     for p in procs {
         let s = &p.status;
         t.push_str(&format!(
-            "{}-{} (pid {}, started at tick {}): {}, updated {}\n",
+            "{} pid {} (started at tick {}): {}, updated {}\n",
             s.host,
-            s.pid,
             s.pid,
             s.start_ticks,
             p.state,
@@ -290,10 +289,11 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     } else {
         let running = procs.iter().filter(|p| p.state == "running").count();
+        let n = procs.len();
+        let plural = if n == 1 { "" } else { "es" };
         println!(
-            "{}: {} processes, {running} running\n",
-            dir.display(),
-            procs.len()
+            "{}: {n} process{plural}, {running} running\n",
+            dir.display()
         );
         print!("{}", render(&procs));
     }
