@@ -160,6 +160,26 @@ fn misses_are_recorded_under_pytorch_names_when_no_profile_matches() {
     assert_eq!(s["calls"], 3);
     assert_eq!(s["missed_calls"], 3);
     assert_eq!(s["missed_shapes"], 2);
+    // The start line says where misses go; the live status (issue 16) has the cuBLASLt
+    // counters, final at exit.
+    assert!(
+        startup.contains(&format!("misses go to {}", dir.join("misses").display())),
+        "{startup}"
+    );
+    let status: Vec<_> = std::fs::read_dir(dir.join("misses"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".status.json"))
+        .collect();
+    assert_eq!(status.len(), 1, "{status:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status[0]).unwrap()).unwrap();
+    assert_eq!(v["final"], true, "{v}");
+    let lt = &v["backends"][0];
+    assert_eq!(lt["backend"], "cublaslt", "{v}");
+    assert_eq!(lt["counters"]["missed"], 3, "{v}");
+    assert_eq!(lt["missed_shapes"], 2, "{v}");
+    assert_eq!(lt["top_missed"][0]["calls"], 2, "{v}");
 }
 
 #[test]

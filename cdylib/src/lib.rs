@@ -14,6 +14,8 @@
 //!   closed, reopened or loaded side by side; one registry per backend.
 //! - [`recorder`]: the one miss recorder (in-memory set, miss and counts files).
 //! - [`stats`]: per-thread counters; [`log`]: rate-limited stderr lines.
+//! - [`status`]: the live status files beside the miss log (JSON for `tunedblas status`,
+//!   Prometheus text), written by a writer thread, at count flushes and at every way out.
 //!
 //! One folder per backend, holding only that backend's key building, serving and real
 //! calls:
@@ -56,6 +58,7 @@ mod real;
 mod recorder;
 mod rocblas;
 mod stats;
+mod status;
 
 #[cfg(test)]
 mod alloc_test;

@@ -512,12 +512,14 @@ pub fn leaving() {
     for b in BACKENDS {
         let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Leaving));
     }
+    let _ = std::panic::catch_unwind(crate::status::finish);
 }
 
 /// An exec failed and the process goes on: its real exit writes everything again.
 pub fn exec_failed() {
     if REGISTERED.load(Ordering::Acquire) && is_owner() {
         FINISHED.store(false, Ordering::Release);
+        crate::status::exec_failed();
     }
 }
 
@@ -532,6 +534,7 @@ extern "C" fn at_unload() {
         for b in BACKENDS {
             let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Late));
         }
+        let _ = std::panic::catch_unwind(crate::status::finish);
     }
 }
 
@@ -545,6 +548,8 @@ extern "C" fn fork_child() {
         unsafe { (b.after_fork)() };
     }
     crate::stats::reset();
+    // SAFETY: as above.
+    unsafe { crate::status::after_fork() };
     OWNER_PID.store(std::process::id(), Ordering::Release);
     FINISHED.store(false, Ordering::Release);
     FORKED.store(true, Ordering::Release);

@@ -243,6 +243,11 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         self.write_counts(false);
     }
 
+    /// The miss folder.
+    pub fn dir(&self) -> &Path {
+        &self.names.get().dir
+    }
+
     /// Calls whose shape found no room in the set.
     pub fn over_cap_calls(&self) -> u64 {
         self.over_cap_calls.load(Ordering::Relaxed)
@@ -427,19 +432,19 @@ fn append_whole(f: &mut File, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// A file name built on the stack: `dir/prefix tag -rank<d> suffix`, with no allocation.
-struct StackPath {
+pub(crate) struct StackPath {
     buf: [u8; 1024],
     len: usize,
 }
 
 impl StackPath {
-    fn new() -> StackPath {
+    pub(crate) fn new() -> StackPath {
         StackPath {
             buf: [0; 1024],
             len: 0,
         }
     }
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         Path::new(OsStr::from_bytes(&self.buf[..self.len]))
     }
 }
@@ -460,10 +465,20 @@ impl io::Write for StackPath {
 }
 
 /// Buffered output to a file through a fixed stack buffer.
-struct StackOut<'f> {
+pub(crate) struct StackOut<'f> {
     file: &'f mut File,
     buf: [u8; 8192],
     len: usize,
+}
+
+impl<'f> StackOut<'f> {
+    pub(crate) fn new(file: &'f mut File) -> StackOut<'f> {
+        StackOut {
+            file,
+            buf: [0; 8192],
+            len: 0,
+        }
+    }
 }
 
 impl io::Write for StackOut<'_> {

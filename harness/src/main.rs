@@ -108,6 +108,15 @@ const COMMANDS: &[Command] = &[
         internal: false,
     },
     Command {
+        name: "status",
+        usage: "tunedblas status [DIR] [--json] [--prune]",
+        summary: "Live counters of every process running under the interposer (served, default,
+        near, missed, fallbacks; top missed shapes), from the status files in its miss folder.",
+        help: commands::status::help,
+        run: commands::status::run,
+        internal: false,
+    },
+    Command {
         name: "export",
         usage: "tunedblas export --lib LIBROCBLAS --format gemm-tune|bench|tunableop [--out PATH]",
         summary: "The profile as a ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH file, rocblas-bench lines, or

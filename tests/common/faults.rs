@@ -196,11 +196,22 @@ pub fn whole_miss_files(dir: &Path) -> (Vec<String>, Vec<(String, u64)>) {
         for e in rd {
             let p = e.unwrap().path();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            assert!(
-                name.ends_with(".csv"),
-                "only miss logs and counts files are left behind: {name}"
-            );
             let body = std::fs::read_to_string(&p).unwrap();
+            if name.ends_with(".status.json") {
+                // The live status (one per process): whole JSON, never a cut file.
+                let v: serde_json::Value = serde_json::from_str(&body)
+                    .unwrap_or_else(|e| panic!("{name} is not whole JSON ({e}): {body:?}"));
+                assert!(v["pid"].is_u64(), "{name}: {body}");
+                continue;
+            }
+            assert!(
+                name.ends_with(".csv") || name.ends_with(".prom"),
+                "only miss logs, counts, status and Prometheus files are left behind: {name}"
+            );
+            if name.ends_with(".prom") {
+                assert!(body.ends_with('\n'), "{name} ends in a cut line: {body:?}");
+                continue;
+            }
             assert!(
                 body.is_empty() || body.ends_with('\n'),
                 "{name} ends in a cut line: {body:?}"

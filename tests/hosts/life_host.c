@@ -24,6 +24,11 @@
  *                    interposer's) that makes a GEMM of a shape of its own
  *   @chdir:DIR       chdir(DIR)
  *   @sleep:MS        sleep
+ *   @pid             prints pid=<this process's pid>
+ *   @wait-file:PATH  waits until PATH exists (polling every 10 ms; at most 120 s, then
+ *                    prints wait-file=timeout): a test holds the host alive while it looks
+ *   @fork-gemm:N:R   forks a child that makes R GEMMs of n = N and leaves by exit(0); waits
+ *                    for it. Prints child=<pid>
  *   @exit-group      the raw exit_group system call (no libc exit path at all)
  *   @quick-exit      quick_exit(0)
  *   @Exit            _Exit(0)
@@ -256,6 +261,25 @@ int main(int argc, char **argv) {
             if (chdir(a + 7) != 0) { perror("life_host: chdir"); return 3; }
         } else if (!strncmp(a, "@sleep:", 7)) {
             usleep(atoi(a + 7) * 1000);
+        } else if (!strcmp(a, "@pid")) {
+            printf("pid=%d\n", (int)getpid());
+        } else if (!strncmp(a, "@wait-file:", 11)) {
+            int waited = 0;
+            while (access(a + 11, F_OK) != 0 && waited < 12000) {
+                usleep(10000);
+                waited++;
+            }
+            if (waited >= 12000) printf("wait-file=timeout\n");
+        } else if (!strncmp(a, "@fork-gemm:", 11)) {
+            const char *r = strchr(a + 11, ':');
+            int n = atoi(a + 11), reps = r ? atoi(r + 1) : 1;
+            pid_t pid = fork();
+            if (pid == 0) {
+                for (int k = 0; k < reps; k++) gemm(n);
+                exit(0);
+            }
+            waitpid(pid, NULL, 0);
+            printf("child=%d\n", (int)pid);
         } else if (!strcmp(a, "@exit-group")) {
             syscall(SYS_exit_group, 0);
         } else if (!strcmp(a, "@quick-exit")) {

@@ -104,6 +104,11 @@ pub fn library_changed() {
     RUNTIME.restart();
 }
 
+/// The cuBLASLt misses, once the runtime was built (for the live status).
+pub fn status_misses() -> Option<&'static misslog::MissSet<LtKey>> {
+    RUNTIME.peek().map(|rt| &rt.misses.set)
+}
+
 pub(crate) fn latch_off(why: &str) {
     if RUNTIME.latch_off() {
         info!("cuBLASLt: internal error ({why}); passing every call through from now on");
@@ -117,6 +122,7 @@ fn init() -> Option<LtRuntime> {
     for p in loaded.problems.iter().take(20) {
         info!("{p}");
     }
+    crate::status::start(&cfg.miss_dir);
     let single = (loaded.distinct <= 1).then(|| {
         loaded
             .tables
@@ -177,7 +183,12 @@ fn select_and_load(cfg: &Config) -> (LtLoaded, String) {
             );
             (loaded, line)
         }
-        Selection::None { why } => none(format!("cuBLASLt: {} ({})", words(why), path.display())),
+        Selection::None { why } => none(format!(
+            "cuBLASLt: {} ({}); misses go to {} (`tunedblas status` shows them live)",
+            words(why),
+            path.display(),
+            cfg.miss_dir.display()
+        )),
     }
 }
 

@@ -138,6 +138,64 @@ fn report_rank(r: &profile::RankReport) {
     );
 }
 
+/// Rows (entry addresses) and missed shapes (miss-set slots) already said by
+/// [`say_new_hits`].
+type Said = (
+    std::collections::HashSet<usize>,
+    std::collections::HashSet<usize>,
+);
+static SAID_HITS: lifecycle::ExitLock<Option<Said>> = lifecycle::ExitLock::new(None);
+
+/// At `TUNEDBLAS_LOG=debug`: one line for each row hit since the last look (served with its
+/// solution, or `Default`), once per row, and one for each shape missed since (where it was
+/// recorded); near-served shapes are said as they are validated (`near.rs`). Called by the status thread about once a second
+/// and at exit, never on a call's path: the hot path keeps its one hit-flag check.
+pub fn say_new_hits() {
+    if !crate::log::enabled(crate::log::DEBUG) {
+        return;
+    }
+    let Some(rt) = RUNTIME.peek() else { return };
+    let Some(mut said) = SAID_HITS.lock_within(std::time::Duration::ZERO) else {
+        return;
+    };
+    let (said, said_misses) = said.get_or_insert_with(Default::default);
+    let say = |e: &tunedblas_core::table::Entry, row: &dyn std::fmt::Display| match e.action {
+        tunedblas_core::table::Action::Default => {
+            debug!("{row}: a Default row: the caller's own call")
+        }
+        tunedblas_core::table::Action::Solution(id) => debug!("{row}: served with solution {id}"),
+    };
+    for t in rt.all_tables() {
+        for (k, e) in t.iter() {
+            if e.was_hit() && said.insert(e as *const _ as usize) {
+                let (op, sig) = tunableop::op_and_signature(k);
+                say(e, &format_args!("{op},{sig}"));
+            }
+        }
+        for w in t.wildcards() {
+            if w.entry.was_hit() && said.insert(&w.entry as *const _ as usize) {
+                say(&w.entry, &w.text);
+            }
+        }
+    }
+    let dir = rt.misses.dir();
+    rt.misses.set.for_each_slot(|slot, device, _, _, text| {
+        if let Some(text) = text {
+            if said_misses.insert(slot) {
+                debug!(
+                    "missed {text} (rank {device}): no row; recorded in {}",
+                    dir.display()
+                );
+            }
+        }
+    });
+}
+
+/// The rocBLAS misses, once the runtime was built (for the live status).
+pub fn status_misses() -> Option<&'static tunedblas_core::misslog::MissSet<ProblemKey>> {
+    RUNTIME.peek().map(|rt| &rt.misses.set)
+}
+
 /// True once the rocBLAS side has started (it owns `TUNEDBLAS_STATS` then).
 pub fn started() -> bool {
     RUNTIME.peek().is_some()
@@ -218,6 +276,7 @@ fn init() -> Option<Runtime> {
         near: None,
     };
     rt.near = near::Near::build(rt.all_tables(), cfg.near_window);
+    crate::status::start(&cfg.miss_dir);
     Some(rt)
 }
 
@@ -298,7 +357,13 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
             };
             (opened, Some(line))
         }
-        Selection::None { why } => (Opened::default(), Some(why)),
+        Selection::None { why } => (
+            Opened::default(),
+            Some(format!(
+                "{why}; misses go to {} (`tunedblas status` shows them live)",
+                cfg.miss_dir.display()
+            )),
+        ),
     };
     let mut problems = registry_problems;
     problems.append(&mut loaded.problems);
@@ -317,6 +382,7 @@ fn finish(pass: Pass) {
     if pass == Pass::Late {
         return;
     }
+    say_new_hits();
     let near = stats::total(Counter::Near);
     let near_on = rt.near.is_some() || near > 0;
     info!(
@@ -359,6 +425,8 @@ unsafe fn after_fork() {
     if let Some(rt) = RUNTIME.peek() {
         // SAFETY: the lifecycle calls this from the fork child handler only.
         unsafe { rt.misses.after_fork() };
+        // SAFETY: as above (a parent's thread may have been changing the set).
+        unsafe { SAID_HITS.reset_in_child(None) };
         if let Some(near) = &rt.near {
             // SAFETY: as above.
             unsafe { near.after_fork() };

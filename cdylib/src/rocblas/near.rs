@@ -299,6 +299,14 @@ fn near_call(
             return call(Route::Original);
         }
         near.outcome(&rt.misses.set, key, slot, Verdict::Serve(id));
+        if crate::log::enabled(crate::log::DEBUG) {
+            let (op, sig) = tunableop::op_and_signature(key);
+            let from = rt
+                .table()
+                .and_then(|t| near.nearest(t, key))
+                .map_or_else(|| "?".to_string(), |(f, _)| f.to_string());
+            debug!("near: {op},{sig} served with solution {id}, from the row at {from} tokens");
+        }
     }
     let status = call(Route::Tuned(id));
     if status == STATUS_SUCCESS {

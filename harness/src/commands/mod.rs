@@ -16,6 +16,7 @@ pub mod profiles;
 pub mod qualify;
 pub mod replay;
 pub mod report;
+pub mod status;
 pub mod tune;
 pub mod verify;
 pub mod workload;

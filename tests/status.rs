@@ -1,0 +1,386 @@
+//! The live status (issue 16): `tunedblas status` on the files a running host writes under
+//! the interposer, the Prometheus file, dead processes, planted symlinks and fork children.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::faults::{life_cmd, wait_guarded};
+use common::*;
+
+fn status_json(miss_dir: &Path) -> serde_json::Value {
+    let out = Command::new(tunedblas())
+        .args(["status", "--json"])
+        .arg(miss_dir)
+        .output()
+        .expect("run tunedblas status");
+    serde_json::from_str(&ok(&out)).expect("status --json is JSON")
+}
+
+/// The process of `pid` in a `status --json` answer.
+fn process(v: &serde_json::Value, pid: u32) -> Option<serde_json::Value> {
+    v["processes"]
+        .as_array()?
+        .iter()
+        .find(|p| p["pid"].as_u64() == Some(u64::from(pid)))
+        .cloned()
+}
+
+fn counter(p: &serde_json::Value, name: &str) -> u64 {
+    p["backends"][0]["counters"][name].as_u64().unwrap_or(0)
+}
+
+/// Every line of a Prometheus text file: comments, or `name{labels} value` with a numeric
+/// value. Returns (name, labels, value).
+fn prom_samples(text: &str) -> Vec<(String, String, f64)> {
+    let mut v = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+            continue;
+        }
+        let (name, rest) = line.split_once('{').unwrap_or_else(|| panic!("{line}"));
+        let (labels, value) = rest.rsplit_once("} ").unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{line}"
+        );
+        for l in labels.split(',') {
+            let (k, val) = l.split_once('=').unwrap_or_else(|| panic!("{line}"));
+            assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+            assert!(val.starts_with('"') && val.ends_with('"'), "{line}");
+        }
+        v.push((
+            name.to_owned(),
+            labels.to_owned(),
+            value.parse().unwrap_or_else(|_| panic!("{line}")),
+        ));
+    }
+    v
+}
+
+fn files_ending(dir: &Path, end: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.to_string_lossy().ends_with(end));
+    v
+}
+
+#[test]
+fn status_shows_a_running_hosts_counters_and_its_prometheus_file_parses() {
+    let dir = scratch("status-live");
+    let miss_dir = dir.join("misses");
+    let go = dir.join("go");
+    let mut cmd = life_cmd(
+        &dir,
+        true,
+        &[
+            "@pid",
+            "@distinct:5",
+            "@repeat:0:300",
+            &format!("@wait-file:{}", go.display()),
+        ],
+    );
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn life_host");
+    let pid = child.id();
+    // The writer thread writes within about a second; look until it has (the host waits
+    // for us: no time limit is asserted, the hang guard of the run below bounds it).
+    let mut seen = None;
+    for _ in 0..6000 {
+        let v = status_json(&miss_dir);
+        if let Some(p) = process(&v, pid) {
+            if counter(&p, "missed") >= 305 {
+                seen = Some(p);
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let p = seen.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("no live status with the host's 305 missed calls")
+    });
+    assert_eq!(p["state"], "running", "{p}");
+    assert_eq!(p["final"], false, "{p}");
+    assert_eq!(counter(&p, "missed"), 305, "{p}");
+    assert_eq!(p["backends"][0]["missed_shapes"], 5, "{p}");
+    assert_eq!(p["backends"][0]["ranks"][0]["missed_calls"], 305, "{p}");
+    let top = &p["backends"][0]["top_missed"];
+    assert_eq!(top[0]["calls"], 301, "the most called shape first: {p}");
+    assert_eq!(top.as_array().unwrap().len(), 5, "{p}");
+    // The text form says the same while it runs.
+    let out = Command::new(tunedblas())
+        .arg("status")
+        .arg(&miss_dir)
+        .output()
+        .unwrap();
+    let shown = ok(&out);
+    assert!(shown.contains("running"), "{shown}");
+    assert!(shown.contains("305 missed (5 shapes)"), "{shown}");
+    // The Prometheus file of the live process parses and carries the same numbers.
+    let prom = files_ending(&miss_dir, ".prom");
+    assert_eq!(prom.len(), 1, "{prom:?}");
+    let samples = prom_samples(&std::fs::read_to_string(&prom[0]).unwrap());
+    let missed = samples
+        .iter()
+        .find(|(n, l, _)| n == "tunedblas_calls_total" && l.contains("outcome=\"missed\""))
+        .expect("a missed counter");
+    assert_eq!(missed.2, 305.0);
+    assert!(missed.1.contains(&format!("pid=\"{pid}\"")), "{}", missed.1);
+    assert!(samples
+        .iter()
+        .any(|(n, l, v)| n == "tunedblas_missed_shapes" && l.contains("rank=\"0\"") && *v == 5.0));
+    // Files are the user's alone.
+    use std::os::unix::fs::PermissionsExt;
+    for f in files_ending(&miss_dir, ".status.json").iter().chain(&prom) {
+        let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", f.display());
+    }
+    // Let it go: the final status says it exited; its Prometheus file is gone.
+    std::fs::write(&go, "").unwrap();
+    let out = wait_guarded(child, "life_host");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let p = process(&status_json(&miss_dir), pid).expect("still listed");
+    assert_eq!(p["state"], "exited", "{p}");
+    assert_eq!(p["final"], true, "{p}");
+    assert_eq!(counter(&p, "missed"), 305, "{p}");
+    assert!(files_ending(&miss_dir, ".prom").is_empty());
+}
+
+#[test]
+fn a_killed_process_is_gone_and_a_reused_pid_is_not_taken_for_it() {
+    let dir = scratch("status-gone");
+    let miss_dir = dir.join("misses");
+    // A real host killed with SIGKILL while it waits: its last update stays, shown gone.
+    let go = dir.join("never");
+    let mut cmd = life_cmd(
+        &dir,
+        true,
+        &["@distinct:3", &format!("@wait-file:{}", go.display())],
+    );
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut killed = cmd.spawn().expect("spawn life_host");
+    let kpid = killed.id();
+    let mut live = false;
+    for _ in 0..6000 {
+        if process(&status_json(&miss_dir), kpid).is_some_and(|p| counter(&p, "missed") == 3) {
+            live = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = killed.kill();
+    let _ = killed.wait();
+    assert!(live, "the host's status never showed its 3 misses");
+    let p = process(&status_json(&miss_dir), kpid).expect("a killed process stays listed");
+    assert_eq!(p["state"], "gone", "{p}");
+    assert_eq!(p["final"], false, "{p}");
+    assert_eq!(counter(&p, "missed"), 3, "{p}");
+    let me = std::process::id();
+    let host = {
+        let mut buf = [0u8; 256];
+        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        let end = buf.iter().position(|&b| b == 0).unwrap();
+        String::from_utf8_lossy(&buf[..end])
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>()
+    };
+    let body = |pid: u32, start: u64, fin: bool| {
+        format!(
+            r#"{{"format":1,"host":"{host}","pid":{pid},"start_ticks":{start},"updated_unix_ms":1,"final":{fin},"backends":[{{"backend":"rocblas","counters":{{"served":1,"default":2,"near":0,"missed":3,"passed_through":0,"fallbacks":0}},"missed_shapes":1,"ranks":[],"top_missed":[]}}]}}"#
+        )
+    };
+    std::fs::create_dir_all(&miss_dir).unwrap();
+    // This test's own pid with another start time: a reused pid, not the old process.
+    std::fs::write(
+        miss_dir.join(format!("{host}-{me}-1.status.json")),
+        body(me, 1, false),
+    )
+    .unwrap();
+    std::fs::write(miss_dir.join(format!("{host}-{me}-1.prom")), "x 1\n").unwrap();
+    // A pid that cannot be alive, finished properly.
+    std::fs::write(
+        miss_dir.join(format!("{host}-4194999-7.status.json")),
+        body(4_194_999, 7, true),
+    )
+    .unwrap();
+    // Another host's process.
+    std::fs::write(
+        miss_dir.join("otherhost-1-1.status.json"),
+        body(1, 1, false).replace(&format!("\"{host}\""), "\"otherhost\""),
+    )
+    .unwrap();
+    let v = status_json(&miss_dir);
+    let state = |pid: u32, start: u64| {
+        v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == pid && p["start_ticks"] == start)
+            .map(|p| p["state"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(state(me, 1).as_deref(), Some("gone"), "{v}");
+    assert_eq!(state(4_194_999, 7).as_deref(), Some("exited"), "{v}");
+    assert_eq!(state(1, 1).as_deref(), Some("elsewhere"), "{v}");
+    // --prune removes the stale Prometheus file of the gone process.
+    let out = Command::new(tunedblas())
+        .args(["status", "--prune"])
+        .arg(&miss_dir)
+        .output()
+        .unwrap();
+    let shown = ok(&out);
+    assert!(shown.contains("gone"), "{shown}");
+    assert!(!miss_dir.join(format!("{host}-{me}-1.prom")).exists());
+    assert!(
+        files_ending(&miss_dir, ".prom").is_empty(),
+        "the killed host's Prometheus file is pruned too"
+    );
+}
+
+#[test]
+fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its_own() {
+    let dir = scratch("status-symlink");
+    let miss_dir = dir.join("misses");
+    std::fs::create_dir_all(&miss_dir).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    // The host's pid is unknown before it starts: plant links under the names of the next
+    // pids is not reliable, so the host waits until we planted one under its own name.
+    let go = dir.join("go");
+    let mut cmd = life_cmd(
+        &dir,
+        true,
+        &[
+            "@pid",
+            &format!("@wait-file:{}", go.display()),
+            "@distinct:2",
+            "@fork-gemm:40:3",
+        ],
+    );
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let start = {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        rest.split_whitespace().nth(19).unwrap().to_owned()
+    };
+    let mut buf = [0u8; 256];
+    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap();
+    let host: String = String::from_utf8_lossy(&buf[..end])
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    for suffix in [".status.json", ".prom"] {
+        std::os::unix::fs::symlink(
+            &victim,
+            miss_dir.join(format!("{host}-{pid}-{start}{suffix}")),
+        )
+        .unwrap();
+    }
+    std::fs::write(&go, "").unwrap();
+    let _ = child.stdin.take();
+    let out = wait_guarded(child, "life_host");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let name = miss_dir.join(format!("{host}-{pid}-{start}.status.json"));
+    assert!(!std::fs::symlink_metadata(&name)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let v = status_json(&miss_dir);
+    let parent = process(&v, pid).expect("the parent's status");
+    assert_eq!(counter(&parent, "missed"), 2, "{parent}");
+    let child_pid: u32 = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("child="))
+        .expect("child=")
+        .parse()
+        .unwrap();
+    let child = process(&v, child_pid).expect("the fork child's own status");
+    assert_eq!(
+        counter(&child, "missed"),
+        3,
+        "the child's calls only: {child}"
+    );
+    assert_eq!(child["final"], true, "{child}");
+}
+
+#[test]
+fn debug_says_each_shapes_decision_once_and_the_no_profile_line_names_the_miss_folder() {
+    let (hit, dflt, miss) = ("ex:NN:s:32:16:24", "ex:NN:s:8:8:8", "ex:NN:s:4:4:4");
+    let dir = scratch("status-debug");
+    let sol = common::faults::tuned(hit);
+    Profile::v4(&dir)
+        .tuned(hit, sol)
+        .row(dflt, "Default")
+        .write();
+    let mut cmd = host4_cmd(
+        &dir,
+        true,
+        &[
+            &format!("{hit}:3"),
+            &format!("{dflt}:3"),
+            &format!("{miss}:3"),
+        ],
+    );
+    cmd.env("TUNEDBLAS_LOG", "debug");
+    let out = run(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let once = |needle: &str| {
+        let n = stderr.lines().filter(|l| l.contains(needle)).count();
+        assert_eq!(n, 1, "one line with {needle:?}: {stderr}");
+    };
+    once(&format!("served with solution {sol}"));
+    once("a Default row: the caller's own call");
+    once(&format!(
+        "missed {} (rank 0): no row; recorded in",
+        miss_line(miss)
+    ));
+    // At the default level, none of these.
+    let out = run(host4_cmd(
+        &dir,
+        true,
+        &[&format!("{hit}:3"), &format!("{miss}:3")],
+    ));
+    let stderr = text(&out.stderr);
+    assert!(
+        !stderr.contains("served with solution") && !stderr.contains("no row;"),
+        "{stderr}"
+    );
+    // No profile at all: the start line says where the misses go.
+    let bare = scratch("status-no-profile");
+    let out = run(host4_cmd(&bare, true, &[miss]));
+    let stderr = text(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("no profile") || l.contains("profiles.json"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        line.contains(&format!("misses go to {}", bare.join("misses").display())),
+        "{line}"
+    );
+}
