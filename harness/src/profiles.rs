@@ -175,6 +175,61 @@ fn key_text(k: &ProblemKey) -> String {
     format!("{op},{sig}")
 }
 
+/// What one results file gives `profiles import`: the shapes it names (every row that names
+/// a rocBLAS problem, whatever solved it: ids are never reused across builds), where some
+/// of them came from, and the lines it gives nothing for, counted by reason.
+#[derive(Debug, Default)]
+pub struct FileShapes {
+    pub shapes: Vec<ProblemKey>,
+    /// Shapes taken from `Gemm_Hipblaslt_*` (or other backends') rows.
+    pub from_other_backends: usize,
+    /// Shapes taken from tf32 rows (as f32 GEMMs).
+    pub from_tf32: usize,
+    /// (reason, lines) of the lines that give no shape.
+    pub skipped: Vec<(String, usize)>,
+}
+
+impl FileShapes {
+    fn skip(&mut self, reason: &str, n: usize) {
+        if n == 0 {
+            return;
+        }
+        match self.skipped.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, count)) => *count += n,
+            None => self.skipped.push((reason.to_string(), n)),
+        }
+    }
+}
+
+/// The shapes a results file names, for `profiles import` (see [`FileShapes`]).
+pub fn file_shapes(r: &ResultsFile) -> FileShapes {
+    let mut out = FileShapes::default();
+    out.shapes.extend(r.rows.iter().map(|row| row.key));
+    for u in &r.unservable {
+        match tunableop::shape_key(&u.op_name, &u.signature) {
+            Ok(k) => {
+                if u.op_name.contains("_tf32_") {
+                    out.from_tf32 += 1;
+                } else {
+                    out.from_other_backends += 1;
+                }
+                out.shapes.push(k);
+            }
+            Err(_) => out.skip(u.kind(), 1),
+        }
+    }
+    out.skip("a `*` row names no concrete shape", r.wildcards.len());
+    out.skip(
+        "a later row for a shape an earlier row named",
+        r.duplicates.len(),
+    );
+    out.skip(
+        "unreadable line (`tunedblas tune` on the file lists each)",
+        r.malformed.len(),
+    );
+    out
+}
+
 /// Adds the shapes of other builds' results files to this build's shape list.
 pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Result<()> {
     let lib = Library::load(lib_path, None)?;
@@ -184,29 +239,43 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     for f in files {
         let r = tunableop::read(f)
             .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
-        read.push((f, r));
+        let shapes = file_shapes(&r);
+        read.push((f, r, shapes));
+    }
+    // Lines skipped, by reason, over every file.
+    let mut skipped = FileShapes::default();
+    for (_, _, s) in &read {
+        for (reason, n) in &s.skipped {
+            skipped.skip(reason, *n);
+        }
     }
     // Under the store's lock, onto the list as it is now: imports run at once all count.
-    let (folder, known, sources, added) = store.transaction(|tx| {
+    let (folder, known, sources, added, already) = store.transaction(|tx| {
         let folder = tx.folder_for(&build, None)?;
         let mut known = tx.imported(&folder)?;
         let mut sources = Vec::new();
-        let mut added = 0;
-        for (f, r) in &read {
+        let (mut added, mut already) = (0, 0);
+        for (f, r, shapes) in &read {
             let mut n = 0;
-            for row in &r.rows {
-                let line = key_text(&row.key);
+            for key in &shapes.shapes {
+                let line = key_text(key);
                 if !known.contains(&line) {
                     known.push(line);
                     n += 1;
+                } else {
+                    already += 1;
                 }
             }
             added += n;
             sources.push(json!({
                 "file": f.display().to_string(),
                 "rocblas": r.validator("ROCBLAS_VERSION"),
-                "rows": r.rows.len(),
+                "rows": r.rows.len() + r.unservable.len(),
+                "shapes": shapes.shapes.len(),
+                "from_hipblaslt_rows": shapes.from_other_backends,
+                "from_tf32_rows": shapes.from_tf32,
                 "new_shapes": n,
+                "skipped": shapes.skipped.iter().map(|(r, n)| json!({"reason": r, "lines": n})).collect::<Vec<_>>(),
                 "ids": "not reused",
             }));
         }
@@ -218,13 +287,13 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
                 json!({"kind": "import", "finished": store::utc_now(), "sources": sources}),
             )?;
         }
-        Ok((folder, known, sources, added))
+        Ok((folder, known, sources, added, already))
     })?;
     let list = folder.dir.join(IMPORTED_FILE);
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"profile": folder.name, "added": added, "shapes": known.len(), "sources": sources})).expect("json")
+            serde_json::to_string_pretty(&json!({"profile": folder.name, "added": added, "already_waiting": already, "shapes": known.len(), "sources": sources})).expect("json")
         );
     } else {
         println!(
@@ -233,6 +302,22 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
             known.len(),
             lib_path.display()
         );
+        let (lt, tf32): (usize, usize) = read
+            .iter()
+            .map(|(_, _, s)| (s.from_other_backends, s.from_tf32))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        if lt > 0 {
+            println!("  {lt} shapes taken from hipBLASLt-tuned rows (the shape, not the solution)");
+        }
+        if tf32 > 0 {
+            println!("  {tf32} shapes taken from tf32 rows, as f32 GEMMs");
+        }
+        if already > 0 {
+            println!("  {already} shapes were already waiting");
+        }
+        for (reason, n) in &skipped.skipped {
+            println!("  {n} rows skipped: {reason}");
+        }
     }
     Ok(())
 }

@@ -15,8 +15,9 @@ tunedblas profiles show NAME [--profiles DIR] [--json]
 tunedblas profiles which LIBROCBLAS [--profiles DIR] [--json]
     The profile a process loading that file would get, and why (the interposer's rule).
 tunedblas profiles import --lib LIBROCBLAS FILE... [--profiles DIR]
-    Adds the shapes of other builds' results files to this build's shape list (ids are
-    never reused); `tune --retune` then tunes them.
+    Adds the shapes of results files (any build, rows tuned with rocBLAS or hipBLASLt,
+    tf32 files as f32 GEMMs) to this build's shape list (ids are never reused); says how
+    many lines it skipped and why; `tune --retune` then tunes them.
 
 EXAMPLES:
     tunedblas profiles which /opt/rocm/lib/librocblas.so.5

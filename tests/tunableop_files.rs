@@ -1,0 +1,134 @@
+//! PyTorch TunableOp results files by path (issue 16): `profiles import` keeps the shapes of
+//! hipBLASLt-tuned and tf32 rows and says what it skipped, `profiles show` counts the rows the
+//! interposer cannot serve, `profiles adopt` turns a file PyTorch wrote on this machine into
+//! the loaded build's profile (ids checked with `check_solution_index`), and
+//! `TUNEDBLAS_PROFILE=/path` serves such a file for the build its validator names.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// A file of the vLLM fixture (real data, see tests/fixtures/vllm-rdna/SOURCE.md).
+fn vllm(rel: &str) -> String {
+    let p = repo().join("tests/fixtures/vllm-rdna").join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The fixture's rows with every solution replaced by a hipBLASLt one, as PyTorch writes
+/// them on a GPU where hipBLASLt wins (most rows of public ROCm files).
+fn as_hipblaslt(text: &str) -> (String, usize) {
+    let mut out = String::new();
+    let mut rows = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with("Validator,") {
+            out.push_str(line);
+        } else {
+            let f: Vec<&str> = line.splitn(4, ',').collect();
+            out.push_str(&format!(
+                "{},{},Gemm_Hipblaslt_{},{}",
+                f[0],
+                f[1],
+                1000 + i,
+                f[3]
+            ));
+            rows += 1;
+        }
+        out.push('\n');
+    }
+    (out, rows)
+}
+
+fn import(dir: &Path, files: &[&Path]) -> String {
+    let lib = artifacts().lib5();
+    let mut args = vec!["profiles", "import", "--lib", lib.to_str().unwrap()];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    ok(&run(tunedblas_cmd(dir, &args)))
+}
+
+fn waiting(dir: &Path) -> Vec<String> {
+    let list = dir.join("profiles/rocblas-5.6.0.c83a10d4/imported_shapes.csv");
+    std::fs::read_to_string(&list)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn import_keeps_the_shapes_of_hipblaslt_rows() {
+    let dir = scratch("tof-import-lt");
+    // The fixture as written: 70 rows, rocBLAS and Default solutions.
+    let original = dir.join("c27e.csv");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        &original,
+        vllm("rocblas-c27e2252cc7a/tunableop_results0.csv"),
+    )
+    .unwrap();
+    // The same shapes tuned with hipBLASLt: before issue 16, 0 were imported.
+    let (lt_text, rows) = as_hipblaslt(&vllm("rocblas-c27e2252cc7a/tunableop_results0.csv"));
+    assert_eq!(rows, 70);
+    let lt = dir.join("c27e-hipblaslt.csv");
+    std::fs::write(&lt, lt_text).unwrap();
+    let out = import(&dir, &[&lt]);
+    assert!(out.contains("70 new shapes imported"), "{out}");
+    assert!(
+        out.contains("70 shapes taken from hipBLASLt-tuned rows"),
+        "{out}"
+    );
+    assert_eq!(waiting(&dir).len(), 70);
+    // The original names the same 70 shapes: none new, and said so.
+    let out = import(&dir, &[&original]);
+    assert!(out.contains("0 new shapes imported"), "{out}");
+    assert!(out.contains("70 shapes were already waiting"), "{out}");
+    assert_eq!(waiting(&dir).len(), 70);
+    assert!(waiting(&dir).iter().all(|l| !l.contains("Hipblaslt")));
+}
+
+#[test]
+fn import_takes_tf32_shapes_and_counts_what_it_skips_by_reason() {
+    let dir = scratch("tof-import-tf32");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("tf32.csv");
+    std::fs::write(
+        &f,
+        "\
+Validator,PT_VERSION,2.7.0
+Validator,ROCBLAS_VERSION,4.4.0.5f2e9c71
+GemmTunableOp_tf32_NN,nn_64_32_16_ld_64_16_64,Gemm_Hipblaslt_17,0.01
+GemmTunableOp_tf32_TN,tn_128_8_64,Gemm_Hipblaslt_18,inf
+GemmAndBiasTunableOp_BFloat16_TN,tn_16_16_16_ld_16_16_16,Gemm_Hipblaslt_3,0.2
+GemmAndBiasTunableOp_BFloat16_TN,tn_32_16_16_ld_16_16_32,Default,0.2
+ScaledGemmTunableOp_Float8_e4m3fnuz_Float8_e4m3fnuz_Half_TN,tn_16_16_16_ld_16_16_16_rw_0_bias_None,Gemm_Hipblaslt_7,0.1
+GemmTunableOp_Half_TN,tn_*_32_16_ld_16_16_*,Default,0.1
+GemmTunableOp_Half_TN,tn_8_-4_16,Default,0.1
+GemmTunableOp_tf32_NN,nn_64_32_16_ld_64_16_64,Gemm_Hipblaslt_19,0.01
+",
+    )
+    .unwrap();
+    let out = import(&dir, &[&f]);
+    assert!(out.contains("2 new shapes imported"), "{out}");
+    assert!(
+        out.contains("2 shapes taken from tf32 rows, as f32 GEMMs"),
+        "{out}"
+    );
+    for line in [
+        "2 rows skipped: GemmAndBias",
+        "1 rows skipped: ScaledGemm",
+        "1 rows skipped: a `*` row names no concrete shape",
+        "1 rows skipped: a later row for a shape an earlier row named",
+        "1 rows skipped: unreadable line",
+    ] {
+        assert!(out.contains(line), "{line:?} in\n{out}");
+    }
+    let w = waiting(&dir);
+    assert_eq!(
+        w,
+        vec![
+            "GemmTunableOp_float_NN,nn_64_32_16_ld_64_16_64".to_string(),
+            "GemmTunableOp_float_TN,tn_128_8_64_ld_64_64_128".to_string(),
+        ]
+    );
+}
