@@ -132,3 +132,31 @@ GemmTunableOp_tf32_NN,nn_64_32_16_ld_64_16_64,Gemm_Hipblaslt_19,0.01
         ]
     );
 }
+
+#[test]
+fn show_counts_the_rows_the_interposer_cannot_serve() {
+    let dir = scratch("tof-show");
+    let id = non_heuristic_solutions(&artifacts().host4, "ex:TN:h:64:24:40")[0];
+    Profile::v4(&dir)
+        .tuned("ex:TN:h:64:24:40", id)
+        .row("ex:TN:h:32:8:48", "Gemm_Hipblaslt_12")
+        .row("ex:TN:h:96:16:64", "Gemm_Hipblaslt_13")
+        .line("GemmTunableOp_tf32_NN,nn_64_32_16_ld_64_16_64,Gemm_Hipblaslt_19,0.01")
+        .row("ex:TN:h:48:1:64", "Default")
+        .ranks(2)
+        .write();
+    let out = ok(&run(tunedblas_cmd(&dir, &["profiles", "show", "ref-v4"])));
+    for line in [
+        "unservable rank 0: 2 rows: hipBLASLt solution: the rocBLAS interposer cannot serve it",
+        "unservable rank 0: 1 rows: tf32 GEMM",
+        "unservable rank 1: 2 rows: hipBLASLt solution",
+    ] {
+        assert!(out.contains(line), "{line:?} in\n{out}");
+    }
+    let json = ok(&run(tunedblas_cmd(
+        &dir,
+        &["profiles", "show", "ref-v4", "--json"],
+    )));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["unservable"].as_array().unwrap().len(), 4, "{v}");
+}

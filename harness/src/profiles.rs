@@ -92,12 +92,14 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
                 .collect()
         })
         .unwrap_or_default();
+    let unservable = unservable_by_reason(&dir);
     let report = json!({
         "name": name,
         "entry": entry,
         "dir": dir,
         "ranks": loaded.rows.len(),
         "rows": loaded.rows,
+        "unservable": unservable.iter().map(|(rank, reason, n)| json!({"rank": rank, "reason": reason, "rows": n})).collect::<Vec<_>>(),
         "problems": loaded.problems,
         "campaigns": campaigns,
     });
@@ -120,6 +122,9 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    for (rank, reason, n) in &unservable {
+        println!("  unservable rank {rank}: {n} rows: {reason}");
+    }
     for p in &loaded.problems {
         println!("  problem    {p}");
     }
@@ -132,6 +137,27 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The rows of each rank file the interposer reads but cannot serve, counted by reason:
+/// (rank, reason, rows), in rank order.
+fn unservable_by_reason(dir: &Path) -> Vec<(usize, &'static str, usize)> {
+    let mut out = Vec::new();
+    for (rank, path) in profile::rank_files(dir).unwrap_or_default() {
+        let Ok(file) = tunableop::read(&path) else {
+            continue;
+        };
+        let mut counts: Vec<(&'static str, usize)> = Vec::new();
+        for u in &file.unservable {
+            let kind = u.kind();
+            match counts.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((kind, 1)),
+            }
+        }
+        out.extend(counts.into_iter().map(|(k, n)| (rank, k, n)));
+    }
+    out
 }
 
 /// The profile a process loading `lib` would get: the interposer's own rule, with the
