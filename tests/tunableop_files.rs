@@ -6,7 +6,8 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use common::*;
 
@@ -159,4 +160,121 @@ fn show_counts_the_rows_the_interposer_cannot_serve() {
     )));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["unservable"].as_array().unwrap().len(), 4, "{v}");
+}
+
+/// A results file as PyTorch writes it on a machine with refblas v4 loaded.
+fn pytorch_file(dir: &Path, version: &str, rows: &[String]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut text = format!(
+        "Validator,PT_VERSION,2.7.0\nValidator,ROCBLAS_VERSION,{version}\nValidator,HIPBLASLT_VERSION,1.0.0\nValidator,GCN_ARCH_NAME,gfx1030\n"
+    );
+    for r in rows {
+        text.push_str(r);
+        text.push('\n');
+    }
+    let f = dir.join("tunableop_results0.csv");
+    std::fs::write(&f, text).unwrap();
+    f
+}
+
+const GOOD: &str = "ex:TN:h:64:24:40";
+const BAD: &str = "ex:TN:h:32:8:48";
+const LT: &str = "ex:TN:h:96:16:64";
+const DEFAULT: &str = "ex:TN:h:48:1:64";
+const V4: &str = "4.4.0.5f2e9c71";
+
+fn adopt_cmd(dir: &Path, file: &Path) -> Command {
+    let lib = artifacts().lib4();
+    tunedblas_cmd(
+        dir,
+        &[
+            "profiles",
+            "adopt",
+            "--lib",
+            lib.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+    )
+}
+
+#[test]
+fn adopt_keeps_ids_this_build_accepts_and_lists_the_others() {
+    let dir = scratch("tof-adopt");
+    let good = non_heuristic_solutions(&artifacts().host4, GOOD)[0];
+    // An id refblas does not have for any problem.
+    let bad = 987_654_321;
+    let file = pytorch_file(
+        &dir.join("pytorch"),
+        V4,
+        &[
+            row(GOOD, &format!("Gemm_Rocblas_{good}")),
+            row(BAD, &format!("Gemm_Rocblas_{bad}")),
+            row(LT, "Gemm_Hipblaslt_44"),
+            row(DEFAULT, "Default").replace(",0.01", ",inf"),
+        ],
+    );
+    let out = ok(&run(adopt_cmd(&dir, &file)));
+    assert!(
+        out.contains(&format!(
+            "refused {}",
+            row(BAD, &format!("Gemm_Rocblas_{bad}"))
+                .rsplit_once(',')
+                .unwrap()
+                .0
+        )),
+        "{out}"
+    );
+    assert!(out.contains("adopted 2 rows"), "{out}");
+    assert!(out.contains("1 refused by check_solution_index"), "{out}");
+    let folder = dir.join("profiles/rocblas-4.4.0.5f2e9c71");
+    let rows = rank_rows(&folder, 0);
+    let sol = |spec: &str| {
+        let key = row(spec, "x");
+        let key = key.rsplitn(3, ',').nth(2).unwrap().to_string();
+        rows.iter().find(|(k, _)| *k == key).map(|(_, s)| s.clone())
+    };
+    assert_eq!(sol(GOOD), Some(format!("Gemm_Rocblas_{good}")), "{rows:?}");
+    assert_eq!(sol(DEFAULT), Some("Default".into()), "{rows:?}");
+    assert_eq!(sol(BAD), None, "{rows:?}");
+    assert_eq!(sol(LT), None, "{rows:?}");
+    // The refused row and the hipBLASLt row wait for tuning.
+    let waiting = std::fs::read_to_string(folder.join("imported_shapes.csv")).unwrap();
+    assert_eq!(waiting.lines().count(), 2, "{waiting}");
+    let text = std::fs::read_to_string(folder.join("tunableop_results0.csv")).unwrap();
+    assert!(
+        text.contains(&format!("Validator,ROCBLAS_VERSION,{V4}")),
+        "{text}"
+    );
+
+    // The adopted profile is served under the preload (the registry names the build).
+    let run_dir = dir.clone();
+    let cmd = host4_cmd(&run_dir, true, &[GOOD]);
+    let out = run(cmd);
+    assert!(out.status.success(), "{}", text_of(&out));
+    let t = trace(&run_dir);
+    assert_eq!(t[0]["solution"], good.to_string(), "{}", text_of(&out));
+    assert_eq!(t[0]["heuristic"], "0");
+}
+
+#[test]
+fn adopt_refuses_a_file_made_with_another_rocblas() {
+    let dir = scratch("tof-adopt-other");
+    let file = pytorch_file(
+        &dir.join("pytorch"),
+        "5.6.0.c83a10d4",
+        &[row(GOOD, "Gemm_Rocblas_3")],
+    );
+    let out = run(adopt_cmd(&dir, &file));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("Validator ROCBLAS_VERSION is 5.6.0.c83a10d4"),
+        "{err}"
+    );
+    assert!(err.contains("profiles import"), "{err}");
+    assert!(!dir.join("profiles/profiles.json").exists());
+}
+
+fn text_of(out: &std::process::Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
 }

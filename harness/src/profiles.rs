@@ -12,11 +12,12 @@ use tunedblas_core::profile::{self, Request, Selection};
 use tunedblas_core::registry::{Match, Provenance};
 use tunedblas_core::tunableop::{self, ResultsFile, Row, Solution};
 
-use crate::backend::Library;
+use crate::backend::{Library, Problem};
 use crate::error::{Error, Result};
 use crate::qualify;
 use crate::shapes::shape_label;
 use crate::store::{self, Build, Folder, Store, IMPORTED_FILE};
+use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
 
 pub fn list(root: &Path, json: bool) -> Result<()> {
     let store = Store::existing(root)?;
@@ -348,6 +349,149 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     Ok(())
 }
 
+/// `profiles adopt`: a results file PyTorch wrote on this machine becomes (part of) the
+/// profile of the build at `lib_path`. The file's `ROCBLAS_VERSION` validator must name
+/// this build's version; each `Gemm_Rocblas_<id>` row is kept only if rocBLAS accepts the
+/// id for its problem (`check_solution_index`, nothing run), else it is listed and its shape
+/// waits for `tune --retune` like the shapes of rows only hipBLASLt can serve; `Default`
+/// rows are kept. A shape the profile already has a row for keeps that row.
+pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()> {
+    let lib = Library::load(lib_path, None)?;
+    let r = tunableop::read(file)
+        .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+    let build = Build::of(&lib, r.validator("GCN_ARCH_NAME"))?;
+    match r.validator("ROCBLAS_VERSION") {
+        Some(v) if tunedblas_core::version::same_build(v, &build.version) => {}
+        Some(v) => {
+            return Err(Error::failed(format!(
+                "refusing {}: its Validator ROCBLAS_VERSION is {v}, but {} reports {} (solution ids belong to the build that was tuned); `tunedblas profiles import --lib {} {}` takes its shapes only",
+                file.display(),
+                lib_path.display(),
+                build.version,
+                lib_path.display(),
+                file.display()
+            )))
+        }
+        None => {
+            return Err(Error::failed(format!(
+                "refusing {}: it has no Validator ROCBLAS_VERSION, so nothing says which build its ids belong to; `tunedblas profiles import --lib {} {}` takes its shapes only",
+                file.display(),
+                lib_path.display(),
+                file.display()
+            )))
+        }
+    }
+    // Every rocBLAS id checked on this build before anything is written.
+    let mut kept: Vec<Row> = Vec::new();
+    let mut refused: Vec<(String, i32, String)> = Vec::new();
+    let mut to_tune: Vec<ProblemKey> = Vec::new();
+    for row in &r.rows {
+        match row.solution {
+            Solution::Rocblas(id) => match check_id(&lib, row.key, id) {
+                Ok(()) => kept.push(row.clone()),
+                Err(why) => {
+                    refused.push((key_text(&row.key), id, why));
+                    to_tune.push(row.key);
+                }
+            },
+            _ => kept.push(row.clone()),
+        }
+    }
+    let shapes = file_shapes(&ResultsFile {
+        rows: vec![],
+        ..r.clone()
+    });
+    to_tune.extend(shapes.shapes.iter().copied());
+    let store = Store::open(root)?;
+    let (folder, adopted, had, waiting) = store.transaction(|tx| {
+        let folder = tx.folder_for(&build, None)?;
+        let mut now = if folder.existed {
+            tx.rows(&folder)?
+        } else {
+            ResultsFile::default()
+        };
+        let (mut adopted, mut had) = (0, 0);
+        for row in &kept {
+            if now.find(&row.key).is_some() {
+                had += 1;
+            } else {
+                now.rows.push(Row {
+                    line: 0,
+                    ..row.clone()
+                });
+                adopted += 1;
+            }
+        }
+        let mut waiting = tx.imported(&folder)?;
+        for key in &to_tune {
+            let line = key_text(key);
+            if now.find(key).is_none() && !waiting.contains(&line) {
+                waiting.push(line);
+            }
+        }
+        let ranks = if folder.existed { tx.ranks(&folder) } else { 1 };
+        tx.write_rows(&folder, &build, &mut now, ranks, "adopted")?;
+        tx.set_imported(&folder, waiting.clone());
+        tx.record(
+            &folder,
+            &build,
+            json!({
+                "kind": "adopt",
+                "finished": store::utc_now(),
+                "file": file.display().to_string(),
+                "validators": r.validators,
+                "adopted": adopted,
+                "kept_existing": had,
+                "refused": refused.iter().map(|(k, id, why)| json!({"shape": k, "solution": id, "reason": why})).collect::<Vec<_>>(),
+                "shapes_to_tune": waiting.len(),
+                "skipped": shapes.skipped.iter().map(|(r, n)| json!({"reason": r, "lines": n})).collect::<Vec<_>>(),
+            }),
+        )?;
+        Ok((folder, adopted, had, waiting.len()))
+    })?;
+    if json {
+        let report = json!({
+            "profile": folder.name,
+            "dir": folder.dir,
+            "adopted": adopted,
+            "kept_existing": had,
+            "refused": refused.iter().map(|(k, id, why)| json!({"shape": k, "solution": id, "reason": why})).collect::<Vec<_>>(),
+            "waiting": waiting,
+            "skipped": shapes.skipped.iter().map(|(r, n)| json!({"reason": r, "lines": n})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        return Ok(());
+    }
+    for (k, id, why) in &refused {
+        println!("  refused {k},Gemm_Rocblas_{id}: {why}");
+    }
+    println!(
+        "adopted {adopted} rows of {} into profile '{}' ({}) for rocBLAS {} (build {}); {} refused by check_solution_index, {had} shapes already had a row",
+        file.display(),
+        folder.name,
+        folder.dir.display(),
+        build.version,
+        build.short(),
+        refused.len()
+    );
+    if shapes.from_other_backends + shapes.from_tf32 > 0 {
+        println!(
+            "  {} rows name hipBLASLt solutions or tf32 GEMMs the rocBLAS interposer cannot serve: their shapes wait for tuning",
+            shapes.from_other_backends + shapes.from_tf32
+        );
+    }
+    for (reason, n) in &shapes.skipped {
+        println!("  {n} rows skipped: {reason}");
+    }
+    if waiting > 0 {
+        println!(
+            "  {waiting} shapes waiting; tune them with: tunedblas tune --lib {} --retune",
+            lib_path.display()
+        );
+    }
+    Ok(())
+}
+
 #[derive(Debug, Serialize)]
 pub struct QualifyReport {
     pub profile: String,
@@ -355,6 +499,18 @@ pub struct QualifyReport {
     pub devices: i32,
     /// (shape, reason) of every removed row.
     pub removed: Vec<(String, String)>,
+}
+
+/// Whether rocBLAS at `lib` accepts solution `id` for `key` (`check_solution_index`: the
+/// call validates the id for the problem and runs nothing).
+fn check_id(lib: &Library, key: ProblemKey, id: i32) -> std::result::Result<(), String> {
+    let p = Problem::new(lib, key, 0).map_err(|e| e.message)?;
+    match p.run(Some(id), FLAG_CHECK_SOLUTION_INDEX) {
+        STATUS_SUCCESS => Ok(()),
+        st => Err(format!(
+            "check_solution_index refused solution {id} for this problem on this build (rocBLAS status {st})"
+        )),
+    }
 }
 
 /// `tunedblas qualify`: every rocBLAS row on every device; failures are removed.
