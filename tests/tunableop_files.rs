@@ -278,3 +278,99 @@ fn adopt_refuses_a_file_made_with_another_rocblas() {
 fn text_of(out: &std::process::Output) -> String {
     format!("{}{}", text(&out.stdout), text(&out.stderr))
 }
+
+/// A host run of `spec` under the preload with `TUNEDBLAS_PROFILE=<path>`.
+fn host_with_path(
+    dir: &Path,
+    spec: &str,
+    path: &Path,
+) -> (String, Vec<std::collections::HashMap<String, String>>) {
+    let mut cmd = host4_cmd(dir, true, &[spec]);
+    cmd.env("TUNEDBLAS_PROFILE", path);
+    let out = run(cmd);
+    assert!(out.status.success(), "{}", text_of(&out));
+    (text(&out.stderr), trace(dir))
+}
+
+#[test]
+fn a_path_serves_pytorch_files_whose_rocblas_version_is_the_loaded_one() {
+    let good = non_heuristic_solutions(&artifacts().host4, GOOD)[0];
+    let rows = [
+        row(GOOD, &format!("Gemm_Rocblas_{good}")),
+        row(DEFAULT, "Default").replace(",0.01", ",inf"),
+    ];
+    // A folder, and the rank file itself.
+    for by_file in [false, true] {
+        let dir = scratch(&format!("tof-path-{by_file}"));
+        let file = pytorch_file(&dir.join("pytorch"), V4, &rows);
+        let path = if by_file { file } else { dir.join("pytorch") };
+        let (err, t) = host_with_path(&dir, GOOD, &path);
+        assert!(err.contains("selected by TUNEDBLAS_PROFILE"), "{err}");
+        assert!(!err.contains("time_ms"), "Default,inf is read: {err}");
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[0]["solution"], good.to_string(), "{err}");
+        assert_eq!(t[0]["heuristic"], "0");
+    }
+}
+
+#[test]
+fn a_path_made_with_another_rocblas_is_refused_and_names_adopt() {
+    let good = non_heuristic_solutions(&artifacts().host4, GOOD)[0];
+    let rows = [row(GOOD, &format!("Gemm_Rocblas_{good}"))];
+    let dir = scratch("tof-path-other");
+    let folder = pytorch_file(&dir.join("pytorch"), "5.6.0.c83a10d4", &rows)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let (err, t) = host_with_path(&dir, GOOD, &folder);
+    assert!(err.contains("refusing TUNEDBLAS_PROFILE="), "{err}");
+    assert!(
+        err.contains(
+            "Validator ROCBLAS_VERSION is 5.6.0.c83a10d4, but the loaded rocBLAS is 4.4.0"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("tunedblas profiles adopt"), "{err}");
+    assert_eq!(t[0]["heuristic"], "1", "nothing served");
+
+    // No validator at all: refused too.
+    let dir = scratch("tof-path-none");
+    std::fs::create_dir_all(dir.join("pytorch")).unwrap();
+    std::fs::write(
+        dir.join("pytorch/tunableop_results0.csv"),
+        format!("{}\n", rows[0]),
+    )
+    .unwrap();
+    let (err, t) = host_with_path(&dir, GOOD, &dir.join("pytorch"));
+    assert!(err.contains("has no Validator ROCBLAS_VERSION"), "{err}");
+    assert_eq!(t[0]["heuristic"], "1");
+
+    // The same folder as TUNEDBLAS_PROFILE_DIR: no registry there, and the line says what to set.
+    let mut cmd = host4_cmd(&dir, true, &[GOOD]);
+    cmd.env("TUNEDBLAS_PROFILE_DIR", dir.join("pytorch"));
+    let out = run(cmd);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("holds TunableOp results files but no profiles.json: set TUNEDBLAS_PROFILE="),
+        "{err}"
+    );
+}
+
+#[test]
+fn profiles_which_follows_a_path_as_the_interposer_does() {
+    let dir = scratch("tof-path-which");
+    let file = pytorch_file(&dir.join("pytorch"), V4, &[row(DEFAULT, "Default")]);
+    let lib = artifacts().lib4();
+    let mut cmd = tunedblas_cmd(&dir, &["profiles", "which", lib.to_str().unwrap()]);
+    cmd.env("TUNEDBLAS_PROFILE", &file);
+    let out = ok(&run(cmd));
+    assert!(out.contains("selected by TUNEDBLAS_PROFILE"), "{out}");
+    let lib5 = artifacts().lib5();
+    let mut cmd = tunedblas_cmd(&dir, &["profiles", "which", lib5.to_str().unwrap()]);
+    cmd.env("TUNEDBLAS_PROFILE", &file);
+    let out = ok(&run(cmd));
+    assert!(
+        out.contains("-> no profile: refusing TUNEDBLAS_PROFILE="),
+        "{out}"
+    );
+}

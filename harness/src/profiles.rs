@@ -169,12 +169,20 @@ pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
     let explicit = std::env::var("TUNEDBLAS_PROFILE")
         .ok()
         .filter(|s| !s.is_empty());
-    let sel = profile::select(&Request {
-        profile_dir: root,
-        sha256: &sha,
-        explicit: explicit.as_deref(),
-        allow_mismatch: std::env::var("TUNEDBLAS_ALLOW_MISMATCH").is_ok_and(|v| v == "1"),
-    });
+    let allow_mismatch = std::env::var("TUNEDBLAS_ALLOW_MISMATCH").is_ok_and(|v| v == "1");
+    let sel = match explicit.as_deref().filter(|e| profile::names_a_path(e)) {
+        // A path is checked against the library's version string, as the interposer does.
+        Some(path) => {
+            let version = Library::load(lib, None)?.version();
+            profile::select_path(Path::new(path), version.as_deref(), allow_mismatch)
+        }
+        None => profile::select(&Request {
+            profile_dir: root,
+            sha256: &sha,
+            explicit: explicit.as_deref(),
+            allow_mismatch,
+        }),
+    };
     let report = match &sel {
         Selection::Chosen { name, dir, reason } => {
             json!({"library": lib, "sha256": sha, "profile": name, "dir": dir, "reason": reason})
