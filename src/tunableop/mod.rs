@@ -36,7 +36,8 @@
 //! names we do not know, and solutions other than `Default` and `Gemm_Rocblas_<int32>`
 //! (such as `Gemm_Hipblaslt_<idx>`). Rows that make no sense (negative or overflowing
 //! sizes, a leading dimension smaller than the rows it must hold, a solution index beyond
-//! int32, a time that is not a number) are listed in [`ResultsFile::malformed`] with the
+//! int32, a time that is negative or not a number; `inf`, which PyTorch writes for an untimed
+//! solution, is a time) are listed in [`ResultsFile::malformed`] with the
 //! reason; the rest of the file still loads. [`parse`] never panics.
 //!
 //! # The tunedblas extension rows
