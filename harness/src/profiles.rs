@@ -1,4 +1,4 @@
-//! Profile management: `profiles list|show|which|import`, `qualify` and `merge`, all over
+//! Profile management: `profiles list|show|which|import|adopt`, `qualify` and `merge`, all over
 //! the [`Store`].
 
 use std::collections::HashMap;

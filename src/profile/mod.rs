@@ -79,8 +79,13 @@ pub fn select(req: &Request) -> Selection {
         let Some(entry) = registry.get(name) else {
             return Selection::None {
                 why: format!(
-                    "TUNEDBLAS_PROFILE={name} is not in {}; `tunedblas profiles list` shows the names",
-                    reg_path.display()
+                    "TUNEDBLAS_PROFILE={name} is not in {}; `tunedblas profiles list` shows the names{}",
+                    reg_path.display(),
+                    if name.contains('/') {
+                        " (a folder of PyTorch results files is named by its absolute path)"
+                    } else {
+                        ""
+                    }
                 ),
             };
         };
@@ -132,13 +137,15 @@ pub fn select(req: &Request) -> Selection {
     }
 }
 
-/// Whether a `TUNEDBLAS_PROFILE` value names a path (it holds a `/`: `./run1`, `/data/tuned`)
-/// rather than a registry name (names never hold one).
+/// Whether a `TUNEDBLAS_PROFILE` value names a path rather than a registry name: an absolute
+/// path (`/data/tuned`). A relative one would depend on the server's working directory, and
+/// `../x` must stay what it always was, a name that is not in the registry (a registry
+/// entry's folder may not lead outside the store).
 pub fn names_a_path(explicit: &str) -> bool {
-    explicit.contains('/')
+    explicit.starts_with('/')
 }
 
-/// `TUNEDBLAS_PROFILE=<path>`: a folder of PyTorch results files (`tunableop_results<rank>.csv`,
+/// `TUNEDBLAS_PROFILE=<absolute path>`: a folder of PyTorch results files (`tunableop_results<rank>.csv`,
 /// no registry), or one such file (its folder is used), served to the loaded build only if
 /// every rank file's `ROCBLAS_VERSION` validator names the loaded library's `version` (as
 /// PyTorch itself decides; two builds with one version string are not told apart, and the

@@ -468,7 +468,7 @@ fn a_path_is_served_only_to_the_version_its_files_name() {
     let row = "GemmTunableOp_Half_TN,tn_8_4_16_ld_16_16_8,Default,inf\n";
     std::fs::write(dir.join("tunableop_results0.csv"), format!("{head}{row}")).unwrap();
     std::fs::write(dir.join("tunableop_results1.csv"), format!("{head}{row}")).unwrap();
-    assert!(names_a_path("./x") && names_a_path("/data/t") && !names_a_path("ref-v4"));
+    assert!(names_a_path("/data/t") && !names_a_path("ref-v4") && !names_a_path("../x"));
     let chosen = |sel: Selection| matches!(sel, Selection::Chosen { .. });
     assert!(chosen(select_path(&dir, Some("4.4.0.5f2e9c71"), false)));
     assert!(chosen(select_path(
