@@ -1,4 +1,4 @@
-//! Profile management: `profiles list|show|which|import`, `qualify` and `merge`, all over
+//! Profile management: `profiles list|show|which|import|adopt`, `qualify` and `merge`, all over
 //! the [`Store`].
 
 use std::collections::HashMap;
@@ -12,11 +12,12 @@ use tunedblas_core::profile::{self, Request, Selection};
 use tunedblas_core::registry::{Match, Provenance};
 use tunedblas_core::tunableop::{self, ResultsFile, Row, Solution};
 
-use crate::backend::Library;
+use crate::backend::{Library, Problem};
 use crate::error::{Error, Result};
 use crate::qualify;
 use crate::shapes::shape_label;
 use crate::store::{self, Build, Folder, Store, IMPORTED_FILE};
+use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
 
 pub fn list(root: &Path, json: bool) -> Result<()> {
     let store = Store::existing(root)?;
@@ -92,12 +93,14 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
                 .collect()
         })
         .unwrap_or_default();
+    let unservable = unservable_by_reason(&dir);
     let report = json!({
         "name": name,
         "entry": entry,
         "dir": dir,
         "ranks": loaded.rows.len(),
         "rows": loaded.rows,
+        "unservable": unservable.iter().map(|(rank, reason, n)| json!({"rank": rank, "reason": reason, "rows": n})).collect::<Vec<_>>(),
         "problems": loaded.problems,
         "campaigns": campaigns,
     });
@@ -120,6 +123,9 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    for (rank, reason, n) in &unservable {
+        println!("  unservable rank {rank}: {n} rows: {reason}");
+    }
     for p in &loaded.problems {
         println!("  problem    {p}");
     }
@@ -134,6 +140,27 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The rows of each rank file the interposer reads but cannot serve, counted by reason:
+/// (rank, reason, rows), in rank order.
+fn unservable_by_reason(dir: &Path) -> Vec<(usize, &'static str, usize)> {
+    let mut out = Vec::new();
+    for (rank, path) in profile::rank_files(dir).unwrap_or_default() {
+        let Ok(file) = tunableop::read(&path) else {
+            continue;
+        };
+        let mut counts: Vec<(&'static str, usize)> = Vec::new();
+        for u in &file.unservable {
+            let kind = u.kind();
+            match counts.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((kind, 1)),
+            }
+        }
+        out.extend(counts.into_iter().map(|(k, n)| (rank, k, n)));
+    }
+    out
+}
+
 /// The profile a process loading `lib` would get: the interposer's own rule, with the
 /// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`).
 pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
@@ -142,12 +169,20 @@ pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
     let explicit = std::env::var("TUNEDBLAS_PROFILE")
         .ok()
         .filter(|s| !s.is_empty());
-    let sel = profile::select(&Request {
-        profile_dir: root,
-        sha256: &sha,
-        explicit: explicit.as_deref(),
-        allow_mismatch: std::env::var("TUNEDBLAS_ALLOW_MISMATCH").is_ok_and(|v| v == "1"),
-    });
+    let allow_mismatch = std::env::var("TUNEDBLAS_ALLOW_MISMATCH").is_ok_and(|v| v == "1");
+    let sel = match explicit.as_deref().filter(|e| profile::names_a_path(e)) {
+        // A path is checked against the library's version string, as the interposer does.
+        Some(path) => {
+            let version = Library::load(lib, None)?.version();
+            profile::select_path(Path::new(path), version.as_deref(), allow_mismatch)
+        }
+        None => profile::select(&Request {
+            profile_dir: root,
+            sha256: &sha,
+            explicit: explicit.as_deref(),
+            allow_mismatch,
+        }),
+    };
     let report = match &sel {
         Selection::Chosen { name, dir, reason } => {
             json!({"library": lib, "sha256": sha, "profile": name, "dir": dir, "reason": reason})
@@ -175,6 +210,61 @@ fn key_text(k: &ProblemKey) -> String {
     format!("{op},{sig}")
 }
 
+/// What one results file gives `profiles import`: the shapes it names (every row that names
+/// a rocBLAS problem, whatever solved it: ids are never reused across builds), where some
+/// of them came from, and the lines it gives nothing for, counted by reason.
+#[derive(Debug, Default)]
+pub struct FileShapes {
+    pub shapes: Vec<ProblemKey>,
+    /// Shapes taken from `Gemm_Hipblaslt_*` (or other backends') rows.
+    pub from_other_backends: usize,
+    /// Shapes taken from tf32 rows (as f32 GEMMs).
+    pub from_tf32: usize,
+    /// (reason, lines) of the lines that give no shape.
+    pub skipped: Vec<(String, usize)>,
+}
+
+impl FileShapes {
+    fn skip(&mut self, reason: &str, n: usize) {
+        if n == 0 {
+            return;
+        }
+        match self.skipped.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, count)) => *count += n,
+            None => self.skipped.push((reason.to_string(), n)),
+        }
+    }
+}
+
+/// The shapes a results file names, for `profiles import` (see [`FileShapes`]).
+pub fn file_shapes(r: &ResultsFile) -> FileShapes {
+    let mut out = FileShapes::default();
+    out.shapes.extend(r.rows.iter().map(|row| row.key));
+    for u in &r.unservable {
+        match tunableop::shape_key(&u.op_name, &u.signature) {
+            Ok(k) => {
+                if u.op_name.contains("_tf32_") {
+                    out.from_tf32 += 1;
+                } else {
+                    out.from_other_backends += 1;
+                }
+                out.shapes.push(k);
+            }
+            Err(_) => out.skip(u.kind(), 1),
+        }
+    }
+    out.skip("a `*` row names no concrete shape", r.wildcards.len());
+    out.skip(
+        "a later row for a shape an earlier row named",
+        r.duplicates.len(),
+    );
+    out.skip(
+        "unreadable line (`tunedblas tune` on the file lists each)",
+        r.malformed.len(),
+    );
+    out
+}
+
 /// Adds the shapes of other builds' results files to this build's shape list.
 pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Result<()> {
     let lib = Library::load(lib_path, None)?;
@@ -184,29 +274,43 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     for f in files {
         let r = tunableop::read(f)
             .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
-        read.push((f, r));
+        let shapes = file_shapes(&r);
+        read.push((f, r, shapes));
+    }
+    // Lines skipped, by reason, over every file.
+    let mut skipped = FileShapes::default();
+    for (_, _, s) in &read {
+        for (reason, n) in &s.skipped {
+            skipped.skip(reason, *n);
+        }
     }
     // Under the store's lock, onto the list as it is now: imports run at once all count.
-    let (folder, known, sources, added) = store.transaction(|tx| {
+    let (folder, known, sources, added, already) = store.transaction(|tx| {
         let folder = tx.folder_for(&build, None)?;
         let mut known = tx.imported(&folder)?;
         let mut sources = Vec::new();
-        let mut added = 0;
-        for (f, r) in &read {
+        let (mut added, mut already) = (0, 0);
+        for (f, r, shapes) in &read {
             let mut n = 0;
-            for row in &r.rows {
-                let line = key_text(&row.key);
+            for key in &shapes.shapes {
+                let line = key_text(key);
                 if !known.contains(&line) {
                     known.push(line);
                     n += 1;
+                } else {
+                    already += 1;
                 }
             }
             added += n;
             sources.push(json!({
                 "file": f.display().to_string(),
                 "rocblas": r.validator("ROCBLAS_VERSION"),
-                "rows": r.rows.len(),
+                "rows": r.rows.len() + r.unservable.len(),
+                "shapes": shapes.shapes.len(),
+                "from_hipblaslt_rows": shapes.from_other_backends,
+                "from_tf32_rows": shapes.from_tf32,
                 "new_shapes": n,
+                "skipped": shapes.skipped.iter().map(|(r, n)| json!({"reason": r, "lines": n})).collect::<Vec<_>>(),
                 "ids": "not reused",
             }));
         }
@@ -218,19 +322,178 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
                 json!({"kind": "import", "finished": store::utc_now(), "sources": sources}),
             )?;
         }
-        Ok((folder, known, sources, added))
+        Ok((folder, known, sources, added, already))
     })?;
     let list = folder.dir.join(IMPORTED_FILE);
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"profile": folder.name, "added": added, "shapes": known.len(), "sources": sources})).expect("json")
+            serde_json::to_string_pretty(&json!({"profile": folder.name, "added": added, "already_waiting": already, "shapes": known.len(), "sources": sources})).expect("json")
         );
     } else {
         println!(
             "{added} new shapes imported (ids not reused) into {}; {} waiting. Tune them with: tunedblas tune --lib {} --retune",
             list.display(),
             known.len(),
+            lib_path.display()
+        );
+        let (lt, tf32): (usize, usize) = read
+            .iter()
+            .map(|(_, _, s)| (s.from_other_backends, s.from_tf32))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        if lt > 0 {
+            println!("  {lt} shapes taken from hipBLASLt-tuned rows (the shape, not the solution)");
+        }
+        if tf32 > 0 {
+            println!("  {tf32} shapes taken from tf32 rows, as f32 GEMMs");
+        }
+        if already > 0 {
+            println!("  {already} shapes were already waiting");
+        }
+        for (reason, n) in &skipped.skipped {
+            println!("  {n} rows skipped: {reason}");
+        }
+    }
+    Ok(())
+}
+
+/// `profiles adopt`: a results file PyTorch wrote on this machine becomes (part of) the
+/// profile of the build at `lib_path`. The file's `ROCBLAS_VERSION` validator must name
+/// this build's version; each `Gemm_Rocblas_<id>` row is kept only if rocBLAS accepts the
+/// id for its problem (`check_solution_index`, nothing run), else it is listed and its shape
+/// waits for `tune --retune` like the shapes of rows only hipBLASLt can serve; `Default`
+/// rows are kept. A shape the profile already has a row for keeps that row.
+pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()> {
+    let lib = Library::load(lib_path, None)?;
+    let r = tunableop::read(file)
+        .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+    let build = Build::of(&lib, r.validator("GCN_ARCH_NAME"))?;
+    match r.validator("ROCBLAS_VERSION") {
+        Some(v) if tunedblas_core::version::same_build(v, &build.version) => {}
+        Some(v) => {
+            return Err(Error::failed(format!(
+                "refusing {}: its Validator ROCBLAS_VERSION is {v}, but {} reports {} (solution ids belong to the build that was tuned); `tunedblas profiles import --lib {} {}` takes its shapes only",
+                file.display(),
+                lib_path.display(),
+                build.version,
+                lib_path.display(),
+                file.display()
+            )))
+        }
+        None => {
+            return Err(Error::failed(format!(
+                "refusing {}: it has no Validator ROCBLAS_VERSION, so nothing says which build its ids belong to; `tunedblas profiles import --lib {} {}` takes its shapes only",
+                file.display(),
+                lib_path.display(),
+                file.display()
+            )))
+        }
+    }
+    // Every rocBLAS id checked on this build before anything is written.
+    let mut kept: Vec<Row> = Vec::new();
+    let mut refused: Vec<(String, i32, String)> = Vec::new();
+    let mut to_tune: Vec<ProblemKey> = Vec::new();
+    for row in &r.rows {
+        match row.solution {
+            Solution::Rocblas(id) => match check_id(&lib, row.key, id) {
+                Ok(()) => kept.push(row.clone()),
+                Err(why) => {
+                    refused.push((key_text(&row.key), id, why));
+                    to_tune.push(row.key);
+                }
+            },
+            _ => kept.push(row.clone()),
+        }
+    }
+    let shapes = file_shapes(&ResultsFile {
+        rows: vec![],
+        ..r.clone()
+    });
+    to_tune.extend(shapes.shapes.iter().copied());
+    let store = Store::open(root)?;
+    let (folder, adopted, had, waiting) = store.transaction(|tx| {
+        let folder = tx.folder_for(&build, None)?;
+        let mut now = if folder.existed {
+            tx.rows(&folder)?
+        } else {
+            ResultsFile::default()
+        };
+        let (mut adopted, mut had) = (0, 0);
+        for row in &kept {
+            if now.find(&row.key).is_some() {
+                had += 1;
+            } else {
+                now.rows.push(Row {
+                    line: 0,
+                    ..row.clone()
+                });
+                adopted += 1;
+            }
+        }
+        let mut waiting = tx.imported(&folder)?;
+        for key in &to_tune {
+            let line = key_text(key);
+            if now.find(key).is_none() && !waiting.contains(&line) {
+                waiting.push(line);
+            }
+        }
+        let ranks = if folder.existed { tx.ranks(&folder) } else { 1 };
+        tx.write_rows(&folder, &build, &mut now, ranks, "adopted")?;
+        tx.set_imported(&folder, waiting.clone());
+        tx.record(
+            &folder,
+            &build,
+            json!({
+                "kind": "adopt",
+                "finished": store::utc_now(),
+                "file": file.display().to_string(),
+                "validators": r.validators,
+                "adopted": adopted,
+                "kept_existing": had,
+                "refused": refused.iter().map(|(k, id, why)| json!({"shape": k, "solution": id, "reason": why})).collect::<Vec<_>>(),
+                "shapes_to_tune": waiting.len(),
+                "skipped": shapes.skipped.iter().map(|(r, n)| json!({"reason": r, "lines": n})).collect::<Vec<_>>(),
+            }),
+        )?;
+        Ok((folder, adopted, had, waiting.len()))
+    })?;
+    if json {
+        let report = json!({
+            "profile": folder.name,
+            "dir": folder.dir,
+            "adopted": adopted,
+            "kept_existing": had,
+            "refused": refused.iter().map(|(k, id, why)| json!({"shape": k, "solution": id, "reason": why})).collect::<Vec<_>>(),
+            "waiting": waiting,
+            "skipped": shapes.skipped.iter().map(|(r, n)| json!({"reason": r, "lines": n})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        return Ok(());
+    }
+    for (k, id, why) in &refused {
+        println!("  refused {k},Gemm_Rocblas_{id}: {why}");
+    }
+    println!(
+        "adopted {adopted} rows of {} into profile '{}' ({}) for rocBLAS {} (build {}); {} refused by check_solution_index, {had} shapes already had a row",
+        file.display(),
+        folder.name,
+        folder.dir.display(),
+        build.version,
+        build.short(),
+        refused.len()
+    );
+    if shapes.from_other_backends + shapes.from_tf32 > 0 {
+        println!(
+            "  {} rows name hipBLASLt solutions or tf32 GEMMs the rocBLAS interposer cannot serve: their shapes wait for tuning",
+            shapes.from_other_backends + shapes.from_tf32
+        );
+    }
+    for (reason, n) in &shapes.skipped {
+        println!("  {n} rows skipped: {reason}");
+    }
+    if waiting > 0 {
+        println!(
+            "  {waiting} shapes waiting; tune them with: tunedblas tune --lib {} --retune",
             lib_path.display()
         );
     }
@@ -244,6 +507,18 @@ pub struct QualifyReport {
     pub devices: i32,
     /// (shape, reason) of every removed row.
     pub removed: Vec<(String, String)>,
+}
+
+/// Whether rocBLAS at `lib` accepts solution `id` for `key` (`check_solution_index`: the
+/// call validates the id for the problem and runs nothing).
+fn check_id(lib: &Library, key: ProblemKey, id: i32) -> std::result::Result<(), String> {
+    let p = Problem::new(lib, key, 0).map_err(|e| e.message)?;
+    match p.run(Some(id), FLAG_CHECK_SOLUTION_INDEX) {
+        STATUS_SUCCESS => Ok(()),
+        st => Err(format!(
+            "check_solution_index refused solution {id} for this problem on this build (rocBLAS status {st})"
+        )),
+    }
 }
 
 /// `tunedblas qualify`: every rocBLAS row on every device; failures are removed.

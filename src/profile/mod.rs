@@ -59,15 +59,33 @@ pub fn select(req: &Request) -> Selection {
     let reg_path = req.profile_dir.join(REGISTRY_FILE);
     let registry = match Registry::load(&reg_path) {
         Ok(r) => r,
-        Err(e) => return Selection::None { why: e.to_string() },
+        Err(e) => {
+            // A folder of PyTorch results files, not a profile store: say how to use it.
+            let has_rank_files = rank_files(req.profile_dir).is_ok_and(|f| !f.is_empty());
+            let why = if has_rank_files && !reg_path.exists() {
+                format!(
+                    "{} holds TunableOp results files but no {REGISTRY_FILE}: set TUNEDBLAS_PROFILE={} to serve them to the build their ROCBLAS_VERSION validator names, or make them a checked profile with `tunedblas profiles adopt --lib <librocblas.so> FILE`",
+                    req.profile_dir.display(),
+                    req.profile_dir.display()
+                )
+            } else {
+                e.to_string()
+            };
+            return Selection::None { why };
+        }
     };
     let build = short(req.sha256);
     if let Some(name) = req.explicit {
         let Some(entry) = registry.get(name) else {
             return Selection::None {
                 why: format!(
-                    "TUNEDBLAS_PROFILE={name} is not in {}; `tunedblas profiles list` shows the names",
-                    reg_path.display()
+                    "TUNEDBLAS_PROFILE={name} is not in {}; `tunedblas profiles list` shows the names{}",
+                    reg_path.display(),
+                    if name.contains('/') {
+                        " (a folder of PyTorch results files is named by its absolute path)"
+                    } else {
+                        ""
+                    }
                 ),
             };
         };
@@ -117,6 +135,125 @@ pub fn select(req: &Request) -> Selection {
             ),
         },
     }
+}
+
+/// Whether a `TUNEDBLAS_PROFILE` value names a path rather than a registry name: an absolute
+/// path (`/data/tuned`). A relative one would depend on the server's working directory, and
+/// `../x` must stay what it always was, a name that is not in the registry (a registry
+/// entry's folder may not lead outside the store).
+pub fn names_a_path(explicit: &str) -> bool {
+    explicit.starts_with('/')
+}
+
+/// `TUNEDBLAS_PROFILE=<absolute path>`: a folder of PyTorch results files (`tunableop_results<rank>.csv`,
+/// no registry), or one such file (its folder is used), served to the loaded build only if
+/// every rank file's `ROCBLAS_VERSION` validator names the loaded library's `version` (as
+/// PyTorch itself decides; two builds with one version string are not told apart, and the
+/// ids are not checked: `tunedblas profiles adopt` checks them). Otherwise nothing is served
+/// and the line says why and names `profiles adopt`; `allow_mismatch` forces a mismatch.
+pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> Selection {
+    let adopt = format!(
+        "`tunedblas profiles adopt --lib <librocblas.so> {}` checks its ids and makes it this build's profile",
+        path.display()
+    );
+    let refuse = |what: String| Selection::None {
+        why: format!(
+            "refusing TUNEDBLAS_PROFILE={}: {what}; {adopt}",
+            path.display()
+        ),
+    };
+    let dir = match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => path.to_path_buf(),
+        Ok(_) => {
+            let named = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(rank_of_file)
+                .is_some();
+            if !named {
+                return refuse(
+                    "a results file must be named tunableop_results<rank>.csv (one per device, as PyTorch names them)".into(),
+                );
+            }
+            path.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        }
+        Err(e) => return refuse(format!("cannot read it: {e}")),
+    };
+    let files = match rank_files(&dir) {
+        Ok(f) if !f.is_empty() => f,
+        Ok(_) => {
+            return refuse(format!(
+                "no tunableop_results<rank>.csv in {}",
+                dir.display()
+            ))
+        }
+        Err(line) => return refuse(line),
+    };
+    let Some(version) = version else {
+        return refuse("the loaded rocBLAS reports no version string to check the files' ROCBLAS_VERSION against".into());
+    };
+    for (_, file) in &files {
+        let found = match rocblas_validator(file) {
+            Ok(v) => v,
+            Err(e) => return refuse(format!("{}: {e}", file.display())),
+        };
+        let what = match found {
+            Some(v) if crate::version::same_build(&v, version) => continue,
+            Some(v) => format!(
+                "{}: Validator ROCBLAS_VERSION is {v}, but the loaded rocBLAS is {version} (solution ids are build-specific)",
+                file.display()
+            ),
+            None => format!(
+                "{} has no Validator ROCBLAS_VERSION, so nothing says which build its ids belong to",
+                file.display()
+            ),
+        };
+        if allow_mismatch {
+            return Selection::Chosen {
+                name: dir.display().to_string(),
+                dir,
+                reason: format!(
+                    "forced by TUNEDBLAS_ALLOW_MISMATCH although {what}; its solution ids may be wrong or fail"
+                ),
+            };
+        }
+        return refuse(what);
+    }
+    Selection::Chosen {
+        name: dir.display().to_string(),
+        reason: format!(
+            "selected by TUNEDBLAS_PROFILE (PyTorch results files whose ROCBLAS_VERSION matches the loaded rocBLAS {version}; ids not checked, `tunedblas profiles adopt` checks them)"
+        ),
+        dir,
+    }
+}
+
+/// The `ROCBLAS_VERSION` validator of a results file, read from its `Validator` lines at the
+/// top (PyTorch writes them first); a row ends the search.
+fn rocblas_validator(path: &Path) -> Result<Option<String>, ReadError> {
+    use std::io::BufRead;
+    let (file, _) = open_regular(path, MAX_RESULTS_FILE_BYTES)?;
+    let reader = std::io::BufReader::new(file);
+    for line in reader.split(b'\n').take(64) {
+        let line = line.map_err(ReadError::Io)?;
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim().trim_start_matches('\u{feff}');
+        if text.is_empty() {
+            continue;
+        }
+        let Some(rest) = text.strip_prefix("Validator,") else {
+            break;
+        };
+        if let Some((k, v)) = rest.split_once(',') {
+            if k.trim() == "ROCBLAS_VERSION" {
+                return Ok(Some(v.trim().to_string()));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// One line per registry entry that was skipped (bad name, a `dir` leading outside the

@@ -458,3 +458,53 @@ fn load_ranks_takes_any_table_type_and_shares_identical_ones() {
     assert_eq!(problems.len(), 1, "an unreadable folder is one problem");
     assert!(problems[0].contains("cannot read the profile folder"));
 }
+
+#[test]
+fn a_path_is_served_only_to_the_version_its_files_name() {
+    let s = Scratch::new("select-path");
+    let dir = s.0.join("pytorch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let head = "Validator,PT_VERSION,2.7.0\nValidator,ROCBLAS_VERSION,4.4.0.5f2e9c71\n";
+    let row = "GemmTunableOp_Half_TN,tn_8_4_16_ld_16_16_8,Default,inf\n";
+    std::fs::write(dir.join("tunableop_results0.csv"), format!("{head}{row}")).unwrap();
+    std::fs::write(dir.join("tunableop_results1.csv"), format!("{head}{row}")).unwrap();
+    assert!(names_a_path("/data/t") && !names_a_path("ref-v4") && !names_a_path("../x"));
+    let chosen = |sel: Selection| matches!(sel, Selection::Chosen { .. });
+    assert!(chosen(select_path(&dir, Some("4.4.0.5f2e9c71"), false)));
+    assert!(chosen(select_path(
+        &dir.join("tunableop_results1.csv"),
+        Some("4.4.0.5f2e9c71"),
+        false
+    )));
+    let why = |sel: Selection| match sel {
+        Selection::None { why } => why,
+        other => panic!("{other:?}"),
+    };
+    let w = why(select_path(&dir, Some("5.6.0.c83a10d4"), false));
+    assert!(w.contains("ROCBLAS_VERSION is 4.4.0.5f2e9c71"), "{w}");
+    assert!(w.contains("tunedblas profiles adopt"), "{w}");
+    assert!(chosen(select_path(&dir, Some("5.6.0.c83a10d4"), true)));
+    assert!(why(select_path(&dir, None, false)).contains("no version string"));
+    // One rank file of another build spoils the folder.
+    std::fs::write(
+        dir.join("tunableop_results2.csv"),
+        format!("Validator,ROCBLAS_VERSION,4.4.0.00000000\n{row}"),
+    )
+    .unwrap();
+    assert!(why(select_path(&dir, Some("4.4.0.5f2e9c71"), false)).contains("results2.csv"));
+    // Files PyTorch would not name so, and folders with none.
+    std::fs::write(s.0.join("my.csv"), head).unwrap();
+    assert!(why(select_path(
+        &s.0.join("my.csv"),
+        Some("4.4.0.5f2e9c71"),
+        false
+    ))
+    .contains("tunableop_results<rank>.csv"));
+    assert!(why(select_path(&s.0, Some("4.4.0.5f2e9c71"), false)).contains("no tunableop_results"));
+    assert!(why(select_path(
+        &s.0.join("nope"),
+        Some("4.4.0.5f2e9c71"),
+        false
+    ))
+    .contains("cannot read it"));
+}

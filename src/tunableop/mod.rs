@@ -36,7 +36,8 @@
 //! names we do not know, and solutions other than `Default` and `Gemm_Rocblas_<int32>`
 //! (such as `Gemm_Hipblaslt_<idx>`). Rows that make no sense (negative or overflowing
 //! sizes, a leading dimension smaller than the rows it must hold, a solution index beyond
-//! int32, a time that is not a number) are listed in [`ResultsFile::malformed`] with the
+//! int32, a time that is negative or not a number; `inf`, which PyTorch writes for an untimed
+//! solution, is a time) are listed in [`ResultsFile::malformed`] with the
 //! reason; the rest of the file still loads. [`parse`] never panics.
 //!
 //! # The tunedblas extension rows
@@ -198,6 +199,56 @@ pub struct Unservable {
     pub reason: String,
     pub time_ms: Option<f64>,
     pub blas_params: Option<String>,
+}
+
+impl Unservable {
+    /// Why rows like this one cannot be served, in words shared by every such row (for
+    /// counting them by reason): hipBLASLt solutions, GemmAndBias, ScaledGemm, tf32, ...
+    pub fn kind(&self) -> &'static str {
+        unservable_kind(&self.op_name, &self.solution)
+    }
+}
+
+/// The reason shared by every row with this op name and solution that rocBLAS cannot serve.
+pub fn unservable_kind(op_name: &str, solution: &str) -> &'static str {
+    if op_name.starts_with("GemmAndBiasTunableOp_") {
+        "GemmAndBias (hipBLASLt epilogue) op, not a rocBLAS call"
+    } else if op_name.starts_with("ScaledGemmTunableOp_") {
+        "ScaledGemm (fp8) op, not a rocBLAS call"
+    } else if op_name.contains("_tf32_") {
+        "tf32 GEMM: rocBLAS has no tf32 call to serve it"
+    } else if solution.starts_with("Gemm_Hipblaslt_") {
+        "hipBLASLt solution: the rocBLAS interposer cannot serve it"
+    } else if !(op_name.starts_with(GEMM_PREFIX)
+        || op_name.starts_with(STRIDED_PREFIX)
+        || op_name.starts_with(EXT_OP_PREFIX))
+    {
+        "an op name tunedblas does not know"
+    } else {
+        "a solution of another backend (neither Default nor Gemm_Rocblas_<id>)"
+    }
+}
+
+/// The shape a row names whatever solved it, for taking shapes from a results file
+/// (`profiles import`): a `Gemm_Hipblaslt_*` row names the same problem as a rocBLAS one,
+/// and a `GemmTunableOp_tf32_*` row names an f32 GEMM (tf32 is a compute mode PyTorch
+/// allows for float; through rocBLAS the same call is a plain f32 GEMM). `Err` says why
+/// the row names no rocBLAS shape (GemmAndBias, ScaledGemm, unknown ops, `*` rows,
+/// signatures that do not parse).
+pub fn shape_key(op_name: &str, signature: &str) -> Result<ProblemKey, String> {
+    let op = op_name.trim();
+    let parsed = match parse_key(op, signature) {
+        KeyParse::Unservable if op.contains("_tf32_") => {
+            parse_key(&op.replacen("_tf32_", "_float_", 1), signature)
+        }
+        other => other,
+    };
+    match parsed {
+        KeyParse::Key(k) => Ok(k),
+        KeyParse::Wildcard(_) => Err("a `*` row names no concrete shape".into()),
+        KeyParse::Unservable => Err(unservable_kind(op, "").to_string()),
+        KeyParse::Invalid(e) => Err(e),
+    }
 }
 
 /// A later row for a problem an earlier row already named; the earlier one is kept.

@@ -330,11 +330,12 @@ fn parse_time(field: &str) -> Result<Option<f64>, String> {
     if t.is_empty() {
         return Ok(None);
     }
+    // PyTorch writes `inf` for a candidate that never ran (a `Default` it could not time,
+    // a result loaded but not re-timed) and reads it back; `0` is what TunableOp on CUDA
+    // writes. Both are times, not errors; only NaN and negative values make no sense.
     match t.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
-        Ok(_) => Err(format!(
-            "time_ms {t:?} is not a finite, non-negative number"
-        )),
+        Ok(v) if v >= 0.0 => Ok(Some(v)),
+        Ok(_) => Err(format!("time_ms {t:?} is not a non-negative number")),
         Err(_) => Err(format!("time_ms {t:?} is not a number")),
     }
 }

@@ -709,3 +709,42 @@ fn every_kind_of_file_is_cut_into_lines_the_same_way() {
     assert!(lines("x\ny\n").all(|l| !l.last));
     assert_eq!(lines("").count(), 0);
 }
+
+#[test]
+fn default_inf_and_zero_times_are_read_as_pytorch_writes_them() {
+    // PyTorch writes `inf` for a solution it did not time and reads it back; TunableOp on
+    // CUDA writes `Default,0`-style rows. Neither is a malformed line.
+    let text = "\
+Validator,ROCBLAS_VERSION,4.4.0.5f2e9c71
+GemmTunableOp_Half_TN,tn_8_4_16_ld_16_16_8,Default,inf
+GemmTunableOp_Half_TN,tn_8_8_16_ld_16_16_8,Default,0
+GemmTunableOp_BFloat16_TN,tn_10240_512_2560_ld_2560_2560_10240,Default,0.0
+GemmTunableOp_Half_TN,tn_16_8_16_ld_16_16_16,Gemm_Rocblas_7,inf
+GemmTunableOp_Half_TN,tn_32_8_16_ld_16_16_32,Default,-inf
+GemmTunableOp_Half_TN,tn_64_8_16_ld_16_16_64,Default,nan
+";
+    let f = parse(text);
+    assert_eq!(f.rows.len(), 4, "{:?}", f.malformed);
+    assert_eq!(f.rows[0].solution, Solution::Default);
+    assert_eq!(f.rows[0].time_ms, Some(f64::INFINITY));
+    assert_eq!(f.rows[1].time_ms, Some(0.0));
+    assert_eq!(f.rows[2].time_ms, Some(0.0));
+    assert_eq!(f.rows[3].solution, Solution::Rocblas(7));
+    // A negative or NaN time still makes no sense.
+    let bad: Vec<usize> = f.malformed.iter().map(|m| m.line).collect();
+    assert_eq!(bad, vec![6, 7]);
+    // Written back the way PyTorch reads it.
+    let out = f.to_text();
+    assert!(out.contains("tn_8_4_16_ld_16_16_8,Default,inf\n"), "{out}");
+    let again: Vec<_> = parse(&out)
+        .rows
+        .into_iter()
+        .map(|r| (r.key, r.solution, r.time_ms))
+        .collect();
+    let first: Vec<_> = f
+        .rows
+        .iter()
+        .map(|r| (r.key, r.solution.clone(), r.time_ms))
+        .collect();
+    assert_eq!(again, first);
+}

@@ -330,7 +330,16 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
         allow_mismatch: cfg.allow_mismatch,
     };
     let registry_problems = profile::registry_problems(&cfg.profile_dir);
-    let (mut loaded, line) = match profile::select(&req) {
+    // `TUNEDBLAS_PROFILE=/a/path`: PyTorch results files, checked against this version.
+    let selection = match cfg.explicit.as_deref().filter(|e| profile::names_a_path(e)) {
+        Some(path) => profile::select_path(
+            std::path::Path::new(path),
+            real::version_string().as_deref(),
+            cfg.allow_mismatch,
+        ),
+        None => profile::select(&req),
+    };
+    let (mut loaded, line) = match selection {
         Selection::Chosen { name, dir, reason } => {
             let selected = start_time.elapsed();
             let device = current_device();

@@ -1,4 +1,4 @@
-//! `tunedblas profiles`: the profile store: list, show, which, import.
+//! `tunedblas profiles`: the profile store: list, show, which, import, adopt.
 
 use std::path::PathBuf;
 
@@ -15,15 +15,22 @@ tunedblas profiles show NAME [--profiles DIR] [--json]
 tunedblas profiles which LIBROCBLAS [--profiles DIR] [--json]
     The profile a process loading that file would get, and why (the interposer's rule).
 tunedblas profiles import --lib LIBROCBLAS FILE... [--profiles DIR]
-    Adds the shapes of other builds' results files to this build's shape list (ids are
-    never reused); `tune --retune` then tunes them.
+    Adds the shapes of results files (any build, rows tuned with rocBLAS or hipBLASLt,
+    tf32 files as f32 GEMMs) to this build's shape list (ids are never reused); says how
+    many lines it skipped and why; `tune --retune` then tunes them.
+tunedblas profiles adopt --lib LIBROCBLAS FILE [--profiles DIR] [--json]
+    Makes a PyTorch TunableOp results file written on this machine (same rocBLAS build:
+    its ROCBLAS_VERSION validator must match) the profile of that build: each
+    Gemm_Rocblas_<id> row is checked with check_solution_index on the build and kept or
+    listed as refused; refused rows and hipBLASLt/tf32 rows become shapes to tune.
 
 EXAMPLES:
     tunedblas profiles which /opt/rocm/lib/librocblas.so.5
     tunedblas profiles import --lib librocblas.so.5 old-build/tunableop_results0.csv
+    tunedblas profiles adopt --lib /opt/rocm/lib/librocblas.so.4 tunableop_results0.csv
 ";
 
-const ACTIONS: [&str; 4] = ["list", "show", "which", "import"];
+const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];
 
 pub fn help() -> String {
     HELP.into()
@@ -66,8 +73,17 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             profiles::import(&root, &a.lib()?, &files, json)
         }
+        Some("adopt") => {
+            a.at_most_positional(2)?;
+            let file = a
+                .positional
+                .get(1)
+                .map(PathBuf::from)
+                .ok_or_else(|| a.usage("adopt needs one results file"))?;
+            profiles::adopt(&root, &a.lib()?, &file, json)
+        }
         Some(other) => Err(a.usage(format!(
-            "unknown action '{other}': list, show, which or import{}",
+            "unknown action '{other}': list, show, which, import or adopt{}",
             suggest(other, ACTIONS)
                 .map(|s| format!(" (did you mean '{s}'?)"))
                 .unwrap_or_default()
