@@ -144,7 +144,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }));
         return Ok(());
     }
-    summary(&data, &p.short());
+    summary(&data, p.short());
     println!(
         "wrote {}{}",
         html_path.display(),
