@@ -114,3 +114,88 @@ fn solution_for_both(a: &str, b: &str) -> i32 {
         .find(|s| at_b.contains(s) && *s != hb)
         .expect("a solution both specs take")
 }
+
+/// `--coverage`: the problems a serving configuration issues are cells marked predicted,
+/// each at the token counts coverage gives its layer and nowhere else.
+#[test]
+fn predicted_cells_are_the_problems_coverage_lists() {
+    let dir = scratch("report-coverage");
+    Profile::v4(&dir).tuned("ex:TN:h:64:24:40", 1).write();
+    let shapes = dir.join("shapes.txt");
+    std::fs::write(&shapes, "64,40\n96,32\n").unwrap();
+    let store = dir.join("profiles");
+    let cov = ok(&run(tunedblas_cmd(
+        &dir,
+        &[
+            "coverage",
+            "--shapes",
+            shapes.to_str().unwrap(),
+            "--profiles",
+            store.to_str().unwrap(),
+            "--profile",
+            "ref-v4",
+            "--max-num-batched-tokens",
+            "64",
+            "--max-num-seqs",
+            "4",
+            "--enforce-eager",
+            "--json",
+        ],
+    )));
+    let cov_file = dir.join("coverage.json");
+    std::fs::write(&cov_file, &cov).unwrap();
+    let c: Value = serde_json::from_str(&cov).unwrap();
+    let mut expected: Vec<(i64, i64, i64)> = c["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let n = |f: &str| p[f].as_i64().unwrap();
+            (n("n"), n("k"), n("m"))
+        })
+        .collect();
+    assert!(expected.len() > 2, "{cov}");
+    let lib = artifacts().lib4();
+    let j: Value = serde_json::from_str(&ok(&run(tunedblas_cmd(
+        &dir,
+        &[
+            "report",
+            "--lib",
+            lib.to_str().unwrap(),
+            "--profiles",
+            store.to_str().unwrap(),
+            "--coverage",
+            cov_file.to_str().unwrap(),
+            "--out",
+            dir.join("report.html").to_str().unwrap(),
+            "--json",
+        ],
+    ))))
+    .unwrap();
+    let mut predicted = Vec::new();
+    for row in j["report"]["rows"].as_array().unwrap() {
+        let label = row["label"].as_str().unwrap();
+        let (n, k) = if label.contains("N=64 K=40") {
+            (64, 40)
+        } else {
+            assert!(label.contains("N=96 K=32"), "{label}");
+            (96, 32)
+        };
+        for cell in row["cells"].as_array().unwrap() {
+            if cell["predicted"] == true {
+                predicted.push((n, k, cell["m"].as_i64().unwrap()));
+                assert_ne!(cell["status"], "missed", "{cell}");
+            } else {
+                assert_eq!(
+                    (n, k, cell["m"].as_i64()),
+                    (64, 40, Some(24)),
+                    "only the profile row is not predicted"
+                );
+            }
+        }
+    }
+    expected.sort_unstable();
+    expected.dedup();
+    predicted.sort_unstable();
+    assert_eq!(predicted, expected);
+}
