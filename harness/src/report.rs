@@ -182,6 +182,9 @@ pub struct Headline {
     pub saved_ms: f64,
     /// `saved_ms / heuristic_ms`: the share of those shapes' GEMM time tuning saved.
     pub saved_share: Option<f64>,
+    /// `heuristic_ms / (heuristic_ms - saved_ms)`: the same as a speedup, comparable with
+    /// an end-to-end measurement of the GEMMs of those shapes.
+    pub weighted_speedup: Option<f64>,
     pub weighted_shapes: usize,
     pub weighted_calls: u64,
     /// Measured shapes without recorded calls (not in the call-weighted figure).
@@ -605,6 +608,8 @@ fn headline(bars: &[Bar], measured: &HashMap<ProblemKey, Measured>) -> Headline 
         h.saved_ms += s.calls as f64 * (heur - served);
     }
     h.saved_share = (h.heuristic_ms > 0.0).then(|| h.saved_ms / h.heuristic_ms);
+    let served = h.heuristic_ms - h.saved_ms;
+    h.weighted_speedup = (h.heuristic_ms > 0.0 && served > 0.0).then(|| h.heuristic_ms / served);
     h
 }
 

@@ -118,8 +118,9 @@ fn bars_svg(d: &Data) -> String {
 pub fn headline_text(h: &Headline) -> String {
     let weighted = match h.saved_share {
         Some(s) => format!(
-            "tuning saves {:.1}% of the GEMM time of the {} measured shapes with recorded calls ({} calls; {:.3} of {:.3} ms, calls x (heuristic - served) time)",
+            "tuning saves {:.1}% of the GEMM time (call-weighted speedup {}) of the {} measured shapes with recorded calls ({} calls; {:.3} of {:.3} ms, calls x (heuristic - served) time)",
             100.0 * s,
+            h.weighted_speedup.map_or("-".into(), |x| format!("{x:.2}x")),
             h.weighted_shapes,
             h.weighted_calls,
             h.saved_ms,
