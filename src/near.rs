@@ -13,7 +13,7 @@ use std::hash::BuildHasherDefault;
 
 use rustc_hash::FxHasher;
 
-use crate::family::family_of;
+use crate::family::{family_of, instantiate};
 use crate::key::ProblemKey;
 use crate::table::{Action, Table};
 
@@ -22,6 +22,20 @@ use crate::table::{Action, Table};
 /// validated, beat the heuristic at every such M (0.55x the time) and was never slower;
 /// where nothing validates the call is the heuristic anyway.
 pub const DEFAULT_WINDOW: i64 = 32;
+
+/// [`NearIndex::servable`]'s answer for a key without a row of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NearChoice {
+    /// No row of the layer within the window: the heuristic.
+    Nothing,
+    /// The nearest row (at this token count) says `Default`: the heuristic.
+    DefaultRow(i64),
+    /// The nearest row (at this token count) is quarantined: the heuristic.
+    Quarantined(i64),
+    /// Try the nearest row's (token count, solution), once it validates for the exact
+    /// problem at run time.
+    Try(i64, i32),
+}
 
 /// Token counts with rows, per family.
 #[derive(Debug, Default)]
@@ -70,6 +84,24 @@ impl NearIndex {
             (None, None) => return None,
         };
         ((best.0 - n).abs() <= window).then_some(best)
+    }
+
+    /// What the interposer serves `key` (which has no row of its own in `table`, the table
+    /// this index was built from) with, before the run-time validation for the exact
+    /// problem: the nearest row's solution, unless that row says `Default` or is
+    /// quarantined. The one decision the interposer serves by and `report` shows.
+    pub fn servable(&self, table: &Table, key: &ProblemKey, window: i64) -> NearChoice {
+        let Some((from, action)) = self.nearest(key, window) else {
+            return NearChoice::Nothing;
+        };
+        let row = instantiate(&family_of(key), from).and_then(|k| table.get(&k));
+        match action {
+            Action::Default => NearChoice::DefaultRow(from),
+            Action::Solution(_) if row.is_some_and(|e| e.is_quarantined()) => {
+                NearChoice::Quarantined(from)
+            }
+            Action::Solution(id) => NearChoice::Try(from, id),
+        }
     }
 
     pub fn families(&self) -> usize {
@@ -129,6 +161,32 @@ mod tests {
         assert_eq!(
             ix.nearest(&linear(96, 500, 32), 32),
             Some((512, Action::Solution(9)))
+        );
+    }
+
+    #[test]
+    fn servable_is_the_nearest_rows_solution_unless_default() {
+        let table = Table::new([
+            (linear(64, 512, 32), Action::Solution(7)),
+            (linear(64, 540, 32), Action::Default),
+        ]);
+        let ix = NearIndex::new(&table);
+        assert_eq!(
+            ix.servable(&table, &linear(64, 513, 32), 32),
+            NearChoice::Try(512, 7)
+        );
+        assert_eq!(
+            ix.servable(&table, &linear(64, 535, 32), 32),
+            NearChoice::DefaultRow(540),
+            "the nearest row says Default: the heuristic, not the next row"
+        );
+        assert_eq!(
+            ix.servable(&table, &linear(64, 600, 32), 32),
+            NearChoice::Nothing
+        );
+        assert_eq!(
+            ix.servable(&table, &linear(64, 513, 32), 0),
+            NearChoice::Nothing
         );
     }
 }

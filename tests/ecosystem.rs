@@ -658,17 +658,16 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
         .count();
     let default = rows.iter().filter(|r| r.1 == "Default").count();
     // The four shapes as an untuned file, given as recorded misses: whatever rows the
-    // campaign wrote, the map has two layers x three token counts (8, 16, 24), and the
-    // missing cells are what the rows lack.
+    // campaign wrote, the map has the 64-wide layer at three token counts (8, 16, 24) and
+    // the 96-wide one at 16 only (it was never seen at 8 or 24); the cells without a row
+    // are near or missed.
     let shapes = dir.join("shapes.csv");
     let lines: String = [(64, 8, 40), (64, 16, 40), (64, 24, 40), (96, 16, 32)]
         .iter()
         .map(|&(n, m, k)| format!("{}\n", key_text(&spec_key(&format!("ex:TN:h:{n}:{m}:{k}")))))
         .collect();
     std::fs::write(&shapes, lines).unwrap();
-    // Cells without a row are near (a row of the layer within TUNEDBLAS_NEAR tokens) or
-    // missing.
-    let gaps = 2 * 3 - tuned - default;
+    let gaps = 4 - tuned - default;
 
     let html = dir.join("out/report.html");
     let png = dir.join("out/report.png");
@@ -701,26 +700,30 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     assert_eq!(j["report"]["rows"].as_array().unwrap().len(), 2, "{j}");
     let counts = &j["report"]["counts"];
     assert_eq!(
+        counts["never_seen"].as_u64(),
+        Some(2),
+        "96 at 8 and 24: {j}"
+    );
+    assert_eq!(
         (counts["tuned"].as_u64(), counts["default"].as_u64()),
         (Some(tuned as u64), Some(default as u64)),
         "{j}"
     );
-    let (near, missing) = (
+    let (near, missed) = (
         counts["near"].as_u64().unwrap(),
-        counts["missing"].as_u64().unwrap(),
+        counts["missed"].as_u64().unwrap(),
     );
-    assert_eq!(near + missing, gaps as u64, "{j}");
-    // With a window of 32 every gap of a layer that has any row is near (its columns are
-    // at most 16 apart); a layer without rows is all missing.
+    assert_eq!(near + missed, gaps as u64, "{j}");
+    // A layer without rows has nothing near; every cell was seen as a miss.
     for row in j["report"]["rows"].as_array().unwrap() {
-        let st: Vec<&str> = row["cells"]
-            .as_array()
-            .unwrap()
+        let cells = row["cells"].as_array().unwrap();
+        let st: Vec<&str> = cells
             .iter()
-            .map(|c| c[0].as_str().unwrap())
+            .map(|c| c["status"].as_str().unwrap())
             .collect();
         let has_row = st.iter().any(|s| *s == "tuned" || *s == "default");
-        assert_eq!(st.contains(&"missing"), !has_row, "{row}");
+        assert!(has_row || !st.contains(&"near"), "{row}");
+        assert!(cells.iter().all(|c| c["missed"] == true), "{row}");
     }
     let bars = j["report"]["bars"].as_array().unwrap();
     assert_eq!(
@@ -740,19 +743,27 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
         assert!(!page.contains(remote), "the page loads nothing: {remote}");
     }
 
-    // The PNG: one interior per cell in the cell's colour.
+    // The PNG: one interior per cell in the cell's colour, and one legend swatch per status.
     let (_, _, px) = png_pixels(&std::fs::read(&png).unwrap());
     let cell = &j["png_cell"];
     let area = (cell[0].as_u64().unwrap() as usize - 2) * (cell[1].as_u64().unwrap() as usize - 2);
     let count = |rgb: [u8; 3]| px.chunks(3).filter(|p| *p == rgb).count();
-    assert_eq!(count([46, 157, 74]), tuned * area, "tuned cells in the PNG");
+    assert_eq!(
+        count([46, 157, 74]),
+        (tuned + 1) * area,
+        "tuned cells in the PNG"
+    );
     assert_eq!(
         count([154, 163, 173]),
-        default * area,
+        (default + 1) * area,
         "Default cells in the PNG"
     );
+    assert!(
+        !page.contains("<pre id=\"rendered\">"),
+        "no visible test hook"
+    );
 
-    // The page in a real browser: its script counts what was laid out.
+    // The page in a real browser: its script counts what was laid out into an attribute.
     let Some(browser) = chromium() else {
         println!("SKIPPED the Chromium half of this test: no chromium on PATH (.ci/run installs Debian's chromium; apt-get install chromium)");
         return;
@@ -774,20 +785,22 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     let out = output_within(cmd, 120);
     let dom = text(&out.stdout);
     let rendered = dom
-        .split("<pre id=\"rendered\">")
+        .split("data-rendered=\"")
         .nth(1)
-        .and_then(|r| r.split("</pre>").next())
+        .and_then(|r| r.split('"').next())
         .unwrap_or_else(|| {
             panic!(
                 "no rendered figures in the DOM:\n{dom}\n{}",
                 text(&out.stderr)
             )
-        });
-    let r: Value = serde_json::from_str(rendered).unwrap_or_else(|e| panic!("{e}: {rendered}"));
+        })
+        .replace("&quot;", "\"");
+    let r: Value = serde_json::from_str(&rendered).unwrap_or_else(|e| panic!("{e}: {rendered}"));
     assert_eq!(r["tuned"].as_u64(), Some(tuned as u64), "{r}");
     assert_eq!(r["default"].as_u64(), Some(default as u64), "{r}");
     assert_eq!(r["near"].as_u64(), Some(near), "{r}");
-    assert_eq!(r["missing"].as_u64(), Some(missing), "{r}");
+    assert_eq!(r["missed"].as_u64(), Some(missed), "{r}");
+    assert_eq!(r["never"].as_u64(), Some(2), "{r}");
     assert_eq!(r["bars"].as_u64(), Some(tuned as u64), "{r}");
     assert!(
         r["mapWidth"].as_u64().unwrap() > 200 && r["mapHeight"].as_u64().unwrap() > 60,

@@ -1,14 +1,22 @@
 //! `tunedblas report`: a profile at a glance, as a self-contained HTML page (inline CSS and
-//! SVG, no network) and the same figures as a PNG, for terminals and issues.
+//! SVG, no network), the same figures as a PNG, and as JSON (`--json`).
 //!
-//! - The coverage map: one row per (N, K) layer shape (rocBLAS m and k, with layout, type
-//!   and batch), one column per token count M (rocBLAS n) seen anywhere: in the profile or
-//!   among recorded misses (`--misses`). A cell is *tuned* (a rocBLAS solution row, or a
-//!   `*` wildcard row that matches), *Default* (the heuristic was best), *near* (no row, but
-//!   the interposer would try the same layer's row at the nearest token count within the
-//!   `TUNEDBLAS_NEAR` window, validated at run time) or *missing* (nothing).
-//! - Speedup bars: per tuned shape, the heuristic's time over the served solution's, from
-//!   the latest campaign in `provenance.json` that measured the shape.
+//! - The coverage map: one row per layer (rocBLAS m and k, with layout, type and batch),
+//!   one column per token count M (rocBLAS n) that some layer has a cell at. A layer has a
+//!   cell only at the token counts it was seen at: a row of the profile, a miss in
+//!   production (the miss logs, with their call counts) or a problem a serving
+//!   configuration issues (`--coverage`, the JSON of `tunedblas coverage`); anything else
+//!   is *never seen*, never a cross product of every layer with every M. A cell is
+//!   *tuned* (a rocBLAS solution row, or a `*` row that matches), *Default* (the heuristic
+//!   was best), *near* (no row; the interposer's own near rule, [`NearIndex::servable`],
+//!   would try a row of the layer, once it validates for the exact problem at run time),
+//!   *missed* (seen in production, served by the heuristic) or *predicted* (issued by the
+//!   serving configuration, no row).
+//! - The headline: the GEMM time tuning saved, call-weighted (each measured shape's
+//!   heuristic and served times from `provenance.json` times its recorded calls), next to
+//!   the per-shape geometric mean; the shapes whose measurement decided nothing
+//!   (undecidable, too noisy, rejected, failed) are listed.
+//! - "Tune next": the missed and predicted cells ranked by calls x FLOPs, with the command.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -16,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tunedblas_core::family::{family_of, instantiate};
 use tunedblas_core::key::{Batching, ProblemKey};
-use tunedblas_core::near::{self, NearIndex};
+use tunedblas_core::near::{self, NearChoice, NearIndex};
 use tunedblas_core::profile;
 use tunedblas_core::registry::Provenance;
 use tunedblas_core::table::Action;
@@ -24,32 +32,56 @@ use tunedblas_core::tunableop::{self, KeyParse, Solution};
 
 use crate::error::Error;
 use crate::pick::Picked;
-use crate::png::{Canvas, Rgb};
+use crate::png::Rgb;
+pub use crate::render::report::{headline_text, html, png, png_cell};
 
+/// What a cell shows. A (layer, M) pair with no cell was never seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Tuned,
     Default,
     Near,
-    Missing,
+    Missed,
+    Predicted,
 }
 
 impl Status {
-    fn class(self) -> &'static str {
+    pub const ALL: [Status; 5] = [
+        Status::Tuned,
+        Status::Default,
+        Status::Near,
+        Status::Missed,
+        Status::Predicted,
+    ];
+    pub fn class(self) -> &'static str {
         match self {
             Status::Tuned => "tuned",
             Status::Default => "default",
             Status::Near => "near",
-            Status::Missing => "missing",
+            Status::Missed => "missed",
+            Status::Predicted => "predicted",
         }
     }
-    fn rgb(self) -> Rgb {
+    pub fn rgb(self) -> Rgb {
         match self {
             Status::Tuned => TUNED_RGB,
             Status::Default => DEFAULT_RGB,
             Status::Near => NEAR_RGB,
-            Status::Missing => MISSING_RGB,
+            Status::Missed => MISSED_RGB,
+            Status::Predicted => PREDICTED_RGB,
+        }
+    }
+    /// What the colour means, for legends.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Status::Tuned => "tuned: a rocBLAS solution row",
+            Status::Default => "Default: the heuristic was best",
+            Status::Near => {
+                "near: no row; the interposer tries a nearby row of the layer once it validates"
+            }
+            Status::Missed => "missed in production: no row, the heuristic serves it",
+            Status::Predicted => "predicted by coverage: no row, not seen in production",
         }
     }
 }
@@ -57,21 +89,38 @@ impl Status {
 pub const TUNED_RGB: Rgb = [46, 157, 74];
 pub const DEFAULT_RGB: Rgb = [154, 163, 173];
 pub const NEAR_RGB: Rgb = [176, 214, 150];
-pub const MISSING_RGB: Rgb = [240, 168, 140];
-const BAR_RGB: Rgb = [59, 111, 212];
-const INK: Rgb = [30, 30, 30];
-const PAPER: Rgb = [255, 255, 255];
-const RULE: Rgb = [200, 200, 200];
+pub const MISSED_RGB: Rgb = [240, 168, 140];
+pub const PREDICTED_RGB: Rgb = [246, 214, 120];
+pub const NEVER_RGB: Rgb = [242, 242, 242];
+pub(crate) const BAR_RGB: Rgb = [59, 111, 212];
+pub(crate) const INK: Rgb = [30, 30, 30];
+pub(crate) const PAPER: Rgb = [255, 255, 255];
+pub(crate) const RULE: Rgb = [200, 200, 200];
 
-fn hex(c: Rgb) -> String {
+pub(crate) fn hex(c: Rgb) -> String {
     format!("#{:02x}{:02x}{:02x}", c[0], c[1], c[2])
+}
+
+/// One seen (layer, M) pair.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    pub m: i64,
+    pub status: Status,
+    /// Seen in production: in the miss logs.
+    pub missed: bool,
+    /// Issued by the serving configuration (`--coverage`).
+    pub predicted: bool,
+    /// Calls the miss logs recorded (0: none recorded).
+    pub calls: u64,
+    /// The row, or why there is none and what the interposer does instead.
+    pub text: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct MapRow {
     pub label: String,
-    /// One per column: the status and, for rows, the solution text.
-    pub cells: Vec<(Status, Option<String>)>,
+    /// The seen token counts, ascending; a column without a cell was never seen here.
+    pub cells: Vec<Cell>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -89,7 +138,81 @@ pub struct Counts {
     pub tuned: usize,
     pub default: usize,
     pub near: usize,
-    pub missing: usize,
+    pub missed: usize,
+    pub predicted: usize,
+    /// (layer, M) positions of the map with no cell.
+    pub never_seen: usize,
+}
+
+/// What the report says the interposer does on the recorded workload, in the terms of its
+/// `TUNEDBLAS_STATS` counters (checked against them by tests/report_claims.rs).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Claims {
+    /// Rows of the rank file (`rows`).
+    pub rows: usize,
+    /// Missed shapes without a row of their own, near or not (`missed_shapes`).
+    pub missed_shapes: usize,
+    /// Of those, the ones near serving takes (`near_keys_served`).
+    pub near_keys: usize,
+    /// Their recorded calls (`near`).
+    pub near_calls: u64,
+    /// Recorded calls of the missed shapes the heuristic serves (`missed_calls`).
+    pub missed_calls: u64,
+}
+
+/// A measured shape whose measurement decided nothing, or not cleanly.
+#[derive(Clone, Debug, Serialize)]
+pub struct Doubt {
+    pub label: String,
+    pub m: i64,
+    pub decision: String,
+    pub spread: Option<f64>,
+    pub reason: String,
+}
+
+/// The headline: per-shape and call-weighted figures, and what each counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Headline {
+    /// Geometric mean of the per-shape speedups of tuned rows ([`Data::bars`]).
+    pub geomean: Option<f64>,
+    pub geomean_shapes: usize,
+    /// Sum over measured shapes with recorded calls of calls x heuristic time.
+    pub heuristic_ms: f64,
+    /// Sum over the same shapes of calls x (heuristic - served) time.
+    pub saved_ms: f64,
+    /// `saved_ms / heuristic_ms`: the share of those shapes' GEMM time tuning saved.
+    pub saved_share: Option<f64>,
+    /// `heuristic_ms / (heuristic_ms - saved_ms)`: the same as a speedup, comparable with
+    /// an end-to-end measurement of the GEMMs of those shapes.
+    pub weighted_speedup: Option<f64>,
+    pub weighted_shapes: usize,
+    pub weighted_calls: u64,
+    /// Measured shapes without recorded calls (not in the call-weighted figure).
+    pub uncounted_shapes: usize,
+    /// Undecidable, noisy (spread over the noisy limit), rejected or failed shapes.
+    pub doubts: Vec<Doubt>,
+}
+
+/// One entry of "tune next".
+#[derive(Clone, Debug, Serialize)]
+pub struct Next {
+    pub label: String,
+    pub m: i64,
+    pub status: Status,
+    pub calls: u64,
+    pub flops: f64,
+    /// `--shape` spec, where the problem has one (packed layout).
+    pub spec: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TuneNext {
+    /// Ranked: recorded calls x FLOPs, then FLOPs (predicted shapes have no calls).
+    pub items: Vec<Next>,
+    /// Tunes the top items (the ones with a spec).
+    pub command: Option<String>,
+    /// Tunes every recorded miss.
+    pub all_missed: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -99,13 +222,27 @@ pub struct Data {
     pub rocblas: Option<String>,
     pub arch: Option<String>,
     pub rank: usize,
-    /// Token counts M (rocBLAS n), ascending.
+    /// Token counts M (rocBLAS n) some layer has a cell at, ascending.
     pub columns: Vec<i64>,
     pub rows: Vec<MapRow>,
     pub counts: Counts,
+    pub claims: Claims,
     pub bars: Vec<Bar>,
+    pub headline: Headline,
+    pub tune_next: TuneNext,
     /// The near-serving window the map assumed (0: near serving off).
     pub near_window: i64,
+}
+
+/// What was seen beyond the profile: misses with their calls, predicted problems, and
+/// where they came from (for the tune command).
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub missed: Vec<(ProblemKey, u64)>,
+    pub predicted: Vec<ProblemKey>,
+    pub miss_inputs: Vec<String>,
+    /// The `--lib` argument of the tune command (a placeholder when not known).
+    pub lib: String,
 }
 
 /// The (N, K) row a key belongs to: its family, everything but the token count.
@@ -155,134 +292,156 @@ fn row_label(k: &ProblemKey) -> String {
     s
 }
 
-/// Builds the figures from the profile's rank file, its provenance and extra missed keys;
+/// The `--shape` spec of a key, where one names exactly it.
+pub fn spec_of(k: &ProblemKey) -> Option<String> {
+    let ab = format!("{}{}", k.trans_a.letter(), k.trans_b.letter());
+    let batch = match k.batching {
+        Batching::Single => String::new(),
+        Batching::Strided => format!(":{}", k.batch),
+        Batching::PointerArray => return None,
+    };
+    ["f16", "bf16", "f32", "f64"].iter().find_map(|t| {
+        let spec = format!("{t}:{ab}:{}:{}:{}{batch}", k.m, k.n, k.k);
+        (crate::shapes::parse_spec(&spec).ok().as_ref() == Some(k)).then_some(spec)
+    })
+}
+
+/// What the interposer does with a seen key that has no exact row: a matching `*` row, the
+/// near rule's choice, or the heuristic (with why).
+fn without_row(
+    table: Option<&tunedblas_core::table::Table>,
+    index: Option<&NearIndex>,
+    key: &ProblemKey,
+    window: i64,
+    missed: bool,
+) -> (Status, String) {
+    if let Some(e) = table.and_then(|t| t.get_wildcard(key)) {
+        return match e.action {
+            Action::Solution(id) => (Status::Tuned, format!("Gemm_Rocblas_{id} (a * row)")),
+            Action::Default => (Status::Default, "Default (a * row)".into()),
+        };
+    }
+    let choice = match (table, index) {
+        (Some(t), Some(ix)) => ix.servable(t, key, window),
+        _ => NearChoice::Nothing,
+    };
+    let why = match choice {
+        NearChoice::Try(from, id) => {
+            return (
+                Status::Near,
+                format!(
+                    "near: the M={from} row's Gemm_Rocblas_{id}, served once rocBLAS validates it for this exact problem (checked at run time, which this report cannot do; where it fails the heuristic serves and the calls count as missed)"
+                ),
+            )
+        }
+        NearChoice::DefaultRow(from) => {
+            format!("no row; the nearest row of the layer (M={from}) says Default, so the heuristic serves it")
+        }
+        NearChoice::Quarantined(from) => {
+            format!("no row; the nearest row of the layer (M={from}) is quarantined")
+        }
+        NearChoice::Nothing if window <= 0 => "no row; near serving is off".into(),
+        NearChoice::Nothing => format!("no row of the layer within {window} tokens"),
+    };
+    let status = if missed {
+        Status::Missed
+    } else {
+        Status::Predicted
+    };
+    (status, why)
+}
+
+/// Per layer and token count: (row, missed calls, missed, predicted).
+type Sighting = (Option<Solution>, u64, bool, bool);
+
+/// Builds the figures from the profile's rank file, its provenance and what was seen;
 /// `window` is the near-serving window (0: none).
-pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey], window: i64) -> Result<Data, Error> {
+pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, Error> {
     let path = p.rank_file(rank)?;
     let file = tunableop::read(path)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
-    let mut columns = BTreeSet::new();
-    let mut grid: BTreeMap<ProblemKey, BTreeMap<i64, Solution>> = BTreeMap::new();
-    for r in &file.rows {
-        columns.insert(r.key.n);
-        grid.entry(row_key(&r.key))
+    let mut grid: BTreeMap<ProblemKey, BTreeMap<i64, Sighting>> = BTreeMap::new();
+    fn at<'g>(
+        grid: &'g mut BTreeMap<ProblemKey, BTreeMap<i64, Sighting>>,
+        k: &ProblemKey,
+    ) -> &'g mut Sighting {
+        grid.entry(row_key(k))
             .or_default()
-            .insert(r.key.n, r.solution.clone());
+            .entry(k.n)
+            .or_insert((None, 0, false, false))
     }
-    for k in missed {
-        columns.insert(k.n);
-        grid.entry(row_key(k)).or_default();
+    for r in &file.rows {
+        at(&mut grid, &r.key).0 = Some(r.solution.clone());
     }
-    let columns: Vec<i64> = columns.into_iter().collect();
-    // What the interposer would do for a key without a row: a matching `*` row, or the
-    // nearest row of the layer.
+    for (k, calls) in &seen.missed {
+        let s = at(&mut grid, k);
+        s.1 += calls;
+        s.2 = true;
+    }
+    for k in &seen.predicted {
+        at(&mut grid, k).3 = true;
+    }
     let loaded = profile::load_tables(&p.dir);
     let table = loaded.table_for(rank as i32);
     let index = table.map(NearIndex::new);
-    let fallback = |family: &ProblemKey, m: i64| -> Option<(Status, String)> {
-        let key = instantiate(family, m)?;
-        if let Some(e) = table.and_then(|t| t.get_wildcard(&key)) {
-            return Some(match e.action {
-                Action::Solution(id) => {
-                    (Status::Tuned, format!("Gemm_Rocblas_{id} (wildcard row)"))
-                }
-                Action::Default => (Status::Default, "Default (wildcard row)".into()),
-            });
-        }
-        let (near_m, action) = index.as_ref()?.nearest(&key, window)?;
-        let what = match action {
-            Action::Solution(id) => format!("Gemm_Rocblas_{id}"),
-            Action::Default => "Default".into(),
-        };
-        Some((
-            Status::Near,
-            format!("near: the M={near_m} row ({what}), if it validates"),
-        ))
-    };
     let mut counts = Counts::default();
-    let rows: Vec<MapRow> = grid
-        .iter()
-        .map(|(rk, cells)| MapRow {
-            label: row_label(rk),
-            cells: columns
-                .iter()
-                .map(|m| {
-                    let (status, text) = match cells.get(m) {
-                        Some(s @ Solution::Rocblas(_)) => (Status::Tuned, Some(s.to_string())),
-                        Some(s) => (Status::Default, Some(s.to_string())),
-                        None => match fallback(rk, *m) {
-                            Some((st, t)) => (st, Some(t)),
-                            None => (Status::Missing, None),
-                        },
-                    };
-                    match status {
-                        Status::Tuned => counts.tuned += 1,
-                        Status::Default => counts.default += 1,
-                        Status::Near => counts.near += 1,
-                        Status::Missing => counts.missing += 1,
-                    }
-                    (status, text)
-                })
-                .collect(),
-        })
-        .collect();
-
-    // Latest measurement of each shape.
-    let mut measured: HashMap<ProblemKey, Value> = HashMap::new();
-    if let Ok(prov) = Provenance::load(&p.dir.join("provenance.json")) {
-        for c in prov.campaigns() {
-            for s in c
-                .get("shapes")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let Some((op, sig)) = s
-                    .get("shape")
-                    .and_then(Value::as_str)
-                    .and_then(|t| t.split_once(','))
-                else {
-                    continue;
-                };
-                if let KeyParse::Key(k) = tunableop::parse_key(op, sig) {
-                    measured.insert(k, s.clone());
-                }
+    let mut claims = Claims {
+        rows: file.rows.len(),
+        ..Claims::default()
+    };
+    let mut rows = Vec::new();
+    for (family, cells) in &grid {
+        let mut out = Vec::new();
+        for (&m, (row, calls, missed, predicted)) in cells {
+            let (status, text) = match row {
+                Some(s @ Solution::Rocblas(_)) => (Status::Tuned, s.to_string()),
+                Some(s) => (Status::Default, s.to_string()),
+                None => match instantiate(family, m) {
+                    Some(key) => without_row(table, index.as_ref(), &key, window, *missed),
+                    None => (Status::Missed, "no row".into()),
+                },
+            };
+            match status {
+                Status::Tuned => counts.tuned += 1,
+                Status::Default => counts.default += 1,
+                Status::Near => counts.near += 1,
+                Status::Missed => counts.missed += 1,
+                Status::Predicted => counts.predicted += 1,
             }
-        }
-    }
-    let mut bars = Vec::new();
-    let mut keys: Vec<&tunableop::Row> = file.rows.iter().collect();
-    keys.sort_by_key(|r| (row_key(&r.key), r.key.n));
-    for r in keys {
-        let (Solution::Rocblas(_), Some(s)) = (&r.solution, measured.get(&r.key)) else {
-            continue;
-        };
-        let num = |f: &str| {
-            s.get(f)
-                .and_then(Value::as_f64)
-                .filter(|v| v.is_finite() && *v > 0.0)
-        };
-        let decision = s
-            .get("decision")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let served = if decision == "adopt" {
-            num("new_ms")
-        } else {
-            num("current_ms")
-        };
-        if let (Some(h), Some(served)) = (num("heuristic_ms"), served) {
-            bars.push(Bar {
-                label: row_label(&row_key(&r.key)),
-                m: r.key.n,
-                speedup: h / served,
-                heuristic_ms: h,
-                served_ms: served,
-                decision,
+            if *missed && status == Status::Near {
+                claims.missed_shapes += 1;
+                claims.near_keys += 1;
+                claims.near_calls += calls;
+            } else if *missed && status == Status::Missed {
+                claims.missed_shapes += 1;
+                claims.missed_calls += calls;
+            }
+            out.push(Cell {
+                m,
+                status,
+                missed: *missed,
+                predicted: *predicted,
+                calls: *calls,
+                text,
             });
         }
+        rows.push(MapRow {
+            label: row_label(family),
+            cells: out,
+        });
     }
+    let columns: Vec<i64> = grid
+        .values()
+        .flat_map(|c| c.keys().copied())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    counts.never_seen =
+        rows.len() * columns.len() - rows.iter().map(|r| r.cells.len()).sum::<usize>();
+    let measured = measurements(p);
+    let bars = bars(&file.rows, &measured);
+    let headline = headline(&bars, &measured);
+    let tune_next = tune_next(&grid_keys(&rows, &grid), seen);
     Ok(Data {
         profile: p.name.clone(),
         sha256: p.sha256.clone(),
@@ -292,235 +451,214 @@ pub fn build(p: &Picked, rank: usize, missed: &[ProblemKey], window: i64) -> Res
         columns,
         rows,
         counts,
+        claims,
         bars,
+        headline,
+        tune_next,
         near_window: window,
     })
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// The cells worth tuning (missed, near, predicted), with their keys and labels.
+fn grid_keys<T>(
+    rows: &[MapRow],
+    grid: &BTreeMap<ProblemKey, T>,
+) -> Vec<(ProblemKey, String, Cell)> {
+    grid.keys()
+        .zip(rows)
+        .flat_map(|(family, row)| {
+            row.cells.iter().filter_map(move |c| {
+                let todo = matches!(c.status, Status::Missed | Status::Near | Status::Predicted);
+                let key = instantiate(family, c.m)?;
+                todo.then(|| (key, row.label.clone(), c.clone()))
+            })
+        })
+        .collect()
+}
+
+/// A shape as the latest campaign in provenance.json measured it.
+#[derive(Clone, Debug)]
+struct Measured {
+    decision: String,
+    reason: String,
+    calls: u64,
+    heuristic_ms: Option<f64>,
+    current_ms: Option<f64>,
+    new_ms: Option<f64>,
+    spread: Option<f64>,
+}
+
+impl Measured {
+    /// The time of what the profile serves now, per the decision.
+    fn served_ms(&self) -> Option<f64> {
+        match self.decision.as_str() {
+            "adopt" => self.new_ms,
+            "keep" | "undecidable" => self.current_ms.or(self.heuristic_ms),
+            "default" | "drop" => self.heuristic_ms,
+            _ => None,
+        }
+    }
+}
+
+fn measurements(p: &Picked) -> HashMap<ProblemKey, Measured> {
+    let mut measured = HashMap::new();
+    let Ok(prov) = Provenance::load(&p.dir.join("provenance.json")) else {
+        return measured;
+    };
+    for c in prov.campaigns() {
+        for s in c
+            .get("shapes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some((op, sig)) = s
+                .get("shape")
+                .and_then(Value::as_str)
+                .and_then(|t| t.split_once(','))
+            else {
+                continue;
+            };
+            let KeyParse::Key(k) = tunableop::parse_key(op, sig) else {
+                continue;
+            };
+            let num = |f: &str| {
+                s.get(f)
+                    .and_then(Value::as_f64)
+                    .filter(|v| v.is_finite() && *v > 0.0)
+            };
+            let word = |f: &str| s.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+            measured.insert(
+                k,
+                Measured {
+                    decision: word("decision"),
+                    reason: word("reason"),
+                    calls: s.get("calls").and_then(Value::as_u64).unwrap_or(0),
+                    heuristic_ms: num("heuristic_ms"),
+                    current_ms: num("current_ms"),
+                    new_ms: num("new_ms"),
+                    spread: s.get("spread").and_then(Value::as_f64),
+                },
+            );
+        }
+    }
+    measured
+}
+
+/// A speedup bar per tuned row that a campaign measured.
+fn bars(rows: &[tunableop::Row], measured: &HashMap<ProblemKey, Measured>) -> Vec<Bar> {
+    let mut keys: Vec<&tunableop::Row> = rows.iter().collect();
+    keys.sort_by_key(|r| (row_key(&r.key), r.key.n));
+    keys.into_iter()
+        .filter_map(|r| {
+            let (Solution::Rocblas(_), Some(s)) = (&r.solution, measured.get(&r.key)) else {
+                return None;
+            };
+            let (h, served) = (s.heuristic_ms?, s.served_ms()?);
+            Some(Bar {
+                label: row_label(&row_key(&r.key)),
+                m: r.key.n,
+                speedup: h / served,
+                heuristic_ms: h,
+                served_ms: served,
+                decision: s.decision.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The spread above which a measurement is too noisy to trust (the campaign's default).
+fn noisy_limit() -> f64 {
+    crate::curate::Rules::default().noisy
+}
+
+fn headline(bars: &[Bar], measured: &HashMap<ProblemKey, Measured>) -> Headline {
+    let mut h = Headline {
+        geomean: geomean(bars),
+        geomean_shapes: bars.len(),
+        ..Headline::default()
+    };
+    let mut keys: Vec<(&ProblemKey, &Measured)> = measured.iter().collect();
+    keys.sort_by_key(|(k, _)| (row_key(k), k.n));
+    for (k, s) in keys {
+        let noisy = s.spread.is_some_and(|x| x > noisy_limit());
+        if noisy || matches!(s.decision.as_str(), "undecidable" | "rejected" | "failed") {
+            h.doubts.push(Doubt {
+                label: row_label(&row_key(k)),
+                m: k.n,
+                decision: if noisy && s.decision != "undecidable" {
+                    format!("{} (noisy)", s.decision)
+                } else {
+                    s.decision.clone()
+                },
+                spread: s.spread,
+                reason: s.reason.clone(),
+            });
+        }
+        let (Some(heur), Some(served)) = (s.heuristic_ms, s.served_ms()) else {
+            continue;
+        };
+        if s.calls == 0 {
+            h.uncounted_shapes += 1;
+            continue;
+        }
+        h.weighted_shapes += 1;
+        h.weighted_calls += s.calls;
+        h.heuristic_ms += s.calls as f64 * heur;
+        h.saved_ms += s.calls as f64 * (heur - served);
+    }
+    h.saved_share = (h.heuristic_ms > 0.0).then(|| h.saved_ms / h.heuristic_ms);
+    let served = h.heuristic_ms - h.saved_ms;
+    h.weighted_speedup = (h.heuristic_ms > 0.0 && served > 0.0).then(|| h.heuristic_ms / served);
+    h
+}
+
+/// How many entries "tune next" lists and its command names.
+const TOP: usize = 10;
+
+fn tune_next(todo: &[(ProblemKey, String, Cell)], seen: &Seen) -> TuneNext {
+    let mut items: Vec<Next> = todo
+        .iter()
+        .map(|(k, label, c)| Next {
+            label: label.clone(),
+            m: c.m,
+            status: c.status,
+            calls: c.calls,
+            flops: k.flops(),
+            spec: spec_of(k),
+        })
+        .collect();
+    items.sort_by(|a, b| {
+        let w = |n: &Next| n.calls as f64 * n.flops;
+        w(b).total_cmp(&w(a))
+            .then(b.flops.total_cmp(&a.flops))
+            .then((&a.label, a.m).cmp(&(&b.label, b.m)))
+    });
+    items.truncate(TOP);
+    let lib = if seen.lib.is_empty() {
+        "LIBROCBLAS".to_string()
+    } else {
+        seen.lib.clone()
+    };
+    let specs: Vec<String> = items
+        .iter()
+        .filter_map(|n| n.spec.as_ref().map(|s| format!("--shape {s}")))
+        .collect();
+    let command =
+        (!specs.is_empty()).then(|| format!("tunedblas tune --lib {lib} {}", specs.join(" ")));
+    let all_missed = (!seen.miss_inputs.is_empty() && todo.iter().any(|t| t.2.missed))
+        .then(|| format!("tunedblas tune --lib {lib} {}", seen.miss_inputs.join(" ")));
+    TuneNext {
+        items,
+        command,
+        all_missed,
+    }
 }
 
 /// Geometric mean of the bars' speedups.
 pub fn geomean(bars: &[Bar]) -> Option<f64> {
     (!bars.is_empty())
         .then(|| (bars.iter().map(|b| b.speedup.ln()).sum::<f64>() / bars.len() as f64).exp())
-}
-
-const CELL: usize = 18;
-const LABEL_W: usize = 230;
-const HEAD_H: usize = 60;
-
-pub fn html(d: &Data) -> String {
-    let cols = d.columns.len();
-    let map_w = LABEL_W + cols * CELL + 10;
-    let map_h = HEAD_H + d.rows.len() * CELL + 10;
-    let mut svg = format!(
-        "<svg id=\"map\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{map_w}\" height=\"{map_h}\" role=\"img\" aria-label=\"coverage map\">\n"
-    );
-    for (j, m) in d.columns.iter().enumerate() {
-        let x = LABEL_W + j * CELL + CELL / 2;
-        svg.push_str(&format!(
-            "<text class=\"col\" x=\"{x}\" y=\"{}\" transform=\"rotate(-60 {x} {})\">{m}</text>\n",
-            HEAD_H - 4,
-            HEAD_H - 4
-        ));
-    }
-    for (i, row) in d.rows.iter().enumerate() {
-        let y = HEAD_H + i * CELL;
-        svg.push_str(&format!(
-            "<text class=\"row\" x=\"{}\" y=\"{}\">{}</text>\n",
-            LABEL_W - 6,
-            y + CELL - 5,
-            esc(&row.label)
-        ));
-        for (j, (status, sol)) in row.cells.iter().enumerate() {
-            let x = LABEL_W + j * CELL;
-            svg.push_str(&format!(
-                "<rect class=\"cell {}\" x=\"{x}\" y=\"{y}\" width=\"{}\" height=\"{}\" data-m=\"{}\"><title>{} M={}: {}</title></rect>\n",
-                status.class(),
-                CELL - 2,
-                CELL - 2,
-                d.columns[j],
-                esc(&row.label),
-                d.columns[j],
-                esc(sol.as_deref().unwrap_or("no row"))
-            ));
-        }
-    }
-    svg.push_str("</svg>");
-
-    let max = d.bars.iter().map(|b| b.speedup).fold(1.0f64, f64::max) * 1.05;
-    let bar_w = 420.0;
-    let bars_h = d.bars.len() * CELL + 30;
-    let mut bars = format!(
-        "<svg id=\"bars\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{bars_h}\" role=\"img\" aria-label=\"speedups\">\n",
-        LABEL_W + bar_w as usize + 80
-    );
-    for (i, b) in d.bars.iter().enumerate() {
-        let y = i * CELL;
-        let w = (b.speedup / max * bar_w).max(1.0);
-        bars.push_str(&format!(
-            "<text class=\"row\" x=\"{}\" y=\"{}\">{} M={}</text><rect class=\"bar\" x=\"{LABEL_W}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" data-speedup=\"{:.4}\"><title>heuristic {:.4} ms, served {:.4} ms ({})</title></rect><text x=\"{:.1}\" y=\"{}\">{:.2}x</text>\n",
-            LABEL_W - 6,
-            y + CELL - 5,
-            esc(&b.label),
-            b.m,
-            CELL - 3,
-            b.speedup,
-            b.heuristic_ms,
-            b.served_ms,
-            esc(&b.decision),
-            LABEL_W as f64 + w + 4.0,
-            y + CELL - 5,
-            b.speedup
-        ));
-    }
-    let one = LABEL_W as f64 + 1.0 / max * bar_w;
-    bars.push_str(&format!(
-        "<line x1=\"{one:.1}\" x2=\"{one:.1}\" y1=\"0\" y2=\"{}\" class=\"one\"/><text x=\"{one:.1}\" y=\"{}\" class=\"col\">1.0x (heuristic)</text>\n</svg>",
-        d.bars.len() * CELL,
-        d.bars.len() * CELL + 16
-    ));
-    let bars_section = if d.bars.is_empty() {
-        "<p>No campaign in provenance.json measured a tuned row of this profile.</p>".to_string()
-    } else {
-        bars
-    };
-    let gm = geomean(&d.bars).map_or("-".into(), |g| format!("{g:.2}x"));
-    format!(
-        r##"<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>tunedblas report: {name}</title>
-<style>
-body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1e1e1e; }}
-h1 {{ font-size: 20px; margin: 0 0 4px; }}
-.meta {{ color: #555; margin-bottom: 16px; }}
-.legend span {{ display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 14px; vertical-align: -1px; }}
-svg text {{ font: 11px system-ui, sans-serif; fill: #1e1e1e; }}
-svg text.row {{ text-anchor: end; }}
-rect.tuned {{ fill: {tuned}; }} rect.default {{ fill: {default}; }} rect.near {{ fill: {near}; }} rect.missing {{ fill: {missing}; }}
-rect.bar {{ fill: {bar}; }} line.one {{ stroke: #1e1e1e; stroke-dasharray: 3 3; }}
-.counts b {{ font-size: 16px; }}
-pre#rendered {{ color: #888; font-size: 11px; }}
-</style></head>
-<body>
-<h1>tunedblas profile <code>{name}</code></h1>
-<div class="meta">rocBLAS {rocblas} &middot; arch {arch} &middot; build <code>{sha}</code> &middot; rank {rank}</div>
-<p class="counts"><b id="n-tuned">{nt}</b> tuned &middot; <b id="n-default">{nd}</b> Default &middot; <b id="n-near">{nn}</b> near &middot; <b id="n-missing">{nm}</b> missing, over {rows} (N, K) rows and {cols} token counts M.
-Speedup over the heuristic: geometric mean <b id="geomean">{gm}</b> across {nb} measured shapes.</p>
-<h2>Coverage</h2>
-<div class="legend"><span style="background:{tuned}"></span>tuned (a rocBLAS solution row)<span style="background:{default}"></span>Default (the heuristic was best)<span style="background:{near}"></span>near (no row; the nearest row of the layer within {window} tokens is tried)<span style="background:{missing}"></span>missing (no row)</div>
-{svg}
-<h2>Speedup per tuned shape</h2>
-{bars_section}
-<pre id="rendered"></pre>
-<script>
-(function () {{
-  var n = function (s) {{ return document.querySelectorAll(s).length; }};
-  var r = document.getElementById("map").getBoundingClientRect();
-  document.getElementById("rendered").textContent = JSON.stringify({{
-    tuned: n("#map rect.tuned"), "default": n("#map rect.default"), near: n("#map rect.near"), missing: n("#map rect.missing"),
-    bars: n("#bars rect.bar"), mapWidth: Math.round(r.width), mapHeight: Math.round(r.height)
-  }});
-}})();
-</script>
-</body></html>
-"##,
-        name = esc(&d.profile),
-        rocblas = esc(d.rocblas.as_deref().unwrap_or("unknown")),
-        arch = esc(d.arch.as_deref().unwrap_or("unknown")),
-        sha = esc(&d.sha256),
-        rank = d.rank,
-        nt = d.counts.tuned,
-        nd = d.counts.default,
-        nn = d.counts.near,
-        nm = d.counts.missing,
-        window = d.near_window,
-        rows = d.rows.len(),
-        cols = cols,
-        nb = d.bars.len(),
-        tuned = hex(TUNED_RGB),
-        default = hex(DEFAULT_RGB),
-        near = hex(NEAR_RGB),
-        missing = hex(MISSING_RGB),
-        bar = hex(BAR_RGB),
-    )
-}
-
-/// Cell size of the PNG map: at most 24x16, narrower for many token counts.
-pub fn png_cell(cols: usize) -> (usize, usize) {
-    ((1600 / cols.max(1)).clamp(4, 24), 16)
-}
-
-/// The same figures as a PNG: the map (each cell's interior in its status colour, 2 px
-/// gaps), then the bars.
-pub fn png(d: &Data) -> Canvas {
-    let (cw, ch) = png_cell(d.columns.len());
-    let label_w = d
-        .rows
-        .iter()
-        .map(|r| Canvas::text_width(&r.label, 2))
-        .chain(
-            d.bars
-                .iter()
-                .map(|b| Canvas::text_width(&format!("{} M={}", b.label, b.m), 2)),
-        )
-        .max()
-        .unwrap_or(0)
-        + 16;
-    let head = 40;
-    let map_h = head + d.rows.len() * ch + 20;
-    let bar_len = 500;
-    let width = (label_w + d.columns.len() * cw + 20).max(label_w + bar_len + 90);
-    let height = map_h + d.bars.len() * ch + 40;
-    let mut c = Canvas::new(width, height, PAPER);
-    c.text(
-        8,
-        8,
-        &format!(
-            "TUNEDBLAS {} ({} TUNED, {} DEFAULT, {} NEAR, {} MISSING)",
-            d.profile, d.counts.tuned, d.counts.default, d.counts.near, d.counts.missing
-        ),
-        2,
-        INK,
-    );
-    // Column labels where they fit.
-    let every = (Canvas::text_width("00000", 1) / cw).max(1) + 1;
-    for (j, m) in d.columns.iter().enumerate() {
-        if j % every == 0 {
-            c.text(label_w + j * cw, head - 10, &m.to_string(), 1, INK);
-        }
-    }
-    for (i, row) in d.rows.iter().enumerate() {
-        let y = head + i * ch;
-        c.text(8, y + 4, &row.label, 2, INK);
-        for (j, (status, _)) in row.cells.iter().enumerate() {
-            c.rect(label_w + j * cw, y, cw - 2, ch - 2, status.rgb());
-        }
-    }
-    let max = d.bars.iter().map(|b| b.speedup).fold(1.0f64, f64::max) * 1.05;
-    for (i, b) in d.bars.iter().enumerate() {
-        let y = map_h + i * ch;
-        c.text(8, y + 4, &format!("{} M={}", b.label, b.m), 2, INK);
-        let w = ((b.speedup / max) * bar_len as f64).max(1.0) as usize;
-        c.rect(label_w, y, w, ch - 4, BAR_RGB);
-        c.text(
-            label_w + w + 6,
-            y + 2,
-            &format!("{:.2}X", b.speedup),
-            2,
-            INK,
-        );
-    }
-    if !d.bars.is_empty() {
-        let one = label_w + (bar_len as f64 / max) as usize;
-        c.rect(one, map_h - 4, 1, d.bars.len() * ch + 4, RULE);
-    }
-    c
 }
 
 #[cfg(test)]
@@ -532,11 +670,18 @@ mod tests {
         ProblemKey::linear(Types::HALF, n_out, tokens, k)
     }
 
-    fn data() -> Data {
-        data_with(0)
+    fn shape(k: &ProblemKey) -> String {
+        let (op, sig) = tunableop::op_and_signature(k);
+        format!("{op},{sig}")
     }
 
-    fn data_with(window: i64) -> Data {
+    /// A batched 64x64 layer that ran at M=8 only.
+    fn batched(tokens: i64) -> ProblemKey {
+        let k = key(64, tokens, 64);
+        k.with_batch(Batching::Strided, 4, k.packed_strides())
+    }
+
+    fn profile(rows: &[(ProblemKey, &str)], prov: Value) -> Picked {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tunedblas-report-{}-{}",
@@ -546,108 +691,278 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut text = String::from("Validator,ROCBLAS_VERSION,4.4.0\n");
-        for (k, sol) in [
-            (key(64, 8, 32), "Gemm_Rocblas_3"),
-            (key(64, 16, 32), "Default"),
-            (key(128, 8, 64), "Gemm_Rocblas_5"),
-            (key(128, 32, 64), "Gemm_Rocblas_2"),
-        ] {
-            let (op, sig) = tunableop::op_and_signature(&k);
-            text.push_str(&format!("{op},{sig},{sol},0.1\n"));
+        for (k, sol) in rows {
+            text.push_str(&format!("{},{sol},0.1\n", shape(k)));
         }
         std::fs::write(dir.join("tunableop_results0.csv"), text).unwrap();
-        let shape = |k: &ProblemKey| {
-            let (op, sig) = tunableop::op_and_signature(k);
-            format!("{op},{sig}")
-        };
-        let prov = serde_json::json!({"campaigns": [{"shapes": [
-            {"shape": shape(&key(64, 8, 32)), "decision": "adopt", "heuristic_ms": 2.0, "new_ms": 1.0},
-            {"shape": shape(&key(128, 8, 64)), "decision": "keep", "heuristic_ms": 1.5, "current_ms": 1.0, "new_ms": 0.9},
-        ]}]});
         std::fs::write(dir.join("provenance.json"), prov.to_string()).unwrap();
-        let p = Picked {
+        Picked {
             name: "test".into(),
             dir: dir.clone(),
             sha256: "ab".repeat(32),
             rocblas: Some("4.4.0".into()),
             arch: None,
             ranks: vec![(0, dir.join("tunableop_results0.csv"))],
-        };
-        build(&p, 0, &[key(64, 99, 32), key(256, 8, 8)], window).unwrap()
-    }
-
-    #[test]
-    fn the_map_and_bars_follow_the_profile() {
-        let d = data();
-        assert_eq!(d.columns, vec![8, 16, 32, 99]);
-        assert_eq!(d.rows.len(), 3, "two profile layers and one only missed");
-        assert_eq!(
-            (d.counts.tuned, d.counts.default, d.counts.missing),
-            (3, 1, 8)
-        );
-        let first: Vec<Status> = d.rows[0].cells.iter().map(|c| c.0).collect();
-        assert_eq!(
-            first,
-            [
-                Status::Tuned,
-                Status::Default,
-                Status::Missing,
-                Status::Missing
-            ]
-        );
-        assert_eq!(d.bars.len(), 2, "Gemm_Rocblas_2 was never measured");
-        assert_eq!(d.bars[0].speedup, 2.0);
-        assert_eq!(d.bars[1].speedup, 1.5, "kept: served by the current row");
-        let page = html(&d);
-        assert_eq!(page.matches("class=\"cell tuned\"").count(), 3);
-        assert_eq!(page.matches("class=\"cell missing\"").count(), 8);
-        assert_eq!(page.matches("class=\"bar\"").count(), 2);
-        for remote in ["src=", "href=", "url(", "@import"] {
-            assert!(!page.contains(remote), "self-contained: no {remote}");
         }
-        assert!(page.contains("<b id=\"geomean\">1.73x</b>"), "sqrt(2*1.5)");
     }
 
+    fn rows() -> Vec<(ProblemKey, &'static str)> {
+        vec![
+            (key(64, 8, 32), "Gemm_Rocblas_3"),
+            (key(64, 16, 32), "Default"),
+            (key(128, 8, 64), "Gemm_Rocblas_5"),
+            (key(128, 32, 64), "Gemm_Rocblas_2"),
+        ]
+    }
+
+    fn prov() -> Value {
+        serde_json::json!({"campaigns": [{"shapes": [
+            {"shape": shape(&key(64, 8, 32)), "calls": 100, "decision": "adopt", "heuristic_ms": 2.0, "new_ms": 1.0, "spread": 0.02},
+            {"shape": shape(&key(128, 8, 64)), "calls": 0, "decision": "keep", "heuristic_ms": 1.5, "current_ms": 1.0, "new_ms": 0.9, "spread": 0.01},
+            {"shape": shape(&key(64, 16, 32)), "calls": 300, "decision": "default", "heuristic_ms": 1.0, "spread": 0.02},
+            {"shape": shape(&key(128, 32, 64)), "calls": 50, "decision": "undecidable", "reason": "inside the spread", "heuristic_ms": 1.0, "current_ms": 1.0, "spread": 0.04},
+            {"shape": shape(&key(128, 16, 64)), "calls": 10, "decision": "default", "reason": "nothing beat it", "heuristic_ms": 1.0, "spread": 0.8},
+        ]}]})
+    }
+
+    fn seen(missed: &[(ProblemKey, u64)]) -> Seen {
+        Seen {
+            missed: missed.to_vec(),
+            predicted: Vec::new(),
+            miss_inputs: vec!["misses/".into()],
+            lib: "librocblas.so.4".into(),
+        }
+    }
+
+    fn statuses(d: &Data, i: usize) -> Vec<(i64, Status)> {
+        d.rows[i].cells.iter().map(|c| (c.m, c.status)).collect()
+    }
+
+    /// Issue 16: the map crossed every layer with every M seen anywhere.
     #[test]
-    fn near_cells_are_the_missing_ones_within_the_window_of_a_row() {
-        // Layer 64x32 has rows at M=8 and 16: M=32 is 16 away, M=99 83 away. Layer
-        // 128x64 has rows at 8 and 32: M=16 is 8 away, M=99 67. Layer 256x8 has none.
-        let d = data_with(20);
-        let first: Vec<Status> = d.rows[0].cells.iter().map(|c| c.0).collect();
+    fn cells_only_where_a_layer_was_seen() {
+        let p = profile(&rows(), prov());
+        let missed = [(key(64, 99, 32), 5), (key(256, 8, 8), 3), (batched(8), 7)];
+        let d = build(&p, 0, &seen(&missed), 0).unwrap();
+        assert_eq!(d.columns, vec![8, 16, 32, 99]);
+        assert_eq!(d.rows.len(), 4);
+        let labels: Vec<&str> = d.rows.iter().map(|r| r.label.as_str()).collect();
+        let by_label = |l: &str| {
+            labels
+                .iter()
+                .position(|x| *x == l)
+                .unwrap_or_else(|| panic!("{l} in {labels:?}"))
+        };
+        let l64 = by_label("TN f16 N=64 K=32");
         assert_eq!(
-            first,
+            statuses(&d, l64),
             [
-                Status::Tuned,
-                Status::Default,
-                Status::Near,
-                Status::Missing
+                (8, Status::Tuned),
+                (16, Status::Default),
+                (99, Status::Missed)
             ]
         );
-        let second: Vec<Status> = d.rows[1].cells.iter().map(|c| c.0).collect();
+        let b = by_label("TN f16 N=64 K=64 B=4");
         assert_eq!(
-            second,
-            [Status::Tuned, Status::Near, Status::Tuned, Status::Missing]
+            statuses(&d, b),
+            [(8, Status::Missed)],
+            "a batched layer only at the M it ran"
         );
-        assert_eq!((d.counts.near, d.counts.missing), (2, 6));
+        assert_eq!(
+            statuses(&d, by_label("TN f16 N=256 K=8")),
+            [(8, Status::Missed)]
+        );
+        assert_eq!(
+            (d.counts.tuned, d.counts.default, d.counts.missed),
+            (3, 1, 3)
+        );
+        assert_eq!(d.counts.never_seen, 4 * 4 - 7);
+        assert_eq!(d.claims.missed_shapes, 3);
+        assert_eq!(d.claims.missed_calls, 15);
+        let page = html(&d);
+        assert_eq!(page.matches("class=\"cell missed\"").count(), 3);
+        assert_eq!(page.matches("class=\"never\"").count(), 9);
+        assert!(page.contains("missed in production (7 calls)"));
+    }
+
+    /// Issue 16: a cell was "near" whenever any row of the layer was within the window,
+    /// also where the interposer serves the heuristic (the nearest row says Default).
+    #[test]
+    fn near_is_the_interposers_decision() {
+        let p = profile(&rows(), prov());
+        // 64x32: rows at 8 (tuned) and 16 (Default). M=20 is nearest 16: Default, so the
+        // interposer passes it; M=10 is nearest 8: tried. 128x64: M=28 is nearest 32.
+        let missed = [
+            (key(64, 20, 32), 4),
+            (key(64, 10, 32), 6),
+            (key(128, 28, 64), 2),
+        ];
+        let d = build(&p, 0, &seen(&missed), 32).unwrap();
+        assert_eq!(
+            statuses(&d, 0),
+            [
+                (8, Status::Tuned),
+                (10, Status::Near),
+                (16, Status::Default),
+                (20, Status::Missed)
+            ]
+        );
         assert!(
-            d.rows[0].cells[2].1.as_deref().unwrap().contains("M=16"),
+            d.rows[0].cells[3].text.contains("says Default"),
             "{:?}",
             d.rows[0]
         );
-        let page = html(&d);
-        assert_eq!(page.matches("class=\"cell near\"").count(), 2);
+        assert!(
+            d.rows[0].cells[1].text.contains("validates"),
+            "the cell says what is decided at run time"
+        );
+        assert_eq!(
+            (
+                d.claims.near_keys,
+                d.claims.near_calls,
+                d.claims.missed_calls
+            ),
+            (2, 8, 4)
+        );
+        let off = build(&p, 0, &seen(&missed), 0).unwrap();
+        assert_eq!(off.counts.near, 0, "window 0: near serving is off");
     }
 
+    /// Issue 16: the headline counted tuned shapes only, per shape.
     #[test]
-    fn the_png_has_one_cell_interior_per_status_cell() {
-        let d = data();
+    fn the_headline_is_call_weighted_and_lists_what_decided_nothing() {
+        let p = profile(&rows(), prov());
+        let d = build(&p, 0, &seen(&[]), 0).unwrap();
+        let h = &d.headline;
+        assert_eq!(d.bars.len(), 3, "three tuned rows measured");
+        // Calls x heuristic: 100*2 + 300*1 + 50*1 + 10*1 = 560; saved: 100*(2-1) = 100.
+        assert_eq!((h.weighted_shapes, h.weighted_calls), (4, 460));
+        assert!((h.heuristic_ms - 560.0).abs() < 1e-9 && (h.saved_ms - 100.0).abs() < 1e-9);
+        assert_eq!(
+            h.uncounted_shapes, 1,
+            "the kept shape has no recorded calls"
+        );
+        let doubts: Vec<(i64, &str)> = h
+            .doubts
+            .iter()
+            .map(|x| (x.m, x.decision.as_str()))
+            .collect();
+        assert_eq!(doubts, [(16, "default (noisy)"), (32, "undecidable")]);
+        let page = html(&d);
+        assert!(
+            page.contains("tuning saves 17.9% of the GEMM time"),
+            "{}",
+            headline_text(h)
+        );
+        assert!(
+            page.contains("geometric mean 1.44x across 3 shapes"),
+            "{}",
+            headline_text(h)
+        );
+        assert!(page.contains("undecidable") && page.contains("spread 80%"));
+    }
+
+    /// Issue 16: the page ended with a visible test hook; the data is machine-readable in a
+    /// JSON script block instead.
+    #[test]
+    fn the_page_shows_no_test_hook_and_embeds_its_data() {
+        let p = profile(&rows(), prov());
+        let d = build(&p, 0, &seen(&[(key(64, 99, 32), 5)]), 0).unwrap();
+        let page = html(&d);
+        assert!(!page.contains("<pre id=\"rendered\">"), "no visible hook");
+        let json = page
+            .split("<script type=\"application/json\" id=\"report-data\">")
+            .nth(1)
+            .and_then(|r| r.split("</script>").next())
+            .expect("a JSON data block");
+        let v: Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v["counts"]["missed"], 1);
+        for remote in ["src=", "href=", "url(", "@import"] {
+            assert!(!page.contains(remote), "self-contained: no {remote}");
+        }
+    }
+
+    /// Issue 16: the PNG had no legend and labelled every third M.
+    #[test]
+    fn the_png_has_a_legend_and_labels_every_column() {
+        let p = profile(&rows(), prov());
+        let missed: Vec<(ProblemKey, u64)> =
+            (1..=120).map(|m| (key(64, 1000 + m, 32), 1)).collect();
+        let d = build(&p, 0, &seen(&missed), 0).unwrap();
         let canvas = png(&d);
         let (w, h, px) = crate::png::tests::decode(&canvas.png());
         assert_eq!((w, h), (canvas.width, canvas.height));
-        let (cw, ch) = png_cell(d.columns.len());
+        let l = crate::render::report::layout(&d);
+        let (cw, ch) = l.cell;
+        let area = (cw - 2) * (ch - 2);
         let count = |rgb: Rgb| px.chunks(3).filter(|p| *p == rgb).count();
-        assert_eq!(count(TUNED_RGB), 3 * (cw - 2) * (ch - 2));
-        assert_eq!(count(DEFAULT_RGB), (cw - 2) * (ch - 2));
-        assert_eq!(count(MISSING_RGB), 8 * (cw - 2) * (ch - 2));
+        // One cell interior per cell, plus the legend's swatch of each status.
+        assert_eq!(count(TUNED_RGB), (3 + 1) * area);
+        assert_eq!(count(DEFAULT_RGB), (1 + 1) * area);
+        assert_eq!(count(MISSED_RGB), (120 + 1) * area);
+        assert_eq!(
+            count(PREDICTED_RGB),
+            area,
+            "the legend names predicted cells too"
+        );
+        assert_eq!(count(NEVER_RGB), (d.counts.never_seen + 1) * area);
+        // Every column has ink in the label band above the map.
+        let ink = |x: usize, y: usize| px[(y * w + x) * 3..(y * w + x) * 3 + 3] == INK;
+        for j in 0..d.columns.len() {
+            let x0 = l.label_w + j * cw;
+            assert!(
+                (l.labels_y..l.head).any(|y| (x0..x0 + cw).any(|x| ink(x, y))),
+                "column {j} (M={}) is labelled",
+                d.columns[j]
+            );
+        }
+    }
+
+    /// Issue 16: no list of what to tune next.
+    #[test]
+    fn tune_next_ranks_by_calls_and_gives_the_command() {
+        let p = profile(&rows(), prov());
+        let missed = [
+            (key(64, 99, 32), 5),
+            (key(256, 8, 8), 3),
+            (key(4096, 8, 4096), 1),
+            (batched(8), 2),
+        ];
+        let mut s = seen(&missed);
+        s.predicted = vec![key(512, 64, 512)];
+        let d = build(&p, 0, &s, 0).unwrap();
+        let t = &d.tune_next;
+        let order: Vec<(i64, i64, Status)> = t
+            .items
+            .iter()
+            .map(|n| (n.flops as i64, n.calls as i64, n.status))
+            .collect();
+        assert_eq!(order[0].1, 1, "4096x4096 at 8 tokens: most calls x FLOPs");
+        assert_eq!(order.last().unwrap().2, Status::Predicted, "no calls: last");
+        assert_eq!(t.items[0].spec.as_deref(), Some("f16:TN:4096:8:4096"));
+        assert_eq!(
+            t.command.as_deref().unwrap().split(" --shape ").next(),
+            Some("tunedblas tune --lib librocblas.so.4")
+        );
+        assert!(t
+            .command
+            .as_deref()
+            .unwrap()
+            .contains("--shape f16:TN:64:8:64:4"));
+        assert_eq!(
+            t.all_missed.as_deref(),
+            Some("tunedblas tune --lib librocblas.so.4 misses/")
+        );
+        assert!(
+            html(&d).contains("tunedblas tune --lib librocblas.so.4 --shape f16:TN:4096:8:4096")
+        );
+        for n in &t.items {
+            assert_eq!(
+                crate::shapes::parse_spec(n.spec.as_ref().unwrap())
+                    .unwrap()
+                    .flops(),
+                n.flops
+            );
+        }
     }
 }

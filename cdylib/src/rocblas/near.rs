@@ -19,10 +19,9 @@ use std::sync::Arc;
 
 use tunedblas_core::abi::*;
 use tunedblas_core::claim_map::{hash_of, ClaimMap, Probe};
-use tunedblas_core::family;
 use tunedblas_core::key::{ProblemKey, Types};
 use tunedblas_core::misslog::MissSet;
-use tunedblas_core::near::NearIndex;
+use tunedblas_core::near::{NearChoice, NearIndex};
 use tunedblas_core::rocblas::single_key_unchecked;
 use tunedblas_core::table::{Action, Table};
 use tunedblas_core::tunableop;
@@ -176,16 +175,10 @@ impl Near {
             }
             Claim::Full => None,
             Claim::Mine(slot) => {
-                let usable = self.nearest(table, key).and_then(|(from, action)| {
-                    let row = family::instantiate(&family::family_of(key), from)
-                        .and_then(|k| table.get(&k));
-                    match action {
-                        Action::Solution(id) if !row.is_some_and(|e| e.is_quarantined()) => {
-                            Some(id)
-                        }
-                        _ => None,
-                    }
-                });
+                let usable = match self.choice(table, key) {
+                    NearChoice::Try(_, id) => Some(id),
+                    _ => None,
+                };
                 match usable {
                     Some(id) => Some(NearPlan::new(id, slot, true)),
                     None => {
@@ -196,6 +189,17 @@ impl Near {
                 }
             }
         }
+    }
+
+    /// What the rule serves `key` with from `table` (the core's decision, which `report`
+    /// shows).
+    fn choice(&self, table: &Table, key: &ProblemKey) -> NearChoice {
+        self.indexes
+            .iter()
+            .find(|(t, _)| std::ptr::eq(&**t, table))
+            .map_or(NearChoice::Nothing, |(_, ix)| {
+                ix.servable(table, key, self.window)
+            })
     }
 
     /// The row the rule picks for `key` in `table`: (token count, action).

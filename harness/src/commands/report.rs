@@ -1,8 +1,10 @@
-//! `tunedblas report`: a profile at a glance, as an HTML page and a PNG.
+//! `tunedblas report`: a profile at a glance, as an HTML page, a PNG and JSON.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use serde_json::Value;
 use tunedblas_core::key::ProblemKey;
+use tunedblas_core::tunableop::{self, KeyParse};
 
 use crate::args::Args;
 use crate::error::{Error, Result};
@@ -18,20 +20,28 @@ tunedblas report (--lib LIBROCBLAS | --profile NAME) [--out FILE.html] [--png FI
 
 Writes a self-contained HTML page (inline SVG and CSS; it loads nothing from the network)
 and the same figures as a PNG, for terminals and issues:
-  - a coverage map: one row per (N, K) layer shape, one column per token count M seen in
-    the profile or the recorded misses; each cell tuned (a rocBLAS solution row or a
-    matching `*` row), Default (the heuristic was best), near (no row, but the layer's
-    nearest row within TUNEDBLAS_NEAR tokens is tried) or missing;
-  - a speedup bar per tuned shape: heuristic time over served time, from the latest
-    campaign in provenance.json that measured it.
+  - a coverage map: one row per layer (N, K), a cell only at the token counts M the layer
+    was seen at: a profile row, a miss in production (--misses, with its calls) or a
+    problem the serving configuration issues (--coverage). Each cell is tuned, Default,
+    near (no row; the interposer's own near rule tries a nearby row of the layer within
+    TUNEDBLAS_NEAR tokens, once rocBLAS validates it for the exact problem at run time),
+    missed (the heuristic serves it) or predicted (no row, not seen in production);
+    every other (layer, M) is never seen;
+  - the headline: GEMM time saved, call-weighted (calls x measured heuristic and served
+    times from provenance.json), next to the per-shape geometric mean of the tuned rows;
+    the shapes whose measurement decided nothing (undecidable, noisy, rejected, failed);
+  - a speedup bar per tuned shape;
+  - \"tune next\": missed and predicted shapes ranked by calls x FLOPs, with the command.
 
 OPTIONS:
-    --profiles DIR   the profile store (see `tunedblas help`)
-    --out FILE.html  default tunedblas-report-<profile>.html
-    --png FILE.png   default: the HTML file's name with .png; --no-png for none
-    --misses DIR     miss logs (or any tune input) whose shapes count as missing cells
-    --rank N         the rank file to show (default 0)
-    --json           the figures as JSON on stdout
+    --profiles DIR     the profile store (see `tunedblas help`)
+    --out FILE.html    default tunedblas-report-<profile>.html
+    --png FILE.png     default: the HTML file's name with .png; --no-png for none
+    --misses DIR       miss logs (or any tune input): what production missed, with calls
+    --coverage FILE    `tunedblas coverage --json` output: the problems a serving
+                       configuration issues
+    --rank N           the rank file to show (default 0)
+    --json             the figures as JSON on stdout (the page embeds the same JSON)
 
 EXAMPLE:
     tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
@@ -39,6 +49,42 @@ EXAMPLE:
 
 pub fn help() -> String {
     HELP.into()
+}
+
+/// The problems of a `tunedblas coverage --json` file.
+fn predicted(path: &Path) -> Result<Vec<ProblemKey>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| {
+        Error::failed(format!(
+            "{}: not the JSON of `tunedblas coverage --json`: {e}",
+            path.display()
+        ))
+    })?;
+    let problems = v["problems"].as_array().ok_or_else(|| {
+        Error::failed(format!(
+            "{}: no \"problems\"; give the output of `tunedblas coverage --json`",
+            path.display()
+        ))
+    })?;
+    Ok(problems
+        .iter()
+        .filter_map(
+            |p| match tunableop::parse_key(p["op"].as_str()?, p["signature"].as_str()?) {
+                KeyParse::Key(k) => Some(k),
+                _ => None,
+            },
+        )
+        .collect())
+}
+
+fn write(path: &PathBuf, bytes: &[u8]) -> Result<()> {
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d)
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", d.display())))?;
+    }
+    std::fs::write(path, bytes)
+        .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -54,6 +100,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "--png",
             "--rank",
             "--misses",
+            "--coverage",
         ],
     )?;
     a.at_most_positional(0)?;
@@ -64,27 +111,25 @@ pub fn run(args: &[String]) -> Result<()> {
         .into_iter()
         .map(PathBuf::from)
         .collect();
-    let missed: Vec<ProblemKey> = if inputs.is_empty() {
-        Vec::new()
-    } else {
-        shapes::collect(&inputs, &[])?
+    let mut seen = report::Seen {
+        miss_inputs: a.values("--misses").into_iter().map(String::from).collect(),
+        lib: a.value("--lib").unwrap_or_default().to_string(),
+        ..report::Seen::default()
+    };
+    if !inputs.is_empty() {
+        seen.missed = shapes::collect(&inputs, &[])?
             .shapes
             .into_iter()
-            .map(|s| s.key)
-            .collect()
-    };
-    let data = report::build(&p, rank, &missed, report::near_window())?;
+            .map(|s| (s.key, s.calls))
+            .collect();
+    }
+    for f in a.values("--coverage") {
+        seen.predicted.extend(predicted(Path::new(f))?);
+    }
+    let data = report::build(&p, rank, &seen, report::near_window())?;
     let html_path = a
         .path("--out")
         .unwrap_or_else(|| PathBuf::from(format!("tunedblas-report-{}.html", p.name)));
-    let write = |path: &PathBuf, bytes: &[u8]| -> Result<()> {
-        if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d)
-                .map_err(|e| Error::failed(format!("cannot create {}: {e}", d.display())))?;
-        }
-        std::fs::write(path, bytes)
-            .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))
-    };
     write(&html_path, report::html(&data).as_bytes())?;
     let png_path = (!a.has("--no-png")).then(|| {
         a.path("--png")
@@ -99,32 +144,54 @@ pub fn run(args: &[String]) -> Result<()> {
         }));
         return Ok(());
     }
-    let on = style::enabled(style::STDOUT);
-    let c = &data.counts;
-    println!(
-        "profile '{}' (rocBLAS {}, build {}): {} tuned, {} Default, {} near, {} missing over {} (N, K) rows x {} token counts",
-        data.profile,
-        data.rocblas.as_deref().unwrap_or("unknown"),
-        p.short(),
-        style::paint(&c.tuned.to_string(), Colour::Green, on),
-        style::paint(&c.default.to_string(), Colour::Grey, on),
-        c.near,
-        style::paint(&c.missing.to_string(), Colour::Red, on),
-        data.rows.len(),
-        data.columns.len()
-    );
-    if let Some(g) = report::geomean(&data.bars) {
-        let best = data.bars.iter().map(|b| b.speedup).fold(0.0, f64::max);
-        println!(
-            "speedup over the heuristic: geometric mean {} (best {best:.2}x) across {} measured shapes",
-            style::paint(&format!("{g:.2}x"), Colour::Bold, on),
-            data.bars.len()
-        );
-    }
+    summary(&data, p.short());
     println!(
         "wrote {}{}",
         html_path.display(),
         png_path.map_or(String::new(), |p| format!(" and {}", p.display()))
     );
     Ok(())
+}
+
+/// The report in a few lines for the terminal.
+fn summary(data: &report::Data, build: &str) {
+    let on = style::enabled(style::STDOUT);
+    let c = &data.counts;
+    println!(
+        "profile '{}' (rocBLAS {}, build {}): {} tuned, {} Default, {} near, {} missed, {} predicted over {} layers ({} (layer, M) never seen)",
+        data.profile,
+        data.rocblas.as_deref().unwrap_or("unknown"),
+        build,
+        style::paint(&c.tuned.to_string(), Colour::Green, on),
+        style::paint(&c.default.to_string(), Colour::Grey, on),
+        c.near,
+        style::paint(&c.missed.to_string(), Colour::Red, on),
+        c.predicted,
+        data.rows.len(),
+        c.never_seen,
+    );
+    println!("{}", report::headline_text(&data.headline));
+    for d in &data.headline.doubts {
+        println!(
+            "  decided nothing: {} M={}: {} {}",
+            d.label, d.m, d.decision, d.reason
+        );
+    }
+    let t = &data.tune_next;
+    if !t.items.is_empty() {
+        println!("tune next:");
+        for (i, n) in t.items.iter().enumerate() {
+            println!(
+                "  {:>2}. {} M={} ({}, {} calls)",
+                i + 1,
+                n.label,
+                n.m,
+                n.status.class(),
+                n.calls
+            );
+        }
+        for c in [&t.command, &t.all_missed].into_iter().flatten() {
+            println!("  {}", style::paint(c, Colour::Bold, on));
+        }
+    }
 }

@@ -3,3 +3,4 @@
 
 pub mod coverage;
 pub mod misses;
+pub mod report;
