@@ -30,6 +30,7 @@ pub mod key;
 pub mod misses;
 pub mod misslog;
 pub mod near;
+pub mod process;
 pub mod profile;
 pub mod registry;
 pub mod rocblas;

@@ -333,37 +333,14 @@ struct Log {
 /// with the same host name and pid (a restarted container's PID 1) never writes over this
 /// one's files; where `/proc` cannot be read, nanoseconds of the real-time clock.
 pub fn process_prefix() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
-    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end])
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    } else {
-        "host".to_owned()
-    };
-    let started = start_ticks().unwrap_or_else(|| {
+    // The host and start time as `tunedblas status` and `misses --prune` read them back.
+    let host = tunedblas_core::process::host_name();
+    let started = tunedblas_core::process::start_ticks(None).unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
     format!("{host}-{}-{started}", std::process::id())
-}
-
-/// Field 22 of `/proc/self/stat` (after the parenthesised command name, which may itself
-/// hold spaces and parentheses).
-fn start_ticks() -> Option<u64> {
-    let stat = fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Creates the miss folder (and any missing parents) with mode 0700, then checks the
@@ -667,7 +644,7 @@ mod tests {
     fn the_start_field_is_this_process_start_time() {
         let p = process_prefix();
         let start: u64 = p.rsplit('-').next().unwrap().parse().unwrap();
-        assert_eq!(Some(start), start_ticks());
+        assert_eq!(Some(start), tunedblas_core::process::start_ticks(None));
         assert!(start > 0);
         let pid: u32 = p.rsplit('-').nth(1).unwrap().parse().unwrap();
         assert_eq!(pid, std::process::id());

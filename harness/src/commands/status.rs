@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tunedblas_core::process::{State, Writer};
 
 use crate::args::Args;
 use crate::error::{Error, Result};
@@ -97,47 +98,21 @@ struct Process {
     status: File,
 }
 
-/// This host's name as the interposer writes it in file names.
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its length; gethostname NUL-terminates on success.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return "host".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end])
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// The start time (clock ticks since boot) of the live process `pid`, if there is one.
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// `running`, `exited`, `gone` or `elsewhere`.
+/// `running`, `exited`, `gone` or `elsewhere` (by `tunedblas_core::process`, as the
+/// interposer names its files).
 fn state(f: &File, here: &str) -> &'static str {
-    if f.host != here {
-        return "elsewhere";
-    }
-    if start_ticks(f.pid) == Some(f.start_ticks) {
+    let writer = Writer {
+        host: f.host.clone(),
+        pid: f.pid,
+        start: f.start_ticks,
+    };
+    match writer.state(here) {
+        State::Elsewhere => "elsewhere",
         // A final file from a live process: it left through exec and runs on (or has not
         // quite ended yet); either way it is there.
-        return "running";
-    }
-    if f.finished {
-        "exited"
-    } else {
-        "gone"
+        State::Running => "running",
+        State::Gone if f.finished => "exited",
+        State::Gone => "gone",
     }
 }
 
@@ -160,7 +135,7 @@ fn read_dir(dir: &Path) -> Result<Vec<Process>> {
             dir.display()
         ))
     })?;
-    let here = host_name();
+    let here = tunedblas_core::process::host_name();
     let now = now_ms();
     let mut out = Vec::new();
     for e in rd.flatten() {

@@ -1,0 +1,126 @@
+//! Which process wrote a file: the `<host>-<pid>-<start>` part of the interposer's file
+//! names (miss logs, counts, status), and whether that process is still running.
+//!
+//! `<start>` is the process's start time in clock ticks since boot (field 22 of
+//! `/proc/<pid>/stat`): a later process with the same host name and pid (a restarted
+//! container's PID 1) is not taken for the one that wrote the file. Read from `/proc`, so
+//! the preload, `tunedblas status` and `tunedblas misses --prune` agree by construction.
+
+/// This machine's host name as file names carry it: `/proc/sys/kernel/hostname` (the UTS
+/// name `gethostname` returns), anything but letters, digits, `.` and `_` as `_`; `host`
+/// where it cannot be read.
+pub fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name = file_safe(raw.trim());
+    if name.is_empty() {
+        "host".to_owned()
+    } else {
+        name
+    }
+}
+
+/// `raw` with anything but ASCII letters, digits, `.` and `_` replaced by `_`.
+pub fn file_safe(raw: &str) -> String {
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Field 22 of a `/proc/<pid>/stat` text (after the parenthesised command name, which may
+/// itself hold spaces and parentheses).
+pub fn start_ticks_in(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The start time of process `pid` (`None`: this process), if it is running.
+pub fn start_ticks(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/stat"),
+        None => "/proc/self/stat".to_owned(),
+    };
+    start_ticks_in(&std::fs::read_to_string(path).ok()?)
+}
+
+/// A `<host>-<pid>-<start>` file-name prefix, read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writer {
+    pub host: String,
+    pub pid: u32,
+    pub start: u64,
+}
+
+/// Where the process that wrote a file is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// On this host, with the same pid and start time.
+    Running,
+    /// On this host, and no process with that pid and start time runs.
+    Gone,
+    /// Written on another host (a shared folder): cannot be told from here.
+    Elsewhere,
+}
+
+impl Writer {
+    /// Parses `<host>-<pid>-<start>` (the host may itself hold `-`... it is made file-safe,
+    /// so it holds none; the last two fields are numbers).
+    pub fn parse(prefix: &str) -> Option<Writer> {
+        let (rest, start) = prefix.rsplit_once('-')?;
+        let (host, pid) = rest.rsplit_once('-')?;
+        Some(Writer {
+            host: host.to_owned(),
+            pid: pid.parse().ok()?,
+            start: start.parse().ok()?,
+        })
+    }
+
+    /// Whether the writer runs, as seen from host `here`.
+    pub fn state(&self, here: &str) -> State {
+        if self.host != here {
+            State::Elsewhere
+        } else if start_ticks(Some(self.pid)) == Some(self.start) {
+            State::Running
+        } else {
+            State::Gone
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_start_times_read_back() {
+        assert_eq!(file_safe("gpu-node 1"), "gpu_node_1");
+        let stat = "4242 (my (odd) name) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 19";
+        assert_eq!(start_ticks_in(stat), Some(777));
+        assert_eq!(start_ticks_in("garbage"), None);
+        let w = Writer::parse("node_1-4242-777").unwrap();
+        assert_eq!((w.host.as_str(), w.pid, w.start), ("node_1", 4242, 777));
+        assert_eq!(Writer::parse("node-x-777"), None);
+    }
+
+    #[test]
+    fn this_process_runs_and_a_reused_pid_does_not_count() {
+        let here = host_name();
+        let me = Writer {
+            host: here.clone(),
+            pid: std::process::id(),
+            start: start_ticks(None).unwrap(),
+        };
+        assert_eq!(me.state(&here), State::Running);
+        let earlier = Writer {
+            start: me.start.wrapping_sub(1),
+            ..me.clone()
+        };
+        assert_eq!(earlier.state(&here), State::Gone, "same pid, another start");
+        assert_eq!(me.state("another-host"), State::Elsewhere);
+    }
+}
