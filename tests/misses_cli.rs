@@ -150,3 +150,71 @@ fn shapes_a_profile_has_rows_for_now_are_not_listed() {
     assert!(v.get("served_by").is_none());
     assert!(serde_json::to_string(&v["groups"]).unwrap().contains("96"));
 }
+
+/// `--prune served` removes the files of ended processes whose shapes all have rows now;
+/// `--prune DAYS` those older than that; files of a running process or another host never.
+#[test]
+fn prune_removes_only_ended_processes_files() {
+    let dir = scratch("misses-prune");
+    // Two ended processes: one whose only shape gets a row, one that keeps a miss.
+    host(&dir, &["ex:TN:h:96:512:64"]);
+    host(&dir, &["ex:TN:h:8:1:16"]);
+    Profile::v4(&dir)
+        .row("ex:TN:h:96:512:64", "Default")
+        .write();
+    let misses_dir = dir.join("misses");
+    // A running process's files (this test's own pid and start) and another host's.
+    let here = tunedblas_core::process::host_name();
+    let me = format!(
+        "{here}-{}-{}",
+        std::process::id(),
+        tunedblas_core::process::start_ticks(None).unwrap()
+    );
+    let line = miss_line("ex:TN:h:96:512:64");
+    for name in [
+        format!("{me}-rank0.csv"),
+        "otherhost-1-1-rank0.csv".to_string(),
+    ] {
+        std::fs::write(
+            misses_dir.join(name),
+            format!("op_name,param_signature\n{line}\n"),
+        )
+        .unwrap();
+    }
+    let count = |d: &std::path::Path| std::fs::read_dir(d).unwrap().count();
+    let before = count(&misses_dir);
+    let lib = artifacts().lib4();
+    let out = misses(&[
+        misses_dir.to_str().unwrap(),
+        "--lib",
+        lib.to_str().unwrap(),
+        "--profiles",
+        dir.join("profiles").to_str().unwrap(),
+        "--prune",
+        "served",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("pruned the files of 1 ended processes"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The served process's log, counts and status went; the rest stayed.
+    assert_eq!(count(&misses_dir), before - 3);
+    assert!(misses_dir.join(format!("{me}-rank0.csv")).is_file());
+    assert!(misses_dir.join("otherhost-1-1-rank0.csv").is_file());
+    // Everything here is younger than a day: nothing goes; at 0 days the other ended
+    // process does (never the running one or the other host's).
+    let out = misses(&[misses_dir.to_str().unwrap(), "--prune", "1"]);
+    assert!(text(&out.stderr).contains("pruned the files of 0 ended"));
+    let out = misses(&[misses_dir.to_str().unwrap(), "--prune", "0"]);
+    assert!(
+        text(&out.stderr).contains("pruned the files of 1 ended"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(count(&misses_dir), 2);
+    // A bad value is a usage error.
+    let out = misses(&[misses_dir.to_str().unwrap(), "--prune", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+}

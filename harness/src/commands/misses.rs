@@ -15,7 +15,7 @@ use crate::render::misses::{self as render, Summary};
 
 const HELP: &str = "\
 tunedblas misses [DIR|FILE ...] [--lib LIBROCBLAS | --profile NAME] [--align N] [--window N]
-                 [--top N] [--json] [--out FILE]
+                 [--top N] [--json] [--out FILE] [--prune DAYS | --prune served]
 
 Adds up the miss logs of every process and rank (<host>-<pid>-<start>-rank<d>.csv and .counts.csv;
 default folder: $TUNEDBLAS_MISS_DIR, else the user cache's misses/), groups the shapes of
@@ -27,6 +27,12 @@ lines (op_name,param_signature), which `tunedblas tune` reads.
 With --lib (or --profile), shapes the profile for that build has a row for now (tuned since
 they were recorded) are left out, and counted in one line: what is listed is still to do.
 
+--prune DAYS removes the miss files (log and counts, and their status files) of processes
+that no longer run on this host and wrote last more than DAYS days ago; --prune served (with --lib or --profile) those
+of ended processes all of whose shapes the profile now has rows for. Files of running
+processes, and of other hosts (a shared folder), are never removed. The listing that
+follows is of what remains.
+
 EXAMPLE:
     tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
 ";
@@ -35,6 +41,7 @@ struct Options {
     inputs: Vec<PathBuf>,
     /// The profile whose rows are taken out of the list (`--lib` / `--profile`).
     served_by: Option<crate::pick::Picked>,
+    prune: Option<Prune>,
     align: i64,
     window: i64,
     top: usize,
@@ -55,6 +62,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--lib",
             "--profile",
             "--profiles",
+            "--prune",
         ],
     )?;
     let number = |flag: &str, default: i64| -> Result<i64> {
@@ -77,9 +85,27 @@ fn parse(args: &[String]) -> Result<Options> {
         (false, false) => None,
         _ => Some(crate::pick::pick(a.which_profile()?, &a.profile_store())?),
     };
+    let prune = match a.value("--prune") {
+        None => None,
+        Some("served") if served_by.is_none() => {
+            return Err(a.usage("--prune served needs --lib or --profile (the rows that serve)"))
+        }
+        Some("served") => Some(Prune::Served),
+        Some(days) => Some(Prune::OlderThan(
+            days.parse::<f64>()
+                .ok()
+                .filter(|d| *d >= 0.0)
+                .ok_or_else(|| {
+                    a.usage(format!(
+                        "--prune takes a number of days or 'served', not '{days}'"
+                    ))
+                })?,
+        )),
+    };
     Ok(Options {
         inputs,
         served_by,
+        prune,
         align: number("--align", 256)?,
         window: number("--window", 32)?,
         top: number("--top", 20)? as usize,
@@ -151,6 +177,10 @@ pub fn help() -> String {
 /// Runs `tunedblas misses` with the arguments after the command name.
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
+    if let Some(rule) = o.prune {
+        let removed = prune(&o.inputs, rule, o.served_by.as_ref())?;
+        eprintln!("tunedblas misses: pruned the files of {removed} ended processes");
+    }
     let (sources, files) = read_sources(&o.inputs)?;
     let (mut all, problems) = misses::aggregate(&sources);
     let served = match &o.served_by {
@@ -196,12 +226,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Takes out of `all` the shapes profile `p` has a row for on any rank; returns how many.
 fn drop_served(all: &mut Vec<misses::Miss>, p: &crate::pick::Picked) -> Result<usize> {
-    let mut rows = std::collections::HashSet::new();
-    for (_, file) in &p.ranks {
-        let f = tunableop::read(file)
-            .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
-        rows.extend(f.rows.iter().map(|r| r.key));
-    }
+    let rows = profile_rows(p)?;
     let before = all.len();
     all.retain(|m| !rows.contains(&m.key));
     Ok(before - all.len())
@@ -219,4 +244,107 @@ fn untuned_lines(all: &[misses::Miss], groups: &[misses::Group]) -> Vec<String> 
         }
     }
     lines
+}
+
+/// What `--prune` removes (only ever files of processes that ended, on this host).
+#[derive(Clone, Copy, Debug)]
+enum Prune {
+    /// Last written more than this many days ago.
+    OlderThan(f64),
+    /// Every shape has a row in the profile now.
+    Served,
+}
+
+/// Removes the miss files (log and counts) and status files of ended processes of this host
+/// that `rule` selects, in the folders among `inputs`; returns how many processes' files went.
+fn prune(
+    inputs: &[PathBuf],
+    rule: Prune,
+    served_by: Option<&crate::pick::Picked>,
+) -> Result<usize> {
+    use tunedblas_core::process::{self, State, Writer};
+    let here = process::host_name();
+    let rows = match served_by {
+        Some(p) => profile_rows(p)?,
+        None => Default::default(),
+    };
+    let mut removed = 0;
+    for dir in inputs.iter().filter(|d| d.is_dir()) {
+        let rd =
+            std::fs::read_dir(dir).map_err(|e| Error::failed(format!("{}: {e}", dir.display())))?;
+        // Each process's files: (log or counts path), by `<host>-<pid>-<start>`.
+        let mut by_process: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for e in rd.flatten() {
+            let path = e.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            // Its status files (`tunedblas status`) go with its miss files.
+            let process = name
+                .strip_suffix(".status.json")
+                .or_else(|| name.strip_suffix(".prom"))
+                .map(str::to_string)
+                .or_else(|| misses::parse_file_name(name).map(|(p, _, _)| p));
+            if let Some(process) = process {
+                by_process.entry(process).or_default().push(path);
+            }
+        }
+        for (name, files) in by_process {
+            let ended = Writer::parse(&name).is_some_and(|w| w.state(&here) == State::Gone);
+            if !ended || !selected(&files, rule, &rows) {
+                continue;
+            }
+            for f in &files {
+                std::fs::remove_file(f)
+                    .map_err(|e| Error::failed(format!("cannot remove {}: {e}", f.display())))?;
+            }
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether `rule` selects one process's miss files.
+fn selected(
+    files: &[PathBuf],
+    rule: Prune,
+    rows: &std::collections::HashSet<tunedblas_core::key::ProblemKey>,
+) -> bool {
+    match rule {
+        Prune::OlderThan(days) => files.iter().all(|f| {
+            std::fs::metadata(f)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age.as_secs_f64() > days * 86_400.0)
+        }),
+        Prune::Served => files
+            .iter()
+            .filter(|f| {
+                let name = f.to_string_lossy();
+                name.ends_with(".csv") && !name.ends_with(".counts.csv")
+            })
+            .all(|f| {
+                std::fs::read_to_string(f)
+                    .map(|t| {
+                        tunedblas_core::misses::file::parse(&t)
+                            .keys()
+                            .all(|k| rows.contains(k))
+                    })
+                    .unwrap_or(false)
+            }),
+    }
+}
+
+/// The keys the profile `p` has rows for, on any rank.
+fn profile_rows(
+    p: &crate::pick::Picked,
+) -> Result<std::collections::HashSet<tunedblas_core::key::ProblemKey>> {
+    let mut rows = std::collections::HashSet::new();
+    for (_, file) in &p.ranks {
+        let f = tunableop::read(file)
+            .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+        rows.extend(f.rows.iter().map(|r| r.key));
+    }
+    Ok(rows)
 }
