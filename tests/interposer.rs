@@ -44,6 +44,14 @@ fn serves_the_tuned_solution_of_the_matching_build() {
         "{stderr}"
     );
     assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    // The start line names the interposer's version, as `tunedblas --version` does.
+    let tag = format!("[tunedblas {}]", env!("CARGO_PKG_VERSION"));
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("auto-selected") && l.ends_with(&tag)),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("1 calls: 1 served, 0 default, 0 missed (0 shapes)"),
         "{stderr}"

@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 pub use tunedblas_core::settings::{LOG_DEBUG as DEBUG, LOG_INFO as INFO, LOG_QUIET as QUIET};
 
+/// `[tunedblas <version>]`, at the end of each backend's start line, so a log says which
+/// build of the interposer served (as `tunedblas --version` and `env` say it).
+pub const VERSION_TAG: &str = concat!("[tunedblas ", env!("CARGO_PKG_VERSION"), "]");
+
 static LEVEL: AtomicU8 = AtomicU8::new(INFO);
 static WRITTEN: AtomicU32 = AtomicU32::new(0);
 /// A process that keeps failing must not flood its operator's logs.

@@ -177,17 +177,19 @@ fn select_and_load(cfg: &Config) -> (LtLoaded, String) {
             let device = current_device();
             let rows = loaded.table_for(device).map_or(0, LtTable::len);
             let line = format!(
-                "cuBLASLt: profile {name} {} ({rows} rows, rank {device}; {})",
+                "cuBLASLt: profile {name} {} ({rows} rows, rank {device}; {}) {}",
                 words(reason),
-                path.display()
+                path.display(),
+                crate::log::VERSION_TAG
             );
             (loaded, line)
         }
         Selection::None { why } => none(format!(
-            "cuBLASLt: {} ({}); misses go to {} (`tunedblas status` shows them live)",
+            "cuBLASLt: {} ({}); misses go to {} (`tunedblas status` shows them live) {}",
             words(why),
             path.display(),
-            cfg.miss_dir.display()
+            cfg.miss_dir.display(),
+            crate::log::VERSION_TAG
         )),
     }
 }

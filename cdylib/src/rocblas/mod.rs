@@ -358,7 +358,10 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
                 RankTable::Ready(t) => t.len() + t.wildcards().len(),
                 _ => 0,
             };
-            let line = format!("profile {name} {reason} ({rows} rows, rank {device})");
+            let line = format!(
+                "profile {name} {reason} ({rows} rows, rank {device}) {}",
+                crate::log::VERSION_TAG
+            );
             let opened = Opened {
                 tables,
                 problems: start.problems,
@@ -369,8 +372,9 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
         Selection::None { why } => (
             Opened::default(),
             Some(format!(
-                "{why}; misses go to {} (`tunedblas status` shows them live)",
-                cfg.miss_dir.display()
+                "{why}; misses go to {} (`tunedblas status` shows them live) {}",
+                cfg.miss_dir.display(),
+                crate::log::VERSION_TAG
             )),
         ),
     };
