@@ -76,7 +76,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "profiles",
-        usage: "tunedblas profiles list|show NAME|which LIBROCBLAS|import --lib LIBROCBLAS FILE...",
+        usage: "tunedblas profiles list|show NAME|which LIBROCBLAS|import --lib LIBROCBLAS FILE...|adopt --lib LIBROCBLAS FILE",
         summary: "Inspect the profile store and see which profile a library would get.",
         help: commands::profiles::help,
         run: commands::profiles::run,

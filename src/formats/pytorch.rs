@@ -120,7 +120,9 @@ pub fn export(file: &ResultsFile, validators: &[(String, String)]) -> Export {
     for (k, v) in validators {
         out.text.push_str(&format!("Validator,{k},{v}\n"));
     }
-    let time = |t: Option<f64>| t.filter(|t| t.is_finite()).unwrap_or(0.0);
+    // PyTorch writes (and reads back) `inf` for a `Default` row it never timed: kept as
+    // `inf` (Rust prints infinity so); a missing or nonsense time is written as 0.
+    let time = |t: Option<f64>| t.filter(|t| !t.is_nan() && *t >= 0.0).unwrap_or(0.0);
     for row in &file.rows {
         let (op, sig) = tunableop::op_and_signature(&row.key);
         if op.starts_with(tunableop::EXT_OP_PREFIX) {
@@ -215,6 +217,24 @@ mod tests {
         assert_eq!(pt_version("2.7.0+rocm6.3"), Some((2, 7)));
         assert_eq!(pt_version("2.13.0a0+git1234"), Some((2, 13)));
         assert_eq!(pt_version("x"), None);
+    }
+
+    /// `Default,inf` (PyTorch's own way to write a Default it never timed) comes back out
+    /// as `inf`, not as a time of 0.
+    #[test]
+    fn an_inf_time_is_exported_as_inf() {
+        let key = ProblemKey::linear(Types::HALF, 4096, 512, 2560);
+        let (op, sig) = tunableop::op_and_signature(&key);
+        let file = tunableop::parse(&format!(
+            "Validator,PT_VERSION,2.7.0\n{op},{sig},Default,inf\n"
+        ));
+        assert_eq!(file.rows.len(), 1);
+        let out = export(&file, &v(&[("PT_VERSION", "2.7.0")]));
+        assert!(
+            out.text.contains(&format!("{op},{sig},Default,inf\n")),
+            "{}",
+            out.text
+        );
     }
 
     #[test]
