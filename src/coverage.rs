@@ -355,6 +355,18 @@ pub fn shapes_from_file(text: &str, default_types: Types) -> Result<Vec<Shape>, 
 
 /// The families of the rows already in a profile (exact rows, and wildcard rows whose only
 /// `*` is the token count), one shape each, in file order.
+/// The problem of an unservable row, where its op has a concrete form: another backend's
+/// solution on a known op, or a GemmAndBias op (same signature as Gemm).
+fn unservable_key(u: &tunableop::Unservable) -> Option<ProblemKey> {
+    let op = u
+        .op_name
+        .replacen("GemmAndBiasTunableOp_", "GemmTunableOp_", 1);
+    match tunableop::parse_key(&op, &u.signature) {
+        KeyParse::Key(k) => Some(k),
+        _ => None,
+    }
+}
+
 pub fn shapes_from_profile(file: &ResultsFile) -> Vec<Shape> {
     let mut seen = BTreeSet::new();
     let mut shapes = Vec::new();
@@ -371,6 +383,13 @@ pub fn shapes_from_profile(file: &ResultsFile) -> Vec<Shape> {
     };
     for r in &file.rows {
         add(r.key);
+    }
+    // A layer whose rows are all unservable (tuned with hipBLASLt, say) is still a layer
+    // the server runs: it is checked, and shows as unservable, not dropped.
+    for u in &file.unservable {
+        if let Some(k) = unservable_key(u) {
+            add(k);
+        }
     }
     for w in &file.wildcards {
         let mut p = w.pattern;
@@ -876,12 +895,7 @@ impl ProfileIndex {
         }));
         ix.near = NearIndex::new(&table);
         for u in &file.unservable {
-            // Recover the problem where the op has a concrete form: another backend's
-            // solution on a known op, or a GemmAndBias op (same signature as Gemm).
-            let op = u
-                .op_name
-                .replacen("GemmAndBiasTunableOp_", "GemmTunableOp_", 1);
-            if let KeyParse::Key(k) = tunableop::parse_key(&op, &u.signature) {
+            if let Some(k) = unservable_key(u) {
                 ix.unservable.entry(k).or_insert_with(|| u.reason.clone());
             }
         }
@@ -1345,6 +1359,24 @@ mod tests {
             Status::Tuned(-1086327700),
             "the * row"
         );
+    }
+
+    /// A layer tuned only with hipBLASLt is still a layer the server runs: it is listed,
+    /// and its problems are unservable, not dropped.
+    #[test]
+    fn a_layer_whose_rows_are_all_unservable_is_kept() {
+        let text = "Validator,PT_VERSION,2.7.0\n\
+            GemmTunableOp_Half_TN,tn_2560_512_1536_ld_1536_1536_2560,Gemm_Hipblaslt_77,0.05\n\
+            GemmTunableOp_Half_TN,tn_2560_1024_1536_ld_1536_1536_2560,Gemm_Hipblaslt_78,0.09\n";
+        let f = tunableop::parse(text);
+        assert!(f.rows.is_empty() && f.unservable.len() == 2);
+        let s = shapes_from_profile(&f);
+        assert_eq!(s.len(), 1, "the 2560x1536 layer");
+        let ix = ProfileIndex::new(&f);
+        assert!(matches!(
+            ix.status(&s[0].at(512).unwrap()),
+            Status::Unservable(_)
+        ));
     }
 
     #[test]
