@@ -507,39 +507,48 @@ impl Names {
             let mut tmp = self.name(device, ".counts.tmp.")?;
             // SAFETY: gettid has no preconditions.
             write!(tmp, "{}.{}", std::process::id(), unsafe { libc::gettid() })?;
-            let create = || open_own(tmp.path(), OpenOptions::new().write(true).create_new(true));
-            // A temporary left by a process that died mid-write (same pid and tid,
-            // recycled) is ours to replace; anything else under that name is refused by
-            // `open_own`.
-            let mut f = match create() {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    fs::remove_file(tmp.path())?;
-                    create()?
-                }
-                other => other?,
-            };
-            let written = {
-                let mut out = StackOut {
-                    file: &mut f,
-                    buf: [0; 8192],
-                    len: 0,
-                };
+            replace_via(&tmp, &path, |out| {
                 let mut result = out.write_all(b"op_name,param_signature,calls\n");
                 set.for_each(|d, _, calls, text| {
                     if let (true, Some(text), Ok(())) = (d == device, text, &result) {
                         result = writeln!(out, "{text},{calls}");
                     }
                 });
-                result.and_then(|()| out.flush())
-            };
-            drop(f);
-            if let Err(e) = written.and_then(|()| fs::rename(tmp.path(), path.path())) {
-                let _ = fs::remove_file(tmp.path());
-                return Err(e);
-            }
+                result
+            })?;
         }
         Ok(())
     }
+}
+
+/// Writes `target` whole or not at all: `body` writes into the temporary `tmp` (created
+/// exclusively and never through a link, [`open_own`]; one left by a process that died
+/// mid-write under the same name is ours to replace), which is then renamed over `target`.
+/// Allocates nothing (the text goes out through a stack buffer). The miss counts and the
+/// live status files are written so.
+pub(crate) fn replace_via(
+    tmp: &StackPath,
+    target: &StackPath,
+    body: impl FnOnce(&mut StackOut<'_>) -> io::Result<()>,
+) -> io::Result<()> {
+    let create = || open_own(tmp.path(), OpenOptions::new().write(true).create_new(true));
+    let mut f = match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(tmp.path())?;
+            create()?
+        }
+        other => other?,
+    };
+    let written = {
+        let mut out = StackOut::new(&mut f);
+        body(&mut out).and_then(|()| out.flush())
+    };
+    drop(f);
+    if let Err(e) = written.and_then(|()| fs::rename(tmp.path(), target.path())) {
+        let _ = fs::remove_file(tmp.path());
+        return Err(e);
+    }
+    Ok(())
 }
 
 impl Log {

@@ -37,7 +37,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::OsStr;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -48,7 +48,7 @@ use tunedblas_core::misslog::MissSet;
 
 use crate::lifecycle::{self, ExitLock, NoCancel};
 use crate::log::debug;
-use crate::recorder::{checked_dir, open_own, process_prefix, StackOut, StackPath};
+use crate::recorder::{checked_dir, process_prefix, replace_via, StackOut, StackPath};
 use crate::stats::{total, Counter};
 
 /// How often the writer thread looks at the counters.
@@ -326,24 +326,7 @@ fn replace(
     let mut tmp = name(place, ".status.tmp.")?;
     // SAFETY: gettid has no preconditions.
     write!(tmp, "{}", unsafe { libc::gettid() })?;
-    let create = || open_own(tmp.path(), OpenOptions::new().write(true).create_new(true));
-    let mut f = match create() {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(tmp.path())?;
-            create()?
-        }
-        other => other?,
-    };
-    let written = {
-        let mut out = StackOut::new(&mut f);
-        body(&mut out).and_then(|()| out.flush())
-    };
-    drop(f);
-    if let Err(e) = written.and_then(|()| fs::rename(tmp.path(), target.path())) {
-        let _ = fs::remove_file(tmp.path());
-        return Err(e);
-    }
-    Ok(())
+    replace_via(&tmp, &target, body)
 }
 
 /// (host, pid, start) of `<host>-<pid>-<start>` (the host part never holds a `-`).
