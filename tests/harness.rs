@@ -532,6 +532,26 @@ fn tune_with_no_inputs_reads_the_miss_folder() {
         "{out}"
     );
     assert!(out.contains("2 shapes: "), "{out}");
+    // Once both shapes have rows, nothing is tuned twice (unless --retune, or by name
+    // with --shape). The rows are written here: the quick campaign above may leave a
+    // tiny shape undecidable, with no row.
+    Profile::v4(&dir)
+        .row("ex:TN:h:24:8:16", "Default")
+        .row("ex:TN:h:40:8:16", "Default")
+        .write();
+    let out = run(tunedblas_cmd(&dir, &args));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("all 2 shapes of the inputs have rows in profile"),
+        "{}",
+        text(&out.stderr)
+    );
+    let misses_dir = dir.join("misses");
+    let mut named = args.clone();
+    named.extend([misses_dir.to_str().unwrap(), "--shape", "f16:TN:24:8:16"]);
+    let out = ok(&run(tunedblas_cmd(&dir, &named)));
+    assert!(out.contains("1 shapes of the inputs have rows"), "{out}");
+    assert!(out.contains("1 shapes: "), "{out}");
 }
 
 #[test]

@@ -287,6 +287,28 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
         inputs.push(imported);
     }
     let mut collected = shapes::collect(&inputs, &spec_refs)?;
+    // Shapes from the inputs that the profile serves already (tuned since they were
+    // recorded) are not tuned again unless asked: --retune, or by name with --shape.
+    let mut served = 0;
+    if !opts.retune {
+        let named: HashSet<ProblemKey> = shapes::collect(&[], &spec_refs)?
+            .shapes
+            .iter()
+            .map(|s| s.key)
+            .collect();
+        let rows: HashSet<ProblemKey> = results.rows.iter().map(|r| r.key).collect();
+        let before = collected.shapes.len();
+        collected
+            .shapes
+            .retain(|s| named.contains(&s.key) || !rows.contains(&s.key));
+        served = before - collected.shapes.len();
+        if served > 0 && !opts.quiet && !opts.json {
+            println!(
+                "{served} shapes of the inputs have rows in profile '{}' already: not tuned again (--retune measures them again)",
+                folder.name
+            );
+        }
+    }
     if opts.retune {
         let known: HashSet<ProblemKey> = collected.shapes.iter().map(|s| s.key).collect();
         for r in results.rows.iter().filter(|r| !known.contains(&r.key)) {
@@ -313,6 +335,12 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
             .filter(|(j, _)| j % n == i)
             .map(|(_, s)| s)
             .collect();
+    }
+    if collected.shapes.is_empty() && served > 0 {
+        return Err(Error::failed(format!(
+            "nothing to tune: all {served} shapes of the inputs have rows in profile '{}' already (--retune measures them again)",
+            folder.name
+        )));
     }
     if collected.shapes.is_empty() {
         return Err(Error::failed(

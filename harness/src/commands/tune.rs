@@ -26,6 +26,8 @@ profile logs (ROCBLAS_LAYER=4; both give call counts), rocblas-gemm-tune CSV; fi
 folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its content.
 With no INPUT, no --shape and no --retune: the miss folder the interposer writes
 ($TUNEDBLAS_MISS_DIR, else ~/.cache/tunedblas/misses), as `tunedblas misses` reads it.
+Shapes of the inputs that the build's profile has rows for already (tuned since they were
+recorded) are not tuned again: --retune measures every row again, --shape names one.
 
 OPTIONS:
     --shape TYPE:AB:M:N:K[:BATCH]  an explicit shape, e.g. f16:TN:4096:256:4096 (repeatable)
