@@ -340,9 +340,11 @@ pub type HipEventSynchronizeFn = unsafe extern "C" fn(HipEvent) -> HipError;
 pub type HipEventElapsedTimeFn = unsafe extern "C" fn(*mut f32, HipEvent, HipEvent) -> HipError;
 pub type HipEventDestroyFn = unsafe extern "C" fn(HipEvent) -> HipError;
 
-// ---- hipBLASLt: what a hipBLASLt backend calls (FACTS.md section 10) ----------------------
-// Not used by the interposer yet. Checked against hipBLASLt 7.1.1's headers and library by
-// tests/conformance (prototypes, struct layouts, the C++ symbols of `hipblaslt_ext`).
+// ---- hipBLASLt: what the hipBLASLt backend calls (FACTS.md section 10) ---------------------
+// Used by `cdylib/src/hipblaslt/` (through `crate::hipblaslt`). Checked against hipBLASLt
+// 7.1.1's headers and library by tests/conformance (prototypes, struct layouts, every
+// `HIPBLAS*` / `HIP_R_*` value below, the C++ symbols of `hipblaslt_ext`, libstdc++'s
+// `std::vector` layout).
 
 /// `hipblasStatus_t` (a 32-bit C enum; 0 = success).
 pub type HipblasStatus = i32;
@@ -350,6 +352,60 @@ pub const HIPBLAS_STATUS_SUCCESS: HipblasStatus = 0;
 pub const HIPBLAS_STATUS_NOT_INITIALIZED: HipblasStatus = 1;
 pub const HIPBLAS_STATUS_INVALID_VALUE: HipblasStatus = 3;
 pub const HIPBLAS_STATUS_NOT_SUPPORTED: HipblasStatus = 7;
+
+/// `hipDataType`, `hipblasComputeType_t` and the descriptor attribute enums: 32-bit C enums.
+pub type HipDataType = i32;
+pub type HipblasComputeType = i32;
+pub type HipblasLtAttribute = i32;
+
+/// `hipblasOperation_t` (hipblas-common.h): hipBLAS numbers its transposes from 111.
+pub const HIPBLAS_OP_N: i32 = 111;
+pub const HIPBLAS_OP_T: i32 = 112;
+pub const HIPBLAS_OP_C: i32 = 113;
+
+/// `hipDataType` (hip/library_types.h): the same numbers as CUDA's `cudaDataType_t` for
+/// every type tunedblas serves.
+pub const HIP_R_32F: i32 = 0;
+pub const HIP_R_64F: i32 = 1;
+pub const HIP_R_16F: i32 = 2;
+pub const HIP_R_16BF: i32 = 14;
+
+/// `hipblasComputeType_t` (hipblas-common.h): numbered from 0, unlike cuBLAS's (from 64).
+pub const HIPBLAS_COMPUTE_16F: i32 = 0;
+pub const HIPBLAS_COMPUTE_16F_PEDANTIC: i32 = 1;
+pub const HIPBLAS_COMPUTE_32F: i32 = 2;
+pub const HIPBLAS_COMPUTE_32F_PEDANTIC: i32 = 3;
+pub const HIPBLAS_COMPUTE_32F_FAST_16F: i32 = 4;
+pub const HIPBLAS_COMPUTE_32F_FAST_16BF: i32 = 5;
+pub const HIPBLAS_COMPUTE_32F_FAST_TF32: i32 = 6;
+pub const HIPBLAS_COMPUTE_64F: i32 = 7;
+pub const HIPBLAS_COMPUTE_64F_PEDANTIC: i32 = 8;
+pub const HIPBLAS_COMPUTE_32I: i32 = 9;
+pub const HIPBLAS_COMPUTE_32I_PEDANTIC: i32 = 10;
+
+/// `hipblasLtMatmulDescAttributes_t`: the ones tunedblas reads. There is no attribute for
+/// the compute and scale types: they are given to `hipblasLtMatmulDescCreate` only, so the
+/// interposer wraps it (`cdylib/src/hipblaslt/descs.rs`).
+pub const HIPBLASLT_MATMUL_DESC_TRANSA: i32 = 0;
+pub const HIPBLASLT_MATMUL_DESC_TRANSB: i32 = 1;
+pub const HIPBLASLT_MATMUL_DESC_EPILOGUE: i32 = 2;
+pub const HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: i32 = 4;
+pub const HIPBLASLT_MATMUL_DESC_POINTER_MODE: i32 = 13;
+
+/// `hipblasLtMatrixLayoutAttribute_t` (cuBLASLt's attributes, numbered otherwise).
+pub const HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT: i32 = 0;
+pub const HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: i32 = 1;
+pub const HIPBLASLT_MATRIX_LAYOUT_TYPE: i32 = 2;
+pub const HIPBLASLT_MATRIX_LAYOUT_ORDER: i32 = 3;
+pub const HIPBLASLT_MATRIX_LAYOUT_ROWS: i32 = 4;
+pub const HIPBLASLT_MATRIX_LAYOUT_COLS: i32 = 5;
+pub const HIPBLASLT_MATRIX_LAYOUT_LD: i32 = 6;
+
+/// `hipblasLtEpilogue_t`, `hipblasLtOrder_t`, `hipblasLtPointerMode_t`: cuBLASLt's numbers.
+pub const HIPBLASLT_EPILOGUE_DEFAULT: i32 = 1;
+pub const HIPBLASLT_EPILOGUE_BIAS: i32 = 4;
+pub const HIPBLASLT_ORDER_COL: i32 = 0;
+pub const HIPBLASLT_POINTER_MODE_HOST: i32 = 0;
 pub type HipblasLtHandle = *mut c_void;
 pub type HipblasLtMatmulDesc = *mut c_void;
 pub type HipblasLtMatrixLayout = *mut c_void;
@@ -377,9 +433,34 @@ pub struct HipblasLtMatmulHeuristicResult {
 
 pub type HipblasLtCreateFn = unsafe extern "C" fn(*mut HipblasLtHandle) -> HipblasStatus;
 pub type HipblasLtDestroyFn = unsafe extern "C" fn(HipblasLtHandle) -> HipblasStatus;
+/// `hipblasLtMatmulDescCreate(desc*, hipblasComputeType_t, hipDataType scaleType)`.
+pub type HipblasLtMatmulDescCreateFn = unsafe extern "C" fn(
+    *mut HipblasLtMatmulDesc,
+    HipblasComputeType,
+    HipDataType,
+) -> HipblasStatus;
+/// `hipblasLtMatmulDescDestroy(desc)`.
+pub type HipblasLtMatmulDescDestroyFn = unsafe extern "C" fn(HipblasLtMatmulDesc) -> HipblasStatus;
+/// `hipblasLtMatmulDescGetAttribute` / `hipblasLtMatrixLayoutGetAttribute`:
+/// (object, attr, buf, size, size written).
+pub type HipblasLtMatmulDescGetAttributeFn = unsafe extern "C" fn(
+    HipblasLtMatmulDesc,
+    HipblasLtAttribute,
+    *mut c_void,
+    usize,
+    *mut usize,
+) -> HipblasStatus;
+pub type HipblasLtMatrixLayoutGetAttributeFn = unsafe extern "C" fn(
+    HipblasLtMatrixLayout,
+    HipblasLtAttribute,
+    *mut c_void,
+    usize,
+    *mut usize,
+) -> HipblasStatus;
 
-/// `hipblasLtMatmul`: cuBLASLt's 16 arguments.
-pub type HipblasLtMatmulFn = unsafe extern "C" fn(
+/// `hipblasLtMatmul`: cuBLASLt's 16 arguments. "C-unwind": a thread cancelled inside
+/// hipBLASLt unwinds through the interposer back to its host.
+pub type HipblasLtMatmulFn = unsafe extern "C-unwind" fn(
     HipblasLtHandle,
     HipblasLtMatmulDesc,
     *const c_void,

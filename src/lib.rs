@@ -25,6 +25,7 @@ pub mod cublaslt;
 pub mod elf;
 pub mod family;
 pub mod formats;
+pub mod hipblaslt;
 pub mod identity;
 pub mod key;
 pub mod misses;

@@ -590,7 +590,7 @@ pub unsafe extern "C-unwind" fn cublasLtMatmul(
     workspace_bytes: usize,
     stream: lt::CudaStream,
 ) -> lt::LtStatus {
-    let x = crate::cublaslt::real::LtCall {
+    let x = crate::lt::LtCall {
         handle,
         desc,
         alpha,
@@ -603,13 +603,13 @@ pub unsafe extern "C-unwind" fn cublasLtMatmul(
         c_desc,
         d,
         d_desc,
-        algo,
+        algo: algo.cast(),
         workspace,
         workspace_bytes,
         stream,
     };
     // SAFETY: the caller's own cublasLtMatmul arguments.
-    unsafe { crate::cublaslt::serve::matmul(&x) }
+    unsafe { crate::lt::serve::matmul::<crate::cublaslt::serve::Cublaslt>(&x) }
 }
 
 /// `int tunedblas_cublaslt_serving(int on)`: 1 serves cuBLASLt rows, 0 passes every call

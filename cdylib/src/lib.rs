@@ -54,6 +54,7 @@ mod exports;
 mod libs;
 mod lifecycle;
 mod log;
+mod lt;
 mod real;
 mod recorder;
 mod rocblas;

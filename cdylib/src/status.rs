@@ -44,6 +44,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
+use tunedblas_core::cublaslt::LtKey;
 use tunedblas_core::misslog::MissSet;
 
 use crate::lifecycle::{self, ExitLock, NoCancel};
@@ -255,17 +256,6 @@ fn rocblas_counters() -> [u64; 6] {
     ]
 }
 
-fn lt_counters() -> [u64; 6] {
-    [
-        total(Counter::LtServed),
-        total(Counter::LtDefault),
-        0,
-        total(Counter::LtMissed),
-        total(Counter::LtPassedThrough),
-        total(Counter::LtFallbacks),
-    ]
-}
-
 /// Writes both files now if anything moved (`last`: always, as the final ones), taking
 /// the lock within `wait` (never waiting for this thread itself). Allocates nothing.
 fn write(last: bool, wait: Duration) {
@@ -275,12 +265,18 @@ fn write(last: bool, wait: Duration) {
         counters: rocblas_counters(),
         misses: m,
     });
-    let lt = crate::cublaslt::status_misses().map(|m| View {
+    // The Lt backends (one key type): cuBLASLt, hipBLASLt.
+    let lts = [crate::cublaslt::status_misses().map(|m| View {
         name: "cublaslt",
-        counters: lt_counters(),
+        counters: crate::cublaslt::SPEC.counters.status(),
         misses: m,
-    });
-    let now_sum = moved(roc.as_ref()).wrapping_add(moved(lt.as_ref()).wrapping_mul(3));
+    })];
+    let now_sum = lts
+        .iter()
+        .zip([3u64, 5])
+        .fold(moved(roc.as_ref()), |sum, (v, weight)| {
+            sum.wrapping_add(moved(v.as_ref()).wrapping_mul(weight))
+        });
     if !last && now_sum == LAST_SUM.load(Ordering::Relaxed) {
         return;
     }
@@ -289,7 +285,7 @@ fn write(last: bool, wait: Duration) {
         return;
     };
     LAST_SUM.store(now_sum, Ordering::Relaxed);
-    let result = write_files(place, last, roc.as_ref(), lt.as_ref());
+    let result = write_files(place, last, roc.as_ref(), &lts);
     if let Err(e) = result {
         if !WARNED.swap(true, Ordering::Relaxed) {
             debug!("cannot write the live status: {e}");
@@ -348,11 +344,11 @@ fn unix_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-fn write_files<A: Copy + Eq + std::hash::Hash, B: Copy + Eq + std::hash::Hash>(
+fn write_files<A: Copy + Eq + std::hash::Hash>(
     place: &Place,
     last: bool,
     roc: Option<&View<'_, A>>,
-    lt: Option<&View<'_, B>>,
+    lts: &[Option<View<'_, LtKey>>],
 ) -> io::Result<()> {
     let dir = Path::new(OsStr::from_bytes(&place.dir[..place.dir_len]));
     checked_dir(dir)?;
@@ -369,11 +365,12 @@ fn write_files<A: Copy + Eq + std::hash::Hash, B: Copy + Eq + std::hash::Hash>(
             backend_json(out, v)?;
             first = false;
         }
-        if let Some(v) = lt {
+        for v in lts.iter().flatten() {
             if !first {
                 out.write_all(b",")?;
             }
             backend_json(out, v)?;
+            first = false;
         }
         out.write_all(b"]}\n")
     })?;
@@ -405,17 +402,17 @@ fn write_files<A: Copy + Eq + std::hash::Hash, B: Copy + Eq + std::hash::Hash>(
         if let Some(v) = roc {
             each(out, v.name, &v.counters)?;
         }
-        if let Some(v) = lt {
+        for v in lts.iter().flatten() {
             each(out, v.name, &v.counters)?;
         }
         out.write_all(b"# HELP tunedblas_missed_shapes Distinct GEMM shapes with no profile row, per rank (device).\n# TYPE tunedblas_missed_shapes gauge\n")?;
-        let ranks_a = roc.map(|v| ranks(v.misses));
-        let ranks_b = lt.map(|v| ranks(v.misses));
-        let both = [
-            roc.map(|v| v.name).zip(ranks_a.as_ref()),
-            lt.map(|v| v.name).zip(ranks_b.as_ref()),
-        ];
-        for (backend, (r, n)) in both.iter().flatten() {
+        // (backend, its ranks) of each backend that ran: at most three, on the stack.
+        let mut all: [Option<(&str, Ranks)>; 3] = [None, None, None];
+        all[0] = roc.map(|v| (v.name, ranks(v.misses)));
+        for (slot, v) in all[1..].iter_mut().zip(lts) {
+            *slot = v.as_ref().map(|v| (v.name, ranks(v.misses)));
+        }
+        for (backend, (r, n)) in all.iter().flatten() {
             for &(rank, _, shapes) in &r[..*n] {
                 out.write_all(b"tunedblas_missed_shapes{")?;
                 labels(out, backend)?;
@@ -423,7 +420,7 @@ fn write_files<A: Copy + Eq + std::hash::Hash, B: Copy + Eq + std::hash::Hash>(
             }
         }
         out.write_all(b"# HELP tunedblas_missed_calls_total Calls of GEMM shapes with no profile row, per rank (device).\n# TYPE tunedblas_missed_calls_total counter\n")?;
-        for (backend, (r, n)) in both.iter().flatten() {
+        for (backend, (r, n)) in all.iter().flatten() {
             for &(rank, calls, _) in &r[..*n] {
                 out.write_all(b"tunedblas_missed_calls_total{")?;
                 labels(out, backend)?;

@@ -10,23 +10,64 @@ use crate::table::RowState;
 pub enum LtAction {
     /// The caller's own algorithm was fastest: pass the call through.
     Default,
-    /// Rebuild this configuration and run with it.
+    /// cuBLASLt: rebuild this configuration and run with it.
     Config(AlgoConfig),
+    /// hipBLASLt: the algorithm of this index (`Gemm_Hipblaslt_<index>`, as PyTorch
+    /// TunableOp writes it), rebuilt with `hipblaslt_ext::getAlgosFromIndex`.
+    Index(i32),
 }
+
+/// Why a row was skipped because it belongs to another library (not a problem to report:
+/// one ROCm results file holds rocBLAS and hipBLASLt rows side by side).
+pub const OTHER_LIBRARY: &str = "another library's row";
 
 impl LtAction {
     pub fn solution_text(&self) -> String {
         match self {
             LtAction::Default => "Default".into(),
             LtAction::Config(c) => c.solution_name(),
+            LtAction::Index(i) => format!("{}{i}", crate::hipblaslt::SOLUTION_PREFIX),
         }
     }
 
     pub fn parse(text: &str) -> Result<LtAction, String> {
-        match text.trim() {
-            "Default" => Ok(LtAction::Default),
-            t => AlgoConfig::parse(t).map(LtAction::Config),
+        let t = text.trim();
+        if t == "Default" {
+            return Ok(LtAction::Default);
         }
+        if let Some(index) = crate::hipblaslt::parse_index(t) {
+            return index.map(LtAction::Index);
+        }
+        if t.starts_with("Gemm_Rocblas_") {
+            return Err(format!("{OTHER_LIBRARY}: {t} is a rocBLAS solution"));
+        }
+        AlgoConfig::parse(t).map(LtAction::Config)
+    }
+}
+
+/// The two Lt libraries: each serves `Default` rows and its own kind of tuned row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LtLib {
+    Cublaslt,
+    Hipblaslt,
+}
+
+impl LtLib {
+    pub fn name(self) -> &'static str {
+        match self {
+            LtLib::Cublaslt => "cuBLASLt",
+            LtLib::Hipblaslt => "hipBLASLt",
+        }
+    }
+
+    /// True when this library can run the row's action.
+    pub fn serves(self, action: &LtAction) -> bool {
+        matches!(
+            (self, action),
+            (_, LtAction::Default)
+                | (LtLib::Cublaslt, LtAction::Config(_))
+                | (LtLib::Hipblaslt, LtAction::Index(_))
+        )
     }
 }
 
@@ -235,9 +276,10 @@ impl LtLoaded {
     }
 }
 
-/// Reads every `tunableop_results<rank>.csv` of a profile folder for cuBLASLt rows, through
-/// the one rank loader (`profile::load_ranks`: regular files of bounded size only).
-pub fn load_tables(dir: &Path) -> LtLoaded {
+/// Reads every `tunableop_results<rank>.csv` of a profile folder for the rows `lib` can
+/// serve, through the one rank loader (`profile::load_ranks`: regular files of bounded size
+/// only). Rows of the other libraries are skipped without a word.
+pub fn load_tables(dir: &Path, lib: LtLib) -> LtLoaded {
     let mut loaded = LtLoaded::default();
     let mut skipped = 0;
     let (tables, distinct) = crate::profile::load_ranks(
@@ -255,12 +297,16 @@ pub fn load_tables(dir: &Path) -> LtLoaded {
                 };
             let parsed = parse_results(&text);
             for (line, why) in &parsed.skipped {
-                if why.starts_with("duplicate") || !why.starts_with("op ") {
+                if why.starts_with("duplicate")
+                    || !(why.starts_with("op ") || why.starts_with(OTHER_LIBRARY))
+                {
                     problems.push(format!("{}:{line}: skipped: {why}", path.display()));
                 }
             }
-            skipped += parsed.skipped.len();
-            Some(LtTable::new(parsed.rows.iter().map(|r| (r.key, r.action))))
+            let (mine, other): (Vec<&LtRow>, Vec<&LtRow>) =
+                parsed.rows.iter().partition(|r| lib.serves(&r.action));
+            skipped += parsed.skipped.len() + other.len();
+            Some(LtTable::new(mine.iter().map(|r| (r.key, r.action))))
         },
     );
     loaded.tables = tables;

@@ -104,7 +104,7 @@ fn special_and_oversized_files_are_refused_with_one_line_each() {
         let e = read_regular(&path, MAX_JSON_FILE_BYTES).unwrap_err();
         assert!(!matches!(e, ReadError::Io(_)), "{e}");
     }
-    let lt = crate::cublaslt::load_tables(&dir.0);
+    let lt = crate::cublaslt::load_tables(&dir.0, crate::cublaslt::LtLib::Cublaslt);
     assert_eq!(lt.problems[..4], want);
 }
 

@@ -117,7 +117,8 @@ pub fn describe(ty: &str, size: &str) -> String {
             )
         }
         "Operation" | "Datatype" | "GemmAlgo" | "Status" | "HipError" | "PointerMode"
-        | "HipMemcpyKind" | "HipblasStatus" => "conf::Enum32",
+        | "HipMemcpyKind" | "HipblasStatus" | "HipDataType" | "HipblasComputeType"
+        | "HipblasLtAttribute" => "conf::Enum32",
         "i32" => "conf::Int32",
         "i64" => "conf::Int64",
         "u32" => "conf::Uint32",
@@ -156,6 +157,10 @@ fn enumerator(name: &str) -> Option<String> {
         if let Some(rest) = name.strip_prefix(rust) {
             return Some(lower(c, rest));
         }
+    }
+    if name.starts_with("HIP_R_") {
+        // hipDataType values, named as in the header: tests/conformance/hipblaslt.rs.
+        return None;
     }
     if let Some(rest) = name.strip_prefix("HIP_") {
         return Some(format!("hip{}", camel(rest)));

@@ -32,6 +32,16 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "hipblasLtMatmulAlgoGetHeuristic",
         "HipblasLtMatmulAlgoGetHeuristicFn",
     ),
+    ("hipblasLtMatmulDescCreate", "HipblasLtMatmulDescCreateFn"),
+    ("hipblasLtMatmulDescDestroy", "HipblasLtMatmulDescDestroyFn"),
+    (
+        "hipblasLtMatmulDescGetAttribute",
+        "HipblasLtMatmulDescGetAttributeFn",
+    ),
+    (
+        "hipblasLtMatrixLayoutGetAttribute",
+        "HipblasLtMatrixLayoutGetAttributeFn",
+    ),
 ];
 
 /// The `hipblaslt_ext` functions: mangled name in `src/abi.rs`, and a C++ expression taking
@@ -130,7 +140,8 @@ fn generate(declared: &std::collections::BTreeSet<String>) -> String {
     ));
     writeln!(src, "static_assert(std::is_same<decltype(hipblasLtMatmulHeuristicResult_t::wavesCount), float>::value, \"wavesCount is a float\");").unwrap();
     for (name, _, value) in sources::abi_constants() {
-        if name.starts_with("HIPBLAS_STATUS_") {
+        // Every hipBLAS / hipBLASLt / hipDataType value the backend uses.
+        if name.starts_with("HIPBLAS") || name.starts_with("HIP_R_") {
             writeln!(src, "static_assert(static_cast<long long>({name}) == {value}LL, \"src/abi.rs {name} = {value}\");").unwrap();
         }
     }

@@ -5,8 +5,9 @@ use std::ffi::c_void;
 
 use tunedblas_core::cublaslt::*;
 
-use super::real::{LtCall, LT};
+use super::real::LT;
 use crate::log::debug;
+use crate::lt::LtCall;
 
 /// One attribute of a descriptor, as a `T` of exactly the size the library stores.
 #[inline]

@@ -26,27 +26,26 @@
 //!
 //! - [`real`]: the real cuBLASLt functions, the call itself, handles and their builds.
 //! - [`key`]: the key of a call, read from its descriptors.
-//! - [`serve`]: the decision, the tuned call and its fallback, rebuilt algorithms.
-//! - this file: the runtime (profile, misses, counters, stats) and its lifecycle hooks.
+//! - [`serve`]: what cuBLASLt supplies to the shared serving path (`crate::lt::serve`):
+//!   its calls, and rebuilt algorithms.
+//! - this file: its runtime (the shared `crate::lt::LtRuntime`), counters and lifecycle
+//!   hooks.
 
 pub mod key;
 pub mod real;
 pub mod serve;
 
 use std::ffi::c_int;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicPtr};
 
 use tunedblas_core::cublaslt::*;
+use tunedblas_core::misslog;
 
-use tunedblas_core::misslog::{self, Sight};
-use tunedblas_core::profile::{self, Request, Selection};
-
-use crate::lifecycle::{self, Backend, Config, Lazy, Pass};
+use crate::lifecycle::{self, Backend, Lazy, Pass};
 use crate::log::info;
+use crate::lt::{Counters, LtRuntime, Spec};
 use crate::recorder::Recorder;
-use crate::stats::{self, Counter};
+use crate::stats::Counter;
 use real::{current_device, CUBLASLT, LT};
 
 // ---------------------------------------------------------------------------------------
@@ -55,6 +54,7 @@ use real::{current_device, CUBLASLT, LT};
 // ---------------------------------------------------------------------------------------
 
 static RUNTIME: Lazy<LtRuntime> = Lazy::new();
+static RECORDER: AtomicPtr<Recorder<LtKey>> = AtomicPtr::new(std::ptr::null_mut());
 /// `tunedblas_cublaslt_serving(0)` turns serving off (calls pass through, nothing is
 /// recorded) without restarting the process: for A/B trials inside one process.
 pub(crate) static SERVING: AtomicBool = AtomicBool::new(true);
@@ -62,36 +62,27 @@ pub(crate) static SERVING: AtomicBool = AtomicBool::new(true);
 /// What the lifecycle does for cuBLASLt at exit and fork.
 pub static BACKEND: Backend = Backend { finish, after_fork };
 
-pub(crate) struct LtRuntime {
-    loaded: LtLoaded,
-    single: Option<Arc<LtTable>>,
-    /// The process's cuBLASLt misses: one recorder, kept when the runtime starts again for
-    /// another build.
-    misses: &'static Recorder<LtKey>,
-    stats_path: Option<PathBuf>,
-}
-
-impl LtRuntime {
-    #[inline]
-    fn table(&self) -> Option<&LtTable> {
-        match &self.single {
-            Some(t) => Some(t),
-            None => self.loaded.table_for(current_device()),
-        }
-    }
-
-    /// Records a call whose key has no row; true on the key's first sight.
-    fn miss(&self, key: &LtKey) -> bool {
-        let device = current_device();
-        let hash = misslog::key_hash(key);
-        let (sight, _) = self.misses.record_sight(device, key, hash, || true);
-        sight == Sight::First
-    }
-}
+/// What tells cuBLASLt apart in the shared Lt runtime.
+pub static SPEC: Spec = Spec {
+    lib: LtLib::Cublaslt,
+    matmul_name: "cublasLtMatmul",
+    counters: Counters {
+        calls: Counter::LtCalls,
+        served: Counter::LtServed,
+        default: Counter::LtDefault,
+        missed: Counter::LtMissed,
+        passed_through: Counter::LtPassedThrough,
+        fallbacks: Counter::LtFallbacks,
+    },
+    miss_tag: "-cublaslt",
+    json_name: "cublaslt",
+    anchor: || LT.matmul.get(),
+    device: current_device,
+};
 
 #[inline]
 pub(crate) fn get() -> Option<&'static LtRuntime> {
-    RUNTIME.get(init)
+    RUNTIME.get(|| LtRuntime::start(&SPEC, &RECORDER))
 }
 
 /// The served cuBLASLt build was unloaded and another took its place (`libs.rs`): what the
@@ -115,128 +106,18 @@ pub(crate) fn latch_off(why: &str) {
     }
 }
 
-fn init() -> Option<LtRuntime> {
-    let cfg = Config::for_start()?;
-    let (loaded, line) = select_and_load(&cfg);
-    info!("{line}");
-    for p in loaded.problems.iter().take(20) {
-        info!("{p}");
-    }
-    crate::status::start(&cfg.miss_dir);
-    let single = (loaded.distinct <= 1).then(|| {
-        loaded
-            .tables
-            .iter()
-            .flatten()
-            .next()
-            .cloned()
-            .unwrap_or_default()
-    });
-    Some(LtRuntime {
-        loaded,
-        single,
-        misses: {
-            static RECORDER: std::sync::atomic::AtomicPtr<Recorder<LtKey>> =
-                std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
-            crate::recorder::shared(&RECORDER, || {
-                Recorder::new(
-                    cfg.miss_dir.clone(),
-                    op_and_signature,
-                    "-cublaslt",
-                    "cuBLASLt: ",
-                )
-            })
-        },
-        stats_path: cfg.stats_path,
-    })
-}
-
-/// Identifies the loaded cuBLASLt build and loads its profile. Returns the startup line.
-fn select_and_load(cfg: &Config) -> (LtLoaded, String) {
-    let none = |why: String| (LtLoaded::default(), why);
-    let Some(anchor) = LT.matmul.get() else {
-        return none(
-            "cuBLASLt: cublasLtMatmul not found in this process; passing calls through".into(),
-        );
-    };
-    let (path, id) = match crate::libs::identify_loaded(anchor as *const _, "cuBLASLt") {
-        Ok(found) => found,
-        Err(why) => return none(format!("cuBLASLt: {why}")),
-    };
-    let req = Request {
-        profile_dir: &cfg.profile_dir,
-        sha256: &id.sha256,
-        explicit: cfg.explicit.as_deref(),
-        allow_mismatch: cfg.allow_mismatch,
-    };
-    // profile::select words its reasons for rocBLAS; the rules are the same for any library.
-    let words = |s: String| s.replace("rocBLAS", "cuBLASLt");
-    match profile::select(&req) {
-        Selection::Chosen { name, dir, reason } => {
-            let loaded = load_tables(&dir);
-            let device = current_device();
-            let rows = loaded.table_for(device).map_or(0, LtTable::len);
-            let line = format!(
-                "cuBLASLt: profile {name} {} ({rows} rows, rank {device}; {}) {}",
-                words(reason),
-                path.display(),
-                crate::log::VERSION_TAG
-            );
-            (loaded, line)
-        }
-        Selection::None { why } => none(format!(
-            "cuBLASLt: {} ({}); misses go to {} (`tunedblas status` shows them live) {}",
-            words(why),
-            path.display(),
-            cfg.miss_dir.display(),
-            crate::log::VERSION_TAG
-        )),
-    }
-}
-
 /// `tunedblas_cublaslt_serving(on)`: 1 serves, 0 passes every call through, a negative
 /// value only asks. Returns the previous setting.
 pub fn set_serving(on: c_int) -> c_int {
-    let was = if on < 0 {
-        SERVING.load(Ordering::Relaxed)
-    } else {
-        SERVING.swap(on != 0, Ordering::Relaxed)
-    };
-    c_int::from(was)
+    crate::lt::set_switch(&SERVING, on)
 }
-
-// ---------------------------------------------------------------------------------------
-// The end of the process, and fork.
-// ---------------------------------------------------------------------------------------
 
 /// At a way out of the process ([`crate::lifecycle`]): counts, stats and (leaving) the
 /// summary.
 fn finish(pass: Pass) {
-    let Some(rt) = RUNTIME.peek() else { return };
-    rt.misses.flush(lifecycle::EXIT_WAIT);
-    if let Some(path) = &rt.stats_path {
-        // The rocBLAS side owns the file when it ran too; then ours goes beside it.
-        let suffix = if crate::rocblas::started() {
-            ".cublaslt.json"
-        } else {
-            ""
-        };
-        let _ = write_stats(rt, path, suffix);
+    if let Some(rt) = RUNTIME.peek() {
+        rt.finish(pass, crate::rocblas::started());
     }
-    if pass == Pass::Late {
-        return;
-    }
-    let t = stats::total;
-    info!(
-        "cuBLASLt: {} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks",
-        t(Counter::LtCalls),
-        t(Counter::LtServed),
-        t(Counter::LtDefault),
-        t(Counter::LtMissed),
-        rt.misses.set.len(),
-        t(Counter::LtPassedThrough),
-        t(Counter::LtFallbacks),
-    );
 }
 
 /// In a fork child: the child's misses are its own.
@@ -247,45 +128,4 @@ unsafe fn after_fork() {
         // SAFETY: the lifecycle calls this from the fork child handler only.
         unsafe { rt.misses.after_fork() };
     }
-}
-
-fn write_stats(rt: &LtRuntime, path: &std::path::Path, suffix: &str) -> std::io::Result<()> {
-    let mut tables: Vec<&Arc<LtTable>> = Vec::new();
-    for t in rt.loaded.tables.iter().flatten() {
-        if !tables.iter().any(|s| Arc::ptr_eq(s, t)) {
-            tables.push(t);
-        }
-    }
-    let mut rows = 0;
-    let mut unhit = Vec::new();
-    let mut quarantined = Vec::new();
-    for t in tables {
-        for (k, e) in t.iter() {
-            rows += 1;
-            let (op, sig) = op_and_signature(k);
-            if !e.was_hit() {
-                unhit.push(format!("{op},{sig}"));
-            }
-            if e.is_quarantined() {
-                quarantined.push(format!("{op},{sig}"));
-            }
-        }
-    }
-    let t = stats::total;
-    let json = serde_json::json!({
-        "library": "cublaslt",
-        "calls": t(Counter::LtCalls),
-        "served": t(Counter::LtServed),
-        "default": t(Counter::LtDefault),
-        "missed_calls": t(Counter::LtMissed),
-        "missed_shapes": rt.misses.set.len(),
-        "over_capacity_calls": rt.misses.over_cap_calls(),
-        "passed_through": t(Counter::LtPassedThrough),
-        "fallbacks": t(Counter::LtFallbacks),
-        "rows": rows,
-        "rows_hit": rows - unhit.len(),
-        "rows_not_hit": unhit,
-        "rows_quarantined": quarantined,
-    });
-    lifecycle::write_stats(path, suffix, &json)
 }

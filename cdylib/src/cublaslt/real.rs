@@ -7,6 +7,7 @@ use std::ffi::{c_int, c_void, CString};
 use tunedblas_core::cublaslt::*;
 
 use crate::libs::{Backend, Registry};
+use crate::lt::LtCall;
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
 const CUDA_LIBS: &[&str] = &["libcuda.so"];
@@ -34,27 +35,7 @@ pub type LtCreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
 /// `cublasLtDestroy(cublasLtHandle_t)`.
 pub type LtDestroyFn = unsafe extern "C" fn(LtHandle) -> LtStatus;
 
-/// One `cublasLtMatmul` call's arguments.
-#[derive(Clone, Copy)]
-pub struct LtCall {
-    pub handle: LtHandle,
-    pub desc: MatmulDesc,
-    pub alpha: *const c_void,
-    pub a: *const c_void,
-    pub a_desc: MatrixLayout,
-    pub b: *const c_void,
-    pub b_desc: MatrixLayout,
-    pub beta: *const c_void,
-    pub c: *const c_void,
-    pub c_desc: MatrixLayout,
-    pub d: *mut c_void,
-    pub d_desc: MatrixLayout,
-    pub algo: *const MatmulAlgo,
-    pub workspace: *mut c_void,
-    pub workspace_bytes: usize,
-    pub stream: CudaStream,
-}
-
+/// Calls cuBLASLt's matmul with a caller's arguments and `algo`.
 #[inline]
 pub unsafe fn call(f: MatmulFn, x: &LtCall, algo: *const MatmulAlgo) -> LtStatus {
     // SAFETY: forwarding the caller's arguments (with possibly another algo).

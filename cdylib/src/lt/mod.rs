@@ -1,0 +1,283 @@
+//! What the two Lt backends share: cuBLASLt (`cublaslt/`) and hipBLASLt (`hipblaslt/`) take
+//! the same 16 arguments to their matmul, describe a problem the same way and serve from
+//! the same kind of table (`tunedblas_core::cublaslt`: key, names, rows). One runtime
+//! ([`LtRuntime`]: identity, profile, misses, stats, the summary) and one serving path
+//! ([`serve::matmul`]: the decision, the tuned call, its fallback) serve both; a backend
+//! supplies what differs through [`serve::Library`]: its real functions, how it reads a
+//! key and how it rebuilds a row's algorithm.
+
+pub mod serve;
+
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use tunedblas_core::cublaslt::*;
+use tunedblas_core::misslog::{self, Sight};
+use tunedblas_core::profile::{self, Request, Selection};
+
+use crate::lifecycle::{self, Config, Pass};
+use crate::log::info;
+use crate::recorder::Recorder;
+use crate::stats::{self, Counter};
+
+/// One matmul call's arguments (`cublasLtMatmul` and `hipblasLtMatmul` alike).
+#[derive(Clone, Copy)]
+pub struct LtCall {
+    pub handle: *mut c_void,
+    pub desc: *mut c_void,
+    pub alpha: *const c_void,
+    pub a: *const c_void,
+    pub a_desc: *mut c_void,
+    pub b: *const c_void,
+    pub b_desc: *mut c_void,
+    pub beta: *const c_void,
+    pub c: *const c_void,
+    pub c_desc: *mut c_void,
+    pub d: *mut c_void,
+    pub d_desc: *mut c_void,
+    /// The caller's algorithm (NULL: the library's heuristic).
+    pub algo: *const c_void,
+    pub workspace: *mut c_void,
+    pub workspace_bytes: usize,
+    pub stream: *mut c_void,
+}
+
+/// A backend's counters, one per outcome of a call.
+pub struct Counters {
+    pub calls: Counter,
+    pub served: Counter,
+    pub default: Counter,
+    pub missed: Counter,
+    pub passed_through: Counter,
+    pub fallbacks: Counter,
+}
+
+impl Counters {
+    /// The live status's six figures (served, default, near, missed, passed, fallbacks).
+    pub fn status(&self) -> [u64; 6] {
+        let t = stats::total;
+        [
+            t(self.served),
+            t(self.default),
+            0,
+            t(self.missed),
+            t(self.passed_through),
+            t(self.fallbacks),
+        ]
+    }
+}
+
+/// What tells one Lt backend from the other in the shared runtime.
+pub struct Spec {
+    pub lib: LtLib,
+    /// `cublasLtMatmul` or `hipblasLtMatmul`, for messages.
+    pub matmul_name: &'static str,
+    pub counters: Counters,
+    /// In miss file names: `<host>-<pid>-<start>-<tag>-rank<d>.csv`.
+    pub miss_tag: &'static str,
+    /// The stats file's `library` field, and its name beside the rocBLAS one
+    /// (`<stats>.<json_name>.json`) when rocBLAS ran too.
+    pub json_name: &'static str,
+    /// The address of the library's matmul, if it is loaded (identifies the build).
+    pub anchor: fn() -> Option<*mut c_void>,
+    /// The device a call runs on.
+    pub device: fn() -> i32,
+}
+
+/// One Lt backend's runtime: the identified build's profile, the misses, the stats file.
+pub struct LtRuntime {
+    pub spec: &'static Spec,
+    loaded: LtLoaded,
+    single: Option<Arc<LtTable>>,
+    /// The process's misses of this backend: one recorder, kept when the runtime starts
+    /// again for another build.
+    pub misses: &'static Recorder<LtKey>,
+    stats_path: Option<PathBuf>,
+}
+
+impl LtRuntime {
+    /// Starts the runtime: identifies the loaded build, chooses and loads its profile. The
+    /// recorder lives in `recorder` (one per backend, kept across restarts).
+    pub fn start(
+        spec: &'static Spec,
+        recorder: &'static AtomicPtr<Recorder<LtKey>>,
+    ) -> Option<LtRuntime> {
+        let cfg = Config::for_start()?;
+        let (loaded, line) = select_and_load(spec, &cfg);
+        info!("{line}");
+        for p in loaded.problems.iter().take(20) {
+            info!("{p}");
+        }
+        crate::status::start(&cfg.miss_dir);
+        let single = (loaded.distinct <= 1).then(|| {
+            loaded
+                .tables
+                .iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_default()
+        });
+        let misses = crate::recorder::shared(recorder, || {
+            let what = match spec.lib {
+                LtLib::Cublaslt => "cuBLASLt: ",
+                LtLib::Hipblaslt => "hipBLASLt: ",
+            };
+            Recorder::new(cfg.miss_dir.clone(), op_and_signature, spec.miss_tag, what)
+        });
+        Some(LtRuntime {
+            spec,
+            loaded,
+            single,
+            misses,
+            stats_path: cfg.stats_path,
+        })
+    }
+
+    #[inline]
+    pub fn table(&self) -> Option<&LtTable> {
+        match &self.single {
+            Some(t) => Some(t),
+            None => self.loaded.table_for((self.spec.device)()),
+        }
+    }
+
+    /// Records a call whose key has no row; true on the key's first sight.
+    pub fn miss(&self, key: &LtKey) -> bool {
+        let device = (self.spec.device)();
+        let hash = misslog::key_hash(key);
+        let (sight, _) = self.misses.record_sight(device, key, hash, || true);
+        sight == Sight::First
+    }
+
+    /// At a way out of the process ([`crate::lifecycle`]): counts, stats and (leaving) the
+    /// summary. `beside` names the stats file `<stats>.<json_name>.json` (rocBLAS owns the
+    /// file when it ran too).
+    pub fn finish(&self, pass: Pass, beside: bool) {
+        self.misses.flush(lifecycle::EXIT_WAIT);
+        if let Some(path) = &self.stats_path {
+            let suffix = if beside {
+                format!(".{}.json", self.spec.json_name)
+            } else {
+                String::new()
+            };
+            let _ = self.write_stats(path, &suffix);
+        }
+        if pass == Pass::Late {
+            return;
+        }
+        let t = stats::total;
+        let c = &self.spec.counters;
+        info!(
+            "{}: {} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks",
+            self.spec.lib.name(),
+            t(c.calls),
+            t(c.served),
+            t(c.default),
+            t(c.missed),
+            self.misses.set.len(),
+            t(c.passed_through),
+            t(c.fallbacks),
+        );
+    }
+
+    fn write_stats(&self, path: &std::path::Path, suffix: &str) -> std::io::Result<()> {
+        let mut tables: Vec<&Arc<LtTable>> = Vec::new();
+        for t in self.loaded.tables.iter().flatten() {
+            if !tables.iter().any(|s| Arc::ptr_eq(s, t)) {
+                tables.push(t);
+            }
+        }
+        let mut rows = 0;
+        let mut unhit = Vec::new();
+        let mut quarantined = Vec::new();
+        for t in tables {
+            for (k, e) in t.iter() {
+                rows += 1;
+                let (op, sig) = op_and_signature(k);
+                if !e.was_hit() {
+                    unhit.push(format!("{op},{sig}"));
+                }
+                if e.is_quarantined() {
+                    quarantined.push(format!("{op},{sig}"));
+                }
+            }
+        }
+        let t = stats::total;
+        let c = &self.spec.counters;
+        let json = serde_json::json!({
+            "library": self.spec.json_name,
+            "calls": t(c.calls),
+            "served": t(c.served),
+            "default": t(c.default),
+            "missed_calls": t(c.missed),
+            "missed_shapes": self.misses.set.len(),
+            "over_capacity_calls": self.misses.over_cap_calls(),
+            "passed_through": t(c.passed_through),
+            "fallbacks": t(c.fallbacks),
+            "rows": rows,
+            "rows_hit": rows - unhit.len(),
+            "rows_not_hit": unhit,
+            "rows_quarantined": quarantined,
+        });
+        lifecycle::write_stats(path, suffix, &json)
+    }
+}
+
+/// Identifies the loaded build and loads its profile. Returns the startup line.
+fn select_and_load(spec: &Spec, cfg: &Config) -> (LtLoaded, String) {
+    let what = spec.lib.name();
+    let none = |why: String| (LtLoaded::default(), why);
+    let Some(anchor) = (spec.anchor)() else {
+        return none(format!(
+            "{what}: {} not found in this process; passing calls through",
+            spec.matmul_name
+        ));
+    };
+    let (path, id) = match crate::libs::identify_loaded(anchor as *const _, what) {
+        Ok(found) => found,
+        Err(why) => return none(format!("{what}: {why}")),
+    };
+    let req = Request {
+        profile_dir: &cfg.profile_dir,
+        sha256: &id.sha256,
+        explicit: cfg.explicit.as_deref(),
+        allow_mismatch: cfg.allow_mismatch,
+    };
+    // profile::select words its reasons for rocBLAS; the rules are the same for any library.
+    let words = |s: String| s.replace("rocBLAS", what);
+    match profile::select(&req) {
+        Selection::Chosen { name, dir, reason } => {
+            let loaded = load_tables(&dir, spec.lib);
+            let device = (spec.device)();
+            let rows = loaded.table_for(device).map_or(0, LtTable::len);
+            let line = format!(
+                "{what}: profile {name} {} ({rows} rows, rank {device}; {}) {}",
+                words(reason),
+                path.display(),
+                crate::log::VERSION_TAG
+            );
+            (loaded, line)
+        }
+        Selection::None { why } => none(format!(
+            "{what}: {} ({}); misses go to {} (`tunedblas status` shows them live) {}",
+            words(why),
+            path.display(),
+            cfg.miss_dir.display(),
+            crate::log::VERSION_TAG
+        )),
+    }
+}
+
+/// A `tunedblas_<lib>_serving(on)` switch: 1 serves, 0 passes every call through, a
+/// negative value only asks. Returns the previous setting.
+pub fn set_switch(switch: &AtomicBool, on: c_int) -> c_int {
+    let was = if on < 0 {
+        switch.load(Ordering::Relaxed)
+    } else {
+        switch.swap(on != 0, Ordering::Relaxed)
+    };
+    c_int::from(was)
+}

@@ -1,0 +1,185 @@
+//! The serving path of one Lt matmul call, for either library: the decision (the key, the
+//! row, the rebuilt algorithm once per key), the tuned call, and the caller's own call when
+//! the tuned one fails (the row is then quarantined for the process).
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use tunedblas_core::cublaslt::*;
+
+use super::{LtCall, LtRuntime};
+use crate::log::{debug, info};
+use crate::stats::bump;
+
+/// What one Lt library supplies to the shared serving path.
+pub trait Library: 'static {
+    /// The real matmul (cuBLASLt's or hipBLASLt's 16 arguments).
+    type Matmul: Copy;
+
+    /// The runtime, started on first use; `None` while there is none (off, no library).
+    fn runtime() -> Option<&'static LtRuntime>;
+    /// `tunedblas_<lib>_serving`: false passes every call through.
+    fn serving() -> bool;
+    /// After an internal error: pass every call through from now on.
+    fn latch_off(why: &str);
+    /// For a handle of another build of the library (`libs.rs`): that build's own matmul
+    /// (`Some(None)` if it has none). `None` for a handle of the served build.
+    fn other_build(handle: *mut c_void) -> Option<Option<Self::Matmul>>;
+    /// The served build's matmul.
+    fn real() -> Option<Self::Matmul>;
+    /// Calls `f` with the caller's arguments and `algo`.
+    ///
+    /// # Safety
+    /// `x` holds a caller's arguments; `algo` NULL, the caller's, or one this library made.
+    unsafe fn call(f: Self::Matmul, x: &LtCall, algo: *const c_void) -> LtStatus;
+    /// The key of a call, or `None` when it is not one tunedblas serves.
+    ///
+    /// # Safety
+    /// `x` holds a caller's live descriptors.
+    unsafe fn read_key(x: &LtCall) -> Option<LtKey>;
+    /// Rebuilds a tuned row's algorithm and checks it against this call; `None` (after one
+    /// line saying why) when it cannot be used.
+    ///
+    /// # Safety
+    /// `x` holds a caller's live handle and descriptors.
+    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Option<Prepared>;
+}
+
+enum Decision {
+    Pass,
+    /// The row's rebuilt algorithm (kept in its entry), the entry and the runtime. By
+    /// reference: the algorithm and key by value made the decision 216 bytes.
+    Tuned(&'static MatmulAlgo, &'static LtEntry, &'static LtRuntime),
+}
+
+/// Serves one intercepted matmul. See the module docs.
+///
+/// # Safety
+/// The arguments are a caller's matmul arguments.
+pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
+    if let Some(other) = L::other_build(x.handle) {
+        // A handle of another build: its own function, untouched.
+        let Some(real) = other else {
+            return STATUS_NOT_INITIALIZED;
+        };
+        if let Some(rt) = L::runtime() {
+            let c = &rt.spec.counters;
+            bump(c.calls);
+            bump(c.passed_through);
+        }
+        // SAFETY: the caller's own arguments, to the build its handle came from.
+        return unsafe { L::call(real, x, x.algo) };
+    }
+    let Some(real) = L::real() else {
+        // No such library in this process: the caller could not have made a valid call.
+        return STATUS_NOT_INITIALIZED;
+    };
+    let decision = match catch_unwind(AssertUnwindSafe(|| decide::<L>(x))) {
+        Ok(d) => d,
+        Err(_) => {
+            L::latch_off("a panic while choosing an algorithm");
+            Decision::Pass
+        }
+    };
+    match decision {
+        Decision::Pass => unsafe { L::call(real, x, x.algo) },
+        Decision::Tuned(algo, entry, rt) => {
+            let status = unsafe { L::call(real, x, (algo as *const MatmulAlgo).cast()) };
+            let c = &rt.spec.counters;
+            if status == STATUS_SUCCESS {
+                bump(c.served);
+                return status;
+            }
+            if entry.quarantine() {
+                // SAFETY: the caller's descriptors, as when the key was read for the lookup.
+                let key = unsafe { L::read_key(x) };
+                let (op, sig) = key.as_ref().map_or_else(Default::default, op_and_signature);
+                info!(
+                    "{}: {} for {op},{sig} failed with status {status}; the row is quarantined for this process and the caller's own algorithm is used (re-tune this build)",
+                    rt.spec.lib.name(),
+                    entry.action.solution_text()
+                );
+            }
+            bump(c.fallbacks);
+            unsafe { L::call(real, x, x.algo) }
+        }
+    }
+}
+
+fn decide<L: Library>(x: &LtCall) -> Decision {
+    let Some(rt) = L::runtime() else {
+        return Decision::Pass;
+    };
+    let c = &rt.spec.counters;
+    bump(c.calls);
+    if !L::serving() {
+        bump(c.passed_through);
+        return Decision::Pass;
+    }
+    // SAFETY: the descriptors are the caller's, valid for the duration of the call.
+    let Some(key) = (unsafe { L::read_key(x) }) else {
+        bump(c.passed_through);
+        return Decision::Pass;
+    };
+    match rt.table().and_then(|t| t.get(&key)) {
+        Some(e) if e.is_quarantined() => {
+            bump(c.passed_through);
+            Decision::Pass
+        }
+        Some(e) => {
+            e.mark_hit();
+            if e.action == LtAction::Default {
+                bump(c.default);
+                return Decision::Pass;
+            }
+            // SAFETY: as above; runs once per key.
+            let prepared = e
+                .prepared
+                .get_or_init(|| unsafe { L::prepare(x, &key, &e.action) });
+            match prepared {
+                Some(p)
+                    if p.fits(
+                        [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
+                        x.workspace,
+                        x.workspace_bytes,
+                    ) =>
+                {
+                    Decision::Tuned(&p.algo, e, rt)
+                }
+                Some(_) => {
+                    // Less workspace or alignment than the tuned algorithm needs.
+                    bump(c.passed_through);
+                    Decision::Pass
+                }
+                None => {
+                    e.quarantine();
+                    bump(c.fallbacks);
+                    Decision::Pass
+                }
+            }
+        }
+        None => {
+            if rt.miss(&key) {
+                let (op, sig) = op_and_signature(&key);
+                debug!(
+                    "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
+                    rt.spec.lib.name(),
+                    x.workspace_bytes,
+                    if x.algo.is_null() { "NULL" } else { "given" }
+                );
+            }
+            bump(c.missed);
+            Decision::Pass
+        }
+    }
+}
+
+/// The line for a row whose algorithm cannot be used (said once per key: `prepare` runs
+/// once per key).
+pub fn cannot_use(lib: LtLib, solution: &str, key: &LtKey, why: &str) {
+    let (op, sig) = op_and_signature(key);
+    info!(
+        "{}: {solution} for {op},{sig} cannot be used: {why}; the caller's own algorithm runs instead (re-tune this build)",
+        lib.name()
+    );
+}
