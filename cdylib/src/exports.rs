@@ -11,7 +11,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use tunedblas_core::abi::*;
+use tunedblas_core::abi::{self, *};
 use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 use tunedblas_core::rocblas::{ex_types, single_key_unchecked, Dims};
@@ -568,6 +568,122 @@ extern "C" fn lt_create_from(handle: *mut lt::LtHandle, ret: *const c_void) -> l
 pub unsafe extern "C" fn cublasLtDestroy(handle: lt::LtHandle) -> lt::LtStatus {
     std::panic::catch_unwind(|| crate::cublaslt::real::destroy_handle(handle))
         .unwrap_or(lt::STATUS_INTERNAL_ERROR)
+}
+
+/// `hipblasLtCreate`: made in the hipBLASLt build the caller links, as
+/// `rocblas_create_handle`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtCreate(handle: *mut abi::HipblasLtHandle) -> abi::HipblasStatus {
+    std::arch::naked_asm!("mov rsi, [rsp]", "jmp {inner}", inner = sym hiplt_create_from)
+}
+
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtCreate(handle: *mut abi::HipblasLtHandle) -> abi::HipblasStatus {
+    std::arch::naked_asm!("mov x1, x30", "b {inner}", inner = sym hiplt_create_from)
+}
+
+extern "C" fn hiplt_create_from(
+    handle: *mut abi::HipblasLtHandle,
+    ret: *const c_void,
+) -> abi::HipblasStatus {
+    std::panic::catch_unwind(|| crate::hipblaslt::real::create_handle(handle, ret))
+        .unwrap_or(HIPBLAS_INTERNAL_ERROR)
+}
+
+/// hipBLAS's `HIPBLAS_STATUS_INTERNAL_ERROR`, for a panic of ours.
+const HIPBLAS_INTERNAL_ERROR: abi::HipblasStatus = 6;
+
+/// `hipblasLtDestroy`: in the build the handle came from.
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtDestroy(handle: abi::HipblasLtHandle) -> abi::HipblasStatus {
+    std::panic::catch_unwind(|| crate::hipblaslt::real::destroy_handle(handle))
+        .unwrap_or(HIPBLAS_INTERNAL_ERROR)
+}
+
+/// `hipblasLtMatmulDescCreate`: the real one, then the descriptor's compute and scale types
+/// kept for its calls (`hipblaslt/descs.rs`: hipBLASLt cannot be asked for them later).
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtMatmulDescCreate(
+    desc: *mut abi::HipblasLtMatmulDesc,
+    compute: abi::HipblasComputeType,
+    scale: abi::HipDataType,
+) -> abi::HipblasStatus {
+    let Some(real) = crate::hipblaslt::real::HIPLT.desc_create() else {
+        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
+    };
+    // SAFETY: the caller's own arguments.
+    let status = unsafe { real(desc, compute, scale) };
+    if status == abi::HIPBLAS_STATUS_SUCCESS && !desc.is_null() {
+        // SAFETY: the library wrote the new descriptor there.
+        let made = unsafe { *desc };
+        let _ = std::panic::catch_unwind(|| crate::hipblaslt::descs::created(made, compute, scale));
+    }
+    status
+}
+
+/// `hipblasLtMatmulDescDestroy`: its types forgotten first, then the real one.
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtMatmulDescDestroy(
+    desc: abi::HipblasLtMatmulDesc,
+) -> abi::HipblasStatus {
+    let _ = std::panic::catch_unwind(|| crate::hipblaslt::descs::destroyed(desc));
+    match crate::hipblaslt::real::HIPLT.desc_destroy() {
+        // SAFETY: the caller's own descriptor.
+        Some(real) => unsafe { real(desc) },
+        None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
+    }
+}
+
+/// `hipblasLtMatmul` (hipBLASLt; cuBLASLt's 16 arguments): see `hipblaslt/`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn hipblasLtMatmul(
+    handle: abi::HipblasLtHandle,
+    desc: abi::HipblasLtMatmulDesc,
+    alpha: *const c_void,
+    a: *const c_void,
+    a_desc: abi::HipblasLtMatrixLayout,
+    b: *const c_void,
+    b_desc: abi::HipblasLtMatrixLayout,
+    beta: *const c_void,
+    c: *const c_void,
+    c_desc: abi::HipblasLtMatrixLayout,
+    d: *mut c_void,
+    d_desc: abi::HipblasLtMatrixLayout,
+    algo: *const abi::HipblasLtMatmulAlgo,
+    workspace: *mut c_void,
+    workspace_bytes: usize,
+    stream: abi::Stream,
+) -> abi::HipblasStatus {
+    let x = crate::lt::LtCall {
+        handle,
+        desc,
+        alpha,
+        a,
+        a_desc,
+        b,
+        b_desc,
+        beta,
+        c,
+        c_desc,
+        d,
+        d_desc,
+        algo: algo.cast(),
+        workspace,
+        workspace_bytes,
+        stream,
+    };
+    // SAFETY: the caller's own hipblasLtMatmul arguments.
+    unsafe { crate::lt::serve::matmul::<crate::hipblaslt::serve::Hipblaslt>(&x) }
+}
+
+/// `int tunedblas_hipblaslt_serving(int on)`: as `tunedblas_cublaslt_serving`, for hipBLASLt.
+#[no_mangle]
+pub extern "C" fn tunedblas_hipblaslt_serving(on: c_int) -> c_int {
+    crate::hipblaslt::set_serving(on)
 }
 
 /// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt/`.

@@ -51,6 +51,7 @@
 
 mod cublaslt;
 mod exports;
+mod hipblaslt;
 mod libs;
 mod lifecycle;
 mod log;

@@ -454,7 +454,11 @@ pub struct Backend {
 }
 
 /// Every backend, in the order they finish.
-const BACKENDS: [&Backend; 2] = [&crate::rocblas::BACKEND, &crate::cublaslt::BACKEND];
+const BACKENDS: [&Backend; 3] = [
+    &crate::rocblas::BACKEND,
+    &crate::cublaslt::BACKEND,
+    &crate::hipblaslt::BACKEND,
+];
 
 /// The longest an exit path waits for another thread's write to the miss files.
 pub const EXIT_WAIT: Duration = Duration::from_millis(200);

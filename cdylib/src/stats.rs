@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What happened to one intercepted call. Each call is counted once, in the one counter
 /// for its outcome; `Calls` is never bumped, its total is the sum of the rocBLAS outcomes
-/// (cuBLASLt calls are counted in `LtCalls` as they come).
+/// (cuBLASLt and hipBLASLt calls are counted in `LtCalls` / `HipLtCalls` as they come).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Counter {
@@ -39,8 +39,15 @@ pub enum Counter {
     LtMissed,
     LtPassedThrough,
     LtFallbacks,
+    /// The same for `hipblasLtMatmul` calls (`hipblaslt/`).
+    HipLtCalls,
+    HipLtServed,
+    HipLtDefault,
+    HipLtMissed,
+    HipLtPassedThrough,
+    HipLtFallbacks,
 }
-const N: usize = 13;
+const N: usize = 19;
 /// The rocBLAS outcomes, whose sum is [`Counter::Calls`].
 const OUTCOMES: [Counter; 6] = [
     Counter::Served,

@@ -266,11 +266,18 @@ fn write(last: bool, wait: Duration) {
         misses: m,
     });
     // The Lt backends (one key type): cuBLASLt, hipBLASLt.
-    let lts = [crate::cublaslt::status_misses().map(|m| View {
-        name: "cublaslt",
-        counters: crate::cublaslt::SPEC.counters.status(),
-        misses: m,
-    })];
+    let lts = [
+        crate::cublaslt::status_misses().map(|m| View {
+            name: "cublaslt",
+            counters: crate::cublaslt::SPEC.counters.status(),
+            misses: m,
+        }),
+        crate::hipblaslt::status_misses().map(|m| View {
+            name: "hipblaslt",
+            counters: crate::hipblaslt::SPEC.counters.status(),
+            misses: m,
+        }),
+    ];
     let now_sum = lts
         .iter()
         .zip([3u64, 5])

@@ -85,6 +85,11 @@ pub(crate) fn get() -> Option<&'static LtRuntime> {
     RUNTIME.get(|| LtRuntime::start(&SPEC, &RECORDER))
 }
 
+/// True once the runtime started.
+pub fn started() -> bool {
+    RUNTIME.peek().is_some()
+}
+
 /// The served cuBLASLt build was unloaded and another took its place (`libs.rs`): what the
 /// old runtime counted is written, and the next call starts the runtime again for the new
 /// build (identity, profile); misses carry over.

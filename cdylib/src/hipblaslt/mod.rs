@@ -1,0 +1,114 @@
+//! Serving `hipblasLtMatmul`: the hipBLASLt backend of the interposer (AMD's Lt library,
+//! where PyTorch sends plain GEMMs on MI200/MI300/MI350 and RDNA4, README "AMD GPUs").
+//!
+//! hipBLASLt mirrors cuBLASLt, so this backend is the shared Lt runtime and serving path
+//! (`crate::lt`) with hipBLASLt's pieces:
+//!
+//! - [`descs`]: the compute and scale types of each matmul descriptor, kept from
+//!   `hipblasLtMatmulDescCreate` (hipBLASLt has no attribute to read them back);
+//! - [`key`]: the key of a call, in the Lt key's numbers (`tunedblas_core::hipblaslt`), so
+//!   PyTorch's own `GemmTunableOp_*` / `GemmStridedBatchedTunableOp_*` rows are its keys;
+//! - [`ext`]: `hipblaslt_ext::getAlgosFromIndex` / `matmulIsAlgoSupported` /
+//!   `getIndexFromAlgo`, the C++ calls that turn a `Gemm_Hipblaslt_<index>` row back into
+//!   an algorithm;
+//! - [`serve`]: the rebuilt, checked algorithm a row names;
+//! - [`real`]: the hook table, handles and their builds, the device (`hipGetDevice`);
+//! - this file: its runtime, counters and lifecycle hooks.
+//!
+//! The profile is the one made for the sha256 of the loaded `libhipblaslt.so` (indices are
+//! build-specific). A row's algorithm is rebuilt and checked once per key; a call with less
+//! workspace than it needs, or a pointer not 16-byte aligned, runs the caller's algorithm;
+//! a failed rebuild, check or call quarantines the row and the caller's own call is made.
+//! Keys without a row are recorded as `<host>-<pid>-<start>-hipblaslt-rank<device>.csv`.
+
+pub mod descs;
+pub mod ext;
+pub mod key;
+pub mod real;
+pub mod serve;
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicPtr};
+
+use tunedblas_core::cublaslt::{LtKey, LtLib};
+use tunedblas_core::misslog;
+
+use crate::lifecycle::{self, Backend, Lazy, Pass};
+use crate::log::info;
+use crate::lt::{Counters, LtRuntime, Spec};
+use crate::recorder::Recorder;
+use crate::stats::Counter;
+use real::{current_device, HIPBLASLT, HIPLT};
+
+static RUNTIME: Lazy<LtRuntime> = Lazy::new();
+static RECORDER: AtomicPtr<Recorder<LtKey>> = AtomicPtr::new(std::ptr::null_mut());
+/// `tunedblas_hipblaslt_serving(0)` turns serving off without restarting the process.
+pub(crate) static SERVING: AtomicBool = AtomicBool::new(true);
+
+/// What the lifecycle does for hipBLASLt at exit and fork.
+pub static BACKEND: Backend = Backend { finish, after_fork };
+
+/// What tells hipBLASLt apart in the shared Lt runtime.
+pub static SPEC: Spec = Spec {
+    lib: LtLib::Hipblaslt,
+    matmul_name: "hipblasLtMatmul",
+    counters: Counters {
+        calls: Counter::HipLtCalls,
+        served: Counter::HipLtServed,
+        default: Counter::HipLtDefault,
+        missed: Counter::HipLtMissed,
+        passed_through: Counter::HipLtPassedThrough,
+        fallbacks: Counter::HipLtFallbacks,
+    },
+    miss_tag: "-hipblaslt",
+    json_name: "hipblaslt",
+    anchor: || HIPLT.matmul.get(),
+    device: current_device,
+};
+
+#[inline]
+pub(crate) fn get() -> Option<&'static LtRuntime> {
+    RUNTIME.get(|| LtRuntime::start(&SPEC, &RECORDER))
+}
+
+/// The served hipBLASLt build was unloaded and another took its place (`libs.rs`).
+pub fn library_changed() {
+    if let Some(rt) = RUNTIME.peek() {
+        rt.misses.flush(lifecycle::EXIT_WAIT);
+    }
+    RUNTIME.restart();
+}
+
+/// The hipBLASLt misses, once the runtime was built (for the live status).
+pub fn status_misses() -> Option<&'static misslog::MissSet<LtKey>> {
+    RUNTIME.peek().map(|rt| &rt.misses.set)
+}
+
+pub(crate) fn latch_off(why: &str) {
+    if RUNTIME.latch_off() {
+        info!("hipBLASLt: internal error ({why}); passing every call through from now on");
+    }
+}
+
+/// `tunedblas_hipblaslt_serving(on)`: see [`crate::lt::set_switch`].
+pub fn set_serving(on: c_int) -> c_int {
+    crate::lt::set_switch(&SERVING, on)
+}
+
+fn finish(pass: Pass) {
+    if let Some(rt) = RUNTIME.peek() {
+        // rocBLAS or cuBLASLt own the stats file when they ran too.
+        let beside = crate::rocblas::started() || crate::cublaslt::started();
+        rt.finish(pass, beside);
+    }
+}
+
+/// In a fork child: the child's misses are its own.
+unsafe fn after_fork() {
+    // SAFETY: as below.
+    unsafe { HIPBLASLT.after_fork() };
+    if let Some(rt) = RUNTIME.peek() {
+        // SAFETY: the lifecycle calls this from the fork child handler only.
+        unsafe { rt.misses.after_fork() };
+    }
+}

@@ -1,0 +1,167 @@
+//! The real hipBLASLt: the typed table of its functions (the C API, the `hipblaslt_ext` C++
+//! functions by their mangled names, HIP's `hipGetDevice`, libstdc++'s `operator new` and
+//! `operator delete` for the vectors `hipblaslt_ext` fills), the call itself, the build each
+//! handle belongs to (`crate::libs`), and the device a call runs on.
+
+use std::ffi::{c_int, c_void, CString};
+
+use tunedblas_core::abi::*;
+
+use crate::libs::{Backend, Registry};
+use crate::lt::LtCall;
+
+const HIPBLASLT_LIBS: &[&str] = &["libhipblaslt.so"];
+const HIP_LIBS: &[&str] = &["libamdhip64.so"];
+const CXX_LIBS: &[&str] = &["libstdc++.so"];
+
+/// `int hipblaslt_ext::getIndexFromAlgo(hipblasLtMatmulAlgo_t&)`.
+pub type IndexFromAlgoFn = unsafe extern "C" fn(*mut HipblasLtMatmulAlgo) -> c_int;
+/// `hipblaslt_ext::getAlgosFromIndex(handle, std::vector<int>&,
+/// std::vector<hipblasLtMatmulHeuristicResult_t>&)`: the vectors by reference, as pointers
+/// to libstdc++'s three-pointer vectors (`super::ext::CxxVec`).
+pub type AlgosFromIndexFn =
+    unsafe extern "C" fn(HipblasLtHandle, *mut c_void, *mut c_void) -> HipblasStatus;
+/// `hipblaslt_ext::matmulIsAlgoSupported(handle, desc, alpha, A, B, beta, C, D, algo&,
+/// size_t& workspace)`.
+pub type IsAlgoSupportedFn = unsafe extern "C" fn(
+    HipblasLtHandle,
+    HipblasLtMatmulDesc,
+    *const c_void,
+    HipblasLtMatrixLayout,
+    HipblasLtMatrixLayout,
+    *const c_void,
+    HipblasLtMatrixLayout,
+    HipblasLtMatrixLayout,
+    *mut HipblasLtMatmulAlgo,
+    *mut usize,
+) -> HipblasStatus;
+/// `operator new(size_t)` and `operator delete(void*)`: what libstdc++'s allocator uses, so
+/// a vector the library grows or frees is one we made the same way.
+pub type CxxNewFn = unsafe extern "C" fn(usize) -> *mut c_void;
+pub type CxxDeleteFn = unsafe extern "C" fn(*mut c_void);
+
+crate::real::hook_table! {
+    pub struct HipLtHooks; static HIPLT; libs = HIPBLASLT_LIBS;
+    matmul: HipblasLtMatmulFn = c"hipblasLtMatmul",
+    desc_get: HipblasLtMatmulDescGetAttributeFn = c"hipblasLtMatmulDescGetAttribute",
+    layout_get: HipblasLtMatrixLayoutGetAttributeFn = c"hipblasLtMatrixLayoutGetAttribute",
+    desc_create: HipblasLtMatmulDescCreateFn = c"hipblasLtMatmulDescCreate",
+    desc_destroy: HipblasLtMatmulDescDestroyFn = c"hipblasLtMatmulDescDestroy",
+    create: HipblasLtCreateFn = c"hipblasLtCreate",
+    destroy: HipblasLtDestroyFn = c"hipblasLtDestroy",
+    // The mangled names of src/abi.rs's HIPBLASLT_EXT_* (a test below keeps them equal).
+    index_from_algo: IndexFromAlgoFn =
+        c"_ZN13hipblaslt_ext16getIndexFromAlgoER22_hipblasLtMatmulAlgo_t",
+    algos_from_index: AlgosFromIndexFn =
+        c"_ZN13hipblaslt_ext17getAlgosFromIndexEPvRSt6vectorIiSaIiEERS1_I33_hipblasLtMatmulHeuristicResult_tSaIS5_EE",
+    is_supported: IsAlgoSupportedFn =
+        c"_ZN13hipblaslt_ext21matmulIsAlgoSupportedEPvP27hipblasLtMatmulDescOpaque_tPKvP29hipblasLtMatrixLayoutOpaque_tS6_S4_S6_S6_R22_hipblasLtMatmulAlgo_tRm",
+    cxx_new: CxxNewFn = c"_Znwm" in CXX_LIBS,
+    cxx_delete: CxxDeleteFn = c"_ZdlPv" in CXX_LIBS,
+    hip_get_device: HipGetDeviceFn = c"hipGetDevice" in HIP_LIBS,
+}
+
+/// Calls hipBLASLt's matmul with a caller's arguments and `algo`.
+///
+/// # Safety
+/// `x` holds a caller's arguments; `algo` is NULL, the caller's, or one hipBLASLt made.
+#[inline]
+pub unsafe fn call(
+    f: HipblasLtMatmulFn,
+    x: &LtCall,
+    algo: *const HipblasLtMatmulAlgo,
+) -> HipblasStatus {
+    // SAFETY: forwarding the caller's arguments (with possibly another algo).
+    unsafe {
+        f(
+            x.handle,
+            x.desc,
+            x.alpha,
+            x.a,
+            x.a_desc,
+            x.b,
+            x.b_desc,
+            x.beta,
+            x.c,
+            x.c_desc,
+            x.d,
+            x.d_desc,
+            algo,
+            x.workspace,
+            x.workspace_bytes,
+            x.stream,
+        )
+    }
+}
+
+/// hipBLASLt's builds and handles.
+pub static HIPBLASLT: Registry<HipLtHooks> = Registry::new(Backend {
+    what: "hipBLASLt",
+    create: c"hipblasLtCreate",
+    hooks: &HIPLT,
+    changed: super::library_changed,
+    several: || {},
+    device: current_device,
+    serving: |_| {},
+});
+
+/// `hipblasLtCreate` from a caller at return address `ret`: in the build it links
+/// (`libs.rs`).
+pub fn create_handle(out: *mut HipblasLtHandle, ret: *const c_void) -> HipblasStatus {
+    HIPBLASLT
+        .create(out, ret, HIPLT.create.get())
+        .unwrap_or(HIPBLAS_STATUS_NOT_INITIALIZED)
+}
+
+/// `hipblasLtDestroy`: in the build the handle came from.
+pub fn destroy_handle(h: HipblasLtHandle) -> HipblasStatus {
+    let destroy = match HIPBLASLT.destroyed(h) {
+        Some(other) => other.destroy(),
+        None => HIPLT.destroy(),
+    };
+    match destroy {
+        // SAFETY: the caller's own handle.
+        Some(f) => unsafe { f(h) },
+        None => HIPBLAS_STATUS_NOT_INITIALIZED,
+    }
+}
+
+/// HIP's current device of the calling thread, 0 if unknown.
+pub fn current_device() -> i32 {
+    match HIPLT.hip_get_device() {
+        Some(f) => {
+            let mut d = 0;
+            // SAFETY: out-pointer to an int.
+            if unsafe { f(&mut d) } == 0 {
+                d
+            } else {
+                0
+            }
+        }
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hook table's C++ names are src/abi.rs's, which the conformance suite checks
+    /// against the real hipBLASLt 7.1.1 headers and library.
+    #[test]
+    fn the_cxx_names_are_the_checked_ones() {
+        let name = |h: &crate::real::Hook| h.name.to_str().unwrap().to_owned();
+        assert_eq!(
+            name(&HIPLT.index_from_algo),
+            HIPBLASLT_EXT_GET_INDEX_FROM_ALGO
+        );
+        assert_eq!(
+            name(&HIPLT.algos_from_index),
+            HIPBLASLT_EXT_GET_ALGOS_FROM_INDEX
+        );
+        assert_eq!(
+            name(&HIPLT.is_supported),
+            HIPBLASLT_EXT_MATMUL_IS_ALGO_SUPPORTED
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! What hipBLASLt supplies to the shared serving path (`crate::lt::serve`): its calls, its
+//! key, and the algorithm a `Gemm_Hipblaslt_<index>` row names, rebuilt once per key with
+//! `hipblaslt_ext::getAlgosFromIndex` and checked with `matmulIsAlgoSupported` against the
+//! key's first call (its descriptors, alpha and beta), as PyTorch TunableOp checks it.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+use tunedblas_core::abi::{HipblasLtMatmulAlgo, HipblasLtMatmulFn};
+use tunedblas_core::cublaslt::{LtAction, LtKey, LtLib, LtStatus, MatmulAlgo, Prepared};
+
+use super::real::{call, HIPBLASLT, HIPLT};
+use super::{ext, get, latch_off, SERVING};
+use crate::log::debug;
+use crate::lt::serve::{cannot_use, Library};
+use crate::lt::{LtCall, LtRuntime};
+
+/// Alignment asked of each pointer before a tuned algorithm runs on it: hipBLASLt cannot
+/// say what an algorithm needs, and tuning ran on aligned buffers, so a misaligned call
+/// keeps the caller's own algorithm.
+const MIN_ALIGN: u32 = 16;
+
+/// hipBLASLt, to the shared serving path.
+pub struct Hipblaslt;
+
+impl Library for Hipblaslt {
+    type Matmul = HipblasLtMatmulFn;
+
+    #[inline]
+    fn runtime() -> Option<&'static LtRuntime> {
+        get()
+    }
+    #[inline]
+    fn serving() -> bool {
+        SERVING.load(Ordering::Relaxed)
+    }
+    fn latch_off(why: &str) {
+        latch_off(why)
+    }
+    #[inline]
+    fn other_build(handle: *mut c_void) -> Option<Option<HipblasLtMatmulFn>> {
+        HIPBLASLT.other_build(handle).map(|other| other.matmul())
+    }
+    #[inline]
+    fn real() -> Option<HipblasLtMatmulFn> {
+        HIPLT.matmul()
+    }
+    #[inline]
+    unsafe fn call(f: HipblasLtMatmulFn, x: &LtCall, algo: *const c_void) -> LtStatus {
+        // SAFETY: per the trait.
+        unsafe { call(f, x, algo.cast()) }
+    }
+    unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
+        // SAFETY: per the trait.
+        unsafe { super::key::read_key(x) }
+    }
+    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Option<Prepared> {
+        let &LtAction::Index(index) = action else {
+            return None; // not loaded for hipBLASLt (`LtLib::serves`)
+        };
+        let fail = |why: String| {
+            cannot_use(LtLib::Hipblaslt, &action.solution_text(), key, &why);
+            None
+        };
+        // SAFETY: the caller's live handle.
+        let mut algo = match unsafe { ext::algo_from_index(x.handle, index) } {
+            Ok(a) => a,
+            Err(why) => return fail(why),
+        };
+        // SAFETY: the caller's live handle and descriptors.
+        let workspace = match unsafe { ext::workspace_if_supported(x, &mut algo) } {
+            Ok(w) => w,
+            Err(why) => return fail(why),
+        };
+        debug!(
+            "hipBLASLt: {} checked: workspace {workspace} bytes",
+            action.solution_text()
+        );
+        Some(Prepared {
+            algo: into_lt_algo(algo),
+            workspace,
+            min_align: [MIN_ALIGN; 4],
+        })
+    }
+}
+
+/// A hipBLASLt algorithm (24 bytes) kept in the Lt table's algorithm slot (64 bytes, 8-byte
+/// aligned like it): the serving path hands its address to `hipblasLtMatmul`.
+fn into_lt_algo(algo: HipblasLtMatmulAlgo) -> MatmulAlgo {
+    const {
+        assert!(std::mem::size_of::<HipblasLtMatmulAlgo>() <= std::mem::size_of::<MatmulAlgo>());
+        assert!(std::mem::align_of::<HipblasLtMatmulAlgo>() <= std::mem::align_of::<MatmulAlgo>());
+    }
+    let mut slot = MatmulAlgo::default();
+    // SAFETY: the slot is large and aligned enough (checked above).
+    unsafe {
+        (&mut slot as *mut MatmulAlgo)
+            .cast::<HipblasLtMatmulAlgo>()
+            .write(algo)
+    };
+    slot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_algorithm_kept_in_the_slot_reads_back_whole() {
+        let mut a = HipblasLtMatmulAlgo::default();
+        a.data
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8 + 1);
+        a.max_workspace_bytes = 4096;
+        let slot = into_lt_algo(a);
+        // SAFETY: written by into_lt_algo.
+        let back = unsafe { *(&slot as *const MatmulAlgo).cast::<HipblasLtMatmulAlgo>() };
+        assert_eq!(back, a);
+    }
+}
