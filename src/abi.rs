@@ -385,14 +385,16 @@ pub const HIPBLAS_COMPUTE_32I_PEDANTIC: i32 = 10;
 
 /// `hipblasLtMatmulDescAttributes_t`: the ones tunedblas reads. There is no attribute for
 /// the compute and scale types: they are given to `hipblasLtMatmulDescCreate` only, so the
-/// interposer wraps it (`cdylib/src/hipblaslt/descs.rs`).
+/// interposer wraps it (`cdylib/src/hipblaslt/objects.rs`).
 pub const HIPBLASLT_MATMUL_DESC_TRANSA: i32 = 0;
 pub const HIPBLASLT_MATMUL_DESC_TRANSB: i32 = 1;
 pub const HIPBLASLT_MATMUL_DESC_EPILOGUE: i32 = 2;
 pub const HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: i32 = 4;
 pub const HIPBLASLT_MATMUL_DESC_POINTER_MODE: i32 = 13;
 
-/// `hipblasLtMatrixLayoutAttribute_t` (cuBLASLt's attributes, numbered otherwise).
+/// `hipblasLtMatrixLayoutAttribute_t` (cuBLASLt's attributes, numbered otherwise). hipBLASLt
+/// 7.1.1 reads back only the first two; the interposer keeps the rest from the calls that
+/// set them (`cdylib/src/hipblaslt/objects.rs`).
 pub const HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT: i32 = 0;
 pub const HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: i32 = 1;
 pub const HIPBLASLT_MATRIX_LAYOUT_TYPE: i32 = 2;
@@ -441,6 +443,19 @@ pub type HipblasLtMatmulDescCreateFn = unsafe extern "C" fn(
 ) -> HipblasStatus;
 /// `hipblasLtMatmulDescDestroy(desc)`.
 pub type HipblasLtMatmulDescDestroyFn = unsafe extern "C" fn(HipblasLtMatmulDesc) -> HipblasStatus;
+/// `hipblasLtMatrixLayoutCreate(layout*, hipDataType, rows, cols, ld)`.
+pub type HipblasLtMatrixLayoutCreateFn =
+    unsafe extern "C" fn(*mut HipblasLtMatrixLayout, HipDataType, u64, u64, i64) -> HipblasStatus;
+/// `hipblasLtMatrixLayoutDestroy(layout)`.
+pub type HipblasLtMatrixLayoutDestroyFn =
+    unsafe extern "C" fn(HipblasLtMatrixLayout) -> HipblasStatus;
+/// `hipblasLtMatrixLayoutSetAttribute(layout, attr, buf, size)`.
+pub type HipblasLtMatrixLayoutSetAttributeFn = unsafe extern "C" fn(
+    HipblasLtMatrixLayout,
+    HipblasLtAttribute,
+    *const c_void,
+    usize,
+) -> HipblasStatus;
 /// `hipblasLtMatmulDescGetAttribute` / `hipblasLtMatrixLayoutGetAttribute`:
 /// (object, attr, buf, size, size written).
 pub type HipblasLtMatmulDescGetAttributeFn = unsafe extern "C" fn(

@@ -16,6 +16,7 @@ use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 use tunedblas_core::rocblas::{ex_types, single_key_unchecked, Dims};
 
+use crate::hipblaslt::objects::{DESCS, LAYOUTS};
 use crate::rocblas::near;
 use crate::rocblas::real::{self as rocblas, HOOKS};
 use crate::rocblas::serve::{self, ExArgs, TypedArgs};
@@ -620,9 +621,69 @@ pub unsafe extern "C" fn hipblasLtMatmulDescCreate(
     if status == abi::HIPBLAS_STATUS_SUCCESS && !desc.is_null() {
         // SAFETY: the library wrote the new descriptor there.
         let made = unsafe { *desc };
-        let _ = std::panic::catch_unwind(|| crate::hipblaslt::descs::created(made, compute, scale));
+        let fields = [u64::from(compute as u32), u64::from(scale as u32)];
+        let _ = std::panic::catch_unwind(|| DESCS.created(made, &fields));
     }
     status
+}
+
+/// `hipblasLtMatrixLayoutCreate`: the real one, then the layout's type, sizes and leading
+/// dimension kept (hipBLASLt cannot be asked for them later: `hipblaslt/objects.rs`).
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtMatrixLayoutCreate(
+    layout: *mut abi::HipblasLtMatrixLayout,
+    dtype: abi::HipDataType,
+    rows: u64,
+    cols: u64,
+    ld: i64,
+) -> abi::HipblasStatus {
+    let Some(real) = crate::hipblaslt::real::HIPLT.layout_create() else {
+        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
+    };
+    // SAFETY: the caller's own arguments.
+    let status = unsafe { real(layout, dtype, rows, cols, ld) };
+    if status == abi::HIPBLAS_STATUS_SUCCESS && !layout.is_null() {
+        // SAFETY: the library wrote the new layout there.
+        let made = unsafe { *layout };
+        let fields = crate::hipblaslt::key::new_layout(dtype, rows, cols, ld);
+        let _ = std::panic::catch_unwind(|| LAYOUTS.created(made, &fields));
+    }
+    status
+}
+
+/// `hipblasLtMatrixLayoutSetAttribute`: the real one, then what it set kept.
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtMatrixLayoutSetAttribute(
+    layout: abi::HipblasLtMatrixLayout,
+    attr: abi::HipblasLtAttribute,
+    buf: *const c_void,
+    size: usize,
+) -> abi::HipblasStatus {
+    let Some(real) = crate::hipblaslt::real::HIPLT.layout_set() else {
+        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
+    };
+    // SAFETY: the caller's own arguments.
+    let status = unsafe { real(layout, attr, buf, size) };
+    if status == abi::HIPBLAS_STATUS_SUCCESS {
+        // SAFETY: the library just read `size` bytes at `buf`.
+        if let Some((i, v)) = unsafe { crate::hipblaslt::key::layout_field(attr, buf, size) } {
+            let _ = std::panic::catch_unwind(|| LAYOUTS.set(layout, i, v));
+        }
+    }
+    status
+}
+
+/// `hipblasLtMatrixLayoutDestroy`: its fields forgotten first, then the real one.
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtMatrixLayoutDestroy(
+    layout: abi::HipblasLtMatrixLayout,
+) -> abi::HipblasStatus {
+    let _ = std::panic::catch_unwind(|| LAYOUTS.destroyed(layout));
+    match crate::hipblaslt::real::HIPLT.layout_destroy() {
+        // SAFETY: the caller's own layout.
+        Some(real) => unsafe { real(layout) },
+        None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
+    }
 }
 
 /// `hipblasLtMatmulDescDestroy`: its types forgotten first, then the real one.
@@ -630,7 +691,7 @@ pub unsafe extern "C" fn hipblasLtMatmulDescCreate(
 pub unsafe extern "C" fn hipblasLtMatmulDescDestroy(
     desc: abi::HipblasLtMatmulDesc,
 ) -> abi::HipblasStatus {
-    let _ = std::panic::catch_unwind(|| crate::hipblaslt::descs::destroyed(desc));
+    let _ = std::panic::catch_unwind(|| DESCS.destroyed(desc));
     match crate::hipblaslt::real::HIPLT.desc_destroy() {
         // SAFETY: the caller's own descriptor.
         Some(real) => unsafe { real(desc) },

@@ -1,15 +1,16 @@
-//! The C programs and libraries the end-to-end tests run, built once per test run for every
-//! test binary: each lands in `target/<profile>/test-hosts/<name>-<hash>/`, where the hash
-//! covers what goes into it (the sources under `tests/hosts/`, the compiler arguments, the
-//! bytes of a copied library). The first binary to need one builds it into a temporary
-//! folder under a file lock and renames it into place; the others (and later runs) find it
-//! there. A finished folder is never written again, so readers need no lock.
+//! The C and C++ programs and libraries the end-to-end tests run, built once per test run
+//! for every test binary: each lands in `target/<profile>/test-hosts/<name>-<hash>/`, where
+//! the hash covers what goes into it (the sources under `tests/hosts/`, the compiler and its
+//! arguments, the bytes of a copied library). The first binary to need one builds it into a
+//! temporary folder under a file lock and renames it into place; the others (and later runs)
+//! find it there. A finished folder is never written again, so readers need no lock.
 
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
@@ -87,39 +88,86 @@ fn host_sources() -> Vec<u8> {
     all
 }
 
-/// What `cc --version` says: part of every program's hash, so a new compiler rebuilds.
-fn compiler() -> &'static [u8] {
-    static V: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    V.get_or_init(|| {
-        Command::new("cc")
-            .arg("--version")
-            .output()
-            .map(|o| o.stdout)
-            .unwrap_or_default()
-    })
+/// The compilers the hosts are built with: `cc` for C, `g++` for the C++ stand-in.
+#[derive(Clone, Copy)]
+pub enum Compiler {
+    C,
+    Cxx,
 }
 
-/// `cc -O1 -Wall -o <out> <args>`, failing the test with the compiler's words.
-pub fn cc(out: &Path, args: &[String]) {
-    let mut c = Command::new("cc");
+impl Compiler {
+    fn command(self) -> &'static str {
+        match self {
+            Compiler::C => "cc",
+            Compiler::Cxx => "g++",
+        }
+    }
+
+    /// What `<compiler> --version` says: part of every build's hash, so a new compiler
+    /// rebuilds.
+    fn version(self) -> &'static [u8] {
+        static V: [OnceLock<Vec<u8>>; 2] = [OnceLock::new(), OnceLock::new()];
+        V[self as usize].get_or_init(|| {
+            Command::new(self.command())
+                .arg("--version")
+                .output()
+                .map(|o| o.stdout)
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// `<compiler> -O1 -Wall -o <out> <args>`, failing the test with the compiler's words.
+pub fn compile(compiler: Compiler, out: &Path, args: &[String]) {
+    let name = compiler.command();
+    let mut c = Command::new(name);
     c.args(["-O1", "-Wall", "-o"]).arg(out).args(args);
     let o = c
         .output()
-        .unwrap_or_else(|e| panic!("a C compiler (cc) is needed for these tests: {e}"));
+        .unwrap_or_else(|e| panic!("a compiler ({name}) is needed for these tests: {e}"));
     assert!(o.status.success(), "{c:?}:\n{}", text(&o.stderr));
+}
+
+/// `name` built from `tests/hosts/` by `compiler` with `args` (`{hosts}` in an argument is
+/// that folder) into its cached folder, with `link` -> `name` beside it when given: the
+/// folder.
+fn hosts_build(compiler: Compiler, name: &str, args: &[String], link: Option<&str>) -> PathBuf {
+    let hosts = repo().join("tests/hosts").display().to_string();
+    let args: Vec<String> = args.iter().map(|a| a.replace("{hosts}", &hosts)).collect();
+    let sources = host_sources();
+    let joined = args.join("\0");
+    let link_name = link.unwrap_or("");
+    let parts: [&[u8]; 4] = [
+        compiler.version(),
+        &sources,
+        joined.as_bytes(),
+        link_name.as_bytes(),
+    ];
+    cached(name, &parts, |tmp| {
+        compile(compiler, &tmp.join(name), &args);
+        if let Some(link) = link {
+            std::os::unix::fs::symlink(name, tmp.join(link)).unwrap();
+        }
+    })
 }
 
 /// A program or library built from `tests/hosts/` with `args` (`{hosts}` in an argument is
 /// that folder): the path of `<name>` in its cached folder.
 pub fn c_program(name: &str, args: &[String]) -> PathBuf {
-    let hosts = repo().join("tests/hosts").display().to_string();
-    let args: Vec<String> = args.iter().map(|a| a.replace("{hosts}", &hosts)).collect();
-    let sources = host_sources();
-    let joined = args.join("\0");
-    let dir = cached(name, &[compiler(), &sources, joined.as_bytes()], |tmp| {
-        cc(&tmp.join(name), &args)
-    });
-    dir.join(name)
+    hosts_build(Compiler::C, name, args, None).join(name)
+}
+
+/// A shared library built from `tests/hosts/` by `compiler` with `args` (sources and link
+/// flags; `-shared -fPIC` and the soname are added) under its soname, with `link` ->
+/// `soname` beside it (what `-l` finds): the folder holding both.
+pub fn shared_lib(compiler: Compiler, soname: &str, link: &str, args: &[String]) -> PathBuf {
+    let mut all: Vec<String> = vec![
+        "-shared".into(),
+        "-fPIC".into(),
+        format!("-Wl,-soname,{soname}"),
+    ];
+    all.extend_from_slice(args);
+    hosts_build(compiler, soname, &all, Some(link))
 }
 
 /// A folder holding `lib` under `soname`, plus `link` -> `soname` when given (what `-l`
@@ -141,4 +189,61 @@ pub fn link_args(dir: &Path) -> [String; 2] {
         format!("-L{}", dir.display()),
         format!("-Wl,-rpath,{}", dir.display()),
     ]
+}
+
+/// The hipBLASLt stand-in (`tests/hosts/fake_hipblaslt.cpp`, C++ against the real libstdc++,
+/// linked against the HIP runtime stand-in `fake_hip.c`) and its test host
+/// (`tests/hosts/hiplt_host.c`): the fields of `tests/cublaslt.rs`'s `Lt`.
+pub struct HipLt {
+    /// `libhipblaslt.so.1` (its soname) and `libhipblaslt.so` -> it.
+    pub libdir: PathBuf,
+    /// `libamdhip64.so.6` and `libamdhip64.so` -> it: the HIP runtime the stand-in loads.
+    pub hip_libdir: PathBuf,
+    /// The program `hiplt_host`.
+    pub host: PathBuf,
+    /// `libhipltmod.so`: the module the host loads, linked against `libhipblaslt.so.1`.
+    pub module: PathBuf,
+    /// The sha256 of `libhipblaslt.so.1`.
+    pub sha: String,
+}
+
+impl HipLt {
+    /// The stand-in as the host loads it (`<libdir>/libhipblaslt.so.1`).
+    pub fn lib(&self) -> PathBuf {
+        self.libdir.join("libhipblaslt.so.1")
+    }
+}
+
+/// [`HipLt`], built once per test run.
+pub fn hiplt() -> &'static HipLt {
+    static H: OnceLock<HipLt> = OnceLock::new();
+    H.get_or_init(|| {
+        let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let hip_libdir = shared_lib(
+            Compiler::C,
+            "libamdhip64.so.6",
+            "libamdhip64.so",
+            &strings(&["{hosts}/fake_hip.c"]),
+        );
+        let mut args = strings(&["-std=c++17", "{hosts}/fake_hipblaslt.cpp"]);
+        args.extend(link_args(&hip_libdir));
+        args.extend(strings(&["-l:libamdhip64.so.6", "-lpthread"]));
+        let libdir = shared_lib(Compiler::Cxx, "libhipblaslt.so.1", "libhipblaslt.so", &args);
+        let mut args = strings(&["-shared", "-fPIC", "-DHIPLT_MODULE", "{hosts}/hiplt_host.c"]);
+        args.extend(link_args(&libdir));
+        args.push("-l:libhipblaslt.so.1".into());
+        let module = c_program("libhipltmod.so", &args);
+        let host = c_program(
+            "hiplt_host",
+            &strings(&["{hosts}/hiplt_host.c", "-ldl", "-lpthread"]),
+        );
+        let sha = tunedblas_core::identity::sha256_file(&libdir.join("libhipblaslt.so.1")).unwrap();
+        HipLt {
+            libdir,
+            hip_libdir,
+            host,
+            module,
+            sha,
+        }
+    })
 }

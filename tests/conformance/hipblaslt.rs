@@ -42,6 +42,18 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "hipblasLtMatrixLayoutGetAttribute",
         "HipblasLtMatrixLayoutGetAttributeFn",
     ),
+    (
+        "hipblasLtMatrixLayoutCreate",
+        "HipblasLtMatrixLayoutCreateFn",
+    ),
+    (
+        "hipblasLtMatrixLayoutDestroy",
+        "HipblasLtMatrixLayoutDestroyFn",
+    ),
+    (
+        "hipblasLtMatrixLayoutSetAttribute",
+        "HipblasLtMatrixLayoutSetAttributeFn",
+    ),
 ];
 
 /// The `hipblaslt_ext` functions: mangled name in `src/abi.rs`, and a C++ expression taking

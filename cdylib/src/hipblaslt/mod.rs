@@ -4,8 +4,9 @@
 //! hipBLASLt mirrors cuBLASLt, so this backend is the shared Lt runtime and serving path
 //! (`crate::lt`) with hipBLASLt's pieces:
 //!
-//! - [`descs`]: the compute and scale types of each matmul descriptor, kept from
-//!   `hipblasLtMatmulDescCreate` (hipBLASLt has no attribute to read them back);
+//! - [`objects`]: what hipBLASLt will not tell back, kept from the calls that set it: each
+//!   matmul descriptor's compute and scale types, each layout's type, order, rows,
+//!   columns and leading dimension;
 //! - [`key`]: the key of a call, in the Lt key's numbers (`tunedblas_core::hipblaslt`), so
 //!   PyTorch's own `GemmTunableOp_*` / `GemmStridedBatchedTunableOp_*` rows are its keys;
 //! - [`ext`]: `hipblaslt_ext::getAlgosFromIndex` / `matmulIsAlgoSupported` /
@@ -21,9 +22,9 @@
 //! a failed rebuild, check or call quarantines the row and the caller's own call is made.
 //! Keys without a row are recorded as `<host>-<pid>-<start>-hipblaslt-rank<device>.csv`.
 
-pub mod descs;
 pub mod ext;
 pub mod key;
+pub mod objects;
 pub mod real;
 pub mod serve;
 

@@ -44,9 +44,11 @@ crate::real::hook_table! {
     pub struct HipLtHooks; static HIPLT; libs = HIPBLASLT_LIBS;
     matmul: HipblasLtMatmulFn = c"hipblasLtMatmul",
     desc_get: HipblasLtMatmulDescGetAttributeFn = c"hipblasLtMatmulDescGetAttribute",
-    layout_get: HipblasLtMatrixLayoutGetAttributeFn = c"hipblasLtMatrixLayoutGetAttribute",
     desc_create: HipblasLtMatmulDescCreateFn = c"hipblasLtMatmulDescCreate",
     desc_destroy: HipblasLtMatmulDescDestroyFn = c"hipblasLtMatmulDescDestroy",
+    layout_create: HipblasLtMatrixLayoutCreateFn = c"hipblasLtMatrixLayoutCreate",
+    layout_destroy: HipblasLtMatrixLayoutDestroyFn = c"hipblasLtMatrixLayoutDestroy",
+    layout_set: HipblasLtMatrixLayoutSetAttributeFn = c"hipblasLtMatrixLayoutSetAttribute",
     create: HipblasLtCreateFn = c"hipblasLtCreate",
     destroy: HipblasLtDestroyFn = c"hipblasLtDestroy",
     // The mangled names of src/abi.rs's HIPBLASLT_EXT_* (a test below keeps them equal).

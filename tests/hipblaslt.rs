@@ -1,0 +1,354 @@
+//! End-to-end on the CPU: the interposer's hipBLASLt path against a stand-in hipBLASLt
+//! (`tests/hosts/fake_hipblaslt.cpp`: the real C ABI, the `hipblaslt_ext` C++ functions
+//! under their real mangled names, real libstdc++ vectors; no GPU). The host loads a module
+//! linked against `libhipblaslt.so.1` with `RTLD_LOCAL`, as Python loads PyTorch, and
+//! issues bf16 `F.linear` calls the way PyTorch's hipBLASLt path does (descriptors made and
+//! destroyed around every call). What ran is read from the stand-in's trace.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::build::hiplt;
+use common::{host_env, scratch, text, trace, Profile};
+use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
+
+/// The bf16 `F.linear` key of a call `N,M,K`.
+fn key(n: i64, m: i64, k: i64) -> LtKey {
+    LtKey::linear(R_16BF, n, m, k)
+}
+
+/// A row as PyTorch TunableOp writes it on ROCm.
+fn row(k: &LtKey, solution: &str) -> String {
+    let (op, sig) = op_and_signature(k);
+    format!("{op},{sig},{solution},0.01")
+}
+
+/// A profile for the stand-in's build, with ROCm's validators.
+fn profile(dir: &Path, rows: &[String]) {
+    Profile::new(&dir.join("profiles"), "fake-hiplt", &hiplt().sha)
+        .validators(&[
+            ("PT_VERSION", "2.7.0"),
+            ("ROCM_VERSION", "7.1.1"),
+            ("HIPBLASLT_VERSION", "100100"),
+            ("GCN_ARCH_NAME", "gfx942:sramecc+:xnack-"),
+        ])
+        .lines(rows)
+        .write();
+}
+
+fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
+    let mut cmd = Command::new(&hiplt().host);
+    cmd.arg(&hiplt().module).args(calls);
+    host_env(&mut cmd, dir, preload);
+    cmd.env_remove("REFBLAS_TRACE")
+        .env_remove("FAKEHIPLT_CANCEL_POINT")
+        .env("TUNEDBLAS_STATS", dir.join("stats.json"))
+        .env("FAKEHIPLT_TRACE", dir.join("trace.log"));
+    cmd
+}
+
+fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
+    host_cmd(dir, preload, calls)
+        .output()
+        .expect("run hiplt_host")
+}
+
+fn stats(dir: &Path) -> serde_json::Value {
+    let t = std::fs::read_to_string(dir.join("stats.json")).expect("the stats file is written");
+    serde_json::from_str(&t).unwrap()
+}
+
+fn miss_lines(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with("-hipblaslt-rank0.csv") {
+            out.extend(
+                std::fs::read_to_string(&p)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_owned),
+            );
+        }
+    }
+    out
+}
+
+fn algos(dir: &Path) -> Vec<String> {
+    trace(dir).iter().map(|l| l["algo"].clone()).collect()
+}
+
+#[test]
+fn misses_are_recorded_under_pytorch_names_when_no_profile_matches() {
+    let dir = scratch("hiplt-miss");
+    let out = host(&dir, true, &["2560,16,1536", "2560,16,1536", "512,4,2560"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let startup = stderr.lines().next().unwrap_or("");
+    assert!(startup.starts_with("tunedblas: hipBLASLt: "), "{stderr}");
+    assert!(startup.contains("libhipblaslt.so.1"), "{stderr}");
+    assert_eq!(algos(&dir), ["6", "6", "6"], "the caller's algorithm ran");
+    assert_eq!(
+        miss_lines(&dir),
+        [
+            "GemmTunableOp_BFloat16_TN,tn_2560_16_1536_ld_1536_1536_2560",
+            "GemmTunableOp_BFloat16_TN,tn_512_4_2560_ld_2560_2560_512",
+        ]
+    );
+    let s = stats(&dir);
+    assert_eq!(s["library"], "hipblaslt", "{s}");
+    assert_eq!(s["calls"], 3, "{s}");
+    assert_eq!(s["missed_calls"], 3);
+    assert_eq!(s["missed_shapes"], 2);
+    // The live status names the backend.
+    let status: Vec<_> = std::fs::read_dir(dir.join("misses"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".status.json"))
+        .collect();
+    assert_eq!(status.len(), 1, "{status:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status[0]).unwrap()).unwrap();
+    assert_eq!(v["backends"][0]["backend"], "hipblaslt", "{v}");
+    assert_eq!(v["backends"][0]["counters"]["missed"], 3, "{v}");
+    assert!(stderr.contains("hipBLASLt: 3 calls: 0 served, 0 default, 3 missed (2 shapes)"));
+}
+
+/// A ROCm TunableOp results file as PyTorch writes it (rocBLAS and hipBLASLt rows side by
+/// side, old and new hipBLASLt names) serves its hipBLASLt rows as they are.
+#[test]
+fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
+    let dir = scratch("hiplt-serve");
+    profile(
+        &dir,
+        &[
+            row(&key(2560, 16, 1536), "Gemm_Hipblaslt_42"),
+            row(&key(512, 4, 2560), "Default"),
+            row(&key(1024, 8, 512), "Gemm_Hipblaslt_NT_7"),
+            row(&key(336, 32, 10240), "Gemm_Rocblas_12345"),
+        ],
+    );
+    let out = host(
+        &dir,
+        true,
+        &[
+            "2560,16,1536",
+            "512,4,2560",
+            "2560,16,1536",
+            "1024,8,512",
+            "336,32,10240",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "hipBLASLt: profile fake-hiplt auto-selected for hipBLASLt build {} (3 rows, rank 0",
+            &hiplt().sha[..12]
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("skipped"),
+        "a rocBLAS row is not a problem: {stderr}"
+    );
+    assert_eq!(algos(&dir), ["42", "6", "42", "7", "6"]);
+    assert!(trace(&dir).iter().all(|l| l["ok"] == "1"));
+    assert_eq!(
+        miss_lines(&dir),
+        ["GemmTunableOp_BFloat16_TN,tn_336_32_10240_ld_10240_10240_336"],
+        "the rocBLAS row serves nothing here: its shape is a miss"
+    );
+    let s = stats(&dir);
+    assert_eq!(s["served"], 3, "{s}");
+    assert_eq!(s["default"], 1);
+    assert_eq!(s["rows"], 3);
+    assert_eq!(s["rows_hit"], 3);
+    assert!(stderr.contains(
+        "hipBLASLt: 5 calls: 3 served, 1 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks"
+    ));
+    // `tunedblas lt verify` reads the hipBLASLt stats: a miss fails it ...
+    let verify = |dir: &Path| {
+        Command::new(common::built("tunedblas"))
+            .args(["lt", "verify", "--stats"])
+            .arg(dir.join("stats.json"))
+            .output()
+            .unwrap()
+    };
+    let v = verify(&dir);
+    assert_eq!(v.status.code(), Some(1), "{}", text(&v.stdout));
+    // ... and a run of only the rows' shapes passes.
+    let again = scratch("hiplt-serve-verify");
+    std::fs::rename(dir.join("profiles"), again.join("profiles")).unwrap();
+    let out = host(&again, true, &["2560,16,1536", "512,4,2560", "1024,8,512"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = verify(&again);
+    assert!(v.status.success(), "{}{}", text(&v.stdout), text(&v.stderr));
+    assert!(
+        text(&v.stdout).contains("3 of 3 rows hit"),
+        "{}",
+        text(&v.stdout)
+    );
+}
+
+#[test]
+fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_once_and_for_all() {
+    let dir = scratch("hiplt-fallback");
+    profile(
+        &dir,
+        &[
+            // Checks fine, fails to run: quarantined after its first failure (the
+            // stand-in's indices from 500 need 4096 bytes of workspace).
+            row(&key(64, 8, 64), "Gemm_Hipblaslt_998"),
+            // matmulIsAlgoSupported refuses it: never run.
+            row(&key(128, 8, 64), "Gemm_Hipblaslt_999"),
+            // No such index in this build (a row from another build's file).
+            row(&key(256, 8, 64), "Gemm_Hipblaslt_123456"),
+        ],
+    );
+    let calls = [
+        "64,8,64,4096",
+        "64,8,64,4096",
+        "128,8,64,4096",
+        "128,8,64,4096",
+        "256,8,64,4096",
+        "256,8,64,4096",
+    ];
+    let out = host(&dir, true, &calls);
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.success(),
+        "every call succeeds for the host: {stderr}"
+    );
+    // 998 ran once and failed; the caller's call followed; then only the caller's.
+    assert_eq!(
+        algos(&dir),
+        ["998", "6", "6", "6", "6", "6", "6"],
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("Gemm_Hipblaslt_998 for").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert!(stderr.contains("quarantined"), "{stderr}");
+    assert!(
+        stderr.contains("Gemm_Hipblaslt_999 for GemmTunableOp_BFloat16_TN,tn_128_8_64_ld_64_64_128 cannot be used: matmulIsAlgoSupported returned 7"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("Gemm_Hipblaslt_123456 for GemmTunableOp_BFloat16_TN,tn_256_8_64_ld_64_64_256 cannot be used: this hipBLASLt build has no algorithm of that index"),
+        "{stderr}"
+    );
+    let s = stats(&dir);
+    assert_eq!(s["served"], 0, "{s}");
+    assert_eq!(s["rows_quarantined"].as_array().unwrap().len(), 3, "{s}");
+    assert!(s["fallbacks"].as_u64().unwrap() >= 3, "{s}");
+    assert!(miss_lines(&dir).is_empty());
+}
+
+/// A tuned algorithm runs only where it can: enough workspace (index 500 needs 4096
+/// bytes in the stand-in) and 16-byte aligned pointers; other calls keep the caller's
+/// algorithm, and the row stays in service.
+#[test]
+fn calls_the_tuned_algorithm_cannot_take_pass_through_without_quarantine() {
+    let dir = scratch("hiplt-fit");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_500")]);
+    let out = host(
+        &dir,
+        true,
+        &[
+            "64,8,64,0",
+            "64,8,64,4096",
+            "64,8,64,4096,1",
+            "64,8,64,8192",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(algos(&dir), ["6", "500", "6", "500"], "{stderr}");
+    let s = stats(&dir);
+    assert_eq!(s["served"], 2, "{s}");
+    assert_eq!(s["passed_through"], 2, "{s}");
+    assert_eq!(s["fallbacks"], 0, "{s}");
+    assert!(s["rows_quarantined"].as_array().unwrap().is_empty(), "{s}");
+}
+
+#[test]
+fn serving_can_be_switched_off_and_on_inside_the_process() {
+    let dir = scratch("hiplt-switch");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let out = host(&dir, true, &["64,8,64", "off", "64,8,64", "on", "64,8,64"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(algos(&dir), ["42", "6", "42"]);
+}
+
+#[test]
+fn without_the_preload_or_disabled_nothing_changes() {
+    let dir = scratch("hiplt-plain");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let out = host(&dir, false, &["64,8,64"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(algos(&dir), ["6"]);
+    let dir = scratch("hiplt-disabled");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let out = host_cmd(&dir, true, &["64,8,64"])
+        .env("TUNEDBLAS_DISABLE", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(algos(&dir), ["6"]);
+    assert!(miss_lines(&dir).is_empty());
+}
+
+#[test]
+fn hipblaslt_forking_while_threads_record_never_hangs_a_child() {
+    let dir = scratch("hiplt-storm");
+    let out = host(&dir, true, &["@storm:4:20"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("storm-hung=0"), "{stdout}");
+}
+
+#[test]
+fn hipblaslt_a_signal_handler_exit_writes_counts_and_summary() {
+    let dir = scratch("hiplt-sigexit");
+    let out = host(&dir, true, &["@sigexit:4"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("hipBLASLt: "), "{stderr}");
+    assert!(
+        stderr.contains(" calls: "),
+        "the summary is written: {stderr}"
+    );
+    assert!(!miss_lines(&dir).is_empty(), "the shapes are on disk");
+}
+
+#[test]
+fn hipblaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
+    let dir = scratch("hiplt-cancel");
+    profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
+    let out = host_cmd(&dir, true, &["@cancel:5"])
+        .env("FAKEHIPLT_CANCEL_POINT", "1")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("cancelled=5"), "{stdout}");
+}
+
+#[test]
+fn hipblaslt_thirty_two_threads_give_exact_counts() {
+    let dir = scratch("hiplt-threads");
+    profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
+    let out = host(&dir, true, &["@threads:32:50"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = stats(&dir);
+    assert_eq!(s["calls"], 32 * 100, "{s}");
+    assert_eq!(s["served"], 32 * 50, "{s}");
+    assert_eq!(s["missed_calls"], 32 * 50, "{s}");
+    assert_eq!(s["missed_shapes"], 1, "{s}");
+}

@@ -1,0 +1,425 @@
+/* A stand-in for libhipblaslt.so.1 for the CPU tests, as fake_cublaslt.c is for cuBLASLt:
+ * the C ABI of the hipBLASLt functions tunedblas and its test host use (values from
+ * hipblaslt.h and hipblas-common.h), and the four C++ functions of `hipblaslt_ext` that
+ * PyTorch's TunableOp uses, declared with the real header's types so that g++ gives them the
+ * real mangled names (src/abi.rs HIPBLASLT_EXT_*), built against the real libstdc++ whose
+ * std::vector they fill. Descriptors store what they are given; hipblasLtMatmul computes
+ * nothing but appends one line per call to $FAKEHIPLT_TRACE (one write(2), O_APPEND):
+ *   matmul m=<D rows> n=<D cols> k=.. algo=heuristic|<index> ok=0|1
+ * (algo=heuristic: called with no algo; algo=-1: with an algo that is not one of ours).
+ *
+ * Algorithms: data[0..4] is the index (little-endian int32), data[4..8] the magic 0x484c5441
+ * that tells ours from garbage, data[8..16] zero; max_workspace_bytes is the workspace the
+ * index needs. Rules the tests rely on:
+ * - valid indices are 0..=999; indices >= 500 need 4096 bytes of workspace, the others none;
+ * - hipblasLtMatmulAlgoGetHeuristic gives one answer: index 6, workspaceSize 0;
+ * - getAllAlgos lists indices 0..=9, 500, 998 and 999 in that order, whatever the types;
+ * - getAlgosFromIndex clears its output and push_backs one result per valid index asked
+ *   for, skipping invalid ones (as hipBLASLt does); it succeeds even when none is valid;
+ * - getIndexFromAlgo is the index, -1 for an algo whose magic is wrong;
+ * - matmulIsAlgoSupported refuses index 999 (NOT_SUPPORTED; hipblasLtMatmul would run it) and
+ *   an algo whose magic is wrong or whose index is out of range (INVALID_VALUE); else it
+ *   writes the workspace the index needs;
+ * - hipblasLtMatmul refuses with INVALID_VALUE an algo not ours, one needing more workspace
+ *   than given or given a NULL workspace when it needs one, and any algo but index 6 with
+ *   A, B, C or D not 16-byte aligned; it refuses index 998 with EXECUTION_FAILED (it checks
+ *   fine but fails to run). With no algo it runs its own heuristic's;
+ * - hipblasLtMatmul, the heuristic and matmulIsAlgoSupported refuse (INVALID_VALUE) layouts
+ *   whose sizes do not agree with the transposes: D is m x n, op(A) m x k, op(B) k x n, C
+ *   m x n (and TRANSA/TRANSB must be OP_N, OP_T or OP_C);
+ * - as in hipBLASLt, the compute and scale types given to hipblasLtMatmulDescCreate cannot
+ *   be read back: GetAttribute knows TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE
+ *   and POINTER_MODE only (any other is INVALID_VALUE); and hipblasLtMatrixLayoutGetAttribute
+ *   reads back the batch count and stride only (hipBLASLt 7.1.1 answers INVALID_VALUE for
+ *   the type, order, rows, cols and leading dimension);
+ * - a NULL handle is NOT_INITIALIZED; hipblasLtCreate asks the HIP runtime for the device
+ *   (hipGetDevice, fake_hip.c) and fails with NOT_INITIALIZED when that fails;
+ * - hipblasLtGetVersion says 100100 (hipBLASLt 1.1.0).
+ * FAKEHIPLT_CANCEL_POINT=1: a pthread_testcancel() inside hipblasLtMatmul, as hipBLASLt's
+ * waits; there is no other cancellation point (the trace is written with it disabled). */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <new>
+#include <vector>
+
+// ---- The real headers' types under their names: the mangled names are made of them ------
+// A typedef of an anonymous enum or struct is mangled by the typedef's name, a named one by
+// its tag; hipDataType is both (library_types.h), the heuristic result and the algo go by
+// their tags (`_hipblasLtMatmulAlgo_t`), the opaque descriptors by their typedefs.
+typedef enum {
+    HIPBLAS_STATUS_SUCCESS = 0,
+    HIPBLAS_STATUS_NOT_INITIALIZED = 1,
+    HIPBLAS_STATUS_ALLOC_FAILED = 2,
+    HIPBLAS_STATUS_INVALID_VALUE = 3,
+    HIPBLAS_STATUS_EXECUTION_FAILED = 5,
+    HIPBLAS_STATUS_INTERNAL_ERROR = 6,
+    HIPBLAS_STATUS_NOT_SUPPORTED = 7,
+} hipblasStatus_t;
+typedef enum { HIPBLAS_OP_N = 111, HIPBLAS_OP_T = 112, HIPBLAS_OP_C = 113 } hipblasOperation_t;
+typedef enum hipDataType { HIP_R_32F = 0, HIP_R_64F = 1, HIP_R_16F = 2, HIP_R_16BF = 14 } hipDataType;
+typedef enum {
+    HIPBLAS_COMPUTE_16F = 0,
+    HIPBLAS_COMPUTE_16F_PEDANTIC = 1,
+    HIPBLAS_COMPUTE_32F = 2,
+    HIPBLAS_COMPUTE_32F_PEDANTIC = 3,
+    HIPBLAS_COMPUTE_32F_FAST_16F = 4,
+    HIPBLAS_COMPUTE_32F_FAST_16BF = 5,
+    HIPBLAS_COMPUTE_32F_FAST_TF32 = 6,
+    HIPBLAS_COMPUTE_64F = 7,
+    HIPBLAS_COMPUTE_64F_PEDANTIC = 8,
+    HIPBLAS_COMPUTE_32I = 9,
+    HIPBLAS_COMPUTE_32I_PEDANTIC = 10,
+} hipblasComputeType_t;
+typedef void *hipblasLtHandle_t;
+typedef struct _hipblasLtMatmulAlgo_t {
+    uint8_t data[16];
+    size_t max_workspace_bytes;
+} hipblasLtMatmulAlgo_t;
+typedef struct _hipblasLtMatmulHeuristicResult_t {
+    hipblasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    hipblasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} hipblasLtMatmulHeuristicResult_t;
+typedef struct { uint64_t data[4]; } hipblasLtMatmulDescOpaque_t;
+typedef hipblasLtMatmulDescOpaque_t *hipblasLtMatmulDesc_t;
+typedef struct { uint64_t data[4]; } hipblasLtMatrixLayoutOpaque_t;
+typedef hipblasLtMatrixLayoutOpaque_t *hipblasLtMatrixLayout_t;
+
+static_assert(sizeof(hipblasLtMatmulAlgo_t) == 24, "src/abi.rs HipblasLtMatmulAlgo");
+static_assert(sizeof(hipblasLtMatmulHeuristicResult_t) == 56, "src/abi.rs HipblasLtMatmulHeuristicResult");
+
+extern "C" int hipGetDevice(int *device);
+
+// ---- What the descriptors are here (callers see opaque pointers) -------------------------
+struct Handle {
+    int device;
+};
+struct Desc {
+    hipblasComputeType_t compute; // given at create; no attribute reads it back
+    hipDataType scale;            // likewise
+    int32_t transa = HIPBLAS_OP_N, transb = HIPBLAS_OP_N;
+    uint32_t epilogue = 1;
+    void *bias = nullptr;
+    int32_t bias_type = -1;
+    int32_t pointer_mode = 0;
+};
+struct Layout {
+    uint32_t type;
+    int32_t order = 0;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch = 1;
+    int64_t stride = 0;
+};
+struct Pref {
+    uint64_t max_ws = 0;
+};
+
+static const uint32_t MAGIC = 0x484c5441;
+static const int HEURISTIC_INDEX = 6;
+
+// ---- Attributes: cuBLASLt's size rules (size 0 asks for the size) -------------------------
+static hipblasStatus_t copy_out(const void *field, size_t want, void *buf, size_t size, size_t *written) {
+    if (size == 0) {
+        if (!written) return HIPBLAS_STATUS_INVALID_VALUE;
+        *written = want;
+        return HIPBLAS_STATUS_SUCCESS;
+    }
+    if (size != want || !buf) return HIPBLAS_STATUS_INVALID_VALUE;
+    memcpy(buf, field, want);
+    if (written) *written = want;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+static hipblasStatus_t copy_in(void *field, size_t want, const void *buf, size_t size) {
+    if (size != want || !buf) return HIPBLAS_STATUS_INVALID_VALUE;
+    memcpy(field, buf, want);
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
+extern "C" {
+
+hipblasStatus_t hipblasLtCreate(Handle **h) {
+    if (!h) return HIPBLAS_STATUS_INVALID_VALUE;
+    int device;
+    if (hipGetDevice(&device) != 0) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    *h = new (std::nothrow) Handle{device};
+    return *h ? HIPBLAS_STATUS_SUCCESS : HIPBLAS_STATUS_ALLOC_FAILED;
+}
+hipblasStatus_t hipblasLtDestroy(Handle *h) {
+    if (!h) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+/* hipBLASLt 1.1.0 (ROCm 7.1): major * 100000 + minor * 100 + patch. */
+hipblasStatus_t hipblasLtGetVersion(Handle *h, int *version) {
+    if (!h) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    if (!version) return HIPBLAS_STATUS_INVALID_VALUE;
+    *version = 100100;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
+hipblasStatus_t hipblasLtMatmulDescCreate(Desc **d, hipblasComputeType_t compute, hipDataType scale) {
+    if (!d) return HIPBLAS_STATUS_INVALID_VALUE;
+    *d = new (std::nothrow) Desc{compute, scale};
+    return *d ? HIPBLAS_STATUS_SUCCESS : HIPBLAS_STATUS_ALLOC_FAILED;
+}
+hipblasStatus_t hipblasLtMatmulDescDestroy(Desc *d) {
+    delete d;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+static void *desc_field(Desc *d, int attr, size_t *want) {
+    *want = 4;
+    switch (attr) {
+    case 0: return &d->transa;
+    case 1: return &d->transb;
+    case 2: return &d->epilogue;
+    case 3: *want = sizeof d->bias; return &d->bias;
+    case 4: return &d->bias_type;
+    case 13: return &d->pointer_mode;
+    default: return nullptr;
+    }
+}
+hipblasStatus_t hipblasLtMatmulDescSetAttribute(Desc *d, int attr, const void *buf, size_t size) {
+    size_t want;
+    void *f = d ? desc_field(d, attr, &want) : nullptr;
+    return f ? copy_in(f, want, buf, size) : HIPBLAS_STATUS_INVALID_VALUE;
+}
+hipblasStatus_t hipblasLtMatmulDescGetAttribute(Desc *d, int attr, void *buf, size_t size, size_t *written) {
+    size_t want;
+    void *f = d ? desc_field(d, attr, &want) : nullptr;
+    return f ? copy_out(f, want, buf, size, written) : HIPBLAS_STATUS_INVALID_VALUE;
+}
+
+hipblasStatus_t hipblasLtMatrixLayoutCreate(Layout **l, hipDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
+    if (!l) return HIPBLAS_STATUS_INVALID_VALUE;
+    Layout *x = new (std::nothrow) Layout;
+    if (!x) return HIPBLAS_STATUS_ALLOC_FAILED;
+    x->type = (uint32_t)type;
+    x->rows = rows;
+    x->cols = cols;
+    x->ld = ld;
+    *l = x;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+hipblasStatus_t hipblasLtMatrixLayoutDestroy(Layout *l) {
+    delete l;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+static void *layout_field(Layout *l, int attr, size_t *want) {
+    switch (attr) {
+    case 0: *want = 4; return &l->batch;
+    case 1: *want = 8; return &l->stride;
+    case 2: *want = 4; return &l->type;
+    case 3: *want = 4; return &l->order;
+    case 4: *want = 8; return &l->rows;
+    case 5: *want = 8; return &l->cols;
+    case 6: *want = 8; return &l->ld;
+    default: return nullptr;
+    }
+}
+hipblasStatus_t hipblasLtMatrixLayoutSetAttribute(Layout *l, int attr, const void *buf, size_t size) {
+    size_t want;
+    void *f = l ? layout_field(l, attr, &want) : nullptr;
+    return f ? copy_in(f, want, buf, size) : HIPBLAS_STATUS_INVALID_VALUE;
+}
+hipblasStatus_t hipblasLtMatrixLayoutGetAttribute(Layout *l, int attr, void *buf, size_t size, size_t *written) {
+    size_t want;
+    /* As hipBLASLt 7.1.1 (measured, tests/conformance/hipblaslt.rs): only the batch count and
+     * stride can be read back; type, order, rows, cols and ld are INVALID_VALUE. */
+    void *f = l && attr <= 1 ? layout_field(l, attr, &want) : nullptr;
+    return f ? copy_out(f, want, buf, size, written) : HIPBLAS_STATUS_INVALID_VALUE;
+}
+
+hipblasStatus_t hipblasLtMatmulPreferenceCreate(Pref **p) {
+    if (!p) return HIPBLAS_STATUS_INVALID_VALUE;
+    *p = new (std::nothrow) Pref;
+    return *p ? HIPBLAS_STATUS_SUCCESS : HIPBLAS_STATUS_ALLOC_FAILED;
+}
+hipblasStatus_t hipblasLtMatmulPreferenceDestroy(Pref *p) {
+    delete p;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+hipblasStatus_t hipblasLtMatmulPreferenceSetAttribute(Pref *p, int attr, const void *buf, size_t size) {
+    if (!p || attr != 1 /* MAX_WORKSPACE_BYTES */) return HIPBLAS_STATUS_INVALID_VALUE;
+    return copy_in(&p->max_ws, 8, buf, size);
+}
+
+} // extern "C"
+
+// ---- Algorithms and problems ---------------------------------------------------------------
+/* The workspace an index needs. */
+static size_t workspace_of(int index) { return index >= 500 ? 4096 : 0; }
+
+/* The index an algo carries, and whether it is one of ours (its magic). */
+static bool decode(const hipblasLtMatmulAlgo_t *a, int32_t *index) {
+    uint32_t magic;
+    memcpy(index, a->data, 4);
+    memcpy(&magic, a->data + 4, 4);
+    return magic == MAGIC;
+}
+
+/* The index of a valid algo of ours, else -1. */
+static int index_of(const hipblasLtMatmulAlgo_t *a) {
+    int32_t index;
+    return decode(a, &index) && index >= 0 && index <= 999 ? index : -1;
+}
+
+static hipblasLtMatmulAlgo_t algo_of(int index) {
+    hipblasLtMatmulAlgo_t a;
+    memset(&a, 0, sizeof a);
+    int32_t i = index;
+    memcpy(a.data, &i, 4);
+    memcpy(a.data + 4, &MAGIC, 4);
+    a.max_workspace_bytes = workspace_of(index);
+    return a;
+}
+
+static hipblasLtMatmulHeuristicResult_t result_of(int index) {
+    hipblasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    r.algo = algo_of(index);
+    r.workspaceSize = workspace_of(index);
+    r.state = HIPBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+    return r;
+}
+
+static bool is_op(int32_t op) { return op == HIPBLAS_OP_N || op == HIPBLAS_OP_T || op == HIPBLAS_OP_C; }
+
+/* k of op(A). */
+static uint64_t k_of(const Desc *d, const Layout *A) {
+    return d && A ? (d->transa != HIPBLAS_OP_N ? A->rows : A->cols) : 0;
+}
+
+/* Whether the layouts agree with the transposes: D = op(A)[m,k] op(B)[k,n], C like D. */
+static bool problem_agrees(const Desc *d, const Layout *A, const Layout *B, const Layout *C, const Layout *D) {
+    if (!d || !A || !B || !C || !D || !is_op(d->transa) || !is_op(d->transb)) return false;
+    bool ta = d->transa != HIPBLAS_OP_N, tb = d->transb != HIPBLAS_OP_N;
+    uint64_t m = D->rows, n = D->cols, k = k_of(d, A);
+    return (ta ? A->cols : A->rows) == m && (tb ? B->cols : B->rows) == k && (tb ? B->rows : B->cols) == n &&
+           C->rows == m && C->cols == n;
+}
+
+/* One trace line, in one write(2), with cancellation off so that it is whole and no
+ * descriptor leaks. */
+static void trace(const Layout *D, uint64_t k, const hipblasLtMatmulAlgo_t *algo, bool ok) {
+    const char *path = getenv("FAKEHIPLT_TRACE");
+    if (!path) return;
+    int old;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+    char name[16], line[160];
+    if (algo) snprintf(name, sizeof name, "%d", index_of(algo));
+    else snprintf(name, sizeof name, "heuristic");
+    int len = snprintf(line, sizeof line, "matmul m=%llu n=%llu k=%llu algo=%s ok=%d\n",
+                       (unsigned long long)(D ? D->rows : 0), (unsigned long long)(D ? D->cols : 0),
+                       (unsigned long long)k, name, ok ? 1 : 0);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ssize_t written = write(fd, line, len); /* a short one shows in the tests' reading */
+        (void)written;
+        close(fd);
+    }
+    pthread_setcancelstate(old, nullptr);
+}
+
+extern "C" {
+
+hipblasStatus_t hipblasLtMatmulAlgoGetHeuristic(Handle *h, Desc *d, Layout *A, Layout *B, Layout *C, Layout *D,
+                                                Pref *p, int requested, hipblasLtMatmulHeuristicResult_t *out,
+                                                int *returned) {
+    if (!h) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    if (!p || requested < 1 || !out || !returned || !problem_agrees(d, A, B, C, D))
+        return HIPBLAS_STATUS_INVALID_VALUE;
+    out[0] = result_of(HEURISTIC_INDEX);
+    *returned = 1;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
+hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const void *A, Layout *Ad, const void *B,
+                                Layout *Bd, const void *beta, const void *C, Layout *Cd, void *D, Layout *Dd,
+                                const hipblasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, void *stream) {
+    (void)stream;
+    const char *cancel = getenv("FAKEHIPLT_CANCEL_POINT");
+    if (cancel && cancel[0] == '1') pthread_testcancel();
+    int index = algo ? index_of(algo) : HEURISTIC_INDEX;
+    bool misaligned = (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) & 15) != 0;
+    hipblasStatus_t st = HIPBLAS_STATUS_SUCCESS;
+    if (!h)
+        st = HIPBLAS_STATUS_NOT_INITIALIZED;
+    else if (!alpha || !beta || !problem_agrees(desc, Ad, Bd, Cd, Dd) || index < 0 ||
+             workspace_of(index) > ws_bytes || (workspace_of(index) && !ws))
+        st = HIPBLAS_STATUS_INVALID_VALUE;
+    /* Only the heuristic's own algorithm copes with pointers below 16-byte alignment. */
+    else if (index != HEURISTIC_INDEX && misaligned)
+        st = HIPBLAS_STATUS_INVALID_VALUE;
+    else if (index == 998)
+        st = HIPBLAS_STATUS_EXECUTION_FAILED;
+    trace(Dd, k_of(desc, Ad), algo, st == HIPBLAS_STATUS_SUCCESS);
+    return st;
+}
+
+} // extern "C"
+
+// ---- hipblaslt_ext: the C++ functions, with the real header's signatures ----------------
+namespace hipblaslt_ext {
+
+enum class GemmType { HIPBLASLT_GEMM = 1, HIPBLASLT_GROUPED_GEMM = 2 };
+
+hipblasStatus_t getAllAlgos(hipblasLtHandle_t handle, GemmType typeGemm, hipblasOperation_t opA,
+                            hipblasOperation_t opB, hipDataType typeA, hipDataType typeB, hipDataType typeC,
+                            hipDataType typeD, hipblasComputeType_t typeCompute,
+                            std::vector<hipblasLtMatmulHeuristicResult_t> &heuristicResults) {
+    static const int all[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 500, 998, 999};
+    if (!handle) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    try {
+        heuristicResults.clear();
+        for (int index : all) heuristicResults.push_back(result_of(index));
+    } catch (const std::bad_alloc &) {
+        return HIPBLAS_STATUS_ALLOC_FAILED;
+    }
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
+int getIndexFromAlgo(hipblasLtMatmulAlgo_t &algo) {
+    int32_t index;
+    return decode(&algo, &index) ? index : -1;
+}
+
+hipblasStatus_t getAlgosFromIndex(hipblasLtHandle_t handle, std::vector<int> &algoIndex,
+                                  std::vector<hipblasLtMatmulHeuristicResult_t> &heuristicResults) {
+    if (!handle) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    try {
+        heuristicResults.clear();
+        for (int index : algoIndex)
+            if (index >= 0 && index <= 999) heuristicResults.push_back(result_of(index));
+    } catch (const std::bad_alloc &) {
+        return HIPBLAS_STATUS_ALLOC_FAILED;
+    }
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
+hipblasStatus_t matmulIsAlgoSupported(hipblasLtHandle_t handle, hipblasLtMatmulDesc_t matmulDesc, const void *alpha,
+                                      hipblasLtMatrixLayout_t Adesc, hipblasLtMatrixLayout_t Bdesc, const void *beta,
+                                      hipblasLtMatrixLayout_t Cdesc, hipblasLtMatrixLayout_t Ddesc,
+                                      hipblasLtMatmulAlgo_t &algo, size_t &workspaceSizeInBytes) {
+    if (!handle) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    int index = index_of(&algo);
+    if (index < 0) return HIPBLAS_STATUS_INVALID_VALUE;
+    if (index == 999) return HIPBLAS_STATUS_NOT_SUPPORTED;
+    auto layout = [](hipblasLtMatrixLayout_t l) { return reinterpret_cast<const Layout *>(l); };
+    if (!problem_agrees(reinterpret_cast<const Desc *>(matmulDesc), layout(Adesc), layout(Bdesc), layout(Cdesc),
+                        layout(Ddesc)))
+        return HIPBLAS_STATUS_INVALID_VALUE;
+    workspaceSizeInBytes = workspace_of(index);
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
+} // namespace hipblaslt_ext

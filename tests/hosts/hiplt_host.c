@@ -1,0 +1,75 @@
+/* The hipBLASLt test host, lt_host.c's twin. Built twice from this file:
+ * - with -DHIPLT_MODULE as libhipltmod.so, linked against libhipblaslt.so.1: `hiplt_linear`
+ *   issues a bf16 F.linear the way PyTorch's hipBLASLt path does (per call: a descriptor
+ *   with COMPUTE_32F and R_32F scale, TRANSA = T, TRANSB = N, layouts, a preference with the
+ *   workspace limit, the heuristic with one answer, hipblasLtMatmul with that answer, every
+ *   descriptor destroyed), calling hipblasLtMatmul through its PLT;
+ * - as the program hiplt_host, which loads that module with RTLD_LOCAL (so hipBLASLt sits in
+ *   a local scope) and runs each argument: F.linear calls, `off`/`on`
+ *   (tunedblas_hipblaslt_serving) and the process-life steps, as linear_host.h describes. */
+#ifdef HIPLT_MODULE
+#include <stdint.h>
+#include <stdlib.h>
+
+/* hipblaslt.h's values. */
+enum { OP_N = 111, OP_T = 112, R_32F = 0, R_16BF = 14, COMPUTE_32F = 2 };
+enum { DESC_TRANSA = 0, DESC_TRANSB = 1, PREF_MAX_WORKSPACE_BYTES = 1 };
+
+typedef struct { uint8_t data[16]; size_t max_workspace_bytes; } Algo;
+typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
+int hipblasLtCreate(void **h);
+int hipblasLtMatmulDescCreate(void **d, int32_t compute, int32_t scale);
+int hipblasLtMatmulDescDestroy(void *d);
+int hipblasLtMatmulDescSetAttribute(void *d, int attr, const void *buf, size_t size);
+int hipblasLtMatrixLayoutCreate(void **l, int32_t type, uint64_t rows, uint64_t cols, int64_t ld);
+int hipblasLtMatrixLayoutDestroy(void *l);
+int hipblasLtMatmulPreferenceCreate(void **p);
+int hipblasLtMatmulPreferenceDestroy(void *p);
+int hipblasLtMatmulPreferenceSetAttribute(void *p, int attr, const void *buf, size_t size);
+int hipblasLtMatmulAlgoGetHeuristic(void *h, void *d, void *A, void *B, void *C, void *D, void *p,
+                                    int requested, Result *out, int *returned);
+int hipblasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *Ad, const void *B,
+                    void *Bd, const void *beta, const void *C, void *Cd, void *D, void *Dd,
+                    const Algo *algo, void *ws, size_t ws_bytes, void *stream);
+
+static void *handle;
+static char *buffer;
+
+int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
+    if (!handle && hipblasLtCreate(&handle) != 0) return -1;
+    if (!buffer) buffer = aligned_alloc(256, 1 << 20);
+    void *desc, *A, *B, *C, *pref;
+    int32_t t = OP_T, n = OP_N;
+    hipblasLtMatmulDescCreate(&desc, COMPUTE_32F, R_32F);
+    hipblasLtMatmulDescSetAttribute(desc, DESC_TRANSA, &t, 4);
+    hipblasLtMatmulDescSetAttribute(desc, DESC_TRANSB, &n, 4);
+    hipblasLtMatrixLayoutCreate(&A, R_16BF, k, n_out, k);
+    hipblasLtMatrixLayoutCreate(&B, R_16BF, k, tokens, k);
+    hipblasLtMatrixLayoutCreate(&C, R_16BF, n_out, tokens, n_out);
+    hipblasLtMatmulPreferenceCreate(&pref);
+    uint64_t ws = ws_bytes;
+    hipblasLtMatmulPreferenceSetAttribute(pref, PREF_MAX_WORKSPACE_BYTES, &ws, 8);
+    Result r;
+    int returned = 0;
+    int st = hipblasLtMatmulAlgoGetHeuristic(handle, desc, A, B, C, C, pref, 1, &r, &returned);
+    if (st == 0 && returned == 1) {
+        float alpha = 1, beta = 0;
+        st = hipblasLtMatmul(handle, desc, &alpha, buffer + (misalign ? 2 : 0), A, buffer + 4096,
+                             B, &beta, buffer + 8192, C, buffer + 8192, C, &r.algo,
+                             ws_bytes ? buffer + 65536 : NULL, ws_bytes, NULL);
+    }
+    hipblasLtMatmulPreferenceDestroy(pref);
+    hipblasLtMatrixLayoutDestroy(A);
+    hipblasLtMatrixLayoutDestroy(B);
+    hipblasLtMatrixLayoutDestroy(C);
+    hipblasLtMatmulDescDestroy(desc);
+    return st;
+}
+#else
+#define HOST_NAME "hiplt_host"
+#define MODULE_ENTRY "hiplt_linear"
+#define SERVING_ENTRY "tunedblas_hipblaslt_serving"
+#define MATMUL_ENTRY "hipblasLtMatmul"
+#define MISS_TAG "-hipblaslt"
+#include "linear_host.h"
+#endif

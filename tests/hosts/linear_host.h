@@ -1,0 +1,249 @@
+/* The program half of the F.linear test hosts (lt_host.c for cuBLASLt, hiplt_host.c for
+ * hipBLASLt): `<host> MODULE ARG...` loads MODULE with RTLD_LOCAL (as Python loads extension
+ * modules, so the BLAS library sits in a local scope), finds its entry point
+ * `int linear(N, M, K, workspace_bytes, misalign)` and runs each argument:
+ *   N,M,K[,workspace_bytes[,misalign]]   one F.linear(x[M,K], W[N,K])
+ *   off | on                            the interposer's serving switch (0 | 1), if preloaded
+ * printing `call=<arg> status=<s>`; exit 1 if any call failed. And the process-life steps of
+ * life_host.c, with F.linear calls of new shapes (N = 1, 2, ...; M = K = 8):
+ *   @storm:T:N     T threads make new shapes while N children are forked one after
+ *                  another, each making one call and leaving with _exit; prints
+ *                  storm-hung=H (a child not gone in 10 s is killed)
+ *   @sigexit:T     T threads make new shapes; after 100 ms the process sends itself
+ *                  SIGTERM, whose handler calls _exit(7)
+ *   @vfork-fail    vfork, exec a path that does not exist, _exit(127) in the child
+ *   @Exit          _Exit(0)
+ *   @exec:PATH     execv(PATH, {PATH})
+ *   @cancel:N      N times: a thread making calls without pause (a pthread_testcancel
+ *                  between them) is cancelled and joined; prints cancelled=N
+ *   @pause         print "paused" and wait for signals forever
+ *   @plant:DIR:VICTIM  symlinks to VICTIM under this process's rank-0 miss-file names of
+ *                  the backend (MISS_TAG) in DIR (log, counts)
+ *   @link:DIR:VICTIM   a hard link to VICTIM under the miss-log name
+ *   @fifo:DIR          a FIFO under the miss-log name
+ *   @threads:T:N   T threads each make N calls of 8,8,8 and N of 16,8,8 at once
+ *   @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
+ *   @close         dlclose the last module opened: later calls go through the one before
+ * With "-" as MODULE no module is opened at start: the host first calls the matmul entry
+ * (MATMUL_ENTRY, 16 arguments, all NULL or 0) as the global scope has it (the interposer's,
+ * preloaded) with no library loaded and prints early=<status>; then @module:PATH opens one.
+ *
+ * The including file defines, as string literals:
+ *   HOST_NAME      the program's name, for its messages
+ *   MODULE_ENTRY   the module's entry point ("lt_linear")
+ *   SERVING_ENTRY  the interposer's serving switch ("tunedblas_cublaslt_serving")
+ *   MATMUL_ENTRY   the library's matmul ("cublasLtMatmul")
+ *   MISS_TAG       the backend's miss-file tag ("-cublaslt") */
+#ifndef LINEAR_HOST_H
+#define LINEAR_HOST_H
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "miss_names.h"
+
+typedef int (*linear_fn)(long, long, long, size_t, int);
+
+static linear_fn linear;
+static void *modules[8];
+static linear_fn linears[8];
+static int n_modules;
+static volatile int stop;
+
+static void *shapes(void *p) {
+    long id = (long)p;
+    for (long i = 0; !stop; i++) linear(1 + (id * 997 + i) % 2048, 8, 8, 0, 0);
+    return NULL;
+}
+
+static void start(int t, pthread_t *tid) {
+    stop = 0;
+    for (long i = 0; i < t && i < 64; i++) pthread_create(&tid[i], NULL, shapes, (void *)i);
+}
+
+static void *cancellable(void *p) {
+    (void)p;
+    for (long i = 0;; i++) {
+        linear(1 + i % 2048, 8, 8, 0, 0);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
+static int per_thread;
+static void *repeat_calls(void *p) {
+    (void)p;
+    for (int i = 0; i < per_thread; i++) {
+        linear(8, 8, 8, 0, 0);
+        linear(16, 8, 8, 0, 0);
+    }
+    return NULL;
+}
+
+static void on_term(int sig) {
+    (void)sig;
+    _exit(7);
+}
+
+/* Opens a module (RTLD_LOCAL) and makes its entry point the one later calls go through. */
+static int open_module(const char *path) {
+    void *m = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!m || n_modules == 8) {
+        fprintf(stderr, HOST_NAME ": %s\n", m ? "too many modules" : dlerror());
+        return -1;
+    }
+    modules[n_modules] = m;
+    linears[n_modules++] = linear = (linear_fn)dlsym(m, MODULE_ENTRY);
+    return 0;
+}
+
+static int life_step(const char *a) {
+    pthread_t tid[64];
+    if (!strncmp(a, "@storm:", 7)) {
+        int t = atoi(a + 7), n = strchr(a + 7, ':') ? atoi(strchr(a + 7, ':') + 1) : 10, hung = 0;
+        start(t, tid);
+        for (int c = 0; c < n; c++) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                linear(4096 - c, 8, 8, 0, 0);
+                _exit(0);
+            }
+            int done = 0;
+            for (int w = 0; w < 10000 && !done; w++) {
+                if (waitpid(pid, NULL, WNOHANG) == pid) done = 1;
+                else usleep(1000);
+            }
+            if (!done) { hung++; kill(pid, SIGKILL); waitpid(pid, NULL, 0); }
+        }
+        stop = 1;
+        for (int i = 0; i < t && i < 64; i++) pthread_join(tid[i], NULL);
+        printf("storm-hung=%d\n", hung);
+    } else if (!strncmp(a, "@sigexit:", 9)) {
+        signal(SIGTERM, on_term);
+        start(atoi(a + 9), tid);
+        usleep(100000);
+        kill(getpid(), SIGTERM);
+        for (;;) pause();
+    } else if (!strcmp(a, "@vfork-fail")) {
+        fflush(stdout);
+        pid_t pid = vfork();
+        if (pid == 0) {
+            char *args[] = {"/nonexistent/tunedblas-test", NULL};
+            execv(args[0], args);
+            _exit(127);
+        }
+        int status = -1;
+        waitpid(pid, &status, 0);
+        printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strncmp(a, "@threads:", 9)) {
+        int t = atoi(a + 9);
+        const char *n = strchr(a + 9, ':');
+        per_thread = n ? atoi(n + 1) : 1;
+        for (int i = 0; i < t && i < 64; i++) pthread_create(&tid[i], NULL, repeat_calls, NULL);
+        for (int i = 0; i < t && i < 64; i++) pthread_join(tid[i], NULL);
+    } else if (!strncmp(a, "@plant:", 7)) {
+        char dir[512], prefix[320], path[1024];
+        const char *colon = strchr(a + 7, ':');
+        if (!colon) return -1;
+        snprintf(dir, sizeof dir, "%.*s", (int)(colon - (a + 7)), a + 7);
+        miss_prefix_tagged(prefix, sizeof prefix, MISS_TAG);
+        const char *suffixes[] = {".csv", ".counts.csv"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(path, sizeof path, "%s/%s%s", dir, prefix, suffixes[k]);
+            if (symlink(colon + 1, path) != 0) { perror(HOST_NAME ": symlink"); return -1; }
+        }
+    } else if (!strncmp(a, "@link:", 6) || !strncmp(a, "@fifo:", 6)) {
+        char dir[512], prefix[320], path[1024];
+        const char *colon = strchr(a + 6, ':');
+        snprintf(dir, sizeof dir, "%.*s", colon ? (int)(colon - (a + 6)) : (int)strlen(a + 6), a + 6);
+        miss_prefix_tagged(prefix, sizeof prefix, MISS_TAG);
+        snprintf(path, sizeof path, "%s/%s.csv", dir, prefix);
+        int r = a[1] == 'l' ? (colon ? link(colon + 1, path) : -1) : mkfifo(path, 0600);
+        if (r != 0) { perror(HOST_NAME ": plant"); return -1; }
+    } else if (!strcmp(a, "@pause")) {
+        printf("paused\n");
+        fflush(stdout);
+        for (;;) pause();
+    } else if (!strncmp(a, "@cancel:", 8)) {
+        int n = atoi(a + 8), done = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_t t;
+            void *r;
+            pthread_create(&t, NULL, cancellable, NULL);
+            usleep(5000);
+            pthread_cancel(t);
+            pthread_join(t, &r);
+            done += r == PTHREAD_CANCELED;
+        }
+        printf("cancelled=%d\n", done);
+    } else if (!strncmp(a, "@module:", 8)) {
+        if (open_module(a + 8) != 0) return -1;
+    } else if (!strcmp(a, "@close")) {
+        if (n_modules == 0 || dlclose(modules[--n_modules]) != 0) return -1;
+        linear = n_modules ? linears[n_modules - 1] : NULL;
+        printf("closed\n");
+    } else if (!strcmp(a, "@Exit")) {
+        fflush(stdout);
+        _Exit(0);
+    } else if (!strncmp(a, "@exec:", 6)) {
+        fflush(stdout);
+        char *args[] = {(char *)a + 6, NULL};
+        execv(a + 6, args);
+        printf("exec-failed\n");
+    } else {
+        return -1;
+    }
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: " HOST_NAME " MODULE CALL...\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "-")) {
+        typedef int (*matmul_fn)(void *, void *, const void *, const void *, void *, const void *, void *,
+                                 const void *, const void *, void *, void *, void *, const void *, void *,
+                                 size_t, void *);
+        matmul_fn f = (matmul_fn)dlsym(RTLD_DEFAULT, MATMUL_ENTRY);
+        if (f) printf("early=%d\n", f(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                         NULL, NULL, 0, NULL));
+        else printf("early=absent\n");
+        fflush(stdout);
+    } else if (open_module(argv[1]) != 0) {
+        return 2;
+    }
+    int (*serving)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, SERVING_ENTRY);
+    int failed = 0;
+    for (int i = 2; i < argc; i++) {
+        int st;
+        if (argv[i][0] == '@') {
+            if (life_step(argv[i]) != 0) return 2;
+            continue;
+        }
+        if (!strcmp(argv[i], "off") || !strcmp(argv[i], "on")) {
+            st = serving ? (serving(argv[i][1] == 'n'), 0) : -1;
+        } else {
+            long n = 0, m = 0, k = 0, misalign = 0;
+            unsigned long ws = 0;
+            if (sscanf(argv[i], "%ld,%ld,%ld,%lu,%ld", &n, &m, &k, &ws, &misalign) < 3) return 2;
+            st = linear(n, m, k, ws, (int)misalign);
+        }
+        printf("call=%s status=%d\n", argv[i], st);
+        failed |= st != 0;
+    }
+    return failed;
+}
+#endif
