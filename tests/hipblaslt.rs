@@ -352,3 +352,55 @@ fn hipblaslt_thirty_two_threads_give_exact_counts() {
     assert_eq!(s["missed_calls"], 32 * 50, "{s}");
     assert_eq!(s["missed_shapes"], 1, "{s}");
 }
+
+/// The vLLM project's public TunableOp file from an MI300 (`tests/fixtures/vllm-tunableop`):
+/// `tunedblas lt adopt` makes it the profile of this hipBLASLt build without re-tuning, and
+/// the interposer loads its hipBLASLt rows as servable (the two rocBLAS rows are left out).
+#[test]
+fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servable() {
+    let dir = scratch("hiplt-adopt");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/vllm-tunableop/tunableop_results0.csv");
+    let adopt = |lib: &Path| {
+        Command::new(common::built("tunedblas"))
+            .args(["lt", "adopt", "--lib"])
+            .arg(lib)
+            .arg("--profiles")
+            .arg(dir.join("profiles"))
+            .args(["--name", "vllm-mi300"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = adopt(&hiplt().lib());
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(
+        said.contains("adopted 57 rows") && said.contains("(56 Gemm_Hipblaslt, 1 Default)"),
+        "{said}"
+    );
+    assert!(said.contains("2 lines left out: rocBLAS rows"), "{said}");
+    let registry = std::fs::read_to_string(dir.join("profiles/profiles.json")).unwrap();
+    assert!(registry.contains(&hiplt().sha), "{registry}");
+    assert!(
+        registry.contains("\"library\": \"hipblaslt\""),
+        "{registry}"
+    );
+    let out = host(&dir, true, &["2560,16,1536"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("hipBLASLt: profile vllm-mi300 auto-selected for hipBLASLt build")
+            && stderr.contains("(57 rows, rank 0;"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("skipped"), "{stderr}");
+    // Not hipBLASLt: refused with exit 3, nothing written.
+    let out = adopt(&common::artifacts().lib4());
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is not hipBLASLt"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -5,10 +5,11 @@ use crate::args::Args;
 use crate::error::{Error, Result};
 
 const HELP: &str = "\
-tunedblas lt info|selftest|tune|recheck|overhead|verify [options]
+tunedblas lt info|selftest|tune|recheck|overhead|verify|adopt [options]
 
-Tune and check cuBLASLt algorithms for libtunedblas.so (NVIDIA GPUs). `tunedblas-lt ARGS`
-is the same as `tunedblas lt ARGS`.
+Tune and check cuBLASLt algorithms for libtunedblas.so (NVIDIA GPUs), and make hipBLASLt
+profiles (AMD GPUs) from PyTorch TunableOp files. `tunedblas-lt ARGS` is the same as
+`tunedblas lt ARGS`.
 
 SUBCOMMANDS:
     info
@@ -26,6 +27,12 @@ SUBCOMMANDS:
         Re-measure every adopted row against the heuristic in this (fresh) process: how many
         still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
         proposes (--confirm fresh) and adopts only what it confirms by the margin.
+    adopt --lib LIBHIPBLASLT --profiles DIR --name NAME [--rank R] FILE
+        Make a PyTorch TunableOp results file from a ROCm machine the profile of that
+        hipBLASLt build (registered for the file's sha256; nothing is loaded, no GPU is
+        needed): its Gemm_Hipblaslt_<index> and Default rows are kept, rocBLAS rows are left
+        out (tunedblas profiles adopt takes those). The interposer checks each index with
+        matmulIsAlgoSupported on its first call.
     overhead [--shape N,M,K] [--calls C] [--reps R]
         Host microseconds per cublasLtMatmul call, the library's own symbol against the one a
         linked host resolves (an LD_PRELOADed interposer's): their difference is the
@@ -158,6 +165,14 @@ const SUBS: &[Sub] = &[
         run: crate::lt::cmd_overhead,
     },
     Sub {
+        name: "adopt",
+        switches: &[],
+        shared: &[],
+        options: &["--lib", "--profiles", "--name", "--rank"],
+        positionals: 1,
+        run: crate::lt::cmd_adopt,
+    },
+    Sub {
         name: "verify",
         switches: &[],
         shared: &[],
@@ -171,7 +186,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let Some(name) = args.first() else {
         return Err(Error::usage(
             "lt",
-            "'tunedblas lt' needs a subcommand: info, selftest, tune, recheck, overhead or verify",
+            "'tunedblas lt' needs a subcommand: info, selftest, tune, recheck, overhead, verify or adopt",
         ));
     };
     if name == "help" {

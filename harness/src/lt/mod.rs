@@ -2,6 +2,7 @@
 //! (`commands/lt.rs` holds its help, arguments and dispatch). It shares the core's key,
 //! profile format and registry, and the rocBLAS side's arguments, errors and exit codes.
 
+mod adopt;
 mod cuda;
 mod numeric;
 mod problem;
@@ -16,6 +17,7 @@ use tunedblas_core::cublaslt::*;
 use tunedblas_core::registry;
 
 use crate::args::Args;
+pub use adopt::cmd_adopt;
 use cuda::{err, lt_check, Cuda, Error, Lt, Result};
 use problem::{Delay, Problem};
 
