@@ -66,7 +66,7 @@ template <class R, class... A> struct fn<R(A...)> { using ret = R; using args = 
 template <class R, class... A> struct fn<R(A...) noexcept> : fn<R(A...)> {};
 template <class F, std::size_t I> using arg = std::tuple_element_t<I, typename fn<F>::args>;
 // What src/abi.rs says an argument is.
-struct Enum32 {}; struct Int32 {}; struct Int64 {}; struct Uint32 {}; struct Usize {}; struct F32 {};
+struct Enum32 {}; struct Int32 {}; struct Int64 {}; struct Uint32 {}; struct Uint64 {}; struct Usize {}; struct F32 {};
 struct Char {}; struct Any {}; struct Opaque {};
 template <class P> struct ConstPtr {}; template <class P> struct MutPtr {};
 template <class T, class D> struct like : std::false_type {};
@@ -74,6 +74,7 @@ template <class T> struct like<T, Enum32> : std::integral_constant<bool, (std::i
 template <class T> struct like<T, Int32> : std::integral_constant<bool, std::is_integral<T>::value && std::is_signed<T>::value && sizeof(T) == 4> {};
 template <class T> struct like<T, Int64> : std::integral_constant<bool, std::is_integral<T>::value && std::is_signed<T>::value && sizeof(T) == 8> {};
 template <class T> struct like<T, Uint32> : std::integral_constant<bool, std::is_integral<T>::value && std::is_unsigned<T>::value && sizeof(T) == 4> {};
+template <class T> struct like<T, Uint64> : std::integral_constant<bool, std::is_integral<T>::value && std::is_unsigned<T>::value && sizeof(T) == 8> {};
 template <class T> struct like<T, Usize> : std::integral_constant<bool, std::is_integral<T>::value && std::is_unsigned<T>::value && sizeof(T) == sizeof(void *)> {};
 template <class T> struct like<T, F32> : std::integral_constant<bool, std::is_same<T, float>::value> {};
 template <class T> struct like<T, Char> : std::integral_constant<bool, std::is_same<T, char>::value> {};
@@ -122,6 +123,7 @@ pub fn describe(ty: &str, size: &str) -> String {
         "i32" => "conf::Int32",
         "i64" => "conf::Int64",
         "u32" => "conf::Uint32",
+        "u64" => "conf::Uint64",
         "usize" => "conf::Usize",
         "f32" => "conf::F32",
         "c_char" => "conf::Char",

@@ -6,7 +6,12 @@
 //!   alignment, every field's offset) against the `#[repr(C)]` structs;
 //! - the status values;
 //! - the `hipblaslt_ext` C++ functions TunableOp uses: the mangled names in `src/abi.rs` are
-//!   what g++ makes of the header's declarations, and the library exports them.
+//!   what g++ makes of the header's declarations, and the library exports them;
+//! - libstdc++'s `std::vector` layout, as the interposer passes vectors to them;
+//! - the interposer with the real library ([`host`]): PyTorch-style calls keep their
+//!   statuses, and their keys are read from the real descriptors exactly (the library
+//!   reads back neither the compute type nor a layout's sizes: the interposer keeps them
+//!   from the create and set calls).
 
 use std::fmt::Write;
 use std::mem::{align_of, offset_of, size_of};
@@ -272,4 +277,83 @@ int main() {
         s.name,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `tests/hosts/real_hiplt_host.cpp` against the real hipBLASLt, without and with the
+/// preload: the same output; with no profile every call is a miss under PyTorch's name;
+/// with a profile for the real file's sha256 holding a `Default` row per shape, every row
+/// is hit and nothing is missed. (No GPU: the matmuls get no handle and fail, so only
+/// `Default` rows are served here; a tuned row's rebuild needs a device.)
+pub fn host(s: &Suite) {
+    let Some(host) = s.hosts().hiplt.clone() else {
+        return;
+    };
+    let calls = ["2560,16,1536", "512,4,2560", "2560,16,1536"];
+    let names = [
+        "GemmTunableOp_BFloat16_TN,tn_2560_16_1536_ld_1536_1536_2560",
+        "GemmTunableOp_BFloat16_TN,tn_512_4_2560_ld_2560_2560_512",
+    ];
+    let lib = s.sh(&format!(
+        "sha256sum $(readlink -f {LIBDIR}/libhipblaslt.so.1)"
+    ));
+    let sha = String::from_utf8_lossy(&lib.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let run = |name: &str, preload: bool, profile: bool| {
+        let (dir, inside) = s.scratch(name);
+        if profile {
+            let rows: Vec<String> = names.iter().map(|n| format!("{n},Default,0.01")).collect();
+            crate::common::write_profile(&dir.join("profiles"), "real-hiplt", &sha, &rows, 1);
+        }
+        let env = if preload {
+            crate::hosts::preload_env(s, &inside)
+        } else {
+            String::new()
+        };
+        let out = s.sh(&format!("cd {inside} && {env} {host} {}", calls.join(" ")));
+        let (stdout, stderr) = crate::suite::out_text(&out);
+        assert!(out.status.success(), "{}: {name}: {stdout}{stderr}", s.name);
+        (dir, stdout, stderr)
+    };
+    let (_, plain, _) = run("hiplt-plain", false, false);
+    assert_eq!(plain.lines().count(), calls.len(), "{}: {plain}", s.name);
+    let (dir, out, err) = run("hiplt-miss", true, false);
+    assert_eq!(
+        out, plain,
+        "{}: the preload changed the host's output: {err}",
+        s.name
+    );
+    let mut missed: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(dir.join("misses")).unwrap() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().ends_with("-hipblaslt-rank0.csv") {
+            missed.extend(
+                std::fs::read_to_string(&p)
+                    .unwrap()
+                    .lines()
+                    .map(String::from),
+            );
+        }
+    }
+    assert_eq!(
+        missed, names,
+        "{}: the keys of the real descriptors: {err}",
+        s.name
+    );
+    let (dir, out, err) = run("hiplt-served", true, true);
+    assert_eq!(out, plain, "{}: {err}", s.name);
+    assert!(
+        err.contains("hipBLASLt: profile real-hiplt"),
+        "{}: {err}",
+        s.name
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("stats.json")).unwrap()).unwrap();
+    assert_eq!(stats["library"], "hipblaslt", "{stats}");
+    assert_eq!(stats["calls"], 3, "{stats}");
+    assert_eq!(stats["default"], 3, "{stats}");
+    assert_eq!(stats["rows_hit"], 2, "{stats}");
+    assert_eq!(stats["missed_shapes"], 0, "{stats}");
 }

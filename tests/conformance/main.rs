@@ -68,6 +68,13 @@ fn hipblaslt_7_1_rocblas_6_4() {
 }
 
 #[test]
+fn hipblaslt_host_rocblas_6_4() {
+    if let Some(s) = suite::suite("rocblas-6.4") {
+        hipblaslt::host(s);
+    }
+}
+
+#[test]
 fn hipblas_host_rocblas_6_4() {
     if let Some(s) = suite::suite("rocblas-6.4") {
         hosts::hipblas(s, false);

@@ -72,6 +72,8 @@ pub struct Hosts {
     pub py_host: String,
     /// `hipblas_host.c` linked against real hipBLAS, where the suite has it.
     pub hipblas: Option<String>,
+    /// `real_hiplt_host.cpp` linked against real hipBLASLt, where the suite has it.
+    pub hiplt: Option<String>,
     /// The interposer and the harness, copied in.
     pub preload: String,
     pub tunedblas: String,
@@ -240,7 +242,13 @@ impl Suite {
     fn build_hosts(&self) -> Result<Hosts, String> {
         let (host, inside) = self.scratch("hosts");
         let src = repo().join("tests/hosts");
-        for f in ["real_host.c", "dl_host.c", "py_host.py", "hipblas_host.c"] {
+        for f in [
+            "real_host.c",
+            "dl_host.c",
+            "py_host.py",
+            "hipblas_host.c",
+            "real_hiplt_host.cpp",
+        ] {
             std::fs::copy(src.join(f), host.join(f)).map_err(|e| format!("{f}: {e}"))?;
         }
         for f in ["libtunedblas.so", "tunedblas"] {
@@ -263,7 +271,8 @@ impl Suite {
         );
         if self.has_hipblas() {
             script.push_str(
-                "\n gcc -O1 -Wall -Werror -DHIPBLAS_V2 -D__HIP_PLATFORM_AMD__ -o hipblas_host hipblas_host.c -lhipblas",
+                "\n gcc -O1 -Wall -Werror -DHIPBLAS_V2 -D__HIP_PLATFORM_AMD__ -o hipblas_host hipblas_host.c -lhipblas
+                 g++ -O1 -Wall -D__HIP_PLATFORM_AMD__ -D__HIP_DISABLE_CPP_FUNCTIONS__ -o real_hiplt_host real_hiplt_host.cpp -lhipblaslt",
             );
         }
         let out = self.sh(&script);
@@ -281,6 +290,9 @@ impl Suite {
             dl_host: format!("{inside}/dl_host"),
             py_host: format!("{inside}/py_host.py"),
             hipblas: self.has_hipblas().then(|| format!("{inside}/hipblas_host")),
+            hiplt: self
+                .has_hipblas()
+                .then(|| format!("{inside}/real_hiplt_host")),
             preload: format!("{inside}/libtunedblas.so"),
             tunedblas: format!("{inside}/tunedblas"),
         })
