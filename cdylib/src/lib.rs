@@ -23,8 +23,14 @@
 //!   `serve.rs` (the decision, and `make_call!`: the tuned call of all 14 GEMM entry
 //!   points), `near.rs` (near-shape serving: its state and its serve path), `dynsym.rs`
 //!   (the `_64` exports shown to the loader only where the served build has them).
-//! - [`cublaslt`]: the runtime, `real.rs`, `key.rs` (the key from the descriptors),
-//!   `serve.rs` (the decision, the tuned call, rebuilt algorithms).
+//! - [`lt`]: what the two Lt backends share: their runtime (`LtRuntime`: identity,
+//!   profile, misses, stats, summary), the serving path (`serve.rs`: the decision, the
+//!   tuned call, the fallback) and reading descriptors (`key.rs`).
+//! - [`cublaslt`]: its `Spec` and lifecycle hooks, `real.rs`, `key.rs` (the key from the
+//!   descriptors), `serve.rs` (what cuBLASLt supplies to `lt::serve`: rebuilt algorithms).
+//! - [`hipblaslt`]: the same for hipBLASLt, plus `objects.rs` (what hipBLASLt will not read
+//!   back, kept from its create and set calls) and `ext.rs` (the `hipblaslt_ext` C++
+//!   calls that turn a `Gemm_Hipblaslt_<index>` row into an algorithm).
 //!
 //! # Where a call goes
 //!
@@ -37,9 +43,11 @@
 //! `rocblas::near`) -> `serve::make_call!`, which calls the real function with the tuned
 //! solution (`algo = solution_index`; hgemm/sgemm re-issued as `gemm_ex`), falls back to
 //! the caller's own call if that fails, or makes the caller's own call.
-//! `cublasLtMatmul`: its export -> `cublaslt::serve::matmul` -> `cublaslt::key` (the key)
-//! -> the decision -> `cublaslt::real::call` with the row's rebuilt algorithm or the
-//! caller's.
+//! `cublasLtMatmul` and `hipblasLtMatmul`: the export -> `lt::serve::matmul` for that
+//! library (`cublaslt::serve::Cublaslt`, `hipblaslt::serve::Hipblaslt`) -> its key
+//! (`cublaslt::key`, `hipblaslt::key`) -> the decision -> the library's call with the row's
+//! rebuilt algorithm or the caller's. hipBLASLt's descriptor and layout creates, sets and
+//! destroys pass through `hipblaslt::objects` on their way to the real functions.
 //!
 //! # A new backend
 //!
@@ -47,7 +55,11 @@
 //! `lifecycle::Backend` for exit and fork, a `recorder::Recorder` for its misses),
 //! `real.rs` (its `hook_table!` and `libs::Registry`), its key building and `serve.rs`;
 //! then its exports in `exports.rs`, one entry in `lifecycle::BACKENDS`, its counters in
-//! `stats.rs`, and `tests/build_properties.rs`'s export list.
+//! `stats.rs`, and `tests/build_properties.rs`'s export list. A library shaped like
+//! cuBLASLt (hipBLASLt was the second) needs less: a `lt::Spec` (its counters, names, how
+//! to find its matmul and device), a `lt::serve::Library` impl (its calls, its key, how a
+//! row's algorithm is rebuilt), `real.rs` and its exports; `lt::LtRuntime` and
+//! `lt::serve::matmul` do the rest.
 
 mod cublaslt;
 mod exports;
