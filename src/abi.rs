@@ -389,6 +389,7 @@ pub const HIPBLAS_COMPUTE_32I_PEDANTIC: i32 = 10;
 pub const HIPBLASLT_MATMUL_DESC_TRANSA: i32 = 0;
 pub const HIPBLASLT_MATMUL_DESC_TRANSB: i32 = 1;
 pub const HIPBLASLT_MATMUL_DESC_EPILOGUE: i32 = 2;
+pub const HIPBLASLT_MATMUL_DESC_BIAS_POINTER: i32 = 3;
 pub const HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: i32 = 4;
 pub const HIPBLASLT_MATMUL_DESC_POINTER_MODE: i32 = 13;
 
@@ -449,6 +450,13 @@ pub type HipblasLtMatrixLayoutCreateFn =
 /// `hipblasLtMatrixLayoutDestroy(layout)`.
 pub type HipblasLtMatrixLayoutDestroyFn =
     unsafe extern "C" fn(HipblasLtMatrixLayout) -> HipblasStatus;
+/// `hipblasLtMatmulDescSetAttribute(desc, attr, buf, size)`.
+pub type HipblasLtMatmulDescSetAttributeFn = unsafe extern "C" fn(
+    HipblasLtMatmulDesc,
+    HipblasLtAttribute,
+    *const c_void,
+    usize,
+) -> HipblasStatus;
 /// `hipblasLtMatrixLayoutSetAttribute(layout, attr, buf, size)`.
 pub type HipblasLtMatrixLayoutSetAttributeFn = unsafe extern "C" fn(
     HipblasLtMatrixLayout,

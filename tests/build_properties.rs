@@ -32,6 +32,7 @@ const ALLOWED: &[&str] = &[
     "hipblasLtDestroy",
     "hipblasLtMatmulDescCreate",
     "hipblasLtMatmulDescDestroy",
+    "hipblasLtMatmulDescSetAttribute",
     "hipblasLtMatrixLayoutCreate",
     "hipblasLtMatrixLayoutSetAttribute",
     "hipblasLtMatrixLayoutDestroy",

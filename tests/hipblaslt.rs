@@ -342,15 +342,40 @@ fn hipblaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
 
 #[test]
 fn hipblaslt_thirty_two_threads_give_exact_counts() {
+    // One tuned shape and one missed, each made once by the main thread (the tuned row's
+    // algorithm is rebuilt then), then 32 x 50 times each at once.
     let dir = scratch("hiplt-threads");
     profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
-    let out = host(&dir, true, &["@threads:32:50"]);
+    let out =
+        common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8", "@threads:32:50"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = stats(&dir);
-    assert_eq!(s["calls"], 32 * 100, "{s}");
-    assert_eq!(s["served"], 32 * 50, "{s}");
-    assert_eq!(s["missed_calls"], 32 * 50, "{s}");
+    assert_eq!(s["calls"], 3202, "{s}");
+    assert_eq!(s["served"], 1601, "{s}");
+    assert_eq!(s["missed_calls"], 1601, "{s}");
     assert_eq!(s["missed_shapes"], 1, "{s}");
+    let tuned = trace(&dir).iter().filter(|l| l["algo"] == "42").count();
+    assert_eq!(tuned, 1601, "{s}");
+}
+
+/// Threads racing to the first call of a tuned shape: one rebuilds its algorithm, the
+/// others pass through meanwhile instead of waiting for it (a fork child or a signal
+/// handler must never wait on a rebuild); every call is one or the other.
+#[test]
+fn hipblaslt_first_calls_racing_a_rebuild_pass_through_rather_than_wait() {
+    let dir = scratch("hiplt-race");
+    profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
+    let out = common::faults::run_guarded(host_cmd(&dir, true, &["@threads:32:50"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = stats(&dir);
+    let (served, passed) = (
+        s["served"].as_u64().unwrap(),
+        s["passed_through"].as_u64().unwrap(),
+    );
+    assert_eq!(served + passed, 32 * 50, "{s}");
+    assert!(served > 0, "{s}");
+    let tuned = trace(&dir).iter().filter(|l| l["algo"] == "42").count() as u64;
+    assert_eq!(tuned, served, "{s}");
 }
 
 /// The vLLM project's public TunableOp file from an MI300 (`tests/fixtures/vllm-tunableop`):
@@ -403,4 +428,43 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
         "{}",
         text(&out.stderr)
     );
+}
+
+/// Calls whose problem the key does not describe keep their own algorithm, even where the
+/// key has a tuned row: a descriptor given a scale pointer, D written apart from C, and a
+/// beta other than the one the row's algorithm was checked with (Tensile kernels may be
+/// specialised on it). A layout changed through a buffer larger than the attribute (which
+/// hipBLASLt accepts) is keyed by the value it set.
+#[test]
+fn calls_the_key_cannot_describe_keep_their_own_algorithm() {
+    let run = |variant: &str, calls: &[&str]| {
+        let dir = scratch(&format!("hiplt-variant-{variant}"));
+        profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+        let out = host_cmd(&dir, true, calls)
+            .env("HIPLT_HOST_VARIANT", variant)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{variant}: {}", text(&out.stderr));
+        (algos(&dir), miss_lines(&dir))
+    };
+    let twice = ["64,8,64", "64,8,64"];
+    assert_eq!(
+        run("", &twice),
+        (vec!["42".to_string(), "42".into()], vec![])
+    );
+    for variant in ["scale", "cd"] {
+        let (ran, missed) = run(variant, &twice);
+        assert_eq!(ran, ["6", "6"], "{variant}");
+        assert!(
+            missed.is_empty(),
+            "{variant}: not a miss either: {missed:?}"
+        );
+    }
+    let (ran, _) = run("betaalt", &["64,8,64", "64,8,64", "64,8,64", "64,8,64"]);
+    assert_eq!(
+        ran,
+        ["42", "6", "42", "6"],
+        "checked with beta 0, served for beta 0 only"
+    );
+    assert_eq!(run("wideset", &twice).0, ["42", "42"]);
 }

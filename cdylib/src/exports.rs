@@ -686,6 +686,28 @@ pub unsafe extern "C" fn hipblasLtMatrixLayoutDestroy(
     }
 }
 
+/// `hipblasLtMatmulDescSetAttribute`: the real one; then a descriptor given an attribute
+/// the key does not hold (scale pointers and modes, compute input types, amax, epilogue
+/// aux, ...) is marked, and its calls pass through (`hipblaslt/key.rs`).
+#[no_mangle]
+pub unsafe extern "C" fn hipblasLtMatmulDescSetAttribute(
+    desc: abi::HipblasLtMatmulDesc,
+    attr: abi::HipblasLtAttribute,
+    buf: *const c_void,
+    size: usize,
+) -> abi::HipblasStatus {
+    let Some(real) = crate::hipblaslt::real::HIPLT.desc_set() else {
+        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
+    };
+    // SAFETY: the caller's own arguments.
+    let status = unsafe { real(desc, attr, buf, size) };
+    if status == abi::HIPBLAS_STATUS_SUCCESS && !crate::hipblaslt::key::keyed_desc_attribute(attr) {
+        let _ =
+            std::panic::catch_unwind(|| DESCS.set(desc, crate::hipblaslt::key::DESC_UNSERVED, 1));
+    }
+    status
+}
+
 /// `hipblasLtMatmulDescDestroy`: its types forgotten first, then the real one.
 #[no_mangle]
 pub unsafe extern "C" fn hipblasLtMatmulDescDestroy(

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::table::RowState;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What a row tells the interposer to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +176,10 @@ pub struct Prepared {
     pub workspace: usize,
     /// Minimum alignment in bytes of the A, B, C, D pointers.
     pub min_align: [u32; 4],
+    /// The class of call it was checked for (the library's `Library::call_class`: for
+    /// hipBLASLt alpha and beta at 1 or 0); a call of another class keeps its own
+    /// algorithm.
+    pub class: u8,
 }
 
 impl Prepared {
@@ -197,7 +202,10 @@ pub struct LtEntry {
     pub action: LtAction,
     state: RowState,
     /// Rebuilt and checked on the first call of the key; `None` inside if that failed.
-    pub prepared: OnceLock<Option<Prepared>>,
+    /// Set only through [`LtEntry::prepared_or_try`], never waited for.
+    prepared: OnceLock<Option<Prepared>>,
+    /// Set by the one caller that rebuilds the algorithm.
+    preparing: AtomicBool,
 }
 
 impl LtEntry {
@@ -206,7 +214,28 @@ impl LtEntry {
             action,
             state: RowState::default(),
             prepared: OnceLock::new(),
+            preparing: AtomicBool::new(false),
         }
+    }
+
+    /// The row's rebuilt algorithm: the one made already, or made now by `prepare` if no
+    /// other caller is making it. `None` while another caller is (that call passes
+    /// through instead of waiting: the rebuild runs library code that may be slow, and a
+    /// fork child or a signal handler on that thread must never wait for it; a fork child
+    /// that inherited a rebuild in progress passes this row's calls through for good).
+    pub fn prepared_or_try(
+        &self,
+        prepare: impl FnOnce() -> Option<Prepared>,
+    ) -> Option<&Option<Prepared>> {
+        if let Some(p) = self.prepared.get() {
+            return Some(p);
+        }
+        if self.preparing.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        // The one setter: `set` cannot block (nothing else initialises the cell).
+        let _ = self.prepared.set(prepare());
+        self.prepared.get()
     }
 }
 
@@ -378,6 +407,7 @@ mod tests {
             algo: MatmulAlgo::default(),
             workspace: 4096,
             min_align: [16, 16, 16, 16],
+            class: 0,
         };
         let ws = 0x1000 as *const c_void;
         assert!(p.fits([0x100, 0x200, 0x300, 0x300], ws, 4096));
@@ -396,6 +426,35 @@ mod tests {
             ..p
         };
         assert!(none.fits([0x102, 0x202, 0x302, 0x302], std::ptr::null(), 0));
+    }
+
+    /// One caller rebuilds; a caller arriving meanwhile (another thread, a signal handler
+    /// on the same one, a fork child) passes through instead of waiting; later callers get
+    /// the result, a failed rebuild included.
+    #[test]
+    fn a_row_is_prepared_once_and_never_waited_for() {
+        let e = LtEntry::new(LtAction::Index(7));
+        let p = Prepared {
+            algo: MatmulAlgo::default(),
+            workspace: 0,
+            min_align: [1; 4],
+            class: 3,
+        };
+        let got = e.prepared_or_try(|| {
+            assert!(
+                e.prepared_or_try(|| panic!("a second rebuild")).is_none(),
+                "a caller during the rebuild passes through"
+            );
+            Some(p)
+        });
+        assert_eq!(got, Some(&Some(p)));
+        assert_eq!(
+            e.prepared_or_try(|| panic!("rebuilt again")),
+            Some(&Some(p))
+        );
+        let failed = LtEntry::new(LtAction::Index(8));
+        assert_eq!(failed.prepared_or_try(|| None), Some(&None));
+        assert_eq!(failed.prepared_or_try(|| panic!("retried")), Some(&None));
     }
 
     #[test]

@@ -48,6 +48,10 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "HipblasLtMatrixLayoutGetAttributeFn",
     ),
     (
+        "hipblasLtMatmulDescSetAttribute",
+        "HipblasLtMatmulDescSetAttributeFn",
+    ),
+    (
         "hipblasLtMatrixLayoutCreate",
         "HipblasLtMatrixLayoutCreateFn",
     ),

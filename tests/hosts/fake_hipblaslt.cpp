@@ -28,8 +28,8 @@
  *   whose sizes do not agree with the transposes: D is m x n, op(A) m x k, op(B) k x n, C
  *   m x n (and TRANSA/TRANSB must be OP_N, OP_T or OP_C);
  * - as in hipBLASLt, the compute and scale types given to hipblasLtMatmulDescCreate cannot
- *   be read back: GetAttribute knows TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE
- *   and POINTER_MODE only (any other is INVALID_VALUE); and hipblasLtMatrixLayoutGetAttribute
+ *   be read back: GetAttribute knows TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, BIAS_DATA_TYPE,
+ *   A_SCALE_POINTER and POINTER_MODE only (any other is INVALID_VALUE); and hipblasLtMatrixLayoutGetAttribute
  *   reads back the batch count and stride only (hipBLASLt 7.1.1 answers INVALID_VALUE for
  *   the type, order, rows, cols and leading dimension);
  * - a NULL handle is NOT_INITIALIZED; hipblasLtCreate asks the HIP runtime for the device
@@ -110,6 +110,7 @@ struct Desc {
     void *bias = nullptr;
     int32_t bias_type = -1;
     int32_t pointer_mode = 0;
+    const void *a_scale = nullptr;
 };
 struct Layout {
     uint32_t type;
@@ -138,8 +139,10 @@ static hipblasStatus_t copy_out(const void *field, size_t want, void *buf, size_
     if (written) *written = want;
     return HIPBLAS_STATUS_SUCCESS;
 }
+/* As hipBLASLt 7.1.1's setters: a buffer at least the attribute's size is taken, its first
+ * bytes read (an int64_t batch count sets the count). */
 static hipblasStatus_t copy_in(void *field, size_t want, const void *buf, size_t size) {
-    if (size != want || !buf) return HIPBLAS_STATUS_INVALID_VALUE;
+    if (size < want || !buf) return HIPBLAS_STATUS_INVALID_VALUE;
     memcpy(field, buf, want);
     return HIPBLAS_STATUS_SUCCESS;
 }
@@ -183,6 +186,7 @@ static void *desc_field(Desc *d, int attr, size_t *want) {
     case 2: return &d->epilogue;
     case 3: *want = sizeof d->bias; return &d->bias;
     case 4: return &d->bias_type;
+    case 5: *want = sizeof d->a_scale; return &d->a_scale;
     case 13: return &d->pointer_mode;
     default: return nullptr;
     }

@@ -10,10 +10,12 @@
 #ifdef HIPLT_MODULE
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* hipblaslt.h's values. */
 enum { OP_N = 111, OP_T = 112, R_32F = 0, R_16BF = 14, COMPUTE_32F = 2 };
-enum { DESC_TRANSA = 0, DESC_TRANSB = 1, PREF_MAX_WORKSPACE_BYTES = 1 };
+enum { DESC_TRANSA = 0, DESC_TRANSB = 1, DESC_A_SCALE_POINTER = 5, PREF_MAX_WORKSPACE_BYTES = 1 };
+enum { LAYOUT_LD = 6 };
 
 typedef struct { uint8_t data[16]; size_t max_workspace_bytes; } Algo;
 typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
@@ -23,6 +25,7 @@ int hipblasLtMatmulDescDestroy(void *d);
 int hipblasLtMatmulDescSetAttribute(void *d, int attr, const void *buf, size_t size);
 int hipblasLtMatrixLayoutCreate(void **l, int32_t type, uint64_t rows, uint64_t cols, int64_t ld);
 int hipblasLtMatrixLayoutDestroy(void *l);
+int hipblasLtMatrixLayoutSetAttribute(void *l, int attr, const void *buf, size_t size);
 int hipblasLtMatmulPreferenceCreate(void **p);
 int hipblasLtMatmulPreferenceDestroy(void *p);
 int hipblasLtMatmulPreferenceSetAttribute(void *p, int attr, const void *buf, size_t size);
@@ -35,7 +38,15 @@ int hipblasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void 
 static void *handle;
 static char *buffer;
 
+/* HIPLT_HOST_VARIANT changes what every call does, as other callers of hipBLASLt would:
+ *   scale   also sets HIPBLASLT_MATMUL_DESC_A_SCALE_POINTER (attribute 5) on the descriptor
+ *   betaalt passes beta = 0, 1, 0, 1, ... on successive calls
+ *   cd      writes D to another buffer than C (same layout)
+ *   wideset sets C's leading dimension again through a 16-byte buffer (its first 8 bytes
+ *           hold the value), as hipBLASLt accepts any buffer at least the attribute's size */
 int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
+    const char *variant = getenv("HIPLT_HOST_VARIANT");
+    variant = variant ? variant : "";
     if (!handle && hipblasLtCreate(&handle) != 0) return -1;
     if (!buffer) buffer = aligned_alloc(256, 1 << 20);
     void *desc, *A, *B, *C, *pref;
@@ -45,7 +56,15 @@ int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign)
     hipblasLtMatmulDescSetAttribute(desc, DESC_TRANSB, &n, 4);
     hipblasLtMatrixLayoutCreate(&A, R_16BF, k, n_out, k);
     hipblasLtMatrixLayoutCreate(&B, R_16BF, k, tokens, k);
-    hipblasLtMatrixLayoutCreate(&C, R_16BF, n_out, tokens, n_out);
+    hipblasLtMatrixLayoutCreate(&C, R_16BF, n_out, tokens, !strcmp(variant, "wideset") ? n_out + 8 : n_out);
+    if (!strcmp(variant, "wideset")) {
+        int64_t wide[2] = {n_out, -1};
+        hipblasLtMatrixLayoutSetAttribute(C, LAYOUT_LD, wide, sizeof wide);
+    }
+    if (!strcmp(variant, "scale")) {
+        const void *scale = buffer + 128;
+        hipblasLtMatmulDescSetAttribute(desc, DESC_A_SCALE_POINTER, &scale, sizeof scale);
+    }
     hipblasLtMatmulPreferenceCreate(&pref);
     uint64_t ws = ws_bytes;
     hipblasLtMatmulPreferenceSetAttribute(pref, PREF_MAX_WORKSPACE_BYTES, &ws, 8);
@@ -53,9 +72,11 @@ int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign)
     int returned = 0;
     int st = hipblasLtMatmulAlgoGetHeuristic(handle, desc, A, B, C, C, pref, 1, &r, &returned);
     if (st == 0 && returned == 1) {
-        float alpha = 1, beta = 0;
+        static int calls;
+        float alpha = 1, beta = !strcmp(variant, "betaalt") ? (float)(calls++ % 2) : 0;
+        char *d = buffer + (!strcmp(variant, "cd") ? 16384 : 8192);
         st = hipblasLtMatmul(handle, desc, &alpha, buffer + (misalign ? 2 : 0), A, buffer + 4096,
-                             B, &beta, buffer + 8192, C, buffer + 8192, C, &r.algo,
+                             B, &beta, buffer + 8192, C, d, C, &r.algo,
                              ws_bytes ? buffer + 65536 : NULL, ws_bytes, NULL);
     }
     hipblasLtMatmulPreferenceDestroy(pref);

@@ -127,5 +127,6 @@ unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Option<Prepared>
         algo,
         workspace: result.workspace_size,
         min_align,
+        class: 0,
     })
 }

@@ -5,12 +5,16 @@
 //! by tests/conformance against what g++ makes of hipBLASLt 7.1.1's `hipblaslt-ext.hpp`
 //! and what the real library exports), and a vector is libstdc++'s: three pointers (first
 //! element, one past the last, one past the storage), which the conformance suite checks
-//! with the real libstdc++ headers. Storage is allocated and freed with libstdc++'s own
-//! `operator new` / `operator delete`, as `std::allocator` does, so the library may grow or
-//! free what we pass and we may free what it grew.
+//! with the real libstdc++ headers.
 //!
-//! A C++ exception thrown through these calls cannot be caught from Rust (the process
-//! would abort); hipBLASLt's extension functions report errors by status.
+//! Memory: the index vector points at our own memory (hipBLASLt only reads it); the
+//! result vector starts empty and hipBLASLt grows it with *its* `operator new` (the
+//! process's, which a program may replace), so we never free it with another one: its
+//! storage (one result, 48 bytes, once per row) is left to the process.
+//!
+//! A C++ exception thrown through these calls cannot be caught from Rust: the process
+//! would abort. hipBLASLt 7.1.1 reports its own errors by status; what could still throw
+//! is the standard library inside it (an allocation failure).
 
 use tunedblas_core::abi::*;
 
@@ -49,17 +53,6 @@ impl<T: Copy> CxxVec<T> {
         // SAFETY: [start, finish) holds (f - s) / size initialised elements of T.
         Some(unsafe { std::slice::from_raw_parts(self.start, (f - s) / size) })
     }
-
-    /// Frees the storage (libstdc++'s `operator delete`).
-    fn free(&mut self) {
-        if !self.start.is_null() {
-            if let Some(delete) = HIPLT.cxx_delete() {
-                // SAFETY: storage made by `operator new` (ours or the library's).
-                unsafe { delete(self.start.cast()) };
-            }
-        }
-        *self = Self::EMPTY;
-    }
 }
 
 /// The algorithm of hipBLASLt index `index` for this handle's device
@@ -71,25 +64,16 @@ pub unsafe fn algo_from_index(
     handle: HipblasLtHandle,
     index: i32,
 ) -> Result<HipblasLtMatmulAlgo, String> {
-    let (Some(from_index), Some(index_of), Some(new)) = (
-        HIPLT.algos_from_index(),
-        HIPLT.index_from_algo(),
-        HIPLT.cxx_new(),
-    ) else {
-        return Err("this hipBLASLt lacks the hipblaslt_ext functions (or libstdc++'s operator new is not loaded)".into());
+    let (Some(from_index), Some(index_of)) = (HIPLT.algos_from_index(), HIPLT.index_from_algo())
+    else {
+        return Err("this hipBLASLt lacks the hipblaslt_ext functions".into());
     };
-    // SAFETY: operator new of 4 bytes, checked below.
-    let p = unsafe { new(std::mem::size_of::<i32>()) } as *mut i32;
-    if p.is_null() {
-        return Err("operator new failed".into());
-    }
-    // SAFETY: 4 fresh bytes.
-    unsafe { p.write(index) };
+    let mut one = [index];
     let mut indices = CxxVec {
-        start: p,
+        start: one.as_mut_ptr(),
         // SAFETY: one past the one element.
-        finish: unsafe { p.add(1) },
-        end_of_storage: unsafe { p.add(1) },
+        finish: unsafe { one.as_mut_ptr().add(1) },
+        end_of_storage: unsafe { one.as_mut_ptr().add(1) },
     };
     let mut results: CxxVec<HipblasLtMatmulHeuristicResult> = CxxVec::EMPTY;
     // SAFETY: both vectors are libstdc++ vectors by reference; the handle is the caller's.
@@ -108,8 +92,8 @@ pub unsafe fn algo_from_index(
         Some([]) => Err("this hipBLASLt build has no algorithm of that index".into()),
         Some([first, ..]) => Ok(first.algo),
     };
-    indices.free();
-    results.free();
+    // `indices` is ours (a local); `results` is hipBLASLt's and stays allocated (above).
+    let _ = &mut indices;
     let mut algo = found?;
     // SAFETY: an algorithm hipBLASLt just made.
     let back = unsafe { index_of(&mut algo) };

@@ -62,12 +62,33 @@ pub unsafe fn layout_field(attr: i32, buf: *const c_void, size: usize) -> Option
     // SAFETY: per the contract, with the size checked against the attribute's.
     let v = unsafe {
         match (four, size) {
-            (true, 4) => buf.cast::<i32>().read_unaligned() as i64 as u64,
-            (false, 8) => buf.cast::<u64>().read_unaligned(),
+            (true, 4..) => buf.cast::<i32>().read_unaligned() as i64 as u64,
+            (false, 8..) => buf.cast::<u64>().read_unaligned(),
             _ => return None,
         }
     };
     Some((attr as usize, v))
+}
+
+/// Where a descriptor's kept fields hold what: 0 compute type, 1 scale type, and this: 1
+/// once an attribute the key does not hold was set.
+pub const DESC_UNSERVED: usize = 2;
+
+/// The matmul descriptor attributes the key holds (read back at each call) or that cannot
+/// change the kernel (the bias vector's address); setting any other one (scale pointers
+/// and modes, compute input types, amax, the epilogue's aux buffer, ...) makes the
+/// descriptor's calls pass through: a tuned index checked once per key must not run a
+/// problem the key does not describe.
+pub fn keyed_desc_attribute(attr: i32) -> bool {
+    matches!(
+        attr,
+        HIPBLASLT_MATMUL_DESC_TRANSA
+            | HIPBLASLT_MATMUL_DESC_TRANSB
+            | HIPBLASLT_MATMUL_DESC_EPILOGUE
+            | HIPBLASLT_MATMUL_DESC_BIAS_POINTER
+            | HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+            | HIPBLASLT_MATMUL_DESC_POINTER_MODE
+    )
 }
 
 /// The key of a call, or `None` when it is not one tunedblas serves.
@@ -95,6 +116,16 @@ pub unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
         debug!("hipBLASLt: passing a call through: a descriptor or layout not made through the interposer");
         return None;
     };
+    if types[DESC_UNSERVED] != 0 {
+        debug!("hipBLASLt: passing a call through: its descriptor has an attribute the key does not hold");
+        return None;
+    }
+    if x.c != x.d.cast_const() {
+        // An algorithm is checked with C and D at one address (matmulIsAlgoSupported sees
+        // no pointers): a call writing D elsewhere keeps its own.
+        debug!("hipBLASLt: passing a call through: C and D differ");
+        return None;
+    }
     let dg = HIPLT.desc_get()?;
     unsafe {
         let mut hip = HipMatmul {
@@ -139,6 +170,17 @@ mod tests {
         assert_eq!(
             unsafe { layout_field(HIPBLASLT_MATRIX_LAYOUT_LD, p, 4) },
             None
+        );
+        // A larger buffer: its first bytes, as the library reads it.
+        let wide: [i64; 2] = [2048, -1];
+        let p = wide.as_ptr().cast();
+        assert_eq!(
+            unsafe { layout_field(HIPBLASLT_MATRIX_LAYOUT_LD, p, 16) },
+            Some((6, 2048))
+        );
+        assert_eq!(
+            unsafe { layout_field(HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT, p, 8) },
+            Some((0, 2048))
         );
         let batch: i32 = 3;
         let p = (&batch as *const i32).cast();

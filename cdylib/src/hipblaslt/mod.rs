@@ -108,6 +108,8 @@ fn finish(pass: Pass) {
 unsafe fn after_fork() {
     // SAFETY: as below.
     unsafe { HIPBLASLT.after_fork() };
+    objects::DESCS.forget_all_in_child();
+    objects::LAYOUTS.forget_all_in_child();
     if let Some(rt) = RUNTIME.peek() {
         // SAFETY: the lifecycle calls this from the fork child handler only.
         unsafe { rt.misses.after_fork() };

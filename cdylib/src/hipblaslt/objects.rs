@@ -19,15 +19,17 @@
 //!
 //! Each slot is a small sequence lock (a state word and the fields, all atomics): a reader
 //! retries while a writer is inside, and gives up (unknown) after a bounded number of
-//! tries; a writer that finds the slot held for as long (only a fork child can inherit a
-//! writer that never finishes) takes it over. Nothing here can block.
+//! tries; a writer that finds the slot held for as long (a signal handler interrupting a
+//! writer on its own thread) takes it over. A fork child starts with empty maps
+//! ([`Objects::forget_all_in_child`]), so nothing a parent's thread was doing at the fork
+//! can hold it. Nothing here can block.
 //!
 //! An object the maps do not know (made before the interposer was loaded, or beyond the
 //! bounded probe of a host holding thousands at once) has unknown fields: its calls pass
 //! through untouched.
 
 use std::ffi::c_void;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use tunedblas_core::claim_map::{hash_of, ClaimMap, Probe, Zeroed};
 
@@ -62,9 +64,11 @@ impl Fields {
             let s = self.state.load(Ordering::Relaxed);
             if s & WRITING == 0 || spins >= SPINS {
                 let from = s & !WRITING;
+                // AcqRel: the WRITING mark must be seen before any field store (a reader
+                // that sees a new field also sees the mark, or the state moved on).
                 if self
                     .state
-                    .compare_exchange_weak(s, from | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange_weak(s, from | WRITING, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
                     return from;
@@ -103,6 +107,8 @@ impl Fields {
 /// One kind of object (matmul descriptors, or matrix layouts).
 pub struct Objects {
     map: AtomicPtr<ClaimMap<usize, Fields>>,
+    /// The one line for a full map was said.
+    full_said: AtomicBool,
 }
 
 /// Matmul descriptors: [compute type, scale type].
@@ -115,6 +121,7 @@ impl Objects {
     const fn new() -> Objects {
         Objects {
             map: AtomicPtr::new(std::ptr::null_mut()),
+            full_said: AtomicBool::new(false),
         }
     }
 
@@ -164,7 +171,18 @@ impl Objects {
                 slot.store(values.get(i).copied().unwrap_or(0), Ordering::Relaxed);
             }
             f.unlock(from, true);
+        } else if !object.is_null() && !self.full_said.swap(true, Ordering::Relaxed) {
+            crate::log::info!(
+                "hipBLASLt: more descriptors or layouts alive at distinct addresses than the interposer keeps ({SLOTS}); calls using the others pass through untuned"
+            );
         }
+    }
+
+    /// In a fork child: a parent's thread may have been inside a claim or a write; the
+    /// child starts with empty maps (objects it inherited pass through; new ones are kept).
+    /// Allocates nothing and frees nothing (the old map is left).
+    pub fn forget_all_in_child(&self) {
+        self.map.store(std::ptr::null_mut(), Ordering::Release);
     }
 
     /// Field `i` of the object at `object` was set (a known object only).
@@ -250,8 +268,19 @@ mod tests {
         }
     }
 
-    /// A writer that never left (a fork child inherits one mid-write) does not hang the
-    /// next writer or reader.
+    #[test]
+    fn a_fork_child_starts_with_empty_maps() {
+        let o = Objects::new();
+        let a = 0x3000 as *mut c_void;
+        o.created(a, &[2, 0]);
+        o.forget_all_in_child();
+        assert_eq!(o.get(a), None);
+        o.created(a, &[6, 0]);
+        assert_eq!(o.get(a).unwrap()[0], 6);
+    }
+
+    /// A writer that never left (a signal handler on its thread) does not hang the next
+    /// writer or reader.
     #[test]
     fn a_writer_that_never_left_does_not_hang_anyone() {
         let o = Objects::new();

@@ -1,6 +1,5 @@
 //! The real hipBLASLt: the typed table of its functions (the C API, the `hipblaslt_ext` C++
-//! functions by their mangled names, HIP's `hipGetDevice`, libstdc++'s `operator new` and
-//! `operator delete` for the vectors `hipblaslt_ext` fills), the call itself, the build each
+//! functions by their mangled names, HIP's `hipGetDevice`), the call itself, the build each
 //! handle belongs to (`crate::libs`), and the device a call runs on.
 
 use std::ffi::{c_int, c_void, CString};
@@ -12,7 +11,6 @@ use crate::lt::LtCall;
 
 const HIPBLASLT_LIBS: &[&str] = &["libhipblaslt.so"];
 const HIP_LIBS: &[&str] = &["libamdhip64.so"];
-const CXX_LIBS: &[&str] = &["libstdc++.so"];
 
 /// `int hipblaslt_ext::getIndexFromAlgo(hipblasLtMatmulAlgo_t&)`.
 pub type IndexFromAlgoFn = unsafe extern "C" fn(*mut HipblasLtMatmulAlgo) -> c_int;
@@ -35,10 +33,6 @@ pub type IsAlgoSupportedFn = unsafe extern "C" fn(
     *mut HipblasLtMatmulAlgo,
     *mut usize,
 ) -> HipblasStatus;
-/// `operator new(size_t)` and `operator delete(void*)`: what libstdc++'s allocator uses, so
-/// a vector the library grows or frees is one we made the same way.
-pub type CxxNewFn = unsafe extern "C" fn(usize) -> *mut c_void;
-pub type CxxDeleteFn = unsafe extern "C" fn(*mut c_void);
 
 crate::real::hook_table! {
     pub struct HipLtHooks; static HIPLT; libs = HIPBLASLT_LIBS;
@@ -46,6 +40,7 @@ crate::real::hook_table! {
     desc_get: HipblasLtMatmulDescGetAttributeFn = c"hipblasLtMatmulDescGetAttribute",
     desc_create: HipblasLtMatmulDescCreateFn = c"hipblasLtMatmulDescCreate",
     desc_destroy: HipblasLtMatmulDescDestroyFn = c"hipblasLtMatmulDescDestroy",
+    desc_set: HipblasLtMatmulDescSetAttributeFn = c"hipblasLtMatmulDescSetAttribute",
     layout_create: HipblasLtMatrixLayoutCreateFn = c"hipblasLtMatrixLayoutCreate",
     layout_destroy: HipblasLtMatrixLayoutDestroyFn = c"hipblasLtMatrixLayoutDestroy",
     layout_set: HipblasLtMatrixLayoutSetAttributeFn = c"hipblasLtMatrixLayoutSetAttribute",
@@ -58,8 +53,6 @@ crate::real::hook_table! {
         c"_ZN13hipblaslt_ext17getAlgosFromIndexEPvRSt6vectorIiSaIiEERS1_I33_hipblasLtMatmulHeuristicResult_tSaIS5_EE",
     is_supported: IsAlgoSupportedFn =
         c"_ZN13hipblaslt_ext21matmulIsAlgoSupportedEPvP27hipblasLtMatmulDescOpaque_tPKvP29hipblasLtMatrixLayoutOpaque_tS6_S4_S6_S6_R22_hipblasLtMatmulAlgo_tRm",
-    cxx_new: CxxNewFn = c"_Znwm" in CXX_LIBS,
-    cxx_delete: CxxDeleteFn = c"_ZdlPv" in CXX_LIBS,
     hip_get_device: HipGetDeviceFn = c"hipGetDevice" in HIP_LIBS,
 }
 

@@ -6,7 +6,10 @@
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
-use tunedblas_core::abi::{HipblasLtMatmulAlgo, HipblasLtMatmulFn};
+use tunedblas_core::abi::{
+    HipblasLtMatmulAlgo, HipblasLtMatmulFn, HIPBLASLT_POINTER_MODE_HOST, HIP_R_16BF, HIP_R_16F,
+    HIP_R_32F, HIP_R_64F,
+};
 use tunedblas_core::cublaslt::{LtAction, LtKey, LtLib, LtStatus, MatmulAlgo, Prepared};
 
 use super::real::{call, HIPBLASLT, HIPLT};
@@ -80,7 +83,59 @@ impl Library for Hipblaslt {
             algo: into_lt_algo(algo),
             workspace,
             min_align: [MIN_ALIGN; 4],
+            // SAFETY: the caller's arguments.
+            class: unsafe { Self::call_class(x, key) },
         })
+    }
+
+    /// Tensile kernels may be specialised on alpha = 1, beta = 0 or beta = 1, and hipBLASLt
+    /// does not check an explicit algorithm against the values of a call: an algorithm
+    /// checked with one call's values serves only calls with the same three facts. Device
+    /// pointers (a key of its own) are one class.
+    unsafe fn call_class(x: &LtCall, key: &LtKey) -> u8 {
+        if key.pointer_mode != HIPBLASLT_POINTER_MODE_HOST {
+            return 0x40;
+        }
+        if x.alpha.is_null() || x.beta.is_null() {
+            return 0x80;
+        }
+        // SAFETY: host scalars of the scale type, per the caller's descriptor.
+        let (alpha, beta) = unsafe {
+            match key.scale {
+                HIP_R_64F => (
+                    x.alpha.cast::<f64>().read_unaligned(),
+                    x.beta.cast::<f64>().read_unaligned(),
+                ),
+                HIP_R_32F => (
+                    f64::from(x.alpha.cast::<f32>().read_unaligned()),
+                    f64::from(x.beta.cast::<f32>().read_unaligned()),
+                ),
+                // f16 and bf16 scales: told by their bits (1.0 and +-0.0).
+                HIP_R_16F | HIP_R_16BF => {
+                    let one = if key.scale == HIP_R_16F {
+                        0x3c00
+                    } else {
+                        0x3f80
+                    };
+                    let (a, b) = (
+                        x.alpha.cast::<u16>().read_unaligned(),
+                        x.beta.cast::<u16>().read_unaligned(),
+                    );
+                    let f = |v: u16| {
+                        if v == one {
+                            1.0
+                        } else if v & 0x7fff == 0 {
+                            0.0
+                        } else {
+                            2.0
+                        }
+                    };
+                    (f(a), f(b))
+                }
+                _ => return 0x80,
+            }
+        };
+        u8::from(alpha == 1.0) | u8::from(beta == 0.0) << 1 | u8::from(beta == 1.0) << 2
     }
 }
 

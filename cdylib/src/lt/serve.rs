@@ -8,6 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::cublaslt::*;
 
 use super::{LtCall, LtRuntime};
+use crate::lifecycle::NoCancel;
 use crate::log::{debug, info};
 use crate::stats::bump;
 
@@ -43,6 +44,16 @@ pub trait Library: 'static {
     /// # Safety
     /// `x` holds a caller's live handle and descriptors.
     unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Option<Prepared>;
+    /// The class of a call a rebuilt algorithm is valid for beyond its key (hipBLASLt:
+    /// alpha and beta at 1 or 0, which its kernels may be specialised on); a row's
+    /// algorithm serves only calls of the class it was checked with.
+    ///
+    /// # Safety
+    /// `x` holds a caller's arguments.
+    #[inline]
+    unsafe fn call_class(_x: &LtCall, _key: &LtKey) -> u8 {
+        0
+    }
 }
 
 enum Decision {
@@ -132,26 +143,31 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
                 bump(c.default);
                 return Decision::Pass;
             }
-            // SAFETY: as above; runs once per key.
-            let prepared = e
-                .prepared
-                .get_or_init(|| unsafe { L::prepare(x, &key, &e.action) });
+            // Once per key, by one caller; with cancellation held off (the rebuild runs
+            // library code, and a cancellation acted on there would unwind into
+            // `catch_unwind`).
+            let prepared = e.prepared_or_try(|| {
+                let _no_cancel = NoCancel::new();
+                // SAFETY: as above.
+                unsafe { L::prepare(x, &key, &e.action) }
+            });
             match prepared {
-                Some(p)
+                Some(Some(p))
                     if p.fits(
                         [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
                         x.workspace,
                         x.workspace_bytes,
-                    ) =>
+                    ) && p.class == unsafe { L::call_class(x, &key) } =>
                 {
                     Decision::Tuned(&p.algo, e, rt)
                 }
-                Some(_) => {
-                    // Less workspace or alignment than the tuned algorithm needs.
+                Some(Some(_)) | None => {
+                    // Less workspace or alignment than the tuned algorithm needs, a call of
+                    // another class, or another caller is rebuilding the algorithm now.
                     bump(c.passed_through);
                     Decision::Pass
                 }
-                None => {
+                Some(None) => {
                     e.quarantine();
                     bump(c.fallbacks);
                     Decision::Pass
