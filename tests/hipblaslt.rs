@@ -39,8 +39,13 @@ fn profile(dir: &Path, rows: &[String]) {
 }
 
 fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
+    host_cmd_with(&hiplt().module, dir, preload, calls)
+}
+
+/// [`host_cmd`] with another first module.
+fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Command {
     let mut cmd = Command::new(&hiplt().host);
-    cmd.arg(&hiplt().module).args(calls);
+    cmd.arg(module).args(calls);
     host_env(&mut cmd, dir, preload);
     cmd.env_remove("REFBLAS_TRACE")
         .env_remove("FAKEHIPLT_CANCEL_POINT")
@@ -467,4 +472,63 @@ fn calls_the_key_cannot_describe_keep_their_own_algorithm() {
         "checked with beta 0, served for beta 0 only"
     );
     assert_eq!(run("wideset", &twice).0, ["42", "42"]);
+}
+
+/// Two hipBLASLt builds in one process, the second under a file name no global search
+/// expects (`libhipblaslt-b.so.1`): every descriptor and layout call goes to the build its
+/// caller links (an object of one build given to the other's matmul would corrupt its
+/// heap; the stand-in refuses it), whether or not that build made a handle yet; the
+/// second build's matmuls run untouched; the first build is served from its profile.
+#[test]
+fn two_builds_each_get_their_own_objects_and_a_renamed_build_is_found() {
+    let dir = scratch("hiplt-two-builds");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let module2 = hiplt().module2.display().to_string();
+    let out = host(
+        &dir,
+        true,
+        &[
+            "64,8,64",
+            &format!("@module:{module2}"),
+            "64,8,64",
+            "32,8,64",
+            "@close",
+            "64,8,64",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("status=3"), "{stdout}");
+    let t: Vec<String> = std::fs::read_to_string(dir.join("trace.log"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        t,
+        [
+            "matmul m=64 n=8 k=64 algo=42 ok=1",
+            "matmul m=64 n=8 k=64 algo=6 ok=1 build=2",
+            "matmul m=32 n=8 k=64 algo=6 ok=1 build=2",
+            "matmul m=64 n=8 k=64 algo=42 ok=1",
+        ],
+        "{stderr}"
+    );
+    // The second build alone, renamed, in a local scope: found, and its calls work.
+    let dir = scratch("hiplt-renamed");
+    let out = host_cmd_with(&hiplt().module2, &dir, true, &["64,8,64", "32,8,64"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["call=64,8,64 status=0", "call=32,8,64 status=0"]
+    );
+    assert!(
+        text(&out.stderr).contains("libhipblaslt-b.so.1"),
+        "identified: {}",
+        text(&out.stderr)
+    );
 }

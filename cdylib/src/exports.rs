@@ -16,7 +16,9 @@ use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 use tunedblas_core::rocblas::{ex_types, single_key_unchecked, Dims};
 
+use crate::hipblaslt::callers::{with_caller, Callers};
 use crate::hipblaslt::objects::{DESCS, LAYOUTS};
+use crate::hipblaslt::real::HIPLT;
 use crate::rocblas::near;
 use crate::rocblas::real::{self as rocblas, HOOKS};
 use crate::rocblas::serve::{self, ExArgs, TypedArgs};
@@ -605,19 +607,36 @@ pub unsafe extern "C" fn hipblasLtDestroy(handle: abi::HipblasLtHandle) -> abi::
         .unwrap_or(HIPBLAS_INTERNAL_ERROR)
 }
 
-/// `hipblasLtMatmulDescCreate`: the real one, then the descriptor's compute and scale types
-/// kept for its calls (`hipblaslt/descs.rs`: hipBLASLt cannot be asked for them later).
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtMatmulDescCreate(
+// hipBLASLt's descriptors and layouts: each export goes to the hipBLASLt its caller links
+// (`hipblaslt/callers.rs`: a trampoline passes the caller's return address on), and keeps
+// what hipBLASLt will not read back (`hipblaslt/objects.rs`).
+
+with_caller! {
+    /// `hipblasLtMatmulDescCreate`: the real one, then the descriptor's compute and scale
+    /// types kept for its calls (hipBLASLt cannot be asked for them later).
+    fn hipblasLtMatmulDescCreate(
+        desc: *mut abi::HipblasLtMatmulDesc,
+        compute: abi::HipblasComputeType,
+        scale: abi::HipDataType
+    ) -> abi::HipblasStatus = desc_create_from, x86: "rcx", arm: "x3"
+}
+
+extern "C" fn desc_create_from(
     desc: *mut abi::HipblasLtMatmulDesc,
     compute: abi::HipblasComputeType,
     scale: abi::HipDataType,
+    ret: *const c_void,
 ) -> abi::HipblasStatus {
-    let Some(real) = crate::hipblaslt::real::HIPLT.desc_create() else {
+    static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescCreate");
+    let Some(f) = CALLERS.real_for(ret, &HIPLT.desc_create) else {
         return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
     };
-    // SAFETY: the caller's own arguments.
-    let status = unsafe { real(desc, compute, scale) };
+    // SAFETY: hipblasLtMatmulDescCreate of the caller's hipBLASLt, its own arguments.
+    let status = unsafe {
+        std::mem::transmute::<*mut c_void, abi::HipblasLtMatmulDescCreateFn>(f)(
+            desc, compute, scale,
+        )
+    };
     if status == abi::HIPBLAS_STATUS_SUCCESS && !desc.is_null() {
         // SAFETY: the library wrote the new descriptor there.
         let made = unsafe { *desc };
@@ -627,21 +646,93 @@ pub unsafe extern "C" fn hipblasLtMatmulDescCreate(
     status
 }
 
-/// `hipblasLtMatrixLayoutCreate`: the real one, then the layout's type, sizes and leading
-/// dimension kept (hipBLASLt cannot be asked for them later: `hipblaslt/objects.rs`).
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtMatrixLayoutCreate(
+with_caller! {
+    /// `hipblasLtMatmulDescSetAttribute`: the real one; then a descriptor given an attribute
+    /// the key does not hold (scale pointers and modes, compute input types, amax, epilogue
+    /// aux, ...) is marked, and its calls pass through (`hipblaslt/key.rs`).
+    fn hipblasLtMatmulDescSetAttribute(
+        desc: abi::HipblasLtMatmulDesc,
+        attr: abi::HipblasLtAttribute,
+        buf: *const c_void,
+        size: usize
+    ) -> abi::HipblasStatus = desc_set_from, x86: "r8", arm: "x4"
+}
+
+extern "C" fn desc_set_from(
+    desc: abi::HipblasLtMatmulDesc,
+    attr: abi::HipblasLtAttribute,
+    buf: *const c_void,
+    size: usize,
+    ret: *const c_void,
+) -> abi::HipblasStatus {
+    static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescSetAttribute");
+    let Some(f) = CALLERS.real_for(ret, &HIPLT.desc_set) else {
+        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
+    };
+    // SAFETY: the caller's hipBLASLt's function, its own arguments.
+    let status = unsafe {
+        std::mem::transmute::<*mut c_void, abi::HipblasLtMatmulDescSetAttributeFn>(f)(
+            desc, attr, buf, size,
+        )
+    };
+    if status == abi::HIPBLAS_STATUS_SUCCESS && !crate::hipblaslt::key::keyed_desc_attribute(attr) {
+        let _ =
+            std::panic::catch_unwind(|| DESCS.set(desc, crate::hipblaslt::key::DESC_UNSERVED, 1));
+    }
+    status
+}
+
+with_caller! {
+    /// `hipblasLtMatmulDescDestroy`: its types forgotten first, then the real one.
+    fn hipblasLtMatmulDescDestroy(desc: abi::HipblasLtMatmulDesc) -> abi::HipblasStatus
+        = desc_destroy_from, x86: "rsi", arm: "x1"
+}
+
+extern "C" fn desc_destroy_from(
+    desc: abi::HipblasLtMatmulDesc,
+    ret: *const c_void,
+) -> abi::HipblasStatus {
+    static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescDestroy");
+    let _ = std::panic::catch_unwind(|| DESCS.destroyed(desc));
+    match CALLERS.real_for(ret, &HIPLT.desc_destroy) {
+        // SAFETY: the caller's hipBLASLt's function, its own descriptor.
+        Some(f) => unsafe {
+            std::mem::transmute::<*mut c_void, abi::HipblasLtMatmulDescDestroyFn>(f)(desc)
+        },
+        None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
+    }
+}
+
+with_caller! {
+    /// `hipblasLtMatrixLayoutCreate`: the real one, then the layout's type, sizes and
+    /// leading dimension kept (hipBLASLt cannot be asked for them later).
+    fn hipblasLtMatrixLayoutCreate(
+        layout: *mut abi::HipblasLtMatrixLayout,
+        dtype: abi::HipDataType,
+        rows: u64,
+        cols: u64,
+        ld: i64
+    ) -> abi::HipblasStatus = layout_create_from, x86: "r9", arm: "x5"
+}
+
+extern "C" fn layout_create_from(
     layout: *mut abi::HipblasLtMatrixLayout,
     dtype: abi::HipDataType,
     rows: u64,
     cols: u64,
     ld: i64,
+    ret: *const c_void,
 ) -> abi::HipblasStatus {
-    let Some(real) = crate::hipblaslt::real::HIPLT.layout_create() else {
+    static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutCreate");
+    let Some(f) = CALLERS.real_for(ret, &HIPLT.layout_create) else {
         return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
     };
-    // SAFETY: the caller's own arguments.
-    let status = unsafe { real(layout, dtype, rows, cols, ld) };
+    // SAFETY: the caller's hipBLASLt's function, its own arguments.
+    let status = unsafe {
+        std::mem::transmute::<*mut c_void, abi::HipblasLtMatrixLayoutCreateFn>(f)(
+            layout, dtype, rows, cols, ld,
+        )
+    };
     if status == abi::HIPBLAS_STATUS_SUCCESS && !layout.is_null() {
         // SAFETY: the library wrote the new layout there.
         let made = unsafe { *layout };
@@ -651,19 +742,33 @@ pub unsafe extern "C" fn hipblasLtMatrixLayoutCreate(
     status
 }
 
-/// `hipblasLtMatrixLayoutSetAttribute`: the real one, then what it set kept.
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtMatrixLayoutSetAttribute(
+with_caller! {
+    /// `hipblasLtMatrixLayoutSetAttribute`: the real one, then what it set kept.
+    fn hipblasLtMatrixLayoutSetAttribute(
+        layout: abi::HipblasLtMatrixLayout,
+        attr: abi::HipblasLtAttribute,
+        buf: *const c_void,
+        size: usize
+    ) -> abi::HipblasStatus = layout_set_from, x86: "r8", arm: "x4"
+}
+
+extern "C" fn layout_set_from(
     layout: abi::HipblasLtMatrixLayout,
     attr: abi::HipblasLtAttribute,
     buf: *const c_void,
     size: usize,
+    ret: *const c_void,
 ) -> abi::HipblasStatus {
-    let Some(real) = crate::hipblaslt::real::HIPLT.layout_set() else {
+    static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutSetAttribute");
+    let Some(f) = CALLERS.real_for(ret, &HIPLT.layout_set) else {
         return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
     };
-    // SAFETY: the caller's own arguments.
-    let status = unsafe { real(layout, attr, buf, size) };
+    // SAFETY: the caller's hipBLASLt's function, its own arguments.
+    let status = unsafe {
+        std::mem::transmute::<*mut c_void, abi::HipblasLtMatrixLayoutSetAttributeFn>(f)(
+            layout, attr, buf, size,
+        )
+    };
     if status == abi::HIPBLAS_STATUS_SUCCESS {
         // SAFETY: the library just read `size` bytes at `buf`.
         if let Some((i, v)) = unsafe { crate::hipblaslt::key::layout_field(attr, buf, size) } {
@@ -673,50 +778,23 @@ pub unsafe extern "C" fn hipblasLtMatrixLayoutSetAttribute(
     status
 }
 
-/// `hipblasLtMatrixLayoutDestroy`: its fields forgotten first, then the real one.
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtMatrixLayoutDestroy(
+with_caller! {
+    /// `hipblasLtMatrixLayoutDestroy`: its fields forgotten first, then the real one.
+    fn hipblasLtMatrixLayoutDestroy(layout: abi::HipblasLtMatrixLayout) -> abi::HipblasStatus
+        = layout_destroy_from, x86: "rsi", arm: "x1"
+}
+
+extern "C" fn layout_destroy_from(
     layout: abi::HipblasLtMatrixLayout,
+    ret: *const c_void,
 ) -> abi::HipblasStatus {
+    static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutDestroy");
     let _ = std::panic::catch_unwind(|| LAYOUTS.destroyed(layout));
-    match crate::hipblaslt::real::HIPLT.layout_destroy() {
-        // SAFETY: the caller's own layout.
-        Some(real) => unsafe { real(layout) },
-        None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
-    }
-}
-
-/// `hipblasLtMatmulDescSetAttribute`: the real one; then a descriptor given an attribute
-/// the key does not hold (scale pointers and modes, compute input types, amax, epilogue
-/// aux, ...) is marked, and its calls pass through (`hipblaslt/key.rs`).
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtMatmulDescSetAttribute(
-    desc: abi::HipblasLtMatmulDesc,
-    attr: abi::HipblasLtAttribute,
-    buf: *const c_void,
-    size: usize,
-) -> abi::HipblasStatus {
-    let Some(real) = crate::hipblaslt::real::HIPLT.desc_set() else {
-        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
-    };
-    // SAFETY: the caller's own arguments.
-    let status = unsafe { real(desc, attr, buf, size) };
-    if status == abi::HIPBLAS_STATUS_SUCCESS && !crate::hipblaslt::key::keyed_desc_attribute(attr) {
-        let _ =
-            std::panic::catch_unwind(|| DESCS.set(desc, crate::hipblaslt::key::DESC_UNSERVED, 1));
-    }
-    status
-}
-
-/// `hipblasLtMatmulDescDestroy`: its types forgotten first, then the real one.
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtMatmulDescDestroy(
-    desc: abi::HipblasLtMatmulDesc,
-) -> abi::HipblasStatus {
-    let _ = std::panic::catch_unwind(|| DESCS.destroyed(desc));
-    match crate::hipblaslt::real::HIPLT.desc_destroy() {
-        // SAFETY: the caller's own descriptor.
-        Some(real) => unsafe { real(desc) },
+    match CALLERS.real_for(ret, &HIPLT.layout_destroy) {
+        // SAFETY: the caller's hipBLASLt's function, its own layout.
+        Some(f) => unsafe {
+            std::mem::transmute::<*mut c_void, abi::HipblasLtMatrixLayoutDestroyFn>(f)(layout)
+        },
         None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
     }
 }

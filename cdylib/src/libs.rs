@@ -200,9 +200,17 @@ impl<H: Scoped> Registry<H> {
             Some((build, _)) => self.note_build(build),
             None => 0,
         };
+        // The caller's own build's function whenever the caller could be told (a build
+        // whose file is not named as the global search expects, in a local scope, is
+        // found only there); the served table's otherwise.
         let f = match (&caller, index) {
-            (Some((_, f)), i) if i >= 2 => *f,
-            _ => {
+            (Some((_, f)), i) => {
+                if i == 1 {
+                    (self.backend.serving)(*f);
+                }
+                *f
+            }
+            (None, _) => {
                 let f = ours?;
                 (self.backend.serving)(f);
                 f
@@ -318,14 +326,22 @@ fn is_loaded(b: &Build) -> bool {
     object_of(b.base as *const c_void).is_some_and(|(base, path)| base == b.base && path == b.path)
 }
 
+/// The file of the object that called from return address `ret`, whose own scope a
+/// function can be looked up in; `None` for the main program (its scope is the global
+/// one), for ourselves, or when it cannot be told.
+pub fn caller_scope(ret: *const c_void) -> Option<CString> {
+    let (base, caller) = object_of(ret)?;
+    if crate::real::is_ours(ret as *mut c_void) || is_main_program(base) {
+        return None;
+    }
+    Some(caller)
+}
+
 /// The build a caller at return address `ret` links: its own scope's `create` function
 /// (and that function). `None` when the caller is the main program (its scope is the
 /// global one), or cannot be told.
 fn build_of_caller(ret: *const c_void, create: &CStr) -> Option<(Build, *mut c_void)> {
-    let (caller_base, caller) = object_of(ret)?;
-    if crate::real::is_ours(ret as *mut c_void) || is_main_program(caller_base) {
-        return None;
-    }
+    let caller = caller_scope(ret)?;
     let f = crate::real::resolve_in(create, &caller)?;
     let (base, path) = object_of(f)?;
     Some((Build { base, path }, f))

@@ -205,6 +205,11 @@ pub struct HipLt {
     pub module: PathBuf,
     /// The sha256 of `libhipblaslt.so.1`.
     pub sha: String,
+    /// A second build of the stand-in (`-DFAKE_BUILD=2`) under a file name no global
+    /// search expects, `libhipblaslt-b.so.1` (as a wheel's bundled copy may be named), and
+    /// a module linked against it: for the two-builds and renamed-library cases.
+    pub module2: PathBuf,
+    pub sha2: String,
 }
 
 impl HipLt {
@@ -229,21 +234,36 @@ pub fn hiplt() -> &'static HipLt {
         args.extend(link_args(&hip_libdir));
         args.extend(strings(&["-l:libamdhip64.so.6", "-lpthread"]));
         let libdir = shared_lib(Compiler::Cxx, "libhipblaslt.so.1", "libhipblaslt.so", &args);
-        let mut args = strings(&["-shared", "-fPIC", "-DHIPLT_MODULE", "{hosts}/hiplt_host.c"]);
-        args.extend(link_args(&libdir));
-        args.push("-l:libhipblaslt.so.1".into());
-        let module = c_program("libhipltmod.so", &args);
+        args.push("-DFAKE_BUILD=2".into());
+        let libdir2 = shared_lib(
+            Compiler::Cxx,
+            "libhipblaslt-b.so.1",
+            "libhipblaslt-b.so",
+            &args,
+        );
+        let module_of = |name: &str, dir: &Path, soname: &str| {
+            let mut args = strings(&["-shared", "-fPIC", "-DHIPLT_MODULE", "{hosts}/hiplt_host.c"]);
+            args.extend(link_args(dir));
+            args.push(format!("-l:{soname}"));
+            c_program(name, &args)
+        };
+        let module = module_of("libhipltmod.so", &libdir, "libhipblaslt.so.1");
+        let module2 = module_of("libhipltmod2.so", &libdir2, "libhipblaslt-b.so.1");
         let host = c_program(
             "hiplt_host",
             &strings(&["{hosts}/hiplt_host.c", "-ldl", "-lpthread"]),
         );
         let sha = tunedblas_core::identity::sha256_file(&libdir.join("libhipblaslt.so.1")).unwrap();
+        let sha2 =
+            tunedblas_core::identity::sha256_file(&libdir2.join("libhipblaslt-b.so.1")).unwrap();
         HipLt {
             libdir,
             hip_libdir,
             host,
             module,
             sha,
+            module2,
+            sha2,
         }
     })
 }

@@ -102,6 +102,14 @@ extern "C" int hipGetDevice(int *device);
 struct Handle {
     int device;
 };
+/* Built with -DFAKE_BUILD=2 as a second build (another file, another sha256): its objects
+ * carry the build, hipblasLtMatmul refuses (INVALID_VALUE) a descriptor or layout another
+ * build made (in hipBLASLt that would be another library's heap), and its trace lines end
+ * with build=2. */
+#ifndef FAKE_BUILD
+#define FAKE_BUILD 1
+#endif
+
 struct Desc {
     hipblasComputeType_t compute; // given at create; no attribute reads it back
     hipDataType scale;            // likewise
@@ -111,6 +119,7 @@ struct Desc {
     int32_t bias_type = -1;
     int32_t pointer_mode = 0;
     const void *a_scale = nullptr;
+    int build = FAKE_BUILD;
 };
 struct Layout {
     uint32_t type;
@@ -119,6 +128,7 @@ struct Layout {
     int64_t ld;
     int32_t batch = 1;
     int64_t stride = 0;
+    int build = FAKE_BUILD;
 };
 struct Pref {
     uint64_t max_ws = 0;
@@ -306,6 +316,9 @@ static uint64_t k_of(const Desc *d, const Layout *A) {
 /* Whether the layouts agree with the transposes: D = op(A)[m,k] op(B)[k,n], C like D. */
 static bool problem_agrees(const Desc *d, const Layout *A, const Layout *B, const Layout *C, const Layout *D) {
     if (!d || !A || !B || !C || !D || !is_op(d->transa) || !is_op(d->transb)) return false;
+    if (d->build != FAKE_BUILD || A->build != FAKE_BUILD || B->build != FAKE_BUILD || C->build != FAKE_BUILD ||
+        D->build != FAKE_BUILD)
+        return false; /* another build's object */
     bool ta = d->transa != HIPBLAS_OP_N, tb = d->transb != HIPBLAS_OP_N;
     uint64_t m = D->rows, n = D->cols, k = k_of(d, A);
     return (ta ? A->cols : A->rows) == m && (tb ? B->cols : B->rows) == k && (tb ? B->rows : B->cols) == n &&
@@ -322,9 +335,11 @@ static void trace(const Layout *D, uint64_t k, const hipblasLtMatmulAlgo_t *algo
     char name[16], line[160];
     if (algo) snprintf(name, sizeof name, "%d", index_of(algo));
     else snprintf(name, sizeof name, "heuristic");
-    int len = snprintf(line, sizeof line, "matmul m=%llu n=%llu k=%llu algo=%s ok=%d\n",
+    char build[16] = "";
+    if (FAKE_BUILD != 1) snprintf(build, sizeof build, " build=%d", FAKE_BUILD);
+    int len = snprintf(line, sizeof line, "matmul m=%llu n=%llu k=%llu algo=%s ok=%d%s\n",
                        (unsigned long long)(D ? D->rows : 0), (unsigned long long)(D ? D->cols : 0),
-                       (unsigned long long)k, name, ok ? 1 : 0);
+                       (unsigned long long)k, name, ok ? 1 : 0, build);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) {
         ssize_t written = write(fd, line, len); /* a short one shows in the tests' reading */

@@ -9,6 +9,7 @@
 //!   columns and leading dimension;
 //! - [`key`]: the key of a call, in the Lt key's numbers (`tunedblas_core::hipblaslt`), so
 //!   PyTorch's own `GemmTunableOp_*` / `GemmStridedBatchedTunableOp_*` rows are its keys;
+//! - [`callers`]: the descriptor and layout calls go to the hipBLASLt their caller links;
 //! - [`ext`]: `hipblaslt_ext::getAlgosFromIndex` / `matmulIsAlgoSupported` /
 //!   `getIndexFromAlgo`, the C++ calls that turn a `Gemm_Hipblaslt_<index>` row back into
 //!   an algorithm;
@@ -22,6 +23,7 @@
 //! a failed rebuild, check or call quarantines the row and the caller's own call is made.
 //! Keys without a row are recorded as `<host>-<pid>-<start>-hipblaslt-rank<device>.csv`.
 
+pub mod callers;
 pub mod ext;
 pub mod key;
 pub mod objects;
