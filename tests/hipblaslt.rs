@@ -212,6 +212,8 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_once_and_for_all(
             row(&key(128, 8, 64), "Gemm_Hipblaslt_999"),
             // No such index in this build (a row from another build's file).
             row(&key(256, 8, 64), "Gemm_Hipblaslt_123456"),
+            // One whose lookup throws a C++ exception out of hipblaslt_ext.
+            row(&key(512, 8, 64), "Gemm_Hipblaslt_1500"),
         ],
     );
     let calls = [
@@ -221,6 +223,7 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_once_and_for_all(
         "128,8,64,4096",
         "256,8,64,4096",
         "256,8,64,4096",
+        "512,8,64,4096",
     ];
     let out = host(&dir, true, &calls);
     let stderr = text(&out.stderr);
@@ -231,7 +234,7 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_once_and_for_all(
     // 998 ran once and failed; the caller's call followed; then only the caller's.
     assert_eq!(
         algos(&dir),
-        ["998", "6", "6", "6", "6", "6", "6"],
+        ["998", "6", "6", "6", "6", "6", "6", "6"],
         "{stderr}"
     );
     assert_eq!(
@@ -248,9 +251,13 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_once_and_for_all(
         stderr.contains("Gemm_Hipblaslt_123456 for GemmTunableOp_BFloat16_TN,tn_256_8_64_ld_64_64_256 cannot be used: this hipBLASLt build has no algorithm of that index"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("Gemm_Hipblaslt_1500 for GemmTunableOp_BFloat16_TN,tn_512_8_64_ld_64_64_512 cannot be used: getAlgosFromIndex threw a C++ exception"),
+        "the exception guard turned it into a status: {stderr}"
+    );
     let s = stats(&dir);
     assert_eq!(s["served"], 0, "{s}");
-    assert_eq!(s["rows_quarantined"].as_array().unwrap().len(), 3, "{s}");
+    assert_eq!(s["rows_quarantined"].as_array().unwrap().len(), 4, "{s}");
     assert!(s["fallbacks"].as_u64().unwrap() >= 3, "{s}");
     assert!(miss_lines(&dir).is_empty());
 }

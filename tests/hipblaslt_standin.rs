@@ -201,7 +201,7 @@ fn the_stand_in_keeps_the_rules_of_its_header() {
 
         // getAlgosFromIndex skips what is not an index.
         let from: GetAlgosFromIndex = lib.sym(abi::HIPBLASLT_EXT_GET_ALGOS_FROM_INDEX);
-        let mut asked = [5, -1, 1000, 999, 500, 6, 998];
+        let mut asked = [5, -1, 2000, 999, 500, 6, 998];
         let mut v = StdVector::empty();
         assert_eq!(from(h, &mut StdVector::over(&mut asked), &mut v), 0);
         let results = v.items();

@@ -16,6 +16,8 @@
  * - getAllAlgos lists indices 0..=9, 500, 998 and 999 in that order, whatever the types;
  * - getAlgosFromIndex clears its output and push_backs one result per valid index asked
  *   for, skipping invalid ones (as hipBLASLt does); it succeeds even when none is valid;
+ * - getAlgosFromIndex throws std::out_of_range for an index from 1000 to 1999 (an exception
+ *   leaving hipblaslt_ext, which Rust could not catch);
  * - getIndexFromAlgo is the index, -1 for an algo whose magic is wrong;
  * - matmulIsAlgoSupported refuses index 999 (NOT_SUPPORTED; hipblasLtMatmul would run it) and
  *   an algo whose magic is wrong or whose index is out of range (INVALID_VALUE); else it
@@ -46,6 +48,7 @@
 #include <unistd.h>
 
 #include <new>
+#include <stdexcept>
 #include <vector>
 
 // ---- The real headers' types under their names: the mangled names are made of them ------
@@ -415,6 +418,10 @@ int getIndexFromAlgo(hipblasLtMatmulAlgo_t &algo) {
 hipblasStatus_t getAlgosFromIndex(hipblasLtHandle_t handle, std::vector<int> &algoIndex,
                                   std::vector<hipblasLtMatmulHeuristicResult_t> &heuristicResults) {
     if (!handle) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    /* Index 1000 and up throw, as a library indexing a table this build does not have
+     * with .at() would: the C++ exception leaves this function. */
+    for (int index : algoIndex)
+        if (index >= 1000 && index < 2000) throw std::out_of_range("no such solution index");
     try {
         heuristicResults.clear();
         for (int index : algoIndex)

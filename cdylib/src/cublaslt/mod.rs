@@ -78,6 +78,7 @@ pub static SPEC: Spec = Spec {
     json_name: "cublaslt",
     anchor: || LT.matmul.get(),
     device: current_device,
+    loaded: |_| {},
 };
 
 #[inline]

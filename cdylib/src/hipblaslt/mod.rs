@@ -12,7 +12,7 @@
 //! - [`callers`]: the descriptor and layout calls go to the hipBLASLt their caller links;
 //! - [`ext`]: `hipblaslt_ext::getAlgosFromIndex` / `matmulIsAlgoSupported` /
 //!   `getIndexFromAlgo`, the C++ calls that turn a `Gemm_Hipblaslt_<index>` row back into
-//!   an algorithm;
+//!   an algorithm, made through [`guard`] (C++ that turns an exception into a status);
 //! - [`serve`]: the rebuilt, checked algorithm a row names;
 //! - [`real`]: the hook table, handles and their builds, the device (`hipGetDevice`);
 //! - this file: its runtime, counters and lifecycle hooks.
@@ -25,6 +25,7 @@
 
 pub mod callers;
 pub mod ext;
+pub mod guard;
 pub mod key;
 pub mod objects;
 pub mod real;
@@ -67,6 +68,15 @@ pub static SPEC: Spec = Spec {
     json_name: "hipblaslt",
     anchor: || HIPLT.matmul.get(),
     device: current_device,
+    loaded: |tables| {
+        // The exception guard, only where a row will need it.
+        if tables.tables.iter().flatten().any(|t| {
+            t.iter()
+                .any(|(_, e)| matches!(e.action, tunedblas_core::cublaslt::LtAction::Index(_)))
+        }) {
+            guard::load();
+        }
+    },
 };
 
 #[inline]

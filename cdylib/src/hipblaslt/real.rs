@@ -2,7 +2,7 @@
 //! functions by their mangled names, HIP's `hipGetDevice`), the call itself, the build each
 //! handle belongs to (`crate::libs`), and the device a call runs on.
 
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_void, CString};
 
 use tunedblas_core::abi::*;
 
@@ -12,27 +12,9 @@ use crate::lt::LtCall;
 const HIPBLASLT_LIBS: &[&str] = &["libhipblaslt.so"];
 const HIP_LIBS: &[&str] = &["libamdhip64.so"];
 
-/// `int hipblaslt_ext::getIndexFromAlgo(hipblasLtMatmulAlgo_t&)`.
-pub type IndexFromAlgoFn = unsafe extern "C" fn(*mut HipblasLtMatmulAlgo) -> c_int;
-/// `hipblaslt_ext::getAlgosFromIndex(handle, std::vector<int>&,
-/// std::vector<hipblasLtMatmulHeuristicResult_t>&)`: the vectors by reference, as pointers
-/// to libstdc++'s three-pointer vectors (`super::ext::CxxVec`).
-pub type AlgosFromIndexFn =
-    unsafe extern "C" fn(HipblasLtHandle, *mut c_void, *mut c_void) -> HipblasStatus;
-/// `hipblaslt_ext::matmulIsAlgoSupported(handle, desc, alpha, A, B, beta, C, D, algo&,
-/// size_t& workspace)`.
-pub type IsAlgoSupportedFn = unsafe extern "C" fn(
-    HipblasLtHandle,
-    HipblasLtMatmulDesc,
-    *const c_void,
-    HipblasLtMatrixLayout,
-    HipblasLtMatrixLayout,
-    *const c_void,
-    HipblasLtMatrixLayout,
-    HipblasLtMatrixLayout,
-    *mut HipblasLtMatmulAlgo,
-    *mut usize,
-) -> HipblasStatus;
+/// A `hipblaslt_ext` C++ function: only ever called by the exception guard
+/// (`super::guard`), which knows its C++ type; here an address.
+pub type CxxFn = unsafe extern "C" fn();
 
 crate::real::hook_table! {
     pub struct HipLtHooks; static HIPLT; libs = HIPBLASLT_LIBS;
@@ -47,11 +29,11 @@ crate::real::hook_table! {
     create: HipblasLtCreateFn = c"hipblasLtCreate",
     destroy: HipblasLtDestroyFn = c"hipblasLtDestroy",
     // The mangled names of src/abi.rs's HIPBLASLT_EXT_* (a test below keeps them equal).
-    index_from_algo: IndexFromAlgoFn =
+    index_from_algo: CxxFn =
         c"_ZN13hipblaslt_ext16getIndexFromAlgoER22_hipblasLtMatmulAlgo_t",
-    algos_from_index: AlgosFromIndexFn =
+    algos_from_index: CxxFn =
         c"_ZN13hipblaslt_ext17getAlgosFromIndexEPvRSt6vectorIiSaIiEERS1_I33_hipblasLtMatmulHeuristicResult_tSaIS5_EE",
-    is_supported: IsAlgoSupportedFn =
+    is_supported: CxxFn =
         c"_ZN13hipblaslt_ext21matmulIsAlgoSupportedEPvP27hipblasLtMatmulDescOpaque_tPKvP29hipblasLtMatrixLayoutOpaque_tS6_S4_S6_S6_R22_hipblasLtMatmulAlgo_tRm",
     hip_get_device: HipGetDeviceFn = c"hipGetDevice" in HIP_LIBS,
 }

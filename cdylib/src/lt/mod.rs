@@ -85,6 +85,8 @@ pub struct Spec {
     pub anchor: fn() -> Option<*mut c_void>,
     /// The device a call runs on.
     pub device: fn() -> i32,
+    /// Called once a profile is loaded, at the runtime's start (not on a call's path).
+    pub loaded: fn(&LtLoaded),
 }
 
 /// One Lt backend's runtime: the identified build's profile, the misses, the stats file.
@@ -108,6 +110,7 @@ impl LtRuntime {
         let cfg = Config::for_start()?;
         let (loaded, line) = select_and_load(spec, &cfg);
         info!("{line}");
+        (spec.loaded)(&loaded);
         for p in loaded.problems.iter().take(20) {
             info!("{p}");
         }

@@ -1,0 +1,163 @@
+//! The exception guard around `hipblaslt_ext` (`cdylib/cxx/hipblaslt_guard.cpp`): a small
+//! C++ shared object compiled at build time and embedded here, loaded only in a process
+//! whose hipBLASLt profile has index rows (at the runtime's start, never in a fork child,
+//! never on a GEMM's path): written to a memfd and `dlopen`ed `RTLD_LOCAL` from
+//! `/proc/self/fd`. Its three functions call the hipBLASLt function they are given inside
+//! `try { } catch (...)`, with vectors the C++ compiler builds, so a C++ exception (which
+//! Rust cannot catch: the host would abort) becomes a status, and nothing about libstdc++'s
+//! vector layout or allocator is assumed.
+
+use std::ffi::{c_int, c_void, CString};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+
+use tunedblas_core::abi::HipblasLtMatmulAlgo;
+
+use crate::log::info;
+
+static GUARD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/hipblaslt_guard.so"));
+
+/// What a thrown exception becomes (`THREW` in the C++ file).
+pub const THREW: c_int = -1000;
+
+pub type AlgoFromIndexFn =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, *mut HipblasLtMatmulAlgo) -> c_int;
+pub type IndexOfFn =
+    unsafe extern "C" fn(*mut c_void, *mut HipblasLtMatmulAlgo, *mut c_int) -> c_int;
+pub type IsSupportedFn = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut HipblasLtMatmulAlgo,
+    *mut usize,
+) -> c_int;
+
+/// The guard's functions.
+#[derive(Clone, Copy)]
+pub struct Guard {
+    pub algo_from_index: AlgoFromIndexFn,
+    pub index_of: IndexOfFn,
+    pub is_supported: IsSupportedFn,
+}
+
+const UNTRIED: u8 = 0;
+const LOADING: u8 = 1;
+const LOADED: u8 = 2;
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
+static FNS: [AtomicPtr<c_void>; 3] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 3];
+
+/// The guard, once loaded.
+pub fn get() -> Option<Guard> {
+    if STATE.load(Ordering::Acquire) != LOADED {
+        return None;
+    }
+    let f = |i: usize| FNS[i].load(Ordering::Relaxed);
+    // SAFETY: the three symbols of hipblaslt_guard.cpp, with these C signatures.
+    unsafe {
+        Some(Guard {
+            algo_from_index: std::mem::transmute::<*mut c_void, AlgoFromIndexFn>(f(0)),
+            index_of: std::mem::transmute::<*mut c_void, IndexOfFn>(f(1)),
+            is_supported: std::mem::transmute::<*mut c_void, IsSupportedFn>(f(2)),
+        })
+    }
+}
+
+/// Why the guard is not loaded, for the line of a row that cannot be served.
+pub fn why_not() -> &'static str {
+    if GUARD.is_empty() {
+        "this libtunedblas.so was built without a C++ compiler, so it has no exception guard for hipblaslt_ext"
+    } else {
+        "the exception guard for hipblaslt_ext could not be loaded"
+    }
+}
+
+/// Loads the guard (once per process; not in a fork child, where the loader's lock may be
+/// held by a thread the child does not have).
+pub fn load() {
+    if crate::lifecycle::in_fork_child()
+        || STATE
+            .compare_exchange(UNTRIED, LOADING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        return;
+    }
+    match open() {
+        Ok(fns) => {
+            for (slot, f) in FNS.iter().zip(fns) {
+                slot.store(f, Ordering::Relaxed);
+            }
+            STATE.store(LOADED, Ordering::Release);
+        }
+        Err(why) => {
+            STATE.store(FAILED, Ordering::Release);
+            info!(
+                "hipBLASLt: {}: {why}; Gemm_Hipblaslt rows pass through",
+                why_not()
+            );
+        }
+    }
+}
+
+fn open() -> Result<[*mut c_void; 3], String> {
+    if GUARD.is_empty() {
+        return Err("built without it".into());
+    }
+    let _no_cancel = crate::lifecycle::NoCancel::new();
+    // SAFETY: a NUL-terminated name; MFD_CLOEXEC keeps it out of exec'd children.
+    let fd =
+        unsafe { libc::memfd_create(c"tunedblas-hipblaslt-guard".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    let result = (|| {
+        let mut rest = GUARD;
+        while !rest.is_empty() {
+            // SAFETY: writing from a live slice.
+            let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+            if n <= 0 {
+                return Err(format!(
+                    "writing the guard: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            rest = &rest[n as usize..];
+        }
+        let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+        // SAFETY: dlopen of our own object; RTLD_LOCAL keeps its symbols out of the host's.
+        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            // SAFETY: dlerror's string is valid until the next dl call.
+            let e = unsafe { libc::dlerror() };
+            let e = if e.is_null() {
+                "dlopen failed".to_string()
+            } else {
+                unsafe { std::ffi::CStr::from_ptr(e) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            return Err(e);
+        }
+        let sym = |name: &std::ffi::CStr| {
+            // SAFETY: a live handle, a NUL-terminated name.
+            let p = unsafe { libc::dlsym(h, name.as_ptr()) };
+            (!p.is_null())
+                .then_some(p)
+                .ok_or_else(|| format!("{} not in the guard", name.to_string_lossy()))
+        };
+        Ok([
+            sym(c"tunedblas_guard_algo_from_index")?,
+            sym(c"tunedblas_guard_index_of")?,
+            sym(c"tunedblas_guard_is_supported")?,
+        ])
+    })();
+    // SAFETY: our own descriptor; the mapping stays after close.
+    unsafe { libc::close(fd) };
+    result
+}
