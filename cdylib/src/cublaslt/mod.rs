@@ -36,31 +36,21 @@ pub mod real;
 pub mod serve;
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicPtr};
 
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::misslog;
 
-use crate::lifecycle::{self, Backend, Lazy, Pass};
-use crate::log::info;
-use crate::lt::{Counters, LtRuntime, Spec};
-use crate::recorder::Recorder;
+use crate::lifecycle::{Backend, Pass};
+use crate::lt::{Counters, Lt, LtRuntime, Spec};
 use crate::stats::Counter;
 use real::{current_device, CUBLASLT, LT};
 
-// ---------------------------------------------------------------------------------------
-// Start-up: the shared lifecycle's lazy state machine (lifecycle.rs), a runtime apart from
-// rocBLAS's so a process using one library never pays for identifying the other.
-// ---------------------------------------------------------------------------------------
-
-static RUNTIME: Lazy<LtRuntime> = Lazy::new();
-static RECORDER: AtomicPtr<Recorder<LtKey>> = AtomicPtr::new(std::ptr::null_mut());
-/// `tunedblas_cublaslt_serving(0)` turns serving off (calls pass through, nothing is
-/// recorded) without restarting the process: for A/B trials inside one process.
-pub(crate) static SERVING: AtomicBool = AtomicBool::new(true);
-
 /// What the lifecycle does for cuBLASLt at exit and fork.
 pub static BACKEND: Backend = Backend { finish, after_fork };
+
+/// cuBLASLt's runtime, recorder and serving switch (a runtime apart from rocBLAS's, so a
+/// process using one library never pays for identifying the other).
+pub static STATE: Lt = Lt::new(&SPEC);
 
 /// What tells cuBLASLt apart in the shared Lt runtime.
 pub static SPEC: Spec = Spec {
@@ -83,55 +73,34 @@ pub static SPEC: Spec = Spec {
 
 #[inline]
 pub(crate) fn get() -> Option<&'static LtRuntime> {
-    RUNTIME.get(|| LtRuntime::start(&SPEC, &RECORDER))
+    STATE.runtime.get(|| STATE.start())
 }
 
-/// True once the runtime started.
-pub fn started() -> bool {
-    RUNTIME.peek().is_some()
-}
-
-/// The served cuBLASLt build was unloaded and another took its place (`libs.rs`): what the
-/// old runtime counted is written, and the next call starts the runtime again for the new
-/// build (identity, profile); misses carry over.
+/// The served cuBLASLt build was replaced (`libs.rs`): [`Lt::library_changed`].
 pub fn library_changed() {
-    if let Some(rt) = RUNTIME.peek() {
-        rt.misses.flush(lifecycle::EXIT_WAIT);
-    }
-    RUNTIME.restart();
+    STATE.library_changed()
 }
 
 /// The cuBLASLt misses, once the runtime was built (for the live status).
 pub fn status_misses() -> Option<&'static misslog::MissSet<LtKey>> {
-    RUNTIME.peek().map(|rt| &rt.misses.set)
+    STATE.status_misses()
 }
 
-pub(crate) fn latch_off(why: &str) {
-    if RUNTIME.latch_off() {
-        info!("cuBLASLt: internal error ({why}); passing every call through from now on");
-    }
-}
-
-/// `tunedblas_cublaslt_serving(on)`: 1 serves, 0 passes every call through, a negative
-/// value only asks. Returns the previous setting.
+/// `tunedblas_cublaslt_serving(on)`: [`Lt::set_serving`].
 pub fn set_serving(on: c_int) -> c_int {
-    crate::lt::set_switch(&SERVING, on)
+    STATE.set_serving(on)
 }
 
-/// At a way out of the process ([`crate::lifecycle`]): counts, stats and (leaving) the
-/// summary.
 fn finish(pass: Pass) {
-    if let Some(rt) = RUNTIME.peek() {
-        rt.finish(pass, crate::rocblas::started());
-    }
+    // The rocBLAS side owns the stats file when it ran too; then ours goes beside it.
+    STATE.finish(pass, crate::rocblas::started());
 }
 
-/// In a fork child: the child's misses are its own.
+/// In a fork child: the child's handles and misses are its own.
 unsafe fn after_fork() {
-    // SAFETY: as below.
-    unsafe { CUBLASLT.after_fork() };
-    if let Some(rt) = RUNTIME.peek() {
-        // SAFETY: the lifecycle calls this from the fork child handler only.
-        unsafe { rt.misses.after_fork() };
+    // SAFETY: the lifecycle calls this from the fork child handler only.
+    unsafe {
+        CUBLASLT.after_fork();
+        STATE.after_fork();
     }
 }

@@ -3,16 +3,15 @@
 //! once per key with `cublasLtMatmulAlgoCheck`).
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 
 use tunedblas_core::cublaslt::*;
 use tunedblas_lt_algo::build_algo;
 
+use super::get;
 use super::real::{call, CUBLASLT, LT};
-use super::{get, latch_off, SERVING};
 use crate::log::debug;
 use crate::lt::serve::{cannot_use, Library};
-use crate::lt::{LtCall, LtRuntime};
+use crate::lt::{Lt, LtCall, LtRuntime};
 
 /// cuBLASLt, to the shared serving path.
 pub struct Cublaslt;
@@ -20,16 +19,11 @@ pub struct Cublaslt;
 impl Library for Cublaslt {
     type Matmul = MatmulFn;
 
+    const STATE: &'static Lt = &super::STATE;
+
     #[inline]
     fn runtime() -> Option<&'static LtRuntime> {
         get()
-    }
-    #[inline]
-    fn serving() -> bool {
-        SERVING.load(Ordering::Relaxed)
-    }
-    fn latch_off(why: &str) {
-        latch_off(why)
     }
     #[inline]
     fn other_build(handle: *mut c_void) -> Option<Option<MatmulFn>> {

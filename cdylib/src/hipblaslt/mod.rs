@@ -32,25 +32,20 @@ pub mod real;
 pub mod serve;
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicPtr};
 
 use tunedblas_core::cublaslt::{LtKey, LtLib};
 use tunedblas_core::misslog;
 
-use crate::lifecycle::{self, Backend, Lazy, Pass};
-use crate::log::info;
-use crate::lt::{Counters, LtRuntime, Spec};
-use crate::recorder::Recorder;
+use crate::lifecycle::{Backend, Pass};
+use crate::lt::{Counters, Lt, LtRuntime, Spec};
 use crate::stats::Counter;
 use real::{current_device, HIPBLASLT, HIPLT};
 
-static RUNTIME: Lazy<LtRuntime> = Lazy::new();
-static RECORDER: AtomicPtr<Recorder<LtKey>> = AtomicPtr::new(std::ptr::null_mut());
-/// `tunedblas_hipblaslt_serving(0)` turns serving off without restarting the process.
-pub(crate) static SERVING: AtomicBool = AtomicBool::new(true);
-
 /// What the lifecycle does for hipBLASLt at exit and fork.
 pub static BACKEND: Backend = Backend { finish, after_fork };
+
+/// hipBLASLt's runtime, recorder and serving switch.
+pub static STATE: Lt = Lt::new(&SPEC);
 
 /// What tells hipBLASLt apart in the shared Lt runtime.
 pub static SPEC: Spec = Spec {
@@ -81,49 +76,39 @@ pub static SPEC: Spec = Spec {
 
 #[inline]
 pub(crate) fn get() -> Option<&'static LtRuntime> {
-    RUNTIME.get(|| LtRuntime::start(&SPEC, &RECORDER))
+    STATE.runtime.get(|| STATE.start())
 }
 
-/// The served hipBLASLt build was unloaded and another took its place (`libs.rs`).
+/// The served hipBLASLt build was replaced (`libs.rs`): [`Lt::library_changed`].
 pub fn library_changed() {
-    if let Some(rt) = RUNTIME.peek() {
-        rt.misses.flush(lifecycle::EXIT_WAIT);
-    }
-    RUNTIME.restart();
+    STATE.library_changed()
 }
 
 /// The hipBLASLt misses, once the runtime was built (for the live status).
 pub fn status_misses() -> Option<&'static misslog::MissSet<LtKey>> {
-    RUNTIME.peek().map(|rt| &rt.misses.set)
+    STATE.status_misses()
 }
 
-pub(crate) fn latch_off(why: &str) {
-    if RUNTIME.latch_off() {
-        info!("hipBLASLt: internal error ({why}); passing every call through from now on");
-    }
-}
-
-/// `tunedblas_hipblaslt_serving(on)`: see [`crate::lt::set_switch`].
+/// `tunedblas_hipblaslt_serving(on)`: [`Lt::set_serving`].
 pub fn set_serving(on: c_int) -> c_int {
-    crate::lt::set_switch(&SERVING, on)
+    STATE.set_serving(on)
 }
 
 fn finish(pass: Pass) {
-    if let Some(rt) = RUNTIME.peek() {
-        // rocBLAS or cuBLASLt own the stats file when they ran too.
-        let beside = crate::rocblas::started() || crate::cublaslt::started();
-        rt.finish(pass, beside);
-    }
+    // rocBLAS or cuBLASLt own the stats file when they ran too.
+    STATE.finish(
+        pass,
+        crate::rocblas::started() || crate::cublaslt::STATE.started(),
+    );
 }
 
-/// In a fork child: the child's misses are its own.
+/// In a fork child: the child's handles, objects and misses are its own.
 unsafe fn after_fork() {
-    // SAFETY: as below.
-    unsafe { HIPBLASLT.after_fork() };
+    // SAFETY: the lifecycle calls this from the fork child handler only.
+    unsafe {
+        HIPBLASLT.after_fork();
+        STATE.after_fork();
+    }
     objects::DESCS.forget_all_in_child();
     objects::LAYOUTS.forget_all_in_child();
-    if let Some(rt) = RUNTIME.peek() {
-        // SAFETY: the lifecycle calls this from the fork child handler only.
-        unsafe { rt.misses.after_fork() };
-    }
 }

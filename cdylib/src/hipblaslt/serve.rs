@@ -4,7 +4,6 @@
 //! key's first call (its descriptors, alpha and beta), as PyTorch TunableOp checks it.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 
 use tunedblas_core::abi::{
     HipblasLtMatmulAlgo, HipblasLtMatmulFn, HIPBLASLT_POINTER_MODE_HOST, HIP_R_16BF, HIP_R_16F,
@@ -13,10 +12,10 @@ use tunedblas_core::abi::{
 use tunedblas_core::cublaslt::{LtAction, LtKey, LtLib, LtStatus, MatmulAlgo, Prepared};
 
 use super::real::{call, HIPBLASLT, HIPLT};
-use super::{ext, get, latch_off, SERVING};
+use super::{ext, get};
 use crate::log::debug;
 use crate::lt::serve::{cannot_use, Library};
-use crate::lt::{LtCall, LtRuntime};
+use crate::lt::{Lt, LtCall, LtRuntime};
 
 /// Alignment asked of each pointer before a tuned algorithm runs on it: hipBLASLt cannot
 /// say what an algorithm needs, and tuning ran on aligned buffers, so a misaligned call
@@ -29,16 +28,11 @@ pub struct Hipblaslt;
 impl Library for Hipblaslt {
     type Matmul = HipblasLtMatmulFn;
 
+    const STATE: &'static Lt = &super::STATE;
+
     #[inline]
     fn runtime() -> Option<&'static LtRuntime> {
         get()
-    }
-    #[inline]
-    fn serving() -> bool {
-        SERVING.load(Ordering::Relaxed)
-    }
-    fn latch_off(why: &str) {
-        latch_off(why)
     }
     #[inline]
     fn other_build(handle: *mut c_void) -> Option<Option<HipblasLtMatmulFn>> {

@@ -18,7 +18,7 @@ use tunedblas_core::cublaslt::*;
 use tunedblas_core::misslog::{self, Sight};
 use tunedblas_core::profile::{self, Request, Selection};
 
-use crate::lifecycle::{self, Config, Pass};
+use crate::lifecycle::{self, Config, Lazy, Pass};
 use crate::log::info;
 use crate::recorder::Recorder;
 use crate::stats::{self, Counter};
@@ -275,13 +275,96 @@ fn select_and_load(spec: &Spec, cfg: &Config) -> (LtLoaded, String) {
     }
 }
 
-/// A `tunedblas_<lib>_serving(on)` switch: 1 serves, 0 passes every call through, a
-/// negative value only asks. Returns the previous setting.
-pub fn set_switch(switch: &AtomicBool, on: c_int) -> c_int {
-    let was = if on < 0 {
-        switch.load(Ordering::Relaxed)
-    } else {
-        switch.swap(on != 0, Ordering::Relaxed)
-    };
-    c_int::from(was)
+/// One Lt backend's process state: its runtime (started on the first call, started again
+/// when the served build is replaced), its misses' recorder (kept across restarts) and
+/// its serving switch. Each backend holds one in a static and hands its lifecycle hooks to
+/// it.
+pub struct Lt {
+    pub spec: &'static Spec,
+    pub runtime: Lazy<LtRuntime>,
+    recorder: AtomicPtr<Recorder<LtKey>>,
+    /// `tunedblas_<lib>_serving(0)` turns serving off (calls pass through, nothing is
+    /// recorded) without restarting the process: for A/B trials inside one process.
+    serving: AtomicBool,
+}
+
+impl Lt {
+    pub const fn new(spec: &'static Spec) -> Lt {
+        Lt {
+            spec,
+            runtime: Lazy::new(),
+            recorder: AtomicPtr::new(std::ptr::null_mut()),
+            serving: AtomicBool::new(true),
+        }
+    }
+
+    /// The runtime's start (for the backend's `Lazy::get`, which takes a plain `fn`).
+    pub fn start(&'static self) -> Option<LtRuntime> {
+        LtRuntime::start(self.spec, &self.recorder)
+    }
+
+    /// True once the runtime started.
+    pub fn started(&'static self) -> bool {
+        self.runtime.peek().is_some()
+    }
+
+    #[inline]
+    pub fn serving(&self) -> bool {
+        self.serving.load(Ordering::Relaxed)
+    }
+
+    /// `tunedblas_<lib>_serving(on)`: 1 serves, 0 passes every call through, a negative
+    /// value only asks. Returns the previous setting.
+    pub fn set_serving(&self, on: c_int) -> c_int {
+        let was = if on < 0 {
+            self.serving.load(Ordering::Relaxed)
+        } else {
+            self.serving.swap(on != 0, Ordering::Relaxed)
+        };
+        c_int::from(was)
+    }
+
+    /// The served build was unloaded and another took its place (`libs.rs`): what the old
+    /// runtime counted is written, and the next call starts the runtime again for the new
+    /// build (identity, profile); misses carry over.
+    pub fn library_changed(&'static self) {
+        if let Some(rt) = self.runtime.peek() {
+            rt.misses.flush(lifecycle::EXIT_WAIT);
+        }
+        self.runtime.restart();
+    }
+
+    /// The misses, once the runtime was built (for the live status).
+    pub fn status_misses(&'static self) -> Option<&'static misslog::MissSet<LtKey>> {
+        self.runtime.peek().map(|rt| &rt.misses.set)
+    }
+
+    /// After an internal error: every call passes through from now on (said once).
+    pub fn latch_off(&'static self, why: &str) {
+        if self.runtime.latch_off() {
+            info!(
+                "{}: internal error ({why}); passing every call through from now on",
+                self.spec.lib.name()
+            );
+        }
+    }
+
+    /// At a way out of the process: counts, stats and (leaving) the summary; `beside`
+    /// when another backend owns the stats file.
+    pub fn finish(&'static self, pass: Pass, beside: bool) {
+        if let Some(rt) = self.runtime.peek() {
+            rt.finish(pass, beside);
+        }
+    }
+
+    /// In a fork child: the child's misses are its own.
+    ///
+    /// # Safety
+    /// Only from the fork child handler.
+    pub unsafe fn after_fork(&'static self) {
+        if let Some(rt) = self.runtime.peek() {
+            // SAFETY: per the contract.
+            unsafe { rt.misses.after_fork() };
+        }
+    }
 }

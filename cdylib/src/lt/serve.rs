@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tunedblas_core::cublaslt::*;
 
-use super::{LtCall, LtRuntime};
+use super::{Lt, LtCall, LtRuntime};
 use crate::lifecycle::NoCancel;
 use crate::log::{debug, info};
 use crate::stats::bump;
@@ -17,12 +17,10 @@ pub trait Library: 'static {
     /// The real matmul (cuBLASLt's or hipBLASLt's 16 arguments).
     type Matmul: Copy;
 
+    /// The backend's state (runtime, recorder, serving switch).
+    const STATE: &'static Lt;
     /// The runtime, started on first use; `None` while there is none (off, no library).
     fn runtime() -> Option<&'static LtRuntime>;
-    /// `tunedblas_<lib>_serving`: false passes every call through.
-    fn serving() -> bool;
-    /// After an internal error: pass every call through from now on.
-    fn latch_off(why: &str);
     /// For a handle of another build of the library (`libs.rs`): that build's own matmul
     /// (`Some(None)` if it has none). `None` for a handle of the served build.
     fn other_build(handle: *mut c_void) -> Option<Option<Self::Matmul>>;
@@ -88,7 +86,7 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
     let decision = match catch_unwind(AssertUnwindSafe(|| decide::<L>(x))) {
         Ok(d) => d,
         Err(_) => {
-            L::latch_off("a panic while choosing an algorithm");
+            L::STATE.latch_off("a panic while choosing an algorithm");
             Decision::Pass
         }
     };
@@ -123,7 +121,7 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
     };
     let c = &rt.spec.counters;
     bump(c.calls);
-    if !L::serving() {
+    if !L::STATE.serving() {
         bump(c.passed_through);
         return Decision::Pass;
     }
