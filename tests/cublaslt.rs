@@ -99,25 +99,11 @@ fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Co
 }
 
 fn stats(dir: &Path) -> serde_json::Value {
-    let t = std::fs::read_to_string(dir.join("stats.json")).expect("the stats file is written");
-    serde_json::from_str(&t).unwrap()
+    common::stats_json(dir)
 }
 
 fn miss_lines(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if name.ends_with("-cublaslt-rank0.csv") {
-            out.extend(
-                std::fs::read_to_string(&p)
-                    .unwrap()
-                    .lines()
-                    .map(str::to_owned),
-            );
-        }
-    }
-    out
+    common::lt_miss_lines(dir, "-cublaslt")
 }
 
 const TUNED: &str =

@@ -237,6 +237,16 @@ impl<H: Scoped> Registry<H> {
         other
     }
 
+    /// A handle destroyed: forgotten, and the destroy function of the build it came from
+    /// (`pick` takes it from a build's table), else the served build's.
+    pub fn destroy_fn<F>(
+        &self,
+        h: *mut c_void,
+        pick: impl Fn(&'static H) -> Option<F>,
+    ) -> Option<F> {
+        pick(self.destroyed(h).unwrap_or(self.backend.hooks))
+    }
+
     /// In a fork child: a parent's thread may have held the builds' lock at the fork; free
     /// it, so the child's handles are not each kept waiting two seconds. (Holders mostly
     /// compare; only a fork landing inside the push of a newly seen build could leave the

@@ -351,3 +351,17 @@ fn loaded_libraries_listed(prefixes: &[&str]) -> Vec<PathBuf> {
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
     search.found
 }
+
+/// A device query's answer (`hipGetDevice`, `cuCtxGetDevice`: `int f(int *device)`, 0 for
+/// success), 0 when the function is missing or fails.
+#[inline]
+pub fn device_or_zero(query: Option<unsafe extern "C" fn(*mut i32) -> i32>) -> i32 {
+    let Some(f) = query else { return 0 };
+    let mut d = 0;
+    // SAFETY: an out-pointer to an int.
+    if unsafe { f(&mut d) } == 0 {
+        d
+    } else {
+        0
+    }
+}

@@ -365,3 +365,28 @@ pub fn miss_line(spec: &str) -> String {
     let (op, sig) = tunableop::op_and_signature(&spec_key(spec));
     format!("{op},{sig}")
 }
+
+/// The stats file a host run wrote to `<dir>/stats.json` (`TUNEDBLAS_STATS`).
+pub fn stats_json(dir: &Path) -> serde_json::Value {
+    let t = std::fs::read_to_string(dir.join("stats.json")).expect("the stats file is written");
+    serde_json::from_str(&t).unwrap()
+}
+
+/// The miss-log lines of one Lt backend's rank-0 files in `<dir>/misses` (`tag`:
+/// `-cublaslt`, `-hipblaslt`), in file order.
+pub fn lt_miss_lines(dir: &Path, tag: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let suffix = format!("{tag}-rank0.csv");
+    for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap().to_string_lossy().ends_with(&suffix) {
+            out.extend(
+                std::fs::read_to_string(&p)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_owned),
+            );
+        }
+    }
+    out
+}

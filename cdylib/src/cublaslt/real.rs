@@ -82,11 +82,7 @@ pub fn create_handle(out: *mut LtHandle, ret: *const c_void) -> LtStatus {
 
 /// `cublasLtDestroy`: in the build the handle came from.
 pub fn destroy_handle(h: LtHandle) -> LtStatus {
-    let destroy = match CUBLASLT.destroyed(h) {
-        Some(other) => other.destroy(),
-        None => LT.destroy(),
-    };
-    match destroy {
+    match CUBLASLT.destroy_fn(h, |t| t.destroy()) {
         // SAFETY: the caller's own handle.
         Some(f) => unsafe { f(h) },
         None => STATUS_NOT_INITIALIZED,
@@ -95,16 +91,5 @@ pub fn destroy_handle(h: LtHandle) -> LtStatus {
 
 /// The device of the calling thread's current CUDA context, 0 if unknown.
 pub fn current_device() -> i32 {
-    match LT.ctx_get_device() {
-        Some(f) => {
-            let mut d = 0;
-            // SAFETY: out-pointer to an int.
-            if unsafe { f(&mut d) } == 0 {
-                d
-            } else {
-                0
-            }
-        }
-        None => 0,
-    }
+    crate::real::device_or_zero(LT.ctx_get_device())
 }

@@ -92,11 +92,7 @@ pub fn create_handle(out: *mut HipblasLtHandle, ret: *const c_void) -> HipblasSt
 
 /// `hipblasLtDestroy`: in the build the handle came from.
 pub fn destroy_handle(h: HipblasLtHandle) -> HipblasStatus {
-    let destroy = match HIPBLASLT.destroyed(h) {
-        Some(other) => other.destroy(),
-        None => HIPLT.destroy(),
-    };
-    match destroy {
+    match HIPBLASLT.destroy_fn(h, |t| t.destroy()) {
         // SAFETY: the caller's own handle.
         Some(f) => unsafe { f(h) },
         None => HIPBLAS_STATUS_NOT_INITIALIZED,
@@ -105,18 +101,7 @@ pub fn destroy_handle(h: HipblasLtHandle) -> HipblasStatus {
 
 /// HIP's current device of the calling thread, 0 if unknown.
 pub fn current_device() -> i32 {
-    match HIPLT.hip_get_device() {
-        Some(f) => {
-            let mut d = 0;
-            // SAFETY: out-pointer to an int.
-            if unsafe { f(&mut d) } == 0 {
-                d
-            } else {
-                0
-            }
-        }
-        None => 0,
-    }
+    crate::real::device_or_zero(HIPLT.hip_get_device())
 }
 
 #[cfg(test)]

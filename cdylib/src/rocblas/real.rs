@@ -71,11 +71,7 @@ pub fn create_handle(out: *mut Handle, ret: *const c_void) -> Status {
 
 /// `rocblas_destroy_handle`: in the build the handle came from.
 pub fn destroy_handle(h: Handle) -> Status {
-    let destroy = match ROCBLAS.destroyed(h) {
-        Some(other) => other.destroy_handle(),
-        None => HOOKS.destroy_handle(),
-    };
-    match destroy {
+    match ROCBLAS.destroy_fn(h, |t| t.destroy_handle()) {
         // SAFETY: the caller's own handle.
         Some(f) => unsafe { f(h) },
         None => STATUS_NOT_IMPLEMENTED,
@@ -91,18 +87,7 @@ pub fn device_for(h: Handle) -> i32 {
 /// The device the calling thread's work runs on (HIP's current device), 0 if unknown.
 #[inline]
 pub fn current_device() -> i32 {
-    match HOOKS.hip_get_device() {
-        Some(f) => {
-            let mut d = 0;
-            // SAFETY: out-pointer to an int.
-            if unsafe { f(&mut d) } == 0 {
-                d
-            } else {
-                0
-            }
-        }
-        None => 0,
-    }
+    crate::real::device_or_zero(HOOKS.hip_get_device())
 }
 
 /// The real rocBLAS version string (`5.6.0.8d1ae90e`), if the library offers it.
