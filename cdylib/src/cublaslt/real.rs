@@ -7,7 +7,6 @@ use std::ffi::{c_int, c_void, CString};
 use tunedblas_core::cublaslt::*;
 
 use crate::libs::{Backend, Registry};
-use crate::lt::LtCall;
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
 const CUDA_LIBS: &[&str] = &["libcuda.so"];
@@ -34,32 +33,6 @@ crate::real::hook_table! {
 pub type LtCreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
 /// `cublasLtDestroy(cublasLtHandle_t)`.
 pub type LtDestroyFn = unsafe extern "C" fn(LtHandle) -> LtStatus;
-
-/// Calls cuBLASLt's matmul with a caller's arguments and `algo`.
-#[inline]
-pub unsafe fn call(f: MatmulFn, x: &LtCall, algo: *const MatmulAlgo) -> LtStatus {
-    // SAFETY: forwarding the caller's arguments (with possibly another algo).
-    unsafe {
-        f(
-            x.handle,
-            x.desc,
-            x.alpha,
-            x.a,
-            x.a_desc,
-            x.b,
-            x.b_desc,
-            x.beta,
-            x.c,
-            x.c_desc,
-            x.d,
-            x.d_desc,
-            algo,
-            x.workspace,
-            x.workspace_bytes,
-            x.stream,
-        )
-    }
-}
 
 /// cuBLASLt's builds and handles.
 pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {

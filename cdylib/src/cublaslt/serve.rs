@@ -8,7 +8,7 @@ use tunedblas_core::cublaslt::*;
 use tunedblas_lt_algo::build_algo;
 
 use super::get;
-use super::real::{call, CUBLASLT, LT};
+use super::real::{CUBLASLT, LT};
 use crate::log::debug;
 use crate::lt::serve::{cannot_use, Library};
 use crate::lt::{Lt, LtCall, LtRuntime};
@@ -35,8 +35,14 @@ impl Library for Cublaslt {
     }
     #[inline]
     unsafe fn call(f: MatmulFn, x: &LtCall, algo: *const c_void) -> LtStatus {
-        // SAFETY: per the trait.
-        unsafe { call(f, x, algo.cast()) }
+        // SAFETY: per the trait; the library's matmul has the shape of `AnyMatmulFn`.
+        unsafe {
+            crate::lt::call(
+                std::mem::transmute::<MatmulFn, crate::lt::AnyMatmulFn>(f),
+                x,
+                algo,
+            )
+        }
     }
     unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
         // SAFETY: per the trait.

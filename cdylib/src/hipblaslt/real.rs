@@ -7,7 +7,6 @@ use std::ffi::{c_void, CString};
 use tunedblas_core::abi::*;
 
 use crate::libs::{Backend, Registry};
-use crate::lt::LtCall;
 
 const HIPBLASLT_LIBS: &[&str] = &["libhipblaslt.so"];
 const HIP_LIBS: &[&str] = &["libamdhip64.so"];
@@ -36,39 +35,6 @@ crate::real::hook_table! {
     is_supported: CxxFn =
         c"_ZN13hipblaslt_ext21matmulIsAlgoSupportedEPvP27hipblasLtMatmulDescOpaque_tPKvP29hipblasLtMatrixLayoutOpaque_tS6_S4_S6_S6_R22_hipblasLtMatmulAlgo_tRm",
     hip_get_device: HipGetDeviceFn = c"hipGetDevice" in HIP_LIBS,
-}
-
-/// Calls hipBLASLt's matmul with a caller's arguments and `algo`.
-///
-/// # Safety
-/// `x` holds a caller's arguments; `algo` is NULL, the caller's, or one hipBLASLt made.
-#[inline]
-pub unsafe fn call(
-    f: HipblasLtMatmulFn,
-    x: &LtCall,
-    algo: *const HipblasLtMatmulAlgo,
-) -> HipblasStatus {
-    // SAFETY: forwarding the caller's arguments (with possibly another algo).
-    unsafe {
-        f(
-            x.handle,
-            x.desc,
-            x.alpha,
-            x.a,
-            x.a_desc,
-            x.b,
-            x.b_desc,
-            x.beta,
-            x.c,
-            x.c_desc,
-            x.d,
-            x.d_desc,
-            algo,
-            x.workspace,
-            x.workspace_bytes,
-            x.stream,
-        )
-    }
 }
 
 /// hipBLASLt's builds and handles.

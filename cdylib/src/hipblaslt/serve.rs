@@ -11,7 +11,7 @@ use tunedblas_core::abi::{
 };
 use tunedblas_core::cublaslt::{LtAction, LtKey, LtLib, LtStatus, MatmulAlgo, Prepared};
 
-use super::real::{call, HIPBLASLT, HIPLT};
+use super::real::{HIPBLASLT, HIPLT};
 use super::{ext, get};
 use crate::log::debug;
 use crate::lt::serve::{cannot_use, Library};
@@ -44,8 +44,14 @@ impl Library for Hipblaslt {
     }
     #[inline]
     unsafe fn call(f: HipblasLtMatmulFn, x: &LtCall, algo: *const c_void) -> LtStatus {
-        // SAFETY: per the trait.
-        unsafe { call(f, x, algo.cast()) }
+        // SAFETY: per the trait; the library's matmul has the shape of `AnyMatmulFn`.
+        unsafe {
+            crate::lt::call(
+                std::mem::transmute::<HipblasLtMatmulFn, crate::lt::AnyMatmulFn>(f),
+                x,
+                algo,
+            )
+        }
     }
     unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
         // SAFETY: per the trait.

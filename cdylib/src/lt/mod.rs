@@ -45,6 +45,59 @@ pub struct LtCall {
     pub stream: *mut c_void,
 }
 
+/// The matmul of either library with every pointer untyped: `cublasLtMatmul` and
+/// `hipblasLtMatmul` have this one C shape (16 arguments; src/abi.rs and
+/// src/cublaslt/mod.rs type them, checked against the real headers), so one function makes
+/// the call for both.
+pub type AnyMatmulFn = unsafe extern "C-unwind" fn(
+    *mut c_void,
+    *mut c_void,
+    *const c_void,
+    *const c_void,
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    *const c_void,
+    *const c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    usize,
+    *mut c_void,
+) -> i32;
+
+/// Calls a matmul with a caller's arguments and `algo`.
+///
+/// # Safety
+/// `f` is a matmul of that shape; `x` a caller's arguments; `algo` NULL, the caller's, or
+/// one the same library made.
+#[inline]
+pub unsafe fn call(f: AnyMatmulFn, x: &LtCall, algo: *const c_void) -> i32 {
+    // SAFETY: forwarding the caller's arguments (with possibly another algo).
+    unsafe {
+        f(
+            x.handle,
+            x.desc,
+            x.alpha,
+            x.a,
+            x.a_desc,
+            x.b,
+            x.b_desc,
+            x.beta,
+            x.c,
+            x.c_desc,
+            x.d,
+            x.d_desc,
+            algo,
+            x.workspace,
+            x.workspace_bytes,
+            x.stream,
+        )
+    }
+}
+
 /// A backend's counters, one per outcome of a call.
 pub struct Counters {
     pub calls: Counter,
