@@ -525,3 +525,28 @@ fn two_builds_each_get_their_own_objects_and_a_renamed_build_is_found() {
         text(&out.stderr)
     );
 }
+
+/// `tunedblas env --lib` tells a hipBLASLt file from a rocBLAS one and names the profile a
+/// process loading it would get.
+#[test]
+fn env_names_the_profile_a_hipblaslt_build_would_get() {
+    let dir = scratch("hiplt-env");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let out = Command::new(common::built("tunedblas"))
+        .args(["env", "--lib"])
+        .arg(hiplt().lib())
+        .arg("--profiles")
+        .arg(dir.join("profiles"))
+        .env_remove("TUNEDBLAS_PROFILE")
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(
+        said.contains(&format!("(hipBLASLt, build {})", &hiplt().sha[..12])),
+        "{said}"
+    );
+    assert!(said.contains("profile 'fake-hiplt'"), "{said}");
+    assert!(said.contains("hipBLASLt build"), "{said}");
+    assert!(!said.contains("rocBLAS build"), "{said}");
+}

@@ -125,8 +125,11 @@ pub fn find_library(name: &Path) -> PathBuf {
         .unwrap_or_else(|| name.to_path_buf())
 }
 
-/// rocBLAS files worth a look: `--lib`, else every `librocblas.so*` in [`library_dirs`].
-/// Each real file once.
+/// The libraries the interposer serves that `env` looks for, by file-name prefix.
+const SERVED: &[&str] = &["librocblas.so", "libhipblaslt.so"];
+
+/// rocBLAS and hipBLASLt files worth a look: `--lib`, else every `librocblas.so*` and
+/// `libhipblaslt.so*` in [`library_dirs`]. Each real file once.
 pub fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
     if !given.is_empty() {
         return given.iter().map(|g| find_library(g)).collect();
@@ -143,7 +146,7 @@ pub fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
             .filter(|p| {
                 p.file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("librocblas.so"))
+                    .is_some_and(|n| SERVED.iter().any(|p| n.starts_with(p)))
             })
             .collect();
         names.sort();
@@ -161,15 +164,33 @@ pub fn candidates(given: &[PathBuf]) -> Vec<PathBuf> {
 #[derive(Debug, Serialize)]
 pub struct Found {
     pub library: PathBuf,
+    /// `rocBLAS`, `hipBLASLt` or `cuBLASLt` (told from the file's exports), or `unknown`.
+    pub kind: &'static str,
     pub sha256: Option<String>,
     pub profile: Option<String>,
     pub reason: String,
 }
 
+/// Which library a file is, from its exports (read from the file, not loaded).
+pub fn kind_of(lib: &Path) -> &'static str {
+    let defines = |name: &str| tunedblas_core::elf::defines(lib, name).unwrap_or(false);
+    if defines("rocblas_create_handle") {
+        "rocBLAS"
+    } else if defines("hipblasLtMatmul") {
+        "hipBLASLt"
+    } else if defines("cublasLtMatmul") {
+        "cuBLASLt"
+    } else {
+        "unknown"
+    }
+}
+
 pub fn which(profile_dir: &Path, lib: &Path) -> Found {
     let id = HashCache::new(identity::user_cache_dir()).identify(lib);
+    let kind = kind_of(lib);
     match id {
         Err(e) => Found {
+            kind,
             library: lib.to_path_buf(),
             sha256: None,
             profile: None,
@@ -192,7 +213,13 @@ pub fn which(profile_dir: &Path, lib: &Path) -> Found {
                 Selection::Chosen { name, reason, .. } => (Some(name), reason),
                 Selection::None { why } => (None, why),
             };
+            // The selection words its reasons for rocBLAS; the rules are any library's.
+            let reason = match kind {
+                "hipBLASLt" | "cuBLASLt" => reason.replace("rocBLAS", kind),
+                _ => reason,
+            };
             Found {
+                kind,
                 library: lib.to_path_buf(),
                 sha256: Some(id.sha256),
                 profile,

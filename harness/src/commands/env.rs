@@ -133,10 +133,10 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     println!(
         "\n{}",
-        bold("rocBLAS on this machine, and the profile each would get")
+        bold("rocBLAS and hipBLASLt on this machine, and the profile each would get")
     );
     if report.libraries.is_empty() {
-        println!("  none found in $ROCM_PATH/lib, /opt/rocm/lib or LD_LIBRARY_PATH; name one with --lib (PyTorch wheels: site-packages/torch/lib/librocblas.so)");
+        println!("  none found in $ROCM_PATH/lib, /opt/rocm/lib or LD_LIBRARY_PATH; name one with --lib (PyTorch wheels: site-packages/torch/lib/librocblas.so, libhipblaslt.so)");
     }
     for f in &report.libraries {
         let build = f
@@ -148,8 +148,9 @@ pub fn run(args: &[String]) -> Result<()> {
             None => style::paint("no profile", Colour::Red, on),
         };
         println!(
-            "  {} (build {build})\n    -> {verdict}: {}",
+            "  {} ({}, build {build})\n    -> {verdict}: {}",
             f.library.display(),
+            f.kind,
             f.reason
         );
     }
