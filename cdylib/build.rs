@@ -1,11 +1,12 @@
 //! Builds the exception guard of the hipBLASLt backend (`cxx/hipblaslt_guard.cpp`) with the
-//! system's C++ compiler and leaves it in OUT_DIR for `include_bytes!`
-//! (`src/hipblaslt/guard.rs`). Without a C++ compiler the guard is empty and the
-//! interposer serves no hipBLASLt index rows (it says so once); everything else builds and
-//! works.
+//! C++ compiler for the target and leaves it in OUT_DIR for `include_bytes!`
+//! (`src/hipblaslt/guard.rs`). Without one the guard is empty and the interposer serves no
+//! hipBLASLt index rows (it says so once); everything else builds and works.
 
 use std::path::PathBuf;
 use std::process::Command;
+
+const NO_GUARD: &str = "libtunedblas.so is built without the hipBLASLt exception guard and will serve no Gemm_Hipblaslt rows";
 
 fn main() {
     let src = "cxx/hipblaslt_guard.cpp";
@@ -13,7 +14,21 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CXX");
     let out =
         PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR")).join("hipblaslt_guard.so");
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let target = std::env::var("TARGET").unwrap_or_default();
+    let host = std::env::var("HOST").unwrap_or_default();
+    // The compiler for the target: CXX_<target> (as the cc crate reads it), else CXX, else
+    // c++ when building for this machine. A cross build without one embeds no guard.
+    let target_var = format!("CXX_{}", target.replace('-', "_"));
+    println!("cargo:rerun-if-env-changed={target_var}");
+    let cxx = match (std::env::var(&target_var).ok(), std::env::var("CXX").ok()) {
+        (Some(c), _) | (None, Some(c)) => c,
+        (None, None) if target == host => "c++".into(),
+        (None, None) => {
+            println!("cargo:warning=cross build for {target} with no {target_var}: {NO_GUARD}");
+            std::fs::write(&out, b"").expect("write an empty guard");
+            return;
+        }
+    };
     let built = Command::new(&cxx)
         .args([
             "-std=c++17",
@@ -32,9 +47,11 @@ fn main() {
     match built {
         Ok(s) if s.success() => {}
         other => {
-            println!(
-                "cargo:warning=no C++ compiler ({cxx}: {other:?}): libtunedblas.so is built without the hipBLASLt exception guard and will serve no Gemm_Hipblaslt rows"
-            );
+            let why = match other {
+                Ok(s) => format!("{cxx} failed ({s})"),
+                Err(e) => format!("no C++ compiler ({cxx}: {e})"),
+            };
+            println!("cargo:warning={why}: {NO_GUARD}");
             std::fs::write(&out, b"").expect("write an empty guard");
         }
     }

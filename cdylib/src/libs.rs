@@ -204,13 +204,15 @@ impl<H: Scoped> Registry<H> {
         // whose file is not named as the global search expects, in a local scope, is
         // found only there); the served table's otherwise.
         let f = match (&caller, index) {
-            (Some((_, f)), i) => {
+            (Some((_, f)), i) if i >= 1 => {
                 if i == 1 {
                     (self.backend.serving)(*f);
                 }
                 *f
             }
-            (None, _) => {
+            // Not known (no caller, or the build could not be recorded: the handle is then
+            // the served build's, so it is made there, as its calls will be served there).
+            _ => {
                 let f = ours?;
                 (self.backend.serving)(f);
                 f

@@ -11,19 +11,28 @@
 //!
 //! So each of these exports is entered through a naked trampoline that passes the caller's
 //! return address on, and the real function is looked up in the caller's own scope
-//! (`dlopen(caller, RTLD_NOLOAD)` + `dlsym`), once per call site: a direct-mapped cache of
-//! 64 (return address -> function) slots per export answers every later call with one load
-//! and one compare. A caller that is the main program (whose scope is the global one), or
+//! (`dlopen(caller, RTLD_NOLOAD)` + `dlsym`), once per call site: an insert-only table of
+//! (return address -> function) per export answers every later call with a load and a
+//! compare or two. A caller that is the main program (whose scope is the global one), or
 //! one whose scope has no hipBLASLt, gets the function found the usual way (`real.rs`).
+//! A hipBLASLt whose function was handed out this way is pinned (`RTLD_NODELETE`): a
+//! `dlclose` of the module that loaded it leaves it mapped, so no kept function ever points
+//! into freed memory (its destructors then run at exit; PyTorch never unloads it anyway).
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use crate::real::Hook;
 
-const SLOTS: usize = 64;
+/// Call sites kept per export (insert-only; past this many, calls are resolved each time).
+const SLOTS: usize = 128;
+/// A slot being filled.
+const BUSY: usize = usize::MAX;
 
-/// One export's cache of call sites.
+/// One export's cache of call sites: open addressing, insert-only. A slot's function is
+/// written before its return address is published and neither ever changes, so a reader
+/// that sees an address sees that address's function; nothing is evicted, so a process
+/// with many call sites never thrashes into the slow path.
 pub struct Callers {
     name: &'static CStr,
     rets: [AtomicUsize; SLOTS],
@@ -44,29 +53,37 @@ impl Callers {
     #[inline]
     pub fn real_for(&self, ret: *const c_void, usual: &Hook) -> Option<*mut c_void> {
         let r = ret as usize;
-        let i = (r >> 2).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - 6);
-        // The function is stored before the address (Release), so an address seen
-        // (Acquire) comes with its function.
-        if self.rets[i].load(Ordering::Acquire) == r {
-            let f = self.fns[i].load(Ordering::Relaxed);
-            if !f.is_null() {
-                return Some(f);
+        let home = (r >> 2).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - 7);
+        for step in 0..SLOTS {
+            let i = (home + step) & (SLOTS - 1);
+            match self.rets[i].load(Ordering::Acquire) {
+                seen if seen == r => return Some(self.fns[i].load(Ordering::Relaxed)),
+                0 => return self.resolve(i, r, ret, usual),
+                _ => {} // another call site, or one being filled: look further
             }
         }
-        self.resolve(i, r, ret, usual)
+        self.resolve(SLOTS, r, ret, usual)
     }
 
+    /// Resolves the function for `ret` and keeps it in slot `i` if that slot is still free
+    /// (another thread may have taken it meanwhile: then this call is simply not cached).
     #[cold]
     #[inline(never)]
     fn resolve(&self, i: usize, r: usize, ret: *const c_void, usual: &Hook) -> Option<*mut c_void> {
         let own =
             crate::libs::caller_scope(ret).and_then(|lib| crate::real::resolve_in(self.name, &lib));
         let f = own.or_else(|| usual.get())?;
-        // A slot another call site holds is taken over (direct-mapped): invalidate, then
-        // publish the function before the address.
-        self.rets[i].store(0, Ordering::Release);
-        self.fns[i].store(f, Ordering::Relaxed);
-        self.rets[i].store(r, Ordering::Release);
+        // The library holding `f` stays loaded for the process (RTLD_NODELETE), so a kept
+        // function can never point into an unloaded library.
+        crate::real::pin_object_of(f);
+        if i < SLOTS
+            && self.rets[i]
+                .compare_exchange(0, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.fns[i].store(f, Ordering::Relaxed);
+            self.rets[i].store(r, Ordering::Release);
+        }
         Some(f)
     }
 }

@@ -157,7 +157,12 @@ fn open() -> Result<[*mut c_void; 3], String> {
             sym(c"tunedblas_guard_is_supported")?,
         ])
     })();
-    // SAFETY: our own descriptor; the mapping stays after close.
-    unsafe { libc::close(fd) };
+    if result.is_err() {
+        // SAFETY: our own descriptor, never loaded.
+        unsafe { libc::close(fd) };
+    }
+    // Loaded: the descriptor stays open for the process (close-on-exec), so the name the
+    // loader knows the guard by, `/proc/self/fd/<fd>`, never names a file the host opens
+    // later (a host loading its own plugin through that name would get the guard).
     result
 }

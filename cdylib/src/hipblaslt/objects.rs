@@ -64,13 +64,14 @@ impl Fields {
             let s = self.state.load(Ordering::Relaxed);
             if s & WRITING == 0 || spins >= SPINS {
                 let from = s & !WRITING;
-                // AcqRel: the WRITING mark must be seen before any field store (a reader
-                // that sees a new field also sees the mark, or the state moved on).
                 if self
                     .state
-                    .compare_exchange_weak(s, from | WRITING, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange_weak(s, from | WRITING, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
+                    // The WRITING mark before any field store: a reader that sees a new
+                    // field (its Acquire fence) then sees the state moved on.
+                    fence(Ordering::Release);
                     return from;
                 }
             }
