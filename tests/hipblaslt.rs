@@ -550,3 +550,42 @@ fn env_names_the_profile_a_hipblaslt_build_would_get() {
     assert!(said.contains("hipBLASLt build"), "{said}");
     assert!(!said.contains("rocBLAS build"), "{said}");
 }
+
+/// Many call sites of one export, from two builds' modules on four threads each at once:
+/// every layout is made by its caller's own build (a torn call-site cache once handed one
+/// site another's function), and many sites do not thrash the cache.
+#[test]
+fn many_call_sites_of_two_builds_at_once_each_get_their_own_build() {
+    let dir = scratch("hiplt-sites");
+    let module2 = hiplt().module2.display().to_string();
+    let out = common::faults::run_guarded(host_cmd(
+        &dir,
+        true,
+        &[&format!("@module:{module2}"), "@each:hiplt_sites:4:200"],
+    ));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("each-sum=0"),
+        "layouts from the other build: {stdout}"
+    );
+}
+
+/// The exception guard is loaded from a memfd as `/proc/self/fd/<n>`; that name must never
+/// come to mean a file the host opens later (a host loading its own plugin from a memfd
+/// got the guard instead).
+#[test]
+fn a_hosts_own_memfd_plugin_is_not_shadowed_by_the_guard() {
+    let dir = scratch("hiplt-memfd");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let module = hiplt().module.display().to_string();
+    let out = host(&dir, true, &["64,8,64", &format!("@memfd:{module}")]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert_eq!(
+        algos(&dir),
+        ["42"],
+        "the guard was loaded and served the row"
+    );
+    assert!(stdout.contains("memfd-plugin=ok"), "{stdout}");
+}

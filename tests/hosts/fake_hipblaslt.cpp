@@ -226,6 +226,8 @@ hipblasStatus_t hipblasLtMatrixLayoutCreate(Layout **l, hipDataType type, uint64
     *l = x;
     return HIPBLAS_STATUS_SUCCESS;
 }
+/* For the tests: whether a layout was made by this build (1) or another (0). */
+int fakehiplt_owns(const Layout *l) { return l && l->build == FAKE_BUILD; }
 hipblasStatus_t hipblasLtMatrixLayoutDestroy(Layout *l) {
     delete l;
     return HIPBLAS_STATUS_SUCCESS;

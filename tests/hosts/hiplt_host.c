@@ -86,6 +86,32 @@ int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign)
     hipblasLtMatmulDescDestroy(desc);
     return st;
 }
+
+/* 96 call sites of hipblasLtMatrixLayoutCreate (each its own return address: the sizes
+ * differ, so no two calls merge), R rounds: each layout is checked to be this module's own
+ * build's (the stand-in's fakehiplt_owns) and destroyed. Returns how many were not. */
+int fakehiplt_owns(void *layout);
+#define SITE(i)                                                                              \
+    case i:                                                                                  \
+        st = hipblasLtMatrixLayoutCreate(&l, R_16BF, 8 + i, 8, 8 + i);                      \
+        break;
+#define SITES8(b) SITE(b) SITE(b + 1) SITE(b + 2) SITE(b + 3) SITE(b + 4) SITE(b + 5) SITE(b + 6) SITE(b + 7)
+int hiplt_sites(int rounds) {
+    int foreign = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < 96; i++) {
+            void *l = NULL;
+            int st = -1;
+            switch (i) {
+                SITES8(0) SITES8(8) SITES8(16) SITES8(24) SITES8(32) SITES8(40)
+                SITES8(48) SITES8(56) SITES8(64) SITES8(72) SITES8(80) SITES8(88)
+            }
+            if (st != 0 || !fakehiplt_owns(l)) foreign++;
+            if (l) hipblasLtMatrixLayoutDestroy(l);
+        }
+    }
+    return foreign;
+}
 #else
 #define HOST_NAME "hiplt_host"
 #define MODULE_ENTRY "hiplt_linear"

@@ -24,6 +24,12 @@
  *   @threads:T:N   T threads each make N calls of 8,8,8 and N of 16,8,8 at once
  *   @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
  *   @close         dlclose the last module opened: later calls go through the one before
+ *   @each:SYMBOL:T:R  T threads per open module at once, each calling that module's
+ *                  `int SYMBOL(int R)`; prints each-sum=<sum of the results> (or
+ *                  each-missing=SYMBOL)
+ *   @memfd:PATH    copies PATH into a memfd and dlopens it as /proc/self/fd/<n> (as JITs
+ *                  and packers load plugins), then looks MODULE_ENTRY up in what it got;
+ *                  prints memfd-plugin=ok or memfd-plugin=MISSING
  * With "-" as MODULE no module is opened at start: the host first calls the matmul entry
  * (MATMUL_ENTRY, 16 arguments, all NULL or 0) as the global scope has it (the interposer's,
  * preloaded) with no library loaded and prints early=<status>; then @module:PATH opens one.
@@ -46,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,6 +111,69 @@ static int open_module(const char *path) {
     }
     modules[n_modules] = m;
     linears[n_modules++] = linear = (linear_fn)dlsym(m, MODULE_ENTRY);
+    return 0;
+}
+
+typedef int (*each_fn)(int);
+struct each_arg {
+    each_fn f;
+    int r, result;
+};
+static void *each_thread(void *p) {
+    struct each_arg *e = p;
+    e->result = e->f(e->r);
+    return NULL;
+}
+
+/* @each:SYMBOL:T:R */
+static int each_step(const char *spec) {
+    char name[64];
+    int t = 1, r = 1;
+    const char *colon = strchr(spec, ':');
+    size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (len >= sizeof name) return -1;
+    memcpy(name, spec, len);
+    name[len] = 0;
+    if (colon && sscanf(colon + 1, "%d:%d", &t, &r) < 1) return -1;
+    if (t < 1 || t > 16) t = 1;
+    pthread_t tid[8 * 16];
+    struct each_arg args[8 * 16];
+    int n = 0;
+    for (int m = 0; m < n_modules; m++) {
+        each_fn f = (each_fn)dlsym(modules[m], name);
+        if (!f) {
+            printf("each-missing=%s\n", name);
+            return 0;
+        }
+        for (int i = 0; i < t; i++, n++) {
+            args[n] = (struct each_arg){f, r, 0};
+            pthread_create(&tid[n], NULL, each_thread, &args[n]);
+        }
+    }
+    long sum = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(tid[i], NULL);
+        sum += args[i].result;
+    }
+    printf("each-sum=%ld\n", sum);
+    return 0;
+}
+
+/* @memfd:PATH */
+static int memfd_step(const char *path) {
+    /* The file is read whole and closed first, so the memfd takes the lowest free
+     * descriptor, as a plugin loader's usually does. */
+    FILE *in = fopen(path, "rb");
+    if (!in) return -1;
+    static char buf[8 << 20];
+    size_t got = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    int fd = memfd_create("plugin", MFD_CLOEXEC);
+    if (fd < 0 || write(fd, buf, got) != (ssize_t)got) return -1;
+    char name[64];
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    printf("memfd-plugin=%s\n", h && dlsym(h, MODULE_ENTRY) ? "ok" : "MISSING");
     return 0;
 }
 
@@ -189,6 +259,10 @@ static int life_step(const char *a) {
         printf("cancelled=%d\n", done);
     } else if (!strncmp(a, "@module:", 8)) {
         if (open_module(a + 8) != 0) return -1;
+    } else if (!strncmp(a, "@each:", 6)) {
+        if (each_step(a + 6) != 0) return -1;
+    } else if (!strncmp(a, "@memfd:", 7)) {
+        if (memfd_step(a + 7) != 0) return -1;
     } else if (!strcmp(a, "@close")) {
         if (n_modules == 0 || dlclose(modules[--n_modules]) != 0) return -1;
         linear = n_modules ? linears[n_modules - 1] : NULL;
