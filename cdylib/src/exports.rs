@@ -628,15 +628,14 @@ extern "C" fn desc_create_from(
     ret: *const c_void,
 ) -> abi::HipblasStatus {
     static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescCreate");
-    let Some(f) = CALLERS.real_for(ret, &HIPLT.desc_create) else {
+    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
+    let Some(f) =
+        (unsafe { CALLERS.real_fn::<abi::HipblasLtMatmulDescCreateFn>(ret, &HIPLT.desc_create) })
+    else {
         return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
     };
     // SAFETY: hipblasLtMatmulDescCreate of the caller's hipBLASLt, its own arguments.
-    let status = unsafe {
-        std::mem::transmute::<*mut c_void, abi::HipblasLtMatmulDescCreateFn>(f)(
-            desc, compute, scale,
-        )
-    };
+    let status = unsafe { f(desc, compute, scale) };
     if status == abi::HIPBLAS_STATUS_SUCCESS && !desc.is_null() {
         // SAFETY: the library wrote the new descriptor there.
         let made = unsafe { *desc };
@@ -666,15 +665,14 @@ extern "C" fn desc_set_from(
     ret: *const c_void,
 ) -> abi::HipblasStatus {
     static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescSetAttribute");
-    let Some(f) = CALLERS.real_for(ret, &HIPLT.desc_set) else {
+    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
+    let Some(f) = (unsafe {
+        CALLERS.real_fn::<abi::HipblasLtMatmulDescSetAttributeFn>(ret, &HIPLT.desc_set)
+    }) else {
         return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
     };
     // SAFETY: the caller's hipBLASLt's function, its own arguments.
-    let status = unsafe {
-        std::mem::transmute::<*mut c_void, abi::HipblasLtMatmulDescSetAttributeFn>(f)(
-            desc, attr, buf, size,
-        )
-    };
+    let status = unsafe { f(desc, attr, buf, size) };
     if status == abi::HIPBLAS_STATUS_SUCCESS && !crate::hipblaslt::key::keyed_desc_attribute(attr) {
         let _ =
             std::panic::catch_unwind(|| DESCS.set(desc, crate::hipblaslt::key::DESC_UNSERVED, 1));
@@ -694,11 +692,11 @@ extern "C" fn desc_destroy_from(
 ) -> abi::HipblasStatus {
     static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescDestroy");
     let _ = std::panic::catch_unwind(|| DESCS.destroyed(desc));
-    match CALLERS.real_for(ret, &HIPLT.desc_destroy) {
+    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
+    match unsafe { CALLERS.real_fn::<abi::HipblasLtMatmulDescDestroyFn>(ret, &HIPLT.desc_destroy) }
+    {
         // SAFETY: the caller's hipBLASLt's function, its own descriptor.
-        Some(f) => unsafe {
-            std::mem::transmute::<*mut c_void, abi::HipblasLtMatmulDescDestroyFn>(f)(desc)
-        },
+        Some(f) => unsafe { f(desc) },
         None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
     }
 }
@@ -724,15 +722,14 @@ extern "C" fn layout_create_from(
     ret: *const c_void,
 ) -> abi::HipblasStatus {
     static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutCreate");
-    let Some(f) = CALLERS.real_for(ret, &HIPLT.layout_create) else {
+    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
+    let Some(f) = (unsafe {
+        CALLERS.real_fn::<abi::HipblasLtMatrixLayoutCreateFn>(ret, &HIPLT.layout_create)
+    }) else {
         return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
     };
     // SAFETY: the caller's hipBLASLt's function, its own arguments.
-    let status = unsafe {
-        std::mem::transmute::<*mut c_void, abi::HipblasLtMatrixLayoutCreateFn>(f)(
-            layout, dtype, rows, cols, ld,
-        )
-    };
+    let status = unsafe { f(layout, dtype, rows, cols, ld) };
     if status == abi::HIPBLAS_STATUS_SUCCESS && !layout.is_null() {
         // SAFETY: the library wrote the new layout there.
         let made = unsafe { *layout };
@@ -760,15 +757,14 @@ extern "C" fn layout_set_from(
     ret: *const c_void,
 ) -> abi::HipblasStatus {
     static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutSetAttribute");
-    let Some(f) = CALLERS.real_for(ret, &HIPLT.layout_set) else {
+    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
+    let Some(f) = (unsafe {
+        CALLERS.real_fn::<abi::HipblasLtMatrixLayoutSetAttributeFn>(ret, &HIPLT.layout_set)
+    }) else {
         return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
     };
     // SAFETY: the caller's hipBLASLt's function, its own arguments.
-    let status = unsafe {
-        std::mem::transmute::<*mut c_void, abi::HipblasLtMatrixLayoutSetAttributeFn>(f)(
-            layout, attr, buf, size,
-        )
-    };
+    let status = unsafe { f(layout, attr, buf, size) };
     if status == abi::HIPBLAS_STATUS_SUCCESS {
         // SAFETY: the library just read `size` bytes at `buf`.
         if let Some((i, v)) = unsafe { crate::hipblaslt::key::layout_field(attr, buf, size) } {
@@ -790,55 +786,71 @@ extern "C" fn layout_destroy_from(
 ) -> abi::HipblasStatus {
     static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutDestroy");
     let _ = std::panic::catch_unwind(|| LAYOUTS.destroyed(layout));
-    match CALLERS.real_for(ret, &HIPLT.layout_destroy) {
+    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
+    match unsafe {
+        CALLERS.real_fn::<abi::HipblasLtMatrixLayoutDestroyFn>(ret, &HIPLT.layout_destroy)
+    } {
         // SAFETY: the caller's hipBLASLt's function, its own layout.
-        Some(f) => unsafe {
-            std::mem::transmute::<*mut c_void, abi::HipblasLtMatrixLayoutDestroyFn>(f)(layout)
-        },
+        Some(f) => unsafe { f(layout) },
         None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
     }
 }
 
-/// `hipblasLtMatmul` (hipBLASLt; cuBLASLt's 16 arguments): see `hipblaslt/`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn hipblasLtMatmul(
-    handle: abi::HipblasLtHandle,
-    desc: abi::HipblasLtMatmulDesc,
-    alpha: *const c_void,
-    a: *const c_void,
-    a_desc: abi::HipblasLtMatrixLayout,
-    b: *const c_void,
-    b_desc: abi::HipblasLtMatrixLayout,
-    beta: *const c_void,
-    c: *const c_void,
-    c_desc: abi::HipblasLtMatrixLayout,
-    d: *mut c_void,
-    d_desc: abi::HipblasLtMatrixLayout,
-    algo: *const abi::HipblasLtMatmulAlgo,
-    workspace: *mut c_void,
-    workspace_bytes: usize,
-    stream: abi::Stream,
-) -> abi::HipblasStatus {
-    let x = crate::lt::LtCall {
-        handle,
-        desc,
-        alpha,
-        a,
-        a_desc,
-        b,
-        b_desc,
-        beta,
-        c,
-        c_desc,
-        d,
-        d_desc,
-        algo: algo.cast(),
-        workspace,
-        workspace_bytes,
-        stream,
+/// A Lt library's matmul export: its 16 arguments (one C shape for cuBLASLt and
+/// hipBLASLt, typed as each header types them) gathered into one `lt::LtCall` and served by
+/// the shared Lt path for that library (`lt/serve.rs`).
+macro_rules! lt_matmul_export {
+    ($(#[$m:meta])* fn $name:ident(handle: $h:ty, desc: $desc:ty, layout: $lay:ty,
+        algo: $algo:ty, stream: $stream:ty) -> $status:ty = $lib:ty) => {
+        $(#[$m])*
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(
+            handle: $h,
+            desc: $desc,
+            alpha: *const c_void,
+            a: *const c_void,
+            a_desc: $lay,
+            b: *const c_void,
+            b_desc: $lay,
+            beta: *const c_void,
+            c: *const c_void,
+            c_desc: $lay,
+            d: *mut c_void,
+            d_desc: $lay,
+            algo: *const $algo,
+            workspace: *mut c_void,
+            workspace_bytes: usize,
+            stream: $stream,
+        ) -> $status {
+            let x = crate::lt::LtCall {
+                handle,
+                desc,
+                alpha,
+                a,
+                a_desc,
+                b,
+                b_desc,
+                beta,
+                c,
+                c_desc,
+                d,
+                d_desc,
+                algo: algo.cast(),
+                workspace,
+                workspace_bytes,
+                stream,
+            };
+            // SAFETY: the caller's own matmul arguments.
+            unsafe { crate::lt::serve::matmul::<$lib>(&x) }
+        }
     };
-    // SAFETY: the caller's own hipblasLtMatmul arguments.
-    unsafe { crate::lt::serve::matmul::<crate::hipblaslt::serve::Hipblaslt>(&x) }
+}
+
+lt_matmul_export! {
+    /// `hipblasLtMatmul` (hipBLASLt; cuBLASLt's 16 arguments): see `hipblaslt/`.
+    fn hipblasLtMatmul(handle: abi::HipblasLtHandle, desc: abi::HipblasLtMatmulDesc,
+        layout: abi::HipblasLtMatrixLayout, algo: abi::HipblasLtMatmulAlgo, stream: abi::Stream)
+        -> abi::HipblasStatus = crate::hipblaslt::serve::Hipblaslt
 }
 
 /// `int tunedblas_hipblaslt_serving(int on)`: as `tunedblas_cublaslt_serving`, for hipBLASLt.
@@ -847,46 +859,11 @@ pub extern "C" fn tunedblas_hipblaslt_serving(on: c_int) -> c_int {
     crate::hipblaslt::set_serving(on)
 }
 
-/// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt/`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn cublasLtMatmul(
-    handle: lt::LtHandle,
-    desc: lt::MatmulDesc,
-    alpha: *const c_void,
-    a: *const c_void,
-    a_desc: lt::MatrixLayout,
-    b: *const c_void,
-    b_desc: lt::MatrixLayout,
-    beta: *const c_void,
-    c: *const c_void,
-    c_desc: lt::MatrixLayout,
-    d: *mut c_void,
-    d_desc: lt::MatrixLayout,
-    algo: *const lt::MatmulAlgo,
-    workspace: *mut c_void,
-    workspace_bytes: usize,
-    stream: lt::CudaStream,
-) -> lt::LtStatus {
-    let x = crate::lt::LtCall {
-        handle,
-        desc,
-        alpha,
-        a,
-        a_desc,
-        b,
-        b_desc,
-        beta,
-        c,
-        c_desc,
-        d,
-        d_desc,
-        algo: algo.cast(),
-        workspace,
-        workspace_bytes,
-        stream,
-    };
-    // SAFETY: the caller's own cublasLtMatmul arguments.
-    unsafe { crate::lt::serve::matmul::<crate::cublaslt::serve::Cublaslt>(&x) }
+lt_matmul_export! {
+    /// `cublasLtMatmul` (cuBLASLt; 16 arguments): see `cublaslt/`.
+    fn cublasLtMatmul(handle: lt::LtHandle, desc: lt::MatmulDesc, layout: lt::MatrixLayout,
+        algo: lt::MatmulAlgo, stream: lt::CudaStream) -> lt::LtStatus
+        = crate::cublaslt::serve::Cublaslt
 }
 
 /// `int tunedblas_cublaslt_serving(int on)`: 1 serves cuBLASLt rows, 0 passes every call

@@ -65,6 +65,18 @@ impl Callers {
         self.resolve(SLOTS, r, ret, usual)
     }
 
+    /// [`Callers::real_for`] as the function type `F` of this export.
+    ///
+    /// # Safety
+    /// `F` is the C type of the function this cache was made for (its `name`).
+    #[inline]
+    pub unsafe fn real_fn<F: Copy>(&self, ret: *const c_void, usual: &Hook) -> Option<F> {
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        // SAFETY: per the contract; a function pointer is pointer-sized (checked above).
+        self.real_for(ret, usual)
+            .map(|p| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+
     /// Resolves the function for `ret` and keeps it in slot `i` if that slot is still free
     /// (another thread may have taken it meanwhile: then this call is simply not cached).
     #[cold]
