@@ -185,14 +185,15 @@ impl<H: Scoped> Registry<H> {
     }
 
     /// Makes a handle into `out` for a caller whose return address is `ret`, with the
-    /// create function of the build the caller links, else `ours` (the served table's).
+    /// create function of the build the caller links, else `ours()` (the served table's,
+    /// looked up only then).
     /// Both backends' create functions have one C shape, `int create(void **out)`, with
     /// 0 for success. `None` when there is no create function at all.
     pub fn create(
         &self,
         out: *mut *mut c_void,
         ret: *const c_void,
-        ours: Option<*mut c_void>,
+        ours: impl FnOnce() -> Option<*mut c_void>,
     ) -> Option<i32> {
         type CreateFn = unsafe extern "C" fn(*mut *mut c_void) -> i32;
         let caller = build_of_caller(ret, self.backend.create);
@@ -213,7 +214,7 @@ impl<H: Scoped> Registry<H> {
             // Not known (no caller, or the build could not be recorded: the handle is then
             // the served build's, so it is made there, as its calls will be served there).
             _ => {
-                let f = ours?;
+                let f = ours()?;
                 (self.backend.serving)(f);
                 f
             }

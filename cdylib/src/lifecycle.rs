@@ -559,10 +559,24 @@ extern "C" fn fork_child() {
     FORKED.store(true, Ordering::Release);
 }
 
-/// True in a fork child of the process that started serving (it has one thread, and
-/// locks the parent's other threads held at the fork stay held).
+/// The process the interposer first asked [`in_fork_child`] in (0: not yet).
+static FIRST_PID: AtomicU32 = AtomicU32::new(0);
+
+/// True in a fork child (it has one thread, and locks the parent's other threads held at
+/// the fork stay held): of the process that started serving, and also of one that forked
+/// before any backend started (a handle, a descriptor, a symbol looked up before the first
+/// GEMM: the fork handler is not registered yet then), told by the pid of the first call
+/// here. Asked on slow paths only (a symbol lookup): it may make a `getpid` system call.
 pub fn in_fork_child() -> bool {
-    FORKED.load(Ordering::Relaxed)
+    if FORKED.load(Ordering::Relaxed) {
+        return true;
+    }
+    // SAFETY: getpid cannot fail.
+    let me = (unsafe { libc::getpid() }) as u32;
+    match FIRST_PID.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => false,
+        Err(first) => first != me,
+    }
 }
 
 /// Writes a stats file for this process, atomically (temporary + rename), never through a

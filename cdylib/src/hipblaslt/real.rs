@@ -52,7 +52,7 @@ pub static HIPBLASLT: Registry<HipLtHooks> = Registry::new(Backend {
 /// (`libs.rs`).
 pub fn create_handle(out: *mut HipblasLtHandle, ret: *const c_void) -> HipblasStatus {
     HIPBLASLT
-        .create(out, ret, HIPLT.create.get())
+        .create(out, ret, || HIPLT.create.get())
         .unwrap_or(HIPBLAS_STATUS_NOT_INITIALIZED)
 }
 

@@ -65,7 +65,7 @@ pub fn device_of(h: Handle) -> Option<i32> {
 /// `rocblas_create_handle` from a caller whose return address is `ret` (exports.rs).
 pub fn create_handle(out: *mut Handle, ret: *const c_void) -> Status {
     ROCBLAS
-        .create(out, ret, HOOKS.create_handle.get())
+        .create(out, ret, || HOOKS.create_handle.get())
         .unwrap_or(STATUS_NOT_IMPLEMENTED)
 }
 
