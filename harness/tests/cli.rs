@@ -209,7 +209,15 @@ fn demo_leaves_no_temporary_folder_behind_even_when_it_fails() {
     let bin = std::env::temp_dir().join(format!("tunedblas-cli-bin-{}", std::process::id()));
     std::fs::create_dir_all(&bin).unwrap();
     let exe = bin.join("tunedblas");
-    std::fs::copy(env!("CARGO_BIN_EXE_tunedblas"), &exe).unwrap();
+    // Copied by `cp`, not `std::fs::copy`: while this process holds the copy open for
+    // writing, a fork by another test thread passes that descriptor on until its exec,
+    // and running the copy in that window fails with ETXTBSY (CI saw it once).
+    let cp = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_tunedblas"))
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(cp.success());
     let out = Command::new(&exe).arg("demo").output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(

@@ -26,6 +26,28 @@ pub mod profile;
 pub use profile::write_profile;
 pub use profile::Profile;
 
+/// Copies a program that a test will then run. The copy is made by `cp`, never by this
+/// process: while `std::fs::copy` holds the new file open for writing, any other test
+/// thread that forks (every `Command` does) hands that descriptor to its child until the
+/// child execs, and running the copy in that window fails with ETXTBSY ("Text file
+/// busy"). CI saw exactly that once. A `cp` child is the only holder and has exited by
+/// the time this returns.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let out = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .output()
+        .expect("cp runs");
+    assert!(
+        out.status.success(),
+        "cp {} {}: {}",
+        from.display(),
+        to.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

@@ -256,7 +256,8 @@ impl Suite {
             if !from.is_file() {
                 return Err(format!("{} is missing: run `cargo build --workspace` before the tests (the README's test command does)", from.display()));
             }
-            std::fs::copy(&from, host.join(f)).map_err(|e| format!("{f}: {e}"))?;
+            // `tunedblas` is run later, maybe while another test thread forks.
+            crate::common::copy_executable(&from, &host.join(f));
         }
         let def64 = if self.has_64() {
             "-DHAVE_ROCBLAS_64"

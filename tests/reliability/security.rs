@@ -54,7 +54,7 @@ fn set_uid_process_is_left_alone() {
     let dir = scratch("rel-setuid");
     profile_with_hit(&dir, HIT);
     let suid = dir.join("dl_host_suid");
-    std::fs::copy(&hosts().dl, &suid).unwrap();
+    copy_executable(&hosts().dl, &suid);
     std::os::unix::fs::chown(&suid, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     // The set-uid program runs as `nobody`: let it write refblas's trace here.

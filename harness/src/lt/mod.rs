@@ -954,9 +954,18 @@ echo "recheck: 1 of 1 adopted rows still win"
 exit {exit}
 "#
         );
-        std::fs::write(&script, body).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // Written by a `sh` child, not by this process: a fork by another test thread
+        // while this process held the file open for writing would pass that descriptor on
+        // until its exec, and running the script in that window fails with ETXTBSY.
+        use std::io::Write;
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "cat >\"$0\" && chmod 700 \"$0\""])
+            .arg(&script)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        sh.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        assert!(sh.wait().unwrap().success());
         script
     }
 
