@@ -5,6 +5,7 @@
 mod adopt;
 mod cuda;
 mod numeric;
+mod pipeline;
 mod problem;
 mod resume;
 mod search;

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use tunedblas_core::cublaslt::{op_and_signature, parse_key, AlgoConfig, LtAction, LtKey};
+use tunedblas_core::cublaslt::{op_and_signature, parse_key, LtAction, LtKey};
 
 use super::cuda::Result;
 use super::mins_secs;
@@ -41,7 +41,7 @@ pub fn open(
 fn restore(mut o: Outcome) -> Option<Outcome> {
     o.key = Some(parse_key(&o.op, &o.signature).ok()?);
     o.action = Some(match &o.adopted {
-        Some(name) => LtAction::Config(AlgoConfig::parse(name).ok()?),
+        Some(name) => LtAction::parse(name).ok()?,
         None => LtAction::Default,
     });
     Some(o)
@@ -139,9 +139,11 @@ mod tests {
             heuristic: timed(0.02),
             candidates: vec![],
             dropped: vec![],
-            action: Some(adopted.as_deref().map_or(LtAction::Default, |s| {
-                LtAction::Config(AlgoConfig::parse(s).unwrap())
-            })),
+            action: Some(
+                adopted
+                    .as_deref()
+                    .map_or(LtAction::Default, |s| LtAction::parse(s).unwrap()),
+            ),
             adopted,
             gain: 0.05,
             confirm_gain: None,

@@ -386,7 +386,7 @@ pub fn search(
     let once = p.time_graph_or_events(&base, 8, delay)?;
     let calls = ((0.25 / once.max(1e-4)).ceil() as usize).clamp(1, 400);
     let probe = |a: &MatmulAlgo| p.time_graph_or_events(a, calls, delay);
-    super::tune::warm_up(p, &base, calls, delay)?;
+    super::pipeline::warm_up(&super::tune::LtBench { p, delay }, &base, calls)?;
     stats.heuristic_probe_ms = probe(&base)?;
     let mut seen: HashSet<AlgoConfig> = HashSet::new();
     let mut found: Vec<Found> = Vec::new();

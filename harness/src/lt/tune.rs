@@ -7,8 +7,9 @@
 use serde::{Deserialize, Serialize};
 use tunedblas_core::cublaslt::*;
 
-use super::cuda::{err, Result};
-use super::numeric::{median, rel_l2, spread, tolerance};
+use super::cuda::Result;
+use super::numeric::{median, spread};
+use super::pipeline::{self, Bench};
 use super::problem::{Delay, Problem};
 
 #[derive(Clone, Debug)]
@@ -113,17 +114,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The profile row: the adopted configuration, or `Default`.
+    /// The profile row: the adopted configuration or index, or `Default`.
     pub fn row(&self) -> LtRow {
-        let (action, t) = match &self.action {
-            Some(LtAction::Config(c)) => (
-                LtAction::Config(*c),
-                self.candidates
-                    .iter()
-                    .find(|x| x.solution == c.solution_name())
-                    .map_or(self.heuristic.median_ms, |x| x.median_ms),
-            ),
-            _ => (LtAction::Default, self.heuristic.median_ms),
+        let action = self.action.unwrap_or(LtAction::Default);
+        let t = match action {
+            LtAction::Default => self.heuristic.median_ms,
+            _ => self
+                .candidates
+                .iter()
+                .find(|x| x.solution == action.solution_text())
+                .map_or(self.heuristic.median_ms, |x| x.median_ms),
         };
         LtRow {
             key: self.key.expect("set by tune_shape"),
@@ -162,45 +162,49 @@ pub fn variants(
     out
 }
 
-/// Decides from selection trials: the index of the best candidate and whether it clears
-/// the margin and wins enough paired trials. `heur[t]` and `cands[i][t]` are trial `t`.
-pub fn select(
-    heur: &[f64],
-    cands: &[Vec<f64>],
-    margin: f64,
-    win_share: f64,
-) -> (Option<usize>, f64, f64, bool) {
-    let h = median(heur);
-    let best = (0..cands.len()).min_by(|&a, &b| median(&cands[a]).total_cmp(&median(&cands[b])));
-    let Some(i) = best else {
-        return (None, 0.0, 0.0, false);
-    };
-    let gain = 1.0 - median(&cands[i]) / h;
-    let wins =
-        heur.iter().zip(&cands[i]).filter(|(h, c)| c < h).count() as f64 / heur.len().max(1) as f64;
-    (Some(i), gain, wins, gain >= margin && wins >= win_share)
+/// cuBLASLt's side of the pipeline: a problem and the delay its timed spans start behind.
+pub struct LtBench<'p, 'l, 'd, 'm> {
+    pub p: &'p Problem<'l>,
+    pub delay: &'d Delay<'m>,
 }
 
-/// Interleaved trials: trial `t` times every algorithm once, starting at a rotating offset so
-/// no algorithm always runs first (or right after the delay).
-fn trials(
-    p: &Problem,
-    algos: &[*const MatmulAlgo],
-    calls: usize,
-    n: usize,
-    delay: &Delay,
-) -> Result<Vec<Vec<f64>>> {
-    let mut out = vec![Vec::with_capacity(n); algos.len()];
-    for t in 0..n {
-        for j in 0..algos.len() {
-            let i = (j + t) % algos.len();
-            out[i].push(p.time(algos[i], calls, delay)?);
-        }
+impl Bench for LtBench<'_, '_, '_, '_> {
+    type Algo = MatmulAlgo;
+    fn key(&self) -> &LtKey {
+        &self.p.key
     }
-    Ok(out)
+    fn sets(&self) -> usize {
+        self.p.sets()
+    }
+    fn time(&self, algo: &MatmulAlgo, calls: usize) -> Result<f64> {
+        self.p.time(algo, calls, self.delay)
+    }
+    fn output(&self, algo: &MatmulAlgo) -> Result<Vec<f64>> {
+        self.p.output(algo)
+    }
+    fn reference(&self) -> Result<Option<Vec<f64>>> {
+        self.p.reference()
+    }
 }
 
-type Cand = (AlgoConfig, MatmulAlgo, usize);
+type Cand = pipeline::Cand<MatmulAlgo>;
+
+/// A rebuilt configuration as a candidate.
+fn cand(cfg: AlgoConfig, algo: MatmulAlgo, workspace: usize) -> Cand {
+    Cand {
+        action: LtAction::Config(cfg),
+        algo,
+        workspace,
+    }
+}
+
+/// The configuration a candidate of this backend runs.
+fn config(c: &Cand) -> AlgoConfig {
+    match c.action {
+        LtAction::Config(cfg) => cfg,
+        _ => unreachable!("cuBLASLt candidates are configurations"),
+    }
+}
 
 /// The baseline: exactly what a caller asking for one answer gets (PyTorch does).
 fn baseline(p: &Problem) -> Result<HeuristicResult> {
@@ -220,22 +224,22 @@ fn answers(
     let mut cands: Vec<Cand> = Vec::new();
     for r in p.heuristic(opts.candidates)? {
         let cfg = p.config_of(&r.algo)?;
-        if cfg == *base_cfg || cands.iter().any(|c| c.0 == cfg) {
+        if cfg == *base_cfg || cands.iter().any(|c| config(c) == cfg) {
             continue;
         }
         match p.rebuild(&cfg) {
-            Ok((algo, ws)) => cands.push((cfg, algo, ws)),
+            Ok((algo, ws)) => cands.push(cand(cfg, algo, ws)),
             Err(e) => dropped.push(format!("{}: {e}", cfg.solution_name())),
         }
     }
     if opts.explore > 0 {
         let mut answers = vec![*base_cfg];
-        answers.extend(cands.iter().map(|c| c.0));
+        answers.extend(cands.iter().map(config));
         let max_custom = |c: &AlgoConfig| p.custom_option_max(c).unwrap_or(0);
         for cfg in variants(&answers, max_custom, opts.explore) {
             // AlgoCheck refuses what the kernel family cannot run; those are not reported.
             if let Ok((algo, ws)) = p.rebuild(&cfg) {
-                cands.push((cfg, algo, ws));
+                cands.push(cand(cfg, algo, ws));
             }
         }
     }
@@ -254,195 +258,33 @@ fn widen(
         return Ok(None);
     }
     let mut seeds = vec![*base_cfg];
-    seeds.extend(cands.iter().map(|c| c.0));
+    seeds.extend(cands.iter().map(config));
     let budget = std::time::Duration::from_secs_f64(opts.budget);
     let (found, stats) = super::search::search(p, &seeds, budget, opts.keep, delay)?;
     for f in found {
-        if !cands.iter().any(|c| c.0 == f.cfg) {
-            cands.push((f.cfg, f.algo, f.workspace));
+        if !cands.iter().any(|c| config(c) == f.cfg) {
+            cands.push(cand(f.cfg, f.algo, f.workspace));
         }
     }
     Ok(Some(stats))
 }
 
-/// Numerics: the heuristic's own error against the f32-output reference, and every
-/// candidate within tolerance of it (the others dropped, with why). Returns the heuristic's
-/// error and each kept candidate's.
-fn check_numerics(
-    p: &Problem,
-    base: &MatmulAlgo,
-    cands: &mut Vec<Cand>,
-    dropped: &mut Vec<String>,
-) -> Result<(f64, Vec<f64>)> {
-    let d_type = p.key.d_type;
-    let reference = p.reference()?;
-    let base_out = p.output(base)?;
-    let (reference, base_err) = match reference {
-        Some(r) => {
-            let e = rel_l2(&base_out, &r);
-            (r, e)
-        }
-        None => (base_out.clone(), 0.0),
-    };
-    let tol = tolerance(d_type).max(2.0 * base_err);
-    if base_err.is_nan() || base_err > tolerance(d_type) {
-        return err(format!(
-            "the heuristic's own result is off by {base_err:.2e} (tolerance {:.0e}): inputs or reference are wrong",
-            tolerance(d_type)
-        ));
-    }
-    let mut errs = Vec::new();
-    cands.retain(|(cfg, algo, _)| match p.output(algo) {
-        Ok(out) => {
-            let e = rel_l2(&out, &reference);
-            if e <= tol {
-                errs.push(e);
-                true
-            } else {
-                dropped.push(format!(
-                    "{}: relative error {e:.2e} over {tol:.1e}",
-                    cfg.solution_name()
-                ));
-                false
-            }
-        }
-        Err(e) => {
-            dropped.push(format!("{}: {}", cfg.solution_name(), e.0));
-            false
-        }
-    });
-    Ok((base_err, errs))
-}
-
-/// Device time of sustained work before timed trials. After host-side work (numerics, the
-/// search's bookkeeping) the GPU has idled and its clocks run high for the first tens of
-/// milliseconds of load: without this, the first trials of memory-heavy shapes ran up to 13%
-/// faster than the rest (BENCHMARKS.md, issue 15).
-pub const WARM_UP_MS: f64 = 200.0;
-
-/// Runs samples of `algo` until `WARM_UP_MS` of device time has passed (at most 2000
-/// samples).
-pub fn warm_up(p: &Problem, algo: &MatmulAlgo, calls: usize, delay: &Delay) -> Result<()> {
-    let mut spent = 0.0;
-    for _ in 0..2000 {
-        if spent >= WARM_UP_MS {
-            break;
-        }
-        spent += p.time(algo, calls, delay)? * calls.max(p.sets()) as f64;
-    }
-    Ok(())
-}
-
-/// Calls per timed sample: about `sample_ms` of the heuristic's work.
-fn sample_calls(p: &Problem, base: &MatmulAlgo, opts: &Options, delay: &Delay) -> Result<usize> {
-    for _ in 0..3 {
-        p.time(base, 4, delay)?;
-    }
-    let once = p.time(base, 8, delay)?;
-    Ok(((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400))
-}
-
-/// One sample each; anything over 1.5x the best probe cannot win. The indices kept.
-fn probe_prune(
-    p: &Problem,
-    base: &MatmulAlgo,
-    cands: &[Cand],
-    calls: usize,
-    delay: &Delay,
-    dropped: &mut Vec<String>,
-) -> Result<Vec<usize>> {
-    let mut probes = vec![p.time(base, calls, delay)?];
-    for (_, algo, _) in cands {
-        probes.push(p.time(algo, calls, delay)?);
-    }
-    let floor = probes.iter().copied().fold(f64::INFINITY, f64::min);
-    let mut keep = Vec::new();
-    for (i, c) in cands.iter().enumerate() {
-        if probes[i + 1] <= 1.5 * floor {
-            keep.push(i);
-        } else {
-            dropped.push(format!(
-                "{}: probe {:.4} ms, over 1.5x the best",
-                c.0.solution_name(),
-                probes[i + 1]
-            ));
-        }
-    }
-    Ok(keep)
-}
-
 pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome> {
-    let key = p.key;
-    let (op, signature) = op_and_signature(&key);
     let base = baseline(p)?;
     let base_cfg = p.config_of(&base.algo)?;
     let mut dropped = Vec::new();
     let mut cands = answers(p, opts, &base_cfg, &mut dropped)?;
     let search = widen(p, opts, &base_cfg, &mut cands, delay)?;
-    let (base_err, errs) = check_numerics(p, &base.algo, &mut cands, &mut dropped)?;
-    let calls = sample_calls(p, &base.algo, opts, delay)?;
-    let keep = probe_prune(p, &base.algo, &cands, calls, delay, &mut dropped)?;
-    let mut algos: Vec<*const MatmulAlgo> = vec![&base.algo];
-    algos.extend(keep.iter().map(|&i| &cands[i].1 as *const MatmulAlgo));
-    // The probes captured every graph; the device is warmed up right before the trials.
-    warm_up(p, &base.algo, calls, delay)?;
-    let times = trials(p, &algos, calls, opts.trials, delay)?;
-    let timed = |cfg: &AlgoConfig, s: &[f64], e: f64, ws: usize| Timed {
-        solution: cfg.solution_name(),
-        median_ms: median(s),
-        spread: spread(s),
-        rel_err: e,
-        workspace: ws,
-        samples: s.to_vec(),
-    };
-    let heuristic = timed(&base_cfg, &times[0], base_err, base.workspace_size);
-    let (best, gain, wins, pass) = select(&times[0], &times[1..], opts.margin, opts.win_share);
-    let mut candidates: Vec<Timed> = keep
-        .iter()
-        .enumerate()
-        .map(|(j, &i)| timed(&cands[i].0, &times[j + 1], errs[i], cands[i].2))
-        .collect();
-    let mut out = Outcome {
-        op,
-        signature,
-        calls_per_sample: calls,
-        input_sets: p.sets(),
-        heuristic,
-        candidates: Vec::new(),
+    let b = LtBench { p, delay };
+    let name = base_cfg.solution_name();
+    let mut out = pipeline::decide(
+        &b,
+        (&base.algo, &name, base.workspace_size),
+        cands,
+        opts,
         dropped,
-        adopted: None,
-        gain,
-        confirm_gain: None,
-        fresh_gain: None,
-        win_share: wins,
-        reason: String::new(),
-        timing: String::new(),
-        bytes_moved: super::problem::bytes_moved(&key),
-        limit_ms: None,
-        heuristic_pct_of_limit: None,
-        best_pct_of_limit: None,
-        search,
-        action: Some(LtAction::Default),
-        key: Some(key),
-    };
-    match best {
-        None => out.reason = "no other candidate survived numerics and the probe".into(),
-        Some(_) if !pass => {
-            out.reason = format!(
-                "best candidate {:+.1}% with {:.0}% paired wins: under the {:.0}% margin or {:.0}% wins",
-                gain * 100.0,
-                wins * 100.0,
-                opts.margin * 100.0,
-                opts.win_share * 100.0
-            )
-        }
-        Some(j) => {
-            let c = &cands[keep[j]];
-            confirm_in_process(p, &base.algo, c, gain, calls, opts, delay, &mut out)?
-        }
-    }
-    candidates.sort_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
-    out.candidates = candidates;
+    )?;
+    out.search = search;
     out.timing = match &*p.graph_failure.borrow() {
         Some(e) if opts.timing == super::timing::Timing::Graph => {
             format!("events (graph capture failed: {e})")
@@ -450,40 +292,6 @@ pub fn tune_shape(p: &Problem, opts: &Options, delay: &Delay) -> Result<Outcome>
         _ => p.timing().name().into(),
     };
     Ok(out)
-}
-
-/// The second, independent set of trials in this process: the selection's winner is
-/// proposed only if it keeps the margin there (the fresh process decides after).
-#[allow(clippy::too_many_arguments)]
-fn confirm_in_process(
-    p: &Problem,
-    base: &MatmulAlgo,
-    c: &Cand,
-    gain: f64,
-    calls: usize,
-    opts: &Options,
-    delay: &Delay,
-    out: &mut Outcome,
-) -> Result<()> {
-    let again = trials(p, &[base, &c.1], calls, opts.trials, delay)?;
-    let cg = 1.0 - median(&again[1]) / median(&again[0]);
-    out.confirm_gain = Some(cg);
-    if cg >= opts.margin {
-        out.adopted = Some(c.0.solution_name());
-        out.action = Some(LtAction::Config(c.0));
-        out.reason = format!(
-            "{:+.1}% selected, {:+.1}% confirmed",
-            gain * 100.0,
-            cg * 100.0
-        );
-    } else {
-        out.reason = format!(
-            "{:+.1}% selected but only {:+.1}% in the confirmation trials",
-            gain * 100.0,
-            cg * 100.0
-        );
-    }
-    Ok(())
 }
 
 /// A fresh-process re-measurement of one adopted row against the heuristic.
@@ -530,17 +338,16 @@ pub fn recheck(p: &Problem, cfg: &AlgoConfig, opts: &Options, delay: &Delay) -> 
             return Ok(r);
         }
     };
+    let b = LtBench { p, delay };
     for _ in 0..3 {
-        p.time(&base.algo, 4, delay)?;
-        p.time(&algo, 4, delay)?;
+        b.time(&algo, 4)?;
     }
-    let once = p.time(&base.algo, 8, delay)?;
-    let calls = ((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400);
+    let calls = pipeline::sample_calls(&b, &base.algo, opts)?;
     // Both graphs captured first (capture leaves the device idle), then the warm-up.
-    p.time(&algo, calls, delay)?;
-    p.time(&base.algo, calls, delay)?;
-    warm_up(p, &base.algo, calls, delay)?;
-    let t = trials(p, &[&base.algo, &algo], calls, opts.trials, delay)?;
+    b.time(&algo, calls)?;
+    b.time(&base.algo, calls)?;
+    pipeline::warm_up(&b, &base.algo, calls)?;
+    let t = pipeline::trials(&b, &[&base.algo, &algo], calls, opts.trials)?;
     r.heuristic_ms = median(&t[0]);
     r.heuristic_spread = spread(&t[0]);
     r.tuned_ms = median(&t[1]);
@@ -727,28 +534,5 @@ mod tests {
             1
         );
         assert!(o[0].adopted.is_none() && o[0].reason.contains("confirmation failed"));
-    }
-
-    #[test]
-    fn selection_needs_the_margin_and_the_paired_wins() {
-        let heur = [1.00, 1.01, 0.99, 1.00, 1.02, 1.00, 0.98, 1.00];
-        // 5% faster in every trial: adopted.
-        let fast: Vec<f64> = heur.iter().map(|x| x * 0.95).collect();
-        // 2% faster: under the margin.
-        let slight: Vec<f64> = heur.iter().map(|x| x * 0.98).collect();
-        let (i, gain, wins, pass) = select(&heur, &[slight.clone(), fast.clone()], 0.03, 0.75);
-        assert_eq!(i, Some(1));
-        assert!((gain - 0.05).abs() < 0.01, "{gain}");
-        assert_eq!(wins, 1.0);
-        assert!(pass);
-        let (_, _, _, pass) = select(&heur, &[slight], 0.03, 0.75);
-        assert!(!pass, "2% is under a 3% margin");
-        // A lower median made of a few lucky trials: the paired wins say no.
-        let lucky = vec![0.90, 0.90, 0.91, 0.92, 0.93, 1.10, 1.12, 1.15];
-        let (_, gain, wins, pass) = select(&heur, &[lucky], 0.03, 0.75);
-        assert!(gain > 0.03, "the median alone would adopt it: {gain}");
-        assert!(wins < 0.75 && !pass, "gain {gain} wins {wins}");
-        let (i, _, _, pass) = select(&heur, &[], 0.03, 0.75);
-        assert!(i.is_none() && !pass);
     }
 }

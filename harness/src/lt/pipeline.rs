@@ -1,0 +1,319 @@
+//! The decision every Lt library's tuning shares, from candidates to a row: numerics against
+//! a reference, one short probe each, a warm-up, interleaved trials, selection by margin and
+//! paired wins, and a second set of trials that must confirm the margin. cuBLASLt
+//! (`tune.rs`: the heuristic's answers rebuilt from their configurations, the wider search)
+//! and hipBLASLt (`hip/tune.rs`: every algorithm `getAllAlgos` lists) differ only in where
+//! the candidates come from and how an algorithm is run, which is [`Bench`].
+
+use tunedblas_core::cublaslt::{op_and_signature, LtAction, LtKey};
+
+use super::cuda::{err, Result};
+use super::numeric::{median, rel_l2, spread, tolerance};
+use super::tune::{Options, Outcome, Timed};
+
+/// One problem of one library, ready to run: what the pipeline needs of it.
+pub trait Bench {
+    /// The library's algorithm value (`cublasLtMatmulAlgo_t`, `hipblasLtMatmulAlgo_t`).
+    type Algo;
+    fn key(&self) -> &LtKey;
+    /// Input sets the timed calls rotate through.
+    fn sets(&self) -> usize;
+    /// Milliseconds per call over `calls` calls of `algo`, in the problem's timing mode.
+    fn time(&self, algo: &Self::Algo, calls: usize) -> Result<f64>;
+    /// D of input set 0 computed with `algo`, as f64 (unwritten elements show as NaN).
+    fn output(&self, algo: &Self::Algo) -> Result<Vec<f64>>;
+    /// A reference D for input set 0 without output rounding, where the problem has one.
+    fn reference(&self) -> Result<Option<Vec<f64>>>;
+}
+
+/// A candidate: the row it would become, the algorithm that runs it, the workspace it needs.
+pub struct Cand<A> {
+    pub action: LtAction,
+    pub algo: A,
+    pub workspace: usize,
+}
+
+impl<A> Cand<A> {
+    pub fn name(&self) -> String {
+        self.action.solution_text()
+    }
+}
+
+/// Decides from selection trials: the index of the best candidate and whether it clears
+/// the margin and wins enough paired trials. `heur[t]` and `cands[i][t]` are trial `t`.
+pub fn select(
+    heur: &[f64],
+    cands: &[Vec<f64>],
+    margin: f64,
+    win_share: f64,
+) -> (Option<usize>, f64, f64, bool) {
+    let h = median(heur);
+    let best = (0..cands.len()).min_by(|&a, &b| median(&cands[a]).total_cmp(&median(&cands[b])));
+    let Some(i) = best else {
+        return (None, 0.0, 0.0, false);
+    };
+    let gain = 1.0 - median(&cands[i]) / h;
+    let wins =
+        heur.iter().zip(&cands[i]).filter(|(h, c)| c < h).count() as f64 / heur.len().max(1) as f64;
+    (Some(i), gain, wins, gain >= margin && wins >= win_share)
+}
+
+/// Interleaved trials: trial `t` times every algorithm once, starting at a rotating offset so
+/// no algorithm always runs first (or right after the delay).
+pub fn trials<B: Bench>(
+    b: &B,
+    algos: &[&B::Algo],
+    calls: usize,
+    n: usize,
+) -> Result<Vec<Vec<f64>>> {
+    let mut out = vec![Vec::with_capacity(n); algos.len()];
+    for t in 0..n {
+        for j in 0..algos.len() {
+            let i = (j + t) % algos.len();
+            out[i].push(b.time(algos[i], calls)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Device time of sustained work before timed trials. After host-side work (numerics, the
+/// search's bookkeeping) the GPU has idled and its clocks run high for the first tens of
+/// milliseconds of load: without this, the first trials of memory-heavy shapes ran up to 13%
+/// faster than the rest (BENCHMARKS.md, issue 15).
+pub const WARM_UP_MS: f64 = 200.0;
+
+/// Runs samples of `algo` until `WARM_UP_MS` of device time has passed (at most 2000
+/// samples).
+pub fn warm_up<B: Bench>(b: &B, algo: &B::Algo, calls: usize) -> Result<()> {
+    let mut spent = 0.0;
+    for _ in 0..2000 {
+        if spent >= WARM_UP_MS {
+            break;
+        }
+        spent += b.time(algo, calls)? * calls.max(b.sets()) as f64;
+    }
+    Ok(())
+}
+
+/// Calls per timed sample: about `sample_ms` of the heuristic's work.
+pub fn sample_calls<B: Bench>(b: &B, base: &B::Algo, opts: &Options) -> Result<usize> {
+    for _ in 0..3 {
+        b.time(base, 4)?;
+    }
+    let once = b.time(base, 8)?;
+    Ok(((opts.sample_ms / once.max(1e-4)).ceil() as usize).clamp(2, 400))
+}
+
+/// One sample each; anything over 1.5x the best probe cannot win. The indices kept.
+fn probe_prune<B: Bench>(
+    b: &B,
+    base: &B::Algo,
+    cands: &[Cand<B::Algo>],
+    calls: usize,
+    dropped: &mut Vec<String>,
+) -> Result<Vec<usize>> {
+    let mut probes = vec![b.time(base, calls)?];
+    for c in cands {
+        probes.push(b.time(&c.algo, calls)?);
+    }
+    let floor = probes.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut keep = Vec::new();
+    for (i, c) in cands.iter().enumerate() {
+        if probes[i + 1] <= 1.5 * floor {
+            keep.push(i);
+        } else {
+            dropped.push(format!(
+                "{}: probe {:.4} ms, over 1.5x the best",
+                c.name(),
+                probes[i + 1]
+            ));
+        }
+    }
+    Ok(keep)
+}
+
+/// Numerics: the heuristic's own error against the reference, and every candidate within
+/// tolerance of it (the others dropped, with why). Returns the heuristic's error and each
+/// kept candidate's.
+fn check_numerics<B: Bench>(
+    b: &B,
+    base: &B::Algo,
+    cands: &mut Vec<Cand<B::Algo>>,
+    dropped: &mut Vec<String>,
+) -> Result<(f64, Vec<f64>)> {
+    let d_type = b.key().d_type;
+    let reference = b.reference()?;
+    let base_out = b.output(base)?;
+    let (reference, base_err) = match reference {
+        Some(r) => {
+            let e = rel_l2(&base_out, &r);
+            (r, e)
+        }
+        None => (base_out.clone(), 0.0),
+    };
+    let tol = tolerance(d_type).max(2.0 * base_err);
+    if base_err.is_nan() || base_err > tolerance(d_type) {
+        return err(format!(
+            "the heuristic's own result is off by {base_err:.2e} (tolerance {:.0e}): inputs or reference are wrong",
+            tolerance(d_type)
+        ));
+    }
+    let mut errs = Vec::new();
+    cands.retain(|c| match b.output(&c.algo) {
+        Ok(out) => {
+            let e = rel_l2(&out, &reference);
+            if e <= tol {
+                errs.push(e);
+                true
+            } else {
+                dropped.push(format!(
+                    "{}: relative error {e:.2e} over {tol:.1e}",
+                    c.name()
+                ));
+                false
+            }
+        }
+        Err(e) => {
+            dropped.push(format!("{}: {}", c.name(), e.0));
+            false
+        }
+    });
+    Ok((base_err, errs))
+}
+
+/// From candidates to a decision: numerics, probes, warm-up, selection trials, and the
+/// in-process confirmation of the winner. `base` is what the caller runs (the heuristic's
+/// first answer, named `base_name`); `dropped` holds what was dropped before.
+pub fn decide<B: Bench>(
+    b: &B,
+    base: (&B::Algo, &str, usize),
+    mut cands: Vec<Cand<B::Algo>>,
+    opts: &Options,
+    mut dropped: Vec<String>,
+) -> Result<Outcome> {
+    let key = *b.key();
+    let (op, signature) = op_and_signature(&key);
+    let (base_algo, base_name, base_ws) = base;
+    let (base_err, errs) = check_numerics(b, base_algo, &mut cands, &mut dropped)?;
+    let calls = sample_calls(b, base_algo, opts)?;
+    let keep = probe_prune(b, base_algo, &cands, calls, &mut dropped)?;
+    let mut algos: Vec<&B::Algo> = vec![base_algo];
+    algos.extend(keep.iter().map(|&i| &cands[i].algo));
+    // The probes captured every graph; the device is warmed up right before the trials.
+    warm_up(b, base_algo, calls)?;
+    let times = trials(b, &algos, calls, opts.trials)?;
+    let timed = |solution: String, s: &[f64], e: f64, ws: usize| Timed {
+        solution,
+        median_ms: median(s),
+        spread: spread(s),
+        rel_err: e,
+        workspace: ws,
+        samples: s.to_vec(),
+    };
+    let heuristic = timed(base_name.to_string(), &times[0], base_err, base_ws);
+    let (best, gain, wins, pass) = select(&times[0], &times[1..], opts.margin, opts.win_share);
+    let mut candidates: Vec<Timed> = keep
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| timed(cands[i].name(), &times[j + 1], errs[i], cands[i].workspace))
+        .collect();
+    let mut out = Outcome {
+        op,
+        signature,
+        calls_per_sample: calls,
+        input_sets: b.sets(),
+        heuristic,
+        candidates: Vec::new(),
+        dropped,
+        adopted: None,
+        gain,
+        confirm_gain: None,
+        fresh_gain: None,
+        win_share: wins,
+        reason: String::new(),
+        timing: String::new(),
+        bytes_moved: super::problem::bytes_moved(&key),
+        limit_ms: None,
+        heuristic_pct_of_limit: None,
+        best_pct_of_limit: None,
+        search: None,
+        action: Some(LtAction::Default),
+        key: Some(key),
+    };
+    match best {
+        None => out.reason = "no other candidate survived numerics and the probe".into(),
+        Some(_) if !pass => {
+            out.reason = format!(
+                "best candidate {:+.1}% with {:.0}% paired wins: under the {:.0}% margin or {:.0}% wins",
+                gain * 100.0,
+                wins * 100.0,
+                opts.margin * 100.0,
+                opts.win_share * 100.0
+            )
+        }
+        Some(j) => confirm_in_process(b, base_algo, &cands[keep[j]], gain, calls, opts, &mut out)?,
+    }
+    candidates.sort_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
+    out.candidates = candidates;
+    Ok(out)
+}
+
+/// The second, independent set of trials in this process: the selection's winner is
+/// proposed only if it keeps the margin there (a fresh process may decide after).
+fn confirm_in_process<B: Bench>(
+    b: &B,
+    base: &B::Algo,
+    c: &Cand<B::Algo>,
+    gain: f64,
+    calls: usize,
+    opts: &Options,
+    out: &mut Outcome,
+) -> Result<()> {
+    let again = trials(b, &[base, &c.algo], calls, opts.trials)?;
+    let cg = 1.0 - median(&again[1]) / median(&again[0]);
+    out.confirm_gain = Some(cg);
+    if cg >= opts.margin {
+        out.adopted = Some(c.name());
+        out.action = Some(c.action);
+        out.reason = format!(
+            "{:+.1}% selected, {:+.1}% confirmed",
+            gain * 100.0,
+            cg * 100.0
+        );
+    } else {
+        out.reason = format!(
+            "{:+.1}% selected but only {:+.1}% in the confirmation trials",
+            gain * 100.0,
+            cg * 100.0
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_needs_the_margin_and_the_paired_wins() {
+        let heur = [1.00, 1.01, 0.99, 1.00, 1.02, 1.00, 0.98, 1.00];
+        // 5% faster in every trial: adopted.
+        let fast: Vec<f64> = heur.iter().map(|x| x * 0.95).collect();
+        // 2% faster: under the margin.
+        let slight: Vec<f64> = heur.iter().map(|x| x * 0.98).collect();
+        let (i, gain, wins, pass) = select(&heur, &[slight.clone(), fast.clone()], 0.03, 0.75);
+        assert_eq!(i, Some(1));
+        assert!((gain - 0.05).abs() < 0.01, "{gain}");
+        assert_eq!(wins, 1.0);
+        assert!(pass);
+        let (_, _, _, pass) = select(&heur, &[slight], 0.03, 0.75);
+        assert!(!pass, "2% is under a 3% margin");
+        // A lower median made of a few lucky trials: the paired wins say no.
+        let lucky = vec![0.90, 0.90, 0.91, 0.92, 0.93, 1.10, 1.12, 1.15];
+        let (_, gain, wins, pass) = select(&heur, &[lucky], 0.03, 0.75);
+        assert!(gain > 0.03, "the median alone would adopt it: {gain}");
+        assert!(wins < 0.75 && !pass, "gain {gain} wins {wins}");
+        let (i, _, _, pass) = select(&heur, &[], 0.03, 0.75);
+        assert!(i.is_none() && !pass);
+    }
+}
