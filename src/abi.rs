@@ -339,6 +339,12 @@ pub type HipEventRecordFn = unsafe extern "C" fn(HipEvent, Stream) -> HipError;
 pub type HipEventSynchronizeFn = unsafe extern "C" fn(HipEvent) -> HipError;
 pub type HipEventElapsedTimeFn = unsafe extern "C" fn(*mut f32, HipEvent, HipEvent) -> HipError;
 pub type HipEventDestroyFn = unsafe extern "C" fn(HipEvent) -> HipError;
+/// `hipMemset(ptr, value, bytes)`, `hipStreamCreate(stream*)`, `hipStreamSynchronize(stream)`,
+/// `hipRuntimeGetVersion(int*)`: the rest of what the hipBLASLt tuner asks of HIP.
+pub type HipMemsetFn = unsafe extern "C" fn(*mut c_void, i32, usize) -> HipError;
+pub type HipStreamCreateFn = unsafe extern "C" fn(*mut Stream) -> HipError;
+pub type HipStreamSynchronizeFn = unsafe extern "C" fn(Stream) -> HipError;
+pub type HipRuntimeGetVersionFn = unsafe extern "C" fn(*mut i32) -> HipError;
 
 // ---- hipBLASLt: what the hipBLASLt backend calls (FACTS.md section 10) ---------------------
 // Used by `cdylib/src/hipblaslt/` (through `crate::hipblaslt`). Checked against hipBLASLt
@@ -501,6 +507,26 @@ pub type HipblasLtMatmulFn = unsafe extern "C-unwind" fn(
     usize,
     Stream,
 ) -> HipblasStatus;
+
+/// `hipblasLtMatmulPreferenceCreate(pref*)`, `...Destroy(pref)`, `...SetAttribute(pref, attr,
+/// buf, size)`: the heuristic's preferences (the harness sets the workspace only).
+pub type HipblasLtMatmulPreferenceCreateFn =
+    unsafe extern "C" fn(*mut HipblasLtMatmulPreference) -> HipblasStatus;
+pub type HipblasLtMatmulPreferenceDestroyFn =
+    unsafe extern "C" fn(HipblasLtMatmulPreference) -> HipblasStatus;
+pub type HipblasLtMatmulPreferenceSetAttributeFn = unsafe extern "C" fn(
+    HipblasLtMatmulPreference,
+    HipblasLtAttribute,
+    *const c_void,
+    usize,
+) -> HipblasStatus;
+/// `hipblasLtGetVersion(handle, int*)`.
+pub type HipblasLtGetVersionFn = unsafe extern "C" fn(HipblasLtHandle, *mut i32) -> HipblasStatus;
+/// `HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES` (uint64_t).
+pub const HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: i32 = 1;
+/// `hipblaslt_ext::GemmType::HIPBLASLT_GEMM`, the plain GEMM `getAllAlgos` lists for (not
+/// named `HIPBLAS*`: the header has no such constant; tests/conformance checks the value).
+pub const EXT_GEMM_TYPE_GEMM: i32 = 1;
 
 pub type HipblasLtMatmulAlgoGetHeuristicFn = unsafe extern "C" fn(
     HipblasLtHandle,

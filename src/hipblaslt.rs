@@ -46,6 +46,16 @@ pub fn hip_compute_type(key: ComputeType) -> Option<i32> {
     (0..=HIPBLAS_COMPUTE_32I_PEDANTIC).find(|&h| compute_type(h) == Some(key))
 }
 
+/// The key's transpose as a `hipblasOperation_t` (for a harness building the descriptor of
+/// a key).
+pub fn hip_operation(t: crate::key::Trans) -> i32 {
+    match t {
+        crate::key::Trans::N => HIPBLAS_OP_N,
+        crate::key::Trans::T => HIPBLAS_OP_T,
+        crate::key::Trans::C => HIPBLAS_OP_C,
+    }
+}
+
 /// A `hipblasOperation_t` as the key's (cuBLAS) operation; an unknown value stays unknown
 /// (the key then refuses the call).
 pub fn operation(hip: i32) -> i32 {
@@ -108,6 +118,7 @@ pub fn parse_index(text: &str) -> Option<Result<i32, String>> {
 mod tests {
     use super::*;
     use crate::cublaslt::{key_from_attrs, op_and_signature, LayoutAttrs, LtKey, R_16BF};
+    use crate::key::Trans;
 
     /// PyTorch's hipBLASLt path for a bf16 F.linear names the same row as its cuBLASLt
     /// path: a ROCm TunableOp file's rows are this backend's keys as they are.
@@ -144,6 +155,9 @@ mod tests {
         }
         assert_eq!(compute_type(100), None);
         assert_eq!(operation(HIPBLAS_OP_T), lt::OP_T);
+        for t in [Trans::N, Trans::T, Trans::C] {
+            assert_eq!(operation(hip_operation(t)), lt::op_of(t));
+        }
         // cuBLAS's own numbers are not hipBLAS's: a 0 is no transpose.
         assert_eq!(operation(0), -1);
         let hip = HipMatmul {

@@ -589,3 +589,189 @@ fn a_hosts_own_memfd_plugin_is_not_shadowed_by_the_guard() {
     );
     assert!(stdout.contains("memfd-plugin=ok"), "{stdout}");
 }
+
+/// `tunedblas lt tune` on the stand-in: the run records its misses, the tuner runs each one
+/// against every algorithm getAllAlgos lists (FAKEHIPLT_COMPUTE: the stand-in computes D,
+/// FAKEHIPLT_SLOW_HEURISTIC: the heuristic's index 6 takes 4 times as long), drops what
+/// matmulIsAlgoSupported refuses (999), what fails to run (998) and, with less workspace
+/// than it needs, 500; adopts an index that beats the heuristic and writes it as PyTorch
+/// writes it; a second run is served that index and verifies.
+#[test]
+fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
+    let dir = scratch("hiplt-tune");
+    // The callers give 8 KiB of workspace, and the tuner is told so.
+    let calls = ["64,16,64,8192", "64,16,64,8192"];
+    let out = host(&dir, true, &calls);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        miss_lines(&dir),
+        ["GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64"]
+    );
+    let tune = |name: &str, extra: &[&str]| {
+        let mut cmd = common::tunedblas_cmd(&dir, &["lt", "tune", "--lib"]);
+        cmd.arg(hiplt().lib())
+            .arg("--hip")
+            .arg(hiplt().hip_libdir.join("libamdhip64.so.6"))
+            .arg("--misses")
+            .arg(dir.join("misses"))
+            .arg("--profiles")
+            .arg(dir.join(format!("profiles-{name}")))
+            .args(["--name", name, "--trials", "9", "--sample-ms", "10"])
+            .args(extra)
+            .arg("--log")
+            .arg(dir.join(format!("{name}.json")))
+            .env("FAKEHIPLT_COMPUTE", "1")
+            .env("FAKEHIPLT_SLOW_HEURISTIC", "1")
+            .env_remove("FAKEHIPLT_TRACE");
+        let out = cmd.output().unwrap();
+        let stdout = common::ok(&out);
+        let log: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        (stdout, text(&out.stderr), log["outcomes"][0].clone())
+    };
+    let (stdout, stderr, o) = tune("amd-tuned", &["--workspace", "8192"]);
+    assert!(
+        stderr.contains("every algorithm getAllAlgos lists"),
+        "{stderr}"
+    );
+    assert_eq!(o["heuristic"]["solution"], "Gemm_Hipblaslt_6", "{o}");
+    let adopted = o["adopted"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{stdout}\n{o}"));
+    let index: i32 = adopted
+        .strip_prefix("Gemm_Hipblaslt_")
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("{adopted}"));
+    assert!(index != 6 && index != 998 && index != 999, "{adopted}");
+    let dropped = o["dropped"].to_string();
+    assert!(
+        dropped.contains("Gemm_Hipblaslt_998: hipblasLtMatmul returned hipBLAS status 5"),
+        "fails to run: {dropped}"
+    );
+    assert!(
+        dropped.contains("1 of the 13 algorithms listed: not supported"),
+        "999: {dropped}"
+    );
+    // Every other runnable index was timed or lost its probe (CPU timing is noisy).
+    let mut seen: Vec<String> = o["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["solution"].as_str().unwrap().to_string())
+        .collect();
+    for d in o["dropped"].as_array().unwrap() {
+        if let Some((name, _)) = d.as_str().unwrap().split_once(": probe ") {
+            seen.push(name.to_string());
+        }
+    }
+    seen.sort();
+    let mut expected: Vec<String> = [0, 1, 2, 3, 4, 5, 7, 8, 9, 500]
+        .iter()
+        .map(|i| format!("Gemm_Hipblaslt_{i}"))
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected, "{o}");
+    // The row is PyTorch's, in the profile of this build.
+    let rows =
+        std::fs::read_to_string(dir.join("profiles-amd-tuned/amd-tuned/tunableop_results0.csv"))
+            .unwrap();
+    assert!(
+        rows.contains(&format!(
+            "GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64,{adopted},"
+        )),
+        "{rows}"
+    );
+    assert!(
+        rows.contains("Validator,TUNEDBLAS_BACKEND,hipblaslt"),
+        "{rows}"
+    );
+    let registry = std::fs::read_to_string(dir.join("profiles-amd-tuned/profiles.json")).unwrap();
+    assert!(registry.contains(&hiplt().sha), "{registry}");
+
+    // Callers that give less workspace than an index needs never get it.
+    let (_, _, small) = tune("amd-small-ws", &["--workspace", "1024"]);
+    let dropped = small["dropped"].to_string();
+    for i in [500, 998] {
+        assert!(
+            dropped.contains(&format!(
+                "Gemm_Hipblaslt_{i}: needs 4096 bytes of workspace, callers give 1024"
+            )),
+            "{dropped}"
+        );
+    }
+
+    // Served: the adopted index runs, no miss, every row hit.
+    std::fs::rename(dir.join("profiles-amd-tuned"), dir.join("profiles")).unwrap();
+    let _ = std::fs::remove_dir_all(dir.join("misses"));
+    let _ = std::fs::remove_file(dir.join("trace.log"));
+    let out = host(&dir, true, &calls);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("profile amd-tuned"), "{stderr}");
+    assert_eq!(algos(&dir), [index.to_string(), index.to_string()]);
+    let verify = common::tunedblas_cmd(&dir, &["lt", "verify", "--stats"])
+        .arg(dir.join("stats.json"))
+        .output()
+        .unwrap();
+    assert!(
+        common::ok(&verify).contains(
+            "2 calls, 2 served, 0 default, 0 missed shapes, 0 fallbacks, 1 of 1 rows hit"
+        ),
+        "{}",
+        text(&verify.stdout)
+    );
+}
+
+/// The hipBLASLt tuner refuses the cuBLASLt-only options by name (exit 2) before loading
+/// anything, and says which library and runtime it could not load (exit 3).
+#[test]
+fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
+    let dir = scratch("hiplt-tune-args");
+    let run = |extra: &[&str]| {
+        let mut cmd = common::tunedblas_cmd(
+            &dir,
+            &[
+                "lt",
+                "tune",
+                "--backend",
+                "hipblaslt",
+                "--shape",
+                "64,16,64",
+            ],
+        );
+        cmd.arg("--profiles")
+            .arg(dir.join("profiles"))
+            .args(["--name", "x"])
+            .args(extra);
+        let out = cmd.output().unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    for (args, said) in [
+        (&["--timing", "graph"][..], "hipBLASLt is timed with events"),
+        (
+            &["--confirm", "fresh"],
+            "the fresh-process recheck is cuBLASLt's",
+        ),
+        (&["--budget", "5"], "--budget is for cuBLASLt"),
+        (&["--cudart", "/x.so"], "--cudart is for cuBLASLt"),
+        (
+            &["--backend", "rocblas"],
+            "--backend takes cublaslt or hipblaslt",
+        ),
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    let (code, stderr) = run(&["--hip", "/no/such/libamdhip64.so"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("cannot load the HIP runtime"), "{stderr}");
+    let mut args = vec!["--lib", "/no/such/libhipblaslt.so", "--hip"];
+    let hip = hiplt().hip_libdir.join("libamdhip64.so.6");
+    args.push(hip.to_str().unwrap());
+    let (code, stderr) = run(&args);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("cannot load hipBLASLt"), "{stderr}");
+}

@@ -52,6 +52,10 @@ pub const QUERIED: &[(&str, &str)] = &[
     ("hipEventSynchronize", "HipEventSynchronizeFn"),
     ("hipEventElapsedTime", "HipEventElapsedTimeFn"),
     ("hipEventDestroy", "HipEventDestroyFn"),
+    ("hipMemset", "HipMemsetFn"),
+    ("hipStreamCreate", "HipStreamCreateFn"),
+    ("hipStreamSynchronize", "HipStreamSynchronizeFn"),
+    ("hipRuntimeGetVersion", "HipRuntimeGetVersionFn"),
 ];
 
 /// The C++ checker the generated assertions use.

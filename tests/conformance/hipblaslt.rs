@@ -62,6 +62,19 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "hipblasLtMatrixLayoutSetAttribute",
         "HipblasLtMatrixLayoutSetAttributeFn",
     ),
+    (
+        "hipblasLtMatmulPreferenceCreate",
+        "HipblasLtMatmulPreferenceCreateFn",
+    ),
+    (
+        "hipblasLtMatmulPreferenceDestroy",
+        "HipblasLtMatmulPreferenceDestroyFn",
+    ),
+    (
+        "hipblasLtMatmulPreferenceSetAttribute",
+        "HipblasLtMatmulPreferenceSetAttributeFn",
+    ),
+    ("hipblasLtGetVersion", "HipblasLtGetVersionFn"),
 ];
 
 /// The `hipblaslt_ext` functions: mangled name in `src/abi.rs`, and a C++ expression taking
@@ -164,6 +177,19 @@ fn generate(declared: &std::collections::BTreeSet<String>) -> String {
         if name.starts_with("HIPBLAS") || name.starts_with("HIP_R_") {
             writeln!(src, "static_assert(static_cast<long long>({name}) == {value}LL, \"src/abi.rs {name} = {value}\");").unwrap();
         }
+    }
+    // The tuner's guard (cdylib/cxx/hipblaslt_guard.cpp) calls getAllAlgos with GemmType,
+    // the operations, the data types and the compute type as ints: each must be an int-sized
+    // enum, and GemmType's plain GEMM the value src/abi.rs passes.
+    writeln!(src, "static_assert(static_cast<long long>(hipblaslt_ext::GemmType::HIPBLASLT_GEMM) == {}LL, \"src/abi.rs EXT_GEMM_TYPE_GEMM\");", abi::EXT_GEMM_TYPE_GEMM).unwrap();
+    for t in [
+        "hipblaslt_ext::GemmType",
+        "hipblasOperation_t",
+        "hipDataType",
+        "hipblasComputeType_t",
+        "hipblasStatus_t",
+    ] {
+        writeln!(src, "static_assert(sizeof({t}) == sizeof(int) && std::is_enum<{t}>::value, \"{t} is passed as an int\");").unwrap();
     }
     src
 }

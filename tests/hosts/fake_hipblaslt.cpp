@@ -37,6 +37,8 @@
  * - a NULL handle is NOT_INITIALIZED; hipblasLtCreate asks the HIP runtime for the device
  *   (hipGetDevice, fake_hip.c) and fails with NOT_INITIALIZED when that fails;
  * - hipblasLtGetVersion says 100100 (hipBLASLt 1.1.0).
+ * FAKEHIPLT_COMPUTE=1 / FAKEHIPLT_SLOW_HEURISTIC=1: hipblasLtMatmul computes D (small
+ * unbatched bf16/f32 problems), the heuristic's index 4 times over (for the tuner's tests).
  * FAKEHIPLT_CANCEL_POINT=1: a pthread_testcancel() inside hipblasLtMatmul, as hipBLASLt's
  * waits; there is no other cancellation point (the trace is written with it disabled). */
 #include <fcntl.h>
@@ -354,6 +356,43 @@ static void trace(const Layout *D, uint64_t k, const hipblasLtMatmulAlgo_t *algo
     pthread_setcancelstate(old, nullptr);
 }
 
+/* bf16 (HIP_R_16BF) or f32 element i of a matrix. */
+static float load_el(const void *p, uint32_t type, uint64_t i) {
+    if (type == HIP_R_32F) return ((const float *)p)[i];
+    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static void store_el(void *p, uint32_t type, uint64_t i, float v) {
+    if (type == HIP_R_32F) {
+        ((float *)p)[i] = v;
+        return;
+    }
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
+    ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
+}
+/* D = alpha op(A) op(B) + beta C, column-major, for unbatched bf16/f32 problems of at most
+ * 2^24 multiply-adds (others are left alone). */
+static void compute_d(const Desc *desc, const void *alpha, const void *A, const Layout *Ad, const void *B,
+                      const Layout *Bd, const void *beta, const void *C, const Layout *Cd, void *D, const Layout *Dd) {
+    uint64_t m = Dd->rows, n = Dd->cols, k = k_of(desc, Ad);
+    if (m * n * k > (1ull << 24) || Dd->batch > 1) return;
+    bool ta = desc->transa != HIPBLAS_OP_N, tb = desc->transb != HIPBLAS_OP_N;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0;
+            for (uint64_t p = 0; p < k; p++)
+                acc += load_el(A, Ad->type, ta ? p + i * Ad->ld : i + p * Ad->ld) *
+                       load_el(B, Bd->type, tb ? j + p * Bd->ld : p + j * Bd->ld);
+            float c = be != 0 ? be * load_el(C, Cd->type, i + j * Cd->ld) : 0;
+            store_el(D, Dd->type, i + j * Dd->ld, al * acc + c);
+        }
+}
+
 extern "C" {
 
 hipblasStatus_t hipblasLtMatmulAlgoGetHeuristic(Handle *h, Desc *d, Layout *A, Layout *B, Layout *C, Layout *D,
@@ -386,6 +425,15 @@ hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const 
         st = HIPBLAS_STATUS_INVALID_VALUE;
     else if (index == 998)
         st = HIPBLAS_STATUS_EXECUTION_FAILED;
+    /* FAKEHIPLT_COMPUTE=1: compute D for real (see compute_d), for `tunedblas lt tune` on
+     * the stand-in runtime; FAKEHIPLT_SLOW_HEURISTIC=1: the heuristic's index (6) computes it
+     * 4 times, so it takes 4 times as long. */
+    const char *compute = getenv("FAKEHIPLT_COMPUTE");
+    if (st == HIPBLAS_STATUS_SUCCESS && compute && compute[0] == '1') {
+        const char *slow = getenv("FAKEHIPLT_SLOW_HEURISTIC");
+        int reps = slow && slow[0] == '1' && index == HEURISTIC_INDEX ? 4 : 1;
+        for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
+    }
     trace(Dd, k_of(desc, Ad), algo, st == HIPBLAS_STATUS_SUCCESS);
     return st;
 }

@@ -7,9 +7,9 @@ use crate::error::{Error, Result};
 const HELP: &str = "\
 tunedblas lt info|selftest|tune|recheck|overhead|verify|adopt [options]
 
-Tune and check cuBLASLt algorithms for libtunedblas.so (NVIDIA GPUs), and make hipBLASLt
-profiles (AMD GPUs) from PyTorch TunableOp files. `tunedblas-lt ARGS` is the same as
-`tunedblas lt ARGS`.
+Tune and check cuBLASLt algorithms for libtunedblas.so (NVIDIA GPUs), tune hipBLASLt
+(AMD GPUs: `tune --backend hipblaslt`), and make hipBLASLt profiles from PyTorch TunableOp
+files. `tunedblas-lt ARGS` is the same as `tunedblas lt ARGS`.
 
 SUBCOMMANDS:
     info
@@ -23,6 +23,12 @@ SUBCOMMANDS:
         Each finished shape is checkpointed in DIR/NAME: an interrupted campaign resumes
         when the same command is run again (--fresh discards an unfinished one with other
         shapes); one campaign per profile runs at a time.
+        With --backend hipblaslt (implied by a --lib whose file name says hipblaslt) it tunes
+        the hipBLASLt misses (*-hipblaslt-rank*.csv): every algorithm getAllAlgos lists that
+        matmulIsAlgoSupported accepts within --workspace, the same numerics, probes, trials
+        and margin, rows written as PyTorch TunableOp writes them (Gemm_Hipblaslt_<index>)
+        for the loaded hipBLASLt's sha256. Timed with events, confirmed in this process (no
+        hipGraph mode or fresh-process recheck yet); not yet run on a real AMD GPU.
     recheck (--profiles DIR --name NAME [--rank R] | --rows FILE)
         Re-measure every adopted row against the heuristic in this (fresh) process: how many
         still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
@@ -44,12 +50,17 @@ SUBCOMMANDS:
 OPTIONS:
     --lib PATH        libcublasLt.so to load (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)
     --cudart PATH     libcudart.so to load (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)
+    --backend LIB     (tune) cublaslt (default) or hipblaslt; with hipblaslt, --lib is
+                      libhipblaslt.so (else $TUNEDBLAS_HIPBLASLT, else libhipblaslt.so.1)
+    --hip PATH        (tune, hipblaslt) libamdhip64.so to load (else $TUNEDBLAS_HIP, else
+                      libamdhip64.so.7/.6)
     --trials N        interleaved trials per candidate (15)
     --candidates N    heuristic answers asked for (32)
     --margin PCT      gain needed to adopt, in percent, in the selection and the confirmation
                       (3; as `tunedblas tune`: 1 or more, or 0; 0.03 is refused)
     --win-share F     share of the trials the candidate must win (see tune.rs)
-    --workspace B     workspace bytes callers give cuBLASLt (1048576)
+    --workspace B     workspace bytes callers give cuBLASLt or hipBLASLt (1048576): a row
+                      needing more is never adopted (the interposer would pass it through)
     --sample-ms MS    time each timed sample spans
     --explore N       also try up to N configurations near the heuristic's answers (other
                       cluster shapes and custom options of their tiles; 0)
@@ -72,11 +83,12 @@ OPTIONS:
     --log FILE        every measurement as JSON
 
 EXIT CODES:
-    0 success; 1 the work failed; 2 bad command line; 3 cuBLASLt or the CUDA runtime cannot
-    be loaded; 4 the CUDA runtime sees no usable device
+    0 success; 1 the work failed; 2 bad command line; 3 cuBLASLt, hipBLASLt or their
+    runtime cannot be loaded; 4 the runtime sees no usable device
 
 EXAMPLES:
     tunedblas lt tune --misses misses --profiles profiles --name h200-cublaslt
+    tunedblas lt tune --backend hipblaslt --misses misses --profiles profiles --name mi300
     tunedblas lt verify --stats s.json
 ";
 
@@ -143,6 +155,8 @@ const SUBS: &[Sub] = &[
             "--rank",
             "--shape",
             "--copy-mib",
+            "--backend",
+            "--hip",
         ],
         // More miss files after `--misses A`.
         positionals: usize::MAX,

@@ -29,7 +29,7 @@ pub fn err<T>(msg: impl Into<String>) -> Result<T> {
 use crate::backend::dl_error;
 
 /// Opens the first of `candidates` that loads.
-fn open_first(candidates: &[PathBuf], flags: c_int) -> Result<(*mut c_void, PathBuf)> {
+pub(super) fn open_first(candidates: &[PathBuf], flags: c_int) -> Result<(*mut c_void, PathBuf)> {
     let mut errors = Vec::new();
     for p in candidates {
         let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
@@ -45,7 +45,7 @@ fn open_first(candidates: &[PathBuf], flags: c_int) -> Result<(*mut c_void, Path
     err(errors.join("; "))
 }
 
-unsafe fn sym<T: Copy>(h: *mut c_void, name: &str) -> Result<T> {
+pub(super) unsafe fn sym<T: Copy>(h: *mut c_void, name: &str) -> Result<T> {
     let c = CString::new(name).expect("symbol names have no NUL");
     // SAFETY: dlsym on a live handle.
     let p = unsafe { libc::dlsym(h, c.as_ptr()) };
@@ -157,7 +157,7 @@ impl Drop for Graph<'_> {
 pub const CUDART_NAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12", "libcudart.so"];
 pub const CUBLASLT_NAMES: &[&str] = &["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"];
 
-fn candidates(explicit: Option<&Path>, env: &str, names: &[&str]) -> Vec<PathBuf> {
+pub(super) fn candidates(explicit: Option<&Path>, env: &str, names: &[&str]) -> Vec<PathBuf> {
     if let Some(p) = explicit {
         return vec![p.to_path_buf()];
     }

@@ -4,6 +4,7 @@
 
 mod adopt;
 mod cuda;
+mod hip;
 mod numeric;
 mod pipeline;
 mod problem;
@@ -91,8 +92,10 @@ fn sha_of(lt: &Lt) -> Result<String> {
         .map_err(|e| Error(format!("cannot hash {}: {e}", lt.path.display())))
 }
 
-/// The keys of the miss files at `paths` (files, or folders of `*-cublaslt-rank*.csv`).
-fn read_misses(paths: &[&str]) -> Result<Vec<LtKey>> {
+/// The keys of the miss files at `paths` (files, or folders of `*-<lib>-rank*.csv`, `lib`
+/// being `cublaslt` or `hipblaslt`).
+fn read_misses(paths: &[&str], lib: &str) -> Result<Vec<LtKey>> {
+    let tag = format!("-{lib}-rank");
     let mut files = Vec::new();
     for p in paths {
         let p = Path::new(p);
@@ -100,10 +103,7 @@ fn read_misses(paths: &[&str]) -> Result<Vec<LtKey>> {
             let rd = std::fs::read_dir(p).map_err(|e| Error(format!("{}: {e}", p.display())))?;
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.contains("-cublaslt-rank")
-                    && name.ends_with(".csv")
-                    && !name.ends_with(".counts.csv")
-                {
+                if name.contains(&tag) && name.ends_with(".csv") && !name.ends_with(".counts.csv") {
                     files.push(e.path());
                 }
             }
@@ -194,7 +194,7 @@ pub fn cmd_info(a: &Args) -> CliResult<()> {
 }
 
 /// The shapes to tune: the miss files' keys, then `--shape`s not among them.
-fn tune_keys(a: &Args) -> CliResult<Vec<LtKey>> {
+fn tune_keys(a: &Args, lib: LtLib) -> CliResult<Vec<LtKey>> {
     // `--misses A B` as the old parser read it: the second path is a positional.
     let mut misses = a.values("--misses");
     misses.extend(a.positional.iter().map(String::as_str));
@@ -205,7 +205,7 @@ fn tune_keys(a: &Args) -> CliResult<Vec<LtKey>> {
     let mut keys = if misses.is_empty() {
         Vec::new()
     } else {
-        read_misses(&misses)?
+        read_misses(&misses, &lib.name().to_lowercase())?
     };
     for s in shapes {
         let (n, m, k) = parse_shape(s).map_err(|e| a.usage(e))?;
@@ -215,9 +215,10 @@ fn tune_keys(a: &Args) -> CliResult<Vec<LtKey>> {
         }
     }
     if keys.is_empty() {
-        return Err(crate::error::Error::failed(
-            "the miss files hold no cuBLASLt shapes",
-        ));
+        return Err(crate::error::Error::failed(format!(
+            "the miss files hold no {} shapes",
+            lib.name()
+        )));
     }
     Ok(keys)
 }
@@ -447,13 +448,16 @@ fn write_profile(
 }
 
 pub fn cmd_tune(a: &Args) -> CliResult<()> {
+    if hip::wanted(a)? {
+        return hip::cmd_tune(a);
+    }
     let mut opts = options(a)?;
     let profiles = PathBuf::from(need(a, "--profiles")?);
     let name = need(a, "--name")?;
     registry::check_name(name).map_err(|e| a.usage(e))?;
     let rank: usize = num(a, "--rank", 0)?;
     let copy_mib = num(a, "--copy-mib", 1024)?;
-    let keys = tune_keys(a)?;
+    let keys = tune_keys(a, LtLib::Cublaslt)?;
     let (cuda, lt) = load(a)?;
     opts.l2_bytes = cuda.l2_bytes();
     let sha = sha_of(&lt)?;
@@ -482,7 +486,8 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         existed: false,
     };
     let _campaign = crate::campaign::lock_campaign(&folder, false)?;
-    let (mut checkpoint, done) = resume::open(&folder.dir, &sha, rank, &keys, a.has("--fresh"))?;
+    let (mut checkpoint, done) =
+        resume::open(&folder.dir, "cublaslt", &sha, rank, &keys, a.has("--fresh"))?;
     let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
         tune_key(&cuda, &lt, key, &opts, &d, limits.as_ref())
     })?;
@@ -921,7 +926,8 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("h-3-rank0.csv"), line(64, 64, 64)).unwrap(); // a rocBLAS miss file
-        let keys = read_misses(&[dir.to_str().unwrap()]).unwrap();
+        std::fs::write(dir.join("h-4-hipblaslt-rank0.csv"), line(32, 32, 32)).unwrap();
+        let keys = read_misses(&[dir.to_str().unwrap()], "cublaslt").unwrap();
         assert_eq!(
             keys,
             [
@@ -930,6 +936,9 @@ mod tests {
                 LtKey::linear(R_16BF, 2560, 16, 1536),
             ]
         );
+        // A folder read for hipBLASLt takes the hipBLASLt files only.
+        let keys = read_misses(&[dir.to_str().unwrap()], "hipblaslt").unwrap();
+        assert_eq!(keys, [LtKey::linear(R_16BF, 32, 32, 32)]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

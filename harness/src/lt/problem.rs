@@ -44,7 +44,7 @@ pub fn bytes_moved(key: &LtKey) -> usize {
 }
 
 /// Elements each matrix spans, batch included.
-fn extents(key: &LtKey) -> [usize; 4] {
+pub(super) fn extents(key: &LtKey) -> [usize; 4] {
     let shapes = key.stored_shapes();
     let lds = [key.lda, key.ldb, key.ldc, key.ldd];
     let strides = [key.stride_a, key.stride_b, key.stride_c, key.stride_d];

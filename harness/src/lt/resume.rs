@@ -22,6 +22,7 @@ fn shape_line(key: &LtKey) -> String {
 /// interrupted run of it finished come back (with their keys and rows restored).
 pub fn open(
     dir: &Path,
+    lib: &str,
     build: &str,
     rank: usize,
     keys: &[LtKey],
@@ -29,7 +30,7 @@ pub fn open(
 ) -> crate::error::Result<(Checkpoint, Vec<Outcome>)> {
     let header = Header {
         started: crate::store::utc_now(),
-        build: format!("cublaslt {build} rank {rank}"),
+        build: format!("{lib} {build} rank {rank}"),
         shapes: keys.iter().map(shape_line).collect(),
     };
     let (checkpoint, done) = Checkpoint::open::<Outcome>(dir, header, fresh)?;
@@ -174,7 +175,7 @@ mod tests {
         };
 
         // First run: shape 2 fails (not checkpointed), shape 3 is killed mid-shape.
-        let (mut cp, done) = open(&dir, "sha", 0, &keys, false).unwrap();
+        let (mut cp, done) = open(&dir, "cublaslt", "sha", 0, &keys, false).unwrap();
         assert!(done.is_empty());
         let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             tune_all(&keys, done, &mut cp, |key| match key.n {
@@ -188,11 +189,13 @@ mod tests {
         assert_eq!(*tuned.borrow(), [1]);
 
         // Another campaign (other shapes, or another rank) may not take the checkpoint.
-        let e = open(&dir, "sha", 1, &keys, false).err().unwrap();
+        let e = open(&dir, "cublaslt", "sha", 1, &keys, false)
+            .err()
+            .unwrap();
         assert!(e.message.contains("unfinished campaign"), "{}", e.message);
 
         // Rerun with the same inputs: shape 1 from the checkpoint, the rest tuned once.
-        let (mut cp, done) = open(&dir, "sha", 0, &keys, false).unwrap();
+        let (mut cp, done) = open(&dir, "cublaslt", "sha", 0, &keys, false).unwrap();
         assert_eq!(done.len(), 1);
         let out = tune_all(&keys, done, &mut cp, |key| Ok(tuner(key))).unwrap();
         assert_eq!(*tuned.borrow(), [1, 2, 3, 4]);
@@ -205,7 +208,7 @@ mod tests {
         assert!(!dir.join(".campaign.partial.jsonl").exists());
 
         // Finished: a rerun starts afresh.
-        let (_cp, done) = open(&dir, "sha", 0, &keys, false).unwrap();
+        let (_cp, done) = open(&dir, "cublaslt", "sha", 0, &keys, false).unwrap();
         assert!(done.is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -1,0 +1,203 @@
+//! `tunedblas lt tune` on hipBLASLt (AMD GPUs): the recorded hipBLASLt misses tuned with the
+//! pipeline cuBLASLt's tuning uses (`lt/pipeline.rs`), every algorithm the library lists for
+//! a problem as a candidate, the rows written as `Gemm_Hipblaslt_<index>` (PyTorch
+//! TunableOp's own form) into the profile of the loaded library's sha256, in the same store,
+//! checkpoint and campaign lock.
+//!
+//! What differs from cuBLASLt, and why: samples are timed with events (no hipGraph mode
+//! yet); the confirmation is the second set of trials in this process (the fresh-process
+//! `recheck` is cuBLASLt's); there is no wider search (`getAllAlgos` already lists every
+//! algorithm) and no alignment preference (hipBLASLt has none). No AMD GPU is at hand where
+//! this was written: it runs in CI on the stand-in hipBLASLt and HIP runtime
+//! (`tests/hosts/fake_hipblaslt.cpp`, `fake_hip.c`), on no real device yet.
+
+mod guard;
+mod lib;
+mod problem;
+mod runtime;
+mod tune;
+
+use std::path::{Path, PathBuf};
+
+use tunedblas_core::cublaslt::{LtLib, LtResults, LtRow};
+use tunedblas_core::registry;
+
+use super::{need, num, resume, write_json, write_profile, CliResult};
+use crate::args::Args;
+use lib::HipLt;
+use problem::HipProblem;
+use runtime::HipRt;
+
+/// Bytes of last-level cache the input sets rotate beyond (three times over): the 256 MiB
+/// Infinity Cache of MI300-class GPUs, the largest AMD ships (the HIP runtime's attribute
+/// numbers differ between releases, so it is not asked).
+const CACHE_BYTES: usize = 256 << 20;
+
+/// True when `tune` is asked to tune hipBLASLt: `--backend hipblaslt`, or `--lib` naming a
+/// hipBLASLt file.
+pub fn wanted(a: &Args) -> CliResult<bool> {
+    match a.value("--backend") {
+        Some("hipblaslt") => Ok(true),
+        Some("cublaslt") => Ok(false),
+        Some(o) => Err(a.usage(format!("--backend takes cublaslt or hipblaslt, not '{o}'"))),
+        None => Ok(a
+            .value("--lib")
+            .and_then(|l| Path::new(l).file_name())
+            .is_some_and(|f| f.to_string_lossy().contains("hipblaslt"))),
+    }
+}
+
+/// What the cuBLASLt-only options would change, refused by name rather than ignored.
+fn refuse_cuda_only(a: &Args) -> CliResult<()> {
+    for (opt, why) in [
+        ("--cudart", "hipBLASLt runs on the HIP runtime: pass --hip"),
+        ("--explore", "getAllAlgos already lists every algorithm"),
+        ("--budget", "getAllAlgos already lists every algorithm"),
+        ("--keep", "getAllAlgos already lists every algorithm"),
+        (
+            "--alignment",
+            "hipBLASLt's heuristic takes no alignment preference",
+        ),
+        (
+            "--copy-mib",
+            "the bandwidth limit is measured on cuBLASLt only",
+        ),
+    ] {
+        if a.value(opt).is_some() {
+            return Err(a.usage(format!("{opt} is for cuBLASLt: {why}")));
+        }
+    }
+    match a.value("--timing") {
+        None | Some("events") => {}
+        Some(t) => {
+            return Err(a.usage(format!(
+                "--timing {t}: hipBLASLt is timed with events (a hipGraph mode is not built yet)"
+            )))
+        }
+    }
+    if a.value("--confirm") == Some("fresh") {
+        return Err(a.usage(
+            "--confirm fresh: the fresh-process recheck is cuBLASLt's; hipBLASLt rows are confirmed by a second set of trials in this process",
+        ));
+    }
+    Ok(())
+}
+
+/// The HIP runtime and hipBLASLt (a library that cannot be loaded is exit 3), then the
+/// device (none: exit 4, as `tunedblas` says of rocBLAS), then the handle.
+fn load(a: &Args) -> CliResult<(HipRt, HipLt)> {
+    let cannot_load = |e: crate::lt::cuda::Error| crate::error::Error::not_rocblas(e.0);
+    let rt = HipRt::load(a.path("--hip").as_deref()).map_err(cannot_load)?;
+    let mut lt = HipLt::load(a.path("--lib").as_deref()).map_err(cannot_load)?;
+    if let Err(e) = rt.device_count() {
+        return Err(crate::error::Error::no_device(format!(
+            "{} (HIP runtime {})",
+            e.0,
+            rt.path.display()
+        )));
+    }
+    lt.create_handle()?;
+    Ok((rt, lt))
+}
+
+pub fn cmd_tune(a: &Args) -> CliResult<()> {
+    refuse_cuda_only(a)?;
+    let mut opts = super::options(a)?;
+    opts.timing = super::timing::Timing::Events;
+    opts.fresh = false;
+    opts.l2_bytes = CACHE_BYTES;
+    let profiles = PathBuf::from(need(a, "--profiles")?);
+    let name = need(a, "--name")?;
+    registry::check_name(name).map_err(|e| a.usage(e))?;
+    let rank: usize = num(a, "--rank", 0)?;
+    let keys = super::tune_keys(a, LtLib::Hipblaslt)?;
+    let (rt, lt) = load(a)?;
+    let sha = tunedblas_core::identity::sha256_file(&lt.path).map_err(|e| {
+        crate::error::Error::failed(format!("cannot hash {}: {e}", lt.path.display()))
+    })?;
+    eprintln!(
+        "tunedblas lt: tuning {} shapes on hipBLASLt {} ({}) {}, HIP runtime {}; every algorithm getAllAlgos lists, \
+         timed with events, confirmed in this process",
+        keys.len(),
+        lt.version(),
+        lt.path.display(),
+        &sha[..12],
+        rt.runtime_version()
+    );
+    let folder = crate::store::Folder {
+        name: name.to_string(),
+        dir: profiles.join(name),
+        existed: false,
+    };
+    let _campaign = crate::campaign::lock_campaign(&folder, false)?;
+    let (mut checkpoint, done) = resume::open(
+        &folder.dir,
+        "hipblaslt",
+        &sha,
+        rank,
+        &keys,
+        a.has("--fresh"),
+    )?;
+    let outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
+        let sets = super::problem::Problem::sets_for(key, opts.l2_bytes);
+        let p = HipProblem::new(&rt, &lt, *key, sets, opts.workspace)?;
+        tune::tune_shape(&p, &opts)
+    })?;
+    super::print_table(&opts, &outcomes);
+    let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
+    let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
+    let results = LtResults {
+        validators: vec![
+            ("TUNEDBLAS_BACKEND".into(), "hipblaslt".into()),
+            ("HIPBLASLT_VERSION".into(), lt.version().to_string()),
+            (
+                "HIP_RUNTIME_VERSION".into(),
+                rt.runtime_version().to_string(),
+            ),
+        ],
+        rows,
+        skipped: Vec::new(),
+    };
+    let campaign = serde_json::json!({
+        "kind": "hipblaslt-tune",
+        "library": lt.path.display().to_string(),
+        "hipblaslt_version": lt.version(),
+        "hip_runtime": rt.path.display().to_string(),
+        "rank": rank,
+        "options": {
+            "trials": opts.trials, "margin": opts.margin, "win_share": opts.win_share,
+            "workspace": opts.workspace, "sample_ms": opts.sample_ms, "timing": opts.timing,
+        },
+        "shapes": outcomes.len(),
+        "adopted": adopted,
+    });
+    let mut entry = registry::Entry::new(name, &sha);
+    entry.rows_per_rank = Some(results.rows.len() as u64);
+    entry.status = Some("tuned".into());
+    entry.extra.insert("library".into(), "hipblaslt".into());
+    entry
+        .extra
+        .insert("hipblaslt_version".into(), lt.version().into());
+    let file = write_profile(
+        &profiles,
+        &folder,
+        rank,
+        &sha,
+        &results,
+        entry,
+        campaign.clone(),
+    )?;
+    checkpoint.retire(&folder.dir);
+    write_json(
+        a.path("--log"),
+        &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
+    )?;
+    eprintln!(
+        "tunedblas lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for hipBLASLt build {}",
+        results.rows.len(),
+        results.rows.len() - adopted,
+        file.display(),
+        &sha[..12]
+    );
+    Ok(())
+}

@@ -1,0 +1,355 @@
+//! One hipBLASLt problem on the device, made the way PyTorch makes it (`hipblasLtMatmul` with
+//! f32 alpha/beta on the host, beta 0, C and D one buffer): descriptors, rotating input sets,
+//! a workspace, a stream and two events; timed with events (no hipGraph mode yet).
+
+use std::ffi::c_void;
+
+use tunedblas_core::abi::*;
+use tunedblas_core::cublaslt::{epilogue_has_bias, type_bytes, LtKey};
+use tunedblas_core::hipblaslt::{hip_compute_type, hip_operation};
+use tunedblas_core::key::Trans;
+
+use super::lib::{check, HipLt};
+use super::runtime::{HipBuf, HipRt};
+use crate::lt::cuda::{err, Result};
+use crate::lt::numeric;
+use crate::lt::pipeline::Bench;
+use crate::lt::problem::extents;
+
+/// Multiply-adds up to which the host computes a reference in f64.
+const HOST_REFERENCE_MACS: i64 = 1 << 26;
+
+struct Set<'a> {
+    a: HipBuf<'a>,
+    b: HipBuf<'a>,
+}
+
+pub struct HipProblem<'a> {
+    rt: &'a HipRt,
+    lt: &'a HipLt,
+    pub key: LtKey,
+    desc: HipblasLtMatmulDesc,
+    /// A, B, C and D (D is C's layout where they agree, as PyTorch passes them).
+    layouts: [HipblasLtMatrixLayout; 4],
+    pref: HipblasLtMatmulPreference,
+    sets: Vec<Set<'a>>,
+    /// Set 0's A and B as uploaded, for the host reference.
+    host_ab: [Vec<u8>; 2],
+    out: HipBuf<'a>,
+    _bias: Option<HipBuf<'a>>,
+    workspace: HipBuf<'a>,
+    pub workspace_bytes: usize,
+    stream: Stream,
+    ev: [HipEvent; 2],
+    alpha: f32,
+    beta: f32,
+}
+
+impl Drop for HipProblem<'_> {
+    fn drop(&mut self) {
+        // SAFETY: objects this problem made, destroyed once.
+        unsafe {
+            (self.lt.pref_destroy)(self.pref);
+            let mut seen = Vec::new();
+            for l in self.layouts {
+                if !l.is_null() && !seen.contains(&l) {
+                    (self.lt.layout_destroy)(l);
+                    seen.push(l);
+                }
+            }
+            (self.lt.desc_destroy)(self.desc);
+        }
+        for e in self.ev {
+            self.rt.destroy_event(e);
+        }
+    }
+}
+
+fn set_attr<T>(
+    f: unsafe extern "C" fn(*mut c_void, i32, *const c_void, usize) -> HipblasStatus,
+    obj: *mut c_void,
+    attr: i32,
+    v: &T,
+) -> Result<()> {
+    // SAFETY: a value of the attribute's documented type and size.
+    let st = unsafe { f(obj, attr, (v as *const T).cast(), std::mem::size_of::<T>()) };
+    check(&format!("setting hipBLASLt attribute {attr}"), st)
+}
+
+impl<'a> HipProblem<'a> {
+    /// Builds the problem with `sets` rotating input sets (at least 1) and `workspace` bytes.
+    pub fn new(
+        rt: &'a HipRt,
+        lt: &'a HipLt,
+        key: LtKey,
+        sets: usize,
+        workspace: usize,
+    ) -> Result<HipProblem<'a>> {
+        if let Err(e) = crate::lt::problem::supported(&key) {
+            return err(e);
+        }
+        let Some(compute) = hip_compute_type(key.compute) else {
+            return err(format!(
+                "compute type {} has no hipBLASLt counterpart",
+                key.compute
+            ));
+        };
+        let ext = extents(&key);
+        let bytes = key.elem_bytes();
+        let out = rt.alloc(ext[2].max(ext[3]) * bytes[2].max(bytes[3]))?;
+        out.fill(0)?;
+        let mut p = HipProblem {
+            rt,
+            lt,
+            key,
+            desc: std::ptr::null_mut(),
+            layouts: [std::ptr::null_mut(); 4],
+            pref: std::ptr::null_mut(),
+            sets: Vec::new(),
+            host_ab: [Vec::new(), Vec::new()],
+            out,
+            _bias: None,
+            workspace: rt.alloc(workspace)?,
+            workspace_bytes: workspace,
+            stream: rt.stream()?,
+            ev: [rt.event()?, rt.event()?],
+            alpha: 1.0,
+            beta: 0.0,
+        };
+        // SAFETY (the creates): out-pointers; types and sizes from the key.
+        check("hipblasLtMatmulDescCreate", unsafe {
+            (lt.desc_create)(&mut p.desc, compute, key.scale)
+        })?;
+        check("hipblasLtMatmulPreferenceCreate", unsafe {
+            (lt.pref_create)(&mut p.pref)
+        })?;
+        set_attr(
+            lt.desc_set,
+            p.desc,
+            HIPBLASLT_MATMUL_DESC_TRANSA,
+            &hip_operation(key.trans_a),
+        )?;
+        set_attr(
+            lt.desc_set,
+            p.desc,
+            HIPBLASLT_MATMUL_DESC_TRANSB,
+            &hip_operation(key.trans_b),
+        )?;
+        let shared_cd = key.ldd == key.ldc && key.d_type == key.c_type;
+        for (i, l) in key.layouts().iter().enumerate() {
+            if i == 3 && shared_cd {
+                p.layouts[3] = p.layouts[2];
+                continue;
+            }
+            check("hipblasLtMatrixLayoutCreate", unsafe {
+                (lt.layout_create)(&mut p.layouts[i], l.dtype, l.rows, l.cols, l.ld)
+            })?;
+            if key.batch > 1 {
+                let f = lt.layout_set;
+                set_attr(
+                    f,
+                    p.layouts[i],
+                    HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                    &l.batch,
+                )?;
+                set_attr(
+                    f,
+                    p.layouts[i],
+                    HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                    &l.stride,
+                )?;
+            }
+        }
+        let ws64 = workspace as u64;
+        set_attr(
+            lt.pref_set,
+            p.pref,
+            HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &ws64,
+        )?;
+        let mut rng =
+            numeric::Rng::new(0x5eed ^ key.m as u64 ^ (key.n as u64) << 20 ^ (key.k as u64) << 40);
+        for i in 0..sets.max(1) {
+            let (ha, hb) = (
+                numeric::random(key.a_type, ext[0], &mut rng),
+                numeric::random(key.b_type, ext[1], &mut rng),
+            );
+            let a = rt.alloc(ext[0] * bytes[0])?;
+            let b = rt.alloc(ext[1] * bytes[1])?;
+            a.upload(&ha)?;
+            b.upload(&hb)?;
+            p.sets.push(Set { a, b });
+            if i == 0 {
+                p.host_ab = [ha, hb];
+            }
+        }
+        if epilogue_has_bias(key.epilogue) {
+            let bias = rt.alloc(key.m as usize * type_bytes(key.bias_type).max(1))?;
+            bias.upload(&numeric::random(key.bias_type, key.m as usize, &mut rng))?;
+            let f = lt.desc_set;
+            set_attr(f, p.desc, HIPBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue)?;
+            set_attr(f, p.desc, HIPBLASLT_MATMUL_DESC_BIAS_POINTER, &bias.ptr)?;
+            set_attr(
+                f,
+                p.desc,
+                HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                &key.bias_type,
+            )?;
+            p._bias = Some(bias);
+        }
+        Ok(p)
+    }
+
+    /// What a caller asking for one answer runs (PyTorch does): the heuristic's first.
+    pub fn heuristic(&self) -> Result<HipblasLtMatmulHeuristicResult> {
+        let mut out = [HipblasLtMatmulHeuristicResult::default(); 1];
+        let mut got = 0;
+        let l = &self.layouts;
+        // SAFETY: live descriptors; room for one result.
+        check("hipblasLtMatmulAlgoGetHeuristic", unsafe {
+            (self.lt.heuristic)(
+                self.lt.handle,
+                self.desc,
+                l[0],
+                l[1],
+                l[2],
+                l[3],
+                self.pref,
+                1,
+                out.as_mut_ptr(),
+                &mut got,
+            )
+        })?;
+        match out[0] {
+            r if got >= 1 && r.state == HIPBLAS_STATUS_SUCCESS => Ok(r),
+            _ => err("hipBLASLt's heuristic has no algorithm for this problem"),
+        }
+    }
+
+    /// Every algorithm `getAllAlgos` lists for this problem's operations and types.
+    pub fn all_algos(&self) -> Result<Vec<HipblasLtMatmulHeuristicResult>> {
+        let k = &self.key;
+        self.lt.all_algos(
+            hip_operation(k.trans_a),
+            hip_operation(k.trans_b),
+            [k.a_type, k.b_type, k.c_type, k.d_type],
+            hip_compute_type(k.compute).expect("checked in new"),
+        )
+    }
+
+    pub fn index_of(&self, algo: &HipblasLtMatmulAlgo) -> Result<i32> {
+        self.lt.index_of(algo)
+    }
+
+    /// Whether `algo` runs this exact problem (`matmulIsAlgoSupported`), and the workspace it
+    /// needs; the status where it does not.
+    pub fn supported(
+        &self,
+        algo: &HipblasLtMatmulAlgo,
+    ) -> std::result::Result<usize, HipblasStatus> {
+        self.lt.is_supported(
+            self.desc,
+            (&self.alpha as *const f32).cast(),
+            self.layouts,
+            (&self.beta as *const f32).cast(),
+            algo,
+        )
+    }
+
+    /// Enqueues one call on input set `set`.
+    fn launch(&self, algo: &HipblasLtMatmulAlgo, set: usize) -> HipblasStatus {
+        let s = &self.sets[set % self.sets.len()];
+        let ws = if self.workspace_bytes > 0 {
+            self.workspace.ptr
+        } else {
+            std::ptr::null_mut()
+        };
+        let l = &self.layouts;
+        // SAFETY: live descriptors and buffers of this problem's sizes.
+        unsafe {
+            (self.lt.matmul)(
+                self.lt.handle,
+                self.desc,
+                (&self.alpha as *const f32).cast(),
+                s.a.ptr,
+                l[0],
+                s.b.ptr,
+                l[1],
+                (&self.beta as *const f32).cast(),
+                self.out.ptr,
+                l[2],
+                self.out.ptr,
+                l[3],
+                algo,
+                ws,
+                self.workspace_bytes,
+                self.stream,
+            )
+        }
+    }
+}
+
+impl Bench for HipProblem<'_> {
+    type Algo = HipblasLtMatmulAlgo;
+
+    fn key(&self) -> &LtKey {
+        &self.key
+    }
+
+    fn sets(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// `calls` back-to-back calls between two events, rotating the input sets.
+    fn time(&self, algo: &HipblasLtMatmulAlgo, calls: usize) -> Result<f64> {
+        self.rt.record(self.ev[0], self.stream)?;
+        for i in 0..calls {
+            check("hipblasLtMatmul", self.launch(algo, i))?;
+        }
+        self.rt.record(self.ev[1], self.stream)?;
+        Ok(self.rt.elapsed(self.ev[0], self.ev[1])? / calls.max(1) as f64)
+    }
+
+    fn output(&self, algo: &HipblasLtMatmulAlgo) -> Result<Vec<f64>> {
+        self.out.fill(0xff)?;
+        check("hipblasLtMatmul", self.launch(algo, 0))?;
+        self.rt.sync(self.stream)?;
+        let n = extents(&self.key)[3];
+        let bytes = self.out.download(n * type_bytes(self.key.d_type))?;
+        let out = numeric::to_f64(self.key.d_type, &bytes);
+        self.out.fill(0)?;
+        Ok(out)
+    }
+
+    /// D = op(A) op(B) of set 0 in f64 on the host, for unbatched, packed (ldd = m) problems
+    /// without an epilogue up to [`HOST_REFERENCE_MACS`] multiply-adds; else `None` (the heuristic's
+    /// own output is the reference).
+    fn reference(&self) -> Result<Option<Vec<f64>>> {
+        let k = &self.key;
+        if k.batch != 1
+            || k.ldd != k.m
+            || epilogue_has_bias(k.epilogue)
+            || k.m.saturating_mul(k.n).saturating_mul(k.k) > HOST_REFERENCE_MACS
+        {
+            return Ok(None);
+        }
+        let a = numeric::to_f64(k.a_type, &self.host_ab[0]);
+        let b = numeric::to_f64(k.b_type, &self.host_ab[1]);
+        let (ta, tb) = (k.trans_a != Trans::N, k.trans_b != Trans::N);
+        let (m, n, kk) = (k.m as usize, k.n as usize, k.k as usize);
+        let (lda, ldb, ldd) = (k.lda as usize, k.ldb as usize, k.ldd as usize);
+        let mut d = vec![0.0; ldd * n];
+        for j in 0..n {
+            for i in 0..m {
+                let mut acc = 0.0;
+                for p in 0..kk {
+                    let av = a[if ta { p + i * lda } else { i + p * lda }];
+                    let bv = b[if tb { j + p * ldb } else { p + j * ldb }];
+                    acc += av * bv;
+                }
+                d[i + j * ldd] = self.alpha as f64 * acc;
+            }
+        }
+        Ok(Some(d))
+    }
+}

@@ -1,0 +1,67 @@
+//! Tuning one hipBLASLt shape: the heuristic's first answer (what PyTorch runs without
+//! TunableOp) against every algorithm `getAllAlgos` lists for the problem's types that
+//! `matmulIsAlgoSupported` accepts for this exact problem within the callers' workspace,
+//! each named by its index (`Gemm_Hipblaslt_<index>`, the row PyTorch TunableOp writes and
+//! the interposer rebuilds with `getAlgosFromIndex`), then the shared pipeline.
+
+use tunedblas_core::cublaslt::LtAction;
+use tunedblas_core::hipblaslt::SOLUTION_PREFIX;
+
+use super::problem::HipProblem;
+use crate::lt::cuda::Result;
+use crate::lt::pipeline::{self, Cand};
+use crate::lt::tune::{Options, Outcome};
+
+pub fn tune_shape(p: &HipProblem, opts: &Options) -> Result<Outcome> {
+    let base = p.heuristic()?;
+    let base_index = p.index_of(&base.algo)?;
+    let mut dropped = Vec::new();
+    let mut cands: Vec<Cand<_>> = Vec::new();
+    let (mut listed, mut unsupported, mut no_index) = (0, 0, 0);
+    for r in p.all_algos()? {
+        listed += 1;
+        let index = match p.index_of(&r.algo) {
+            Ok(i) if i >= 0 => i,
+            _ => {
+                no_index += 1;
+                continue;
+            }
+        };
+        let action = LtAction::Index(index);
+        if index == base_index || cands.iter().any(|c| c.action == action) {
+            continue;
+        }
+        match p.supported(&r.algo) {
+            Ok(ws) if ws <= p.workspace_bytes => cands.push(Cand {
+                action,
+                algo: r.algo,
+                workspace: ws,
+            }),
+            Ok(ws) => dropped.push(format!(
+                "{SOLUTION_PREFIX}{index}: needs {ws} bytes of workspace, callers give {} (--workspace)",
+                p.workspace_bytes
+            )),
+            Err(_) => unsupported += 1,
+        }
+    }
+    if unsupported > 0 {
+        dropped.push(format!(
+            "{unsupported} of the {listed} algorithms listed: not supported for this problem (matmulIsAlgoSupported)"
+        ));
+    }
+    if no_index > 0 {
+        dropped.push(format!(
+            "{no_index} of the {listed} algorithms listed: no index (getIndexFromAlgo), so no row can name them"
+        ));
+    }
+    let name = LtAction::Index(base_index).solution_text();
+    let mut out = pipeline::decide(
+        p,
+        (&base.algo, &name, base.workspace_size),
+        cands,
+        opts,
+        dropped,
+    )?;
+    out.timing = "events".into();
+    Ok(out)
+}
