@@ -637,6 +637,12 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
         "{stderr}"
     );
     assert_eq!(o["heuristic"]["solution"], "Gemm_Hipblaslt_6", "{o}");
+    // Confirmed by a fresh process too (`lt recheck --backend hipblaslt` as a child).
+    assert!(
+        stderr.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),
+        "{stderr}"
+    );
+    assert!(o["fresh_gain"].as_f64().is_some_and(|g| g >= 0.03), "{o}");
     let adopted = o["adopted"]
         .as_str()
         .unwrap_or_else(|| panic!("{stdout}\n{o}"));
@@ -724,6 +730,71 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
     );
 }
 
+/// `lt recheck --backend hipblaslt` re-measures index rows (tuned here or by PyTorch)
+/// against the heuristic, each rebuilt from its index and checked as the interposer does:
+/// a row that wins says so; an index the build lacks, one that throws inside hipblaslt_ext
+/// and one matmulIsAlgoSupported refuses each say why, and the run goes on.
+#[test]
+fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_run() {
+    let dir = scratch("hiplt-recheck");
+    let k = key(64, 16, 64);
+    let rows = dir.join("rows.csv");
+    std::fs::write(
+        &rows,
+        [
+            row(&k, "Gemm_Hipblaslt_3"),
+            row(&key(64, 8, 64), "Gemm_Hipblaslt_2500"),
+            row(&key(64, 24, 64), "Gemm_Hipblaslt_1500"),
+            row(&key(64, 32, 64), "Gemm_Hipblaslt_999"),
+            row(&key(64, 40, 64), "Default"),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let mut cmd = common::tunedblas_cmd(&dir, &["lt", "recheck", "--backend", "hipblaslt"]);
+    cmd.arg("--lib")
+        .arg(hiplt().lib())
+        .arg("--hip")
+        .arg(hiplt().hip_libdir.join("libamdhip64.so.6"))
+        .arg("--rows")
+        .arg(&rows)
+        .args(["--trials", "9", "--sample-ms", "10"])
+        .arg("--log")
+        .arg(dir.join("recheck.json"))
+        .env("FAKEHIPLT_COMPUTE", "1")
+        .env("FAKEHIPLT_SLOW_HEURISTIC", "1")
+        .env_remove("FAKEHIPLT_TRACE");
+    let out = cmd.output().unwrap();
+    let stdout = common::ok(&out);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert!(
+        lines[0].contains("Gemm_Hipblaslt_3") && lines[0].ends_with("still wins by the margin"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].contains("FAILED: this hipBLASLt build has no algorithm of index 2500"),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].contains("FAILED: hipblaslt_ext::getAlgosFromIndex(1500) threw a C++ exception"),
+        "{stdout}"
+    );
+    assert!(
+        lines[3].contains(
+            "FAILED: matmulIsAlgoSupported refuses it for this problem (hipBLAS status 7)"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[4],
+        "recheck: 1 of 4 adopted rows still win in a fresh process (0 false adopts, 3 could not run; 1 by the 3% margin)"
+    );
+    let log: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("recheck.json")).unwrap()).unwrap();
+    assert_eq!(log["rechecks"].as_array().unwrap().len(), 4, "{log}");
+}
+
 /// The hipBLASLt tuner refuses the cuBLASLt-only options by name (exit 2) before loading
 /// anything, and says which library and runtime it could not load (exit 3).
 #[test]
@@ -750,10 +821,6 @@ fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
     };
     for (args, said) in [
         (&["--timing", "graph"][..], "hipBLASLt is timed with events"),
-        (
-            &["--confirm", "fresh"],
-            "the fresh-process recheck is cuBLASLt's",
-        ),
         (&["--budget", "5"], "--budget is for cuBLASLt"),
         (&["--cudart", "/x.so"], "--cudart is for cuBLASLt"),
         (

@@ -27,12 +27,14 @@ SUBCOMMANDS:
         the hipBLASLt misses (*-hipblaslt-rank*.csv): every algorithm getAllAlgos lists that
         matmulIsAlgoSupported accepts within --workspace, the same numerics, probes, trials
         and margin, rows written as PyTorch TunableOp writes them (Gemm_Hipblaslt_<index>)
-        for the loaded hipBLASLt's sha256. Timed with events, confirmed in this process (no
-        hipGraph mode or fresh-process recheck yet); not yet run on a real AMD GPU.
+        for the loaded hipBLASLt's sha256. Timed with events (no
+        hipGraph mode yet); not yet run on a real AMD GPU.
     recheck (--profiles DIR --name NAME [--rank R] | --rows FILE)
         Re-measure every adopted row against the heuristic in this (fresh) process: how many
         still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
-        proposes (--confirm fresh) and adopts only what it confirms by the margin.
+        proposes (--confirm fresh) and adopts only what it confirms by the margin. With
+        --backend hipblaslt: the Gemm_Hipblaslt_<index> rows, each rebuilt from its index
+        and checked as the interposer does (PyTorch TunableOp's rows too).
     adopt --lib LIBHIPBLASLT --profiles DIR --name NAME [--rank R] FILE
         Make a PyTorch TunableOp results file from a ROCm machine the profile of that
         hipBLASLt build (registered for the file's sha256; nothing is loaded, no GPU is
@@ -50,9 +52,9 @@ SUBCOMMANDS:
 OPTIONS:
     --lib PATH        libcublasLt.so to load (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)
     --cudart PATH     libcudart.so to load (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)
-    --backend LIB     (tune) cublaslt (default) or hipblaslt; with hipblaslt, --lib is
+    --backend LIB     (tune, recheck) cublaslt (default) or hipblaslt; with hipblaslt, --lib is
                       libhipblaslt.so (else $TUNEDBLAS_HIPBLASLT, else libhipblaslt.so.1)
-    --hip PATH        (tune, hipblaslt) libamdhip64.so to load (else $TUNEDBLAS_HIP, else
+    --hip PATH        (tune, recheck; hipblaslt) libamdhip64.so to load (else $TUNEDBLAS_HIP, else
                       libamdhip64.so.7/.6)
     --trials N        interleaved trials per candidate (15)
     --candidates N    heuristic answers asked for (32)
@@ -166,7 +168,14 @@ const SUBS: &[Sub] = &[
         name: "recheck",
         switches: &[],
         shared: TIMING,
-        options: &["--profiles", "--name", "--rank", "--rows"],
+        options: &[
+            "--profiles",
+            "--name",
+            "--rank",
+            "--rows",
+            "--backend",
+            "--hip",
+        ],
         positionals: 0,
         run: crate::lt::cmd_recheck,
     },

@@ -290,9 +290,14 @@ fn tune_key(
 }
 
 /// The proposed adoptions re-measured by a fresh process (this binary's `recheck`, its
-/// own CUDA context and cuBLASLt handle, interleaved against the heuristic): those it does
-/// not confirm by the margin go back to `Default`.
-fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tune::Outcome]) {
+/// own device context and library handle, interleaved against the heuristic): those it does
+/// not confirm by the margin go back to `Default`. `lib_args` say which library and runtime
+/// the child loads (and, for cuBLASLt, how it times), as the command line takes them.
+fn confirm_fresh(
+    lib_args: &[std::ffi::OsString],
+    opts: &tune::Options,
+    outcomes: &mut [tune::Outcome],
+) {
     let proposed: Vec<LtRow> = outcomes
         .iter()
         .filter(|o| o.adopted.is_some())
@@ -304,10 +309,7 @@ fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tun
     let dir = std::env::temp_dir().join(format!("tunedblas-lt-fresh-{}", std::process::id()));
     let verdicts = std::env::current_exe()
         .map_err(|e| format!("this program's path: {e}"))
-        .and_then(|exe| {
-            let libs = [lt.path.as_path(), cuda.path.as_path()];
-            fresh_verdicts(&exe, libs, opts, &proposed, &dir)
-        });
+        .and_then(|exe| fresh_verdicts(&exe, lib_args, opts, &proposed, &dir));
     let _ = std::fs::remove_dir_all(&dir);
     let withdrawn = tune::apply_fresh(
         outcomes,
@@ -322,11 +324,26 @@ fn confirm_fresh(lt: &Lt, cuda: &Cuda, opts: &tune::Options, outcomes: &mut [tun
     );
 }
 
-/// Runs `exe recheck` on `rows` in a child process, with the libraries `libs` (cuBLASLt,
-/// CUDA runtime) and `opts`; its verdicts, or why there are none.
+/// The arguments that make a cuBLASLt `recheck` child load these libraries and time as
+/// this campaign does.
+fn cublaslt_child_args(lt: &Lt, cuda: &Cuda, opts: &tune::Options) -> Vec<std::ffi::OsString> {
+    vec![
+        "--lib".into(),
+        lt.path.clone().into(),
+        "--cudart".into(),
+        cuda.path.clone().into(),
+        "--timing".into(),
+        opts.timing.name().into(),
+        "--alignment".into(),
+        opts.alignment.to_string().into(),
+    ]
+}
+
+/// Runs `exe lt recheck` on `rows` in a child process, with the library arguments
+/// `lib_args` and `opts`; its verdicts, or why there are none.
 fn fresh_verdicts(
     exe: &Path,
-    libs: [&Path; 2],
+    lib_args: &[std::ffi::OsString],
     opts: &tune::Options,
     rows: &[LtRow],
     dir: &Path,
@@ -352,17 +369,12 @@ fn fresh_verdicts(
         .arg(&file)
         .arg("--log")
         .arg(&log)
-        .arg("--lib")
-        .arg(libs[0])
-        .arg("--cudart")
-        .arg(libs[1])
+        .args(lib_args)
         .args(["--trials", &opts.trials.to_string()])
         .args(["--workspace", &opts.workspace.to_string()])
         .args(["--sample-ms", &opts.sample_ms.to_string()])
         // In percent, as the command line takes it (rounded: 0.03 * 100 is not exactly 3).
         .args(["--margin", &((opts.margin * 1e8).round() / 1e6).to_string()])
-        .args(["--timing", opts.timing.name()])
-        .args(["--alignment", &opts.alignment.to_string()])
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
@@ -491,7 +503,11 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
         tune_key(&cuda, &lt, key, &opts, &d, limits.as_ref())
     })?;
-    confirm_fresh(&lt, &cuda, &opts, &mut outcomes);
+    confirm_fresh(
+        &cublaslt_child_args(&lt, &cuda, &opts),
+        &opts,
+        &mut outcomes,
+    );
     print_table(&opts, &outcomes);
     let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
     let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
@@ -573,6 +589,9 @@ fn profile_rows(a: &Args) -> CliResult<Vec<LtRow>> {
 }
 
 pub fn cmd_recheck(a: &Args) -> CliResult<()> {
+    if hip::wanted(a)? {
+        return hip::cmd_recheck(a);
+    }
     let mut opts = options(a)?;
     let rows = profile_rows(a)?;
     let (cuda, lt) = load(a)?;
@@ -588,32 +607,47 @@ pub fn cmd_recheck(a: &Args) -> CliResult<()> {
         let p = Problem::new(&cuda, &lt, r.key, sets, opts.workspace)?;
         p.set_timing(opts.timing);
         p.set_alignment(opts.alignment)?;
-        let c = tune::recheck(&p, &cfg, &opts, &d)?;
-        println!(
-            "{} {} {}: heuristic {:.5} ms ({:.1}%), tuned {:.5} ms ({:.1}%), gain {:+.1}% {}",
-            c.op,
-            c.signature,
-            c.solution,
-            c.heuristic_ms,
-            c.heuristic_spread * 100.0,
-            c.tuned_ms,
-            c.tuned_spread * 100.0,
-            c.gain * 100.0,
-            match (&c.error, c.still_wins) {
-                (Some(e), _) => format!("FAILED: {e}"),
-                (None, true) if c.confirmed => "still wins by the margin".into(),
-                (None, true) => "still wins, under the margin".into(),
-                (None, false) => "FALSE ADOPT".into(),
-            }
-        );
-        out.push(c);
+        out.push(say_recheck(tune::recheck(&p, &cfg, &opts, &d)?));
     }
+    report_rechecks(a, &opts, out)
+}
+
+/// One recheck's line on stdout.
+fn say_recheck(c: tune::Recheck) -> tune::Recheck {
+    println!(
+        "{} {} {}: heuristic {:.5} ms ({:.1}%), tuned {:.5} ms ({:.1}%), gain {:+.1}% {}",
+        c.op,
+        c.signature,
+        c.solution,
+        c.heuristic_ms,
+        c.heuristic_spread * 100.0,
+        c.tuned_ms,
+        c.tuned_spread * 100.0,
+        c.gain * 100.0,
+        match (&c.error, c.still_wins) {
+            (Some(e), _) => format!("FAILED: {e}"),
+            (None, true) if c.confirmed => "still wins by the margin".into(),
+            (None, true) => "still wins, under the margin".into(),
+            (None, false) => "FALSE ADOPT".into(),
+        }
+    );
+    c
+}
+
+/// The summary line of a recheck and its `--log`.
+fn report_rechecks(a: &Args, opts: &tune::Options, out: Vec<tune::Recheck>) -> CliResult<()> {
     let wins = out.iter().filter(|c| c.still_wins).count();
     let confirmed = out.iter().filter(|c| c.confirmed).count();
+    // A row that could not run is not a false adopt: it is said apart.
+    let failed = out.iter().filter(|c| c.error.is_some()).count();
     println!(
-        "recheck: {wins} of {} adopted rows still win in a fresh process ({} false adopts; {confirmed} by the {:.0}% margin)",
+        "recheck: {wins} of {} adopted rows still win in a fresh process ({} false adopts{}; {confirmed} by the {:.0}% margin)",
         out.len(),
-        out.len() - wins,
+        out.len() - wins - failed,
+        match failed {
+            0 => String::new(),
+            n => format!(", {n} could not run"),
+        },
         opts.margin * 100.0
     );
     Ok(write_json(
@@ -995,17 +1029,27 @@ exit {exit}
             action: LtAction::Config(cfg),
             time_ms: Some(0.0064),
         }];
-        let libs = [Path::new("/the/cublasLt.so"), Path::new("/the/cudart.so")];
         let opts = tune::Options::default();
+        let libs: Vec<std::ffi::OsString> = [
+            "--lib",
+            "/the/cublasLt.so",
+            "--cudart",
+            "/the/cudart.so",
+            "--timing",
+            opts.timing.name(),
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
         let work = dir.join("work");
-        let v = fresh_verdicts(&stand_in_child(&dir, 0), libs, &opts, &rows, &work).unwrap();
+        let v = fresh_verdicts(&stand_in_child(&dir, 0), &libs, &opts, &rows, &work).unwrap();
         let sig = op_and_signature(&key).1;
         assert_eq!(v, [(sig, cfg.solution_name(), Some(0.05))]);
         // A child that fails gives no verdicts, whatever it wrote.
-        let e = fresh_verdicts(&stand_in_child(&dir, 1), libs, &opts, &rows, &work).unwrap_err();
+        let e = fresh_verdicts(&stand_in_child(&dir, 1), &libs, &opts, &rows, &work).unwrap_err();
         assert!(e.contains("exit status: 1"), "{e}");
         let missing = dir.join("no-such-program");
-        assert!(fresh_verdicts(&missing, libs, &opts, &rows, &work).is_err());
+        assert!(fresh_verdicts(&missing, &libs, &opts, &rows, &work).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -9,7 +9,7 @@ use tunedblas_core::cublaslt::{op_and_signature, LtAction, LtKey};
 
 use super::cuda::{err, Result};
 use super::numeric::{median, rel_l2, spread, tolerance};
-use super::tune::{Options, Outcome, Timed};
+use super::tune::{Options, Outcome, Recheck, Timed};
 
 /// One problem of one library, ready to run: what the pipeline needs of it.
 pub trait Bench {
@@ -287,6 +287,34 @@ fn confirm_in_process<B: Bench>(
             cg * 100.0
         );
     }
+    Ok(())
+}
+
+/// A row re-measured against the heuristic (`recheck`): interleaved trials of the two,
+/// after the same sample sizing and warm-up as tuning; the result goes into `r`.
+pub fn measure_pair<B: Bench>(
+    b: &B,
+    base: &B::Algo,
+    algo: &B::Algo,
+    opts: &Options,
+    r: &mut Recheck,
+) -> Result<()> {
+    for _ in 0..3 {
+        b.time(algo, 4)?;
+    }
+    let calls = sample_calls(b, base, opts)?;
+    // Both graphs captured first (capture leaves the device idle), then the warm-up.
+    b.time(algo, calls)?;
+    b.time(base, calls)?;
+    warm_up(b, base, calls)?;
+    let t = trials(b, &[base, algo], calls, opts.trials)?;
+    r.heuristic_ms = median(&t[0]);
+    r.heuristic_spread = spread(&t[0]);
+    r.tuned_ms = median(&t[1]);
+    r.tuned_spread = spread(&t[1]);
+    r.gain = 1.0 - r.tuned_ms / r.heuristic_ms;
+    r.still_wins = r.tuned_ms < r.heuristic_ms;
+    r.confirmed = r.gain >= opts.margin;
     Ok(())
 }
 

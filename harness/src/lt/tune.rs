@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use tunedblas_core::cublaslt::*;
 
 use super::cuda::Result;
-use super::numeric::{median, spread};
 use super::pipeline::{self, Bench};
 use super::problem::{Delay, Problem};
 
@@ -312,49 +311,38 @@ pub struct Recheck {
     pub error: Option<String>,
 }
 
+impl Recheck {
+    /// A recheck of `solution` for `key`, nothing measured yet.
+    pub fn new(key: &LtKey, solution: String) -> Recheck {
+        let (op, signature) = op_and_signature(key);
+        Recheck {
+            op,
+            signature,
+            solution,
+            heuristic_ms: f64::NAN,
+            heuristic_spread: f64::NAN,
+            tuned_ms: f64::NAN,
+            tuned_spread: f64::NAN,
+            gain: f64::NAN,
+            still_wins: false,
+            confirmed: false,
+            error: None,
+        }
+    }
+}
+
 pub fn recheck(p: &Problem, cfg: &AlgoConfig, opts: &Options, delay: &Delay) -> Result<Recheck> {
-    let (op, signature) = op_and_signature(&p.key);
     let base =
         p.heuristic(1)?.into_iter().next().ok_or_else(|| {
             super::cuda::Error("cuBLASLt has no algorithm for this problem".into())
         })?;
-    let mut r = Recheck {
-        op,
-        signature,
-        solution: cfg.solution_name(),
-        heuristic_ms: f64::NAN,
-        heuristic_spread: f64::NAN,
-        tuned_ms: f64::NAN,
-        tuned_spread: f64::NAN,
-        gain: f64::NAN,
-        still_wins: false,
-        confirmed: false,
-        error: None,
-    };
-    let algo = match p.rebuild(cfg) {
-        Ok((a, _)) => a,
-        Err(e) => {
-            r.error = Some(e);
-            return Ok(r);
+    let mut r = Recheck::new(&p.key, cfg.solution_name());
+    match p.rebuild(cfg) {
+        Ok((algo, _)) => {
+            pipeline::measure_pair(&LtBench { p, delay }, &base.algo, &algo, opts, &mut r)?
         }
-    };
-    let b = LtBench { p, delay };
-    for _ in 0..3 {
-        b.time(&algo, 4)?;
+        Err(e) => r.error = Some(e),
     }
-    let calls = pipeline::sample_calls(&b, &base.algo, opts)?;
-    // Both graphs captured first (capture leaves the device idle), then the warm-up.
-    b.time(&algo, calls)?;
-    b.time(&base.algo, calls)?;
-    pipeline::warm_up(&b, &base.algo, calls)?;
-    let t = pipeline::trials(&b, &[&base.algo, &algo], calls, opts.trials)?;
-    r.heuristic_ms = median(&t[0]);
-    r.heuristic_spread = spread(&t[0]);
-    r.tuned_ms = median(&t[1]);
-    r.tuned_spread = spread(&t[1]);
-    r.gain = 1.0 - r.tuned_ms / r.heuristic_ms;
-    r.still_wins = r.tuned_ms < r.heuristic_ms;
-    r.confirmed = r.gain >= opts.margin;
     Ok(r)
 }
 

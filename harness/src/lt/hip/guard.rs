@@ -32,6 +32,8 @@ pub type AllAlgosFn = unsafe extern "C" fn(
     usize,
     *mut usize,
 ) -> c_int;
+pub type AlgoFromIndexFn =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, *mut HipblasLtMatmulAlgo) -> c_int;
 pub type IndexOfFn =
     unsafe extern "C" fn(*mut c_void, *mut HipblasLtMatmulAlgo, *mut c_int) -> c_int;
 pub type IsSupportedFn = unsafe extern "C" fn(
@@ -51,6 +53,7 @@ pub type IsSupportedFn = unsafe extern "C" fn(
 /// The guard's functions the tuner uses.
 pub struct Guard {
     pub all_algos: AllAlgosFn,
+    pub algo_from_index: AlgoFromIndexFn,
     pub index_of: IndexOfFn,
     pub is_supported: IsSupportedFn,
 }
@@ -95,6 +98,9 @@ pub fn load() -> Result<Guard> {
         Ok(Guard {
             all_algos: std::mem::transmute::<*mut c_void, AllAlgosFn>(sym(
                 c"tunedblas_guard_all_algos",
+            )?),
+            algo_from_index: std::mem::transmute::<*mut c_void, AlgoFromIndexFn>(sym(
+                c"tunedblas_guard_algo_from_index",
             )?),
             index_of: std::mem::transmute::<*mut c_void, IndexOfFn>(sym(
                 c"tunedblas_guard_index_of",

@@ -1,6 +1,6 @@
-//! hipBLASLt, loaded at run time: the C API the tuner builds problems with, and the three
+//! hipBLASLt, loaded at run time: the C API the tuner builds problems with, and the four
 //! `hipblaslt_ext` functions it reaches through the guard (every algorithm for a problem,
-//! an algorithm's index, whether an algorithm runs a problem).
+//! an index's algorithm and an algorithm's index, whether an algorithm runs a problem).
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,7 @@ pub struct HipLt {
     pub heuristic: HipblasLtMatmulAlgoGetHeuristicFn,
     version: HipblasLtGetVersionFn,
     all_algos: *mut c_void,
+    from_index: *mut c_void,
     index_of: *mut c_void,
     is_supported: *mut c_void,
     pub guard: Guard,
@@ -89,6 +90,7 @@ impl HipLt {
                 heuristic: sym(h, "hipblasLtMatmulAlgoGetHeuristic")?,
                 version: sym(h, "hipblasLtGetVersion")?,
                 all_algos: sym(h, HIPBLASLT_EXT_GET_ALL_ALGOS)?,
+                from_index: sym(h, HIPBLASLT_EXT_GET_ALGOS_FROM_INDEX)?,
                 index_of: sym(h, HIPBLASLT_EXT_GET_INDEX_FROM_ALGO)?,
                 is_supported: sym(h, HIPBLASLT_EXT_MATMUL_IS_ALGO_SUPPORTED)?,
                 guard,
@@ -152,6 +154,21 @@ impl HipLt {
                 return Ok(out);
             }
             out = vec![HipblasLtMatmulHeuristicResult::default(); total];
+        }
+    }
+
+    /// `getAlgosFromIndex` for one index: the algorithm a `Gemm_Hipblaslt_<index>` row
+    /// names, as the interposer rebuilds it.
+    pub fn algo_from_index(&self, index: i32) -> Result<HipblasLtMatmulAlgo> {
+        let mut algo = HipblasLtMatmulAlgo::default();
+        // SAFETY: the guard calls getAlgosFromIndex with its own vectors and writes `algo`.
+        match unsafe {
+            (self.guard.algo_from_index)(self.from_index, self.handle, index, &mut algo)
+        } {
+            -1 => err(format!(
+                "this hipBLASLt build has no algorithm of index {index}"
+            )),
+            st => check(&format!("hipblaslt_ext::getAlgosFromIndex({index})"), st).map(|()| algo),
         }
     }
 

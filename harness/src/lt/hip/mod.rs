@@ -4,10 +4,11 @@
 //! TunableOp's own form) into the profile of the loaded library's sha256, in the same store,
 //! checkpoint and campaign lock.
 //!
-//! What differs from cuBLASLt, and why: samples are timed with events (no hipGraph mode
-//! yet); the confirmation is the second set of trials in this process (the fresh-process
-//! `recheck` is cuBLASLt's); there is no wider search (`getAllAlgos` already lists every
-//! algorithm) and no alignment preference (hipBLASLt has none). No AMD GPU is at hand where
+//! Adoptions are confirmed as cuBLASLt's are: a second set of trials in this process, then
+//! a fresh process (`lt recheck --backend hipblaslt`, which also rechecks any profile's
+//! index rows, PyTorch's included). What differs from cuBLASLt, and why: samples are timed
+//! with events (no hipGraph mode yet); there is no wider search (`getAllAlgos` already
+//! lists every algorithm) and no alignment preference (hipBLASLt has none). No AMD GPU is at hand where
 //! this was written: it runs in CI on the stand-in hipBLASLt and HIP runtime
 //! (`tests/hosts/fake_hipblaslt.cpp`, `fake_hip.c`), on no real device yet.
 
@@ -75,11 +76,6 @@ fn refuse_cuda_only(a: &Args) -> CliResult<()> {
             )))
         }
     }
-    if a.value("--confirm") == Some("fresh") {
-        return Err(a.usage(
-            "--confirm fresh: the fresh-process recheck is cuBLASLt's; hipBLASLt rows are confirmed by a second set of trials in this process",
-        ));
-    }
     Ok(())
 }
 
@@ -104,7 +100,6 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     refuse_cuda_only(a)?;
     let mut opts = super::options(a)?;
     opts.timing = super::timing::Timing::Events;
-    opts.fresh = false;
     opts.l2_bytes = CACHE_BYTES;
     let profiles = PathBuf::from(need(a, "--profiles")?);
     let name = need(a, "--name")?;
@@ -117,12 +112,13 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     })?;
     eprintln!(
         "tunedblas lt: tuning {} shapes on hipBLASLt {} ({}) {}, HIP runtime {}; every algorithm getAllAlgos lists, \
-         timed with events, confirmed in this process",
+         timed with events, confirmed {}",
         keys.len(),
         lt.version(),
         lt.path.display(),
         &sha[..12],
-        rt.runtime_version()
+        rt.runtime_version(),
+        if opts.fresh { "in a fresh process" } else { "in this process only" }
     );
     let folder = crate::store::Folder {
         name: name.to_string(),
@@ -138,11 +134,12 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         &keys,
         a.has("--fresh"),
     )?;
-    let outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
+    let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
         let sets = super::problem::Problem::sets_for(key, opts.l2_bytes);
         let p = HipProblem::new(&rt, &lt, *key, sets, opts.workspace)?;
         tune::tune_shape(&p, &opts)
     })?;
+    super::confirm_fresh(&child_args(&rt, &lt), &opts, &mut outcomes);
     super::print_table(&opts, &outcomes);
     let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
     let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
@@ -167,6 +164,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         "options": {
             "trials": opts.trials, "margin": opts.margin, "win_share": opts.win_share,
             "workspace": opts.workspace, "sample_ms": opts.sample_ms, "timing": opts.timing,
+            "fresh": opts.fresh,
         },
         "shapes": outcomes.len(),
         "adopted": adopted,
@@ -200,4 +198,38 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         &sha[..12]
     );
     Ok(())
+}
+
+/// The arguments that make a `recheck` child load this runtime and library.
+fn child_args(rt: &HipRt, lt: &HipLt) -> Vec<std::ffi::OsString> {
+    vec![
+        "--backend".into(),
+        "hipblaslt".into(),
+        "--lib".into(),
+        lt.path.clone().into(),
+        "--hip".into(),
+        rt.path.clone().into(),
+    ]
+}
+
+/// `tunedblas lt recheck --backend hipblaslt`: every `Gemm_Hipblaslt_<index>` row of a
+/// profile (or `--rows` file: tune's fresh-process child, or a PyTorch TunableOp file)
+/// re-measured against the heuristic in this process.
+pub fn cmd_recheck(a: &Args) -> CliResult<()> {
+    refuse_cuda_only(a)?;
+    let mut opts = super::options(a)?;
+    opts.timing = super::timing::Timing::Events;
+    opts.l2_bytes = CACHE_BYTES;
+    let rows = super::profile_rows(a)?;
+    let (rt, lt) = load(a)?;
+    let mut out = Vec::new();
+    for r in &rows {
+        let tunedblas_core::cublaslt::LtAction::Index(index) = r.action else {
+            continue;
+        };
+        let sets = super::problem::Problem::sets_for(&r.key, opts.l2_bytes);
+        let p = HipProblem::new(&rt, &lt, r.key, sets, opts.workspace)?;
+        out.push(super::say_recheck(tune::recheck(&p, index, &opts)?));
+    }
+    super::report_rechecks(a, &opts, out)
 }

@@ -237,6 +237,10 @@ impl<'a> HipProblem<'a> {
         )
     }
 
+    pub fn algo_from_index(&self, index: i32) -> Result<HipblasLtMatmulAlgo> {
+        self.lt.algo_from_index(index)
+    }
+
     pub fn index_of(&self, algo: &HipblasLtMatmulAlgo) -> Result<i32> {
         self.lt.index_of(algo)
     }

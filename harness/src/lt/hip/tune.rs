@@ -10,7 +10,7 @@ use tunedblas_core::hipblaslt::SOLUTION_PREFIX;
 use super::problem::HipProblem;
 use crate::lt::cuda::Result;
 use crate::lt::pipeline::{self, Cand};
-use crate::lt::tune::{Options, Outcome};
+use crate::lt::tune::{Options, Outcome, Recheck};
 
 pub fn tune_shape(p: &HipProblem, opts: &Options) -> Result<Outcome> {
     let base = p.heuristic()?;
@@ -64,4 +64,28 @@ pub fn tune_shape(p: &HipProblem, opts: &Options) -> Result<Outcome> {
     )?;
     out.timing = "events".into();
     Ok(out)
+}
+
+/// The row of `index` re-measured against the heuristic, the algorithm rebuilt from its
+/// index as the interposer rebuilds it and checked as it checks it.
+pub fn recheck(p: &HipProblem, index: i32, opts: &Options) -> Result<Recheck> {
+    let base = p.heuristic()?;
+    let mut r = Recheck::new(&p.key, LtAction::Index(index).solution_text());
+    let algo = p
+        .algo_from_index(index)
+        .and_then(|algo| match p.supported(&algo) {
+            Ok(ws) if ws <= p.workspace_bytes => Ok(algo),
+            Ok(ws) => Err(crate::lt::cuda::Error(format!(
+                "needs {ws} bytes of workspace, callers give {} (--workspace)",
+                p.workspace_bytes
+            ))),
+            Err(st) => Err(crate::lt::cuda::Error(format!(
+                "matmulIsAlgoSupported refuses it for this problem (hipBLAS status {st})"
+            ))),
+        });
+    match algo {
+        Ok(algo) => pipeline::measure_pair(p, &base.algo, &algo, opts, &mut r)?,
+        Err(e) => r.error = Some(e.0),
+    }
+    Ok(r)
 }
