@@ -340,10 +340,12 @@ pub type HipEventSynchronizeFn = unsafe extern "C" fn(HipEvent) -> HipError;
 pub type HipEventElapsedTimeFn = unsafe extern "C" fn(*mut f32, HipEvent, HipEvent) -> HipError;
 pub type HipEventDestroyFn = unsafe extern "C" fn(HipEvent) -> HipError;
 /// `hipMemset(ptr, value, bytes)`, `hipStreamCreate(stream*)`, `hipStreamSynchronize(stream)`,
-/// `hipRuntimeGetVersion(int*)`: the rest of what the hipBLASLt tuner asks of HIP.
+/// `hipStreamDestroy(stream)`, `hipRuntimeGetVersion(int*)`: the rest of what the hipBLASLt
+/// tuner asks of HIP.
 pub type HipMemsetFn = unsafe extern "C" fn(*mut c_void, i32, usize) -> HipError;
 pub type HipStreamCreateFn = unsafe extern "C" fn(*mut Stream) -> HipError;
 pub type HipStreamSynchronizeFn = unsafe extern "C" fn(Stream) -> HipError;
+pub type HipStreamDestroyFn = unsafe extern "C" fn(Stream) -> HipError;
 pub type HipRuntimeGetVersionFn = unsafe extern "C" fn(*mut i32) -> HipError;
 
 // ---- hipBLASLt: what the hipBLASLt backend calls (FACTS.md section 10) ---------------------

@@ -1129,7 +1129,7 @@ fn tunedblas_lt_tune_killed_midway_resumes_and_tunes_each_shape_once() {
     assert!(second.status.success(), "{err}");
     assert!(
         err.contains("resuming: 1 of 3 shapes")
-            && err.contains("[1/3] _2_64_ld_64_64_64: from the checkpoint"),
+            && err.contains("[1/3] tn_64_2_64_ld_64_64_64: from the checkpoint"),
         "{err}"
     );
     let (t1, t2) = (dir.join("t1"), dir.join("t2"));

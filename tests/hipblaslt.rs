@@ -593,9 +593,10 @@ fn a_hosts_own_memfd_plugin_is_not_shadowed_by_the_guard() {
 /// `tunedblas lt tune` on the stand-in: the run records its misses, the tuner runs each one
 /// against every algorithm getAllAlgos lists (FAKEHIPLT_COMPUTE: the stand-in computes D,
 /// FAKEHIPLT_SLOW_HEURISTIC: the heuristic's index 6 takes 4 times as long), drops what
-/// matmulIsAlgoSupported refuses (999), what fails to run (998) and, with less workspace
-/// than it needs, 500; adopts an index that beats the heuristic and writes it as PyTorch
-/// writes it; a second run is served that index and verifies.
+/// matmulIsAlgoSupported refuses (999), what fails to run (998), what computes a wrong D
+/// (FAKEHIPLT_WRONG_INDEX: 7) and, with less workspace than it needs, 500; adopts an index
+/// that beats the heuristic and writes it as PyTorch writes it; a second run is served that
+/// index and verifies. An NN shape checks the host reference's other transpose.
 #[test]
 fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     let dir = scratch("hiplt-tune");
@@ -622,6 +623,7 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
             .arg(dir.join(format!("{name}.json")))
             .env("FAKEHIPLT_COMPUTE", "1")
             .env("FAKEHIPLT_SLOW_HEURISTIC", "1")
+            .env("FAKEHIPLT_WRONG_INDEX", "7")
             .env_remove("FAKEHIPLT_TRACE");
         let out = cmd.output().unwrap();
         let stdout = common::ok(&out);
@@ -629,9 +631,10 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
             &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
         )
         .unwrap();
-        (stdout, text(&out.stderr), log["outcomes"][0].clone())
+        (stdout, text(&out.stderr), log["outcomes"].clone())
     };
-    let (stdout, stderr, o) = tune("amd-tuned", &["--workspace", "8192"]);
+    let (stdout, stderr, outcomes) = tune("amd-tuned", &["--workspace", "8192"]);
+    let o = &outcomes[0];
     assert!(
         stderr.contains("every algorithm getAllAlgos lists"),
         "{stderr}"
@@ -660,6 +663,10 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
         dropped.contains("1 of the 13 algorithms listed: not supported"),
         "999: {dropped}"
     );
+    assert!(
+        dropped.contains("Gemm_Hipblaslt_7: relative error"),
+        "a wrong D: {dropped}"
+    );
     // Every other runnable index was timed or lost its probe (CPU timing is noisy).
     let mut seen: Vec<String> = o["candidates"]
         .as_array()
@@ -673,7 +680,7 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
         }
     }
     seen.sort();
-    let mut expected: Vec<String> = [0, 1, 2, 3, 4, 5, 7, 8, 9, 500]
+    let mut expected: Vec<String> = [0, 1, 2, 3, 4, 5, 8, 9, 500]
         .iter()
         .map(|i| format!("Gemm_Hipblaslt_{i}"))
         .collect();
@@ -696,8 +703,33 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
     let registry = std::fs::read_to_string(dir.join("profiles-amd-tuned/profiles.json")).unwrap();
     assert!(registry.contains(&hiplt().sha), "{registry}");
 
-    // Callers that give less workspace than an index needs never get it.
+    // Callers that give less workspace than an index needs never get it. (With an NN shape
+    // beside: A not transposed, its reference computed the other way round.)
+    let mut nn = key(64, 16, 64);
+    nn.trans_a = tunedblas_core::key::Trans::N;
+    let (op, sig) = op_and_signature(&nn);
+    std::fs::write(
+        dir.join("misses/by-hand-1-1-hipblaslt-rank0.csv"),
+        format!("{op},{sig}\n"),
+    )
+    .unwrap();
     let (_, _, small) = tune("amd-small-ws", &["--workspace", "1024"]);
+    assert_eq!(small.as_array().unwrap().len(), 2, "{small}");
+    let nn_outcome = small
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["signature"] == sig.as_str())
+        .unwrap_or_else(|| panic!("{sig} not tuned: {small}"));
+    let err = nn_outcome["heuristic"]["rel_err"].as_f64().unwrap();
+    assert!(err > 0.0 && err < 1e-2, "{nn_outcome}");
+    let small = small
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["signature"] != sig.as_str())
+        .unwrap()
+        .clone();
     let dropped = small["dropped"].to_string();
     for i in [500, 998] {
         assert!(
@@ -758,7 +790,7 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
         .arg(hiplt().hip_libdir.join("libamdhip64.so.6"))
         .arg("--rows")
         .arg(&rows)
-        .args(["--trials", "9", "--sample-ms", "10"])
+        .args(["--trials", "9", "--sample-ms", "10", "--workspace", "8192"])
         .arg("--log")
         .arg(dir.join("recheck.json"))
         .env("FAKEHIPLT_COMPUTE", "1")
@@ -795,12 +827,13 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
     assert_eq!(log["rechecks"].as_array().unwrap().len(), 4, "{log}");
 }
 
-/// The hipBLASLt tuner refuses the cuBLASLt-only options by name (exit 2) before loading
-/// anything, and says which library and runtime it could not load (exit 3).
+/// The hipBLASLt tuner refuses the cuBLASLt-only options by name and wants the callers'
+/// workspace said (exit 2, before loading anything), and says which library or runtime it
+/// could not load, or that a --hip is not the runtime hipBLASLt runs on (exit 3).
 #[test]
 fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
     let dir = scratch("hiplt-tune-args");
-    let run = |extra: &[&str]| {
+    let run = |workspace: bool, extra: &[&str]| {
         let mut cmd = common::tunedblas_cmd(
             &dir,
             &[
@@ -816,29 +849,110 @@ fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
             .arg(dir.join("profiles"))
             .args(["--name", "x"])
             .args(extra);
+        if workspace {
+            cmd.args(["--workspace", "8192"]);
+        }
         let out = cmd.output().unwrap();
         (out.status.code(), text(&out.stderr))
     };
     for (args, said) in [
         (&["--timing", "graph"][..], "hipBLASLt is timed with events"),
         (&["--budget", "5"], "--budget is for cuBLASLt"),
+        (&["--candidates", "4"], "--candidates is for cuBLASLt"),
         (&["--cudart", "/x.so"], "--cudart is for cuBLASLt"),
         (
             &["--backend", "rocblas"],
             "--backend takes cublaslt or hipblaslt",
         ),
     ] {
-        let (code, stderr) = run(args);
+        let (code, stderr) = run(true, args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
-    let (code, stderr) = run(&["--hip", "/no/such/libamdhip64.so"]);
-    assert_eq!(code, Some(3), "{stderr}");
-    assert!(stderr.contains("cannot load the HIP runtime"), "{stderr}");
-    let mut args = vec!["--lib", "/no/such/libhipblaslt.so", "--hip"];
-    let hip = hiplt().hip_libdir.join("libamdhip64.so.6");
-    args.push(hip.to_str().unwrap());
-    let (code, stderr) = run(&args);
+    let (code, stderr) = run(false, &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("needs --workspace BYTES for hipBLASLt"),
+        "{stderr}"
+    );
+
+    let lib = hiplt().lib();
+    let lib = lib.to_str().unwrap();
+    let (code, stderr) = run(true, &["--lib", "/no/such/libhipblaslt.so"]);
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("cannot load hipBLASLt"), "{stderr}");
+    let (code, stderr) = run(true, &["--lib", lib, "--hip", "/no/such/libamdhip64.so"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("cannot load the HIP runtime"), "{stderr}");
+    // A HIP runtime other than the one hipBLASLt links (here a copy of it elsewhere: a
+    // second runtime in one process would take the other's buffers and streams).
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let copy = other.join("libamdhip64.so.6");
+    std::fs::copy(hiplt().hip_libdir.join("libamdhip64.so.6"), &copy).unwrap();
+    let (code, stderr) = run(true, &["--lib", lib, "--hip", copy.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("runs on the HIP runtime"), "{stderr}");
+    // Its own runtime, named or not, is accepted (the stand-in then has a device: it
+    // runs). The stand-in computes nothing here, so no shape can be tuned: exit 1, and no
+    // empty profile is written or registered.
+    let own = hiplt().hip_libdir.join("libamdhip64.so.6");
+    let (code, stderr) = run(true, &["--lib", lib, "--hip", own.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not tuned: the heuristic's own result"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "none of the 1 shapes could be tuned (each is said above); nothing was written"
+        ),
+        "{stderr}"
+    );
+    assert!(!dir.join("profiles/profiles.json").exists());
+}
+
+/// A campaign where a shape cannot be tuned (the stand-in computes only small problems, so
+/// the heuristic's own output of the large one is the NaN its buffer was poisoned with)
+/// writes the rows of the others, fails (exit 1) saying so, and keeps its checkpoint: the
+/// same command again resumes and retries only that shape.
+#[test]
+fn a_hipblaslt_shape_that_cannot_be_tuned_fails_the_campaign_and_is_retried() {
+    let dir = scratch("hiplt-tune-partial");
+    let run = || {
+        let mut cmd = common::tunedblas_cmd(&dir, &["lt", "tune", "--backend", "hipblaslt"]);
+        cmd.arg("--lib")
+            .arg(hiplt().lib())
+            .args(["--shape", "64,16,64", "--shape", "256,256,512"])
+            .arg("--profiles")
+            .arg(dir.join("profiles"))
+            .args(["--name", "partial", "--workspace", "8192", "--trials", "3"])
+            .args(["--confirm", "off"])
+            .env("FAKEHIPLT_COMPUTE", "1")
+            .env_remove("FAKEHIPLT_TRACE");
+        let out = cmd.output().unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    let (code, stderr) = run();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "tn_256_256_512_ld_512_512_256: not tuned: the heuristic's own result is off by NaN"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 of 2 shapes could not be tuned (each is said above; the rows of the other 1 are written)"),
+        "{stderr}"
+    );
+    let rows =
+        std::fs::read_to_string(dir.join("profiles/partial/tunableop_results0.csv")).unwrap();
+    assert!(rows.contains("tn_64_16_64_ld_64_64_64"), "{rows}");
+    assert!(!rows.contains("tn_256_256_512"), "{rows}");
+    let (code, stderr) = run();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("resuming: 1 of 2 shapes were tuned by the interrupted run"),
+        "{stderr}"
+    );
 }

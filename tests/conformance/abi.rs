@@ -55,6 +55,7 @@ pub const QUERIED: &[(&str, &str)] = &[
     ("hipMemset", "HipMemsetFn"),
     ("hipStreamCreate", "HipStreamCreateFn"),
     ("hipStreamSynchronize", "HipStreamSynchronizeFn"),
+    ("hipStreamDestroy", "HipStreamDestroyFn"),
     ("hipRuntimeGetVersion", "HipRuntimeGetVersionFn"),
 ];
 

@@ -67,10 +67,11 @@ pub fn no_device(s: &Suite) {
     assert_eq!(code, Some(3), "{}: {err}", s.name);
     // The hipBLASLt tuner gets as far as a machine without a GPU allows: the real library's
     // C functions and its hipblaslt_ext C++ functions resolve by the names src/abi.rs gives,
-    // the exception guard loads beside the real libstdc++, and the missing device is exit 4.
+    // the exception guard loads beside the real libstdc++, the HIP runtime is the one the
+    // real hipBLASLt links (found through it), and the missing device is exit 4.
     if s.has_hipblas() {
         let cmd = format!(
-            "lt tune --lib {LIBDIR}/libhipblaslt.so.1 --hip {LIBDIR}/libamdhip64.so --shape 64,16,64 --profiles {inside}/p --name c"
+            "lt tune --lib {LIBDIR}/libhipblaslt.so.1 --workspace 1048576 --shape 64,16,64 --profiles {inside}/p --name c"
         );
         let (code, out, err) = harness(s, &inside, &cmd);
         assert_eq!(

@@ -34,6 +34,7 @@ int hipMemcpy(void *d, const void *s, size_t n, int kind) { (void)kind; memmove(
 int hipMemset(void *p, int v, size_t n) { memset(p, v, n); return 0; }
 int hipStreamCreate(void **s) { *s = malloc(1); return 0; }
 int hipStreamSynchronize(void *s) { (void)s; return 0; }
+int hipStreamDestroy(void *s) { free(s); return 0; }
 typedef struct { double ms; } Event;
 int hipEventCreate(Event **e) { *e = calloc(1, sizeof **e); return *e ? 0 : 2; }
 int hipEventDestroy(Event *e) { free(e); return 0; }

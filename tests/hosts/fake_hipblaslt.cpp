@@ -37,8 +37,9 @@
  * - a NULL handle is NOT_INITIALIZED; hipblasLtCreate asks the HIP runtime for the device
  *   (hipGetDevice, fake_hip.c) and fails with NOT_INITIALIZED when that fails;
  * - hipblasLtGetVersion says 100100 (hipBLASLt 1.1.0).
- * FAKEHIPLT_COMPUTE=1 / FAKEHIPLT_SLOW_HEURISTIC=1: hipblasLtMatmul computes D (small
- * unbatched bf16/f32 problems), the heuristic's index 4 times over (for the tuner's tests).
+ * FAKEHIPLT_COMPUTE=1 / FAKEHIPLT_SLOW_HEURISTIC=1 / FAKEHIPLT_WRONG_INDEX=N:
+ * hipblasLtMatmul computes D (small unbatched bf16/f32 problems), the heuristic's index 4
+ * times over, index N wrongly (for the tuner's tests).
  * FAKEHIPLT_CANCEL_POINT=1: a pthread_testcancel() inside hipblasLtMatmul, as hipBLASLt's
  * waits; there is no other cancellation point (the trace is written with it disabled). */
 #include <fcntl.h>
@@ -433,6 +434,12 @@ hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const 
         const char *slow = getenv("FAKEHIPLT_SLOW_HEURISTIC");
         int reps = slow && slow[0] == '1' && index == HEURISTIC_INDEX ? 4 : 1;
         for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
+        /* FAKEHIPLT_WRONG_INDEX=N: index N computes a wrong D (alpha doubled). */
+        const char *wrong = getenv("FAKEHIPLT_WRONG_INDEX");
+        if (wrong && atoi(wrong) == index) {
+            float twice = 2 * *(const float *)alpha;
+            compute_d(desc, &twice, A, Ad, B, Bd, beta, C, Cd, D, Dd);
+        }
     }
     trace(Dd, k_of(desc, Ad), algo, st == HIPBLAS_STATUS_SUCCESS);
     return st;

@@ -27,8 +27,11 @@ SUBCOMMANDS:
         the hipBLASLt misses (*-hipblaslt-rank*.csv): every algorithm getAllAlgos lists that
         matmulIsAlgoSupported accepts within --workspace, the same numerics, probes, trials
         and margin, rows written as PyTorch TunableOp writes them (Gemm_Hipblaslt_<index>)
-        for the loaded hipBLASLt's sha256. Timed with events (no
-        hipGraph mode yet); not yet run on a real AMD GPU.
+        for the loaded hipBLASLt's sha256. --workspace is required (what your callers give
+        hipblasLtMatmul). Timed with events, calls back to back (no hipGraph mode or delay
+        kernel yet: the smallest shapes are timed with their launch cost); not yet run on a
+        real AMD GPU. A shape that cannot be tuned fails the campaign (exit 1) after the
+        other rows are written; the same command again retries it.
     recheck (--profiles DIR --name NAME [--rank R] | --rows FILE)
         Re-measure every adopted row against the heuristic in this (fresh) process: how many
         still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
@@ -54,8 +57,9 @@ OPTIONS:
     --cudart PATH     libcudart.so to load (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)
     --backend LIB     (tune, recheck) cublaslt (default) or hipblaslt; with hipblaslt, --lib is
                       libhipblaslt.so (else $TUNEDBLAS_HIPBLASLT, else libhipblaslt.so.1)
-    --hip PATH        (tune, recheck; hipblaslt) libamdhip64.so to load (else $TUNEDBLAS_HIP, else
-                      libamdhip64.so.7/.6)
+    --hip PATH        (tune, recheck; hipblaslt) the HIP runtime: by default the one hipBLASLt
+                      links; a PATH that is another file is refused (two runtimes in one
+                      process would mix their buffers and streams)
     --trials N        interleaved trials per candidate (15)
     --candidates N    heuristic answers asked for (32)
     --margin PCT      gain needed to adopt, in percent, in the selection and the confirmation

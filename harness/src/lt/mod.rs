@@ -503,6 +503,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
         tune_key(&cuda, &lt, key, &opts, &d, limits.as_ref())
     })?;
+    resume::none_tuned(&keys, &outcomes)?;
     confirm_fresh(
         &cublaslt_child_args(&lt, &cuda, &opts),
         &opts,
@@ -557,7 +558,6 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         entry,
         campaign.clone(),
     )?;
-    checkpoint.retire(&folder.dir);
     write_json(
         a.path("--log"),
         &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
@@ -569,7 +569,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         file.display(),
         &sha[..12]
     );
-    Ok(())
+    resume::finish(&keys, &outcomes, checkpoint, &folder.dir)
 }
 
 fn profile_rows(a: &Args) -> CliResult<Vec<LtRow>> {

@@ -102,12 +102,46 @@ pub fn tune_all(
             "tunedblas lt: [{}/{}] {}: {said}; {} elapsed, ETA {}",
             i + 1,
             keys.len(),
-            sig.chars().skip(5).take(40).collect::<String>(),
+            sig.chars().take(48).collect::<String>(),
             mins_secs(el),
             mins_secs(el / tuned.max(1) as f64 * left as f64)
         );
     }
     Ok(outcomes)
+}
+
+/// Before anything is written: a campaign that tuned no shape fails (exit 1) and writes
+/// nothing (an empty profile registered for the build would serve nothing and hide it).
+pub fn none_tuned(keys: &[LtKey], outcomes: &[Outcome]) -> crate::error::Result<()> {
+    if outcomes.is_empty() && !keys.is_empty() {
+        return Err(crate::error::Error::failed(format!(
+            "none of the {} shapes could be tuned (each is said above); nothing was written",
+            keys.len()
+        )));
+    }
+    Ok(())
+}
+
+/// After the rows are written: shapes that could not be tuned fail the campaign (exit 1),
+/// and its checkpoint is kept, so the same command again retries only those. `Ok` when
+/// every shape was tuned: the checkpoint is then retired.
+pub fn finish(
+    keys: &[LtKey],
+    outcomes: &[Outcome],
+    checkpoint: Checkpoint,
+    dir: &Path,
+) -> crate::error::Result<()> {
+    let untuned = keys.len().saturating_sub(outcomes.len());
+    if untuned == 0 {
+        checkpoint.retire(dir);
+        return Ok(());
+    }
+    Err(crate::error::Error::failed(format!(
+        "{untuned} of {} shapes could not be tuned (each is said above; the rows of the other {} are written): \
+         the same command again retries only those",
+        keys.len(),
+        outcomes.len()
+    )))
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ pub const HIPBLASLT_NAMES: &[&str] = &["libhipblaslt.so.1", "libhipblaslt.so.0",
 pub struct HipLt {
     /// The file the loader mapped (its sha256 names the profile's build).
     pub path: PathBuf,
+    /// Its loader handle (the HIP runtime it links is found through it).
+    pub dl: *mut c_void,
     create: HipblasLtCreateFn,
     pub matmul: HipblasLtMatmulFn,
     pub desc_create: HipblasLtMatmulDescCreateFn,
@@ -76,6 +78,7 @@ impl HipLt {
         // are only ever called through the guard, with the real header's signatures).
         let lt = unsafe {
             HipLt {
+                dl: h,
                 create: sym(h, "hipblasLtCreate")?,
                 matmul: sym(h, "hipblasLtMatmul")?,
                 desc_create: sym(h, "hipblasLtMatmulDescCreate")?,
@@ -184,6 +187,9 @@ impl HipLt {
     }
 
     /// `matmulIsAlgoSupported` for the problem of these descriptors: the workspace it needs.
+    /// hipBLASLt writes into `algo` how the problem must run with it (e.g. its fallback
+    /// flag, which `hipblasLtMatmul` reads): the caller runs the algorithm as updated here,
+    /// as the interposer and PyTorch TunableOp do.
     #[allow(clippy::too_many_arguments)]
     pub fn is_supported(
         &self,
@@ -191,9 +197,9 @@ impl HipLt {
         alpha: *const c_void,
         layouts: [HipblasLtMatrixLayout; 4],
         beta: *const c_void,
-        algo: &HipblasLtMatmulAlgo,
+        algo: &mut HipblasLtMatmulAlgo,
     ) -> std::result::Result<usize, HipblasStatus> {
-        let mut a = *algo;
+        let a = algo;
         let mut ws = 0usize;
         // SAFETY: live descriptors of one problem; the guard passes `a` and `ws` by reference.
         let st = unsafe {
@@ -207,7 +213,7 @@ impl HipLt {
                 beta,
                 layouts[2],
                 layouts[3],
-                &mut a,
+                a,
                 &mut ws,
             )
         };

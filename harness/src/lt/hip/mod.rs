@@ -48,7 +48,8 @@ pub fn wanted(a: &Args) -> CliResult<bool> {
     }
 }
 
-/// What the cuBLASLt-only options would change, refused by name rather than ignored.
+/// What the cuBLASLt-only options would change, refused by name rather than ignored; and
+/// the workspace, which hipBLASLt's tuning cannot default.
 fn refuse_cuda_only(a: &Args) -> CliResult<()> {
     for (opt, why) in [
         ("--cudart", "hipBLASLt runs on the HIP runtime: pass --hip"),
@@ -63,10 +64,23 @@ fn refuse_cuda_only(a: &Args) -> CliResult<()> {
             "--copy-mib",
             "the bandwidth limit is measured on cuBLASLt only",
         ),
+        (
+            "--candidates",
+            "every algorithm getAllAlgos lists is a candidate",
+        ),
     ] {
         if a.value(opt).is_some() {
             return Err(a.usage(format!("{opt} is for cuBLASLt: {why}")));
         }
+    }
+    // hipBLASLt's heuristic and the algorithms it may use depend on the workspace the
+    // caller gives, which differs between frameworks and releases: it is not guessed.
+    if a.value("--workspace").is_none() {
+        return Err(a.usage(
+            "needs --workspace BYTES for hipBLASLt: the workspace your callers give hipblasLtMatmul \
+             (a row needing more is passed through by the interposer, and the heuristic tuned against \
+             must be the one your callers get)",
+        ));
     }
     match a.value("--timing") {
         None | Some("events") => {}
@@ -79,12 +93,12 @@ fn refuse_cuda_only(a: &Args) -> CliResult<()> {
     Ok(())
 }
 
-/// The HIP runtime and hipBLASLt (a library that cannot be loaded is exit 3), then the
-/// device (none: exit 4, as `tunedblas` says of rocBLAS), then the handle.
+/// hipBLASLt and the HIP runtime it runs on (a library that cannot be loaded is exit 3),
+/// then the device (none: exit 4, as `tunedblas` says of rocBLAS), then the handle.
 fn load(a: &Args) -> CliResult<(HipRt, HipLt)> {
     let cannot_load = |e: crate::lt::cuda::Error| crate::error::Error::not_rocblas(e.0);
-    let rt = HipRt::load(a.path("--hip").as_deref()).map_err(cannot_load)?;
     let mut lt = HipLt::load(a.path("--lib").as_deref()).map_err(cannot_load)?;
+    let rt = HipRt::load(a.path("--hip").as_deref(), lt.dl, &lt.path).map_err(cannot_load)?;
     if let Err(e) = rt.device_count() {
         return Err(crate::error::Error::no_device(format!(
             "{} (HIP runtime {})",
@@ -139,6 +153,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         let p = HipProblem::new(&rt, &lt, *key, sets, opts.workspace)?;
         tune::tune_shape(&p, &opts)
     })?;
+    resume::none_tuned(&keys, &outcomes)?;
     super::confirm_fresh(&child_args(&rt, &lt), &opts, &mut outcomes);
     super::print_table(&opts, &outcomes);
     let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
@@ -185,7 +200,6 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         entry,
         campaign.clone(),
     )?;
-    checkpoint.retire(&folder.dir);
     write_json(
         a.path("--log"),
         &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
@@ -197,7 +211,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         file.display(),
         &sha[..12]
     );
-    Ok(())
+    resume::finish(&keys, &outcomes, checkpoint, &folder.dir)
 }
 
 /// The arguments that make a `recheck` child load this runtime and library.

@@ -20,6 +20,7 @@ pub struct HipRt {
     memset: HipMemsetFn,
     stream_create: HipStreamCreateFn,
     stream_sync: HipStreamSynchronizeFn,
+    stream_destroy: HipStreamDestroyFn,
     event_create: HipEventCreateFn,
     event_destroy: HipEventDestroyFn,
     event_record: HipEventRecordFn,
@@ -38,38 +39,73 @@ fn check(what: &str, e: HipError) -> Result<()> {
 }
 
 impl HipRt {
-    /// Loads the HIP runtime: `path`, else `$TUNEDBLAS_HIP`, else `libamdhip64.so.7/.6`.
-    /// Global scope, where hipBLASLt finds it.
-    pub fn load(path: Option<&Path>) -> Result<HipRt> {
-        let (h, path) = open_first(
-            &candidates(path, "TUNEDBLAS_HIP", HIP_NAMES),
-            libc::RTLD_NOW | libc::RTLD_GLOBAL,
-        )
-        .map_err(|e| {
+    /// The HIP runtime hipBLASLt runs on, found through its handle `lt_dl` (a process with
+    /// two HIP runtimes would hand one's buffers and streams to the other). `path`, where
+    /// given, must be that file (after symlinks), else the error says which one it is.
+    pub fn load(path: Option<&Path>, lt_dl: *mut c_void, lt_path: &Path) -> Result<HipRt> {
+        // SAFETY: dlsym through hipBLASLt's handle searches it and what it links.
+        let linked = unsafe { sym::<*mut c_void>(lt_dl, "hipMalloc") }
+            .ok()
+            .and_then(|p| tunedblas_core::identity::library_of_address(p as usize));
+        let (h, path) = match (path, &linked) {
+            (None, Some(file)) => (lt_dl, file.clone()),
+            _ => {
+                let (h, given) = open_first(
+                    &candidates(path, "TUNEDBLAS_HIP", HIP_NAMES),
+                    libc::RTLD_NOW | libc::RTLD_GLOBAL,
+                )
+                .map_err(|e| {
+                    Error(format!(
+                        "cannot load the HIP runtime ({}); pass --hip <libamdhip64.so>",
+                        e.0
+                    ))
+                })?;
+                let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+                let file = unsafe { sym::<*mut c_void>(h, "hipMalloc") }
+                    .ok()
+                    .and_then(|p| tunedblas_core::identity::library_of_address(p as usize))
+                    .unwrap_or(given);
+                if let Some(linked) = linked.filter(|l| real(l) != real(&file)) {
+                    return err(format!(
+                        "{} runs on the HIP runtime {}, not {}: leave --hip out (and $TUNEDBLAS_HIP unset) or name that file",
+                        lt_path.display(),
+                        linked.display(),
+                        file.display()
+                    ));
+                }
+                (h, file)
+            }
+        };
+        let file_for_errors = path.clone();
+        // SAFETY: each symbol has the C type src/abi.rs gives it (hip_runtime_api.h).
+        let rt = unsafe {
+            (|| -> Result<HipRt> {
+                Ok(HipRt {
+                    path,
+                    malloc: sym(h, "hipMalloc")?,
+                    free: sym(h, "hipFree")?,
+                    memcpy: sym(h, "hipMemcpy")?,
+                    memset: sym(h, "hipMemset")?,
+                    stream_create: sym(h, "hipStreamCreate")?,
+                    stream_sync: sym(h, "hipStreamSynchronize")?,
+                    stream_destroy: sym(h, "hipStreamDestroy")?,
+                    event_create: sym(h, "hipEventCreate")?,
+                    event_destroy: sym(h, "hipEventDestroy")?,
+                    event_record: sym(h, "hipEventRecord")?,
+                    event_sync: sym(h, "hipEventSynchronize")?,
+                    event_elapsed: sym(h, "hipEventElapsedTime")?,
+                    device_count: sym(h, "hipGetDeviceCount")?,
+                    runtime_version: sym(h, "hipRuntimeGetVersion")?,
+                })
+            })()
+        };
+        rt.map_err(|e| {
             Error(format!(
-                "cannot load the HIP runtime ({}); pass --hip <libamdhip64.so>",
+                "the HIP runtime {}: {}",
+                file_for_errors.display(),
                 e.0
             ))
-        })?;
-        // SAFETY: each symbol has the C type src/abi.rs gives it (hip_runtime_api.h).
-        unsafe {
-            Ok(HipRt {
-                path,
-                malloc: sym(h, "hipMalloc")?,
-                free: sym(h, "hipFree")?,
-                memcpy: sym(h, "hipMemcpy")?,
-                memset: sym(h, "hipMemset")?,
-                stream_create: sym(h, "hipStreamCreate")?,
-                stream_sync: sym(h, "hipStreamSynchronize")?,
-                event_create: sym(h, "hipEventCreate")?,
-                event_destroy: sym(h, "hipEventDestroy")?,
-                event_record: sym(h, "hipEventRecord")?,
-                event_sync: sym(h, "hipEventSynchronize")?,
-                event_elapsed: sym(h, "hipEventElapsedTime")?,
-                device_count: sym(h, "hipGetDeviceCount")?,
-                runtime_version: sym(h, "hipRuntimeGetVersion")?,
-            })
-        }
+        })
     }
 
     /// Devices the runtime sees; the error where it sees none (no GPU, no driver).
@@ -110,6 +146,11 @@ impl HipRt {
         // SAFETY: out-pointer.
         check("hipStreamCreate", unsafe { (self.stream_create)(&mut s) })?;
         Ok(s)
+    }
+
+    pub fn destroy_stream(&self, s: Stream) {
+        // SAFETY: a stream this runtime made, destroyed once.
+        unsafe { (self.stream_destroy)(s) };
     }
 
     pub fn sync(&self, stream: Stream) -> Result<()> {

@@ -7,6 +7,9 @@
 use tunedblas_core::cublaslt::LtAction;
 use tunedblas_core::hipblaslt::SOLUTION_PREFIX;
 
+use tunedblas_core::abi::{HIPBLAS_STATUS_INVALID_VALUE, HIPBLAS_STATUS_NOT_SUPPORTED};
+
+use super::lib::check;
 use super::problem::HipProblem;
 use crate::lt::cuda::Result;
 use crate::lt::pipeline::{self, Cand};
@@ -18,7 +21,7 @@ pub fn tune_shape(p: &HipProblem, opts: &Options) -> Result<Outcome> {
     let mut dropped = Vec::new();
     let mut cands: Vec<Cand<_>> = Vec::new();
     let (mut listed, mut unsupported, mut no_index) = (0, 0, 0);
-    for r in p.all_algos()? {
+    for mut r in p.all_algos()? {
         listed += 1;
         let index = match p.index_of(&r.algo) {
             Ok(i) if i >= 0 => i,
@@ -31,7 +34,8 @@ pub fn tune_shape(p: &HipProblem, opts: &Options) -> Result<Outcome> {
         if index == base_index || cands.iter().any(|c| c.action == action) {
             continue;
         }
-        match p.supported(&r.algo) {
+        // The algorithm as matmulIsAlgoSupported updates it is the one timed and served.
+        match p.supported(&mut r.algo) {
             Ok(ws) if ws <= p.workspace_bytes => cands.push(Cand {
                 action,
                 algo: r.algo,
@@ -41,7 +45,11 @@ pub fn tune_shape(p: &HipProblem, opts: &Options) -> Result<Outcome> {
                 "{SOLUTION_PREFIX}{index}: needs {ws} bytes of workspace, callers give {} (--workspace)",
                 p.workspace_bytes
             )),
-            Err(_) => unsupported += 1,
+            Err(HIPBLAS_STATUS_INVALID_VALUE | HIPBLAS_STATUS_NOT_SUPPORTED) => unsupported += 1,
+            Err(st) => dropped.push(format!(
+                "{SOLUTION_PREFIX}{index}: {}",
+                check("matmulIsAlgoSupported", st).unwrap_err().0
+            )),
         }
     }
     if unsupported > 0 {
@@ -73,15 +81,18 @@ pub fn recheck(p: &HipProblem, index: i32, opts: &Options) -> Result<Recheck> {
     let mut r = Recheck::new(&p.key, LtAction::Index(index).solution_text());
     let algo = p
         .algo_from_index(index)
-        .and_then(|algo| match p.supported(&algo) {
+        .and_then(|mut algo| match p.supported(&mut algo) {
             Ok(ws) if ws <= p.workspace_bytes => Ok(algo),
             Ok(ws) => Err(crate::lt::cuda::Error(format!(
                 "needs {ws} bytes of workspace, callers give {} (--workspace)",
                 p.workspace_bytes
             ))),
-            Err(st) => Err(crate::lt::cuda::Error(format!(
-                "matmulIsAlgoSupported refuses it for this problem (hipBLAS status {st})"
-            ))),
+            Err(st @ (HIPBLAS_STATUS_INVALID_VALUE | HIPBLAS_STATUS_NOT_SUPPORTED)) => {
+                Err(crate::lt::cuda::Error(format!(
+                    "matmulIsAlgoSupported refuses it for this problem (hipBLAS status {st})"
+                )))
+            }
+            Err(st) => check("matmulIsAlgoSupported", st).map(|()| algo),
         });
     match algo {
         Ok(algo) => pipeline::measure_pair(p, &base.algo, &algo, opts, &mut r)?,
