@@ -763,9 +763,10 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
 }
 
 /// `lt recheck --backend hipblaslt` re-measures index rows (tuned here or by PyTorch)
-/// against the heuristic, each rebuilt from its index and checked as the interposer does:
-/// a row that wins says so; an index the build lacks, one that throws inside hipblaslt_ext
-/// and one matmulIsAlgoSupported refuses each say why, and the run goes on.
+/// against the heuristic, each rebuilt from its index and checked as the interposer does,
+/// its numerics judged as tuning judges them: a row that wins says so; an index the build
+/// lacks, one that throws inside hipblaslt_ext, one matmulIsAlgoSupported refuses and one
+/// computing a wrong D each say why, and the run goes on.
 #[test]
 fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_run() {
     let dir = scratch("hiplt-recheck");
@@ -779,6 +780,7 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
             row(&key(64, 24, 64), "Gemm_Hipblaslt_1500"),
             row(&key(64, 32, 64), "Gemm_Hipblaslt_999"),
             row(&key(64, 40, 64), "Default"),
+            row(&key(64, 48, 64), "Gemm_Hipblaslt_2"),
         ]
         .join("\n"),
     )
@@ -795,11 +797,12 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
         .arg(dir.join("recheck.json"))
         .env("FAKEHIPLT_COMPUTE", "1")
         .env("FAKEHIPLT_SLOW_HEURISTIC", "1")
+        .env("FAKEHIPLT_WRONG_INDEX", "2")
         .env_remove("FAKEHIPLT_TRACE");
     let out = cmd.output().unwrap();
     let stdout = common::ok(&out);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 5, "{stdout}");
+    assert_eq!(lines.len(), 6, "{stdout}");
     assert!(
         lines[0].contains("Gemm_Hipblaslt_3") && lines[0].ends_with("still wins by the margin"),
         "{stdout}"
@@ -818,13 +821,23 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
         ),
         "{stdout}"
     );
+    assert!(
+        lines[4].contains("Gemm_Hipblaslt_2") && lines[4].contains("FAILED: relative error"),
+        "a row computing a wrong D is not timed: {stdout}"
+    );
     assert_eq!(
-        lines[4],
-        "recheck: 1 of 4 adopted rows still win in a fresh process (0 false adopts, 3 could not run; 1 by the 3% margin)"
+        lines[5],
+        "recheck: 1 of 5 adopted rows still win in a fresh process (0 false adopts, 4 could not run; 1 by the 3% margin)"
     );
     let log: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("recheck.json")).unwrap()).unwrap();
-    assert_eq!(log["rechecks"].as_array().unwrap().len(), 4, "{log}");
+    assert_eq!(log["rechecks"].as_array().unwrap().len(), 5, "{log}");
+    assert!(
+        log["rechecks"][0]["rel_err"]
+            .as_f64()
+            .is_some_and(|e| e < 1e-2),
+        "{log}"
+    );
 }
 
 /// The hipBLASLt tuner refuses the cuBLASLt-only options by name and wants the callers'

@@ -37,7 +37,9 @@ SUBCOMMANDS:
         still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
         proposes (--confirm fresh) and adopts only what it confirms by the margin. With
         --backend hipblaslt: the Gemm_Hipblaslt_<index> rows, each rebuilt from its index
-        and checked as the interposer does (PyTorch TunableOp's rows too).
+        and checked as the interposer does (PyTorch TunableOp's rows too). Each row's
+        numerics are judged first, as tuning judges a candidate's: a row computing a wrong
+        result FAILS and is not timed.
     adopt --lib LIBHIPBLASLT --profiles DIR --name NAME [--rank R] FILE
         Make a PyTorch TunableOp results file from a ROCm machine the profile of that
         hipBLASLt build (registered for the file's sha256; nothing is loaded, no GPU is

@@ -132,56 +132,74 @@ fn probe_prune<B: Bench>(
     Ok(keep)
 }
 
-/// Numerics: the heuristic's own error against the reference, and every candidate within
-/// tolerance of it (the others dropped, with why). Returns the heuristic's error and each
-/// kept candidate's.
+/// What outputs are judged against: the reference (or, where the problem has none, the
+/// heuristic's own output), the heuristic's error against it, and the tolerance a
+/// candidate must keep. A heuristic whose own output is off fails the shape.
+struct Judge {
+    reference: Vec<f64>,
+    base_err: f64,
+    tol: f64,
+}
+
+impl Judge {
+    fn new<B: Bench>(b: &B, base: &B::Algo) -> Result<Judge> {
+        let d_type = b.key().d_type;
+        let reference = b.reference()?;
+        let base_out = b.output(base)?;
+        let (reference, base_err) = match reference {
+            Some(r) => {
+                let e = rel_l2(&base_out, &r);
+                (r, e)
+            }
+            // Without a reference the heuristic's output is one; an element it left unwritten
+            // (still the NaN the buffer was poisoned with) or a NaN it computed says it is not.
+            None if base_out.iter().any(|x| x.is_nan()) => (base_out, f64::NAN),
+            None => (base_out, 0.0),
+        };
+        if base_err.is_nan() || base_err > tolerance(d_type) {
+            return err(format!(
+                "the heuristic's own result is off by {base_err:.2e} (tolerance {:.0e}): inputs or reference are wrong",
+                tolerance(d_type)
+            ));
+        }
+        Ok(Judge {
+            reference,
+            base_err,
+            tol: tolerance(d_type).max(2.0 * base_err),
+        })
+    }
+
+    /// `algo`'s relative error, or why it is not kept.
+    fn error_of<B: Bench>(&self, b: &B, algo: &B::Algo) -> std::result::Result<f64, String> {
+        let out = b.output(algo).map_err(|e| e.0)?;
+        match rel_l2(&out, &self.reference) {
+            e if e <= self.tol => Ok(e),
+            e => Err(format!("relative error {e:.2e} over {:.1e}", self.tol)),
+        }
+    }
+}
+
+/// Numerics: every candidate within tolerance of the reference is kept (the others dropped,
+/// with why). Returns the heuristic's error and each kept candidate's.
 fn check_numerics<B: Bench>(
     b: &B,
     base: &B::Algo,
     cands: &mut Vec<Cand<B::Algo>>,
     dropped: &mut Vec<String>,
 ) -> Result<(f64, Vec<f64>)> {
-    let d_type = b.key().d_type;
-    let reference = b.reference()?;
-    let base_out = b.output(base)?;
-    let (reference, base_err) = match reference {
-        Some(r) => {
-            let e = rel_l2(&base_out, &r);
-            (r, e)
-        }
-        // Without a reference the heuristic's output is one; an element it left unwritten
-        // (still the NaN the buffer was poisoned with) or a NaN it computed says it is not.
-        None if base_out.iter().any(|x| x.is_nan()) => (base_out.clone(), f64::NAN),
-        None => (base_out.clone(), 0.0),
-    };
-    let tol = tolerance(d_type).max(2.0 * base_err);
-    if base_err.is_nan() || base_err > tolerance(d_type) {
-        return err(format!(
-            "the heuristic's own result is off by {base_err:.2e} (tolerance {:.0e}): inputs or reference are wrong",
-            tolerance(d_type)
-        ));
-    }
+    let judge = Judge::new(b, base)?;
     let mut errs = Vec::new();
-    cands.retain(|c| match b.output(&c.algo) {
-        Ok(out) => {
-            let e = rel_l2(&out, &reference);
-            if e <= tol {
-                errs.push(e);
-                true
-            } else {
-                dropped.push(format!(
-                    "{}: relative error {e:.2e} over {tol:.1e}",
-                    c.name()
-                ));
-                false
-            }
+    cands.retain(|c| match judge.error_of(b, &c.algo) {
+        Ok(e) => {
+            errs.push(e);
+            true
         }
-        Err(e) => {
-            dropped.push(format!("{}: {}", c.name(), e.0));
+        Err(why) => {
+            dropped.push(format!("{}: {why}", c.name()));
             false
         }
     });
-    Ok((base_err, errs))
+    Ok((judge.base_err, errs))
 }
 
 /// From candidates to a decision: numerics, probes, warm-up, selection trials, and the
@@ -293,8 +311,9 @@ fn confirm_in_process<B: Bench>(
     Ok(())
 }
 
-/// A row re-measured against the heuristic (`recheck`): interleaved trials of the two,
-/// after the same sample sizing and warm-up as tuning; the result goes into `r`.
+/// A row re-measured against the heuristic (`recheck`): its numerics judged as tuning
+/// judges a candidate's (a row off by more is an error, not timed), then interleaved trials
+/// of the two after the same sample sizing and warm-up; the result goes into `r`.
 pub fn measure_pair<B: Bench>(
     b: &B,
     base: &B::Algo,
@@ -302,6 +321,13 @@ pub fn measure_pair<B: Bench>(
     opts: &Options,
     r: &mut Recheck,
 ) -> Result<()> {
+    match Judge::new(b, base)?.error_of(b, algo) {
+        Ok(e) => r.rel_err = Some(e),
+        Err(why) => {
+            r.error = Some(why);
+            return Ok(());
+        }
+    }
     for _ in 0..3 {
         b.time(algo, 4)?;
     }

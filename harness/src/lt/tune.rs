@@ -308,6 +308,8 @@ pub struct Recheck {
     pub still_wins: bool,
     /// Faster by the margin (what `tune`'s fresh-process confirmation asks).
     pub confirmed: bool,
+    /// Its output's relative error against the reference (or the heuristic's output).
+    pub rel_err: Option<f64>,
     pub error: Option<String>,
 }
 
@@ -326,6 +328,7 @@ impl Recheck {
             gain: f64::NAN,
             still_wins: false,
             confirmed: false,
+            rel_err: None,
             error: None,
         }
     }
