@@ -3,6 +3,7 @@
 //! profile format and registry, and the rocBLAS side's arguments, errors and exit codes.
 
 mod adopt;
+mod campaign;
 mod cuda;
 mod hip;
 mod numeric;
@@ -464,10 +465,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         return hip::cmd_tune(a);
     }
     let mut opts = options(a)?;
-    let profiles = PathBuf::from(need(a, "--profiles")?);
-    let name = need(a, "--name")?;
-    registry::check_name(name).map_err(|e| a.usage(e))?;
-    let rank: usize = num(a, "--rank", 0)?;
+    let target = campaign::Target::of(a)?;
     let copy_mib = num(a, "--copy-mib", 1024)?;
     let keys = tune_keys(a, LtLib::Cublaslt)?;
     let (cuda, lt) = load(a)?;
@@ -491,28 +489,8 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
             "the heuristic's answers only".into()
         }
     );
-    // One campaign per profile folder at a time; a killed one resumes from its checkpoint.
-    let folder = crate::store::Folder {
-        name: name.to_string(),
-        dir: profiles.join(name),
-        existed: false,
-    };
-    let _campaign = crate::campaign::lock_campaign(&folder, false)?;
-    let (mut checkpoint, done) =
-        resume::open(&folder.dir, "cublaslt", &sha, rank, &keys, a.has("--fresh"))?;
-    let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
-        tune_key(&cuda, &lt, key, &opts, &d, limits.as_ref())
-    })?;
-    resume::none_tuned(&keys, &outcomes)?;
-    confirm_fresh(
-        &cublaslt_child_args(&lt, &cuda, &opts),
-        &opts,
-        &mut outcomes,
-    );
-    print_table(&opts, &outcomes);
-    let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
-    let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
-    let results = LtResults {
+    let lib = campaign::Library {
+        name: "cublaslt",
         validators: vec![
             ("TUNEDBLAS_BACKEND".into(), "cublaslt".into()),
             ("CUBLASLT_VERSION".into(), lt.version().to_string()),
@@ -522,54 +500,27 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
             ),
             ("GPU_ARCH".into(), cuda.arch()),
         ],
-        rows,
-        skipped: Vec::new(),
+        record: serde_json::json!({
+            "kind": "cublaslt-tune",
+            "library": lt.path.display().to_string(),
+            "cublaslt_version": lt.version(),
+            "arch": cuda.arch(),
+            "options": {
+                "trials": opts.trials, "candidates": opts.candidates, "margin": opts.margin,
+                "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
+                "explore": opts.explore, "timing": opts.timing, "budget": opts.budget,
+                "keep": opts.keep, "fresh": opts.fresh, "alignment": opts.alignment,
+            },
+            "limits": limits,
+        }),
+        arch: Some(cuda.arch()),
+        entry: vec![("cublaslt_version", lt.version().into())],
+        child_args: cublaslt_child_args(&lt, &cuda, &opts),
+        sha,
     };
-    let campaign = serde_json::json!({
-        "kind": "cublaslt-tune",
-        "library": lt.path.display().to_string(),
-        "cublaslt_version": lt.version(),
-        "arch": cuda.arch(),
-        "rank": rank,
-        "options": {
-            "trials": opts.trials, "candidates": opts.candidates, "margin": opts.margin,
-            "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
-            "explore": opts.explore, "timing": opts.timing, "budget": opts.budget,
-            "keep": opts.keep, "fresh": opts.fresh, "alignment": opts.alignment,
-        },
-        "limits": limits,
-        "shapes": outcomes.len(),
-        "adopted": adopted,
-    });
-    let mut entry = registry::Entry::new(name, &sha);
-    entry.rows_per_rank = Some(results.rows.len() as u64);
-    entry.arch = Some(cuda.arch());
-    entry.status = Some("tuned".into());
-    entry.extra.insert("library".into(), "cublaslt".into());
-    entry
-        .extra
-        .insert("cublaslt_version".into(), lt.version().into());
-    let file = write_profile(
-        &profiles,
-        &folder,
-        rank,
-        &sha,
-        &results,
-        entry,
-        campaign.clone(),
-    )?;
-    write_json(
-        a.path("--log"),
-        &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
-    )?;
-    eprintln!(
-        "tunedblas lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for build {}",
-        results.rows.len(),
-        results.rows.len() - adopted,
-        file.display(),
-        &sha[..12]
-    );
-    resume::finish(&keys, &outcomes, checkpoint, &folder.dir)
+    campaign::run(a, &target, lib, &keys, &opts, |key| {
+        tune_key(&cuda, &lt, key, &opts, &d, limits.as_ref())
+    })
 }
 
 fn profile_rows(a: &Args) -> CliResult<Vec<LtRow>> {

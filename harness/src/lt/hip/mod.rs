@@ -18,12 +18,11 @@ mod problem;
 mod runtime;
 mod tune;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use tunedblas_core::cublaslt::{LtLib, LtResults, LtRow};
-use tunedblas_core::registry;
+use tunedblas_core::cublaslt::LtLib;
 
-use super::{need, num, resume, write_json, write_profile, CliResult};
+use super::CliResult;
 use crate::args::Args;
 use lib::HipLt;
 use problem::HipProblem;
@@ -115,10 +114,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let mut opts = super::options(a)?;
     opts.timing = super::timing::Timing::Events;
     opts.l2_bytes = CACHE_BYTES;
-    let profiles = PathBuf::from(need(a, "--profiles")?);
-    let name = need(a, "--name")?;
-    registry::check_name(name).map_err(|e| a.usage(e))?;
-    let rank: usize = num(a, "--rank", 0)?;
+    let target = super::campaign::Target::of(a)?;
     let keys = super::tune_keys(a, LtLib::Hipblaslt)?;
     let (rt, lt) = load(a)?;
     let sha = tunedblas_core::identity::sha256_file(&lt.path).map_err(|e| {
@@ -134,31 +130,8 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         rt.runtime_version(),
         if opts.fresh { "in a fresh process" } else { "in this process only" }
     );
-    let folder = crate::store::Folder {
-        name: name.to_string(),
-        dir: profiles.join(name),
-        existed: false,
-    };
-    let _campaign = crate::campaign::lock_campaign(&folder, false)?;
-    let (mut checkpoint, done) = resume::open(
-        &folder.dir,
-        "hipblaslt",
-        &sha,
-        rank,
-        &keys,
-        a.has("--fresh"),
-    )?;
-    let mut outcomes = resume::tune_all(&keys, done, &mut checkpoint, |key| {
-        let sets = super::problem::Problem::sets_for(key, opts.l2_bytes);
-        let p = HipProblem::new(&rt, &lt, *key, sets, opts.workspace)?;
-        tune::tune_shape(&p, &opts)
-    })?;
-    resume::none_tuned(&keys, &outcomes)?;
-    super::confirm_fresh(&child_args(&rt, &lt), &opts, &mut outcomes);
-    super::print_table(&opts, &outcomes);
-    let rows: Vec<LtRow> = outcomes.iter().map(|o| o.row()).collect();
-    let adopted = outcomes.iter().filter(|o| o.adopted.is_some()).count();
-    let results = LtResults {
+    let lib = super::campaign::Library {
+        name: "hipblaslt",
         validators: vec![
             ("TUNEDBLAS_BACKEND".into(), "hipblaslt".into()),
             ("HIPBLASLT_VERSION".into(), lt.version().to_string()),
@@ -167,51 +140,27 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
                 rt.runtime_version().to_string(),
             ),
         ],
-        rows,
-        skipped: Vec::new(),
+        record: serde_json::json!({
+            "kind": "hipblaslt-tune",
+            "library": lt.path.display().to_string(),
+            "hipblaslt_version": lt.version(),
+            "hip_runtime": rt.path.display().to_string(),
+            "options": {
+                "trials": opts.trials, "margin": opts.margin, "win_share": opts.win_share,
+                "workspace": opts.workspace, "sample_ms": opts.sample_ms, "timing": opts.timing,
+                "fresh": opts.fresh,
+            },
+        }),
+        arch: None,
+        entry: vec![("hipblaslt_version", lt.version().into())],
+        child_args: child_args(&rt, &lt),
+        sha,
     };
-    let campaign = serde_json::json!({
-        "kind": "hipblaslt-tune",
-        "library": lt.path.display().to_string(),
-        "hipblaslt_version": lt.version(),
-        "hip_runtime": rt.path.display().to_string(),
-        "rank": rank,
-        "options": {
-            "trials": opts.trials, "margin": opts.margin, "win_share": opts.win_share,
-            "workspace": opts.workspace, "sample_ms": opts.sample_ms, "timing": opts.timing,
-            "fresh": opts.fresh,
-        },
-        "shapes": outcomes.len(),
-        "adopted": adopted,
-    });
-    let mut entry = registry::Entry::new(name, &sha);
-    entry.rows_per_rank = Some(results.rows.len() as u64);
-    entry.status = Some("tuned".into());
-    entry.extra.insert("library".into(), "hipblaslt".into());
-    entry
-        .extra
-        .insert("hipblaslt_version".into(), lt.version().into());
-    let file = write_profile(
-        &profiles,
-        &folder,
-        rank,
-        &sha,
-        &results,
-        entry,
-        campaign.clone(),
-    )?;
-    write_json(
-        a.path("--log"),
-        &serde_json::json!({ "campaign": campaign, "outcomes": outcomes }),
-    )?;
-    eprintln!(
-        "tunedblas lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {name} for hipBLASLt build {}",
-        results.rows.len(),
-        results.rows.len() - adopted,
-        file.display(),
-        &sha[..12]
-    );
-    resume::finish(&keys, &outcomes, checkpoint, &folder.dir)
+    super::campaign::run(a, &target, lib, &keys, &opts, |key| {
+        let sets = super::problem::Problem::sets_for(key, opts.l2_bytes);
+        let p = HipProblem::new(&rt, &lt, *key, sets, opts.workspace)?;
+        tune::tune_shape(&p, &opts)
+    })
 }
 
 /// The arguments that make a `recheck` child load this runtime and library.
