@@ -543,6 +543,49 @@ pub type HipblasLtMatmulAlgoGetHeuristicFn = unsafe extern "C" fn(
     *mut i32,
 ) -> HipblasStatus;
 
+/// The hipBLASLt exception guard (`cdylib/cxx/hipblaslt_guard.cpp`): tunedblas's own C
+/// functions around `hipblaslt_ext`, each taking the `hipblaslt_ext` function to call
+/// first, used by the interposer and the tuner; tests/conformance checks these types
+/// against that file. What a C++ exception thrown inside becomes:
+pub const GUARD_THREW: i32 = -1000;
+/// `tunedblas_guard_algo_from_index(f, handle, index, algo*)`: -1 when the build has none.
+pub type GuardAlgoFromIndexFn =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, i32, *mut HipblasLtMatmulAlgo) -> i32;
+/// `tunedblas_guard_index_of(f, algo*, index*)`.
+pub type GuardIndexOfFn =
+    unsafe extern "C" fn(*mut c_void, *mut HipblasLtMatmulAlgo, *mut i32) -> i32;
+/// `tunedblas_guard_is_supported(f, handle, desc, alpha, A, B, beta, C, D, algo*, workspace*)`.
+pub type GuardIsSupportedFn = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut HipblasLtMatmulAlgo,
+    *mut usize,
+) -> i32;
+/// `tunedblas_guard_all_algos(f, handle, gemm_type, opA, opB, typeA, typeB, typeC, typeD,
+/// compute, results*, capacity, total*)`.
+pub type GuardAllAlgosFn = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    *mut HipblasLtMatmulHeuristicResult,
+    usize,
+    *mut usize,
+) -> i32;
+
 /// The C++ entry points of `hipblaslt_ext` PyTorch TunableOp uses for `Gemm_Hipblaslt_<index>`
 /// rows, by their mangled names (libstdc++ `std::vector`; what `dlsym` needs):
 /// `getAllAlgos(handle, GemmType, opA, opB, typeA, typeB, typeC, typeD, computeType,

@@ -77,6 +77,15 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("hipblasLtGetVersion", "HipblasLtGetVersionFn"),
 ];
 
+/// The exception guard's C functions (`cdylib/cxx/hipblaslt_guard.cpp`) and their types in
+/// `src/abi.rs`: the guard is compiled into the check, after the real headers.
+const GUARD_FUNCTIONS: &[(&str, &str)] = &[
+    ("tunedblas_guard_algo_from_index", "GuardAlgoFromIndexFn"),
+    ("tunedblas_guard_index_of", "GuardIndexOfFn"),
+    ("tunedblas_guard_is_supported", "GuardIsSupportedFn"),
+    ("tunedblas_guard_all_algos", "GuardAllAlgosFn"),
+];
+
 /// The `hipblaslt_ext` functions: mangled name in `src/abi.rs`, and a C++ expression taking
 /// the address of the header's declaration (overloads picked by their full type).
 fn ext_functions() -> [(&'static str, &'static str); 4] {
@@ -109,8 +118,29 @@ fn generate(declared: &std::collections::BTreeSet<String>) -> String {
             s.name
         );
     }
-    for (sym, ty) in FUNCTIONS {
-        assert!(declared.contains(*sym), "hipblaslt.h declares no {sym}");
+    for s in sigs.iter().filter(|s| s.name.starts_with("Guard")) {
+        assert!(
+            GUARD_FUNCTIONS.iter().any(|(_, t)| *t == s.name),
+            "src/abi.rs {} is checked against no guard function: add it to GUARD_FUNCTIONS",
+            s.name
+        );
+    }
+    let guard = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cdylib/cxx/hipblaslt_guard.cpp"),
+    )
+    .expect("the guard's source");
+    src.push_str(&guard);
+    writeln!(
+        src,
+        "static_assert(THREW == {}, \"src/abi.rs GUARD_THREW\");",
+        abi::GUARD_THREW
+    )
+    .unwrap();
+    for (sym, ty) in FUNCTIONS.iter().chain(GUARD_FUNCTIONS) {
+        assert!(
+            declared.contains(*sym) || sym.starts_with("tunedblas_guard_"),
+            "hipblaslt.h declares no {sym}"
+        );
         let sig = sigs
             .iter()
             .find(|s| s.name == *ty)

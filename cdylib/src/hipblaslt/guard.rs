@@ -10,32 +10,17 @@
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
-use tunedblas_core::abi::HipblasLtMatmulAlgo;
+use tunedblas_core::abi::{
+    GuardAlgoFromIndexFn as AlgoFromIndexFn, GuardIndexOfFn as IndexOfFn,
+    GuardIsSupportedFn as IsSupportedFn, GUARD_THREW,
+};
 
 use crate::log::info;
 
 static GUARD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/hipblaslt_guard.so"));
 
 /// What a thrown exception becomes (`THREW` in the C++ file).
-pub const THREW: c_int = -1000;
-
-pub type AlgoFromIndexFn =
-    unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, *mut HipblasLtMatmulAlgo) -> c_int;
-pub type IndexOfFn =
-    unsafe extern "C" fn(*mut c_void, *mut HipblasLtMatmulAlgo, *mut c_int) -> c_int;
-pub type IsSupportedFn = unsafe extern "C" fn(
-    *mut c_void,
-    *mut c_void,
-    *mut c_void,
-    *const c_void,
-    *mut c_void,
-    *mut c_void,
-    *const c_void,
-    *mut c_void,
-    *mut c_void,
-    *mut HipblasLtMatmulAlgo,
-    *mut usize,
-) -> c_int;
+pub const THREW: c_int = GUARD_THREW;
 
 /// The guard's functions.
 #[derive(Clone, Copy)]

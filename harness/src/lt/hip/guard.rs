@@ -7,7 +7,10 @@
 
 use std::ffi::{c_int, c_void, CStr, CString};
 
-use tunedblas_core::abi::{HipblasLtMatmulAlgo, HipblasLtMatmulHeuristicResult};
+use tunedblas_core::abi::{
+    GuardAlgoFromIndexFn as AlgoFromIndexFn, GuardAllAlgosFn as AllAlgosFn,
+    GuardIndexOfFn as IndexOfFn, GuardIsSupportedFn as IsSupportedFn, GUARD_THREW,
+};
 
 use crate::backend::dl_error;
 use crate::lt::cuda::{err, Result};
@@ -15,40 +18,7 @@ use crate::lt::cuda::{err, Result};
 static GUARD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/hipblaslt_guard.so"));
 
 /// What a thrown exception becomes (`THREW` in the C++ file).
-pub const THREW: c_int = -1000;
-
-pub type AllAlgosFn = unsafe extern "C" fn(
-    *mut c_void,
-    *mut c_void,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    *mut HipblasLtMatmulHeuristicResult,
-    usize,
-    *mut usize,
-) -> c_int;
-pub type AlgoFromIndexFn =
-    unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, *mut HipblasLtMatmulAlgo) -> c_int;
-pub type IndexOfFn =
-    unsafe extern "C" fn(*mut c_void, *mut HipblasLtMatmulAlgo, *mut c_int) -> c_int;
-pub type IsSupportedFn = unsafe extern "C" fn(
-    *mut c_void,
-    *mut c_void,
-    *mut c_void,
-    *const c_void,
-    *mut c_void,
-    *mut c_void,
-    *const c_void,
-    *mut c_void,
-    *mut c_void,
-    *mut HipblasLtMatmulAlgo,
-    *mut usize,
-) -> c_int;
+pub const THREW: c_int = GUARD_THREW;
 
 /// The guard's functions the tuner uses.
 pub struct Guard {
