@@ -346,6 +346,19 @@ pub type HipMemsetFn = unsafe extern "C" fn(*mut c_void, i32, usize) -> HipError
 pub type HipStreamCreateFn = unsafe extern "C" fn(*mut Stream) -> HipError;
 pub type HipStreamSynchronizeFn = unsafe extern "C" fn(Stream) -> HipError;
 pub type HipStreamDestroyFn = unsafe extern "C" fn(Stream) -> HipError;
+/// `hipStreamBeginCapture(stream, hipStreamCaptureMode)`, `hipStreamEndCapture(stream,
+/// hipGraph_t*)`, `hipGraphInstantiateWithFlags(hipGraphExec_t*, hipGraph_t, unsigned long
+/// long)`, `hipGraphLaunch(hipGraphExec_t, stream)`, `hipGraphExecDestroy` /
+/// `hipGraphDestroy`: the rocBLAS harness's graph timing mode.
+pub type HipStreamCaptureMode = i32;
+pub type HipStreamBeginCaptureFn = unsafe extern "C" fn(Stream, HipStreamCaptureMode) -> HipError;
+pub type HipStreamEndCaptureFn = unsafe extern "C" fn(Stream, *mut *mut c_void) -> HipError;
+pub type HipGraphInstantiateWithFlagsFn =
+    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> HipError;
+pub type HipGraphLaunchFn = unsafe extern "C" fn(*mut c_void, Stream) -> HipError;
+pub type HipGraphDestroyFn = unsafe extern "C" fn(*mut c_void) -> HipError;
+/// `hipStreamCaptureModeThreadLocal`: other threads' HIP calls do not break the capture.
+pub const HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL: HipStreamCaptureMode = 1;
 pub type HipRuntimeGetVersionFn = unsafe extern "C" fn(*mut i32) -> HipError;
 
 // ---- hipBLASLt: what the hipBLASLt backend calls (FACTS.md section 10) ---------------------

@@ -701,3 +701,100 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         assert!(out.contains("EXAMPLE"), "{sub}: {out}");
     }
 }
+
+/// The outcomes of the campaign record of the only profile in `store`.
+fn campaign_outcomes(store: &Path) -> Vec<Value> {
+    let (profile, _) = only_profile(store);
+    let records: Vec<PathBuf> = std::fs::read_dir(profile.join("campaigns"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    std::fs::read_to_string(&records[0])
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `tune --timing graph`: each sample's calls are captured into a HIP graph once and
+/// replayed (refblas emulates HIP's stream capture: `refblas/src/graph.rs`): the campaign
+/// adopts, every outcome says it was timed in graph mode, and the replayed GEMMs ran (the
+/// trace holds them, with the adopted solution among them). Where capture is refused
+/// (`REFBLAS_NO_GRAPHS`), each shape falls back to events, says so once, and is still tuned.
+#[test]
+fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fails() {
+    let dir = scratch("tune-graph");
+    let lib = artifacts().lib5();
+    let tune = |store: &str, no_graphs: bool| {
+        let mut cmd = tunedblas_cmd(
+            &dir,
+            &[
+                "tune",
+                "--lib",
+                lib.to_str().unwrap(),
+                "--shape",
+                "f32:NN:32:16:32",
+                "--shape",
+                "f16:TN:64:8:64",
+                "--timing",
+                "graph",
+                "--profiles",
+            ],
+        );
+        cmd.arg(dir.join(store))
+            .env("REFBLAS_TRACE", dir.join(format!("{store}.trace")));
+        if no_graphs {
+            cmd.env("REFBLAS_NO_GRAPHS", "1");
+        }
+        run(cmd)
+    };
+    let out = tune("graphs", false);
+    ok(&out);
+    assert!(
+        !text(&out.stderr).contains("graph timing failed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let outcomes = campaign_outcomes(&dir.join("graphs"));
+    assert_eq!(outcomes.len(), 2);
+    for o in &outcomes {
+        assert_eq!(o["tuned"]["timing"], "graph", "{o}");
+    }
+    let trace = std::fs::read_to_string(dir.join("graphs.trace")).unwrap();
+    let adopted: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| o["tuned"]["verdict"]["row"].as_str())
+        .filter_map(|r| r.strip_prefix("Gemm_Rocblas_"))
+        .map(String::from)
+        .collect();
+    assert!(
+        !adopted.is_empty(),
+        "refblas's heuristic is beaten: {outcomes:?}"
+    );
+    for id in &adopted {
+        assert!(
+            trace.lines().any(|l| l.contains(&format!("solution={id}"))),
+            "{id} ran: {trace}"
+        );
+    }
+
+    let out = tune("events", true);
+    ok(&out);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr
+            .matches("graph timing failed (hipStreamBeginCapture failed with HIP error 900); timing it with events")
+            .count(),
+        2,
+        "once per shape: {stderr}"
+    );
+    for o in campaign_outcomes(&dir.join("events")) {
+        let timing = o["tuned"]["timing"].as_str().unwrap();
+        assert!(
+            timing.starts_with("events (graph: hipStreamBeginCapture failed"),
+            "{o}"
+        );
+    }
+}

@@ -5,6 +5,7 @@
 //! [`Library`] holds the resolved entry points; [`Problem`] owns initialised device buffers
 //! for one problem key and runs it with the heuristic or a given solution index.
 
+use std::cell::RefCell;
 use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
@@ -107,6 +108,7 @@ pub struct Library {
     get_solutions: GemmExGetSolutionsFn,
     get_solutions_strided: Option<GemmStridedBatchedExGetSolutionsFn>,
     version: Option<(GetVersionStringSizeFn, GetVersionStringFn)>,
+    set_stream: Option<SetStreamFn>,
     hip: Hip,
 }
 
@@ -122,6 +124,41 @@ pub struct Hip {
     pub event_destroy: HipEventDestroyFn,
     pub set_device: Option<HipSetDeviceFn>,
     pub device_count: Option<HipGetDeviceCountFn>,
+    /// Stream capture and graphs, for `--timing graph` (`None` where any is missing).
+    pub graph: Option<HipGraphApi>,
+}
+
+/// HIP's streams, stream capture and graphs: the graph timing mode. Real HIP has them;
+/// refblas emulates them on the host (`refblas/src/graph.rs`).
+#[derive(Clone, Copy)]
+pub struct HipGraphApi {
+    stream_create: HipStreamCreateFn,
+    stream_destroy: HipStreamDestroyFn,
+    begin: HipStreamBeginCaptureFn,
+    end: HipStreamEndCaptureFn,
+    instantiate: HipGraphInstantiateWithFlagsFn,
+    launch: HipGraphLaunchFn,
+    exec_destroy: HipGraphDestroyFn,
+    graph_destroy: HipGraphDestroyFn,
+}
+
+impl HipGraphApi {
+    /// All of them from `h`, or `None`.
+    ///
+    /// # Safety
+    /// `h` a live loader handle.
+    unsafe fn load(h: *mut c_void) -> Option<HipGraphApi> {
+        Some(HipGraphApi {
+            stream_create: sym(h, "hipStreamCreate")?,
+            stream_destroy: sym(h, "hipStreamDestroy")?,
+            begin: sym(h, "hipStreamBeginCapture")?,
+            end: sym(h, "hipStreamEndCapture")?,
+            instantiate: sym(h, "hipGraphInstantiateWithFlags")?,
+            launch: sym(h, "hipGraphLaunch")?,
+            exec_destroy: sym(h, "hipGraphExecDestroy")?,
+            graph_destroy: sym(h, "hipGraphDestroy")?,
+        })
+    }
 }
 
 unsafe fn sym<T: Copy>(handle: *mut c_void, name: &str) -> Option<T> {
@@ -243,7 +280,9 @@ impl Library {
                     )?),
                     set_device: sym(hip_handle, "hipSetDevice"),
                     device_count: sym(hip_handle, "hipGetDeviceCount"),
+                    graph: HipGraphApi::load(hip_handle),
                 },
+                set_stream: sym(h, "rocblas_set_stream"),
             }
         };
         Ok(lib)
@@ -456,6 +495,36 @@ pub struct Problem<'a> {
     counts: [usize; 4],
     alpha: Vec<u8>,
     beta: Vec<u8>,
+    /// The stream the handle runs on: null (the default stream) unless graph timing is on.
+    stream: Stream,
+    /// Instantiated graphs by (solution, calls captured).
+    graphs: RefCell<Vec<CachedGraph>>,
+    /// Why graph timing stopped for this problem (it then times with events).
+    pub graph_failure: RefCell<Option<String>>,
+}
+
+impl Drop for Problem<'_> {
+    fn drop(&mut self) {
+        self.clear_graphs();
+        if let (false, Some(g)) = (self.stream.is_null(), self.lib.hip.graph) {
+            // SAFETY: the stream this problem made; the handle is moved off it first.
+            unsafe {
+                if let Some(set) = self.lib.set_stream {
+                    set(self.handle.h, std::ptr::null_mut());
+                }
+                (g.stream_destroy)(self.stream);
+            }
+        }
+    }
+}
+
+/// An instantiated graph: (solution, calls captured, executable, graph).
+type CachedGraph = (Option<i32>, usize, *mut c_void, *mut c_void);
+
+/// Why a graph sample failed: the mode (capture, instantiation, launch) or the GEMM.
+enum GraphError {
+    Mode(String),
+    Gemm(Error),
 }
 
 fn elems(ld: i64, cols: i64, batch: i64, stride: i64) -> usize {
@@ -544,7 +613,63 @@ impl<'a> Problem<'a> {
             counts,
             alpha: scalar(t.compute, ALPHA),
             beta: scalar(t.compute, BETA),
+            stream: std::ptr::null_mut(),
+            graphs: RefCell::new(Vec::new()),
+            graph_failure: RefCell::new(None),
         })
+    }
+
+    /// Graph timing (`--timing graph`): the handle moves to a stream of its own, and each
+    /// sample's calls are captured once into a HIP graph and replayed between two events
+    /// (one launch for all of them: no per-call launch gaps, which the back-to-back events
+    /// mode measures as part of small GEMMs). Where the library has no graph API, or a
+    /// capture fails, the problem times with events and says why once.
+    pub fn use_graphs(&mut self) -> Result<()> {
+        let (Some(g), Some(set)) = (self.lib.hip.graph, self.lib.set_stream) else {
+            *self.graph_failure.borrow_mut() =
+                Some("the HIP runtime (or rocBLAS) has no stream capture and graph calls".into());
+            return Ok(());
+        };
+        let mut s: Stream = std::ptr::null_mut();
+        // SAFETY: out-pointer; the handle is live.
+        match unsafe { (g.stream_create)(&mut s) } {
+            HIP_SUCCESS => {}
+            e => {
+                return Err(Error::failed(format!(
+                    "hipStreamCreate failed with HIP error {e}"
+                )))
+            }
+        }
+        self.stream = s;
+        match unsafe { set(self.handle.h, s) } {
+            STATUS_SUCCESS => Ok(()),
+            st => Err(Error::failed(format!(
+                "rocblas_set_stream failed with status {st}"
+            ))),
+        }
+    }
+
+    /// The timing mode samples are taken in: `graph` or `events` (why, where graph was
+    /// asked for and could not be used).
+    pub fn timing(&self) -> String {
+        match (&*self.graph_failure.borrow(), self.stream.is_null()) {
+            (Some(e), _) => format!("events (graph: {e})"),
+            (None, true) => "events".into(),
+            (None, false) => "graph".into(),
+        }
+    }
+
+    /// Destroys the instantiated graphs (a campaign probes many solutions once each).
+    pub fn clear_graphs(&self) {
+        if let Some(g) = self.lib.hip.graph {
+            for (_, _, exec, graph) in self.graphs.borrow_mut().drain(..) {
+                // SAFETY: made by this problem, destroyed once.
+                unsafe {
+                    (g.exec_destroy)(exec);
+                    (g.graph_destroy)(graph);
+                }
+            }
+        }
     }
 
     /// How many operand sets the timed calls rotate through.
@@ -635,10 +760,122 @@ impl<'a> Problem<'a> {
         Ok(list)
     }
 
+    /// Milliseconds per call over `calls` calls, rotating through the operand sets, in this
+    /// problem's timing mode ([`Problem::use_graphs`]); a graph mode that fails falls back to
+    /// events for good, said once.
+    pub fn time(&self, solution: Option<i32>, calls: usize) -> Result<f64> {
+        if !self.stream.is_null() && self.graph_failure.borrow().is_none() {
+            match self.time_graph(solution, calls) {
+                Ok(ms) => return Ok(ms),
+                Err(GraphError::Gemm(e)) => return Err(e),
+                Err(GraphError::Mode(e)) => {
+                    eprintln!(
+                        "tunedblas tune: {}: graph timing failed ({e}); timing it with events",
+                        crate::shapes::shape_label(&self.key)
+                    );
+                    self.clear_graphs();
+                    *self.graph_failure.borrow_mut() = Some(e);
+                }
+            }
+        }
+        self.time_events(solution, calls)
+    }
+
+    /// `calls` calls captured once into a graph (cached by solution and count), replayed
+    /// between two events recorded on the problem's stream.
+    fn time_graph(
+        &self,
+        solution: Option<i32>,
+        calls: usize,
+    ) -> std::result::Result<f64, GraphError> {
+        let g = self
+            .lib
+            .hip
+            .graph
+            .expect("graph timing needs the graph API");
+        let hip = &self.lib.hip;
+        let ops = calls.max(1);
+        let mode =
+            |what: &str, e: HipError| GraphError::Mode(format!("{what} failed with HIP error {e}"));
+        let cached = self
+            .graphs
+            .borrow()
+            .iter()
+            .find(|c| c.0 == solution && c.1 == ops)
+            .map(|c| c.2);
+        let exec = match cached {
+            Some(x) => x,
+            None => {
+                // SAFETY (all HIP calls below): the problem's live stream, out-pointers.
+                match unsafe { (g.begin)(self.stream, HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL) } {
+                    HIP_SUCCESS => {}
+                    e => return Err(mode("hipStreamBeginCapture", e)),
+                }
+                let mut status = STATUS_SUCCESS;
+                for i in 0..ops {
+                    status = self.run_on(i, solution, 0);
+                    if status != STATUS_SUCCESS {
+                        break;
+                    }
+                }
+                let mut graph = std::ptr::null_mut();
+                let ended = unsafe { (g.end)(self.stream, &mut graph) };
+                if status != STATUS_SUCCESS {
+                    if !graph.is_null() {
+                        unsafe { (g.graph_destroy)(graph) };
+                    }
+                    return Err(GraphError::Gemm(Error::failed(format!(
+                        "the GEMM failed with rocBLAS status {status}"
+                    ))));
+                }
+                if ended != HIP_SUCCESS {
+                    return Err(mode("hipStreamEndCapture", ended));
+                }
+                let mut exec = std::ptr::null_mut();
+                match unsafe { (g.instantiate)(&mut exec, graph, 0) } {
+                    HIP_SUCCESS => {}
+                    e => {
+                        unsafe { (g.graph_destroy)(graph) };
+                        return Err(mode("hipGraphInstantiateWithFlags", e));
+                    }
+                }
+                let mut cache = self.graphs.borrow_mut();
+                cache.push((solution, ops, exec, graph));
+                drop(cache);
+                // The first launch uploads the graph: not timed.
+                match unsafe { (g.launch)(exec, self.stream) } {
+                    HIP_SUCCESS => {}
+                    e => return Err(mode("hipGraphLaunch", e)),
+                }
+                exec
+            }
+        };
+        let mut start: HipEvent = std::ptr::null_mut();
+        let mut stop: HipEvent = std::ptr::null_mut();
+        let mut ms = 0f32;
+        // SAFETY: out-pointers; events destroyed below.
+        let launched = unsafe {
+            (hip.event_create)(&mut start);
+            (hip.event_create)(&mut stop);
+            (hip.event_record)(start, self.stream);
+            let l = (g.launch)(exec, self.stream);
+            (hip.event_record)(stop, self.stream);
+            (hip.event_synchronize)(stop);
+            (hip.event_elapsed)(&mut ms, start, stop);
+            (hip.event_destroy)(start);
+            (hip.event_destroy)(stop);
+            l
+        };
+        if launched != HIP_SUCCESS {
+            return Err(mode("hipGraphLaunch", launched));
+        }
+        Ok(ms as f64 / ops as f64)
+    }
+
     /// Milliseconds per call over `calls` back-to-back runs between two events, rotating
     /// through the operand sets, with no sync between calls (the launch-bound mode; on
     /// refblas events read a host clock).
-    pub fn time(&self, solution: Option<i32>, calls: usize) -> Result<f64> {
+    fn time_events(&self, solution: Option<i32>, calls: usize) -> Result<f64> {
         let hip = &self.lib.hip;
         let mut start: HipEvent = std::ptr::null_mut();
         let mut stop: HipEvent = std::ptr::null_mut();
@@ -646,7 +883,7 @@ impl<'a> Problem<'a> {
         unsafe {
             (hip.event_create)(&mut start);
             (hip.event_create)(&mut stop);
-            (hip.event_record)(start, std::ptr::null_mut());
+            (hip.event_record)(start, self.stream);
         }
         let mut status = STATUS_SUCCESS;
         for call in 0..calls {
@@ -658,7 +895,7 @@ impl<'a> Problem<'a> {
         let mut ms = 0f32;
         // SAFETY: valid events created above.
         unsafe {
-            (hip.event_record)(stop, std::ptr::null_mut());
+            (hip.event_record)(stop, self.stream);
             (hip.event_synchronize)(stop);
             (hip.event_elapsed)(&mut ms, start, stop);
             (hip.event_destroy)(start);

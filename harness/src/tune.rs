@@ -28,6 +28,10 @@ pub struct Method {
     pub prune: f64,
     /// Operand bytes the calls of a sample rotate through.
     pub rotate_bytes: usize,
+    /// Samples are HIP graph replays of their calls (`--timing graph`) instead of the calls
+    /// back to back between events.
+    #[serde(default)]
+    pub graph: bool,
 }
 
 impl Default for Method {
@@ -38,6 +42,7 @@ impl Default for Method {
             sample_ms: 2.0,
             prune: 1.5,
             rotate_bytes: crate::backend::DEFAULT_ROTATE_BYTES,
+            graph: false,
         }
     }
 }
@@ -68,6 +73,10 @@ pub struct Tuned {
     pub timing_s: f64,
     /// Estimated wall time pruning saved (s): the pruned candidates' full timing.
     pub pruning_saved_s: f64,
+    /// The timing mode the samples were taken in: `events`, `graph`, or `events (graph:
+    /// why it could not be used)`.
+    #[serde(default)]
+    pub timing: String,
     pub verdict: Verdict,
 }
 
@@ -87,7 +96,10 @@ pub fn tune(
     method: &Method,
     rules: &Rules,
 ) -> Result<Tuned> {
-    let p = Problem::new(lib, key, method.rotate_bytes)?;
+    let mut p = Problem::new(lib, key, method.rotate_bytes)?;
+    if method.graph {
+        p.use_graphs()?;
+    }
     let offered = p.solutions()?;
     p.time(None, 2)?; // warm-up: lazy initialisation, code and caches
     let calls = calls_for(&p, method.sample_ms)?;
@@ -107,6 +119,9 @@ pub fn tune(
     let (keep, pruned): (Vec<&Probe>, Vec<&Probe>) =
         probes.iter().partition(|x| x.1 <= floor * method.prune);
     let probe_s = started.elapsed().as_secs_f64();
+    // Each probe captured a graph of its own size (graph timing): only the survivors' are
+    // replayed again, at the full sample size.
+    p.clear_graphs();
     let pruning_saved_s = pruned
         .iter()
         .map(|x| x.1 * (calls * method.trials) as f64 / 1e3)
@@ -141,6 +156,7 @@ pub fn tune(
         probe_s,
         timing_s: started.elapsed().as_secs_f64(),
         pruning_saved_s,
+        timing: p.timing(),
         verdict,
     };
 

@@ -1053,6 +1053,99 @@ macro_rules! __refblas_hip_exports {
             $crate::exports::guard_hip(|| $crate::hip::event_destroy(event))
         }
 
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipStreamCreate(
+            stream: *mut $crate::abi::Stream,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::stream_create(stream))
+        }
+
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipStreamDestroy(
+            stream: $crate::abi::Stream,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::stream_destroy(stream))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn hipStreamSynchronize(
+            stream: $crate::abi::Stream,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::stream_synchronize(stream))
+        }
+
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipStreamBeginCapture(
+            stream: $crate::abi::Stream,
+            mode: i32,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::begin_capture(stream, mode))
+        }
+
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipStreamEndCapture(
+            stream: $crate::abi::Stream,
+            graph: *mut *mut ::std::ffi::c_void,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::end_capture(stream, graph))
+        }
+
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipGraphInstantiateWithFlags(
+            exec: *mut *mut ::std::ffi::c_void,
+            graph: *mut ::std::ffi::c_void,
+            flags: u64,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::instantiate(exec, graph, flags))
+        }
+
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipGraphLaunch(
+            exec: *mut ::std::ffi::c_void,
+            stream: $crate::abi::Stream,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::launch(exec, stream))
+        }
+
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipGraphExecDestroy(
+            exec: *mut ::std::ffi::c_void,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::destroy(exec))
+        }
+
+        /// # Safety
+        /// As HIP documents.
+        #[no_mangle]
+        pub unsafe extern "C" fn hipGraphDestroy(
+            graph: *mut ::std::ffi::c_void,
+        ) -> $crate::abi::HipError {
+            $crate::exports::guard_hip(|| $crate::graph::destroy(graph))
+        }
+
+        const _: $crate::abi::HipStreamCreateFn = hipStreamCreate;
+        const _: $crate::abi::HipStreamDestroyFn = hipStreamDestroy;
+        const _: $crate::abi::HipStreamSynchronizeFn = hipStreamSynchronize;
+        const _: $crate::abi::HipStreamBeginCaptureFn = hipStreamBeginCapture;
+        const _: $crate::abi::HipStreamEndCaptureFn = hipStreamEndCapture;
+        const _: $crate::abi::HipGraphInstantiateWithFlagsFn = hipGraphInstantiateWithFlags;
+        const _: $crate::abi::HipGraphLaunchFn = hipGraphLaunch;
+        const _: $crate::abi::HipGraphDestroyFn = hipGraphExecDestroy;
+        const _: $crate::abi::HipGraphDestroyFn = hipGraphDestroy;
         const _: $crate::abi::HipGetDeviceCountFn = hipGetDeviceCount;
         const _: $crate::abi::HipSetDeviceFn = hipSetDevice;
         const _: $crate::abi::HipGetDeviceFn = hipGetDevice;

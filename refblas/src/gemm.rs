@@ -178,6 +178,9 @@ pub unsafe fn gemm(flavour: Flavour, handle: Handle, call: &GemmCall) -> Status 
     if return_at_once() {
         return STATUS_SUCCESS;
     }
+    if let Some(status) = crate::graph::capture(flavour, handle, call) {
+        return status;
+    }
     let faults = faults();
     if let Some(status) = faults.fail_all {
         return status;

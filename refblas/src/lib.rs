@@ -13,19 +13,21 @@
 //! - [`kernels`]: the GEMM kernels; [`solutions`]: which can solve what, and the heuristic.
 //! - [`flavour`]: rocBLAS 4.x vs 5.x identity and solution-index encoding.
 //! - [`gemm`]: argument checks, solution resolution, execution, get_solutions.
-//! - [`handle`], [`hip`], [`info`]: handles, the HIP subset, version and status strings.
+//! - [`handle`], [`hip`], [`info`]: handles, the HIP subset, version and status strings;
+//!   [`graph`]: streams, stream capture and graph replay.
 //! - [`trace`]: `REFBLAS_TRACE`, one line per executed GEMM.
 //! - [`exports`]: the C shims and the export macro.
 //!
 //! Environment: `REFBLAS_TRACE=<file>`, `REFBLAS_NO_COMPUTE=1` (or `=return`: return at once, no
 //! checks), `REFBLAS_DEVICES=<n>` (default 4), `REFBLAS_FAULTY_SOLUTION=<id>` (that solution
-//! leaves D unwritten), and the injected faults `REFBLAS_FAIL_SOLUTIONS=<id,...>` and
+//! leaves D unwritten), `REFBLAS_NO_GRAPHS=1` (stream capture refused), and the injected faults `REFBLAS_FAIL_SOLUTIONS=<id,...>` and
 //! `REFBLAS_FAIL_ALL=<status>` ([`gemm::Faults`]), each read once.
 
 pub mod combo;
 pub mod exports;
 pub mod flavour;
 pub mod gemm;
+pub mod graph;
 pub mod handle;
 pub mod hip;
 pub mod info;

@@ -1289,3 +1289,72 @@ fn solutions_differ_in_speed() {
         );
     }
 }
+
+// ---- stream capture and graphs ------------------------------------------------------------
+
+/// D of `p` as values.
+fn values(b: &Buf) -> Vec<f64> {
+    (0..b.len).map(|i| b.get(i)).collect()
+}
+
+/// A GEMM issued on a capturing stream runs only when the graph is launched, with the
+/// scalars it had at capture (a later change to alpha is not seen, as a kernel's arguments
+/// are copied at launch); its result is the direct call's, bit for bit. A bad call is
+/// refused at capture and not recorded; capture on the null stream, a second begin and an
+/// end without a begin are HIP's errors.
+#[test]
+fn captured_gemms_run_at_launch_with_the_scalars_they_were_captured_with() {
+    use crate::graph;
+    let f = Flavour::V5;
+    let h = new_handle();
+    let case = Case::new(Combo::F32, true, false, 9, 7, 5);
+    // The direct call.
+    let mut direct = Problem::new(case, 11);
+    let call = direct.call(ALGO_STANDARD, 0, FLAG_NONE);
+    assert_eq!(unsafe { gemm::gemm(f, h, &call) }, STATUS_SUCCESS);
+    let expected = values(&direct.d);
+
+    let mut p = Problem::new(case, 11);
+    let call = p.call(ALGO_STANDARD, 0, FLAG_NONE);
+    let mut s: Stream = null_mut();
+    unsafe {
+        assert_eq!(
+            graph::begin_capture(null_mut(), 1),
+            graph::HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        );
+        assert_eq!(graph::stream_create(&mut s), HIP_SUCCESS);
+        let mut g = null_mut();
+        assert_eq!(
+            graph::end_capture(s, &mut g),
+            graph::HIP_ERROR_STREAM_CAPTURE_INVALIDATED
+        );
+        assert_eq!(handle::set_stream(h, s), STATUS_SUCCESS);
+        assert_eq!(graph::begin_capture(s, 1), HIP_SUCCESS);
+        assert_eq!(
+            graph::begin_capture(s, 1),
+            graph::HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        );
+        assert_eq!(gemm::gemm(f, h, &call), STATUS_SUCCESS);
+        // Refused at capture, never recorded.
+        let bad = GemmCall { trans_a: 0, ..call };
+        assert_eq!(gemm::gemm(f, h, &bad), STATUS_INVALID_VALUE);
+        assert!(
+            values(&p.d).iter().all(|&v| v == SENTINEL),
+            "nothing ran at capture"
+        );
+        p.alpha.set(0, 100.0);
+        assert_eq!(graph::end_capture(s, &mut g), HIP_SUCCESS);
+        let mut exec = null_mut();
+        assert_eq!(graph::instantiate(&mut exec, g, 0), HIP_SUCCESS);
+        assert_eq!(graph::destroy(g), HIP_SUCCESS);
+        assert_eq!(graph::launch(exec, s), HIP_SUCCESS);
+        assert_eq!(values(&p.d), expected, "alpha as captured, one GEMM");
+        assert_eq!(graph::destroy(exec), HIP_SUCCESS);
+        // Not capturing any more: the call runs at once, with the new alpha.
+        assert_eq!(gemm::gemm(f, h, &call), STATUS_SUCCESS);
+        assert_ne!(values(&p.d), expected);
+        assert_eq!(handle::set_stream(h, null_mut()), STATUS_SUCCESS);
+        assert_eq!(graph::stream_destroy(s), HIP_SUCCESS);
+        assert_eq!(handle::destroy(h), STATUS_SUCCESS);
+    }
+}

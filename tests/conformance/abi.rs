@@ -57,6 +57,15 @@ pub const QUERIED: &[(&str, &str)] = &[
     ("hipStreamSynchronize", "HipStreamSynchronizeFn"),
     ("hipStreamDestroy", "HipStreamDestroyFn"),
     ("hipRuntimeGetVersion", "HipRuntimeGetVersionFn"),
+    ("hipStreamBeginCapture", "HipStreamBeginCaptureFn"),
+    ("hipStreamEndCapture", "HipStreamEndCaptureFn"),
+    (
+        "hipGraphInstantiateWithFlags",
+        "HipGraphInstantiateWithFlagsFn",
+    ),
+    ("hipGraphLaunch", "HipGraphLaunchFn"),
+    ("hipGraphExecDestroy", "HipGraphDestroyFn"),
+    ("hipGraphDestroy", "HipGraphDestroyFn"),
 ];
 
 /// The C++ checker the generated assertions use.
@@ -122,9 +131,18 @@ pub fn describe(ty: &str, size: &str) -> String {
                 std::mem::size_of::<abi::HipblasLtMatmulHeuristicResult>()
             )
         }
-        "Operation" | "Datatype" | "GemmAlgo" | "Status" | "HipError" | "PointerMode"
-        | "HipMemcpyKind" | "HipblasStatus" | "HipDataType" | "HipblasComputeType"
-        | "HipblasLtAttribute" => "conf::Enum32",
+        "Operation"
+        | "Datatype"
+        | "GemmAlgo"
+        | "Status"
+        | "HipError"
+        | "PointerMode"
+        | "HipMemcpyKind"
+        | "HipblasStatus"
+        | "HipDataType"
+        | "HipblasComputeType"
+        | "HipblasLtAttribute"
+        | "HipStreamCaptureMode" => "conf::Enum32",
         "i32" => "conf::Int32",
         "i64" => "conf::Int64",
         "u32" => "conf::Uint32",

@@ -45,6 +45,11 @@ OPTIONS:
     --no-default-rows     write no row when nothing beats the heuristic
     --prune X             prune candidates slower than X times the best probe (default 1.5)
     --rotate-mib N        operand bytes each timed sample rotates through (default 512)
+    --timing MODE         events (default): a sample is back-to-back calls between two
+                          events; graph: the sample's calls are captured once into a HIP
+                          graph (hipStreamBeginCapture) and replayed between two events, with
+                          no launch gaps between calls; falls back to events, said once per
+                          shape, where capture fails (not yet measured on an AMD GPU)
     --ranks N             results files to write (default: one per device)
     --fresh               discard an unfinished campaign with other shapes
     --json                print the result as JSON (progress stays on stderr)
@@ -101,6 +106,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "--margin",
             "--prune",
             "--rotate-mib",
+            "--timing",
             "--ranks",
             "--noisy",
         ],
@@ -116,6 +122,11 @@ pub fn run(args: &[String]) -> Result<()> {
         )?,
         prune: a.parsed("--prune", defaults.prune, "a factor like 1.5")?,
         rotate_bytes: a.parsed::<usize>("--rotate-mib", defaults.rotate_bytes >> 20, "MiB")? << 20,
+        graph: match a.value("--timing") {
+            None | Some("events") => false,
+            Some("graph") => true,
+            Some(o) => return Err(a.usage(format!("--timing takes events or graph, not '{o}'"))),
+        },
         ..defaults
     };
     if method.trials == 0 || method.prune < 1.0 {
