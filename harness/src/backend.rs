@@ -626,8 +626,12 @@ impl<'a> Problem<'a> {
     /// capture fails, the problem times with events and says why once.
     pub fn use_graphs(&mut self) -> Result<()> {
         let (Some(g), Some(set)) = (self.lib.hip.graph, self.lib.set_stream) else {
-            *self.graph_failure.borrow_mut() =
-                Some("the HIP runtime (or rocBLAS) has no stream capture and graph calls".into());
+            let why = "the HIP runtime (or rocBLAS) has no stream capture and graph calls";
+            eprintln!(
+                "tunedblas tune: {}: graph timing unavailable ({why}); timing it with events",
+                crate::shapes::shape_label(&self.key)
+            );
+            *self.graph_failure.borrow_mut() = Some(why.into());
             return Ok(());
         };
         let mut s: Stream = std::ptr::null_mut();

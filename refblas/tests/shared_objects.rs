@@ -12,7 +12,7 @@ use std::process::Command;
 use std::ptr::{null, null_mut};
 use tunedblas_core::abi::*;
 
-const EXPECTED_EXPORTS: [&str; 39] = [
+const EXPECTED_EXPORTS: [&str; 48] = [
     "hipDeviceSynchronize",
     "hipEventCreate",
     "hipEventDestroy",
@@ -22,9 +22,18 @@ const EXPECTED_EXPORTS: [&str; 39] = [
     "hipFree",
     "hipGetDevice",
     "hipGetDeviceCount",
+    "hipGraphDestroy",
+    "hipGraphExecDestroy",
+    "hipGraphInstantiateWithFlags",
+    "hipGraphLaunch",
     "hipMalloc",
     "hipMemcpy",
     "hipSetDevice",
+    "hipStreamBeginCapture",
+    "hipStreamCreate",
+    "hipStreamDestroy",
+    "hipStreamEndCapture",
+    "hipStreamSynchronize",
     "rocblas_create_handle",
     "rocblas_destroy_handle",
     "rocblas_gemm_batched_ex",
