@@ -888,6 +888,29 @@ fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
         stderr.contains("needs --workspace BYTES for hipBLASLt"),
         "{stderr}"
     );
+    // And the other way round: --hip given to a cuBLASLt command.
+    let out = common::tunedblas_cmd(
+        &dir,
+        &[
+            "lt",
+            "tune",
+            "--backend",
+            "cublaslt",
+            "--hip",
+            "/x.so",
+            "--shape",
+            "64,16,64",
+        ],
+    )
+    .args(["--profiles", "p", "--name", "x"])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--hip is for hipBLASLt"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let lib = hiplt().lib();
     let lib = lib.to_str().unwrap();

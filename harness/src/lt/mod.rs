@@ -460,10 +460,21 @@ fn write_profile(
     Ok(crate::store::rank_file(&folder.dir, rank))
 }
 
+/// `--hip` names hipBLASLt's runtime: given to a cuBLASLt command it would be ignored.
+fn refuse_hip_only(a: &Args) -> CliResult<()> {
+    match a.value("--hip") {
+        Some(_) => Err(a.usage(
+            "--hip is for hipBLASLt (--backend hipblaslt); cuBLASLt runs on the CUDA runtime: pass --cudart",
+        )),
+        None => Ok(()),
+    }
+}
+
 pub fn cmd_tune(a: &Args) -> CliResult<()> {
     if hip::wanted(a)? {
         return hip::cmd_tune(a);
     }
+    refuse_hip_only(a)?;
     let mut opts = options(a)?;
     let target = campaign::Target::of(a)?;
     let copy_mib = num(a, "--copy-mib", 1024)?;
@@ -543,6 +554,7 @@ pub fn cmd_recheck(a: &Args) -> CliResult<()> {
     if hip::wanted(a)? {
         return hip::cmd_recheck(a);
     }
+    refuse_hip_only(a)?;
     let mut opts = options(a)?;
     let rows = profile_rows(a)?;
     let (cuda, lt) = load(a)?;
