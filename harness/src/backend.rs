@@ -14,6 +14,7 @@ use tunedblas_core::identity;
 use tunedblas_core::key::{Batching, ProblemKey};
 
 use crate::error::{Error, Result};
+use crate::hipgraph::{GraphCache, GraphError, HipGraphApi};
 
 /// Calls `f`, a function of the `rocblas_gemm_ex` shape, on problem `p` with operand set
 /// `o`, then the arguments after the compute type: running a problem and asking for its
@@ -126,39 +127,6 @@ pub struct Hip {
     pub device_count: Option<HipGetDeviceCountFn>,
     /// Stream capture and graphs, for `--timing graph` (`None` where any is missing).
     pub graph: Option<HipGraphApi>,
-}
-
-/// HIP's streams, stream capture and graphs: the graph timing mode. Real HIP has them;
-/// refblas emulates them on the host (`refblas/src/graph.rs`).
-#[derive(Clone, Copy)]
-pub struct HipGraphApi {
-    stream_create: HipStreamCreateFn,
-    stream_destroy: HipStreamDestroyFn,
-    begin: HipStreamBeginCaptureFn,
-    end: HipStreamEndCaptureFn,
-    instantiate: HipGraphInstantiateWithFlagsFn,
-    launch: HipGraphLaunchFn,
-    exec_destroy: HipGraphDestroyFn,
-    graph_destroy: HipGraphDestroyFn,
-}
-
-impl HipGraphApi {
-    /// All of them from `h`, or `None`.
-    ///
-    /// # Safety
-    /// `h` a live loader handle.
-    unsafe fn load(h: *mut c_void) -> Option<HipGraphApi> {
-        Some(HipGraphApi {
-            stream_create: sym(h, "hipStreamCreate")?,
-            stream_destroy: sym(h, "hipStreamDestroy")?,
-            begin: sym(h, "hipStreamBeginCapture")?,
-            end: sym(h, "hipStreamEndCapture")?,
-            instantiate: sym(h, "hipGraphInstantiateWithFlags")?,
-            launch: sym(h, "hipGraphLaunch")?,
-            exec_destroy: sym(h, "hipGraphExecDestroy")?,
-            graph_destroy: sym(h, "hipGraphDestroy")?,
-        })
-    }
 }
 
 unsafe fn sym<T: Copy>(handle: *mut c_void, name: &str) -> Option<T> {
@@ -497,17 +465,18 @@ pub struct Problem<'a> {
     beta: Vec<u8>,
     /// The stream the handle runs on: null (the default stream) unless graph timing is on.
     stream: Stream,
-    /// Instantiated graphs by (solution, calls captured).
-    graphs: RefCell<Vec<CachedGraph>>,
+    /// Graph timing's executable graphs by (solution, calls captured); `None` in events mode.
+    graphs: Option<GraphCache<(Option<i32>, usize)>>,
     /// Why graph timing stopped for this problem (it then times with events).
     pub graph_failure: RefCell<Option<String>>,
 }
 
 impl Drop for Problem<'_> {
     fn drop(&mut self) {
-        self.clear_graphs();
+        // The graphs first, then the stream (the handle is moved off it before).
+        self.graphs = None;
         if let (false, Some(g)) = (self.stream.is_null(), self.lib.hip.graph) {
-            // SAFETY: the stream this problem made; the handle is moved off it first.
+            // SAFETY: the stream this problem made.
             unsafe {
                 if let Some(set) = self.lib.set_stream {
                     set(self.handle.h, std::ptr::null_mut());
@@ -516,15 +485,6 @@ impl Drop for Problem<'_> {
             }
         }
     }
-}
-
-/// An instantiated graph: (solution, calls captured, executable, graph).
-type CachedGraph = (Option<i32>, usize, *mut c_void, *mut c_void);
-
-/// Why a graph sample failed: the mode (capture, instantiation, launch) or the GEMM.
-enum GraphError {
-    Mode(String),
-    Gemm(Error),
 }
 
 fn elems(ld: i64, cols: i64, batch: i64, stride: i64) -> usize {
@@ -614,7 +574,7 @@ impl<'a> Problem<'a> {
             alpha: scalar(t.compute, ALPHA),
             beta: scalar(t.compute, BETA),
             stream: std::ptr::null_mut(),
-            graphs: RefCell::new(Vec::new()),
+            graphs: None,
             graph_failure: RefCell::new(None),
         })
     }
@@ -645,6 +605,7 @@ impl<'a> Problem<'a> {
             }
         }
         self.stream = s;
+        self.graphs = Some(GraphCache::new(g));
         match unsafe { set(self.handle.h, s) } {
             STATUS_SUCCESS => Ok(()),
             st => Err(Error::failed(format!(
@@ -665,14 +626,8 @@ impl<'a> Problem<'a> {
 
     /// Destroys the instantiated graphs (a campaign probes many solutions once each).
     pub fn clear_graphs(&self) {
-        if let Some(g) = self.lib.hip.graph {
-            for (_, _, exec, graph) in self.graphs.borrow_mut().drain(..) {
-                // SAFETY: made by this problem, destroyed once.
-                unsafe {
-                    (g.exec_destroy)(exec);
-                    (g.graph_destroy)(graph);
-                }
-            }
+        if let Some(c) = &self.graphs {
+            c.clear();
         }
     }
 
@@ -768,16 +723,17 @@ impl<'a> Problem<'a> {
     /// problem's timing mode ([`Problem::use_graphs`]); a graph mode that fails falls back to
     /// events for good, said once.
     pub fn time(&self, solution: Option<i32>, calls: usize) -> Result<f64> {
-        if !self.stream.is_null() && self.graph_failure.borrow().is_none() {
-            match self.time_graph(solution, calls) {
+        let failed = self.graph_failure.borrow().is_some();
+        if let (Some(cache), false) = (&self.graphs, failed) {
+            match self.time_graph(cache, solution, calls) {
                 Ok(ms) => return Ok(ms),
-                Err(GraphError::Gemm(e)) => return Err(e),
+                Err(GraphError::Work(e)) => return Err(e),
                 Err(GraphError::Mode(e)) => {
                     eprintln!(
                         "tunedblas tune: {}: graph timing failed ({e}); timing it with events",
                         crate::shapes::shape_label(&self.key)
                     );
-                    self.clear_graphs();
+                    cache.clear();
                     *self.graph_failure.borrow_mut() = Some(e);
                 }
             }
@@ -789,90 +745,43 @@ impl<'a> Problem<'a> {
     /// between two events recorded on the problem's stream.
     fn time_graph(
         &self,
+        cache: &GraphCache<(Option<i32>, usize)>,
         solution: Option<i32>,
         calls: usize,
-    ) -> std::result::Result<f64, GraphError> {
-        let g = self
-            .lib
-            .hip
-            .graph
-            .expect("graph timing needs the graph API");
-        let hip = &self.lib.hip;
+    ) -> std::result::Result<f64, GraphError<Error>> {
         let ops = calls.max(1);
-        let mode =
-            |what: &str, e: HipError| GraphError::Mode(format!("{what} failed with HIP error {e}"));
-        let cached = self
-            .graphs
-            .borrow()
-            .iter()
-            .find(|c| c.0 == solution && c.1 == ops)
-            .map(|c| c.2);
-        let exec = match cached {
-            Some(x) => x,
-            None => {
-                // SAFETY (all HIP calls below): the problem's live stream, out-pointers.
-                match unsafe { (g.begin)(self.stream, HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL) } {
-                    HIP_SUCCESS => {}
-                    e => return Err(mode("hipStreamBeginCapture", e)),
-                }
-                let mut status = STATUS_SUCCESS;
-                for i in 0..ops {
-                    status = self.run_on(i, solution, 0);
-                    if status != STATUS_SUCCESS {
-                        break;
+        let exec = cache.exec((solution, ops), self.stream, || {
+            for i in 0..ops {
+                match self.run_on(i, solution, 0) {
+                    STATUS_SUCCESS => {}
+                    st => {
+                        return Err(Error::failed(format!(
+                            "the GEMM failed with rocBLAS status {st}"
+                        )))
                     }
                 }
-                let mut graph = std::ptr::null_mut();
-                let ended = unsafe { (g.end)(self.stream, &mut graph) };
-                if status != STATUS_SUCCESS {
-                    if !graph.is_null() {
-                        unsafe { (g.graph_destroy)(graph) };
-                    }
-                    return Err(GraphError::Gemm(Error::failed(format!(
-                        "the GEMM failed with rocBLAS status {status}"
-                    ))));
-                }
-                if ended != HIP_SUCCESS {
-                    return Err(mode("hipStreamEndCapture", ended));
-                }
-                let mut exec = std::ptr::null_mut();
-                match unsafe { (g.instantiate)(&mut exec, graph, 0) } {
-                    HIP_SUCCESS => {}
-                    e => {
-                        unsafe { (g.graph_destroy)(graph) };
-                        return Err(mode("hipGraphInstantiateWithFlags", e));
-                    }
-                }
-                let mut cache = self.graphs.borrow_mut();
-                cache.push((solution, ops, exec, graph));
-                drop(cache);
-                // The first launch uploads the graph: not timed.
-                match unsafe { (g.launch)(exec, self.stream) } {
-                    HIP_SUCCESS => {}
-                    e => return Err(mode("hipGraphLaunch", e)),
-                }
-                exec
             }
-        };
+            Ok(())
+        })?;
+        let hip = &self.lib.hip;
         let mut start: HipEvent = std::ptr::null_mut();
         let mut stop: HipEvent = std::ptr::null_mut();
         let mut ms = 0f32;
         // SAFETY: out-pointers; events destroyed below.
-        let launched = unsafe {
+        unsafe {
             (hip.event_create)(&mut start);
             (hip.event_create)(&mut stop);
             (hip.event_record)(start, self.stream);
-            let l = (g.launch)(exec, self.stream);
+        }
+        let launched = cache.launch(exec, self.stream);
+        unsafe {
             (hip.event_record)(stop, self.stream);
             (hip.event_synchronize)(stop);
             (hip.event_elapsed)(&mut ms, start, stop);
             (hip.event_destroy)(start);
             (hip.event_destroy)(stop);
-            l
-        };
-        if launched != HIP_SUCCESS {
-            return Err(mode("hipGraphLaunch", launched));
         }
+        launched?;
         Ok(ms as f64 / ops as f64)
     }
 

@@ -12,6 +12,7 @@ mod demo;
 mod env;
 mod error;
 mod export;
+mod hipgraph;
 mod lt;
 mod nearbench;
 mod pick;
