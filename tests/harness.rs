@@ -721,13 +721,15 @@ fn campaign_outcomes(store: &Path) -> Vec<Value> {
 /// `tune --timing graph`: each sample's calls are captured into a HIP graph once and
 /// replayed (refblas emulates HIP's stream capture: `refblas/src/graph.rs`): the campaign
 /// adopts, every outcome says it was timed in graph mode, and the replayed GEMMs ran (the
-/// trace holds them, with the adopted solution among them). Where capture is refused
-/// (`REFBLAS_NO_GRAPHS`), each shape falls back to events, says so once, and is still tuned.
+/// trace holds every sample's calls of the adopted solution). A solution that cannot be
+/// launched fails at capture and is never adopted; graph timing takes one device per
+/// campaign. Where capture is refused (`REFBLAS_NO_GRAPHS`), each shape falls back to
+/// events, says so once, and is still tuned.
 #[test]
 fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fails() {
     let dir = scratch("tune-graph");
     let lib = artifacts().lib5();
-    let tune = |store: &str, no_graphs: bool| {
+    let tune = |store: &str, env: &[(&str, &str)]| {
         let mut cmd = tunedblas_cmd(
             &dir,
             &[
@@ -745,12 +747,10 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
         );
         cmd.arg(dir.join(store))
             .env("REFBLAS_TRACE", dir.join(format!("{store}.trace")));
-        if no_graphs {
-            cmd.env("REFBLAS_NO_GRAPHS", "1");
-        }
+        cmd.envs(env.iter().copied());
         run(cmd)
     };
-    let out = tune("graphs", false);
+    let out = tune("graphs", &[]);
     ok(&out);
     assert!(
         !text(&out.stderr).contains("graph timing failed"),
@@ -773,14 +773,60 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
         !adopted.is_empty(),
         "refblas's heuristic is beaten: {outcomes:?}"
     );
-    for id in &adopted {
+    // Each adopted solution ran at least every timed sample's calls (replays; the handful
+    // of qualification runs could not account for them).
+    for o in &outcomes {
+        let Some(id) = o["tuned"]["verdict"]["row"]
+            .as_str()
+            .and_then(|r| r.strip_prefix("Gemm_Rocblas_"))
+        else {
+            continue;
+        };
+        let calls = o["tuned"]["calls_per_sample"].as_u64().unwrap() as usize;
+        let ran = trace
+            .lines()
+            .filter(|l| l.contains(&format!("solution={id} ")))
+            .count();
         assert!(
-            trace.lines().any(|l| l.contains(&format!("solution={id}"))),
-            "{id} ran: {trace}"
+            ran >= 7 * calls,
+            "{id}: {ran} runs, {calls} calls per sample"
         );
     }
 
-    let out = tune("events", true);
+    // A solution that cannot be launched (REFBLAS_FAIL_SOLUTIONS) fails at capture, as a
+    // launch failure shows at enqueue: it is never timed as a (free) replay, never adopted.
+    let failing = adopted.join(",");
+    let out = tune("failing", &[("REFBLAS_FAIL_SOLUTIONS", failing.as_str())]);
+    ok(&out);
+    for o in campaign_outcomes(&dir.join("failing")) {
+        let row = o["tuned"]["verdict"]["row"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            !adopted.iter().any(|id| row == format!("Gemm_Rocblas_{id}")),
+            "{row} cannot run: {o}"
+        );
+    }
+
+    // One device per graph campaign.
+    let mut cmd = tunedblas_cmd(
+        &dir,
+        &[
+            "tune",
+            "--lib",
+            lib.to_str().unwrap(),
+            "--shape",
+            "f32:NN:32:16:32",
+        ],
+    );
+    cmd.args(["--timing", "graph", "--devices", "0,1", "--profiles"])
+        .arg(dir.join("two"));
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--timing graph tunes one device per campaign"));
+
+    let out = tune("events", &[("REFBLAS_NO_GRAPHS", "1")]);
     ok(&out);
     let stderr = text(&out.stderr);
     assert_eq!(

@@ -95,14 +95,17 @@ impl<K: PartialEq> GraphCache<K> {
         let work = enqueue();
         let mut graph = std::ptr::null_mut();
         let ended = unsafe { (g.end)(stream, &mut graph) };
+        if ended != HIP_SUCCESS {
+            // The capture was invalidated (a call inside allocated, copied or synchronised):
+            // whatever the work then returned, it is the mode that failed. Callers run each
+            // piece of work once uncaptured first, so the work's own errors show there.
+            return Err(mode("hipStreamEndCapture", ended));
+        }
         if let Err(e) = work {
             if !graph.is_null() {
                 unsafe { (g.graph_destroy)(graph) };
             }
             return Err(GraphError::Work(e));
-        }
-        if ended != HIP_SUCCESS {
-            return Err(mode("hipStreamEndCapture", ended));
         }
         let mut exec = std::ptr::null_mut();
         match unsafe { (g.instantiate)(&mut exec, graph, 0) } {

@@ -18,10 +18,11 @@ use crate::flavour::Flavour;
 use crate::gemm::GemmCall;
 use crate::hip::{HIP_ERROR_INVALID_HANDLE, HIP_ERROR_INVALID_VALUE};
 
-/// `hipErrorStreamCaptureUnsupported`: capture on the null stream, or a second begin.
+/// `hipErrorStreamCaptureUnsupported`: capture on the null stream (or refused by
+/// `REFBLAS_NO_GRAPHS`).
 pub const HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED: HipError = 900;
-/// `hipErrorStreamCaptureInvalidated`: end without a begin.
-pub const HIP_ERROR_STREAM_CAPTURE_INVALIDATED: HipError = 901;
+/// `hipErrorIllegalState`: a second begin, or an end without a begin (as HIP's clr says).
+pub const HIP_ERROR_ILLEGAL_STATE: HipError = 401;
 
 /// A recorded GEMM: the call with its scalars pointing into `scalars` when they were host
 /// values, which are copied (a launch reads what the scalars were at capture).
@@ -119,7 +120,7 @@ pub unsafe fn begin_capture(s: Stream, _mode: i32) -> HipError {
     };
     let mut c = st.capture.lock().unwrap_or_else(|p| p.into_inner());
     if c.is_some() {
-        return HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        return HIP_ERROR_ILLEGAL_STATE;
     }
     *c = Some(Vec::new());
     HIP_SUCCESS
@@ -138,7 +139,7 @@ pub unsafe fn end_capture(s: Stream, out: *mut *mut c_void) -> HipError {
     }
     let ops = st.capture.lock().unwrap_or_else(|p| p.into_inner()).take();
     let Some(ops) = ops else {
-        return HIP_ERROR_STREAM_CAPTURE_INVALIDATED;
+        return HIP_ERROR_ILLEGAL_STATE;
     };
     *out = Box::into_raw(Box::new(Graph { ops })) as *mut c_void;
     HIP_SUCCESS
@@ -196,8 +197,13 @@ pub unsafe fn capture(flavour: Flavour, handle: Handle, call: &GemmCall) -> Opti
     let st = state(stream)?;
     let mut c = st.capture.lock().unwrap_or_else(|p| p.into_inner());
     let ops = c.as_mut()?;
-    // What rocBLAS checks before it enqueues (no kernel runs, nothing is traced).
-    if let Err(s) = crate::gemm::run(flavour, handle, call, false) {
+    // What rocBLAS checks before it enqueues, and a launch failure (the injected faults),
+    // which surfaces at enqueue too: no kernel runs, nothing is traced.
+    let faults = crate::gemm::faults();
+    if let Some(s) = faults.fail_all {
+        return Some(s);
+    }
+    if let Err(s) = crate::gemm::run_with_faults(flavour, handle, call, false, faults) {
         return Some(s);
     }
     let host = crate::handle::state(handle).is_some_and(|h| h.pointer_mode() == POINTER_MODE_HOST);

@@ -1326,14 +1326,11 @@ fn captured_gemms_run_at_launch_with_the_scalars_they_were_captured_with() {
         let mut g = null_mut();
         assert_eq!(
             graph::end_capture(s, &mut g),
-            graph::HIP_ERROR_STREAM_CAPTURE_INVALIDATED
+            graph::HIP_ERROR_ILLEGAL_STATE
         );
         assert_eq!(handle::set_stream(h, s), STATUS_SUCCESS);
         assert_eq!(graph::begin_capture(s, 1), HIP_SUCCESS);
-        assert_eq!(
-            graph::begin_capture(s, 1),
-            graph::HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED
-        );
+        assert_eq!(graph::begin_capture(s, 1), graph::HIP_ERROR_ILLEGAL_STATE);
         assert_eq!(gemm::gemm(f, h, &call), STATUS_SUCCESS);
         // Refused at capture, never recorded.
         let bad = GemmCall { trans_a: 0, ..call };

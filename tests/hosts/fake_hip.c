@@ -32,9 +32,99 @@ int hipMalloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
 int hipFree(void *p) { free(p); return 0; }
 int hipMemcpy(void *d, const void *s, size_t n, int kind) { (void)kind; memmove(d, s, n); return 0; }
 int hipMemset(void *p, int v, size_t n) { memset(p, v, n); return 0; }
-int hipStreamCreate(void **s) { *s = malloc(1); return 0; }
-int hipStreamSynchronize(void *s) { (void)s; return 0; }
-int hipStreamDestroy(void *s) { free(s); return 0; }
+/* Streams, stream capture and graphs: work issued on a capturing stream by a library that
+ * asks fakehip_capture (the hipBLASLt stand-in) is recorded instead of run; a graph runs its
+ * recorded work in order when launched. FAKEHIP_NO_GRAPHS=1: capture is refused (900,
+ * hipErrorStreamCaptureUnsupported), as by a HIP without graph support. */
+typedef struct Op {
+    void (*run)(void *);
+    void (*release)(void *);
+    void *arg;
+    struct Op *next;
+} Op;
+typedef struct {
+    int refs; /* the graph and each executable made from it */
+    Op *head;
+} Ops;
+typedef struct {
+    int capturing;
+    Op *head, *tail;
+} Stream;
+typedef struct {
+    Ops *ops;
+} Graph;
+
+static void ops_release(Ops *o) {
+    if (!o || --o->refs > 0) return;
+    for (Op *op = o->head, *next; op; op = next) {
+        next = op->next;
+        op->release(op->arg);
+        free(op);
+    }
+    free(o);
+}
+
+int hipStreamCreate(Stream **s) { *s = calloc(1, sizeof **s); return *s ? 0 : 2; }
+int hipStreamSynchronize(Stream *s) { (void)s; return 0; }
+int hipStreamDestroy(Stream *s) { free(s); return 0; }
+int hipStreamBeginCapture(Stream *s, int mode) {
+    (void)mode;
+    const char *no = getenv("FAKEHIP_NO_GRAPHS");
+    if (!s || s->capturing || (no && no[0] == '1')) return 900;
+    s->capturing = 1;
+    s->head = s->tail = NULL;
+    return 0;
+}
+int hipStreamEndCapture(Stream *s, Graph **g) {
+    if (!s || !s->capturing) return 901;
+    Ops *o = calloc(1, sizeof *o);
+    *g = calloc(1, sizeof **g);
+    if (!o || !*g) return 2;
+    o->refs = 1;
+    o->head = s->head;
+    (*g)->ops = o;
+    s->capturing = 0;
+    s->head = s->tail = NULL;
+    return 0;
+}
+int hipGraphInstantiateWithFlags(Graph **exec, Graph *g, unsigned long long flags) {
+    (void)flags;
+    if (!g || !exec) return 1;
+    *exec = calloc(1, sizeof **exec);
+    if (!*exec) return 2;
+    (*exec)->ops = g->ops;
+    g->ops->refs++;
+    return 0;
+}
+int hipGraphLaunch(Graph *exec, Stream *s) {
+    (void)s;
+    if (!exec) return 1;
+    for (Op *op = exec->ops->head; op; op = op->next) op->run(op->arg);
+    return 0;
+}
+int hipGraphExecDestroy(Graph *g) {
+    if (!g) return 1;
+    ops_release(g->ops);
+    free(g);
+    return 0;
+}
+int hipGraphDestroy(Graph *g) { return hipGraphExecDestroy(g); }
+
+/* For the hipBLASLt stand-in: 1 when `stream` is capturing, and then `run(arg)` is recorded
+ * to run at each launch (`release(arg)` when the graph goes); 0 otherwise: run it now. */
+int fakehip_capture(void *stream, void (*run)(void *), void (*release)(void *), void *arg) {
+    Stream *s = stream;
+    if (!s || !s->capturing) return 0;
+    Op *op = calloc(1, sizeof *op);
+    if (!op) return 0;
+    op->run = run;
+    op->release = release;
+    op->arg = arg;
+    if (s->tail) s->tail->next = op;
+    else s->head = op;
+    s->tail = op;
+    return 1;
+}
 typedef struct { double ms; } Event;
 int hipEventCreate(Event **e) { *e = calloc(1, sizeof **e); return *e ? 0 : 2; }
 int hipEventDestroy(Event *e) { free(e); return 0; }

@@ -407,10 +407,33 @@ hipblasStatus_t hipblasLtMatmulAlgoGetHeuristic(Handle *h, Desc *d, Layout *A, L
     return HIPBLAS_STATUS_SUCCESS;
 }
 
+/* What a matmul that passed its checks does: compute (with FAKEHIPLT_COMPUTE) and trace. */
+static void execute(int index, Desc *desc, const void *alpha, const void *A, Layout *Ad, const void *B, Layout *Bd,
+                    const void *beta, const void *C, Layout *Cd, void *D, Layout *Dd,
+                    const hipblasLtMatmulAlgo_t *algo, bool ok);
+
+/* A matmul recorded on a capturing stream (fake_hip.c): its arguments, scalars copied. */
+struct Captured {
+    int index;
+    Desc *desc;
+    float alpha, beta;
+    const void *A, *B, *C;
+    void *D;
+    Layout *Ad, *Bd, *Cd, *Dd;
+    hipblasLtMatmulAlgo_t algo;
+    bool has_algo;
+};
+static void run_captured(void *p) {
+    Captured *c = static_cast<Captured *>(p);
+    execute(c->index, c->desc, &c->alpha, c->A, c->Ad, c->B, c->Bd, &c->beta, c->C, c->Cd, c->D, c->Dd,
+            c->has_algo ? &c->algo : nullptr, true);
+}
+static void release_captured(void *p) { delete static_cast<Captured *>(p); }
+extern "C" int fakehip_capture(void *stream, void (*run)(void *), void (*release)(void *), void *arg);
+
 hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const void *A, Layout *Ad, const void *B,
                                 Layout *Bd, const void *beta, const void *C, Layout *Cd, void *D, Layout *Dd,
                                 const hipblasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, void *stream) {
-    (void)stream;
     const char *cancel = getenv("FAKEHIPLT_CANCEL_POINT");
     if (cancel && cancel[0] == '1') pthread_testcancel();
     int index = algo ? index_of(algo) : HEURISTIC_INDEX;
@@ -426,11 +449,25 @@ hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const 
         st = HIPBLAS_STATUS_INVALID_VALUE;
     else if (index == 998)
         st = HIPBLAS_STATUS_EXECUTION_FAILED;
+    if (st == HIPBLAS_STATUS_SUCCESS && stream) {
+        /* A checked call on a capturing stream runs when the graph is launched. */
+        Captured *c = new (std::nothrow) Captured{index, desc, *(const float *)alpha, *(const float *)beta, A, B, C,
+                                                  D, Ad, Bd, Cd, Dd, algo ? *algo : hipblasLtMatmulAlgo_t{}, algo != nullptr};
+        if (c && fakehip_capture(stream, run_captured, release_captured, c)) return st;
+        delete c;
+    }
+    execute(index, desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd, algo, st == HIPBLAS_STATUS_SUCCESS);
+    return st;
+}
+
+static void execute(int index, Desc *desc, const void *alpha, const void *A, Layout *Ad, const void *B, Layout *Bd,
+                    const void *beta, const void *C, Layout *Cd, void *D, Layout *Dd,
+                    const hipblasLtMatmulAlgo_t *algo, bool ok) {
     /* FAKEHIPLT_COMPUTE=1: compute D for real (see compute_d), for `tunedblas lt tune` on
      * the stand-in runtime; FAKEHIPLT_SLOW_HEURISTIC=1: the heuristic's index (6) computes it
      * 4 times, so it takes 4 times as long. */
     const char *compute = getenv("FAKEHIPLT_COMPUTE");
-    if (st == HIPBLAS_STATUS_SUCCESS && compute && compute[0] == '1') {
+    if (ok && compute && compute[0] == '1') {
         const char *slow = getenv("FAKEHIPLT_SLOW_HEURISTIC");
         int reps = slow && slow[0] == '1' && index == HEURISTIC_INDEX ? 4 : 1;
         for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
@@ -441,8 +478,7 @@ hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const 
             compute_d(desc, &twice, A, Ad, B, Bd, beta, C, Cd, D, Dd);
         }
     }
-    trace(Dd, k_of(desc, Ad), algo, st == HIPBLAS_STATUS_SUCCESS);
-    return st;
+    trace(Dd, k_of(desc, Ad), algo, ok);
 }
 
 } // extern "C"

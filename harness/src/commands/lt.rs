@@ -28,10 +28,11 @@ SUBCOMMANDS:
         matmulIsAlgoSupported accepts within --workspace, the same numerics, probes, trials
         and margin, rows written as PyTorch TunableOp writes them (Gemm_Hipblaslt_<index>)
         for the loaded hipBLASLt's sha256. --workspace is required (what your callers give
-        hipblasLtMatmul). Timed with events, calls back to back (no hipGraph mode or delay
-        kernel yet: the smallest shapes are timed with their launch cost); not yet run on a
-        real AMD GPU. A shape that cannot be tuned fails the campaign (exit 1) after the
-        other rows are written; the same command again retries it.
+        hipblasLtMatmul). Samples are HIP graph replays (--timing graph, the default) or
+        calls back to back between events (no delay kernel ahead of them: the smallest
+        shapes are timed with their launch cost there); not yet run on a real AMD GPU. A
+        shape that cannot be tuned fails the campaign (exit 1) after the other rows are
+        written; the same command again retries it.
     recheck (--profiles DIR --name NAME [--rank R] | --rows FILE)
         Re-measure every adopted row against the heuristic in this (fresh) process: how many
         still win (the false-adopt rate is the rest). `tune` runs it itself on the rows it
@@ -82,10 +83,10 @@ OPTIONS:
     --confirm MODE    (tune) fresh (default): a proposed row is adopted only if a fresh process
                       (`recheck`, interleaved against the heuristic) measures it faster by the
                       margin too; off: the second set of trials in this process decides
-    --timing MODE     graph (default): each sample is a CUDA graph of the calls, replayed
-                      between two events, inputs rotated beyond L2 inside it; events: the
-                      calls back to back between two events. Graph falls back to events,
-                      with one line, where capture does not work.
+    --timing MODE     graph (default): each sample is a CUDA (HIP) graph of the calls,
+                      replayed between two events, inputs rotated beyond L2 inside it;
+                      events: the calls back to back between two events. Graph falls back
+                      to events, with one line, where capture does not work.
     --shape N,M,K     (tune, overhead) F.linear(out N, tokens M, in K) in bf16; repeatable
     --copy-mib N      (tune) size of the copy that measures the bandwidth limit (1024)
     --log FILE        every measurement as JSON

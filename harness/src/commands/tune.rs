@@ -49,7 +49,8 @@ OPTIONS:
                           events; graph: the sample's calls are captured once into a HIP
                           graph (hipStreamBeginCapture) and replayed between two events, with
                           no launch gaps between calls; falls back to events, said once per
-                          shape, where capture fails (not yet measured on an AMD GPU)
+                          shape, where capture fails (not yet measured on an AMD GPU); one
+                          device per campaign
     --ranks N             results files to write (default: one per device)
     --fresh               discard an unfinished campaign with other shapes
     --json                print the result as JSON (progress stays on stderr)
@@ -166,6 +167,14 @@ pub fn run(args: &[String]) -> Result<()> {
         json: a.has("--json"),
         quiet: a.has("--quiet") || a.has("-q"),
     };
+    // In ROCm's HIP a hipMemcpy or hipMalloc on any thread invalidates every capture in
+    // the process, so one worker's uploads would break another's graphs.
+    if opts.method.graph && opts.devices.len() > 1 {
+        return Err(a.usage(
+            "--timing graph tunes one device per campaign (another worker's copies would break its captures): \
+             run one campaign per device, each with --shard, and join them with `tunedblas merge`",
+        ));
+    }
     let summary = campaign::run(&opts)?;
     if opts.json {
         print_json(&summary);

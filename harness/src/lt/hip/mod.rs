@@ -6,8 +6,10 @@
 //!
 //! Adoptions are confirmed as cuBLASLt's are: a second set of trials in this process, then
 //! a fresh process (`lt recheck --backend hipblaslt`, which also rechecks any profile's
-//! index rows, PyTorch's included). What differs from cuBLASLt, and why: samples are timed
-//! with events (no hipGraph mode yet); there is no wider search (`getAllAlgos` already
+//! index rows, PyTorch's included). Samples are HIP graph replays where capture works (as
+//! cuBLASLt's are CUDA graph replays), else back-to-back calls between events. What differs
+//! from cuBLASLt, and why: no delay kernel ahead of events timing (it would need a device
+//! code object); there is no wider search (`getAllAlgos` already
 //! lists every algorithm) and no alignment preference (hipBLASLt has none). No AMD GPU is at hand where
 //! this was written: it runs in CI on the stand-in hipBLASLt and HIP runtime
 //! (`tests/hosts/fake_hipblaslt.cpp`, `fake_hip.c`), on no real device yet.
@@ -20,8 +22,10 @@ mod tune;
 
 use std::path::Path;
 
-use tunedblas_core::cublaslt::LtLib;
+use tunedblas_core::cublaslt::{LtKey, LtLib};
 
+use super::timing::Timing;
+use super::tune::Options;
 use super::CliResult;
 use crate::args::Args;
 use lib::HipLt;
@@ -81,14 +85,6 @@ fn refuse_cuda_only(a: &Args) -> CliResult<()> {
              must be the one your callers get)",
         ));
     }
-    match a.value("--timing") {
-        None | Some("events") => {}
-        Some(t) => {
-            return Err(a.usage(format!(
-                "--timing {t}: hipBLASLt is timed with events (a hipGraph mode is not built yet)"
-            )))
-        }
-    }
     Ok(())
 }
 
@@ -112,7 +108,6 @@ fn load(a: &Args) -> CliResult<(HipRt, HipLt)> {
 pub fn cmd_tune(a: &Args) -> CliResult<()> {
     refuse_cuda_only(a)?;
     let mut opts = super::options(a)?;
-    opts.timing = super::timing::Timing::Events;
     opts.l2_bytes = CACHE_BYTES;
     let target = super::campaign::Target::of(a)?;
     let keys = super::tune_keys(a, LtLib::Hipblaslt)?;
@@ -122,12 +117,13 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     })?;
     eprintln!(
         "tunedblas lt: tuning {} shapes on hipBLASLt {} ({}) {}, HIP runtime {}; every algorithm getAllAlgos lists, \
-         timed with events, confirmed {}",
+         timed with {}, confirmed {}",
         keys.len(),
         lt.version(),
         lt.path.display(),
         &sha[..12],
         rt.runtime_version(),
+        timing_said(&rt, opts.timing),
         if opts.fresh { "in a fresh process" } else { "in this process only" }
     );
     let lib = super::campaign::Library {
@@ -153,18 +149,17 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         }),
         arch: None,
         entry: vec![("hipblaslt_version", lt.version().into())],
-        child_args: child_args(&rt, &lt),
+        child_args: child_args(&rt, &lt, &opts),
         sha,
     };
     super::campaign::run(a, &target, lib, &keys, &opts, |key| {
-        let sets = super::problem::Problem::sets_for(key, opts.l2_bytes);
-        let p = HipProblem::new(&rt, &lt, *key, sets, opts.workspace)?;
-        tune::tune_shape(&p, &opts)
+        tune::tune_shape(&problem(&rt, &lt, key, &opts)?, &opts)
     })
 }
 
-/// The arguments that make a `recheck` child load this runtime and library.
-fn child_args(rt: &HipRt, lt: &HipLt) -> Vec<std::ffi::OsString> {
+/// The arguments that make a `recheck` child load this runtime and library and time as
+/// this campaign does.
+fn child_args(rt: &HipRt, lt: &HipLt, opts: &Options) -> Vec<std::ffi::OsString> {
     vec![
         "--backend".into(),
         "hipblaslt".into(),
@@ -172,7 +167,33 @@ fn child_args(rt: &HipRt, lt: &HipLt) -> Vec<std::ffi::OsString> {
         lt.path.clone().into(),
         "--hip".into(),
         rt.path.clone().into(),
+        "--timing".into(),
+        opts.timing.name().into(),
     ]
+}
+
+/// One key's problem, in the campaign's timing mode.
+fn problem<'a>(
+    rt: &'a HipRt,
+    lt: &'a HipLt,
+    key: &LtKey,
+    opts: &Options,
+) -> crate::lt::cuda::Result<HipProblem<'a>> {
+    let sets = super::problem::Problem::sets_for(key, opts.l2_bytes);
+    let mut p = HipProblem::new(rt, lt, *key, sets, opts.workspace)?;
+    if opts.timing == Timing::Graph {
+        p.use_graphs();
+    }
+    Ok(p)
+}
+
+/// How samples will be timed, for the start line.
+fn timing_said(rt: &HipRt, t: Timing) -> &'static str {
+    match (t, rt.graph.is_some()) {
+        (Timing::Graph, true) => "HIP graph replays",
+        (Timing::Graph, false) => "events (this HIP runtime has no graph calls)",
+        (Timing::Events, _) => "events",
+    }
 }
 
 /// `tunedblas lt recheck --backend hipblaslt`: every `Gemm_Hipblaslt_<index>` row of a
@@ -181,7 +202,6 @@ fn child_args(rt: &HipRt, lt: &HipLt) -> Vec<std::ffi::OsString> {
 pub fn cmd_recheck(a: &Args) -> CliResult<()> {
     refuse_cuda_only(a)?;
     let mut opts = super::options(a)?;
-    opts.timing = super::timing::Timing::Events;
     opts.l2_bytes = CACHE_BYTES;
     let rows = super::profile_rows(a)?;
     let (rt, lt) = load(a)?;
@@ -190,8 +210,7 @@ pub fn cmd_recheck(a: &Args) -> CliResult<()> {
         let tunedblas_core::cublaslt::LtAction::Index(index) = r.action else {
             continue;
         };
-        let sets = super::problem::Problem::sets_for(&r.key, opts.l2_bytes);
-        let p = HipProblem::new(&rt, &lt, r.key, sets, opts.workspace)?;
+        let p = problem(&rt, &lt, &r.key, &opts)?;
         out.push(super::say_recheck(tune::recheck(&p, index, &opts)?));
     }
     super::report_rechecks(a, &opts, out)

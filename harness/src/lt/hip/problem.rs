@@ -1,7 +1,8 @@
 //! One hipBLASLt problem on the device, made the way PyTorch makes it (`hipblasLtMatmul` with
 //! f32 alpha/beta on the host, beta 0, C and D one buffer): descriptors, rotating input sets,
-//! a workspace, a stream and two events; timed with events (no hipGraph mode yet).
+//! a workspace, a stream and two events; timed with HIP graph replays or with events.
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 
 use tunedblas_core::abi::*;
@@ -14,7 +15,8 @@ use tunedblas_core::key::Trans;
 
 use super::lib::{check, HipLt};
 use super::runtime::{HipBuf, HipRt};
-use crate::lt::cuda::{err, Result};
+use crate::hipgraph::{GraphCache, GraphError};
+use crate::lt::cuda::{err, Error, Result};
 use crate::lt::numeric;
 use crate::lt::pipeline::Bench;
 use crate::lt::problem::extents;
@@ -46,10 +48,16 @@ pub struct HipProblem<'a> {
     ev: [HipEvent; 2],
     alpha: f32,
     beta: f32,
+    /// Graph timing's executable graphs by (algorithm, calls captured); `None` with events.
+    graphs: Option<GraphCache<([u8; 16], usize)>>,
+    /// Why graph timing stopped for this problem (it then times with events).
+    graph_failure: RefCell<Option<String>>,
 }
 
 impl Drop for HipProblem<'_> {
     fn drop(&mut self) {
+        // The graphs before the objects they captured.
+        self.graphs = None;
         // SAFETY: objects this problem made, destroyed once.
         unsafe {
             if !self.pref.is_null() {
@@ -125,6 +133,8 @@ impl<'a> HipProblem<'a> {
             ev: [std::ptr::null_mut(); 2],
             alpha: 1.0,
             beta: 0.0,
+            graphs: None,
+            graph_failure: RefCell::new(None),
         };
         // Made once the problem owns them, so an error here frees what was made before.
         p.stream = rt.stream()?;
@@ -212,6 +222,74 @@ impl<'a> HipProblem<'a> {
             p._bias = Some(bias);
         }
         Ok(p)
+    }
+
+    /// Graph timing: each sample's calls captured once into a HIP graph on the problem's
+    /// stream and replayed between two events, one launch per sample. Where the runtime has
+    /// no graph API, or a capture fails, the problem times with events and says why once.
+    pub fn use_graphs(&mut self) {
+        match self.rt.graph {
+            Some(g) => self.graphs = Some(GraphCache::new(g)),
+            None => {
+                self.graph_failed("the HIP runtime has no stream capture and graph calls".into())
+            }
+        }
+    }
+
+    fn graph_failed(&self, why: String) {
+        let (op, sig) = tunedblas_core::cublaslt::op_and_signature(&self.key);
+        eprintln!("tunedblas lt: {op} {sig}: graph timing failed ({why}); timing it with events");
+        if let Some(c) = &self.graphs {
+            c.clear();
+        }
+        *self.graph_failure.borrow_mut() = Some(why);
+    }
+
+    /// The mode samples are taken in: `graph`, `events`, or `events (graph: why not)`.
+    pub fn timing(&self) -> String {
+        match (&*self.graph_failure.borrow(), &self.graphs) {
+            (Some(e), _) => format!("events (graph: {e})"),
+            (None, None) => "events".into(),
+            (None, Some(_)) => "graph".into(),
+        }
+    }
+
+    fn time_events(&self, algo: &HipblasLtMatmulAlgo, calls: usize) -> Result<f64> {
+        self.rt.record(self.ev[0], self.stream)?;
+        for i in 0..calls {
+            check("hipblasLtMatmul", self.launch(algo, i))?;
+        }
+        self.rt.record(self.ev[1], self.stream)?;
+        Ok(self.rt.elapsed(self.ev[0], self.ev[1])? / calls.max(1) as f64)
+    }
+
+    /// `calls` calls (one per input set at least) captured once, replayed between the events.
+    fn time_graph(
+        &self,
+        cache: &GraphCache<([u8; 16], usize)>,
+        algo: &HipblasLtMatmulAlgo,
+        calls: usize,
+    ) -> std::result::Result<f64, GraphError<Error>> {
+        // At least one call per input set, so the graph's inputs are beyond the cache too.
+        let ops = calls.max(self.sets.len()).max(1);
+        let exec = cache.exec((algo.data, ops), self.stream, || {
+            (0..ops).try_for_each(|i| check("hipblasLtMatmul", self.launch(algo, i)))
+        })?;
+        // One untimed replay ahead, so the timed one is submitted while the device is busy.
+        cache.launch(exec, self.stream)?;
+        self.rt
+            .record(self.ev[0], self.stream)
+            .map_err(GraphError::Work)?;
+        let launched = cache.launch(exec, self.stream);
+        self.rt
+            .record(self.ev[1], self.stream)
+            .map_err(GraphError::Work)?;
+        let ms = self
+            .rt
+            .elapsed(self.ev[0], self.ev[1])
+            .map_err(GraphError::Work)?;
+        launched?;
+        Ok(ms / ops as f64)
     }
 
     /// What a caller asking for one answer runs (PyTorch does): the heuristic's first.
@@ -318,14 +396,20 @@ impl Bench for HipProblem<'_> {
         self.sets.len()
     }
 
-    /// `calls` back-to-back calls between two events, rotating the input sets.
+    /// `calls` calls rotating the input sets, in the problem's timing mode ([`use_graphs`]):
+    /// one graph replay, or back to back between two events.
+    ///
+    /// [`use_graphs`]: HipProblem::use_graphs
     fn time(&self, algo: &HipblasLtMatmulAlgo, calls: usize) -> Result<f64> {
-        self.rt.record(self.ev[0], self.stream)?;
-        for i in 0..calls {
-            check("hipblasLtMatmul", self.launch(algo, i))?;
+        let failed = self.graph_failure.borrow().is_some();
+        if let (Some(cache), false) = (&self.graphs, failed) {
+            match self.time_graph(cache, algo, calls) {
+                Ok(ms) => return Ok(ms),
+                Err(GraphError::Work(e)) => return Err(e),
+                Err(GraphError::Mode(why)) => self.graph_failed(why),
+            }
         }
-        self.rt.record(self.ev[1], self.stream)?;
-        Ok(self.rt.elapsed(self.ev[0], self.ev[1])? / calls.max(1) as f64)
+        self.time_events(algo, calls)
     }
 
     fn output(&self, algo: &HipblasLtMatmulAlgo) -> Result<Vec<f64>> {

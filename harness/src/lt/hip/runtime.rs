@@ -28,6 +28,8 @@ pub struct HipRt {
     event_elapsed: HipEventElapsedTimeFn,
     device_count: HipGetDeviceCountFn,
     runtime_version: HipRuntimeGetVersionFn,
+    /// Stream capture and graphs, for graph timing (`None` where any is missing).
+    pub graph: Option<crate::hipgraph::HipGraphApi>,
 }
 
 fn check(what: &str, e: HipError) -> Result<()> {
@@ -96,6 +98,7 @@ impl HipRt {
                     event_elapsed: sym(h, "hipEventElapsedTime")?,
                     device_count: sym(h, "hipGetDeviceCount")?,
                     runtime_version: sym(h, "hipRuntimeGetVersion")?,
+                    graph: crate::hipgraph::HipGraphApi::load(h),
                 })
             })()
         };

@@ -70,7 +70,7 @@ pub fn tune_shape(p: &HipProblem, opts: &Options) -> Result<Outcome> {
         opts,
         dropped,
     )?;
-    out.timing = "events".into();
+    out.timing = p.timing();
     Ok(out)
 }
 
