@@ -723,7 +723,8 @@ fn campaign_outcomes(store: &Path) -> Vec<Value> {
 /// adopts, every outcome says it was timed in graph mode, and the replayed GEMMs ran (the
 /// trace holds every sample's calls of the adopted solution). A solution that cannot be
 /// launched fails at capture and is never adopted; graph timing takes one device per
-/// campaign. Where capture is refused (`REFBLAS_NO_GRAPHS`), each shape falls back to
+/// campaign. A capture failing part way through a shape has the shape timed again with
+/// events only. Where capture is refused (`REFBLAS_NO_GRAPHS`), each shape falls back to
 /// events, says so once, and is still tuned.
 #[test]
 fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fails() {
@@ -825,6 +826,27 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--timing graph tunes one device per campaign"));
+
+    // Capture failing part way through the first shape (after 3 captures, process-wide):
+    // its graph samples and its events samples would be compared, so it is timed again,
+    // all with events; the second shape fails at its first capture, before any sample.
+    let out = tune("midway", &[("REFBLAS_GRAPH_FAIL_AFTER", "3")]);
+    ok(&out);
+    let mut timings: Vec<String> = campaign_outcomes(&dir.join("midway"))
+        .iter()
+        .map(|o| o["tuned"]["timing"].as_str().unwrap().to_string())
+        .collect();
+    timings.sort();
+    let failed = "graph: hipStreamBeginCapture failed with HIP error 900";
+    assert_eq!(
+        timings,
+        [
+            format!("events ({failed})"),
+            format!("events (re-timed: events ({failed}))")
+        ],
+        "{}",
+        text(&out.stderr)
+    );
 
     let out = tune("events", &[("REFBLAS_NO_GRAPHS", "1")]);
     ok(&out);

@@ -1004,4 +1004,34 @@ fn a_hipblaslt_shape_that_cannot_be_tuned_fails_the_campaign_and_is_retried() {
         stderr.contains("resuming: 1 of 2 shapes were tuned by the interrupted run"),
         "{stderr}"
     );
+
+    // Capture failing part way through a shape (after 3 captures): its graph and events
+    // samples would be compared, so it is timed again, all with events.
+    let mut cmd = common::tunedblas_cmd(&dir, &["lt", "tune", "--backend", "hipblaslt"]);
+    cmd.arg("--lib")
+        .arg(hiplt().lib())
+        .args([
+            "--shape",
+            "64,16,64",
+            "--name",
+            "midway",
+            "--workspace",
+            "8192",
+        ])
+        .args(["--trials", "3", "--confirm", "off"])
+        .arg("--profiles")
+        .arg(dir.join("profiles"))
+        .arg("--log")
+        .arg(dir.join("midway.json"))
+        .env("FAKEHIPLT_COMPUTE", "1")
+        .env("FAKEHIP_GRAPH_FAIL_AFTER", "3")
+        .env_remove("FAKEHIPLT_TRACE");
+    common::ok(&cmd.output().unwrap());
+    let log: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("midway.json")).unwrap()).unwrap();
+    assert_eq!(
+        log["outcomes"][0]["timing"],
+        "events (re-timed: events (graph: hipStreamBeginCapture failed with HIP error 900))",
+        "{log}"
+    );
 }

@@ -473,6 +473,8 @@ pub struct Problem<'a> {
     /// growth (hipMalloc) happen there, never inside a capture, and a solution's own failure
     /// shows as its own.
     pre_run: RefCell<Vec<Option<i32>>>,
+    /// Samples taken as graph replays (with a later fallback: the shape's samples are mixed).
+    graph_samples: std::cell::Cell<usize>,
 }
 
 impl Drop for Problem<'_> {
@@ -581,6 +583,7 @@ impl<'a> Problem<'a> {
             graphs: None,
             graph_failure: RefCell::new(None),
             pre_run: RefCell::new(Vec::new()),
+            graph_samples: std::cell::Cell::new(0),
         })
     }
 
@@ -615,6 +618,12 @@ impl<'a> Problem<'a> {
             st => self.graph_failed(format!("rocblas_set_stream failed with status {st}")),
         }
         Ok(())
+    }
+
+    /// True when graph timing failed after samples were taken with it: this problem's
+    /// samples are of two modes and must not be compared (the shape is timed again).
+    pub fn timing_mixed(&self) -> bool {
+        self.graph_failure.borrow().is_some() && self.graph_samples.get() > 0
     }
 
     /// The timing mode samples are taken in: `graph` or `events` (why, where graph was
@@ -729,7 +738,10 @@ impl<'a> Problem<'a> {
         let failed = self.graph_failure.borrow().is_some();
         if let (Some(cache), false) = (&self.graphs, failed) {
             match self.time_graph(cache, solution, calls) {
-                Ok(ms) => return Ok(ms),
+                Ok(ms) => {
+                    self.graph_samples.set(self.graph_samples.get() + 1);
+                    return Ok(ms);
+                }
                 Err(GraphError::Work(e)) => return Err(e),
                 Err(GraphError::Mode(e)) => self.graph_failed(e),
             }

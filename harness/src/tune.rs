@@ -78,6 +78,10 @@ pub struct Tuned {
     #[serde(default)]
     pub timing: String,
     pub verdict: Verdict,
+    /// Graph timing failed after some samples: they are of two modes (not recorded; the
+    /// shape is timed again with events).
+    #[serde(skip)]
+    pub mixed_timing: bool,
 }
 
 /// A probed solution and its probe time (ms).
@@ -90,6 +94,29 @@ fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
 
 /// Tunes `key`; `current` is this build's row for it, if any.
 pub fn tune(
+    lib: &Library,
+    key: ProblemKey,
+    current: Option<&Solution>,
+    method: &Method,
+    rules: &Rules,
+) -> Result<Tuned> {
+    let t = tune_once(lib, key, current, method, rules)?;
+    if !t.mixed_timing {
+        return Ok(t);
+    }
+    // Graph timing failed part way: the samples before were graph replays, those after
+    // calls back to back; compared, they would favour the one timed first. The shape is
+    // timed again, every sample with events.
+    let events = Method {
+        graph: false,
+        ..*method
+    };
+    let mut again = tune_once(lib, key, current, &events, rules)?;
+    again.timing = format!("events (re-timed: {})", t.timing);
+    Ok(again)
+}
+
+fn tune_once(
     lib: &Library,
     key: ProblemKey,
     current: Option<&Solution>,
@@ -158,6 +185,7 @@ pub fn tune(
         pruning_saved_s,
         timing: p.timing(),
         verdict,
+        mixed_timing: p.timing_mixed(),
     };
 
     // The current row's solution; one that no longer runs on this build is dropped.

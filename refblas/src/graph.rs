@@ -71,6 +71,21 @@ pub fn no_graphs() -> bool {
     *NO.get_or_init(|| std::env::var("REFBLAS_NO_GRAPHS").is_ok_and(|v| !v.is_empty() && v != "0"))
 }
 
+/// `REFBLAS_GRAPH_FAIL_AFTER=N`, read once: the first N captures of the process work, the
+/// later ones are refused (a capture failing part way through a tuning).
+fn captures_left_exhausted() -> bool {
+    static AFTER: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static DONE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let Some(n) = *AFTER.get_or_init(|| {
+        std::env::var("REFBLAS_GRAPH_FAIL_AFTER")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    }) else {
+        return false;
+    };
+    DONE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= n
+}
+
 /// `hipStreamCreate`.
 ///
 /// # Safety
@@ -112,7 +127,7 @@ unsafe fn state<'a>(s: Stream) -> Option<&'a StreamState> {
 /// # Safety
 /// `s` null or a live stream from [`stream_create`].
 pub unsafe fn begin_capture(s: Stream, _mode: i32) -> HipError {
-    if no_graphs() {
+    if no_graphs() || captures_left_exhausted() {
         return HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     let Some(st) = state(s) else {

@@ -20,7 +20,7 @@
 //!
 //! Environment: `REFBLAS_TRACE=<file>`, `REFBLAS_NO_COMPUTE=1` (or `=return`: return at once, no
 //! checks), `REFBLAS_DEVICES=<n>` (default 4), `REFBLAS_FAULTY_SOLUTION=<id>` (that solution
-//! leaves D unwritten), `REFBLAS_NO_GRAPHS=1` (stream capture refused), and the injected faults `REFBLAS_FAIL_SOLUTIONS=<id,...>` and
+//! leaves D unwritten), `REFBLAS_NO_GRAPHS=1` (stream capture refused), `REFBLAS_GRAPH_FAIL_AFTER=N` (refused after N), and the injected faults `REFBLAS_FAIL_SOLUTIONS=<id,...>` and
 //! `REFBLAS_FAIL_ALL=<status>` ([`gemm::Faults`]), each read once.
 
 pub mod combo;

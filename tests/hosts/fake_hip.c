@@ -35,7 +35,8 @@ int hipMemset(void *p, int v, size_t n) { memset(p, v, n); return 0; }
 /* Streams, stream capture and graphs: work issued on a capturing stream by a library that
  * asks fakehip_capture (the hipBLASLt stand-in) is recorded instead of run; a graph runs its
  * recorded work in order when launched. FAKEHIP_NO_GRAPHS=1: capture is refused (900,
- * hipErrorStreamCaptureUnsupported), as by a HIP without graph support. */
+ * hipErrorStreamCaptureUnsupported), as by a HIP without graph support;
+ * FAKEHIP_GRAPH_FAIL_AFTER=N: after N captures. */
 typedef struct Op {
     void (*run)(void *);
     void (*release)(void *);
@@ -69,14 +70,18 @@ int hipStreamSynchronize(Stream *s) { (void)s; return 0; }
 int hipStreamDestroy(Stream *s) { free(s); return 0; }
 int hipStreamBeginCapture(Stream *s, int mode) {
     (void)mode;
+    /* FAKEHIP_GRAPH_FAIL_AFTER=N: the first N captures work, later ones are refused. */
+    static long captures;
+    const char *after = getenv("FAKEHIP_GRAPH_FAIL_AFTER");
     const char *no = getenv("FAKEHIP_NO_GRAPHS");
-    if (!s || s->capturing || (no && no[0] == '1')) return 900;
+    if (!s || (no && no[0] == '1') || (after && captures++ >= atol(after))) return 900;
+    if (s->capturing) return 401; /* hipErrorIllegalState */
     s->capturing = 1;
     s->head = s->tail = NULL;
     return 0;
 }
 int hipStreamEndCapture(Stream *s, Graph **g) {
-    if (!s || !s->capturing) return 901;
+    if (!s || !s->capturing) return 401; /* hipErrorIllegalState */
     Ops *o = calloc(1, sizeof *o);
     *g = calloc(1, sizeof **g);
     if (!o || !*g) return 2;

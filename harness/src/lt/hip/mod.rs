@@ -153,7 +153,20 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         sha,
     };
     super::campaign::run(a, &target, lib, &keys, &opts, |key| {
-        tune::tune_shape(&problem(&rt, &lt, key, &opts)?, &opts)
+        let p = problem(&rt, &lt, key, &opts)?;
+        let out = tune::tune_shape(&p, &opts)?;
+        if !p.timing_mixed() {
+            return Ok(out);
+        }
+        // Graph timing failed part way: graph and events samples would be compared, so the
+        // shape is timed again, every sample with events.
+        let events = Options {
+            timing: Timing::Events,
+            ..opts.clone()
+        };
+        let mut again = tune::tune_shape(&problem(&rt, &lt, key, &events)?, &events)?;
+        again.timing = format!("events (re-timed: {})", out.timing);
+        Ok(again)
     })
 }
 

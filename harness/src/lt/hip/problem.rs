@@ -52,6 +52,8 @@ pub struct HipProblem<'a> {
     graphs: Option<GraphCache<([u8; 16], usize)>>,
     /// Why graph timing stopped for this problem (it then times with events).
     graph_failure: RefCell<Option<String>>,
+    /// Samples taken as graph replays (with a later fallback: the samples are mixed).
+    graph_samples: std::cell::Cell<usize>,
 }
 
 impl Drop for HipProblem<'_> {
@@ -135,6 +137,7 @@ impl<'a> HipProblem<'a> {
             beta: 0.0,
             graphs: None,
             graph_failure: RefCell::new(None),
+            graph_samples: std::cell::Cell::new(0),
         };
         // Made once the problem owns them, so an error here frees what was made before.
         p.stream = rt.stream()?;
@@ -243,6 +246,12 @@ impl<'a> HipProblem<'a> {
             c.clear();
         }
         *self.graph_failure.borrow_mut() = Some(why);
+    }
+
+    /// True when graph timing failed after samples were taken with it (they are of two
+    /// modes and must not be compared).
+    pub fn timing_mixed(&self) -> bool {
+        self.graph_failure.borrow().is_some() && self.graph_samples.get() > 0
     }
 
     /// The mode samples are taken in: `graph`, `events`, or `events (graph: why not)`.
@@ -404,7 +413,10 @@ impl Bench for HipProblem<'_> {
         let failed = self.graph_failure.borrow().is_some();
         if let (Some(cache), false) = (&self.graphs, failed) {
             match self.time_graph(cache, algo, calls) {
-                Ok(ms) => return Ok(ms),
+                Ok(ms) => {
+                    self.graph_samples.set(self.graph_samples.get() + 1);
+                    return Ok(ms);
+                }
                 Err(GraphError::Work(e)) => return Err(e),
                 Err(GraphError::Mode(why)) => self.graph_failed(why),
             }
