@@ -835,6 +835,21 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
     let log: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("recheck.json")).unwrap()).unwrap();
     assert_eq!(log["rechecks"].as_array().unwrap().len(), 5, "{log}");
+    // The same rows given to a cuBLASLt recheck: it says they are hipBLASLt's (before it
+    // fails to load cuBLASLt here).
+    let out = common::tunedblas_cmd(&dir, &["lt", "recheck", "--lib", "/no/such/libcublasLt.so"])
+        .arg("--rows")
+        .arg(&rows)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(
+            "recheck: 5 rows are not cuBLASLt's and are skipped; rerun with --backend hipblaslt for them"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(
         log["rechecks"][0]["rel_err"]
             .as_f64()

@@ -557,6 +557,7 @@ pub fn cmd_recheck(a: &Args) -> CliResult<()> {
     refuse_hip_only(a)?;
     let mut opts = options(a)?;
     let rows = profile_rows(a)?;
+    say_other_rows(&rows, LtLib::Cublaslt);
     let (cuda, lt) = load(a)?;
     opts.l2_bytes = cuda.l2_bytes();
     let d = delay(&cuda, &lt)?;
@@ -573,6 +574,25 @@ pub fn cmd_recheck(a: &Args) -> CliResult<()> {
         out.push(say_recheck(tune::recheck(&p, &cfg, &opts, &d)?));
     }
     report_rechecks(a, &opts, out)
+}
+
+/// Says how many of `rows` the other Lt library runs (a recheck skips them), and how to
+/// recheck those.
+fn say_other_rows(rows: &[LtRow], lib: LtLib) {
+    let other = rows
+        .iter()
+        .filter(|r| r.action != LtAction::Default && !lib.serves(&r.action))
+        .count();
+    if other > 0 {
+        let hint = match lib {
+            LtLib::Cublaslt => "--backend hipblaslt",
+            LtLib::Hipblaslt => "--backend cublaslt",
+        };
+        eprintln!(
+            "tunedblas lt: recheck: {other} rows are not {}'s and are skipped; rerun with {hint} for them",
+            lib.name()
+        );
+    }
 }
 
 /// One recheck's line on stdout.

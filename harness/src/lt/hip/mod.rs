@@ -217,6 +217,7 @@ pub fn cmd_recheck(a: &Args) -> CliResult<()> {
     let mut opts = super::options(a)?;
     opts.l2_bytes = CACHE_BYTES;
     let rows = super::profile_rows(a)?;
+    super::say_other_rows(&rows, LtLib::Hipblaslt);
     let (rt, lt) = load(a)?;
     let mut out = Vec::new();
     for r in &rows {

@@ -92,7 +92,7 @@ pub fn recheck(p: &HipProblem, index: i32, opts: &Options) -> Result<Recheck> {
                     "matmulIsAlgoSupported refuses it for this problem (hipBLAS status {st})"
                 )))
             }
-            Err(st) => check("matmulIsAlgoSupported", st).map(|()| algo),
+            Err(st) => Err(check("matmulIsAlgoSupported", st).unwrap_err()),
         });
     match algo {
         Ok(algo) => pipeline::measure_pair(p, &base.algo, &algo, opts, &mut r)?,
