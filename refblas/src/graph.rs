@@ -94,21 +94,24 @@ pub unsafe fn stream_create(out: *mut Stream) -> HipError {
     if out.is_null() {
         return HIP_ERROR_INVALID_VALUE;
     }
-    let s = Box::new(StreamState {
+    let s = Box::into_raw(Box::new(StreamState {
         capture: Mutex::new(None),
-    });
-    *out = Box::into_raw(s) as Stream;
+    }));
+    live().push(s as usize);
+    *out = s as Stream;
     HIP_SUCCESS
 }
 
 /// `hipStreamDestroy`.
 ///
 /// # Safety
-/// `s` a stream from [`stream_create`], not used afterwards.
+/// `s` any value; a live stream from [`stream_create`] is not used afterwards.
 pub unsafe fn stream_destroy(s: Stream) -> HipError {
-    if s.is_null() {
+    let mut live = live();
+    let Some(i) = live.iter().position(|&p| p == s as usize) else {
         return HIP_ERROR_INVALID_HANDLE;
-    }
+    };
+    live.swap_remove(i);
     drop(Box::from_raw(s as *mut StreamState));
     HIP_SUCCESS
 }
@@ -118,7 +121,18 @@ pub fn stream_synchronize(_s: Stream) -> HipError {
     HIP_SUCCESS
 }
 
+/// The streams [`stream_create`] made and [`stream_destroy`] has not destroyed.
+fn live() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The state of `s` if it is a live stream of ours: a handle may hold any stream value
+/// (another runtime's, or a made-up one in a test), which is never dereferenced.
 unsafe fn state<'a>(s: Stream) -> Option<&'a StreamState> {
+    if s.is_null() || !live().contains(&(s as usize)) {
+        return None;
+    }
     (s as *const StreamState).as_ref()
 }
 

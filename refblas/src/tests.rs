@@ -1350,8 +1350,21 @@ fn captured_gemms_run_at_launch_with_the_scalars_they_were_captured_with() {
         // Not capturing any more: the call runs at once, with the new alpha.
         assert_eq!(gemm::gemm(f, h, &call), STATUS_SUCCESS);
         assert_ne!(values(&p.d), expected);
+        // A stream value refblas did not make (another runtime's) is never dereferenced:
+        // GEMMs on it run at once, capture and destroy refuse it.
+        let foreign = 0x1234 as Stream;
+        assert_eq!(handle::set_stream(h, foreign), STATUS_SUCCESS);
+        assert_eq!(gemm::gemm(f, h, &call), STATUS_SUCCESS);
+        assert_eq!(
+            graph::begin_capture(foreign, 1),
+            graph::HIP_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        );
         assert_eq!(handle::set_stream(h, null_mut()), STATUS_SUCCESS);
         assert_eq!(graph::stream_destroy(s), HIP_SUCCESS);
+        assert_eq!(
+            graph::stream_destroy(s),
+            crate::hip::HIP_ERROR_INVALID_HANDLE
+        );
         assert_eq!(handle::destroy(h), STATUS_SUCCESS);
     }
 }
