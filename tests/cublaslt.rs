@@ -1189,6 +1189,21 @@ fn tunedblas_lt_tune_adopts_only_what_its_fresh_recheck_child_confirms() {
         err.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),
         "{err}"
     );
+    // The shape is reported against its limits: which binds, and the grid of the fastest
+    // configuration on the stand-in card's 8 SMs (its tiles are in the table; how many CTAs
+    // depends on the split-K of the configuration that won).
+    assert!(err.contains("matmul ") && err.contains("8 SMs"), "{err}");
+    let stdout = text(&out.stdout);
+    let why = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("limit: "))
+        .unwrap_or_else(|| panic!("no limit line in {stdout}"));
+    assert!(
+        why.contains("-bound; fastest found")
+            && why.contains(" CTAs (")
+            && (why.contains("on 8 SMs: ") || why.contains(" waves")),
+        "{why}"
+    );
     let rank = profiles.join("stand-in/tunableop_results0.csv");
     let rows =
         tunedblas_core::cublaslt::parse_results(&std::fs::read_to_string(rank).unwrap()).rows;

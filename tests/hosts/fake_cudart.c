@@ -37,6 +37,7 @@ int cudaRuntimeGetVersion(int *v) { *v = 12080; return 0; }
 int cudaDeviceGetAttribute(int *v, int attr, int device) {
     if (device != 0) return 101;
     switch (attr) {
+    case 16: *v = 8; return 0;       /* SMs: a made-up card */
     case 38: *v = 1 << 20; return 0; /* L2 bytes */
     case 75: *v = 9; return 0;       /* compute capability */
     case 76: *v = 0; return 0;

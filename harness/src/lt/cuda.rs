@@ -87,6 +87,7 @@ const MEMCPY_D2D: c_int = 3;
 /// `cudaStreamCaptureModeThreadLocal`: other threads' CUDA calls do not break the capture.
 const CAPTURE_THREAD_LOCAL: c_int = 1;
 /// `cudaDevAttrL2CacheSize`, `cudaDevAttrComputeCapabilityMajor` / `Minor`.
+const ATTR_SM_COUNT: c_int = 16;
 const ATTR_L2_BYTES: c_int = 38;
 const ATTR_CC_MAJOR: c_int = 75;
 const ATTR_CC_MINOR: c_int = 76;
@@ -368,6 +369,13 @@ impl Cuda {
         self.attr(ATTR_L2_BYTES).unwrap_or(64 << 20).max(1 << 20) as usize
     }
 
+    /// Streaming multiprocessors of device 0 (132 on an H200); `None` where it does not say.
+    pub fn sm_count(&self) -> Option<u32> {
+        self.attr(ATTR_SM_COUNT)
+            .filter(|&n| n > 0)
+            .map(|n| n as u32)
+    }
+
     /// `sm_90`-style name of device 0's architecture.
     pub fn arch(&self) -> String {
         match (self.attr(ATTR_CC_MAJOR), self.attr(ATTR_CC_MINOR)) {
@@ -392,9 +400,18 @@ pub struct DevBuf<'a> {
 
 impl DevBuf<'_> {
     pub fn upload(&self, data: &[u8]) -> Result<()> {
-        assert!(data.len() <= self.bytes);
+        self.upload_at(0, data)
+    }
+    /// Copies `data` to the buffer at byte `offset`.
+    pub fn upload_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        assert!(offset + data.len() <= self.bytes);
         self.cuda.check("cudaMemcpy (to device)", unsafe {
-            (self.cuda.memcpy)(self.ptr, data.as_ptr().cast(), data.len(), MEMCPY_H2D)
+            (self.cuda.memcpy)(
+                self.ptr.cast::<u8>().add(offset).cast(),
+                data.as_ptr().cast(),
+                data.len(),
+                MEMCPY_H2D,
+            )
         })
     }
     pub fn download(&self, bytes: usize) -> Result<Vec<u8>> {

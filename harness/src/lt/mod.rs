@@ -5,6 +5,7 @@
 mod adopt;
 mod campaign;
 mod cuda;
+mod grid;
 mod hip;
 mod numeric;
 mod pipeline;
@@ -225,38 +226,57 @@ fn tune_keys(a: &Args, lib: LtLib) -> CliResult<Vec<LtKey>> {
 }
 
 /// The limits of this card in this mode, said on stderr; `None` (said) where they cannot
-/// be measured.
+/// be measured. The matmul rate is measured last, on its own: where it fails the other
+/// limits still stand.
 fn measure_limits(
     cuda: &Cuda,
+    lt: &Lt,
     t: timing::Timing,
     copy_mib: usize,
     d: &Delay,
 ) -> Option<timing::Limits> {
-    match timing::measure(cuda, t, copy_mib << 20, 15, d) {
-        Ok(l) => {
-            eprintln!(
-                "tunedblas lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
-                 {} {:.2} us per call (spread {:.1}%){}",
-                l.timing.name(),
-                l.copy_bytes_per_s / 1e9,
-                copy_mib,
-                l.copy_spread * 100.0,
-                l.copy_bytes_per_s_graph
-                    .map_or("-".into(), |g| format!("{:.0}", g / 1e9)),
-                l.copy_bytes_per_s_events / 1e9,
-                l.floor_op,
-                l.floor_ms * 1e3,
-                l.floor_spread * 100.0,
-                l.empty_graph_ms
-                    .map_or(String::new(), |g| format!(", empty graph {:.2} us per launch", g * 1e3))
-            );
-            Some(l)
-        }
+    let mut l = match timing::measure(cuda, t, copy_mib << 20, 15, d) {
+        Ok(l) => l,
         Err(e) => {
             eprintln!("tunedblas lt: limits not measured: {e}");
-            None
+            return None;
         }
+    };
+    let side = timing::MATMUL_RATE_SIDE;
+    match timing::matmul_rate(cuda, lt, t, side, 9, d) {
+        Ok((rate, spread)) => {
+            l.matmul_flops_per_s = Some(rate);
+            l.matmul_shape = Some(format!("bf16 {side}x{side}x{side}, the heuristic's answer"));
+            l.matmul_spread = Some(spread);
+        }
+        Err(e) => eprintln!("tunedblas lt: matmul rate not measured ({e}); no compute limit"),
     }
+    eprintln!(
+        "tunedblas lt: limits ({} timing): copy {:.0} GB/s (read + write, {} MiB, spread {:.1}%; graph {}, events {:.0}), \
+         {} {:.2} us per call (spread {:.1}%){}; matmul {}",
+        l.timing.name(),
+        l.copy_bytes_per_s / 1e9,
+        copy_mib,
+        l.copy_spread * 100.0,
+        l.copy_bytes_per_s_graph
+            .map_or("-".into(), |g| format!("{:.0}", g / 1e9)),
+        l.copy_bytes_per_s_events / 1e9,
+        l.floor_op,
+        l.floor_ms * 1e3,
+        l.floor_spread * 100.0,
+        l.empty_graph_ms
+            .map_or(String::new(), |g| format!(", empty graph {:.2} us per launch", g * 1e3)),
+        match (l.matmul_flops_per_s, l.matmul_spread) {
+            (Some(r), Some(s)) => format!(
+                "{:.0} TFLOP/s ({side}^3 bf16, spread {:.1}%), {} SMs",
+                r / 1e12,
+                s * 100.0,
+                cuda.sm_count().map_or("?".into(), |n| n.to_string())
+            ),
+            _ => "not measured".into(),
+        }
+    );
+    Some(l)
 }
 
 fn mins_secs(s: f64) -> String {
@@ -279,13 +299,27 @@ fn tune_key(
     p.set_alignment(opts.alignment)?;
     let mut o = tune::tune_shape(&p, opts, d)?;
     if let Some(l) = limits {
-        let lim = l.limit_ms(o.bytes_moved);
+        let flops = problem::flops(key);
+        let (lim, _) = l.bound_ms(o.bytes_moved, flops);
         o.limit_ms = Some(lim);
         o.heuristic_pct_of_limit = Some(timing::pct_of_limit(lim, o.heuristic.median_ms));
         o.best_pct_of_limit = o
             .candidates
             .first()
             .map(|c| timing::pct_of_limit(lim, c.median_ms.min(o.heuristic.median_ms)));
+        o.roofline = cuda.sm_count().map(|sms| {
+            grid::roofline(
+                key,
+                l.memory_ms(o.bytes_moved),
+                l.compute_ms(flops),
+                l.floor_ms,
+                sms,
+                (&o.heuristic.solution, o.heuristic.median_ms),
+                o.candidates
+                    .first()
+                    .map(|c| (c.solution.as_str(), c.median_ms)),
+            )
+        });
     }
     Ok(o)
 }
@@ -394,7 +428,7 @@ fn fresh_verdicts(
 fn print_table(opts: &tune::Options, outcomes: &[tune::Outcome]) {
     println!("timing: {}", opts.timing.name());
     println!(
-        "{:<44} {:>6} {:>10} {:>7} {:>10} {:>7} {:>7} {:>7} {:>9} {:>6}  decision",
+        "{:<44} {:>6} {:>10} {:>7} {:>10} {:>7} {:>7} {:>7} {:>9} {:>8} {:>6}  decision",
         "shape (op signature)",
         "cands",
         "heur ms",
@@ -404,12 +438,13 @@ fn print_table(opts: &tune::Options, outcomes: &[tune::Outcome]) {
         "confirm",
         "fresh",
         "limit ms",
+        "bound",
         "%lim"
     );
     let pct = |g: Option<f64>| g.map_or("-".into(), |g| format!("{:+.1}%", g * 100.0));
     for o in outcomes {
         println!(
-            "{:<44} {:>6} {:>10.5} {:>6.1}% {:>10.5} {:>+6.1}% {:>7} {:>7} {:>9} {:>6}  {}",
+            "{:<44} {:>6} {:>10.5} {:>6.1}% {:>10.5} {:>+6.1}% {:>7} {:>7} {:>9} {:>8} {:>6}  {}",
             format!("{} {}", o.op, o.signature)
                 .chars()
                 .skip(14)
@@ -422,6 +457,7 @@ fn print_table(opts: &tune::Options, outcomes: &[tune::Outcome]) {
             pct(o.confirm_gain),
             pct(o.fresh_gain),
             o.limit_ms.map_or("-".into(), |l| format!("{l:.5}")),
+            o.roofline.as_ref().map_or("-", |r| r.bound.name()),
             o.heuristic_pct_of_limit
                 .map_or("-".into(), |p| format!("{p:.0}%")),
             o.adopted
@@ -431,6 +467,15 @@ fn print_table(opts: &tune::Options, outcomes: &[tune::Outcome]) {
                     o.reason
                 ))
         );
+        if let Some(r) = &o.roofline {
+            println!(
+                "    limit: {}-bound; fastest found {:.5} ms at {:.0}% of it: {}",
+                r.bound.name(),
+                r.best_ms,
+                r.best_pct_of_limit,
+                r.why
+            );
+        }
     }
 }
 
@@ -484,7 +529,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let sha = sha_of(&lt)?;
     let d = delay(&cuda, &lt)?;
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
-    let limits = measure_limits(&cuda, opts.timing, copy_mib, &d);
+    let limits = measure_limits(&cuda, &lt, opts.timing, copy_mib, &d);
     eprintln!(
         "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call; {}",
         keys.len(),

@@ -257,6 +257,7 @@ pub fn decide<B: Bench>(
         limit_ms: None,
         heuristic_pct_of_limit: None,
         best_pct_of_limit: None,
+        roofline: None,
         search: None,
         action: Some(LtAction::Default),
         key: Some(key),

@@ -32,6 +32,11 @@ pub fn supported(key: &LtKey) -> std::result::Result<(), String> {
 
 /// Bytes one call must move at least: A and B read, D written (beta = 0: C is not read), the
 /// bias read.
+/// Floating-point operations of one call: 2 x m x n x k per batch (a multiply and an add).
+pub fn flops(key: &LtKey) -> f64 {
+    2.0 * key.m as f64 * key.n as f64 * key.k as f64 * key.batch.max(1) as f64
+}
+
 pub fn bytes_moved(key: &LtKey) -> usize {
     let ext = extents(key);
     let b = key.elem_bytes();
@@ -146,6 +151,25 @@ fn set_attr<T>(f: SetAttributeFn, obj: *mut c_void, attr: i32, v: &T) -> Result<
     lt_check(&format!("setting attribute {attr}"), st)
 }
 
+/// Elements of random input made on the host at most; larger inputs repeat the block.
+const RANDOM_BLOCK: usize = 1 << 21;
+
+/// Fills `buf` with `n` random values of type `t`. Inputs over [`RANDOM_BLOCK`] elements
+/// (the delay's and the matmul rate's large GEMMs) repeat one block: the values still toggle
+/// every bit a kernel's power draw depends on, and making hundreds of millions of them on
+/// the host took seconds per process.
+fn upload_random(buf: &DevBuf, t: CudaDataType, n: usize, rng: &mut numeric::Rng) -> Result<()> {
+    let block = numeric::random(t, n.min(RANDOM_BLOCK), rng);
+    let total = n * type_bytes(t);
+    let mut at = 0;
+    while at < total {
+        let len = block.len().min(total - at);
+        buf.upload_at(at, &block[..len])?;
+        at += len;
+    }
+    Ok(())
+}
+
 impl<'a> Problem<'a> {
     /// Builds the problem with `sets` rotating input sets (at least 1) and `workspace` bytes.
     pub fn new(
@@ -222,8 +246,8 @@ impl<'a> Problem<'a> {
         for _ in 0..sets.max(1) {
             let a = cuda.alloc(ext[0] * bytes[0])?;
             let b = cuda.alloc(ext[1] * bytes[1])?;
-            a.upload(&numeric::random(key.a_type, ext[0], &mut rng))?;
-            b.upload(&numeric::random(key.b_type, ext[1], &mut rng))?;
+            upload_random(&a, key.a_type, ext[0], &mut rng)?;
+            upload_random(&b, key.b_type, ext[1], &mut rng)?;
             p.sets.push(Set { a, b });
         }
         if epilogue_has_bias(key.epilogue) {

@@ -4,9 +4,12 @@
 
 use serde::Serialize;
 
-use super::cuda::{err, Cuda, EmptyKernel, Error, Result};
+use tunedblas_core::cublaslt::{LtKey, R_16BF};
+
+use super::cuda::{err, lt_check, Cuda, EmptyKernel, Error, Lt, Result};
+use super::grid::{bound, Bound};
 use super::numeric::{median, spread};
-use super::problem::Delay;
+use super::problem::{Delay, Problem};
 
 /// The timing mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -71,18 +74,75 @@ pub struct Limits {
     pub floor_op: String,
     /// Milliseconds per launch of a graph with no nodes (graph mode only).
     pub empty_graph_ms: Option<f64>,
+    /// The card's matmul rate: floating-point operations per second of a large bf16 GEMM
+    /// (the heuristic's answer, timed in this mode), its shape and spread. `None` where it
+    /// could not be measured; the compute limit is then left out.
+    pub matmul_flops_per_s: Option<f64>,
+    pub matmul_shape: Option<String>,
+    pub matmul_spread: Option<f64>,
 }
 
 impl Limits {
-    /// The time `bytes` of traffic needs at the copy bandwidth, but never under the floor.
-    pub fn limit_ms(&self, bytes: usize) -> f64 {
-        limit_ms(bytes, self.copy_bytes_per_s, self.floor_ms)
+    /// The limit of a call that moves `bytes` and does `flops`: max(bytes / bandwidth,
+    /// flops / matmul rate, floor), and which of the three it is.
+    pub fn bound_ms(&self, bytes: usize, flops: f64) -> (f64, Bound) {
+        bound(self.memory_ms(bytes), self.compute_ms(flops), self.floor_ms)
+    }
+
+    /// Milliseconds `bytes` of traffic take at the copy bandwidth (no floor).
+    pub fn memory_ms(&self, bytes: usize) -> f64 {
+        bytes as f64 / self.copy_bytes_per_s * 1e3
+    }
+
+    /// Milliseconds `flops` take at the matmul rate, where it was measured.
+    pub fn compute_ms(&self, flops: f64) -> Option<f64> {
+        self.matmul_flops_per_s.map(|r| flops / r * 1e3)
     }
 }
 
-/// max(bytes / bandwidth, floor), in milliseconds.
-pub fn limit_ms(bytes: usize, bytes_per_s: f64, floor_ms: f64) -> f64 {
-    (bytes as f64 / bytes_per_s * 1e3).max(floor_ms)
+/// The shape whose rate stands for the card's: large enough that every SM runs many full
+/// waves of the heuristic's largest tiles, so what it reaches is the tensor cores' rate.
+pub const MATMUL_RATE_SIDE: i64 = 8192;
+
+/// Floating-point operations per second of an `side`^3 bf16 GEMM by the heuristic's first
+/// answer in mode `t`: median of `trials` samples of about 20 ms each, after 200 ms of the
+/// same work; with the samples' spread.
+pub fn matmul_rate(
+    cuda: &Cuda,
+    lt: &Lt,
+    t: Timing,
+    side: i64,
+    trials: usize,
+    delay: &Delay,
+) -> Result<(f64, f64)> {
+    let key = LtKey::linear(R_16BF, side, side, side);
+    let p = Problem::new(cuda, lt, key, 1, 32 << 20)?;
+    p.set_timing(t);
+    let base = p.heuristic(1)?.into_iter().next().ok_or_else(|| {
+        Error(format!(
+            "cuBLASLt has no algorithm for a {side}^3 bf16 GEMM"
+        ))
+    })?;
+    lt_check("cublasLtMatmul", p.launch(&base.algo, 0))?;
+    cuda.sync_stream(p.stream)?;
+    let once = p.time(&base.algo, 2, delay)?.max(1e-6);
+    let calls = ((20.0 / once).ceil() as usize).clamp(2, 200);
+    // 200 ms of the same work first, in at most 20 samples.
+    let mut spent = 0.0;
+    for _ in 0..20 {
+        if spent >= 200.0 {
+            break;
+        }
+        spent += p.time(&base.algo, calls, delay)? * calls as f64;
+    }
+    let v = (0..trials.max(1))
+        .map(|_| p.time(&base.algo, calls, delay))
+        .collect::<Result<Vec<f64>>>()?;
+    let ms = median(&v);
+    if ms.is_nan() || ms <= 0.0 {
+        return err(format!("a {side}^3 GEMM timed {ms} ms"));
+    }
+    Ok((super::problem::flops(&key) / (ms * 1e-3), spread(&v)))
 }
 
 /// How close a measured time is to its limit: 100% at the limit, 50% at twice it.
@@ -198,6 +258,9 @@ pub fn measure(
         floor_spread: spread(&floor),
         floor_op,
         empty_graph_ms,
+        matmul_flops_per_s: None,
+        matmul_shape: None,
+        matmul_spread: None,
     })
 }
 
@@ -234,13 +297,9 @@ mod tests {
     }
 
     #[test]
-    fn limit_is_bandwidth_time_but_never_under_the_floor() {
+    fn limit_is_the_largest_of_bandwidth_matmul_rate_and_floor() {
         // 4.0e12 B/s, floor 2 us.
         let bw = 4.0e12;
-        // 52 MB at 4 TB/s: 13 us.
-        assert!((limit_ms(52_000_000, bw, 0.002) - 0.013).abs() < 1e-12);
-        // 1 KB: 0.25 ns of traffic, so the floor.
-        assert_eq!(limit_ms(1000, bw, 0.002), 0.002);
         assert!((pct_of_limit(0.013, 0.026) - 50.0).abs() < 1e-9);
         assert!((pct_of_limit(0.002, 0.002) - 100.0).abs() < 1e-9);
         let l = Limits {
@@ -254,7 +313,23 @@ mod tests {
             floor_spread: 0.0,
             floor_op: "empty kernel".into(),
             empty_graph_ms: None,
+            matmul_flops_per_s: None,
+            matmul_shape: None,
+            matmul_spread: None,
         };
-        assert_eq!(l.limit_ms(1000), 0.002);
+        // No matmul rate: bandwidth or floor only. 52 MB at 4 TB/s: 13 us; 1 KB: the floor.
+        let (ms, b) = l.bound_ms(52_000_000, 1e15);
+        assert!((ms - 0.013).abs() < 1e-12 && b == Bound::Memory);
+        assert_eq!(l.bound_ms(1000, 1e15), (0.002, Bound::Launch));
+        // 800 TFLOP/s: 2 x 2048 x 10240 x 2560 flops take 134 us, 59 MB take 14.6 us.
+        let l = Limits {
+            matmul_flops_per_s: Some(8e14),
+            ..l
+        };
+        let f = 2.0 * 2048.0 * 10240.0 * 2560.0;
+        let (ms, b) = l.bound_ms(58_720_256, f);
+        assert_eq!(b, Bound::Compute);
+        assert!((ms - f / 8e14 * 1e3).abs() < 1e-12);
+        assert_eq!(l.bound_ms(1000, 1000.0), (0.002, Bound::Launch));
     }
 }

@@ -104,6 +104,10 @@ pub struct Outcome {
     pub limit_ms: Option<f64>,
     pub heuristic_pct_of_limit: Option<f64>,
     pub best_pct_of_limit: Option<f64>,
+    /// Every limit, the one that binds, and why the fastest configuration is where it is
+    /// (cuBLASLt, where the limits were measured).
+    #[serde(default)]
+    pub roofline: Option<super::grid::Roofline>,
     /// The wider search, where `--budget` asked for one.
     pub search: Option<super::search::Stats>,
     #[serde(skip)]
@@ -466,6 +470,7 @@ mod tests {
             limit_ms: None,
             heuristic_pct_of_limit: None,
             best_pct_of_limit: None,
+            roofline: None,
             search: None,
             action: Some(cfg.map_or(LtAction::Default, LtAction::Config)),
             key: Some(LtKey::linear(R_16BF, 64, 64, 64)),

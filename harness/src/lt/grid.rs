@@ -1,0 +1,351 @@
+//! Why a GEMM runs where it does against its limit: the grid a cuBLASLt configuration
+//! launches (tiles of D, cluster rounding, split-K parts) on the card's SMs, and the limit
+//! that binds the shape (bytes over the copy bandwidth, multiply-adds over the card's
+//! measured matmul rate, or the launch floor).
+//!
+//! Issue 15 asks that where no configuration reaches the target, the table say per shape how
+//! far the best one is from the limit *and why*. Bandwidth alone cannot say it: prefill shapes
+//! are compute-bound, and decode shapes with fewer CTAs than SMs cannot pull the card's
+//! bandwidth however fast each CTA streams. The grid is computed, not measured: it is what
+//! the configuration asks the hardware for, and it is reported with the numbers it came from.
+
+use serde::{Deserialize, Serialize};
+use tunedblas_core::cublaslt::{AlgoConfig, LtKey};
+
+/// `cublasLtMatmulTile_t`: "id ROWSxCOLS" per line, made from cuBLASLt 13.1's header by
+/// `scripts/cublaslt-tiles`. The ids are stable across releases (new tiles are appended).
+const TILES: &str = include_str!("cublaslt_tiles.txt");
+
+/// Rows x columns of D one CTA computes with tile `id`, where the table knows it.
+pub fn tile_dims(id: u32) -> Option<(u32, u32)> {
+    let want = id.to_string();
+    TILES.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (i, dims) = l.split_once(' ')?;
+        (i == want)
+            .then_some(dims)?
+            .split_once('x')
+            .and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?)))
+    })
+}
+
+/// Cluster shape (`cublasLtClusterShape_t`) as CTAs along rows x columns; `None` for auto (0)
+/// or an id this table does not know.
+pub fn cluster_dims(id: u32) -> Option<(u32, u32)> {
+    Some(match id {
+        2 => (1, 1),
+        3 => (2, 1),
+        4 => (4, 1),
+        5 => (1, 2),
+        6 => (2, 2),
+        7 => (4, 2),
+        8 => (1, 4),
+        9 => (2, 4),
+        10 => (4, 4),
+        11 => (8, 1),
+        12 => (1, 8),
+        13 => (8, 2),
+        14 => (2, 8),
+        15 => (16, 1),
+        16 => (1, 16),
+        17..=27 => (
+            [3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15][(id - 17) as usize],
+            1,
+        ),
+        _ => return None,
+    })
+}
+
+/// The grid one call launches on a card with `sms` SMs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Grid {
+    pub tile: String,
+    /// CTAs launched: row tiles x column tiles (each rounded up to the cluster) x split-K parts.
+    pub ctas: u64,
+    pub sms: u32,
+    /// CTAs / SMs: under 1, some SMs have nothing to do.
+    pub waves: f64,
+    /// Share of the SM slots of the last wave that hold a CTA (1 = every wave full).
+    pub last_wave_fill: f64,
+}
+
+/// The grid of `cfg` on `key` (`key.m` rows and `key.n` columns of D), or `None` where the
+/// tile id is unknown. One CTA per SM per wave: Hopper's large-tile kernels hold one.
+pub fn grid(key: &LtKey, cfg: &AlgoConfig, sms: u32) -> Option<Grid> {
+    let (tr, tc) = tile_dims(cfg.tile)?;
+    let (cr, cc) = cluster_dims(cfg.cluster_shape).unwrap_or((1, 1));
+    // Tiles along one side of D, rounded up to whole clusters.
+    let side = |extent: i64, tile: u32, cluster: u32| {
+        let c = cluster.max(1) as u64;
+        (extent.max(1) as u64)
+            .div_ceil(tile.max(1) as u64)
+            .div_ceil(c)
+            * c
+    };
+    let rows = side(key.m, tr, cr);
+    let cols = side(key.n, tc, cc);
+    let ctas = rows * cols * cfg.splitk.max(1) as u64 * key.batch.max(1) as u64;
+    let sms = sms.max(1);
+    let waves = ctas as f64 / sms as f64;
+    let last = ctas - (ctas.saturating_sub(1) / sms as u64) * sms as u64;
+    Some(Grid {
+        tile: format!("{tr}x{tc}"),
+        ctas,
+        sms,
+        waves,
+        last_wave_fill: last as f64 / sms as f64,
+    })
+}
+
+/// Which limit binds a shape: the one that takes longest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    /// Bytes moved over the copy bandwidth.
+    Memory,
+    /// Multiply-adds over the card's matmul rate.
+    Compute,
+    /// One launch's floor.
+    Launch,
+}
+
+impl Bound {
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Memory => "memory",
+            Bound::Compute => "compute",
+            Bound::Launch => "launch",
+        }
+    }
+}
+
+/// The three times a call cannot beat, in milliseconds, and which is largest.
+pub fn bound(memory_ms: f64, compute_ms: Option<f64>, floor_ms: f64) -> (f64, Bound) {
+    let mut best = (memory_ms, Bound::Memory);
+    if let Some(c) = compute_ms {
+        if c > best.0 {
+            best = (c, Bound::Compute);
+        }
+    }
+    if floor_ms > best.0 {
+        best = (floor_ms, Bound::Launch);
+    }
+    best
+}
+
+/// A shape against its limits: each limit, the one that binds, the grids of the heuristic's
+/// answer and of the fastest configuration found, and why the fastest is where it is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Roofline {
+    pub memory_ms: f64,
+    pub compute_ms: Option<f64>,
+    pub floor_ms: f64,
+    pub bound: Bound,
+    /// The fastest configuration timed (the heuristic's answer where nothing beat it).
+    pub best: String,
+    pub best_ms: f64,
+    pub best_pct_of_limit: f64,
+    pub heuristic_grid: Option<Grid>,
+    pub best_grid: Option<Grid>,
+    pub why: String,
+}
+
+/// The roofline of a shape whose heuristic answer `heuristic` ran `heuristic_ms` and whose
+/// fastest other candidate `best` ran `best_ms`, against limits of `memory_ms`, `compute_ms`
+/// and `floor_ms` on a card of `sms` SMs.
+#[allow(clippy::too_many_arguments)]
+pub fn roofline(
+    key: &LtKey,
+    memory_ms: f64,
+    compute_ms: Option<f64>,
+    floor_ms: f64,
+    sms: u32,
+    heuristic: (&str, f64),
+    best: Option<(&str, f64)>,
+) -> Roofline {
+    let (limit, b) = bound(memory_ms, compute_ms, floor_ms);
+    let (best, best_ms) = match best {
+        Some((s, t)) if t < heuristic.1 => (s, t),
+        _ => heuristic,
+    };
+    let grid_of = |s: &str| AlgoConfig::parse(s).ok().and_then(|c| grid(key, &c, sms));
+    let best_grid = grid_of(best);
+    let pct = 100.0 * limit / best_ms;
+    Roofline {
+        memory_ms,
+        compute_ms,
+        floor_ms,
+        bound: b,
+        best: best.to_string(),
+        best_ms,
+        best_pct_of_limit: pct,
+        heuristic_grid: grid_of(heuristic.0),
+        why: why(b, pct, best_grid.as_ref(), floor_ms / best_ms),
+        best_grid,
+    }
+}
+
+/// One line saying why a configuration of `grid` runs at `pct` of a `b`-bound limit: the
+/// grid's share of the SMs where it leaves some idle, the partial last wave where it costs a
+/// compute-bound shape, else the kernel itself.
+pub fn why(b: Bound, pct: f64, grid: Option<&Grid>, floor_share: f64) -> String {
+    let mut parts = Vec::new();
+    if pct >= 85.0 {
+        parts.push(format!("at {pct:.0}% of the {} limit", b.name()));
+    }
+    match grid {
+        Some(g) if g.waves < 1.0 => parts.push(format!(
+            "{} CTAs ({} tiles) on {} SMs: {:.0}% of the SMs idle",
+            g.ctas,
+            g.tile,
+            g.sms,
+            100.0 * (1.0 - g.waves)
+        )),
+        Some(g) if b == Bound::Compute && g.waves < 4.0 && g.last_wave_fill < 0.75 => {
+            parts.push(format!(
+                "{} CTAs ({} tiles) = {:.2} waves on {} SMs: the last wave {:.0}% full",
+                g.ctas,
+                g.tile,
+                g.waves,
+                g.sms,
+                100.0 * g.last_wave_fill
+            ))
+        }
+        Some(g) => parts.push(format!(
+            "{} CTAs ({} tiles), {:.2} waves: the SMs are busy, the rest is the kernel",
+            g.ctas, g.tile, g.waves
+        )),
+        None => parts.push("grid unknown (tile id not in the table)".into()),
+    }
+    if floor_share >= 0.15 {
+        parts.push(format!(
+            "one launch's floor is {:.0}% of the time",
+            100.0 * floor_share
+        ));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunedblas_core::cublaslt::R_16BF;
+
+    fn cfg(tile: u32, splitk: u32, cluster: u32) -> AlgoConfig {
+        AlgoConfig {
+            algo: 66,
+            tile,
+            stages: 35,
+            splitk,
+            reduction: 0,
+            swizzle: 0,
+            custom: 0,
+            inner_shape: 0,
+            cluster_shape: cluster,
+        }
+    }
+
+    #[test]
+    fn the_tile_table_reads_the_header_ids() {
+        // Spot checks against cublasLt.h: ids seen in the H200 campaigns.
+        assert_eq!(tile_dims(10), Some((64, 8)));
+        assert_eq!(tile_dims(20), Some((128, 128)));
+        assert_eq!(tile_dims(30), Some((160, 128)));
+        assert_eq!(tile_dims(135), Some((80, 128)));
+        assert_eq!(tile_dims(248), Some((320, 128)));
+        assert_eq!(tile_dims(393), Some((128, 8)));
+        assert_eq!(tile_dims(0), None, "undefined");
+        assert_eq!(tile_dims(99_999), None);
+    }
+
+    #[test]
+    fn grid_counts_tiles_cluster_rounding_and_split_k() {
+        // 512x2560 at M = 1 with 64x8 tiles, split-K 8: 8 x 1 x 8 = 64 CTAs on 132 SMs.
+        let k = LtKey::linear(R_16BF, 512, 1, 2560);
+        let g = grid(&k, &cfg(10, 8, 2), 132).unwrap();
+        assert_eq!((g.ctas, g.tile.as_str()), (64, "64x8"));
+        assert!((g.waves - 64.0 / 132.0).abs() < 1e-12);
+        // 10240x2560 at M = 2048 with 160x128 tiles: 64 x 16 = 1024 CTAs = 7.76 waves.
+        let k = LtKey::linear(R_16BF, 10240, 2048, 2560);
+        let g = grid(&k, &cfg(30, 1, 2), 132).unwrap();
+        assert_eq!(g.ctas, 1024);
+        assert!((g.last_wave_fill - 100.0 / 132.0).abs() < 1e-12);
+        // A 2x1 cluster rounds 63 row tiles up to 64; 1x2 rounds 1 column tile up to 2.
+        let k = LtKey::linear(R_16BF, 63 * 128, 128, 64);
+        assert_eq!(grid(&k, &cfg(20, 1, 3), 132).unwrap().ctas, 64);
+        assert_eq!(grid(&k, &cfg(20, 1, 5), 132).unwrap().ctas, 126);
+        // A full last wave.
+        let k = LtKey::linear(R_16BF, 132 * 128, 128, 64);
+        assert_eq!(grid(&k, &cfg(20, 1, 2), 132).unwrap().last_wave_fill, 1.0);
+        assert!(grid(&k, &cfg(99_999, 1, 2), 132).is_none());
+    }
+
+    #[test]
+    fn the_largest_limit_binds_and_the_line_says_why() {
+        assert_eq!(bound(0.010, Some(0.002), 0.001), (0.010, Bound::Memory));
+        assert_eq!(bound(0.010, Some(0.030), 0.001), (0.030, Bound::Compute));
+        assert_eq!(bound(0.0001, None, 0.001), (0.001, Bound::Launch));
+        let few = Grid {
+            tile: "64x8".into(),
+            ctas: 64,
+            sms: 132,
+            waves: 64.0 / 132.0,
+            last_wave_fill: 64.0 / 132.0,
+        };
+        let w = why(Bound::Memory, 15.0, Some(&few), 0.2);
+        assert!(
+            w.contains("64 CTAs") && w.contains("52% of the SMs idle"),
+            "{w}"
+        );
+        assert!(w.contains("floor is 20%"), "{w}");
+        let tail = Grid {
+            tile: "160x128".into(),
+            ctas: 160,
+            sms: 132,
+            waves: 160.0 / 132.0,
+            last_wave_fill: 28.0 / 132.0,
+        };
+        let w = why(Bound::Compute, 60.0, Some(&tail), 0.0);
+        assert!(w.contains("1.21 waves") && w.contains("21% full"), "{w}");
+        // A memory-bound shape with a partial last wave: the tail is not the reason given.
+        let w = why(Bound::Memory, 60.0, Some(&tail), 0.0);
+        assert!(w.contains("the rest is the kernel"), "{w}");
+        assert!(why(Bound::Memory, 90.0, None, 0.0).starts_with("at 90% of the memory limit"));
+    }
+
+    #[test]
+    fn the_roofline_takes_the_faster_of_heuristic_and_best() {
+        let k = LtKey::linear(R_16BF, 512, 1, 2560);
+        let h = cfg(10, 1, 2).solution_name();
+        let b = cfg(10, 8, 2).solution_name();
+        // The best other ran faster: its grid explains (8 x 8 = 64 CTAs).
+        let r = roofline(
+            &k,
+            0.0009,
+            Some(0.0001),
+            0.0008,
+            132,
+            (&h, 0.0065),
+            Some((&b, 0.0059)),
+        );
+        assert_eq!(
+            (r.bound, r.best.as_str(), r.best_ms),
+            (Bound::Memory, b.as_str(), 0.0059)
+        );
+        assert_eq!(r.heuristic_grid.unwrap().ctas, 8);
+        assert_eq!(r.best_grid.unwrap().ctas, 64);
+        assert!((r.best_pct_of_limit - 100.0 * 0.0009 / 0.0059).abs() < 1e-9);
+        assert!(r.why.contains("64 CTAs"), "{}", r.why);
+        // Nothing beat the heuristic: it is the best.
+        let r = roofline(
+            &k,
+            0.0009,
+            None,
+            0.0008,
+            132,
+            (&h, 0.0065),
+            Some((&b, 0.007)),
+        );
+        assert_eq!(r.best, h);
+        assert!(r.why.contains("8 CTAs"), "{}", r.why);
+    }
+}
