@@ -1044,6 +1044,12 @@ fn tunedblas_lt_reads_its_arguments_strictly_with_the_documented_exit_codes() {
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = lt_cli(
         &["tunedblas", "lt"],
+        &[&tune[..], &["--delay", "sleep"]].concat(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--delay takes spin or gemm"), "{err}");
+    let (code, _, err) = lt_cli(
+        &["tunedblas", "lt"],
         &[&tune[..], &["--shape", "1,2"]].concat(),
     );
     assert_eq!(code, 2, "{err}");

@@ -890,6 +890,7 @@ fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
         (&["--budget", "5"][..], "--budget is for cuBLASLt"),
         (&["--candidates", "4"], "--candidates is for cuBLASLt"),
         (&["--cudart", "/x.so"], "--cudart is for cuBLASLt"),
+        (&["--delay", "gemm"], "--delay is for cuBLASLt"),
         (
             &["--backend", "rocblas"],
             "--backend takes cublaslt or hipblaslt",

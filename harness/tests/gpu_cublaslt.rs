@@ -152,6 +152,18 @@ fn wider_search_and_fresh_confirmation_on_the_gpu() {
         text.contains("configurations enumerated"),
         "search line:\n{text}"
     );
+    // The spin kernel loaded (else the delay falls back to GEMMs, said), the card's matmul
+    // rate was measured, and the shape is set against its limits with its grid.
+    assert!(text.contains("delay: spin kernel"), "delay:\n{text}");
+    assert!(
+        text.contains(" TFLOP/s (8192^3 bf16"),
+        "matmul rate:\n{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("limit: ") && l.contains(" CTAs (")),
+        "limit line:\n{text}"
+    );
     let rows = std::fs::read_to_string(profiles.join("gpu-search/tunableop_results0.csv")).unwrap();
     if rows.contains("Gemm_Cublaslt_") {
         // An adoption stands only with the fresh process's word.

@@ -87,6 +87,11 @@ OPTIONS:
                       replayed between two events, inputs rotated beyond L2 inside it;
                       events: the calls back to back between two events. Graph falls back
                       to events, with one line, where capture does not work.
+    --delay KIND      (cuBLASLt) what holds the stream ahead of each timed sample so the host
+                      has queued it: spin (default; one thread waiting on the GPU's timer,
+                      the SMs idle) or gemm (4096^3 bf16 GEMMs, the first mode: a tensor-core
+                      burst before each sample). Spin falls back to gemm, with one line, where
+                      its kernel cannot be loaded.
     --shape N,M,K     (tune, overhead) F.linear(out N, tokens M, in K) in bf16; repeatable
     --copy-mib N      (tune) size of the copy that measures the bandwidth limit (1024)
     --log FILE        every measurement as JSON
@@ -121,6 +126,7 @@ const TIMING: &[&str] = &[
     "--alignment",
     "--confirm",
     "--timing",
+    "--delay",
     "--log",
 ];
 

@@ -568,15 +568,38 @@ type CuLaunchKernelFn = unsafe extern "C" fn(
 /// the floor of one launch in either timing mode.
 const EMPTY_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry tunedblas_empty()\n{\n\tret;\n}\n\0";
 
-/// The empty kernel, loaded through the driver API into the runtime's current context.
-pub struct EmptyKernel {
+/// One thread that spins on the global nanosecond timer until its argument's nanoseconds
+/// have passed: a delay that keeps the SMs and the memory idle, unlike a GEMM.
+const SPIN_PTX: &str = ".version 7.0\n.target sm_50\n.address_size 64\n\
+.visible .entry tunedblas_spin(.param .u64 ns)\n{\n\
+\t.reg .pred %p;\n\t.reg .b64 %r<5>;\n\
+\tld.param.u64 %r1, [ns];\n\tmov.u64 %r2, %globaltimer;\n\
+WAIT:\n\tmov.u64 %r3, %globaltimer;\n\tsub.u64 %r4, %r3, %r2;\n\
+\tsetp.lt.u64 %p, %r4, %r1;\n\t@%p bra WAIT;\n\tret;\n}\n\0";
+
+/// A kernel of one of this file's PTX modules, loaded through the driver API into the
+/// runtime's current context and launched as 1 block of 1 thread.
+pub struct Kernel {
     launch: CuLaunchKernelFn,
     func: *mut c_void,
 }
 
-impl EmptyKernel {
-    /// Needs the runtime initialised on this thread first (any allocation does it).
-    pub fn load() -> Result<EmptyKernel> {
+/// The empty kernel: the floor of one launch.
+pub type EmptyKernel = Kernel;
+
+impl Kernel {
+    /// The empty kernel. Needs the runtime initialised on this thread first (any
+    /// allocation does it).
+    pub fn load() -> Result<Kernel> {
+        Kernel::load_ptx(EMPTY_PTX, c"tunedblas_empty")
+    }
+
+    /// The spin kernel (see [`Kernel::enqueue_spin`]).
+    pub fn load_spin() -> Result<Kernel> {
+        Kernel::load_ptx(SPIN_PTX, c"tunedblas_spin")
+    }
+
+    fn load_ptx(ptx: &str, name: &std::ffi::CStr) -> Result<Kernel> {
         let (h, _) = open_first(&[PathBuf::from("libcuda.so.1")], libc::RTLD_NOW)
             .map_err(|e| Error(format!("cannot load the CUDA driver ({})", e.0)))?;
         unsafe {
@@ -584,21 +607,33 @@ impl EmptyKernel {
             let get: CuModuleGetFunctionFn = sym(h, "cuModuleGetFunction")?;
             let launch: CuLaunchKernelFn = sym(h, "cuLaunchKernel")?;
             let mut module = std::ptr::null_mut();
-            let st = load(&mut module, EMPTY_PTX.as_ptr().cast());
+            let st = load(&mut module, ptx.as_ptr().cast());
             if st != 0 {
                 return err(format!("cuModuleLoadData returned {st}"));
             }
             let mut func = std::ptr::null_mut();
-            let st = get(&mut func, module, c"tunedblas_empty".as_ptr());
+            let st = get(&mut func, module, name.as_ptr());
             if st != 0 {
                 return err(format!("cuModuleGetFunction returned {st}"));
             }
-            Ok(EmptyKernel { launch, func })
+            Ok(Kernel { launch, func })
         }
     }
 
-    /// Enqueues one launch (1 block of 1 thread) on `stream`.
+    /// Enqueues one launch of a kernel without arguments on `stream`.
     pub fn enqueue(&self, stream: *mut c_void) -> Result<()> {
+        self.launch_with(stream, std::ptr::null_mut())
+    }
+
+    /// Enqueues one launch of the spin kernel: it holds `stream` for `ns` nanoseconds.
+    pub fn enqueue_spin(&self, stream: *mut c_void, ns: u64) -> Result<()> {
+        let mut arg = ns;
+        let mut params = [(&mut arg as *mut u64).cast::<c_void>()];
+        // cuLaunchKernel copies the arguments before it returns.
+        self.launch_with(stream, params.as_mut_ptr())
+    }
+
+    fn launch_with(&self, stream: *mut c_void, params: *mut *mut c_void) -> Result<()> {
         let st = unsafe {
             (self.launch)(
                 self.func,
@@ -610,7 +645,7 @@ impl EmptyKernel {
                 1,
                 0,
                 stream,
-                std::ptr::null_mut(),
+                params,
                 std::ptr::null_mut(),
             )
         };

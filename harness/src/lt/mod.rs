@@ -66,6 +66,7 @@ fn options(a: &Args) -> CliResult<tune::Options> {
             v @ (16 | 32 | 64 | 128 | 256) => v,
             v => return Err(a.usage(format!("--alignment takes 16, 32, 64, 128 or 256, not {v}"))),
         },
+        delay: problem::DelayKind::parse(a.value("--delay")).map_err(|e| a.usage(e))?,
         fresh: match a.value("--confirm") {
             None | Some("fresh") => true,
             Some("off") => false,
@@ -143,8 +144,8 @@ fn write_json(path: Option<PathBuf>, v: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
-fn delay<'a>(cuda: &'a Cuda, lt: &'a Lt) -> Result<Delay<'a>> {
-    let mut d = Delay::new(cuda, lt)?;
+fn delay<'a>(cuda: &'a Cuda, lt: &'a Lt, kind: problem::DelayKind) -> Result<Delay<'a>> {
+    let mut d = Delay::new(cuda, lt, kind)?;
     // The host cost of one call, measured on a tiny problem, sizes the delay ahead of each
     // timed span (x2 for safety; at least 5 us).
     let p = Problem::new(cuda, lt, LtKey::linear(R_16BF, 512, 1, 512), 1, 0)?;
@@ -371,6 +372,8 @@ fn cublaslt_child_args(lt: &Lt, cuda: &Cuda, opts: &tune::Options) -> Vec<std::f
         opts.timing.name().into(),
         "--alignment".into(),
         opts.alignment.to_string().into(),
+        "--delay".into(),
+        opts.delay.name().into(),
     ]
 }
 
@@ -527,17 +530,17 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let (cuda, lt) = load(a)?;
     opts.l2_bytes = cuda.l2_bytes();
     let sha = sha_of(&lt)?;
-    let d = delay(&cuda, &lt)?;
+    let d = delay(&cuda, &lt, opts.delay)?;
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
     let limits = measure_limits(&cuda, &lt, opts.timing, copy_mib, &d);
     eprintln!(
-        "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay {:.3} ms, host {:.1} us/call; {}",
+        "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay: {}, host {:.1} us/call; {}",
         keys.len(),
         cuda.arch(),
         lt.path.display(),
         lt.version(),
         &sha[..12],
-        d.ms,
+        d.describe(),
         d.host_us,
         if opts.budget > 0.0 {
             format!("wider search {:.1} s per shape (at least {} in all)", opts.budget, mins_secs(opts.budget * keys.len() as f64))
@@ -566,6 +569,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
                 "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
                 "explore": opts.explore, "timing": opts.timing, "budget": opts.budget,
                 "keep": opts.keep, "fresh": opts.fresh, "alignment": opts.alignment,
+                "delay": d.kind().name(),
             },
             "limits": limits,
         }),
@@ -605,7 +609,7 @@ pub fn cmd_recheck(a: &Args) -> CliResult<()> {
     say_other_rows(&rows, LtLib::Cublaslt);
     let (cuda, lt) = load(a)?;
     opts.l2_bytes = cuda.l2_bytes();
-    let d = delay(&cuda, &lt)?;
+    let d = delay(&cuda, &lt, opts.delay)?;
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
     let mut out = Vec::new();
     for r in &rows {
@@ -706,7 +710,7 @@ pub fn cmd_overhead(a: &Args) -> CliResult<()> {
     let algo = base
         .first()
         .map_or(std::ptr::null(), |r| &r.algo as *const MatmulAlgo);
-    let d = delay(&cuda, &lt)?;
+    let d = delay(&cuda, &lt, problem::DelayKind::Spin)?;
     // Warm both paths (the interposer identifies the library on its first call).
     p.host_us(lt.global_matmul, algo, 20, 2, &d)?;
     p.host_us(lt.matmul, algo, 20, 2, &d)?;

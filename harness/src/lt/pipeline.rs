@@ -82,17 +82,40 @@ pub fn trials<B: Bench>(
 /// faster than the rest (BENCHMARKS.md, issue 15).
 pub const WARM_UP_MS: f64 = 200.0;
 
-/// Runs samples of `algo` until `WARM_UP_MS` of device time has passed (at most 2000
-/// samples).
-pub fn warm_up<B: Bench>(b: &B, algo: &B::Algo, calls: usize) -> Result<()> {
+/// The warm-up goes on past [`WARM_UP_MS`], up to this much device time, until the device
+/// has settled: the heaviest shapes still drifted 5-8% over their first trials after 200 ms.
+pub const WARM_UP_MAX_MS: f64 = 1000.0;
+
+/// Settled: the median of the last [`SETTLE_WINDOW`] samples within [`SETTLE_TOLERANCE`] of
+/// the median of the window before.
+const SETTLE_WINDOW: usize = 5;
+const SETTLE_TOLERANCE: f64 = 0.01;
+
+/// Whether samples (oldest first) have stopped drifting: the last two windows agree.
+pub fn settled(samples: &[f64]) -> bool {
+    let w = SETTLE_WINDOW;
+    if samples.len() < 2 * w {
+        return false;
+    }
+    let last = median(&samples[samples.len() - w..]);
+    let before = median(&samples[samples.len() - 2 * w..samples.len() - w]);
+    (last / before - 1.0).abs() <= SETTLE_TOLERANCE
+}
+
+/// Runs samples of `algo` for at least `WARM_UP_MS` of device time, then until they settle
+/// or `WARM_UP_MAX_MS` has passed (at most 2000 samples). Device milliseconds spent.
+pub fn warm_up<B: Bench>(b: &B, algo: &B::Algo, calls: usize) -> Result<f64> {
     let mut spent = 0.0;
+    let mut samples = Vec::new();
     for _ in 0..2000 {
-        if spent >= WARM_UP_MS {
+        if spent >= WARM_UP_MAX_MS || (spent >= WARM_UP_MS && settled(&samples)) {
             break;
         }
-        spent += b.time(algo, calls)? * calls.max(b.sets()) as f64;
+        let ms = b.time(algo, calls)?;
+        samples.push(ms);
+        spent += ms * calls.max(b.sets()) as f64;
     }
-    Ok(())
+    Ok(spent)
 }
 
 /// Calls per timed sample: about `sample_ms` of the heuristic's work.
@@ -221,7 +244,7 @@ pub fn decide<B: Bench>(
     let mut algos: Vec<&B::Algo> = vec![base_algo];
     algos.extend(keep.iter().map(|&i| &cands[i].algo));
     // The probes captured every graph; the device is warmed up right before the trials.
-    warm_up(b, base_algo, calls)?;
+    let warm_ms = warm_up(b, base_algo, calls)?;
     let times = trials(b, &algos, calls, opts.trials)?;
     let timed = |solution: String, s: &[f64], e: f64, ws: usize| Timed {
         solution,
@@ -257,6 +280,7 @@ pub fn decide<B: Bench>(
         limit_ms: None,
         heuristic_pct_of_limit: None,
         best_pct_of_limit: None,
+        warm_up_ms: warm_ms,
         roofline: None,
         search: None,
         action: Some(LtAction::Default),
@@ -351,6 +375,22 @@ pub fn measure_pair<B: Bench>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warm_up_is_settled_when_two_windows_agree() {
+        // Too few samples to say.
+        assert!(!settled(&[1.0; 9]));
+        assert!(settled(&[1.0; 10]));
+        // Still rising 1.5% per window: not settled; flat within 1%: settled.
+        let rising: Vec<f64> = (0..10).map(|i| if i < 5 { 1.0 } else { 1.015 }).collect();
+        assert!(!settled(&rising));
+        let flat = [1.0, 1.02, 0.99, 1.0, 1.01, 1.005, 0.995, 1.0, 1.02, 1.0];
+        assert!(settled(&flat));
+        // One outlier in the last window does not move its median.
+        let mut spike = vec![1.0; 10];
+        spike[9] = 1.5;
+        assert!(settled(&spike));
+    }
 
     #[test]
     fn selection_needs_the_margin_and_the_paired_wins() {

@@ -621,17 +621,48 @@ impl Problem<'_> {
     }
 }
 
+/// What holds the stream ahead of a timed span (`--delay`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DelayKind {
+    /// One thread spinning on the global timer: the SMs and memory stay idle, so the span
+    /// starts on a device at the load the trials themselves put on it.
+    Spin,
+    /// 4096^3 bf16 GEMMs (the first mode): a burst of tensor-core work before every span.
+    Gemm,
+}
+
+impl DelayKind {
+    /// `--delay spin|gemm`; spin when not given.
+    pub fn parse(v: Option<&str>) -> std::result::Result<DelayKind, String> {
+        match v {
+            None | Some("spin") => Ok(DelayKind::Spin),
+            Some("gemm") => Ok(DelayKind::Gemm),
+            Some(o) => Err(format!("--delay takes spin or gemm, not {o:?}")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DelayKind::Spin => "spin",
+            DelayKind::Gemm => "gemm",
+        }
+    }
+}
+
 /// Device work enqueued ahead of a timed span so the host can queue the span's calls first.
 pub struct Delay<'a> {
+    /// The GEMM the delay runs, and that [`Problem::host_us`] measures behind.
     problem: Problem<'a>,
-    /// Milliseconds one delay call takes on the device.
+    /// The spin kernel, where `--delay spin` asked for it and it loaded.
+    spin: Option<super::cuda::Kernel>,
+    /// Milliseconds one delay GEMM takes on the device.
     pub ms: f64,
     /// Host microseconds to enqueue one timed call (measured once, generously rounded up).
     pub host_us: f64,
 }
 
 impl<'a> Delay<'a> {
-    pub fn new(cuda: &'a Cuda, lt: &'a Lt) -> Result<Delay<'a>> {
+    pub fn new(cuda: &'a Cuda, lt: &'a Lt, kind: DelayKind) -> Result<Delay<'a>> {
         let key = LtKey::linear(R_16BF, 4096, 4096, 4096);
         let problem = Problem::new(cuda, lt, key, 1, 0)?;
         for _ in 0..3 {
@@ -644,11 +675,38 @@ impl<'a> Delay<'a> {
         }
         cuda.sync_stream(problem.stream)?;
         let ms = (t.elapsed().as_secs_f64() * 1e3 / 10.0).max(0.01);
+        let spin = match kind {
+            DelayKind::Gemm => None,
+            DelayKind::Spin => match super::cuda::Kernel::load_spin() {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    eprintln!("tunedblas lt: no spin kernel ({e}); the delay is a GEMM");
+                    None
+                }
+            },
+        };
         Ok(Delay {
             problem,
+            spin,
             ms,
             host_us: 10.0,
         })
+    }
+
+    /// What the delay is, for the campaign's first line.
+    pub fn describe(&self) -> String {
+        match self.spin {
+            Some(_) => "spin kernel".into(),
+            None => format!("4096^3 GEMMs of {:.3} ms", self.ms),
+        }
+    }
+
+    /// The kind in use (a spin that did not load is a GEMM).
+    pub fn kind(&self) -> DelayKind {
+        match self.spin {
+            Some(_) => DelayKind::Spin,
+            None => DelayKind::Gemm,
+        }
     }
 
     /// Enqueues enough delay on `stream` to cover the host time of `calls` timed calls.
@@ -658,6 +716,9 @@ impl<'a> Delay<'a> {
 
     pub fn enqueue_ms(&self, stream: *mut c_void, ms: f64) -> Result<()> {
         // Issued on the timed stream itself, so stream order makes the span wait for it.
+        if let Some(k) = &self.spin {
+            return k.enqueue_spin(stream, (ms * 1e6).ceil() as u64);
+        }
         let n = (ms / self.ms).ceil().max(1.0) as usize;
         for _ in 0..n {
             let st = unsafe {
@@ -689,6 +750,15 @@ impl<'a> Delay<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delay_argument() {
+        assert_eq!(DelayKind::parse(None), Ok(DelayKind::Spin));
+        assert_eq!(DelayKind::parse(Some("gemm")), Ok(DelayKind::Gemm));
+        assert_eq!(DelayKind::parse(Some("spin")).unwrap().name(), "spin");
+        let e = DelayKind::parse(Some("sleep")).unwrap_err();
+        assert!(e.contains("--delay") && e.contains("sleep"), "{e}");
+    }
 
     #[test]
     fn bytes_moved_counts_a_b_and_d() {

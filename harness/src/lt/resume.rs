@@ -190,6 +190,7 @@ mod tests {
             limit_ms: None,
             heuristic_pct_of_limit: None,
             best_pct_of_limit: None,
+            warm_up_ms: 0.0,
             roofline: None,
             search: None,
             key: Some(*key),

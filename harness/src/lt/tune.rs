@@ -40,6 +40,8 @@ pub struct Options {
     pub fresh: bool,
     /// Pointer alignment the heuristic is told (what the caller's pointers have).
     pub alignment: u32,
+    /// What holds the stream ahead of each timed sample.
+    pub delay: super::problem::DelayKind,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
             keep: 8,
             fresh: true,
             alignment: 16,
+            delay: super::problem::DelayKind::Spin,
         }
     }
 }
@@ -104,6 +107,9 @@ pub struct Outcome {
     pub limit_ms: Option<f64>,
     pub heuristic_pct_of_limit: Option<f64>,
     pub best_pct_of_limit: Option<f64>,
+    /// Device milliseconds the heuristic ran before the selection trials (until settled).
+    #[serde(default)]
+    pub warm_up_ms: f64,
     /// Every limit, the one that binds, and why the fastest configuration is where it is
     /// (cuBLASLt, where the limits were measured).
     #[serde(default)]
@@ -470,6 +476,7 @@ mod tests {
             limit_ms: None,
             heuristic_pct_of_limit: None,
             best_pct_of_limit: None,
+            warm_up_ms: 0.0,
             roofline: None,
             search: None,
             action: Some(cfg.map_or(LtAction::Default, LtAction::Config)),

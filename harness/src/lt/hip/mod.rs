@@ -64,6 +64,10 @@ fn refuse_cuda_only(a: &Args) -> CliResult<()> {
             "hipBLASLt's heuristic takes no alignment preference",
         ),
         (
+            "--delay",
+            "no delay kernel runs ahead of hipBLASLt's samples (it would need a device code object)",
+        ),
+        (
             "--copy-mib",
             "the bandwidth limit is measured on cuBLASLt only",
         ),
