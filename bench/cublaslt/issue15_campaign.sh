@@ -3,11 +3,13 @@
 # search and the fresh-process confirmation, each adopted row re-measured in a third process,
 # then the profiles served in PyTorch (per-shape graph A/B, whole-workload graph time).
 #
-#   bench/cublaslt/issue15_campaign.sh BIN OUT smoke|harness|torch [BUDGET]
+#   bench/cublaslt/issue15_campaign.sh BIN OUT smoke|diag|harness|torch [BUDGET]
 #
 # BIN holds tunedblas, tunedblas-lt (it runs `tunedblas lt`), libtunedblas.so and workload.py. smoke: 3 shapes, one campaign;
 # harness: campaigns $CAMPAIGNS (a b; fresh profile each; BUDGET seconds of search per shape,
-# 2.5), each followed by `recheck` of its rows (a third process); torch: BIN/profiles/{a,b} (from a harness run)
+# 2.5), each followed by `recheck` of its rows (a third process); diag: the heaviest shapes'
+# heuristic times with each --delay, process by process, SM clock and power sampled
+# alongside; torch: BIN/profiles/{a,b} (from a harness run)
 # served in PyTorch. Everything lands in OUT/results.tgz and OUT/summary.txt.
 set -u
 B=$(cd "$1" && pwd)
@@ -58,6 +60,25 @@ smoke)
     --profiles "$W/profiles" --name smoke --budget "$BUDGET" --log "$R/tune-smoke.json"
   cat "$R/tune-smoke.out" >>"$R/summary.txt"
   grep -E "search:|fresh process|limits" "$R/tune-smoke.err" >>"$R/summary.txt"
+  ;;
+diag)
+  # Where the harness ran 8-16% above PyTorch (compute-heavy prefill), plus two decode
+  # controls: the heuristic's time with a spin delay and with the GEMM delay, alternating
+  # processes; nvidia-smi samples the SM clock and power every 200 ms.
+  D="--shape 3584,1024,2560 --shape 3584,2048,2560 --shape 4096,1024,2560 --shape 4096,2048,2560"
+  D="$D --shape 10240,512,2560 --shape 10240,2048,2560 --shape 10240,2048,320 --shape 2560,2048,1536"
+  D="$D --shape 4096,1,2560 --shape 512,1,2560"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 200 \
+    >"$R/clocks-diag.csv" 2>&1 &
+  SMI=$!
+  for i in 1 2; do
+    for dl in spin gemm; do
+      run "diag-$dl$i" 150 "$LT" tune $D --profiles "$W/diag-$dl$i" --name diag --budget 0 \
+        --confirm off --delay "$dl" --log "$R/diag-$dl$i.json"
+      grep -E "limits|delay" "$R/diag-$dl$i.err" | head -3 >>"$R/summary.txt"
+    done
+  done
+  kill $SMI 2>/dev/null
   ;;
 harness)
   # CAMPAIGNS (a b by default): each a fresh tune process into a fresh profile (EXTRA: more

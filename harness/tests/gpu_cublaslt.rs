@@ -149,7 +149,7 @@ fn wider_search_and_fresh_confirmation_on_the_gpu() {
     assert!(ok, "tune failed:\n{text}");
     assert!(text.contains("[1/1]"), "progress line:\n{text}");
     assert!(
-        text.contains("configurations enumerated"),
+        text.contains(" enumerated, ") && text.contains(" accepted by AlgoCheck"),
         "search line:\n{text}"
     );
     // The spin kernel loaded (else the delay falls back to GEMMs, said), the card's matmul

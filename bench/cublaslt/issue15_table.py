@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Issue 15's tables from the raw logs of `issue15_campaign.sh` (its results.tgz unpacked):
+
+    python3 bench/cublaslt/issue15_table.py OUTDIR f g      # campaigns f and g
+    python3 bench/cublaslt/issue15_table.py OUTDIR --diag   # the --delay spin/gemm diagnosis
+
+Per shape: the heuristic's and the fastest configuration's harness times, the limit that
+binds (bytes / copy bandwidth, flops / matmul rate, launch floor, all measured in the same
+run), % of it, the grid and why, each campaign's decision and gains (selection, in-process
+confirmation, fresh child, third process, PyTorch graph A/B), and PyTorch's own graph time
+of the heuristic next to the harness's. Prints Markdown."""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def load(p):
+    p = Path(p)
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def by_sig(items, key="signature"):
+    return {x[key]: x for x in items}
+
+
+def pct(x):
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def short(sol):
+    return sol.replace("Gemm_Cublaslt_", "") if sol else sol
+
+
+def nmk(sig):
+    # tn_N_M_K_ld_...: F.linear out N, tokens M, in K.
+    f = sig.split("_")
+    return int(f[1]), int(f[2]), int(f[3])
+
+
+def campaign(out, c):
+    tune = load(out / f"tune-{c}.json")
+    if tune is None:
+        sys.exit(f"{out}/tune-{c}.json is missing: run the harness step for campaign {c}")
+    rechecks = by_sig((load(out / f"recheck-{c}.json") or {"rechecks": []})["rechecks"])
+    ab = load(out / f"ab-{c}.out")
+    ab = by_sig(ab["shapes"]) if ab else {}
+    return tune, rechecks, ab
+
+
+def diag(out):
+    runs = {}
+    for f in sorted(out.glob("diag-*.json")):
+        label = f.stem.split("-", 1)[1]
+        runs[label] = by_sig(json.loads(f.read_text())["outcomes"])
+    labels = sorted(runs)
+    sigs = list(next(iter(runs.values())))
+    print("| N x K | M | " + " | ".join(f"{l}: heuristic us (spread)" for l in labels) + " | gemm / spin |")
+    print("|---|---|" + "---|" * len(labels) + "---|")
+    ratios = []
+    for s in sigs:
+        n, m, k = nmk(s)
+        cells = []
+        med = {}
+        for l in labels:
+            h = runs[l][s]["heuristic"]
+            cells.append(f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%)")
+            med.setdefault(l.rstrip("0123456789"), []).append(h["median_ms"])
+        r = statistics.mean(med["gemm"]) / statistics.mean(med["spin"])
+        ratios.append(r)
+        print(f"| {n}x{k} | {m} | " + " | ".join(cells) + f" | {r:.3f} |")
+    print(f"\ngemm / spin, median over shapes: {statistics.median(ratios):.3f}")
+
+
+def main():
+    out = Path(sys.argv[1])
+    if sys.argv[2:] == ["--diag"]:
+        return diag(out)
+    cs = sys.argv[2:]
+    data = {c: campaign(out, c) for c in cs}
+    first = cs[0]
+    tune, rechecks, ab = data[first]
+    lim = tune["campaign"]["limits"]
+    print(
+        f"Limits ({first}): copy {lim['copy_bytes_per_s'] / 1e9:.0f} GB/s, matmul "
+        f"{lim['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s ({lim['matmul_shape']}), floor "
+        f"{lim['floor_ms'] * 1e3:.2f} us ({lim['floor_op']}); delay {tune['campaign']['options'].get('delay')}\n"
+    )
+    head = ["N x K", "M", "heuristic us (spread)", "best found us", "limit us (bound)",
+            "% of limit: heuristic / best", "why (fastest found)", f"decision {first}",
+            f"gains {first}: select / confirm / fresh / 3rd / PyTorch"]
+    for c in cs[1:]:
+        head += [f"decision {c}", f"gains {c}: fresh / 3rd / PyTorch"]
+    head += ["PyTorch heuristic us", "harness / PyTorch"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    spreads = []
+    false_adopts = {c: [] for c in cs}
+    gaps = []
+    for o in tune["outcomes"]:
+        s = o["signature"]
+        n, m, k = nmk(s)
+        h = o["heuristic"]
+        r = o.get("roofline") or {}
+        best = min([h["median_ms"]] + [x["median_ms"] for x in o["candidates"]])
+        spreads.append((h["spread"], f"{n}x{k} M={m}"))
+        limit = max(r.get("memory_ms", 0), r.get("compute_ms") or 0, r.get("floor_ms", 0))
+        row = [f"{n}x{k}", str(m), f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%)",
+               f"{best * 1e3:.2f}", f"{limit * 1e3:.2f} ({r.get('bound', '-')})",
+               f"{100 * limit / h['median_ms']:.0f}% / {100 * limit / best:.0f}%", r.get("why", "-")]
+        for i, c in enumerate(cs):
+            t, rc, a = data[c]
+            oc = by_sig(t["outcomes"])[s]
+            third = rc.get(s, {}).get("gain") if oc["adopted"] else None
+            torch_gain = a.get(s, {}).get("gain") if oc["adopted"] else None
+            if oc["adopted"] and ((third is not None and third <= 0) or (torch_gain is not None and torch_gain <= 0)):
+                false_adopts[c].append(f"{n}x{k} M={m}: 3rd {pct(third)}, PyTorch {pct(torch_gain)}")
+            dec = f"`{short(oc['adopted'])}`" if oc["adopted"] else "Default"
+            if i == 0:
+                row += [dec, " / ".join([pct(oc["gain"]), pct(oc["confirm_gain"]), pct(oc["fresh_gain"]),
+                                        pct(third), pct(torch_gain)])]
+            else:
+                same = oc["adopted"] == by_sig(data[first][0]["outcomes"])[s]["adopted"]
+                row += ["same" if same and oc["adopted"] else dec,
+                        " / ".join([pct(oc["fresh_gain"]), pct(third), pct(torch_gain)])]
+        th = ab.get(s, {}).get("heuristic_ms")
+        row += [f"{th * 1e3:.2f}" if th else "-", f"{h['median_ms'] / th:.2f}" if th else "-"]
+        if th:
+            gaps.append((h["median_ms"] / th, f"{n}x{k} M={m}"))
+        print("| " + " | ".join(row) + " |")
+    print()
+    over = [x for x in spreads if x[0] > 0.03]
+    print(f"Spread over 3% ({first}): {len(over)} of {len(spreads)}: "
+          + ", ".join(f"{name} {sp * 100:.1f}%" for sp, name in sorted(over, reverse=True)))
+    for c in cs:
+        t = data[c][0]
+        n_ad = sum(1 for o in t["outcomes"] if o["adopted"])
+        print(f"Campaign {c}: {n_ad} adopted; false adopts (3rd process or PyTorch not faster): "
+              f"{len(false_adopts[c])} {false_adopts[c]}")
+    if gaps:
+        g = sorted(gaps)
+        print(f"harness / PyTorch heuristic time: median {statistics.median([x[0] for x in g]):.3f}, "
+              f"min {g[0][0]:.3f} ({g[0][1]}), max {g[-1][0]:.3f} ({g[-1][1]})")
+        heavy = [x for x in g if int(x[1].split('M=')[1]) >= 512]
+        if heavy:
+            print(f"  M >= 512: median {statistics.median([x[0] for x in heavy]):.3f} over {len(heavy)} shapes")
+
+
+if __name__ == "__main__":
+    main()
