@@ -22,7 +22,10 @@ SUBCOMMANDS:
         write DIR/NAME/tunableop_results<R>.csv, provenance.json and DIR/profiles.json.
         Each finished shape is checkpointed in DIR/NAME: an interrupted campaign resumes
         when the same command is run again (--fresh discards an unfinished one with other
-        shapes); one campaign per profile runs at a time.
+        shapes); one campaign per profile runs at a time. The card's limits are measured
+        first (copy bandwidth, launch floor, the matmul rate of an 8192^3 bf16 GEMM); each
+        shape is reported against the one that binds, with a 'limit:' line saying why the
+        fastest configuration found is where it is (its grid of CTAs against the SMs).
         With --backend hipblaslt (implied by a --lib whose file name says hipblaslt) it tunes
         the hipBLASLt misses (*-hipblaslt-rank*.csv): every algorithm getAllAlgos lists that
         matmulIsAlgoSupported accepts within --workspace, the same numerics, probes, trials
