@@ -81,9 +81,10 @@ def main():
     first = cs[0]
     tune, rechecks, ab = data[first]
     lim = tune["campaign"]["limits"]
+    rate = lim.get("matmul_flops_per_s")
+    rate = f"{rate / 1e12:.0f} TFLOP/s ({lim['matmul_shape']})" if rate else "not measured"
     print(
-        f"Limits ({first}): copy {lim['copy_bytes_per_s'] / 1e9:.0f} GB/s, matmul "
-        f"{lim['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s ({lim['matmul_shape']}), floor "
+        f"Limits ({first}): copy {lim['copy_bytes_per_s'] / 1e9:.0f} GB/s, matmul {rate}, floor "
         f"{lim['floor_ms'] * 1e3:.2f} us ({lim['floor_op']}); delay {tune['campaign']['options'].get('delay')}\n"
     )
     head = ["N x K", "M", "heuristic us (spread)", "best found us", "limit us (bound)",
@@ -104,10 +105,13 @@ def main():
         r = o.get("roofline") or {}
         best = min([h["median_ms"]] + [x["median_ms"] for x in o["candidates"]])
         spreads.append((h["spread"], f"{n}x{k} M={m}"))
-        limit = max(r.get("memory_ms", 0), r.get("compute_ms") or 0, r.get("floor_ms", 0))
-        row = [f"{n}x{k}", str(m), f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%)",
-               f"{best * 1e3:.2f}", f"{limit * 1e3:.2f} ({r.get('bound', '-')})",
-               f"{100 * limit / h['median_ms']:.0f}% / {100 * limit / best:.0f}%", r.get("why", "-")]
+        row = [f"{n}x{k}", str(m), f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%)", f"{best * 1e3:.2f}"]
+        if r:
+            limit = max(r["memory_ms"], r.get("compute_ms") or 0, r["floor_ms"])
+            row += [f"{limit * 1e3:.2f} ({r['bound']})",
+                    f"{100 * limit / h['median_ms']:.0f}% / {100 * limit / best:.0f}%", r["why"]]
+        else:  # limits not measured in that campaign
+            row += ["-", "-", "-"]
         for i, c in enumerate(cs):
             t, rc, a = data[c]
             oc = by_sig(t["outcomes"])[s]

@@ -86,8 +86,9 @@ const MEMCPY_D2H: c_int = 2;
 const MEMCPY_D2D: c_int = 3;
 /// `cudaStreamCaptureModeThreadLocal`: other threads' CUDA calls do not break the capture.
 const CAPTURE_THREAD_LOCAL: c_int = 1;
-/// `cudaDevAttrL2CacheSize`, `cudaDevAttrComputeCapabilityMajor` / `Minor`.
+/// `cudaDevAttrMultiProcessorCount`.
 const ATTR_SM_COUNT: c_int = 16;
+/// `cudaDevAttrL2CacheSize`, `cudaDevAttrComputeCapabilityMajor` / `Minor`.
 const ATTR_L2_BYTES: c_int = 38;
 const ATTR_CC_MAJOR: c_int = 75;
 const ATTR_CC_MINOR: c_int = 76;
@@ -407,7 +408,8 @@ impl DevBuf<'_> {
         assert!(offset + data.len() <= self.bytes);
         self.cuda.check("cudaMemcpy (to device)", unsafe {
             (self.cuda.memcpy)(
-                self.ptr.cast::<u8>().add(offset).cast(),
+                // A device address: arithmetic only, never dereferenced here.
+                self.ptr.cast::<u8>().wrapping_add(offset).cast(),
                 data.as_ptr().cast(),
                 data.len(),
                 MEMCPY_H2D,

@@ -28,38 +28,80 @@ pub fn tile_dims(id: u32) -> Option<(u32, u32)> {
     })
 }
 
-/// Cluster shape (`cublasLtClusterShape_t`) as CTAs along rows x columns; `None` for auto (0)
-/// or an id this table does not know.
+/// `cublasLtClusterShape_t` ids 2-51 as (id, CTAs along rows, CTAs along columns), from
+/// cuBLASLt 13.1's header (every shape there has depth 1).
+#[rustfmt::skip]
+const CLUSTERS: [(u32, u32, u32); 50] = [
+    (2, 1, 1),
+    (3, 2, 1),
+    (4, 4, 1),
+    (5, 1, 2),
+    (6, 2, 2),
+    (7, 4, 2),
+    (8, 1, 4),
+    (9, 2, 4),
+    (10, 4, 4),
+    (11, 8, 1),
+    (12, 1, 8),
+    (13, 8, 2),
+    (14, 2, 8),
+    (15, 16, 1),
+    (16, 1, 16),
+    (17, 3, 1),
+    (18, 5, 1),
+    (19, 6, 1),
+    (20, 7, 1),
+    (21, 9, 1),
+    (22, 10, 1),
+    (23, 11, 1),
+    (24, 12, 1),
+    (25, 13, 1),
+    (26, 14, 1),
+    (27, 15, 1),
+    (28, 3, 2),
+    (29, 5, 2),
+    (30, 6, 2),
+    (31, 7, 2),
+    (32, 1, 3),
+    (33, 2, 3),
+    (34, 3, 3),
+    (35, 4, 3),
+    (36, 5, 3),
+    (37, 3, 4),
+    (38, 1, 5),
+    (39, 2, 5),
+    (40, 3, 5),
+    (41, 1, 6),
+    (42, 2, 6),
+    (43, 1, 7),
+    (44, 2, 7),
+    (45, 1, 9),
+    (46, 1, 10),
+    (47, 1, 11),
+    (48, 1, 12),
+    (49, 1, 13),
+    (50, 1, 14),
+    (51, 1, 15),
+];
+
+/// Cluster shape (`cublasLtClusterShape_t`) as CTAs along rows x columns: (1, 1) for auto
+/// (0: the kernel's own), `None` for an id this table does not know.
 pub fn cluster_dims(id: u32) -> Option<(u32, u32)> {
-    Some(match id {
-        2 => (1, 1),
-        3 => (2, 1),
-        4 => (4, 1),
-        5 => (1, 2),
-        6 => (2, 2),
-        7 => (4, 2),
-        8 => (1, 4),
-        9 => (2, 4),
-        10 => (4, 4),
-        11 => (8, 1),
-        12 => (1, 8),
-        13 => (8, 2),
-        14 => (2, 8),
-        15 => (16, 1),
-        16 => (1, 16),
-        17..=27 => (
-            [3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15][(id - 17) as usize],
-            1,
-        ),
-        _ => return None,
-    })
+    if id == 0 {
+        return Some((1, 1));
+    }
+    CLUSTERS.iter().find(|c| c.0 == id).map(|&(_, r, c)| (r, c))
 }
 
-/// The grid one call launches on a card with `sms` SMs.
+/// The grid one call asks for on a card with `sms` SMs: its output tiles (times split-K
+/// parts), which is the number of CTAs for a kernel that launches one per tile. Hopper's
+/// persistent kernels launch fewer CTAs and loop over the tiles, and small tiles can share an
+/// SM; the tile count against the SMs still says whether there is work for every SM.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Grid {
     pub tile: String,
-    /// CTAs launched: row tiles x column tiles (each rounded up to the cluster) x split-K parts.
+    /// Units of work ("CTAs" in the reports): row tiles x column tiles (each rounded up to
+    /// the cluster) x split-K parts x batch.
     pub ctas: u64,
     pub sms: u32,
     /// CTAs / SMs: under 1, some SMs have nothing to do.
@@ -69,10 +111,15 @@ pub struct Grid {
 }
 
 /// The grid of `cfg` on `key` (`key.m` rows and `key.n` columns of D), or `None` where the
-/// tile id is unknown. One CTA per SM per wave: Hopper's large-tile kernels hold one.
+/// tile or cluster id is unknown. Waves count one unit per SM at a time. A key that limits
+/// its SMs (`sm_count`) is set against that many.
 pub fn grid(key: &LtKey, cfg: &AlgoConfig, sms: u32) -> Option<Grid> {
     let (tr, tc) = tile_dims(cfg.tile)?;
-    let (cr, cc) = cluster_dims(cfg.cluster_shape).unwrap_or((1, 1));
+    let (cr, cc) = cluster_dims(cfg.cluster_shape)?;
+    let sms = match key.sm_count {
+        n if n > 0 => (n as u32).min(sms),
+        _ => sms,
+    };
     // Tiles along one side of D, rounded up to whole clusters.
     let side = |extent: i64, tile: u32, cluster: u32| {
         let c = cluster.max(1) as u64;
@@ -169,7 +216,11 @@ pub fn roofline(
     };
     let grid_of = |s: &str| AlgoConfig::parse(s).ok().and_then(|c| grid(key, &c, sms));
     let best_grid = grid_of(best);
-    let pct = 100.0 * limit / best_ms;
+    // A zero or NaN time (a broken timer) would make an infinite share: none is given.
+    let pct = match 100.0 * limit / best_ms {
+        p if p.is_finite() => p,
+        _ => 0.0,
+    };
     Roofline {
         memory_ms,
         compute_ms,
@@ -214,7 +265,7 @@ pub fn why(b: Bound, pct: f64, grid: Option<&Grid>, floor_share: f64) -> String 
             "{} CTAs ({} tiles), {:.2} waves: the SMs are busy, the rest is the kernel",
             g.ctas, g.tile, g.waves
         )),
-        None => parts.push("grid unknown (tile id not in the table)".into()),
+        None => parts.push("grid unknown (tile or cluster id not in the tables)".into()),
     }
     if floor_share >= 0.15 {
         parts.push(format!(
@@ -277,6 +328,16 @@ mod tests {
         let k = LtKey::linear(R_16BF, 132 * 128, 128, 64);
         assert_eq!(grid(&k, &cfg(20, 1, 2), 132).unwrap().last_wave_fill, 1.0);
         assert!(grid(&k, &cfg(99_999, 1, 2), 132).is_none());
+        // The ids past 27 are 2-D too: 1x3 (32) rounds 1 column tile up to 3; an unknown
+        // cluster id gives no grid rather than a wrong one; auto (0) counts tiles alone.
+        assert_eq!(grid(&k, &cfg(20, 1, 32), 132).unwrap().ctas, 132 * 3);
+        assert_eq!(cluster_dims(51), Some((1, 15)));
+        assert!(grid(&k, &cfg(20, 1, 52), 132).is_none());
+        assert_eq!(grid(&k, &cfg(20, 1, 0), 132).unwrap().ctas, 132);
+        // A key that limits cuBLASLt to 66 SMs is set against 66.
+        let mut half = k;
+        half.sm_count = 66;
+        assert_eq!(grid(&half, &cfg(20, 1, 2), 132).unwrap().waves, 2.0);
     }
 
     #[test]

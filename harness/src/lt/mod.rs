@@ -300,8 +300,7 @@ fn tune_key(
     p.set_alignment(opts.alignment)?;
     let mut o = tune::tune_shape(&p, opts, d)?;
     if let Some(l) = limits {
-        let flops = problem::flops(key);
-        let (lim, _) = l.bound_ms(o.bytes_moved, flops);
+        let (lim, _) = l.bound_ms(key);
         o.limit_ms = Some(lim);
         o.heuristic_pct_of_limit = Some(timing::pct_of_limit(lim, o.heuristic.median_ms));
         o.best_pct_of_limit = o
@@ -312,7 +311,7 @@ fn tune_key(
             grid::roofline(
                 key,
                 l.memory_ms(o.bytes_moved),
-                l.compute_ms(flops),
+                l.compute_ms(key),
                 l.floor_ms,
                 sms,
                 (&o.heuristic.solution, o.heuristic.median_ms),

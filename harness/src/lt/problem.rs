@@ -30,13 +30,13 @@ pub fn supported(key: &LtKey) -> std::result::Result<(), String> {
     key.check()
 }
 
-/// Bytes one call must move at least: A and B read, D written (beta = 0: C is not read), the
-/// bias read.
 /// Floating-point operations of one call: 2 x m x n x k per batch (a multiply and an add).
 pub fn flops(key: &LtKey) -> f64 {
     2.0 * key.m as f64 * key.n as f64 * key.k as f64 * key.batch.max(1) as f64
 }
 
+/// Bytes one call must move at least: A and B read, D written (beta = 0: C is not read), the
+/// bias read.
 pub fn bytes_moved(key: &LtKey) -> usize {
     let ext = extents(key);
     let b = key.elem_bytes();
@@ -154,11 +154,16 @@ fn set_attr<T>(f: SetAttributeFn, obj: *mut c_void, attr: i32, v: &T) -> Result<
 /// Elements of random input made on the host at most; larger inputs repeat the block.
 const RANDOM_BLOCK: usize = 1 << 21;
 
-/// Fills `buf` with `n` random values of type `t`. Inputs over [`RANDOM_BLOCK`] elements
-/// (the delay's and the matmul rate's large GEMMs) repeat one block: the values still toggle
-/// every bit a kernel's power draw depends on, and making hundreds of millions of them on
-/// the host took seconds per process.
-fn upload_random(buf: &DevBuf, t: CudaDataType, n: usize, rng: &mut numeric::Rng) -> Result<()> {
+/// Fills `buf` with `n` random values of type `t`, repeating one block of at most
+/// [`RANDOM_BLOCK`] elements ([`Problem::new_timing_only`]): the values still toggle every bit
+/// a kernel's power draw depends on, and making the hundreds of millions the delay's and the
+/// matmul rate's GEMMs take cost seconds per process on the host.
+fn upload_repeated_random(
+    buf: &DevBuf,
+    t: CudaDataType,
+    n: usize,
+    rng: &mut numeric::Rng,
+) -> Result<()> {
     let block = numeric::random(t, n.min(RANDOM_BLOCK), rng);
     let total = n * type_bytes(t);
     let mut at = 0;
@@ -178,6 +183,29 @@ impl<'a> Problem<'a> {
         key: LtKey,
         sets: usize,
         workspace: usize,
+    ) -> Result<Problem<'a>> {
+        Problem::build(cuda, lt, key, sets, workspace, false)
+    }
+
+    /// A problem whose large inputs repeat one block of random values: for work that is only
+    /// timed (the delay's GEMMs, the matmul rate), never for a tuned shape, where repeated
+    /// rows could hide a kernel that writes a tile to the wrong place.
+    pub fn new_timing_only(
+        cuda: &'a Cuda,
+        lt: &'a Lt,
+        key: LtKey,
+        workspace: usize,
+    ) -> Result<Problem<'a>> {
+        Problem::build(cuda, lt, key, 1, workspace, true)
+    }
+
+    fn build(
+        cuda: &'a Cuda,
+        lt: &'a Lt,
+        key: LtKey,
+        sets: usize,
+        workspace: usize,
+        repeat_inputs: bool,
     ) -> Result<Problem<'a>> {
         if let Err(e) = supported(&key) {
             return err(e);
@@ -246,8 +274,13 @@ impl<'a> Problem<'a> {
         for _ in 0..sets.max(1) {
             let a = cuda.alloc(ext[0] * bytes[0])?;
             let b = cuda.alloc(ext[1] * bytes[1])?;
-            upload_random(&a, key.a_type, ext[0], &mut rng)?;
-            upload_random(&b, key.b_type, ext[1], &mut rng)?;
+            if repeat_inputs {
+                upload_repeated_random(&a, key.a_type, ext[0], &mut rng)?;
+                upload_repeated_random(&b, key.b_type, ext[1], &mut rng)?;
+            } else {
+                a.upload(&numeric::random(key.a_type, ext[0], &mut rng))?;
+                b.upload(&numeric::random(key.b_type, ext[1], &mut rng))?;
+            }
             p.sets.push(Set { a, b });
         }
         if epilogue_has_bias(key.epilogue) {
@@ -664,7 +697,7 @@ pub struct Delay<'a> {
 impl<'a> Delay<'a> {
     pub fn new(cuda: &'a Cuda, lt: &'a Lt, kind: DelayKind) -> Result<Delay<'a>> {
         let key = LtKey::linear(R_16BF, 4096, 4096, 4096);
-        let problem = Problem::new(cuda, lt, key, 1, 0)?;
+        let problem = Problem::new_timing_only(cuda, lt, key, 0)?;
         for _ in 0..3 {
             lt_check("delay matmul", problem.launch(std::ptr::null(), 0))?;
         }

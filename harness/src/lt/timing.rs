@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use tunedblas_core::cublaslt::{LtKey, R_16BF};
+use tunedblas_core::cublaslt::{LtKey, R_16BF, R_16F};
 
 use super::cuda::{err, lt_check, Cuda, EmptyKernel, Error, Lt, Result};
 use super::grid::{bound, Bound};
@@ -83,10 +83,14 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limit of a call that moves `bytes` and does `flops`: max(bytes / bandwidth,
-    /// flops / matmul rate, floor), and which of the three it is.
-    pub fn bound_ms(&self, bytes: usize, flops: f64) -> (f64, Bound) {
-        bound(self.memory_ms(bytes), self.compute_ms(flops), self.floor_ms)
+    /// The limit of one call of `key`: max(bytes moved / bandwidth, flops / matmul rate,
+    /// floor), and which of the three it is.
+    pub fn bound_ms(&self, key: &LtKey) -> (f64, Bound) {
+        bound(
+            self.memory_ms(super::problem::bytes_moved(key)),
+            self.compute_ms(key),
+            self.floor_ms,
+        )
     }
 
     /// Milliseconds `bytes` of traffic take at the copy bandwidth (no floor).
@@ -94,9 +98,16 @@ impl Limits {
         bytes as f64 / self.copy_bytes_per_s * 1e3
     }
 
-    /// Milliseconds `flops` take at the matmul rate, where it was measured.
-    pub fn compute_ms(&self, flops: f64) -> Option<f64> {
-        self.matmul_flops_per_s.map(|r| flops / r * 1e3)
+    /// Milliseconds the flops of `key` take at the matmul rate, where it was measured. The
+    /// rate is bf16's (tensor cores): it stands for f16 and bf16 inputs only; other types
+    /// get no compute limit rather than a wrong one (f32 runs an order of magnitude slower).
+    pub fn compute_ms(&self, key: &LtKey) -> Option<f64> {
+        let tensor = |t| t == R_16BF || t == R_16F;
+        if !(tensor(key.a_type) && tensor(key.b_type)) {
+            return None;
+        }
+        self.matmul_flops_per_s
+            .map(|r| super::problem::flops(key) / r * 1e3)
     }
 }
 
@@ -116,7 +127,7 @@ pub fn matmul_rate(
     delay: &Delay,
 ) -> Result<(f64, f64)> {
     let key = LtKey::linear(R_16BF, side, side, side);
-    let p = Problem::new(cuda, lt, key, 1, 32 << 20)?;
+    let p = Problem::new_timing_only(cuda, lt, key, 32 << 20)?;
     p.set_timing(t);
     let base = p.heuristic(1)?.into_iter().next().ok_or_else(|| {
         Error(format!(
@@ -317,19 +328,28 @@ mod tests {
             matmul_shape: None,
             matmul_spread: None,
         };
-        // No matmul rate: bandwidth or floor only. 52 MB at 4 TB/s: 13 us; 1 KB: the floor.
-        let (ms, b) = l.bound_ms(52_000_000, 1e15);
-        assert!((ms - 0.013).abs() < 1e-12 && b == Bound::Memory);
-        assert_eq!(l.bound_ms(1000, 1e15), (0.002, Bound::Launch));
-        // 800 TFLOP/s: 2 x 2048 x 10240 x 2560 flops take 134 us, 59 MB take 14.6 us.
+        // No matmul rate: bandwidth or floor only. 10240x16x2560 bf16 moves 52.8 MB: 13.2 us
+        // at 4 TB/s; a 16x16x16 problem is under the floor.
+        let decode = LtKey::linear(R_16BF, 10240, 16, 2560);
+        let (ms, b) = l.bound_ms(&decode);
+        assert!((ms - 52_838_400.0 / bw * 1e3).abs() < 1e-12 && b == Bound::Memory);
+        assert_eq!(
+            l.bound_ms(&LtKey::linear(R_16BF, 16, 16, 16)),
+            (0.002, Bound::Launch)
+        );
+        // 800 TFLOP/s: 2 x 2048 x 10240 x 2560 flops take 134 us, 59 MB take 14.7 us.
         let l = Limits {
             matmul_flops_per_s: Some(8e14),
             ..l
         };
+        let prefill = LtKey::linear(R_16BF, 10240, 2048, 2560);
         let f = 2.0 * 2048.0 * 10240.0 * 2560.0;
-        let (ms, b) = l.bound_ms(58_720_256, f);
+        let (ms, b) = l.bound_ms(&prefill);
         assert_eq!(b, Bound::Compute);
         assert!((ms - f / 8e14 * 1e3).abs() < 1e-12);
-        assert_eq!(l.bound_ms(1000, 1000.0), (0.002, Bound::Launch));
+        // The bf16 rate is no limit for f32 inputs: memory binds instead.
+        let f32_key = LtKey::linear(tunedblas_core::cublaslt::R_32F, 10240, 2048, 2560);
+        assert_eq!(l.compute_ms(&f32_key), None);
+        assert_eq!(l.bound_ms(&f32_key).1, Bound::Memory);
     }
 }

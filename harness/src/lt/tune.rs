@@ -101,8 +101,10 @@ pub struct Outcome {
     pub reason: String,
     /// The timing mode the shape was measured in (events where its graph capture failed).
     pub timing: String,
-    /// Bytes one call moves at least, the limit they give (max(bytes / copy bandwidth,
-    /// floor)) and the heuristic's and the best candidate's time as a share of it.
+    /// Bytes one call moves at least, the limit of the call (max(bytes / copy bandwidth,
+    /// flops / matmul rate, floor); checkpoints written before the matmul rate was
+    /// measured hold max(bytes / bandwidth, floor)) and the heuristic's and the best
+    /// candidate's time as a share of it.
     pub bytes_moved: usize,
     pub limit_ms: Option<f64>,
     pub heuristic_pct_of_limit: Option<f64>,
