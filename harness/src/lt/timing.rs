@@ -1,6 +1,6 @@
 //! How a candidate's device time is measured, and the limits it is measured against: the
-//! card's achievable device-to-device copy bandwidth and the floor of one launch, both timed
-//! the same way as the candidates.
+//! card's achievable device-to-device copy bandwidth, the floor of one launch and the card's
+//! matmul rate, all timed the same way as the candidates.
 
 use serde::Serialize;
 
