@@ -115,14 +115,8 @@ pub struct Library {
 
 /// The HIP runtime calls the harness needs.
 pub struct Hip {
-    pub malloc: HipMallocFn,
-    pub free: HipFreeFn,
-    pub memcpy: HipMemcpyFn,
-    pub event_create: HipEventCreateFn,
-    pub event_record: HipEventRecordFn,
-    pub event_synchronize: HipEventSynchronizeFn,
-    pub event_elapsed: HipEventElapsedTimeFn,
-    pub event_destroy: HipEventDestroyFn,
+    /// Memory and events, shared with the hipBLASLt tuner.
+    pub mem: crate::hipmem::HipMem,
     pub set_device: Option<HipSetDeviceFn>,
     pub device_count: Option<HipGetDeviceCountFn>,
     /// Stream capture and graphs, for `--timing graph` (`None` where any is missing).
@@ -203,10 +197,6 @@ impl Library {
                 )
                 .map_err(|e| Error::failed(format!("{e}; pass --hip <path to libamdhip64.so>")))?,
             };
-            let hip_need = |name: &str| -> Result<*mut c_void> {
-                sym::<*mut c_void>(hip_handle, name)
-                    .ok_or_else(|| Error::failed(format!("the HIP runtime has no {name}")))
-            };
             Library {
                 file: identity::library_of_address(need("rocblas_create_handle")? as usize)
                     .unwrap_or_else(|| path.to_path_buf()),
@@ -228,24 +218,7 @@ impl Library {
                 version: sym::<GetVersionStringSizeFn>(h, "rocblas_get_version_string_size")
                     .zip(sym::<GetVersionStringFn>(h, "rocblas_get_version_string")),
                 hip: Hip {
-                    malloc: std::mem::transmute::<*mut c_void, HipMallocFn>(hip_need("hipMalloc")?),
-                    free: std::mem::transmute::<*mut c_void, HipFreeFn>(hip_need("hipFree")?),
-                    memcpy: std::mem::transmute::<*mut c_void, HipMemcpyFn>(hip_need("hipMemcpy")?),
-                    event_create: std::mem::transmute::<*mut c_void, HipEventCreateFn>(hip_need(
-                        "hipEventCreate",
-                    )?),
-                    event_record: std::mem::transmute::<*mut c_void, HipEventRecordFn>(hip_need(
-                        "hipEventRecord",
-                    )?),
-                    event_synchronize: std::mem::transmute::<*mut c_void, HipEventSynchronizeFn>(
-                        hip_need("hipEventSynchronize")?,
-                    ),
-                    event_elapsed: std::mem::transmute::<*mut c_void, HipEventElapsedTimeFn>(
-                        hip_need("hipEventElapsedTime")?,
-                    ),
-                    event_destroy: std::mem::transmute::<*mut c_void, HipEventDestroyFn>(hip_need(
-                        "hipEventDestroy",
-                    )?),
+                    mem: crate::hipmem::HipMem::load(hip_handle).map_err(Error::failed)?,
                     set_device: sym(hip_handle, "hipSetDevice"),
                     device_count: sym(hip_handle, "hipGetDeviceCount"),
                     graph: HipGraphApi::load(hip_handle),
@@ -336,63 +309,7 @@ impl Drop for RocHandle<'_> {
 }
 
 /// A device buffer, freed on drop.
-struct DevBuf<'a> {
-    hip: &'a Hip,
-    ptr: *mut c_void,
-    bytes: usize,
-}
-
-impl<'a> DevBuf<'a> {
-    fn new(hip: &'a Hip, bytes: usize) -> Result<DevBuf<'a>> {
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: out-pointer; size > 0.
-        match unsafe { (hip.malloc)(&mut ptr, bytes.max(16)) } {
-            HIP_SUCCESS => Ok(DevBuf { hip, ptr, bytes }),
-            e => Err(Error::failed(format!(
-                "hipMalloc({bytes} bytes) failed with HIP error {e}"
-            ))),
-        }
-    }
-    fn upload(&self, host: &[u8]) -> Result<()> {
-        let n = host.len().min(self.bytes);
-        // SAFETY: both regions are at least n bytes.
-        match unsafe {
-            (self.hip.memcpy)(self.ptr, host.as_ptr().cast(), n, HIP_MEMCPY_HOST_TO_DEVICE)
-        } {
-            HIP_SUCCESS => Ok(()),
-            e => Err(Error::failed(format!(
-                "hipMemcpy to the device failed with HIP error {e}"
-            ))),
-        }
-    }
-}
-
-impl DevBuf<'_> {
-    fn download(&self) -> Result<Vec<u8>> {
-        let mut host = vec![0u8; self.bytes];
-        // SAFETY: both regions are self.bytes long.
-        match unsafe {
-            (self.hip.memcpy)(
-                host.as_mut_ptr().cast(),
-                self.ptr,
-                self.bytes,
-                HIP_MEMCPY_DEVICE_TO_HOST,
-            )
-        } {
-            HIP_SUCCESS => Ok(host),
-            e => Err(Error::failed(format!(
-                "hipMemcpy from the device failed with HIP error {e}"
-            ))),
-        }
-    }
-}
-
-impl Drop for DevBuf<'_> {
-    fn drop(&mut self) {
-        // SAFETY: allocated by hipMalloc.
-        unsafe { (self.hip.free)(self.ptr) };
-    }
-}
+type DevBuf<'a> = crate::hipmem::DevBuf<'a>;
 
 /// Deterministic, non-zero values in [-1, 1] encoded as `t` (never zero or uninitialised:
 /// zeros hide wrong kernels and some kernels run faster on them).
@@ -560,8 +477,13 @@ impl<'a> Problem<'a> {
         let mut sets = Vec::with_capacity(n_sets);
         for set in 0..n_sets {
             let buf = |which: usize| -> Result<DevBuf<'a>> {
-                let b = DevBuf::new(&lib.hip, counts[which] * size(types[which])?)?;
-                b.upload(&fill_bytes(types[which], counts[which], seed(set, which)))?;
+                let b = lib
+                    .hip
+                    .mem
+                    .alloc(counts[which] * size(types[which])?)
+                    .map_err(Error::failed)?;
+                b.upload(&fill_bytes(types[which], counts[which], seed(set, which)))
+                    .map_err(Error::failed)?;
                 Ok(b)
             };
             sets.push(Operands {
@@ -658,7 +580,10 @@ impl<'a> Problem<'a> {
     /// Runs the first set once and returns D as the device holds it.
     pub fn run_and_read(&self, solution: Option<i32>) -> Result<Vec<u8>> {
         match self.run_on(0, solution, 0) {
-            STATUS_SUCCESS => self.sets[0].d.download(),
+            STATUS_SUCCESS => {
+                let d = &self.sets[0].d;
+                d.download(d.bytes).map_err(Error::failed)
+            }
             st => Err(Error::failed(format!(
                 "the GEMM failed with rocBLAS status {st}"
             ))),
@@ -811,64 +736,42 @@ impl<'a> Problem<'a> {
             }
             Ok(())
         })?;
-        let hip = &self.lib.hip;
-        let mut start: HipEvent = std::ptr::null_mut();
-        let mut stop: HipEvent = std::ptr::null_mut();
-        let mut ms = 0f32;
-        // SAFETY: out-pointers; events destroyed below.
         cache.launch(exec, self.stream)?;
-        unsafe {
-            (hip.event_create)(&mut start);
-            (hip.event_create)(&mut stop);
-            (hip.event_record)(start, self.stream);
-        }
-        let launched = cache.launch(exec, self.stream);
-        unsafe {
-            (hip.event_record)(stop, self.stream);
-            (hip.event_synchronize)(stop);
-            (hip.event_elapsed)(&mut ms, start, stop);
-            (hip.event_destroy)(start);
-            (hip.event_destroy)(stop);
-        }
+        let (launched, ms) = self
+            .lib
+            .hip
+            .mem
+            .span(self.stream, || cache.launch(exec, self.stream))
+            .map_err(GraphError::Mode)?;
         launched?;
-        Ok(ms as f64 / ops as f64)
+        Ok(ms / ops as f64)
     }
 
     /// Milliseconds per call over `calls` back-to-back runs between two events, rotating
     /// through the operand sets, with no sync between calls (the launch-bound mode; on
     /// refblas events read a host clock).
     fn time_events(&self, solution: Option<i32>, calls: usize) -> Result<f64> {
-        let hip = &self.lib.hip;
-        let mut start: HipEvent = std::ptr::null_mut();
-        let mut stop: HipEvent = std::ptr::null_mut();
-        // SAFETY: out-pointers; events are destroyed below.
-        unsafe {
-            (hip.event_create)(&mut start);
-            (hip.event_create)(&mut stop);
-            (hip.event_record)(start, self.work_stream());
-        }
-        let mut status = STATUS_SUCCESS;
-        for call in 0..calls {
-            status = self.run_on(call, solution, 0);
-            if status != STATUS_SUCCESS {
-                break;
-            }
-        }
-        let mut ms = 0f32;
-        // SAFETY: valid events created above.
-        unsafe {
-            (hip.event_record)(stop, self.work_stream());
-            (hip.event_synchronize)(stop);
-            (hip.event_elapsed)(&mut ms, start, stop);
-            (hip.event_destroy)(start);
-            (hip.event_destroy)(stop);
-        }
+        let (status, ms) = self
+            .lib
+            .hip
+            .mem
+            .span(self.work_stream(), || {
+                let mut status = STATUS_SUCCESS;
+                for call in 0..calls {
+                    status = self.run_on(call, solution, 0);
+                    if status != STATUS_SUCCESS {
+                        break;
+                    }
+                }
+                status
+            })
+            .map_err(Error::failed)?;
         if status != STATUS_SUCCESS {
             return Err(Error::failed(format!(
                 "the GEMM failed with rocBLAS status {status}"
             )));
         }
-        Ok(ms as f64 / calls.max(1) as f64)
+        Ok(ms / calls.max(1) as f64)
     }
 }
 

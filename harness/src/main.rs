@@ -13,6 +13,7 @@ mod env;
 mod error;
 mod export;
 mod hipgraph;
+mod hipmem;
 mod lt;
 mod nearbench;
 mod pick;

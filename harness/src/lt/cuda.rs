@@ -14,6 +14,13 @@ use tunedblas_core::cublaslt::*;
 #[derive(Debug)]
 pub struct Error(pub String);
 
+/// A HIP call's failure (`crate::hipmem`) as this module's error.
+impl From<String> for Error {
+    fn from(why: String) -> Error {
+        Error(why)
+    }
+}
+
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

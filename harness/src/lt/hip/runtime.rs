@@ -11,21 +11,17 @@ use crate::lt::cuda::{candidates, err, open_first, sym, Error, Result};
 /// Names tried for the HIP runtime, newest first.
 pub const HIP_NAMES: &[&str] = &["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so"];
 
+/// A device buffer of the hipBLASLt tuner (the shared HIP buffer type).
+pub type HipBuf<'a> = crate::hipmem::DevBuf<'a>;
+
 pub struct HipRt {
     /// The file loaded.
     pub path: PathBuf,
-    malloc: HipMallocFn,
-    free: HipFreeFn,
-    memcpy: HipMemcpyFn,
-    memset: HipMemsetFn,
+    /// Memory and events, as the rocBLAS harness loads them.
+    mem: crate::hipmem::HipMem,
     stream_create: HipStreamCreateFn,
     stream_sync: HipStreamSynchronizeFn,
     stream_destroy: HipStreamDestroyFn,
-    event_create: HipEventCreateFn,
-    event_destroy: HipEventDestroyFn,
-    event_record: HipEventRecordFn,
-    event_sync: HipEventSynchronizeFn,
-    event_elapsed: HipEventElapsedTimeFn,
     device_count: HipGetDeviceCountFn,
     runtime_version: HipRuntimeGetVersionFn,
     /// Stream capture and graphs, for graph timing (`None` where any is missing).
@@ -82,20 +78,16 @@ impl HipRt {
         // SAFETY: each symbol has the C type src/abi.rs gives it (hip_runtime_api.h).
         let rt = unsafe {
             (|| -> Result<HipRt> {
+                let mem = crate::hipmem::HipMem::load(h).map_err(Error)?;
+                if !mem.has_memset() {
+                    return err("the HIP runtime has no hipMemset");
+                }
                 Ok(HipRt {
                     path,
-                    malloc: sym(h, "hipMalloc")?,
-                    free: sym(h, "hipFree")?,
-                    memcpy: sym(h, "hipMemcpy")?,
-                    memset: sym(h, "hipMemset")?,
+                    mem,
                     stream_create: sym(h, "hipStreamCreate")?,
                     stream_sync: sym(h, "hipStreamSynchronize")?,
                     stream_destroy: sym(h, "hipStreamDestroy")?,
-                    event_create: sym(h, "hipEventCreate")?,
-                    event_destroy: sym(h, "hipEventDestroy")?,
-                    event_record: sym(h, "hipEventRecord")?,
-                    event_sync: sym(h, "hipEventSynchronize")?,
-                    event_elapsed: sym(h, "hipEventElapsedTime")?,
                     device_count: sym(h, "hipGetDeviceCount")?,
                     runtime_version: sym(h, "hipRuntimeGetVersion")?,
                     graph: crate::hipgraph::HipGraphApi::load(h),
@@ -132,16 +124,7 @@ impl HipRt {
     }
 
     pub fn alloc(&self, bytes: usize) -> Result<HipBuf<'_>> {
-        let mut ptr = std::ptr::null_mut();
-        // SAFETY: out-pointer; the size is at least 16.
-        check(&format!("hipMalloc({bytes} bytes)"), unsafe {
-            (self.malloc)(&mut ptr, bytes.max(16))
-        })?;
-        Ok(HipBuf {
-            rt: self,
-            ptr,
-            bytes,
-        })
+        self.mem.alloc(bytes).map_err(Error)
     }
 
     pub fn stream(&self) -> Result<Stream> {
@@ -164,76 +147,19 @@ impl HipRt {
     }
 
     pub fn event(&self) -> Result<HipEvent> {
-        let mut e = std::ptr::null_mut();
-        // SAFETY: out-pointer.
-        check("hipEventCreate", unsafe { (self.event_create)(&mut e) })?;
-        Ok(e)
+        self.mem.event().map_err(Error)
     }
 
     pub fn destroy_event(&self, e: HipEvent) {
-        // SAFETY: an event this runtime made, destroyed once.
-        unsafe { (self.event_destroy)(e) };
+        self.mem.destroy_event(e)
     }
 
     pub fn record(&self, e: HipEvent, stream: Stream) -> Result<()> {
-        // SAFETY: live event and stream.
-        check("hipEventRecord", unsafe { (self.event_record)(e, stream) })
+        self.mem.record(e, stream).map_err(Error)
     }
 
     /// Milliseconds from `a` to `b`, once `b` has completed.
     pub fn elapsed(&self, a: HipEvent, b: HipEvent) -> Result<f64> {
-        let mut ms = 0f32;
-        // SAFETY: live events, both recorded.
-        check("hipEventSynchronize", unsafe { (self.event_sync)(b) })?;
-        check("hipEventElapsedTime", unsafe {
-            (self.event_elapsed)(&mut ms, a, b)
-        })?;
-        Ok(ms as f64)
-    }
-}
-
-/// A device buffer, freed on drop.
-pub struct HipBuf<'a> {
-    rt: &'a HipRt,
-    pub ptr: *mut c_void,
-    pub bytes: usize,
-}
-
-impl HipBuf<'_> {
-    pub fn upload(&self, host: &[u8]) -> Result<()> {
-        let n = host.len().min(self.bytes);
-        // SAFETY: both regions are at least n bytes.
-        check("hipMemcpy to the device", unsafe {
-            (self.rt.memcpy)(self.ptr, host.as_ptr().cast(), n, HIP_MEMCPY_HOST_TO_DEVICE)
-        })
-    }
-
-    pub fn download(&self, bytes: usize) -> Result<Vec<u8>> {
-        let n = bytes.min(self.bytes);
-        let mut host = vec![0u8; n];
-        // SAFETY: both regions are n bytes long.
-        check("hipMemcpy from the device", unsafe {
-            (self.rt.memcpy)(
-                host.as_mut_ptr().cast(),
-                self.ptr,
-                n,
-                HIP_MEMCPY_DEVICE_TO_HOST,
-            )
-        })?;
-        Ok(host)
-    }
-
-    pub fn fill(&self, byte: u8) -> Result<()> {
-        // SAFETY: the whole buffer.
-        check("hipMemset", unsafe {
-            (self.rt.memset)(self.ptr, byte as i32, self.bytes)
-        })
-    }
-}
-
-impl Drop for HipBuf<'_> {
-    fn drop(&mut self) {
-        // SAFETY: allocated by hipMalloc, freed once.
-        unsafe { (self.rt.free)(self.ptr) };
+        self.mem.elapsed(a, b).map_err(Error)
     }
 }
