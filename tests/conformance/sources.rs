@@ -65,7 +65,8 @@ pub enum Need {
 }
 
 /// The symbols `harness/src/backend.rs` resolves from rocBLAS (`need`, `sym(h|scope, ..)`) and
-/// from HIP (`hip_need`, `sym(hip_handle, ..)`): (rocBLAS, HIP) maps of name to need.
+/// from HIP (`sym(hip_handle, ..)`, and `harness/src/hipmem.rs`'s memory and event calls):
+/// (rocBLAS, HIP) maps of name to need.
 pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
     let src: String = read("harness/src/backend.rs")
         .chars()
@@ -125,6 +126,24 @@ pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
             _ => continue,
         };
         map.entry(n).or_insert(Need::Optional);
+    }
+    // The memory and event calls both AMD tuners load (`hipmem.rs`): `get(handle, "name")`,
+    // required where an `ok_or_else` follows.
+    let mem: String = read("harness/src/hipmem.rs")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let mut rest = mem.as_str();
+    while let Some(p) = rest.find("get(handle,") {
+        rest = &rest[p + "get(handle,".len()..];
+        let Some(n) = name_at(rest) else { continue };
+        let after = &rest[n.len() + 2..];
+        let need = if after.starts_with(").ok_or_else") {
+            Need::Required
+        } else {
+            Need::Optional
+        };
+        hip.insert(n, need);
     }
     (rocblas, hip)
 }
