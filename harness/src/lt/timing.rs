@@ -138,7 +138,9 @@ pub fn matmul_rate(
     cuda.sync_stream(p.stream)?;
     let once = p.time(&base.algo, 2, delay)?.max(1e-6);
     let calls = ((20.0 / once).ceil() as usize).clamp(2, 200);
-    // 200 ms of the same work first, in at most 20 samples.
+    // 200 ms of the same work first, in at most 20 samples (not `pipeline::warm_up`, which
+    // samples until settled: on a stand-in whose large GEMMs take no time that would be
+    // thousands of samples of 200 calls).
     let mut spent = 0.0;
     for _ in 0..20 {
         if spent >= 200.0 {
