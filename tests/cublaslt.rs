@@ -1048,6 +1048,17 @@ fn tunedblas_lt_reads_its_arguments_strictly_with_the_documented_exit_codes() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--delay takes spin or gemm"), "{err}");
+    for bad in ["-1", "11", "NaN"] {
+        let (code, _, err) = lt_cli(
+            &["tunedblas", "lt"],
+            &[&tune[..], &["--rest", bad]].concat(),
+        );
+        assert_eq!(code, 2, "--rest {bad}: {err}");
+        assert!(
+            err.contains("--rest takes a multiple of the sample's time from 0 to 10"),
+            "{err}"
+        );
+    }
     let (code, _, err) = lt_cli(
         &["tunedblas", "lt"],
         &[&tune[..], &["--shape", "1,2"]].concat(),
@@ -1186,10 +1197,16 @@ fn tunedblas_lt_tune_adopts_only_what_its_fresh_recheck_child_confirms() {
         "0.3",
         "--copy-mib",
         "1",
+        "--rest",
+        "0.5",
     ];
     let out = lt_cmd("tunedblas-lt", &tune);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("; idle 0.5x each sample's time after it"),
+        "{err}"
+    );
     assert!(err.contains("tunedblas lt recheck)"), "{err}");
     assert!(
         err.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),

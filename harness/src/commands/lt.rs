@@ -95,6 +95,10 @@ OPTIONS:
                       the SMs idle) or gemm (4096^3 bf16 GEMMs, the first mode: a tensor-core
                       burst before each sample). Spin falls back to gemm, with one line, where
                       its kernel cannot be loaded.
+    --rest R          after each timed sample of the trials, leave the device idle for R times
+                      the sample's device time (0: back to back; at most 10): a lower average
+                      draw keeps the clock of compute-heavy shapes from wandering (see
+                      BENCHMARKS.md, issue 15); the search's probes run without it
     --shape N,M,K     (tune, overhead) F.linear(out N, tokens M, in K) in bf16; repeatable
     --copy-mib N      (tune) size of the copy that measures the bandwidth limit (1024)
     --log FILE        every measurement as JSON
@@ -130,6 +134,7 @@ const TIMING: &[&str] = &[
     "--confirm",
     "--timing",
     "--delay",
+    "--rest",
     "--log",
 ];
 

@@ -40,6 +40,15 @@ fn num<T: std::str::FromStr>(a: &Args, name: &str, default: T) -> CliResult<T> {
     a.parsed(name, default, "a number")
 }
 
+/// What `--rest` does, for a campaign's first line.
+fn rest_words(rest: f64) -> String {
+    if rest > 0.0 {
+        format!("idle {rest}x each sample's time after it")
+    } else {
+        "samples back to back".into()
+    }
+}
+
 /// An option the subcommand cannot do without.
 fn need<'a>(a: &'a Args, name: &str) -> CliResult<&'a str> {
     a.value(name)
@@ -67,6 +76,15 @@ fn options(a: &Args) -> CliResult<tune::Options> {
             v => return Err(a.usage(format!("--alignment takes 16, 32, 64, 128 or 256, not {v}"))),
         },
         delay: problem::DelayKind::parse(a.value("--delay")).map_err(|e| a.usage(e))?,
+        rest: match num(a, "--rest", d.rest)? {
+            v if (0.0..=pipeline::MAX_REST).contains(&v) => v,
+            v => {
+                return Err(a.usage(format!(
+                    "--rest takes a multiple of the sample's time from 0 to {}, not {v}",
+                    pipeline::MAX_REST
+                )))
+            }
+        },
         fresh: match a.value("--confirm") {
             None | Some("fresh") => true,
             Some("off") => false,
@@ -410,6 +428,7 @@ fn fresh_verdicts(
         .args(["--trials", &opts.trials.to_string()])
         .args(["--workspace", &opts.workspace.to_string()])
         .args(["--sample-ms", &opts.sample_ms.to_string()])
+        .args(["--rest", &opts.rest.to_string()])
         // In percent, as the command line takes it (rounded: 0.03 * 100 is not exactly 3).
         .args(["--margin", &((opts.margin * 1e8).round() / 1e6).to_string()])
         .stderr(std::process::Stdio::inherit())
@@ -533,7 +552,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
     let limits = measure_limits(&cuda, &lt, opts.timing, copy_mib, &d);
     eprintln!(
-        "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay: {}, host {:.1} us/call; {}",
+        "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay: {}, host {:.1} us/call; {}; {}",
         keys.len(),
         cuda.arch(),
         lt.path.display(),
@@ -541,6 +560,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         &sha[..12],
         d.describe(),
         d.host_us,
+        rest_words(opts.rest),
         if opts.budget > 0.0 {
             format!("wider search {:.1} s per shape (at least {} in all)", opts.budget, mins_secs(opts.budget * keys.len() as f64))
         } else {
@@ -568,7 +588,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
                 "win_share": opts.win_share, "workspace": opts.workspace, "sample_ms": opts.sample_ms,
                 "explore": opts.explore, "timing": opts.timing, "budget": opts.budget,
                 "keep": opts.keep, "fresh": opts.fresh, "alignment": opts.alignment,
-                "delay": d.kind().name(),
+                "delay": d.kind().name(), "rest": opts.rest,
             },
             "limits": limits,
         }),
@@ -1017,10 +1037,11 @@ mod tests {
 while [ $# -gt 0 ]; do
   case "$1" in
     --rows) rows=$2 ;; --log) log=$2 ;; --lib) lib=$2 ;; --timing) timing=$2 ;; --margin) margin=$2 ;;
+    --rest) rest=$2 ;;
   esac
   shift
 done
-[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] && [ "$margin" = 3 ] || exit 4
+[ "$lib" = /the/cublasLt.so ] && [ "$timing" = graph ] && [ "$margin" = 3 ] && [ "$rest" = 1.5 ] || exit 4
 row=$(grep -v '^Validator' "$rows" | head -1)
 sig=$(echo "$row" | cut -d, -f2)
 sol=$(echo "$row" | cut -d, -f3)
@@ -1060,7 +1081,11 @@ exit {exit}
             action: LtAction::Config(cfg),
             time_ms: Some(0.0064),
         }];
-        let opts = tune::Options::default();
+        // The child times as the campaign does: its rest too.
+        let opts = tune::Options {
+            rest: 1.5,
+            ..Default::default()
+        };
         let libs: Vec<std::ffi::OsString> = [
             "--lib",
             "/the/cublasLt.so",

@@ -26,6 +26,47 @@ pub trait Bench {
     fn reference(&self) -> Result<Option<Vec<f64>>>;
 }
 
+/// The largest `--rest`: ten times the sample's time idle after it.
+pub const MAX_REST: f64 = 10.0;
+
+/// A bench that leaves the device idle after each timed sample for `ratio` times the
+/// sample's device time (`--rest`). Back-to-back 1-ms samples of the compute-heavy shapes
+/// keep the tensor cores busy for seconds; under that load the H200's SM clock wandered
+/// between 1470 and 1980 MHz and the heavy shapes' samples spread 4-9% (BENCHMARKS.md,
+/// issue 15). A rest lowers the average draw, so the clock has less reason to move. The
+/// host sleeps after the sample's result is read, so the device has nothing queued: no
+/// kernel, not even the spin delay, runs during the rest.
+pub struct Rested<'b, B> {
+    pub bench: &'b B,
+    pub ratio: f64,
+}
+
+impl<B: Bench> Bench for Rested<'_, B> {
+    type Algo = B::Algo;
+    fn key(&self) -> &LtKey {
+        self.bench.key()
+    }
+    fn sets(&self) -> usize {
+        self.bench.sets()
+    }
+    fn time(&self, algo: &B::Algo, calls: usize) -> Result<f64> {
+        let ms = self.bench.time(algo, calls)?;
+        let idle_ms = self.ratio * ms * calls.max(self.sets()) as f64;
+        if idle_ms.is_finite() && idle_ms > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(
+                idle_ms.min(1000.0) * 1e-3,
+            ));
+        }
+        Ok(ms)
+    }
+    fn output(&self, algo: &B::Algo) -> Result<Vec<f64>> {
+        self.bench.output(algo)
+    }
+    fn reference(&self) -> Result<Option<Vec<f64>>> {
+        self.bench.reference()
+    }
+}
+
 /// A candidate: the row it would become, the algorithm that runs it, the workspace it needs.
 pub struct Cand<A> {
     pub action: LtAction,
@@ -259,6 +300,10 @@ pub fn decide<B: Bench>(
     opts: &Options,
     mut dropped: Vec<String>,
 ) -> Result<Outcome> {
+    let b = &Rested {
+        bench: b,
+        ratio: opts.rest,
+    };
     let key = *b.key();
     let (op, signature) = op_and_signature(&key);
     let (base_algo, base_name, base_ws) = base;
@@ -370,6 +415,10 @@ pub fn measure_pair<B: Bench>(
     opts: &Options,
     r: &mut Recheck,
 ) -> Result<()> {
+    let b = &Rested {
+        bench: b,
+        ratio: opts.rest,
+    };
     match Judge::new(b, base)?.error_of(b, algo) {
         Ok(e) => r.rel_err = Some(e),
         Err(why) => {
@@ -500,5 +549,32 @@ mod tests {
         assert!(wins < 0.75 && !pass, "gain {gain} wins {wins}");
         let (i, _, _, pass) = select(&heur, &[], 0.03, 0.75);
         assert!(i.is_none() && !pass);
+    }
+
+    #[test]
+    fn a_rest_leaves_the_device_idle_for_its_multiple_of_each_sample() {
+        use tunedblas_core::cublaslt::R_16BF;
+        // Samples of 1 ms per call at 4 calls: 4 ms of device time each.
+        let b = Clocked {
+            key: LtKey::linear(R_16BF, 64, 64, 64),
+            ran: Default::default(),
+            slow_start: 1,
+        };
+        let wall = |ratio: f64| {
+            let r = Rested { bench: &b, ratio };
+            let t0 = std::time::Instant::now();
+            for _ in 0..5 {
+                assert!(r.time(&0, 4).unwrap() > 0.0);
+            }
+            t0.elapsed().as_secs_f64() * 1e3
+        };
+        // Rest 2: at least 2 x 0.9 ms x 4 calls idle after each of 5 samples.
+        let rested = wall(2.0);
+        assert!(rested >= 5.0 * 2.0 * 0.9 * 4.0, "{rested} ms");
+        // No rest: the bench returns at once.
+        let back_to_back = wall(0.0);
+        assert!(back_to_back < rested / 2.0, "{back_to_back} vs {rested} ms");
+        // What the wrapper returns is the sample, unchanged.
+        assert_eq!(b.ran.borrow().len(), 10);
     }
 }

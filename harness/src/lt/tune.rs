@@ -42,6 +42,9 @@ pub struct Options {
     pub alignment: u32,
     /// What holds the stream ahead of each timed sample.
     pub delay: super::problem::DelayKind,
+    /// Idle time after each timed sample of the decision, as a multiple of the sample's own
+    /// device time (0: back to back). See [`super::pipeline::Rested`].
+    pub rest: f64,
 }
 
 impl Default for Options {
@@ -61,6 +64,7 @@ impl Default for Options {
             fresh: true,
             alignment: 16,
             delay: super::problem::DelayKind::Spin,
+            rest: 0.0,
         }
     }
 }
