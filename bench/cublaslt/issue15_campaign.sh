@@ -3,13 +3,14 @@
 # search and the fresh-process confirmation, each adopted row re-measured in a third process,
 # then the profiles served in PyTorch (per-shape graph A/B, whole-workload graph time).
 #
-#   bench/cublaslt/issue15_campaign.sh BIN OUT smoke|diag|harness|torch [BUDGET]
+#   bench/cublaslt/issue15_campaign.sh BIN OUT smoke|diag|rest|harness|torch [BUDGET]
 #
 # BIN holds tunedblas, tunedblas-lt (it runs `tunedblas lt`), libtunedblas.so and workload.py. smoke: 3 shapes, one campaign;
 # harness: campaigns $CAMPAIGNS (a b; fresh profile each; BUDGET seconds of search per shape,
 # 2.5), each followed by `recheck` of its rows (a third process); diag: the heaviest shapes'
 # heuristic times with each --delay, process by process, SM clock and power sampled
-# alongside; torch: BIN/profiles/{a,b} (from a harness run)
+# alongside; rest: the same heavy shapes with each --rest of $RESTS (0 1 3), process by
+# process, two rounds, clock, power and throttle reasons sampled alongside; torch: BIN/profiles/{a,b} (from a harness run)
 # served in PyTorch. Everything lands in OUT/results.tgz and OUT/summary.txt.
 set -u
 B=$(cd "$1" && pwd)
@@ -76,6 +77,25 @@ diag)
       run "diag-$dl$i" 150 "$LT" tune $D --profiles "$W/diag-$dl$i" --name diag --budget 0 \
         --confirm off --delay "$dl" --log "$R/diag-$dl$i.json"
       grep -E "limits|delay" "$R/diag-$dl$i.err" | head -3 >>"$R/summary.txt"
+    done
+  done
+  kill $SMI 2>/dev/null
+  ;;
+rest)
+  # The compute-heavy prefill shapes whose spread stayed over 3%, and two decode controls:
+  # heuristic and best answer timed with each --rest, alternating processes.
+  D="--shape 3584,1024,2560 --shape 3584,2048,2560 --shape 4096,1024,2560 --shape 4096,2048,2560"
+  D="$D --shape 10240,512,2560 --shape 10240,2048,2560 --shape 10240,2048,320 --shape 2560,2048,1536"
+  D="$D --shape 4096,1,2560 --shape 512,1,2560"
+  nvidia-smi -q -d POWER,PERFORMANCE,CLOCK,TEMPERATURE >"$R/smi-q.txt" 2>&1
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv,noheader -lms 100 >"$R/clocks-rest.csv" 2>&1 &
+  SMI=$!
+  for i in 1 2; do
+    for r in ${RESTS:-0 1 3}; do
+      run "rest-r$r-$i" 200 "$LT" tune $D --profiles "$W/rest-r$r-$i" --name rest --budget 0 \
+        --confirm off --rest "$r" --log "$R/rest-r$r-$i.json"
+      head -1 "$R/rest-r$r-$i.err" >>"$R/summary.txt"
     done
   done
   kill $SMI 2>/dev/null

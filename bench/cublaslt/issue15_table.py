@@ -3,6 +3,7 @@
 
     python3 bench/cublaslt/issue15_table.py OUTDIR f g      # campaigns f and g
     python3 bench/cublaslt/issue15_table.py OUTDIR --diag   # the --delay spin/gemm diagnosis
+    python3 bench/cublaslt/issue15_table.py OUTDIR --rest   # the --rest runs
 
 Per shape: the heuristic's and the fastest configuration's harness times, the limit that
 binds (bytes / copy bandwidth, flops / matmul rate, launch floor, all measured in the same
@@ -72,10 +73,48 @@ def diag(out):
     print(f"\ngemm / spin, median over shapes: {statistics.median(ratios):.3f}")
 
 
+def spread(v):
+    return (max(v) - min(v)) / statistics.median(v)
+
+
+def rest(out):
+    # rest-r<R>-<round>.json: per shape, the heuristic's spread and the spread of the best
+    # answer's time over the heuristic's, trial by trial.
+    runs = {}
+    for f in sorted(out.glob("rest-r*.json")):
+        r, i = f.stem[len("rest-r"):].rsplit("-", 1)
+        runs[(float(r), int(i))] = by_sig(json.loads(f.read_text())["outcomes"])
+    labels = sorted(runs)
+    sigs = list(runs[labels[0]])
+    print("| N x K | M | " + " | ".join(f"rest {r:g}, run {i}: heuristic us (spread) / paired spread" for r, i in labels) + " |")
+    print("|---|---|" + "---|" * len(labels))
+    within = {l: [0, 0] for l in labels}
+    for s in sigs:
+        n, m, k = nmk(s)
+        cells = []
+        for l in labels:
+            o = runs[l].get(s)
+            if o is None:
+                cells.append("-")
+                continue
+            h = o["heuristic"]
+            paired = "-"
+            if o["candidates"]:
+                c = o["candidates"][0]["samples"]
+                paired = f"{spread([a / b for a, b in zip(c, h['samples'])]) * 100:.1f}%"
+            within[l][0] += h["spread"] <= 0.03
+            within[l][1] += paired != "-" and float(paired[:-1]) <= 3.0
+            cells.append(f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%) / {paired}")
+        print(f"| {n}x{k} | {m} | " + " | ".join(cells) + " |")
+    print("| spread <= 3%: heuristic / paired | | " + " | ".join(f"{within[l][0]} / {within[l][1]} of {len(sigs)}" for l in labels) + " |")
+
+
 def main():
     out = Path(sys.argv[1])
     if sys.argv[2:] == ["--diag"]:
         return diag(out)
+    if sys.argv[2:] == ["--rest"]:
+        return rest(out)
     cs = sys.argv[2:]
     data = {c: campaign(out, c) for c in cs}
     first = cs[0]
