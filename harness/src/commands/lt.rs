@@ -96,9 +96,10 @@ OPTIONS:
                       burst before each sample). Spin falls back to gemm, with one line, where
                       its kernel cannot be loaded.
     --rest R          after each timed sample of the trials, leave the device idle for R times
-                      the sample's device time (0: back to back; at most 10): a lower average
-                      draw keeps the clock of compute-heavy shapes from wandering (see
-                      BENCHMARKS.md, issue 15); the search's probes run without it
+                      the sample's device time (1; 0: back to back; at most 10). Back to back,
+                      compute-heavy shapes drive the card into its power cap and its clock
+                      wanders (spreads of 4-9% on an H200); resting 1x kept them under 1%.
+                      The matmul rate of the limits rests alike; the search's probes do not
     --shape N,M,K     (tune, overhead) F.linear(out N, tokens M, in K) in bf16; repeatable
     --copy-mib N      (tune) size of the copy that measures the bandwidth limit (1024)
     --log FILE        every measurement as JSON

@@ -253,6 +253,7 @@ fn measure_limits(
     t: timing::Timing,
     copy_mib: usize,
     d: &Delay,
+    rest: f64,
 ) -> Option<timing::Limits> {
     let mut l = match timing::measure(cuda, t, copy_mib << 20, 15, d) {
         Ok(l) => l,
@@ -262,7 +263,7 @@ fn measure_limits(
         }
     };
     let side = timing::MATMUL_RATE_SIDE;
-    match timing::matmul_rate(cuda, lt, t, side, 9, d) {
+    match timing::matmul_rate(cuda, lt, t, side, 9, d, rest) {
         Ok((rate, spread)) => {
             l.matmul_flops_per_s = Some(rate);
             l.matmul_shape = Some(format!("bf16 {side}x{side}x{side}, the heuristic's answer"));
@@ -550,7 +551,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let sha = sha_of(&lt)?;
     let d = delay(&cuda, &lt, opts.delay)?;
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
-    let limits = measure_limits(&cuda, &lt, opts.timing, copy_mib, &d);
+    let limits = measure_limits(&cuda, &lt, opts.timing, copy_mib, &d, opts.rest);
     eprintln!(
         "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay: {}, host {:.1} us/call; {}; {}",
         keys.len(),

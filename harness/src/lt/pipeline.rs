@@ -29,13 +29,28 @@ pub trait Bench {
 /// The largest `--rest`: ten times the sample's time idle after it.
 pub const MAX_REST: f64 = 10.0;
 
+/// The default `--rest`: as long idle as busy. Back-to-back 1-ms samples of the
+/// compute-heavy shapes keep the tensor cores busy for seconds; under that load the H200
+/// capped its power in software (clock event reason 0x4, SW power cap, at 450 W of a 700 W
+/// limit), its SM clock wandered between 1485 and 1980 MHz, and those shapes' samples spread
+/// 4-9%. Resting 1x kept the clock at 1980 MHz and every spread of the same shapes under 1%;
+/// 3x did no better (BENCHMARKS.md, issue 15).
+pub const DEFAULT_REST: f64 = 1.0;
+
+/// Sleeps `ratio` times `device_ms` (at most a second): the rest after a sample that kept
+/// the device busy `device_ms`. The caller has read the sample's result, so nothing is
+/// queued: no kernel, not even the spin delay, runs during the rest.
+pub fn rest_after(ratio: f64, device_ms: f64) {
+    let idle_ms = ratio * device_ms;
+    if idle_ms.is_finite() && idle_ms > 0.0 {
+        std::thread::sleep(std::time::Duration::from_secs_f64(
+            idle_ms.min(1000.0) * 1e-3,
+        ));
+    }
+}
+
 /// A bench that leaves the device idle after each timed sample for `ratio` times the
-/// sample's device time (`--rest`). Back-to-back 1-ms samples of the compute-heavy shapes
-/// keep the tensor cores busy for seconds; under that load the H200's SM clock wandered
-/// between 1470 and 1980 MHz and the heavy shapes' samples spread 4-9% (BENCHMARKS.md,
-/// issue 15). A rest lowers the average draw, so the clock has less reason to move. The
-/// host sleeps after the sample's result is read, so the device has nothing queued: no
-/// kernel, not even the spin delay, runs during the rest.
+/// sample's device time (`--rest`, see [`DEFAULT_REST`]).
 pub struct Rested<'b, B> {
     pub bench: &'b B,
     pub ratio: f64,

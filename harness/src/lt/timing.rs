@@ -116,8 +116,10 @@ impl Limits {
 pub const MATMUL_RATE_SIDE: i64 = 8192;
 
 /// Floating-point operations per second of an `side`^3 bf16 GEMM by the heuristic's first
-/// answer in mode `t`: median of `trials` samples of about 20 ms each, after 200 ms of the
-/// same work; with the samples' spread.
+/// answer in mode `t`: median of `trials` samples of about 20 ms each, after up to 200 ms
+/// (at most 20 samples) of the same work; with the samples' spread. With a `rest` (`--rest`), samples are as short as
+/// the shapes' (one call of 8192^3 is about 1.6 ms) and each is followed by its rest, so
+/// the rate is the card's under the same duty cycle as the shapes it limits.
 pub fn matmul_rate(
     cuda: &Cuda,
     lt: &Lt,
@@ -125,6 +127,7 @@ pub fn matmul_rate(
     side: i64,
     trials: usize,
     delay: &Delay,
+    rest: f64,
 ) -> Result<(f64, f64)> {
     let key = LtKey::linear(R_16BF, side, side, side);
     let p = Problem::new_timing_only(cuda, lt, key, 32 << 20)?;
@@ -137,7 +140,13 @@ pub fn matmul_rate(
     lt_check("cublasLtMatmul", p.launch(&base.algo, 0))?;
     cuda.sync_stream(p.stream)?;
     let once = p.time(&base.algo, 2, delay)?.max(1e-6);
-    let calls = ((20.0 / once).ceil() as usize).clamp(2, 200);
+    let sample_ms = if rest > 0.0 { 1.0 } else { 20.0 };
+    let calls = ((sample_ms / once).ceil() as usize).clamp(1, 200);
+    let timed = || -> Result<f64> {
+        let ms = p.time(&base.algo, calls, delay)?;
+        super::pipeline::rest_after(rest, ms * calls as f64);
+        Ok(ms)
+    };
     // 200 ms of the same work first, in at most 20 samples (not `pipeline::warm_up`, which
     // samples until settled: on a stand-in whose large GEMMs take no time that would be
     // thousands of samples of 200 calls).
@@ -146,10 +155,10 @@ pub fn matmul_rate(
         if spent >= 200.0 {
             break;
         }
-        spent += p.time(&base.algo, calls, delay)? * calls as f64;
+        spent += timed()? * calls as f64;
     }
     let v = (0..trials.max(1))
-        .map(|_| p.time(&base.algo, calls, delay))
+        .map(|_| timed())
         .collect::<Result<Vec<f64>>>()?;
     let ms = median(&v);
     if ms.is_nan() || ms <= 0.0 {

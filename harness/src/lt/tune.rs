@@ -64,7 +64,7 @@ impl Default for Options {
             fresh: true,
             alignment: 16,
             delay: super::problem::DelayKind::Spin,
-            rest: 0.0,
+            rest: super::pipeline::DEFAULT_REST,
         }
     }
 }
