@@ -177,6 +177,14 @@ def main():
           + ", ".join(f"{name} {sp * 100:.1f}%" for sp, name in sorted(over, reverse=True)))
     for c in cs:
         t = data[c][0]
+        # Spread of the heuristic, and of the best candidate's time over the heuristic's
+        # trial by trial (what the decision uses).
+        heur = [o["heuristic"]["spread"] for o in t["outcomes"]]
+        paired = [spread([a / b for a, b in zip(o["candidates"][0]["samples"], o["heuristic"]["samples"])])
+                  for o in t["outcomes"] if o["candidates"]]
+        print(f"Campaign {c}: heuristic spread <= 3% on {sum(x <= 0.03 for x in heur)} of {len(heur)} "
+              f"(max {max(heur) * 100:.1f}%); paired <= 3% on {sum(x <= 0.03 for x in paired)} of "
+              f"{len(paired)} (median {statistics.median(paired) * 100:.1f}%, max {max(paired) * 100:.1f}%)")
         n_ad = sum(1 for o in t["outcomes"] if o["adopted"])
         print(f"Campaign {c}: {n_ad} adopted; false adopts (3rd process or PyTorch not faster): "
               f"{len(false_adopts[c])} {false_adopts[c]}")
