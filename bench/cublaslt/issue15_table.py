@@ -107,6 +107,36 @@ def rest(out):
             cells.append(f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%) / {paired}")
         print(f"| {n}x{k} | {m} | " + " | ".join(cells) + " |")
     print("| spread <= 3%: heuristic / paired | | " + " | ".join(f"{within[l][0]} / {within[l][1]} of {len(sigs)}" for l in labels) + " |")
+    clocks(out)
+
+
+def clocks(out):
+    # clocks-rest.csv (nvidia-smi every 100 ms) split by the runs' windows in summary.txt
+    # ("== HH:MM:SS rest-rR-I: exit RC, N s" closes a run of N seconds).
+    import datetime as dt
+    csv_path, summary = out / "clocks-rest.csv", out / "summary.txt"
+    if not csv_path.exists() or not summary.exists():
+        return
+    rows = []
+    for line in csv_path.read_text().splitlines():
+        f = [x.strip() for x in line.split(",")]
+        try:
+            t = dt.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").time()
+            rows.append((t, int(f[1].split()[0]), float(f[2].split()[0]), int(f[4], 16)))
+        except (ValueError, IndexError):
+            continue
+    print("\n| run | samples | SW power cap active | SM clock < 1980 MHz | max power W |")
+    print("|---|---|---|---|---|")
+    for line in summary.read_text().splitlines():
+        f = line.split()
+        if len(f) < 6 or not f[2].startswith("rest-r"):
+            continue
+        end = dt.datetime.strptime(f[1], "%H:%M:%S")
+        start = (end - dt.timedelta(seconds=int(f[5]))).time()
+        w = [r for r in rows if start <= r[0] <= end.time()]
+        if w:
+            print(f"| {f[2].rstrip(':')} | {len(w)} | {sum(1 for r in w if r[3] & 0x4)} | "
+                  f"{sum(1 for r in w if r[1] < 1980)} | {max(r[2] for r in w):.0f} |")
 
 
 def main():
