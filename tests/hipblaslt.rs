@@ -643,6 +643,11 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
     // Timed as HIP graph replays (the stand-in HIP records the captured matmuls).
     assert_eq!(o["timing"], "graph", "{o}");
     assert!(stderr.contains("timed with HIP graph replays"), "{stderr}");
+    // Resting after each sample, as the cuBLASLt tuner does (the default --rest 1).
+    assert!(
+        stderr.contains("; idle 1x each sample's time after it;"),
+        "{stderr}"
+    );
     // Confirmed by a fresh process too (`lt recheck --backend hipblaslt` as a child).
     assert!(
         stderr.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),
@@ -796,6 +801,7 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
         .arg("--rows")
         .arg(&rows)
         .args(["--trials", "9", "--sample-ms", "10", "--workspace", "8192"])
+        .args(["--rest", "0.25"])
         .arg("--log")
         .arg(dir.join("recheck.json"))
         .env("FAKEHIPLT_COMPUTE", "1")
@@ -835,6 +841,9 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
     let log: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("recheck.json")).unwrap()).unwrap();
     assert_eq!(log["rechecks"].as_array().unwrap().len(), 5, "{log}");
+    // The log says how the rows were timed.
+    assert_eq!(log["options"]["rest"], 0.25, "{log}");
+    assert_eq!(log["options"]["trials"], 9, "{log}");
     // The same rows given to a cuBLASLt recheck: it says they are hipBLASLt's (before it
     // fails to load cuBLASLt here).
     let out = common::tunedblas_cmd(&dir, &["lt", "recheck", "--lib", "/no/such/libcublasLt.so"])

@@ -84,8 +84,10 @@ def rest(out):
     for f in sorted(out.glob("rest-r*.json")):
         r, i = f.stem[len("rest-r"):].rsplit("-", 1)
         runs[(float(r), int(i))] = by_sig(json.loads(f.read_text())["outcomes"])
+    if not runs:
+        sys.exit(f"{out} holds no rest-r*.json: run issue15_campaign.sh's rest step")
     labels = sorted(runs)
-    sigs = list(runs[labels[0]])
+    sigs = list(dict.fromkeys(s for l in labels for s in runs[l]))
     print("| N x K | M | " + " | ".join(f"rest {r:g}, run {i}: heuristic us (spread) / paired spread" for r, i in labels) + " |")
     print("|---|---|" + "---|" * len(labels))
     within = {l: [0, 0] for l in labels}
@@ -98,13 +100,14 @@ def rest(out):
                 cells.append("-")
                 continue
             h = o["heuristic"]
-            paired = "-"
+            paired = None
             if o["candidates"]:
                 c = o["candidates"][0]["samples"]
-                paired = f"{spread([a / b for a, b in zip(c, h['samples'])]) * 100:.1f}%"
+                paired = spread([a / b for a, b in zip(c, h["samples"])])
             within[l][0] += h["spread"] <= 0.03
-            within[l][1] += paired != "-" and float(paired[:-1]) <= 3.0
-            cells.append(f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%) / {paired}")
+            within[l][1] += paired is not None and paired <= 0.03
+            p = "-" if paired is None else f"{paired * 100:.1f}%"
+            cells.append(f"{h['median_ms'] * 1e3:.2f} ({h['spread'] * 100:.1f}%) / {p}")
         print(f"| {n}x{k} | {m} | " + " | ".join(cells) + " |")
     print("| spread <= 3%: heuristic / paired | | " + " | ".join(f"{within[l][0]} / {within[l][1]} of {len(sigs)}" for l in labels) + " |")
     clocks(out)
@@ -132,8 +135,10 @@ def clocks(out):
         if len(f) < 6 or not f[2].startswith("rest-r"):
             continue
         end = dt.datetime.strptime(f[1], "%H:%M:%S")
-        start = (end - dt.timedelta(seconds=int(f[5]))).time()
-        w = [r for r in rows if start <= r[0] <= end.time()]
+        start, end = (end - dt.timedelta(seconds=int(f[5]))).time(), end.time()
+        # A run across midnight: the window wraps.
+        inside = (lambda t: start <= t <= end) if start <= end else (lambda t: t >= start or t <= end)
+        w = [r for r in rows if inside(r[0])]
         if w:
             print(f"| {f[2].rstrip(':')} | {len(w)} | {sum(1 for r in w if r[3] & 0x4)} | "
                   f"{sum(1 for r in w if r[1] < 1980)} | {max(r[2] for r in w):.0f} |")
@@ -212,9 +217,10 @@ def main():
         heur = [o["heuristic"]["spread"] for o in t["outcomes"]]
         paired = [spread([a / b for a, b in zip(o["candidates"][0]["samples"], o["heuristic"]["samples"])])
                   for o in t["outcomes"] if o["candidates"]]
-        print(f"Campaign {c}: heuristic spread <= 3% on {sum(x <= 0.03 for x in heur)} of {len(heur)} "
-              f"(max {max(heur) * 100:.1f}%); paired <= 3% on {sum(x <= 0.03 for x in paired)} of "
-              f"{len(paired)} (median {statistics.median(paired) * 100:.1f}%, max {max(paired) * 100:.1f}%)")
+        if heur and paired:
+            print(f"Campaign {c}: heuristic spread <= 3% on {sum(x <= 0.03 for x in heur)} of {len(heur)} "
+                  f"(max {max(heur) * 100:.1f}%); paired <= 3% on {sum(x <= 0.03 for x in paired)} of "
+                  f"{len(paired)} (median {statistics.median(paired) * 100:.1f}%, max {max(paired) * 100:.1f}%)")
         n_ad = sum(1 for o in t["outcomes"] if o["adopted"])
         print(f"Campaign {c}: {n_ad} adopted; false adopts (3rd process or PyTorch not faster): "
               f"{len(false_adopts[c])} {false_adopts[c]}")

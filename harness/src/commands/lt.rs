@@ -95,11 +95,13 @@ OPTIONS:
                       the SMs idle) or gemm (4096^3 bf16 GEMMs, the first mode: a tensor-core
                       burst before each sample). Spin falls back to gemm, with one line, where
                       its kernel cannot be loaded.
-    --rest R          after each timed sample of the trials, leave the device idle for R times
-                      the sample's device time (1; 0: back to back; at most 10). Back to back,
-                      compute-heavy shapes drive the card into its power cap and its clock
-                      wanders (spreads of 4-9% on an H200); resting 1x kept them under 1%.
-                      The matmul rate of the limits rests alike; the search's probes do not
+    --rest R          after each timed sample of a shape's decision (sizing, probes, warm-up,
+                      trials) and of recheck, leave the device idle for R times the sample's
+                      device time, at most a second (1; 0: back to back; R at most 10). Back
+                      to back, compute-heavy shapes drive the card into its power cap and its
+                      clock wanders (spreads up to 9% on an H200); resting 1x kept them at
+                      most 1%. The matmul rate of the limits rests alike; the wider search's
+                      probes do not.
     --shape N,M,K     (tune, overhead) F.linear(out N, tokens M, in K) in bf16; repeatable
     --copy-mib N      (tune) size of the copy that measures the bandwidth limit (1024)
     --log FILE        every measurement as JSON

@@ -41,7 +41,7 @@ fn num<T: std::str::FromStr>(a: &Args, name: &str, default: T) -> CliResult<T> {
 }
 
 /// What `--rest` does, for a campaign's first line.
-fn rest_words(rest: f64) -> String {
+pub(crate) fn rest_words(rest: f64) -> String {
     if rest > 0.0 {
         format!("idle {rest}x each sample's time after it")
     } else {
@@ -704,7 +704,14 @@ fn report_rechecks(a: &Args, opts: &tune::Options, out: Vec<tune::Recheck>) -> C
     );
     Ok(write_json(
         a.path("--log"),
-        &serde_json::json!({ "rechecks": out }),
+        &serde_json::json!({
+            // How the rows were timed, as `tune` records its own.
+            "options": {
+                "trials": opts.trials, "margin": opts.margin, "workspace": opts.workspace,
+                "sample_ms": opts.sample_ms, "rest": opts.rest, "timing": opts.timing,
+            },
+            "rechecks": out,
+        }),
     )?)
 }
 

@@ -24,6 +24,14 @@ pub trait Bench {
     fn output(&self, algo: &Self::Algo) -> Result<Vec<f64>>;
     /// A reference D for input set 0 without output rounding, where the problem has one.
     fn reference(&self) -> Result<Option<Vec<f64>>>;
+    /// Device milliseconds the last [`Bench::time`] of `calls` calls kept the device busy,
+    /// given its result `ms` per call: what [`Rested`] rests after. By default one call
+    /// per input set at least (a graph replay's calls); a bench that times fewer calls
+    /// (events) or runs more than it times (an untimed replay ahead) says so. The delay
+    /// ahead of a sample is not counted: the spin kernel holds one thread.
+    fn busy_ms(&self, ms: f64, calls: usize) -> f64 {
+        ms * calls.max(self.sets()) as f64
+    }
 }
 
 /// The largest `--rest`: ten times the sample's time idle after it.
@@ -31,9 +39,10 @@ pub const MAX_REST: f64 = 10.0;
 
 /// The default `--rest`: as long idle as busy. Back-to-back 1-ms samples of the
 /// compute-heavy shapes keep the tensor cores busy for seconds; under that load the H200
-/// capped its power in software (clock event reason 0x4, SW power cap, at 450 W of a 700 W
-/// limit), its SM clock wandered between 1485 and 1980 MHz, and those shapes' samples spread
-/// 4-9%. Resting 1x kept the clock at 1980 MHz and every spread of the same shapes under 1%;
+/// capped its power in software (clock event reason 0x4, SW power cap, in 41-46% of the
+/// 100-ms readings, at under 480 W average of a 700 W limit), its SM clock wandered below
+/// 1980 MHz, and those shapes' samples spread up to 9%. Resting 1x kept the clock at
+/// 1980 MHz and the same shapes' spreads at most 1.0% (paired with the best answer, 1.6%);
 /// 3x did no better (BENCHMARKS.md, issue 15).
 pub const DEFAULT_REST: f64 = 1.0;
 
@@ -41,11 +50,20 @@ pub const DEFAULT_REST: f64 = 1.0;
 /// the device busy `device_ms`. The caller has read the sample's result, so nothing is
 /// queued: no kernel, not even the spin delay, runs during the rest.
 pub fn rest_after(ratio: f64, device_ms: f64) {
+    let idle_ms = rest_ms(ratio, device_ms);
+    if idle_ms > 0.0 {
+        std::thread::sleep(std::time::Duration::from_secs_f64(idle_ms * 1e-3));
+    }
+}
+
+/// The idle milliseconds [`rest_after`] sleeps: `ratio` times `device_ms`, at most a
+/// second; none where that is not a positive number.
+pub fn rest_ms(ratio: f64, device_ms: f64) -> f64 {
     let idle_ms = ratio * device_ms;
     if idle_ms.is_finite() && idle_ms > 0.0 {
-        std::thread::sleep(std::time::Duration::from_secs_f64(
-            idle_ms.min(1000.0) * 1e-3,
-        ));
+        idle_ms.min(1000.0)
+    } else {
+        0.0
     }
 }
 
@@ -66,12 +84,7 @@ impl<B: Bench> Bench for Rested<'_, B> {
     }
     fn time(&self, algo: &B::Algo, calls: usize) -> Result<f64> {
         let ms = self.bench.time(algo, calls)?;
-        let idle_ms = self.ratio * ms * calls.max(self.sets()) as f64;
-        if idle_ms.is_finite() && idle_ms > 0.0 {
-            std::thread::sleep(std::time::Duration::from_secs_f64(
-                idle_ms.min(1000.0) * 1e-3,
-            ));
-        }
+        rest_after(self.ratio, self.bench.busy_ms(ms, calls));
         Ok(ms)
     }
     fn output(&self, algo: &B::Algo) -> Result<Vec<f64>> {
@@ -79,6 +92,9 @@ impl<B: Bench> Bench for Rested<'_, B> {
     }
     fn reference(&self) -> Result<Option<Vec<f64>>> {
         self.bench.reference()
+    }
+    fn busy_ms(&self, ms: f64, calls: usize) -> f64 {
+        self.bench.busy_ms(ms, calls)
     }
 }
 
@@ -599,7 +615,8 @@ mod tests {
             let r = Rested { bench: &b, ratio };
             let t0 = std::time::Instant::now();
             for _ in 0..5 {
-                assert!(r.time(&0, 4).unwrap() > 0.0);
+                // What the wrapper returns is the sample, unchanged (0.9 ms once settled).
+                assert_eq!(r.time(&0, 4).unwrap(), 0.9);
             }
             t0.elapsed().as_secs_f64() * 1e3
         };
@@ -609,7 +626,64 @@ mod tests {
         // No rest: the bench returns at once.
         let back_to_back = wall(0.0);
         assert!(back_to_back < rested / 2.0, "{back_to_back} vs {rested} ms");
-        // What the wrapper returns is the sample, unchanged.
         assert_eq!(b.ran.borrow().len(), 10);
+    }
+
+    #[test]
+    fn the_rest_is_its_multiple_of_what_the_bench_kept_busy_at_most_a_second() {
+        assert!((rest_ms(2.0, 3.6) - 7.2).abs() < 1e-12);
+        assert_eq!(rest_ms(1.0, 5000.0), 1000.0);
+        for (ratio, ms) in [
+            (0.0, 5.0),
+            (1.0, 0.0),
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+            (-1.0, 2.0),
+        ] {
+            assert_eq!(rest_ms(ratio, ms), 0.0, "{ratio} x {ms}");
+        }
+        // The rest follows the bench's own busy time: a bench that replays each sample's
+        // calls twice (hipBLASLt's untimed replay ahead) rests twice as long, and the
+        // wrapper passes that on.
+        struct Replayed(Clocked);
+        impl Bench for Replayed {
+            type Algo = u32;
+            fn key(&self) -> &LtKey {
+                self.0.key()
+            }
+            fn sets(&self) -> usize {
+                self.0.sets()
+            }
+            fn time(&self, algo: &u32, calls: usize) -> Result<f64> {
+                self.0.time(algo, calls)
+            }
+            fn output(&self, algo: &u32) -> Result<Vec<f64>> {
+                self.0.output(algo)
+            }
+            fn reference(&self) -> Result<Option<Vec<f64>>> {
+                self.0.reference()
+            }
+            fn busy_ms(&self, ms: f64, calls: usize) -> f64 {
+                2.0 * ms * calls as f64
+            }
+        }
+        use tunedblas_core::cublaslt::R_16BF;
+        let c = Clocked {
+            key: LtKey::linear(R_16BF, 64, 64, 64),
+            ran: Default::default(),
+            slow_start: 1,
+        };
+        // One input set: by default a sample of 4 calls keeps the device busy 4 calls.
+        assert_eq!(c.busy_ms(0.5, 4), 2.0);
+        assert_eq!(c.busy_ms(0.5, 0), 0.5, "one call per input set at least");
+        let r = Replayed(c);
+        assert_eq!(
+            Rested {
+                bench: &r,
+                ratio: 1.0
+            }
+            .busy_ms(0.5, 4),
+            4.0
+        );
     }
 }

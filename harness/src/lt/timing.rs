@@ -116,10 +116,11 @@ impl Limits {
 pub const MATMUL_RATE_SIDE: i64 = 8192;
 
 /// Floating-point operations per second of an `side`^3 bf16 GEMM by the heuristic's first
-/// answer in mode `t`: median of `trials` samples of about 20 ms each, after up to 200 ms
-/// (at most 20 samples) of the same work; with the samples' spread. With a `rest` (`--rest`), samples are as short as
-/// the shapes' (one call of 8192^3 is about 1.6 ms) and each is followed by its rest, so
-/// the rate is the card's under the same duty cycle as the shapes it limits.
+/// answer in mode `t`: median of `trials` samples, after up to 200 ms (at most 20 samples)
+/// of the same work; with the samples' spread. Back to back (`rest` 0) a sample is about
+/// 20 ms. With a `rest` (`--rest`), samples are as short as the shapes' (one call of
+/// 8192^3, about 1.4 ms on an H200) and each is followed by its rest, so the rate is the
+/// card's under the same duty cycle as the shapes it limits.
 pub fn matmul_rate(
     cuda: &Cuda,
     lt: &Lt,
@@ -149,7 +150,8 @@ pub fn matmul_rate(
     };
     // 200 ms of the same work first, in at most 20 samples (not `pipeline::warm_up`, which
     // samples until settled: on a stand-in whose large GEMMs take no time that would be
-    // thousands of samples of 200 calls).
+    // thousands of samples of 200 calls). With a rest that is about 30 ms of work, enough
+    // there: resting, the rate's trials spread 0.4-0.5% on the H200 (BENCHMARKS.md).
     let mut spent = 0.0;
     for _ in 0..20 {
         if spent >= 200.0 {

@@ -10,6 +10,7 @@ use tunedblas_core::cublaslt::*;
 use super::cuda::Result;
 use super::pipeline::{self, Bench};
 use super::problem::{Delay, Problem};
+use super::timing::Timing;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -199,6 +200,13 @@ impl Bench for LtBench<'_, '_, '_, '_> {
     }
     fn reference(&self) -> Result<Option<Vec<f64>>> {
         self.p.reference()
+    }
+    /// A graph replays one call per input set at least; events time `calls` calls.
+    fn busy_ms(&self, ms: f64, calls: usize) -> f64 {
+        match self.p.timing() {
+            Timing::Graph => ms * calls.max(self.sets()) as f64,
+            Timing::Events => ms * calls as f64,
+        }
     }
 }
 

@@ -121,13 +121,14 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     })?;
     eprintln!(
         "tunedblas lt: tuning {} shapes on hipBLASLt {} ({}) {}, HIP runtime {}; every algorithm getAllAlgos lists, \
-         timed with {}, confirmed {}",
+         timed with {}; {}; confirmed {}",
         keys.len(),
         lt.version(),
         lt.path.display(),
         &sha[..12],
         rt.runtime_version(),
         timing_said(&rt, opts.timing),
+        super::rest_words(opts.rest),
         if opts.fresh { "in a fresh process" } else { "in this process only" }
     );
     let lib = super::campaign::Library {
@@ -148,7 +149,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
             "options": {
                 "trials": opts.trials, "margin": opts.margin, "win_share": opts.win_share,
                 "workspace": opts.workspace, "sample_ms": opts.sample_ms, "timing": opts.timing,
-                "fresh": opts.fresh,
+                "rest": opts.rest, "fresh": opts.fresh,
             },
         }),
         arch: None,
