@@ -23,6 +23,7 @@ mod progress;
 mod qualify;
 mod render;
 mod report;
+mod rest;
 mod serving;
 mod shapes;
 mod store;

@@ -40,15 +40,6 @@ fn num<T: std::str::FromStr>(a: &Args, name: &str, default: T) -> CliResult<T> {
     a.parsed(name, default, "a number")
 }
 
-/// What `--rest` does, for a campaign's first line.
-pub(crate) fn rest_words(rest: f64) -> String {
-    if rest > 0.0 {
-        format!("idle {rest}x each sample's time after it")
-    } else {
-        "samples back to back".into()
-    }
-}
-
 /// An option the subcommand cannot do without.
 fn need<'a>(a: &'a Args, name: &str) -> CliResult<&'a str> {
     a.value(name)
@@ -76,15 +67,7 @@ fn options(a: &Args) -> CliResult<tune::Options> {
             v => return Err(a.usage(format!("--alignment takes 16, 32, 64, 128 or 256, not {v}"))),
         },
         delay: problem::DelayKind::parse(a.value("--delay")).map_err(|e| a.usage(e))?,
-        rest: match num(a, "--rest", d.rest)? {
-            v if (0.0..=pipeline::MAX_REST).contains(&v) => v,
-            v => {
-                return Err(a.usage(format!(
-                    "--rest takes a multiple of the sample's time from 0 to {}, not {v}",
-                    pipeline::MAX_REST
-                )))
-            }
-        },
+        rest: crate::rest::checked(num(a, "--rest", d.rest)?).map_err(|e| a.usage(e))?,
         fresh: match a.value("--confirm") {
             None | Some("fresh") => true,
             Some("off") => false,
@@ -561,7 +544,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         &sha[..12],
         d.describe(),
         d.host_us,
-        rest_words(opts.rest),
+        crate::rest::words(opts.rest),
         if opts.budget > 0.0 {
             format!("wider search {:.1} s per shape (at least {} in all)", opts.budget, mins_secs(opts.budget * keys.len() as f64))
         } else {

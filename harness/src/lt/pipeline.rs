@@ -34,9 +34,6 @@ pub trait Bench {
     }
 }
 
-/// The largest `--rest`: ten times the sample's time idle after it.
-pub const MAX_REST: f64 = 10.0;
-
 /// The default `--rest`: as long idle as busy. Back-to-back 1-ms samples of the
 /// compute-heavy shapes keep the tensor cores busy for seconds; under that load the H200
 /// capped its power in software (clock event reason 0x4, SW power cap, in 41-46% of the
@@ -45,27 +42,6 @@ pub const MAX_REST: f64 = 10.0;
 /// 1980 MHz and the same shapes' spreads at most 1.0% (paired with the best answer, 1.6%);
 /// 3x did no better (BENCHMARKS.md, issue 15).
 pub const DEFAULT_REST: f64 = 1.0;
-
-/// Sleeps `ratio` times `device_ms` (at most a second): the rest after a sample that kept
-/// the device busy `device_ms`. The caller has read the sample's result, so nothing is
-/// queued: no kernel, not even the spin delay, runs during the rest.
-pub fn rest_after(ratio: f64, device_ms: f64) {
-    let idle_ms = rest_ms(ratio, device_ms);
-    if idle_ms > 0.0 {
-        std::thread::sleep(std::time::Duration::from_secs_f64(idle_ms * 1e-3));
-    }
-}
-
-/// The idle milliseconds [`rest_after`] sleeps: `ratio` times `device_ms`, at most a
-/// second; none where that is not a positive number.
-pub fn rest_ms(ratio: f64, device_ms: f64) -> f64 {
-    let idle_ms = ratio * device_ms;
-    if idle_ms.is_finite() && idle_ms > 0.0 {
-        idle_ms.min(1000.0)
-    } else {
-        0.0
-    }
-}
 
 /// A bench that leaves the device idle after each timed sample for `ratio` times the
 /// sample's device time (`--rest`, see [`DEFAULT_REST`]).
@@ -84,7 +60,7 @@ impl<B: Bench> Bench for Rested<'_, B> {
     }
     fn time(&self, algo: &B::Algo, calls: usize) -> Result<f64> {
         let ms = self.bench.time(algo, calls)?;
-        rest_after(self.ratio, self.bench.busy_ms(ms, calls));
+        crate::rest::after(self.ratio, self.bench.busy_ms(ms, calls));
         Ok(ms)
     }
     fn output(&self, algo: &B::Algo) -> Result<Vec<f64>> {
@@ -630,18 +606,7 @@ mod tests {
     }
 
     #[test]
-    fn the_rest_is_its_multiple_of_what_the_bench_kept_busy_at_most_a_second() {
-        assert!((rest_ms(2.0, 3.6) - 7.2).abs() < 1e-12);
-        assert_eq!(rest_ms(1.0, 5000.0), 1000.0);
-        for (ratio, ms) in [
-            (0.0, 5.0),
-            (1.0, 0.0),
-            (f64::NAN, 1.0),
-            (1.0, f64::INFINITY),
-            (-1.0, 2.0),
-        ] {
-            assert_eq!(rest_ms(ratio, ms), 0.0, "{ratio} x {ms}");
-        }
+    fn the_rest_follows_what_the_bench_kept_busy() {
         // The rest follows the bench's own busy time: a bench that replays each sample's
         // calls twice (hipBLASLt's untimed replay ahead) rests twice as long, and the
         // wrapper passes that on.

@@ -145,7 +145,7 @@ pub fn matmul_rate(
     let calls = ((sample_ms / once).ceil() as usize).clamp(1, 200);
     let timed = || -> Result<f64> {
         let ms = p.time(&base.algo, calls, delay)?;
-        super::pipeline::rest_after(rest, ms * calls as f64);
+        crate::rest::after(rest, ms * calls as f64);
         Ok(ms)
     };
     // 200 ms of the same work first, in at most 20 samples (not `pipeline::warm_up`, which

@@ -128,7 +128,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
         &sha[..12],
         rt.runtime_version(),
         timing_said(&rt, opts.timing),
-        super::rest_words(opts.rest),
+        crate::rest::words(opts.rest),
         if opts.fresh { "in a fresh process" } else { "in this process only" }
     );
     let lib = super::campaign::Library {

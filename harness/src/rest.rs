@@ -1,0 +1,82 @@
+//! `--rest`: the device left idle after each timed sample, for a multiple of the time the
+//! sample kept it busy. Back to back, compute-heavy GEMMs drive a GPU into its power cap
+//! and its clock wanders under the samples (measured on the H200: BENCHMARKS.md, issue 15);
+//! idle in between, it runs each sample at full clock. Shared by the rocBLAS tuner
+//! (`tunedblas tune`, default 0: not measured on an AMD GPU) and the Lt tuners
+//! (`tunedblas lt`, default [`crate::lt::pipeline::DEFAULT_REST`]).
+
+/// The largest `--rest`: ten times the sample's time idle after it.
+pub const MAX_REST: f64 = 10.0;
+
+/// A `--rest` value as given, or what to say of it.
+pub fn checked(v: f64) -> Result<f64, String> {
+    if (0.0..=MAX_REST).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "--rest takes a multiple of the sample's time from 0 to {MAX_REST}, not {v}"
+        ))
+    }
+}
+
+/// What a rest does, for a campaign's opening lines.
+pub fn words(rest: f64) -> String {
+    if rest > 0.0 {
+        format!("idle {rest}x each sample's time after it")
+    } else {
+        "samples back to back".into()
+    }
+}
+
+/// Sleeps `ratio` times `device_ms` (at most a second): the rest after a sample that kept
+/// the device busy `device_ms`. The caller has read the sample's result, so nothing is
+/// queued: no kernel, not even a delay ahead of the next sample, runs during the rest.
+pub fn after(ratio: f64, device_ms: f64) {
+    let idle_ms = idle_ms(ratio, device_ms);
+    if idle_ms > 0.0 {
+        std::thread::sleep(std::time::Duration::from_secs_f64(idle_ms * 1e-3));
+    }
+}
+
+/// The idle milliseconds [`after`] sleeps: `ratio` times `device_ms`, at most a second;
+/// none where that is not a positive number.
+pub fn idle_ms(ratio: f64, device_ms: f64) -> f64 {
+    let idle_ms = ratio * device_ms;
+    if idle_ms.is_finite() && idle_ms > 0.0 {
+        idle_ms.min(1000.0)
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rest_is_its_multiple_of_the_busy_time_at_most_a_second() {
+        assert!((idle_ms(2.0, 3.6) - 7.2).abs() < 1e-12);
+        assert_eq!(idle_ms(1.0, 5000.0), 1000.0);
+        for (ratio, ms) in [
+            (0.0, 5.0),
+            (1.0, 0.0),
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+            (-1.0, 2.0),
+        ] {
+            assert_eq!(idle_ms(ratio, ms), 0.0, "{ratio} x {ms}");
+        }
+    }
+
+    #[test]
+    fn a_rest_outside_0_to_10_is_refused_by_name() {
+        assert_eq!(checked(0.0), Ok(0.0));
+        assert_eq!(checked(10.0), Ok(10.0));
+        for v in [-1.0, 10.5, f64::NAN, f64::INFINITY] {
+            let e = checked(v).unwrap_err();
+            assert!(e.starts_with("--rest takes a multiple"), "{e}");
+        }
+        assert_eq!(words(0.0), "samples back to back");
+        assert_eq!(words(1.5), "idle 1.5x each sample's time after it");
+    }
+}
