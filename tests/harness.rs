@@ -718,6 +718,69 @@ fn campaign_outcomes(store: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// `tune --rest R`: after each timed sample the device idles R times the sample's device
+/// time; the campaign says so and records it. Every final round's samples were followed by
+/// their rest, so the shape's timing took at least (1 + R) times those samples' device time
+/// (back to back it takes about the probes' and rounds' device time, far under that).
+/// Outside 0-10 the value is refused by name.
+#[test]
+fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
+    let dir = scratch("tune-rest");
+    let lib = artifacts().lib5();
+    let tune = |store: &str, rest: &str| {
+        run(tunedblas_cmd(
+            &dir,
+            &[
+                "tune",
+                "--lib",
+                lib.to_str().unwrap(),
+                "--shape",
+                "f32:NN:32:16:32",
+                "--prune",
+                "1",
+                "--rest",
+                rest,
+                "--profiles",
+                dir.join(store).to_str().unwrap(),
+            ],
+        ))
+    };
+    let out = tune("rested", "10");
+    let stdout = ok(&out);
+    assert!(
+        stdout.contains("timing: idle 10x each sample's time after it"),
+        "{stdout}"
+    );
+    let outcomes = campaign_outcomes(&dir.join("rested"));
+    let t = &outcomes[0]["tuned"];
+    let calls = t["calls_per_sample"].as_f64().unwrap();
+    let rounds_ms: f64 = t["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| ["heuristic", "current", "new"].map(|c| r[c].as_f64().unwrap_or(0.0)))
+        .sum::<f64>()
+        * calls;
+    let timing_ms = t["timing_s"].as_f64().unwrap() * 1e3;
+    assert!(rounds_ms > 0.0, "{t}");
+    assert!(
+        timing_ms >= 11.0 * rounds_ms,
+        "timing {timing_ms} ms, rounds' device time {rounds_ms} ms"
+    );
+    // Back to back (the default) says nothing of a rest.
+    let out = tune("plain", "0");
+    assert!(!ok(&out).contains("timing: idle"));
+    for bad in ["-1", "11", "NaN"] {
+        let out = tune("bad", bad);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("--rest takes a multiple of the sample's time from 0 to 10"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
 /// `tune --timing graph`: each sample's calls are captured into a HIP graph once and
 /// replayed (refblas emulates HIP's stream capture: `refblas/src/graph.rs`): the campaign
 /// adopts, every outcome says it was timed in graph mode, and the replayed GEMMs ran (the

@@ -392,6 +392,9 @@ pub struct Problem<'a> {
     pre_run: RefCell<Vec<Option<i32>>>,
     /// Samples taken as graph replays (with a later fallback: the shape's samples are mixed).
     graph_samples: std::cell::Cell<usize>,
+    /// `--rest`: idle after each sample for this multiple of the time it kept the device
+    /// busy (0: back to back).
+    rest: std::cell::Cell<f64>,
 }
 
 impl Drop for Problem<'_> {
@@ -506,6 +509,7 @@ impl<'a> Problem<'a> {
             graph_failure: RefCell::new(None),
             pre_run: RefCell::new(Vec::new()),
             graph_samples: std::cell::Cell::new(0),
+            rest: std::cell::Cell::new(0.0),
         })
     }
 
@@ -665,13 +669,23 @@ impl<'a> Problem<'a> {
             match self.time_graph(cache, solution, calls) {
                 Ok(ms) => {
                     self.graph_samples.set(self.graph_samples.get() + 1);
+                    // The untimed replay ahead kept the device busy as long again.
+                    crate::rest::after(self.rest.get(), 2.0 * ms * calls.max(1) as f64);
                     return Ok(ms);
                 }
                 Err(GraphError::Work(e)) => return Err(e),
                 Err(GraphError::Mode(e)) => self.graph_failed(e),
             }
         }
-        self.time_events(solution, calls)
+        let ms = self.time_events(solution, calls)?;
+        crate::rest::after(self.rest.get(), ms * calls.max(1) as f64);
+        Ok(ms)
+    }
+
+    /// `--rest`: after each sample of [`Problem::time`], idle `ratio` times the device time
+    /// it took (see [`crate::rest`]).
+    pub fn set_rest(&self, ratio: f64) {
+        self.rest.set(ratio);
     }
 
     /// The stream the handle's work goes to: the problem's own while graph timing is on,

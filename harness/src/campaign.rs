@@ -663,6 +663,9 @@ fn announce(
             total, to_go
         );
     }
+    if opts.method.rest > 0.0 {
+        println!("timing: {}", crate::rest::words(opts.method.rest));
+    }
     println!("rules:");
     for r in opts.rules.describe() {
         println!("  - {r}");

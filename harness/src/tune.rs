@@ -32,6 +32,11 @@ pub struct Method {
     /// back to back between events.
     #[serde(default)]
     pub graph: bool,
+    /// `--rest`: idle after each sample for this multiple of its device time (0: back to
+    /// back, the default here: whether an AMD GPU's clock wanders under back-to-back GEMMs
+    /// as the H200's did has not been measured).
+    #[serde(default)]
+    pub rest: f64,
 }
 
 impl Default for Method {
@@ -43,6 +48,7 @@ impl Default for Method {
             prune: 1.5,
             rotate_bytes: crate::backend::DEFAULT_ROTATE_BYTES,
             graph: false,
+            rest: 0.0,
         }
     }
 }
@@ -127,6 +133,7 @@ fn tune_once(
     if method.graph {
         p.use_graphs()?;
     }
+    p.set_rest(method.rest);
     let offered = p.solutions()?;
     p.time(None, 2)?; // warm-up: lazy initialisation, code and caches
     let calls = calls_for(&p, method.sample_ms)?;

@@ -51,6 +51,11 @@ OPTIONS:
                           no launch gaps between calls; falls back to events, said once per
                           shape, where capture fails (not yet measured on an AMD GPU); one
                           device per campaign
+    --rest R              after each timed sample, leave the device idle for R times the
+                          sample's device time, at most a second (default 0: back to back;
+                          R at most 10). On an H200 back-to-back compute-heavy GEMMs ran into
+                          the power cap and spread up to 9%, resting 1x kept them at most 1%
+                          (`tunedblas lt` rests 1x by default); not measured on an AMD GPU
     --ranks N             results files to write (default: one per device)
     --fresh               discard an unfinished campaign with other shapes
     --json                print the result as JSON (progress stays on stderr)
@@ -108,6 +113,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "--prune",
             "--rotate-mib",
             "--timing",
+            "--rest",
             "--ranks",
             "--noisy",
         ],
@@ -128,6 +134,8 @@ pub fn run(args: &[String]) -> Result<()> {
             Some("graph") => true,
             Some(o) => return Err(a.usage(format!("--timing takes events or graph, not '{o}'"))),
         },
+        rest: crate::rest::checked(a.parsed("--rest", defaults.rest, "a multiple like 1")?)
+            .map_err(|e| a.usage(e))?,
         ..defaults
     };
     if method.trials == 0 || method.prune < 1.0 {
