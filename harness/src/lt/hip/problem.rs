@@ -248,6 +248,20 @@ impl<'a> HipProblem<'a> {
         *self.graph_failure.borrow_mut() = Some(why);
     }
 
+    /// The graphs samples are taken with: `None` with events, also once graph timing failed.
+    fn live_graphs(&self) -> Option<&GraphCache<([u8; 16], usize)>> {
+        match self.graph_failure.borrow().is_some() {
+            true => None,
+            false => self.graphs.as_ref(),
+        }
+    }
+
+    /// Calls a graph sample of `calls` captures: one per input set at least, so the graph's
+    /// inputs are beyond the cache too.
+    fn graph_ops(&self, calls: usize) -> usize {
+        calls.max(self.sets.len()).max(1)
+    }
+
     /// True when graph timing failed after samples were taken with it (they are of two
     /// modes and must not be compared).
     pub fn timing_mixed(&self) -> bool {
@@ -279,8 +293,7 @@ impl<'a> HipProblem<'a> {
         algo: &HipblasLtMatmulAlgo,
         calls: usize,
     ) -> std::result::Result<f64, GraphError<Error>> {
-        // At least one call per input set, so the graph's inputs are beyond the cache too.
-        let ops = calls.max(self.sets.len()).max(1);
+        let ops = self.graph_ops(calls);
         let exec = cache.exec((algo.data, ops), self.stream, || {
             (0..ops).try_for_each(|i| check("hipblasLtMatmul", self.launch(algo, i)))
         })?;
@@ -410,8 +423,7 @@ impl Bench for HipProblem<'_> {
     ///
     /// [`use_graphs`]: HipProblem::use_graphs
     fn time(&self, algo: &HipblasLtMatmulAlgo, calls: usize) -> Result<f64> {
-        let failed = self.graph_failure.borrow().is_some();
-        if let (Some(cache), false) = (&self.graphs, failed) {
+        if let Some(cache) = self.live_graphs() {
             match self.time_graph(cache, algo, calls) {
                 Ok(ms) => {
                     self.graph_samples.set(self.graph_samples.get() + 1);
@@ -427,10 +439,9 @@ impl Bench for HipProblem<'_> {
     /// A graph sample replays its calls (one per input set at least) twice, the untimed
     /// replay ahead and the timed one; events time `calls` calls.
     fn busy_ms(&self, ms: f64, calls: usize) -> f64 {
-        let failed = self.graph_failure.borrow().is_some();
-        match (&self.graphs, failed) {
-            (Some(_), false) => 2.0 * ms * calls.max(self.sets.len()).max(1) as f64,
-            _ => ms * calls as f64,
+        match self.live_graphs() {
+            Some(_) => 2.0 * ms * self.graph_ops(calls) as f64,
+            None => ms * calls as f64,
         }
     }
 
