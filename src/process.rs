@@ -68,10 +68,20 @@ pub enum State {
 }
 
 impl Writer {
-    /// Parses `<host>-<pid>-<start>` (the host may itself hold `-`... it is made file-safe,
-    /// so it holds none; the last two fields are numbers).
+    /// Parses `<host>-<pid>-<start>` or `<host>-<pid>-<start>.<nonce>` (the host is made
+    /// file-safe, so it holds no `-`; pid and start are numbers, the nonce hex: the random
+    /// part that keeps two processes with the same host, pid and start tick apart).
     pub fn parse(prefix: &str) -> Option<Writer> {
         let (rest, start) = prefix.rsplit_once('-')?;
+        let start = match start.split_once('.') {
+            Some((ticks, nonce))
+                if !nonce.is_empty() && nonce.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                ticks
+            }
+            Some(_) => return None,
+            None => start,
+        };
         let (host, pid) = rest.rsplit_once('-')?;
         Some(Writer {
             host: host.to_owned(),
@@ -105,6 +115,9 @@ mod tests {
         let w = Writer::parse("node_1-4242-777").unwrap();
         assert_eq!((w.host.as_str(), w.pid, w.start), ("node_1", 4242, 777));
         assert_eq!(Writer::parse("node-x-777"), None);
+        let w = Writer::parse("node_1-4242-777.00ff12ab34cd56ef").unwrap();
+        assert_eq!((w.host.as_str(), w.pid, w.start), ("node_1", 4242, 777));
+        assert_eq!(Writer::parse("node_1-4242-777.zz"), None);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub const INTERPOSER: &[&str] = &[
     "TUNEDBLAS_LOG",
     "TUNEDBLAS_STATS",
     "TUNEDBLAS_NEAR",
+    "TUNEDBLAS_STATUS_THREAD",
 ];
 
 /// Variables the tools read (the cuBLASLt harness, the tests, the benchmarks). Not the
@@ -100,6 +101,9 @@ pub struct Switches {
     pub allow_mismatch: bool,
     pub log_level: u8,
     pub near_window: i64,
+    /// `TUNEDBLAS_STATUS_THREAD`: the live status also written by a thread of the
+    /// interposer's own, once a second (off by default: the host sees no thread of ours).
+    pub status_thread: bool,
 }
 
 impl Switches {
@@ -132,6 +136,13 @@ impl Switches {
             near_window: take(
                 &mut said,
                 near_window(get("TUNEDBLAS_NEAR").as_deref(), default_window),
+            ),
+            status_thread: take(
+                &mut said,
+                switch(
+                    "TUNEDBLAS_STATUS_THREAD",
+                    get("TUNEDBLAS_STATUS_THREAD").as_deref(),
+                ),
             ),
         };
         said.extend(unknown_names(names));

@@ -784,9 +784,9 @@ fn cublaslt_thirty_two_threads_give_exact_counts() {
     assert_eq!(lt_counted_calls(&dir), 3201, "exact counts on disk");
 }
 
-/// Plants what `@VERB:DIR:VICTIM` plants under this process's cuBLASLt miss-file names in a
-/// sticky shared folder (like /tmp), runs a call, and checks: the host ends well, one
-/// warning, the victim untouched.
+/// Plants what `@VERB:DIR:VICTIM` plants in place of this process's cuBLASLt miss files in
+/// a sticky shared folder (like /tmp; after a first miss made them), runs a call, and
+/// checks: the host ends well, one warning, the victim untouched.
 fn planted_case(verb: &str) {
     use std::os::unix::fs::PermissionsExt;
     let dir = scratch(&format!("lt-plant-{verb}"));
@@ -797,7 +797,7 @@ fn planted_case(verb: &str) {
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     let step = format!("@{verb}:{}:{}", shared.display(), victim.display());
-    let mut cmd = host_cmd(&dir, true, &[&step, "8,8,8", "16,8,8"]);
+    let mut cmd = host_cmd(&dir, true, &["4,8,8", &step, "8,8,8", "16,8,8"]);
     cmd.env("TUNEDBLAS_MISS_DIR", &shared);
     let out = common::faults::run_guarded(cmd);
     let stderr = text(&out.stderr);

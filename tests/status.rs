@@ -82,6 +82,8 @@ fn status_shows_a_running_hosts_counters_and_its_prometheus_file_parses() {
             &format!("@wait-file:{}", go.display()),
         ],
     );
+    // The writer thread (opt-in) shows an idle process exactly as it stands.
+    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(Stdio::null());
@@ -162,6 +164,7 @@ fn a_killed_process_is_gone_and_a_reused_pid_is_not_taken_for_it() {
         true,
         &["@distinct:3", &format!("@wait-file:{}", go.display())],
     );
+    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
     cmd.stdout(Stdio::null())
         .stderr(Stdio::null())
         .stdin(Stdio::null());
@@ -257,16 +260,16 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
     std::fs::create_dir_all(&miss_dir).unwrap();
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
-    // The host's pid is unknown before it starts: plant links under the names of the next
-    // pids is not reliable, so the host waits until we planted one under its own name.
+    // The names hold a random part: the host makes its calls (the first writes its status),
+    // then waits while its files are replaced by links to the victim.
     let go = dir.join("go");
     let mut cmd = life_cmd(
         &dir,
         true,
         &[
             "@pid",
-            &format!("@wait-file:{}", go.display()),
             "@distinct:2",
+            &format!("@wait-file:{}", go.display()),
             "@fork-gemm:40:3",
         ],
     );
@@ -275,37 +278,32 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
         .stdin(Stdio::null());
     let mut child = cmd.spawn().unwrap();
     let pid = child.id();
-    let start = {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 1..];
-        rest.split_whitespace().nth(19).unwrap().to_owned()
-    };
-    let mut buf = [0u8; 256];
-    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let end = buf.iter().position(|&b| b == 0).unwrap();
-    let host: String = String::from_utf8_lossy(&buf[..end])
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let mut name = None;
+    for _ in 0..6000 {
+        name = files_ending(&miss_dir, ".status.json").into_iter().next();
+        if name.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let name = name.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("the host wrote no status")
+    });
+    let stem = name
+        .to_string_lossy()
+        .trim_end_matches(".status.json")
+        .to_owned();
     for suffix in [".status.json", ".prom"] {
-        std::os::unix::fs::symlink(
-            &victim,
-            miss_dir.join(format!("{host}-{pid}-{start}{suffix}")),
-        )
-        .unwrap();
+        let at = format!("{stem}{suffix}");
+        let _ = std::fs::remove_file(&at);
+        std::os::unix::fs::symlink(&victim, &at).unwrap();
     }
     std::fs::write(&go, "").unwrap();
     let _ = child.stdin.take();
     let out = wait_guarded(child, "life_host");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-    let name = miss_dir.join(format!("{host}-{pid}-{start}.status.json"));
     assert!(!std::fs::symlink_metadata(&name)
         .unwrap()
         .file_type()
@@ -326,6 +324,108 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
         "the child's calls only: {child}"
     );
     assert_eq!(child["final"], true, "{child}");
+}
+
+/// The threads of a running process, from /proc.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| rd.count())
+        .unwrap_or(0)
+}
+
+/// The calls counted in a process's counts files, from the files on disk.
+fn counted_calls(miss_dir: &Path) -> u64 {
+    files_ending(miss_dir, ".counts.csv")
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .skip(1)
+                .map(|l| l.rsplit(',').next().unwrap().parse::<u64>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+#[test]
+fn by_default_the_calling_threads_write_the_status_and_a_killed_process_keeps_its_counts() {
+    // No thread of ours: the host's one thread is all /proc shows while it waits. Its calls
+    // wrote the status (the first at once, then about once a second while calls arrive),
+    // and the miss counts with it, so a SIGKILL loses at most a second of counts, although
+    // no shape reached 1,024 calls.
+    let dir = scratch("status-no-thread");
+    let miss_dir = dir.join("misses");
+    let go = dir.join("never");
+    let mut cmd = life_cmd(
+        &dir,
+        true,
+        &[
+            "@distinct:2",
+            "@repeat:0:100",
+            "@sleep:1100",
+            "@repeat:0:100",
+            "@pid",
+            &format!("@wait-file:{}", go.display()),
+        ],
+    );
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn life_host");
+    let pid = child.id();
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().unwrap();
+    let waiting = BufReader::new(stdout)
+        .lines()
+        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
+    let during = threads(pid);
+    let status = process(&status_json(&miss_dir), pid);
+    let counted = counted_calls(&miss_dir);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(waiting, "the host got to its wait");
+    assert_eq!(during, 1, "no thread of the interposer's own");
+    let status = status.expect("the calls wrote a status");
+    // 202 missed calls; the second burst ticked at its 128th count, more than a second
+    // after the first: at least that many, at most all, on disk and in the status.
+    let missed = counter(&status, "missed");
+    assert!((128..=202).contains(&missed), "{status}");
+    assert!(
+        (128..=202).contains(&counted),
+        "{counted} calls counted on disk"
+    );
+}
+
+#[test]
+fn the_status_thread_is_opt_in() {
+    let dir = scratch("status-thread");
+    let go = dir.join("never");
+    let mut cmd = life_cmd(
+        &dir,
+        true,
+        &[
+            "@distinct:1",
+            "@pid",
+            &format!("@wait-file:{}", go.display()),
+        ],
+    );
+    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn life_host");
+    let pid = child.id();
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().unwrap();
+    let waiting = BufReader::new(stdout)
+        .lines()
+        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
+    let during = threads(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(waiting);
+    assert_eq!(during, 2, "the host's thread and the status writer");
 }
 
 #[test]

@@ -63,6 +63,7 @@
 
 mod cublaslt;
 mod exports;
+mod files;
 mod hipblaslt;
 mod libs;
 mod lifecycle;

@@ -50,12 +50,17 @@ pub struct Config {
     pub allow_mismatch: bool,
     /// Absolute: a later `chdir` of the host does not move it.
     pub miss_dir: PathBuf,
+    /// How the miss folder is checked: one the user named may be a shared sticky folder;
+    /// the default one, under the user's cache, must be private.
+    pub miss_trust: crate::files::Trust,
     pub log_level: u8,
     /// Absolute, as `miss_dir`.
     pub stats_path: Option<PathBuf>,
     /// `TUNEDBLAS_NEAR`: serve a missed token count from the same layer's row at most this
     /// many tokens away (after validating it for the exact problem); 0 or `off`: never.
     pub near_window: i64,
+    /// `TUNEDBLAS_STATUS_THREAD`: a thread of ours also writes the live status.
+    pub status_thread: bool,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -93,9 +98,15 @@ impl Config {
             explicit: env("TUNEDBLAS_PROFILE"),
             allow_mismatch: sw.allow_mismatch,
             miss_dir: absolute(settings::miss_dir(env)),
+            miss_trust: if env("TUNEDBLAS_MISS_DIR").is_some() {
+                crate::files::Trust::OursOrSticky
+            } else {
+                crate::files::Trust::Private
+            },
             log_level: sw.log_level,
             stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from).map(absolute),
             near_window: sw.near_window,
+            status_thread: sw.status_thread,
         };
         (cfg, said)
     }
@@ -513,6 +524,11 @@ pub fn leaving() {
     if FINISHED.swap(true, Ordering::AcqRel) {
         return;
     }
+    if FORKED.load(Ordering::Acquire) && !crate::stats::any() {
+        // A fork child that made no call of its own (a worker, a shell-out): it prints
+        // nothing and leaves no file.
+        return;
+    }
     for b in BACKENDS {
         let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Leaving));
     }
@@ -534,7 +550,11 @@ extern "C" fn at_exit() {
 /// Runs when the library is unloaded at the very end of `exit`, after every exit handler:
 /// what destructors did after [`at_exit`] is written too.
 extern "C" fn at_unload() {
-    if REGISTERED.load(Ordering::Acquire) && is_owner() && FINISHED.load(Ordering::Acquire) {
+    if REGISTERED.load(Ordering::Acquire)
+        && is_owner()
+        && FINISHED.load(Ordering::Acquire)
+        && !(FORKED.load(Ordering::Acquire) && !crate::stats::any())
+    {
         for b in BACKENDS {
             let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Late));
         }
@@ -553,7 +573,10 @@ extern "C" fn fork_child() {
     }
     crate::stats::reset();
     // SAFETY: as above.
-    unsafe { crate::status::after_fork() };
+    unsafe {
+        crate::files::PROCESS.remake_in_child();
+        crate::status::after_fork();
+    }
     OWNER_PID.store(std::process::id(), Ordering::Release);
     FINISHED.store(false, Ordering::Release);
     FORKED.store(true, Ordering::Release);

@@ -1,10 +1,15 @@
 //! Rate-limited log lines on stderr, each starting with `tunedblas:` and written with one
 //! `write(2)` so lines from several threads or processes never interleave. A line is
-//! formatted into a stack buffer, not the heap: the exit summary is printed from `_exit`,
-//! which a signal handler may call while the thread it interrupted holds the allocator's
-//! lock.
+//! formatted into a 1 KiB stack buffer, not the heap: the exit summary is printed from
+//! `_exit`, which a signal handler may call on a small stack while the thread it
+//! interrupted holds the allocator's lock.
+//!
+//! A line goes to descriptor 2 only while it is still the file it was when this library was
+//! loaded (its device and inode, read then): a host that closed stderr and opened a file of
+//! its own (which takes number 2) never finds our lines in it. A process loaded with stderr
+//! closed gets no line at all.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 pub use tunedblas_core::settings::{LOG_DEBUG as DEBUG, LOG_INFO as INFO, LOG_QUIET as QUIET};
 
@@ -25,10 +30,41 @@ pub fn enabled(level: u8) -> bool {
     level <= LEVEL.load(Ordering::Relaxed) && level != QUIET
 }
 
+/// Descriptor 2 as it was at load: its device and inode (`STDERR_DEV == u64::MAX`: it was
+/// closed, or not read yet).
+static STDERR_DEV: AtomicU64 = AtomicU64::new(u64::MAX);
+static STDERR_INO: AtomicU64 = AtomicU64::new(0);
+
+/// The device and inode behind descriptor 2 now, if it is open.
+fn stderr_now() -> Option<(u64, u64)> {
+    // SAFETY: fstat into a buffer of ours; async-signal-safe.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(2, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Runs when the library is loaded, before the host's own code: one `fstat` of descriptor 2,
+/// so later lines can tell whether it is still the stderr the process started with.
+extern "C" fn at_load() {
+    if let Some((dev, ino)) = stderr_now() {
+        STDERR_INO.store(ino, Ordering::Relaxed);
+        STDERR_DEV.store(dev, Ordering::Release);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
+
+/// Whether descriptor 2 is still the stderr it was at load.
+fn stderr_is_the_hosts() -> bool {
+    let dev = STDERR_DEV.load(Ordering::Acquire);
+    dev != u64::MAX && stderr_now() == Some((dev, STDERR_INO.load(Ordering::Relaxed)))
+}
+
 /// Writes one line if `level` is enabled and the budget is not spent, formatted on the
 /// stack (a longer line is cut short).
 pub fn line_args(level: u8, args: std::fmt::Arguments) {
-    if !enabled(level) {
+    if !enabled(level) || !stderr_is_the_hosts() {
         return;
     }
     let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
@@ -36,7 +72,7 @@ pub fn line_args(level: u8, args: std::fmt::Arguments) {
         return;
     }
     let mut out = Line {
-        buf: [0; 2048],
+        buf: [0; 1024],
         len: 0,
     };
     use std::fmt::Write;
@@ -54,7 +90,7 @@ pub fn line_args(level: u8, args: std::fmt::Arguments) {
 
 /// A line being formatted: whatever does not fit is dropped.
 struct Line {
-    buf: [u8; 2048],
+    buf: [u8; 1024],
     len: usize,
 }
 

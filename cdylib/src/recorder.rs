@@ -1,36 +1,33 @@
 //! The one miss recorder, shared by every backend: the in-memory set of missed shapes and
-//! the files under the miss folder.
+//! the files under the miss folder (written through [`crate::files`]: no descriptor held
+//! between writes, names unique per process start, little stack and no allocation).
 //!
 //! - A first sight is appended at once with one `write(2)` to
-//!   `<host>-<pid>-<start><tag>-rank<device>.csv` in PyTorch's untuned-file form
-//!   (`op_name,param_signature`), so even SIGKILL loses no shape. `<start>` tells two
-//!   processes apart that share a host name and a pid (a restarted container's PID 1).
+//!   `<process><tag>-rank<device>.csv` in PyTorch's untuned-file form
+//!   (`op_name,param_signature`), so even SIGKILL loses no shape. `<process>` is
+//!   [`crate::files::PROCESS`]: host, pid, start tick and a random part.
 //! - Call counts go to the sidecar `...-rank<device>.counts.csv`
 //!   (`op_name,param_signature,calls`), rewritten atomically (temporary + rename) at 1024,
-//!   2048, ... calls of a shape, at least once a second while new shapes arrive, and at
-//!   every way out of the process ([`crate::lifecycle`]).
+//!   2048, ... calls of a shape, at least once a second while calls arrive (the status tick,
+//!   [`crate::status::tick`]), and at every way out of the process ([`crate::lifecycle`]).
 //!
-//! Nothing here can make a fork child or a signal handler wait forever: the files sit behind
-//! an [`ExitLock`], which is never taken by the thread that already holds it (a GEMM or an
-//! `_exit` from a signal handler that interrupted this thread) and is waited for only a
-//! bounded time; a forked child replaces the files' state instead of unlocking an inherited
-//! lock. The counts are written from each shape's line as it was formatted at first sight,
-//! through a stack buffer and file system calls only: no allocation, so `_exit` from a
-//! signal handler that interrupted `malloc` cannot deadlock on the allocator either.
+//! Nothing here can make a fork child or a signal handler wait forever: the log's state sits
+//! behind an [`ExitLock`], which is never taken by the thread that already holds it (a GEMM
+//! or an `_exit` from a signal handler that interrupted this thread) and is waited for only a
+//! bounded time; a forked child replaces it instead of unlocking an inherited lock. The
+//! counts are written from each shape's line as it was formatted at first sight, through
+//! stack buffers and `libc` calls only: no allocation, so `_exit` from a signal handler that
+//! interrupted `malloc` cannot deadlock on the allocator either.
 
-use std::cell::{Cell, UnsafeCell};
-use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
+use std::cell::Cell;
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tunedblas_core::identity;
 use tunedblas_core::misslog::{MissSet, Sight};
 
+use crate::files::{self, Folder, Made, Trust, PROCESS};
 use crate::lifecycle::{self, ExitLock, NoCancel};
 use crate::log::info;
 
@@ -44,16 +41,20 @@ pub type KeyFormat<K> = fn(&K) -> (String, String);
 const FIRST_SIGHT_WAIT: Duration = Duration::from_secs(2);
 
 /// Counts are rewritten at least this often while new shapes arrive (a process that ends
-/// with a raw `exit_group` or SIGKILL keeps counts this fresh).
+/// with a raw `exit_group` or SIGKILL keeps counts this fresh; the status tick does the same
+/// while only known shapes are missed).
 const FLUSH_EVERY_NS: u64 = 1_000_000_000;
 
 /// The misses of one backend in one process.
 pub struct Recorder<K: 'static> {
     pub set: MissSet<K>,
-    /// Where the files go and what they are called; replaced only in a fork child.
-    names: ChildCell<Names>,
+    /// The miss folder.
+    folder: Folder,
+    /// Inserted after the process part of file names (`-cublaslt`), so backends never share
+    /// a file.
+    tag: &'static str,
     format: KeyFormat<K>,
-    /// The open miss logs and the first sights waiting to be written.
+    /// The miss logs made and the first sights waiting to be written.
     log: ExitLock<Log>,
     /// "" for rocBLAS, "cuBLASLt " for cuBLASLt: the start of this backend's messages.
     what: &'static str,
@@ -63,6 +64,8 @@ pub struct Recorder<K: 'static> {
     over_cap_calls: AtomicU64,
     /// When counts were last written (monotonic ns).
     last_flush_ns: AtomicU64,
+    /// The backend's missed-call total when counts were last written by the tick.
+    flushed_calls: AtomicU64,
     /// A shape was first seen by a signal handler that interrupted the slow path: it has
     /// no line yet. The next slow path that may allocate gives it one and writes the
     /// counts, so a way out (which allocates nothing) finds its line.
@@ -75,34 +78,25 @@ thread_local! {
     static IN_SLOW: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A value written once at construction and replaced only in a fork child's handler.
-struct ChildCell<T>(UnsafeCell<T>);
-
-// SAFETY: shared reads only, except `replace_in_child`, which runs with no other thread.
-unsafe impl<T: Send> Sync for ChildCell<T> {}
-
-impl<T> ChildCell<T> {
-    fn get(&self) -> &T {
-        // SAFETY: see the Sync impl.
-        unsafe { &*self.0.get() }
-    }
-    /// # Safety
-    /// Only in a fork child's handler. The old value is leaked, not dropped.
-    unsafe fn replace_in_child(&self, v: T) {
-        // SAFETY: see above.
-        unsafe { std::ptr::write(self.0.get(), v) };
-    }
-}
-
 impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
-    pub fn new(dir: PathBuf, format: KeyFormat<K>, tag: &'static str, what: &'static str) -> Self {
+    /// A recorder writing into `dir`, checked as `trust` says (a folder the user named may be
+    /// a shared sticky one; the default one must be private).
+    pub fn new(
+        dir: PathBuf,
+        trust: Trust,
+        format: KeyFormat<K>,
+        tag: &'static str,
+        what: &'static str,
+    ) -> Self {
+        // A path with a NUL byte cannot come from the environment; the empty name fails
+        // every open, and the one warning says so.
+        let folder = Folder::new(&dir, trust)
+            .unwrap_or_else(|| Folder::new(Path::new(""), trust).expect("no NUL"));
+        PROCESS.get_or_make();
         Recorder {
             set: MissSet::with_capacity(MISS_CAPACITY),
-            names: ChildCell(UnsafeCell::new(Names {
-                dir,
-                prefix: process_prefix(),
-                tag,
-            })),
+            folder,
+            tag,
             format,
             log: ExitLock::new(Log::default()),
             what,
@@ -110,6 +104,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
             full_warned: AtomicBool::new(false),
             over_cap_calls: AtomicU64::new(0),
             last_flush_ns: AtomicU64::new(lifecycle::monotonic_ns()),
+            flushed_calls: AtomicU64::new(0),
             untexted: AtomicBool::new(false),
         }
     }
@@ -182,7 +177,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         let (op, sig) = (self.format)(key);
         let text = format!("{op},{sig}");
         if let Some(mut log) = self.log.lock_within(FIRST_SIGHT_WAIT) {
-            let result = log.append(self.names.get(), device, &text);
+            let result = log.append(self, device, &text);
             drop(log);
             if let Err(e) = result {
                 self.warn_io(&e);
@@ -218,9 +213,22 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         }
         self.last_flush_ns
             .store(lifecycle::monotonic_ns(), Ordering::Relaxed);
-        if let Err(e) = self.names.get().write_counts(&self.set) {
+        if let Err(e) = self.write_counts_files() {
             self.warn_io(&e);
         }
+    }
+
+    /// From the status tick (a GEMM's thread, about once a second): rewrites the counts if
+    /// the backend's missed calls moved since (`missed` is their total now), so a process
+    /// killed with SIGKILL leaves counts at most a second old. Allocates nothing.
+    pub fn tick(&self, missed: u64) {
+        if self.set.is_empty() || self.flushed_calls.swap(missed, Ordering::Relaxed) == missed {
+            return;
+        }
+        if IN_SLOW.with(|f| f.get()) {
+            return;
+        }
+        self.write_counts(false);
     }
 
     /// At a way out of the process: writes what waits (first sights whose write failed)
@@ -233,7 +241,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         let _no_cancel = NoCancel::new();
         if !IN_SLOW.with(|f| f.get()) {
             if let Some(mut log) = self.log.lock_within(wait) {
-                let result = log.flush_pending(self.names.get());
+                let result = log.flush_pending(self);
                 drop(log);
                 if let Err(e) = result {
                     self.warn_io(&e);
@@ -245,7 +253,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
 
     /// The miss folder.
     pub fn dir(&self) -> &Path {
-        &self.names.get().dir
+        self.folder.path()
     }
 
     /// Calls whose shape found no room in the set.
@@ -254,37 +262,77 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     }
 
     /// In a forked child, before anything else runs: forget the parent's shapes and files
-    /// (the child records into its own), without touching the inherited lock or state.
+    /// (the child records into its own, named by its own [`PROCESS`] name), without
+    /// touching the inherited lock or state.
     ///
     /// # Safety
     /// Only in a fork child's handler, where no other thread exists.
     pub unsafe fn after_fork(&self) {
-        let names = self.names.get();
-        let fresh = Names {
-            dir: names.dir.clone(),
-            prefix: process_prefix(),
-            tag: names.tag,
-        };
         // SAFETY: the caller guarantees we are alone.
         unsafe {
             self.set.reset();
-            self.names.replace_in_child(fresh);
             self.log.reset_in_child(Log::default());
         }
         IN_SLOW.with(|f| f.set(false));
         self.io_warned.store(false, Ordering::Relaxed);
         self.over_cap_calls.store(0, Ordering::Relaxed);
+        self.flushed_calls.store(0, Ordering::Relaxed);
     }
 
     /// The one warning about miss files that cannot be written.
     fn warn_io(&self, e: &io::Error) {
         if !self.io_warned.swap(true, Ordering::Relaxed) {
             info!(
-                "{}cannot write the miss log: {e}; serving continues, shapes are kept in memory, written when the folder is writable again and counted at exit",
-                self.what
+                "{}cannot write the miss log in {}: {e}; serving continues, shapes are kept in memory, written when the folder is writable again and counted at exit",
+                self.what,
+                self.folder.path().display()
             );
         }
     }
+
+    /// The name of one of this backend's files: `<process><tag>-rank<device><suffix>`.
+    fn file_name(&self, device: i32, suffix: std::fmt::Arguments) -> io::Result<files::Name> {
+        let Some(parts) = PROCESS.get() else {
+            return Err(io::Error::other("no process name"));
+        };
+        files::name(parts, format_args!("{}-rank{device}{suffix}", self.tag))
+    }
+
+    /// Rewrites the counts sidecar of every device with shapes in `set`, from the lines
+    /// kept at first sight. Allocates nothing and needs no lock: each writer has its own
+    /// temporary (`.counts.tmp.<tid>`) and the rename is atomic.
+    fn write_counts_files(&self) -> io::Result<()> {
+        let set = &self.set;
+        let mut device = i64::MIN;
+        // Each device with shapes, in order, found by walking the set once per device:
+        // nothing but the walk's position is kept (little stack, no allocation).
+        while let Some(d) = next_device(set, device) {
+            device = i64::from(d);
+            let path = self.file_name(d, format_args!(".counts.csv"))?;
+            let tmp = self.file_name(d, format_args!(".counts.tmp.{}", files::tid()))?;
+            files::replace(&self.folder, &path, &tmp, |out| {
+                let mut result = out.write_all(b"op_name,param_signature,calls\n");
+                set.for_each(|sd, _, calls, text| {
+                    if let (true, Some(text), Ok(())) = (sd == d, text, &result) {
+                        result = writeln!(out, "{text},{calls}");
+                    }
+                });
+                result
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The smallest device above `after` with a shape whose line is known, if any.
+fn next_device<K: Copy + Eq + std::hash::Hash>(set: &MissSet<K>, after: i64) -> Option<i32> {
+    let mut next: Option<i32> = None;
+    set.for_each(|d, _, _, text| {
+        if text.is_some() && i64::from(d) > after && next.is_none_or(|n| d < n) {
+            next = Some(d);
+        }
+    });
+    next
 }
 
 /// The process's one recorder of a backend, kept in `cell`: made by `make` the first time,
@@ -307,277 +355,50 @@ pub fn shared<K: Copy + Eq + std::hash::Hash + 'static>(
 /// next write that works; beyond this many they are only in memory (and in the counts).
 const PENDING_MAX: usize = 1 << 14;
 
-/// Devices whose counts one process writes (more are recorded but not counted to a file).
-const MAX_DEVICES: usize = 64;
-
-/// Where one backend's miss files go and what they are called.
-struct Names {
-    dir: PathBuf,
-    /// `<host>-<pid>-<start>` ([`process_prefix`]).
-    prefix: String,
-    /// Inserted after the process part of file names (`-cublaslt`), so backends never share
-    /// a file.
-    tag: &'static str,
-}
-
-/// The open miss logs of one backend, and first sights waiting to be written.
+/// The miss logs of one backend that this process made, and first sights waiting to be
+/// written.
 #[derive(Default)]
 struct Log {
-    open: Vec<(i32, File)>,
+    /// (device, the log file made for it).
+    made: Vec<(i32, Made)>,
     /// (device, line with its newline) of first sights whose write failed, oldest first.
     pending: Vec<(i32, String)>,
 }
 
-/// `<host>-<pid>-<start>`: the per-process part of the file names. `<start>` is the
-/// process's start time in clock ticks since boot (`/proc/self/stat`), so a later process
-/// with the same host name and pid (a restarted container's PID 1) never writes over this
-/// one's files; where `/proc` cannot be read, nanoseconds of the real-time clock.
-pub fn process_prefix() -> String {
-    // The host and start time as `tunedblas status` and `misses --prune` read them back.
-    let host = tunedblas_core::process::host_name();
-    let started = tunedblas_core::process::start_ticks(None).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    format!("{host}-{}-{started}", std::process::id())
-}
-
-/// Creates the miss folder (and any missing parents) with mode 0700, then checks the
-/// folder itself: a real directory, not a symlink, and either ours
-/// ([`identity::private_dir`]'s check, shared with the hash cache) or a shared folder with
-/// the sticky bit (like `/tmp`), where no one else can remove or replace our files.
-pub fn checked_dir(dir: &Path) -> io::Result<()> {
-    match identity::private_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() != io::ErrorKind::PermissionDenied => Err(e),
-        Err(e) => {
-            // Not made (an unwritable parent): that error. Made but not ours: a shared
-            // sticky folder will do.
-            let Ok(meta) = fs::symlink_metadata(dir) else {
-                return Err(e);
-            };
-            if meta.file_type().is_dir() && meta.mode() & libc::S_ISVTX != 0 {
-                return Ok(());
-            }
-            Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "the miss folder is not a directory owned by this user (a symlink or someone else's folder); refusing to write there",
-            ))
-        }
-    }
-}
-
-/// Opens a file of ours for writing without following a symlink or blocking on a FIFO
-/// planted under its name, and refuses anything but a regular file of ours with one link
-/// (a hard link planted in a shared folder would make us write into someone else's file).
-pub fn open_own(path: &Path, opts: &mut OpenOptions) -> io::Result<File> {
-    let f = opts
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = f.metadata()?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.file_type().is_file() || meta.uid() != uid || meta.nlink() != 1 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "a file under a miss-file name is not a regular file of ours with a single link; refusing to write it",
-        ));
-    }
-    Ok(f)
-}
-
-/// Appends `bytes` with one `write(2)`. A short write (disk full, file size limit) is
-/// rolled back, so the file never ends in half a line that a later append would glue onto.
-fn append_whole(f: &mut File, bytes: &[u8]) -> io::Result<()> {
-    let before = f.metadata()?.len();
-    loop {
-        match f.write(bytes) {
-            Ok(n) if n == bytes.len() => return Ok(()),
-            Ok(_) => {
-                let _ = f.set_len(before);
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "short write to the miss log (disk full?)",
-                ));
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// A file name built on the stack: `dir/prefix tag -rank<d> suffix`, with no allocation.
-pub(crate) struct StackPath {
-    buf: [u8; 1024],
-    len: usize,
-}
-
-impl StackPath {
-    pub(crate) fn new() -> StackPath {
-        StackPath {
-            buf: [0; 1024],
-            len: 0,
-        }
-    }
-    pub(crate) fn path(&self) -> &Path {
-        Path::new(OsStr::from_bytes(&self.buf[..self.len]))
-    }
-}
-
-impl io::Write for StackPath {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        let room = self.buf.len() - self.len;
-        if b.len() > room {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "path too long"));
-        }
-        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
-        self.len += b.len();
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Buffered output to a file through a fixed stack buffer.
-pub(crate) struct StackOut<'f> {
-    file: &'f mut File,
-    buf: [u8; 8192],
-    len: usize,
-}
-
-impl<'f> StackOut<'f> {
-    pub(crate) fn new(file: &'f mut File) -> StackOut<'f> {
-        StackOut {
-            file,
-            buf: [0; 8192],
-            len: 0,
-        }
-    }
-}
-
-impl io::Write for StackOut<'_> {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        if self.len + b.len() > self.buf.len() {
-            self.flush()?;
-        }
-        if b.len() > self.buf.len() {
-            self.file.write_all(b)?;
-        } else {
-            self.buf[self.len..self.len + b.len()].copy_from_slice(b);
-            self.len += b.len();
-        }
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        let n = std::mem::take(&mut self.len);
-        self.file.write_all(&self.buf[..n])
-    }
-}
-
-impl Names {
-    fn name(&self, device: i32, suffix: &str) -> io::Result<StackPath> {
-        let mut p = StackPath::new();
-        p.write_all(self.dir.as_os_str().as_bytes())?;
-        write!(p, "/{}{}-rank{device}{suffix}", self.prefix, self.tag)?;
-        Ok(p)
-    }
-
-    /// Rewrites the counts sidecar of every device with shapes in `set`, from the lines
-    /// kept at first sight. Allocates nothing (the names are built on the stack and the
-    /// text goes out through a stack buffer) and needs no lock: each writer has its own
-    /// temporary (`.counts.tmp.<pid>.<tid>`) and the rename is atomic.
-    fn write_counts<K: Copy + Eq + std::hash::Hash>(&self, set: &MissSet<K>) -> io::Result<()> {
-        let mut devices = [0i32; MAX_DEVICES];
-        let mut n = 0;
-        set.for_each(|d, _, _, text| {
-            if text.is_some() && !devices[..n].contains(&d) && n < MAX_DEVICES {
-                devices[n] = d;
-                n += 1;
-            }
-        });
-        if n == 0 {
-            return Ok(());
-        }
-        checked_dir(&self.dir)?;
-        for &device in &devices[..n] {
-            let path = self.name(device, ".counts.csv")?;
-            let mut tmp = self.name(device, ".counts.tmp.")?;
-            // SAFETY: gettid has no preconditions.
-            write!(tmp, "{}.{}", std::process::id(), unsafe { libc::gettid() })?;
-            replace_via(&tmp, &path, |out| {
-                let mut result = out.write_all(b"op_name,param_signature,calls\n");
-                set.for_each(|d, _, calls, text| {
-                    if let (true, Some(text), Ok(())) = (d == device, text, &result) {
-                        result = writeln!(out, "{text},{calls}");
-                    }
-                });
-                result
-            })?;
-        }
-        Ok(())
-    }
-}
-
-/// Writes `target` whole or not at all: `body` writes into the temporary `tmp` (created
-/// exclusively and never through a link, [`open_own`]; one left by a process that died
-/// mid-write under the same name is ours to replace), which is then renamed over `target`.
-/// Allocates nothing (the text goes out through a stack buffer). The miss counts and the
-/// live status files are written so.
-pub(crate) fn replace_via(
-    tmp: &StackPath,
-    target: &StackPath,
-    body: impl FnOnce(&mut StackOut<'_>) -> io::Result<()>,
-) -> io::Result<()> {
-    let create = || open_own(tmp.path(), OpenOptions::new().write(true).create_new(true));
-    let mut f = match create() {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(tmp.path())?;
-            create()?
-        }
-        other => other?,
-    };
-    let written = {
-        let mut out = StackOut::new(&mut f);
-        body(&mut out).and_then(|()| out.flush())
-    };
-    drop(f);
-    if let Err(e) = written.and_then(|()| fs::rename(tmp.path(), target.path())) {
-        let _ = fs::remove_file(tmp.path());
-        return Err(e);
-    }
-    Ok(())
-}
-
 impl Log {
-    fn file(&mut self, names: &Names, device: i32) -> io::Result<&mut File> {
-        if let Some(pos) = self.open.iter().position(|(d, _)| *d == device) {
-            return Ok(&mut self.open[pos].1);
-        }
-        checked_dir(&names.dir)?;
-        let f = open_own(
-            names.name(device, ".csv")?.path(),
-            OpenOptions::new().append(true).create(true),
-        )?;
-        self.open.push((device, f));
-        Ok(&mut self.open.last_mut().expect("just pushed").1)
+    /// One line into `device`'s log, the file this process made for it.
+    fn write<K: Copy + Eq + std::hash::Hash>(
+        &mut self,
+        rec: &Recorder<K>,
+        device: i32,
+        line: &str,
+    ) -> io::Result<()> {
+        let name = rec.file_name(device, format_args!(".csv"))?;
+        let i = match self.made.iter().position(|(d, _)| *d == device) {
+            Some(i) => i,
+            None => {
+                self.made.push((device, Made::default()));
+                self.made.len() - 1
+            }
+        };
+        files::append(&rec.folder, &name, &mut self.made[i].1, line.as_bytes())
     }
 
     /// Appends the first sight of a key (`text` is its `op,sig`): one line, one `write(2)`
     /// (after any earlier lines of that device whose write failed). On failure the line
     /// is kept for the next attempt.
-    fn append(&mut self, names: &Names, device: i32, text: &str) -> io::Result<()> {
+    fn append<K: Copy + Eq + std::hash::Hash>(
+        &mut self,
+        rec: &Recorder<K>,
+        device: i32,
+        text: &str,
+    ) -> io::Result<()> {
         let line = format!("{text}\n");
         if self.pending.iter().any(|(d, _)| *d == device) {
             self.pending.push((device, line));
-            return self.flush_pending(names);
+            return self.flush_pending(rec);
         }
-        match self
-            .file(names, device)
-            .and_then(|f| append_whole(f, line.as_bytes()))
-        {
+        match self.write(rec, device, &line) {
             Ok(()) => Ok(()),
             Err(e) => {
                 if self.pending.len() < PENDING_MAX {
@@ -590,13 +411,13 @@ impl Log {
 
     /// Tries once more to write every first sight whose write failed, oldest first, one
     /// `write(2)` a line; stops at the first failure.
-    fn flush_pending(&mut self, names: &Names) -> io::Result<()> {
+    fn flush_pending<K: Copy + Eq + std::hash::Hash>(
+        &mut self,
+        rec: &Recorder<K>,
+    ) -> io::Result<()> {
         while !self.pending.is_empty() {
             let (device, line) = self.pending.remove(0);
-            if let Err(e) = self
-                .file(names, device)
-                .and_then(|f| append_whole(f, line.as_bytes()))
-            {
+            if let Err(e) = self.write(rec, device, &line) {
                 self.pending.insert(0, (device, line));
                 return Err(e);
             }
@@ -608,6 +429,7 @@ impl Log {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn fmt_pair(k: &(u32, u32)) -> (String, String) {
         ("Lt".into(), format!("{}x{}", k.0, k.1))
@@ -617,7 +439,7 @@ mod tests {
     fn files_get_one_line_per_first_sight_and_counts_from_the_kept_lines() {
         let dir = std::env::temp_dir().join(format!("tunedblas-rec-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let rec = Recorder::new(dir.clone(), fmt_pair, "-t", "");
+        let rec = Recorder::new(dir.clone(), Trust::Private, fmt_pair, "-t", "");
         for k in [(5, 1), (5, 1), (6, 1), (5, 1)] {
             rec.record(2, &k, k.0 as u64 * 31, || true);
         }
@@ -650,12 +472,18 @@ mod tests {
     }
 
     #[test]
-    fn the_start_field_is_this_process_start_time() {
-        let p = process_prefix();
-        let start: u64 = p.rsplit('-').next().unwrap().parse().unwrap();
-        assert_eq!(Some(start), tunedblas_core::process::start_ticks(None));
-        assert!(start > 0);
-        let pid: u32 = p.rsplit('-').nth(1).unwrap().parse().unwrap();
-        assert_eq!(pid, std::process::id());
+    fn the_process_part_is_host_pid_start_and_a_random_part() {
+        let p = PROCESS.get_or_make();
+        let w = tunedblas_core::process::Writer::parse(&p.prefix).expect("reads back");
+        assert_eq!(Some(w.start), tunedblas_core::process::start_ticks(None));
+        assert!(w.start > 0);
+        assert_eq!(w.pid, std::process::id());
+        assert_eq!(w.host, p.host);
+        let nonce = p.prefix.rsplit_once('.').unwrap().1;
+        assert!(
+            nonce.len() == 16 && nonce.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{}",
+            p.prefix
+        );
     }
 }

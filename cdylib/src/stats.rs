@@ -107,14 +107,23 @@ impl Drop for GiveBack {
     }
 }
 
+/// A thread's count of one outcome at a multiple of this asks whether the live status is
+/// due (`status::tick`): the threads making GEMMs write it, not a thread of ours.
+const TICK_EVERY: u64 = 64;
+
 /// Counts one call. The hot path is one TLS read and a load and store to a line only this
-/// thread writes: no atomic read-modify-write, no shared line written.
+/// thread writes (no atomic read-modify-write, no shared line written), and one test of
+/// the new count for the status tick.
 #[inline(always)]
 pub fn bump(c: Counter) {
     let i = MINE.with(Cell::get);
     if i < BLOCKS {
         let a = &OWNED[i].0[c as usize];
-        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let n = a.load(Ordering::Relaxed) + 1;
+        a.store(n, Ordering::Relaxed);
+        if n % TICK_EVERY == 0 {
+            crate::status::tick();
+        }
     } else {
         bump_slow(c);
     }
@@ -132,11 +141,18 @@ fn bump_slow(c: Counter) {
         // simply keeps the block.
         let _ = GIVE_BACK.try_with(|g| g.0.set(i));
     }
-    if i < BLOCKS {
+    let n = if i < BLOCKS {
         let a = &OWNED[i].0[c as usize];
-        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let n = a.load(Ordering::Relaxed) + 1;
+        a.store(n, Ordering::Relaxed);
+        n
     } else {
-        SHARED.0[c as usize].fetch_add(1, Ordering::Relaxed);
+        SHARED.0[c as usize].fetch_add(1, Ordering::Relaxed) + 1
+    };
+    // The first count of a thread (and of a shared one) asks too: a process whose threads
+    // each make a few calls is still seen live.
+    if n == 1 || n % TICK_EVERY == 0 {
+        crate::status::tick();
     }
 }
 
@@ -167,6 +183,15 @@ pub fn total(c: Counter) -> u64 {
         .chain([&SHARED, &RETIRED])
         .map(|b| b.0[c as usize].load(Ordering::Relaxed))
         .sum()
+}
+
+/// Whether any call was counted (since the process started, or in a fork child since the
+/// fork): a fork child that made none leaves no trace at all.
+pub fn any() -> bool {
+    OWNED
+        .iter()
+        .chain([&SHARED, &RETIRED])
+        .any(|b| b.0.iter().any(|a| a.load(Ordering::Relaxed) != 0))
 }
 
 /// Zeroes every counter: for a forked child, which starts its own account. Only the forking

@@ -2,141 +2,140 @@
 //! while it runs, for `tunedblas status` and for Prometheus (node-exporter's textfile
 //! collector).
 //!
-//! Two files per process in the miss folder, named like its miss logs:
-//! - `<host>-<pid>-<start>.status.json`: per backend, the call counters (served, `Default`,
-//!   near, missed, passed through, fallbacks), per rank (device) the missed calls and
-//!   shapes, and the most-called missed shapes; `"final": true` once the process has left.
-//! - `<host>-<pid>-<start>.prom`: the same counters in Prometheus's text format
+//! Two files per process in the miss folder, named like its miss logs
+//! ([`crate::files::PROCESS`]):
+//! - `<process>.status.json`: per backend, the call counters (served, `Default`, near,
+//!   missed, passed through, fallbacks), per rank (device) the missed calls and shapes, and
+//!   the most-called missed shapes; `"final": true` once the process has left.
+//! - `<process>.prom`: the same counters in Prometheus's text format
 //!   (`tunedblas_calls_total{backend,outcome,host,pid,start}` and per rank
 //!   `tunedblas_missed_shapes`, `tunedblas_missed_calls_total`), removed when the process
 //!   leaves by a way the interposer sees (a killed process's file stays until
 //!   `tunedblas status --prune`).
 //!
-//! When they are written, and why it costs the hot paths nothing:
-//! - **A writer thread**, started once serving has started (off every call's path), wakes
-//!   once a second and rewrites both files when a counter moved. It is the one way a
-//!   process whose calls are all served (no miss path ever runs again) can be seen live
-//!   without a check on every call. It runs with every signal blocked (a process-directed
-//!   signal never lands on it), with cancellation off, holds no lock but this module's
-//!   [`ExitLock`] while it writes, never allocates on the way (names and text go through
-//!   stack buffers, shape lines are the ones the miss set formatted at first sight), and
-//!   pins the library (`RTLD_NODELETE`) so a host that `dlopen`ed and `dlclose`s it cannot
-//!   unmap its code. An exit kills it wherever it is: at worst a `.status.tmp.*` temporary
-//!   of this pid is left, which the next write of that name replaces and `status` ignores.
-//! - **A fork child** gets no thread (starting threads in the child of a multi-threaded
-//!   process is where inherited locks bite, and a fork storm would pay for one each): its
-//!   files are written at its way out. (Writing them from the recorder's count flush too
-//!   made the repeated-miss path 3 instructions dearer, by changing how the compiler laid
-//!   out the miss path around the call; BENCHMARKS.md.)
+//! When they are written, and what it costs:
+//! - **By the threads that make GEMMs** ([`tick`]), never by a thread of our own (a host
+//!   must not find one more thread: `unshare(CLONE_NEWUSER)` refuses a multi-threaded
+//!   process, Python warns at every `fork`). Every 64th count of a thread's counter
+//!   (`stats::bump`, one test and branch on a value it already holds) asks the clock; once a
+//!   second one of those calls rewrites both files if a counter moved, and the miss counts
+//!   ([`crate::recorder::Recorder::tick`]). The write runs with cancellation off, takes
+//!   only this module's [`ExitLock`] (never waiting: a busy lock skips the write), and
+//!   allocates nothing (names and text go through stack buffers, shape lines are the ones
+//!   the miss set formatted at first sight). BENCHMARKS.md has its cost.
+//! - **A fork child** writes its own files, from its own calls and at its way out; a child
+//!   that made no call writes nothing at all.
 //! - **Every way out** ([`crate::lifecycle`]): the final files, without allocating (a signal
-//!   handler's `_exit`), waiting at most [`crate::lifecycle::EXIT_WAIT`] for the writer.
+//!   handler's `_exit`), waiting at most [`crate::lifecycle::EXIT_WAIT`] for another writer.
 //!
-//! Files are written atomically (a temporary created exclusively, never through a symlink or
-//! FIFO, 0600, then renamed, which replaces a symlink planted at the name without following
-//! it), in the miss folder the recorder checks (a real directory of ours, or sticky).
+//! Files are written atomically through [`crate::files`] (a temporary created exclusively,
+//! never through a symlink or FIFO, 0600, then renamed, which replaces a symlink planted at
+//! the name without following it), in the miss folder the recorder checks, with no
+//! descriptor held between writes.
 
-use std::cell::UnsafeCell;
-use std::ffi::OsStr;
-use std::fs;
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tunedblas_core::cublaslt::LtKey;
 use tunedblas_core::misslog::MissSet;
 
+use crate::files::{self, Folder, Out, Parts, Trust, PROCESS};
 use crate::lifecycle::{self, ExitLock, NoCancel};
 use crate::log::debug;
-use crate::recorder::{checked_dir, process_prefix, replace_via, StackOut, StackPath};
+use crate::recorder::Recorder;
 use crate::stats::{total, Counter};
 
-/// How often the writer thread looks at the counters.
-const EVERY: Duration = Duration::from_secs(1);
+/// How often the files are rewritten while calls arrive.
+const EVERY_NS: u64 = 1_000_000_000;
 /// Missed shapes listed per backend, the most called first.
 pub const TOP: usize = 10;
-/// Ranks listed per backend (more are summed in the counters only).
-const MAX_RANKS: usize = 64;
 /// Version of the status file's layout (`"format"`).
 pub const FORMAT: u32 = 1;
 
-/// Where the files go: the miss folder and this process's `<host>-<pid>-<start>`, kept in
-/// fixed buffers (set once at start-up, replaced only in a fork child's handler).
-struct Place {
-    dir: [u8; 1024],
-    dir_len: usize,
-    prefix: [u8; 256],
-    prefix_len: usize,
-}
-
-struct PlaceCell(UnsafeCell<Place>);
-// SAFETY: written once before `PLACE_SET` is stored (Release) and read only after it is
-// seen (Acquire); otherwise only in a fork child's handler, where no other thread exists.
-unsafe impl Sync for PlaceCell {}
-
-static PLACE: PlaceCell = PlaceCell(UnsafeCell::new(Place {
-    dir: [0; 1024],
-    dir_len: 0,
-    prefix: [0; 256],
-    prefix_len: 0,
-}));
-const UNSET: u8 = 0;
-const SETTING: u8 = 1;
-const SET: u8 = 2;
-static PLACE_SET: AtomicU8 = AtomicU8::new(UNSET);
-/// The process whose writer thread is running (0: none).
-static WRITER_PID: AtomicU32 = AtomicU32::new(0);
-/// One writer at a time (the thread, an exit path).
+/// The miss folder, set when the first backend starts (a leaked box, never freed).
+static FOLDER: AtomicPtr<Folder> = AtomicPtr::new(std::ptr::null_mut());
+/// One writer at a time (a tick, an exit path).
 static LOCK: ExitLock<()> = ExitLock::new(());
 /// What the counters added up to at the last write, to skip writes when nothing moved.
 static LAST_SUM: AtomicU64 = AtomicU64::new(u64::MAX);
+/// When the last tick wrote (monotonic ns; 0: never).
+static LAST_TICK_NS: AtomicU64 = AtomicU64::new(0);
 /// The final files are written: nothing rewrites them but a later way out.
 static FINAL: AtomicBool = AtomicBool::new(false);
 static WARNED: AtomicBool = AtomicBool::new(false);
 
-fn place() -> Option<&'static Place> {
-    // SAFETY: see `PlaceCell`.
-    (PLACE_SET.load(Ordering::Acquire) == SET).then(|| unsafe { &*PLACE.0.get() })
+fn folder() -> Option<&'static Folder> {
+    // SAFETY: a non-null pointer is a leaked Box, never freed.
+    unsafe { FOLDER.load(Ordering::Acquire).as_ref() }
 }
 
-fn fill(buf: &mut [u8], text: &[u8]) -> Option<usize> {
-    (text.len() <= buf.len()).then(|| {
-        buf[..text.len()].copy_from_slice(text);
-        text.len()
-    })
-}
-
-/// A backend has started serving: remember the miss folder and start the writer thread
-/// (once per process). Off every call's path.
-pub fn start(dir: &Path) {
-    if PLACE_SET
-        .compare_exchange(UNSET, SETTING, Ordering::AcqRel, Ordering::Acquire)
+/// A backend has started serving: remember the miss folder (once per process) and this
+/// process's name, and start the writer thread if the user asked for one
+/// (`TUNEDBLAS_STATUS_THREAD=1`). Off every call's path.
+pub fn start(dir: &Path, trust: Trust, thread: bool) {
+    PROCESS.get_or_make();
+    if thread {
+        spawn_writer();
+    }
+    if folder().is_some() {
+        return;
+    }
+    let Some(f) = Folder::new(dir, trust) else {
+        return;
+    };
+    let fresh = Box::into_raw(Box::new(f));
+    if FOLDER
+        .compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
         .is_err()
+    {
+        // SAFETY: `fresh` was never shared.
+        drop(unsafe { Box::from_raw(fresh) });
+    }
+}
+
+/// A thread's counter reached a multiple of 64 (`stats::bump`): once a second, the files
+/// and the miss counts are rewritten here, on this GEMM's thread. See the module docs.
+#[cold]
+#[inline(never)]
+pub fn tick() {
+    let now = lifecycle::monotonic_ns();
+    let last = LAST_TICK_NS.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < EVERY_NS {
+        return;
+    }
+    if folder().is_none()
+        || FINAL.load(Ordering::Acquire)
+        || LAST_TICK_NS
+            .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
     {
         return;
     }
-    let prefix = process_prefix();
-    // SAFETY: this thread won the CAS; nobody reads before SET is stored.
-    let p = unsafe { &mut *PLACE.0.get() };
-    let ok = match (
-        fill(&mut p.dir, dir.as_os_str().as_bytes()),
-        fill(&mut p.prefix, prefix.as_bytes()),
-    ) {
-        (Some(d), Some(n)) => {
-            p.dir_len = d;
-            p.prefix_len = n;
-            true
-        }
-        _ => false,
-    };
-    if !ok {
-        debug!("the miss folder's path is too long for the live status; none is written");
-        return; // stays SETTING: never set
-    }
-    PLACE_SET.store(SET, Ordering::Release);
-    spawn_writer();
+    let _ = std::panic::catch_unwind(refresh);
 }
+
+/// Rewrites what is live: the status files (if a counter moved), the miss counts (if
+/// misses moved), and at `TUNEDBLAS_LOG=debug` the rows hit since the last look.
+fn refresh() {
+    write(false, Duration::ZERO);
+    if let Some(r) = crate::rocblas::status_misses() {
+        r.tick(total(Counter::Missed) + total(Counter::Near));
+    }
+    for v in lt_views().iter().flatten() {
+        v.recorder.tick(v.counters[3]);
+    }
+    crate::rocblas::say_new_hits();
+}
+
+/// The process whose writer thread runs (0: none).
+static WRITER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Pins this library in memory (a host that `dlopen`ed it may `dlclose` it; the writer
 /// thread's code must stay mapped). False if it cannot be pinned.
@@ -157,10 +156,14 @@ fn pin_self() -> bool {
     }
 }
 
+/// `TUNEDBLAS_STATUS_THREAD=1`: one thread of ours (once per process; never in a fork
+/// child, where a thread of the parent may hold locks) rewrites the status once a second,
+/// so a process whose calls stopped is seen exactly as it stands. It runs with every
+/// signal blocked and cancellation off.
 fn spawn_writer() {
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() } as u32;
-    if WRITER_PID.swap(me, Ordering::AcqRel) == me || !pin_self() {
+    if lifecycle::in_fork_child() || WRITER_PID.swap(me, Ordering::AcqRel) == me || !pin_self() {
         return;
     }
     // The thread starts with every signal blocked (it inherits this thread's mask).
@@ -174,24 +177,20 @@ fn spawn_writer() {
     let spawned = std::thread::Builder::new()
         .name("tunedblas-stat".into())
         .stack_size(256 << 10)
-        .spawn(writer);
+        .spawn(|| {
+            let _no_cancel = NoCancel::new();
+            loop {
+                std::thread::sleep(Duration::from_nanos(EVERY_NS));
+                if !FINAL.load(Ordering::Acquire) {
+                    let _ = std::panic::catch_unwind(refresh);
+                }
+            }
+        });
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if let Err(e) = spawned {
         WRITER_PID.store(0, Ordering::Release);
-        debug!("no live status thread ({e}); the status is written when counts are flushed and at exit");
-    }
-}
-
-fn writer() {
-    let _no_cancel = NoCancel::new();
-    loop {
-        std::thread::sleep(EVERY);
-        if FINAL.load(Ordering::Acquire) {
-            continue;
-        }
-        write(false, Duration::ZERO);
-        crate::rocblas::say_new_hits();
+        debug!("no live status thread ({e}); the threads making GEMMs write the status");
     }
 }
 
@@ -206,34 +205,27 @@ pub fn exec_failed() {
     FINAL.store(false, Ordering::Release);
 }
 
-/// In a fork child: its own names, no writer thread, a free lock.
+/// In a fork child: a free lock, its own account (its name is made anew by the lifecycle).
 ///
 /// # Safety
 /// Only in a fork child's handler, where no other thread exists.
 pub unsafe fn after_fork() {
-    if PLACE_SET.load(Ordering::Acquire) == SET {
-        let prefix = process_prefix();
-        // SAFETY: alone in the child.
-        let p = unsafe { &mut *PLACE.0.get() };
-        match fill(&mut p.prefix, prefix.as_bytes()) {
-            Some(n) => p.prefix_len = n,
-            None => PLACE_SET.store(SETTING, Ordering::Release),
-        }
-    }
     // SAFETY: as above.
     unsafe { LOCK.reset_in_child(()) };
-    WRITER_PID.store(0, Ordering::Release);
     LAST_SUM.store(u64::MAX, Ordering::Relaxed);
+    LAST_TICK_NS.store(0, Ordering::Relaxed);
+    WRITER_PID.store(0, Ordering::Relaxed);
     FINAL.store(false, Ordering::Release);
     WARNED.store(false, Ordering::Relaxed);
 }
 
 /// One backend's part of the status.
-pub struct View<'a, K> {
+pub struct View<'a, K: 'static> {
     pub name: &'static str,
     /// served, default, near, missed, passed through, fallbacks.
     pub counters: [u64; 6],
     pub misses: &'a MissSet<K>,
+    pub recorder: &'static Recorder<K>,
 }
 
 pub const OUTCOMES: [&str; 6] = [
@@ -256,28 +248,40 @@ fn rocblas_counters() -> [u64; 6] {
     ]
 }
 
+/// The Lt backends (one key type), in order: cuBLASLt, hipBLASLt; `None` for one that did
+/// not start.
+fn lt_views() -> [Option<View<'static, LtKey>>; 2] {
+    let view = |name, rec: Option<&'static Recorder<LtKey>>, counters: fn() -> [u64; 6]| {
+        rec.map(|r| View {
+            name,
+            counters: counters(),
+            misses: &r.set,
+            recorder: r,
+        })
+    };
+    [
+        view("cublaslt", crate::cublaslt::status_misses(), || {
+            crate::cublaslt::SPEC.counters.status()
+        }),
+        view("hipblaslt", crate::hipblaslt::status_misses(), || {
+            crate::hipblaslt::SPEC.counters.status()
+        }),
+    ]
+}
+
 /// Writes both files now if anything moved (`last`: always, as the final ones), taking
 /// the lock within `wait` (never waiting for this thread itself). Allocates nothing.
 fn write(last: bool, wait: Duration) {
-    let Some(place) = place() else { return };
-    let roc = crate::rocblas::status_misses().map(|m| View {
+    let (Some(folder), Some(parts)) = (folder(), PROCESS.get()) else {
+        return;
+    };
+    let roc = crate::rocblas::status_misses().map(|r| View {
         name: "rocblas",
         counters: rocblas_counters(),
-        misses: m,
+        misses: &r.set,
+        recorder: r,
     });
-    // The Lt backends (one key type): cuBLASLt, hipBLASLt.
-    let lts = [
-        crate::cublaslt::status_misses().map(|m| View {
-            name: "cublaslt",
-            counters: crate::cublaslt::SPEC.counters.status(),
-            misses: m,
-        }),
-        crate::hipblaslt::status_misses().map(|m| View {
-            name: "hipblaslt",
-            counters: crate::hipblaslt::SPEC.counters.status(),
-            misses: m,
-        }),
-    ];
+    let lts = lt_views();
     let now_sum = lts
         .iter()
         .zip([3u64, 5])
@@ -292,7 +296,7 @@ fn write(last: bool, wait: Duration) {
         return;
     };
     LAST_SUM.store(now_sum, Ordering::Relaxed);
-    let result = write_files(place, last, roc.as_ref(), &lts);
+    let result = write_files(folder, parts, last, roc.as_ref(), &lts);
     if let Err(e) = result {
         if !WARNED.swap(true, Ordering::Relaxed) {
             debug!("cannot write the live status: {e}");
@@ -310,35 +314,16 @@ fn moved<K: Copy + Eq + std::hash::Hash>(v: Option<&View<'_, K>>) -> u64 {
     })
 }
 
-fn name(place: &Place, suffix: &str) -> io::Result<StackPath> {
-    let mut p = StackPath::new();
-    p.write_all(&place.dir[..place.dir_len])?;
-    p.write_all(b"/")?;
-    p.write_all(&place.prefix[..place.prefix_len])?;
-    p.write_all(suffix.as_bytes())?;
-    Ok(p)
-}
-
-/// `<prefix><suffix>` written atomically through `.status.tmp.<tid>`.
+/// `<process><suffix>` written atomically through `<process>.status.tmp.<tid>`.
 fn replace(
-    place: &Place,
+    folder: &Folder,
+    parts: &Parts,
     suffix: &str,
-    body: impl FnOnce(&mut StackOut<'_>) -> io::Result<()>,
+    body: impl FnOnce(&mut Out) -> io::Result<()>,
 ) -> io::Result<()> {
-    let target = name(place, suffix)?;
-    let mut tmp = name(place, ".status.tmp.")?;
-    // SAFETY: gettid has no preconditions.
-    write!(tmp, "{}", unsafe { libc::gettid() })?;
-    replace_via(&tmp, &target, body)
-}
-
-/// (host, pid, start) of `<host>-<pid>-<start>` (the host part never holds a `-`).
-fn parts(prefix: &str) -> (&str, &str, &str) {
-    let mut it = prefix.rsplitn(3, '-');
-    let start = it.next().unwrap_or("0");
-    let pid = it.next().unwrap_or("0");
-    let host = it.next().unwrap_or("host");
-    (host, pid, start)
+    let target = files::name(parts, format_args!("{suffix}"))?;
+    let tmp = files::name(parts, format_args!(".status.tmp.{}", files::tid()))?;
+    files::replace(folder, &target, &tmp, body)
 }
 
 fn unix_ms() -> u64 {
@@ -352,17 +337,15 @@ fn unix_ms() -> u64 {
 }
 
 fn write_files<A: Copy + Eq + std::hash::Hash>(
-    place: &Place,
+    folder: &Folder,
+    parts: &Parts,
     last: bool,
     roc: Option<&View<'_, A>>,
     lts: &[Option<View<'_, LtKey>>],
 ) -> io::Result<()> {
-    let dir = Path::new(OsStr::from_bytes(&place.dir[..place.dir_len]));
-    checked_dir(dir)?;
-    let prefix = std::str::from_utf8(&place.prefix[..place.prefix_len]).unwrap_or("host-0-0");
-    let (host, pid, start) = parts(prefix);
+    let (host, pid, start) = (&parts.host, parts.pid, parts.start);
     let updated = unix_ms();
-    replace(place, ".status.json", |out| {
+    replace(folder, parts, ".status.json", |out| {
         write!(
             out,
             "{{\"format\":{FORMAT},\"host\":\"{host}\",\"pid\":{pid},\"start_ticks\":{start},\"updated_unix_ms\":{updated},\"final\":{last},\"backends\":["
@@ -383,22 +366,17 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
     })?;
     if last {
         // A process that has left exports nothing: its counters stay in the JSON.
-        let prom = name(place, ".prom")?;
-        match fs::remove_file(prom.path()) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        return Ok(());
+        return files::remove(folder, &files::name(parts, format_args!(".prom"))?);
     }
-    replace(place, ".prom", |out| {
-        let labels = |out: &mut StackOut<'_>, backend: &str| {
+    replace(folder, parts, ".prom", |out| {
+        let labels = |out: &mut Out, backend: &str| {
             write!(
                 out,
                 "backend=\"{backend}\",host=\"{host}\",pid=\"{pid}\",start=\"{start}\""
             )
         };
         out.write_all(b"# HELP tunedblas_calls_total GEMM calls the tunedblas interposer intercepted, by outcome.\n# TYPE tunedblas_calls_total counter\n")?;
-        let each = |out: &mut StackOut<'_>, name: &str, counters: &[u64; 6]| {
+        let each = |out: &mut Out, name: &str, counters: &[u64; 6]| {
             for (outcome, n) in OUTCOMES.iter().zip(counters) {
                 out.write_all(b"tunedblas_calls_total{")?;
                 labels(out, name)?;
@@ -412,28 +390,25 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
         for v in lts.iter().flatten() {
             each(out, v.name, &v.counters)?;
         }
+        // Per rank, for each backend that ran: its missed shapes, then its missed calls.
+        let per_rank = |out: &mut Out, metric: &str, shapes: bool| -> io::Result<()> {
+            let mut line = |backend: &str, rank: i32, calls: u64, n: u64| {
+                write!(out, "{metric}{{")?;
+                labels(out, backend)?;
+                writeln!(out, ",rank=\"{rank}\"}} {}", if shapes { n } else { calls })
+            };
+            if let Some(v) = roc {
+                each_rank(v.misses, |r, c, n| line(v.name, r, c, n))?;
+            }
+            for v in lts.iter().flatten() {
+                each_rank(v.misses, |r, c, n| line(v.name, r, c, n))?;
+            }
+            Ok(())
+        };
         out.write_all(b"# HELP tunedblas_missed_shapes Distinct GEMM shapes with no profile row, per rank (device).\n# TYPE tunedblas_missed_shapes gauge\n")?;
-        // (backend, its ranks) of each backend that ran: at most three, on the stack.
-        let mut all: [Option<(&str, Ranks)>; 3] = [None, None, None];
-        all[0] = roc.map(|v| (v.name, ranks(v.misses)));
-        for (slot, v) in all[1..].iter_mut().zip(lts) {
-            *slot = v.as_ref().map(|v| (v.name, ranks(v.misses)));
-        }
-        for (backend, (r, n)) in all.iter().flatten() {
-            for &(rank, _, shapes) in &r[..*n] {
-                out.write_all(b"tunedblas_missed_shapes{")?;
-                labels(out, backend)?;
-                writeln!(out, ",rank=\"{rank}\"}} {shapes}")?;
-            }
-        }
+        per_rank(out, "tunedblas_missed_shapes", true)?;
         out.write_all(b"# HELP tunedblas_missed_calls_total Calls of GEMM shapes with no profile row, per rank (device).\n# TYPE tunedblas_missed_calls_total counter\n")?;
-        for (backend, (r, n)) in all.iter().flatten() {
-            for &(rank, calls, _) in &r[..*n] {
-                out.write_all(b"tunedblas_missed_calls_total{")?;
-                labels(out, backend)?;
-                writeln!(out, ",rank=\"{rank}\"}} {calls}")?;
-            }
-        }
+        per_rank(out, "tunedblas_missed_calls_total", false)?;
         out.write_all(b"# HELP tunedblas_status_updated_seconds When this process's tunedblas status was written (Unix time).\n# TYPE tunedblas_status_updated_seconds gauge\n")?;
         out.write_all(b"tunedblas_status_updated_seconds{")?;
         writeln!(
@@ -445,45 +420,50 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
     })
 }
 
-/// (rank, missed calls, missed shapes) per device, and how many.
-type Ranks = ([(i32, u64, u64); MAX_RANKS], usize);
-
-fn ranks<K: Copy + Eq + std::hash::Hash>(set: &MissSet<K>) -> Ranks {
-    let mut r = [(0i32, 0u64, 0u64); MAX_RANKS];
-    let mut n = 0;
-    set.for_each(|d, _, calls, _| {
-        if let Some(e) = r[..n].iter_mut().find(|e| e.0 == d) {
-            e.1 += calls;
-            e.2 += 1;
-        } else if n < MAX_RANKS {
-            r[n] = (d, calls, 1);
-            n += 1;
-        }
-    });
-    r[..n].sort_unstable_by_key(|e| e.0);
-    (r, n)
+/// Calls `f(rank, missed calls, missed shapes)` for each device with shapes in `set`, in
+/// order: one walk of the set per device, so nothing but the walk's position is kept (the
+/// exit paths run this on whatever stack a signal handler has).
+fn each_rank<K: Copy + Eq + std::hash::Hash>(
+    set: &MissSet<K>,
+    mut f: impl FnMut(i32, u64, u64) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut after = i64::MIN;
+    loop {
+        let mut next: Option<i32> = None;
+        set.for_each(|d, _, _, _| {
+            if i64::from(d) > after && next.is_none_or(|n| d < n) {
+                next = Some(d);
+            }
+        });
+        let Some(rank) = next else { return Ok(()) };
+        let (mut calls, mut shapes) = (0, 0);
+        set.for_each(|d, _, c, _| {
+            if d == rank {
+                calls += c;
+                shapes += 1;
+            }
+        });
+        f(rank, calls, shapes)?;
+        after = i64::from(rank);
+    }
 }
 
 /// One backend's object: counters, ranks, top missed shapes.
-fn backend_json<K: Copy + Eq + std::hash::Hash>(
-    out: &mut StackOut<'_>,
-    v: &View<'_, K>,
-) -> io::Result<()> {
+fn backend_json<K: Copy + Eq + std::hash::Hash>(out: &mut Out, v: &View<'_, K>) -> io::Result<()> {
     write!(out, "{{\"backend\":\"{}\",\"counters\":{{", v.name)?;
     for (i, (outcome, n)) in OUTCOMES.iter().zip(&v.counters).enumerate() {
         let comma = if i == 0 { "" } else { "," };
         write!(out, "{comma}\"{outcome}\":{n}")?;
     }
-    let (r, n) = ranks(v.misses);
-    let shapes: u64 = r[..n].iter().map(|e| e.2).sum();
-    write!(out, "}},\"missed_shapes\":{shapes},\"ranks\":[")?;
-    for (i, &(rank, calls, shapes)) in r[..n].iter().enumerate() {
-        let comma = if i == 0 { "" } else { "," };
+    write!(out, "}},\"missed_shapes\":{},\"ranks\":[", v.misses.len())?;
+    let mut first = true;
+    each_rank(v.misses, |rank, calls, shapes| {
+        let comma = if std::mem::take(&mut first) { "" } else { "," };
         write!(
             out,
             "{comma}{{\"rank\":{rank},\"missed_calls\":{calls},\"missed_shapes\":{shapes}}}"
-        )?;
-    }
+        )
+    })?;
     out.write_all(b"],\"top_missed\":[")?;
     // The most called shapes: (calls, device, text). A text is the line the miss set
     // formatted at first sight, leaked for the life of the process (never freed), so
@@ -517,7 +497,7 @@ fn backend_json<K: Copy + Eq + std::hash::Hash>(
 }
 
 /// `text` as the inside of a JSON string.
-fn escaped(out: &mut StackOut<'_>, text: &str) -> io::Result<()> {
+fn escaped(out: &mut Out, text: &str) -> io::Result<()> {
     for c in text.chars() {
         match c {
             '"' => out.write_all(b"\\\"")?,

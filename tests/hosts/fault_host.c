@@ -19,7 +19,7 @@
  *   @pause              print "paused", flush, and wait for signals forever
  *   @raise:SIG          raise(SIG)
  *   @rm:PATH            unlink(PATH) (a missing file is reported, not fatal)
- *   @plant:DIR:VICTIM   plant, under this process's rank-0 miss-file names in DIR, symlinks to
+ *   @plant:DIR:VICTIM   plant (after a first miss), in place of this process's rank-0 miss files in DIR, symlinks to
  *                       VICTIM (log, counts, and the counts temporary)
  *   @fifo:DIR           plant a FIFO under this process's rank-0 miss-log name in DIR
  *   @link:DIR:VICTIM    plant a hard link to VICTIM under that name
@@ -87,7 +87,6 @@ static void run_spec(const char *text) {
 }
 
 /* "<host>-<pid>-<start>-rank0" as the interposer names this process's miss files. */
-static void miss_prefix(char *out, size_t n) { miss_prefix_tagged(out, n, ""); }
 
 struct busy { struct spec spec; volatile int *stop; int runs; };
 
@@ -187,30 +186,27 @@ int main(int argc, char **argv) {
         } else if (!strncmp(a, "@rm:", 4)) {
             if (unlink(a + 4) != 0) perror("fault_host: unlink"); /* reference runs have none */
         } else if (!strncmp(a, "@plant:", 7)) {
-            char dir[512], victim[512], prefix[320], path[1024];
+            char dir[512], victim[512], path[1024], tmp[64];
             const char *colon = strchr(a + 7, ':');
             if (!colon) return 2;
             snprintf(dir, sizeof dir, "%.*s", (int)(colon - (a + 7)), a + 7);
             snprintf(victim, sizeof victim, "%s", colon + 1);
-            miss_prefix(prefix, sizeof prefix);
-            const char *suffixes[] = {".csv", ".counts.csv", ".counts.tmp."};
+            snprintf(tmp, sizeof tmp, ".counts.tmp.%d", (int)getpid());
+            const char *suffixes[] = {".csv", ".counts.csv", tmp};
             for (int s = 0; s < 3; s++) {
-                if (s == 2) snprintf(path, sizeof path, "%s/%s%s%d", dir, prefix, suffixes[s], (int)getpid());
-                else snprintf(path, sizeof path, "%s/%s%s", dir, prefix, suffixes[s]);
+                plant_path(path, sizeof path, dir, "", suffixes[s]);
                 if (symlink(victim, path) != 0) { perror("fault_host: symlink"); return 3; }
             }
         } else if (!strncmp(a, "@fifo:", 6)) {
-            char prefix[320], path[1024];
-            miss_prefix(prefix, sizeof prefix);
-            snprintf(path, sizeof path, "%s/%s.csv", a + 6, prefix);
+            char path[1024];
+            plant_path(path, sizeof path, a + 6, "", ".csv");
             if (mkfifo(path, 0600) != 0) { perror("fault_host: mkfifo"); return 3; }
         } else if (!strncmp(a, "@link:", 6)) {
-            char dir[512], prefix[320], path[1024];
+            char dir[512], path[1024];
             const char *colon = strchr(a + 6, ':');
             if (!colon) return 2;
             snprintf(dir, sizeof dir, "%.*s", (int)(colon - (a + 6)), a + 6);
-            miss_prefix(prefix, sizeof prefix);
-            snprintf(path, sizeof path, "%s/%s.csv", dir, prefix);
+            plant_path(path, sizeof path, dir, "", ".csv");
             if (link(colon + 1, path) != 0) { perror("fault_host: link"); return 3; }
         } else if (!strcmp(a, "@absurd")) {
             absurd();

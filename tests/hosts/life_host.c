@@ -39,6 +39,13 @@
  *   @null-alpha:N    the same with alpha = NULL (the caller's mistake). Prints status=S
  *   @null-handle:N   the same on a NULL handle (as after a failed create_handle). Prints
  *                    status=S
+ *   @altexit:B:MODE  a SIGTERM handler on a guarded alternate signal stack of B bytes (a
+ *                    PROT_NONE page below it; `min+N`: N bytes more than this CPU's signal
+ *                    frame needs, sysconf(_SC_MINSIGSTKSZ)), raised at once; MODE _exit, exit or Exit as
+ *                    @sigexit, or `measure`: the handler first runs the interposer's whole
+ *                    exit path and returns from it (an exec that fails), prints
+ *                    altstack-used=<bytes of the alternate stack ever touched>, then _exit(7)
+ *   @thread-exit:B   a thread with a stack of B bytes calls _exit(7)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -142,6 +150,59 @@ static void on_term(int sig) {
     if (exit_mode == 0) _exit(7);
     if (exit_mode == 1) exit(7);
     _Exit(7);
+}
+
+static unsigned char *alt_base;
+static size_t alt_size;
+static void on_term_measure(int sig) {
+    (void)sig;
+    char *argv[] = {"/nonexistent/tunedblas-life-host", NULL};
+    execv(argv[0], argv); /* fails: the interposer has run its exit path and goes on */
+    size_t untouched = 0;
+    while (untouched < alt_size && alt_base[untouched] == 0xA5) untouched++;
+    char buf[64];
+    int n = snprintf(buf, sizeof buf, "altstack-used=%zu\n", alt_size - untouched);
+    if (write(1, buf, (size_t)n) < 0) _exit(8);
+    _exit(7);
+}
+
+static void altexit(size_t bytes, const char *mode) {
+    long page = sysconf(_SC_PAGESIZE);
+    size_t below = (size_t)page;
+    unsigned char *m = mmap(NULL, below + bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, below, PROT_NONE) != 0) _exit(3);
+    alt_base = m + below;
+    alt_size = bytes;
+    memset(alt_base, 0xA5, bytes);
+    stack_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = alt_base;
+    ss.ss_size = bytes;
+    if (sigaltstack(&ss, NULL) != 0) { perror("life_host: sigaltstack"); _exit(4); }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    exit_mode = !strcmp(mode, "_exit") ? 0 : !strcmp(mode, "exit") ? 1 : 2;
+    sa.sa_handler = !strcmp(mode, "measure") ? on_term_measure : on_term;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGTERM, &sa, NULL);
+    fflush(stdout);
+    raise(SIGTERM);
+    for (;;) pause();
+}
+
+static void *exit_from_thread(void *p) {
+    (void)p;
+    _exit(7);
+}
+
+static void thread_exit(size_t bytes) {
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    if (pthread_attr_setstacksize(&at, bytes) != 0) _exit(3);
+    pthread_t t;
+    fflush(stdout);
+    if (pthread_create(&t, &at, exit_from_thread, NULL) != 0) _exit(4);
+    for (;;) pause();
 }
 
 static void sigexit(int t, const char *mode) {
@@ -240,6 +301,13 @@ int main(int argc, char **argv) {
             int t = atoi(a + 7);
             const char *n = strchr(a + 7, ':');
             storm(t, n ? atoi(n + 1) : 10);
+        } else if (!strncmp(a, "@altexit:", 9)) {
+            const char *colon = strchr(a + 9, ':');
+            size_t b = !strncmp(a + 9, "min+", 4) ? (size_t)sysconf(_SC_MINSIGSTKSZ) + (size_t)atol(a + 13)
+                                                  : (size_t)atol(a + 9);
+            altexit(b, colon ? colon + 1 : "_exit");
+        } else if (!strncmp(a, "@thread-exit:", 13)) {
+            thread_exit((size_t)atol(a + 13));
         } else if (!strncmp(a, "@sigexit:", 9)) {
             const char *mode = strchr(a + 9, ':');
             sigexit(atoi(a + 9), mode ? mode + 1 : "_exit");

@@ -17,7 +17,7 @@
  *   @cancel:N      N times: a thread making calls without pause (a pthread_testcancel
  *                  between them) is cancelled and joined; prints cancelled=N
  *   @pause         print "paused" and wait for signals forever
- *   @plant:DIR:VICTIM  symlinks to VICTIM under this process's rank-0 miss-file names of
+ *   @plant:DIR:VICTIM  (after a first miss) symlinks to VICTIM in place of this process's rank-0 miss-file names of
  *                  the backend (MISS_TAG) in DIR (log, counts)
  *   @link:DIR:VICTIM   a hard link to VICTIM under the miss-log name
  *   @fifo:DIR          a FIFO under the miss-log name
@@ -223,22 +223,20 @@ static int life_step(const char *a) {
         for (int i = 0; i < t && i < 64; i++) pthread_create(&tid[i], NULL, repeat_calls, NULL);
         for (int i = 0; i < t && i < 64; i++) pthread_join(tid[i], NULL);
     } else if (!strncmp(a, "@plant:", 7)) {
-        char dir[512], prefix[320], path[1024];
+        char dir[512], path[1024];
         const char *colon = strchr(a + 7, ':');
         if (!colon) return -1;
         snprintf(dir, sizeof dir, "%.*s", (int)(colon - (a + 7)), a + 7);
-        miss_prefix_tagged(prefix, sizeof prefix, MISS_TAG);
         const char *suffixes[] = {".csv", ".counts.csv"};
         for (int k = 0; k < 2; k++) {
-            snprintf(path, sizeof path, "%s/%s%s", dir, prefix, suffixes[k]);
+            plant_path(path, sizeof path, dir, MISS_TAG, suffixes[k]);
             if (symlink(colon + 1, path) != 0) { perror(HOST_NAME ": symlink"); return -1; }
         }
     } else if (!strncmp(a, "@link:", 6) || !strncmp(a, "@fifo:", 6)) {
-        char dir[512], prefix[320], path[1024];
+        char dir[512], path[1024];
         const char *colon = strchr(a + 6, ':');
         snprintf(dir, sizeof dir, "%.*s", colon ? (int)(colon - (a + 6)) : (int)strlen(a + 6), a + 6);
-        miss_prefix_tagged(prefix, sizeof prefix, MISS_TAG);
-        snprintf(path, sizeof path, "%s/%s.csv", dir, prefix);
+        plant_path(path, sizeof path, dir, MISS_TAG, ".csv");
         int r = a[1] == 'l' ? (colon ? link(colon + 1, path) : -1) : mkfifo(path, 0600);
         if (r != 0) { perror(HOST_NAME ": plant"); return -1; }
     } else if (!strcmp(a, "@pause")) {

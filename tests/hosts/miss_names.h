@@ -1,9 +1,12 @@
 /* The interposer's miss-file names, for the hosts that plant files under them
- * (fault_host.c, lt_host.c): "<host>-<pid>-<start><tag>-rank0", as cdylib/src/recorder.rs
- * names them. */
+ * (fault_host.c, linear_host.h): "<host>-<pid>-<start>.<nonce><tag>-rank0", as
+ * cdylib/src/files.rs names them. The nonce is random, so no one can plant a file under a
+ * name before the interposer made it: a host finds its own name in DIR after a first miss
+ * (and removes the file there, which only the same user can do) to plant in its place. */
 #ifndef MISS_NAMES_H
 #define MISS_NAMES_H
 #include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,12 +31,35 @@ static unsigned long long start_ticks(void) {
     return v;
 }
 
-/* "<host>-<pid>-<start><tag>-rank0" ("" or "-cublaslt" as tag). */
-static void miss_prefix_tagged(char *out, size_t n, const char *tag) {
-    char host[256] = {0};
+/* "<host>-<pid>-<start>.<nonce><tag>-rank0" ("" or "-cublaslt" as tag) of the log this
+ * process already has in DIR; without one, the name with no nonce (which the interposer
+ * never uses). */
+static void miss_prefix_tagged(char *out, size_t n, const char *dir, const char *tag) {
+    char host[256] = {0}, want[320], end[64];
     if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "host");
     for (char *c = host; *c; c++)
         if (!isalnum((unsigned char)*c) && *c != '.' && *c != '_') *c = '_';
+    snprintf(want, sizeof want, "%s-%d-%llu.", host, (int)getpid(), start_ticks());
+    snprintf(end, sizeof end, "%s-rank0.csv", tag);
     snprintf(out, n, "%s-%d-%llu%s-rank0", host, (int)getpid(), start_ticks(), tag);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t len = strlen(e->d_name), el = strlen(end);
+        if (!strncmp(e->d_name, want, strlen(want)) && len > el &&
+            !strcmp(e->d_name + len - el, end) && !strstr(e->d_name, ".counts")) {
+            snprintf(out, n, "%.*s", (int)(len - 4), e->d_name);
+            break;
+        }
+    }
+    if (d) closedir(d);
+}
+
+/* DIR/<this process's log name><suffix>, with whatever is there now removed. */
+static void plant_path(char *out, size_t n, const char *dir, const char *tag, const char *suffix) {
+    char prefix[320];
+    miss_prefix_tagged(prefix, sizeof prefix, dir, tag);
+    snprintf(out, n, "%s/%s%s", dir, prefix, suffix);
+    unlink(out);
 }
 #endif

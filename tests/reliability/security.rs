@@ -153,8 +153,9 @@ fn a_symlinked_miss_folder_is_refused() {
     );
 }
 
-/// A shared folder like /tmp (sticky, world-writable) where someone planted files under
-/// the names this process will use.
+/// A shared folder like /tmp (sticky, world-writable) where files were planted in place of
+/// this process's own (its names hold a random part, so they can only be found once made:
+/// the host makes a first miss, then plants).
 fn planted(name: &str, step: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
     let dir = scratch(name);
     let sol = profile_with_hit(&dir, HIT);
@@ -166,7 +167,7 @@ fn planted(name: &str, step: &str) -> (std::path::PathBuf, std::path::PathBuf, S
     let step = step
         .replace("DIR", &shared.display().to_string())
         .replace("VICTIM", &victim.display().to_string());
-    let mut cmd = fault_cmd(&dir, true, &[&step, HIT, MISS, "ex:TN:h:4:4:4"]);
+    let mut cmd = fault_cmd(&dir, true, &["ex:TN:h:4:4:4", &step, HIT, MISS]);
     cmd.env("TUNEDBLAS_MISS_DIR", &shared);
     let out = run_guarded(cmd);
     let stderr = text(&out.stderr);
@@ -174,7 +175,7 @@ fn planted(name: &str, step: &str) -> (std::path::PathBuf, std::path::PathBuf, S
     one_warning(&stderr);
     assert_eq!(
         results(&out),
-        expected(name, &[HIT, MISS, "ex:TN:h:4:4:4"], &[(HIT, sol)])
+        expected(name, &["ex:TN:h:4:4:4", HIT, MISS], &[(HIT, sol)])
     );
     assert_eq!(
         std::fs::read_to_string(&victim).unwrap(),

@@ -38,7 +38,6 @@ pub mod serve;
 use std::ffi::c_int;
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::misslog;
 
 use crate::lifecycle::{Backend, Pass};
 use crate::lt::{Counters, Lt, LtRuntime, Spec};
@@ -82,7 +81,7 @@ pub fn library_changed() {
 }
 
 /// The cuBLASLt misses, once the runtime was built (for the live status).
-pub fn status_misses() -> Option<&'static misslog::MissSet<LtKey>> {
+pub fn status_misses() -> Option<&'static crate::recorder::Recorder<LtKey>> {
     STATE.status_misses()
 }
 

@@ -34,7 +34,6 @@ pub mod serve;
 use std::ffi::c_int;
 
 use tunedblas_core::cublaslt::{LtKey, LtLib};
-use tunedblas_core::misslog;
 
 use crate::lifecycle::{Backend, Pass};
 use crate::lt::{Counters, Lt, LtRuntime, Spec};
@@ -85,7 +84,7 @@ pub fn library_changed() {
 }
 
 /// The hipBLASLt misses, once the runtime was built (for the live status).
-pub fn status_misses() -> Option<&'static misslog::MissSet<LtKey>> {
+pub fn status_misses() -> Option<&'static crate::recorder::Recorder<LtKey>> {
     STATE.status_misses()
 }
 

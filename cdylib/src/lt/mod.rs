@@ -167,7 +167,7 @@ impl LtRuntime {
         for p in loaded.problems.iter().take(20) {
             info!("{p}");
         }
-        crate::status::start(&cfg.miss_dir);
+        crate::status::start(&cfg.miss_dir, cfg.miss_trust, cfg.status_thread);
         let single = (loaded.distinct <= 1).then(|| {
             loaded
                 .tables
@@ -182,7 +182,13 @@ impl LtRuntime {
                 LtLib::Cublaslt => "cuBLASLt: ",
                 LtLib::Hipblaslt => "hipBLASLt: ",
             };
-            Recorder::new(cfg.miss_dir.clone(), op_and_signature, spec.miss_tag, what)
+            Recorder::new(
+                cfg.miss_dir.clone(),
+                cfg.miss_trust,
+                op_and_signature,
+                spec.miss_tag,
+                what,
+            )
         });
         Some(LtRuntime {
             spec,
@@ -387,9 +393,9 @@ impl Lt {
         self.runtime.restart();
     }
 
-    /// The misses, once the runtime was built (for the live status).
-    pub fn status_misses(&'static self) -> Option<&'static misslog::MissSet<LtKey>> {
-        self.runtime.peek().map(|rt| &rt.misses.set)
+    /// The miss recorder, once the runtime was built (for the live status).
+    pub fn status_misses(&'static self) -> Option<&'static Recorder<LtKey>> {
+        self.runtime.peek().map(|rt| rt.misses)
     }
 
     /// After an internal error: every call passes through from now on (said once).

@@ -191,9 +191,9 @@ pub fn say_new_hits() {
     });
 }
 
-/// The rocBLAS misses, once the runtime was built (for the live status).
-pub fn status_misses() -> Option<&'static tunedblas_core::misslog::MissSet<ProblemKey>> {
-    RUNTIME.peek().map(|rt| &rt.misses.set)
+/// The rocBLAS miss recorder, once the runtime was built (for the live status).
+pub fn status_misses() -> Option<&'static Recorder<ProblemKey>> {
+    RUNTIME.peek().map(|rt| rt.misses)
 }
 
 /// True once the rocBLAS side has started (it owns `TUNEDBLAS_STATS` then).
@@ -276,7 +276,7 @@ fn init() -> Option<Runtime> {
         near: None,
     };
     rt.near = near::Near::build(rt.all_tables(), cfg.near_window);
-    crate::status::start(&cfg.miss_dir);
+    crate::status::start(&cfg.miss_dir, cfg.miss_trust, cfg.status_thread);
     Some(rt)
 }
 
@@ -285,7 +285,13 @@ fn recorder(cfg: &Config) -> &'static Recorder<ProblemKey> {
     static RECORDER: std::sync::atomic::AtomicPtr<Recorder<ProblemKey>> =
         std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
     crate::recorder::shared(&RECORDER, || {
-        Recorder::new(cfg.miss_dir.clone(), tunableop::op_and_signature, "", "")
+        Recorder::new(
+            cfg.miss_dir.clone(),
+            cfg.miss_trust,
+            tunableop::op_and_signature,
+            "",
+            "",
+        )
     })
 }
 

@@ -167,17 +167,18 @@ fn read_dir(dir: &Path) -> Result<Vec<Process>> {
     Ok(out)
 }
 
-/// Removes the `.prom` files of processes not running.
-fn prune(dir: &Path, procs: &[Process]) -> Result<usize> {
+/// Removes the `.prom` files of processes not running: each beside its status file, under
+/// the same process name (host, pid, start and the random part that tells apart two
+/// processes sharing the first three).
+fn prune(procs: &[Process]) -> Result<usize> {
     let mut n = 0;
     for p in procs
         .iter()
         .filter(|p| p.state == "exited" || p.state == "gone")
     {
-        let prom = dir.join(format!(
-            "{}-{}-{}.prom",
-            p.status.host, p.status.pid, p.status.start_ticks
-        ));
+        let name = p.file.to_string_lossy();
+        let prom =
+            std::path::PathBuf::from(format!("{}.prom", name.trim_end_matches(".status.json")));
         match std::fs::remove_file(&prom) {
             Ok(()) => n += 1,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -246,7 +247,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .unwrap_or_else(|| tunedblas_core::settings::miss_dir(|n| std::env::var(n).ok()));
     let procs = read_dir(&dir)?;
     let pruned = if a.has("--prune") {
-        Some(prune(&dir, &procs)?)
+        Some(prune(&procs)?)
     } else {
         None
     };

@@ -1,0 +1,527 @@
+//! The interposer's files: where they go, what they are called, and how they are written
+//! without owning anything the host can see or collide with.
+//!
+//! - **No descriptor is held between writes.** Every write opens the folder (`O_PATH`, never
+//!   through a symlink), checks it, opens the file relative to it, writes, and closes both.
+//!   A host that closes every descriptor (`close_range`, as daemons do) and opens its own
+//!   files can never find our bytes in them, nor find its `open` returning a number other
+//!   than the one it would get without us. Every descriptor is close-on-exec and is moved
+//!   above 2 while held, so a host that closed stdin, stdout or stderr never writes into
+//!   our file through that number.
+//! - **Names are unique per process start** ([`ProcessName`]): `<host>-<pid>-<ticks>.<nonce>`,
+//!   where `<ticks>` is the start time (`/proc/self/stat`) and `<nonce>` 64 random bits, so
+//!   two containers' PID 1 started in the same clock tick on one host still write apart;
+//!   a miss log is created exclusively, and appended to only while it is the file we made.
+//! - **Little stack, no allocation** on every write ([`Name`], [`Out`]): names are built in
+//!   a 256-byte buffer, text goes out through a 512-byte one, and only `libc` calls are
+//!   made (no `std::fs`, which allocates for long paths). The exit paths, which a signal
+//!   handler on a small alternate stack may run, write through here.
+//! - **Files we read or write are checked**: a folder is a real directory of ours that
+//!   others cannot write (or, named by the user, a shared sticky one); a file we append to
+//!   is a regular file of ours with one link.
+
+use std::ffi::{c_int, CStr, CString};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// A descriptor of ours, closed when dropped; never 0, 1 or 2.
+pub struct Fd(c_int);
+
+impl Fd {
+    /// Takes `fd` (from an `open` that may have returned a number the host closed), moving
+    /// it above 2 (see the module docs).
+    fn own(fd: c_int) -> io::Result<Fd> {
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if fd > 2 {
+            return Ok(Fd(fd));
+        }
+        // SAFETY: fcntl and close on a descriptor we just opened.
+        let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+        let err = io::Error::last_os_error();
+        unsafe { libc::close(fd) };
+        if high < 0 {
+            return Err(err);
+        }
+        Ok(Fd(high))
+    }
+
+    pub fn raw(&self) -> c_int {
+        self.0
+    }
+
+    fn stat(&self) -> io::Result<libc::stat> {
+        // SAFETY: an out-pointer to a stat buffer; our own descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.0, &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+}
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn uid() -> libc::uid_t {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+fn refused(why: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, why)
+}
+
+/// Who may own a folder we write into.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Trust {
+    /// Ours, and no one else can write it (the hash cache: what we read back from it
+    /// chooses which rows a process serves).
+    Private,
+    /// Ours and not writable by others, or a shared folder with the sticky bit (like
+    /// `/tmp`: no one can remove or replace another's files), which a user may name as the
+    /// miss folder for several users' processes.
+    OursOrSticky,
+}
+
+/// Why a folder's status says it cannot be used, checked on its `stat`.
+pub fn check_folder(st: &libc::stat, trust: Trust) -> io::Result<()> {
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(refused("not a directory; refusing to write there"));
+    }
+    let ours = st.st_uid == uid();
+    let ok = match trust {
+        Trust::Private => ours && st.st_mode & 0o022 == 0,
+        Trust::OursOrSticky => (ours && st.st_mode & 0o002 == 0) || st.st_mode & libc::S_ISVTX != 0,
+    };
+    if ok {
+        Ok(())
+    } else if !ours && trust == Trust::Private {
+        Err(refused(
+            "the folder belongs to another user; refusing to write there",
+        ))
+    } else if !ours && st.st_mode & libc::S_ISVTX == 0 {
+        Err(refused(
+            "the folder belongs to another user and is not a sticky shared folder; refusing to write there",
+        ))
+    } else {
+        Err(refused(
+            "other users can write the folder; refusing to write there",
+        ))
+    }
+}
+
+/// A folder the interposer writes into, kept as its path (never as a descriptor).
+pub struct Folder {
+    path: CString,
+    trust: Trust,
+}
+
+impl Folder {
+    /// `None` when the path holds a NUL byte (no file system can name it).
+    pub fn new(path: &Path, trust: Trust) -> Option<Folder> {
+        Some(Folder {
+            path: CString::new(path.as_os_str().as_bytes()).ok()?,
+            trust,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        Path::new(std::ffi::OsStr::from_bytes(self.path.to_bytes()))
+    }
+
+    /// The folder, opened for one write (never through a symlink) and checked. Allocates
+    /// nothing.
+    pub fn open(&self) -> io::Result<Fd> {
+        // SAFETY: a NUL-terminated path.
+        let fd = Fd::own(unsafe {
+            libc::open(
+                self.path.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        })
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOTDIR | libc::ELOOP) if self.is_symlink() => {
+                refused("the folder is a symbolic link; refusing to write there")
+            }
+            _ => e,
+        })?;
+        check_folder(&fd.stat()?, self.trust)?;
+        Ok(fd)
+    }
+
+    fn is_symlink(&self) -> bool {
+        // SAFETY: lstat into a buffer of ours.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        unsafe {
+            libc::lstat(self.path.as_ptr(), &mut st) == 0
+                && st.st_mode & libc::S_IFMT == libc::S_IFLNK
+        }
+    }
+
+    /// [`Folder::open`], making the folder first (mode 0700) if it is missing. Only where
+    /// allocation is allowed (not at an exit, which may run in a signal handler).
+    pub fn open_or_make(&self) -> io::Result<Fd> {
+        match self.open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(self.path())?;
+                self.open()
+            }
+            other => other,
+        }
+    }
+}
+
+/// A file name (one path component) built on the stack: at most 255 bytes, NUL-terminated.
+pub struct Name {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl Name {
+    pub fn new() -> Name {
+        Name {
+            buf: [0; 256],
+            len: 0,
+        }
+    }
+
+    pub fn as_cstr(&self) -> &CStr {
+        // SAFETY: `write` keeps one NUL byte after the text and refuses NUL bytes in it.
+        unsafe { CStr::from_bytes_with_nul_unchecked(&self.buf[..=self.len]) }
+    }
+}
+
+impl io::Write for Name {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if self.len + b.len() >= self.buf.len() || b.contains(&0) || b.contains(&b'/') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "file name too long",
+            ));
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        self.buf[self.len] = 0;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes all of `bytes` to `fd`, going on after a signal interrupted the write.
+fn write_all(fd: c_int, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: writing from a live slice to our own descriptor.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "the file takes no more bytes (disk full?)",
+            ));
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// Buffered output to a file of ours through a 512-byte stack buffer.
+pub struct Out {
+    fd: c_int,
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl io::Write for Out {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if self.len + b.len() > self.buf.len() {
+            self.flush()?;
+        }
+        if b.len() > self.buf.len() {
+            write_all(self.fd, b)?;
+        } else {
+            self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+            self.len += b.len();
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        let n = std::mem::take(&mut self.len);
+        write_all(self.fd, &self.buf[..n])
+    }
+}
+
+const NEW_FILE: c_int = libc::O_WRONLY
+    | libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_NOFOLLOW
+    | libc::O_CLOEXEC
+    | libc::O_NONBLOCK;
+
+fn open_at(dir: &Fd, name: &CStr, flags: c_int) -> io::Result<Fd> {
+    // SAFETY: a folder descriptor of ours and a NUL-terminated name.
+    Fd::own(unsafe { libc::openat(dir.raw(), name.as_ptr(), flags, 0o600 as libc::c_uint) })
+}
+
+fn unlink_at(dir: &Fd, name: &CStr) {
+    // SAFETY: as above.
+    unsafe { libc::unlinkat(dir.raw(), name.as_ptr(), 0) };
+}
+
+/// Writes `target` in `folder` whole or not at all: `body` writes into the temporary `tmp`
+/// (created exclusively; one left by a writer that died mid-write under the same name is
+/// ours to replace), which is then renamed over `target` (replacing a symlink planted there
+/// without following it). Allocates nothing.
+pub fn replace(
+    folder: &Folder,
+    target: &Name,
+    tmp: &Name,
+    body: impl FnOnce(&mut Out) -> io::Result<()>,
+) -> io::Result<()> {
+    let dir = folder.open()?;
+    let f = match open_at(&dir, tmp.as_cstr(), NEW_FILE) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            unlink_at(&dir, tmp.as_cstr());
+            open_at(&dir, tmp.as_cstr(), NEW_FILE)?
+        }
+        other => other?,
+    };
+    let mut out = Out {
+        fd: f.raw(),
+        buf: [0; 512],
+        len: 0,
+    };
+    let written = body(&mut out).and_then(|()| out.flush());
+    drop(f);
+    let renamed = written.and_then(|()| {
+        // SAFETY: both names relative to our folder descriptor.
+        let r = unsafe {
+            libc::renameat(
+                dir.raw(),
+                tmp.as_cstr().as_ptr(),
+                dir.raw(),
+                target.as_cstr().as_ptr(),
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    });
+    if renamed.is_err() {
+        unlink_at(&dir, tmp.as_cstr());
+    }
+    renamed
+}
+
+/// Removes `name` from `folder` (a missing file is no error).
+pub fn remove(folder: &Folder, name: &Name) -> io::Result<()> {
+    let dir = folder.open()?;
+    // SAFETY: a name relative to our folder descriptor.
+    if unsafe { libc::unlinkat(dir.raw(), name.as_cstr().as_ptr(), 0) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::NotFound {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Which file an append log is: (device, inode) of the file we created, 0 before.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct Made {
+    dev: u64,
+    ino: u64,
+}
+
+/// Appends `line` to the log `name` in `folder` with one `write(2)`, creating the log
+/// exclusively the first time (`made` is then set to it). Later appends go only into the
+/// file we made (a regular file of ours, one link, the same inode); if it was removed it is
+/// made again. A short write (disk full, file size limit) is rolled back, so the file never
+/// ends in half a line. Allocates nothing.
+pub fn append(folder: &Folder, name: &Name, made: &mut Made, line: &[u8]) -> io::Result<()> {
+    let dir = folder.open_or_make()?;
+    let existing = if *made == Made::default() {
+        None
+    } else {
+        match open_at(
+            &dir,
+            name.as_cstr(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        ) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        }
+    };
+    let f = match existing {
+        Some(f) => {
+            let st = f.stat()?;
+            let same = Made {
+                dev: st.st_dev,
+                ino: st.st_ino,
+            } == *made;
+            if !same
+                || st.st_mode & libc::S_IFMT != libc::S_IFREG
+                || st.st_nlink != 1
+                || st.st_uid != uid()
+            {
+                return Err(refused(
+                    "the miss log was replaced by a file that is not the one this process made; refusing to write it",
+                ));
+            }
+            f
+        }
+        None => {
+            let f = open_at(&dir, name.as_cstr(), NEW_FILE | libc::O_APPEND)?;
+            let st = f.stat()?;
+            *made = Made {
+                dev: st.st_dev,
+                ino: st.st_ino,
+            };
+            f
+        }
+    };
+    let before = f.stat()?.st_size;
+    // SAFETY: writing from a live slice to our own descriptor.
+    let n = unsafe { libc::write(f.raw(), line.as_ptr().cast(), line.len()) };
+    if n == line.len() as isize {
+        return Ok(());
+    }
+    let e = if n < 0 {
+        io::Error::last_os_error()
+    } else {
+        // SAFETY: truncating our own file back to its length before the write.
+        unsafe { libc::ftruncate(f.raw(), before) };
+        io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short write to the miss log (disk full?)",
+        )
+    };
+    Err(e)
+}
+
+/// This process's part of every file name: `<host>-<pid>-<ticks>.<nonce>` (see the module
+/// docs). Set when the first backend starts, made anew in a fork child; read without a
+/// lock or an allocation.
+pub struct ProcessName {
+    text: AtomicPtr<Parts>,
+}
+
+/// The parts of a process name, each as the status files and `tunedblas status` read them.
+pub struct Parts {
+    pub host: String,
+    pub pid: u32,
+    pub start: u64,
+    /// `<host>-<pid>-<start>.<nonce>`, the nonce 16 hex digits.
+    pub prefix: String,
+}
+
+pub static PROCESS: ProcessName = ProcessName {
+    text: AtomicPtr::new(std::ptr::null_mut()),
+};
+
+/// 64 random bits from the kernel (no descriptor); the clock and a stack address mixed
+/// where it has none to give.
+fn nonce() -> u64 {
+    let mut n = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `n`.
+    let got = unsafe { libc::getrandom((&mut n as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if got != 8 {
+        let t = crate::lifecycle::monotonic_ns();
+        let a = &n as *const u64 as u64;
+        n = (t ^ a.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    n
+}
+
+impl ProcessName {
+    fn make() -> Parts {
+        let host = tunedblas_core::process::host_name();
+        let pid = std::process::id();
+        let start = tunedblas_core::process::start_ticks(None).unwrap_or(0);
+        let nonce = nonce();
+        let prefix = format!("{host}-{pid}-{start}.{nonce:016x}");
+        Parts {
+            host,
+            pid,
+            start,
+            prefix,
+        }
+    }
+
+    /// The name, made on first use (allocates: call from a path that may).
+    pub fn get_or_make(&self) -> &Parts {
+        if let Some(p) = self.get() {
+            return p;
+        }
+        let fresh = Box::into_raw(Box::new(Self::make()));
+        match self.text.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: published and never freed.
+            Ok(_) => unsafe { &*fresh },
+            Err(theirs) => {
+                // SAFETY: `fresh` was never shared; `theirs` is a leaked Box.
+                unsafe {
+                    drop(Box::from_raw(fresh));
+                    &*theirs
+                }
+            }
+        }
+    }
+
+    /// The name if it was made (never allocates).
+    pub fn get(&self) -> Option<&Parts> {
+        // SAFETY: a non-null pointer is a leaked Box, never freed.
+        unsafe { self.text.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// In a fork child: a name of its own (the parent's is leaked, not freed).
+    ///
+    /// # Safety
+    /// Only in a fork child's handler, where no other thread exists.
+    pub unsafe fn remake_in_child(&self) {
+        if self.get().is_some() {
+            let fresh = Box::into_raw(Box::new(Self::make()));
+            self.text.store(fresh, Ordering::Release);
+        }
+    }
+}
+
+/// `<prefix><rest...>` as a [`Name`].
+pub fn name(parts: &Parts, rest: std::fmt::Arguments) -> io::Result<Name> {
+    let mut n = Name::new();
+    n.write_all(parts.prefix.as_bytes())?;
+    n.write_fmt(rest)?;
+    Ok(n)
+}
+
+/// This thread's id, for temporaries only one thread writes.
+pub fn tid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
