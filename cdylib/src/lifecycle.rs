@@ -515,6 +515,12 @@ fn is_owner() -> bool {
     (unsafe { libc::getpid() }) as u32 == OWNER_PID.load(Ordering::Acquire)
 }
 
+/// A fork child that made no call of its own (a worker, a shell-out): it prints nothing
+/// and leaves no file.
+fn silent_child() -> bool {
+    FORKED.load(Ordering::Acquire) && !crate::stats::any()
+}
+
 /// The process is leaving now (exit handler, `_exit`, `_Exit`, exec): every backend
 /// writes its counts, stats and summary, once.
 pub fn leaving() {
@@ -524,9 +530,7 @@ pub fn leaving() {
     if FINISHED.swap(true, Ordering::AcqRel) {
         return;
     }
-    if FORKED.load(Ordering::Acquire) && !crate::stats::any() {
-        // A fork child that made no call of its own (a worker, a shell-out): it prints
-        // nothing and leaves no file.
+    if silent_child() {
         return;
     }
     for b in BACKENDS {
@@ -553,7 +557,7 @@ extern "C" fn at_unload() {
     if REGISTERED.load(Ordering::Acquire)
         && is_owner()
         && FINISHED.load(Ordering::Acquire)
-        && !(FORKED.load(Ordering::Acquire) && !crate::stats::any())
+        && !silent_child()
     {
         for b in BACKENDS {
             let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Late));

@@ -121,7 +121,7 @@ pub fn bump(c: Counter) {
         let a = &OWNED[i].0[c as usize];
         let n = a.load(Ordering::Relaxed) + 1;
         a.store(n, Ordering::Relaxed);
-        if n % TICK_EVERY == 0 {
+        if n.is_multiple_of(TICK_EVERY) {
             crate::status::tick();
         }
     } else {
@@ -151,7 +151,7 @@ fn bump_slow(c: Counter) {
     };
     // The first count of a thread (and of a shared one) asks too: a process whose threads
     // each make a few calls is still seen live.
-    if n == 1 || n % TICK_EVERY == 0 {
+    if n == 1 || n.is_multiple_of(TICK_EVERY) {
         crate::status::tick();
     }
 }

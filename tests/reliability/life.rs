@@ -833,3 +833,79 @@ fn a_restarted_process_with_the_same_host_and_pid_keeps_the_first_runs_counts() 
         "both runs' counts are kept"
     );
 }
+
+/// The bytes of an alternate signal stack a SIGTERM handler touched while the interposer ran
+/// its whole exit path in it (life_host `@altexit:...:measure`), with and without the
+/// preload, after `steps`. Every symbol is bound at load (`LD_BIND_NOW`): the loader's lazy
+/// binding saves the whole vector state on the stack at a function's first call, which
+/// would measure the loader, not us.
+fn altstack_used(dir: &Path, preload: bool, steps: &[&str]) -> usize {
+    let mut args = steps.to_vec();
+    args.push("@altexit:min+65536:measure");
+    let mut cmd = life_cmd(dir, preload, &args);
+    cmd.env_remove("REFBLAS_TRACE")
+        .env("LD_BIND_NOW", "1")
+        .env("TUNEDBLAS_STATS", dir.join("stats.json"));
+    let out = run_guarded(cmd);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("altstack-used="))
+        .and_then(|n| n.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"))
+}
+
+#[test]
+fn the_exit_paths_fit_a_small_signal_stack_and_a_small_thread_stack() {
+    // A SIGTERM handler on an alternate stack calls _exit, exit or _Exit after misses were
+    // made: the interposer writes the counts, the stats, the status and the summary there.
+    // The stack is this CPU's signal frame (sysconf(_SC_MINSIGSTKSZ)) plus 8 KiB, well under
+    // SIGSTKSZ (the size Rust's runtime gives every thread), with a guard page below it.
+    for mode in ["_exit", "exit", "Exit"] {
+        let dir = scratch(&format!("rel-altexit-{mode}"));
+        let mut cmd = life_cmd(
+            &dir,
+            true,
+            &[
+                "@distinct:40",
+                "@repeat:3:70",
+                &format!("@altexit:min+8192:{mode}"),
+            ],
+        );
+        cmd.env_remove("REFBLAS_TRACE")
+            .env("TUNEDBLAS_STATS", dir.join("stats.json"));
+        let out = run_guarded(cmd);
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "{mode}: {:?} {stderr}",
+            out.status
+        );
+        assert!(
+            stderr.contains("110 calls: "),
+            "{mode}: the summary: {stderr}"
+        );
+        let (_, counts) = whole_miss_files(&dir);
+        assert_eq!(calls_of(&counts, &life_number(3)), 71, "{mode}: {counts:?}");
+        assert!(dir.join("stats.json").is_file(), "{mode}: the stats");
+    }
+    // _exit from a thread with a 16 KiB stack (PTHREAD_STACK_MIN).
+    let dir = scratch("rel-thread-exit");
+    let out = life(&dir, &["@distinct:40", "@thread-exit:16384"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let (_, counts) = whole_miss_files(&dir);
+    assert_eq!(counts.len(), 40);
+    // What the interposer's own frames take: the same handler's high-water mark with and
+    // without it (counts, stats file, status files and summary: 3.1 KiB, BENCHMARKS.md).
+    let steps = ["@distinct:40", "@repeat:3:70"];
+    let with = altstack_used(&scratch("rel-altstack-with"), true, &steps);
+    let without = altstack_used(&scratch("rel-altstack-without"), false, &steps);
+    println!("alternate stack used: {with} bytes with the preload, {without} without");
+    assert!(
+        with <= without + 4 * 1024,
+        "the exit path takes {} bytes of stack beyond the host's own",
+        with - without
+    );
+}
