@@ -881,17 +881,25 @@ pub extern "C" fn tunedblas_cublaslt_serving(on: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     crate::lifecycle::leaving();
-    exit_group(status)
+    exit_group(c"_exit", status)
 }
 
 /// `_Exit`: the same as `_exit` (ISO C's name for it).
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
     crate::lifecycle::leaving();
-    exit_group(status)
+    exit_group(c"_Exit", status)
 }
 
-fn exit_group(status: c_int) -> ! {
+/// Ends the process as `_exit` does; in a copy that stands aside, through the first copy's
+/// `name` (which writes that copy's files first).
+fn exit_group(name: &std::ffi::CStr, status: c_int) -> ! {
+    if let Some(first) = crate::copies::first_copys(name) {
+        // SAFETY: the first copy's `_exit` / `_Exit`, of this C type.
+        unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(first)(status)
+        };
+    }
     // SAFETY: exit_group ends every thread of the process, which is what _exit does.
     unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
     // exit_group does not return; this only satisfies the type.

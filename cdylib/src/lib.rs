@@ -61,6 +61,7 @@
 //! row's algorithm is rebuilt), `real.rs` and its exports; `lt::LtRuntime` and
 //! `lt::serve::matmul` do the rest.
 
+mod copies;
 mod cublaslt;
 mod exports;
 mod files;

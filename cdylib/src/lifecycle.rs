@@ -118,7 +118,7 @@ impl Config {
     pub fn for_start() -> Option<Config> {
         static SAID: AtomicBool = AtomicBool::new(false);
         // SAFETY: getauxval has no preconditions.
-        if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 || crate::copies::aside() {
             return None;
         }
         let (cfg, problems) = Config::from_env();

@@ -8,9 +8,11 @@
 //!    find the loaded `librocblas.so*` with `dl_iterate_phdr`, take a handle to it with
 //!    `dlopen(path, RTLD_NOLOAD)`, and `dlsym` on that handle.
 //!
-//! Whatever comes back is checked with `dladdr` not to lie inside this library (that would
-//! recurse forever). A NULL is never cached: a library `dlopen`ed after our first call is
-//! found on a later one.
+//! Whatever comes back is checked with `dladdr` not to lie inside this library or another
+//! copy of it (that would recurse forever; `copies.rs`): past a copy, every loaded object is
+//! asked in load order for a definition of its own. A copy that stands aside resolves every
+//! name to the first copy's export first. A NULL is never cached: a library `dlopen`ed after
+//! our first call is found on a later one.
 
 use std::ffi::{c_void, CStr, CString};
 use std::path::PathBuf;
@@ -127,7 +129,7 @@ pub fn resolve_in(name: &CStr, lib: &CStr) -> Option<*mut c_void> {
     let p = unsafe { libc::dlsym(h, name.as_ptr()) };
     // SAFETY: drops the reference NOLOAD took.
     unsafe { libc::dlclose(h) };
-    (!p.is_null() && !is_ours(p)).then_some(p)
+    (!p.is_null() && !crate::copies::is_tunedblas(p)).then_some(p)
 }
 
 /// A table of hooks that can be pinned to one library file (`libs.rs`).
@@ -223,27 +225,16 @@ type FexecveFn = unsafe extern "C" fn(
     *const *const std::ffi::c_char,
 ) -> std::ffi::c_int;
 
-/// Base address of this library, to recognise (and refuse) our own exports.
-fn own_base() -> *mut c_void {
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr reads loader tables; `own_base` is a function of this object.
-    unsafe { libc::dladdr(own_base as *const c_void, &mut info) };
-    info.dli_fbase
-}
-
-pub fn is_ours(p: *mut c_void) -> bool {
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let found = unsafe { libc::dladdr(p, &mut info) } != 0;
-    found && info.dli_fbase == own_base()
-}
-
 fn resolve(name: &CStr, libs: &[&str]) -> Option<*mut c_void> {
-    // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT is valid from a shared object.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    if !p.is_null() && !is_ours(p) {
+    if let Some(p) = crate::copies::first_copys(name) {
         return Some(p);
     }
+    // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT is valid from a shared object.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if !p.is_null() && !crate::copies::is_tunedblas(p) {
+        return Some(p);
+    }
+    let behind_a_copy = !p.is_null();
     for path in loaded_libraries(libs) {
         let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else {
             continue;
@@ -252,7 +243,26 @@ fn resolve(name: &CStr, libs: &[&str]) -> Option<*mut c_void> {
             return Some(p);
         }
     }
-    None
+    // The next definition was another copy's: the first definition in a loaded object that
+    // is not a copy (the libraries above are named by their files; libc's functions are not).
+    behind_a_copy.then(|| defined_by_itself(name)).flatten()
+}
+
+/// The first loaded object, in load order, that itself defines `name` and is not a copy of
+/// tunedblas.
+fn defined_by_itself(name: &CStr) -> Option<*mut c_void> {
+    loaded_libraries(&[""]).into_iter().find_map(|path| {
+        let c = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
+        if c.is_empty() {
+            return None; // the main program: its scope is the global one
+        }
+        let p = resolve_in(name, &c)?;
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables.
+        let found = unsafe { libc::dladdr(p, &mut info) } != 0 && !info.dli_fname.is_null();
+        // SAFETY: the loader's names are NUL-terminated.
+        (found && unsafe { CStr::from_ptr(info.dli_fname) } == c.as_c_str()).then_some(p)
+    })
 }
 
 /// Paths of loaded objects whose file name starts with one of `prefixes`, in load order.

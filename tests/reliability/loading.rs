@@ -124,6 +124,110 @@ fn two_copies_of_one_build_from_two_paths() {
     assert_eq!(mapped.len(), 2, "both copies are loaded: {stdout}");
 }
 
+/// Two copies of the interposer at two paths (an installed one and a build), for
+/// `LD_PRELOAD` or `dlopen`.
+fn two_interposers(dir: &Path) -> (PathBuf, PathBuf) {
+    let (a, b) = (
+        dir.join("installed/libtunedblas.so"),
+        dir.join("build/libtunedblas.so"),
+    );
+    for p in [&a, &b] {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        copy_executable(&artifacts().preload, p);
+    }
+    (a, b)
+}
+
+#[test]
+fn a_second_copy_of_the_interposer_stands_aside() {
+    // Both in LD_PRELOAD: the first serves, the second passes everything to it (before,
+    // their rocblas_create_handle called each other until the stack ran out: SIGSEGV).
+    let name = "rel-two-interposers";
+    let dir = scratch(name);
+    let sol = profile_with_hit(&dir, HIT);
+    let (a, b) = two_interposers(&dir);
+    let mut cmd = fault_cmd(&dir, true, &[HIT, MISS, MISS]);
+    cmd.env("LD_PRELOAD", format!("{} {}", a.display(), b.display()))
+        .env("TUNEDBLAS_LOG", "debug");
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert_eq!(
+        results(&out),
+        expected(name, &[HIT, MISS, MISS], &[(HIT, sol)])
+    );
+    assert_eq!(
+        stderr.matches(" calls: ").count(),
+        1,
+        "one summary, the first copy's: {stderr}"
+    );
+    assert!(
+        stderr.contains("3 calls: 1 served, 0 default, 2 missed (1 shapes)"),
+        "{stderr}"
+    );
+    let (lines, counts) = whole_miss_files(&dir);
+    assert_eq!(lines, vec![miss_line(MISS)]);
+    assert_eq!(counts, vec![(miss_line(MISS), 2)]);
+    // Disabled, whatever the order: the host's own results, nothing recorded.
+    for order in [[&a, &b], [&b, &a]] {
+        let dir = scratch(&format!("{name}-off"));
+        let (a2, b2) = two_interposers(&dir);
+        let [x, y] = if order[0] == &a {
+            [&a2, &b2]
+        } else {
+            [&b2, &a2]
+        };
+        let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
+        cmd.env("LD_PRELOAD", format!("{} {}", x.display(), y.display()))
+            .env("TUNEDBLAS_DISABLE", "1");
+        let out = run_guarded(cmd);
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            out.status,
+            text(&out.stderr)
+        );
+        assert_eq!(
+            results(&out),
+            reference(&format!("{name}-off"), &[HIT, MISS])
+        );
+        assert!(!dir.join("misses").exists());
+    }
+    // A copy dlopen'ed into a process the first copy serves: no second summary, no
+    // second set of files, the calls served by the first.
+    let dir = scratch(&format!("{name}-dlopen"));
+    let sol = profile_with_hit(&dir, HIT);
+    let (_, b) = two_interposers(&dir);
+    let miss2 = format!("{MISS}:2");
+    let steps = [
+        format!("@open:{}:global", b.display()),
+        format!("@open:{}:local", module()),
+        "@main".into(),
+        HIT.into(),
+        miss2.clone(),
+    ];
+    let argv: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let out = run_guarded(dl_cmd(&dir, true, &argv));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        results(&out),
+        expected(&format!("{name}-dlopen"), &[HIT, &miss2], &[(HIT, sol)])
+    );
+    assert_eq!(stderr.matches(" calls: ").count(), 1, "{stderr}");
+    let statuses = std::fs::read_dir(dir.join("misses"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".status.json")
+        })
+        .count();
+    assert_eq!(statuses, 1, "one set of files");
+}
+
 /// A folder with nothing in it but `home/`, and an environment that points every
 /// default of the interposer into it, so anything it created would show.
 fn inert_env(cmd: &mut Command, dir: &Path) {

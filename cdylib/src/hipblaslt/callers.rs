@@ -82,8 +82,11 @@ impl Callers {
     #[cold]
     #[inline(never)]
     fn resolve(&self, i: usize, r: usize, ret: *const c_void, usual: &Hook) -> Option<*mut c_void> {
-        let own =
-            crate::libs::caller_scope(ret).and_then(|lib| crate::real::resolve_in(self.name, &lib));
+        // (A copy that stands aside takes the first copy's export, as its hooks do.)
+        let own = (!crate::copies::aside())
+            .then(|| crate::libs::caller_scope(ret))
+            .flatten()
+            .and_then(|lib| crate::real::resolve_in(self.name, &lib));
         let f = own.or_else(|| usual.get())?;
         // The library holding `f` stays loaded for the process (RTLD_NODELETE), so a kept
         // function can never point into an unloaded library.
