@@ -125,13 +125,31 @@ pub struct Identity {
 /// A per-user cache of file hashes, one small file per (device, inode, size, mtime).
 /// Any change to the file changes at least one of those, so a stale hit is not possible
 /// short of deliberate tampering with the mtime.
+///
+/// What it answers decides which build's rows a process serves, so it is untrusted input:
+/// the folder must be a real directory (not a symlink) of this user that no one else can
+/// write, and an entry must be a regular file of this user of at most [`ENTRY_MAX`] bytes,
+/// opened without following a symlink or waiting on a FIFO. A folder that fails is not
+/// used at all (every file is hashed), and [`HashCache::refused`] says why.
 pub struct HashCache {
     dir: PathBuf,
 }
 
+/// The longest a cache entry may be (a hex sha256 and a newline).
+pub const ENTRY_MAX: u64 = 128;
+
 impl HashCache {
     pub fn new(dir: PathBuf) -> HashCache {
         HashCache { dir }
+    }
+
+    /// The cache the interposer and the command share: `<user cache>/sha256`.
+    pub fn for_user() -> HashCache {
+        HashCache::new(user_cache_dir().join("sha256"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn entry_name(meta: &fs::Metadata) -> String {
@@ -145,28 +163,72 @@ impl HashCache {
         )
     }
 
+    /// Why the folder cannot be used, if it cannot: it (once made) or a folder above it is
+    /// not this user's own or can be written by others, up to the first folder that belongs
+    /// to root (a `/tmp/tunedblas-<uid>` someone else made first is refused).
+    pub fn refused(&self) -> Option<String> {
+        if let Ok(meta) = fs::symlink_metadata(&self.dir) {
+            if let Err(e) = check_private(&self.dir, &meta) {
+                return Some(e.to_string());
+            }
+        }
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        for above in self.dir.ancestors().skip(1) {
+            let Ok(meta) = fs::metadata(above) else {
+                continue; // not made yet
+            };
+            let sticky = meta.mode() & libc::S_ISVTX != 0;
+            if meta.uid() == 0 && uid != 0 && (meta.mode() & 0o022 == 0 || sticky) {
+                return None;
+            }
+            if meta.uid() != uid {
+                return Some(format!(
+                    "{}: {} belongs to another user; not using it",
+                    self.dir.display(),
+                    above.display()
+                ));
+            }
+            if meta.mode() & 0o022 != 0 && !sticky {
+                return Some(format!(
+                    "{}: {} can be written by other users; not using it",
+                    self.dir.display(),
+                    above.display()
+                ));
+            }
+        }
+        None
+    }
+
     pub fn get(&self, meta: &fs::Metadata) -> Option<String> {
-        let text = fs::read_to_string(self.dir.join(Self::entry_name(meta))).ok()?;
+        if self.refused().is_some() {
+            return None;
+        }
+        let text = read_small_own_file(&self.dir.join(Self::entry_name(meta)), ENTRY_MAX)?;
         let sha = text.trim();
         (sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit())).then(|| sha.to_owned())
     }
 
-    /// Stores a hash; failures are ignored (the cache is only an optimisation).
+    /// Stores a hash; failures are ignored (the cache is only an optimisation), and a
+    /// failed store leaves no temporary behind.
     pub fn put(&self, meta: &fs::Metadata, sha: &str) {
-        let _ = (|| -> io::Result<()> {
+        let name = Self::entry_name(meta);
+        let tmp = self.dir.join(format!(".{name}.{}", std::process::id()));
+        let stored = (|| -> io::Result<()> {
             private_dir(&self.dir)?;
-            let name = Self::entry_name(meta);
-            let tmp = self.dir.join(format!(".{name}.{}", std::process::id()));
             let mut f = fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&tmp)?;
             f.write_all(sha.as_bytes())?;
             drop(f);
             fs::rename(&tmp, self.dir.join(name))
         })();
+        if stored.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
     }
 
     /// The identity of `path`, from the cache when possible.
@@ -192,27 +254,67 @@ impl HashCache {
     }
 }
 
+/// The text of a small file of this user: a regular file (opened without following a
+/// symlink, without waiting on a FIFO or touching a device) of at most `max` bytes. `None`
+/// for anything else.
+pub fn read_small_own_file(path: &Path, max: u64) -> Option<String> {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.file_type().is_file() || meta.uid() != uid || meta.len() > max {
+        return None;
+    }
+    let mut text = String::new();
+    (&mut f).take(max).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The check [`private_dir`] makes of a folder: a real directory (not a symlink) of this
+/// user that no one else can write.
+fn check_private(dir: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let why = if !meta.file_type().is_dir() {
+        "is not a directory (a symlink or a file)"
+    } else if meta.uid() != uid {
+        "belongs to another user"
+    } else if meta.mode() & 0o022 != 0 {
+        "can be written by other users"
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{} {why}; not using it", dir.display()),
+    ))
+}
+
 /// Creates `dir` (and parents) with mode 0700 and checks that the final folder is a real
-/// directory owned by us, not a symlink planted by someone else.
+/// directory owned by us that no one else can write, not a symlink planted by someone else.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let meta = fs::symlink_metadata(dir)?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.file_type().is_dir() || meta.uid() != uid {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{} is not a directory owned by uid {uid}", dir.display()),
-        ));
-    }
-    Ok(())
+    check_private(dir, &fs::symlink_metadata(dir)?)
 }
 
-/// The per-user cache folder: `$TUNEDBLAS_CACHE_DIR`, else `$XDG_CACHE_HOME/tunedblas`,
-/// else `$HOME/.cache/tunedblas`, else `/tmp/tunedblas-<uid>`.
+/// The per-user cache folder:
+/// 1. `$TUNEDBLAS_CACHE_DIR` (made if missing);
+/// 2. `$XDG_CACHE_HOME/tunedblas`, if that folder exists;
+/// 3. `$HOME/.cache/tunedblas`, if `$HOME` exists (a service user's `HOME=/nonexistent`
+///    is never created);
+/// 4. `$XDG_RUNTIME_DIR/tunedblas` (the user's private runtime folder), if it exists;
+/// 5. else `/tmp/tunedblas-<uid>`: a shared folder, so used only while it is this user's
+///    own and no one else can write it (checked at every use, [`private_dir`],
+///    [`HashCache::refused`]: a folder someone else made first is refused, never trusted).
+///
+/// Values that are not UTF-8 are used as they are.
 pub fn user_cache_dir() -> PathBuf {
     let env = |k: &str| {
         std::env::var_os(k)
@@ -222,11 +324,15 @@ pub fn user_cache_dir() -> PathBuf {
     if let Some(d) = env("TUNEDBLAS_CACHE_DIR") {
         return d;
     }
-    if let Some(d) = env("XDG_CACHE_HOME") {
+    let existing = |k: &str| env(k).filter(|d| d.is_absolute() && d.is_dir());
+    if let Some(d) = existing("XDG_CACHE_HOME") {
         return d.join("tunedblas");
     }
-    if let Some(d) = env("HOME") {
+    if let Some(d) = existing("HOME") {
         return d.join(".cache").join("tunedblas");
+    }
+    if let Some(d) = existing("XDG_RUNTIME_DIR") {
+        return d.join("tunedblas");
     }
     // SAFETY: getuid cannot fail.
     PathBuf::from(format!("/tmp/tunedblas-{}", unsafe { libc::getuid() }))
@@ -294,6 +400,68 @@ mod tests {
             check_mapped_file(addr, Path::new("/proc/self/status")),
             MapCheck::Replaced
         );
+    }
+
+    #[test]
+    fn the_cache_refuses_entries_and_folders_it_cannot_trust() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempdir("untrusted");
+        let lib = d.join("lib.so");
+        fs::write(&lib, b"build one").unwrap();
+        let meta = fs::metadata(&lib).unwrap();
+        let dir = d.join("cache");
+        let cache = HashCache::new(dir.clone());
+        let truth = cache.identify(&lib).unwrap().sha256;
+        let entry = dir.join(HashCache::entry_name(&meta));
+        let plant = |what: &dyn Fn(&Path)| {
+            fs::remove_file(&entry).unwrap();
+            what(&entry);
+            let started = std::time::Instant::now();
+            let got = cache.identify(&lib).unwrap();
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            assert_eq!(got.sha256, truth, "the file itself is hashed");
+            assert!(!got.cached);
+        };
+        // Another build's hash behind a symlink, a FIFO (a read would wait forever),
+        // /dev/zero (a read would never end), an entry far too long.
+        let other = d.join("other");
+        fs::write(&other, "0".repeat(64)).unwrap();
+        plant(&|e| std::os::unix::fs::symlink(&other, e).unwrap());
+        plant(&|e| {
+            let c = std::ffi::CString::new(e.as_os_str().as_bytes()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        });
+        plant(&|e| std::os::unix::fs::symlink("/dev/zero", e).unwrap());
+        plant(&|e| fs::write(e, format!("{}\n{}", "0".repeat(64), "x".repeat(4096))).unwrap());
+        // A folder others can write is not used at all, and says why.
+        fs::remove_file(&entry).unwrap();
+        fs::write(&entry, "0".repeat(64)).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(cache
+            .refused()
+            .unwrap()
+            .contains("can be written by other users"));
+        let got = cache.identify(&lib).unwrap();
+        assert_eq!((got.sha256.as_str(), got.cached), (truth.as_str(), false));
+        // Nor a symlink to a folder.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let linked = HashCache::new(link);
+        assert!(linked.refused().is_some());
+        assert!(!linked.identify(&lib).unwrap().cached);
+        // The trusted folder with its own entry is used.
+        fs::write(&entry, &truth).unwrap();
+        assert!(cache.identify(&lib).unwrap().cached);
+        // A folder above it that others can write (as someone else's /tmp/tunedblas-<uid>
+        // would be) refuses it too.
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(cache
+            .refused()
+            .unwrap()
+            .contains("can be written by other users"));
+        assert!(!cache.identify(&lib).unwrap().cached);
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
     }
 
     #[test]

@@ -150,12 +150,18 @@ impl Switches {
     }
 }
 
-/// Where the interposer records misses: `TUNEDBLAS_MISS_DIR`, else `<user cache>/misses`
-/// (`identity::user_cache_dir`). `misses`, `tune` and `report` look there by default.
-pub fn miss_dir(get: impl Fn(&str) -> Option<String>) -> std::path::PathBuf {
-    get("TUNEDBLAS_MISS_DIR")
+/// A path setting as the environment has it (any bytes, UTF-8 or not); `None` when unset
+/// or empty.
+pub fn path_var(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os(name)
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
+}
+
+/// Where the interposer records misses: `TUNEDBLAS_MISS_DIR`, else `<user cache>/misses`
+/// (`identity::user_cache_dir`). `misses`, `tune` and `report` look there by default.
+pub fn miss_dir() -> std::path::PathBuf {
+    path_var("TUNEDBLAS_MISS_DIR")
         .unwrap_or_else(|| crate::identity::user_cache_dir().join("misses"))
 }
 

@@ -27,6 +27,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// A descriptor of ours, closed when dropped; never 0, 1 or 2.
+#[derive(Debug)]
 pub struct Fd(c_int);
 
 impl Fd {
@@ -524,4 +525,111 @@ pub fn name(parts: &Parts, rest: std::fmt::Arguments) -> io::Result<Name> {
 pub fn tid() -> libc::pid_t {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn folder(tag: &str) -> (std::path::PathBuf, Folder) {
+        let d = std::env::temp_dir().join(format!("tunedblas-files-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let f = Folder::new(&d, Trust::Private).unwrap();
+        (d, f)
+    }
+
+    fn named(text: &str) -> Name {
+        let mut n = Name::new();
+        n.write_all(text.as_bytes()).unwrap();
+        n
+    }
+
+    #[test]
+    fn a_log_is_made_exclusively_and_written_only_while_it_is_the_file_made() {
+        let (d, f) = folder("append");
+        // A file already under the name before the first write (another process's, or a
+        // planted one): never written into.
+        std::fs::write(d.join("taken.csv"), "theirs\n").unwrap();
+        let mut made = Made::default();
+        let e = append(&f, &named("taken.csv"), &mut made, b"ours\n").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(
+            std::fs::read_to_string(d.join("taken.csv")).unwrap(),
+            "theirs\n"
+        );
+        // Our own log: made, then appended to.
+        let mut made = Made::default();
+        append(&f, &named("log.csv"), &mut made, b"a\n").unwrap();
+        append(&f, &named("log.csv"), &mut made, b"b\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join("log.csv")).unwrap(),
+            "a\nb\n"
+        );
+        // Replaced by another file: refused; removed: made again.
+        std::fs::remove_file(d.join("log.csv")).unwrap();
+        std::fs::write(d.join("other"), "x\n").unwrap();
+        std::fs::hard_link(d.join("other"), d.join("log.csv")).unwrap();
+        assert!(append(&f, &named("log.csv"), &mut made, b"c\n").is_err());
+        assert_eq!(std::fs::read_to_string(d.join("other")).unwrap(), "x\n");
+        std::fs::remove_file(d.join("log.csv")).unwrap();
+        append(&f, &named("log.csv"), &mut made, b"d\n").unwrap();
+        assert_eq!(std::fs::read_to_string(d.join("log.csv")).unwrap(), "d\n");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn replace_writes_whole_files_and_never_follows_a_link() {
+        let (d, f) = folder("replace");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("t.json")).unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("t.tmp")).unwrap();
+        replace(&f, &named("t.json"), &named("t.tmp"), |o| {
+            o.write_all(&[b'x'; 2000])
+        })
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert_eq!(std::fs::read(d.join("t.json")).unwrap(), vec![b'x'; 2000]);
+        assert!(!d.join("t.tmp").exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn folders_others_can_write_or_that_are_links_are_refused() {
+        let (d, f) = folder("trust");
+        assert!(f.open().is_ok());
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(f.open().is_err(), "private: others can write it");
+        let shared = Folder::new(&d, Trust::OursOrSticky).unwrap();
+        assert!(shared.open().is_err(), "not sticky either");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(
+            shared.open().is_ok(),
+            "a sticky shared folder the user named"
+        );
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = d.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        let e = Folder::new(&link, Trust::OursOrSticky)
+            .unwrap()
+            .open()
+            .unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn two_names_for_one_host_pid_and_start_tick_differ() {
+        let (a, b) = (ProcessName::make(), ProcessName::make());
+        assert_eq!(
+            (a.host.as_str(), a.pid, a.start),
+            (b.host.as_str(), b.pid, b.start)
+        );
+        assert_ne!(a.prefix, b.prefix, "the random part tells them apart");
+    }
 }

@@ -385,7 +385,13 @@ pub fn identify_loaded(
             path.display()
         ));
     }
-    let cache = identity::HashCache::new(identity::user_cache_dir().join("sha256"));
+    let cache = identity::HashCache::for_user();
+    if let Some(why) = cache.refused() {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        if !SAID.swap(true, Ordering::Relaxed) {
+            info!("the hash cache {why}: each start hashes the library (set TUNEDBLAS_CACHE_DIR to a folder of yours)");
+        }
+    }
     match cache.identify(&path) {
         Ok(id) => Ok((path, id)),
         Err(e) => Err(format!(

@@ -91,20 +91,18 @@ impl Config {
         let cfg = Config {
             disabled: sw.disabled,
             profile_dir: absolute(
-                env("TUNEDBLAS_PROFILE_DIR")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(default_profile_dir),
+                settings::path_var("TUNEDBLAS_PROFILE_DIR").unwrap_or_else(default_profile_dir),
             ),
             explicit: env("TUNEDBLAS_PROFILE"),
             allow_mismatch: sw.allow_mismatch,
-            miss_dir: absolute(settings::miss_dir(env)),
-            miss_trust: if env("TUNEDBLAS_MISS_DIR").is_some() {
+            miss_dir: absolute(settings::miss_dir()),
+            miss_trust: if settings::path_var("TUNEDBLAS_MISS_DIR").is_some() {
                 crate::files::Trust::OursOrSticky
             } else {
                 crate::files::Trust::Private
             },
             log_level: sw.log_level,
-            stats_path: env("TUNEDBLAS_STATS").map(PathBuf::from).map(absolute),
+            stats_path: settings::path_var("TUNEDBLAS_STATS").map(absolute),
             near_window: sw.near_window,
             status_thread: sw.status_thread,
         };
@@ -609,7 +607,17 @@ pub fn in_fork_child() -> bool {
 /// Writes a stats file for this process, atomically (temporary + rename), never through a
 /// symlink planted under either name, readable by the user only. `suffix` tells backends
 /// apart; a fork child writes `<path><suffix>.<pid>` and leaves the parent's file alone.
-pub fn write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::io::Result<()> {
+/// A file that cannot be written (a full disk) is said once, and leaves no temporary.
+pub fn write_stats(path: &Path, suffix: &str, json: &serde_json::Value) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if let Err(e) = try_write_stats(path, suffix, json) {
+        if !SAID.swap(true, Ordering::Relaxed) {
+            info!("cannot write the stats file {}: {e}", path.display());
+        }
+    }
+}
+
+fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut name = path.as_os_str().to_owned();

@@ -271,7 +271,7 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
     let mut inputs = opts.inputs.clone();
     // Nothing named: the shapes the interposer recorded, where it records them (as `misses`).
     if inputs.is_empty() && spec_refs.is_empty() && !opts.retune {
-        let dir = tunedblas_core::settings::miss_dir(|n| std::env::var(n).ok());
+        let dir = tunedblas_core::settings::miss_dir();
         if dir.is_dir() {
             if !opts.quiet && !opts.json {
                 println!(

@@ -191,7 +191,7 @@ pub fn kind_of(lib: &Path) -> &'static str {
 }
 
 pub fn which(profile_dir: &Path, lib: &Path) -> Found {
-    let id = HashCache::new(identity::user_cache_dir()).identify(lib);
+    let id = HashCache::for_user().identify(lib);
     let kind = kind_of(lib);
     match id {
         Err(e) => Found {

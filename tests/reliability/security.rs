@@ -290,3 +290,159 @@ fn profiles_are_data_only() {
     assert_eq!(trace(&dir)[0]["solution"], sol.to_string());
     assert!(!marker.exists(), "nothing in a profile is executed");
 }
+
+#[test]
+fn a_planted_hash_cache_folder_entry_or_fifo_is_never_trusted() {
+    // Someone else's cache folder (here: one others can write, as a /tmp/tunedblas-<uid>
+    // made first by another user would be) holding another build's hash: the loaded build is
+    // hashed instead, its own profile served, and the refusal said once.
+    let dir = scratch("rel-planted-cache");
+    let sol = profile_with_hit(&dir, HIT);
+    let cache = dir.join("cache");
+    let sha256 = cache.join("sha256");
+    std::fs::create_dir_all(&sha256).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let lib = std::fs::canonicalize(artifacts().lib4()).unwrap();
+    let meta = std::fs::metadata(&lib).unwrap();
+    let entry = sha256.join(format!(
+        "{:x}-{:x}-{:x}-{}.{}",
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ));
+    std::fs::write(&entry, "0".repeat(64)).unwrap();
+    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        results(&out),
+        expected("rel-planted-cache", &[HIT], &[(HIT, sol)])
+    );
+    assert!(stderr.contains("auto-selected"), "{stderr}");
+    assert_eq!(
+        stderr.matches("can be written by other users").count(),
+        1,
+        "{stderr}"
+    );
+    // In a folder of the user's own, a FIFO (a read would wait forever) or a link to
+    // /dev/zero (a read would never end) in place of the entry: hashed, not read.
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for plant in ["fifo", "zero"] {
+        let _ = std::fs::remove_file(&entry);
+        if plant == "fifo" {
+            let c = std::ffi::CString::new(entry.to_str().unwrap()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &entry).unwrap();
+        }
+        let out = run_guarded_for(
+            fault_cmd(&dir, true, &[HIT]),
+            std::time::Duration::from_secs(30),
+        );
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{plant}: {stderr}");
+        assert_eq!(
+            results(&out),
+            expected("rel-planted-cache", &[HIT], &[(HIT, sol)]),
+            "{plant}"
+        );
+    }
+}
+
+#[test]
+fn a_full_disk_is_said_for_the_stats_and_leaves_no_cache_temporary() {
+    let dir = scratch("rel-full-disk");
+    profile_with_hit(&dir, HIT);
+    let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
+    cmd.env("TUNEDBLAS_STATS", dir.join("stats.json"));
+    with_file_size_limit(&mut cmd, 10);
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("cannot write the stats file").count(),
+        1,
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.join("cache/sha256"))
+        .map(|rd| rd.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "nothing half-written in the cache: {left:?}"
+    );
+    assert!(!dir.join("stats.json").exists());
+}
+
+#[test]
+fn a_home_that_does_not_exist_is_never_made() {
+    // A service user with HOME=/nonexistent (root, as here, may create anything): the cache
+    // and the miss folder go to the user's runtime folder instead.
+    let dir = scratch("rel-no-home");
+    profile_with_hit(&dir, HIT);
+    let home = dir.join("nonexistent");
+    let runtime = dir.join("run");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut cmd = fault_cmd(&dir, true, &[MISS]);
+    cmd.env_remove("TUNEDBLAS_CACHE_DIR")
+        .env_remove("TUNEDBLAS_MISS_DIR")
+        .env_remove("XDG_CACHE_HOME")
+        .env("HOME", &home)
+        .env("XDG_RUNTIME_DIR", &runtime);
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!home.exists(), "HOME was created");
+    assert!(runtime.join("tunedblas/misses").is_dir());
+    assert!(runtime.join("tunedblas/sha256").is_dir());
+}
+
+#[test]
+fn path_settings_that_are_not_utf8_are_used_as_they_are() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch("rel-non-utf8");
+    profile_with_hit(&dir, HIT);
+    let misses = dir.join(std::ffi::OsStr::from_bytes(b"miss\xff\xfe"));
+    let stats = dir.join(std::ffi::OsStr::from_bytes(b"stats\xff.json"));
+    let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
+    cmd.env("TUNEDBLAS_MISS_DIR", &misses)
+        .env("TUNEDBLAS_STATS", &stats);
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(misses.is_dir(), "the miss folder named");
+    assert!(stats.is_file(), "the stats file named");
+    assert!(!dir.join("misses").exists(), "not the default");
+}
+
+#[test]
+fn a_long_miss_folder_path_is_written_to() {
+    // 1,030 bytes and more: legal (PATH_MAX is 4,096), and the shapes land there (before,
+    // names were built in a 1 KiB buffer and nothing was ever written).
+    let dir = scratch("rel-long-miss-dir");
+    profile_with_hit(&dir, HIT);
+    let mut misses = dir.clone();
+    while misses.as_os_str().len() < 1100 {
+        misses = misses.join("a_rather_long_folder_name_0123456789");
+    }
+    let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
+    cmd.env("TUNEDBLAS_MISS_DIR", &misses);
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("cannot write"), "{stderr}");
+    let names: Vec<String> = std::fs::read_dir(&misses)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with("-rank0.csv")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with("-rank0.counts.csv")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.ends_with(".status.json")),
+        "{names:?}"
+    );
+}

@@ -226,7 +226,7 @@ impl LtRuntime {
             } else {
                 String::new()
             };
-            let _ = self.write_stats(path, &suffix);
+            self.write_stats(path, &suffix);
         }
         if pass == Pass::Late {
             return;
@@ -246,7 +246,7 @@ impl LtRuntime {
         );
     }
 
-    fn write_stats(&self, path: &std::path::Path, suffix: &str) -> std::io::Result<()> {
+    fn write_stats(&self, path: &std::path::Path, suffix: &str) {
         let mut tables: Vec<&Arc<LtTable>> = Vec::new();
         for t in self.loaded.tables.iter().flatten() {
             if !tables.iter().any(|s| Arc::ptr_eq(s, t)) {

@@ -396,7 +396,7 @@ fn finish(pass: Pass) {
     let Some(rt) = RUNTIME.peek() else { return };
     rt.misses.flush(lifecycle::EXIT_WAIT);
     if let Some(path) = &rt.stats_path {
-        let _ = write_stats(rt, path);
+        write_stats(rt, path);
     }
     if pass == Pass::Late {
         return;
@@ -455,7 +455,7 @@ unsafe fn after_fork() {
 
 /// `TUNEDBLAS_STATS=<file>`: machine-readable counters and the rows never hit, for
 /// `tunedblas verify`.
-fn write_stats(rt: &Runtime, path: &Path) -> std::io::Result<()> {
+fn write_stats(rt: &Runtime, path: &Path) {
     let mut rows = 0;
     let mut unhit = Vec::new();
     for t in rt.all_tables() {

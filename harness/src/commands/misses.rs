@@ -77,9 +77,7 @@ fn parse(args: &[String]) -> Result<Options> {
     };
     let mut inputs: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
     if inputs.is_empty() {
-        inputs.push(tunedblas_core::settings::miss_dir(|n| {
-            std::env::var(n).ok()
-        }));
+        inputs.push(tunedblas_core::settings::miss_dir());
     }
     let served_by = match (a.has("--lib"), a.has("--profile")) {
         (false, false) => None,
