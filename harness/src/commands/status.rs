@@ -244,7 +244,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .positional
         .first()
         .map(PathBuf::from)
-        .unwrap_or_else(|| tunedblas_core::settings::miss_dir());
+        .unwrap_or_else(tunedblas_core::settings::miss_dir);
     let procs = read_dir(&dir)?;
     let pruned = if a.has("--prune") {
         Some(prune(&procs)?)
