@@ -92,6 +92,7 @@ pub fn aside() -> bool {
 #[cold]
 #[inline(never)]
 fn decide() -> bool {
+    let _errno = crate::lifecycle::KeepErrno::new();
     // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the global scope.
     let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, MARKER.as_ptr()) };
     let aside = !first.is_null() && !is_ours(first);

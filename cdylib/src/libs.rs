@@ -202,6 +202,7 @@ impl<H: Scoped> Registry<H> {
             // SAFETY: as below.
             return Some(unsafe { std::mem::transmute::<*mut c_void, CreateFn>(f)(out) });
         }
+        let errno = crate::lifecycle::KeepErrno::new();
         let caller = build_of_caller(ret, self.backend.create);
         let index = match &caller {
             Some((build, _)) => self.note_build(build),
@@ -225,9 +226,12 @@ impl<H: Scoped> Registry<H> {
                 f
             }
         };
+        drop(errno);
         // SAFETY: both create functions have this C signature (rocblas.h, cublasLt.h);
         // `out` is the caller's own out-pointer.
         let status = unsafe { std::mem::transmute::<*mut c_void, CreateFn>(f)(out) };
+        // What the real create left in errno is what the caller sees, not our device query.
+        let _errno = crate::lifecycle::KeepErrno::new();
         if status == 0 && !out.is_null() {
             // SAFETY: the real function wrote the handle when it succeeded.
             let h = unsafe { *out };

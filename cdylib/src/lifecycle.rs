@@ -215,6 +215,7 @@ impl<T: 'static> Lazy<T> {
 
     #[cold]
     fn slow_get(&'static self, init: fn() -> Option<T>) -> Option<&'static T> {
+        let _errno = KeepErrno::new();
         let me = self as *const Self as usize;
         loop {
             match self.state.load(Ordering::Acquire) {
@@ -408,6 +409,28 @@ impl<T> Drop for ExitGuard<'_, T> {
     }
 }
 
+/// The caller's `errno`, put back when dropped. Every slow path of ours that makes system
+/// calls (start-up, a first sight, the status tick, a symbol lookup, a log line) runs
+/// under one: a host that reads `errno` after a call that succeeded (or checks it around
+/// our calls, as the footprint suite does) finds what it left there.
+pub struct KeepErrno(c_int);
+
+impl KeepErrno {
+    #[inline]
+    pub fn new() -> KeepErrno {
+        // SAFETY: errno is this thread's.
+        KeepErrno(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for KeepErrno {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
 extern "C" {
     fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
 }
@@ -499,6 +522,10 @@ fn started() {
     extern "C" {
         fn at_quick_exit(f: extern "C" fn()) -> c_int;
     }
+    // The exec family's real functions, found now: an exec from a signal handler then
+    // looks nothing up (a symbol search is deep in stack and takes the loader's lock).
+    let p = &crate::real::PROCESS;
+    let _ = (p.execve(), p.execv(), p.execvp(), p.execvpe(), p.fexecve());
     // SAFETY: registering plain extern "C" functions with libc.
     unsafe {
         libc::atexit(at_exit);

@@ -64,7 +64,11 @@ fn stderr_is_the_hosts() -> bool {
 /// Writes one line if `level` is enabled and the budget is not spent, formatted on the
 /// stack (a longer line is cut short).
 pub fn line_args(level: u8, args: std::fmt::Arguments) {
-    if !enabled(level) || !stderr_is_the_hosts() {
+    if !enabled(level) {
+        return;
+    }
+    let _errno = crate::lifecycle::KeepErrno::new();
+    if !stderr_is_the_hosts() {
         return;
     }
     let n = WRITTEN.fetch_add(1, Ordering::Relaxed);
@@ -84,8 +88,34 @@ pub fn line_args(level: u8, args: std::fmt::Arguments) {
     }
     out.len = out.len.min(out.buf.len() - 1);
     out.buf[out.len] = b'\n';
-    // SAFETY: writing a valid buffer to fd 2; a failed write is ignored on purpose.
-    unsafe { libc::write(2, out.buf.as_ptr().cast(), out.len + 1) };
+    write_stderr(&out.buf[..out.len + 1]);
+}
+
+/// Writes one line to descriptor 2 without letting a pipe nobody reads kill the host: the
+/// host never wrote there itself, so the SIGPIPE would be ours. SIGPIPE is blocked in this
+/// thread for the write, and one it raised is taken back (unless one was pending already,
+/// the host's own). Only async-signal-safe calls; a failed write is ignored on purpose.
+fn write_stderr(bytes: &[u8]) {
+    // SAFETY: signal-set calls on sets of ours; the write is from a live buffer.
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+        libc::sigpending(&mut pending);
+        let already = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+        let n = libc::write(2, bytes.as_ptr().cast(), bytes.len());
+        if n < 0 && *libc::__errno_location() == libc::EPIPE && !already {
+            let now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::sigtimedwait(&pipe, std::ptr::null_mut(), &now);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
 }
 
 /// A line being formatted: whatever does not fit is dropped.

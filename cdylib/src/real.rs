@@ -65,6 +65,7 @@ impl Hook {
     #[cold]
     #[inline(never)]
     fn resolve_in(&self, scope: &Scope) -> Option<*mut c_void> {
+        let _errno = crate::lifecycle::KeepErrno::new();
         let failed = self.failed_at.load(Ordering::Relaxed);
         let now = crate::lifecycle::monotonic_ns();
         if failed != 0 && now.saturating_sub(failed) < RETRY_NS {

@@ -145,6 +145,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
     #[cold]
     #[inline(never)]
     fn slow(&self, device: i32, key: &K, sight: Sight, noted: Option<(usize, u64)>) {
+        let _errno = lifecycle::KeepErrno::new();
         if IN_SLOW.with(|f| f.replace(true)) {
             // Re-entered from a signal handler: the shape is in the set; its line is
             // formatted by the next slow path that may allocate.
@@ -238,6 +239,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         if self.set.is_empty() {
             return;
         }
+        let _errno = lifecycle::KeepErrno::new();
         let _no_cancel = NoCancel::new();
         if !IN_SLOW.with(|f| f.get()) {
             if let Some(mut log) = self.log.lock_within(wait) {

@@ -118,6 +118,7 @@ pub fn tick() {
     {
         return;
     }
+    let _errno = lifecycle::KeepErrno::new();
     let _ = std::panic::catch_unwind(refresh);
 }
 
@@ -196,6 +197,7 @@ fn spawn_writer() {
 
 /// At a way out of the process: the final files (the Prometheus one removed).
 pub fn finish() {
+    let _errno = lifecycle::KeepErrno::new();
     FINAL.store(true, Ordering::Release);
     write(true, lifecycle::EXIT_WAIT);
 }

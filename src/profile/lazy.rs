@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::files::{check_regular, same_file, unreadable, ReadError, MAX_RESULTS_FILE_BYTES};
-use super::{contradiction, load_rank, nonpositive_problem, rank_files};
+use super::{contradiction, load_rank, nonpositive_problem, rank_files, ChosenEntry};
 use crate::table::Table;
 
 /// A rank slot's state (low 3 bits of [`RankSlot::state`]; the rest is the id of the
@@ -120,6 +120,9 @@ pub struct LazyTables {
     slots: Box<[Option<RankSlot>]>,
     /// The loaded rocBLAS's version string, to check each rank's `ROCBLAS_VERSION`.
     rocblas_version: Option<String>,
+    /// The registry entry the profile was chosen by, checked before each rank file is read
+    /// ([`LazyTables::guarded`]).
+    chosen: Option<ChosenEntry>,
 }
 
 /// No rank files at all: every device gets [`RankTable::None`] (what a process without a
@@ -129,6 +132,7 @@ impl Default for LazyTables {
         LazyTables {
             slots: Box::new([]),
             rocblas_version: None,
+            chosen: None,
         }
     }
 }
@@ -149,6 +153,20 @@ impl LazyTables {
     /// known at start-up. `rocblas_version` (the loaded library's version string) is
     /// checked against each rank's `ROCBLAS_VERSION` validator as it loads.
     pub fn open(dir: &Path, device: i32, rocblas_version: Option<&str>) -> (LazyTables, LazyStart) {
+        LazyTables::guarded(dir, device, rocblas_version, None)
+    }
+
+    /// [`LazyTables::open`] for a profile the registry chose: before each rank file is read
+    /// (at start-up or at its device's first call), `chosen` checks that the registry still
+    /// names the same folder for the same build and that the file lies in it; a rank that
+    /// fails serves nothing (its device falls back to rank 0's rows, read and checked
+    /// before).
+    pub fn guarded(
+        dir: &Path,
+        device: i32,
+        rocblas_version: Option<&str>,
+        chosen: Option<ChosenEntry>,
+    ) -> (LazyTables, LazyStart) {
         let mut start = LazyStart::default();
         let files = match rank_files(dir) {
             Ok(f) => f,
@@ -183,6 +201,7 @@ impl LazyTables {
         let tables = LazyTables {
             slots: slots.into_boxed_slice(),
             rocblas_version: rocblas_version.map(str::to_owned),
+            chosen,
         };
         let mut record = |r: &RankReport| {
             start.problems.extend(r.problems.iter().cloned());
@@ -246,6 +265,20 @@ impl LazyTables {
     #[cold]
     #[inline(never)]
     fn table_for_slow(&self, device: i32, mut on_load: impl FnMut(&RankReport)) -> RankTable<'_> {
+        // Reading a rank file makes system calls: the caller's errno is put back after.
+        // SAFETY: errno is this thread's.
+        let errno = unsafe { *libc::__errno_location() };
+        let got = self.table_for_loading(device, &mut on_load);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        got
+    }
+
+    fn table_for_loading(
+        &self,
+        device: i32,
+        mut on_load: impl FnMut(&RankReport),
+    ) -> RankTable<'_> {
         if let Some(own) = self.own_slot(device) {
             match self.ensure(own, &mut on_load) {
                 Outcome::Ready(t) => return RankTable::Ready(t),
@@ -382,6 +415,13 @@ impl LazyTables {
                 .filter(|s| s.rank != slot.rank && s.parsed.load(Ordering::Acquire))
                 .filter_map(|s| Some((s, s.table.get()?)))
         };
+        if let Some(why) = self
+            .chosen
+            .as_ref()
+            .and_then(|c| c.still_serves(&slot.path).err())
+        {
+            return (None, self.report(slot, 0, false, vec![why]));
+        }
         if let Some((_, t)) = loaded().find(|(s, _)| same_file(&s.path, &slot.path)) {
             let rows = t.len() + t.wildcards().len();
             return (

@@ -50,6 +50,75 @@ pub enum Selection {
     None { why: String },
 }
 
+/// A profile as the registry named it when it was chosen: a rank file read later (its
+/// device's first call) is served only while the registry still names the same folder for
+/// the same build, and only from inside that folder. A store changed meanwhile (another
+/// build's sha256, a rank file made a link to another build's) never serves another
+/// build's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChosenEntry {
+    registry: PathBuf,
+    name: String,
+    dir: String,
+    lib_sha256: String,
+    /// The profile folder with every link resolved, as it was when chosen.
+    canonical: PathBuf,
+}
+
+impl ChosenEntry {
+    /// The entry `name` of `profile_dir`'s registry as it stands now.
+    pub fn read(profile_dir: &Path, name: &str) -> Option<ChosenEntry> {
+        let registry = profile_dir.join(REGISTRY_FILE);
+        let entry = Registry::load(&registry).ok()?.get(name)?.clone();
+        let canonical = std::fs::canonicalize(profile_dir.join(&entry.dir)).ok()?;
+        Some(ChosenEntry {
+            registry,
+            name: name.to_owned(),
+            dir: entry.dir,
+            lib_sha256: entry.lib_sha256,
+            canonical,
+        })
+    }
+
+    /// Whether `rank_file` may still be served: the registry's entry unchanged, the file
+    /// inside the folder chosen. `Err` is the sentence saying why not.
+    pub fn still_serves(&self, rank_file: &Path) -> Result<(), String> {
+        let now = Registry::load(&self.registry)
+            .ok()
+            .and_then(|r| r.get(&self.name).cloned());
+        let changed = match &now {
+            None => Some(format!("{} no longer names profile {}", self.registry.display(), self.name)),
+            Some(e) if e.dir != self.dir || e.lib_sha256 != self.lib_sha256 => Some(format!(
+                "{} now names profile {} as folder {:?} for build {} (it was {:?} for build {} when chosen)",
+                self.registry.display(),
+                self.name,
+                e.dir,
+                short(&e.lib_sha256),
+                self.dir,
+                short(&self.lib_sha256)
+            )),
+            Some(_) => None,
+        };
+        if let Some(why) = changed {
+            return Err(format!(
+                "{}: not read: {why}; restart the process to serve the store as it is now",
+                rank_file.display()
+            ));
+        }
+        let file = std::fs::canonicalize(rank_file)
+            .map_err(|e| format!("{}: {e}", rank_file.display()))?;
+        if file.parent() != Some(self.canonical.as_path()) {
+            return Err(format!(
+                "{}: not read: it leads to {}, outside the profile folder chosen ({})",
+                rank_file.display(),
+                file.display(),
+                self.canonical.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
 }

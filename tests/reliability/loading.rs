@@ -755,6 +755,53 @@ fn the_other_rank_is_served_when_a_call_comes_from_its_device() {
 }
 
 /// A rank file of `rows` distinct rows, large enough that reading it takes a while.
+#[test]
+fn a_rank_read_after_the_store_changed_never_serves_another_builds_row() {
+    // Chosen on device 0; then profiles.json names another build for the profile and rank 1
+    // becomes a link to another build's file. Device 1's first call must not serve that
+    // file's row: its rank is refused and the device gets rank 0's rows, checked at start.
+    let dir = scratch("rel-lazy-changed");
+    let (r0, r1) = two_rank_profile(&dir);
+    let profiles = dir.join("profiles");
+    let folder = profiles.join("ref-v4");
+    let chosen = tunedblas_core::profile::ChosenEntry::read(&profiles, "ref-v4").expect("chosen");
+    let (lazy, start) = LazyTables::guarded(&folder, 0, None, Some(chosen.clone()));
+    assert!(start.problems.is_empty(), "{:?}", start.problems);
+    assert_eq!(action(lazy.table_for(0)), Some(Action::Solution(r0)));
+    let registry = profiles.join("profiles.json");
+    let before = std::fs::read_to_string(&registry).unwrap();
+    let other = before.replace(&sha4(), &"e".repeat(64));
+    assert_ne!(other, before);
+    std::fs::write(&registry, other).unwrap();
+    let elsewhere = dir.join("other-build");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::rename(rank_file(&dir, 1), elsewhere.join("tunableop_results1.csv")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("tunableop_results1.csv"), rank_file(&dir, 1))
+        .unwrap();
+    let mut said = Vec::new();
+    let got = lazy.table_for_with(1, |r| said.extend(r.problems.clone()));
+    assert_eq!(
+        action(got),
+        Some(Action::Solution(r0)),
+        "rank 0's row, not {r1}'s"
+    );
+    assert!(
+        said.iter().any(|l| l.contains("restart the process")),
+        "{said:?}"
+    );
+    // The registry as it was, the link still there: the file lies outside the folder.
+    std::fs::write(&registry, &before).unwrap();
+    let (lazy, _) = LazyTables::guarded(&folder, 0, None, Some(chosen));
+    let mut said = Vec::new();
+    let got = lazy.table_for_with(1, |r| said.extend(r.problems.clone()));
+    assert_eq!(action(got), Some(Action::Solution(r0)));
+    assert!(
+        said.iter()
+            .any(|l| l.contains("outside the profile folder")),
+        "{said:?}"
+    );
+}
+
 fn big_rank(path: &Path, rows: usize) {
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());

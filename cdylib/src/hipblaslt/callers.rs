@@ -82,6 +82,7 @@ impl Callers {
     #[cold]
     #[inline(never)]
     fn resolve(&self, i: usize, r: usize, ret: *const c_void, usual: &Hook) -> Option<*mut c_void> {
+        let _errno = crate::lifecycle::KeepErrno::new();
         // (A copy that stands aside takes the first copy's export, as its hooks do.)
         let own = (!crate::copies::aside())
             .then(|| crate::libs::caller_scope(ret))

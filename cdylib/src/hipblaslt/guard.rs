@@ -96,10 +96,35 @@ fn open() -> Result<[*mut c_void; 3], String> {
     }
     let _no_cancel = crate::lifecycle::NoCancel::new();
     // SAFETY: a NUL-terminated name; MFD_CLOEXEC keeps it out of exec'd children.
-    let fd =
+    let made =
         unsafe { libc::memfd_create(c"tunedblas-hipblaslt-guard".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
+    if made < 0 {
         return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    // The loader knows the guard by the name it was opened by, `/proc/self/fd/<fd>`, after
+    // the descriptor is closed (no descriptor of ours stays open: a daemon that closes them
+    // all, or counts them, sees none). So the number is taken from the top of the range the
+    // host may use, where a host loading a plugin of its own through that same name (a
+    // memfd at that very number) would have to be.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: an out-pointer to an rlimit.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    let top = lim.rlim_cur.clamp(4, 1 << 20) as libc::c_int;
+    let mut fd = made;
+    for floor in [top - 1, top / 2, 3] {
+        // SAFETY: duplicating our own descriptor.
+        let high = unsafe { libc::fcntl(made, libc::F_DUPFD_CLOEXEC, floor) };
+        if high >= 0 {
+            fd = high;
+            break;
+        }
+    }
+    if fd != made {
+        // SAFETY: our own descriptor; the copy stays.
+        unsafe { libc::close(made) };
     }
     let result = (|| {
         let mut rest = GUARD;
@@ -142,12 +167,8 @@ fn open() -> Result<[*mut c_void; 3], String> {
             sym(c"tunedblas_guard_is_supported")?,
         ])
     })();
-    if result.is_err() {
-        // SAFETY: our own descriptor, never loaded.
-        unsafe { libc::close(fd) };
-    }
-    // Loaded: the descriptor stays open for the process (close-on-exec), so the name the
-    // loader knows the guard by, `/proc/self/fd/<fd>`, never names a file the host opens
-    // later (a host loading its own plugin through that name would get the guard).
+    // Mapped or not, the descriptor goes: the mapping keeps the guard's pages.
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
     result
 }

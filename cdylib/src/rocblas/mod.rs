@@ -350,7 +350,9 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
             let selected = start_time.elapsed();
             let device = current_device();
             let version = real::version_string();
-            let (tables, start) = LazyTables::open(&dir, device, version.as_deref());
+            // Rank files read later are checked against the registry entry chosen now.
+            let chosen = profile::ChosenEntry::read(&cfg.profile_dir, &name);
+            let (tables, start) = LazyTables::guarded(&dir, device, version.as_deref(), chosen);
             let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
             debug!(
                 "start-up times: identify {:.3} ms ({}), select {:.3} ms, load {:.3} ms ({} rank files)",

@@ -160,6 +160,7 @@ impl Near {
         miss_slot: Option<usize>,
     ) -> Option<NearPlan> {
         let table = table?;
+        let _errno = crate::lifecycle::KeepErrno::new();
         let note = |slot: usize, v: Verdict| {
             if let (Some(m), Some(n)) = (miss_slot, note_of(slot, v)) {
                 misses.note_if_unset(m, n);
