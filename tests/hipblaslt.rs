@@ -248,6 +248,28 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_once_and_for_all(
     assert!(miss_lines(&dir).is_empty());
 }
 
+/// A long-running host that makes, uses and destroys its descriptor and layouts around
+/// every call, as PyTorch does, at addresses that change from call to call (the stand-in
+/// never hands an address out twice): every call is served, long past the number of
+/// objects the interposer keeps alive at once, and no table is said to be full.
+#[test]
+fn a_long_running_host_with_ever_new_objects_is_served_on_every_call() {
+    let dir = scratch("hiplt-churn");
+    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let mut cmd = host_cmd(&dir, true, &["@repeat:30000:64,8,64"]);
+    cmd.env("FAKEHIPLT_KEEP_DESTROYED", "1")
+        .env_remove("FAKEHIPLT_TRACE");
+    let out = common::faults::run_guarded(cmd);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("repeat-failed=0"), "{stdout}");
+    let s = stats(&dir);
+    assert_eq!(s["calls"], 30000, "{s}");
+    assert_eq!(s["served"], 30000, "{s}");
+    assert_eq!(s["passed_through"], 0, "{s}");
+    assert!(!stderr.contains("alive"), "{stderr}");
+}
+
 /// A tuned algorithm runs only where it can: enough workspace (index 500 needs 4096
 /// bytes in the stand-in) and 16-byte aligned pointers; other calls keep the caller's
 /// algorithm, and the row stays in service.

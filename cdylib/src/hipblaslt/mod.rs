@@ -102,13 +102,12 @@ fn finish(pass: Pass) {
     );
 }
 
-/// In a fork child: the child's handles, objects and misses are its own.
+/// In a fork child: the child's handles and misses are its own. (Its descriptors and
+/// layouts are the parent's, copied: `objects` keeps them as they are.)
 unsafe fn after_fork() {
     // SAFETY: the lifecycle calls this from the fork child handler only.
     unsafe {
         HIPBLASLT.after_fork();
         STATE.after_fork();
     }
-    objects::DESCS.forget_all_in_child();
-    objects::LAYOUTS.forget_all_in_child();
 }
