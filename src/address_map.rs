@@ -107,9 +107,11 @@ impl<const N: usize> Slot<N> {
         }
     }
 
-    /// The words, if the slot holds `addr` whole and trusted.
-    #[inline]
-    fn read(&self, addr: usize) -> Option<[u64; N]> {
+    /// The words, if the slot holds `addr` whole and trusted, after a writer that was
+    /// inside leaves (bounded: then unknown).
+    #[cold]
+    #[inline(never)]
+    fn read_retrying(&self, addr: usize) -> Option<[u64; N]> {
         for _ in 0..SPINS {
             let before = self.state.load(Ordering::Acquire);
             if before & POISON != 0 {
@@ -202,12 +204,44 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
 
     /// The words of the object at `addr`, if the map knows it (and no writer is changing
     /// them for long, and they are not poisoned).
+    ///
+    /// Each slot's state is read before its key, so the key and words read after it are
+    /// one write's when the state has not moved at the end; and a never-used key seen with
+    /// no writer inside ends the probe (a writer claiming it may have sent a later insert
+    /// past it). No writer is ever inside a slot a call reads unless the caller races
+    /// itself: the retries are out of line.
     #[inline]
     pub fn get(&self, addr: usize) -> Option<[u64; N]> {
         if addr == 0 || addr == TOMB {
             return None;
         }
-        self.find(addr)?.read(addr)
+        for i in Self::path(addr) {
+            let s = self.slot(i);
+            let before = s.state.load(Ordering::Acquire);
+            let k = s.key.load(Ordering::Relaxed);
+            if k == addr {
+                if before & (WRITING | POISON) == 0 {
+                    let words = std::array::from_fn(|i| s.words[i].load(Ordering::Relaxed));
+                    fence(Ordering::Acquire);
+                    if s.state.load(Ordering::Relaxed) == before {
+                        return Some(words);
+                    }
+                }
+                return self.get_retrying(addr);
+            }
+            if k == 0 && before & WRITING == 0 {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// [`AddressMap::get`] when a writer was inside the object's slot: found again, then
+    /// read with bounded retries.
+    #[cold]
+    #[inline(never)]
+    fn get_retrying(&self, addr: usize) -> Option<[u64; N]> {
+        self.find(addr)?.read_retrying(addr)
     }
 
     /// An object was made at `addr` with these words: kept in the first free slot of its
@@ -465,8 +499,8 @@ mod tests {
         m.remove(a);
         assert!(m.insert(b, [2, 2, 2]));
         assert!(std::ptr::eq(m.find(b).unwrap(), found), "b took a's slot");
-        assert_eq!(found.read(a), None);
-        assert_eq!(found.read(b), Some([2, 2, 2]));
+        assert_eq!(found.read_retrying(a), None);
+        assert_eq!(found.read_retrying(b), Some([2, 2, 2]));
     }
 
     /// Threads making, changing and destroying objects at addresses whose probes all

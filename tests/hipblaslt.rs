@@ -593,6 +593,28 @@ fn many_call_sites_of_two_builds_at_once_each_get_their_own_build() {
     );
 }
 
+/// Handles made and destroyed at changing addresses by two builds' modules at once, many
+/// more than the interposer keeps alive: each build's last handle is still known as its
+/// own, so its call goes to its own build (a handle map that kept destroyed handles' slots
+/// filled up, and a second build's handle then went to the first build, which refused its
+/// objects).
+#[test]
+fn handles_made_and_destroyed_at_changing_addresses_keep_their_build() {
+    let dir = scratch("hiplt-handles");
+    let module2 = hiplt().module2.display().to_string();
+    let mut cmd = host_cmd(
+        &dir,
+        true,
+        &[&format!("@module:{module2}"), "@each:hiplt_handles:1:6000"],
+    );
+    cmd.env("FAKEHIPLT_KEEP_DESTROYED", "1");
+    let out = common::faults::run_guarded(cmd);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("each-sum=0"), "{stdout}{stderr}");
+    assert!(!stderr.contains("alive"), "{stderr}");
+}
+
 /// The exception guard is loaded from a memfd as `/proc/self/fd/<n>`; that name must never
 /// come to mean a file the host opens later (a host loading its own plugin from a memfd
 /// got the guard instead).
