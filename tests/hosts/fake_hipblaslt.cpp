@@ -48,7 +48,10 @@
  * hands out ever new addresses, and a use after destroy (a caller's race) fails cleanly.
  * FAKEHIPLT_FAIL_ONCE=call|check: the first hipblasLtMatmul given an algorithm other than the
  * heuristic's (call), or the first matmulIsAlgoSupported (check), fails with INVALID_VALUE,
- * as one whose descriptor another thread destroys meanwhile does; later ones are as usual. */
+ * as one whose descriptor another thread destroys meanwhile does; later ones are as usual.
+ * FAKEHIPLT_FAIL_BOTH=N: the first N hipblasLtMatmul calls given an algorithm other than the
+ * heuristic's fail with INVALID_VALUE, and so does the call right after each (the caller's
+ * own algorithm, with the same destroyed descriptor). */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -162,6 +165,20 @@ static bool fail_once(const char *what) {
     const char *v = getenv("FAKEHIPLT_FAIL_ONCE");
     if (!v || strcmp(v, what) != 0) return false;
     return !(strcmp(what, "call") == 0 ? call_done : check_done).exchange(true);
+}
+/* FAKEHIPLT_FAIL_BOTH: whether this matmul (tuned: given another algorithm than the
+ * heuristic's) fails. */
+static bool fail_both(bool tuned) {
+    static std::atomic<int> failed_tuned{0};
+    static std::atomic<bool> next_fails{false};
+    const char *v = getenv("FAKEHIPLT_FAIL_BOTH");
+    if (!v) return false;
+    if (next_fails.exchange(false)) return true;
+    if (tuned && failed_tuned.fetch_add(1) < atoi(v)) {
+        next_fails = true;
+        return true;
+    }
+    return false;
 }
 static const int HEURISTIC_INDEX = 6;
 
@@ -481,6 +498,8 @@ hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const 
     else if (index == 998)
         st = HIPBLAS_STATUS_EXECUTION_FAILED;
     else if (index != HEURISTIC_INDEX && fail_once("call"))
+        st = HIPBLAS_STATUS_INVALID_VALUE;
+    else if (fail_both(index != HEURISTIC_INDEX))
         st = HIPBLAS_STATUS_INVALID_VALUE;
     if (st == HIPBLAS_STATUS_SUCCESS && stream) {
         /* A checked call on a capturing stream runs when the graph is launched. */
