@@ -1,6 +1,7 @@
 //! tunedblas core: everything that can be pure Rust, unit-tested without a GPU.
 //!
 //! - [`abi`]: the rocBLAS ABI (enums, C signatures) shared by every crate.
+//! - [`address_map`]: live library objects and handles by address (slots freed on destroy).
 //! - [`key`]: the problem key that identifies one GEMM problem.
 //! - [`tunableop`]: PyTorch TunableOp results files (read, write, our extension rows).
 //! - [`rocblas`]: rocBLAS call arguments -> problem keys.
@@ -19,6 +20,7 @@
 //! - [`version`]: rocBLAS version strings (`2.47.0.`, `5.6.0.8d1ae90e`) and what they imply.
 
 pub mod abi;
+pub mod address_map;
 pub mod claim_map;
 pub mod coverage;
 pub mod cublaslt;

@@ -25,9 +25,10 @@
 
 use std::ffi::{c_void, CStr, CString};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 
+use tunedblas_core::address_map::AddressMap;
 use tunedblas_core::identity;
 
 use crate::lifecycle::ExitLock;
@@ -50,10 +51,57 @@ struct Builds {
 /// Other builds' hook tables; a handle's map entry names one by index + 2.
 const OTHERS: usize = 8;
 
-/// Handles: (handle, build << 32 | device + 1), open addressing; 0 = empty. `build` is 0
-/// when unknown, 1 for the served build, 2.. for the others (`others[build - 2]`). A
-/// destroyed handle's slot keeps its key with meta 0, so probes go on past it.
+/// Handles alive at once that are kept.
 const SLOTS: usize = 4096;
+
+/// One backend's handles: handle -> `build << 32 | device + 1` (`build` 0 when unknown, 1
+/// for the served build, 2.. for the others, `others[build - 2]`), in a lock-free address
+/// map (`tunedblas_core::address_map`). A destroyed handle's slot is freed for the next
+/// one, so a process that makes and destroys handles at changing addresses never fills it.
+/// Its writers are out of line (they run at a handle's create and destroy only).
+struct Handles {
+    map: AddressMap<1, SLOTS>,
+    /// Set once any handle is in the map (then device lookups are worth a probe).
+    any: AtomicBool,
+    /// The line for a handle that could not be kept was said.
+    full_said: AtomicBool,
+}
+
+impl Handles {
+    const fn new() -> Handles {
+        Handles {
+            map: AddressMap::new(),
+            any: AtomicBool::new(false),
+            full_said: AtomicBool::new(false),
+        }
+    }
+
+    /// The handle's `build << 32 | device + 1`, if it was made through us and is alive.
+    #[inline(always)]
+    fn meta(&self, h: usize) -> Option<u64> {
+        self.map.get(h).map(|[m]| m)
+    }
+
+    #[inline(never)]
+    fn remember(&self, what: &str, h: usize, build: usize, device: i32) {
+        let meta = ((build as u64) << 32) | u64::from((device as u32).wrapping_add(1));
+        if self.map.insert(h, [meta]) {
+            self.any.store(true, Ordering::Release);
+        } else if !self.full_said.swap(true, Ordering::Relaxed) {
+            // Full around its home: the handle is served as the first build's, on the
+            // thread's current device (as before this map existed).
+            info!(
+                "{what}: {} handles are alive at once, as many as the interposer keeps around a new one's address (it keeps up to {SLOTS}); calls on one it could not keep go to the first build, on the calling thread's device, and handles made once others are destroyed are kept again",
+                self.map.live()
+            );
+        }
+    }
+
+    #[inline(never)]
+    fn forget(&self, h: usize) {
+        self.map.remove(h);
+    }
+}
 
 /// What a backend's registry needs to know of it.
 pub struct Backend<H: 'static> {
@@ -81,14 +129,7 @@ pub struct Registry<H: 'static> {
     /// Set once a handle of another build is about to be made: calls then look their
     /// handle up.
     multi: AtomicBool,
-    keys: [AtomicUsize; SLOTS],
-    meta: [AtomicU64; SLOTS],
-    /// Set once any handle is in the map (then device lookups are worth a probe).
-    any_handle: AtomicBool,
-}
-
-fn home(h: usize) -> usize {
-    ((h >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) & (SLOTS - 1)
+    handles: Handles,
 }
 
 impl<H: Scoped> Registry<H> {
@@ -101,50 +142,16 @@ impl<H: Scoped> Registry<H> {
             }),
             others: [const { AtomicPtr::new(std::ptr::null_mut()) }; OTHERS],
             multi: AtomicBool::new(false),
-            keys: [const { AtomicUsize::new(0) }; SLOTS],
-            meta: [const { AtomicU64::new(0) }; SLOTS],
-            any_handle: AtomicBool::new(false),
+            handles: Handles::new(),
         }
-    }
-
-    /// The slot of `h`, if the map holds it.
-    fn find(&self, h: usize) -> Option<usize> {
-        let mut i = home(h);
-        for _ in 0..64 {
-            match self.keys[i].load(Ordering::Acquire) {
-                0 => return None,
-                k if k == h => return Some(i),
-                _ => i = (i + 1) & (SLOTS - 1),
-            }
-        }
-        None
     }
 
     fn remember(&self, h: usize, build: usize, device: i32) {
-        let meta = ((build as u64) << 32) | u64::from((device as u32).wrapping_add(1));
-        let mut i = home(h);
-        for _ in 0..64 {
-            let k = self.keys[i].load(Ordering::Acquire);
-            let mine = k == h
-                || (k == 0
-                    && self.keys[i]
-                        .compare_exchange(0, h, Ordering::AcqRel, Ordering::Acquire)
-                        .map_or_else(|now| now == h, |_| true));
-            if mine {
-                self.meta[i].store(meta, Ordering::Release);
-                self.any_handle.store(true, Ordering::Release);
-                return;
-            }
-            i = (i + 1) & (SLOTS - 1);
-        }
-        // Full around its home: the handle is served as the first build's, on the thread's
-        // current device (as before this map existed).
+        self.handles.remember(self.backend.what, h, build, device);
     }
 
     fn forget(&self, h: usize) {
-        if let Some(i) = self.find(h) {
-            self.meta[i].store(0, Ordering::Release);
-        }
+        self.handles.forget(h);
     }
 
     /// The hooks of the other build `h` belongs to, if it belongs to one: its calls go
@@ -165,8 +172,7 @@ impl<H: Scoped> Registry<H> {
     #[cold]
     #[inline(never)]
     fn other_build_slow(&self, h: *mut c_void) -> Option<&'static H> {
-        let meta = self.meta[self.find(h as usize)?].load(Ordering::Acquire);
-        let build = (meta >> 32) as usize;
+        let build = (self.handles.meta(h as usize)? >> 32) as usize;
         if build < 2 {
             return None;
         }
@@ -174,14 +180,16 @@ impl<H: Scoped> Registry<H> {
         unsafe { self.others.get(build - 2)?.load(Ordering::Acquire).as_ref() }
     }
 
-    /// The device handle `h` was made on, if it was made through us.
+    /// The device handle `h` was made on, if it was made through us. (Inline, as the
+    /// lookup it replaced was: rocBLAS's repeated miss asks it on every call, and an
+    /// out-of-line call here cost that path 14 instructions, BENCHMARKS.md.)
+    #[inline(always)]
     pub fn device_of(&self, h: *mut c_void) -> Option<i32> {
-        if !self.any_handle.load(Ordering::Relaxed) {
+        if !self.handles.any.load(Ordering::Relaxed) {
             return None;
         }
-        let meta = self.meta[self.find(h as usize)?].load(Ordering::Acquire);
-        let device = (meta & 0xffff_ffff) as u32;
-        (meta != 0 && device != 0).then(|| device.wrapping_sub(1) as i32)
+        let device = (self.handles.meta(h as usize)? & 0xffff_ffff) as u32;
+        (device != 0).then(|| device.wrapping_sub(1) as i32)
     }
 
     /// Makes a handle into `out` for a caller whose return address is `ret`, with the
@@ -402,5 +410,45 @@ pub fn identify_loaded(
             "cannot hash {}: {e}; passing calls through",
             path.display()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cublaslt::real::{LtHooks, LT};
+
+    static R: Registry<LtHooks> = Registry::new(Backend {
+        what: "test",
+        create: c"cublasLtCreate",
+        hooks: &LT,
+        changed: || {},
+        several: || {},
+        device: || 0,
+        serving: |_| {},
+    });
+
+    /// Handles made and destroyed at ever new addresses, far more than the map has
+    /// slots: each is known (its device) while it lives and forgotten once destroyed,
+    /// and the map never fills (it kept destroyed handles' keys and filled up).
+    #[test]
+    fn handles_made_and_destroyed_at_changing_addresses_never_fill_the_map() {
+        let mut alive = std::collections::VecDeque::new();
+        for n in 1..=(4 * SLOTS) {
+            let h = n * 0x30;
+            let device = (n % 7) as i32;
+            R.remember(h, 1, device);
+            alive.push_back((h, device));
+            if alive.len() > 4 {
+                let (old, _) = alive.pop_front().unwrap();
+                R.destroyed(old as *mut c_void);
+                assert_eq!(R.device_of(old as *mut c_void), None, "handle {n}");
+            }
+            for &(h, d) in &alive {
+                assert_eq!(R.device_of(h as *mut c_void), Some(d), "handle {n}");
+            }
+        }
+        assert!(!R.handles.full_said.load(Ordering::Relaxed), "never full");
+        assert_eq!(R.handles.map.live(), 4);
     }
 }

@@ -565,6 +565,80 @@ impl LtKey {
         Ok(())
     }
 
+    /// Whether a caller could have made this key: known compute, scale and bias types, a
+    /// known pointer mode, an epilogue and SM count in range, and the sizes of
+    /// [`LtKey::check`] with no matrix over 2^40 elements. Checked before a key is
+    /// recorded as a miss: a matmul racing the destroy of its descriptor (the caller's
+    /// bug) reads freed memory through the library's getters, and once wrote keys such as
+    /// compute type 1564696069 into the miss log.
+    pub fn plausible(&self) -> Result<(), String> {
+        const COMPUTES: [ComputeType; 11] = [
+            COMPUTE_16F,
+            COMPUTE_16F_PEDANTIC,
+            COMPUTE_32F,
+            COMPUTE_32F_PEDANTIC,
+            COMPUTE_64F,
+            COMPUTE_64F_PEDANTIC,
+            COMPUTE_32I,
+            COMPUTE_32I_PEDANTIC,
+            COMPUTE_32F_FAST_16F,
+            COMPUTE_32F_FAST_16BF,
+            COMPUTE_32F_FAST_TF32,
+        ];
+        let known_type = |t: CudaDataType| type_bytes(t) > 0;
+        if !COMPUTES.contains(&self.compute) {
+            return Err(format!(
+                "compute type {} is not one of cuBLAS's",
+                self.compute
+            ));
+        }
+        if !known_type(self.scale) {
+            return Err(format!(
+                "scale type {} is not a known real type",
+                self.scale
+            ));
+        }
+        for t in [self.a_type, self.b_type, self.c_type, self.d_type] {
+            if !known_type(t) {
+                return Err(format!("matrix type {t} is not a known real type"));
+            }
+        }
+        if self.bias_type != -1 && !known_type(self.bias_type) {
+            return Err(format!(
+                "bias type {} is not a known real type",
+                self.bias_type
+            ));
+        }
+        if !(0..=4).contains(&self.pointer_mode) {
+            return Err(format!(
+                "pointer mode {} is not a known one",
+                self.pointer_mode
+            ));
+        }
+        if self.epilogue == 0 || self.epilogue >= 1 << 20 {
+            return Err(format!("epilogue {} is out of range", self.epilogue));
+        }
+        if !(0..=65_535).contains(&self.sm_count) {
+            return Err(format!("SM count {} is out of range", self.sm_count));
+        }
+        self.check()?;
+        let strides = [self.stride_a, self.stride_b, self.stride_c, self.stride_d];
+        let lds = [self.lda, self.ldb, self.ldc, self.ldd];
+        for (i, (_, cols)) in self.stored_shapes().into_iter().enumerate() {
+            let one = lds[i].saturating_mul(cols);
+            let all = strides[i]
+                .saturating_mul(self.batch - 1)
+                .saturating_add(one);
+            if strides[i] < 0 || all > 1 << 40 {
+                return Err(format!(
+                    "matrix {} spans {all} elements, more than any device holds",
+                    ["A", "B", "C", "D"][i]
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes of one element of each of A, B, C, D.
     pub fn elem_bytes(&self) -> [usize; 4] {
         [self.a_type, self.b_type, self.c_type, self.d_type].map(type_bytes)
@@ -1049,6 +1123,44 @@ impl AlgoConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys a caller could have made pass; keys read from a destroyed descriptor (freed
+    /// memory: garbage compute types, sizes, pointer modes) do not.
+    #[test]
+    fn only_keys_a_caller_could_have_made_are_plausible() {
+        let good = LtKey::linear(R_16BF, 2560, 16, 1536);
+        assert_eq!(good.plausible(), Ok(()));
+        let mut batched = LtKey::linear(R_32F, 64, 8, 64);
+        batched.batch = 4;
+        [
+            batched.stride_a,
+            batched.stride_b,
+            batched.stride_c,
+            batched.stride_d,
+        ] = batched.packed_strides();
+        assert_eq!(batched.plausible(), Ok(()));
+        let bad = |f: &dyn Fn(&mut LtKey)| {
+            let mut k = good;
+            f(&mut k);
+            k.plausible().unwrap_err()
+        };
+        assert!(bad(&|k| k.compute = 1_564_696_069).contains("compute type 1564696069"));
+        assert!(bad(&|k| k.scale = 0x7f12).contains("scale type"));
+        assert!(bad(&|k| k.bias_type = 77).contains("bias type"));
+        assert!(bad(&|k| k.pointer_mode = 0x5d5d).contains("pointer mode"));
+        assert!(bad(&|k| k.epilogue = 0).contains("epilogue"));
+        assert!(bad(&|k| k.sm_count = -3).contains("SM count"));
+        assert!(bad(&|k| k.m = -1).contains("not positive"));
+        assert!(bad(&|k| k.ldc = 1).contains("smaller"));
+        assert!(bad(&|k| {
+            k.m = 1 << 30;
+            k.ldc = 1 << 30;
+            k.ldd = 1 << 30;
+            k.lda = k.k;
+            k.n = 1 << 12;
+        })
+        .contains("more than any device holds"));
+    }
 
     fn linear_attrs(n_out: u64, tokens: u64, k: u64) -> (MatmulAttrs, [LayoutAttrs; 4]) {
         // What PyTorch's bgemm_internal_cublaslt sets up for F.linear in bf16.

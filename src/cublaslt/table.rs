@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::table::RowState;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// What a row tells the interposer to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,12 +201,41 @@ impl Prepared {
 pub struct LtEntry {
     pub action: LtAction,
     state: RowState,
-    /// Rebuilt and checked on the first call of the key; `None` inside if that failed.
-    /// Set only through [`LtEntry::prepared_or_try`], never waited for.
-    prepared: OnceLock<Option<Prepared>>,
-    /// Set by the one caller that rebuilds the algorithm.
+    /// Rebuilt and checked on a call of the key; set once, by the one caller that made it.
+    prepared: OnceLock<Prepared>,
+    /// Set by the one caller that rebuilds the algorithm (cleared again if that failed, so
+    /// a later call tries once more).
     preparing: AtomicBool,
+    /// Failures counted against the row ([`LtEntry::failed`]).
+    strikes: AtomicU8,
 }
+
+/// What [`LtEntry::prepared_or_try`] found.
+#[derive(Debug)]
+pub enum Prep<'a, E> {
+    /// The rebuilt, checked algorithm.
+    Ready(&'a Prepared),
+    /// Another caller is rebuilding it now (this call passes through instead of waiting).
+    Busy,
+    /// This call's rebuild or check failed, for the reason given.
+    Failed(E),
+}
+
+/// What one failure did to a row ([`LtEntry::failed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strike {
+    /// The first: the row stays in service and the key's next call tries it again.
+    First,
+    /// The second: the row is quarantined for the process from now on.
+    Quarantined,
+    /// The row was quarantined already (by another caller's failure).
+    Already,
+}
+
+/// Failures a row may have before it is quarantined: one is forgiven, because a caller
+/// destroying a descriptor while another thread passes it to a matmul (the caller's bug)
+/// makes a good row's check or call fail once.
+const STRIKES: u8 = 2;
 
 impl LtEntry {
     fn new(action: LtAction) -> LtEntry {
@@ -215,27 +244,52 @@ impl LtEntry {
             state: RowState::default(),
             prepared: OnceLock::new(),
             preparing: AtomicBool::new(false),
+            strikes: AtomicU8::new(0),
         }
     }
 
     /// The row's rebuilt algorithm: the one made already, or made now by `prepare` if no
-    /// other caller is making it. `None` while another caller is (that call passes
+    /// other caller is making it. [`Prep::Busy`] while another caller is (that call passes
     /// through instead of waiting: the rebuild runs library code that may be slow, and a
     /// fork child or a signal handler on that thread must never wait for it; a fork child
-    /// that inherited a rebuild in progress passes this row's calls through for good).
-    pub fn prepared_or_try(
-        &self,
-        prepare: impl FnOnce() -> Option<Prepared>,
-    ) -> Option<&Option<Prepared>> {
+    /// that inherited a rebuild in progress passes this row's calls through for good). A
+    /// failed rebuild leaves the row to be tried again by a later call; the caller counts
+    /// the failure ([`LtEntry::failed`]).
+    #[inline]
+    pub fn prepared_or_try<E>(&self, prepare: impl FnOnce() -> Result<Prepared, E>) -> Prep<'_, E> {
         if let Some(p) = self.prepared.get() {
-            return Some(p);
+            return Prep::Ready(p);
         }
         if self.preparing.swap(true, Ordering::AcqRel) {
-            return None;
+            return Prep::Busy;
         }
-        // The one setter: `set` cannot block (nothing else initialises the cell).
-        let _ = self.prepared.set(prepare());
-        self.prepared.get()
+        match prepare() {
+            // The one setter: `set` cannot block (nothing else initialises the cell).
+            Ok(p) => Prep::Ready(self.prepared.get_or_init(|| p)),
+            Err(e) => {
+                self.preparing.store(false, Ordering::Release);
+                Prep::Failed(e)
+            }
+        }
+    }
+
+    /// The row's algorithm failed once more (its rebuild or check, or a call that the
+    /// caller's own algorithm then made fine): the first failure is forgiven, the second
+    /// quarantines the row.
+    pub fn failed(&self) -> Strike {
+        if self
+            .strikes
+            .fetch_add(1, Ordering::AcqRel)
+            .saturating_add(1)
+            < STRIKES
+        {
+            return Strike::First;
+        }
+        if self.state.quarantine() {
+            Strike::Quarantined
+        } else {
+            Strike::Already
+        }
     }
 }
 
@@ -430,7 +484,7 @@ mod tests {
 
     /// One caller rebuilds; a caller arriving meanwhile (another thread, a signal handler
     /// on the same one, a fork child) passes through instead of waiting; later callers get
-    /// the result, a failed rebuild included.
+    /// the result.
     #[test]
     fn a_row_is_prepared_once_and_never_waited_for() {
         let e = LtEntry::new(LtAction::Index(7));
@@ -442,19 +496,52 @@ mod tests {
         };
         let got = e.prepared_or_try(|| {
             assert!(
-                e.prepared_or_try(|| panic!("a second rebuild")).is_none(),
+                matches!(
+                    e.prepared_or_try::<()>(|| panic!("a second rebuild")),
+                    Prep::Busy
+                ),
                 "a caller during the rebuild passes through"
             );
-            Some(p)
+            Ok::<_, ()>(p)
         });
-        assert_eq!(got, Some(&Some(p)));
-        assert_eq!(
-            e.prepared_or_try(|| panic!("rebuilt again")),
-            Some(&Some(p))
-        );
-        let failed = LtEntry::new(LtAction::Index(8));
-        assert_eq!(failed.prepared_or_try(|| None), Some(&None));
-        assert_eq!(failed.prepared_or_try(|| panic!("retried")), Some(&None));
+        assert!(matches!(got, Prep::Ready(&q) if q == p));
+        assert!(matches!(
+            e.prepared_or_try::<()>(|| panic!("rebuilt again")),
+            Prep::Ready(&q) if q == p
+        ));
+    }
+
+    /// A failed rebuild or check (a caller's race: its descriptor destroyed by another
+    /// thread meanwhile) is tried again on a later call; the row is quarantined only when
+    /// a second try fails too, and said quarantined once.
+    #[test]
+    fn a_row_that_fails_once_is_tried_again_and_quarantined_only_after_a_second_failure() {
+        let p = Prepared {
+            algo: MatmulAlgo::default(),
+            workspace: 0,
+            min_align: [1; 4],
+            class: 0,
+        };
+        let once = LtEntry::new(LtAction::Index(8));
+        assert!(matches!(
+            once.prepared_or_try(|| Err("raced")),
+            Prep::Failed("raced")
+        ));
+        assert_eq!(once.failed(), Strike::First);
+        assert!(!once.is_quarantined());
+        assert!(matches!(
+            once.prepared_or_try::<&str>(|| Ok(p)),
+            Prep::Ready(_)
+        ));
+        let twice = LtEntry::new(LtAction::Index(9));
+        for strike in [Strike::First, Strike::Quarantined, Strike::Already] {
+            assert!(matches!(
+                twice.prepared_or_try(|| Err(())),
+                Prep::Failed(())
+            ));
+            assert_eq!(twice.failed(), strike);
+        }
+        assert!(twice.is_quarantined());
     }
 
     #[test]

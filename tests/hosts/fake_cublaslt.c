@@ -7,7 +7,12 @@
  * Rules the tests rely on: AlgoInit refuses ids outside 0..99; AlgoCheck refuses tile 999;
  * cublasLtMatmul refuses tile 998 (an algorithm that checks but fails to run); split-K > 1
  * needs 4096 bytes of workspace; any algorithm but the heuristic's (id 6) needs 16-byte
- * aligned pointers. */
+ * aligned pointers.
+ * FAKELT_KEEP_DESTROYED=1: a destroyed descriptor or layout is not freed but marked dead,
+ * its first 8 bytes overwritten as an allocator's free list overwrites freed memory (a
+ * destroyed descriptor's compute and scale types then read back as garbage), and
+ * cublasLtMatmul refuses a dead one (INVALID): what a matmul racing the destroy of its
+ * descriptor (a caller's bug) meets, without touching freed memory. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@ typedef struct {
     int32_t compute, scale, pointer_mode, transa, transb;
     uint32_t epilogue;
     int32_t sm_count, bias_type;
+    int32_t dead;
 } Desc;
 typedef struct {
     uint32_t type;
@@ -30,7 +36,18 @@ typedef struct {
     int64_t ld;
     int32_t batch;
     int64_t stride;
+    int32_t dead;
 } Layout;
+
+/* FAKELT_KEEP_DESTROYED: kill an object instead of freeing it (true if it did). */
+static int kept_dead(void *object, int32_t *dead) {
+    const char *k = getenv("FAKELT_KEEP_DESTROYED");
+    if (!object || !k || k[0] != '1') return 0;
+    static const uint64_t free_list_word = 0x00007f125d3c2b1aull; /* a mangled pointer */
+    memcpy(object, &free_list_word, 8);
+    *dead = 1;
+    return 1;
+}
 typedef struct { uint64_t data[8]; } Algo;
 typedef struct {
     Algo algo;
@@ -71,7 +88,10 @@ int cublasLtMatmulDescCreate(Desc **d, int32_t compute, int32_t scale) {
     *d = x;
     return OK;
 }
-int cublasLtMatmulDescDestroy(Desc *d) { free(d); return OK; }
+int cublasLtMatmulDescDestroy(Desc *d) {
+    if (!kept_dead(d, d ? &d->dead : NULL)) free(d);
+    return OK;
+}
 static void *desc_field(Desc *d, int attr, size_t *want) {
     *want = 4;
     switch (attr) {
@@ -107,7 +127,10 @@ int cublasLtMatrixLayoutCreate(Layout **l, uint32_t type, uint64_t rows, uint64_
     *l = x;
     return OK;
 }
-int cublasLtMatrixLayoutDestroy(Layout *l) { free(l); return OK; }
+int cublasLtMatrixLayoutDestroy(Layout *l) {
+    if (!kept_dead(l, l ? &l->dead : NULL)) free(l);
+    return OK;
+}
 static void *layout_field(Layout *l, int attr, size_t *want) {
     switch (attr) {
     case 0: *want = 4; return &l->type;
@@ -277,6 +300,8 @@ int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout
     /* FAKELT_CANCEL_POINT=1: a cancellation point inside the library, as cuBLASLt's waits. */
     const char *cancel = getenv("FAKELT_CANCEL_POINT");
     if (cancel && cancel[0] == '1') pthread_testcancel();
+    if ((desc && desc->dead) || (Ad && Ad->dead) || (Bd && Bd->dead) || (Cd && Cd->dead) || (Dd && Dd->dead))
+        return INVALID;
     int ok = 1;
     if (algo && (algo->data[1] == 998 || workspace_of(algo) > ws_bytes || (workspace_of(algo) && !ws)))
         ok = 0;

@@ -41,7 +41,17 @@
  * hipblasLtMatmul computes D (small unbatched bf16/f32 problems), the heuristic's index 4
  * times over, index N wrongly (for the tuner's tests).
  * FAKEHIPLT_CANCEL_POINT=1: a pthread_testcancel() inside hipblasLtMatmul, as hipBLASLt's
- * waits; there is no other cancellation point (the trace is written with it disabled). */
+ * waits; there is no other cancellation point (the trace is written with it disabled).
+ * FAKEHIPLT_KEEP_DESTROYED=1: destroyed handles, descriptors and layouts are not freed but
+ * marked dead (every call refuses a dead descriptor or layout with INVALID_VALUE, as another
+ * build's), so no address is handed out twice, as in a long-running process whose allocator
+ * hands out ever new addresses, and a use after destroy (a caller's race) fails cleanly.
+ * FAKEHIPLT_FAIL_ONCE=call|check: the first hipblasLtMatmul given an algorithm other than the
+ * heuristic's (call), or the first matmulIsAlgoSupported (check), fails with INVALID_VALUE,
+ * as one whose descriptor another thread destroys meanwhile does; later ones are as usual.
+ * FAKEHIPLT_FAIL_BOTH=N: the first N hipblasLtMatmul calls given an algorithm other than the
+ * heuristic's fail with INVALID_VALUE, and so does the call right after each (the caller's
+ * own algorithm, with the same destroyed descriptor). */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -50,6 +60,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -141,6 +152,34 @@ struct Pref {
 };
 
 static const uint32_t MAGIC = 0x484c5441;
+
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] == '1';
+}
+/* FAKEHIPLT_KEEP_DESTROYED: a destroyed object stays, dead (build 0). */
+static bool keep_destroyed() { return env_on("FAKEHIPLT_KEEP_DESTROYED"); }
+/* FAKEHIPLT_FAIL_ONCE=what: true for the first caller asking for `what` only. */
+static bool fail_once(const char *what) {
+    static std::atomic<bool> call_done{false}, check_done{false};
+    const char *v = getenv("FAKEHIPLT_FAIL_ONCE");
+    if (!v || strcmp(v, what) != 0) return false;
+    return !(strcmp(what, "call") == 0 ? call_done : check_done).exchange(true);
+}
+/* FAKEHIPLT_FAIL_BOTH: whether this matmul (tuned: given another algorithm than the
+ * heuristic's) fails. */
+static bool fail_both(bool tuned) {
+    static std::atomic<int> failed_tuned{0};
+    static std::atomic<bool> next_fails{false};
+    const char *v = getenv("FAKEHIPLT_FAIL_BOTH");
+    if (!v) return false;
+    if (next_fails.exchange(false)) return true;
+    if (tuned && failed_tuned.fetch_add(1) < atoi(v)) {
+        next_fails = true;
+        return true;
+    }
+    return false;
+}
 static const int HEURISTIC_INDEX = 6;
 
 // ---- Attributes: cuBLASLt's size rules (size 0 asks for the size) -------------------------
@@ -174,6 +213,7 @@ hipblasStatus_t hipblasLtCreate(Handle **h) {
 }
 hipblasStatus_t hipblasLtDestroy(Handle *h) {
     if (!h) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    if (keep_destroyed()) return HIPBLAS_STATUS_SUCCESS;
     delete h;
     return HIPBLAS_STATUS_SUCCESS;
 }
@@ -191,6 +231,10 @@ hipblasStatus_t hipblasLtMatmulDescCreate(Desc **d, hipblasComputeType_t compute
     return *d ? HIPBLAS_STATUS_SUCCESS : HIPBLAS_STATUS_ALLOC_FAILED;
 }
 hipblasStatus_t hipblasLtMatmulDescDestroy(Desc *d) {
+    if (d && keep_destroyed()) {
+        d->build = 0;
+        return HIPBLAS_STATUS_SUCCESS;
+    }
     delete d;
     return HIPBLAS_STATUS_SUCCESS;
 }
@@ -232,6 +276,10 @@ hipblasStatus_t hipblasLtMatrixLayoutCreate(Layout **l, hipDataType type, uint64
 /* For the tests: whether a layout was made by this build (1) or another (0). */
 int fakehiplt_owns(const Layout *l) { return l && l->build == FAKE_BUILD; }
 hipblasStatus_t hipblasLtMatrixLayoutDestroy(Layout *l) {
+    if (l && keep_destroyed()) {
+        l->build = 0;
+        return HIPBLAS_STATUS_SUCCESS;
+    }
     delete l;
     return HIPBLAS_STATUS_SUCCESS;
 }
@@ -449,6 +497,10 @@ hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const 
         st = HIPBLAS_STATUS_INVALID_VALUE;
     else if (index == 998)
         st = HIPBLAS_STATUS_EXECUTION_FAILED;
+    else if (index != HEURISTIC_INDEX && fail_once("call"))
+        st = HIPBLAS_STATUS_INVALID_VALUE;
+    else if (fail_both(index != HEURISTIC_INDEX))
+        st = HIPBLAS_STATUS_INVALID_VALUE;
     if (st == HIPBLAS_STATUS_SUCCESS && stream) {
         /* A checked call on a capturing stream runs when the graph is launched. */
         Captured *c = new (std::nothrow) Captured{index, desc, *(const float *)alpha, *(const float *)beta, A, B, C,
@@ -530,6 +582,7 @@ hipblasStatus_t matmulIsAlgoSupported(hipblasLtHandle_t handle, hipblasLtMatmulD
                                       hipblasLtMatrixLayout_t Cdesc, hipblasLtMatrixLayout_t Ddesc,
                                       hipblasLtMatmulAlgo_t &algo, size_t &workspaceSizeInBytes) {
     if (!handle) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    if (fail_once("check")) return HIPBLAS_STATUS_INVALID_VALUE;
     int index = index_of(&algo);
     if (index < 0) return HIPBLAS_STATUS_INVALID_VALUE;
     if (index == 999) return HIPBLAS_STATUS_NOT_SUPPORTED;

@@ -20,6 +20,7 @@ enum { LAYOUT_LD = 6 };
 typedef struct { uint8_t data[16]; size_t max_workspace_bytes; } Algo;
 typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
 int hipblasLtCreate(void **h);
+int hipblasLtDestroy(void *h);
 int hipblasLtMatmulDescCreate(void **d, int32_t compute, int32_t scale);
 int hipblasLtMatmulDescDestroy(void *d);
 int hipblasLtMatmulDescSetAttribute(void *d, int attr, const void *buf, size_t size);
@@ -85,6 +86,24 @@ int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign)
     hipblasLtMatrixLayoutDestroy(C);
     hipblasLtMatmulDescDestroy(desc);
     return st;
+}
+
+/* R handles made and destroyed (each at a new address where the stand-in keeps destroyed
+ * objects), then one F.linear 64,8,64 on a handle made last: 1 if it failed (as it does
+ * when the call goes to another build than its objects'), else 0. */
+int hiplt_handles(int rounds) {
+    for (int i = 0; i < rounds; i++) {
+        void *h = NULL;
+        if (hipblasLtCreate(&h) != 0) return 1;
+        hipblasLtDestroy(h);
+    }
+    void *saved = handle, *fresh = NULL;
+    if (hipblasLtCreate(&fresh) != 0) return 1;
+    handle = fresh;
+    int st = hiplt_linear(64, 8, 64, 0, 0);
+    handle = saved;
+    hipblasLtDestroy(fresh);
+    return st != 0;
 }
 
 /* 96 call sites of hipblasLtMatrixLayoutCreate (each its own return address: the sizes

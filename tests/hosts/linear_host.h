@@ -22,6 +22,8 @@
  *   @link:DIR:VICTIM   a hard link to VICTIM under the miss-log name
  *   @fifo:DIR          a FIFO under the miss-log name
  *   @threads:T:N   T threads each make N calls of 8,8,8 and N of 16,8,8 at once
+ *   @repeat:N:CALL N calls of CALL (N,M,K[,workspace_bytes[,misalign]]), as a long-running
+ *                  process makes them; prints repeat-failed=<calls that failed>
  *   @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
  *   @close         dlclose the last module opened: later calls go through the one before
  *   @each:SYMBOL:T:R  T threads per open module at once, each calling that module's
@@ -222,6 +224,13 @@ static int life_step(const char *a) {
         per_thread = n ? atoi(n + 1) : 1;
         for (int i = 0; i < t && i < 64; i++) pthread_create(&tid[i], NULL, repeat_calls, NULL);
         for (int i = 0; i < t && i < 64; i++) pthread_join(tid[i], NULL);
+    } else if (!strncmp(a, "@repeat:", 8)) {
+        long reps = atol(a + 8), n = 0, m = 0, k = 0, misalign = 0, failed = 0;
+        unsigned long ws = 0;
+        const char *call = strchr(a + 8, ':');
+        if (!call || sscanf(call + 1, "%ld,%ld,%ld,%lu,%ld", &n, &m, &k, &ws, &misalign) < 3) return -1;
+        for (long i = 0; i < reps; i++) failed += linear(n, m, k, ws, (int)misalign) != 0;
+        printf("repeat-failed=%ld\n", failed);
     } else if (!strncmp(a, "@plant:", 7)) {
         char dir[512], path[1024];
         const char *colon = strchr(a + 7, ':');

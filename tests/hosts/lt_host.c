@@ -8,6 +8,7 @@
 #ifdef LT_MODULE
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct { uint64_t data[8]; } Algo;
 typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
@@ -29,7 +30,11 @@ int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *
 static void *handle;
 static char *buffer;
 
+/* LT_HOST_VARIANT=stale: the descriptor is destroyed before the matmul is given it, as the
+ * losing side of a caller's race meets it (another thread destroyed it meanwhile). */
 int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
+    const char *variant = getenv("LT_HOST_VARIANT");
+    int stale = variant && !strcmp(variant, "stale");
     if (!handle && cublasLtCreate(&handle) != 0) return -1;
     if (!buffer) buffer = aligned_alloc(256, 1 << 20);
     void *desc, *A, *B, *C, *pref;
@@ -48,6 +53,7 @@ int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
     int st = cublasLtMatmulAlgoGetHeuristic(handle, desc, A, B, C, C, pref, 1, &r, &returned);
     if (st == 0 && returned == 1) {
         float alpha = 1, beta = 0;
+        if (stale) cublasLtMatmulDescDestroy(desc);
         st = cublasLtMatmul(handle, desc, &alpha, buffer + (misalign ? 2 : 0), A, buffer + 4096,
                             B, &beta, buffer + 8192, C, buffer + 8192, C, &r.algo,
                             ws_bytes ? buffer + 65536 : NULL, ws_bytes, NULL);
@@ -56,7 +62,7 @@ int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
     cublasLtMatrixLayoutDestroy(A);
     cublasLtMatrixLayoutDestroy(B);
     cublasLtMatrixLayoutDestroy(C);
-    cublasLtMatmulDescDestroy(desc);
+    if (!stale) cublasLtMatmulDescDestroy(desc);
     return st;
 }
 #else

@@ -9,8 +9,9 @@
 //!   `cublasLtMatmulAlgoInit` + `ConfigSetAttribute` and checked with
 //!   `cublasLtMatmulAlgoCheck` once per key (on the key's first call, with that call's
 //!   descriptors); each call whose workspace and pointer alignment suit it then runs with
-//!   it instead of the caller's `algo`. A failed rebuild, check or call quarantines the row
-//!   for the process and the caller's own call is made.
+//!   it instead of the caller's `algo`. After a failed rebuild, check or call the caller's
+//!   own call is made, and a second failure quarantines the row for the process
+//!   (`crate::lt::serve`).
 //! - a `Default` row: the caller's call, unchanged.
 //! - no row: the caller's call, and the key is recorded as a miss
 //!   (`<host>-<pid>-cublaslt-rank<device>.csv` in the miss folder).

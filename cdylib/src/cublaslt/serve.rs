@@ -10,7 +10,7 @@ use tunedblas_lt_algo::build_algo;
 use super::get;
 use super::real::{CUBLASLT, LT};
 use crate::log::debug;
-use crate::lt::serve::{cannot_use, Library};
+use crate::lt::serve::Library;
 use crate::lt::{Lt, LtCall, LtRuntime};
 
 /// cuBLASLt, to the shared serving path.
@@ -48,36 +48,28 @@ impl Library for Cublaslt {
         // SAFETY: per the trait.
         unsafe { super::key::read_key(x) }
     }
-    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Option<Prepared> {
+    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Result<Prepared, String> {
         match action {
             // SAFETY: per the trait.
             LtAction::Config(cfg) => unsafe { prepare(x, key, cfg) },
             // Not loaded for cuBLASLt (`LtLib::serves`).
-            _ => None,
+            _ => Err("not a cuBLASLt row".into()),
         }
     }
 }
 
 /// Rebuilds a row's algorithm and checks it against this call's descriptors.
-unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Option<Prepared> {
-    let report = |why: String| cannot_use(LtLib::Cublaslt, &cfg.solution_name(), key, &why);
+unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Result<Prepared, String> {
     let (Some(init), Some(set), Some(get), Some(check)) = (
         LT.algo_init(),
         LT.config_set(),
         LT.config_get(),
         LT.algo_check(),
     ) else {
-        report("this cuBLASLt lacks the algorithm functions".into());
-        return None;
+        return Err("this cuBLASLt lacks the algorithm functions".into());
     };
     // SAFETY: the resolved cuBLASLt functions and the caller's live handle.
-    let algo = match unsafe { build_algo(init, set, get, x.handle, key, cfg) } {
-        Ok(a) => a,
-        Err(why) => {
-            report(why);
-            return None;
-        }
-    };
+    let algo = unsafe { build_algo(init, set, get, x.handle, key, cfg) }?;
     let mut result = HeuristicResult::default();
     // SAFETY: the caller's descriptors; result is a valid out-pointer.
     let st = unsafe {
@@ -93,8 +85,7 @@ unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Option<Prepared>
         )
     };
     if st != STATUS_SUCCESS {
-        report(format!("cublasLtMatmulAlgoCheck returned {st}"));
-        return None;
+        return Err(format!("cublasLtMatmulAlgoCheck returned {st}"));
     }
     // Alignment the algorithm needs of each pointer (16 bytes when the library won't say).
     let mut min_align = [16u32; 4];
@@ -123,7 +114,7 @@ unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Option<Prepared>
         result.workspace_size,
         min_align
     );
-    Some(Prepared {
+    Ok(Prepared {
         algo,
         workspace: result.workspace_size,
         min_align,

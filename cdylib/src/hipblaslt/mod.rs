@@ -20,7 +20,8 @@
 //! The profile is the one made for the sha256 of the loaded `libhipblaslt.so` (indices are
 //! build-specific). A row's algorithm is rebuilt and checked once per key; a call with less
 //! workspace than it needs, or a pointer not 16-byte aligned, runs the caller's algorithm;
-//! a failed rebuild, check or call quarantines the row and the caller's own call is made.
+//! after a failed rebuild, check or call the caller's own call is made, and a second
+//! failure quarantines the row (`crate::lt::serve`).
 //! Keys without a row are recorded as `<host>-<pid>-<start>-hipblaslt-rank<device>.csv`.
 
 pub mod callers;
@@ -101,13 +102,12 @@ fn finish(pass: Pass) {
     );
 }
 
-/// In a fork child: the child's handles, objects and misses are its own.
+/// In a fork child: the child's handles and misses are its own. (Its descriptors and
+/// layouts are the parent's, copied: `objects` keeps them as they are.)
 unsafe fn after_fork() {
     // SAFETY: the lifecycle calls this from the fork child handler only.
     unsafe {
         HIPBLASLT.after_fork();
         STATE.after_fork();
     }
-    objects::DESCS.forget_all_in_child();
-    objects::LAYOUTS.forget_all_in_child();
 }

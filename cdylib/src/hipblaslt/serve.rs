@@ -9,12 +9,12 @@ use tunedblas_core::abi::{
     HipblasLtMatmulAlgo, HipblasLtMatmulFn, HIPBLASLT_POINTER_MODE_HOST, HIP_R_16BF, HIP_R_16F,
     HIP_R_32F, HIP_R_64F,
 };
-use tunedblas_core::cublaslt::{LtAction, LtKey, LtLib, LtStatus, MatmulAlgo, Prepared};
+use tunedblas_core::cublaslt::{LtAction, LtKey, LtStatus, MatmulAlgo, Prepared};
 
 use super::real::{HIPBLASLT, HIPLT};
 use super::{ext, get};
 use crate::log::debug;
-use crate::lt::serve::{cannot_use, Library};
+use crate::lt::serve::Library;
 use crate::lt::{Lt, LtCall, LtRuntime};
 
 /// Alignment asked of each pointer before a tuned algorithm runs on it: hipBLASLt cannot
@@ -57,29 +57,20 @@ impl Library for Hipblaslt {
         // SAFETY: per the trait.
         unsafe { super::key::read_key(x) }
     }
-    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Option<Prepared> {
+    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Result<Prepared, String> {
         let &LtAction::Index(index) = action else {
-            return None; // not loaded for hipBLASLt (`LtLib::serves`)
-        };
-        let fail = |why: String| {
-            cannot_use(LtLib::Hipblaslt, &action.solution_text(), key, &why);
-            None
+            // Not loaded for hipBLASLt (`LtLib::serves`).
+            return Err("not a hipBLASLt row".into());
         };
         // SAFETY: the caller's live handle.
-        let mut algo = match unsafe { ext::algo_from_index(x.handle, index) } {
-            Ok(a) => a,
-            Err(why) => return fail(why),
-        };
+        let mut algo = unsafe { ext::algo_from_index(x.handle, index) }?;
         // SAFETY: the caller's live handle and descriptors.
-        let workspace = match unsafe { ext::workspace_if_supported(x, &mut algo) } {
-            Ok(w) => w,
-            Err(why) => return fail(why),
-        };
+        let workspace = unsafe { ext::workspace_if_supported(x, &mut algo) }?;
         debug!(
             "hipBLASLt: {} checked: workspace {workspace} bytes",
             action.solution_text()
         );
-        Some(Prepared {
+        Ok(Prepared {
             algo: into_lt_algo(algo),
             workspace,
             min_align: [MIN_ALIGN; 4],

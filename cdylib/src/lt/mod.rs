@@ -207,12 +207,15 @@ impl LtRuntime {
         }
     }
 
-    /// Records a call whose key has no row; true on the key's first sight.
-    pub fn miss(&self, key: &LtKey) -> bool {
+    /// Records a call whose key has no row: what the miss set saw ([`Sight::First`] on the
+    /// key's first sight; [`Sight::Refused`] for a key no caller could have made,
+    /// `LtKey::plausible`, checked only before a key enters the set so a repeated miss
+    /// does not pay for it).
+    pub fn miss(&self, key: &LtKey) -> Sight {
         let device = (self.spec.device)();
         let hash = misslog::key_hash(key);
-        let (sight, _) = self.misses.record_sight(device, key, hash, || true);
-        sight == Sight::First
+        let admit = || key.plausible().is_ok();
+        self.misses.record_sight(device, key, hash, admit).0
     }
 
     /// At a way out of the process ([`crate::lifecycle`]): counts, stats and (leaving) the

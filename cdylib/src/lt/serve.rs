@@ -1,11 +1,20 @@
 //! The serving path of one Lt matmul call, for either library: the decision (the key, the
 //! row, the rebuilt algorithm once per key), the tuned call, and the caller's own call when
-//! the tuned one fails (the row is then quarantined for the process).
+//! the tuned one fails.
+//!
+//! A row is quarantined for the process only after its second failure (rebuild, check, or
+//! a tuned call that the caller's own algorithm then made fine): a caller destroying a
+//! descriptor while another thread passes it to a matmul (the caller's bug) makes a good
+//! row fail once, and must not take it out of service. A tuned call that fails when the
+//! caller's own call then fails too is the call's failure, not the row's. A key that no
+//! caller could have made (read from a destroyed descriptor) is passed through, not
+//! recorded as a miss.
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tunedblas_core::cublaslt::*;
+use tunedblas_core::misslog::Sight;
 
 use super::{Lt, LtCall, LtRuntime};
 use crate::lifecycle::NoCancel;
@@ -36,12 +45,12 @@ pub trait Library: 'static {
     /// # Safety
     /// `x` holds a caller's live descriptors.
     unsafe fn read_key(x: &LtCall) -> Option<LtKey>;
-    /// Rebuilds a tuned row's algorithm and checks it against this call; `None` (after one
-    /// line saying why) when it cannot be used.
+    /// Rebuilds a tuned row's algorithm and checks it against this call; why not, when it
+    /// cannot be used (the serving path says so).
     ///
     /// # Safety
     /// `x` holds a caller's live handle and descriptors.
-    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Option<Prepared>;
+    unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Result<Prepared, String>;
     /// The class of a call a rebuilt algorithm is valid for beyond its key (hipBLASLt:
     /// alpha and beta at 1 or 0, which its kernels may be specialised on); a row's
     /// algorithm serves only calls of the class it was checked with.
@@ -99,19 +108,73 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
                 bump(c.served);
                 return status;
             }
-            if entry.quarantine() {
-                // SAFETY: the caller's descriptors, as when the key was read for the lookup.
-                let key = unsafe { L::read_key(x) };
-                let (op, sig) = key.as_ref().map_or_else(Default::default, op_and_signature);
-                info!(
-                    "{}: {} for {op},{sig} failed with status {status}; the row is quarantined for this process and the caller's own algorithm is used (re-tune this build)",
-                    rt.spec.lib.name(),
-                    entry.action.solution_text()
-                );
-            }
             bump(c.fallbacks);
-            unsafe { L::call(real, x, x.algo) }
+            let own = unsafe { L::call(real, x, x.algo) };
+            tuned_call_failed::<L>(x, entry, rt, status, own);
+            own
         }
+    }
+}
+
+/// A tuned call failed with `status` and the caller's own call then returned `own`: a
+/// failure counted against the row when the caller's call went fine (said at debug the
+/// first time, and once when it quarantines the row).
+#[cold]
+#[inline(never)]
+fn tuned_call_failed<L: Library>(
+    x: &LtCall,
+    entry: &LtEntry,
+    rt: &LtRuntime,
+    status: LtStatus,
+    own: LtStatus,
+) {
+    let lib = rt.spec.lib.name();
+    let solution = entry.action.solution_text();
+    let key = || {
+        // SAFETY: the caller's descriptors, as when the key was read for the lookup.
+        let key = unsafe { L::read_key(x) };
+        key.as_ref().map_or_else(Default::default, op_and_signature)
+    };
+    if own != STATUS_SUCCESS {
+        debug!(
+            "{lib}: {solution} failed with status {status} and the caller's own algorithm with {own}: the call's failure, not the row's"
+        );
+        return;
+    }
+    match entry.failed() {
+        Strike::First => {
+            let (op, sig) = key();
+            debug!(
+                "{lib}: {solution} for {op},{sig} failed with status {status}; the caller's own algorithm ran; the row is tried again on a later call and quarantined if it fails again"
+            );
+        }
+        Strike::Quarantined => {
+            let (op, sig) = key();
+            info!(
+                "{lib}: {solution} for {op},{sig} failed with status {status}; the row is quarantined for this process and the caller's own algorithm is used (re-tune this build)"
+            );
+        }
+        Strike::Already => {}
+    }
+}
+
+/// A row's algorithm could not be rebuilt or checked for this call (`why`): the first
+/// time said at debug and the row tried again on a later call; the second time said once
+/// and the row quarantined.
+#[cold]
+#[inline(never)]
+fn prepare_failed(lib: LtLib, entry: &LtEntry, key: &LtKey, why: &str) {
+    let solution = entry.action.solution_text();
+    match entry.failed() {
+        Strike::First => {
+            let (op, sig) = op_and_signature(key);
+            debug!(
+                "{}: {solution} for {op},{sig} cannot be used now: {why}; tried again on a later call",
+                lib.name()
+            );
+        }
+        Strike::Quarantined => cannot_use(lib, &solution, key, why),
+        Strike::Already => {}
     }
 }
 
@@ -141,7 +204,8 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
                 bump(c.default);
                 return Decision::Pass;
             }
-            // Once per key, by one caller; with cancellation held off (the rebuild runs
+            // Once per key (again after a failure), by one caller at a time; with
+            // cancellation held off (the rebuild runs
             // library code, and a cancellation acted on there would unwind into
             // `catch_unwind`).
             let prepared = e.prepared_or_try(|| {
@@ -150,7 +214,7 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
                 unsafe { L::prepare(x, &key, &e.action) }
             });
             match prepared {
-                Some(Some(p))
+                Prep::Ready(p)
                     if p.fits(
                         [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
                         x.workspace,
@@ -159,37 +223,57 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
                 {
                     Decision::Tuned(&p.algo, e, rt)
                 }
-                Some(Some(_)) | None => {
+                Prep::Ready(_) | Prep::Busy => {
                     // Less workspace or alignment than the tuned algorithm needs, a call of
                     // another class, or another caller is rebuilding the algorithm now.
                     bump(c.passed_through);
                     Decision::Pass
                 }
-                Some(None) => {
-                    e.quarantine();
+                Prep::Failed(why) => {
+                    prepare_failed(rt.spec.lib, e, &key, &why);
                     bump(c.fallbacks);
                     Decision::Pass
                 }
             }
         }
-        None => {
-            if rt.miss(&key) {
-                let (op, sig) = op_and_signature(&key);
-                debug!(
-                    "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
-                    rt.spec.lib.name(),
-                    x.workspace_bytes,
-                    if x.algo.is_null() { "NULL" } else { "given" }
-                );
+        None => match rt.miss(&key) {
+            Sight::Refused => {
+                refused(rt.spec.lib, &key);
+                bump(c.passed_through);
+                Decision::Pass
             }
-            bump(c.missed);
-            Decision::Pass
-        }
+            sight => {
+                if sight == Sight::First {
+                    let (op, sig) = op_and_signature(&key);
+                    debug!(
+                        "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
+                        rt.spec.lib.name(),
+                        x.workspace_bytes,
+                        if x.algo.is_null() { "NULL" } else { "given" }
+                    );
+                }
+                bump(c.missed);
+                Decision::Pass
+            }
+        },
     }
 }
 
-/// The line for a row whose algorithm cannot be used (said once per key: `prepare` runs
-/// once per key).
+/// A missed key no caller could have made (`LtKey::plausible`): passed through, not
+/// recorded.
+#[cold]
+#[inline(never)]
+fn refused(lib: LtLib, key: &LtKey) {
+    if let Err(why) = key.plausible() {
+        debug!(
+            "{}: passing a call through, not recording it: its key cannot be a caller's ({why}); a descriptor destroyed while in use?",
+            lib.name()
+        );
+    }
+}
+
+/// The line for a row whose algorithm cannot be used, quarantined now (said once per
+/// key: a row is quarantined once).
 pub fn cannot_use(lib: LtLib, solution: &str, key: &LtKey, why: &str) {
     let (op, sig) = op_and_signature(key);
     info!(
