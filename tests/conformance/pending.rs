@@ -108,7 +108,7 @@ fn rejected_calls_are_not_misses(s: &Suite) {
 }
 
 /// On rocBLAS 5.5.1 (no `_64` API), a host that probes for it must find nothing, with or
-/// without the preload.
+/// without the preload, before its first handle as after it.
 fn no_64_api_where_the_library_has_none(s: &Suite) {
     assert!(!s.has_64());
     let (host, inside) = s.scratch("pending-64");
@@ -121,11 +121,18 @@ fn no_64_api_where_the_library_has_none(s: &Suite) {
         "rocblas_hgemm_strided_batched_64",
         "rocblas_sgemm_strided_batched_64",
     ];
-    let mut src = String::from("#include <dlfcn.h>\n#include <stdio.h>\n#include <rocblas/rocblas.h>\nint main(void) {\n  rocblas_handle h = 0;\n  rocblas_create_handle(&h);\n");
-    for n in names {
-        src.push_str(&format!(
-            "  printf(\"{n}=%s\\n\", dlsym(RTLD_DEFAULT, \"{n}\") ? \"found\" : \"absent\");\n"
-        ));
+    // Probed before the first handle (the linked library is mapped before the interposer
+    // runs at all) and after it.
+    let mut src = String::from("#include <dlfcn.h>\n#include <stdio.h>\n#include <rocblas/rocblas.h>\nint main(void) {\n  rocblas_handle h = 0;\n");
+    for when in ["before", "after"] {
+        if when == "after" {
+            src.push_str("  rocblas_create_handle(&h);\n");
+        }
+        for n in names {
+            src.push_str(&format!(
+                "  printf(\"{when} {n}=%s\\n\", dlsym(RTLD_DEFAULT, \"{n}\") ? \"found\" : \"absent\");\n"
+            ));
+        }
     }
     src.push_str("  return 0;\n}\n");
     std::fs::write(host.join("probe.c"), src).unwrap();
@@ -141,7 +148,7 @@ fn no_64_api_where_the_library_has_none(s: &Suite) {
     let (plain_out, _) = out_text(&plain);
     assert_eq!(
         plain_out.matches("=absent").count(),
-        names.len(),
+        2 * names.len(),
         "{plain_out}"
     );
     let pre = s.sh(&format!(

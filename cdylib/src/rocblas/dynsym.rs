@@ -16,9 +16,12 @@
 //!
 //! The table lies in a read-only segment mapped privately: its page is made writable for one
 //! byte store per symbol and given back its protection at once. Lookups read the byte without
-//! a lock; a one-byte store is never seen torn. A probe made before the first handle (before
-//! we know the build) still finds ours. `rocblas_create_handle` is always the served build's
-//! own when the caller links it (a main program, hipBLAS) or the build is the first seen.
+//! a lock; a one-byte store is never seen torn. A rocBLAS the program links is mapped before
+//! any constructor runs, so [`at_load`] looks once when this library is loaded, and a probe
+//! made before the first handle already finds what it would without us. (A probe made before
+//! a rocBLAS `dlopen`ed later, and before its first handle, still finds ours.)
+//! `rocblas_create_handle` is always the served build's own when the caller links it (a main
+//! program, hipBLAS) or the build is the first seen.
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -74,6 +77,31 @@ pub fn follow(create: *mut c_void) {
         if has { "has" } else { "lacks" }
     );
 }
+
+/// Runs when this library is loaded, after every library the program links was mapped:
+/// shows or hides the `_64` exports as the first rocBLAS mapped has them (nothing happens in
+/// a process without one, the shells and compilers `LD_PRELOAD` reaches).
+extern "C" fn at_load() {
+    let _ = std::panic::catch_unwind(|| {
+        let _errno = crate::lifecycle::KeepErrno::new();
+        let Some(first) = crate::real::loaded_libraries(&["librocblas.so"])
+            .into_iter()
+            .next()
+        else {
+            return;
+        };
+        let Ok(lib) = std::ffi::CString::new(first.into_os_string().into_encoded_bytes()) else {
+            return;
+        };
+        if let Some(create) = crate::real::resolve_in(c"rocblas_create_handle", &lib) {
+            follow(create);
+        }
+    });
+}
+
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
 
 /// Our own dynamic section, symbol table, string table and GNU hash table.
 struct Tables {
