@@ -929,3 +929,112 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
         );
     }
 }
+
+/// Runs `cmd` with its standard output a pipe whose reading end is already closed, as
+/// `cmd | head -0` would leave it: its first line meets a closed pipe.
+fn with_closed_stdout(mut cmd: Command) -> Output {
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two descriptors, each then owned once.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    cmd.stdout(std::process::Stdio::from(write));
+    run(cmd)
+}
+
+/// Ended as `cat` or `seq` end on a closed pipe: by SIGPIPE, with nothing said.
+fn ended_quietly_by_the_pipe(what: &str, out: &Output) {
+    use std::os::unix::process::ExitStatusExt;
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    assert!(!stderr.contains("failed printing"), "{what}: {stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{what}: {:?} {stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn a_closed_output_pipe_ends_every_command_quietly() {
+    let dir = scratch("closed-pipe");
+    std::fs::create_dir_all(dir.join("misses")).unwrap();
+    let lib = artifacts().lib4();
+    let lib = lib.to_str().unwrap();
+    for args in [
+        &["status"][..],
+        &["misses"][..],
+        &["help"][..],
+        &["tune", "--help"][..],
+        &["env"][..],
+        &["tune", "--lib", lib, "--shape", "f16:TN:8:8:8"][..],
+    ] {
+        ended_quietly_by_the_pipe(
+            &args.join(" "),
+            &with_closed_stdout(tunedblas_cmd(&dir, args)),
+        );
+    }
+}
+
+#[test]
+fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
+    let dir = scratch("pipe-resume");
+    let lib = artifacts().lib4();
+    let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap()]
+        .map(String::from)
+        .to_vec();
+    args.extend(shape_args(16));
+    args.extend(["--trials", "5", "--max-trials", "5", "--rotate-mib", "1"].map(String::from));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    // `tunedblas tune ... | head`: the reader goes away after the first shape's line.
+    let mut cmd = tunedblas_cmd(&dir, &refs);
+    cmd.current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    use std::io::BufRead;
+    let first = reader
+        .lines()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with('['))
+        .expect("a shape's line");
+    assert!(first.starts_with("[  1/16]"), "{first}");
+    // The reader is gone: the campaign's next line meets a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    ended_quietly_by_the_pipe("tune", &out);
+
+    // The checkpoint holds the header and whole lines of the shapes finished.
+    let profile = dir.join("profiles/rocblas-4.4.0.5f2e9c71");
+    let partial = std::fs::read_to_string(profile.join(".campaign.partial.jsonl")).unwrap();
+    let finished = partial.lines().count() - 1;
+    assert!((1..16).contains(&finished), "{partial}");
+    for l in partial.lines() {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+    }
+
+    // Another campaign refuses, naming exactly the command that finishes this one.
+    let other = run(tunedblas_cmd(
+        &dir,
+        &["tune", "--lib", lib.to_str().unwrap(), "--shape", "f16:TN:8:8:8"],
+    ));
+    let said = text(&other.stderr);
+    assert_eq!(other.status.code(), Some(1), "{said}");
+    let rerun = format!("cd {} && tunedblas {}", dir.display(), args.join(" "));
+    assert!(said.contains(&format!("\n    {rerun}\n")), "{rerun}\n{said}");
+    assert!(said.contains("add --fresh to this command"), "{said}");
+    assert!(said.contains(&format!("({finished} of 16 done)")), "{said}");
+
+    // That command resumes it.
+    let out = ok(&run(tunedblas_cmd(&dir, &refs)));
+    assert!(
+        out.contains(&format!(
+            "resuming: {finished} of 16 shapes were finished before"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("16 shapes: "), "{out}");
+    assert!(!profile.join(".campaign.partial.jsonl").exists());
+}

@@ -271,7 +271,22 @@ fn dispatch(args: &[String]) -> Result<()> {
     (command.run)(rest)
 }
 
+/// A closed output pipe (`tunedblas status | head -1`) ends the command at once, quietly, as
+/// it ends `cat` or `seq`: the process takes the default action of SIGPIPE at its next write
+/// instead of Rust's default of ignoring the signal and panicking in `println!` ("failed
+/// printing to stdout", exit 101). This is the one place that decides it for every command
+/// and every line, whoever prints it. Nothing is lost that a kill would not lose: a `tune`
+/// stops where a kill stops it, its checkpoint synced shape by shape, and the same command
+/// run again resumes it. Children get the default action anyway (std resets it at spawn).
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: restores a signal's default action, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    end_quietly_on_a_closed_pipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match dispatch(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -64,7 +64,9 @@ OPTIONS:
     -q, --quiet           no progress and no per-shape lines: the qualification and the
                           counts only
 
-An interrupted campaign resumes: run the same command again.
+An interrupted campaign resumes: run the same command again (killed, or stopped by a closed
+output pipe, `| head`, which ends it at once and quietly). While one is unfinished, a tune
+of other shapes refuses and prints the command that finishes it; --fresh discards it.
 
 EXAMPLES:
     tunedblas tune --lib /opt/rocm/lib/librocblas.so.5 ~/.cache/tunedblas/misses

@@ -28,11 +28,10 @@ pub fn open(
     keys: &[LtKey],
     fresh: bool,
 ) -> crate::error::Result<(Checkpoint, Vec<Outcome>)> {
-    let header = Header {
-        started: crate::store::utc_now(),
-        build: format!("{lib} {build} rank {rank}"),
-        shapes: keys.iter().map(shape_line).collect(),
-    };
+    let header = Header::new(
+        format!("{lib} {build} rank {rank}"),
+        keys.iter().map(shape_line).collect(),
+    );
     let (checkpoint, done) = Checkpoint::open::<Outcome>(dir, header, fresh)?;
     Ok((checkpoint, done.into_iter().filter_map(restore).collect()))
 }
