@@ -27,7 +27,8 @@ folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its co
 With no INPUT, no --shape and no --retune: the miss folder the interposer writes
 ($TUNEDBLAS_MISS_DIR, else ~/.cache/tunedblas/misses), as `tunedblas misses` reads it.
 Shapes of the inputs that the build's profile has rows for already (tuned since they were
-recorded) are not tuned again: --retune measures every row again, --shape names one.
+recorded) are not tuned again: --retune measures every row again, --shape names one. When
+that leaves nothing to tune, tune says so and exits 0: coverage is complete.
 
 OPTIONS:
     --shape TYPE:AB:M:N:K[:BATCH]  an explicit shape, e.g. f16:TN:4096:256:4096 (repeatable)
