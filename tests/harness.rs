@@ -663,7 +663,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         ),
         (
             &["tune", "--lib", lib, "--shape", "f16:TN:0:1:1"],
-            1,
+            2,
             "--shape f16:TN:0:1:1",
         ),
         (&["tune", "--lib", lib], 1, "no shapes to tune"),

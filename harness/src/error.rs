@@ -1,6 +1,17 @@
 //! The one error type of the `tunedblas` command. Every command returns [`Result`]; `main`
 //! prints the message and exits with the kind's code, so the exit codes the README and
-//! `tunedblas help` document are decided here and nowhere else.
+//! `tunedblas help` document are decided here and nowhere else:
+//!
+//! | code | kind | in every command |
+//! |---|---|---|
+//! | 0 | - | success (`tune` with nothing left to tune included) |
+//! | 1 | [`Kind::Failed`] | the work failed; the message says why |
+//! | 2 | [`Kind::Usage`] | the command line: unknown option or command, a value missing or malformed (`--shape`, `--trials`, ...) |
+//! | 3 | [`Kind::NotRocblas`] | the library cannot be loaded or is not the one named |
+//! | 4 | [`Kind::NoDevice`] | no usable device |
+//! | 3, 4 | [`Kind::Verdict`] | `coverage --strict`: missing, unservable |
+//!
+//! A closed output pipe is none of these: SIGPIPE ends the process (see `main`).
 
 use std::fmt;
 

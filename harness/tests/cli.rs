@@ -237,3 +237,91 @@ fn demo_leaves_no_temporary_folder_behind_even_when_it_fails() {
     );
     std::fs::remove_dir_all(&bin).unwrap();
 }
+
+/// Every command the overview lists, with what it needs before its options are read.
+const EVERY_COMMAND: &[&[&str]] = &[
+    &["demo"],
+    &["tune"],
+    &["qualify"],
+    &["verify"],
+    &["profiles", "list"],
+    &["merge"],
+    &["coverage"],
+    &["misses"],
+    &["status"],
+    &["export"],
+    &["report"],
+    &["env"],
+    &["lt", "info"],
+];
+
+#[test]
+fn the_same_mistake_is_exit_2_in_every_command_and_every_one_takes_quiet() {
+    for cmd in EVERY_COMMAND {
+        let name = cmd[0];
+        // -q is read by every command: the error is about the unknown option after it.
+        let args = [*cmd, &["-q", "--frobnicate"]].concat();
+        let out = tunedblas(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("unknown option '--frobnicate'"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains(&format!("tunedblas help {name}")),
+            "{args:?}: {err}"
+        );
+        // An option without its value, wherever it is.
+        let args = [*cmd, &["--quiet", "--profiles"]].concat();
+        let out = tunedblas(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    }
+    // A malformed value: a bad --shape is a command-line mistake as a bad --trials is.
+    for (args, names) in [
+        (
+            &["tune", "--lib", "x.so", "--shape", "f16:TN:0:1:1"][..],
+            "--shape f16:TN:0:1:1",
+        ),
+        (
+            &["tune", "--lib", "x.so", "--shape", "f16"][..],
+            "--shape f16",
+        ),
+        (
+            &["tune", "--lib", "x.so", "--trials", "many"][..],
+            "--trials",
+        ),
+        (
+            &["lt", "overhead", "--shape", "1,2"][..],
+            "--shape takes N,M,K",
+        ),
+        (&["misses", "--top", "0"][..], "--top"),
+    ] {
+        let out = tunedblas(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert!(err.contains("run 'tunedblas help"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn quiet_silences_the_notes_never_the_answer() {
+    let dir = std::env::temp_dir().join(format!("tunedblas-cli-quiet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let loud = tunedblas(&["misses", d, "--prune", "0"]);
+    let quiet = tunedblas(&["misses", d, "--prune", "0", "-q"]);
+    assert_eq!(loud.status.code(), Some(0), "{}", stderr(&loud));
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert!(
+        stderr(&loud).contains("pruned the files of 0"),
+        "{}",
+        stderr(&loud)
+    );
+    assert!(stderr(&quiet).is_empty(), "{}", stderr(&quiet));
+    assert_eq!(stdout(&loud), stdout(&quiet));
+    assert!(!stdout(&quiet).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -287,7 +287,7 @@ fn write_tune_input(out: &Path, report: &coverage::Report) -> Result<()> {
     }
     std::fs::write(out, text)
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", out.display())))?;
-    eprintln!(
+    crate::say::note!(
         "tunedblas: {count} predicted problems with no row written to {} (tunedblas tune --lib <librocblas.so> {} tunes them)",
         out.display(),
         out.display()

@@ -162,7 +162,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        eprintln!(
+        crate::say::note!(
             "tunedblas: exported {} rows of profile '{}' (build {}) as {format} to {dest}",
             report.rows,
             p.name,

@@ -179,7 +179,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     if let Some(rule) = o.prune {
         let removed = prune(&o.inputs, rule, o.served_by.as_ref())?;
-        eprintln!("tunedblas misses: pruned the files of {removed} ended processes");
+        crate::say::note!("tunedblas misses: pruned the files of {removed} ended processes");
     }
     let (sources, files) = read_sources(&o.inputs)?;
     let (mut all, problems) = misses::aggregate(&sources);

@@ -63,7 +63,7 @@ OPTIONS:
     --noisy PCT           a shape whose spread is over PCT% (50) is undecidable, not Default:
                           no row is written, so it comes back as a miss
     -q, --quiet           no progress and no per-shape lines: the qualification and the
-                          counts only
+                          counts only (every command takes -q: no progress or notes)
 
 An interrupted campaign resumes: run the same command again (killed, or stopped by a closed
 output pipe, `| head`, which ends it at once and quietly). While one is unfinished, a tune
@@ -93,14 +93,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let a = Args::parse(
         "tune",
         args,
-        &[
-            "--retune",
-            "--no-default-rows",
-            "--fresh",
-            "--json",
-            "--quiet",
-            "-q",
-        ],
+        &["--retune", "--no-default-rows", "--fresh", "--json"],
         &[
             "--lib",
             "--hip",
@@ -149,6 +142,10 @@ pub fn run(args: &[String]) -> Result<()> {
     if noisy <= 0.0 {
         return Err(a.usage("--noisy takes a positive percentage"));
     }
+    // A malformed --shape is a mistake on the command line, as a malformed --trials is.
+    for spec in a.values("--shape") {
+        crate::shapes::parse_spec(spec).map_err(|e| a.usage(e.message))?;
+    }
     let opts = campaign::Options {
         lib: a.lib()?,
         hip: a.path("--hip"),
@@ -176,7 +173,7 @@ pub fn run(args: &[String]) -> Result<()> {
             noisy: noisy / 100.0,
         },
         json: a.has("--json"),
-        quiet: a.has("--quiet") || a.has("-q"),
+        quiet: crate::say::quiet(),
     };
     // In ROCm's HIP a hipMemcpy or hipMalloc on any thread invalidates every capture in
     // the process, so one worker's uploads would break another's graphs.

@@ -59,7 +59,7 @@ pub fn tune_all(
     let t0 = std::time::Instant::now();
     let resumed = done.len();
     if resumed > 0 {
-        eprintln!(
+        crate::say::note!(
             "tunedblas lt: resuming: {resumed} of {} shapes were tuned by the interrupted run",
             keys.len()
         );
@@ -97,7 +97,7 @@ pub fn tune_all(
         };
         let el = t0.elapsed().as_secs_f64();
         let left = keys.len() - i - 1;
-        eprintln!(
+        crate::say::note!(
             "tunedblas lt: [{}/{}] {}: {said}; {} elapsed, ETA {}",
             i + 1,
             keys.len(),
