@@ -649,7 +649,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         (
             &["tune", "--lib", lib, "--bogus"],
             2,
-            "unknown option '--bogus'",
+            "unexpected argument '--bogus' found",
         ),
         (
             &["tune", "--lib", lib, "--shard", "2/2"],

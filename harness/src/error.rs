@@ -65,6 +65,17 @@ impl Error {
         }
     }
 
+    /// A command-line mistake clap found in `command`'s arguments (exit 2), in clap's own
+    /// words: what was wrong, the nearest valid option where one is close, the usage line.
+    pub fn clap(command: &str, e: &clap::Error) -> Error {
+        let text = e.render().to_string();
+        let text = text.trim_end();
+        let text = text.strip_prefix("error: ").unwrap_or(text);
+        // `tunedblas lt tune`'s help is `tunedblas help lt`.
+        let command = command.split(' ').next().unwrap_or(command);
+        Error::usage(command, text)
+    }
+
     /// The library cannot be loaded or is not rocBLAS (exit 3).
     pub fn not_rocblas(message: impl Into<String>) -> Error {
         Error::of(Kind::NotRocblas, message)
@@ -101,6 +112,9 @@ impl Error {
     pub fn report(&self) -> String {
         let mut text = format!("error: {}", self.message);
         if self.kind == Kind::Usage {
+            if self.message.contains('\n') {
+                text.push('\n');
+            }
             text.push_str(&match &self.command {
                 Some(c) => format!("\nrun 'tunedblas help {c}' for its options"),
                 None => "\nrun 'tunedblas help' for the commands".to_string(),

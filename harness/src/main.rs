@@ -224,6 +224,12 @@ fn overview() -> String {
     text
 }
 
+/// The synopsis of `command` (of `lt` for `lt tune`), for clap's usage line.
+pub fn usage_of(command: &str) -> &'static str {
+    let name = command.split(' ').next().unwrap_or(command);
+    find(name).map_or("tunedblas COMMAND [options]", |c| c.usage)
+}
+
 fn find(name: &str) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.name == name)
 }
