@@ -67,7 +67,89 @@ pub fn clap_command(command: &str, switches: &[&str], options: &[&str]) -> clap:
     )
 }
 
+/// A command declared with clap, in the words its help shows: `tunedblas <command>` with
+/// the table's synopsis as its usage line, what it does (`about`), then its arguments
+/// (each with its own help) and `after` (examples, notes). Add its arguments with
+/// [`switch`], [`option`] and [`positionals`].
+pub fn command(command: &str, about: &'static str, after: &'static str) -> clap::Command {
+    clap::Command::new(format!("tunedblas {command}"))
+        .no_binary_name(true)
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .disable_colored_help(true)
+        .color(clap::ColorChoice::Never)
+        .args_override_self(true)
+        .override_usage(crate::usage_of(command))
+        .about(about)
+        .after_help(after)
+        .help_template("{usage}\n\n{about-with-newline}\n{all-args}{after-help}")
+        // One width, whatever the terminal: the prose is wrapped for it, and `help X` and
+        // `X --help` print the same text everywhere.
+        .term_width(100)
+}
+
+/// A switch (`--json`), with its help.
+pub fn switch(flag: &str, help: &'static str) -> Arg {
+    Arg::new(id(flag).to_string())
+        .long(id(flag).to_string())
+        .action(ArgAction::SetTrue)
+        .help(help)
+}
+
+/// An option taking one value (`--lib PATH`), repeatable (the last one counts where one is
+/// read), with the value's name and its help.
+pub fn option(flag: &str, value: &'static str, help: &'static str) -> Arg {
+    Arg::new(id(flag).to_string())
+        .long(id(flag).to_string())
+        .value_name(value)
+        .action(ArgAction::Append)
+        .num_args(1)
+        .allow_negative_numbers(true)
+        .help(help)
+}
+
+/// The positionals, at most `max` of them, named `value` in the help.
+pub fn positionals(value: &'static str, max: usize, help: &'static str) -> Arg {
+    let arg = Arg::new(POSITIONAL).value_name(value).help(help);
+    if max == 1 {
+        arg.action(ArgAction::Set)
+    } else {
+        arg.action(ArgAction::Append).num_args(0..=max)
+    }
+}
+
+/// `--lib LIBROCBLAS`: the library build the command works on (its profile is that file's).
+pub fn lib_option(help: &'static str) -> Arg {
+    option("--lib", "LIBROCBLAS", help)
+}
+
+/// `--profiles DIR`, the same in every command.
+pub fn profiles_option() -> Arg {
+    option(
+        "--profiles",
+        "DIR",
+        "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)",
+    )
+}
+
+/// A declared command's help, as `tunedblas help <command>` and `--help` print it.
+pub fn help_text(mut command: clap::Command) -> String {
+    let mut text = command.render_help().to_string();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
 impl Args {
+    /// Parses `args` as `declared` (see [`command`]) says.
+    pub fn of_declared(command: &str, declared: clap::Command, args: &[String]) -> Result<Args> {
+        let matches = declared
+            .try_get_matches_from(args)
+            .map_err(|e| Error::clap(command, &e))?;
+        Ok(Args::of(command, matches))
+    }
+
     /// Parses `args` by the declared `switches` (no value) and `options` (one value each).
     /// Everything after `--` is positional.
     pub fn parse(
@@ -84,7 +166,9 @@ impl Args {
 
     fn of(command: &str, matches: ArgMatches) -> Args {
         let positional = matches
-            .get_many::<String>(POSITIONAL)
+            .try_get_many::<String>(POSITIONAL)
+            .ok()
+            .flatten()
             .map(|v| v.cloned().collect())
             .unwrap_or_default();
         Args {

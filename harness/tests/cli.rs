@@ -63,7 +63,7 @@ fn an_unknown_option_names_itself_and_the_nearest_one() {
     // A stray word where a command takes none is refused, not ignored.
     assert_usage_error(
         &["qualify", "--lib", "x.so", "extra"],
-        "unexpected argument 'extra' for 'tunedblas qualify'",
+        "unexpected argument 'extra' found\n\nUsage: tunedblas qualify --lib LIBROCBLAS",
         "qualify",
     );
 }
