@@ -71,7 +71,11 @@ pub fn clap_command(command: &str, switches: &[&str], options: &[&str]) -> clap:
 /// the table's synopsis as its usage line, what it does (`about`), then its arguments
 /// (each with its own help) and `after` (examples, notes). Add its arguments with
 /// [`switch`], [`option`] and [`positionals`].
-pub fn command(command: &str, about: &'static str, after: &'static str) -> clap::Command {
+pub fn command(
+    command: &str,
+    about: impl clap::builder::IntoResettable<clap::builder::StyledStr>,
+    after: impl clap::builder::IntoResettable<clap::builder::StyledStr>,
+) -> clap::Command {
     clap::Command::new(format!("tunedblas {command}"))
         .no_binary_name(true)
         .disable_help_flag(true)

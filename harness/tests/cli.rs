@@ -126,12 +126,25 @@ fn help_for_every_command_including_help_itself() {
             "{name}: {}",
             stdout(&via_help)
         );
+        // Generated from the command's declared arguments (clap), each with its meaning.
+        if name != "help" {
+            assert!(
+                stdout(&via_help).contains("\nOptions:\n      --"),
+                "{name}: {}",
+                stdout(&via_help)
+            );
+        }
         // The overview lists it.
         assert!(
             stdout(&tunedblas(&["help"])).contains(&format!("    tunedblas {name}")),
             "{name}"
         );
     }
+    let status = stdout(&tunedblas(&["help", "status"]));
+    assert!(
+        status.contains("--prune  remove the Prometheus files (.prom) of processes not running"),
+        "{status}"
+    );
     // No command: the overview on stderr, exit 2.
     let out = tunedblas(&[]);
     assert_eq!(out.status.code(), Some(2));
