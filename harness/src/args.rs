@@ -1,27 +1,160 @@
-//! The command line of every command: `--flag`, `--flag VALUE` / `--flag=VALUE`
-//! (repeatable) and positionals, read strictly. Each command declares what it takes, so a
-//! typo is a short error naming the bad input, with the nearest flag it might have meant,
-//! instead of a silently ignored option or the whole usage text.
+//! The command line of every command, read by clap: `--flag`, `--flag VALUE` /
+//! `--flag=VALUE` (repeatable) and positionals, strictly. A typo is clap's error naming the
+//! bad input, with the nearest flag it might have meant and the command's usage line, exit 2
+//! (see `error`), instead of a silently ignored option or the whole help text.
 //!
-//! The arguments several commands share (`--lib`, `--profiles`, `--devices`, `--shard`)
-//! are read here too, so they mean the same everywhere.
+//! The arguments several commands share (`--lib`, `--profiles`, `--devices`, `--shard`,
+//! `--margin`) are read here too, so they mean the same everywhere.
 
 use std::path::PathBuf;
 use std::str::FromStr;
+
+use clap::{Arg, ArgAction, ArgMatches};
 
 pub use tunedblas_core::suggest::suggest;
 
 use crate::error::{Error, Result};
 
+/// A command's parsed arguments. Options are asked for by their flag (`"--lib"`).
 pub struct Args {
     command: String,
-    /// (flag, value); value is None for switches.
-    flags: Vec<(String, Option<String>)>,
+    matches: ArgMatches,
     pub positional: Vec<String>,
 }
 
+/// The id clap knows an option by: its long name.
+fn id(flag: &str) -> &str {
+    flag.trim_start_matches('-')
+}
+
+/// The id of the positionals every command collects.
+const POSITIONAL: &str = "positional";
+
+/// The clap command for `tunedblas <command>` taking `switches` (no value) and `options`
+/// (one value each, repeatable) and positionals; everything after `--` is positional. Help
+/// is the command table's (`tunedblas help <command>`), so clap adds no `--help` of its own.
+pub fn clap_command(command: &str, switches: &[&str], options: &[&str]) -> clap::Command {
+    let mut c = clap::Command::new(format!("tunedblas {command}"))
+        .no_binary_name(true)
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .disable_colored_help(true)
+        .color(clap::ColorChoice::Never)
+        .args_override_self(true)
+        .override_usage(crate::usage_of(command));
+    for s in switches {
+        c = c.arg(
+            Arg::new(id(s).to_string())
+                .long(id(s).to_string())
+                .action(ArgAction::SetTrue),
+        );
+    }
+    for o in options {
+        c = c.arg(
+            Arg::new(id(o).to_string())
+                .long(id(o).to_string())
+                .value_name(id(o).to_uppercase())
+                .action(ArgAction::Append)
+                .num_args(1)
+                .allow_negative_numbers(true),
+        );
+    }
+    c.arg(
+        Arg::new(POSITIONAL)
+            .action(ArgAction::Append)
+            .num_args(0..)
+            .allow_negative_numbers(true),
+    )
+}
+
+/// A command declared with clap, in the words its help shows: `tunedblas <command>` with
+/// the table's synopsis as its usage line, what it does (`about`), then its arguments
+/// (each with its own help) and `after` (examples, notes). Add its arguments with
+/// [`switch`], [`option`] and [`positionals`].
+pub fn command(
+    command: &str,
+    about: impl clap::builder::IntoResettable<clap::builder::StyledStr>,
+    after: impl clap::builder::IntoResettable<clap::builder::StyledStr>,
+) -> clap::Command {
+    clap::Command::new(format!("tunedblas {command}"))
+        .no_binary_name(true)
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .disable_colored_help(true)
+        .color(clap::ColorChoice::Never)
+        .args_override_self(true)
+        .override_usage(crate::usage_of(command))
+        .about(about)
+        .after_help(after)
+        .help_template("{usage}\n\n{about-with-newline}\n{all-args}{after-help}")
+        // One width, whatever the terminal: the prose is wrapped for it, and `help X` and
+        // `X --help` print the same text everywhere.
+        .term_width(100)
+}
+
+/// A switch (`--json`), with its help.
+pub fn switch(flag: &str, help: &'static str) -> Arg {
+    Arg::new(id(flag).to_string())
+        .long(id(flag).to_string())
+        .action(ArgAction::SetTrue)
+        .help(help)
+}
+
+/// An option taking one value (`--lib PATH`), repeatable (the last one counts where one is
+/// read), with the value's name and its help.
+pub fn option(flag: &str, value: &'static str, help: &'static str) -> Arg {
+    Arg::new(id(flag).to_string())
+        .long(id(flag).to_string())
+        .value_name(value)
+        .action(ArgAction::Append)
+        .num_args(1)
+        .allow_negative_numbers(true)
+        .help(help)
+}
+
+/// The positionals, at most `max` of them, named `value` in the help.
+pub fn positionals(value: &'static str, max: usize, help: &'static str) -> Arg {
+    let arg = Arg::new(POSITIONAL).value_name(value).help(help);
+    if max == 1 {
+        arg.action(ArgAction::Set)
+    } else {
+        arg.action(ArgAction::Append).num_args(0..=max)
+    }
+}
+
+/// `--lib LIBROCBLAS`: the library build the command works on (its profile is that file's).
+pub fn lib_option(help: &'static str) -> Arg {
+    option("--lib", "LIBROCBLAS", help)
+}
+
+/// `--profiles DIR`, the same in every command.
+pub fn profiles_option() -> Arg {
+    option(
+        "--profiles",
+        "DIR",
+        "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)",
+    )
+}
+
+/// A declared command's help, as `tunedblas help <command>` and `--help` print it.
+pub fn help_text(mut command: clap::Command) -> String {
+    let mut text = command.render_help().to_string();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
 impl Args {
-    /// Splits `args` by the declared `switches` (no value) and `options` (one value each).
+    /// Parses `args` as `declared` (see [`command`]) says.
+    pub fn of_declared(command: &str, declared: clap::Command, args: &[String]) -> Result<Args> {
+        let matches = declared
+            .try_get_matches_from(args)
+            .map_err(|e| Error::clap(command, &e))?;
+        Ok(Args::of(command, matches))
+    }
+
+    /// Parses `args` by the declared `switches` (no value) and `options` (one value each).
     /// Everything after `--` is positional.
     pub fn parse(
         command: &str,
@@ -29,75 +162,47 @@ impl Args {
         switches: &[&str],
         options: &[&str],
     ) -> Result<Args> {
-        let mut flags = Vec::new();
-        let mut positional = Vec::new();
-        let mut it = args.iter().peekable();
-        while let Some(a) = it.next() {
-            if a == "--" {
-                positional.extend(it.by_ref().cloned());
-                break;
-            }
-            if !looks_like_flag(a) {
-                positional.push(a.clone());
-                continue;
-            }
-            let (name, inline) = match a.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (a.as_str(), None),
-            };
-            if switches.contains(&name) {
-                if inline.is_some() {
-                    return Err(Error::usage(
-                        command,
-                        format!("option '{name}' for 'tunedblas {command}' takes no value"),
-                    ));
-                }
-                flags.push((name.to_string(), None));
-            } else if options.contains(&name) {
-                let value = match inline {
-                    Some(v) => Some(v),
-                    // A flag where the value should be means the value was left out.
-                    None => it.next_if(|next| !next.starts_with("--")).cloned(),
-                };
-                let value = value.ok_or_else(|| {
-                    Error::usage(
-                        command,
-                        format!("option '{name}' for 'tunedblas {command}' needs a value"),
-                    )
-                })?;
-                flags.push((name.to_string(), Some(value)));
-            } else {
-                let known: Vec<&str> = switches.iter().chain(options).copied().collect();
-                return Err(unknown_option(command, name, &known));
-            }
-        }
-        Ok(Args {
-            command: command.to_string(),
-            flags,
-            positional,
-        })
+        let matches = clap_command(command, switches, options)
+            .try_get_matches_from(args)
+            .map_err(|e| Error::clap(command, &e))?;
+        Ok(Args::of(command, matches))
     }
 
+    fn of(command: &str, matches: ArgMatches) -> Args {
+        let positional = matches
+            .try_get_many::<String>(POSITIONAL)
+            .ok()
+            .flatten()
+            .map(|v| v.cloned().collect())
+            .unwrap_or_default();
+        Args {
+            command: command.to_string(),
+            matches,
+            positional,
+        }
+    }
+
+    /// Whether the switch `name` is on, or the option `name` was given.
     pub fn has(&self, name: &str) -> bool {
-        self.flags.iter().any(|(n, _)| n == name)
+        match self.matches.try_get_one::<bool>(id(name)) {
+            Ok(Some(on)) => *on,
+            _ => self.matches.try_contains_id(id(name)).unwrap_or(false),
+        }
     }
 
     /// The last value given for `name`.
     pub fn value(&self, name: &str) -> Option<&str> {
-        self.flags
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| v.as_deref())
+        self.values(name).pop()
     }
 
     /// Every value given for a repeatable option, in order.
     pub fn values(&self, name: &str) -> Vec<&str> {
-        self.flags
-            .iter()
-            .filter(|(n, _)| n == name)
-            .filter_map(|(_, v)| v.as_deref())
-            .collect()
+        self.matches
+            .try_get_many::<String>(id(name))
+            .ok()
+            .flatten()
+            .map(|v| v.map(String::as_str).collect())
+            .unwrap_or_default()
     }
 
     pub fn path(&self, name: &str) -> Option<PathBuf> {
@@ -212,22 +317,6 @@ pub fn default_profile_store() -> PathBuf {
         .unwrap_or_else(crate::store::default_root)
 }
 
-/// `--x` and `-x` are flags; `-` (standard input), `--` and negative numbers are not.
-fn looks_like_flag(a: &str) -> bool {
-    a.len() > 1 && a.starts_with('-') && a != "--" && a.parse::<f64>().is_err()
-}
-
-/// The error for a flag `command` does not take, with the nearest one it does.
-pub fn unknown_option(command: &str, name: &str, known: &[&str]) -> Error {
-    let mut msg = format!("unknown option '{name}' for 'tunedblas {command}'");
-    match suggest(name, known.iter().copied()) {
-        Some(s) => msg.push_str(&format!(" (did you mean '{s}'?)")),
-        None if known.is_empty() => msg.push_str(" (it takes no options)"),
-        None => {}
-    }
-    Error::usage(command, msg)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,31 +359,54 @@ mod tests {
 
     #[test]
     fn unknown_and_missing_values_are_errors() {
+        // clap's words: the bad input, the nearest valid one, the usage line.
         let e = Args::parse("tune", &s(&["--libb", "x"]), &[], &["--lib"])
             .err()
             .unwrap();
-        assert_eq!(
-            e.message,
-            "unknown option '--libb' for 'tunedblas tune' (did you mean '--lib'?)"
+        assert!(
+            e.message.starts_with(
+                "unexpected argument '--libb' found\n\n  tip: a similar argument exists: '--lib'\n\nUsage: tunedblas tune --lib LIBROCBLAS"
+            ),
+            "{}",
+            e.message
         );
-        assert_eq!(e.exit_code(), 2);
+        assert_eq!((e.exit_code(), e.command.as_deref()), (2, Some("tune")));
         let e = Args::parse("tune", &s(&["-x"]), &["--json"], &[])
             .err()
             .unwrap();
-        assert_eq!(e.message, "unknown option '-x' for 'tunedblas tune'");
+        assert!(
+            e.message.starts_with("unexpected argument '-x' found"),
+            "{}",
+            e.message
+        );
         for missing in [&["--lib"][..], &["--lib", "--json"][..]] {
             let e = Args::parse("tune", &s(missing), &["--json"], &["--lib"])
                 .err()
                 .unwrap();
             assert_eq!(
-                e.message, "option '--lib' for 'tunedblas tune' needs a value",
+                e.message, "a value is required for '--lib <LIB>' but none was supplied",
                 "{missing:?}"
             );
         }
         let e = Args::parse("tune", &s(&["--json=1"]), &["--json"], &[])
             .err()
             .unwrap();
-        assert!(e.message.contains("takes no value"), "{}", e.message);
+        assert!(
+            e.message.contains("unexpected value '1' for '--json'"),
+            "{}",
+            e.message
+        );
+        // A switch or an option given twice: the last one counts, as before.
+        let a = Args::parse(
+            "tune",
+            &s(&["--json", "--json", "--lib", "a", "--lib", "b"]),
+            &["--json"],
+            &["--lib"],
+        )
+        .unwrap();
+        assert!(a.has("--json"));
+        assert_eq!(a.value("--lib"), Some("b"));
+        assert!(!a.has("--nothing") && a.value("--nothing").is_none());
         let a = Args::parse("tune", &s(&["--trials", "x"]), &[], &["--trials"]).unwrap();
         assert!(a.parsed::<usize>("--trials", 5, "a count").is_err());
         assert_eq!(

@@ -104,6 +104,54 @@ pub struct Header {
     pub build: String,
     /// Every shape of this campaign (after sharding), in order.
     pub shapes: Vec<String>,
+    /// The command line that started it and the folder it ran in, so that a `tune` with
+    /// other inputs, which must refuse, can say exactly what to rerun (absent in
+    /// checkpoints of older builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+}
+
+impl Header {
+    /// The header of a campaign this process starts now, with its own command line.
+    pub fn new(build: String, shapes: Vec<String>) -> Header {
+        Header {
+            started: store::utc_now(),
+            build,
+            shapes,
+            command: Some(invocation(std::env::args())),
+            dir: std::env::current_dir().ok(),
+        }
+    }
+
+    /// What to run to finish this campaign: its command, in its folder.
+    fn rerun(&self) -> Option<String> {
+        let command = self.command.as_deref()?;
+        Some(match &self.dir {
+            Some(d) => format!("cd {} && {command}", shell_word(&d.to_string_lossy())),
+            None => command.to_string(),
+        })
+    }
+}
+
+/// A command line as a shell reads it back: `tunedblas` and the arguments, each quoted
+/// where it needs to be (the program's own path is left out: the user's shell finds it).
+fn invocation(args: impl Iterator<Item = String>) -> String {
+    std::iter::once("tunedblas".to_string())
+        .chain(args.skip(1).map(|a| shell_word(&a)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `w` as one POSIX shell word: unchanged when it is plain, else single-quoted.
+fn shell_word(w: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:,=+@%".contains(c);
+    if !w.is_empty() && w.chars().all(plain) {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
 }
 
 /// Counts of a finished campaign.
@@ -168,6 +216,23 @@ fn read_checkpoint<O: DeserializeOwned>(path: &Path) -> Result<Option<(Header, V
         .filter_map(|l| serde_json::from_str::<O>(l).ok())
         .collect();
     Ok(Some((header, done)))
+}
+
+/// The refusal of a campaign whose profile folder holds another one, unfinished: what to
+/// rerun to finish that one, or how to discard it.
+fn unfinished(path: &Path, old: &Header, done: usize) -> Error {
+    let what = format!(
+        "an unfinished campaign of other shapes ({done} of {} done) is in {}",
+        old.shapes.len(),
+        path.display()
+    );
+    let finish = match old.rerun() {
+        Some(cmd) => format!("to finish it, rerun the command that started it:\n    {cmd}"),
+        None => "to finish it, rerun the command that started it (with the same inputs)".into(),
+    };
+    Error::failed(format!(
+        "{what}\n{finish}\nor discard it: add --fresh to this command"
+    ))
 }
 
 /// Appends one line and syncs it: after this returns the shape survives a kill.
@@ -265,7 +330,8 @@ fn worker(
 }
 
 /// The shapes of a campaign: the inputs, plus the profile's own rows with `--retune`,
-/// sorted, then sharded.
+/// sorted, then sharded. No shapes at all is an error, unless the profile has rows for
+/// every shape of the inputs already: then there is nothing to do.
 fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes::Collected> {
     let spec_refs: Vec<&str> = opts.specs.iter().map(String::as_str).collect();
     let mut inputs = opts.inputs.clone();
@@ -302,12 +368,6 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
             .shapes
             .retain(|s| named.contains(&s.key) || !rows.contains(&s.key));
         served = before - collected.shapes.len();
-        if served > 0 && !opts.quiet && !opts.json {
-            println!(
-                "{served} shapes of the inputs have rows in profile '{}' already: not tuned again (--retune measures them again)",
-                folder.name
-            );
-        }
     }
     if opts.retune {
         let known: HashSet<ProblemKey> = collected.shapes.iter().map(|s| s.key).collect();
@@ -336,16 +396,20 @@ fn plan(opts: &Options, folder: &Folder, results: &ResultsFile) -> Result<shapes
             .map(|(_, s)| s)
             .collect();
     }
-    if collected.shapes.is_empty() && served > 0 {
-        return Err(Error::failed(format!(
-            "nothing to tune: all {served} shapes of the inputs have rows in profile '{}' already (--retune measures them again)",
-            folder.name
-        )));
-    }
-    if collected.shapes.is_empty() {
+    if collected.shapes.is_empty() && served == 0 {
         return Err(Error::failed(
             "no shapes to tune: give miss logs, untuned or results files, --shape, or --retune (with none, the miss folder $TUNEDBLAS_MISS_DIR or ~/.cache/tunedblas/misses is read)",
         ));
+    }
+    if served > 0 && !opts.quiet && !opts.json {
+        // Said once, whether some shapes are left to tune or none (a success: coverage
+        // is complete, which a nightly `tune` must not report as a failure).
+        println!(
+            "{}{served} shapes of the inputs have rows in profile '{}' already{} (--retune measures them again)",
+            if collected.shapes.is_empty() { "nothing to tune: all " } else { "" },
+            folder.name,
+            if collected.shapes.is_empty() { "" } else { ": not tuned again" },
+        );
     }
     Ok(collected)
 }
@@ -375,12 +439,7 @@ impl Checkpoint {
             Some((old, done)) if old.build == header.build && old.shapes == header.shapes => {
                 (old.started, done)
             }
-            Some(_) if !fresh => {
-                return Err(Error::failed(format!(
-                    "an unfinished campaign with other shapes is in {}; rerun it with the same inputs to finish it, or pass --fresh to discard it",
-                    path.display()
-                )));
-            }
+            Some((old, done)) if !fresh => return Err(unfinished(&path, &old, done.len())),
             _ => (header.started.clone(), vec![]),
         };
         let mut file = std::fs::OpenOptions::new()
@@ -753,11 +812,24 @@ pub fn run(opts: &Options) -> Result<Summary> {
         .collect();
     let collected = plan(opts, &folder, &results)?;
     let shapes = &collected.shapes;
-    let header = Header {
-        started: store::utc_now(),
-        build: build.sha256.clone(),
-        shapes: shapes.iter().map(|s| key_text(&s.key)).collect(),
-    };
+    if shapes.is_empty() {
+        return Ok(Summary {
+            profile: folder.name.clone(),
+            dir: folder.dir.clone(),
+            sha256: build.sha256.clone(),
+            rocblas: build.version.clone(),
+            rows: results.rows.len(),
+            counts: Counts::default(),
+            resumed: 0,
+            seconds: started.elapsed().as_secs_f64(),
+            pruning_saved_s: 0.0,
+            outcomes: vec![],
+        });
+    }
+    let header = Header::new(
+        build.sha256.clone(),
+        shapes.iter().map(|s| key_text(&s.key)).collect(),
+    );
     let (mut checkpoint, mut done): (Checkpoint, Vec<Outcome>) =
         Checkpoint::open(&folder.dir, header, opts.fresh)?;
     let resumed = done.len();
@@ -915,4 +987,25 @@ pub fn print_summary(s: &Summary) {
         s.seconds / c.shapes.max(1) as f64,
         s.pruning_saved_s
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_to_rerun_reads_back_as_the_same_words() {
+        let args = ["/opt/bin/tunedblas", "tune", "--lib", "/a b/lib.so", "it's"];
+        assert_eq!(
+            invocation(args.iter().map(|s| s.to_string())),
+            r"tunedblas tune --lib '/a b/lib.so' 'it'\''s'"
+        );
+        assert_eq!(shell_word("f16:TN:8:8:8"), "f16:TN:8:8:8");
+        assert_eq!(shell_word(""), "''");
+        let h = Header {
+            dir: Some("/x y".into()),
+            ..Header::new("b".into(), vec![])
+        };
+        assert!(h.rerun().unwrap().starts_with("cd '/x y' && tunedblas"));
+    }
 }

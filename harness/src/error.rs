@@ -1,6 +1,17 @@
 //! The one error type of the `tunedblas` command. Every command returns [`Result`]; `main`
 //! prints the message and exits with the kind's code, so the exit codes the README and
-//! `tunedblas help` document are decided here and nowhere else.
+//! `tunedblas help` document are decided here and nowhere else:
+//!
+//! | code | kind | in every command |
+//! |---|---|---|
+//! | 0 | - | success (`tune` with nothing left to tune included) |
+//! | 1 | [`Kind::Failed`] | the work failed; the message says why |
+//! | 2 | [`Kind::Usage`] | the command line: unknown option or command, a value missing or malformed (`--shape`, `--trials`, ...) |
+//! | 3 | [`Kind::NotRocblas`] | the library cannot be loaded or is not the one named |
+//! | 4 | [`Kind::NoDevice`] | no usable device |
+//! | 3, 4 | [`Kind::Verdict`] | `coverage --strict`: missing, unservable |
+//!
+//! A closed output pipe is none of these: SIGPIPE ends the process (see `main`).
 
 use std::fmt;
 
@@ -54,6 +65,17 @@ impl Error {
         }
     }
 
+    /// A command-line mistake clap found in `command`'s arguments (exit 2), in clap's own
+    /// words: what was wrong, the nearest valid option where one is close, the usage line.
+    pub fn clap(command: &str, e: &clap::Error) -> Error {
+        let text = e.render().to_string();
+        let text = text.trim_end();
+        let text = text.strip_prefix("error: ").unwrap_or(text);
+        // `tunedblas lt tune`'s help is `tunedblas help lt`.
+        let command = command.split(' ').next().unwrap_or(command);
+        Error::usage(command, text)
+    }
+
     /// The library cannot be loaded or is not rocBLAS (exit 3).
     pub fn not_rocblas(message: impl Into<String>) -> Error {
         Error::of(Kind::NotRocblas, message)
@@ -90,6 +112,9 @@ impl Error {
     pub fn report(&self) -> String {
         let mut text = format!("error: {}", self.message);
         if self.kind == Kind::Usage {
+            if self.message.contains('\n') {
+                text.push('\n');
+            }
             text.push_str(&match &self.command {
                 Some(c) => format!("\nrun 'tunedblas help {c}' for its options"),
                 None => "\nrun 'tunedblas help' for the commands".to_string(),

@@ -24,6 +24,7 @@ mod qualify;
 mod render;
 mod report;
 mod rest;
+mod say;
 mod serving;
 mod shapes;
 mod store;
@@ -201,9 +202,16 @@ PROFILE STORE:
     tunedblas --version (or -V) prints the version.
 
 EXIT CODES:
-    0 success; 1 the work failed (the message says why; verify: a row was not hit);
-    2 bad command line; 3 the library cannot be loaded or is not rocBLAS; 4 no usable device
-    (coverage --strict: 3 some shapes are missing, 4 only unservable ones remain)
+    0 success (tune: also when every shape has a row already); 1 the work failed (the
+    message says why; verify: a row was not hit); 2 bad command line, in every command (an
+    unknown option or command, a missing or malformed value such as a bad --shape or
+    --trials: the message names it); 3 the library cannot be loaded or is not rocBLAS;
+    4 no usable device (coverage --strict: 3 some shapes are missing, 4 only unservable
+    ones remain). A closed output pipe (| head) ends any command at once and quietly, by
+    SIGPIPE, as it ends cat; a tune so stopped resumes when the same command is rerun.
+
+    -q, --quiet (any command): no progress or notes on stderr; the answer, warnings and
+    errors stay.
 ";
 
 /// `tunedblas help`: every listed command's synopsis and summary, from the table.
@@ -214,6 +222,12 @@ fn overview() -> String {
     }
     text.push_str(OVERVIEW_TAIL);
     text
+}
+
+/// The synopsis of `command` (of `lt` for `lt tune`), for clap's usage line.
+pub fn usage_of(command: &str) -> &'static str {
+    let name = command.split(' ').next().unwrap_or(command);
+    find(name).map_or("tunedblas COMMAND [options]", |c| c.usage)
 }
 
 fn find(name: &str) -> Option<&'static Command> {
@@ -268,10 +282,42 @@ fn dispatch(args: &[String]) -> Result<()> {
         print!("{}", (command.help)());
         return Ok(());
     }
-    (command.run)(rest)
+    let (quiet, rest) = take_quiet(rest);
+    say::set_quiet(quiet);
+    (command.run)(&rest)
+}
+
+/// `-q` / `--quiet` (before any `--`), which every command takes with one meaning (see
+/// `say`), taken out of `args`: the commands never see it.
+fn take_quiet(args: &[String]) -> (bool, Vec<String>) {
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let is_quiet = |a: &String| a == "-q" || a == "--quiet";
+    let quiet = args[..end].iter().any(is_quiet);
+    let rest = args[..end]
+        .iter()
+        .filter(|a| !is_quiet(a))
+        .chain(&args[end..])
+        .cloned()
+        .collect();
+    (quiet, rest)
+}
+
+/// A closed output pipe (`tunedblas status | head -1`) ends the command at once, quietly, as
+/// it ends `cat` or `seq`: the process takes the default action of SIGPIPE at its next write
+/// instead of Rust's default of ignoring the signal and panicking in `println!` ("failed
+/// printing to stdout", exit 101). This is the one place that decides it for every command
+/// and every line, whoever prints it. Nothing is lost that a kill would not lose: a `tune`
+/// stops where a kill stops it, its checkpoint synced shape by shape, and the same command
+/// run again resumes it. Children get the default action anyway (std resets it at spawn).
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: restores a signal's default action, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 fn main() -> ExitCode {
+    end_quietly_on_a_closed_pipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match dispatch(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -302,6 +348,17 @@ mod tests {
         }
         let overview = overview();
         assert!(overview.contains("tunedblas coverage") && !overview.contains("near-bench"));
+    }
+
+    #[test]
+    fn quiet_is_read_for_every_command_before_the_pass_through_only() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let (q, rest) = take_quiet(&v(&["--lib", "x", "-q", "--", "-q"]));
+        assert!(q);
+        assert_eq!(rest, v(&["--lib", "x", "--", "-q"]));
+        let (q, rest) = take_quiet(&v(&["--quiet"]));
+        assert!(q && rest.is_empty());
+        assert!(!take_quiet(&v(&["--", "--quiet"])).0);
     }
 
     #[test]

@@ -141,7 +141,7 @@ pub fn measure_all(o: &Options) -> Result<Vec<Case>> {
             for c in &cs {
                 let ratios = c.points.iter().map(|p| p.2 / p.1);
                 let served = c.points.iter().filter(|p| p.3 == "solution").count();
-                eprintln!(
+                crate::say::note!(
                     "{n}x{k} chunk {chunk} {}: row {}, near served {served}/{} M, geo-mean near/heuristic {:.3}",
                     c.policy,
                     c.row.as_ref().map_or("none".into(), |r| r.to_string()),

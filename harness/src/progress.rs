@@ -1,17 +1,15 @@
-//! A progress bar with an ETA on stderr, drawn only when stderr is a terminal; log lines
-//! printed through it do not tear the bar.
+//! A campaign's progress bar with an ETA on stderr (indicatif), drawn only when stderr is
+//! a terminal (not `TERM=dumb`) and the run is not quiet; the per-shape lines printed
+//! through it go to stdout without tearing the bar.
 
-use std::io::Write;
-use std::time::Instant;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub struct Progress {
+    bar: ProgressBar,
     total: usize,
-    done: usize,
-    /// Shapes finished before this run (a resumed campaign): not counted for the ETA.
-    resumed: usize,
-    started: Instant,
-    draw: bool,
-    label: String,
 }
 
 /// `1:05` style duration.
@@ -24,75 +22,62 @@ pub fn clock(secs: f64) -> String {
     }
 }
 
+/// Whether a bar is drawn: on a terminal that draws, in a run that is not quiet.
+fn drawn(enabled: bool) -> bool {
+    enabled
+        && std::io::stderr().is_terminal()
+        && std::env::var_os("TERM").is_some_and(|t| t != "dumb")
+}
+
 impl Progress {
-    /// `enabled` false never draws (quiet runs); otherwise draws on a terminal only.
+    /// A bar of `total` shapes, `resumed` of them finished before this run. `enabled`
+    /// false never draws (quiet runs).
     pub fn new(total: usize, resumed: usize, enabled: bool) -> Progress {
-        // SAFETY: isatty on a constant descriptor.
-        let tty = unsafe { libc::isatty(2) } == 1;
-        Progress {
-            total,
-            done: resumed,
-            resumed,
-            started: Instant::now(),
-            draw: enabled && tty && std::env::var_os("TERM").is_some_and(|t| t != "dumb"),
-            label: String::new(),
-        }
-    }
-
-    pub fn done(&self) -> usize {
-        self.done
-    }
-
-    /// Seconds left, from the pace of this run.
-    pub fn eta(&self) -> Option<f64> {
-        let here = self.done.saturating_sub(self.resumed);
-        (here > 0).then(|| {
-            self.started.elapsed().as_secs_f64() / here as f64
-                * self.total.saturating_sub(self.done) as f64
-        })
-    }
-
-    pub fn advance(&mut self, label: &str) {
-        self.done += 1;
-        self.label = label.to_string();
-        self.redraw();
-    }
-
-    fn redraw(&self) {
-        if !self.draw {
-            return;
-        }
-        let width = 30;
-        let filled = width * self.done / self.total.max(1);
-        let eta = self.eta().map_or("--:--".into(), clock);
-        eprint!(
-            "\r\x1b[K[{}{}] {}/{} {} elapsed, ETA {eta}  {}",
-            "#".repeat(filled),
-            " ".repeat(width - filled),
-            self.done,
-            self.total,
-            clock(self.started.elapsed().as_secs_f64()),
-            self.label
+        let target = if drawn(enabled) {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(Some(total as u64), target).with_style(
+            ProgressStyle::with_template(
+                "[{bar:30}] {pos}/{len} {elapsed_precise} elapsed, ETA {eta_precise}  {msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("# "),
         );
-        let _ = std::io::stderr().flush();
+        // The shapes finished before a resume are done but took no time in this run: the
+        // ETA is reckoned from this run's pace only.
+        bar.set_position(resumed as u64);
+        bar.reset_eta();
+        bar.enable_steady_tick(Duration::from_secs(1));
+        Progress { bar, total }
+    }
+
+    /// Shapes finished, those before a resume included.
+    pub fn done(&self) -> usize {
+        self.bar.position() as usize
+    }
+
+    /// One more shape finished; `label` names the last one.
+    pub fn advance(&mut self, label: &str) {
+        self.bar.set_message(label.to_string());
+        self.bar.inc(1);
     }
 
     /// Prints a line on stdout above the bar.
     pub fn println(&self, line: &str) {
-        if self.draw {
-            eprint!("\r\x1b[K");
-        }
-        println!("{line}");
-        self.redraw();
+        self.bar.suspend(|| println!("{line}"));
     }
 
+    /// Takes the bar away, leaving one line saying how long it took.
     pub fn finish(&self) {
-        if self.draw {
+        self.bar.finish_and_clear();
+        if !self.bar.is_hidden() {
             eprintln!(
-                "\r\x1b[K{}/{} done in {}",
-                self.done,
+                "{}/{} done in {}",
+                self.done(),
                 self.total,
-                clock(self.started.elapsed().as_secs_f64())
+                clock(self.bar.elapsed().as_secs_f64())
             );
         }
     }
@@ -103,17 +88,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn clock_and_eta() {
+    fn clock_and_counts() {
         assert_eq!(clock(65.0), "1:05");
         assert_eq!(clock(3725.0), "1:02:05");
         let mut p = Progress::new(10, 4, false);
-        assert_eq!(
-            p.eta(),
-            None,
-            "no pace yet: the resumed shapes do not count"
-        );
+        assert_eq!(p.done(), 4, "the resumed shapes count as done");
         p.advance("x");
         assert_eq!(p.done(), 5);
-        assert!(p.eta().is_some());
+        assert!(p.bar.is_hidden(), "a quiet run draws nothing");
+        p.finish();
     }
 }

@@ -19,22 +19,24 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A usage error: exit 2, the message, the pointer to the command's help, and nothing else
-/// (never the whole usage text).
+/// A usage error: exit 2, the words naming the bad input first (clap's, with its tip and
+/// usage line where it has them), the line that leads to the command's help last, and
+/// nothing else (never the whole help text).
 fn assert_usage_error(args: &[&str], message: &str, help_for: &str) {
     let out = tunedblas(args);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     let hint = if help_for.is_empty() {
-        "run 'tunedblas help'".to_string()
+        "run 'tunedblas help' for the commands".to_string()
     } else {
-        format!("run 'tunedblas help {help_for}'")
+        format!("run 'tunedblas help {help_for}' for its options")
     };
     assert!(
-        err.starts_with(&format!("error: {message}\n{hint}")),
+        err.starts_with(&format!("error: {message}")),
         "{args:?}: {err}"
     );
-    assert_eq!(err.lines().count(), 2, "{args:?}: {err}");
+    assert!(err.trim_end().ends_with(&hint), "{args:?}: {err}");
+    assert!(err.lines().count() <= 8, "{args:?}: {err}");
     assert!(stdout(&out).is_empty(), "{args:?}");
 }
 
@@ -42,25 +44,26 @@ fn assert_usage_error(args: &[&str], message: &str, help_for: &str) {
 fn an_unknown_option_names_itself_and_the_nearest_one() {
     assert_usage_error(
         &["tune", "--frehs"],
-        "unknown option '--frehs' for 'tunedblas tune' (did you mean '--fresh'?)",
+        "unexpected argument '--frehs' found\n\n  tip: a similar argument exists: '--fresh'\n\nUsage: tunedblas tune --lib LIBROCBLAS",
         "tune",
     );
     // The serving flags coverage reads in vLLM's spelling are suggested too.
     assert_usage_error(
         &["coverage", "--block-sise", "16"],
-        "unknown option '--block-sise' for 'tunedblas coverage' (did you mean '--block-size'?)",
+        "unexpected argument '--block-sise' found\n\n  tip: a similar argument exists: '--block-size'",
         "coverage",
     );
     // Nothing close: no guess.
     assert_usage_error(
         &["misses", "--frobnicate"],
-        "unknown option '--frobnicate' for 'tunedblas misses'",
+        "unexpected argument '--frobnicate' found",
         "misses",
     );
+    assert!(!stderr(&tunedblas(&["misses", "--frobnicate"])).contains("similar argument"));
     // A stray word where a command takes none is refused, not ignored.
     assert_usage_error(
         &["qualify", "--lib", "x.so", "extra"],
-        "unexpected argument 'extra' for 'tunedblas qualify'",
+        "unexpected argument 'extra' found\n\nUsage: tunedblas qualify --lib LIBROCBLAS",
         "qualify",
     );
 }
@@ -89,7 +92,7 @@ fn an_option_missing_its_value_says_so() {
     ] {
         assert_usage_error(
             args,
-            "option '--format' for 'tunedblas export' needs a value",
+            "a value is required for '--format <FORMAT>' but none was supplied",
             "export",
         );
     }
@@ -123,12 +126,25 @@ fn help_for_every_command_including_help_itself() {
             "{name}: {}",
             stdout(&via_help)
         );
+        // Generated from the command's declared arguments (clap), each with its meaning.
+        if name != "help" {
+            assert!(
+                stdout(&via_help).contains("\nOptions:\n      --"),
+                "{name}: {}",
+                stdout(&via_help)
+            );
+        }
         // The overview lists it.
         assert!(
             stdout(&tunedblas(&["help"])).contains(&format!("    tunedblas {name}")),
             "{name}"
         );
     }
+    let status = stdout(&tunedblas(&["help", "status"]));
+    assert!(
+        status.contains("--prune  remove the Prometheus files (.prom) of processes not running"),
+        "{status}"
+    );
     // No command: the overview on stderr, exit 2.
     let out = tunedblas(&[]);
     assert_eq!(out.status.code(), Some(2));
@@ -236,4 +252,92 @@ fn demo_leaves_no_temporary_folder_behind_even_when_it_fails() {
         "{removed} left behind"
     );
     std::fs::remove_dir_all(&bin).unwrap();
+}
+
+/// Every command the overview lists, with what it needs before its options are read.
+const EVERY_COMMAND: &[&[&str]] = &[
+    &["demo"],
+    &["tune"],
+    &["qualify"],
+    &["verify"],
+    &["profiles", "list"],
+    &["merge"],
+    &["coverage"],
+    &["misses"],
+    &["status"],
+    &["export"],
+    &["report"],
+    &["env"],
+    &["lt", "info"],
+];
+
+#[test]
+fn the_same_mistake_is_exit_2_in_every_command_and_every_one_takes_quiet() {
+    for cmd in EVERY_COMMAND {
+        let name = cmd[0];
+        // -q is read by every command: the error is about the unknown option after it.
+        let args = [*cmd, &["-q", "--frobnicate"]].concat();
+        let out = tunedblas(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("unexpected argument '--frobnicate' found"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains(&format!("tunedblas help {name}")),
+            "{args:?}: {err}"
+        );
+        // An option without its value, wherever it is.
+        let args = [*cmd, &["--quiet", "--profiles"]].concat();
+        let out = tunedblas(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    }
+    // A malformed value: a bad --shape is a command-line mistake as a bad --trials is.
+    for (args, names) in [
+        (
+            &["tune", "--lib", "x.so", "--shape", "f16:TN:0:1:1"][..],
+            "--shape f16:TN:0:1:1",
+        ),
+        (
+            &["tune", "--lib", "x.so", "--shape", "f16"][..],
+            "--shape f16",
+        ),
+        (
+            &["tune", "--lib", "x.so", "--trials", "many"][..],
+            "--trials",
+        ),
+        (
+            &["lt", "overhead", "--shape", "1,2"][..],
+            "--shape takes N,M,K",
+        ),
+        (&["misses", "--top", "0"][..], "--top"),
+    ] {
+        let out = tunedblas(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert!(err.contains("run 'tunedblas help"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn quiet_silences_the_notes_never_the_answer() {
+    let dir = std::env::temp_dir().join(format!("tunedblas-cli-quiet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let loud = tunedblas(&["misses", d, "--prune", "0"]);
+    let quiet = tunedblas(&["misses", d, "--prune", "0", "-q"]);
+    assert_eq!(loud.status.code(), Some(0), "{}", stderr(&loud));
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert!(
+        stderr(&loud).contains("pruned the files of 0"),
+        "{}",
+        stderr(&loud)
+    );
+    assert!(stderr(&quiet).is_empty(), "{}", stderr(&quiet));
+    assert_eq!(stdout(&loud), stdout(&quiet));
+    assert!(!stdout(&quiet).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -10,48 +10,83 @@ use tunedblas_core::profile::REGISTRY_FILE;
 use tunedblas_core::registry::Registry;
 use tunedblas_core::tunableop;
 
-use crate::args::{default_profile_store, Args};
+use crate::args::{self, default_profile_store, Args};
 use crate::error::{Error, Result};
 use crate::render;
 use crate::serving;
 
-const HELP: &str = "\
-tunedblas coverage [--config PATH] [--shapes FILE] [--profile DIR|NAME] [SERVING FLAGS]
-                   [--profiles DIR] [--rank R] [--near W] [--dtype T] [--unfused] [--top N] [--json]
-                   [--strict] [--out FILE] [-- <vLLM command line>]
-
+const ABOUT: &str = "\
 Predicts the GEMM problems a vLLM configuration puts on the wire, with the reason for every
 token count M, and checks each (N, K, M) against a profile: tuned, Default, missing or
-unservable, gaps ranked by calls x FLOPs of one step.
-
-SHAPES:
-    --config PATH   a Hugging Face config.json (or its folder): Llama, Mistral, Qwen2/3, as
-                    vLLM fuses them (qkv_proj, gate_up_proj), split for the TP size
-    --unfused       separate q/k/v and gate/up GEMMs instead
-    --dtype T       float16, bfloat16 or float32 instead of the config's torch_dtype
-    --shapes FILE   lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled
-                    tokens only)
-    neither         the shapes already in the profile
-PROFILE:
-    --profile DIR|NAME  a folder of tunableop_results<R>.csv, or a profile name in the store
-                    (--profiles DIR, else $TUNEDBLAS_PROFILE_DIR, else the installed one)
-    --rank R        which rank file (default 0)
-    --near W        the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing
-                    problems with a tuned row of their layer within W tokens are marked
-SERVING FLAGS (also read from a vLLM command line after --):
-";
+unservable, gaps ranked by calls x FLOPs of one step. Shapes come from --config, or
+--shapes, or else the profile's own rows.";
 
 /// Exit status of `--strict` when a predicted problem has no row.
 pub const EXIT_MISSING: u8 = 3;
 /// Exit status of `--strict` when nothing is missing but some rows cannot be served.
 pub const EXIT_UNSERVABLE: u8 = 4;
 
-/// The help text, with the serving flags the core understands.
-pub fn help() -> String {
-    format!(
-        "{HELP}{}\nOUTPUT:\n    --top N (25) gap groups in the text, --json everything\n    --out FILE   the missing problems, most expensive first, as a `tunedblas tune` input\n\nEXIT CODES with --strict: 0 every problem has a row, {EXIT_MISSING} some are missing, {EXIT_UNSERVABLE} none missing\nbut some unservable (without --strict: 0). 1 unreadable input, 2 bad command line.\n\nEXAMPLE (the seed's live configuration):\n    tunedblas coverage --profile rocm10-rocblas5.6 --dynamic-prefill --strict -- \\\n        vllm serve MODEL --block-size 1024 --max-num-batched-tokens 2048\n",
+/// The command line of `coverage`. The serving flags are read in vLLM's own way by
+/// `serving` (before clap, `-tp` included); they are declared here too, hidden, so clap
+/// suggests them for a misspelt one, and listed in the help from `serving::HELP`.
+fn cli() -> clap::Command {
+    use args::{option, switch};
+    let after = format!(
+        "SERVING FLAGS (also read from a vLLM command line after --):\n{}\n\nEXIT CODES with --strict: 0 every problem has a row, {EXIT_MISSING} some are missing, {EXIT_UNSERVABLE} none missing\nbut some unservable (without --strict: 0). 1 unreadable input, 2 bad command line.\n\nEXAMPLE (the seed's live configuration):\n    tunedblas coverage --profile rocm10-rocblas5.6 --dynamic-prefill --strict -- \\\n        vllm serve MODEL --block-size 1024 --max-num-batched-tokens 2048\n",
         serving::HELP
-    )
+    );
+    let mut c = args::command("coverage", ABOUT, after)
+        .arg(option(
+            "--config",
+            "PATH",
+            "a Hugging Face config.json (or its folder): Llama, Mistral, Qwen2/3, as vLLM fuses them (qkv_proj, gate_up_proj), split for the TP size",
+        ))
+        .arg(option("--model", "PATH", "the same as --config").hide(true))
+        .arg(switch("--unfused", "separate q/k/v and gate/up GEMMs instead"))
+        .arg(option(
+            "--dtype",
+            "T",
+            "float16, bfloat16 or float32 instead of the config's torch_dtype",
+        ))
+        .arg(option(
+            "--shapes",
+            "FILE",
+            "lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled tokens only)",
+        ))
+        .arg(option(
+            "--profile",
+            "DIR|NAME",
+            "a folder of tunableop_results<R>.csv, or a profile name in the store",
+        ))
+        .arg(args::profiles_option())
+        .arg(option("--rank", "R", "which rank file (default 0)"))
+        .arg(option(
+            "--near",
+            "W",
+            "the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing problems with a tuned row of their layer within W tokens are marked",
+        ))
+        .arg(option("--top", "N", "gap groups in the text (default 25)"))
+        .arg(switch("--json", "everything as JSON"))
+        .arg(switch(
+            "--strict",
+            "exit 3 when some problem has no row, 4 when only unservable ones remain",
+        ))
+        .arg(option(
+            "--out",
+            "FILE",
+            "the missing problems, most expensive first, as a `tunedblas tune` input",
+        ));
+    for flag in serving::SWITCHES {
+        c = c.arg(switch(flag, "a serving flag").hide(true));
+    }
+    for flag in serving::VALUE_FLAGS {
+        c = c.arg(option(flag, "V", "a serving flag").hide(true));
+    }
+    c
+}
+
+pub fn help() -> String {
+    args::help_text(cli())
 }
 
 struct Options {
@@ -70,21 +105,6 @@ struct Options {
     out: Option<PathBuf>,
 }
 
-/// The flags of `coverage` itself (the serving flags are read first, by `serving`).
-const SWITCHES: &[&str] = &["--unfused", "--json", "--strict"];
-const OPTIONS: &[&str] = &[
-    "--config",
-    "--model",
-    "--shapes",
-    "--profile",
-    "--profiles",
-    "--rank",
-    "--out",
-    "--dtype",
-    "--top",
-    "--near",
-];
-
 fn parse(args: &[String]) -> Result<Options> {
     let (ours, vllm) = match args.iter().position(|a| a == "--") {
         Some(i) => (&args[..i], &args[i + 1..]),
@@ -94,11 +114,7 @@ fn parse(args: &[String]) -> Result<Options> {
     // A pasted vLLM command line gives its serving flags (the rest of it is ignored); our
     // own flags come later, so they win.
     let (serving, _) = serving::from_args(&[vllm, ours].concat())?;
-    // The serving flags are known too, so a misspelt one is suggested; none is left in `rest`.
-    let switches = [SWITCHES, serving::SWITCHES].concat();
-    let options = [OPTIONS, serving::VALUE_FLAGS].concat();
-    let a = Args::parse("coverage", &rest, &switches, &options)?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("coverage", cli(), &rest)?;
     let dtype = match a.value("--dtype") {
         None => None,
         Some(v) => Some(
@@ -287,7 +303,7 @@ fn write_tune_input(out: &Path, report: &coverage::Report) -> Result<()> {
     }
     std::fs::write(out, text)
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", out.display())))?;
-    eprintln!(
+    crate::say::note!(
         "tunedblas: {count} predicted problems with no row written to {} (tunedblas tune --lib <librocblas.so> {} tunes them)",
         out.display(),
         out.display()

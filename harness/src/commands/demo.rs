@@ -1,12 +1,10 @@
 //! `tunedblas demo`: the whole loop on refblas, before and after side by side.
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::demo;
 use crate::error::Result;
 
-pub const HELP: &str = "\
-tunedblas demo [--dir DIR] [--passes N]
-
+const ABOUT: &str = "\
 The whole loop on the built-in CPU reference rocBLAS (refblas), in under two minutes:
   1. a simulated inference workload (decode steps, MTP verify, 256/512-token prefill chunks,
      chunk + decode mixes over 7 linear layers) runs under LD_PRELOAD=libtunedblas.so with
@@ -14,22 +12,34 @@ The whole loop on the built-in CPU reference rocBLAS (refblas), in under two min
   2. `tune` tunes the recorded shapes and qualifies the adoptions on every device;
   3. `verify` replays every row under the preload;
   4. the workload runs again, served; hit rate and GEMM time before and after are printed
-     side by side.
-DIR keeps every file (profiles, miss logs, stats; default a fresh temporary folder); N is
-the workload's passes (default 3).
+     side by side.";
 
+const AFTER: &str = "\
 EXAMPLES:
     tunedblas demo
     tunedblas demo --dir /tmp/tb-demo --passes 5
 ";
 
+fn cli() -> clap::Command {
+    args::command("demo", ABOUT, AFTER)
+        .arg(args::option(
+            "--dir",
+            "DIR",
+            "keep every file here (profiles, miss logs, stats; default a fresh temporary folder)",
+        ))
+        .arg(args::option(
+            "--passes",
+            "N",
+            "passes of the workload (default 3)",
+        ))
+}
+
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse("demo", args, &[], &["--dir", "--passes"])?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("demo", cli(), args)?;
     let passes: usize = a.parsed("--passes", 3, "a positive number")?;
     if passes == 0 {
         return Err(a.usage("--passes takes a positive number"));

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::backend::Library;
 use crate::env;
 use crate::error::Result;
@@ -10,33 +10,39 @@ use crate::style::{self, Colour};
 
 use super::print_json;
 
-pub const HELP: &str = "\
-tunedblas env [--lib LIBROCBLAS]... [--profiles DIR] [--snippet vllm|systemd|docker] [--json]
-
+const ABOUT: &str = "\
 Prints what the interposer would do here: where libtunedblas.so is, every TUNEDBLAS_*
 setting with its effective value and whether it comes from the environment or the
 default, and, for each rocBLAS found ($ROCM_PATH/lib, /opt/rocm/lib, LD_LIBRARY_PATH, or
 --lib), the profile a process loading it would get and why. Then copy-paste snippets with
-this installation's paths: a vLLM launcher script, a systemd unit and a Dockerfile.
+this installation's paths: a vLLM launcher script, a systemd unit and a Dockerfile.";
 
+const AFTER: &str = "\
 EXAMPLES:
     tunedblas env
     tunedblas env --lib ~/venv/lib/python3.12/site-packages/torch/lib/librocblas.so
     tunedblas env --snippet vllm > vllm-tuned && chmod +x vllm-tuned
 ";
 
+fn cli() -> clap::Command {
+    args::command("env", ABOUT, AFTER)
+        .arg(args::lib_option(
+            "a rocBLAS (or hipBLASLt) to answer for, besides those found (repeatable)",
+        ))
+        .arg(args::profiles_option())
+        .arg(
+            args::option("--snippet", "KIND", "print one snippet only")
+                .value_parser(["vllm", "systemd", "docker"]),
+        )
+        .arg(args::switch("--json", "everything as JSON"))
+}
+
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse(
-        "env",
-        args,
-        &["--json"],
-        &["--lib", "--profiles", "--snippet"],
-    )?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("env", cli(), args)?;
     let profile_dir = a.profile_store();
     let preload =
         Library::beside_exe("libtunedblas.so").map(|p| std::fs::canonicalize(&p).unwrap_or(p));

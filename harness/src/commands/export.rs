@@ -1,15 +1,13 @@
 //! `tunedblas export`: a profile in the formats other tools read.
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::export;
 use crate::pick::pick;
 
 use super::print_json;
 
-pub const HELP: &str = "\
-tunedblas export (--lib LIBROCBLAS | --profile NAME) --format FORMAT [--out PATH] [options]
-
+const ABOUT: &str = "\
 Writes the profile of the build at LIBROCBLAS (matched by sha256) in another tool's format:
   gemm-tune   a rocblas-gemm-tune CSV for ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH, for hosts where
               LD_PRELOAD is not allowed. Valid ONLY for that build (its comment lines say
@@ -22,14 +20,9 @@ Writes the profile of the build at LIBROCBLAS (matched by sha256) in another too
               file whose validators differ from its own in any key or value, so they come
               from --validators-from FILE (a tunableop_results file PyTorch wrote on the
               target) and --validator KEY=VALUE. Extension rows are left out; PyTorch < 2.7
-              gets its older signature form.
+              gets its older signature form.";
 
-OPTIONS:
-    --profiles DIR   the profile store (see `tunedblas help`)
-    --out PATH       where to write (default stdout); --json prints a summary of it
-    --rank N         the rank file to export (default 0)
-    --force          export for PyTorch validators that name another rocBLAS version
-
+const AFTER: &str = "\
 EXAMPLES:
     tunedblas export --lib /opt/rocm/lib/librocblas.so.4 --format gemm-tune --out override.csv
     ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH=$PWD/override.csv python serve.py
@@ -38,8 +31,59 @@ EXAMPLES:
         --validators-from old/tunableop_results0.csv --out ./tunableop
 ";
 
+fn cli() -> clap::Command {
+    args::command("export", ABOUT, AFTER)
+        .arg(args::lib_option(
+            "the rocBLAS build whose profile is exported",
+        ))
+        .arg(args::option(
+            "--profile",
+            "NAME",
+            "the profile to export, by name (instead of --lib)",
+        ))
+        .arg(args::profiles_option())
+        .arg(args::option(
+            "--format",
+            "FORMAT",
+            "gemm-tune, bench or tunableop (required)",
+        ))
+        .arg(args::option(
+            "--out",
+            "PATH",
+            "where to write (default stdout)",
+        ))
+        .arg(args::option(
+            "--rank",
+            "N",
+            "the rank file to export (default 0)",
+        ))
+        .arg(args::option(
+            "--beta",
+            "B,..",
+            "(gemm-tune) the betas to write rows for (default 0)",
+        ))
+        .arg(args::option(
+            "--validators-from",
+            "FILE",
+            "(tunableop) a tunableop_results file PyTorch wrote on the target",
+        ))
+        .arg(args::option(
+            "--validator",
+            "KEY=VALUE",
+            "(tunableop) a validator to write (repeatable)",
+        ))
+        .arg(args::switch(
+            "--force",
+            "export for PyTorch validators that name another rocBLAS version",
+        ))
+        .arg(args::switch(
+            "--json",
+            "a summary of the export as JSON (with --out)",
+        ))
+}
+
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 /// `--validators-from`, `--validator KEY=VALUE`... and `--force`.
@@ -60,23 +104,7 @@ fn validators(a: &Args) -> Result<export::Validators> {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse(
-        "export",
-        args,
-        &["--json", "--force"],
-        &[
-            "--lib",
-            "--profile",
-            "--profiles",
-            "--format",
-            "--out",
-            "--rank",
-            "--beta",
-            "--validators-from",
-            "--validator",
-        ],
-    )?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("export", cli(), args)?;
     let format = a
         .value("--format")
         .ok_or_else(|| a.usage("needs --format gemm-tune, bench or tunableop"))?
@@ -162,7 +190,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        eprintln!(
+        crate::say::note!(
             "tunedblas: exported {} rows of profile '{}' (build {}) as {format} to {dest}",
             report.rows,
             p.name,

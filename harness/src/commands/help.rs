@@ -1,26 +1,32 @@
 //! `tunedblas help [COMMAND]`: the overview, or one command's options and examples.
 
-use crate::args::{suggest, Args};
+use crate::args::{self, suggest, Args};
 use crate::error::{Error, Result};
 
-const HELP: &str = "\
-tunedblas help [COMMAND]
-
+const ABOUT: &str = "\
 Without COMMAND: every command, the profile store and the exit codes. With one: that
-command's options and examples (the same as `tunedblas COMMAND --help`).
+command's options and examples (the same as `tunedblas COMMAND --help`).";
 
+const AFTER: &str = "\
 EXAMPLES:
     tunedblas help
     tunedblas help tune
 ";
 
+fn cli() -> clap::Command {
+    args::command("help", ABOUT, AFTER).arg(args::positionals(
+        "COMMAND",
+        1,
+        "the command whose options and examples to show",
+    ))
+}
+
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse("help", args, &[], &[])?;
-    a.at_most_positional(1)?;
+    let a = Args::of_declared("help", cli(), args)?;
     match a.positional.first() {
         None => print!("{}", crate::overview()),
         Some(name) => {

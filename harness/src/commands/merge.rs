@@ -2,34 +2,47 @@
 
 use std::path::PathBuf;
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::error::Result;
 use crate::profiles;
 
 use super::print_json;
 
-pub const HELP: &str = "\
-tunedblas merge --lib LIBROCBLAS [--profiles DIR] SHARD_STORE...
-
+const ABOUT: &str = "\
 Joins campaigns run with `tune --shard I/N` on several machines: each SHARD_STORE is the
 profile store a shard wrote. Their profiles must be for the build at LIBROCBLAS; rows are
-combined into this store's profile and every shard's campaign is recorded.
+combined into this store's profile and every shard's campaign is recorded.";
 
+const AFTER: &str = "\
 EXAMPLE:
     tunedblas merge --lib librocblas.so.5 shard0/profiles shard1/profiles
 ";
 
+fn cli() -> clap::Command {
+    args::command("merge", ABOUT, AFTER)
+        .arg(args::positionals(
+            "SHARD_STORE",
+            usize::MAX,
+            "the profile store each shard wrote (one or more)",
+        ))
+        .arg(args::lib_option(
+            "the rocBLAS build the shards tuned (required)",
+        ))
+        .arg(args::profiles_option())
+        .arg(args::option(
+            "--arch",
+            "ARCH",
+            "GPU architecture to record, e.g. gfx1030",
+        ))
+        .arg(args::switch("--json", "the result as JSON"))
+}
+
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse(
-        "merge",
-        args,
-        &["--json"],
-        &["--lib", "--profiles", "--arch"],
-    )?;
+    let a = Args::of_declared("merge", cli(), args)?;
     if a.positional.is_empty() {
         return Err(a.usage("needs one or more shard stores to merge"));
     }

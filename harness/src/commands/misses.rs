@@ -9,33 +9,71 @@ use std::path::{Path, PathBuf};
 use tunedblas_core::misses::{self, Source};
 use tunedblas_core::tunableop;
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::render::misses::{self as render, Summary};
 
-const HELP: &str = "\
-tunedblas misses [DIR|FILE ...] [--lib LIBROCBLAS | --profile NAME] [--align N] [--window N]
-                 [--top N] [--json] [--out FILE] [--prune DAYS | --prune served]
-
-Adds up the miss logs of every process and rank (<host>-<pid>-<start>-rank<d>.csv and .counts.csv;
-default folder: $TUNEDBLAS_MISS_DIR, else the user cache's misses/), groups the shapes of
-one layer into chunk + decode families (token counts up to --window (32) above a multiple
-of --align (256)) and decode batches, and ranks the groups by calls x FLOPs: the gaps
-worth tuning first. --out writes every missed shape in that order as PyTorch untuned-file
-lines (op_name,param_signature), which `tunedblas tune` reads.
+const ABOUT: &str = "\
+Adds up the miss logs of every process and rank (<host>-<pid>-<start>-rank<d>.csv and
+.counts.csv), groups the shapes of one layer into chunk + decode families (token counts up
+to --window above a multiple of --align) and decode batches, and ranks the groups by calls x
+FLOPs: the gaps worth tuning first.
 
 With --lib (or --profile), shapes the profile for that build has a row for now (tuned since
-they were recorded) are left out, and counted in one line: what is listed is still to do.
+they were recorded) are left out, and counted in one line: what is listed is still to do.";
 
---prune DAYS removes the miss files (log and counts, and their status files) of processes
-that no longer run on this host and wrote last more than DAYS days ago; --prune served (with --lib or --profile) those
-of ended processes all of whose shapes the profile now has rows for. Files of running
+const AFTER: &str = "\
+--prune removes only files of processes that no longer run on this host: files of running
 processes, and of other hosts (a shared folder), are never removed. The listing that
 follows is of what remains.
 
 EXAMPLE:
     tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
 ";
+
+fn cli() -> clap::Command {
+    args::command("misses", ABOUT, AFTER)
+        .arg(args::positionals(
+            "DIR|FILE",
+            usize::MAX,
+            "miss folders or files (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/)",
+        ))
+        .arg(args::lib_option(
+            "leave out the shapes the profile of this build has rows for",
+        ))
+        .arg(args::option(
+            "--profile",
+            "NAME",
+            "the same, with the profile named",
+        ))
+        .arg(args::profiles_option())
+        .arg(args::option(
+            "--align",
+            "N",
+            "chunk sizes are multiples of N (default 256)",
+        ))
+        .arg(args::option(
+            "--window",
+            "N",
+            "decode tokens counted with a chunk: up to N above it (default 32)",
+        ))
+        .arg(args::option("--top", "N", "groups listed (default 20)"))
+        .arg(args::switch("--json", "everything as JSON"))
+        .arg(args::option(
+            "--out",
+            "FILE",
+            "every missed shape, most expensive first, as PyTorch untuned-file lines (op_name,param_signature), which `tunedblas tune` reads",
+        ))
+        .arg(args::option(
+            "--prune",
+            "DAYS|served",
+            "DAYS: remove the miss files (log, counts, status) of ended processes last written more than DAYS days ago; served (with --lib or --profile): of ended processes all of whose shapes the profile has rows for",
+        ))
+}
+
+pub fn help() -> String {
+    args::help_text(cli())
+}
 
 struct Options {
     inputs: Vec<PathBuf>,
@@ -50,21 +88,7 @@ struct Options {
 }
 
 fn parse(args: &[String]) -> Result<Options> {
-    let a = Args::parse(
-        "misses",
-        args,
-        &["--json"],
-        &[
-            "--align",
-            "--window",
-            "--top",
-            "--out",
-            "--lib",
-            "--profile",
-            "--profiles",
-            "--prune",
-        ],
-    )?;
+    let a = Args::of_declared("misses", cli(), args)?;
     let number = |flag: &str, default: i64| -> Result<i64> {
         match a.value(flag) {
             None => Ok(default),
@@ -168,16 +192,12 @@ fn write_out(path: &Path, lines: &[String]) -> Result<()> {
     std::fs::write(path, text).map_err(|e| Error::failed(format!("{}: {e}", path.display())))
 }
 
-pub fn help() -> String {
-    HELP.into()
-}
-
 /// Runs `tunedblas misses` with the arguments after the command name.
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     if let Some(rule) = o.prune {
         let removed = prune(&o.inputs, rule, o.served_by.as_ref())?;
-        eprintln!("tunedblas misses: pruned the files of {removed} ended processes");
+        crate::say::note!("tunedblas misses: pruned the files of {removed} ended processes");
     }
     let (sources, files) = read_sources(&o.inputs)?;
     let (mut all, problems) = misses::aggregate(&sources);

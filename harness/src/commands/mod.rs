@@ -1,5 +1,6 @@
-//! One file per command, each holding its help text, its arguments and its run; `main.rs`
-//! lists them in its command table. A command reads its arguments with [`crate::args`],
+//! One file per command, each holding its arguments (declared to clap, each with its help,
+//! in its `cli()`), its help (clap's, from those declarations) and its run; `main.rs` lists
+//! them in its command table. A command reads its arguments with [`crate::args`],
 //! does its work through the modules beside this folder, and returns
 //! [`crate::error::Result`]: it never exits the process and never imports another command.
 

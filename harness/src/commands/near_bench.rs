@@ -3,33 +3,46 @@
 
 use serde_json::json;
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::backend::Library;
 use crate::error::Result;
 use crate::nearbench::{self, Options};
 use crate::workload::LAYERS;
 
-const HELP: &str = "\
-tunedblas near-bench [--lib LIBROCBLAS] [--chunks N,N,..] [--decodes N] [--trials N] [--json]
-    (internal: the near-shape serving measurement of BENCHMARKS.md)
+const ABOUT: &str = "\
+(internal: the near-shape serving measurement of BENCHMARKS.md) Tunes each demo layer at
+each chunk size, then times the heuristic against what near serving would run for M = chunk
++ 1..decodes, medians of interleaved trials.";
 
-Tunes each demo layer at each chunk size (default 256,512), then times the heuristic
-against what near serving would run for M = chunk + 1..decodes (default 32), medians of
---trials (7) interleaved trials. The library defaults to refblas beside this binary.
-";
+fn cli() -> clap::Command {
+    args::command("near-bench", ABOUT, "")
+        .arg(args::lib_option(
+            "the library (default: refblas beside this binary)",
+        ))
+        .arg(args::option(
+            "--chunks",
+            "N,N,..",
+            "chunk sizes (default 256,512)",
+        ))
+        .arg(args::option(
+            "--decodes",
+            "N",
+            "decode tokens above each chunk (default 32)",
+        ))
+        .arg(args::option(
+            "--trials",
+            "N",
+            "interleaved trials (default 7)",
+        ))
+        .arg(args::switch("--json", "the measurement as JSON"))
+}
 
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 fn parse(args: &[String]) -> Result<(Options, bool)> {
-    let a = Args::parse(
-        "near-bench",
-        args,
-        &["--json"],
-        &["--lib", "--chunks", "--decodes", "--trials"],
-    )?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("near-bench", cli(), args)?;
     let chunks = match a.value("--chunks") {
         None => vec![256, 512],
         Some(list) => list

@@ -2,42 +2,57 @@
 
 use std::path::PathBuf;
 
-use crate::args::{suggest, Args};
+use crate::args::{self, suggest, Args};
 use crate::env;
 use crate::error::{Error, Result};
 use crate::profiles;
 
-pub const HELP: &str = "\
-tunedblas profiles list [--profiles DIR] [--json]
-    Every profile: name, build, rocBLAS version, rows, status.
-tunedblas profiles show NAME [--profiles DIR] [--json]
-    One profile: registry entry, rank files, campaigns from provenance.json.
-tunedblas profiles which LIBROCBLAS [--profiles DIR] [--json]
-    The profile a process loading that file would get, and why (the interposer's rule).
-tunedblas profiles import --lib LIBROCBLAS FILE... [--profiles DIR]
-    Adds the shapes of results files (any build, rows tuned with rocBLAS or hipBLASLt,
-    tf32 files as f32 GEMMs) to this build's shape list (ids are never reused); says how
-    many lines it skipped and why; `tune --retune` then tunes them.
-tunedblas profiles adopt --lib LIBROCBLAS FILE [--profiles DIR] [--json]
-    Makes a PyTorch TunableOp results file written on this machine (same rocBLAS build:
-    its ROCBLAS_VERSION validator must match) the profile of that build: each
-    Gemm_Rocblas_<id> row is checked with check_solution_index on the build and kept or
-    listed as refused; refused rows and hipBLASLt/tf32 rows become shapes to tune.
+const ABOUT: &str = "\
+The profile store, by ACTION:
+  list                         every profile: name, build, rocBLAS version, rows, status
+  show NAME                    one profile: registry entry, rank files, campaigns from
+                               provenance.json
+  which LIBROCBLAS             the profile a process loading that file would get, and why
+                               (the interposer's rule)
+  import --lib LIBROCBLAS FILE...
+                               adds the shapes of results files (any build, rows tuned with
+                               rocBLAS or hipBLASLt, tf32 files as f32 GEMMs) to this build's
+                               shape list (ids are never reused); says how many lines it
+                               skipped and why; `tune --retune` then tunes them
+  adopt --lib LIBROCBLAS FILE  makes a PyTorch TunableOp results file written on this machine
+                               (same rocBLAS build: its ROCBLAS_VERSION validator must match)
+                               the profile of that build: each Gemm_Rocblas_<id> row is
+                               checked with check_solution_index on the build and kept or
+                               listed as refused; refused rows and hipBLASLt/tf32 rows become
+                               shapes to tune";
 
+const AFTER: &str = "\
 EXAMPLES:
     tunedblas profiles which /opt/rocm/lib/librocblas.so.5
     tunedblas profiles import --lib librocblas.so.5 old-build/tunableop_results0.csv
     tunedblas profiles adopt --lib /opt/rocm/lib/librocblas.so.4 tunableop_results0.csv
 ";
 
-const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];
-
-pub fn help() -> String {
-    HELP.into()
+fn cli() -> clap::Command {
+    args::command("profiles", ABOUT, AFTER)
+        .arg(args::positionals(
+            "ACTION [ARG]",
+            usize::MAX,
+            "list (the default), show, which, import or adopt, and what it takes",
+        ))
+        .arg(args::lib_option("(import, adopt, which) the rocBLAS build"))
+        .arg(args::profiles_option())
+        .arg(args::switch("--json", "the answer as JSON"))
 }
 
+pub fn help() -> String {
+    args::help_text(cli())
+}
+
+const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];
+
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse("profiles", args, &["--json"], &["--profiles", "--lib"])?;
+    let a = Args::of_declared("profiles", cli(), args)?;
     let root = a.profile_store();
     let json = a.has("--json");
     match a.positional.first().map(String::as_str) {

@@ -6,7 +6,7 @@ use serde_json::Value;
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop::{self, KeyParse};
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::pick::pick;
 use crate::report;
@@ -15,9 +15,7 @@ use crate::style::{self, Colour};
 
 use super::print_json;
 
-pub const HELP: &str = "\
-tunedblas report (--lib LIBROCBLAS | --profile NAME) [--out FILE.html] [--png FILE.png] [options]
-
+const ABOUT: &str = "\
 Writes a self-contained HTML page (inline SVG and CSS; it loads nothing from the network)
 and the same figures as a PNG, for terminals and issues:
   - a coverage map: one row per layer (N, K), a cell only at the token counts M the layer
@@ -31,24 +29,56 @@ and the same figures as a PNG, for terminals and issues:
     times from provenance.json), next to the per-shape geometric mean of the tuned rows;
     the shapes whose measurement decided nothing (undecidable, noisy, rejected, failed);
   - a speedup bar per tuned shape;
-  - \"tune next\": missed and predicted shapes ranked by calls x FLOPs, with the command.
+  - \"tune next\": missed and predicted shapes ranked by calls x FLOPs, with the command.";
 
-OPTIONS:
-    --profiles DIR     the profile store (see `tunedblas help`)
-    --out FILE.html    default tunedblas-report-<profile>.html
-    --png FILE.png     default: the HTML file's name with .png; --no-png for none
-    --misses DIR       miss logs (or any tune input): what production missed, with calls
-    --coverage FILE    `tunedblas coverage --json` output: the problems a serving
-                       configuration issues
-    --rank N           the rank file to show (default 0)
-    --json             the figures as JSON on stdout (the page embeds the same JSON)
-
+const AFTER: &str = "\
 EXAMPLE:
     tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
 ";
 
+fn cli() -> clap::Command {
+    args::command("report", ABOUT, AFTER)
+        .arg(args::lib_option("the rocBLAS build whose profile is shown"))
+        .arg(args::option(
+            "--profile",
+            "NAME",
+            "the profile to show, by name (instead of --lib)",
+        ))
+        .arg(args::profiles_option())
+        .arg(args::option(
+            "--out",
+            "FILE.html",
+            "the page (default tunedblas-report-<profile>.html)",
+        ))
+        .arg(args::option(
+            "--png",
+            "FILE.png",
+            "the figure (default: the HTML file's name with .png)",
+        ))
+        .arg(args::switch("--no-png", "write no PNG"))
+        .arg(args::option(
+            "--misses",
+            "DIR",
+            "miss logs (or any tune input): what production missed, with calls (repeatable)",
+        ))
+        .arg(args::option(
+            "--coverage",
+            "FILE",
+            "`tunedblas coverage --json` output: the problems a serving configuration issues (repeatable)",
+        ))
+        .arg(args::option(
+            "--rank",
+            "N",
+            "the rank file to show (default 0)",
+        ))
+        .arg(args::switch(
+            "--json",
+            "the figures as JSON on stdout (the page embeds the same JSON)",
+        ))
+}
+
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 /// The problems of a `tunedblas coverage --json` file.
@@ -88,22 +118,7 @@ fn write(path: &PathBuf, bytes: &[u8]) -> Result<()> {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse(
-        "report",
-        args,
-        &["--json", "--no-png"],
-        &[
-            "--lib",
-            "--profile",
-            "--profiles",
-            "--out",
-            "--png",
-            "--rank",
-            "--misses",
-            "--coverage",
-        ],
-    )?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("report", cli(), args)?;
     let p = pick(a.which_profile()?, &a.profile_store())?;
     let rank: usize = a.parsed("--rank", 0, "a rank number")?;
     let inputs: Vec<PathBuf> = a

@@ -7,34 +7,46 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tunedblas_core::process::{State, Writer};
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::error::{Error, Result};
 
-const HELP: &str = "\
-tunedblas status [DIR] [--json] [--prune]
-
+const ABOUT: &str = "\
 Shows what the interposer is doing in every process that runs under it, live: per process
 and backend the calls served (a tuned solution), Default (a Default row), near (a nearby
 token count's solution), missed (no row), passed through (the caller's own choice) and
 fallbacks (a tuned call failed, the caller's own was made), per rank (device) the missed
 calls and shapes, and the most called missed shapes. Read from the
-<host>-<pid>-<start>.status.json files the interposer writes in its miss folder (DIR; default
-$TUNEDBLAS_MISS_DIR, else the user cache's misses/, as the interposer) about once a second
-while counters move, and at exit.
+<host>-<pid>-<start>.status.json files the interposer writes in its miss folder about once
+a second while counters move, and at exit.
 
 Each process is 'running' (its pid is alive and started when the file says: a reused pid is
 not the old process), 'exited' (it wrote its final counters), 'gone' (it died without
 exiting, e.g. SIGKILL; its counters are those of its last update) or 'elsewhere' (written on
-another host). --prune removes the Prometheus files (.prom) of processes not running, so
-node-exporter's textfile collector stops exporting them.
+another host).";
 
-EXAMPLE:
+const AFTER: &str = "\
+EXAMPLES:
     tunedblas status
     tunedblas status /var/cache/tunedblas/misses --json
 ";
 
+/// The command line of `status`: its arguments and their help.
+fn cli() -> clap::Command {
+    args::command("status", ABOUT, AFTER)
+        .arg(args::positionals(
+            "DIR",
+            1,
+            "the miss folder (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/, as the interposer)",
+        ))
+        .arg(args::switch("--json", "every process's counters as JSON"))
+        .arg(args::switch(
+            "--prune",
+            "remove the Prometheus files (.prom) of processes not running, so node-exporter's textfile collector stops exporting them",
+        ))
+}
+
 pub fn help() -> String {
-    HELP.to_string()
+    args::help_text(cli())
 }
 
 /// One backend's part of a status file, as the interposer writes it.
@@ -238,8 +250,7 @@ fn render(procs: &[Process]) -> String {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse("status", args, &["--json", "--prune"], &[])?;
-    a.at_most_positional(1)?;
+    let a = Args::of_declared("status", cli(), args)?;
     let dir = a
         .positional
         .first()

@@ -1,34 +1,41 @@
 //! `tunedblas verify`: every row replayed under the preload; all of them must hit.
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::verify;
 
 use super::print_json;
 
-pub const HELP: &str = "\
-tunedblas verify --lib LIBROCBLAS [--profiles DIR] [--preload LIBTUNEDBLAS] [--json]
-
+const ABOUT: &str = "\
 Replays every row of the build's profile, on every device, in a child process running
 under LD_PRELOAD=libtunedblas.so, and reads the interposer's own counters: it exits 0 only
-when rows hit = rows, with no missed call and no fallback.
+when rows hit = rows, with no missed call and no fallback.";
 
+const AFTER: &str = "\
 EXAMPLE:
     tunedblas verify --lib /opt/rocm/lib/librocblas.so.5
 ";
 
+fn cli() -> clap::Command {
+    args::command("verify", ABOUT, AFTER)
+        .arg(args::lib_option(
+            "the rocBLAS build whose profile is replayed (required)",
+        ))
+        .arg(args::profiles_option())
+        .arg(args::option(
+            "--preload",
+            "LIBTUNEDBLAS",
+            "the interposer to run under (default: the libtunedblas.so beside this binary)",
+        ))
+        .arg(args::switch("--json", "the result as JSON"))
+}
+
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse(
-        "verify",
-        args,
-        &["--json"],
-        &["--lib", "--profiles", "--preload"],
-    )?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("verify", cli(), args)?;
     let report = verify::run(&verify::Options {
         lib: a.lib()?,
         profiles: a.profile_store(),

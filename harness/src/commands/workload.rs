@@ -1,24 +1,30 @@
 //! `tunedblas workload` (internal): the demo's simulated inference workload, run by `demo`
 //! in a child process under the preload; prints what it measured as one JSON line.
 
-use crate::args::Args;
+use crate::args::{self, Args};
 use crate::error::Result;
 use crate::workload;
 
-const HELP: &str = "\
-tunedblas workload --lib LIBROCBLAS [--passes N]   (internal: `demo` runs it under the preload)
+const ABOUT: &str = "\
+(internal: `demo` runs it under the preload) Runs the demo workload's GEMMs N times the way
+a linked host calls rocBLAS, and prints calls, GEMM time and failures as one JSON line.";
 
-Runs the demo workload's GEMMs N times (default 3) the way a linked host calls rocBLAS,
-and prints calls, GEMM time and failures as one JSON line.
-";
+fn cli() -> clap::Command {
+    args::command("workload", ABOUT, "")
+        .arg(args::lib_option("the rocBLAS build (required)"))
+        .arg(args::option(
+            "--passes",
+            "N",
+            "passes of the workload (default 3)",
+        ))
+}
 
 pub fn help() -> String {
-    HELP.into()
+    args::help_text(cli())
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::parse("workload", args, &[], &["--lib", "--passes"])?;
-    a.at_most_positional(0)?;
+    let a = Args::of_declared("workload", cli(), args)?;
     let r = workload::run(&a.lib()?, a.parsed("--passes", 3, "a number")?)?;
     println!("{}", serde_json::to_string(&r).expect("plain struct"));
     Ok(())

@@ -110,7 +110,7 @@ pub fn run(
         a.path("--log"),
         &serde_json::json!({ "campaign": record, "outcomes": outcomes }),
     )?;
-    eprintln!(
+    crate::say::note!(
         "tunedblas lt: {} rows ({adopted} adopted, {} Default) -> {}; registered as {} for {} build {}",
         results.rows.len(),
         results.rows.len() - adopted,

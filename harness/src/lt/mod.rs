@@ -535,7 +535,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let d = delay(&cuda, &lt, opts.delay)?;
     opts.timing = timing_mode(&cuda, &lt, &d, opts.timing);
     let limits = measure_limits(&cuda, &lt, opts.timing, copy_mib, &d, opts.rest);
-    eprintln!(
+    crate::say::note!(
         "tunedblas lt: tuning {} shapes on {} ({}), cuBLASLt {} {}; delay: {}, host {:.1} us/call; {}; {}",
         keys.len(),
         cuda.arch(),
@@ -709,8 +709,9 @@ fn parse_shape(s: &str) -> Result<(i64, i64, i64)> {
 }
 
 pub fn cmd_overhead(a: &Args) -> CliResult<()> {
+    let (n, m, k) =
+        parse_shape(a.value("--shape").unwrap_or("2560,1,1536")).map_err(|e| a.usage(e))?;
     let (cuda, lt) = load(a)?;
-    let (n, m, k) = parse_shape(a.value("--shape").unwrap_or("2560,1,1536"))?;
     let calls: usize = num(a, "--calls", 200)?;
     let reps: usize = num(a, "--reps", 30)?;
     let workspace: usize = num(a, "--workspace", 1 << 20)?;

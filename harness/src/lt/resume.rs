@@ -28,11 +28,10 @@ pub fn open(
     keys: &[LtKey],
     fresh: bool,
 ) -> crate::error::Result<(Checkpoint, Vec<Outcome>)> {
-    let header = Header {
-        started: crate::store::utc_now(),
-        build: format!("{lib} {build} rank {rank}"),
-        shapes: keys.iter().map(shape_line).collect(),
-    };
+    let header = Header::new(
+        format!("{lib} {build} rank {rank}"),
+        keys.iter().map(shape_line).collect(),
+    );
     let (checkpoint, done) = Checkpoint::open::<Outcome>(dir, header, fresh)?;
     Ok((checkpoint, done.into_iter().filter_map(restore).collect()))
 }
@@ -60,7 +59,7 @@ pub fn tune_all(
     let t0 = std::time::Instant::now();
     let resumed = done.len();
     if resumed > 0 {
-        eprintln!(
+        crate::say::note!(
             "tunedblas lt: resuming: {resumed} of {} shapes were tuned by the interrupted run",
             keys.len()
         );
@@ -98,7 +97,7 @@ pub fn tune_all(
         };
         let el = t0.elapsed().as_secs_f64();
         let left = keys.len() - i - 1;
-        eprintln!(
+        crate::say::note!(
             "tunedblas lt: [{}/{}] {}: {said}; {} elapsed, ETA {}",
             i + 1,
             keys.len(),

@@ -119,7 +119,7 @@ pub fn cmd_tune(a: &Args) -> CliResult<()> {
     let sha = tunedblas_core::identity::sha256_file(&lt.path).map_err(|e| {
         crate::error::Error::failed(format!("cannot hash {}: {e}", lt.path.display()))
     })?;
-    eprintln!(
+    crate::say::note!(
         "tunedblas lt: tuning {} shapes on hipBLASLt {} ({}) {}, HIP runtime {}; every algorithm getAllAlgos lists, \
          timed with {}; {}; confirmed {}",
         keys.len(),
