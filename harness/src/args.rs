@@ -15,6 +15,17 @@ pub use tunedblas_core::suggest::suggest;
 
 use crate::error::{Error, Result};
 
+/// A command-line mistake clap found in `command`'s arguments (exit 2), in clap's own
+/// words: what was wrong, the nearest valid option where one is close, the usage line.
+fn clap_error(command: &str, e: &clap::Error) -> Error {
+    let text = e.render().to_string();
+    let text = text.trim_end();
+    let text = text.strip_prefix("error: ").unwrap_or(text);
+    // `tunedblas lt tune`'s help is `tunedblas help lt`.
+    let command = command.split(' ').next().unwrap_or(command);
+    Error::usage(command, text)
+}
+
 /// A command's parsed arguments. Options are asked for by their flag (`"--lib"`).
 pub struct Args {
     command: String,
@@ -150,7 +161,7 @@ impl Args {
     pub fn of_declared(command: &str, declared: clap::Command, args: &[String]) -> Result<Args> {
         let matches = declared
             .try_get_matches_from(args)
-            .map_err(|e| Error::clap(command, &e))?;
+            .map_err(|e| clap_error(command, &e))?;
         Ok(Args::of(command, matches))
     }
 
@@ -164,7 +175,7 @@ impl Args {
     ) -> Result<Args> {
         let matches = clap_command(command, switches, options)
             .try_get_matches_from(args)
-            .map_err(|e| Error::clap(command, &e))?;
+            .map_err(|e| clap_error(command, &e))?;
         Ok(Args::of(command, matches))
     }
 

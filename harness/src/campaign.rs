@@ -793,7 +793,7 @@ pub fn run(opts: &Options) -> Result<Summary> {
     let lib = Library::load(&opts.lib, opts.hip.as_deref())?;
     let device_count = lib.device_count()?;
     let devices = check_devices(opts, device_count)?;
-    let mut build = Build::of(&lib, opts.arch.as_deref())?;
+    let mut build = Build::of(&lib.file, lib.version(), opts.arch.as_deref())?;
     let store = Store::open(&opts.profiles)?;
     let folder = store.folder_for(&build, opts.name.as_deref())?;
     // One campaign per profile at a time, from here to the end: the next one reads the

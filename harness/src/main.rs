@@ -4,13 +4,12 @@
 //! code.
 
 mod args;
+pub use tunedblas_tuner::{curate, error, progress, rest, say, store};
 mod backend;
 mod campaign;
 mod commands;
-mod curate;
 mod demo;
 mod env;
-mod error;
 mod export;
 mod hipgraph;
 mod hipmem;
@@ -19,15 +18,11 @@ mod nearbench;
 mod pick;
 mod png;
 mod profiles;
-mod progress;
 mod qualify;
 mod render;
 mod report;
-mod rest;
-mod say;
 mod serving;
 mod shapes;
-mod store;
 mod style;
 mod tune;
 mod verify;

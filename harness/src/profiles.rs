@@ -268,7 +268,7 @@ pub fn file_shapes(r: &ResultsFile) -> FileShapes {
 /// Adds the shapes of other builds' results files to this build's shape list.
 pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Result<()> {
     let lib = Library::load(lib_path, None)?;
-    let build = Build::of(&lib, None)?;
+    let build = Build::of(&lib.file, lib.version(), None)?;
     let store = Store::open(root)?;
     let mut read = Vec::new();
     for f in files {
@@ -367,7 +367,7 @@ pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()
     let lib = Library::load(lib_path, None)?;
     let r = tunableop::read(file)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
-    let build = Build::of(&lib, r.validator("GCN_ARCH_NAME"))?;
+    let build = Build::of(&lib.file, lib.version(), r.validator("GCN_ARCH_NAME"))?;
     match r.validator("ROCBLAS_VERSION") {
         Some(v) if tunedblas_core::version::same_build(v, &build.version) => {}
         Some(v) => {
@@ -530,7 +530,7 @@ pub fn qualify_profile(
 ) -> Result<QualifyReport> {
     let lib = Library::load(lib_path, hip)?;
     let devices = lib.device_count()?;
-    let mut build = Build::of(&lib, None)?;
+    let mut build = Build::of(&lib.file, lib.version(), None)?;
     let store = Store::open(root)?;
     let folder = store.existing_folder(&build)?;
     let results = store.read_rows(&folder)?;
@@ -605,7 +605,7 @@ pub struct MergeReport {
 /// `tunedblas merge`: joins the profiles several `tune --shard` runs wrote for one build.
 pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Result<MergeReport> {
     let lib = Library::load(lib_path, None)?;
-    let mut build = Build::of(&lib, None)?;
+    let mut build = Build::of(&lib.file, lib.version(), None)?;
     let store = Store::open(root)?;
     // The shards first, outside the store's lock.
     let mut shard_rows = Vec::new();

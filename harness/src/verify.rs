@@ -76,7 +76,7 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
 pub fn run(opts: &Options) -> Result<Report> {
     let lib = Library::load(&opts.lib, None)?;
     let devices = lib.device_count()?;
-    let build = Build::of(&lib, None)?;
+    let build = Build::of(&lib.file, lib.version(), None)?;
     drop(lib);
     let store = Store::open(&opts.profiles)?;
     let folder = store.existing_folder(&build)?;

@@ -12,7 +12,6 @@ use tunedblas_core::profile::{self, REGISTRY_FILE};
 use tunedblas_core::registry::{self, Commit, Entry, Match, Provenance, Registry};
 use tunedblas_core::tunableop::{self, ResultsFile};
 
-use crate::backend::Library;
 use crate::error::{Error, Result};
 
 /// The library build a profile is for.
@@ -25,15 +24,15 @@ pub struct Build {
 }
 
 impl Build {
-    /// Hashes the library file the loader mapped and asks it for its version.
-    pub fn of(lib: &Library, arch: Option<&str>) -> Result<Build> {
-        let path = lib.file.as_path();
+    /// The build of the library file at `path` (the one the loader mapped, hashed here),
+    /// which says its version is `version`.
+    pub fn of(path: &Path, version: Option<String>, arch: Option<&str>) -> Result<Build> {
         let sha256 = identity::sha256_file(path)
             .map_err(|e| Error::failed(format!("cannot hash {}: {e}", path.display())))?;
         Ok(Build {
             path: path.to_path_buf(),
             sha256,
-            version: lib.version().unwrap_or_else(|| "unknown".into()),
+            version: version.unwrap_or_else(|| "unknown".into()),
             arch: arch.unwrap_or("unknown").to_string(),
         })
     }

@@ -1,4 +1,4 @@
-//! The one error type of the `tunedblas` command. Every command returns [`Result`]; `main`
+//! The one error type of the `tunedblas` command and its tuner. Every command returns [`Result`]; `main`
 //! prints the message and exits with the kind's code, so the exit codes the README and
 //! `tunedblas help` document are decided here and nowhere else:
 //!
@@ -63,17 +63,6 @@ impl Error {
             command: Some(command.to_string()).filter(|c| !c.is_empty()),
             ..Error::of(Kind::Usage, message)
         }
-    }
-
-    /// A command-line mistake clap found in `command`'s arguments (exit 2), in clap's own
-    /// words: what was wrong, the nearest valid option where one is close, the usage line.
-    pub fn clap(command: &str, e: &clap::Error) -> Error {
-        let text = e.render().to_string();
-        let text = text.trim_end();
-        let text = text.strip_prefix("error: ").unwrap_or(text);
-        // `tunedblas lt tune`'s help is `tunedblas help lt`.
-        let command = command.split(' ').next().unwrap_or(command);
-        Error::usage(command, text)
     }
 
     /// The library cannot be loaded or is not rocBLAS (exit 3).

@@ -17,6 +17,7 @@ pub fn quiet() -> bool {
 }
 
 /// A note on stderr (what was done on the side, what is being waited for), unless `-q`.
+#[macro_export]
 macro_rules! note {
     ($($arg:tt)*) => {
         if !$crate::say::quiet() {
@@ -24,4 +25,4 @@ macro_rules! note {
         }
     };
 }
-pub(crate) use note;
+pub use crate::note;
