@@ -161,10 +161,10 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
     assert!(stderr.contains(
         "hipBLASLt: 5 calls: 3 served, 1 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks"
     ));
-    // `tunedblas lt verify` reads the hipBLASLt stats: a miss fails it ...
+    // `tunedblas verify --stats` reads the hipBLASLt stats: a miss fails it ...
     let verify = |dir: &Path| {
         Command::new(common::built("tunedblas"))
-            .args(["lt", "verify", "--stats"])
+            .args(["verify", "--stats"])
             .arg(dir.join("stats.json"))
             .output()
             .unwrap()
@@ -465,7 +465,7 @@ fn hipblaslt_first_calls_racing_a_rebuild_pass_through_rather_than_wait() {
 }
 
 /// The vLLM project's public TunableOp file from an MI300 (`tests/fixtures/vllm-tunableop`):
-/// `tunedblas lt adopt` makes it the profile of this hipBLASLt build without re-tuning, and
+/// `tunedblas profiles adopt` makes it the profile of this hipBLASLt build without re-tuning, and
 /// the interposer loads its hipBLASLt rows as servable (the two rocBLAS rows are left out).
 #[test]
 fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servable() {
@@ -474,7 +474,7 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
         .join("tests/fixtures/vllm-tunableop/tunableop_results0.csv");
     let adopt = |lib: &Path| {
         Command::new(common::built("tunedblas"))
-            .args(["lt", "adopt", "--lib"])
+            .args(["profiles", "adopt", "--lib"])
             .arg(lib)
             .arg("--profiles")
             .arg(dir.join("profiles"))
@@ -506,11 +506,11 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
         "{stderr}"
     );
     assert!(!stderr.contains("skipped"), "{stderr}");
-    // Not hipBLASLt: refused with exit 3, nothing written.
-    let out = adopt(&common::artifacts().lib4());
+    // Not a library: refused with exit 3, nothing written.
+    let out = adopt(&common::artifacts().preload);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("is not hipBLASLt"),
+        text(&out.stderr).contains("is not rocBLAS, hipBLASLt or cuBLASLt"),
         "{}",
         text(&out.stderr)
     );
@@ -700,15 +700,16 @@ fn a_hosts_own_memfd_plugin_is_not_shadowed_by_the_guard() {
     assert!(stdout.contains("memfd-plugin=ok"), "{stdout}");
 }
 
-/// `tunedblas lt tune` on the stand-in: the run records its misses, the tuner runs each one
+/// `tunedblas tune` with hipBLASLt on the stand-in: the run records its misses, the tuner
+/// reads them from the miss folder (the library is in the files' names) and runs each one
 /// against every algorithm getAllAlgos lists (FAKEHIPLT_COMPUTE: the stand-in computes D,
-/// FAKEHIPLT_SLOW_HEURISTIC: the heuristic's index 6 takes 4 times as long), drops what
-/// matmulIsAlgoSupported refuses (999), what fails to run (998), what computes a wrong D
-/// (FAKEHIPLT_WRONG_INDEX: 7) and, with less workspace than it needs, 500; adopts an index
-/// that beats the heuristic and writes it as PyTorch writes it; a second run is served that
-/// index and verifies. An NN shape checks the host reference's other transpose.
+/// FAKEHIPLT_SLOW_HEURISTIC: the heuristic's index 6 takes 4 times as long), leaves out
+/// what matmulIsAlgoSupported refuses (999), what fails to run (998), what computes a wrong
+/// D (FAKEHIPLT_WRONG_INDEX: 7) and, with less workspace than it needs, 500; adopts an
+/// index that beats the heuristic and writes it as PyTorch writes it; a second run is
+/// served that index and verifies. An NN shape checks the host reference's other transpose.
 #[test]
-fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
+fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     let dir = scratch("hiplt-tune");
     // The callers give 8 KiB of workspace, and the tuner is told so.
     let calls = ["64,16,64,8192", "64,16,64,8192"];
@@ -718,96 +719,77 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
         miss_lines(&dir),
         ["GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64"]
     );
-    let tune = |name: &str, extra: &[&str]| {
-        let mut cmd = common::tunedblas_cmd(&dir, &["lt", "tune", "--lib"]);
+    let tune = |store: &str, extra: &[&str]| {
+        // Every listed candidate goes on to numerics, so the wrong one is seen there.
+        let mut cmd = common::tunedblas_cmd(&dir, &["tune", "--lib"]);
         cmd.arg(hiplt().lib())
             .arg("--hip")
             .arg(hiplt().hip_libdir.join("libamdhip64.so.6"))
-            .arg("--misses")
-            .arg(dir.join("misses"))
             .arg("--profiles")
-            .arg(dir.join(format!("profiles-{name}")))
-            .args(["--name", name, "--trials", "9", "--sample-ms", "10"])
+            .arg(dir.join(store))
+            .args([
+                "--trials",
+                "9",
+                "--sample-ms",
+                "10",
+                "--keep",
+                "20",
+                "--prune",
+                "100",
+            ])
+            .args(["--rotate-mib", "0.02", "--no-limits", "--json"])
             .args(extra)
-            .arg("--log")
-            .arg(dir.join(format!("{name}.json")))
             .env("FAKEHIPLT_COMPUTE", "1")
             .env("FAKEHIPLT_SLOW_HEURISTIC", "1")
             .env("FAKEHIPLT_WRONG_INDEX", "7")
             .env_remove("FAKEHIPLT_TRACE");
         let out = cmd.output().unwrap();
-        let stdout = common::ok(&out);
-        let log: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap();
-        (stdout, text(&out.stderr), log["outcomes"].clone())
+        let summary: serde_json::Value = serde_json::from_str(&common::ok(&out)).unwrap();
+        (text(&out.stderr), summary["outcomes"].clone())
     };
-    let (stdout, stderr, outcomes) = tune("amd-tuned", &["--workspace", "8192"]);
-    let o = &outcomes[0];
-    assert!(
-        stderr.contains("every algorithm getAllAlgos lists"),
-        "{stderr}"
-    );
-    assert_eq!(o["heuristic"]["solution"], "Gemm_Hipblaslt_6", "{o}");
+    let (stderr, outcomes) = tune("profiles-tuned", &["--workspace", "8192"]);
+    let t = &outcomes[0]["tuned"];
+    assert_eq!(t["heuristic"], "Gemm_Hipblaslt_6", "{t}");
     // Timed as HIP graph replays (the stand-in HIP records the captured matmuls).
-    assert_eq!(o["timing"], "graph", "{o}");
-    assert!(stderr.contains("timed with HIP graph replays"), "{stderr}");
-    // Resting after each sample, as the cuBLASLt tuner does (the default --rest 1).
-    assert!(
-        stderr.contains("; idle 1x each sample's time after it;"),
-        "{stderr}"
-    );
-    // Confirmed by a fresh process too (`lt recheck --backend hipblaslt` as a child).
+    assert_eq!(t["timing"], "graph", "{t}");
+    // Confirmed by a fresh process too (`tunedblas confirm` as a child).
     assert!(
         stderr.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),
         "{stderr}"
     );
-    assert!(o["fresh_gain"].as_f64().is_some_and(|g| g >= 0.03), "{o}");
-    let adopted = o["adopted"]
+    assert!(t["fresh_delta"].as_f64().is_some_and(|d| d <= -0.03), "{t}");
+    let adopted = t["verdict"]["row"]
         .as_str()
-        .unwrap_or_else(|| panic!("{stdout}\n{o}"));
+        .unwrap_or_else(|| panic!("{t}"));
     let index: i32 = adopted
         .strip_prefix("Gemm_Hipblaslt_")
         .and_then(|i| i.parse().ok())
         .unwrap_or_else(|| panic!("{adopted}"));
-    assert!(index != 6 && index != 998 && index != 999, "{adopted}");
-    let dropped = o["dropped"].to_string();
     assert!(
-        dropped.contains("Gemm_Hipblaslt_998: hipblasLtMatmul returned hipBLAS status 5"),
-        "fails to run: {dropped}"
+        index != 6 && index != 7 && index != 998 && index != 999,
+        "{adopted}"
+    );
+    let screen = &t["screen"];
+    assert_eq!(
+        screen["not_probed"][0], "not supported for this problem (matmulIsAlgoSupported): 1",
+        "999: {screen}"
     );
     assert!(
-        dropped.contains("1 of the 13 algorithms listed: not supported"),
-        "999: {dropped}"
+        screen["failed"].as_u64().unwrap() >= 1,
+        "998 fails to run: {screen}"
     );
+    let dropped = t["dropped"].to_string();
     assert!(
-        dropped.contains("Gemm_Hipblaslt_7: relative error"),
+        dropped.contains("Gemm_Hipblaslt_7: relative L2"),
         "a wrong D: {dropped}"
     );
-    // Every other runnable index was timed or lost its probe (CPU timing is noisy).
-    let mut seen: Vec<String> = o["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["solution"].as_str().unwrap().to_string())
-        .collect();
-    for d in o["dropped"].as_array().unwrap() {
-        if let Some((name, _)) = d.as_str().unwrap().split_once(": probe ") {
-            seen.push(name.to_string());
-        }
-    }
-    seen.sort();
-    let mut expected: Vec<String> = [0, 1, 2, 3, 4, 5, 8, 9, 500]
-        .iter()
-        .map(|i| format!("Gemm_Hipblaslt_{i}"))
-        .collect();
-    expected.sort();
-    assert_eq!(seen, expected, "{o}");
     // The row is PyTorch's, in the profile of this build.
-    let rows =
-        std::fs::read_to_string(dir.join("profiles-amd-tuned/amd-tuned/tunableop_results0.csv"))
-            .unwrap();
+    let rows = std::fs::read_to_string(
+        dir.join("profiles-tuned")
+            .join(outcomes_dir(&dir.join("profiles-tuned")))
+            .join("tunableop_results0.csv"),
+    )
+    .unwrap();
     assert!(
         rows.contains(&format!(
             "GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64,{adopted},"
@@ -818,7 +800,7 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
         rows.contains("Validator,TUNEDBLAS_BACKEND,hipblaslt"),
         "{rows}"
     );
-    let registry = std::fs::read_to_string(dir.join("profiles-amd-tuned/profiles.json")).unwrap();
+    let registry = std::fs::read_to_string(dir.join("profiles-tuned/profiles.json")).unwrap();
     assert!(registry.contains(&hiplt().sha), "{registry}");
 
     // Callers that give less workspace than an index needs never get it. (With an NN shape
@@ -831,43 +813,26 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
         format!("{op},{sig}\n"),
     )
     .unwrap();
-    let (_, _, small) = tune("amd-small-ws", &["--workspace", "1024"]);
+    let (_, small) = tune("profiles-small-ws", &["--workspace", "1024"]);
     assert_eq!(small.as_array().unwrap().len(), 2, "{small}");
-    let nn_outcome = small
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["signature"] == sig.as_str())
-        .unwrap_or_else(|| panic!("{sig} not tuned: {small}"));
-    let err = nn_outcome["heuristic"]["rel_err"].as_f64().unwrap();
-    assert!(err > 0.0 && err < 1e-2, "{nn_outcome}");
-    let small = small
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["signature"] != sig.as_str())
-        .unwrap()
-        .clone();
-    let dropped = small["dropped"].to_string();
-    for i in [500, 998] {
+    for o in small.as_array().unwrap() {
+        assert!(o["error"].is_null(), "{o}");
+        let not_probed = o["tuned"]["screen"]["not_probed"].to_string();
         assert!(
-            dropped.contains(&format!(
-                "Gemm_Hipblaslt_{i}: needs 4096 bytes of workspace, callers give 1024"
-            )),
-            "{dropped}"
+            not_probed.contains("needs more workspace than callers give (--workspace): 2"),
+            "{not_probed}"
         );
     }
 
     // Served: the adopted index runs, no miss, every row hit.
-    std::fs::rename(dir.join("profiles-amd-tuned"), dir.join("profiles")).unwrap();
+    std::fs::rename(dir.join("profiles-tuned"), dir.join("profiles")).unwrap();
     let _ = std::fs::remove_dir_all(dir.join("misses"));
     let _ = std::fs::remove_file(dir.join("trace.log"));
     let out = host(&dir, true, &calls);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("profile amd-tuned"), "{stderr}");
     assert_eq!(algos(&dir), [index.to_string(), index.to_string()]);
-    let verify = common::tunedblas_cmd(&dir, &["lt", "verify", "--stats"])
+    let verify = common::tunedblas_cmd(&dir, &["verify", "--stats"])
         .arg(dir.join("stats.json"))
         .output()
         .unwrap();
@@ -880,13 +845,22 @@ fn tunedblas_lt_tune_tunes_recorded_hipblaslt_misses_and_the_interposer_serves_t
     );
 }
 
-/// `lt recheck --backend hipblaslt` re-measures index rows (tuned here or by PyTorch)
-/// against the heuristic, each rebuilt from its index and checked as the interposer does,
-/// its numerics judged as tuning judges them: a row that wins says so; an index the build
-/// lacks, one that throws inside hipblaslt_ext, one matmulIsAlgoSupported refuses and one
-/// computing a wrong D each say why, and the run goes on.
+/// The one profile folder of a store.
+fn outcomes_dir(store: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap()
+}
+
+/// `tunedblas confirm` re-measures index rows (tuned here or by PyTorch) against the
+/// heuristic, each rebuilt from its index and checked as the interposer does, its numerics
+/// judged as tuning judges them: a row that wins says so; an index the build lacks, one
+/// that throws inside hipblaslt_ext, one matmulIsAlgoSupported refuses and one computing a
+/// wrong D each say why, and the run goes on.
 #[test]
-fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_run() {
+fn confirm_measures_hipblaslt_index_rows_and_says_why_one_cannot_run() {
     let dir = scratch("hiplt-recheck");
     let k = key(64, 16, 64);
     let rows = dir.join("rows.csv");
@@ -903,17 +877,16 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
         .join("\n"),
     )
     .unwrap();
-    let mut cmd = common::tunedblas_cmd(&dir, &["lt", "recheck", "--backend", "hipblaslt"]);
-    cmd.arg("--lib")
-        .arg(hiplt().lib())
+    let mut cmd = common::tunedblas_cmd(&dir, &["confirm", "--lib"]);
+    cmd.arg(hiplt().lib())
         .arg("--hip")
         .arg(hiplt().hip_libdir.join("libamdhip64.so.6"))
         .arg("--rows")
         .arg(&rows)
         .args(["--trials", "9", "--sample-ms", "10", "--workspace", "8192"])
-        .args(["--rest", "0.25"])
+        .args(["--rest", "0.25", "--rotate-mib", "0.02"])
         .arg("--log")
-        .arg(dir.join("recheck.json"))
+        .arg(dir.join("confirm.json"))
         .env("FAKEHIPLT_COMPUTE", "1")
         .env("FAKEHIPLT_SLOW_HEURISTIC", "1")
         .env("FAKEHIPLT_WRONG_INDEX", "2")
@@ -941,120 +914,66 @@ fn tunedblas_lt_recheck_measures_hipblaslt_index_rows_and_says_why_one_cannot_ru
         "{stdout}"
     );
     assert!(
-        lines[4].contains("Gemm_Hipblaslt_2") && lines[4].contains("FAILED: relative error"),
+        lines[4].contains("Gemm_Hipblaslt_2") && lines[4].contains("FAILED: relative L2"),
         "a row computing a wrong D is not timed: {stdout}"
     );
     assert_eq!(
         lines[5],
-        "recheck: 1 of 5 adopted rows still win in a fresh process (0 false adopts, 4 could not run; 1 by the 3% margin)"
+        "confirm: 1 of 5 tuned rows still win (0 false adopts, 4 could not run; 1 by the 3% margin)"
     );
     let log: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("recheck.json")).unwrap()).unwrap();
-    assert_eq!(log["rechecks"].as_array().unwrap().len(), 5, "{log}");
+        serde_json::from_str(&std::fs::read_to_string(dir.join("confirm.json")).unwrap()).unwrap();
+    assert_eq!(log["rows"].as_array().unwrap().len(), 5, "{log}");
     // The log says how the rows were timed.
-    assert_eq!(log["options"]["rest"], 0.25, "{log}");
-    assert_eq!(log["options"]["trials"], 9, "{log}");
-    // The same rows given to a cuBLASLt recheck: it says they are hipBLASLt's (before it
-    // fails to load cuBLASLt here).
-    let out = common::tunedblas_cmd(&dir, &["lt", "recheck", "--lib", "/no/such/libcublasLt.so"])
-        .arg("--rows")
-        .arg(&rows)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(log["method"]["rest"], 0.25, "{log}");
+    assert_eq!(log["method"]["trials"], 9, "{log}");
     assert!(
-        text(&out.stderr).contains(
-            "recheck: 5 rows are not cuBLASLt's and are skipped; rerun with --backend hipblaslt for them"
-        ),
-        "{}",
-        text(&out.stderr)
-    );
-    assert!(
-        log["rechecks"][0]["rel_err"]
+        log["rows"][0]["pair"]["rel_err"]
             .as_f64()
             .is_some_and(|e| e < 1e-2),
         "{log}"
     );
 }
 
-/// The hipBLASLt tuner refuses the cuBLASLt-only options by name and wants the callers'
-/// workspace said (exit 2, before loading anything), and says which library or runtime it
-/// could not load, or that a --hip is not the runtime hipBLASLt runs on (exit 3).
+/// A hipBLASLt campaign wants the callers' workspace said (exit 2, before loading
+/// anything), and says which library or runtime it could not load, or that a --hip is not
+/// the runtime hipBLASLt runs on (exit 3).
 #[test]
-fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
+fn tune_on_hipblaslt_refuses_what_it_cannot_do() {
     let dir = scratch("hiplt-tune-args");
-    let run = |workspace: bool, extra: &[&str]| {
-        let mut cmd = common::tunedblas_cmd(
-            &dir,
-            &[
-                "lt",
-                "tune",
-                "--backend",
-                "hipblaslt",
+    let lib = hiplt().lib();
+    let run = |lib: &Path, extra: &[&str]| {
+        let mut cmd = common::tunedblas_cmd(&dir, &["tune", "--lib"]);
+        cmd.arg(lib)
+            .args([
                 "--shape",
                 "64,16,64",
-            ],
-        );
-        cmd.arg("--profiles")
+                "--no-limits",
+                "--rest",
+                "0",
+                "--trials",
+                "3",
+            ])
+            .arg("--profiles")
             .arg(dir.join("profiles"))
-            .args(["--name", "x"])
             .args(extra);
-        if workspace {
-            cmd.args(["--workspace", "8192"]);
-        }
         let out = cmd.output().unwrap();
-        (out.status.code(), text(&out.stderr))
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
     };
-    for (args, said) in [
-        (&["--budget", "5"][..], "--budget is for cuBLASLt"),
-        (&["--candidates", "4"], "--candidates is for cuBLASLt"),
-        (&["--cudart", "/x.so"], "--cudart is for cuBLASLt"),
-        (&["--delay", "gemm"], "--delay is for cuBLASLt"),
-        (
-            &["--backend", "rocblas"],
-            "--backend takes cublaslt or hipblaslt",
-        ),
-    ] {
-        let (code, stderr) = run(true, args);
-        assert_eq!(code, Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(said), "{args:?}: {stderr}");
-    }
-    let (code, stderr) = run(false, &[]);
+    let (code, _, stderr) = run(&lib, &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("needs --workspace BYTES for hipBLASLt"),
         "{stderr}"
     );
-    // And the other way round: --hip given to a cuBLASLt command.
-    let out = common::tunedblas_cmd(
-        &dir,
-        &[
-            "lt",
-            "tune",
-            "--backend",
-            "cublaslt",
-            "--hip",
-            "/x.so",
-            "--shape",
-            "64,16,64",
-        ],
-    )
-    .args(["--profiles", "p", "--name", "x"])
-    .output()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("--hip is for hipBLASLt"),
-        "{}",
-        text(&out.stderr)
-    );
-
-    let lib = hiplt().lib();
-    let lib = lib.to_str().unwrap();
-    let (code, stderr) = run(true, &["--lib", "/no/such/libhipblaslt.so"]);
+    let ws = ["--workspace", "8192"];
+    let (code, _, stderr) = run(Path::new("/no/such/libhipblaslt.so"), &ws);
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("cannot load hipBLASLt"), "{stderr}");
-    let (code, stderr) = run(true, &["--lib", lib, "--hip", "/no/such/libamdhip64.so"]);
+    let (code, _, stderr) = run(
+        &lib,
+        &[&ws[..], &["--hip", "/no/such/libamdhip64.so"]].concat(),
+    );
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("cannot load the HIP runtime"), "{stderr}");
     // A HIP runtime other than the one hipBLASLt links (here a copy of it elsewhere: a
@@ -1063,18 +982,21 @@ fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
     std::fs::create_dir_all(&other).unwrap();
     let copy = other.join("libamdhip64.so.6");
     std::fs::copy(hiplt().hip_libdir.join("libamdhip64.so.6"), &copy).unwrap();
-    let (code, stderr) = run(true, &["--lib", lib, "--hip", copy.to_str().unwrap()]);
+    let (code, _, stderr) = run(
+        &lib,
+        &[&ws[..], &["--hip", copy.to_str().unwrap()]].concat(),
+    );
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("runs on the HIP runtime"), "{stderr}");
     // Its own runtime, named or not, is accepted (the stand-in then has a device: it
     // runs). The stand-in computes nothing here, so no shape can be tuned: exit 1, and no
     // empty profile is written or registered.
     let own = hiplt().hip_libdir.join("libamdhip64.so.6");
-    let (code, stderr) = run(true, &["--lib", lib, "--hip", own.to_str().unwrap()]);
+    let (code, stdout, stderr) = run(&lib, &[&ws[..], &["--hip", own.to_str().unwrap()]].concat());
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("not tuned: the heuristic's own result"),
-        "{stderr}"
+        stdout.contains("failed      the heuristic's own result"),
+        "{stdout}"
     );
     assert!(
         stderr.contains(
@@ -1082,91 +1004,100 @@ fn tunedblas_lt_tune_on_hipblaslt_refuses_what_it_cannot_do() {
         ),
         "{stderr}"
     );
-    assert!(!dir.join("profiles/profiles.json").exists());
+    assert!(
+        !dir.join("profiles/profiles.json").exists()
+            || !std::fs::read_to_string(dir.join("profiles/profiles.json"))
+                .unwrap()
+                .contains(&hiplt().sha)
+    );
 }
 
 /// A campaign where a shape cannot be tuned (the stand-in computes only small problems, so
 /// the heuristic's own output of the large one is the NaN its buffer was poisoned with)
 /// writes the rows of the others, fails (exit 1) saying so, and keeps its checkpoint: the
 /// same command again resumes and retries only that shape. The first run is on a HIP that
-/// refuses stream capture: the shape timed falls back to events timing, said once.
+/// refuses stream capture: each shape falls back to events timing, said once.
 #[test]
 fn a_hipblaslt_shape_that_cannot_be_tuned_fails_the_campaign_and_is_retried() {
     let dir = scratch("hiplt-tune-partial");
     let run = |no_graphs: &str| {
-        let mut cmd = common::tunedblas_cmd(&dir, &["lt", "tune", "--backend", "hipblaslt"]);
-        cmd.arg("--lib")
-            .arg(hiplt().lib())
+        let mut cmd = common::tunedblas_cmd(&dir, &["tune", "--lib"]);
+        cmd.arg(hiplt().lib())
             .args(["--shape", "64,16,64", "--shape", "256,256,512"])
             .arg("--profiles")
             .arg(dir.join("profiles"))
-            .args(["--name", "partial", "--workspace", "8192", "--trials", "3"])
-            .args(["--confirm", "off"])
+            .args([
+                "--workspace",
+                "8192",
+                "--trials",
+                "3",
+                "--rest",
+                "0",
+                "--no-limits",
+            ])
+            .args(["--confirm", "off", "--rotate-mib", "0.02"])
+            // The stand-in's algorithms all time alike, on a noisy CPU: the small shape
+            // gets its Default row, however wide its spread.
+            .args(["--noisy", "100000"])
             .env("FAKEHIPLT_COMPUTE", "1")
             .env("FAKEHIP_NO_GRAPHS", no_graphs)
             .env_remove("FAKEHIPLT_TRACE");
         let out = cmd.output().unwrap();
-        (out.status.code(), text(&out.stderr))
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
     };
-    // The first run on a HIP that refuses capture: events timing, said once per shape that
-    // is timed (the large one fails its numerics before any timing).
-    let (code, stderr) = run("1");
+    let (code, stdout, stderr) = run("1");
     assert_eq!(
         stderr
             .matches("graph timing failed (hipStreamBeginCapture failed with HIP error 900); timing it with events")
             .count(),
-        1,
-        "{stderr}"
+        2,
+        "once per shape: {stderr}"
     );
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains(
-            "tn_256_256_512_ld_512_512_256: not tuned: the heuristic's own result is off by NaN"
-        ),
-        "{stderr}"
+        stdout.contains("failed      the heuristic's own result is off by NaN"),
+        "{stdout}"
     );
     assert!(
         stderr.contains("1 of 2 shapes could not be tuned (each is said above; the rows of the other 1 are written)"),
         "{stderr}"
     );
-    let rows =
-        std::fs::read_to_string(dir.join("profiles/partial/tunableop_results0.csv")).unwrap();
+    let folder = outcomes_dir(&dir.join("profiles"));
+    let rows = std::fs::read_to_string(folder.join("tunableop_results0.csv")).unwrap();
     assert!(rows.contains("tn_64_16_64_ld_64_64_64"), "{rows}");
     assert!(!rows.contains("tn_256_256_512"), "{rows}");
-    let (code, stderr) = run("0");
+    let (code, stdout, stderr) = run("0");
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("resuming: 1 of 2 shapes were tuned by the interrupted run"),
-        "{stderr}"
+        stdout.contains("resuming: 1 of 2 shapes were finished before; 1 to go"),
+        "{stdout}"
     );
 
     // Capture failing part way through a shape (after 3 captures): its graph and events
     // samples would be compared, so it is timed again, all with events.
-    let mut cmd = common::tunedblas_cmd(&dir, &["lt", "tune", "--backend", "hipblaslt"]);
-    cmd.arg("--lib")
-        .arg(hiplt().lib())
+    let mut cmd = common::tunedblas_cmd(&dir, &["tune", "--lib"]);
+    cmd.arg(hiplt().lib())
+        .args(["--shape", "64,16,64", "--workspace", "8192", "--json"])
         .args([
-            "--shape",
-            "64,16,64",
-            "--name",
-            "midway",
-            "--workspace",
-            "8192",
+            "--trials",
+            "3",
+            "--confirm",
+            "off",
+            "--rest",
+            "0",
+            "--no-limits",
         ])
-        .args(["--trials", "3", "--confirm", "off"])
+        .args(["--rotate-mib", "0.02"])
         .arg("--profiles")
-        .arg(dir.join("profiles"))
-        .arg("--log")
-        .arg(dir.join("midway.json"))
+        .arg(dir.join("midway"))
         .env("FAKEHIPLT_COMPUTE", "1")
         .env("FAKEHIP_GRAPH_FAIL_AFTER", "3")
         .env_remove("FAKEHIPLT_TRACE");
-    common::ok(&cmd.output().unwrap());
-    let log: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("midway.json")).unwrap()).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&common::ok(&cmd.output().unwrap())).unwrap();
     assert_eq!(
-        log["outcomes"][0]["timing"],
+        summary["outcomes"][0]["tuned"]["timing"],
         "events (re-timed: events (graph: hipStreamBeginCapture failed with HIP error 900))",
-        "{log}"
+        "{summary}"
     );
 }

@@ -5,26 +5,19 @@
 
 mod args;
 pub use tunedblas_tuner::{curate, error, progress, rest, say, store};
-mod backend;
-mod campaign;
 mod commands;
 mod demo;
 mod env;
 mod export;
-mod hipgraph;
-mod hipmem;
-mod lt;
 mod nearbench;
 mod pick;
 mod png;
 mod profiles;
-mod qualify;
 mod render;
 mod report;
 mod serving;
 mod shapes;
 mod style;
-mod tune;
 mod verify;
 mod workload;
 
@@ -51,31 +44,32 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "tune",
-        usage: "tunedblas tune --lib LIBROCBLAS [INPUT...] [--shape SPEC]... [options]",
-        summary: "Tune recorded shapes into the profile of exactly that library build.",
+        usage: "tunedblas tune [--lib LIB]... [INPUT...] [--shape SPEC]... [options]",
+        summary: "Tune recorded shapes, each with the library it came from (rocBLAS, hipBLASLt,
+        cuBLASLt), into the profile of exactly that library build.",
         help: commands::tune::help,
         run: commands::tune::run,
         internal: false,
     },
     Command {
         name: "qualify",
-        usage: "tunedblas qualify --lib LIBROCBLAS [--profiles DIR] [--json]",
-        summary: "Check every row's numerics on every device; remove the rows that fail.",
+        usage: "tunedblas qualify --lib LIB [--profiles DIR] [--json]",
+        summary: "Check every tuned row's numerics on every device; remove the rows that fail.",
         help: commands::qualify::help,
         run: commands::qualify::run,
         internal: false,
     },
     Command {
         name: "verify",
-        usage: "tunedblas verify --lib LIBROCBLAS [--profiles DIR] [--json]",
-        summary: "Replay every row under the preload; exit 1 unless every row is hit.",
+        usage: "tunedblas verify --lib LIBROCBLAS [--profiles DIR] [--json] | --stats FILE",
+        summary: "Replay every row under the preload (or read a run's counters); exit 1 unless every row is hit.",
         help: commands::verify::help,
         run: commands::verify::run,
         internal: false,
     },
     Command {
         name: "profiles",
-        usage: "tunedblas profiles list|show NAME|which LIBROCBLAS|import --lib LIBROCBLAS FILE...|adopt --lib LIBROCBLAS FILE",
+        usage: "tunedblas profiles list|show NAME|which LIBROCBLAS|import --lib LIBROCBLAS FILE...|adopt --lib LIB FILE",
         summary: "Inspect the profile store and see which profile a library would get.",
         help: commands::profiles::help,
         run: commands::profiles::run,
@@ -142,12 +136,20 @@ const COMMANDS: &[Command] = &[
         internal: false,
     },
     Command {
+        name: "confirm",
+        usage: "tunedblas confirm --lib LIB [--rows FILE] [options]",
+        summary: "Re-measure a profile's tuned rows against the heuristic in this process.",
+        help: commands::confirm::help,
+        run: commands::confirm::run,
+        internal: false,
+    },
+    Command {
         name: "lt",
-        usage: "tunedblas lt info|selftest|tune|recheck|overhead|verify [options]",
-        summary: "The cuBLASLt (NVIDIA) side: tune, recheck and verify cuBLASLt profiles.",
+        usage: "tunedblas lt SUBCOMMAND",
+        summary: "Gone: every command takes every library; says what replaces each subcommand.",
         help: commands::lt::help,
         run: commands::lt::run,
-        internal: false,
+        internal: true,
     },
     Command {
         name: "help",
@@ -171,6 +173,14 @@ const COMMANDS: &[Command] = &[
         summary: "A profile's rows replayed under the preload by `verify`.",
         help: commands::replay::help,
         run: commands::replay::run,
+        internal: true,
+    },
+    Command {
+        name: "selftest",
+        usage: "tunedblas selftest [--lib LIBCUBLASLT]",
+        summary: "cuBLASLt's ABI values and rebuilt algorithms checked on the GPU.",
+        help: commands::selftest::help,
+        run: commands::selftest::run,
         internal: true,
     },
     Command {

@@ -9,9 +9,10 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 use tunedblas_core::key::ProblemKey;
 
-use crate::backend::{Library, Problem};
 use crate::error::{Error, Result};
-use crate::store::{Build, Store};
+use crate::store::Store;
+use tunedblas_tuner::backends::rocblas::{Lib as Library, Problem};
+use tunedblas_tuner::backends::Library as _;
 
 pub struct Options {
     pub lib: PathBuf,
@@ -65,7 +66,7 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
             "--preload {}: no such file",
             p.display()
         ))),
-        None => Library::beside_exe("libtunedblas.so").ok_or_else(|| {
+        None => tunedblas_tuner::dl::beside_exe("libtunedblas.so").ok_or_else(|| {
             Error::failed(
                 "libtunedblas.so is not beside the tunedblas binary; pass --preload <path>",
             )
@@ -74,9 +75,9 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
 }
 
 pub fn run(opts: &Options) -> Result<Report> {
-    let lib = Library::load(&opts.lib, None)?;
+    let lib = Library::at(&opts.lib, None)?;
     let devices = lib.device_count()?;
-    let build = Build::of(&lib.file, lib.version(), None)?;
+    let build = lib.build().clone();
     drop(lib);
     let store = Store::open(&opts.profiles)?;
     let folder = store.existing_folder(&build)?;
@@ -193,7 +194,7 @@ pub fn run(opts: &Options) -> Result<Report> {
 /// The child: runs every row of `rows` once per device through the library's global
 /// entry points (where the preload sits) and prints a [`Replayed`] as JSON.
 pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
-    let lib = Library::load_as_host(lib_path)?;
+    let lib = Library::open_as_host(lib_path)?;
     let rows = tunedblas_core::tunableop::read(rows_path)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", rows_path.display())))?;
     let keys: Vec<ProblemKey> = rows.rows.iter().map(|r| r.key).collect();
@@ -205,7 +206,7 @@ pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
         lib.set_device(dev)?;
         for key in &keys {
             r.calls += 1;
-            let outcome = Problem::new(&lib, *key, 0).map(|p| p.run(None, 0));
+            let outcome = Problem::once(&lib, *key).map(|p| p.run_flags(0, None, 0));
             match outcome {
                 Ok(0) => {}
                 Ok(st) => r.failures.push(format!(
@@ -220,5 +221,34 @@ pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
         }
     }
     println!("{}", serde_json::to_string(&r).expect("plain struct"));
+    Ok(())
+}
+
+/// `verify --stats FILE`: the counters a run wrote (`TUNEDBLAS_STATS`, any library): every
+/// row hit, no missed shape, no fallback.
+pub fn stats(path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
+    let s: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    let unhit = s["rows_not_hit"].as_array().map_or(0, Vec::len);
+    println!(
+        "verify: {} calls, {} served, {} default, {} missed shapes, {} fallbacks, {} of {} rows hit",
+        n("calls"),
+        n("served"),
+        n("default"),
+        n("missed_shapes"),
+        n("fallbacks"),
+        n("rows_hit"),
+        n("rows")
+    );
+    if unhit > 0 || n("missed_shapes") > 0 || n("fallbacks") > 0 || n("rows") == 0 {
+        return Err(Error::failed(format!(
+            "not verified: {unhit} rows never hit, {} shapes missed, {} fallbacks",
+            n("missed_shapes"),
+            n("fallbacks")
+        )));
+    }
     Ok(())
 }

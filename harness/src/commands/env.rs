@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::args::{self, Args};
-use crate::backend::Library;
 use crate::env;
 use crate::error::Result;
 use crate::style::{self, Colour};
@@ -44,8 +43,8 @@ pub fn help() -> String {
 pub fn run(args: &[String]) -> Result<()> {
     let a = Args::of_declared("env", cli(), args)?;
     let profile_dir = a.profile_store();
-    let preload =
-        Library::beside_exe("libtunedblas.so").map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+    let preload = tunedblas_tuner::dl::beside_exe("libtunedblas.so")
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
     let prefix = preload
         .as_deref()
         .and_then(Path::parent)

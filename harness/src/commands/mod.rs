@@ -4,6 +4,7 @@
 //! does its work through the modules beside this folder, and returns
 //! [`crate::error::Result`]: it never exits the process and never imports another command.
 
+pub mod confirm;
 pub mod coverage;
 pub mod demo;
 pub mod env;
@@ -17,6 +18,7 @@ pub mod profiles;
 pub mod qualify;
 pub mod replay;
 pub mod report;
+pub mod selftest;
 pub mod status;
 pub mod tune;
 pub mod verify;

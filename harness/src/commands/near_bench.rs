@@ -4,7 +4,6 @@
 use serde_json::json;
 
 use crate::args::{self, Args};
-use crate::backend::Library;
 use crate::error::Result;
 use crate::nearbench::{self, Options};
 use crate::workload::LAYERS;
@@ -52,7 +51,8 @@ fn parse(args: &[String]) -> Result<(Options, bool)> {
             .ok_or_else(|| a.usage(format!("--chunks takes N,N,.., not '{list}'")))?,
     };
     let lib = a.path("--lib").unwrap_or_else(|| {
-        Library::beside_exe("librocblas_v4.so").unwrap_or_else(|| "librocblas_v4.so".into())
+        tunedblas_tuner::dl::beside_exe("librocblas_v4.so")
+            .unwrap_or_else(|| "librocblas_v4.so".into())
     });
     let o = Options {
         lib,

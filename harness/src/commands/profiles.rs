@@ -19,18 +19,22 @@ The profile store, by ACTION:
                                rocBLAS or hipBLASLt, tf32 files as f32 GEMMs) to this build's
                                shape list (ids are never reused); says how many lines it
                                skipped and why; `tune --retune` then tunes them
-  adopt --lib LIBROCBLAS FILE  makes a PyTorch TunableOp results file written on this machine
-                               (same rocBLAS build: its ROCBLAS_VERSION validator must match)
-                               the profile of that build: each Gemm_Rocblas_<id> row is
-                               checked with check_solution_index on the build and kept or
-                               listed as refused; refused rows and hipBLASLt/tf32 rows become
-                               shapes to tune";
+  adopt --lib LIB FILE         makes a PyTorch TunableOp results file written on this machine
+                               the profile of that library build. rocBLAS (same build: its
+                               ROCBLAS_VERSION validator must match): each Gemm_Rocblas_<id>
+                               row is checked with check_solution_index on the build and kept
+                               or listed as refused; refused rows and hipBLASLt/tf32 rows
+                               become shapes to tune. hipBLASLt (nothing loaded, no GPU
+                               needed): its Gemm_Hipblaslt_<index> and Default rows, for the
+                               sha256 of that file; the interposer checks each index on its
+                               first call";
 
 const AFTER: &str = "\
 EXAMPLES:
     tunedblas profiles which /opt/rocm/lib/librocblas.so.5
     tunedblas profiles import --lib librocblas.so.5 old-build/tunableop_results0.csv
     tunedblas profiles adopt --lib /opt/rocm/lib/librocblas.so.4 tunableop_results0.csv
+    tunedblas profiles adopt --lib /opt/rocm/lib/libhipblaslt.so.1 tunableop_results0.csv
 ";
 
 fn cli() -> clap::Command {
@@ -40,8 +44,15 @@ fn cli() -> clap::Command {
             usize::MAX,
             "list (the default), show, which, import or adopt, and what it takes",
         ))
-        .arg(args::lib_option("(import, adopt, which) the rocBLAS build"))
+        .arg(args::lib_option(
+            "(import, which: rocBLAS; adopt: rocBLAS or hipBLASLt) the library build",
+        ))
         .arg(args::profiles_option())
+        .arg(args::option(
+            "--name",
+            "NAME",
+            "(adopt) profile name for a build that has none (default <library>-<version>)",
+        ))
         .arg(args::switch("--json", "the answer as JSON"))
 }
 
@@ -95,7 +106,17 @@ pub fn run(args: &[String]) -> Result<()> {
                 .get(1)
                 .map(PathBuf::from)
                 .ok_or_else(|| a.usage("adopt needs one results file"))?;
-            profiles::adopt(&root, &a.lib()?, &file, json)
+            let lib = env::find_library(&a.lib()?);
+            match tunedblas_tuner::backends::kind_of(&lib)? {
+                tunedblas_tuner::backends::Kind::Hipblaslt => {
+                    profiles::adopt_hipblaslt(&root, &lib, a.value("--name"), &file)
+                }
+                tunedblas_tuner::backends::Kind::Rocblas => profiles::adopt(&root, &lib, &file, json),
+                k => Err(Error::failed(format!(
+                    "a {} profile is made by `tunedblas tune`: no PyTorch file names its configurations",
+                    k.name()
+                ))),
+            }
         }
         Some(other) => Err(a.usage(format!(
             "unknown action '{other}': list, show, which, import or adopt{}",
@@ -111,11 +132,11 @@ pub fn run(args: &[String]) -> Result<()> {
 fn is_rocblas(lib: &std::path::Path) -> Result<()> {
     match tunedblas_core::elf::defines(lib, "rocblas_create_handle") {
         Ok(true) => Ok(()),
-        Ok(false) => Err(Error::not_rocblas(format!(
+        Ok(false) => Err(Error::not_loaded(format!(
             "{} is not rocBLAS: it exports no rocblas_create_handle (give the librocblas.so* file the server loads)",
             lib.display()
         ))),
-        Err(e) => Err(Error::not_rocblas(format!(
+        Err(e) => Err(Error::not_loaded(format!(
             "cannot read {}: {e}",
             lib.display()
         ))),

@@ -7,10 +7,11 @@ use crate::profiles;
 use super::print_json;
 
 const ABOUT: &str = "\
-Runs every rocBLAS row of the build's profile on every device and compares D with a
-reference computed in f64 on the same inputs: half types need relative L2 < 0.002 and
-allclose(atol = rtol = 0.01); f32 and f64 tighter. Failing rows are removed from every
-rank file, with the reason printed and recorded in provenance.json.";
+Runs every tuned row of the build's profile (rocBLAS, hipBLASLt or cuBLASLt) on every device
+and compares D with a high-precision reference on the same inputs, as tuning judges every
+candidate: half types need relative L2 < 0.002 and allclose(atol = rtol = 0.01); f32 and
+f64 tighter (loosened to twice the heuristic's own error where that is larger). Failing rows
+are removed from every rank file, with the reason printed and recorded in provenance.json.";
 
 const AFTER: &str = "\
 EXAMPLE:
@@ -18,17 +19,13 @@ EXAMPLE:
 ";
 
 fn cli() -> clap::Command {
-    args::command("qualify", ABOUT, AFTER)
+    let c = args::command("qualify", ABOUT, AFTER)
         .arg(args::lib_option(
-            "the rocBLAS build whose profile is checked (required)",
-        ))
-        .arg(args::option(
-            "--hip",
-            "PATH",
-            "libamdhip64.so when it is not found by name",
+            "the library build whose profile is checked (required)",
         ))
         .arg(args::profiles_option())
-        .arg(args::switch("--json", "the result as JSON"))
+        .arg(args::switch("--json", "the result as JSON"));
+    args::library_options(c)
 }
 
 pub fn help() -> String {
@@ -37,12 +34,10 @@ pub fn help() -> String {
 
 pub fn run(args: &[String]) -> Result<()> {
     let a = Args::of_declared("qualify", cli(), args)?;
-    let report = profiles::qualify_profile(
-        &a.lib()?,
-        a.path("--hip").as_deref(),
-        &a.profile_store(),
-        a.has("--json"),
-    )?;
+    let opened = a.opened()?;
+    let report = tunedblas_tuner::with_library!(&opened, l => {
+        profiles::qualify_profile(l, &a.profile_store(), a.has("--json"))?
+    });
     if a.has("--json") {
         print_json(&report);
     }

@@ -14,32 +14,61 @@
 //!
 //! Times are compared through paired ratios: round `t` timed A and B back to back, so
 //! `A_t / B_t` cancels drift common to both (clock boost, a neighbour's load). The spread is
-//! half the range of those ratios, trimmed of one extreme at each end when there are ten
-//! or more rounds (a single outlier then cannot make every shape undecidable). A difference
-//! is outside the spread when it exceeds that half range and every kept round agrees on
-//! which contender is faster.
+//! half the range of those ratios, trimmed of a tenth at each end from ten rounds on (a few
+//! outliers, a sample preempted or a clock that stumbled, cannot make every shape
+//! undecidable). A difference is outside the spread when it exceeds that half range, every
+//! kept round agrees on which contender is faster, and the faster one won at least
+//! [`WIN_SHARE`] of all the paired rounds.
 
 use serde::{Deserialize, Serialize};
-use tunedblas_core::tunableop::Solution;
+
+/// A profile's row for a shape: what curation keeps, writes or compares against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Row {
+    /// `Default`: the library's own heuristic.
+    Default,
+    /// A solution of the library being tuned, by the name its rows give it.
+    Mine(String),
+    /// A row this library cannot run (another library's): left as it is.
+    Foreign(String),
+}
+
+impl Row {
+    /// A row as a results file writes it.
+    pub fn text(&self) -> &str {
+        match self {
+            Row::Default => "Default",
+            Row::Mine(s) | Row::Foreign(s) => s,
+        }
+    }
+
+    /// A row read back from a checkpoint (written by this library's campaign).
+    pub fn parse(text: &str) -> Row {
+        match text {
+            "Default" => Row::Default,
+            s => Row::Mine(s.to_string()),
+        }
+    }
+}
 
 /// One interleaved round: ms per call of each contender, timed back to back.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Round {
     pub heuristic: f64,
-    /// The current row's solution; None when there is no current rocBLAS row.
+    /// The current row's solution; None when there is no current row of this library.
     pub current: Option<f64>,
     /// The new best candidate; None when the library offered nothing runnable.
     pub new: Option<f64>,
 }
 
 /// What the campaign knows about one shape.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Evidence {
     pub rounds: Vec<Round>,
     /// The row the profile has for this shape now (this build's rows only).
-    pub current: Option<Solution>,
-    /// The fastest candidate of the probe stage.
-    pub new: Option<i32>,
+    pub current: Option<Row>,
+    /// The fastest candidate of the trials, by name.
+    pub new: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -73,7 +102,7 @@ impl Rules {
     pub fn describe(&self) -> Vec<String> {
         let m = self.margin * 100.0;
         vec![
-            format!("adopt a new solution only if it beats the heuristic and the current row by >= {m:.1}% outside the measured spread, and its id differs from the current row's"),
+            format!("adopt a new solution only if it beats the heuristic and the current row by >= {m:.1}% outside the measured spread, winning at least 3 in 4 paired rounds and every one but a tenth at each extreme, and it is another solution than the current row's"),
             format!("drop a row slower than the heuristic by > {m:.1}% outside the spread"),
             "a difference inside the measured spread decides nothing: what is there stays (undecidable)".into(),
             if self.keep_default {
@@ -121,8 +150,8 @@ impl Decision {
 pub struct Verdict {
     pub decision: Decision,
     /// The row to write, or None for no row.
-    #[serde(with = "solution_text")]
-    pub row: Option<Solution>,
+    #[serde(with = "row_text")]
+    pub row: Option<Row>,
     pub reason: String,
     pub heuristic_ms: f64,
     pub current_ms: Option<f64>,
@@ -133,20 +162,19 @@ pub struct Verdict {
     pub spread: f64,
 }
 
-mod solution_text {
+mod row_text {
+    use super::Row;
     use serde::{Deserialize, Deserializer, Serializer};
-    use tunedblas_core::tunableop::Solution;
 
-    pub fn serialize<S: Serializer>(s: &Option<Solution>, ser: S) -> Result<S::Ok, S::Error> {
-        match s {
-            Some(s) => ser.serialize_some(&s.to_string()),
+    pub fn serialize<S: Serializer>(r: &Option<Row>, ser: S) -> Result<S::Ok, S::Error> {
+        match r {
+            Some(r) => ser.serialize_some(r.text()),
             None => ser.serialize_none(),
         }
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Solution>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Row>, D::Error> {
         let text: Option<String> = Option::deserialize(de)?;
-        text.map(|t| Solution::parse(&t).map_err(serde::de::Error::custom))
-            .transpose()
+        Ok(text.map(|t| Row::parse(&t)))
     }
 }
 
@@ -161,6 +189,10 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The share of paired rounds the faster contender must win (three in four): a lower
+/// median made of a few lucky rounds does not decide.
+pub const WIN_SHARE: f64 = 0.75;
+
 /// A paired comparison of A against B.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Compare {
@@ -170,6 +202,8 @@ pub struct Compare {
     pub spread: f64,
     /// Every (kept) round has A faster than B, or every one has it slower.
     pub agree: bool,
+    /// The share of all rounds the contender the median calls faster won.
+    pub wins: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,19 +228,21 @@ impl Compare {
             .collect();
         r.sort_by(|x, y| x.total_cmp(y));
         let delta = median(&r) - 1.0;
-        let kept = if r.len() >= 10 {
-            &r[1..r.len() - 1]
-        } else {
-            &r[..]
-        };
+        let cut = if r.len() >= 10 { r.len() / 10 } else { 0 };
+        let kept = &r[cut..r.len() - cut];
         let (spread, agree) = match (kept.first(), kept.last()) {
             (Some(lo), Some(hi)) => ((hi - lo) / 2.0, *hi < 1.0 || *lo > 1.0),
             _ => (f64::INFINITY, false),
         };
+        let won = r
+            .iter()
+            .filter(|&&x| (x < 1.0) == (delta < 0.0) && x != 1.0)
+            .count();
         Compare {
             delta,
             spread,
             agree,
+            wins: won as f64 / r.len().max(1) as f64,
         }
     }
 
@@ -216,7 +252,7 @@ impl Compare {
         }
         if self.delta.abs() < margin {
             Outcome::Even
-        } else if self.delta.abs() <= self.spread || !self.agree {
+        } else if self.delta.abs() <= self.spread || !self.agree || self.wins < WIN_SHARE {
             Outcome::InsideSpread
         } else if self.delta < 0.0 {
             Outcome::Faster
@@ -251,7 +287,7 @@ fn series(e: &Evidence) -> (Vec<f64>, Option<Vec<f64>>, Option<Vec<f64>>) {
 /// What rule 1 says about the new best.
 enum NewBest {
     /// Adopt it, for this reason.
-    Adopt(i32, String),
+    Adopt(String, String),
     /// It may be faster, but inside the spread: why.
     Undecided(String),
     /// Nothing to adopt.
@@ -265,12 +301,12 @@ fn judge_new_best(
     rules: &Rules,
     nh: Option<Compare>,
     vs_current: Option<Compare>,
-    current_id: Option<i32>,
+    current_id: Option<&str>,
 ) -> NewBest {
-    let (Some(id), Some(nh)) = (e.new, nh) else {
+    let (Some(id), Some(nh)) = (e.new.clone(), nh) else {
         return NewBest::No;
     };
-    if Some(id) == current_id {
+    if Some(id.as_str()) == current_id {
         // Trap 1: the same kernel timed twice; whatever it "gains" is noise.
         return NewBest::No;
     }
@@ -317,11 +353,11 @@ fn judge_current_row(
     v: &mut Verdict,
     e: &Evidence,
     rules: &Rules,
-    id: i32,
+    id: &str,
     (heur, cur): (&[f64], Option<&[f64]>),
     undecided: Option<String>,
 ) {
-    let same_id_note = match e.new {
+    let same_id_note = match &e.new {
         Some(n) if n == id => {
             format!("; the best candidate is the current row's own solution {id}, so no new kernel")
         }
@@ -337,7 +373,7 @@ fn judge_current_row(
     match ch.outcome(rules.margin) {
         Outcome::Slower => {
             v.decision = Decision::Drop;
-            v.row = rules.keep_default.then_some(Solution::Default);
+            v.row = rules.keep_default.then_some(Row::Default);
             v.reason = format!(
                 "the current row ({id}) is {} vs heuristic, spread {:.1}%{same_id_note}",
                 pct(ch.delta),
@@ -394,8 +430,8 @@ fn judge_without_row(
         return;
     }
     v.decision = Decision::Default;
-    v.row = rules.keep_default.then_some(Solution::Default);
-    v.reason = match (e.new, nh) {
+    v.row = rules.keep_default.then_some(Row::Default);
+    v.reason = match (&e.new, nh) {
         (None, _) | (_, None) => "the library offered no runnable solution".into(),
         (Some(_), Some(nh)) => format!(
             "no solution beats the heuristic by {:.1}% (best {})",
@@ -420,11 +456,11 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
         spread: nh.map_or(f64::INFINITY, |c| c.spread),
     };
     let current_id = match &e.current {
-        Some(Solution::Rocblas(id)) => Some(*id),
-        Some(Solution::Other(text)) => {
+        Some(Row::Mine(id)) => Some(id.as_str()),
+        Some(Row::Foreign(text)) => {
             v.decision = Decision::Keep;
             v.row = e.current.clone();
-            v.reason = format!("{text} is not a rocBLAS solution: left as it is");
+            v.reason = format!("{text} is not this library's solution: left as it is");
             return v;
         }
         _ => None,
@@ -436,7 +472,7 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
     let undecided = match judge_new_best(e, rules, nh, vs_current, current_id) {
         NewBest::Adopt(id, reason) => {
             v.decision = Decision::Adopt;
-            v.row = Some(Solution::Rocblas(id));
+            v.row = Some(Row::Mine(id));
             v.reason = reason;
             return v;
         }
@@ -475,12 +511,12 @@ mod tests {
             .collect()
     }
 
-    fn decide_with(rounds: Vec<Round>, current: Option<Solution>, new: Option<i32>) -> Verdict {
+    fn decide_with(rounds: Vec<Round>, current: Option<Row>, new: Option<&str>) -> Verdict {
         decide(
             &Evidence {
                 rounds,
                 current,
-                new,
+                new: new.map(str::to_string),
             },
             &Rules::default(),
         )
@@ -488,17 +524,17 @@ mod tests {
 
     #[test]
     fn a_clear_win_with_no_current_row_is_adopted() {
-        let v = decide_with(rounds(7, 1.0, None, Some(0.85), 0.01), None, Some(17));
+        let v = decide_with(rounds(7, 1.0, None, Some(0.85), 0.01), None, Some("17"));
         assert_eq!(v.decision, Decision::Adopt, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Rocblas(17)));
+        assert_eq!(v.row, Some(Row::Mine("17".into())));
         assert!((v.delta.unwrap() + 0.15).abs() < 0.02, "{v:?}");
     }
 
     #[test]
     fn a_win_below_the_margin_gives_default() {
-        let v = decide_with(rounds(7, 1.0, None, Some(0.985), 0.002), None, Some(17));
+        let v = decide_with(rounds(7, 1.0, None, Some(0.985), 0.002), None, Some("17"));
         assert_eq!(v.decision, Decision::Default, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Default));
+        assert_eq!(v.row, Some(Row::Default));
         let rules = Rules {
             keep_default: false,
             ..Rules::default()
@@ -507,7 +543,7 @@ mod tests {
             &Evidence {
                 rounds: rounds(7, 1.0, None, Some(0.985), 0.002),
                 current: None,
-                new: Some(17),
+                new: Some("17".into()),
             },
             &rules,
         );
@@ -531,17 +567,17 @@ mod tests {
                 .collect()
         };
         let wide = [0.2, 0.7, 1.0, 1.0, 1.0, 1.3, 1.8];
-        let v = decide_with(noisy(&wide), None, Some(17));
+        let v = decide_with(noisy(&wide), None, Some("17"));
         assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
         assert_eq!(v.row, None, "{v:?}");
         assert!(v.reason.contains("too noisy"), "{}", v.reason);
         // A Default row already there stays.
-        let v = decide_with(noisy(&wide), Some(Solution::Default), Some(17));
+        let v = decide_with(noisy(&wide), Some(Row::Default), Some("17"));
         assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Default));
+        assert_eq!(v.row, Some(Row::Default));
         // The same median with a usual spread is Default.
         let narrow = [0.99, 0.995, 1.0, 1.0, 1.0, 1.005, 1.01];
-        let v = decide_with(noisy(&narrow), None, Some(17));
+        let v = decide_with(noisy(&narrow), None, Some("17"));
         assert_eq!(v.decision, Decision::Default, "{v:?}");
     }
 
@@ -551,10 +587,14 @@ mod tests {
     #[test]
     fn trap_same_solution_id_is_never_adopted() {
         let rs: Vec<Round> = rounds(7, 1.0, Some(0.90), Some(0.82), 0.005);
-        let v = decide_with(rs, Some(Solution::Rocblas(-1086326047)), Some(-1086326047));
+        let v = decide_with(
+            rs,
+            Some(Row::Mine("-1086326047".into())),
+            Some("-1086326047"),
+        );
         assert_ne!(v.decision, Decision::Adopt, "{v:?}");
         assert_eq!(v.decision, Decision::Keep, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Rocblas(-1086326047)));
+        assert_eq!(v.row, Some(Row::Mine("-1086326047".into())));
         assert!(v.reason.contains("own solution"), "{}", v.reason);
     }
 
@@ -575,14 +615,14 @@ mod tests {
                 })
                 .collect()
         };
-        let v = decide_with(rs(None), None, Some(5));
+        let v = decide_with(rs(None), None, Some("5"));
         assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
         assert_eq!(v.row, None, "nothing was there, nothing is written");
         assert!((v.delta.unwrap() + 0.10).abs() < 0.01, "{v:?}");
         assert!(v.spread > 0.1, "{v:?}");
-        let v = decide_with(rs(Some(0.99)), Some(Solution::Rocblas(3)), Some(5));
+        let v = decide_with(rs(Some(0.99)), Some(Row::Mine("3".into())), Some("5"));
         assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Rocblas(3)));
+        assert_eq!(v.row, Some(Row::Mine("3".into())));
     }
 
     /// Two identical kernels under +-20% per-call noise: over many sessions the rules
@@ -599,7 +639,7 @@ mod tests {
                     new: Some(1.0 + 0.2 * jitter(&mut seed)),
                 })
                 .collect();
-            if decide_with(rs, None, Some(5)).decision == Decision::Adopt {
+            if decide_with(rs, None, Some("5")).decision == Decision::Adopt {
                 adopts += 1;
             }
         }
@@ -610,7 +650,7 @@ mod tests {
     /// spread and is decided.
     #[test]
     fn launch_bound_mode_decides_the_same_difference() {
-        let v = decide_with(rounds(7, 1.0, None, Some(0.90), 0.01), None, Some(5));
+        let v = decide_with(rounds(7, 1.0, None, Some(0.90), 0.01), None, Some("5"));
         assert_eq!(v.decision, Decision::Adopt, "{v:?}");
     }
 
@@ -619,30 +659,30 @@ mod tests {
         // Beats the heuristic by 12% but the current row by only 1%.
         let v = decide_with(
             rounds(7, 1.0, Some(0.89), Some(0.88), 0.003),
-            Some(Solution::Rocblas(3)),
-            Some(9),
+            Some(Row::Mine("3".into())),
+            Some("9"),
         );
         assert_eq!(v.decision, Decision::Keep, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Rocblas(3)));
+        assert_eq!(v.row, Some(Row::Mine("3".into())));
         // Beats both by the margin: replaced.
         let v = decide_with(
             rounds(7, 1.0, Some(0.95), Some(0.80), 0.003),
-            Some(Solution::Rocblas(3)),
-            Some(9),
+            Some(Row::Mine("3".into())),
+            Some("9"),
         );
         assert_eq!(v.decision, Decision::Adopt, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Rocblas(9)));
+        assert_eq!(v.row, Some(Row::Mine("9".into())));
     }
 
     #[test]
     fn a_row_slower_than_the_heuristic_is_dropped() {
         let v = decide_with(
             rounds(7, 1.0, Some(1.10), Some(1.02), 0.003),
-            Some(Solution::Rocblas(3)),
-            Some(9),
+            Some(Row::Mine("3".into())),
+            Some("9"),
         );
         assert_eq!(v.decision, Decision::Drop, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Default));
+        assert_eq!(v.row, Some(Row::Default));
         assert!(v.reason.contains("+10"), "{}", v.reason);
     }
 
@@ -650,22 +690,22 @@ mod tests {
     fn a_slower_row_inside_the_spread_stays() {
         let v = decide_with(
             rounds(7, 1.0, Some(1.06), Some(1.02), 0.15),
-            Some(Solution::Rocblas(3)),
-            Some(9),
+            Some(Row::Mine("3".into())),
+            Some("9"),
         );
         assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
-        assert_eq!(v.row, Some(Solution::Rocblas(3)));
+        assert_eq!(v.row, Some(Row::Mine("3".into())));
     }
 
     #[test]
     fn foreign_solutions_are_left_alone() {
         let v = decide_with(
             rounds(5, 1.0, None, Some(0.5), 0.01),
-            Some(Solution::Other("Gemm_Hipblaslt_1_2".into())),
-            Some(9),
+            Some(Row::Foreign("Gemm_Hipblaslt_1_2".into())),
+            Some("9"),
         );
         assert_eq!(v.decision, Decision::Keep);
-        assert_eq!(v.row, Some(Solution::Other("Gemm_Hipblaslt_1_2".into())));
+        assert_eq!(v.row, Some(Row::Foreign("Gemm_Hipblaslt_1_2".into())));
     }
 
     #[test]
@@ -682,7 +722,7 @@ mod tests {
                 }
             })
             .collect();
-        let v = decide_with(rs, None, Some(4));
+        let v = decide_with(rs, None, Some("4"));
         assert_eq!(v.decision, Decision::Adopt, "{v:?}");
         assert!(v.spread < 0.01, "{v:?}");
     }
@@ -692,7 +732,7 @@ mod tests {
         let v = decide_with(
             rounds(5, 1.0, None, Some(0.8), 0.01),
             None,
-            Some(-1086326047),
+            Some("Gemm_Rocblas_-1086326047"),
         );
         let text = serde_json::to_string(&v).unwrap();
         assert!(text.contains("Gemm_Rocblas_-1086326047"), "{text}");
@@ -702,5 +742,40 @@ mod tests {
             (v.decision, &v.row, &v.reason)
         );
         assert!((back.heuristic_ms - v.heuristic_ms).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_lower_median_from_a_few_lucky_rounds_is_not_adopted() {
+        // 5% faster in every round: adopted; a median as low from five lucky rounds of eight,
+        // slower in the others: the paired rounds do not agree.
+        let heur = [1.00, 1.01, 0.99, 1.00, 1.02, 1.00, 0.98, 1.00];
+        let with = |new: &[f64]| -> Vec<Round> {
+            heur.iter()
+                .zip(new)
+                .map(|(&h, &n)| Round {
+                    heuristic: h,
+                    current: None,
+                    new: Some(n),
+                })
+                .collect()
+        };
+        let fast: Vec<f64> = heur.iter().map(|x| x * 0.95).collect();
+        assert_eq!(
+            decide_with(with(&fast), None, Some("x")).decision,
+            Decision::Adopt
+        );
+        let lucky = [0.90, 0.90, 0.91, 0.92, 0.93, 1.10, 1.12, 1.15];
+        let v = decide_with(with(&lucky), None, Some("x"));
+        assert!(
+            v.delta.unwrap() < -0.03,
+            "the median alone would adopt it: {v:?}"
+        );
+        assert_ne!(v.decision, Decision::Adopt, "{v:?}");
+        // 2% faster in every round: under a 3% margin.
+        let slight: Vec<f64> = heur.iter().map(|x| x * 0.98).collect();
+        assert_eq!(
+            decide_with(with(&slight), None, Some("x")).decision,
+            Decision::Default
+        );
     }
 }

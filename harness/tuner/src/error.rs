@@ -7,7 +7,7 @@
 //! | 0 | - | success (`tune` with nothing left to tune included) |
 //! | 1 | [`Kind::Failed`] | the work failed; the message says why |
 //! | 2 | [`Kind::Usage`] | the command line: unknown option or command, a value missing or malformed (`--shape`, `--trials`, ...) |
-//! | 3 | [`Kind::NotRocblas`] | the library cannot be loaded or is not the one named |
+//! | 3 | [`Kind::NotLoaded`] | the library cannot be loaded or is not the one named |
 //! | 4 | [`Kind::NoDevice`] | no usable device |
 //! | 3, 4 | [`Kind::Verdict`] | `coverage --strict`: missing, unservable |
 //!
@@ -22,8 +22,8 @@ pub enum Kind {
     Failed,
     /// A mistake on the command line: exit 2, with a hint naming the command's help.
     Usage,
-    /// The library could not be loaded or is not rocBLAS: exit 3.
-    NotRocblas,
+    /// The library could not be loaded or is not the one named: exit 3.
+    NotLoaded,
     /// No usable device: exit 4.
     NoDevice,
     /// A check the user asked to gate on came out negative (`coverage --strict`): the
@@ -65,9 +65,9 @@ impl Error {
         }
     }
 
-    /// The library cannot be loaded or is not rocBLAS (exit 3).
-    pub fn not_rocblas(message: impl Into<String>) -> Error {
-        Error::of(Kind::NotRocblas, message)
+    /// The library cannot be loaded or is not the one named (exit 3).
+    pub fn not_loaded(message: impl Into<String>) -> Error {
+        Error::of(Kind::NotLoaded, message)
     }
 
     /// No usable device (exit 4).
@@ -90,7 +90,7 @@ impl Error {
         match self.kind {
             Kind::Failed => 1,
             Kind::Usage => 2,
-            Kind::NotRocblas => 3,
+            Kind::NotLoaded => 3,
             Kind::NoDevice => 4,
             Kind::Verdict(code) => code,
         }
@@ -129,7 +129,7 @@ mod tests {
     fn exit_codes_are_the_documented_ones() {
         assert_eq!(Error::failed("x").exit_code(), 1);
         assert_eq!(Error::usage("tune", "x").exit_code(), 2);
-        assert_eq!(Error::not_rocblas("x").exit_code(), 3);
+        assert_eq!(Error::not_loaded("x").exit_code(), 3);
         assert_eq!(Error::no_device("x").exit_code(), 4);
         assert_eq!(Error::verdict(3, "x").exit_code(), 3);
     }

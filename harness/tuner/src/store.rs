@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 /// The library build a profile is for.
 #[derive(Clone, Debug)]
 pub struct Build {
+    /// `rocblas`, `hipblaslt`, `cublaslt`.
+    pub library: &'static str,
     pub path: PathBuf,
     pub sha256: String,
     pub version: String,
@@ -24,12 +26,18 @@ pub struct Build {
 }
 
 impl Build {
-    /// The build of the library file at `path` (the one the loader mapped, hashed here),
+    /// The build of the `library` file at `path` (the one the loader mapped, hashed here),
     /// which says its version is `version`.
-    pub fn of(path: &Path, version: Option<String>, arch: Option<&str>) -> Result<Build> {
+    pub fn of(
+        library: &'static str,
+        path: &Path,
+        version: Option<String>,
+        arch: Option<&str>,
+    ) -> Result<Build> {
         let sha256 = identity::sha256_file(path)
             .map_err(|e| Error::failed(format!("cannot hash {}: {e}", path.display())))?;
         Ok(Build {
+            library,
             path: path.to_path_buf(),
             sha256,
             version: version.unwrap_or_else(|| "unknown".into()),
@@ -41,7 +49,7 @@ impl Build {
         &self.sha256[..12]
     }
 
-    /// The default profile name: `rocblas-<version>`, made a valid name. A version string
+    /// The default profile name: `<library>-<version>`, made a valid name. A version string
     /// without a commit id (`2.47.0.`) gives `rocblas-2.47.0`.
     pub fn default_name(&self) -> String {
         let label = tunedblas_core::version::Version::parse(&self.version)
@@ -57,7 +65,7 @@ impl Build {
                 }
             })
             .collect();
-        format!("rocblas-{v}")
+        format!("{}-{v}", self.library)
     }
 }
 
@@ -266,16 +274,31 @@ impl Store {
         let folder = self.folder_in(reg, build, None)?;
         if !folder.existed {
             return Err(Error::failed(format!(
-                "{} has no profile for build {} (rocBLAS {}); run `tunedblas tune` first",
+                "{} has no profile for build {} ({} {}); run `tunedblas tune` first",
                 self.registry_path().display(),
                 build.short(),
+                build.library,
                 build.version
             )));
         }
         Ok(folder)
     }
 
-    /// The profile's current rows (rank 0; the ranks of a profile hold the same rows).
+    /// The text of the profile's rank-0 results file (empty where there is none; the ranks
+    /// of a profile hold the same rows).
+    pub fn read_text(&self, folder: &Folder) -> Result<String> {
+        let path = rank_file(&folder.dir, 0);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => Ok(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            Err(e) => Err(Error::failed(format!(
+                "cannot read {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// The profile's current rocBLAS rows (rank 0).
     pub fn read_rows(&self, folder: &Folder) -> Result<ResultsFile> {
         let path = rank_file(&folder.dir, 0);
         if !path.exists() {
@@ -325,9 +348,6 @@ pub struct Tx<'s> {
 struct Staged {
     /// The results file's text and how many rank files get it.
     rows: Option<(String, usize)>,
-    /// Rank files written one by one, the others left as they are (`lt tune`, whose rows
-    /// are cuBLASLt's and are tuned a rank at a time).
-    rank_files: BTreeMap<usize, String>,
     provenance: Option<Provenance>,
     /// The shapes waiting in `imported_shapes.csv` (empty: the file is removed).
     imported: Option<Vec<String>>,
@@ -344,7 +364,12 @@ impl Tx<'_> {
         self.store.existing_in(&self.registry, build)
     }
 
-    /// The profile's rows as they are now (rank 0).
+    /// The profile's rank-0 file as it is now.
+    pub fn read_text(&self, folder: &Folder) -> Result<String> {
+        self.store.read_text(folder)
+    }
+
+    /// The profile's rocBLAS rows as they are now (rank 0).
     pub fn rows(&self, folder: &Folder) -> Result<ResultsFile> {
         self.store.read_rows(folder)
     }
@@ -354,8 +379,7 @@ impl Tx<'_> {
         self.store.ranks(folder)
     }
 
-    /// Stages `results` as every rank's file (ranks `0..ranks`; rank files beyond that are
-    /// removed) and the build's entry in `profiles.json`.
+    /// Stages rocBLAS `results` as every rank's file (see [`Tx::write_profile`]).
     pub fn write_rows(
         &mut self,
         folder: &Folder,
@@ -366,39 +390,55 @@ impl Tx<'_> {
     ) -> Result<()> {
         results.set_validator("ROCBLAS_VERSION", &build.version);
         results.set_validator("GCN_ARCH_NAME", &build.arch);
+        let fields = [
+            ("rocblas", build.version.clone()),
+            ("arch", build.arch.clone()),
+        ];
+        self.write_profile(folder, build, results.to_text(), ranks, status, &fields)
+    }
+
+    /// Stages `text` as every rank's file (ranks `0..ranks`; rank files beyond that are
+    /// removed) and the build's entry in `profiles.json`, with `fields` (`rocblas` and
+    /// `arch` are the entry's own; the others, such as `library` and the Lt libraries'
+    /// versions, are extra fields).
+    pub fn write_profile(
+        &mut self,
+        folder: &Folder,
+        build: &Build,
+        text: String,
+        ranks: usize,
+        status: &str,
+        fields: &[(&str, String)],
+    ) -> Result<()> {
         let mut entry = self
             .registry
             .get(&folder.name)
             .cloned()
             .unwrap_or_else(|| Entry::new(&folder.name, &build.sha256));
         entry.lib_sha256 = build.sha256.clone();
-        entry.rocblas = Some(build.version.clone());
-        entry.arch = Some(build.arch.clone());
-        entry.rows_per_rank = Some(results.rows.len() as u64);
+        entry.rows_per_rank = Some(
+            text.lines()
+                .filter(|l| !l.starts_with("Validator") && !l.trim().is_empty())
+                .count() as u64,
+        );
         entry.status = Some(status.to_string());
+        for (k, v) in fields {
+            match *k {
+                "rocblas" => entry.rocblas = Some(v.clone()),
+                "arch" if !v.is_empty() => entry.arch = Some(v.clone()),
+                "arch" => {}
+                // A rocBLAS profile says no library: the registry's default.
+                "library" if v == "rocblas" => {}
+                k => {
+                    entry.extra.insert(k.to_string(), v.clone().into());
+                }
+            }
+        }
         self.registry
             .insert(&folder.name, entry)
             .map_err(Error::failed)?;
         self.registry_changed = true;
-        self.staged_for(folder).rows = Some((results.to_text(), ranks.max(1)));
-        Ok(())
-    }
-
-    /// Stages `text` as the folder's rank file `rank` alone (the other ranks stay as they
-    /// are) and `entry` as its entry in `profiles.json`: a results file whose rows are not
-    /// rocBLAS's (`lt tune`'s cuBLASLt rows), which says its own validators.
-    pub fn write_rank(
-        &mut self,
-        folder: &Folder,
-        rank: usize,
-        text: String,
-        entry: Entry,
-    ) -> Result<()> {
-        self.registry
-            .insert(&folder.name, entry)
-            .map_err(Error::failed)?;
-        self.registry_changed = true;
-        self.staged_for(folder).rank_files.insert(rank, text);
+        self.staged_for(folder).rows = Some((text, ranks.max(1)));
         Ok(())
     }
 
@@ -407,7 +447,9 @@ impl Tx<'_> {
     pub fn record(&mut self, folder: &Folder, build: &Build, campaign: Value) -> Result<()> {
         let prov = self.provenance(folder)?;
         prov.set_sha256(&build.sha256);
-        prov.set_rocblas(&build.version);
+        if build.library == "rocblas" {
+            prov.set_rocblas(&build.version);
+        }
         prov.set_profile(&folder.name);
         prov.set("arch", Value::from(build.arch.clone()));
         prov.set("updated", Value::from(utc_now()));
@@ -487,9 +529,6 @@ impl Tx<'_> {
                     }
                 }
             }
-            for (rank, text) in &staged.rank_files {
-                commit.write(rank_file(dir, *rank), text.as_bytes());
-            }
             if let Some(list) = &staged.imported {
                 let path = dir.join(IMPORTED_FILE);
                 if list.is_empty() {
@@ -520,6 +559,7 @@ mod tests {
     #[test]
     fn default_names_of_distribution_builds() {
         let build = |version: &str| Build {
+            library: "rocblas",
             path: PathBuf::from("/usr/lib/x86_64-linux-gnu/librocblas.so.0"),
             sha256: "0".repeat(64),
             version: version.into(),
@@ -544,5 +584,68 @@ mod tests {
         );
         let year: i32 = t[..4].parse().unwrap();
         assert!((2024..2100).contains(&year), "{t}");
+    }
+
+    #[test]
+    fn a_profile_is_written_for_every_rank_with_its_library_in_one_transaction() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir).unwrap();
+        let build = Build {
+            library: "cublaslt",
+            path: PathBuf::from("/x/libcublasLt.so.13"),
+            sha256: "ab".repeat(32),
+            version: "130100".into(),
+            arch: "unknown".into(),
+        };
+        let folder = store.folder_for(&build, None).unwrap();
+        assert_eq!(folder.name, "cublaslt-130100");
+        let fields = [
+            ("cublaslt_version", "130100".to_string()),
+            ("library", "cublaslt".into()),
+        ];
+        let text = "Validator,TUNEDBLAS_BACKEND,cublaslt\nop,sig,Default,0.01\n";
+        store
+            .transaction(|tx| {
+                tx.write_profile(&folder, &build, text.into(), 2, "tuned", &fields)?;
+                tx.record(&folder, &build, serde_json::json!({ "kind": "tune" }))
+            })
+            .unwrap();
+        for rank in [0, 1] {
+            assert_eq!(
+                std::fs::read_to_string(rank_file(&folder.dir, rank)).unwrap(),
+                text
+            );
+        }
+        assert_eq!(store.read_text(&folder).unwrap(), text);
+        let reg = store.registry().unwrap();
+        let e = reg.get("cublaslt-130100").unwrap();
+        assert_eq!(
+            (e.lib_sha256.as_str(), e.rows_per_rank, e.rocblas.as_deref()),
+            (build.sha256.as_str(), Some(1), None)
+        );
+        assert_eq!(e.extra["library"], "cublaslt");
+        let prov = std::fs::read_to_string(provenance_file(&folder.dir)).unwrap();
+        assert!(
+            prov.contains("\"kind\": \"tune\"") && !prov.contains("rocblas"),
+            "{prov}"
+        );
+        // A failing transaction writes nothing; fewer ranks remove the others.
+        let before = std::fs::read_to_string(store.registry_path()).unwrap();
+        let failed: Result<()> = store.transaction(|tx| {
+            tx.write_profile(&folder, &build, "other\n".into(), 1, "tuned", &fields)?;
+            Err(Error::failed("disk full"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(
+            std::fs::read_to_string(store.registry_path()).unwrap(),
+            before
+        );
+        assert!(rank_file(&folder.dir, 1).exists());
+        store
+            .transaction(|tx| tx.write_profile(&folder, &build, text.into(), 1, "tuned", &fields))
+            .unwrap();
+        assert!(!rank_file(&folder.dir, 1).exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

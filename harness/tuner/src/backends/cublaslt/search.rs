@@ -1,4 +1,4 @@
-//! The wider search (`--budget SECONDS`): beyond the heuristic's answers, the configurations
+//! The wider search, within the shape's screening budget: beyond the heuristic's answers, the configurations
 //! cuBLASLt itself says it has for the shape's types (`cublasLtMatmulAlgoGetIds`, then each
 //! algorithm's capabilities: tiles, stages, split-K and its reduction schemes, CTA swizzling,
 //! custom options; cluster shapes are tried and left to the check), each rebuilt as the
@@ -12,14 +12,13 @@
 //! of the heuristic's answers.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tunedblas_core::cublaslt::*;
 
-use super::cuda::{Lt, Result};
-use super::numeric::median;
-use super::problem::{Delay, Problem};
+use super::{Lib, Session};
+use crate::backends::lt::{Flavor, LtProblem};
+use crate::bench::{Cand, Screen};
 
 /// `cublasLtMatmulAlgoCapAttributes_t` values the search reads.
 pub const CAP_SPLITK_SUPPORT: i32 = 0;
@@ -52,7 +51,7 @@ pub struct Caps {
 }
 
 /// The algorithm ids the library has for the key's types (empty where it cannot say).
-pub fn algo_ids(lt: &Lt, key: &LtKey) -> Vec<i32> {
+pub(crate) fn algo_ids(lt: &Lib, handle: LtHandle, key: &LtKey) -> Vec<i32> {
     let Some(get) = lt.get_ids else {
         return Vec::new();
     };
@@ -61,7 +60,7 @@ pub fn algo_ids(lt: &Lt, key: &LtKey) -> Vec<i32> {
     // SAFETY: ids has room for the count given; n is a valid out-pointer.
     let st = unsafe {
         get(
-            lt.handle,
+            handle,
             key.compute,
             key.scale,
             key.a_type,
@@ -80,7 +79,7 @@ pub fn algo_ids(lt: &Lt, key: &LtKey) -> Vec<i32> {
     ids
 }
 
-fn cap_list(lt: &Lt, algo: &MatmulAlgo, attr: i32) -> Vec<u32> {
+fn cap_list(lt: &Lib, algo: &MatmulAlgo, attr: i32) -> Vec<u32> {
     let mut size = 0usize;
     // SAFETY: a size query (no buffer).
     let st = unsafe { (lt.cap_get)(algo, attr, std::ptr::null_mut(), 0, &mut size) };
@@ -98,7 +97,7 @@ fn cap_list(lt: &Lt, algo: &MatmulAlgo, attr: i32) -> Vec<u32> {
     v
 }
 
-fn cap_u32(lt: &Lt, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
+fn cap_u32(lt: &Lib, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
     let mut v = 0u32;
     let mut w = 0usize;
     // SAFETY: a 4-byte attribute into a u32.
@@ -108,12 +107,12 @@ fn cap_u32(lt: &Lt, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
 
 /// The capabilities of algorithm `id` for the key's types; `None` where the library does not
 /// initialise it. An empty tile or stages list becomes `[0]` (undefined: the library's choice).
-pub fn caps(lt: &Lt, key: &LtKey, id: i32) -> Option<Caps> {
+pub(crate) fn caps(lt: &Lib, handle: LtHandle, key: &LtKey, id: i32) -> Option<Caps> {
     let mut algo = MatmulAlgo::default();
     // SAFETY: a valid out-pointer; the handle is live.
     let st = unsafe {
         (lt.algo_init)(
-            lt.handle,
+            handle,
             key.compute,
             key.scale,
             key.a_type,
@@ -142,20 +141,25 @@ pub fn caps(lt: &Lt, key: &LtKey, id: i32) -> Option<Caps> {
 
 /// Every algorithm the library lists for the key, with its capabilities; the seeds'
 /// algorithms first (and included even where the id list lacks them).
-pub fn space(lt: &Lt, key: &LtKey, seeds: &[AlgoConfig]) -> Vec<(i32, Caps)> {
+pub(crate) fn space(
+    lt: &Lib,
+    handle: LtHandle,
+    key: &LtKey,
+    seeds: &[AlgoConfig],
+) -> Vec<(i32, Caps)> {
     let mut ids: Vec<i32> = Vec::new();
     for s in seeds {
         if !ids.contains(&s.algo) {
             ids.push(s.algo);
         }
     }
-    for id in algo_ids(lt, key) {
+    for id in algo_ids(lt, handle, key) {
         if !ids.contains(&id) {
             ids.push(id);
         }
     }
     ids.into_iter()
-        .filter_map(|id| caps(lt, key, id).map(|c| (id, c)))
+        .filter_map(|id| caps(lt, handle, key, id).map(|c| (id, c)))
         .collect()
 }
 
@@ -274,169 +278,66 @@ pub fn refinements(
     out
 }
 
-/// A configuration the search kept: checked, and its probe time.
-pub struct Found {
-    pub cfg: AlgoConfig,
-    pub algo: MatmulAlgo,
-    pub workspace: usize,
-    pub probe_ms: f64,
-}
+/// `cublasLtMatmulAlgoGetIds(handle, compute, scale, Atype, Btype, Ctype, Dtype, requested,
+/// ids*, returned*)`.
+pub type AlgoGetIdsFn = unsafe extern "C" fn(
+    LtHandle,
+    ComputeType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    i32,
+    *mut i32,
+    *mut i32,
+) -> LtStatus;
 
-/// What the search did for one shape.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Stats {
-    pub algo_ids: usize,
-    /// Configurations listed by phase one and phase two (before the check).
-    pub listed: [usize; 2],
-    pub enumerated: usize,
-    /// Rebuilt and accepted by `cublasLtMatmulAlgoCheck` within the workspace a caller gives.
-    pub accepted: usize,
-    pub rejected: usize,
-    pub probed: usize,
-    /// Probes whose launch failed (accepted by the check, refused by the matmul).
-    pub failed: usize,
-    pub seconds: f64,
-    /// The budget ran out before every configuration was tried.
-    pub out_of_time: bool,
-    pub heuristic_probe_ms: f64,
-    pub best_probe_ms: f64,
-    /// Configurations handed on to numerics and the trials.
-    pub kept: usize,
-}
-
-impl Stats {
-    pub fn line(&self) -> String {
-        format!(
-            "search: {} algorithm ids, {}+{} configurations listed, {} enumerated, {} accepted by AlgoCheck, {} probed{} in {:.1} s{}; best probe {:+.1}% against the heuristic, {} kept",
-            self.algo_ids,
-            self.listed[0],
-            self.listed[1],
-            self.enumerated,
-            self.accepted,
-            self.probed,
-            if self.failed > 0 { format!(" ({} failed to launch)", self.failed) } else { String::new() },
-            self.seconds,
-            if self.out_of_time { " (budget spent: not all tried)" } else { "" },
-            (1.0 - self.best_probe_ms / self.heuristic_probe_ms) * 100.0,
-            self.kept
-        )
-    }
-}
-
-/// Tries each of `list` not in `seen` until `until`: rebuilt, checked, probed once.
+/// Offers `list` to the screening, each rebuilt and checked, until `stop` says so.
 fn sweep(
-    p: &Problem,
+    p: &LtProblem<'_, Session<'_>>,
     list: &[AlgoConfig],
-    seen: &mut HashSet<AlgoConfig>,
-    found: &mut Vec<Found>,
-    stats: &mut Stats,
-    probe: &dyn Fn(&MatmulAlgo) -> Result<f64>,
-    until: Instant,
+    screen: &mut Screen<'_, MatmulAlgo>,
+    stop: &dyn Fn(&Screen<'_, MatmulAlgo>) -> bool,
 ) {
     for cfg in list {
-        if seen.contains(cfg) {
+        if stop(screen) {
+            screen.not_probed("left for want of time");
             continue;
         }
-        if Instant::now() >= until {
-            stats.out_of_time = true;
-            return;
-        }
-        seen.insert(*cfg);
-        stats.enumerated += 1;
-        match p.rebuild(cfg) {
-            Ok((algo, workspace)) => {
-                stats.accepted += 1;
-                match probe(&algo) {
-                    Ok(t) => {
-                        stats.probed += 1;
-                        found.push(Found {
-                            cfg: *cfg,
-                            algo,
-                            workspace,
-                            probe_ms: t,
-                        });
-                    }
-                    Err(_) => stats.failed += 1,
-                }
+        match p.session.rebuild(p, cfg) {
+            Ok(algo) => {
+                screen.offer(Cand {
+                    name: cfg.solution_name(),
+                    algo,
+                });
             }
-            Err(_) => stats.rejected += 1,
+            Err(why) => screen.not_probed(&why),
         }
     }
 }
 
-/// The search for one shape, `budget` long: the fastest `keep` configurations found that are
-/// not among `seeds` (the heuristic's answers, the first being what callers run).
+/// The wider search for one shape, after the heuristic's answers `seeds` were offered:
+/// phase one until [`PHASE1_SHARE`] of the budget, phase two around the fastest probes
+/// until it is spent.
 pub fn search(
-    p: &Problem,
+    p: &LtProblem<'_, Session<'_>>,
     seeds: &[AlgoConfig],
-    budget: Duration,
-    keep: usize,
-    delay: &Delay,
-) -> Result<(Vec<Found>, Stats)> {
-    let t0 = Instant::now();
-    let mut stats = Stats::default();
-    let space = space(p.lt, &p.key, seeds);
-    stats.algo_ids = space.len();
-    let base = p
-        .rebuild(&seeds[0])
-        .map_err(|e| super::cuda::Error(format!("the heuristic's answer: {e}")))?
-        .0;
-    // Short probes: about a quarter of a millisecond of the heuristic's work (at least one
-    // call per input set in graph mode).
-    let once = p.time_graph_or_events(&base, 8, delay)?;
-    let calls = ((0.25 / once.max(1e-4)).ceil() as usize).clamp(1, 400);
-    let probe = |a: &MatmulAlgo| p.time_graph_or_events(a, calls, delay);
-    super::pipeline::warm_up(&super::tune::LtBench { p, delay }, &base, calls)?;
-    stats.heuristic_probe_ms = probe(&base)?;
-    let mut seen: HashSet<AlgoConfig> = HashSet::new();
-    let mut found: Vec<Found> = Vec::new();
-    // The seeds are probed (as refinement bases), never returned.
-    sweep(
-        p,
-        seeds,
-        &mut seen,
-        &mut found,
-        &mut stats,
-        &probe,
-        t0 + budget,
-    );
+    screen: &mut Screen<'_, MatmulAlgo>,
+) {
+    let s = p.session;
+    let space = space(s.lib, s.handle(), &p.key, seeds);
     let phase1 = tile_configs(seeds, &space);
-    stats.listed[0] = phase1.len();
-    let until1 = t0 + budget.mul_f64(PHASE1_SHARE);
-    sweep(
-        p, &phase1, &mut seen, &mut found, &mut stats, &probe, until1,
-    );
-    found.sort_by(|a, b| a.probe_ms.total_cmp(&b.probe_ms));
-    let bases: Vec<AlgoConfig> = found.iter().take(BASES).map(|f| f.cfg).collect();
+    sweep(p, &phase1, screen, &|sc| sc.share_spent() >= PHASE1_SHARE);
+    let bases: Vec<AlgoConfig> = screen
+        .best(BASES)
+        .iter()
+        .filter_map(|n| AlgoConfig::parse(n).ok())
+        .collect();
     let caps_of = |id: i32| space.iter().find(|s| s.0 == id).map(|s| s.1.clone());
-    let phase2 = refinements(&bases, caps_of, p.key.k, &seen);
-    stats.listed[1] = phase2.len();
-    sweep(
-        p,
-        &phase2,
-        &mut seen,
-        &mut found,
-        &mut stats,
-        &probe,
-        t0 + budget,
-    );
-    // A second probe of the front runners (the better of two), then the fastest `keep`.
-    found.retain(|f| !seeds.contains(&f.cfg));
-    found.sort_by(|a, b| a.probe_ms.total_cmp(&b.probe_ms));
-    for f in found.iter_mut().take(2 * keep) {
-        if let Ok(t) = probe(&f.algo) {
-            f.probe_ms = median(&[f.probe_ms, t]).min(f.probe_ms.min(t));
-        }
-    }
-    found.sort_by(|a, b| a.probe_ms.total_cmp(&b.probe_ms));
-    found.truncate(keep);
-    p.clear_graphs();
-    stats.best_probe_ms = found
-        .first()
-        .map_or(stats.heuristic_probe_ms, |f| f.probe_ms);
-    stats.kept = found.len();
-    stats.seconds = t0.elapsed().as_secs_f64();
-    Ok((found, stats))
+    let tried: HashSet<AlgoConfig> = seeds.iter().chain(&phase1).copied().collect();
+    let phase2 = refinements(&bases, caps_of, p.key.k, &tried);
+    sweep(p, &phase2, screen, &|sc| sc.spent());
 }
 
 #[cfg(test)]
@@ -476,35 +377,16 @@ mod tests {
         }
     }
 
-    /// The stand-in cuBLASLt of the CPU tests (`tests/hosts/fake_cublaslt.c`), built here.
-    fn stand_in() -> Lt {
-        let dir = std::env::temp_dir().join(format!("tunedblas-lt-search-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join("libcublasLt.so.13");
-        let src =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hosts/fake_cublaslt.c");
-        let out = std::process::Command::new("cc")
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&lib)
-            .arg(&src)
-            .output()
-            .expect("a C compiler (cc) is needed for this test");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Lt::load(Some(&lib)).unwrap()
-    }
-
     #[test]
     fn the_stand_ins_algorithms_are_listed_with_their_caps_and_checked() {
-        let lt = stand_in();
+        let lib = crate::backends::tests::cublaslt_stand_in();
+        let session = crate::backends::Library::session(&lib, 0).unwrap();
         let key = LtKey::linear(R_16BF, 2560, 256, 1536);
-        assert_eq!(algo_ids(&lt, &key), [6, 21, 66, 120]);
+        let h = session.handle();
+        assert_eq!(algo_ids(&lib, h, &key), [6, 21, 66, 120]);
         // The stand-in heuristic's only answer: algo 6, tile 15, stages 8.
         let seed = cfg(6, 15, 8, 0);
-        let sp = space(&lt, &key, &[seed]);
+        let sp = space(&lib, h, &key, &[seed]);
         let ids: Vec<i32> = sp.iter().map(|s| s.0).collect();
         assert_eq!(
             ids,
@@ -520,13 +402,14 @@ mod tests {
         // Phase one: every tile of 66 is listed; the check refuses tile 999.
         let phase1 = tile_configs(&[seed], &sp);
         assert!(phase1.iter().any(|c| c.algo == 66 && c.tile == 999));
-        let null = std::ptr::null_mut();
-        let check = |c: &AlgoConfig, ws: usize| {
-            super::super::problem::check_config(&lt, &key, [null; 5], c, ws)
+        let method = |ws| crate::pipeline::Method {
+            workspace: ws,
+            ..Default::default()
         };
+        let p = LtProblem::new(&session, key, &method(1 << 20)).unwrap();
         let accepted: Vec<AlgoConfig> = phase1
             .iter()
-            .filter(|c| check(c, 1 << 20).is_ok())
+            .filter(|c| session.rebuild(&p, c).is_ok())
             .copied()
             .collect();
         assert!(!accepted.is_empty());
@@ -542,8 +425,10 @@ mod tests {
         let phase2 = refinements(&[base], caps_of, key.k, &HashSet::new());
         let split: Vec<&AlgoConfig> = phase2.iter().filter(|c| c.splitk > 1).collect();
         assert!(!split.is_empty());
-        assert!(split.iter().all(|c| check(c, 4096).is_ok()));
-        assert!(split.iter().all(|c| check(c, 1024).is_err()));
+        let small = LtProblem::new(&session, key, &method(1024)).unwrap();
+        let big = LtProblem::new(&session, key, &method(4096)).unwrap();
+        assert!(split.iter().all(|c| session.rebuild(&big, c).is_ok()));
+        assert!(split.iter().all(|c| session.rebuild(&small, c).is_err()));
         assert!(phase2
             .iter()
             .any(|c| c.custom == 2 && c.cluster_shape == 16));

@@ -1,7 +1,5 @@
-//! Why a GEMM runs where it does against its limit: the grid a cuBLASLt configuration
-//! launches (tiles of D, cluster rounding, split-K parts) on the card's SMs, and the limit
-//! that binds the shape (bytes over the copy bandwidth, multiply-adds over the card's
-//! measured matmul rate, or the launch floor).
+//! Why a GEMM runs where it does against its limit ([`crate::limits`]): the grid a cuBLASLt
+//! configuration launches (tiles of D, cluster rounding, split-K parts) on the card's SMs.
 //!
 //! Issue 15 asks that where no configuration reaches the target, the table say per shape how
 //! far the best one is from the limit *and why*. Bandwidth alone cannot say it: prefill shapes
@@ -11,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 use tunedblas_core::cublaslt::{AlgoConfig, LtKey};
+
+use crate::limits::Bound;
 
 /// `cublasLtMatmulTile_t`: "id ROWSxCOLS" per line, made from cuBLASLt 13.1's header by
 /// `scripts/cublaslt-tiles`. The ids are stable across releases (new tiles are appended).
@@ -143,98 +143,6 @@ pub fn grid(key: &LtKey, cfg: &AlgoConfig, sms: u32) -> Option<Grid> {
     })
 }
 
-/// Which limit binds a shape: the one that takes longest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Bound {
-    /// Bytes moved over the copy bandwidth.
-    Memory,
-    /// Multiply-adds over the card's matmul rate.
-    Compute,
-    /// One launch's floor.
-    Launch,
-}
-
-impl Bound {
-    pub fn name(self) -> &'static str {
-        match self {
-            Bound::Memory => "memory",
-            Bound::Compute => "compute",
-            Bound::Launch => "launch",
-        }
-    }
-}
-
-/// The three times a call cannot beat, in milliseconds, and which is largest.
-pub fn bound(memory_ms: f64, compute_ms: Option<f64>, floor_ms: f64) -> (f64, Bound) {
-    let mut best = (memory_ms, Bound::Memory);
-    if let Some(c) = compute_ms {
-        if c > best.0 {
-            best = (c, Bound::Compute);
-        }
-    }
-    if floor_ms > best.0 {
-        best = (floor_ms, Bound::Launch);
-    }
-    best
-}
-
-/// A shape against its limits: each limit, the one that binds, the grids of the heuristic's
-/// answer and of the fastest configuration found, and why the fastest is where it is.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Roofline {
-    pub memory_ms: f64,
-    pub compute_ms: Option<f64>,
-    pub floor_ms: f64,
-    pub bound: Bound,
-    /// The fastest configuration timed (the heuristic's answer where nothing beat it).
-    pub best: String,
-    pub best_ms: f64,
-    pub best_pct_of_limit: f64,
-    pub heuristic_grid: Option<Grid>,
-    pub best_grid: Option<Grid>,
-    pub why: String,
-}
-
-/// The roofline of a shape whose heuristic answer `heuristic` ran `heuristic_ms` and whose
-/// fastest other candidate `best` ran `best_ms`, against limits of `memory_ms`, `compute_ms`
-/// and `floor_ms` on a card of `sms` SMs.
-#[allow(clippy::too_many_arguments)]
-pub fn roofline(
-    key: &LtKey,
-    memory_ms: f64,
-    compute_ms: Option<f64>,
-    floor_ms: f64,
-    sms: u32,
-    heuristic: (&str, f64),
-    best: Option<(&str, f64)>,
-) -> Roofline {
-    let (limit, b) = bound(memory_ms, compute_ms, floor_ms);
-    let (best, best_ms) = match best {
-        Some((s, t)) if t < heuristic.1 => (s, t),
-        _ => heuristic,
-    };
-    let grid_of = |s: &str| AlgoConfig::parse(s).ok().and_then(|c| grid(key, &c, sms));
-    let best_grid = grid_of(best);
-    // A zero or NaN time (a broken timer) would make an infinite share: none is given.
-    let pct = match 100.0 * limit / best_ms {
-        p if p.is_finite() => p,
-        _ => 0.0,
-    };
-    Roofline {
-        memory_ms,
-        compute_ms,
-        floor_ms,
-        bound: b,
-        best: best.to_string(),
-        best_ms,
-        best_pct_of_limit: pct,
-        heuristic_grid: grid_of(heuristic.0),
-        why: why(b, pct, best_grid.as_ref(), floor_ms / best_ms),
-        best_grid,
-    }
-}
-
 /// One line saying why a configuration of `grid` runs at `pct` of a `b`-bound limit: the
 /// grid's share of the SMs where it leaves some idle, the partial last wave where it costs a
 /// compute-bound shape, else the kernel itself.
@@ -341,10 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn the_largest_limit_binds_and_the_line_says_why() {
-        assert_eq!(bound(0.010, Some(0.002), 0.001), (0.010, Bound::Memory));
-        assert_eq!(bound(0.010, Some(0.030), 0.001), (0.030, Bound::Compute));
-        assert_eq!(bound(0.0001, None, 0.001), (0.001, Bound::Launch));
+    fn the_line_says_why_the_fastest_is_where_it_is() {
         let few = Grid {
             tile: "64x8".into(),
             ctas: 64,
@@ -371,42 +276,5 @@ mod tests {
         let w = why(Bound::Memory, 60.0, Some(&tail), 0.0);
         assert!(w.contains("the rest is the kernel"), "{w}");
         assert!(why(Bound::Memory, 90.0, None, 0.0).starts_with("at 90% of the memory limit"));
-    }
-
-    #[test]
-    fn the_roofline_takes_the_faster_of_heuristic_and_best() {
-        let k = LtKey::linear(R_16BF, 512, 1, 2560);
-        let h = cfg(10, 1, 2).solution_name();
-        let b = cfg(10, 8, 2).solution_name();
-        // The best other ran faster: its grid explains (8 x 8 = 64 CTAs).
-        let r = roofline(
-            &k,
-            0.0009,
-            Some(0.0001),
-            0.0008,
-            132,
-            (&h, 0.0065),
-            Some((&b, 0.0059)),
-        );
-        assert_eq!(
-            (r.bound, r.best.as_str(), r.best_ms),
-            (Bound::Memory, b.as_str(), 0.0059)
-        );
-        assert_eq!(r.heuristic_grid.unwrap().ctas, 8);
-        assert_eq!(r.best_grid.unwrap().ctas, 64);
-        assert!((r.best_pct_of_limit - 100.0 * 0.0009 / 0.0059).abs() < 1e-9);
-        assert!(r.why.contains("64 CTAs"), "{}", r.why);
-        // Nothing beat the heuristic: it is the best.
-        let r = roofline(
-            &k,
-            0.0009,
-            None,
-            0.0008,
-            132,
-            (&h, 0.0065),
-            Some((&b, 0.007)),
-        );
-        assert_eq!(r.best, h);
-        assert!(r.why.contains("8 CTAs"), "{}", r.why);
     }
 }
