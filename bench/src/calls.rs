@@ -400,6 +400,45 @@ fn first_sights(ctx: &Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
     println!();
 }
 
+/// What the live status costs the threads that make GEMMs (they write it, about once a
+/// second while calls arrive: `cdylib/src/status.rs`): `shapes` missed shapes first (so the
+/// files list them), then served calls for `seconds`, each timed alone. A call over 20 us
+/// is one that wrote the status and the counts; the table gives how many, what one costs
+/// (median) and what that adds per call over the whole run.
+pub fn status_cost(
+    lib_path: &std::path::Path,
+    solution: i32,
+    shapes: i32,
+    seconds: f64,
+) -> Result<(), String> {
+    let (_lib, ctx, paths) = set_up(lib_path, solution)?;
+    for i in 0..shapes {
+        black_box(paths[3].call(&ctx, FIRST_SIGHT_BASE + 50_000 + i));
+    }
+    let served = paths[1];
+    let mut times = Vec::with_capacity(4_000_000);
+    let began = Instant::now();
+    while began.elapsed().as_secs_f64() < seconds {
+        for _ in 0..1024 {
+            let t = Instant::now();
+            black_box(served.call(&ctx, black_box(served.n)));
+            times.push(t.elapsed().as_nanos() as f64);
+        }
+    }
+    let calls = times.len();
+    let mut slow: Vec<f64> = times.iter().copied().filter(|&t| t > 20_000.0).collect();
+    let base = median(&mut times);
+    let writes = slow.len();
+    let extra: f64 = slow.iter().map(|t| t - base).sum();
+    let one = if writes > 0 { median(&mut slow) } else { 0.0 };
+    println!(
+        "| {shapes} | {calls} | {writes} | {:.0} | {:.3} |",
+        one / 1000.0,
+        extra / calls as f64
+    );
+    Ok(())
+}
+
 /// This build's paths on one worker thread, then on two at once; prints the scaling table.
 fn one_thread_vs_two(ctx: Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
     let w = workers(ctx);

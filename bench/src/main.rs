@@ -71,6 +71,12 @@ fn child(args: &[String]) -> Result<(), String> {
             calls::main(&lib, solution, &settings)
         }
         "startup" => calls::startup(&lib),
+        "status" => {
+            let solution = arg(2)?.parse().map_err(|_| "bad solution")?;
+            let shapes = arg(3)?.parse().map_err(|_| "bad shape count")?;
+            let seconds = arg(4)?.parse().map_err(|_| "bad duration")?;
+            calls::status_cost(&lib, solution, shapes, seconds)
+        }
         "ir" => {
             let solution = arg(2)?.parse().map_err(|_| "bad solution")?;
             let n = arg(4)?.parse().map_err(|_| "bad call count")?;
@@ -242,6 +248,24 @@ fn report(
     if instructions {
         instruction_counts(target, work, solution)?;
     }
+
+    // ---- the live status ----------------------------------------------------------------
+    println!("### The live status, written by the calling threads");
+    println!();
+    println!("Served calls timed one by one for a few seconds after N missed shapes were recorded; a call over 20 us is one that wrote the status and the counts (about once a second). Cost of one write (median) and what the writes add per call over the run.");
+    println!();
+    println!("| missed shapes | calls | writes | one write (us) | added per call (ns) |");
+    println!("|---|---|---|---|---|");
+    for shapes in [10, 1_000] {
+        let stats = work.dir.join(format!("status-{shapes}.json"));
+        let mut c = child_command(target, work, &work.dir.join("cache-status"), &stats);
+        c.args(["status".as_ref(), work.lib.as_os_str()])
+            .arg(solution.to_string())
+            .arg(shapes.to_string())
+            .arg(if quick { "2.5" } else { "6" });
+        print!("{}", run_child(&mut c)?);
+    }
+    println!();
 
     // ---- start-up -----------------------------------------------------------------------
     startup(target, work, if quick { 2 } else { 7 }, &sha, solution)?;
