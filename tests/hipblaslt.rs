@@ -639,6 +639,47 @@ fn env_names_the_profile_a_hipblaslt_build_would_get() {
     assert!(!said.contains("rocBLAS build"), "{said}");
 }
 
+/// The second build's call is the process's first matmul (so it starts the hipBLASLt
+/// runtime), though the first handle, and so the served build, was the other build's: the
+/// runtime still identifies and serves the served build, and each call runs in its own
+/// build. (The runtime's start looked hipblasLtMatmul up in the usual order, found the
+/// other build and kept it for the served one: the served build's calls then ran in the
+/// other build, which refused its objects.)
+#[test]
+fn the_served_build_is_served_when_another_builds_call_comes_first() {
+    let dir = scratch("hiplt-first-call");
+    let module1 = hiplt().module.display().to_string();
+    let out = common::faults::run_guarded(host_cmd_with(
+        &hiplt().module2,
+        &dir,
+        true,
+        &[
+            "@each:hiplt_make_handle:1:1",
+            &format!("@module:{module1}"),
+            "64,8,64",
+            "@close",
+            "64,8,64",
+        ],
+    ));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    // The runtime's start line names the build it identified: the served one.
+    let start = stderr
+        .lines()
+        .find(|l| l.starts_with("tunedblas: hipBLASLt: ") && l.contains("[tunedblas"))
+        .unwrap_or_default();
+    assert!(start.contains("libhipblaslt-b.so.1"), "{stderr}");
+    let t = std::fs::read_to_string(dir.join("trace.log")).unwrap();
+    assert_eq!(
+        t.lines().collect::<Vec<_>>(),
+        [
+            "matmul m=64 n=8 k=64 algo=6 ok=1",
+            "matmul m=64 n=8 k=64 algo=6 ok=1 build=2"
+        ],
+        "{stdout}{stderr}"
+    );
+}
+
 /// Many call sites of one export, from two builds' modules on four threads each at once:
 /// every layout is made by its caller's own build (a torn call-site cache once handed one
 /// site another's function), and many sites do not thrash the cache.
@@ -677,7 +718,11 @@ fn handles_made_and_destroyed_at_changing_addresses_keep_their_build() {
     let out = common::faults::run_guarded(cmd);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("each-sum=0"), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("each-sum=0"),
+        "{stdout}{stderr}{:?}",
+        std::fs::read_to_string(dir.join("trace.log"))
+    );
     assert!(!stderr.contains("alive"), "{stderr}");
 }
 

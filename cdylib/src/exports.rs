@@ -639,8 +639,8 @@ extern "C" fn desc_create_from(
     if status == abi::HIPBLAS_STATUS_SUCCESS && !desc.is_null() {
         // SAFETY: the library wrote the new descriptor there.
         let made = unsafe { *desc };
-        let fields = [u64::from(compute as u32), u64::from(scale as u32)];
-        let _ = std::panic::catch_unwind(|| DESCS.created(made, &fields));
+        let fields = [u64::from(compute as u32), u64::from(scale as u32), 0];
+        let _ = std::panic::catch_unwind(|| DESCS.created(made, fields));
     }
     status
 }
@@ -734,7 +734,7 @@ extern "C" fn layout_create_from(
         // SAFETY: the library wrote the new layout there.
         let made = unsafe { *layout };
         let fields = crate::hipblaslt::key::new_layout(dtype, rows, cols, ld);
-        let _ = std::panic::catch_unwind(|| LAYOUTS.created(made, &fields));
+        let _ = std::panic::catch_unwind(|| LAYOUTS.created(made, fields));
     }
     status
 }

@@ -66,7 +66,8 @@ pub static SPEC: Spec = Spec {
     },
     miss_tag: "-cublaslt",
     json_name: "cublaslt",
-    anchor: || LT.matmul.get(),
+    // The table's own accessor, in the served build's scope (see hipBLASLt's `SPEC`).
+    anchor: || LT.matmul().map(|f| f as *mut std::ffi::c_void),
     device: current_device,
     loaded: |_| {},
 };

@@ -49,7 +49,7 @@ pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
 /// (`libs.rs`).
 pub fn create_handle(out: *mut LtHandle, ret: *const c_void) -> LtStatus {
     CUBLASLT
-        .create(out, ret, || LT.create.get())
+        .create(out, ret, || LT.create().map(|f| f as *mut c_void))
         .unwrap_or(STATUS_NOT_INITIALIZED)
 }
 

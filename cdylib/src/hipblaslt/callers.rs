@@ -14,7 +14,7 @@
 //! (`dlopen(caller, RTLD_NOLOAD)` + `dlsym`), once per call site: an insert-only table of
 //! (return address -> function) per export answers every later call with a load and a
 //! compare or two. A caller that is the main program (whose scope is the global one), or
-//! one whose scope has no hipBLASLt, gets the function found the usual way (`real.rs`).
+//! one whose scope has no hipBLASLt, gets the served build's function (`real.rs`).
 //! A hipBLASLt whose function was handed out this way is pinned (`RTLD_NODELETE`): a
 //! `dlclose` of the module that loaded it leaves it mapped, so no kept function ever points
 //! into freed memory (its destructors then run at exit; PyTorch never unloads it anyway).
@@ -48,8 +48,8 @@ impl Callers {
         }
     }
 
-    /// The real function for a caller at return address `ret`; `usual` is the hook the
-    /// function is found by otherwise.
+    /// The real function for a caller at return address `ret`; `usual` is the hook (of
+    /// `HIPLT`) the function is found by otherwise, in the served build's scope.
     #[inline]
     pub fn real_for(&self, ret: *const c_void, usual: &Hook) -> Option<*mut c_void> {
         let r = ret as usize;
@@ -88,7 +88,7 @@ impl Callers {
             .then(|| crate::libs::caller_scope(ret))
             .flatten()
             .and_then(|lib| crate::real::resolve_in(self.name, &lib));
-        let f = own.or_else(|| usual.get())?;
+        let f = own.or_else(|| super::real::in_served_scope(usual))?;
         // The library holding `f` stays loaded for the process (RTLD_NODELETE), so a kept
         // function can never point into an unloaded library.
         crate::real::pin_object_of(f);

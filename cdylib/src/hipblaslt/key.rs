@@ -59,14 +59,8 @@ pub unsafe fn layout_field(attr: i32, buf: *const c_void, size: usize) -> Option
             | HIPBLASLT_MATRIX_LAYOUT_TYPE
             | HIPBLASLT_MATRIX_LAYOUT_ORDER
     );
-    // SAFETY: per the contract, with the size checked against the attribute's.
-    let v = unsafe {
-        match (four, size) {
-            (true, 4..) => buf.cast::<i32>().read_unaligned() as i64 as u64,
-            (false, 8..) => buf.cast::<u64>().read_unaligned(),
-            _ => return None,
-        }
-    };
+    // SAFETY: per the contract.
+    let v = unsafe { crate::lt::objects::field_value(buf, size, four, true) }?;
     Some((attr as usize, v))
 }
 
@@ -191,7 +185,7 @@ mod tests {
         assert_eq!(unsafe { layout_field(7, p, 4) }, None);
         assert_eq!(unsafe { layout_field(0, std::ptr::null(), 4) }, None);
         let f = new_layout(HIP_R_16BF, 64, 32, 80);
-        LAYOUTS.created(0x7000 as *mut c_void, &f);
+        LAYOUTS.created(0x7000 as *mut c_void, f);
         let l = layout(0x7000 as *mut c_void).unwrap();
         assert_eq!(l, LayoutAttrs::col(HIP_R_16BF, 64, 32, 80));
     }

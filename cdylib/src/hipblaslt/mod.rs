@@ -61,7 +61,10 @@ pub static SPEC: Spec = Spec {
     },
     miss_tag: "-hipblaslt",
     json_name: "hipblaslt",
-    anchor: || HIPLT.matmul.get(),
+    // The table's own accessor, in the served build's scope (`Hook::get` resolves in the
+    // usual order and caches what it finds in the table: with a second build loaded, the
+    // runtime then identified, and served, that one).
+    anchor: || HIPLT.matmul().map(|f| f as *mut std::ffi::c_void),
     device: current_device,
     loaded: |tables| {
         // The exception guard, only where a row will need it.

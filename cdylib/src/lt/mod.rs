@@ -7,6 +7,7 @@
 //! key and how it rebuilds a row's algorithm.
 
 pub mod key;
+pub mod objects;
 pub mod serve;
 
 use std::ffi::{c_int, c_void};
