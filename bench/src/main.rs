@@ -250,22 +250,9 @@ fn report(
     }
 
     // ---- the live status ----------------------------------------------------------------
-    println!("### The live status, written by the calling threads");
-    println!();
-    println!("Served calls timed one by one for a few seconds after N missed shapes were recorded; a call over 20 us is one that wrote the status and the counts (about once a second). Cost of one write (median) and what the writes add per call over the run.");
-    println!();
-    println!("| missed shapes | calls | writes | one write (us) | added per call (ns) |");
-    println!("|---|---|---|---|---|");
-    for shapes in [10, 1_000] {
-        let stats = work.dir.join(format!("status-{shapes}.json"));
-        let mut c = child_command(target, work, &work.dir.join("cache-status"), &stats);
-        c.args(["status".as_ref(), work.lib.as_os_str()])
-            .arg(solution.to_string())
-            .arg(shapes.to_string())
-            .arg(if quick { "2.5" } else { "6" });
-        print!("{}", run_child(&mut c)?);
+    if instructions {
+        status_cost(target, work, solution)?;
     }
-    println!();
 
     // ---- start-up -----------------------------------------------------------------------
     startup(target, work, if quick { 2 } else { 7 }, &sha, solution)?;
@@ -314,6 +301,67 @@ fn check_counts(mine: &str, stats: &Path) -> Result<(), String> {
 
 /// Instructions per call of each path, from callgrind: N and N + 10,000 calls of one path
 /// in a child (after a warm-up), the difference divided by 10,000, so start-up cancels out.
+/// What writing the live status costs the calling threads: a child makes served calls for a
+/// few seconds under callgrind after 10 or 1,000 missed shapes were recorded; the
+/// instructions inside `status::tick` (the clock read every 64 calls, and about once a
+/// second the status files and the counts written) per write seen, and per call.
+fn status_cost(target: &Path, work: &Work, solution: i32) -> Result<(), String> {
+    println!("### The live status, written by the calling threads (callgrind)");
+    println!();
+    println!("Served calls for 4 s under callgrind after N missed shapes were recorded. Instructions inside `status::tick`: per status write seen (the status and prom files and the counts, with the clock reads of its second: one every 64 calls), and per call over the run. The clock reads cost about half an instruction per call at any rate; the writes' share falls as the calls per second rise (callgrind runs them ~30x slower than they run natively).");
+    println!();
+    println!("| missed shapes | calls | writes | instructions per write | instructions per call |");
+    println!("|---|---|---|---|---|");
+    for shapes in [10, 1_000] {
+        let out_file = work.dir.join(format!("callgrind-status-{shapes}.out"));
+        let stats = work.dir.join(format!("status-{shapes}.json"));
+        let misses = work.dir.join(format!("misses-status-{shapes}"));
+        let child = child_command(target, work, &work.dir.join("cache-status"), &stats);
+        let mut c = Command::new("valgrind");
+        c.args([
+            "--tool=callgrind",
+            "--toggle-collect=tunedblas::status::tick",
+        ])
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(child.get_program());
+        for (k, val) in child.get_envs() {
+            match val {
+                Some(val) => c.env(k, val),
+                None => c.env_remove(k),
+            };
+        }
+        c.env("TUNEDBLAS_MISS_DIR", &misses);
+        c.args(["--child", "status"]).arg(&work.lib).args([
+            solution.to_string(),
+            shapes.to_string(),
+            "4".into(),
+        ]);
+        let out = run_child(&mut c)?;
+        let field = |name: &str| -> Result<u64, String> {
+            out.split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.parse().ok())
+                .ok_or_else(|| format!("no {name} in {out}"))
+        };
+        let (calls, writes) = (field("calls=")?, field("writes=")?);
+        let text = std::fs::read_to_string(&out_file).map_err(|e| e.to_string())?;
+        let ir: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("summary:")
+                    .or_else(|| l.strip_prefix("totals:"))
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or("no instruction total in the callgrind output")?;
+        println!(
+            "| {shapes} | {calls} | {writes} | {:.0} | {:.2} |",
+            ir as f64 / writes.max(1) as f64,
+            ir as f64 / calls as f64
+        );
+    }
+    println!();
+    Ok(())
+}
+
 fn instruction_counts(target: &Path, work: &Work, solution: i32) -> Result<(), String> {
     let have = Command::new("valgrind")
         .arg("--version")
