@@ -43,6 +43,7 @@ use crate::log::info;
 
 /// The settings, read from the environment when a backend starts. `tunedblas env`
 /// documents each variable.
+#[derive(Clone)]
 pub struct Config {
     pub disabled: bool,
     pub profile_dir: PathBuf,
@@ -61,6 +62,9 @@ pub struct Config {
     pub near_window: i64,
     /// `TUNEDBLAS_STATUS_THREAD`: a thread of ours also writes the live status.
     pub status_thread: bool,
+    /// `TUNEDBLAS_RELOAD` (on unless `0`): rows committed to the store while the process
+    /// runs are served without a restart.
+    pub reload: bool,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -105,6 +109,7 @@ impl Config {
             stats_path: settings::path_var("TUNEDBLAS_STATS").map(absolute),
             near_window: sw.near_window,
             status_thread: sw.status_thread,
+            reload: sw.reload,
         };
         (cfg, said)
     }

@@ -133,6 +133,7 @@ fn refresh() {
         v.recorder.tick(v.counters[3]);
     }
     crate::rocblas::say_new_hits();
+    crate::rocblas::reload_if_changed();
 }
 
 /// The process whose writer thread runs (0: none).

@@ -26,7 +26,7 @@ pub fn var(name: &str) -> Option<String> {
 /// The settings as the interposer reads them (`cdylib/src/lifecycle.rs`, `Config::from_env`).
 pub fn settings(profile_dir: &Path) -> Vec<Setting> {
     let cache = identity::user_cache_dir();
-    let rows: [(&'static str, String, &'static str); 10] = [
+    let rows: [(&'static str, String, &'static str); 11] = [
         (
             "TUNEDBLAS_PROFILE_DIR",
             profile_dir.display().to_string(),
@@ -71,6 +71,11 @@ pub fn settings(profile_dir: &Path) -> Vec<Setting> {
             "TUNEDBLAS_STATS",
             "(unset)".into(),
             "write counters as JSON at exit",
+        ),
+        (
+            "TUNEDBLAS_RELOAD",
+            "1".into(),
+            "0 stops a running process from serving rows committed to the store after it started (looked at about every 2 s while calls arrive)",
         ),
         (
             "TUNEDBLAS_STATUS_THREAD",
