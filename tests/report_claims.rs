@@ -76,7 +76,7 @@ fn the_reports_claims_are_the_interposers_counters() {
             &s["missed_calls"],
             &s["missed_shapes"]
         ),
-        (&1.into(), &4.into(), &8.into(), &4.into()),
+        (&1.into(), &4.into(), &8.into(), &3.into()),
         "{s}"
     );
     // The batched layer has one cell, at the M it ran.

@@ -150,9 +150,10 @@ pub struct Counts {
 pub struct Claims {
     /// Rows of the rank file (`rows`).
     pub rows: usize,
-    /// Missed shapes without a row of their own, near or not (`missed_shapes`).
+    /// Missed shapes without a row of their own that near serving does not take
+    /// (`missed_shapes`: the interposer counts shapes served near apart).
     pub missed_shapes: usize,
-    /// Of those, the ones near serving takes (`near_keys_served`).
+    /// Shapes without a row that near serving takes (`near_keys_served`).
     pub near_keys: usize,
     /// Their recorded calls (`near`).
     pub near_calls: u64,
@@ -409,7 +410,6 @@ pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, 
                 Status::Predicted => counts.predicted += 1,
             }
             if *missed && status == Status::Near {
-                claims.missed_shapes += 1;
                 claims.near_keys += 1;
                 claims.near_calls += calls;
             } else if *missed && status == Status::Missed {

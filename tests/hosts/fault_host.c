@@ -30,6 +30,7 @@
  *   @device:D           hipSetDevice(D) on the main thread: later specs run on device D
  *   @until:PATH:SPEC    run SPEC every 20 ms until PATH exists (at most 120 s)
  *   @for:MS:SPEC        run SPEC every 20 ms for MS milliseconds
+ *   @wait:PATH          print "waiting" and wait until PATH exists (at most 120 s)
  */
 #define GEMM_HOST_MODULE
 #include "gemm_host.c"
@@ -229,6 +230,11 @@ int main(int argc, char **argv) {
                 run_spec(colon + 1);
                 usleep(20000);
             }
+        } else if (!strncmp(a, "@wait:", 6)) {
+            printf("waiting\n");
+            fflush(stdout);
+            struct stat st;
+            for (int waited = 0; waited < 12000 && stat(a + 6, &st) != 0; waited++) usleep(10000);
         } else if (!strcmp(a, "@exit_")) {
             fflush(stdout);
             _exit(0);

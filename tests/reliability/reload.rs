@@ -50,23 +50,41 @@ fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut seen = Vec::new();
     lines_until(&mut out, &mut seen, |s| digests(s).len() >= 3);
-    // Tune what it recorded; the store now has a profile for this build.
-    let tune = tunedblas_cmd(
-        &dir,
-        &[
-            "tune",
-            "--lib",
-            artifacts().lib4().to_str().unwrap(),
-            dir.join("misses").to_str().unwrap(),
-            "--trials",
-            "3",
-            "--max-trials",
-            "3",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(tune.status.success(), "{}", text(&tune.stderr));
+    // Tune what it recorded; the store now has a profile for this build. (On a loaded
+    // machine a campaign can find the shape too noisy to decide and write no row: tuned
+    // again then, as an operator would.)
+    let rank0 = dir.join("profiles/rocblas-4.4.0.5f2e9c71/tunableop_results0.csv");
+    let has_row =
+        || std::fs::read_to_string(&rank0).is_ok_and(|t| t.lines().any(|l| l.starts_with("Gemm")));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while Instant::now() < deadline {
+        let tune = tunedblas_cmd(
+            &dir,
+            &[
+                "tune",
+                "--lib",
+                artifacts().lib4().to_str().unwrap(),
+                dir.join("misses").to_str().unwrap(),
+                "--retune",
+                // Twelve rounds (an outlier is trimmed), and on a loaded machine a noisy
+                // measurement may still say that nothing beats the heuristic (a Default row):
+                // this test is about the row reaching the running host, not about timing.
+                "--trials",
+                "12",
+                "--max-trials",
+                "12",
+                "--noisy",
+                "1000",
+            ],
+        )
+        .output()
+        .unwrap();
+        assert!(tune.status.success(), "{}", text(&tune.stderr));
+        if has_row() {
+            break;
+        }
+    }
+    assert!(has_row(), "no campaign in 90 s wrote a row");
     std::fs::write(&go, "").unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
@@ -78,8 +96,12 @@ fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
     };
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
+    // The store may be seen mid-commit (the profile named before its rows are written): then
+    // a second look serves the row.
     assert!(
-        stderr.contains("now served: +1 rows, 0 changed, 0 removed"),
+        stderr.contains("now served: +1 rows, 0 changed, 0 removed")
+            || (stderr.contains("now served: +0 rows")
+                && stderr.contains("reloaded: +1 rows, 0 changed, 0 removed")),
         "the reload said: {stderr}"
     );
     // A fresh process with the tuned profile: what every call after the reload computes.

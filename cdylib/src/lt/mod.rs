@@ -235,19 +235,24 @@ impl LtRuntime {
         if pass == Pass::Late {
             return;
         }
-        let t = stats::total;
-        let c = &self.spec.counters;
         info!(
-            "{}: {} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks",
+            "{}: {}",
             self.spec.lib.name(),
-            t(c.calls),
-            t(c.served),
-            t(c.default),
-            t(c.missed),
-            self.misses.set.len(),
-            t(c.passed_through),
-            t(c.fallbacks),
+            crate::tally::Summary {
+                tally: self.tally(),
+                near_on: false
+            }
         );
+    }
+
+    /// What every view says of this library's calls (`tally.rs`).
+    fn tally(&self) -> crate::tally::Tally {
+        crate::tally::Tally::of(
+            self.spec.counters.status(),
+            &self.misses.set,
+            crate::tally::never_near,
+            self.misses.over_cap_calls(),
+        )
     }
 
     fn write_stats(&self, path: &std::path::Path, suffix: &str) {
@@ -272,18 +277,18 @@ impl LtRuntime {
                 }
             }
         }
-        let t = stats::total;
-        let c = &self.spec.counters;
+        let t = self.tally();
         let json = serde_json::json!({
             "library": self.spec.json_name,
-            "calls": t(c.calls),
-            "served": t(c.served),
-            "default": t(c.default),
-            "missed_calls": t(c.missed),
-            "missed_shapes": self.misses.set.len(),
+            "calls": t.calls(),
+            "served": t.served,
+            "default": t.default,
+            "missed_calls": t.missed,
+            "missed_shapes": t.missed_shapes,
+            "hit_rate": t.hit_permille().map(|p| p as f64 / 1000.0),
             "over_capacity_calls": self.misses.over_cap_calls(),
-            "passed_through": t(c.passed_through),
-            "fallbacks": t(c.fallbacks),
+            "passed_through": t.passed_through,
+            "fallbacks": t.fallbacks,
             "rows": rows,
             "rows_hit": rows - unhit.len(),
             "rows_not_hit": unhit,

@@ -376,10 +376,14 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>, Option<String>) {
         Err(why) => return (Opened::default(), Some(why), None),
     };
     let identified = start_time.elapsed();
-    let (loaded, line) = choose_and_open(cfg, &id.sha256, |selected, rank_files| {
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        let selected = selected.duration_since(start_time);
-        debug!(
+    let (loaded, line) = choose_and_open(
+        cfg,
+        &id.sha256,
+        |_| {},
+        |selected, rank_files| {
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            let selected = selected.duration_since(start_time);
+            debug!(
             "start-up times: identify {:.3} ms ({}), select {:.3} ms, load {:.3} ms ({} rank files)",
             ms(identified),
             if id.cached { "hash cache hit" } else { "hashed the library" },
@@ -387,15 +391,19 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>, Option<String>) {
             ms(start_time.elapsed() - selected),
             rank_files
         );
-    });
+        },
+    );
     (loaded, line, Some(id.sha256))
 }
 
-/// Picks the profile for the build whose sha256 is `sha` and opens it; `timed` hears when
-/// the selection was made and how many rank files the folder has. Start-up and a reload.
+/// Picks the profile for the build whose sha256 is `sha` and opens it; `chosen` hears the
+/// folder picked (if any) before anything in it is read (a reload notes what the store looks
+/// like then, so a change made while it reads is seen the next time), `timed` when the
+/// selection was made and how many rank files the folder has. Start-up and a reload.
 fn choose_and_open(
     cfg: &Config,
     sha: &str,
+    chosen: impl FnOnce(Option<&Path>),
     timed: impl FnOnce(std::time::Instant, usize),
 ) -> (Opened, Option<String>) {
     let req = Request {
@@ -414,6 +422,10 @@ fn choose_and_open(
         ),
         None => profile::select(&req),
     };
+    chosen(match &selection {
+        Selection::Chosen { dir, .. } => Some(dir.as_path()),
+        Selection::None { .. } => None,
+    });
     let (mut loaded, line) = match selection {
         Selection::Chosen { name, dir, reason } => {
             let selected = std::time::Instant::now();
@@ -455,6 +467,16 @@ fn choose_and_open(
     (loaded, line)
 }
 
+/// What every view says of rocBLAS's calls (`tally.rs`).
+fn tally(rt: &Runtime) -> crate::tally::Tally {
+    crate::tally::Tally::of(
+        crate::status::rocblas_counters(),
+        &rt.misses.set,
+        near::served_near,
+        rt.misses.over_cap_calls(),
+    )
+}
+
 /// At a way out of the process ([`crate::lifecycle`]): writes the counts and the stats
 /// file, and on [`Pass::Leaving`] prints the summary.
 fn finish(pass: Pass) {
@@ -467,18 +489,13 @@ fn finish(pass: Pass) {
         return;
     }
     say_new_hits();
-    let near = stats::total(Counter::Near);
-    let near_on = rt.near.is_some() || near > 0;
+    let near_on = rt.near.is_some() || stats::total(Counter::Near) > 0;
     info!(
-        "{} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks{}",
-        stats::total(Counter::Calls),
-        stats::total(Counter::Served),
-        stats::total(Counter::Default),
-        stats::total(Counter::Missed),
-        rt.misses.set.len(),
-        stats::total(Counter::PassedThrough),
-        stats::total(Counter::Fallbacks),
-        NearWords(near_on.then_some(near)),
+        "{}",
+        crate::tally::Summary {
+            tally: tally(rt),
+            near_on
+        }
     );
     if rt.misses.over_cap_calls() > 0 {
         info!(
@@ -486,19 +503,6 @@ fn finish(pass: Pass) {
             rt.misses.over_cap_calls(),
             rt.misses.set.limit()
         );
-    }
-}
-
-/// `, N near` in the summary when near serving is on or served anything (formatted
-/// without allocating).
-struct NearWords(Option<u64>);
-
-impl std::fmt::Display for NearWords {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self.0 {
-            Some(n) => write!(f, ", {n} near"),
-            None => Ok(()),
-        }
     }
 }
 
@@ -547,19 +551,22 @@ fn write_stats(rt: &Runtime, path: &Path) {
         }
     }
     let near_tally = rt.near.as_ref().map_or((0, 0, 0), |n| n.tally());
+    let t = tally(rt);
     let json = serde_json::json!({
-        "calls": stats::total(Counter::Calls),
-        "served": stats::total(Counter::Served),
-        "default": stats::total(Counter::Default),
-        "missed_calls": stats::total(Counter::Missed),
-        "missed_shapes": rt.misses.set.len(),
+        "calls": t.calls(),
+        "served": t.served,
+        "default": t.default,
+        "missed_calls": t.missed,
+        "missed_shapes": t.missed_shapes,
+        "near_shapes": t.near_shapes,
+        "hit_rate": t.hit_permille().map(|p| p as f64 / 1000.0),
         "over_capacity_calls": rt.misses.over_cap_calls(),
-        "passed_through": stats::total(Counter::PassedThrough),
-        "fallbacks": stats::total(Counter::Fallbacks),
+        "passed_through": t.passed_through,
+        "fallbacks": t.fallbacks,
         "rows": rows,
         "rows_hit": rows - unhit.len(),
         "rows_not_hit": unhit,
-        "near": stats::total(Counter::Near),
+        "near": t.near,
         "near_keys_served": near_tally.0,
         "near_keys_refused": near_tally.1,
         "wildcard_rows": wild,

@@ -125,7 +125,15 @@ impl Watch {
         if seen == state.seen {
             return;
         }
-        let (opened, line) = choose_and_open(&self.cfg, &self.sha, |_, _| {});
+        // What the store looks like before its files are read: a change made while they are
+        // read is then seen at the next look, and read again.
+        let mut before = None;
+        let (opened, line) = choose_and_open(
+            &self.cfg,
+            &self.sha,
+            |dir| before = Some(Seen::of(&self.cfg.profile_dir, dir)),
+            |_, _| {},
+        );
         let old = rt.served();
         match (&opened.name, &old.name) {
             (None, None) => {}
@@ -164,7 +172,10 @@ impl Watch {
             }
         }
         state.dir = opened.dir.clone().or(state.dir.take());
-        state.seen = Seen::of(&self.cfg.profile_dir, state.dir.as_deref());
+        state.seen = match (before, &opened.dir) {
+            (Some(seen), Some(_)) => seen,
+            _ => Seen::of(&self.cfg.profile_dir, state.dir.as_deref()),
+        };
     }
 
     /// In a fork child: the lock free (a thread of the parent may have held it).
