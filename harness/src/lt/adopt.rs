@@ -70,7 +70,11 @@ fn build_of(lib: &Path) -> Option<HipbltBuild> {
         };
         buf[255] = 0;
         // SAFETY: NUL-terminated above.
-        (st == 0).then(|| unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+        (st == 0).then(|| {
+            unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned()
+        })
     });
     Some(HipbltBuild {
         version,
@@ -87,7 +91,9 @@ fn device_of(a: &Args) -> CliResult<Option<Device>> {
         Some((g, c)) => (
             g,
             Some(c.parse::<i64>().map_err(|_| {
-                a.usage(format!("--arch takes gfxNNN or gfxNNN:CUs, like gfx950:256, not '{v}'"))
+                a.usage(format!(
+                    "--arch takes gfxNNN or gfxNNN:CUs, like gfx950:256, not '{v}'"
+                ))
             })?),
         ),
         None => (v, None),
@@ -109,7 +115,12 @@ struct Taken {
 }
 
 /// A check of the file against the build: refused unless `--force`, which records it.
-fn check(result: Result<(), String>, force: bool, what: &str, checks: &mut Vec<String>) -> CliResult<()> {
+fn check(
+    result: Result<(), String>,
+    force: bool,
+    what: &str,
+    checks: &mut Vec<String>,
+) -> CliResult<()> {
     match result {
         Ok(()) => {
             checks.push(format!("{what}: matches"));
@@ -149,7 +160,9 @@ fn from_tunableop(text: &str, build: Option<&HipbltBuild>, force: bool) -> CliRe
         (None, _) => checks.push("no HIPBLASLT_VERSION validator: nothing to check".into()),
     }
     if let Some((k, v)) = validators::hip_runtime(&parsed.validators) {
-        checks.push(format!("{k} {v}: the HIP runtime PyTorch was built with (recorded)"));
+        checks.push(format!(
+            "{k} {v}: the HIP runtime PyTorch was built with (recorded)"
+        ));
     }
     let (kept, other): (Vec<LtRow>, Vec<LtRow>) = parsed
         .rows
@@ -230,7 +243,11 @@ fn from_lt_format(
         _ => {}
     }
     if let Some(b) = build {
-        validators.push(("HIPBLASLT_VERSION".into(), b.pytorch_validator().unwrap_or_else(|| b.version.to_string())));
+        validators.push((
+            "HIPBLASLT_VERSION".into(),
+            b.pytorch_validator()
+                .unwrap_or_else(|| b.version.to_string()),
+        ));
         if let Some(g) = &b.git {
             validators.push(("HIPBLASLT_GIT_VERSION".into(), g.clone()));
         }
@@ -247,7 +264,11 @@ fn from_lt_format(
                 devices.len(),
                 devices
                     .iter()
-                    .map(|(d, n)| format!("{}:{} ({n} rows)", d.gfx, d.cu_num.map_or("?".into(), |c| c.to_string())))
+                    .map(|(d, n)| format!(
+                        "{}:{} ({n} rows)",
+                        d.gfx,
+                        d.cu_num.map_or("?".into(), |c| c.to_string())
+                    ))
                     .collect::<Vec<_>>()
                     .join(", ")
             )))

@@ -125,7 +125,12 @@ fn read_misses(paths: &[&str], lib: &str) -> Result<Vec<LtKey>> {
         let format = tunedblas_core::formats::detect(&text);
         if let Some(parsed) = tunedblas_core::formats::parse_lt(format, &text) {
             for s in &parsed.skipped {
-                eprintln!("tunedblas lt: {}:{}: skipped: {}", f.display(), s.line, s.reason);
+                eprintln!(
+                    "tunedblas lt: {}:{}: skipped: {}",
+                    f.display(),
+                    s.line,
+                    s.reason
+                );
             }
             for (why, n) in &parsed.unservable {
                 eprintln!(
