@@ -54,7 +54,7 @@ fn build_of(lib: &Path) -> Option<HipbltBuild> {
     if v.is_null() {
         return None;
     }
-    let placeholder = 1usize as *mut c_void;
+    let placeholder = std::ptr::dangling_mut::<c_void>();
     let mut version: c_int = 0;
     // SAFETY: hipblasLtGetVersion(handle, int*) as hipblaslt.h declares it.
     let st = unsafe { std::mem::transmute::<*mut c_void, VersionFn>(v)(placeholder, &mut version) };
