@@ -340,3 +340,71 @@ fn the_amd_formats_are_tune_inputs() {
         "{rows}"
     );
 }
+
+/// A hipBLASLt profile written back in the AMD formats (`export`): the override file is
+/// headed by the revision of the build the rows were tuned on and holds the index rows;
+/// the AITER table is for the profile's device; the bench lines name each row's index.
+/// Each written file is adopted again as the same rows (their real parsers are checked in
+/// the conformance suite).
+#[test]
+fn a_hipblaslt_profile_is_written_in_the_amd_formats_and_read_back() {
+    let dir = scratch("amd-export");
+    let rows = [
+        (LtKey::linear(R_16BF, 2560, 16, 1536), 42),
+        (LtKey::linear(R_16BF, 512, 4, 2560), 7),
+    ];
+    let tuning = write(
+        &dir,
+        "tuning.txt",
+        &hipblaslt_tuning::write("5ca1ab1e", &rows).unwrap(),
+    );
+    assert!(adopt(&dir, &tuning, &[]).status.success());
+    let export = |format: &str, extra: &[&str]| {
+        let mut args = vec!["export", "--profile", "amd", "--format", format];
+        args.extend(extra);
+        common::ok(&common::run(common::tunedblas_cmd(&dir, &args)))
+    };
+    let over = export("hipblaslt-override", &[]);
+    assert!(over.starts_with("Git Version: 5ca1ab1e\n"), "{over}");
+    let parsed = hipblaslt_tuning::parse(&over);
+    let back: Vec<(LtKey, i32)> = parsed
+        .entries
+        .iter()
+        .map(|e| (e.key, e.index.unwrap()))
+        .collect();
+    assert_eq!(back, rows);
+    let table = export("aiter", &["--arch", "gfx942:304"]);
+    let again_dir = scratch("amd-export-again");
+    let again = write(&again_dir, "t.csv", &table);
+    let out = adopt(&again_dir, &again, &[]);
+    assert!(
+        text(&out.stdout).contains("adopted 2 rows"),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let lines = export("hipblaslt-bench", &[]);
+    assert_eq!(
+        lines
+            .matches("--algo_method index --solution_index 42")
+            .count(),
+        1,
+        "{lines}"
+    );
+    assert_eq!(
+        lines.matches("--algo_method heuristic").count(),
+        2,
+        "{lines}"
+    );
+    // Without the device the AITER table cannot be keyed.
+    let out = common::run(common::tunedblas_cmd(
+        &dir,
+        &["export", "--profile", "amd", "--format", "aiter"],
+    ));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("which device"),
+        "{}",
+        text(&out.stderr)
+    );
+}

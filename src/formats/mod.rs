@@ -19,6 +19,7 @@
 //! - [`aiter`]: AITER's `bf16_tuned_gemm.csv` / `bf16_untuned_gemm.csv` (vLLM's path with
 //!   `VLLM_ROCM_USE_AITER=1`). Its `hipblaslt` rows are index rows; every other libtype is
 //!   counted. Written as `libtype hipblaslt` rows from a hipBLASLt profile.
+//! - [`lt_export`]: a hipBLASLt profile written in those three formats.
 //! - [`lt`]: what those three share: rows as hipBLASLt keys, unservable rows counted by
 //!   reason, hipBLASLt's type names.
 //! - [`validators`]: what a file says of the build it was tuned on (PyTorch's validators,
@@ -35,6 +36,7 @@ pub mod gemm_tune;
 pub mod hipblaslt_bench;
 pub mod hipblaslt_tuning;
 pub mod lt;
+pub mod lt_export;
 pub mod profile_log;
 pub mod pytorch;
 pub mod validators;
