@@ -408,3 +408,35 @@ fn a_hipblaslt_profile_is_written_in_the_amd_formats_and_read_back() {
         text(&out.stderr)
     );
 }
+
+/// A TunableOp file tuned on another architecture than the one given is refused before
+/// anything is written; its HIPBLASLT_VERSION naming this build is not enough.
+#[test]
+fn a_tunableop_file_of_another_architecture_is_refused() {
+    let dir = scratch("amd-arch");
+    let (op, sig) = op_and_signature(&LtKey::linear(R_16BF, 2560, 16, 1536));
+    let file = write(
+        &dir,
+        "tunableop_results0.csv",
+        &format!(
+            "Validator,PT_VERSION,2.12.0\nValidator,HIPBLASLT_VERSION,100100-5ca1ab1e\nValidator,GCN_ARCH_NAME,gfx942:sramecc+:xnack-\n{op},{sig},Gemm_Hipblaslt_42,0.01\n"
+        ),
+    );
+    let out = adopt(&dir, &file, &["--arch", "gfx950"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("tuned on gfx942:sramecc+:xnack-"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.join("profiles/profiles.json").exists());
+    let out = adopt(&dir, &file, &["--arch", "gfx942"]);
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("checked HIPBLASLT_VERSION: matches")
+            && said.contains("checked GCN_ARCH_NAME: matches"),
+        "{said}"
+    );
+    host(&dir, &["2560,16,1536"]);
+    assert_eq!(algos(&dir), ["42"]);
+}

@@ -136,8 +136,14 @@ fn check(
     }
 }
 
-/// A PyTorch TunableOp results file (the rows of the other backends left out).
-fn from_tunableop(text: &str, build: Option<&HipbltBuild>, force: bool) -> CliResult<Taken> {
+/// A PyTorch TunableOp results file (the rows of the other backends left out); its
+/// GCN_ARCH_NAME checked against `--arch` where given.
+fn from_tunableop(
+    text: &str,
+    build: Option<&HipbltBuild>,
+    device: Option<&Device>,
+    force: bool,
+) -> CliResult<Taken> {
     let parsed = parse_results(text);
     let mut checks = Vec::new();
     let validator = |k: &str| {
@@ -158,6 +164,14 @@ fn from_tunableop(text: &str, build: Option<&HipbltBuild>, force: bool) -> CliRe
             "HIPBLASLT_VERSION {v}: not checked (the library could not be loaded here)"
         )),
         (None, _) => checks.push("no HIPBLASLT_VERSION validator: nothing to check".into()),
+    }
+    if let (Some(file), Some(d)) = (validator("GCN_ARCH_NAME"), device) {
+        check(
+            validators::check_arch(file, &d.gfx),
+            force,
+            "GCN_ARCH_NAME",
+            &mut checks,
+        )?;
     }
     if let Some((k, v)) = validators::hip_runtime(&parsed.validators) {
         checks.push(format!(
@@ -353,7 +367,7 @@ pub fn cmd_adopt(a: &Args) -> CliResult<()> {
         f @ (Format::HipblasltTuning | Format::HipblasltBench | Format::Aiter) => {
             from_lt_format(f, &text, build.as_ref(), device, force)?
         }
-        _ => from_tunableop(&text, build.as_ref(), force)?,
+        _ => from_tunableop(&text, build.as_ref(), device.as_ref(), force)?,
     };
     let Taken {
         results,
