@@ -472,18 +472,30 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
     let dir = scratch("hiplt-adopt");
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/vllm-tunableop/tunableop_results0.csv");
-    let adopt = |lib: &Path| {
+    let adopt_with = |lib: &Path, extra: &[&str]| {
         Command::new(common::built("tunedblas"))
             .args(["lt", "adopt", "--lib"])
             .arg(lib)
             .arg("--profiles")
             .arg(dir.join("profiles"))
             .args(["--name", "vllm-mi300"])
+            .args(extra)
             .arg(&file)
             .output()
             .unwrap()
     };
+    let adopt = |lib: &Path| adopt_with(lib, &[]);
+    // The file is from hipBLASLt 0.6.0, the stand-in is 1.1.0: its HIPBLASLT_VERSION is
+    // checked against the library, and the file refused; --force adopts it for this test.
     let out = adopt(&hiplt().lib());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("HIPBLASLT_VERSION is 0.6.0-592518e7") && err.contains("hipBLASLt 1.1.0"),
+        "{err}"
+    );
+    assert!(!dir.join("profiles/profiles.json").exists());
+    let out = adopt_with(&hiplt().lib(), &["--force"]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     assert!(

@@ -293,18 +293,23 @@ impl Args {
         Ok(pct / 100.0)
     }
 
-    /// `--shard I/N`: this machine's share of a campaign.
+    /// `--shard I/N`: this machine's share of a campaign; `--shard auto` takes it from a
+    /// Kubernetes Indexed Job's or a Slurm job array's variables (`tunedblas_core::fleet`).
     pub fn shard(&self) -> Result<Option<(usize, usize)>> {
         let Some(s) = self.value("--shard") else {
             return Ok(None);
         };
+        if s == "auto" {
+            let shard = tunedblas_core::fleet::shard_from_env().map_err(|e| self.usage(e))?;
+            return Ok(Some((shard.index, shard.count)));
+        }
         s.split_once('/')
             .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
             .filter(|(i, n)| *n > 0 && i < n)
             .map(Some)
             .ok_or_else(|| {
                 self.usage(format!(
-                    "--shard takes I/N with 0 <= I < N, like 0/4, not '{s}'"
+                    "--shard takes I/N with 0 <= I < N, like 0/4, or auto, not '{s}'"
                 ))
             })
     }

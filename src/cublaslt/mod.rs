@@ -47,7 +47,9 @@ use rustc_hash::FxHasher;
 
 use crate::key::{ProblemKey, Trans};
 
+mod pattern;
 mod table;
+pub use pattern::LtPattern;
 pub use table::*;
 
 // ---------------------------------------------------------------------------------------

@@ -36,7 +36,8 @@
  *   the type, order, rows, cols and leading dimension);
  * - a NULL handle is NOT_INITIALIZED; hipblasLtCreate asks the HIP runtime for the device
  *   (hipGetDevice, fake_hip.c) and fails with NOT_INITIALIZED when that fails;
- * - hipblasLtGetVersion says 100100 (hipBLASLt 1.1.0).
+ * - hipblasLtGetVersion says 100100 (hipBLASLt 1.1.0); hipblasLtGetGitRevision says "5ca1ab1e"
+ *   (as hipBLASLt, both only check that the handle is not NULL).
  * FAKEHIPLT_COMPUTE=1 / FAKEHIPLT_SLOW_HEURISTIC=1 / FAKEHIPLT_WRONG_INDEX=N:
  * hipblasLtMatmul computes D (small unbatched bf16/f32 problems), the heuristic's index 4
  * times over, index N wrongly (for the tuner's tests).
@@ -222,6 +223,14 @@ hipblasStatus_t hipblasLtGetVersion(Handle *h, int *version) {
     if (!h) return HIPBLAS_STATUS_NOT_INITIALIZED;
     if (!version) return HIPBLAS_STATUS_INVALID_VALUE;
     *version = 100100;
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
+/* The revision a tuning file's `Git Version:` line must name (hipblaslt.h: char rev[128]). */
+hipblasStatus_t hipblasLtGetGitRevision(Handle *h, char *rev) {
+    if (!h) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    if (!rev) return HIPBLAS_STATUS_INVALID_VALUE;
+    strcpy(rev, "5ca1ab1e");
     return HIPBLAS_STATUS_SUCCESS;
 }
 

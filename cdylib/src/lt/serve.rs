@@ -193,7 +193,8 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
         bump(c.passed_through);
         return Decision::Pass;
     };
-    match rt.table().and_then(|t| t.get(&key)) {
+    // The key's own row, else a matching `*` row (PyTorch's rule, in the core's table).
+    match rt.table().and_then(|t| t.get_or_wildcard(&key)) {
         Some(e) if e.is_quarantined() => {
             bump(c.passed_through);
             Decision::Pass

@@ -45,7 +45,17 @@ fn cli() -> clap::Command {
         .arg(args::option(
             "--format",
             "FORMAT",
-            "gemm-tune, bench or tunableop (required)",
+            "gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)",
+        ))
+        .arg(args::option(
+            "--git-version",
+            "REV",
+            "(hipblaslt-override) the hipBLASLt revision the rows were tuned on",
+        ))
+        .arg(args::option(
+            "--arch",
+            "GFX:CUS",
+            "(aiter) the device the rows were tuned on, like gfx942:304",
         ))
         .arg(args::option(
             "--out",
@@ -171,9 +181,22 @@ pub fn run(args: &[String]) -> Result<()> {
                 }
             }
         }
+        "hipblaslt-override" | "hipblaslt-bench" | "aiter" => {
+            let (text, rows) = export::lt_text(&p, rank, &format, a.value("--git-version"), a.value("--arch"), &mut report)?;
+            match &out {
+                Some(path) => {
+                    export::write(path, &text)?;
+                    report.wrote(path, rows);
+                }
+                None => {
+                    print!("{text}");
+                    report.rows = rows;
+                }
+            }
+        }
         other => {
             return Err(a.usage(format!(
-                "--format takes gemm-tune, bench or tunableop, not '{other}'"
+                "--format takes gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter, not '{other}'"
             )))
         }
     }

@@ -44,12 +44,17 @@ SUBCOMMANDS:
         and checked as the interposer does (PyTorch TunableOp's rows too). Each row's
         numerics are judged first, as tuning judges a candidate's: a row computing a wrong
         result FAILS and is not timed.
-    adopt --lib LIBHIPBLASLT --profiles DIR --name NAME [--rank R] FILE
-        Make a PyTorch TunableOp results file from a ROCm machine the profile of that
-        hipBLASLt build (registered for the file's sha256; nothing is loaded, no GPU is
-        needed): its Gemm_Hipblaslt_<index> and Default rows are kept, rocBLAS rows are left
-        out (tunedblas profiles adopt takes those). The interposer checks each index with
-        matmulIsAlgoSupported on its first call.
+    adopt --lib LIBHIPBLASLT --profiles DIR --name NAME [--rank R] [--arch GFX[:CUs]] [--force] FILE
+        Make a file of hipBLASLt indices the profile of that hipBLASLt build (registered for
+        its sha256; no GPU is needed): a PyTorch TunableOp results file from a ROCm machine
+        (its Gemm_Hipblaslt_<index>, Default and `*` rows; rocBLAS rows are left out:
+        tunedblas profiles adopt takes those), a hipBLASLt tuning or override file, hipblaslt-
+        bench lines run with --algo_method index, or an AITER bf16_tuned_gemm.csv (its
+        hipblaslt rows; AITER's own kernels are counted and left out; --arch picks the
+        device where it has several). The file must name this build: a tuning file's Git
+        Version, a TunableOp file's HIPBLASLT_VERSION (read from the library, which is
+        loaded but needs no GPU); --force adopts it anyway. The interposer checks each index
+        with matmulIsAlgoSupported on its first call.
     overhead [--shape N,M,K] [--calls C] [--reps R]
         Host microseconds per cublasLtMatmul call, the library's own symbol against the one a
         linked host resolves (an LD_PRELOADed interposer's): their difference is the
@@ -213,9 +218,9 @@ const SUBS: &[Sub] = &[
     },
     Sub {
         name: "adopt",
-        switches: &[],
+        switches: &["--force"],
         shared: &[],
-        options: &["--lib", "--profiles", "--name", "--rank"],
+        options: &["--lib", "--profiles", "--name", "--rank", "--arch"],
         positionals: 1,
         run: crate::lt::cmd_adopt,
     },

@@ -93,8 +93,8 @@ fn cli() -> clap::Command {
         ))
         .arg(option(
             "--shard",
-            "I/N",
-            "tune only every N-th shape starting at I (join with `merge`)",
+            "I/N|auto",
+            "tune only every N-th shape starting at I (join with `merge`); auto: I and N from JOB_COMPLETION_INDEX/JOB_COMPLETIONS (Kubernetes) or SLURM_ARRAY_TASK_ID/_COUNT (Slurm)",
         ))
         .arg(option(
             "--trials",

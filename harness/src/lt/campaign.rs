@@ -84,6 +84,7 @@ pub fn run(
         validators: lib.validators,
         rows,
         skipped: Vec::new(),
+        wildcards: Vec::new(),
     };
     let mut record = lib.record;
     record["rank"] = target.rank.into();

@@ -120,6 +120,31 @@ fn read_misses(paths: &[&str], lib: &str) -> Result<Vec<LtKey>> {
     for f in files {
         let text =
             std::fs::read_to_string(&f).map_err(|e| Error(format!("{}: {e}", f.display())))?;
+        // hipBLASLt tuning files, HIPBLASLT_LOG_MASK=32 logs and AITER tables name their
+        // shapes too (the core reads them; their indices are not carried over).
+        let format = tunedblas_core::formats::detect(&text);
+        if let Some(parsed) = tunedblas_core::formats::parse_lt(format, &text) {
+            for s in &parsed.skipped {
+                eprintln!(
+                    "tunedblas lt: {}:{}: skipped: {}",
+                    f.display(),
+                    s.line,
+                    s.reason
+                );
+            }
+            for (why, n) in &parsed.unservable {
+                eprintln!(
+                    "tunedblas lt: {}: {n} rows: {why}; their shapes are tuned where they name a plain GEMM",
+                    f.display()
+                );
+            }
+            for e in parsed.entries {
+                if !keys.contains(&e.key) {
+                    keys.push(e.key);
+                }
+            }
+            continue;
+        }
         for (i, line) in text.lines().enumerate() {
             let mut fields = line.trim().splitn(3, ',');
             let (Some(op), Some(sig)) = (fields.next(), fields.next()) else {
@@ -394,6 +419,7 @@ fn fresh_verdicts(
         validators: Vec::new(),
         rows: rows.to_vec(),
         skipped: Vec::new(),
+        wildcards: Vec::new(),
     }
     .to_text();
     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -1120,6 +1146,7 @@ exit {exit}
                 time_ms: Some(0.01),
             }],
             skipped: Vec::new(),
+            wildcards: Vec::new(),
         };
         let entry = || {
             let mut e = registry::Entry::new("h200-lt", &sha);
