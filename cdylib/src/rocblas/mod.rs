@@ -43,6 +43,9 @@ pub struct Runtime {
     /// The rows served now: swapped whole when the store changes ([`reload`]). A leaked
     /// box, never freed: a call in flight may still read one that was replaced.
     served: AtomicPtr<Served>,
+    /// `served`'s table when every rank serves the same rows (null otherwise), kept apart
+    /// so the served path reads it with its one load, as it read a field before reloads.
+    single: AtomicPtr<Table>,
     /// The process's rocBLAS misses: one recorder, kept when the runtime is built again for
     /// another build (`libs.rs`).
     misses: &'static Recorder<ProblemKey>,
@@ -92,17 +95,24 @@ impl Runtime {
     /// cost it ~4 instructions.)
     #[inline(always)]
     pub fn table_and_device(&self, h: tunedblas_core::abi::Handle) -> (RankTable<'_>, i64) {
-        let served = self.served();
-        match &served.single {
-            Some(t) => (RankTable::Ready(t), NO_DEVICE),
-            None => {
-                let device = device_for(h);
-                (
-                    served.tables.table_for_with(device, report_rank),
-                    i64::from(device),
-                )
-            }
+        // SAFETY: null, or the table of a `Served` that is never freed.
+        if let Some(t) = unsafe { self.single.load(Ordering::Acquire).as_ref() } {
+            return (RankTable::Ready(t), NO_DEVICE);
         }
+        let device = device_for(h);
+        (
+            self.served().tables.table_for_with(device, report_rank),
+            i64::from(device),
+        )
+    }
+
+    /// Serves `served` from the next call on (a reload); the old rows stay allocated.
+    fn publish(&self, served: Served) {
+        let single = single_ptr(&served);
+        let p = Box::into_raw(Box::new(served));
+        self.single.store(std::ptr::null_mut(), Ordering::Release);
+        self.served.store(p, Ordering::Release);
+        self.single.store(single, Ordering::Release);
     }
 
     /// The rows served now: one load (what a reload costs the served path).
@@ -309,8 +319,10 @@ fn init() -> Option<Runtime> {
         single,
         name: loaded.name,
     };
+    let single = single_ptr(&served);
     let mut rt = Runtime {
         served: AtomicPtr::new(Box::into_raw(Box::new(served))),
+        single: AtomicPtr::new(single),
         misses: recorder(&cfg),
         stats_path: cfg.stats_path.clone(),
         near: None,
@@ -319,6 +331,14 @@ fn init() -> Option<Runtime> {
     rt.near = near::Near::build(rt.all_tables(), cfg.near_window);
     crate::status::start(&cfg.miss_dir, cfg.miss_trust, cfg.status_thread);
     Some(rt)
+}
+
+/// `served`'s one table, when every rank serves the same rows (else null).
+fn single_ptr(served: &Served) -> *mut Table {
+    served
+        .single
+        .as_ref()
+        .map_or(std::ptr::null_mut(), |t| Arc::as_ptr(t) as *mut Table)
 }
 
 /// The process's one rocBLAS miss recorder, made by the first start-up.

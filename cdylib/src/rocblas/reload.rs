@@ -163,8 +163,7 @@ impl Watch {
                     Some(was) => format!("profile {name} now served in place of {was}"),
                     None => format!("profile {name} now served"),
                 };
-                rt.served
-                    .store(Box::into_raw(Box::new(served)), Ordering::Release);
+                rt.publish(served);
                 state.gone_said = false;
                 info!(
                     "{what}: +{added} rows, {changed} changed, {removed} removed (rank {device})"
