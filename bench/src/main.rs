@@ -301,6 +301,22 @@ fn check_counts(mine: &str, stats: &Path) -> Result<(), String> {
 
 /// Instructions per call of each path, from callgrind: N and N + 10,000 calls of one path
 /// in a child (after a warm-up), the difference divided by 10,000, so start-up cancels out.
+/// `child` (a [`child_command`]) run under callgrind with `options`, its output in `out`.
+fn under_callgrind(child: &Command, options: &[&str], out: &Path) -> Command {
+    let mut c = Command::new("valgrind");
+    c.arg("--tool=callgrind")
+        .args(options)
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(child.get_program());
+    for (k, val) in child.get_envs() {
+        match val {
+            Some(val) => c.env(k, val),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
 /// What writing the live status costs the calling threads: a child makes served calls for a
 /// few seconds under callgrind after 10 or 1,000 missed shapes were recorded; the
 /// instructions inside `status::tick` (the clock read every 64 calls, and about once a
@@ -317,19 +333,11 @@ fn status_cost(target: &Path, work: &Work, solution: i32) -> Result<(), String> 
         let stats = work.dir.join(format!("status-{shapes}.json"));
         let misses = work.dir.join(format!("misses-status-{shapes}"));
         let child = child_command(target, work, &work.dir.join("cache-status"), &stats);
-        let mut c = Command::new("valgrind");
-        c.args([
-            "--tool=callgrind",
-            "--toggle-collect=tunedblas::status::tick",
-        ])
-        .arg(format!("--callgrind-out-file={}", out_file.display()))
-        .arg(child.get_program());
-        for (k, val) in child.get_envs() {
-            match val {
-                Some(val) => c.env(k, val),
-                None => c.env_remove(k),
-            };
-        }
+        let mut c = under_callgrind(
+            &child,
+            &["--toggle-collect=tunedblas::status::tick"],
+            &out_file,
+        );
         c.env("TUNEDBLAS_MISS_DIR", &misses);
         c.args(["--child", "status"]).arg(&work.lib).args([
             solution.to_string(),
@@ -375,23 +383,17 @@ fn instruction_counts(target: &Path, work: &Work, solution: i32) -> Result<(), S
         let out_file = work.dir.join(format!("callgrind-{path}-{n}.out"));
         let stats = work.dir.join("ir-stats.json");
         let child = child_command(target, work, &work.dir.join("cache-calls"), &stats);
-        let mut c = Command::new("valgrind");
-        c.args([
-            "--tool=callgrind",
-            "--toggle-collect=tunedblas_bench::calls::Path::run",
-            // The interposer's status thread (cdylib/src/status.rs) writes about once a
-            // second; counted with the calling thread, a write falling inside one run and
-            // not the other moved a path by ~3 instructions. Thread 1's own file is exact.
-            "--separate-threads=yes",
-        ])
-        .arg(format!("--callgrind-out-file={}", out_file.display()))
-        .arg(child.get_program());
-        for (k, val) in child.get_envs() {
-            match val {
-                Some(val) => c.env(k, val),
-                None => c.env_remove(k),
-            };
-        }
+        // The calls' thread's own file (thread 1): exact whatever other threads do. Its
+        // count includes the status tick's clock read every 64 calls; a status write (once
+        // a second) falls before the run (the first call's) in a child this short.
+        let mut c = under_callgrind(
+            &child,
+            &[
+                "--toggle-collect=tunedblas_bench::calls::Path::run",
+                "--separate-threads=yes",
+            ],
+            &out_file,
+        );
         c.args(["--child", "ir"]).arg(&work.lib).args([
             solution.to_string(),
             path.to_string(),

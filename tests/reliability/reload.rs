@@ -32,17 +32,23 @@ fn digests(lines: &[String]) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
-    let dir = scratch("rel-reload");
+/// Runs fault_host's loop on SPEC until `go` exists and 5 s more, then `after`, doing
+/// `meanwhile` once three results are in; returns (result digests, stderr).
+fn while_running(
+    dir: &std::path::Path,
+    after: &[&str],
+    env: &[(&str, &str)],
+    meanwhile: impl FnOnce(),
+) -> (Vec<String>, String) {
     let go = dir.join("go");
-    // No profile at start: the host's shape is a miss, recorded for `tune`.
     let until = format!("@until:{}:{SPEC}", go.display());
-    let mut cmd = fault_cmd(
-        &dir,
-        true,
-        &[&until, &format!("@for:5000:{SPEC}"), "@fork", SPEC],
-    );
+    let mut steps = vec![until, format!("@for:5000:{SPEC}")];
+    steps.extend(after.iter().map(|s| s.to_string()));
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let mut cmd = fault_cmd(dir, true, &steps);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(Stdio::null());
@@ -50,52 +56,63 @@ fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut seen = Vec::new();
     lines_until(&mut out, &mut seen, |s| digests(s).len() >= 3);
-    // Tune what it recorded; the store now has a profile for this build. (On a loaded
-    // machine a campaign can find the shape too noisy to decide and write no row: tuned
-    // again then, as an operator would.)
-    let rank0 = dir.join("profiles/rocblas-4.4.0.5f2e9c71/tunableop_results0.csv");
-    let has_row =
-        || std::fs::read_to_string(&rank0).is_ok_and(|t| t.lines().any(|l| l.starts_with("Gemm")));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while Instant::now() < deadline {
-        let tune = tunedblas_cmd(
-            &dir,
-            &[
-                "tune",
-                "--lib",
-                artifacts().lib4().to_str().unwrap(),
-                dir.join("misses").to_str().unwrap(),
-                "--retune",
-                // Twelve rounds (an outlier is trimmed), and on a loaded machine a noisy
-                // measurement may still say that nothing beats the heuristic (a Default row):
-                // this test is about the row reaching the running host, not about timing.
-                "--trials",
-                "12",
-                "--max-trials",
-                "12",
-                "--noisy",
-                "1000",
-            ],
-        )
-        .output()
-        .unwrap();
-        assert!(tune.status.success(), "{}", text(&tune.stderr));
-        if has_row() {
-            break;
-        }
-    }
-    assert!(has_row(), "no campaign in 90 s wrote a row");
+    meanwhile();
     std::fs::write(&go, "").unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     seen.extend(rest.lines().map(str::to_owned));
-    let stderr = {
-        let mut e = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e).unwrap();
-        e
-    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
+    (
+        digests(&seen).iter().map(|d| d.to_string()).collect(),
+        stderr,
+    )
+}
+
+#[test]
+fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
+    let dir = scratch("rel-reload");
+    // No profile at start: the host's shape is a miss, recorded for `tune`.
+    let (d, stderr) = while_running(&dir, &["@fork", SPEC], &[], || {
+        // Tune what it recorded; the store now has a profile for this build. (On a loaded
+        // machine a campaign can find the shape too noisy to decide and write no row: tuned
+        // again then, as an operator would.)
+        let rank0 = dir.join("profiles/rocblas-4.4.0.5f2e9c71/tunableop_results0.csv");
+        let has_row = || {
+            std::fs::read_to_string(&rank0).is_ok_and(|t| t.lines().any(|l| l.starts_with("Gemm")))
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            let tune = tunedblas_cmd(
+                &dir,
+                &[
+                    "tune",
+                    "--lib",
+                    artifacts().lib4().to_str().unwrap(),
+                    dir.join("misses").to_str().unwrap(),
+                    "--retune",
+                    // Twelve rounds (an outlier is trimmed), and on a loaded machine a noisy
+                    // measurement may still say that nothing beats the heuristic (a Default row):
+                    // this test is about the row reaching the running host, not about timing.
+                    "--trials",
+                    "12",
+                    "--max-trials",
+                    "12",
+                    "--noisy",
+                    "1000",
+                ],
+            )
+            .output()
+            .unwrap();
+            assert!(tune.status.success(), "{}", text(&tune.stderr));
+            if has_row() {
+                break;
+            }
+        }
+        assert!(has_row(), "no campaign in 90 s wrote a row");
+    });
     // The store may be seen mid-commit (the profile named before its rows are written): then
     // a second look serves the row.
     assert!(
@@ -116,9 +133,8 @@ fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
     .first()
     .map(|d| d.to_string())
     .expect("a result");
-    let d = digests(&seen);
-    assert!(d.len() > 10, "{seen:?}");
-    assert_eq!(d.last(), Some(&fresh_digest.as_str()), "{seen:?}");
+    assert!(d.len() > 10, "{d:?}");
+    assert_eq!(d.last(), Some(&fresh_digest), "{d:?}");
     // The parent: missed before the reload, served (or Default) after; the fork child
     // (after the reload) is served from its first call.
     let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains(" calls: ")).collect();
@@ -151,40 +167,6 @@ fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
     );
 }
 
-/// Runs fault_host's loop on SPEC until `go` exists and 4 s more, doing `meanwhile` once
-/// three results are in; returns (result digests, stderr).
-fn while_running(
-    dir: &std::path::Path,
-    env: &[(&str, &str)],
-    meanwhile: impl FnOnce(),
-) -> (Vec<String>, String) {
-    let go = dir.join("go");
-    let until = format!("@until:{}:{SPEC}", go.display());
-    let mut cmd = fault_cmd(dir, true, &[&until, &format!("@for:4000:{SPEC}")]);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("fault_host");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut seen = Vec::new();
-    lines_until(&mut out, &mut seen, |s| digests(s).len() >= 3);
-    meanwhile();
-    std::fs::write(&go, "").unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    seen.extend(rest.lines().map(str::to_owned));
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert!(child.wait().unwrap().success(), "{stderr}");
-    (
-        digests(&seen).iter().map(|d| d.to_string()).collect(),
-        stderr,
-    )
-}
-
 #[test]
 fn a_store_changed_to_another_builds_rows_is_never_served_and_reload_can_be_turned_off() {
     // Served at start; then the store names another build for the profile and its row
@@ -194,7 +176,7 @@ fn a_store_changed_to_another_builds_rows_is_never_served_and_reload_can_be_turn
     Profile::v4(&dir).tuned(SPEC, sols[0]).write();
     let registry = dir.join("profiles/profiles.json");
     let rank = dir.join("profiles/ref-v4/tunableop_results0.csv");
-    let (d, stderr) = while_running(&dir, &[], || {
+    let (d, stderr) = while_running(&dir, &[], &[], || {
         let other = std::fs::read_to_string(&registry)
             .unwrap()
             .replace(&sha4(), &"e".repeat(64));
@@ -220,7 +202,7 @@ fn a_store_changed_to_another_builds_rows_is_never_served_and_reload_can_be_turn
     assert!(!stderr.contains("reloaded"), "{stderr}");
     // TUNEDBLAS_RELOAD=0: a row committed while it runs is not served.
     let dir = scratch("rel-reload-off");
-    let (_, stderr) = while_running(&dir, &[("TUNEDBLAS_RELOAD", "0")], || {
+    let (_, stderr) = while_running(&dir, &[], &[("TUNEDBLAS_RELOAD", "0")], || {
         Profile::v4(&dir).tuned(SPEC, sols[0]).write();
     });
     assert!(!stderr.contains("now served"), "{stderr}");

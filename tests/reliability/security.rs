@@ -304,14 +304,7 @@ fn a_planted_hash_cache_folder_entry_or_fifo_is_never_trusted() {
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
     let lib = std::fs::canonicalize(artifacts().lib4()).unwrap();
     let meta = std::fs::metadata(&lib).unwrap();
-    let entry = sha256.join(format!(
-        "{:x}-{:x}-{:x}-{}.{}",
-        meta.dev(),
-        meta.ino(),
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec()
-    ));
+    let entry = sha256.join(tunedblas_core::identity::HashCache::entry_name(&meta));
     std::fs::write(&entry, "0".repeat(64)).unwrap();
     let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
     let stderr = text(&out.stderr);
