@@ -326,6 +326,27 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
     assert_eq!(child["final"], true, "{child}");
 }
 
+/// Starts life_host with `steps` (which end by printing `pid=` and waiting), `env` set, and
+/// waits until it printed its pid: the host then waits. Returns the child and its pid.
+fn waiting_host(dir: &Path, steps: &[&str], env: &[(&str, &str)]) -> (std::process::Child, u32) {
+    let mut cmd = life_cmd(dir, true, steps);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn life_host");
+    let pid = child.id();
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().unwrap();
+    let waiting = BufReader::new(stdout)
+        .lines()
+        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
+    assert!(waiting, "the host got to its wait");
+    (child, pid)
+}
+
 /// The threads of a running process, from /proc.
 fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -357,9 +378,8 @@ fn by_default_the_calling_threads_write_the_status_and_a_killed_process_keeps_it
     let dir = scratch("status-no-thread");
     let miss_dir = dir.join("misses");
     let go = dir.join("never");
-    let mut cmd = life_cmd(
+    let (mut child, pid) = waiting_host(
         &dir,
-        true,
         &[
             "@distinct:2",
             "@repeat:0:100",
@@ -368,23 +388,13 @@ fn by_default_the_calling_threads_write_the_status_and_a_killed_process_keeps_it
             "@pid",
             &format!("@wait-file:{}", go.display()),
         ],
+        &[],
     );
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn life_host");
-    let pid = child.id();
-    use std::io::{BufRead, BufReader};
-    let stdout = child.stdout.take().unwrap();
-    let waiting = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
     let during = threads(pid);
     let status = process(&status_json(&miss_dir), pid);
     let counted = counted_calls(&miss_dir);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(waiting, "the host got to its wait");
     assert_eq!(during, 1, "no thread of the interposer's own");
     let status = status.expect("the calls wrote a status");
     // 202 missed calls; the second burst ticked at its 128th count, more than a second
@@ -401,30 +411,18 @@ fn by_default_the_calling_threads_write_the_status_and_a_killed_process_keeps_it
 fn the_status_thread_is_opt_in() {
     let dir = scratch("status-thread");
     let go = dir.join("never");
-    let mut cmd = life_cmd(
+    let (mut child, pid) = waiting_host(
         &dir,
-        true,
         &[
             "@distinct:1",
             "@pid",
             &format!("@wait-file:{}", go.display()),
         ],
+        &[("TUNEDBLAS_STATUS_THREAD", "1")],
     );
-    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn life_host");
-    let pid = child.id();
-    use std::io::{BufRead, BufReader};
-    let stdout = child.stdout.take().unwrap();
-    let waiting = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
     let during = threads(pid);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(waiting);
     assert_eq!(during, 2, "the host's thread and the status writer");
 }
 
