@@ -237,3 +237,18 @@ fn a_host_whose_calls_never_reach_the_interposer_is_said_at_debug_only() {
         }
     }
 }
+
+#[test]
+fn a_process_whose_calls_are_all_served_has_a_status_too() {
+    // No miss ever makes its miss folder: the status is written there all the same.
+    let dir = scratch("counters-all-served");
+    let spec = "ex:TN:h:64:24:40";
+    Profile::v4(&dir).tuned(spec, tuned(spec)).write();
+    let out = run_guarded(fault_cmd(&dir, true, &[&format!("{spec}:3")]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status = status_files(&dir.join("misses"), ".status.json");
+    assert_eq!(status.len(), 1, "{status:?}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&status[0]).unwrap()).unwrap();
+    assert_eq!(v["backends"][0]["counters"]["served"], 3, "{v}");
+    assert_eq!(v["backends"][0]["hit_rate"], 1.0, "{v}");
+}

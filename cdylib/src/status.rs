@@ -86,6 +86,11 @@ pub fn start(dir: &Path, trust: Trust, thread: bool) {
     let Some(f) = Folder::new(dir, trust) else {
         return;
     };
+    // Made now (a process whose calls are all served has no miss to make it): the writes
+    // that follow only open it, allocating nothing.
+    if let Err(e) = f.open_or_make() {
+        debug!("cannot make the miss folder for the live status: {e}");
+    }
     let fresh = Box::into_raw(Box::new(f));
     if FOLDER
         .compare_exchange(
