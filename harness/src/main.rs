@@ -63,6 +63,14 @@ const COMMANDS: &[Command] = &[
         internal: false,
     },
     Command {
+        name: "watch",
+        usage: "tunedblas watch --lib LIBROCBLAS [DIR] [--every S] [--hour-budget S] [-- TUNE OPTIONS]",
+        summary: "Tune new misses as they come, beside a running server (which picks the rows up without a restart).",
+        help: commands::watch::help,
+        run: commands::watch::run,
+        internal: false,
+    },
+    Command {
         name: "qualify",
         usage: "tunedblas qualify --lib LIBROCBLAS [--profiles DIR] [--json]",
         summary: "Check every row's numerics on every device; remove the rows that fail.",

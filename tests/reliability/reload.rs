@@ -208,3 +208,64 @@ fn a_store_changed_to_another_builds_rows_is_never_served_and_reload_can_be_turn
     assert!(!stderr.contains("now served"), "{stderr}");
     assert!(stderr.contains("0 served, 0 default"), "{stderr}");
 }
+
+#[test]
+fn watch_follows_the_misses_and_the_running_host_is_served() {
+    // record -> tune -> reload with nobody in the loop: `tunedblas watch` beside the host
+    // tunes what it records, the host serves the row, and watch stops cleanly on SIGTERM.
+    let dir = scratch("rel-watch");
+    let rank0 = dir.join("profiles/rocblas-4.4.0.5f2e9c71/tunableop_results0.csv");
+    let mut watch = None;
+    let (d, stderr) = while_running(&dir, &[], &[], || {
+        let mut cmd = tunedblas_cmd(
+            &dir,
+            &[
+                "watch",
+                "--lib",
+                artifacts().lib4().to_str().unwrap(),
+                dir.join("misses").to_str().unwrap(),
+                "--every",
+                "1",
+                "--",
+                "--trials",
+                "12",
+                "--max-trials",
+                "12",
+                "--noisy",
+                "1000",
+            ],
+        );
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        watch = Some(cmd.spawn().expect("tunedblas watch"));
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !std::fs::read_to_string(&rank0)
+            .is_ok_and(|t| t.lines().any(|l| l.starts_with("Gemm")))
+        {
+            assert!(Instant::now() < deadline, "watch wrote no row in 90 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let mut watch = watch.unwrap();
+    // SAFETY: a plain kill of our own child.
+    unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+    let mut werr = String::new();
+    std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut werr).unwrap();
+    let status = watch.wait().unwrap();
+    assert!(status.success(), "watch: {status:?}: {werr}");
+    assert!(werr.contains("watch: stopped"), "{werr}");
+    assert!(
+        werr.contains("new rows"),
+        "a round reported its rows: {werr}"
+    );
+    assert!(
+        stderr.contains("now served") || stderr.contains("reloaded"),
+        "the host took the row: {stderr}"
+    );
+    let fresh = run_guarded(fault_cmd(&dir, true, &[SPEC]));
+    let lines: Vec<String> = text(&fresh.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(
+        d.last().map(String::as_str),
+        digests(&lines).first().copied(),
+        "{d:?}"
+    );
+}

@@ -20,6 +20,7 @@ pub mod report;
 pub mod status;
 pub mod tune;
 pub mod verify;
+pub mod watch;
 pub mod workload;
 
 use crate::error::Result;
