@@ -91,11 +91,9 @@ extern "C" fn on_stop(sig: libc::c_int) {
 fn seconds(a: &Args, name: &str, default: u64) -> Result<u64> {
     match a.value(name) {
         None => Ok(default),
-        Some(v) => v.parse().map_err(|_| {
-            a.usage(&format!(
-                "{name} takes a whole number of seconds, not '{v}'"
-            ))
-        }),
+        Some(v) => v
+            .parse()
+            .map_err(|_| a.usage(format!("{name} takes a whole number of seconds, not '{v}'"))),
     }
 }
 
@@ -116,7 +114,7 @@ pub fn run(argv: &[String]) -> Result<()> {
         .value("--rounds")
         .map(|v| {
             v.parse::<u64>()
-                .map_err(|_| a.usage(&format!("--rounds takes a whole number, not '{v}'")))
+                .map_err(|_| a.usage(format!("--rounds takes a whole number, not '{v}'")))
         })
         .transpose()?;
     let dir = a
