@@ -253,18 +253,27 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Where the image's interposer, command and profile store go (`COPY dist/` there).
+const IMAGE_PREFIX: &str = "/opt/tunedblas";
+/// The miss folder inside the image and in the systemd unit.
+const SERVICE_MISSES: &str = "/var/cache/tunedblas/misses";
+
 /// The snippets, with this installation's paths. `prefix` is the install prefix when the
-/// interposer sits in `<prefix>/lib` (the Dockerfile copies it).
+/// interposer sits in `<prefix>/lib` (the Dockerfile's context copies it).
 pub fn snippets(preload: &Path, profile_dir: &Path, prefix: Option<&Path>) -> Snippets {
     let pre = preload.display();
     let dir = profile_dir.display();
+    // No TUNEDBLAS_MISS_DIR: the interposer's own default is where `tunedblas status` and
+    // `tunedblas tune` look with no argument (a folder named here would differ from it
+    // wherever XDG_CACHE_HOME is set).
     let vllm = format!(
         r#"#!/bin/sh
 # vllm-tuned: vLLM with tunedblas serving tuned rocBLAS GEMMs. Save, chmod +x, run as
 #   ./vllm-tuned <model> --max-num-batched-tokens 2048 ...
 export LD_PRELOAD="{pre}${{LD_PRELOAD:+:$LD_PRELOAD}}"
 export TUNEDBLAS_PROFILE_DIR="{dir}"
-export TUNEDBLAS_MISS_DIR="${{TUNEDBLAS_MISS_DIR:-$HOME/.cache/tunedblas/misses}}"
+# Misses go to $TUNEDBLAS_MISS_DIR, else the user cache's tunedblas/misses: where
+# `tunedblas status` and `tunedblas tune` look when given no folder.
 # On Instinct GPUs PyTorch prefers hipBLASLt, so rocBLAS sees no GEMM unless told:
 # export TORCH_BLAS_PREFER_HIPBLASLT=0
 exec vllm serve "$@"
@@ -278,10 +287,18 @@ exec vllm serve "$@"
     let user = var("USER")
         .filter(|u| u != "root")
         .unwrap_or_else(|| "vllm".into());
+    let command = prefix.map_or("tunedblas".to_string(), |p| {
+        p.join("bin/tunedblas").display().to_string()
+    });
+    // The interposer keeps its files to the user it runs as (files 0600 in a 0700 folder,
+    // by design), so no group setting opens them to an operator: `status` is run as User=.
     let systemd = format!(
         r#"# /etc/systemd/system/vllm-tuned.service
 # Check User= (the account that owns the model cache) and the vllm path (`which vllm`
 # inside the venv vLLM runs from) before `systemctl enable --now vllm-tuned`.
+# The live counters: the interposer keeps its files to User= (0600 in a 0700 folder), so
+# read them as that user:
+#   sudo -u {user} {command} status {SERVICE_MISSES}
 [Unit]
 Description=vLLM with tunedblas-tuned rocBLAS GEMMs
 After=network-online.target
@@ -290,7 +307,7 @@ After=network-online.target
 User={user}
 Environment=LD_PRELOAD={pre}
 Environment=TUNEDBLAS_PROFILE_DIR={dir}
-Environment=TUNEDBLAS_MISS_DIR=/var/cache/tunedblas/misses
+Environment=TUNEDBLAS_MISS_DIR={SERVICE_MISSES}
 # /var/cache/tunedblas, made and owned by User= (the misses go there).
 CacheDirectory=tunedblas
 ExecStart={vllm_exe} serve <model> --max-num-batched-tokens 2048
@@ -302,36 +319,54 @@ Restart=on-failure
 WantedBy=multi-user.target
 "#
     );
-    let (copy, lib_in_image) = match prefix {
-        Some(p) => (
-            format!(
-                "# Build context: the install prefix, e.g. `scripts/install --prefix ./dist` (here {}).\nCOPY dist/ /opt/tunedblas/",
-                p.display()
-            ),
-            "/opt/tunedblas/lib/libtunedblas.so".to_string(),
-        ),
-        None => (
-            "# Build context: an install prefix made with `scripts/install --prefix ./dist`.\nCOPY dist/ /opt/tunedblas/".to_string(),
-            "/opt/tunedblas/lib/libtunedblas.so".to_string(),
-        ),
-    };
+    let context = docker_context(prefix);
+    let store = format!("{IMAGE_PREFIX}/share/tunedblas/profiles");
     let docker = format!(
-        r#"# Dockerfile: a vLLM ROCm image with tunedblas. The interposer finds the profiles in
-# /opt/tunedblas/share/tunedblas/profiles by itself.
+        r#"# Dockerfile: a vLLM ROCm image with tunedblas. Build it from a folder (the build
+# context) holding this Dockerfile and dist/, an install prefix:
+{context}
+#   docker build -t vllm-tuned .
 ARG BASE=rocm/vllm:latest
 FROM $BASE
-{copy}
-ENV LD_PRELOAD={lib_in_image} \
-    TUNEDBLAS_MISS_DIR=/var/cache/tunedblas/misses
-VOLUME /var/cache/tunedblas
+COPY dist/ {IMAGE_PREFIX}/
+# The interposer finds the profiles in {store} by itself.
+ENV LD_PRELOAD={IMAGE_PREFIX}/lib/libtunedblas.so \
+    TUNEDBLAS_MISS_DIR={SERVICE_MISSES}
+# The misses, and the profile store: a `tunedblas tune` inside the container writes its rows
+# there (the running server takes them by hot reload), so they outlive the container on a
+# named volume, which starts as a copy of the image's profiles:
+VOLUME /var/cache/tunedblas {store}
+#   docker run --device /dev/kfd --device /dev/dri -v tunedblas-misses:/var/cache/tunedblas \
+#     -v tunedblas-profiles:{store} vllm-tuned vllm serve <model>
+#   docker exec <container> {IMAGE_PREFIX}/bin/tunedblas tune --lib <librocblas.so> {SERVICE_MISSES}
 # `tunedblas env` inside the container shows the profile this rocBLAS gets:
-#   docker run --rm --device /dev/kfd --device /dev/dri <image> /opt/tunedblas/bin/tunedblas env
+#   docker run --rm --device /dev/kfd --device /dev/dri vllm-tuned {IMAGE_PREFIX}/bin/tunedblas env
 "#
     );
     Snippets {
         vllm,
         systemd,
         docker,
+    }
+}
+
+/// How the Dockerfile's context gets its `dist/`, as comment lines: this installation
+/// where it is one (a prefix named `dist`: its folder is the context), else the installer
+/// run there from a checkout, or this installation copied there.
+fn docker_context(prefix: Option<&Path>) -> String {
+    let install = "#   <checkout>/scripts/install --prefix ./dist     (run in the context folder)";
+    match prefix {
+        Some(p) if p.file_name().is_some_and(|n| n == "dist") => format!(
+            "#   here: {} (its dist/ is this installation)",
+            p.parent().unwrap_or(p).display()
+        ),
+        Some(p) => {
+            let p = p.display();
+            format!(
+                "{install}\n# or this installation copied there:\n#   mkdir -p dist/bin dist/lib dist/share/tunedblas\n#   cp {p}/bin/tunedblas dist/bin/ && cp {p}/lib/libtunedblas.so dist/lib/\n#   cp -R {p}/share/tunedblas/profiles dist/share/tunedblas/"
+            )
+        }
+        None => install.to_string(),
     }
 }
 
