@@ -180,11 +180,34 @@ fn every_view_of_one_workload_says_the_same() {
         (&2.into(), &1.into(), &0.625.into()),
         "{s}"
     );
-    // `tunedblas status` on the folder says the same.
+    // `tunedblas status` on the folder says the same: per process and backend, with the
+    // hit rate, and the total over the processes (one here).
     let shown = ok(&tunedblas_cmd(&dir, &["status", misses.to_str().unwrap()])
         .output()
         .unwrap());
-    assert!(shown.contains("3 missed (2 shapes)"), "{shown}");
+    assert!(
+        shown.contains("rocblas: 8 calls: 1 served, 1 default, 3 near (1 shapes), 3 missed (2 shapes), 0 passed through, 0 fallbacks; hit rate 62.5%"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("total over 1 process:\n  rocblas (1 process): 8 calls: 1 served, 1 default, 3 near, 3 missed, 0 passed through, 0 fallbacks; hit rate 62.5%"),
+        "{shown}"
+    );
+    let j: Value = serde_json::from_str(&ok(&tunedblas_cmd(
+        &dir,
+        &["status", "--json", misses.to_str().unwrap()],
+    )
+    .output()
+    .unwrap()))
+    .unwrap();
+    let b = &j["processes"][0]["backends"][0];
+    assert_eq!(
+        (&b["calls"], &b["near_shapes"], &b["hit_rate"]),
+        (&8.into(), &1.into(), &0.625.into()),
+        "status --json keeps the file's figures: {b}"
+    );
+    assert_eq!(j["totals"][0]["hit_rate"], 0.625, "{j}");
+    assert_eq!(j["totals"][0]["calls"], 8, "{j}");
 }
 
 #[test]

@@ -161,9 +161,27 @@ fn unservable_by_reason(dir: &Path) -> Vec<(usize, &'static str, usize)> {
     out
 }
 
+/// The `GCN_ARCH_NAME` of each rank file of a profile folder, checked against `device`:
+/// (file, check).
+fn arch_checks(dir: &Path, device: &crate::env::Device) -> Vec<(PathBuf, crate::env::ArchCheck)> {
+    profile::rank_files(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, f)| {
+            let arch = tunableop::read(&f)
+                .ok()
+                .and_then(|r| r.validator("GCN_ARCH_NAME").map(str::to_string));
+            let check = crate::env::check_arch(arch.as_deref(), device);
+            (f, check)
+        })
+        .collect()
+}
+
 /// The profile a process loading `lib` would get: the interposer's own rule, with the
-/// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`).
-pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
+/// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`); and whether its
+/// files were tuned on the device's architecture (the interposer does not check that yet:
+/// PyTorch drops such a file).
+pub fn which(root: &Path, lib: &Path, device: &crate::env::Device, json: bool) -> Result<()> {
     let sha = identity::sha256_file(lib)
         .map_err(|e| Error::failed(format!("cannot hash {}: {e}", lib.display())))?;
     let explicit = std::env::var("TUNEDBLAS_PROFILE")
@@ -183,9 +201,14 @@ pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
             allow_mismatch,
         }),
     };
+    let archs = match &sel {
+        Selection::Chosen { dir, .. } => arch_checks(dir, device),
+        Selection::None { .. } => Vec::new(),
+    };
     let report = match &sel {
         Selection::Chosen { name, dir, reason } => {
-            json!({"library": lib, "sha256": sha, "profile": name, "dir": dir, "reason": reason})
+            json!({"library": lib, "sha256": sha, "profile": name, "dir": dir, "reason": reason,
+                "device": device, "arch": archs.iter().map(|(f, c)| json!({"file": f, "check": c})).collect::<Vec<_>>()})
         }
         Selection::None { why } => {
             json!({"library": lib, "sha256": sha, "profile": null, "reason": why})
@@ -200,6 +223,17 @@ pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
                 println!("  -> profile '{name}' in {}: {reason}", dir.display())
             }
             Selection::None { why } => println!("  -> no profile: {why}"),
+        }
+        for (f, c) in &archs {
+            use crate::env::ArchCheck;
+            match c {
+                ArchCheck::Same(t) => println!("  {}: {t}", f.display()),
+                ArchCheck::Unchecked(t) => println!("  {}: {t}", f.display()),
+                ArchCheck::Other(t) => println!(
+                    "  {}: WRONG ARCHITECTURE: {t}; the interposer serves it all the same today (it does not read the device's architecture)",
+                    f.display()
+                ),
+            }
         }
     }
     Ok(())
@@ -363,10 +397,30 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
 /// id for its problem (`check_solution_index`, nothing run), else it is listed and its shape
 /// waits for `tune --retune` like the shapes of rows only hipBLASLt can serve; `Default`
 /// rows are kept. A shape the profile already has a row for keeps that row.
-pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()> {
+///
+/// Its `GCN_ARCH_NAME` must name the device's architecture (`device`: `--arch`, else this
+/// machine's GPUs, where any is visible): PyTorch drops a file tuned on another one, and
+/// its ids name that architecture's kernels; `force` adopts it anyway.
+pub fn adopt(
+    root: &Path,
+    lib_path: &Path,
+    file: &Path,
+    device: &crate::env::Device,
+    force: bool,
+    json: bool,
+) -> Result<()> {
     let lib = Library::load(lib_path, None)?;
     let r = tunableop::read(file)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+    let arch = crate::env::check_arch(r.validator("GCN_ARCH_NAME"), device);
+    if let crate::env::ArchCheck::Other(why) = &arch {
+        if !force {
+            return Err(Error::failed(format!(
+                "refusing {}: {why}; --force adopts it anyway",
+                file.display()
+            )));
+        }
+    }
     let build = Build::of(&lib, r.validator("GCN_ARCH_NAME"))?;
     match r.validator("ROCBLAS_VERSION") {
         Some(v) if tunedblas_core::version::same_build(v, &build.version) => {}
@@ -461,6 +515,7 @@ pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()
         let report = json!({
             "profile": folder.name,
             "dir": folder.dir,
+            "arch": arch,
             "adopted": adopted,
             "kept_existing": had,
             "refused": refused.iter().map(|(k, id, why)| json!({"shape": k, "solution": id, "reason": why})).collect::<Vec<_>>(),
@@ -469,6 +524,14 @@ pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()
         });
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));
         return Ok(());
+    }
+    match &arch {
+        crate::env::ArchCheck::Other(why) => {
+            println!("  adopted with --force although {why}")
+        }
+        crate::env::ArchCheck::Same(t) | crate::env::ArchCheck::Unchecked(t) => {
+            println!("  {t}")
+        }
     }
     for (k, id, why) in &refused {
         println!("  refused {k},Gemm_Rocblas_{id}: {why}");

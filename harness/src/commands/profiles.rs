@@ -24,7 +24,12 @@ The profile store, by ACTION:
                                the profile of that build: each Gemm_Rocblas_<id> row is
                                checked with check_solution_index on the build and kept or
                                listed as refused; refused rows and hipBLASLt/tf32 rows become
-                               shapes to tune";
+                               shapes to tune
+
+which and adopt check the files' GCN_ARCH_NAME against the device's architecture: --arch, else
+this machine's AMD GPUs as the driver lists them (/sys/class/kfd), where any is visible.
+PyTorch drops a file tuned on another architecture (its solution ids name that
+architecture's kernels): which says so, adopt refuses it (--force adopts it anyway).";
 
 const AFTER: &str = "\
 EXAMPLES:
@@ -41,6 +46,15 @@ fn cli() -> clap::Command {
             "list (the default), show, which, import or adopt, and what it takes",
         ))
         .arg(args::lib_option("(import, adopt, which) the rocBLAS build"))
+        .arg(args::option(
+            "--arch",
+            "GFX",
+            "(which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs)",
+        ))
+        .arg(args::switch(
+            "--force",
+            "(adopt) adopt a file tuned on another architecture",
+        ))
         .arg(args::profiles_option())
         .arg(args::switch("--json", "the answer as JSON"))
 }
@@ -79,7 +93,7 @@ pub fn run(args: &[String]) -> Result<()> {
             // A bare soname (librocblas.so.0) is found where `env` looks.
             let lib = env::find_library(&lib);
             is_rocblas(&lib)?;
-            profiles::which(&root, &lib, json)
+            profiles::which(&root, &lib, &env::Device::new(a.value("--arch")), json)
         }
         Some("import") => {
             let files: Vec<PathBuf> = a.positional[1..].iter().map(PathBuf::from).collect();
@@ -95,7 +109,14 @@ pub fn run(args: &[String]) -> Result<()> {
                 .get(1)
                 .map(PathBuf::from)
                 .ok_or_else(|| a.usage("adopt needs one results file"))?;
-            profiles::adopt(&root, &a.lib()?, &file, json)
+            profiles::adopt(
+                &root,
+                &a.lib()?,
+                &file,
+                &env::Device::new(a.value("--arch")),
+                a.has("--force"),
+                json,
+            )
         }
         Some(other) => Err(a.usage(format!(
             "unknown action '{other}': list, show, which, import or adopt{}",

@@ -28,8 +28,12 @@ and the same figures as a PNG, for terminals and issues:
   - the headline: GEMM time saved, call-weighted (calls x measured heuristic and served
     times from provenance.json), next to the per-shape geometric mean of the tuned rows;
     the shapes whose measurement decided nothing (undecidable, noisy, rejected, failed);
-  - a speedup bar per tuned shape;
-  - \"tune next\": missed and predicted shapes ranked by calls x FLOPs, with the command.";
+    where the --misses run counted a measured shape, its calls weigh it, else the calls
+    recorded before tuning (the headline says which);
+  - a speedup bar per tuned shape, the largest first;
+  - \"tune next\": missed and predicted shapes ranked by calls x FLOPs, each with its --shape
+    (TYPE:AB:m:n:k in rocBLAS's order, as tune takes it: N, then the token count M, then K),
+    and the tune command with this report's --lib and --profiles.";
 
 const AFTER: &str = "\
 EXAMPLE:
@@ -129,6 +133,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut seen = report::Seen {
         miss_inputs: a.values("--misses").into_iter().map(String::from).collect(),
         lib: a.value("--lib").unwrap_or_default().to_string(),
+        profiles: a.value("--profiles").map(String::from),
         ..report::Seen::default()
     };
     if !inputs.is_empty() {
@@ -194,15 +199,18 @@ fn summary(data: &report::Data, build: &str) {
     }
     let t = &data.tune_next;
     if !t.items.is_empty() {
-        println!("tune next:");
+        println!("tune next ({}):", report::SPEC_ORDER);
         for (i, n) in t.items.iter().enumerate() {
             println!(
-                "  {:>2}. {} M={} ({}, {} calls)",
+                "  {:>2}. {} M={} ({}, {} calls){}",
                 i + 1,
                 n.label,
                 n.m,
                 n.status.class(),
-                n.calls
+                n.calls,
+                n.spec
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(": --shape {s}"))
             );
         }
         for c in [&t.command, &t.all_missed].into_iter().flatten() {
