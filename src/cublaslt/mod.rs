@@ -47,7 +47,9 @@ use rustc_hash::FxHasher;
 
 use crate::key::{ProblemKey, Trans};
 
+mod call_key;
 mod table;
+pub use call_key::*;
 pub use table::*;
 
 // ---------------------------------------------------------------------------------------

@@ -303,24 +303,50 @@ impl std::ops::Deref for LtEntry {
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
-/// An immutable key -> row map; the first row for a key wins.
+/// An immutable key -> row map; the first row for a key wins. Rows are also found by the
+/// call keys of the objects a caller makes for them (`call_key.rs`), which is how a served
+/// call finds its row without building its key.
 #[derive(Debug, Default)]
 pub struct LtTable {
-    rows: HashMap<LtKey, LtEntry, FxBuild>,
+    rows: Vec<(LtKey, LtEntry)>,
+    by_key: HashMap<LtKey, u32, FxBuild>,
+    by_call: CallIndex,
 }
 
 impl LtTable {
     pub fn new(rows: impl IntoIterator<Item = (LtKey, LtAction)>) -> LtTable {
-        let mut map: HashMap<LtKey, LtEntry, FxBuild> = HashMap::default();
+        let mut by_key: HashMap<LtKey, u32, FxBuild> = HashMap::default();
+        let mut kept = Vec::new();
         for (k, a) in rows {
-            map.entry(k).or_insert_with(|| LtEntry::new(a));
+            by_key.entry(k).or_insert_with(|| {
+                kept.push((k, LtEntry::new(a)));
+                (kept.len() - 1) as u32
+            });
         }
-        map.shrink_to_fit();
-        LtTable { rows: map }
+        by_key.shrink_to_fit();
+        kept.shrink_to_fit();
+        let by_call = CallIndex::new(
+            kept.iter()
+                .enumerate()
+                .flat_map(|(i, (k, _))| call_keys(k).into_iter().map(move |c| (c, i as u32))),
+        );
+        LtTable {
+            rows: kept,
+            by_key,
+            by_call,
+        }
     }
     #[inline]
     pub fn get(&self, key: &LtKey) -> Option<&LtEntry> {
-        self.rows.get(key)
+        self.by_key.get(key).map(|&i| &self.rows[i as usize].1)
+    }
+    /// The row of a call key (its key and entry), if a row has it.
+    #[inline]
+    pub fn get_call(&self, call: &CallKey) -> Option<(&LtKey, &LtEntry)> {
+        let i = self.by_call.get(call)? as usize;
+        // SAFETY: the index holds positions of `rows` only.
+        let (k, e) = unsafe { self.rows.get_unchecked(i) };
+        Some((k, e))
     }
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -329,7 +355,7 @@ impl LtTable {
         self.rows.is_empty()
     }
     pub fn iter(&self) -> impl Iterator<Item = (&LtKey, &LtEntry)> {
-        self.rows.iter()
+        self.rows.iter().map(|(k, e)| (k, e))
     }
     fn same_rows(&self, other: &LtTable) -> bool {
         self.len() == other.len()
@@ -556,5 +582,27 @@ mod tests {
         assert!(e.quarantine());
         assert!(!e.quarantine());
         assert!(t.get(&LtKey::linear(R_16F, 64, 2, 64)).is_none());
+    }
+
+    /// A row is found by its key and by the call keys of the objects a caller makes for
+    /// it, as the same entry; the first row of a key wins both ways.
+    #[test]
+    fn rows_are_found_by_their_call_keys_as_by_their_keys() {
+        let k = LtKey::linear(R_16BF, 64, 8, 64);
+        let other = LtKey::linear(R_16BF, 64, 9, 64);
+        let t = LtTable::new([
+            (k, LtAction::Index(3)),
+            (k, LtAction::Default),
+            (other, LtAction::Default),
+        ]);
+        let call = call_keys(&k)[0];
+        let (key, e) = t.get_call(&call).unwrap();
+        assert_eq!(*key, k);
+        assert!(std::ptr::eq(e, t.get(&k).unwrap()));
+        assert_eq!(e.action, LtAction::Index(3));
+        assert_eq!(t.get_call(&call_keys(&other)[0]).unwrap().0, &other);
+        assert!(t
+            .get_call(&call_keys(&LtKey::linear(R_16BF, 64, 10, 64))[0])
+            .is_none());
     }
 }

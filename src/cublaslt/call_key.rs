@@ -1,0 +1,409 @@
+//! A call's compact key: what the interposer looks a served Lt call up by, one word per
+//! object, so the served path reads four words and does one small lookup instead of
+//! building an [`LtKey`] (24 fields, validated) and hashing it.
+//!
+//! Each descriptor and layout carries its word, computed when it is made or set (the
+//! interposer keeps them, `cdylib/src/lt/objects.rs`): an exact packing of every field the
+//! key reads from that object, or 0 when a field is outside the small ranges packed (a
+//! dimension of 2^20 or more, a batch, a row-major layout, a type tunedblas does not
+//! serve, ...). A call's key is the descriptor's word and its four layouts' ([`CallKey`]).
+//! A table indexes each row by the call keys of the objects a caller makes for that row's
+//! problem ([`call_keys`], one or two), checked to give that row's key back through
+//! [`key_from_attrs`]; so a call whose words equal a row's call key has that row's key, and
+//! a call with a word of 0, or words that match no row, is looked up the long way (its
+//! fields, [`key_from_attrs`], the table), which gives the same answer.
+
+use super::*;
+
+/// A descriptor's word and its four layouts' (A, B, C, D).
+pub type CallKey = [u64; 5];
+
+/// Set in every packed word (0 is "not packed").
+const PACKED: u64 = 1 << 63;
+
+/// The bias field of a descriptor whose epilogue adds no bias (its bias type is not read).
+const NO_BIAS: u64 = 0xff;
+/// The bias field of a bias epilogue whose bias type was never set (D's type).
+const BIAS_OF_D: u64 = 0xfe;
+
+/// Dimensions and leading dimensions packed: below 2^20.
+const DIM_BITS: u32 = 20;
+
+/// A matmul descriptor's word (Lt numbers; a negative `bias_type` is unset), or 0.
+pub fn desc_word(mm: &MatmulAttrs) -> u64 {
+    let small = |v: i32, bits: u32| (0..1 << bits).contains(&v).then_some(v as u64);
+    let bias = if epilogue_has_bias(mm.epilogue) {
+        match mm.bias_type {
+            t if t < 0 => Some(BIAS_OF_D),
+            t if (t as u64) < BIAS_OF_D => Some(t as u64),
+            _ => None,
+        }
+    } else {
+        Some(NO_BIAS)
+    };
+    let fields = (|| {
+        let trans = |op: i32| matches!(op, OP_N | OP_T).then_some(op as u64);
+        Some(
+            small(mm.compute, 8)?
+                | small(mm.scale, 8)? << 8
+                | trans(mm.trans_a)? << 16
+                | trans(mm.trans_b)? << 17
+                | small(mm.pointer_mode, 4)? << 18
+                | (mm.epilogue < 1 << 16).then_some(u64::from(mm.epilogue))? << 22
+                | bias? << 38
+                | small(mm.sm_count, 12)? << 46,
+        )
+    })();
+    fields.map_or(0, |w| w | PACKED)
+}
+
+/// The code of a type whose layouts are packed.
+fn type_code(t: CudaDataType) -> Option<u64> {
+    Some(match t {
+        R_32F => 0,
+        R_64F => 1,
+        R_16F => 2,
+        R_16BF => 3,
+        _ => return None,
+    })
+}
+
+/// A layout's word, or 0: one column-major matrix of a served type, rows, columns and
+/// leading dimension below 2^20 (the leading dimension at least 1; the stride of a single
+/// matrix is not read, but a negative one is refused, as the key refuses it).
+pub fn layout_word(l: &LayoutAttrs) -> u64 {
+    let dim = |v: u64| (v < 1 << DIM_BITS).then_some(v);
+    let fields = (|| {
+        if l.batch != 1 || l.stride < 0 || l.order != ORDER_COL || l.ld < 1 {
+            return None;
+        }
+        Some(
+            dim(l.rows)?
+                | dim(l.cols)? << DIM_BITS
+                | dim(l.ld as u64)? << (2 * DIM_BITS)
+                | type_code(l.dtype)? << (3 * DIM_BITS),
+        )
+    })();
+    fields.map_or(0, |w| w | PACKED)
+}
+
+/// The call keys of the objects a caller makes for `key`'s problem: its descriptor (with
+/// the bias type set, or, when it is D's, left unset) and its layouts, each checked to
+/// give `key` back. None for a key whose objects are not all packed.
+pub fn call_keys(key: &LtKey) -> Vec<CallKey> {
+    let layouts = key.layouts();
+    let words = layouts.map(|l| layout_word(&l));
+    if words.contains(&0) {
+        return Vec::new();
+    }
+    let mm = MatmulAttrs {
+        compute: key.compute,
+        scale: key.scale,
+        pointer_mode: key.pointer_mode,
+        trans_a: op_of(key.trans_a),
+        trans_b: op_of(key.trans_b),
+        epilogue: key.epilogue,
+        bias_type: key.bias_type,
+        sm_count: key.sm_count,
+    };
+    let mut biases = vec![key.bias_type];
+    if epilogue_has_bias(key.epilogue) && key.bias_type == key.d_type {
+        biases.push(-1);
+    }
+    let [a, b, c, d] = &layouts;
+    biases
+        .into_iter()
+        .filter_map(|bias_type| {
+            let mm = MatmulAttrs { bias_type, ..mm };
+            let desc = desc_word(&mm);
+            // What the reader makes of an unset bias type: D's.
+            let read = MatmulAttrs {
+                bias_type: if bias_type < 0 { d.dtype } else { bias_type },
+                ..mm
+            };
+            let back = key_from_attrs(&read, a, b, c, d);
+            (desc != 0 && back.as_ref() == Ok(key))
+                .then_some([desc, words[0], words[1], words[2], words[3]])
+        })
+        .collect()
+}
+
+/// One slot of a [`CallIndex`]: a call key and what it names (a row's position).
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    key: CallKey,
+    row: u32,
+}
+
+/// Call key -> row, built once with a table and never changed: open addressing in a
+/// power-of-two array at most half full, so a lookup is a few multiplies, one or two
+/// slots and a compare of five words.
+#[derive(Debug, Default)]
+pub struct CallIndex {
+    slots: Box<[Slot]>,
+    shift: u32,
+}
+
+impl CallIndex {
+    /// Indexes `rows` (call key, row); the first row of a call key wins.
+    pub fn new(rows: impl IntoIterator<Item = (CallKey, u32)>) -> CallIndex {
+        let rows: Vec<(CallKey, u32)> = rows.into_iter().collect();
+        if rows.is_empty() {
+            return CallIndex::default();
+        }
+        let size = (rows.len() * 2).next_power_of_two().max(8);
+        let mut index = CallIndex {
+            slots: vec![Slot::default(); size].into_boxed_slice(),
+            shift: 64 - size.trailing_zeros(),
+        };
+        for (key, row) in rows {
+            let mut i = index.home(&key);
+            loop {
+                let s = &mut index.slots[i];
+                if s.key == key {
+                    break;
+                }
+                if s.key[0] == 0 {
+                    *s = Slot { key, row };
+                    break;
+                }
+                i = (i + 1) & (size - 1);
+            }
+        }
+        index
+    }
+
+    #[inline(always)]
+    fn home(&self, k: &CallKey) -> usize {
+        let h = k[0].wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ k[1].wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+            ^ k[2].wrapping_mul(0x1656_67b1_9e37_79f9)
+            ^ k[3].wrapping_mul(0x85eb_ca77_c2b2_ae63)
+            ^ k[4].wrapping_mul(0x27d4_eb2f_1656_67c5);
+        (h >> self.shift) as usize
+    }
+
+    /// The row of a call key, if a row has it.
+    #[inline]
+    pub fn get(&self, k: &CallKey) -> Option<u32> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(k);
+        loop {
+            // SAFETY: masked by the power-of-two length.
+            let s = unsafe { self.slots.get_unchecked(i & mask) };
+            if s.key == *k {
+                return Some(s.row);
+            }
+            if s.key[0] == 0 {
+                return None;
+            }
+            i += 1;
+        }
+    }
+
+    /// Call keys indexed.
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.key[0] != 0).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields of a packed descriptor word (with `D`'s type for an unset bias).
+    fn unpack_desc(w: u64, d_type: i32) -> MatmulAttrs {
+        let epilogue = (w >> 22 & 0xffff) as u32;
+        let bias = w >> 38 & 0xff;
+        MatmulAttrs {
+            compute: (w & 0xff) as i32,
+            scale: (w >> 8 & 0xff) as i32,
+            trans_a: (w >> 16 & 1) as i32,
+            trans_b: (w >> 17 & 1) as i32,
+            pointer_mode: (w >> 18 & 0xf) as i32,
+            epilogue,
+            bias_type: match bias {
+                NO_BIAS => -1,
+                BIAS_OF_D => d_type,
+                t => t as i32,
+            },
+            sm_count: (w >> 46 & 0xfff) as i32,
+        }
+    }
+
+    fn unpack_layout(w: u64) -> LayoutAttrs {
+        let m = (1u64 << DIM_BITS) - 1;
+        LayoutAttrs {
+            dtype: [R_32F, R_64F, R_16F, R_16BF][(w >> 60 & 3) as usize],
+            order: ORDER_COL,
+            rows: w & m,
+            cols: w >> DIM_BITS & m,
+            ld: (w >> (2 * DIM_BITS) & m) as i64,
+            batch: 1,
+            stride: 0,
+        }
+    }
+
+    /// A small deterministic generator for the property tests.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+            from[(self.next() % from.len() as u64) as usize]
+        }
+    }
+
+    fn any_layout(r: &mut Rng, rows: u64, cols: u64) -> LayoutAttrs {
+        LayoutAttrs {
+            dtype: r.pick(&[R_16BF, R_16BF, R_16BF, R_16F, R_32F, R_64F, R_8I]),
+            order: r.pick(
+                &[ORDER_COL; 15]
+                    .iter()
+                    .copied()
+                    .chain([1])
+                    .collect::<Vec<_>>(),
+            ),
+            rows,
+            cols,
+            ld: r.pick(
+                &[rows as i64; 12]
+                    .iter()
+                    .copied()
+                    .chain([rows as i64 + 8, 0, -1, 1 << 20])
+                    .collect::<Vec<_>>(),
+            ),
+            batch: r.pick(&[1; 15].iter().copied().chain([2]).collect::<Vec<_>>()),
+            stride: r.pick(
+                &[0; 13]
+                    .iter()
+                    .copied()
+                    .chain([4096, 4096, -4])
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+
+    /// The packing is exact: whenever every word of a call is packed, the fields read back
+    /// from the words make the same key (or the same refusal) as the fields themselves.
+    /// So equal words mean an equal key.
+    #[test]
+    fn packed_words_make_the_key_the_fields_make() {
+        let mut r = Rng(0x2545_f491_4f6c_dd1d);
+        let mut packed = 0;
+        for _ in 0..200_000 {
+            let (m, n, k) = (
+                r.pick(&[1u64, 8, 64, 1 << 19, (1 << 20) - 1, 1 << 20]),
+                r.pick(&[1u64, 7, 512]),
+                r.pick(&[16u64, 2560]),
+            );
+            let mm = MatmulAttrs {
+                compute: r.pick(&[COMPUTE_32F, COMPUTE_32F_FAST_16BF, 300]),
+                scale: r.pick(&[R_32F, R_16BF]),
+                pointer_mode: r.pick(&[0, 1, 16]),
+                trans_a: r.pick(&[OP_N, OP_T, OP_C]),
+                trans_b: r.pick(&[OP_N, OP_T]),
+                epilogue: r.pick(&[EPILOGUE_DEFAULT, EPILOGUE_BIAS, 6, 20, 1 << 16]),
+                bias_type: r.pick(&[-1, R_16BF, R_32F, 300]),
+                sm_count: r.pick(&[0, 66, 4096]),
+            };
+            let ta = mm.trans_a == OP_T;
+            let tb = mm.trans_b == OP_T;
+            let a = any_layout(&mut r, if ta { k } else { m }, if ta { m } else { k });
+            let b = any_layout(&mut r, if tb { n } else { k }, if tb { k } else { n });
+            let c = any_layout(&mut r, m, n);
+            let d = if r.next() % 2 == 0 {
+                c
+            } else {
+                any_layout(&mut r, m, n)
+            };
+            let words = [
+                desc_word(&mm),
+                layout_word(&a),
+                layout_word(&b),
+                layout_word(&c),
+                layout_word(&d),
+            ];
+            if words.contains(&0) {
+                continue;
+            }
+            packed += 1;
+            let resolve = |mm: &MatmulAttrs| MatmulAttrs {
+                bias_type: if mm.bias_type < 0 {
+                    d.dtype
+                } else {
+                    mm.bias_type
+                },
+                ..*mm
+            };
+            let direct = key_from_attrs(&resolve(&mm), &a, &b, &c, &d);
+            let [la, lb, lc, ld] = [1, 2, 3, 4].map(|i| unpack_layout(words[i]));
+            let back = key_from_attrs(&unpack_desc(words[0], ld.dtype), &la, &lb, &lc, &ld);
+            assert_eq!(direct, back, "{mm:?} {a:?} {b:?} {c:?} {d:?}");
+        }
+        assert!(packed > 1000, "the test packs enough calls ({packed})");
+    }
+
+    /// Every key of a PyTorch F.linear or addmm with bias (the bias of D's type set or
+    /// left unset) has call keys, each giving the key back; a key outside the packed
+    /// ranges has none.
+    #[test]
+    fn pytorch_keys_are_indexed_by_the_objects_pytorch_makes() {
+        let linear = LtKey::linear(R_16BF, 4096, 7, 14336);
+        assert_eq!(call_keys(&linear).len(), 1);
+        let bias = LtKey {
+            epilogue: EPILOGUE_BIAS,
+            bias_type: R_16BF,
+            ..linear
+        };
+        assert_eq!(call_keys(&bias).len(), 2, "set, or left unset");
+        let f32_bias = LtKey {
+            bias_type: R_32F,
+            ..bias
+        };
+        assert_eq!(call_keys(&f32_bias).len(), 1);
+        assert!(call_keys(&LtKey::linear(R_16BF, 1 << 20, 1, 64)).is_empty());
+        let index = CallIndex::new(
+            [linear, bias, f32_bias]
+                .iter()
+                .enumerate()
+                .flat_map(|(i, k)| call_keys(k).into_iter().map(move |c| (c, i as u32))),
+        );
+        assert_eq!(index.len(), 4);
+        for (i, k) in [linear, bias, f32_bias].iter().enumerate() {
+            for c in call_keys(k) {
+                assert_eq!(index.get(&c), Some(i as u32));
+            }
+        }
+        let other = call_keys(&LtKey::linear(R_16BF, 4096, 8, 14336))[0];
+        assert_eq!(index.get(&other), None);
+        assert_eq!(CallIndex::default().get(&other), None);
+    }
+
+    /// Many rows, including ones whose call keys differ only in one layout, each found.
+    #[test]
+    fn an_index_of_many_rows_finds_each() {
+        let keys: Vec<LtKey> = (1..=3000)
+            .map(|t| LtKey::linear(R_16BF, 4096, t, 4096))
+            .collect();
+        let index = CallIndex::new(
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| (call_keys(k)[0], i as u32)),
+        );
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(index.get(&call_keys(k)[0]), Some(i as u32));
+        }
+    }
+}
