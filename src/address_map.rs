@@ -15,12 +15,14 @@
 //!
 //! Open addressing with linear probes of at most [`PROBES`] slots. A slot's key is 0
 //! (never used: a probe ends there), [`TOMB`] (freed) or an object's address. Each slot is
-//! a small sequence lock: a state word (a writer inside, a poison mark, a sequence) and the
-//! key and words as atomics. A writer takes the state word with one compare-exchange,
-//! writes, and moves the sequence on; a reader reads the state, the key and the words, and
-//! keeps them only if the state did not move and the key is its own address. So a reader
-//! that found its slot just as the object was destroyed and the slot taken by another
-//! object at another address gets nothing, never the other object's words.
+//! a small sequence lock: a state word (a writer inside, a sequence) and the key and words
+//! as atomics. A writer that makes or changes an object takes the state word with one
+//! compare-exchange, writes, and moves the sequence on; a reader reads the state, the key
+//! and the words, and keeps them only if the state did not move and the key is its own
+//! address. So a reader that found its slot just as the object was destroyed and the slot
+//! taken by another object at another address gets nothing, never the other object's
+//! words. A destroy is one store of the tombstone: it needs no lock, because the insert
+//! that takes the freed slot moves the sequence on.
 //!
 //! Nothing waits for long. A reader that meets a writer inside its slot retries a bounded
 //! number of times, then answers "unknown" (the caller passes the call through). A writer
@@ -34,11 +36,12 @@
 //! allocates: the map is one array, all zero bytes to start with, so a `static` costs no
 //! memory until it is used.
 //!
-//! A write takes one atomic read-modify-write (the compare-exchange that enters the slot);
-//! it leaves with a plain store of the next sequence, since no other writer changes the
-//! state while one is inside (the poison mark lives in the key for that reason: a writer
-//! leaving cannot overwrite it). The wrapped create, set and destroy calls of a PyTorch GEMM
-//! make ten writes, so that one instruction, tens of cycles each, is what the design saves.
+//! A create or a change takes one atomic read-modify-write (the compare-exchange that enters
+//! the slot); it leaves with a plain store of the next sequence, since no other writer
+//! changes the state while one is inside (the poison mark lives in the key for that reason:
+//! a writer leaving cannot overwrite it), and a destroy takes none. The wrapped create, set
+//! and destroy calls of a PyTorch GEMM make ten writes, so the locked instructions saved,
+//! tens of cycles each, are what this design is for.
 //!
 //! An object the map was never told of, or one made at an address that still held a live
 //! object the map was never told was destroyed (destroyed behind the interposer's back)
@@ -164,6 +167,23 @@ impl<const N: usize> Slot<N> {
     }
 }
 
+/// An object's words while its writer is inside its slot ([`AddressMap::edit`]).
+pub struct Words<'a, const N: usize>(&'a [AtomicU64; N]);
+
+impl<const N: usize> Words<'_, N> {
+    /// Word `i` (`i < N`).
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> u64 {
+        self.0[i].load(Ordering::Relaxed)
+    }
+
+    /// Word `i` is now `v` (`i < N`).
+    #[inline(always)]
+    pub fn set(&self, i: usize, v: u64) {
+        self.0[i].store(v, Ordering::Relaxed)
+    }
+}
+
 /// Address -> `N` words, for at most `SLOTS` (a power of two) live objects. See the
 /// module docs.
 pub struct AddressMap<const N: usize, const SLOTS: usize> {
@@ -214,7 +234,8 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     /// poison bit).
     #[inline(always)]
     fn refused(addr: usize) -> bool {
-        addr == 0 || addr & POISONED != 0
+        // 0 wraps to the top; every address from the poison bit up is refused too.
+        addr.wrapping_sub(1) >= POISONED - 1
     }
 
     /// The slot whose key is `want(key)`, on `addr`'s probe.
@@ -237,7 +258,8 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     /// destroy frees).
     #[inline]
     fn find_any(&self, addr: usize) -> Option<&Slot<N>> {
-        self.find(addr, |k| k & !POISONED == addr && k != TOMB)
+        // (The tombstone without the poison bit is no address the map takes.)
+        self.find(addr, |k| k & !POISONED == addr)
     }
 
     /// `read` of the slot of the object at `addr`, if the map knows it (and no writer is
@@ -246,13 +268,33 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     /// Each slot's state is read before its key, so the key and words read after it are
     /// one write's when the state has not moved at the end; and a never-used key seen with
     /// no writer inside ends the probe (a writer claiming it may have sent a later insert
-    /// past it). No writer is ever inside a slot a call reads unless the caller races
-    /// itself: the retries are out of line.
+    /// past it). The home slot is looked at here (where a handful of live objects are);
+    /// the rest of the probe, and the retries when a writer is inside (only when the
+    /// caller races itself), out of line.
     #[inline(always)]
     fn lookup<T>(&self, addr: usize, read: impl Fn(&Slot<N>) -> T + Copy) -> Option<T> {
         if Self::refused(addr) {
             return None;
         }
+        let s = self.slot(Self::home(addr));
+        let before = s.state.load(Ordering::Acquire);
+        let k = s.key.load(Ordering::Relaxed);
+        if k == addr && before & WRITING == 0 {
+            let got = read(s);
+            fence(Ordering::Acquire);
+            if s.state.load(Ordering::Relaxed) == before {
+                return Some(got);
+            }
+        } else if k == 0 && before & WRITING == 0 {
+            return None;
+        }
+        self.lookup_probe(addr, read)
+    }
+
+    /// [`AddressMap::lookup`] past the home slot.
+    #[cold]
+    #[inline(never)]
+    fn lookup_probe<T>(&self, addr: usize, read: impl Fn(&Slot<N>) -> T + Copy) -> Option<T> {
         for i in Self::path(addr) {
             let s = self.slot(i);
             let before = s.state.load(Ordering::Acquire);
@@ -305,10 +347,45 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     /// probe (or the slot that still holds `addr`, if its destroy was never told). False
     /// when the probe holds no free slot: as many objects are alive around this address as
     /// the map can hold, and this one stays unknown.
+    #[inline]
     pub fn insert(&self, addr: usize, words: [u64; N]) -> bool {
+        self.insert_first(addr, &words)
+    }
+
+    /// [`AddressMap::insert`] writing only the first `words.len()` words (at most `N`; the
+    /// others keep what the slot held before: for a caller whose first words say the
+    /// rest is not read). The home slot is taken here when it is free; the probe out of
+    /// line.
+    #[inline(always)]
+    pub fn insert_first(&self, addr: usize, words: &[u64]) -> bool {
         if Self::refused(addr) {
             return false;
         }
+        let s = self.slot(Self::home(addr));
+        let k = s.key.load(Ordering::Relaxed);
+        if k == 0 || k == TOMB {
+            if let Some(st) = s.lock(1) {
+                let now = s.key.load(Ordering::Relaxed);
+                if now == 0 || now == TOMB {
+                    // The words before the key (a destroy reads the slot without a lock).
+                    for (w, &v) in s.words.iter().zip(words) {
+                        w.store(v, Ordering::Relaxed);
+                    }
+                    s.key.store(addr, Ordering::Relaxed);
+                    s.unlock(st);
+                    return true;
+                }
+                s.unlock(st);
+            }
+        }
+        self.insert_probe(addr, words)
+    }
+
+    /// [`AddressMap::insert_first`] along the whole probe: the first free slot, or the one
+    /// that still holds `addr`.
+    #[cold]
+    #[inline(never)]
+    fn insert_probe(&self, addr: usize, words: &[u64]) -> bool {
         for i in Self::path(addr) {
             let s = self.slot(i);
             let k = s.key.load(Ordering::Relaxed);
@@ -326,10 +403,10 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
             };
             let now = s.key.load(Ordering::Relaxed);
             if now == 0 || now == TOMB || now & !POISONED == addr {
-                s.key.store(addr, Ordering::Relaxed);
-                for (w, v) in s.words.iter().zip(words) {
+                for (w, &v) in s.words.iter().zip(words) {
                     w.store(v, Ordering::Relaxed);
                 }
+                s.key.store(addr, Ordering::Relaxed);
                 s.unlock(st);
                 return true;
             }
@@ -352,49 +429,108 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     /// Changes the words of the object at `addr` with `f`, if the map knows it (a poisoned
     /// object stays poisoned). Only the words `f` changed are written.
     pub fn update(&self, addr: usize, f: impl FnOnce(&mut [u64; N])) {
+        self.edit(addr, |w| {
+            let old: [u64; N] = std::array::from_fn(|i| w.get(i));
+            let mut new = old;
+            f(&mut new);
+            for (i, (o, v)) in old.into_iter().zip(new).enumerate() {
+                if o != v {
+                    w.set(i, v);
+                }
+            }
+        })
+    }
+
+    /// Changes the object at `addr` through `f`, which reads and writes its words one by
+    /// one while no other writer is inside its slot, if the map knows it (a poisoned object
+    /// stays poisoned). A writer that cannot get in poisons the object instead.
+    #[inline(always)]
+    pub fn edit(&self, addr: usize, f: impl FnOnce(&Words<'_, N>)) {
         if Self::refused(addr) {
             return;
         }
-        let Some(s) = self.find(addr, |k| k == addr) else {
-            return;
+        let home = self.slot(Self::home(addr));
+        let s = if home.key.load(Ordering::Relaxed) == addr {
+            home
+        } else {
+            match self.find_probe(addr) {
+                Some(s) => s,
+                None => return,
+            }
         };
         let Some(st) = s.lock(SPINS) else {
             s.poison(addr);
             return;
         };
         if s.key.load(Ordering::Relaxed) == addr {
-            let old: [u64; N] = std::array::from_fn(|i| s.words[i].load(Ordering::Relaxed));
-            let mut new = old;
-            f(&mut new);
-            for ((w, o), v) in s.words.iter().zip(old).zip(new) {
-                if o != v {
-                    w.store(v, Ordering::Relaxed);
-                }
-            }
+            f(&Words(&s.words));
         }
         s.unlock(st);
+    }
+
+    /// The slot holding `addr` (unpoisoned), looked for along the whole probe.
+    #[cold]
+    #[inline(never)]
+    fn find_probe(&self, addr: usize) -> Option<&Slot<N>> {
+        self.find(addr, |k| k == addr)
     }
 
     /// The object at `addr` is about to be destroyed: its slot is freed for the next
     /// object. (Before the real destroy: an object made at the freed address afterwards is
     /// never undone.)
+    ///
+    /// One store, no lock: nothing else can take or change the slot while it holds `addr`
+    /// but a writer of this very object (the caller racing itself: its change then lands
+    /// in a freed slot, which no reader reads), and an insert taking the freed slot moves
+    /// the sequence on, which is what a reader that found `addr` there checks before it
+    /// trusts what it read.
+    #[inline(always)]
     pub fn remove(&self, addr: usize) {
         if Self::refused(addr) {
             return;
         }
-        let Some(s) = self.find_any(addr) else {
-            return;
-        };
-        let Some(st) = s.lock(SPINS) else {
-            // Its words can no longer be trusted; the slot is freed when the address is
-            // made again.
-            s.poison(addr);
-            return;
-        };
+        let s = self.slot(Self::home(addr));
         if s.key.load(Ordering::Relaxed) & !POISONED == addr {
             s.key.store(TOMB, Ordering::Relaxed);
+            return;
         }
-        s.unlock(st);
+        self.remove_probe(addr);
+    }
+
+    /// [`AddressMap::remove`], with word `i` of the object as it was (`None` if the map
+    /// did not hold it). Only for a word no writer changes once the object is made.
+    #[inline(always)]
+    pub fn take(&self, addr: usize, i: usize) -> Option<u64> {
+        if Self::refused(addr) {
+            return None;
+        }
+        let i = i.min(N - 1);
+        let s = self.slot(Self::home(addr));
+        if s.key.load(Ordering::Relaxed) & !POISONED == addr {
+            // SAFETY: i < N.
+            let v = unsafe { s.words.get_unchecked(i) }.load(Ordering::Relaxed);
+            s.key.store(TOMB, Ordering::Relaxed);
+            return Some(v);
+        }
+        self.take_probe(addr, i)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_probe(&self, addr: usize, i: usize) -> Option<u64> {
+        let s = self.find_any(addr)?;
+        let v = s.words[i].load(Ordering::Relaxed);
+        s.key.store(TOMB, Ordering::Relaxed);
+        Some(v)
+    }
+
+    /// [`AddressMap::remove`] past the home slot.
+    #[cold]
+    #[inline(never)]
+    fn remove_probe(&self, addr: usize) {
+        if let Some(s) = self.find_any(addr) {
+            s.key.store(TOMB, Ordering::Relaxed);
+        }
     }
 
     /// Objects alive in the map now (a walk of every slot: for messages, not calls).

@@ -30,61 +30,142 @@ const BIAS_OF_D: u64 = 0xfe;
 const DIM_BITS: u32 = 20;
 
 /// A matmul descriptor's word (Lt numbers; a negative `bias_type` is unset), or 0.
+///
+/// Every field is checked by the bits above its width at once (a negative value has them
+/// all): the wrapped create and set calls compute this on every PyTorch GEMM.
+#[inline]
 pub fn desc_word(mm: &MatmulAttrs) -> u64 {
-    let small = |v: i32, bits: u32| (0..1 << bits).contains(&v).then_some(v as u64);
     let bias = if epilogue_has_bias(mm.epilogue) {
-        match mm.bias_type {
-            t if t < 0 => Some(BIAS_OF_D),
-            t if (t as u64) < BIAS_OF_D => Some(t as u64),
-            _ => None,
+        if mm.bias_type < 0 {
+            BIAS_OF_D
+        } else {
+            // An explicit type the codes above would take is out of range.
+            (mm.bias_type as u32 as u64) | ((mm.bias_type as u32 >= BIAS_OF_D as u32) as u64) << 8
         }
     } else {
-        Some(NO_BIAS)
+        NO_BIAS
     };
-    let fields = (|| {
-        let trans = |op: i32| matches!(op, OP_N | OP_T).then_some(op as u64);
-        Some(
-            small(mm.compute, 8)?
-                | small(mm.scale, 8)? << 8
-                | trans(mm.trans_a)? << 16
-                | trans(mm.trans_b)? << 17
-                | small(mm.pointer_mode, 4)? << 18
-                | (mm.epilogue < 1 << 16).then_some(u64::from(mm.epilogue))? << 22
-                | bias? << 38
-                | small(mm.sm_count, 12)? << 46,
-        )
-    })();
-    fields.map_or(0, |w| w | PACKED)
+    let u = |v: i32| v as u32 as u64;
+    let over = u(mm.compute) >> 8
+        | u(mm.scale) >> 8
+        | u(mm.trans_a) >> 1
+        | u(mm.trans_b) >> 1
+        | u(mm.pointer_mode) >> 4
+        | u64::from(mm.epilogue) >> 16
+        | bias >> 8
+        | u(mm.sm_count) >> 12;
+    if over != 0 {
+        return 0;
+    }
+    PACKED
+        | u(mm.compute)
+        | u(mm.scale) << 8
+        | u(mm.trans_a) << 16
+        | u(mm.trans_b) << 17
+        | u(mm.pointer_mode) << 18
+        | u64::from(mm.epilogue) << 22
+        | bias << 38
+        | u(mm.sm_count) << 46
 }
 
-/// The code of a type whose layouts are packed.
-fn type_code(t: CudaDataType) -> Option<u64> {
-    Some(match t {
-        R_32F => 0,
-        R_64F => 1,
-        R_16F => 2,
-        R_16BF => 3,
-        _ => return None,
-    })
+/// A field of a descriptor's word that a set can change in place ([`desc_word_set`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DescField {
+    Compute,
+    Scale,
+    TransA,
+    TransB,
+    PointerMode,
+    SmCount,
 }
+
+/// `word` (a packed descriptor word) with `field` set to `v`, or 0 when `v` is out of that
+/// field's range: the same word [`desc_word`] makes of the changed descriptor, without
+/// unpacking it (a set on a PyTorch descriptor's transposes costs a few instructions).
+/// The epilogue and bias type are not here: they change what the bias field means.
+#[inline]
+pub fn desc_word_set(word: u64, field: DescField, v: i32) -> u64 {
+    let (shift, bits) = match field {
+        DescField::Compute => (0, 8),
+        DescField::Scale => (8, 8),
+        DescField::TransA => (16, 1),
+        DescField::TransB => (17, 1),
+        DescField::PointerMode => (18, 4),
+        DescField::SmCount => (46, 12),
+    };
+    let v = v as u32 as u64;
+    if word == 0 || v >> bits != 0 {
+        return 0;
+    }
+    let mask = ((1u64 << bits) - 1) << shift;
+    (word & !mask) | v << shift
+}
+
+/// The code of each type whose layouts are packed, by type number (others: [`NO_TYPE`]).
+const TYPE_CODES: [u8; 16] = {
+    let mut t = [NO_TYPE; 16];
+    t[R_32F as usize] = 0;
+    t[R_64F as usize] = 1;
+    t[R_16F as usize] = 2;
+    t[R_16BF as usize] = 3;
+    t
+};
+const NO_TYPE: u8 = 0xff;
 
 /// A layout's word, or 0: one column-major matrix of a served type, rows, columns and
 /// leading dimension below 2^20 (the leading dimension at least 1; the stride of a single
 /// matrix is not read, but a negative one is refused, as the key refuses it).
+#[inline]
 pub fn layout_word(l: &LayoutAttrs) -> u64 {
-    let dim = |v: u64| (v < 1 << DIM_BITS).then_some(v);
-    let fields = (|| {
-        if l.batch != 1 || l.stride < 0 || l.order != ORDER_COL || l.ld < 1 {
-            return None;
-        }
-        Some(
-            dim(l.rows)?
-                | dim(l.cols)? << DIM_BITS
-                | dim(l.ld as u64)? << (2 * DIM_BITS)
-                | type_code(l.dtype)? << (3 * DIM_BITS),
-        )
-    })();
-    fields.map_or(0, |w| w | PACKED)
+    let code = TYPE_CODES
+        .get(l.dtype as u32 as usize)
+        .map_or(NO_TYPE, |&c| c);
+    let over = (l.rows | l.cols | l.ld as u64) >> DIM_BITS
+        | u64::from(code >> 2)
+        | u64::from(l.batch != 1 || l.order != ORDER_COL || l.ld < 1 || l.stride < 0);
+    if over != 0 {
+        return 0;
+    }
+    PACKED
+        | l.rows
+        | l.cols << DIM_BITS
+        | (l.ld as u64) << (2 * DIM_BITS)
+        | u64::from(code) << (3 * DIM_BITS)
+}
+
+/// The descriptor a packed word was made from (`d_type`: D's type, for an unset bias
+/// type of a bias epilogue; -1 where none is read). Only for a word [`desc_word`] made.
+pub fn unpack_desc(w: u64, d_type: i32) -> MatmulAttrs {
+    let bias = w >> 38 & 0xff;
+    MatmulAttrs {
+        compute: (w & 0xff) as i32,
+        scale: (w >> 8 & 0xff) as i32,
+        trans_a: (w >> 16 & 1) as i32,
+        trans_b: (w >> 17 & 1) as i32,
+        pointer_mode: (w >> 18 & 0xf) as i32,
+        epilogue: (w >> 22 & 0xffff) as u32,
+        bias_type: match bias {
+            NO_BIAS => -1,
+            BIAS_OF_D => d_type,
+            t => t as i32,
+        },
+        sm_count: (w >> 46 & 0xfff) as i32,
+    }
+}
+
+/// The layout a packed word was made from (one column-major matrix, stride 0). Only for a
+/// word [`layout_word`] made.
+pub fn unpack_layout(w: u64) -> LayoutAttrs {
+    let m = (1u64 << DIM_BITS) - 1;
+    LayoutAttrs {
+        dtype: [R_32F, R_64F, R_16F, R_16BF][(w >> (3 * DIM_BITS) & 3) as usize],
+        order: ORDER_COL,
+        rows: w & m,
+        cols: w >> DIM_BITS & m,
+        ld: (w >> (2 * DIM_BITS) & m) as i64,
+        batch: 1,
+        stride: 0,
+    }
 }
 
 /// The call keys of the objects a caller makes for `key`'s problem: its descriptor (with
@@ -194,11 +275,13 @@ impl CallIndex {
         loop {
             // SAFETY: masked by the power-of-two length.
             let s = unsafe { self.slots.get_unchecked(i & mask) };
-            if s.key == *k {
-                return Some(s.row);
-            }
+            // An empty slot first: a call key whose descriptor word is 0 (not packed) must
+            // never match one.
             if s.key[0] == 0 {
                 return None;
+            }
+            if s.key == *k {
+                return Some(s.row);
             }
             i += 1;
         }
@@ -217,39 +300,6 @@ impl CallIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The fields of a packed descriptor word (with `D`'s type for an unset bias).
-    fn unpack_desc(w: u64, d_type: i32) -> MatmulAttrs {
-        let epilogue = (w >> 22 & 0xffff) as u32;
-        let bias = w >> 38 & 0xff;
-        MatmulAttrs {
-            compute: (w & 0xff) as i32,
-            scale: (w >> 8 & 0xff) as i32,
-            trans_a: (w >> 16 & 1) as i32,
-            trans_b: (w >> 17 & 1) as i32,
-            pointer_mode: (w >> 18 & 0xf) as i32,
-            epilogue,
-            bias_type: match bias {
-                NO_BIAS => -1,
-                BIAS_OF_D => d_type,
-                t => t as i32,
-            },
-            sm_count: (w >> 46 & 0xfff) as i32,
-        }
-    }
-
-    fn unpack_layout(w: u64) -> LayoutAttrs {
-        let m = (1u64 << DIM_BITS) - 1;
-        LayoutAttrs {
-            dtype: [R_32F, R_64F, R_16F, R_16BF][(w >> 60 & 3) as usize],
-            order: ORDER_COL,
-            rows: w & m,
-            cols: w >> DIM_BITS & m,
-            ld: (w >> (2 * DIM_BITS) & m) as i64,
-            batch: 1,
-            stride: 0,
-        }
-    }
 
     /// A small deterministic generator for the property tests.
     struct Rng(u64);
@@ -355,6 +405,36 @@ mod tests {
         assert!(packed > 1000, "the test packs enough calls ({packed})");
     }
 
+    /// A field set in place makes the word packing the changed descriptor makes.
+    #[test]
+    fn fields_set_in_place_make_the_packed_word() {
+        let mm = MatmulAttrs::default();
+        let w = desc_word(&mm);
+        let cases = [
+            (DescField::Compute, COMPUTE_32F_FAST_16BF),
+            (DescField::Scale, R_16BF),
+            (DescField::TransA, OP_T),
+            (DescField::TransB, OP_T),
+            (DescField::PointerMode, 1),
+            (DescField::SmCount, 66),
+        ];
+        for (f, v) in cases {
+            let mut changed = mm;
+            match f {
+                DescField::Compute => changed.compute = v,
+                DescField::Scale => changed.scale = v,
+                DescField::TransA => changed.trans_a = v,
+                DescField::TransB => changed.trans_b = v,
+                DescField::PointerMode => changed.pointer_mode = v,
+                DescField::SmCount => changed.sm_count = v,
+            }
+            assert_eq!(desc_word_set(w, f, v), desc_word(&changed), "{f:?}");
+        }
+        assert_eq!(desc_word_set(w, DescField::TransA, OP_C), 0);
+        assert_eq!(desc_word_set(w, DescField::SmCount, -1), 0);
+        assert_eq!(desc_word_set(0, DescField::Scale, R_32F), 0);
+    }
+
     /// Every key of a PyTorch F.linear or addmm with bias (the bias of D's type set or
     /// left unset) has call keys, each giving the key back; a key outside the packed
     /// ranges has none.
@@ -388,6 +468,7 @@ mod tests {
         }
         let other = call_keys(&LtKey::linear(R_16BF, 4096, 8, 14336))[0];
         assert_eq!(index.get(&other), None);
+        assert_eq!(index.get(&[0; 5]), None, "objects not packed match no row");
         assert_eq!(CallIndex::default().get(&other), None);
     }
 

@@ -33,6 +33,7 @@
 //!   hooks.
 
 pub mod key;
+pub mod objects;
 pub mod real;
 pub mod serve;
 

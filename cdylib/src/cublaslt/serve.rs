@@ -44,6 +44,10 @@ impl Library for Cublaslt {
             )
         }
     }
+    #[inline(always)]
+    fn call_key(x: &LtCall) -> tunedblas_core::cublaslt::CallKey {
+        super::key::call_key(x)
+    }
     unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
         // SAFETY: per the trait.
         unsafe { super::key::read_key(x) }

@@ -24,7 +24,6 @@
 //! failure quarantines the row (`crate::lt::serve`).
 //! Keys without a row are recorded as `<host>-<pid>-<start>-hipblaslt-rank<device>.csv`.
 
-pub mod callers;
 pub mod ext;
 pub mod guard;
 pub mod key;

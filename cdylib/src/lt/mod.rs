@@ -6,6 +6,7 @@
 //! supplies what differs through [`serve::Library`]: its real functions, how it reads a
 //! key and how it rebuilds a row's algorithm.
 
+pub mod callers;
 pub mod key;
 pub mod objects;
 pub mod serve;

@@ -40,6 +40,10 @@ pub trait Library: 'static {
     /// # Safety
     /// `x` holds a caller's arguments; `algo` NULL, the caller's, or one this library made.
     unsafe fn call(f: Self::Matmul, x: &LtCall, algo: *const c_void) -> LtStatus;
+    /// The call key of a call (`lt::key::call_key`): four words read, no library call. A
+    /// key that matches no row (objects unknown or not packed, a call the key cannot
+    /// describe) sends the call the long way, [`Library::read_key`].
+    fn call_key(x: &LtCall) -> CallKey;
     /// The key of a call, or `None` when it is not one tunedblas serves.
     ///
     /// # Safety
@@ -188,54 +192,19 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
         bump(c.passed_through);
         return Decision::Pass;
     }
+    let table = rt.table();
+    // A row's call key: four words and one small lookup (`call_key.rs`).
+    if let Some((key, e)) = table.and_then(|t| t.get_call(&L::call_key(x))) {
+        return row::<L>(x, rt, key, e);
+    }
+    // The long way: the key from the objects' words (or cuBLASLt's getters).
     // SAFETY: the descriptors are the caller's, valid for the duration of the call.
     let Some(key) = (unsafe { L::read_key(x) }) else {
         bump(c.passed_through);
         return Decision::Pass;
     };
-    match rt.table().and_then(|t| t.get(&key)) {
-        Some(e) if e.is_quarantined() => {
-            bump(c.passed_through);
-            Decision::Pass
-        }
-        Some(e) => {
-            e.mark_hit();
-            if e.action == LtAction::Default {
-                bump(c.default);
-                return Decision::Pass;
-            }
-            // Once per key (again after a failure), by one caller at a time; with
-            // cancellation held off (the rebuild runs
-            // library code, and a cancellation acted on there would unwind into
-            // `catch_unwind`).
-            let prepared = e.prepared_or_try(|| {
-                let _no_cancel = NoCancel::new();
-                // SAFETY: as above.
-                unsafe { L::prepare(x, &key, &e.action) }
-            });
-            match prepared {
-                Prep::Ready(p)
-                    if p.fits(
-                        [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
-                        x.workspace,
-                        x.workspace_bytes,
-                    ) && p.class == unsafe { L::call_class(x, &key) } =>
-                {
-                    Decision::Tuned(&p.algo, e, rt)
-                }
-                Prep::Ready(_) | Prep::Busy => {
-                    // Less workspace or alignment than the tuned algorithm needs, a call of
-                    // another class, or another caller is rebuilding the algorithm now.
-                    bump(c.passed_through);
-                    Decision::Pass
-                }
-                Prep::Failed(why) => {
-                    prepare_failed(rt.spec.lib, e, &key, &why);
-                    bump(c.fallbacks);
-                    Decision::Pass
-                }
-            }
-        }
+    match table.and_then(|t| t.get(&key)) {
+        Some(e) => row::<L>(x, rt, &key, e),
         None => match rt.miss(&key) {
             Sight::Refused => {
                 refused(rt.spec.lib, &key);
@@ -256,6 +225,56 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
                 Decision::Pass
             }
         },
+    }
+}
+
+/// A call of a row's key: its rebuilt algorithm when the call can take it.
+#[inline(always)]
+fn row<L: Library>(
+    x: &LtCall,
+    rt: &'static LtRuntime,
+    key: &LtKey,
+    e: &'static LtEntry,
+) -> Decision {
+    let c = &rt.spec.counters;
+    if e.is_quarantined() {
+        bump(c.passed_through);
+        return Decision::Pass;
+    }
+    e.mark_hit();
+    if e.action == LtAction::Default {
+        bump(c.default);
+        return Decision::Pass;
+    }
+    // Once per key (again after a failure), by one caller at a time; with cancellation
+    // held off (the rebuild runs library code, and a cancellation acted on there would
+    // unwind into `catch_unwind`).
+    let prepared = e.prepared_or_try(|| {
+        let _no_cancel = NoCancel::new();
+        // SAFETY: the descriptors are the caller's, valid for the duration of the call.
+        unsafe { L::prepare(x, key, &e.action) }
+    });
+    match prepared {
+        Prep::Ready(p)
+            if p.fits(
+                [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
+                x.workspace,
+                x.workspace_bytes,
+            ) && p.class == unsafe { L::call_class(x, key) } =>
+        {
+            Decision::Tuned(&p.algo, e, rt)
+        }
+        Prep::Ready(_) | Prep::Busy => {
+            // Less workspace or alignment than the tuned algorithm needs, a call of another
+            // class, or another caller is rebuilding the algorithm now.
+            bump(c.passed_through);
+            Decision::Pass
+        }
+        Prep::Failed(why) => {
+            prepare_failed(rt.spec.lib, e, key, &why);
+            bump(c.fallbacks);
+            Decision::Pass
+        }
     }
 }
 
