@@ -184,6 +184,36 @@ impl<const N: usize> Words<'_, N> {
     }
 }
 
+/// The slot an object was found in ([`AddressMap::find_slot`]): read one of its words
+/// that never change, or change it, without looking it up again.
+pub struct Found<'a, const N: usize> {
+    slot: &'a Slot<N>,
+    addr: usize,
+}
+
+impl<const N: usize> Found<'_, N> {
+    /// Word `i` (`i < N`) as it was made: only for a word no writer changes once the object
+    /// is made (read with no check that the slot still holds the object).
+    #[inline(always)]
+    pub fn word(&self, i: usize) -> u64 {
+        self.slot.words[i].load(Ordering::Relaxed)
+    }
+
+    /// [`AddressMap::edit`] of this slot: `f` runs only if the slot still holds the object.
+    #[inline(always)]
+    pub fn edit(&self, f: impl FnOnce(&Words<'_, N>)) {
+        let s = self.slot;
+        let Some(st) = s.lock(SPINS) else {
+            s.poison(self.addr);
+            return;
+        };
+        if s.key.load(Ordering::Relaxed) == self.addr {
+            f(&Words(&s.words));
+        }
+        s.unlock(st);
+    }
+}
+
 /// Address -> `N` words, for at most `SLOTS` (a power of two) live objects. See the
 /// module docs.
 pub struct AddressMap<const N: usize, const SLOTS: usize> {
@@ -234,8 +264,9 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     /// poison bit).
     #[inline(always)]
     fn refused(addr: usize) -> bool {
-        // 0 wraps to the top; every address from the poison bit up is refused too.
-        addr.wrapping_sub(1) >= POISONED - 1
+        // 0 wraps to the top; every address with the poison bit or above is refused too.
+        const _: () = assert!(POISONED == 1 << 62);
+        (addr.wrapping_sub(1) | addr) >> 62 != 0
     }
 
     /// The slot whose key is `want(key)`, on `addr`'s probe.
@@ -361,22 +392,25 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         if Self::refused(addr) {
             return false;
         }
+        // The state before the key: entering from that very state means no writer came
+        // between, so the slot is still free as read.
         let s = self.slot(Self::home(addr));
+        let st = s.state.load(Ordering::Acquire);
         let k = s.key.load(Ordering::Relaxed);
-        if k == 0 || k == TOMB {
-            if let Some(st) = s.lock(1) {
-                let now = s.key.load(Ordering::Relaxed);
-                if now == 0 || now == TOMB {
-                    // The words before the key (a destroy reads the slot without a lock).
-                    for (w, &v) in s.words.iter().zip(words) {
-                        w.store(v, Ordering::Relaxed);
-                    }
-                    s.key.store(addr, Ordering::Relaxed);
-                    s.unlock(st);
-                    return true;
-                }
-                s.unlock(st);
+        if st & WRITING == 0
+            && (k == 0 || k == TOMB)
+            && s.state
+                .compare_exchange(st, st | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            fence(Ordering::Release);
+            // The words before the key (a destroy reads the slot without a lock).
+            for (w, &v) in s.words.iter().zip(words) {
+                w.store(v, Ordering::Relaxed);
             }
+            s.key.store(addr, Ordering::Relaxed);
+            s.unlock(st);
+            return true;
         }
         self.insert_probe(addr, words)
     }
@@ -466,6 +500,21 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
             f(&Words(&s.words));
         }
         s.unlock(st);
+    }
+
+    /// The slot of the object at `addr`, if the map knows it (unpoisoned).
+    #[inline(always)]
+    pub fn find_slot(&self, addr: usize) -> Option<Found<'_, N>> {
+        if Self::refused(addr) {
+            return None;
+        }
+        let home = self.slot(Self::home(addr));
+        let slot = if home.key.load(Ordering::Relaxed) == addr {
+            home
+        } else {
+            self.find_probe(addr)?
+        };
+        Some(Found { slot, addr })
     }
 
     /// The slot holding `addr` (unpoisoned), looked for along the whole probe.

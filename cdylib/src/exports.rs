@@ -641,36 +641,77 @@ macro_rules! lt_object_exports {
                 }
             }
 
+            /// A create's call sites: the create function, and the set and destroy
+            /// functions of its library, kept with each object it makes.
+            macro_rules! creates {
+                ($create:ident, $set:ident, $destroy:ident) => {
+                    Callers::with_fns(
+                        name(concat!(stringify!($create), "\0")),
+                        Some((
+                            name(concat!(stringify!($set), "\0")),
+                            name(concat!(stringify!($destroy), "\0")),
+                        )),
+                    )
+                };
+            }
+
+            /// A set or destroy of an object not known (or whose library's functions are
+            /// not): the function of the caller's library, by call site.
+            macro_rules! routed {
+                ($f:ident, $hook:ident, $ty:ty, $ret:expr) => {{
+                    static CALLERS: Callers =
+                        Callers::new(name(concat!(stringify!($f), "\0")));
+                    // SAFETY: the cache was made for this function, of this type.
+                    unsafe { CALLERS.real_fn::<$ty>($ret, &$hooks.$hook, $served) }
+                }};
+            }
+
             pub extern "C" fn desc_create(out: Out, compute: i32, scale: i32, ret: *const c_void) -> i32 {
-                static CALLERS: Callers = Callers::with_destroy(
-                    name(concat!(stringify!($desc_create), "\0")),
-                    Some(name(concat!(stringify!($desc_destroy), "\0"))),
-                );
+                static CALLERS: Callers = creates!($desc_create, $desc_set, $desc_destroy);
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_destroy::<DescCreateFn>(ret, &$hooks.desc_create, $served)
+                    CALLERS.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, $served)
                 };
-                let Some((f, destroy)) = f else { return NOT_INITIALIZED };
-                // The descriptor's word before the call: only it and `out` are kept across.
+                let Some((f, fns)) = f else { return NOT_INITIALIZED };
+                // The descriptor's word before the call: only it, `out` and `fns` are kept
+                // across (a descriptor the word cannot hold is made out of line).
                 let (mm, flags) = <$kinds>::new_desc(compute, scale);
                 let word = plain_desc(&mm, flags);
+                if word == 0 {
+                    return desc_create_full(f, fns, out, mm, flags, compute, scale);
+                }
+                // SAFETY: the caller's library's function, its own arguments.
+                let status = unsafe { f(out, compute, scale) };
+                if status == 0 && !out.is_null() {
+                    // SAFETY: the library wrote the new descriptor there.
+                    <$kinds>::DESCS.created_plain(unsafe { *out }, word, fns);
+                }
+                status
+            }
+
+            #[cold]
+            #[inline(never)]
+            fn desc_create_full(
+                f: DescCreateFn,
+                fns: u64,
+                out: Out,
+                mm: tunedblas_core::cublaslt::MatmulAttrs,
+                flags: u64,
+                compute: i32,
+                scale: i32,
+            ) -> i32 {
                 // SAFETY: the caller's library's function, its own arguments.
                 let status = unsafe { f(out, compute, scale) };
                 if status == 0 && !out.is_null() {
                     // SAFETY: the library wrote the new descriptor there.
                     let made = unsafe { *out };
-                    let _ = catch_unwind(|| {
-                        if word != 0 {
-                            <$kinds>::DESCS.created_plain(made, word, destroy)
-                        } else {
-                            let (mm, flags) = <$kinds>::new_desc(compute, scale);
-                            <$kinds>::DESCS.created(made, mm, flags, destroy)
-                        }
-                    });
+                    let _ = catch_unwind(|| <$kinds>::DESCS.created(made, mm, flags, fns));
                 }
                 status
             }
 
+            /// The set of the library that made the descriptor (kept with it), else the
+            /// caller's; what it set kept if it succeeded.
             pub extern "C" fn desc_set(
                 obj: *mut c_void,
                 attr: i32,
@@ -678,17 +719,20 @@ macro_rules! lt_object_exports {
                 size: usize,
                 ret: *const c_void,
             ) -> i32 {
-                static CALLERS: Callers = Callers::new(name(concat!(stringify!($desc_set), "\0")));
-                // SAFETY: the cache was made for this function, of this type.
-                let f = unsafe { CALLERS.real_fn::<SetFn>(ret, &$hooks.desc_set, $served) };
+                let found = <$kinds>::DESCS.find(obj);
+                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                // SAFETY: a registered set function of this type.
+                let f = match kept.and_then(|f| f.set()) {
+                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                    None => routed!($desc_set, desc_set, SetFn, ret),
+                };
                 let Some(f) = f else { return NOT_INITIALIZED };
-                // SAFETY: the caller's library's function, its own arguments.
+                // SAFETY: the library's function, the caller's own arguments.
                 let status = unsafe { f(obj, attr, buf, size) };
-                if status == 0 {
+                if let (0, Some(found)) = (status, &found) {
                     // SAFETY: the library just read `size` bytes at `buf`.
-                    let _ = catch_unwind(|| {
-                        <$kinds>::DESCS.changed(obj, unsafe { <$kinds>::desc_set(attr, buf, size) })
-                    });
+                    let change = unsafe { <$kinds>::desc_set(attr, buf, size) };
+                    let _ = catch_unwind(|| crate::lt::objects::Descs::changed_in(found, change));
                 }
                 status
             }
@@ -696,23 +740,15 @@ macro_rules! lt_object_exports {
             /// The object forgotten, then destroyed by the library that made it (kept with
             /// it), else by the caller's.
             pub extern "C" fn desc_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                let d = catch_unwind(|| <$kinds>::DESCS.taken(obj)).unwrap_or(0);
-                if d != 0 {
+                let kept = catch_unwind(|| <$kinds>::DESCS.taken(obj)).ok().flatten();
+                match kept.and_then(|f| f.destroy()) {
                     // SAFETY: the destroy function of the library that made `obj`.
-                    return unsafe { std::mem::transmute::<u64, DestroyFn>(d)(obj) };
-                }
-                desc_destroy_routed(obj, ret)
-            }
-
-            #[inline(never)]
-            fn desc_destroy_routed(obj: *mut c_void, ret: *const c_void) -> i32 {
-                static CALLERS: Callers =
-                    Callers::new(name(concat!(stringify!($desc_destroy), "\0")));
-                // SAFETY: the cache was made for this function, of this type.
-                match unsafe { CALLERS.real_fn::<DestroyFn>(ret, &$hooks.desc_destroy, $served) } {
-                    // SAFETY: the caller's library's function, its own descriptor.
-                    Some(f) => unsafe { f(obj) },
-                    None => NOT_INITIALIZED,
+                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                    None => match routed!($desc_destroy, desc_destroy, DestroyFn, ret) {
+                        // SAFETY: the caller's library's function, its own descriptor.
+                        Some(f) => unsafe { f(obj) },
+                        None => NOT_INITIALIZED,
+                    },
                 }
             }
 
@@ -724,35 +760,42 @@ macro_rules! lt_object_exports {
                 ld: i64,
                 ret: *const c_void,
             ) -> i32 {
-                static CALLERS: Callers = Callers::with_destroy(
-                    name(concat!(stringify!($layout_create), "\0")),
-                    Some(name(concat!(stringify!($layout_destroy), "\0"))),
-                );
+                static CALLERS: Callers = creates!($layout_create, $layout_set, $layout_destroy);
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_destroy::<LayoutCreateFn>(ret, &$hooks.layout_create, $served)
+                    CALLERS.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, $served)
                 };
-                let Some((f, destroy)) = f else { return NOT_INITIALIZED };
-                // The layout's word before the call: only it and `out` are kept across
-                // (the others only for a layout the word cannot hold).
-                let layout = |dtype, rows, cols, ld| LayoutAttrs::col(dtype, rows, cols, ld);
-                let word = plain_layout(&layout(dtype, rows, cols, ld), 0, 0);
+                let Some((f, fns)) = f else { return NOT_INITIALIZED };
+                // The layout's word before the call: only it, `out` and `fns` are kept
+                // across (a layout the word cannot hold is made out of line).
+                let l = LayoutAttrs::col(dtype, rows, cols, ld);
+                let word = plain_layout(&l, 0, 0);
+                if word == 0 {
+                    return layout_create_full(f, fns, out, l);
+                }
                 // SAFETY: the caller's library's function, its own arguments.
                 let status = unsafe { f(out, dtype, rows, cols, ld) };
                 if status == 0 && !out.is_null() {
                     // SAFETY: the library wrote the new layout there.
-                    let made = unsafe { *out };
-                    let _ = catch_unwind(|| {
-                        if word != 0 {
-                            <$kinds>::LAYOUTS.created_plain(made, word, destroy)
-                        } else {
-                            <$kinds>::LAYOUTS.created(made, layout(dtype, rows, cols, ld), destroy)
-                        }
-                    });
+                    <$kinds>::LAYOUTS.created_plain(unsafe { *out }, word, fns);
                 }
                 status
             }
 
+            #[cold]
+            #[inline(never)]
+            fn layout_create_full(f: LayoutCreateFn, fns: u64, out: Out, l: LayoutAttrs) -> i32 {
+                // SAFETY: the caller's library's function, its own arguments.
+                let status = unsafe { f(out, l.dtype, l.rows, l.cols, l.ld) };
+                if status == 0 && !out.is_null() {
+                    // SAFETY: the library wrote the new layout there.
+                    let made = unsafe { *out };
+                    let _ = catch_unwind(|| <$kinds>::LAYOUTS.created(made, l, fns));
+                }
+                status
+            }
+
+            /// As `desc_set`.
             pub extern "C" fn layout_set(
                 obj: *mut c_void,
                 attr: i32,
@@ -760,41 +803,35 @@ macro_rules! lt_object_exports {
                 size: usize,
                 ret: *const c_void,
             ) -> i32 {
-                static CALLERS: Callers =
-                    Callers::new(name(concat!(stringify!($layout_set), "\0")));
-                // SAFETY: the cache was made for this function, of this type.
-                let f = unsafe { CALLERS.real_fn::<SetFn>(ret, &$hooks.layout_set, $served) };
+                let found = <$kinds>::LAYOUTS.find(obj);
+                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                // SAFETY: a registered set function of this type.
+                let f = match kept.and_then(|f| f.set()) {
+                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                    None => routed!($layout_set, layout_set, SetFn, ret),
+                };
                 let Some(f) = f else { return NOT_INITIALIZED };
-                // SAFETY: the caller's library's function, its own arguments.
+                // SAFETY: the library's function, the caller's own arguments.
                 let status = unsafe { f(obj, attr, buf, size) };
-                if status == 0 {
+                if let (0, Some(found)) = (status, &found) {
                     // SAFETY: the library just read `size` bytes at `buf`.
-                    let _ = catch_unwind(|| {
-                        <$kinds>::LAYOUTS.changed(obj, unsafe { <$kinds>::layout_set(attr, buf, size) })
-                    });
+                    let change = unsafe { <$kinds>::layout_set(attr, buf, size) };
+                    let _ = catch_unwind(|| crate::lt::objects::Layouts::changed_in(found, change));
                 }
                 status
             }
 
             /// As `desc_destroy`.
             pub extern "C" fn layout_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                let d = catch_unwind(|| <$kinds>::LAYOUTS.taken(obj)).unwrap_or(0);
-                if d != 0 {
+                let kept = catch_unwind(|| <$kinds>::LAYOUTS.taken(obj)).ok().flatten();
+                match kept.and_then(|f| f.destroy()) {
                     // SAFETY: the destroy function of the library that made `obj`.
-                    return unsafe { std::mem::transmute::<u64, DestroyFn>(d)(obj) };
-                }
-                layout_destroy_routed(obj, ret)
-            }
-
-            #[inline(never)]
-            fn layout_destroy_routed(obj: *mut c_void, ret: *const c_void) -> i32 {
-                static CALLERS: Callers =
-                    Callers::new(name(concat!(stringify!($layout_destroy), "\0")));
-                // SAFETY: the cache was made for this function, of this type.
-                match unsafe { CALLERS.real_fn::<DestroyFn>(ret, &$hooks.layout_destroy, $served) } {
-                    // SAFETY: the caller's library's function, its own layout.
-                    Some(f) => unsafe { f(obj) },
-                    None => NOT_INITIALIZED,
+                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                    None => match routed!($layout_destroy, layout_destroy, DestroyFn, ret) {
+                        // SAFETY: the caller's library's function, its own layout.
+                        Some(f) => unsafe { f(obj) },
+                        None => NOT_INITIALIZED,
+                    },
                 }
             }
         }

@@ -68,37 +68,38 @@ pub fn desc_word(mm: &MatmulAttrs) -> u64 {
         | u(mm.sm_count) << 46
 }
 
-/// A field of a descriptor's word that a set can change in place ([`desc_word_set`]).
+/// Where a field a set can change in place sits in a packed descriptor word
+/// ([`desc_word_set`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DescField {
-    Compute,
-    Scale,
-    TransA,
-    TransB,
-    PointerMode,
-    SmCount,
+pub struct DescField {
+    shift: u8,
+    bits: u8,
+}
+
+impl DescField {
+    pub const COMPUTE: DescField = DescField { shift: 0, bits: 8 };
+    pub const SCALE: DescField = DescField { shift: 8, bits: 8 };
+    pub const TRANS_A: DescField = DescField { shift: 16, bits: 1 };
+    pub const TRANS_B: DescField = DescField { shift: 17, bits: 1 };
+    pub const POINTER_MODE: DescField = DescField { shift: 18, bits: 4 };
+    pub const SM_COUNT: DescField = DescField {
+        shift: 46,
+        bits: 12,
+    };
 }
 
 /// `word` (a packed descriptor word) with `field` set to `v`, or 0 when `v` is out of that
 /// field's range: the same word [`desc_word`] makes of the changed descriptor, without
 /// unpacking it (a set on a PyTorch descriptor's transposes costs a few instructions).
-/// The epilogue and bias type are not here: they change what the bias field means.
-#[inline]
+/// The epilogue and bias type are not fields here: they change what the bias field means.
+#[inline(always)]
 pub fn desc_word_set(word: u64, field: DescField, v: i32) -> u64 {
-    let (shift, bits) = match field {
-        DescField::Compute => (0, 8),
-        DescField::Scale => (8, 8),
-        DescField::TransA => (16, 1),
-        DescField::TransB => (17, 1),
-        DescField::PointerMode => (18, 4),
-        DescField::SmCount => (46, 12),
-    };
     let v = v as u32 as u64;
-    if word == 0 || v >> bits != 0 {
+    if word == 0 || v >> field.bits != 0 {
         return 0;
     }
-    let mask = ((1u64 << bits) - 1) << shift;
-    (word & !mask) | v << shift
+    let mask = ((1u64 << field.bits) - 1) << field.shift;
+    (word & !mask) | v << field.shift
 }
 
 /// The code of each type whose layouts are packed, by type number (others: [`NO_TYPE`]).
@@ -254,14 +255,16 @@ impl CallIndex {
         index
     }
 
+    /// The home slot of a call key: its words folded (each rotated apart) and one multiply,
+    /// high bits kept.
     #[inline(always)]
     fn home(&self, k: &CallKey) -> usize {
-        let h = k[0].wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            ^ k[1].wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
-            ^ k[2].wrapping_mul(0x1656_67b1_9e37_79f9)
-            ^ k[3].wrapping_mul(0x85eb_ca77_c2b2_ae63)
-            ^ k[4].wrapping_mul(0x27d4_eb2f_1656_67c5);
-        (h >> self.shift) as usize
+        let folded = k[0]
+            ^ k[1].rotate_left(13)
+            ^ k[2].rotate_left(26)
+            ^ k[3].rotate_left(39)
+            ^ k[4].rotate_left(52);
+        (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
     /// The row of a call key, if a row has it.
@@ -280,7 +283,14 @@ impl CallIndex {
             if s.key[0] == 0 {
                 return None;
             }
-            if s.key == *k {
+            // Word by word (an array compare calls memcmp): the layouts' words first,
+            // where rows differ.
+            if s.key[1] == k[1]
+                && s.key[2] == k[2]
+                && s.key[3] == k[3]
+                && s.key[4] == k[4]
+                && s.key[0] == k[0]
+            {
                 return Some(s.row);
             }
             i += 1;
@@ -410,29 +420,24 @@ mod tests {
     fn fields_set_in_place_make_the_packed_word() {
         let mm = MatmulAttrs::default();
         let w = desc_word(&mm);
-        let cases = [
-            (DescField::Compute, COMPUTE_32F_FAST_16BF),
-            (DescField::Scale, R_16BF),
-            (DescField::TransA, OP_T),
-            (DescField::TransB, OP_T),
-            (DescField::PointerMode, 1),
-            (DescField::SmCount, 66),
+        let cases: [(DescField, i32, fn(&mut MatmulAttrs, i32)); 6] = [
+            (DescField::COMPUTE, COMPUTE_32F_FAST_16BF, |m, v| {
+                m.compute = v
+            }),
+            (DescField::SCALE, R_16BF, |m, v| m.scale = v),
+            (DescField::TRANS_A, OP_T, |m, v| m.trans_a = v),
+            (DescField::TRANS_B, OP_T, |m, v| m.trans_b = v),
+            (DescField::POINTER_MODE, 1, |m, v| m.pointer_mode = v),
+            (DescField::SM_COUNT, 66, |m, v| m.sm_count = v),
         ];
-        for (f, v) in cases {
+        for (f, v, set) in cases {
             let mut changed = mm;
-            match f {
-                DescField::Compute => changed.compute = v,
-                DescField::Scale => changed.scale = v,
-                DescField::TransA => changed.trans_a = v,
-                DescField::TransB => changed.trans_b = v,
-                DescField::PointerMode => changed.pointer_mode = v,
-                DescField::SmCount => changed.sm_count = v,
-            }
+            set(&mut changed, v);
             assert_eq!(desc_word_set(w, f, v), desc_word(&changed), "{f:?}");
         }
-        assert_eq!(desc_word_set(w, DescField::TransA, OP_C), 0);
-        assert_eq!(desc_word_set(w, DescField::SmCount, -1), 0);
-        assert_eq!(desc_word_set(0, DescField::Scale, R_32F), 0);
+        assert_eq!(desc_word_set(w, DescField::TRANS_A, OP_C), 0);
+        assert_eq!(desc_word_set(w, DescField::SM_COUNT, -1), 0);
+        assert_eq!(desc_word_set(0, DescField::SCALE, R_32F), 0);
     }
 
     /// Every key of a PyTorch F.linear or addmm with bias (the bias of D's type set or

@@ -180,15 +180,42 @@ pub struct Prepared {
     /// hipBLASLt alpha and beta at 1 or 0); a call of another class keeps its own
     /// algorithm.
     pub class: u8,
+    /// `min_align` as masks of the low bits a pointer must not have (powers of two), and
+    /// whether any alignment is not a power of two (then checked by division).
+    masks: [usize; 4],
+    odd: bool,
 }
 
 impl Prepared {
+    pub fn new(algo: MatmulAlgo, workspace: usize, min_align: [u32; 4], class: u8) -> Prepared {
+        Prepared {
+            algo,
+            workspace,
+            min_align,
+            class,
+            masks: min_align.map(|a| (a as usize).saturating_sub(1)),
+            odd: min_align.iter().any(|&a| a > 1 && !a.is_power_of_two()),
+        }
+    }
+
     /// True when a call with these pointers and this workspace can use the algorithm.
-    #[inline]
+    /// (Four masks on every served call; an alignment that is not a power of two is
+    /// checked by division.)
+    #[inline(always)]
     pub fn fits(&self, ptrs: [usize; 4], workspace: *const c_void, workspace_bytes: usize) -> bool {
         if self.workspace > workspace_bytes || (self.workspace > 0 && workspace.is_null()) {
             return false;
         }
+        if self.odd {
+            return self.fits_by_division(ptrs);
+        }
+        let [a, b, c, d] = ptrs;
+        (a & self.masks[0]) | (b & self.masks[1]) | (c & self.masks[2]) | (d & self.masks[3]) == 0
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fits_by_division(&self, ptrs: [usize; 4]) -> bool {
         ptrs.iter()
             .zip(self.min_align)
             .all(|(p, a)| a <= 1 || p % a as usize == 0)
@@ -255,11 +282,18 @@ impl LtEntry {
     /// that inherited a rebuild in progress passes this row's calls through for good). A
     /// failed rebuild leaves the row to be tried again by a later call; the caller counts
     /// the failure ([`LtEntry::failed`]).
-    #[inline]
+    #[inline(always)]
     pub fn prepared_or_try<E>(&self, prepare: impl FnOnce() -> Result<Prepared, E>) -> Prep<'_, E> {
         if let Some(p) = self.prepared.get() {
             return Prep::Ready(p);
         }
+        self.prepare_now(prepare)
+    }
+
+    /// [`LtEntry::prepared_or_try`] before the algorithm is made.
+    #[cold]
+    #[inline(never)]
+    fn prepare_now<E>(&self, prepare: impl FnOnce() -> Result<Prepared, E>) -> Prep<'_, E> {
         if self.preparing.swap(true, Ordering::AcqRel) {
             return Prep::Busy;
         }
@@ -483,12 +517,7 @@ mod tests {
 
     #[test]
     fn prepared_algorithms_fit_only_calls_that_can_run_them() {
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 4096,
-            min_align: [16, 16, 16, 16],
-            class: 0,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 4096, [16, 16, 16, 16], 0);
         let ws = 0x1000 as *const c_void;
         assert!(p.fits([0x100, 0x200, 0x300, 0x300], ws, 4096));
         assert!(
@@ -500,12 +529,15 @@ mod tests {
             !p.fits([0x102, 0x200, 0x300, 0x300], ws, 4096),
             "A misaligned"
         );
-        let none = Prepared {
-            workspace: 0,
-            min_align: [2, 2, 2, 2],
-            ..p
-        };
+        let none = Prepared::new(p.algo, 0, [2, 2, 2, 2], 0);
         assert!(none.fits([0x102, 0x202, 0x302, 0x302], std::ptr::null(), 0));
+        let odd = Prepared::new(p.algo, 0, [12, 0, 1, 16], 0);
+        assert!(odd.fits([24, 3, 5, 32], std::ptr::null(), 0));
+        assert!(
+            !odd.fits([16, 3, 5, 32], std::ptr::null(), 0),
+            "16 is not a multiple of 12"
+        );
+        assert!(!odd.fits([24, 3, 5, 40], std::ptr::null(), 0));
     }
 
     /// One caller rebuilds; a caller arriving meanwhile (another thread, a signal handler
@@ -514,12 +546,7 @@ mod tests {
     #[test]
     fn a_row_is_prepared_once_and_never_waited_for() {
         let e = LtEntry::new(LtAction::Index(7));
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 0,
-            min_align: [1; 4],
-            class: 3,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 0, [1; 4], 3);
         let got = e.prepared_or_try(|| {
             assert!(
                 matches!(
@@ -542,12 +569,7 @@ mod tests {
     /// a second try fails too, and said quarantined once.
     #[test]
     fn a_row_that_fails_once_is_tried_again_and_quarantined_only_after_a_second_failure() {
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 0,
-            min_align: [1; 4],
-            class: 0,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 0, [1; 4], 0);
         let once = LtEntry::new(LtAction::Index(8));
         assert!(matches!(
             once.prepared_or_try(|| Err("raced")),

@@ -58,7 +58,6 @@ pub static SPEC: Spec = Spec {
     lib: LtLib::Cublaslt,
     matmul_name: "cublasLtMatmul",
     counters: Counters {
-        calls: Counter::LtCalls,
         served: Counter::LtServed,
         default: Counter::LtDefault,
         missed: Counter::LtMissed,

@@ -31,20 +31,21 @@ impl crate::lt::objects::Kinds for Kept {
     /// The descriptor attributes the key reads, all 4 bytes (the epilogue unsigned); one
     /// set with another size sends the descriptor to the getters.
     unsafe fn desc_set(attr: i32, buf: *const c_void, size: usize) -> Change {
-        let (i, signed) = match attr {
-            DESC_COMPUTE_TYPE => (desc::COMPUTE, true),
-            DESC_SCALE_TYPE => (desc::SCALE, true),
-            DESC_POINTER_MODE => (desc::POINTER_MODE, true),
-            DESC_TRANSA => (desc::TRANSA, true),
-            DESC_TRANSB => (desc::TRANSB, true),
-            DESC_EPILOGUE => (desc::EPILOGUE, false),
-            DESC_BIAS_DATA_TYPE => (desc::BIAS_TYPE, true),
-            DESC_SM_COUNT_TARGET => (desc::SM_COUNT, true),
+        let (i, signed, field) = match attr {
+            DESC_COMPUTE_TYPE => (desc::COMPUTE, true, Some(DescField::COMPUTE)),
+            DESC_SCALE_TYPE => (desc::SCALE, true, Some(DescField::SCALE)),
+            DESC_POINTER_MODE => (desc::POINTER_MODE, true, Some(DescField::POINTER_MODE)),
+            DESC_TRANSA => (desc::TRANSA, true, Some(DescField::TRANS_A)),
+            DESC_TRANSB => (desc::TRANSB, true, Some(DescField::TRANS_B)),
+            DESC_EPILOGUE => (desc::EPILOGUE, false, None),
+            DESC_BIAS_DATA_TYPE => (desc::BIAS_TYPE, true, None),
+            DESC_SM_COUNT_TARGET => (desc::SM_COUNT, true, Some(DescField::SM_COUNT)),
             _ => return Change::None,
         };
         // SAFETY: per the contract.
-        match (size, unsafe { field_value(buf, size, true, signed) }) {
-            (4, Some(v)) => Change::Word(i, v),
+        match (size, unsafe { field_value(buf, size, true, signed) }, field) {
+            (4, Some(v), Some(f)) => Change::Field(i, v, f),
+            (4, Some(v), None) => Change::Word(i, v),
             _ => Change::Flag(GETTERS),
         }
     }

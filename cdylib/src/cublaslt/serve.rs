@@ -118,10 +118,5 @@ unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Result<Prepared,
         result.workspace_size,
         min_align
     );
-    Ok(Prepared {
-        algo,
-        workspace: result.workspace_size,
-        min_align,
-        class: 0,
-    })
+    Ok(Prepared::new(algo, result.workspace_size, min_align, 0))
 }

@@ -51,7 +51,6 @@ pub static SPEC: Spec = Spec {
     lib: LtLib::Hipblaslt,
     matmul_name: "hipblasLtMatmul",
     counters: Counters {
-        calls: Counter::HipLtCalls,
         served: Counter::HipLtServed,
         default: Counter::HipLtDefault,
         missed: Counter::HipLtMissed,

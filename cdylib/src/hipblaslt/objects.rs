@@ -14,7 +14,7 @@
 use std::ffi::c_void;
 
 use tunedblas_core::abi::*;
-use tunedblas_core::cublaslt::MatmulAttrs;
+use tunedblas_core::cublaslt::{DescField, MatmulAttrs};
 use tunedblas_core::hipblaslt::{compute_type, operation};
 
 use crate::lt::objects::{
@@ -45,12 +45,14 @@ impl crate::lt::objects::Kinds for Kept {
     /// the kernel; any other attribute marks the descriptor. hipBLASLt reads a larger
     /// buffer's first bytes, and so is the value read here.
     unsafe fn desc_set(attr: i32, buf: *const c_void, size: usize) -> Change {
-        let (i, is_signed) = match attr {
-            HIPBLASLT_MATMUL_DESC_TRANSA => (desc::TRANSA, true),
-            HIPBLASLT_MATMUL_DESC_TRANSB => (desc::TRANSB, true),
-            HIPBLASLT_MATMUL_DESC_EPILOGUE => (desc::EPILOGUE, false),
-            HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE => (desc::BIAS_TYPE, true),
-            HIPBLASLT_MATMUL_DESC_POINTER_MODE => (desc::POINTER_MODE, true),
+        let (i, is_signed, field) = match attr {
+            HIPBLASLT_MATMUL_DESC_TRANSA => (desc::TRANSA, true, Some(DescField::TRANS_A)),
+            HIPBLASLT_MATMUL_DESC_TRANSB => (desc::TRANSB, true, Some(DescField::TRANS_B)),
+            HIPBLASLT_MATMUL_DESC_EPILOGUE => (desc::EPILOGUE, false, None),
+            HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE => (desc::BIAS_TYPE, true, None),
+            HIPBLASLT_MATMUL_DESC_POINTER_MODE => {
+                (desc::POINTER_MODE, true, Some(DescField::POINTER_MODE))
+            }
             HIPBLASLT_MATMUL_DESC_BIAS_POINTER => return Change::None,
             _ => return Change::Flag(UNSERVED),
         };
@@ -63,7 +65,10 @@ impl crate::lt::objects::Kinds for Kept {
             desc::BIAS_TYPE if !(0..255).contains(&(v as i32)) => signed(-1),
             _ => v,
         };
-        Change::Word(i, v)
+        match field {
+            Some(f) => Change::Field(i, v, f),
+            None => Change::Word(i, v),
+        }
     }
 
     /// Each layout attribute at its hipBLASLt number, read with its own size (4 bytes:
@@ -119,7 +124,7 @@ mod tests {
         let dset = |a, n| unsafe { Kept::desc_set(a, (&t as *const i32).cast(), n) };
         assert_eq!(
             dset(HIPBLASLT_MATMUL_DESC_TRANSA, 4),
-            Change::Word(desc::TRANSA, 1)
+            Change::Field(desc::TRANSA, 1, DescField::TRANS_A)
         );
         assert_eq!(dset(HIPBLASLT_MATMUL_DESC_TRANSB, 2), Change::Flag(GETTERS));
         assert_eq!(dset(HIPBLASLT_MATMUL_DESC_BIAS_POINTER, 8), Change::None);

@@ -63,39 +63,42 @@ struct Slot {
     ret: AtomicUsize,
     generation: AtomicU64,
     f: AtomicPtr<c_void>,
-    /// For a create: the destroy function of the library `f` is in (0: none found).
-    destroy: AtomicU64,
+    /// For a create: its library's set and destroy functions (`&'static Fns`; 0: not found).
+    fns: AtomicU64,
 }
 
 /// One export's cache of call sites: open addressing; a slot of an older generation is
 /// taken by the next call site that needs one, so unloads never fill it up.
 pub struct Callers {
     name: &'static CStr,
-    /// For a create: the name of the destroy function its objects are destroyed with,
-    /// found beside it (`Objects` keeps it with each object, so a destroy needs no lookup
-    /// of its call site).
-    destroy: Option<&'static CStr>,
+    /// For a create: the names of the set and destroy functions of its objects, found
+    /// beside it ([`Fns`]: `Objects` keeps them with each object, so a set or a destroy
+    /// needs no lookup of its call site).
+    fns: Option<(&'static CStr, &'static CStr)>,
     slots: [Slot; SLOTS],
 }
 
 impl Callers {
     pub const fn new(name: &'static CStr) -> Callers {
-        Callers::with_destroy(name, None)
+        Callers::with_fns(name, None)
     }
 
-    /// The cache of a create export, which also finds `destroy` in the library of each
-    /// create function it finds.
-    pub const fn with_destroy(name: &'static CStr, destroy: Option<&'static CStr>) -> Callers {
+    /// The cache of a create export, which also finds `fns` (set, destroy) in the library
+    /// of each create function it finds.
+    pub const fn with_fns(
+        name: &'static CStr,
+        fns: Option<(&'static CStr, &'static CStr)>,
+    ) -> Callers {
         Callers {
             name,
-            destroy,
+            fns,
             slots: [const {
                 Slot {
                     seq: AtomicU64::new(0),
                     ret: AtomicUsize::new(0),
                     generation: AtomicU64::new(0),
                     f: AtomicPtr::new(std::ptr::null_mut()),
-                    destroy: AtomicU64::new(0),
+                    fns: AtomicU64::new(0),
                 }
             }; SLOTS],
         }
@@ -107,7 +110,7 @@ impl Callers {
             & (SLOTS - 1)
     }
 
-    /// The function (and destroy function) kept in slot `i` for the call site `r`, if
+    /// The function (and a create's [`Fns`]) kept in slot `i` for the call site `r`, if
     /// kept there and of this generation.
     #[inline(always)]
     fn kept(&self, i: usize, r: usize) -> Option<(*mut c_void, u64)> {
@@ -118,8 +121,8 @@ impl Callers {
             return None;
         }
         let f = s.f.load(Ordering::Relaxed);
-        let d = if self.destroy.is_some() {
-            s.destroy.load(Ordering::Relaxed)
+        let d = if self.fns.is_some() {
+            s.fns.load(Ordering::Relaxed)
         } else {
             0
         };
@@ -130,7 +133,7 @@ impl Callers {
     }
 
     /// The real function for a caller at return address `ret` (and, for a create, the
-    /// destroy function beside it); `usual` is the hook (of the served build's table) the
+    /// [`Fns`] beside it); `usual` is the hook (of the served build's table) the
     /// function is found by otherwise, with `served` (the hook resolved in the served
     /// build's scope). A call site's home slot is looked at here; the rest of its probe
     /// out of line.
@@ -183,15 +186,16 @@ impl Callers {
         served: Served,
     ) -> Option<F> {
         // SAFETY: per the contract.
-        unsafe { self.real_fn_and_destroy(ret, usual, served) }.map(|(f, _)| f)
+        unsafe { self.real_fn_and_fns(ret, usual, served) }.map(|(f, _)| f)
     }
 
-    /// [`Callers::real_fn`], with the destroy function beside it (a create's; 0: none).
+    /// [`Callers::real_fn`], with the [`Fns`] beside it (a create's, as `&'static Fns`;
+    /// 0: none).
     ///
     /// # Safety
     /// As [`Callers::real_fn`].
     #[inline(always)]
-    pub unsafe fn real_fn_and_destroy<F: Copy>(
+    pub unsafe fn real_fn_and_fns<F: Copy>(
         &self,
         ret: *const c_void,
         usual: &Hook,
@@ -231,7 +235,9 @@ impl Callers {
                 served(usual)?
             }
         };
-        let d = self.destroy.map_or(0, |name| beside(f, name));
+        let d = self.fns.map_or(0, |(set, destroy)| {
+            Fns::register(beside(f, set), beside(f, destroy))
+        });
         self.keep(r, now, f, d);
         Some((f, d))
     }
@@ -258,7 +264,7 @@ impl Callers {
             fence(Ordering::Release);
             s.ret.store(r, Ordering::Relaxed);
             s.f.store(f, Ordering::Relaxed);
-            s.destroy.store(d, Ordering::Relaxed);
+            s.fns.store(d, Ordering::Relaxed);
             s.generation.store(now, Ordering::Relaxed);
             s.seq.store(seq + 2, Ordering::Release);
             return;
@@ -266,8 +272,77 @@ impl Callers {
     }
 }
 
-/// `name` as the library holding `f` defines it itself (0 if it does not): the destroy
-/// function of the library a create function is in.
+/// One library's set-attribute and destroy functions for one kind of object, kept with
+/// each object it made (`lt/objects.rs`): a set or a destroy then goes to the library that
+/// made its object without a lookup of its call site. Registered once per library and kind
+/// (at most [`FNS`] over a process's life; past that, objects go without and their calls
+/// are routed by call site), never changed or freed: an object alive means its library is
+/// loaded, so its functions are there.
+pub struct Fns {
+    set: AtomicPtr<c_void>,
+    destroy: AtomicPtr<c_void>,
+}
+
+/// Libraries' function pairs a process may register.
+const FNS: usize = 64;
+static REGISTERED: [Fns; FNS] = [const {
+    Fns {
+        set: AtomicPtr::new(std::ptr::null_mut()),
+        destroy: AtomicPtr::new(std::ptr::null_mut()),
+    }
+}; FNS];
+static CLAIMED: AtomicUsize = AtomicUsize::new(0);
+
+impl Fns {
+    /// The pair (`set`, `destroy`) as a word an object keeps (0: either missing, or no
+    /// room): the one registered, else a new registration.
+    pub(crate) fn register(set: u64, destroy: u64) -> u64 {
+        if set == 0 || destroy == 0 {
+            return 0;
+        }
+        let (set, destroy) = (set as *mut c_void, destroy as *mut c_void);
+        let seen = CLAIMED.load(Ordering::Acquire).min(FNS);
+        if let Some(f) = REGISTERED[..seen].iter().find(|f| {
+            f.set.load(Ordering::Acquire) == set && f.destroy.load(Ordering::Acquire) == destroy
+        }) {
+            return f as *const Fns as u64;
+        }
+        let i = CLAIMED.fetch_add(1, Ordering::AcqRel);
+        let Some(f) = REGISTERED.get(i) else {
+            return 0;
+        };
+        f.set.store(set, Ordering::Release);
+        f.destroy.store(destroy, Ordering::Release);
+        f as *const Fns as u64
+    }
+
+    /// The pair an object kept (its word), if any.
+    ///
+    /// # Safety
+    /// `word` is 0 or a word [`Fns::register`] returned.
+    #[inline(always)]
+    pub unsafe fn of(word: u64) -> Option<&'static Fns> {
+        // SAFETY: per the contract: a registered pair, never freed.
+        unsafe { (word as *const Fns).as_ref() }
+    }
+
+    /// The set-attribute function (None while its registration is not seen yet).
+    #[inline(always)]
+    pub fn set(&self) -> Option<*mut c_void> {
+        let p = self.set.load(Ordering::Acquire);
+        (!p.is_null()).then_some(p)
+    }
+
+    /// The destroy function (None while its registration is not seen yet).
+    #[inline(always)]
+    pub fn destroy(&self) -> Option<*mut c_void> {
+        let p = self.destroy.load(Ordering::Acquire);
+        (!p.is_null()).then_some(p)
+    }
+}
+
+/// `name` as the library holding `f` defines it itself (0 if it does not): a function of
+/// the library a create function is in.
 fn beside(f: *mut c_void, name: &CStr) -> u64 {
     let object = |p: *const c_void| {
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };

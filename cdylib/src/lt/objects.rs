@@ -25,8 +25,10 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tunedblas_core::address_map::AddressMap;
+use tunedblas_core::address_map::{AddressMap, Found, Words};
 use tunedblas_core::cublaslt::*;
+
+use super::callers::Fns;
 
 /// Objects of one kind alive at once that are kept (PyTorch has a handful alive).
 pub const SLOTS: usize = 1 << 13;
@@ -36,8 +38,9 @@ pub const SLOTS: usize = 1 << 13;
 pub mod desc {
     /// The descriptor's word of the call key (0: not packed, see `call_key.rs`).
     pub const CALL: usize = 0;
-    /// The real destroy function of the library that made it (0: not known).
-    pub const DESTROY: usize = 1;
+    /// The set and destroy functions of the library that made it (`lt::callers::Fns`; 0:
+    /// not known).
+    pub const FNS: usize = 1;
     pub const COMPUTE: usize = 2;
     pub const SCALE: usize = 3;
     pub const POINTER_MODE: usize = 4;
@@ -56,8 +59,8 @@ pub mod desc {
 pub mod layout {
     /// The layout's word of the call key (0: not packed).
     pub const CALL: usize = 0;
-    /// The real destroy function of the library that made it (0: not known).
-    pub const DESTROY: usize = 1;
+    /// The set and destroy functions of the library that made it (0: not known).
+    pub const FNS: usize = 1;
     pub const TYPE: usize = 2;
     pub const ORDER: usize = 3;
     pub const ROWS: usize = 4;
@@ -71,10 +74,10 @@ pub mod layout {
     pub const WORDS: usize = 11;
 }
 
-// Both kinds keep their call key's word first, their destroy function second and their
+// Both kinds keep their call key's word first, their library's functions second and their
 // flags last (`Objects` reads and sets them there).
 const _: () = assert!(desc::CALL == 0 && layout::CALL == 0);
-const _: () = assert!(desc::DESTROY == 1 && layout::DESTROY == 1);
+const _: () = assert!(desc::FNS == 1 && layout::FNS == 1);
 const _: () = assert!(desc::FLAGS == desc::WORDS - 1 && layout::FLAGS == layout::WORDS - 1);
 
 /// Flags: an attribute the key reads was set in a way not kept here (a size this file does
@@ -100,6 +103,9 @@ pub enum Change {
     None,
     /// Word `.0` is now `.1`.
     Word(usize, u64),
+    /// Descriptor word `.0` is now `.1`, a field a plain descriptor's word holds at `.2`
+    /// (changed there in place).
+    Field(usize, u64, DescField),
     /// These flags are set.
     Flag(u64),
 }
@@ -221,8 +227,8 @@ fn layout_plain(w: &[u64; layout::WORDS]) -> u64 {
 }
 
 /// An object's words as a set changes them: from its plain word (all else implied but its
-/// destroy function) or its words, `change` applied, and back: only the plain word written
-/// when there is one (the other words but the destroy function are then never read), else
+/// library's functions) or its words, `change` applied, and back: only the plain word
+/// written when there is one (the other words but the functions are then never read), else
 /// all words with a plain word of 0.
 fn apply<const N: usize>(
     w: &mut [u64; N],
@@ -239,7 +245,7 @@ fn apply<const N: usize>(
     };
     match change {
         Change::None => return,
-        Change::Word(i, v) => {
+        Change::Word(i, v) | Change::Field(i, v, _) => {
             if let Some(x) = full.get_mut(i) {
                 *x = v;
             }
@@ -252,6 +258,32 @@ fn apply<const N: usize>(
     } else {
         full[0] = 0;
         *w = full;
+    }
+}
+
+/// The functions of the library that made the object `found` (its word 1).
+#[inline(always)]
+pub fn fns_of<const N: usize>(found: &Found<'_, N>) -> Option<&'static Fns> {
+    // SAFETY: word 1 is 0 or what `Fns::register` returned.
+    unsafe { Fns::of(found.word(1)) }
+}
+
+/// [`apply`] to an object's words in its slot: only the plain word written when there is
+/// one, else all words.
+fn edit_all<const N: usize>(
+    w: &Words<'_, N>,
+    change: Change,
+    expand: fn(u64) -> [u64; N],
+    plain: fn(&[u64; N]) -> u64,
+) {
+    let mut all: [u64; N] = std::array::from_fn(|i| w.get(i));
+    apply(&mut all, change, expand, plain);
+    if all[0] != 0 {
+        w.set(0, all[0]);
+    } else {
+        for (i, x) in all.into_iter().enumerate() {
+            w.set(i, x);
+        }
     }
 }
 
@@ -295,28 +327,23 @@ impl<const N: usize> Objects<N> {
         }
     }
 
-    /// An object was made at `object` by a library whose destroy function is `destroy`:
-    /// its plain word, or (0) all its words.
+    /// An object was made at `object` by a library whose functions are `fns`
+    /// (`lt::callers::Fns`): its plain word, or (0) all its words.
     #[inline(always)]
-    fn made(
-        &self,
-        object: *mut c_void,
-        plain: u64,
-        destroy: u64,
-        words: impl FnOnce() -> [u64; N],
-    ) {
+    fn made(&self, object: *mut c_void, plain: u64, fns: u64, words: impl FnOnce() -> [u64; N]) {
         if object.is_null() {
             return;
         }
         let kept = if plain != 0 {
-            self.map.insert_first(object as usize, &[plain, destroy])
+            self.map.insert_first(object as usize, &[plain, fns])
         } else {
             let mut w = words();
-            w[1] = destroy;
+            w[1] = fns;
             self.map.insert(object as usize, w)
         };
         if !kept && !self.full_said.swap(true, Ordering::Relaxed) {
-            self.say_full();
+            // (Our panics never reach the caller: this one logs.)
+            let _ = std::panic::catch_unwind(|| self.say_full());
         }
     }
 
@@ -333,17 +360,25 @@ impl<const N: usize> Objects<N> {
     }
 
     /// An object was made at `object` whose plain word is `plain` (not 0), by a library
-    /// whose destroy function is `destroy` (0: not known).
+    /// whose functions are `fns` (0: not known).
     #[inline(always)]
-    pub fn created_plain(&self, object: *mut c_void, plain: u64, destroy: u64) {
-        self.made(object, plain, destroy, || [0; N]);
+    pub fn created_plain(&self, object: *mut c_void, plain: u64, fns: u64) {
+        self.made(object, plain, fns, || [0; N]);
     }
 
-    /// [`Objects::destroyed`], with the destroy function of the library that made the
-    /// object (0 when the object or its library's function is not known).
+    /// The slot of the object at `object`, if known (for a set: its library's functions,
+    /// then the change, with one lookup).
     #[inline(always)]
-    pub fn taken(&self, object: *mut c_void) -> u64 {
-        self.map.take(object as usize, 1).unwrap_or(0)
+    pub fn find(&self, object: *mut c_void) -> Option<Found<'_, N>> {
+        self.map.find_slot(object as usize)
+    }
+
+    /// The object at `object` is about to be destroyed: its slot is freed; the functions
+    /// of the library that made it, if known.
+    #[inline(always)]
+    pub fn taken(&self, object: *mut c_void) -> Option<&'static Fns> {
+        // SAFETY: word 1 is 0 or what `Fns::register` returned.
+        unsafe { Fns::of(self.map.take(object as usize, 1).unwrap_or(0)) }
     }
 
     /// The object's word of the call key: 0 if unknown or not packed.
@@ -364,55 +399,40 @@ impl Descs {
     }
 
     /// A descriptor was made at `object` with these attributes and flags, by a library
-    /// whose destroy function is `destroy` (0: not known).
+    /// whose functions are `fns` (0: not known).
     #[inline(always)]
-    pub fn created(&self, object: *mut c_void, mm: MatmulAttrs, flags: u64, destroy: u64) {
-        self.made(object, plain_desc(&mm, flags), destroy, || {
+    pub fn created(&self, object: *mut c_void, mm: MatmulAttrs, flags: u64, fns: u64) {
+        self.made(object, plain_desc(&mm, flags), fns, || {
             desc_words(&mm, flags)
         });
     }
 
     /// A set-attribute call on the descriptor at `object` succeeded, changing this (a
-    /// known descriptor only). A plain descriptor's transposes, types, pointer mode or SM
-    /// count are changed in its one word; anything else through all its words.
-    #[inline]
+    /// known descriptor only).
+    #[cfg(test)]
     pub fn changed(&self, object: *mut c_void, change: Change) {
-        let Change::Word(i, v) = change else {
-            if change != Change::None {
-                self.0.map.update(object as usize, |w| {
-                    apply(w, change, desc_expand, desc_plain)
-                });
-            }
-            return;
-        };
-        let field = match i {
-            desc::COMPUTE => Some(DescField::Compute),
-            desc::SCALE => Some(DescField::Scale),
-            desc::TRANSA => Some(DescField::TransA),
-            desc::TRANSB => Some(DescField::TransB),
-            desc::POINTER_MODE => Some(DescField::PointerMode),
-            desc::SM_COUNT => Some(DescField::SmCount),
-            _ => None,
-        };
-        self.0.map.edit(object as usize, |w| {
-            let p = w.get(desc::CALL);
-            if let Some(f) = field.filter(|_| p != 0) {
-                let n = desc_word_set(p, f, v as i32);
+        if let Some(found) = self.find(object) {
+            Self::changed_in(&found, change);
+        }
+    }
+
+    /// A set-attribute call on the descriptor `found` succeeded, changing this. A plain
+    /// descriptor's transposes, types, pointer mode or SM count ([`Change::Field`]) are
+    /// changed in its one word; anything else through all its words.
+    #[inline(always)]
+    pub fn changed_in(found: &Found<'_, { desc::WORDS }>, change: Change) {
+        match change {
+            Change::None => {}
+            Change::Field(_, v, f) => found.edit(|w| {
+                let n = desc_word_set(w.get(desc::CALL), f, v as i32);
                 if n != 0 {
                     w.set(desc::CALL, n);
-                    return;
+                } else {
+                    edit_all(w, change, desc_expand, desc_plain);
                 }
-            }
-            let mut all: [u64; desc::WORDS] = std::array::from_fn(|i| w.get(i));
-            apply(&mut all, change, desc_expand, desc_plain);
-            if all[desc::CALL] != 0 {
-                w.set(desc::CALL, all[desc::CALL]);
-            } else {
-                for (i, x) in all.into_iter().enumerate() {
-                    w.set(i, x);
-                }
-            }
-        });
+            }),
+            _ => found.edit(|w| edit_all(w, change, desc_expand, desc_plain)),
+        }
     }
 
     /// All the words of the descriptor at `object`, if known.
@@ -433,23 +453,29 @@ impl Layouts {
         Layouts(Objects::new(what))
     }
 
-    /// A layout was made at `object` with these attributes, by a library whose destroy
-    /// function is `destroy` (0: not known).
+    /// A layout was made at `object` with these attributes, by a library whose functions
+    /// are `fns` (0: not known).
     #[inline(always)]
-    pub fn created(&self, object: *mut c_void, l: LayoutAttrs, destroy: u64) {
-        self.made(object, plain_layout(&l, 0, 0), destroy, || {
+    pub fn created(&self, object: *mut c_void, l: LayoutAttrs, fns: u64) {
+        self.made(object, plain_layout(&l, 0, 0), fns, || {
             layout_words(&l, 0, 0)
         });
     }
 
     /// A set-attribute call on the layout at `object` succeeded, changing this (a known
     /// layout only).
-    #[inline]
+    #[cfg(test)]
     pub fn changed(&self, object: *mut c_void, change: Change) {
+        if let Some(found) = self.find(object) {
+            Self::changed_in(&found, change);
+        }
+    }
+
+    /// A set-attribute call on the layout `found` succeeded, changing this.
+    #[inline]
+    pub fn changed_in(found: &Found<'_, { layout::WORDS }>, change: Change) {
         if change != Change::None {
-            self.0.map.update(object as usize, |w| {
-                apply(w, change, layout_expand, layout_plain)
-            });
+            found.edit(|w| edit_all(w, change, layout_expand, layout_plain));
         }
     }
 
@@ -552,7 +578,8 @@ mod tests {
         assert_eq!(O.get(a), None);
         assert_eq!(O.call_word(a), 0);
         let l = LayoutAttrs::col(R_16BF, 64, 32, 64);
-        O.created(a, l, 0x7777);
+        let fns = Fns::register(0x1111, 0x7777);
+        O.created(a, l, fns);
         let w = O.get(a).unwrap();
         assert_eq!(layout_attrs(&w), l);
         assert_eq!(w[layout::CALL], layout_word(&l));
@@ -583,12 +610,12 @@ mod tests {
         assert_eq!(O.get(a).unwrap()[layout::FLAGS], GETTERS);
         assert_eq!(layout_attrs(&O.get(a).unwrap()), l96, "the fields kept");
         assert_eq!(
-            O.taken(a),
-            0x7777,
+            O.taken(a).and_then(Fns::destroy),
+            Some(0x7777 as *mut c_void),
             "its library's destroy function, kept through sets"
         );
         assert_eq!(O.get(a), None, "a destroyed object has no words");
-        assert_eq!(O.taken(a), 0, "not known any more");
+        assert!(O.taken(a).is_none(), "not known any more");
         O.changed(a, Change::Word(layout::LD, 128));
         assert_eq!(
             O.get(a),
@@ -616,7 +643,8 @@ mod tests {
         static O: Descs = Descs::new("descriptors");
         let d = 0x2000 as *mut c_void;
         let mut want = new_desc(COMPUTE_32F, R_32F);
-        O.created(d, want, 0, 0x5555);
+        let fns = Fns::register(0x4444, 0x5555);
+        O.created(d, want, 0, fns);
         assert_ne!(O.call_word(d), 0);
         let steps = [
             (desc::TRANSA, signed(OP_T)),
@@ -638,12 +666,16 @@ mod tests {
             assert_eq!(O.call_word(d), plain_desc(&want, 0));
         }
         assert_eq!(O.call_word(d), 0, "a bias type of -7 is not plain");
+        assert_eq!(O.get(d).unwrap()[desc::FNS], fns, "the functions kept");
+        let found = O.find(d).unwrap();
         assert_eq!(
-            O.get(d).unwrap()[desc::DESTROY],
-            0x5555,
-            "the destroy function kept"
+            fns_of(&found).and_then(Fns::set),
+            Some(0x4444 as *mut c_void)
         );
-        assert_eq!(O.taken(d), 0x5555);
+        assert_eq!(
+            O.taken(d).and_then(Fns::destroy),
+            Some(0x5555 as *mut c_void)
+        );
     }
 
     /// A host making and destroying its objects at ever new addresses, as a long-running

@@ -85,9 +85,7 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
             return STATUS_NOT_INITIALIZED;
         };
         if let Some(rt) = L::runtime() {
-            let c = &rt.spec.counters;
-            bump(c.calls);
-            bump(c.passed_through);
+            bump(rt.spec.counters.passed_through);
         }
         // SAFETY: the caller's own arguments, to the build its handle came from.
         return unsafe { L::call(real, x, x.algo) };
@@ -100,6 +98,9 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
         Ok(d) => d,
         Err(_) => {
             L::STATE.latch_off("a panic while choosing an algorithm");
+            if let Some(rt) = L::STATE.runtime.peek() {
+                bump(rt.spec.counters.passed_through);
+            }
             Decision::Pass
         }
     };
@@ -187,17 +188,23 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
         return Decision::Pass;
     };
     let c = &rt.spec.counters;
-    bump(c.calls);
     if !L::STATE.serving() {
         bump(c.passed_through);
         return Decision::Pass;
     }
-    let table = rt.table();
     // A row's call key: four words and one small lookup (`call_key.rs`).
-    if let Some((key, e)) = table.and_then(|t| t.get_call(&L::call_key(x))) {
+    if let Some((key, e)) = rt.table().and_then(|t| t.get_call(&L::call_key(x))) {
         return row::<L>(x, rt, key, e);
     }
-    // The long way: the key from the objects' words (or cuBLASLt's getters).
+    decide_long::<L>(x, rt)
+}
+
+/// [`decide`] for a call whose call key names no row: its key from the objects' words (or
+/// cuBLASLt's getters), the table, the miss set.
+#[inline(never)]
+fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime) -> Decision {
+    let c = &rt.spec.counters;
+    let table = rt.table();
     // SAFETY: the descriptors are the caller's, valid for the duration of the call.
     let Some(key) = (unsafe { L::read_key(x) }) else {
         bump(c.passed_through);
