@@ -14,6 +14,8 @@
 //! fields, [`key_from_attrs`], the table), which gives the same answer.
 
 use super::*;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// A descriptor's word and its four layouts' (A, B, C, D).
 pub type CallKey = [u64; 5];
@@ -307,6 +309,134 @@ impl CallIndex {
     }
 }
 
+/// Call keys that matched no row, with their key and its hash, so a repeated miss is not
+/// worked out again (objects read in full, the key built and checked, the table looked up,
+/// the key hashed): the four words of the call key and this lookup find them.
+/// Insert-only and bounded ([`CallMisses::SLOTS`], allocated at the first miss): a call key
+/// that finds no room is worked out the long way each time, with the same answer. Kept by
+/// the table whose misses they are, so a table replaced takes its misses with it.
+#[derive(Default)]
+pub struct CallMisses {
+    slots: OnceLock<Box<[MissSlot]>>,
+}
+
+/// One kept miss: written once by the caller that took the slot ([`READY`] then), never
+/// changed after.
+struct MissSlot {
+    state: AtomicU8,
+    entry: UnsafeCell<(CallKey, LtKey, u64)>,
+}
+
+// SAFETY: `entry` is written only by the one writer that moved `state` from EMPTY to
+// WRITING, and read only after `state` is READY (Acquire), after which nothing writes it.
+unsafe impl Sync for MissSlot {}
+
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const READY: u8 = 2;
+
+impl std::fmt::Debug for CallMisses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CallMisses({} kept)", self.len())
+    }
+}
+
+impl CallMisses {
+    /// Misses kept per table.
+    pub const SLOTS: usize = 1024;
+    /// Slots a lookup or a keep looks at from a call key's home.
+    const PROBES: usize = 16;
+
+    #[inline(always)]
+    fn home(k: &CallKey) -> usize {
+        let folded = k[0]
+            ^ k[1].rotate_left(13)
+            ^ k[2].rotate_left(26)
+            ^ k[3].rotate_left(39)
+            ^ k[4].rotate_left(52);
+        (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - Self::SLOTS.trailing_zeros())) as usize
+    }
+
+    /// The key and hash of a call key that missed before, if kept.
+    #[inline]
+    pub fn get(&self, k: &CallKey) -> Option<(&LtKey, u64)> {
+        let slots = self.slots.get()?;
+        if k[0] == 0 {
+            return None;
+        }
+        let home = Self::home(k);
+        for step in 0..Self::PROBES {
+            let s = &slots[(home + step) & (Self::SLOTS - 1)];
+            match s.state.load(Ordering::Acquire) {
+                EMPTY => return None,
+                READY => {
+                    // SAFETY: READY: written whole, never written again.
+                    let (ck, key, hash) = unsafe { &*s.entry.get() };
+                    if ck[1] == k[1]
+                        && ck[2] == k[2]
+                        && ck[3] == k[3]
+                        && ck[4] == k[4]
+                        && ck[0] == k[0]
+                    {
+                        return Some((key, *hash));
+                    }
+                }
+                _ => {} // being written: look further
+            }
+        }
+        None
+    }
+
+    /// A call key missed with this key (whose hash is `hash`): kept if there is room and
+    /// every word of it is packed.
+    pub fn keep(&self, k: &CallKey, key: &LtKey, hash: u64) {
+        if k.contains(&0) {
+            return;
+        }
+        let slots = self.slots.get_or_init(|| {
+            (0..Self::SLOTS)
+                .map(|_| MissSlot {
+                    state: AtomicU8::new(EMPTY),
+                    entry: UnsafeCell::new(([0; 5], LtKey::linear(R_32F, 1, 1, 1), 0)),
+                })
+                .collect()
+        });
+        let home = Self::home(k);
+        for step in 0..Self::PROBES {
+            let s = &slots[(home + step) & (Self::SLOTS - 1)];
+            if s.state
+                .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // SAFETY: this caller took the slot (EMPTY -> WRITING); no one reads it
+                // until it is READY.
+                unsafe { *s.entry.get() = (*k, *key, hash) };
+                s.state.store(READY, Ordering::Release);
+                return;
+            }
+            if s.state.load(Ordering::Acquire) == READY {
+                // SAFETY: as in `get`.
+                if unsafe { &(*s.entry.get()).0 } == k {
+                    return; // kept already (by another caller)
+                }
+            }
+        }
+    }
+
+    /// Misses kept (a walk: for messages and tests).
+    pub fn len(&self) -> usize {
+        self.slots.get().map_or(0, |s| {
+            s.iter()
+                .filter(|s| s.state.load(Ordering::Acquire) == READY)
+                .count()
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,6 +605,66 @@ mod tests {
         assert_eq!(index.get(&other), None);
         assert_eq!(index.get(&[0; 5]), None, "objects not packed match no row");
         assert_eq!(CallIndex::default().get(&other), None);
+    }
+
+    /// A missed call key is kept with its key and hash and found again; call keys with a
+    /// word not packed are not kept; past the room, misses are simply not kept.
+    #[test]
+    fn missed_call_keys_are_kept_and_found_again() {
+        let m = CallMisses::default();
+        let k = LtKey::linear(R_16BF, 64, 3, 64);
+        let ck = call_keys(&k)[0];
+        assert!(m.get(&ck).is_none());
+        m.keep(&ck, &k, 77);
+        assert_eq!(m.get(&ck), Some((&k, 77)));
+        m.keep(&ck, &k, 77);
+        assert_eq!(m.len(), 1, "kept once");
+        let mut unpacked = ck;
+        unpacked[2] = 0;
+        m.keep(&unpacked, &k, 1);
+        assert!(m.get(&unpacked).is_none());
+        for t in 1..=4 * CallMisses::SLOTS as i64 {
+            let k = LtKey::linear(R_16BF, 128, t, 64);
+            m.keep(&call_keys(&k)[0], &k, t as u64);
+        }
+        assert!(m.len() <= CallMisses::SLOTS);
+        let found = (1..=4 * CallMisses::SLOTS as i64)
+            .filter(|&t| {
+                let k = LtKey::linear(R_16BF, 128, t, 64);
+                m.get(&call_keys(&k)[0])
+                    .is_some_and(|(key, h)| *key == k && h == t as u64)
+            })
+            .count();
+        assert_eq!(
+            found,
+            m.len() - 1,
+            "every kept miss is found as it was kept"
+        );
+    }
+
+    /// Threads keeping and finding misses at once read only whole entries.
+    #[test]
+    fn threads_keeping_misses_at_once_read_whole_entries() {
+        let m = std::sync::Arc::new(CallMisses::default());
+        let threads: Vec<_> = (0..4i64)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000i64 {
+                        let tokens = 1 + (i * 7 + t) % 300;
+                        let k = LtKey::linear(R_16BF, 256, tokens, 64);
+                        let ck = call_keys(&k)[0];
+                        m.keep(&ck, &k, tokens as u64);
+                        if let Some((key, h)) = m.get(&ck) {
+                            assert_eq!((*key, h), (k, tokens as u64), "a torn entry");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 
     /// Many rows, including ones whose call keys differ only in one layout, each found.

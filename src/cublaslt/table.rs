@@ -345,6 +345,8 @@ pub struct LtTable {
     rows: Vec<(LtKey, LtEntry)>,
     by_key: HashMap<LtKey, u32, FxBuild>,
     by_call: CallIndex,
+    /// Call keys that matched no row of this table (`CallMisses`).
+    pub misses: CallMisses,
 }
 
 impl LtTable {
@@ -368,6 +370,7 @@ impl LtTable {
             rows: kept,
             by_key,
             by_call,
+            misses: CallMisses::default(),
         }
     }
     #[inline]

@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::misslog::Sight;
+use tunedblas_core::misslog::{self, Sight};
 
 use super::{Lt, LtCall, LtRuntime};
 use crate::lifecycle::NoCancel;
@@ -192,17 +192,25 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
         bump(c.passed_through);
         return Decision::Pass;
     }
-    // A row's call key: four words and one small lookup (`call_key.rs`).
-    if let Some((key, e)) = rt.table().and_then(|t| t.get_call(&L::call_key(x))) {
-        return row::<L>(x, rt, key, e);
+    // A row's call key: four words and one small lookup (`call_key.rs`); a call key that
+    // missed before, its key and hash from the table's misses.
+    let call = L::call_key(x);
+    if let Some(t) = rt.table() {
+        if let Some((key, e)) = t.get_call(&call) {
+            return row::<L>(x, rt, key, e);
+        }
+        if let Some((key, hash)) = t.misses.get(&call) {
+            return missed(x, rt, key, hash);
+        }
     }
-    decide_long::<L>(x, rt)
+    decide_long::<L>(x, rt, &call)
 }
 
-/// [`decide`] for a call whose call key names no row: its key from the objects' words (or
-/// cuBLASLt's getters), the table, the miss set.
+/// [`decide`] for a call whose call key names no row and missed no time before: its key
+/// from the objects' words (or cuBLASLt's getters), the table, the miss set (and, for the
+/// next time, the table's misses).
 #[inline(never)]
-fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime) -> Decision {
+fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: &CallKey) -> Decision {
     let c = &rt.spec.counters;
     let table = rt.table();
     // SAFETY: the descriptors are the caller's, valid for the duration of the call.
@@ -210,29 +218,43 @@ fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime) -> Decision {
         bump(c.passed_through);
         return Decision::Pass;
     };
-    match table.and_then(|t| t.get(&key)) {
-        Some(e) => row::<L>(x, rt, &key, e),
-        None => match rt.miss(&key) {
-            Sight::Refused => {
-                refused(rt.spec.lib, &key);
-                bump(c.passed_through);
-                Decision::Pass
-            }
-            sight => {
-                if sight == Sight::First {
-                    let (op, sig) = op_and_signature(&key);
-                    debug!(
-                        "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
-                        rt.spec.lib.name(),
-                        x.workspace_bytes,
-                        if x.algo.is_null() { "NULL" } else { "given" }
-                    );
-                }
-                bump(c.missed);
-                Decision::Pass
-            }
-        },
+    if let Some(e) = table.and_then(|t| t.get(&key)) {
+        return row::<L>(x, rt, &key, e);
     }
+    let hash = misslog::key_hash(&key);
+    let decision = missed(x, rt, &key, hash);
+    if let (Some(t), Decision::Pass) = (table, &decision) {
+        if key.plausible().is_ok() {
+            t.misses.keep(call, &key, hash);
+        }
+    }
+    decision
+}
+
+/// A call whose key (hashed `hash`) has no row: recorded, or passed through when no caller
+/// could have made its key.
+#[inline]
+fn missed(x: &LtCall, rt: &'static LtRuntime, key: &LtKey, hash: u64) -> Decision {
+    let c = &rt.spec.counters;
+    match rt.miss(key, hash) {
+        Sight::Refused => {
+            refused(rt.spec.lib, key);
+            bump(c.passed_through);
+        }
+        sight => {
+            if sight == Sight::First {
+                let (op, sig) = op_and_signature(key);
+                debug!(
+                    "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
+                    rt.spec.lib.name(),
+                    x.workspace_bytes,
+                    if x.algo.is_null() { "NULL" } else { "given" }
+                );
+            }
+            bump(c.missed);
+        }
+    }
+    Decision::Pass
 }
 
 /// A call of a row's key: its rebuilt algorithm when the call can take it.
