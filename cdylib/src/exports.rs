@@ -1,8 +1,10 @@
 //! Every symbol `libtunedblas.so` exports, in one file.
 //!
 //! Each export interposes the whole process, so the list is short on purpose: the rocBLAS
-//! GEMM entry points we serve, `cublasLtMatmul` and its serving switch, and `_exit` (so `os._exit` and friends still flush the miss
-//! counts). `tests/build_properties.rs` checks that nothing else is exported. Each function
+//! GEMM entry points we serve, the Lt matmuls, handle, descriptor and layout calls and their
+//! serving switches, `dlclose` (so a call site kept for an Lt descriptor call is looked up
+//! again once a library may be gone), the exec family, and `_exit` (so `os._exit` and friends
+//! still flush the miss counts). `tests/build_properties.rs` checks that nothing else is exported. Each function
 //! only packs its arguments and hands them to its backend's `serve` (`rocblas/serve.rs`,
 //! `cublaslt/serve.rs`), which makes the tuned call. Our own panics never unwind into C;
 //! the GEMM entry points are "C-unwind" only so a thread cancelled inside the real library
