@@ -513,7 +513,7 @@ mod tests {
             let a = any_layout(&mut r, if ta { k } else { m }, if ta { m } else { k });
             let b = any_layout(&mut r, if tb { n } else { k }, if tb { k } else { n });
             let c = any_layout(&mut r, m, n);
-            let d = if r.next() % 2 == 0 {
+            let d = if r.next().is_multiple_of(2) {
                 c
             } else {
                 any_layout(&mut r, m, n)
@@ -550,7 +550,8 @@ mod tests {
     fn fields_set_in_place_make_the_packed_word() {
         let mm = MatmulAttrs::default();
         let w = desc_word(&mm);
-        let cases: [(DescField, i32, fn(&mut MatmulAttrs, i32)); 6] = [
+        type Set = fn(&mut MatmulAttrs, i32);
+        let cases: [(DescField, i32, Set); 6] = [
             (DescField::COMPUTE, COMPUTE_32F_FAST_16BF, |m, v| {
                 m.compute = v
             }),
