@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What happened to one intercepted call. Each call is counted once, in the one counter
 /// for its outcome; `Calls` is never bumped, its total is the sum of the rocBLAS outcomes
-/// (cuBLASLt and hipBLASLt calls are counted in `LtCalls` / `HipLtCalls` as they come).
+/// (cuBLASLt's and hipBLASLt's calls are the sums of theirs, `lt::Counters::calls`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Counter {
@@ -32,22 +32,20 @@ pub enum Counter {
     /// No row, served with the validated solution of the same layer's nearest token count
     /// (the shape is still recorded as a miss).
     Near,
-    /// The first six again, for `cublasLtMatmul` calls (`cublaslt/`).
-    LtCalls,
+    /// The outcomes again, for `cublasLtMatmul` calls (`cublaslt/`).
     LtServed,
     LtDefault,
     LtMissed,
     LtPassedThrough,
     LtFallbacks,
     /// The same for `hipblasLtMatmul` calls (`hipblaslt/`).
-    HipLtCalls,
     HipLtServed,
     HipLtDefault,
     HipLtMissed,
     HipLtPassedThrough,
     HipLtFallbacks,
 }
-const N: usize = 19;
+const N: usize = 17;
 /// The rocBLAS outcomes, whose sum is [`Counter::Calls`].
 const OUTCOMES: [Counter; 6] = [
     Counter::Served,

@@ -125,6 +125,9 @@ pub fn tick() {
         return;
     }
     let _errno = lifecycle::KeepErrno::new();
+    // Writing files reaches cancellation points: a cancellation acted on inside
+    // `catch_unwind` would abort the host (a thread cancelled inside its GEMM's tick).
+    let _no_cancel = lifecycle::NoCancel::new();
     let _ = std::panic::catch_unwind(refresh);
 }
 

@@ -47,8 +47,10 @@ use rustc_hash::FxHasher;
 
 use crate::key::{ProblemKey, Trans};
 
+mod call_key;
 mod pattern;
 mod table;
+pub use call_key::*;
 pub use pattern::LtPattern;
 pub use table::*;
 

@@ -226,15 +226,42 @@ pub struct Prepared {
     /// hipBLASLt alpha and beta at 1 or 0); a call of another class keeps its own
     /// algorithm.
     pub class: u8,
+    /// `min_align` as masks of the low bits a pointer must not have (powers of two), and
+    /// whether any alignment is not a power of two (then checked by division).
+    masks: [usize; 4],
+    odd: bool,
 }
 
 impl Prepared {
+    pub fn new(algo: MatmulAlgo, workspace: usize, min_align: [u32; 4], class: u8) -> Prepared {
+        Prepared {
+            algo,
+            workspace,
+            min_align,
+            class,
+            masks: min_align.map(|a| (a as usize).saturating_sub(1)),
+            odd: min_align.iter().any(|&a| a > 1 && !a.is_power_of_two()),
+        }
+    }
+
     /// True when a call with these pointers and this workspace can use the algorithm.
-    #[inline]
+    /// (Four masks on every served call; an alignment that is not a power of two is
+    /// checked by division.)
+    #[inline(always)]
     pub fn fits(&self, ptrs: [usize; 4], workspace: *const c_void, workspace_bytes: usize) -> bool {
         if self.workspace > workspace_bytes || (self.workspace > 0 && workspace.is_null()) {
             return false;
         }
+        if self.odd {
+            return self.fits_by_division(ptrs);
+        }
+        let [a, b, c, d] = ptrs;
+        (a & self.masks[0]) | (b & self.masks[1]) | (c & self.masks[2]) | (d & self.masks[3]) == 0
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fits_by_division(&self, ptrs: [usize; 4]) -> bool {
         ptrs.iter()
             .zip(self.min_align)
             .all(|(p, a)| a <= 1 || p % a as usize == 0)
@@ -301,11 +328,18 @@ impl LtEntry {
     /// that inherited a rebuild in progress passes this row's calls through for good). A
     /// failed rebuild leaves the row to be tried again by a later call; the caller counts
     /// the failure ([`LtEntry::failed`]).
-    #[inline]
+    #[inline(always)]
     pub fn prepared_or_try<E>(&self, prepare: impl FnOnce() -> Result<Prepared, E>) -> Prep<'_, E> {
         if let Some(p) = self.prepared.get() {
             return Prep::Ready(p);
         }
+        self.prepare_now(prepare)
+    }
+
+    /// [`LtEntry::prepared_or_try`] before the algorithm is made.
+    #[cold]
+    #[inline(never)]
+    fn prepare_now<E>(&self, prepare: impl FnOnce() -> Result<Prepared, E>) -> Prep<'_, E> {
         if self.preparing.swap(true, Ordering::AcqRel) {
             return Prep::Busy;
         }
@@ -365,11 +399,17 @@ pub struct LtWildcard {
     pub state: RowState,
 }
 
-/// An immutable key -> row map; the first row for a key wins. PyTorch's `*` rows sit beside
-/// it and are only looked at when the exact lookup misses ([`LtTable::get_or_wildcard`]).
+/// An immutable key -> row map; the first row for a key wins. Rows are also found by the
+/// call keys of the objects a caller makes for them (`call_key.rs`), which is how a served
+/// call finds its row without building its key. PyTorch's `*` rows sit beside it and are
+/// only looked at when the exact lookup misses ([`LtTable::get_or_wildcard`]).
 #[derive(Debug, Default)]
 pub struct LtTable {
-    rows: HashMap<LtKey, LtEntry, FxBuild>,
+    rows: Vec<(LtKey, LtEntry)>,
+    by_key: HashMap<LtKey, u32, FxBuild>,
+    by_call: CallIndex,
+    /// Call keys that matched no row of this table (`CallMisses`).
+    pub misses: CallMisses,
     wildcards: Vec<LtWildcard>,
     /// (row number, problem) -> its entry, made on first use.
     instances: Option<Box<ClaimMap<LtKey, AtomicPtr<LtEntry>>>>,
@@ -410,11 +450,21 @@ impl LtTable {
         rows: impl IntoIterator<Item = (LtKey, LtAction)>,
         wildcards: impl IntoIterator<Item = (LtPattern, String, LtAction)>,
     ) -> LtTable {
-        let mut map: HashMap<LtKey, LtEntry, FxBuild> = HashMap::default();
+        let mut by_key: HashMap<LtKey, u32, FxBuild> = HashMap::default();
+        let mut kept = Vec::new();
         for (k, a) in rows {
-            map.entry(k).or_insert_with(|| LtEntry::new(a));
+            by_key.entry(k).or_insert_with(|| {
+                kept.push((k, LtEntry::new(a)));
+                (kept.len() - 1) as u32
+            });
         }
-        map.shrink_to_fit();
+        by_key.shrink_to_fit();
+        kept.shrink_to_fit();
+        let by_call = CallIndex::new(
+            kept.iter()
+                .enumerate()
+                .flat_map(|(i, (k, _))| call_keys(k).into_iter().map(move |c| (c, i as u32))),
+        );
         let wildcards: Vec<LtWildcard> = wildcards
             .into_iter()
             .map(|(pattern, text, action)| LtWildcard {
@@ -427,21 +477,32 @@ impl LtTable {
         let instances =
             (!wildcards.is_empty()).then(|| Box::new(ClaimMap::new(WILDCARD_PROBLEMS, 64)));
         LtTable {
-            rows: map,
+            rows: kept,
+            by_key,
+            by_call,
+            misses: CallMisses::default(),
             wildcards,
             instances,
         }
     }
     #[inline]
     pub fn get(&self, key: &LtKey) -> Option<&LtEntry> {
-        self.rows.get(key)
+        self.by_key.get(key).map(|&i| &self.rows[i as usize].1)
+    }
+    /// The row of a call key (its key and entry), if a row has it.
+    #[inline]
+    pub fn get_call(&self, call: &CallKey) -> Option<(&LtKey, &LtEntry)> {
+        let i = self.by_call.get(call)? as usize;
+        // SAFETY: the index holds positions of `rows` only.
+        let (k, e) = unsafe { self.rows.get_unchecked(i) };
+        Some((k, e))
     }
 
     /// The row for `key`: its own, else the first `*` row whose pattern matches it (PyTorch's
     /// rule, [`LtPattern`]), as an entry of its own for this problem. `None` when neither
     /// (or the `*` row has served [`WILDCARD_PROBLEMS`] problems already).
     pub fn get_or_wildcard(&self, key: &LtKey) -> Option<&LtEntry> {
-        if let Some(e) = self.rows.get(key) {
+        if let Some(e) = self.get(key) {
             return Some(e);
         }
         let map = self.instances.as_deref()?;
@@ -481,7 +542,7 @@ impl LtTable {
         self.rows.is_empty()
     }
     pub fn iter(&self) -> impl Iterator<Item = (&LtKey, &LtEntry)> {
-        self.rows.iter()
+        self.rows.iter().map(|(k, e)| (k, e))
     }
     fn same_rows(&self, other: &LtTable) -> bool {
         self.len() == other.len()
@@ -620,12 +681,7 @@ mod tests {
 
     #[test]
     fn prepared_algorithms_fit_only_calls_that_can_run_them() {
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 4096,
-            min_align: [16, 16, 16, 16],
-            class: 0,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 4096, [16, 16, 16, 16], 0);
         let ws = 0x1000 as *const c_void;
         assert!(p.fits([0x100, 0x200, 0x300, 0x300], ws, 4096));
         assert!(
@@ -637,12 +693,15 @@ mod tests {
             !p.fits([0x102, 0x200, 0x300, 0x300], ws, 4096),
             "A misaligned"
         );
-        let none = Prepared {
-            workspace: 0,
-            min_align: [2, 2, 2, 2],
-            ..p
-        };
+        let none = Prepared::new(p.algo, 0, [2, 2, 2, 2], 0);
         assert!(none.fits([0x102, 0x202, 0x302, 0x302], std::ptr::null(), 0));
+        let odd = Prepared::new(p.algo, 0, [12, 0, 1, 16], 0);
+        assert!(odd.fits([24, 3, 5, 32], std::ptr::null(), 0));
+        assert!(
+            !odd.fits([16, 3, 5, 32], std::ptr::null(), 0),
+            "16 is not a multiple of 12"
+        );
+        assert!(!odd.fits([24, 3, 5, 40], std::ptr::null(), 0));
     }
 
     /// One caller rebuilds; a caller arriving meanwhile (another thread, a signal handler
@@ -651,12 +710,7 @@ mod tests {
     #[test]
     fn a_row_is_prepared_once_and_never_waited_for() {
         let e = LtEntry::new(LtAction::Index(7));
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 0,
-            min_align: [1; 4],
-            class: 3,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 0, [1; 4], 3);
         let got = e.prepared_or_try(|| {
             assert!(
                 matches!(
@@ -679,12 +733,7 @@ mod tests {
     /// a second try fails too, and said quarantined once.
     #[test]
     fn a_row_that_fails_once_is_tried_again_and_quarantined_only_after_a_second_failure() {
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 0,
-            min_align: [1; 4],
-            class: 0,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 0, [1; 4], 0);
         let once = LtEntry::new(LtAction::Index(8));
         assert!(matches!(
             once.prepared_or_try(|| Err("raced")),
@@ -775,5 +824,27 @@ mod tests {
         assert!(e.quarantine());
         assert!(!e.quarantine());
         assert!(t.get(&LtKey::linear(R_16F, 64, 2, 64)).is_none());
+    }
+
+    /// A row is found by its key and by the call keys of the objects a caller makes for
+    /// it, as the same entry; the first row of a key wins both ways.
+    #[test]
+    fn rows_are_found_by_their_call_keys_as_by_their_keys() {
+        let k = LtKey::linear(R_16BF, 64, 8, 64);
+        let other = LtKey::linear(R_16BF, 64, 9, 64);
+        let t = LtTable::new([
+            (k, LtAction::Index(3)),
+            (k, LtAction::Default),
+            (other, LtAction::Default),
+        ]);
+        let call = call_keys(&k)[0];
+        let (key, e) = t.get_call(&call).unwrap();
+        assert_eq!(*key, k);
+        assert!(std::ptr::eq(e, t.get(&k).unwrap()));
+        assert_eq!(e.action, LtAction::Index(3));
+        assert_eq!(t.get_call(&call_keys(&other)[0]).unwrap().0, &other);
+        assert!(t
+            .get_call(&call_keys(&LtKey::linear(R_16BF, 64, 10, 64))[0])
+            .is_none());
     }
 }

@@ -24,6 +24,12 @@ crate::real::hook_table! {
     config_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoConfigGetAttribute",
     cap_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoCapGetAttribute",
     algo_check: AlgoCheckFn = c"cublasLtMatmulAlgoCheck",
+    desc_create: DescCreateFn = c"cublasLtMatmulDescCreate",
+    desc_destroy: DestroyFn = c"cublasLtMatmulDescDestroy",
+    desc_set: SetAttributeFn = c"cublasLtMatmulDescSetAttribute",
+    layout_create: LayoutCreateFn = c"cublasLtMatrixLayoutCreate",
+    layout_destroy: DestroyFn = c"cublasLtMatrixLayoutDestroy",
+    layout_set: SetAttributeFn = c"cublasLtMatrixLayoutSetAttribute",
     create: LtCreateFn = c"cublasLtCreate",
     destroy: LtDestroyFn = c"cublasLtDestroy",
     ctx_get_device: CtxGetDeviceFn = c"cuCtxGetDevice" in CUDA_LIBS,
@@ -44,6 +50,12 @@ pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
     device: current_device,
     serving: |_| {},
 });
+
+/// `hook` (one of [`LT`]'s) resolved in the served build's scope, as the table's own
+/// accessors resolve it.
+pub fn in_served_scope(hook: &crate::real::Hook) -> Option<*mut c_void> {
+    hook.get_in(&LT.scope)
+}
 
 /// `cublasLtCreate` from a caller at return address `ret`: in the build it links
 /// (`libs.rs`).

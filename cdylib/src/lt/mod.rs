@@ -6,6 +6,7 @@
 //! supplies what differs through [`serve::Library`]: its real functions, how it reads a
 //! key and how it rebuilds a row's algorithm.
 
+pub mod callers;
 pub mod key;
 pub mod objects;
 pub mod serve;
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::misslog::{self, Sight};
+use tunedblas_core::misslog::Sight;
 use tunedblas_core::profile::{self, Request, Selection};
 
 use crate::lifecycle::{self, Config, Lazy, Pass};
@@ -99,9 +100,9 @@ pub unsafe fn call(f: AnyMatmulFn, x: &LtCall, algo: *const c_void) -> i32 {
     }
 }
 
-/// A backend's counters, one per outcome of a call.
+/// A backend's counters, one per outcome of a call: every call is counted once, in its
+/// outcome's, and the calls are their sum (one counter bumped per call, not two).
 pub struct Counters {
-    pub calls: Counter,
     pub served: Counter,
     pub default: Counter,
     pub missed: Counter,
@@ -208,13 +209,12 @@ impl LtRuntime {
         }
     }
 
-    /// Records a call whose key has no row: what the miss set saw ([`Sight::First`] on the
+    /// Records a call whose key (hashed: `misslog::key_hash`) has no row: what the miss set saw ([`Sight::First`] on the
     /// key's first sight; [`Sight::Refused`] for a key no caller could have made,
     /// `LtKey::plausible`, checked only before a key enters the set so a repeated miss
     /// does not pay for it).
-    pub fn miss(&self, key: &LtKey) -> Sight {
+    pub fn miss(&self, key: &LtKey, hash: u64) -> Sight {
         let device = (self.spec.device)();
-        let hash = misslog::key_hash(key);
         let admit = || key.plausible().is_ok();
         self.misses.record_sight(device, key, hash, admit).0
     }

@@ -57,8 +57,11 @@ SUBCOMMANDS:
         with matmulIsAlgoSupported on its first call.
     overhead [--shape N,M,K] [--calls C] [--reps R]
         Host microseconds per cublasLtMatmul call, the library's own symbol against the one a
-        linked host resolves (an LD_PRELOADed interposer's): their difference is the
-        interposer's cost per call.
+        linked host resolves (an LD_PRELOADed interposer's), on objects made through the
+        linked host's symbols; and per F.linear as PyTorch issues it (a descriptor, two
+        attributes, three layouts, the matmul, four destroys), all through the library's
+        symbols against all through the linked host's. The differences are the interposer's
+        cost per call and per GEMM.
     verify --stats FILE
         Checks a TUNEDBLAS_STATS file of a run under the profile: every row hit, no miss, no
         fallback.

@@ -546,6 +546,27 @@ impl Lt {
     pub fn version(&self) -> usize {
         unsafe { (self.version)() }
     }
+
+    /// This library with its descriptor and layout functions as a linked host resolves
+    /// them (`RTLD_DEFAULT`: an LD_PRELOADed interposer's when one is preloaded, which then
+    /// keeps what the objects are made and set with), everything else its own: the objects a
+    /// PyTorch process hands the interposer's `cublasLtMatmul` (`lt overhead`).
+    pub fn with_global_objects(&self) -> Result<Lt> {
+        let g = libc::RTLD_DEFAULT;
+        // SAFETY: each symbol has the C type src/cublaslt/ gives it (cublasLt.h).
+        unsafe {
+            Ok(Lt {
+                desc_create: sym(g, "cublasLtMatmulDescCreate")?,
+                desc_destroy: sym(g, "cublasLtMatmulDescDestroy")?,
+                desc_set: sym(g, "cublasLtMatmulDescSetAttribute")?,
+                layout_create: sym(g, "cublasLtMatrixLayoutCreate")?,
+                layout_destroy: sym(g, "cublasLtMatrixLayoutDestroy")?,
+                layout_set: sym(g, "cublasLtMatrixLayoutSetAttribute")?,
+                path: self.path.clone(),
+                ..*self
+            })
+        }
+    }
 }
 
 pub fn lt_check(what: &str, st: LtStatus) -> Result<()> {

@@ -8,6 +8,7 @@ mod cuda;
 mod grid;
 mod hip;
 mod numeric;
+mod overhead;
 mod pipeline;
 mod problem;
 mod resume;
@@ -23,6 +24,7 @@ use tunedblas_core::registry;
 use crate::args::Args;
 pub use adopt::cmd_adopt;
 use cuda::{err, lt_check, Cuda, Error, Lt, Result};
+pub use overhead::cmd_overhead;
 use problem::{Delay, Problem};
 
 /// The command's result: [`crate::error::Error`], whose kind is the exit code.
@@ -732,61 +734,6 @@ fn parse_shape(s: &str) -> Result<(i64, i64, i64)> {
             "--shape takes N,M,K (F.linear out, tokens, in), not {s:?}"
         )),
     }
-}
-
-pub fn cmd_overhead(a: &Args) -> CliResult<()> {
-    let (n, m, k) =
-        parse_shape(a.value("--shape").unwrap_or("2560,1,1536")).map_err(|e| a.usage(e))?;
-    let (cuda, lt) = load(a)?;
-    let calls: usize = num(a, "--calls", 200)?;
-    let reps: usize = num(a, "--reps", 30)?;
-    let workspace: usize = num(a, "--workspace", 1 << 20)?;
-    let key = LtKey::linear(R_16BF, n, m, k);
-    let p = Problem::new(&cuda, &lt, key, 1, workspace)?;
-    let base = p.heuristic(1)?;
-    let algo = base
-        .first()
-        .map_or(std::ptr::null(), |r| &r.algo as *const MatmulAlgo);
-    let d = delay(&cuda, &lt, problem::DelayKind::Spin)?;
-    // Warm both paths (the interposer identifies the library on its first call).
-    p.host_us(lt.global_matmul, algo, 20, 2, &d)?;
-    p.host_us(lt.matmul, algo, 20, 2, &d)?;
-    let (mut direct, mut global) = (Vec::new(), Vec::new());
-    for i in 0..reps {
-        // Alternate which goes first.
-        if i % 2 == 0 {
-            direct.extend(p.host_us(lt.matmul, algo, calls, 1, &d)?);
-            global.extend(p.host_us(lt.global_matmul, algo, calls, 1, &d)?);
-        } else {
-            global.extend(p.host_us(lt.global_matmul, algo, calls, 1, &d)?);
-            direct.extend(p.host_us(lt.matmul, algo, calls, 1, &d)?);
-        }
-    }
-    let reads_ns: Vec<f64> = (0..9).map(|_| p.descriptor_read_ns(2000)).collect();
-    let interposed = lt.global_matmul as usize != lt.matmul as usize;
-    let (dm, gm) = (numeric::median(&direct), numeric::median(&global));
-    println!(
-        "overhead {} {}: library {:.3} us/call, as linked {:.3} us/call ({}), difference {:+.3} us/call",
-        op_and_signature(&key).1,
-        if interposed { "interposed" } else { "not interposed" },
-        dm,
-        gm,
-        if interposed { "through the preload" } else { "same symbol" },
-        gm - dm
-    );
-    println!(
-        "overhead: the 25 descriptor reads the interposer makes per call take {:.0} ns here",
-        numeric::median(&reads_ns)
-    );
-    Ok(write_json(
-        a.path("--log"),
-        &serde_json::json!({
-            "shape": [n, m, k], "interposed": interposed, "calls": calls, "reps": reps,
-            "direct_us": direct, "global_us": global,
-            "direct_median_us": dm, "global_median_us": gm, "difference_us": gm - dm,
-            "descriptor_reads_ns": reads_ns,
-        }),
-    )?)
 }
 
 pub fn cmd_verify(a: &Args) -> CliResult<()> {

@@ -416,6 +416,44 @@ impl<'a> Problem<'a> {
         }
     }
 
+    /// [`Problem::launch_with`] on descriptors the caller made (`desc`; the layouts of A, B
+    /// and C, D being C's), this problem's buffers and scalars: a call as PyTorch makes it,
+    /// with objects made for it (`lt overhead`).
+    pub fn launch_objects(
+        &self,
+        f: MatmulFn,
+        desc: MatmulDesc,
+        [a, b, c]: [MatrixLayout; 3],
+        algo: *const MatmulAlgo,
+    ) -> LtStatus {
+        let s = &self.sets[0];
+        let ws = if self.workspace_bytes > 0 {
+            self.workspace.ptr
+        } else {
+            std::ptr::null_mut()
+        };
+        unsafe {
+            f(
+                self.lt.handle,
+                desc,
+                (&self.alpha as *const f32).cast(),
+                s.a.ptr,
+                a,
+                s.b.ptr,
+                b,
+                (&self.beta as *const f32).cast(),
+                self.out.ptr,
+                c,
+                self.out.ptr,
+                c,
+                algo,
+                ws,
+                self.workspace_bytes,
+                self.stream,
+            )
+        }
+    }
+
     #[inline]
     pub fn launch(&self, algo: *const MatmulAlgo, set: usize) -> LtStatus {
         self.launch_with(self.lt.matmul, algo, set)
@@ -605,52 +643,6 @@ impl<'a> Problem<'a> {
             self.cuda.sync_stream(self.stream)?;
         }
         Ok(out)
-    }
-}
-
-impl Problem<'_> {
-    /// Nanoseconds for the descriptor reads the interposer makes per call (7 of the matmul
-    /// descriptor, 6 of each of A, B and C), averaged over `reps` rounds: the library's
-    /// share of the interposer's per-call cost.
-    pub fn descriptor_read_ns(&self, reps: usize) -> f64 {
-        let (dg, lg) = (self.lt.desc_get, self.lt.layout_get);
-        let desc_attrs = [
-            DESC_COMPUTE_TYPE,
-            DESC_SCALE_TYPE,
-            DESC_POINTER_MODE,
-            DESC_TRANSA,
-            DESC_TRANSB,
-            DESC_EPILOGUE,
-            DESC_SM_COUNT_TARGET,
-        ];
-        let layout_attrs = [
-            (LAYOUT_BATCH_COUNT, 4),
-            (LAYOUT_TYPE, 4),
-            (LAYOUT_ORDER, 4),
-            (LAYOUT_ROWS, 8),
-            (LAYOUT_COLS, 8),
-            (LAYOUT_LD, 8),
-        ];
-        let mut sink = 0u64;
-        let t = Instant::now();
-        for _ in 0..reps {
-            for a in desc_attrs {
-                let mut v = 0u64;
-                let mut w = 0usize;
-                unsafe { dg(self.desc, a, (&mut v as *mut u64).cast(), 4, &mut w) };
-                sink = sink.wrapping_add(v);
-            }
-            for l in &self.layouts[..3] {
-                for (a, size) in layout_attrs {
-                    let mut v = 0u64;
-                    let mut w = 0usize;
-                    unsafe { lg(*l, a, (&mut v as *mut u64).cast(), size, &mut w) };
-                    sink = sink.wrapping_add(v);
-                }
-            }
-        }
-        std::hint::black_box(sink);
-        t.elapsed().as_secs_f64() * 1e9 / reps.max(1) as f64
     }
 }
 
