@@ -15,23 +15,33 @@
 //!
 //! Open addressing with linear probes of at most [`PROBES`] slots. A slot's key is 0
 //! (never used: a probe ends there), [`TOMB`] (freed) or an object's address. Each slot is
-//! a small sequence lock: a state word (a writer inside, a poison mark, a sequence) and the
-//! key and words as atomics. A writer takes the state word with one compare-exchange,
-//! writes, and moves the sequence on; a reader reads the state, the key and the words, and
-//! keeps them only if the state did not move and the key is its own address. So a reader
-//! that found its slot just as the object was destroyed and the slot taken by another
-//! object at another address gets nothing, never the other object's words.
+//! a small sequence lock: a state word (a writer inside, a sequence) and the key and words
+//! as atomics. A writer that makes or changes an object takes the state word with one
+//! compare-exchange, writes, and moves the sequence on; a reader reads the state, the key
+//! and the words, and keeps them only if the state did not move and the key is its own
+//! address. So a reader that found its slot just as the object was destroyed and the slot
+//! taken by another object at another address gets nothing, never the other object's
+//! words. A destroy is one store of the tombstone: it needs no lock, because the insert
+//! that takes the freed slot moves the sequence on.
 //!
 //! Nothing waits for long. A reader that meets a writer inside its slot retries a bounded
 //! number of times, then answers "unknown" (the caller passes the call through). A writer
 //! that meets another writer inside a free slot goes on to the next one; one that meets
 //! another inside its own object's slot (two threads changing one object at once, or a
 //! signal handler interrupting a writer on its own thread) waits as long, then *poisons*
-//! the slot: readers answer "unknown" until the object is made again, because its words
-//! may now be stale. A fork child keeps the map as it is (its objects are the parent's,
-//! copied): a slot a parent thread was writing at the fork stays shut, and only the
-//! object in it reads as unknown. Nothing allocates: the map is one array, all zero bytes
-//! to start with, so a `static` costs no memory until it is used.
+//! the object: its key gets the [`POISONED`] bit, so readers no longer find it ("unknown")
+//! until the object is made again, because its words may now be stale. A fork child keeps
+//! the map as it is (its objects are the parent's, copied): a slot a parent thread was
+//! writing at the fork stays shut, and only the object in it reads as unknown. Nothing
+//! allocates: the map is one array, all zero bytes to start with, so a `static` costs no
+//! memory until it is used.
+//!
+//! A create or a change takes one atomic read-modify-write (the compare-exchange that enters
+//! the slot); it leaves with a plain store of the next sequence, since no other writer
+//! changes the state while one is inside (the poison mark lives in the key for that reason:
+//! a writer leaving cannot overwrite it), and a destroy takes none. The wrapped create, set
+//! and destroy calls of a PyTorch GEMM make ten writes, so the locked instructions saved,
+//! tens of cycles each, are what this design is for.
 //!
 //! An object the map was never told of, or one made at an address that still held a live
 //! object the map was never told was destroyed (destroyed behind the interposer's back)
@@ -44,15 +54,16 @@ use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 pub const PROBES: usize = 64;
 /// The key of a freed slot.
 pub const TOMB: usize = usize::MAX;
+/// The bit a poisoned object's key carries (no user-space address has it; the map refuses
+/// an address that does).
+pub const POISONED: usize = 1 << 62;
 /// How many times a reader or writer looks at a slot another writer is inside before it
 /// gives up (about a millisecond at most).
 const SPINS: u32 = 1 << 12;
 
-/// `state`: bit 0 a writer is inside, bit 1 the slot's words are not to be trusted, the
-/// rest a sequence moved on by every write.
+/// `state`: bit 0 a writer is inside, the rest a sequence moved on by every write.
 const WRITING: u64 = 1;
-const POISON: u64 = 2;
-const STEP: u64 = 4;
+const STEP: u64 = 2;
 
 struct Slot<const N: usize> {
     state: AtomicU64,
@@ -70,8 +81,31 @@ impl<const N: usize> Slot<N> {
     }
 
     /// Enters as the writer, looking at most `tries` times; the state to leave from.
+    #[inline(always)]
     fn lock(&self, tries: u32) -> Option<u64> {
+        let s = self.state.load(Ordering::Relaxed);
+        if s & WRITING == 0
+            && self
+                .state
+                .compare_exchange(s, s | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            // The WRITING mark before any store to the key or words: a reader that sees
+            // a new store (after its Acquire fence) then sees the state moved on.
+            fence(Ordering::Release);
+            return Some(s);
+        }
+        if tries <= 1 {
+            return None;
+        }
+        self.lock_waiting(tries - 1)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_waiting(&self, tries: u32) -> Option<u64> {
         for _ in 0..tries {
+            std::hint::spin_loop();
             let s = self.state.load(Ordering::Relaxed);
             if s & WRITING == 0
                 && self
@@ -79,53 +113,46 @@ impl<const N: usize> Slot<N> {
                     .compare_exchange(s, s | WRITING, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                // The WRITING mark before any store to the key or words: a reader that sees
-                // a new store (after its Acquire fence) then sees the state moved on.
                 fence(Ordering::Release);
                 return Some(s);
             }
-            std::hint::spin_loop();
         }
         None
     }
 
-    /// Leaves, moving the sequence on. `fresh`: the slot now holds another object (or
-    /// none), so an old poison mark goes; otherwise it stays (a writer that could not get
-    /// in meanwhile left its change unmade).
-    fn unlock(&self, fresh: bool) {
-        let mut s = self.state.load(Ordering::Relaxed);
-        loop {
-            let poison = if fresh { 0 } else { s & POISON };
-            let next = ((s & !(WRITING | POISON)).wrapping_add(STEP)) | poison;
-            match self
-                .state
-                .compare_exchange_weak(s, next, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(now) => s = now,
-            }
-        }
+    /// Leaves (entered from state `s`), moving the sequence on: a plain store, since no
+    /// other writer changes the state while this one is inside.
+    #[inline(always)]
+    fn unlock(&self, s: u64) {
+        self.state.store(s.wrapping_add(STEP), Ordering::Release);
     }
 
-    /// The words, if the slot holds `addr` whole and trusted, after a writer that was
+    /// A writer that could not get in to change the object at `addr`: the object reads as
+    /// unknown until it is made again (only if the slot still holds it).
+    #[cold]
+    #[inline(never)]
+    fn poison(&self, addr: usize) {
+        let _ =
+            self.key
+                .compare_exchange(addr, addr | POISONED, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// `read` of the slot, if it holds `addr` whole and unpoisoned, after a writer that was
     /// inside leaves (bounded: then unknown).
     #[cold]
     #[inline(never)]
-    fn read_retrying(&self, addr: usize) -> Option<[u64; N]> {
+    fn read_retrying<T>(&self, addr: usize, read: impl Fn(&Slot<N>) -> T) -> Option<T> {
         for _ in 0..SPINS {
             let before = self.state.load(Ordering::Acquire);
-            if before & POISON != 0 {
-                return None;
-            }
             if before & WRITING != 0 {
                 std::hint::spin_loop();
                 continue;
             }
             let key = self.key.load(Ordering::Relaxed);
-            let words = std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed));
+            let got = read(self);
             fence(Ordering::Acquire);
             if self.state.load(Ordering::Relaxed) == before {
-                return (key == addr).then_some(words);
+                return (key == addr).then_some(got);
             }
         }
         None
@@ -137,6 +164,53 @@ impl<const N: usize> Slot<N> {
     #[inline]
     fn ends_probe(&self) -> bool {
         self.state.load(Ordering::Acquire) & WRITING == 0 && self.key.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// An object's words while its writer is inside its slot ([`AddressMap::edit`]).
+pub struct Words<'a, const N: usize>(&'a [AtomicU64; N]);
+
+impl<const N: usize> Words<'_, N> {
+    /// Word `i` (`i < N`).
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> u64 {
+        self.0[i].load(Ordering::Relaxed)
+    }
+
+    /// Word `i` is now `v` (`i < N`).
+    #[inline(always)]
+    pub fn set(&self, i: usize, v: u64) {
+        self.0[i].store(v, Ordering::Relaxed)
+    }
+}
+
+/// The slot an object was found in ([`AddressMap::find_slot`]): read one of its words
+/// that never change, or change it, without looking it up again.
+pub struct Found<'a, const N: usize> {
+    slot: &'a Slot<N>,
+    addr: usize,
+}
+
+impl<const N: usize> Found<'_, N> {
+    /// Word `i` (`i < N`) as it was made: only for a word no writer changes once the object
+    /// is made (read with no check that the slot still holds the object).
+    #[inline(always)]
+    pub fn word(&self, i: usize) -> u64 {
+        self.slot.words[i].load(Ordering::Relaxed)
+    }
+
+    /// [`AddressMap::edit`] of this slot: `f` runs only if the slot still holds the object.
+    #[inline(always)]
+    pub fn edit(&self, f: impl FnOnce(&Words<'_, N>)) {
+        let s = self.slot;
+        let Some(st) = s.lock(SPINS) else {
+            s.poison(self.addr);
+            return;
+        };
+        if s.key.load(Ordering::Relaxed) == self.addr {
+            f(&Words(&s.words));
+        }
+        s.unlock(st);
     }
 }
 
@@ -186,13 +260,22 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         unsafe { self.slots.get_unchecked(i & (SLOTS - 1)) }
     }
 
-    /// The slot holding `addr`, if the map holds it.
+    /// Whether no object can be kept at `addr` (NULL, the tombstone, an address with the
+    /// poison bit).
+    #[inline(always)]
+    fn refused(addr: usize) -> bool {
+        // 0 wraps to the top; every address with the poison bit or above is refused too.
+        const _: () = assert!(POISONED == 1 << 62);
+        (addr.wrapping_sub(1) | addr) >> 62 != 0
+    }
+
+    /// The slot whose key is `want(key)`, on `addr`'s probe.
     #[inline]
-    fn find(&self, addr: usize) -> Option<&Slot<N>> {
+    fn find(&self, addr: usize, want: impl Fn(usize) -> bool) -> Option<&Slot<N>> {
         for i in Self::path(addr) {
             let s = self.slot(i);
             let k = s.key.load(Ordering::Relaxed);
-            if k == addr {
+            if want(k) {
                 return Some(s);
             }
             if k == 0 && s.ends_probe() {
@@ -202,32 +285,60 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         None
     }
 
-    /// The words of the object at `addr`, if the map knows it (and no writer is changing
-    /// them for long, and they are not poisoned).
+    /// The slot holding `addr` itself, poisoned or not (what an insert takes over and a
+    /// destroy frees).
+    #[inline]
+    fn find_any(&self, addr: usize) -> Option<&Slot<N>> {
+        // (The tombstone without the poison bit is no address the map takes.)
+        self.find(addr, |k| k & !POISONED == addr)
+    }
+
+    /// `read` of the slot of the object at `addr`, if the map knows it (and no writer is
+    /// changing it for long, and it is not poisoned).
     ///
     /// Each slot's state is read before its key, so the key and words read after it are
     /// one write's when the state has not moved at the end; and a never-used key seen with
     /// no writer inside ends the probe (a writer claiming it may have sent a later insert
-    /// past it). No writer is ever inside a slot a call reads unless the caller races
-    /// itself: the retries are out of line.
-    #[inline]
-    pub fn get(&self, addr: usize) -> Option<[u64; N]> {
-        if addr == 0 || addr == TOMB {
+    /// past it). The home slot is looked at here (where a handful of live objects are);
+    /// the rest of the probe, and the retries when a writer is inside (only when the
+    /// caller races itself), out of line.
+    #[inline(always)]
+    fn lookup<T>(&self, addr: usize, read: impl Fn(&Slot<N>) -> T + Copy) -> Option<T> {
+        if Self::refused(addr) {
             return None;
         }
+        let s = self.slot(Self::home(addr));
+        let before = s.state.load(Ordering::Acquire);
+        let k = s.key.load(Ordering::Relaxed);
+        if k == addr && before & WRITING == 0 {
+            let got = read(s);
+            fence(Ordering::Acquire);
+            if s.state.load(Ordering::Relaxed) == before {
+                return Some(got);
+            }
+        } else if k == 0 && before & WRITING == 0 {
+            return None;
+        }
+        self.lookup_probe(addr, read)
+    }
+
+    /// [`AddressMap::lookup`] past the home slot.
+    #[cold]
+    #[inline(never)]
+    fn lookup_probe<T>(&self, addr: usize, read: impl Fn(&Slot<N>) -> T + Copy) -> Option<T> {
         for i in Self::path(addr) {
             let s = self.slot(i);
             let before = s.state.load(Ordering::Acquire);
             let k = s.key.load(Ordering::Relaxed);
             if k == addr {
-                if before & (WRITING | POISON) == 0 {
-                    let words = std::array::from_fn(|i| s.words[i].load(Ordering::Relaxed));
+                if before & WRITING == 0 {
+                    let got = read(s);
                     fence(Ordering::Acquire);
                     if s.state.load(Ordering::Relaxed) == before {
-                        return Some(words);
+                        return Some(got);
                     }
                 }
-                return self.get_retrying(addr);
+                return self.lookup_retrying(addr, read);
             }
             if k == 0 && before & WRITING == 0 {
                 return None;
@@ -236,48 +347,105 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         None
     }
 
-    /// [`AddressMap::get`] when a writer was inside the object's slot: found again, then
-    /// read with bounded retries.
+    /// [`AddressMap::lookup`] when a writer was inside the object's slot: found again,
+    /// then read with bounded retries.
     #[cold]
     #[inline(never)]
-    fn get_retrying(&self, addr: usize) -> Option<[u64; N]> {
-        self.find(addr)?.read_retrying(addr)
+    fn lookup_retrying<T>(&self, addr: usize, read: impl Fn(&Slot<N>) -> T) -> Option<T> {
+        self.find(addr, |k| k == addr)?.read_retrying(addr, read)
+    }
+
+    /// The words of the object at `addr`, if the map knows it.
+    #[inline]
+    pub fn get(&self, addr: usize) -> Option<[u64; N]> {
+        self.lookup(addr, |s| {
+            std::array::from_fn(|i| s.words[i].load(Ordering::Relaxed))
+        })
+    }
+
+    /// Word `i` of the object at `addr`, if the map knows it: the same checks as
+    /// [`AddressMap::get`], one word read.
+    #[inline]
+    pub fn get_word(&self, addr: usize, i: usize) -> Option<u64> {
+        let i = i.min(N - 1);
+        self.lookup(addr, move |s| {
+            // SAFETY: i < N.
+            unsafe { s.words.get_unchecked(i) }.load(Ordering::Relaxed)
+        })
     }
 
     /// An object was made at `addr` with these words: kept in the first free slot of its
     /// probe (or the slot that still holds `addr`, if its destroy was never told). False
     /// when the probe holds no free slot: as many objects are alive around this address as
     /// the map can hold, and this one stays unknown.
+    #[inline]
     pub fn insert(&self, addr: usize, words: [u64; N]) -> bool {
-        if addr == 0 || addr == TOMB {
+        self.insert_first(addr, &words)
+    }
+
+    /// [`AddressMap::insert`] writing only the first `words.len()` words (at most `N`; the
+    /// others keep what the slot held before: for a caller whose first words say the
+    /// rest is not read). The home slot is taken here when it is free; the probe out of
+    /// line.
+    #[inline(always)]
+    pub fn insert_first(&self, addr: usize, words: &[u64]) -> bool {
+        if Self::refused(addr) {
             return false;
         }
+        // The state before the key: entering from that very state means no writer came
+        // between, so the slot is still free as read.
+        let s = self.slot(Self::home(addr));
+        let st = s.state.load(Ordering::Acquire);
+        let k = s.key.load(Ordering::Relaxed);
+        if st & WRITING == 0
+            && (k == 0 || k == TOMB)
+            && s.state
+                .compare_exchange(st, st | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            fence(Ordering::Release);
+            // The words before the key (a destroy reads the slot without a lock).
+            for (w, &v) in s.words.iter().zip(words) {
+                w.store(v, Ordering::Relaxed);
+            }
+            s.key.store(addr, Ordering::Relaxed);
+            s.unlock(st);
+            return true;
+        }
+        self.insert_probe(addr, words)
+    }
+
+    /// [`AddressMap::insert_first`] along the whole probe: the first free slot, or the one
+    /// that still holds `addr`.
+    #[cold]
+    #[inline(never)]
+    fn insert_probe(&self, addr: usize, words: &[u64]) -> bool {
         for i in Self::path(addr) {
             let s = self.slot(i);
             let k = s.key.load(Ordering::Relaxed);
             let free = k == 0 || k == TOMB;
-            if !free && k != addr {
+            if !free && k & !POISONED != addr {
                 continue;
             }
             // A free slot another writer is in is left to it; a slot still holding this
             // address (its old object destroyed behind our back) is this object's.
-            let Some(_) = s.lock(if free { 1 } else { SPINS }) else {
+            let Some(st) = s.lock(if free { 1 } else { SPINS }) else {
                 if !free {
-                    s.state.fetch_or(POISON, Ordering::Relaxed);
+                    s.poison(addr);
                 }
                 continue;
             };
             let now = s.key.load(Ordering::Relaxed);
-            if now == 0 || now == TOMB || now == addr {
-                s.key.store(addr, Ordering::Relaxed);
-                for (w, v) in s.words.iter().zip(words) {
+            if now == 0 || now == TOMB || now & !POISONED == addr {
+                for (w, &v) in s.words.iter().zip(words) {
                     w.store(v, Ordering::Relaxed);
                 }
-                s.unlock(true);
+                s.key.store(addr, Ordering::Relaxed);
+                s.unlock(st);
                 return true;
             }
             // Taken by another object since the look: on to the next slot.
-            s.unlock(false);
+            s.unlock(st);
         }
         false
     }
@@ -292,49 +460,126 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         })
     }
 
-    /// Changes the words of the object at `addr` with `f`, if the map knows it.
+    /// Changes the words of the object at `addr` with `f`, if the map knows it (a poisoned
+    /// object stays poisoned). Only the words `f` changed are written.
     pub fn update(&self, addr: usize, f: impl FnOnce(&mut [u64; N])) {
-        if addr == 0 || addr == TOMB {
+        self.edit(addr, |w| {
+            let old: [u64; N] = std::array::from_fn(|i| w.get(i));
+            let mut new = old;
+            f(&mut new);
+            for (i, (o, v)) in old.into_iter().zip(new).enumerate() {
+                if o != v {
+                    w.set(i, v);
+                }
+            }
+        })
+    }
+
+    /// Changes the object at `addr` through `f`, which reads and writes its words one by
+    /// one while no other writer is inside its slot, if the map knows it (a poisoned object
+    /// stays poisoned). A writer that cannot get in poisons the object instead.
+    #[inline(always)]
+    pub fn edit(&self, addr: usize, f: impl FnOnce(&Words<'_, N>)) {
+        if Self::refused(addr) {
             return;
         }
-        let Some(s) = self.find(addr) else {
+        let home = self.slot(Self::home(addr));
+        let s = if home.key.load(Ordering::Relaxed) == addr {
+            home
+        } else {
+            match self.find_probe(addr) {
+                Some(s) => s,
+                None => return,
+            }
+        };
+        let Some(st) = s.lock(SPINS) else {
+            s.poison(addr);
             return;
         };
-        if s.lock(SPINS).is_none() {
-            s.state.fetch_or(POISON, Ordering::Relaxed);
-            return;
-        }
         if s.key.load(Ordering::Relaxed) == addr {
-            let mut words = std::array::from_fn(|i| s.words[i].load(Ordering::Relaxed));
-            f(&mut words);
-            for (w, v) in s.words.iter().zip(words) {
-                w.store(v, Ordering::Relaxed);
-            }
+            f(&Words(&s.words));
         }
-        s.unlock(false);
+        s.unlock(st);
+    }
+
+    /// The slot of the object at `addr`, if the map knows it (unpoisoned).
+    #[inline(always)]
+    pub fn find_slot(&self, addr: usize) -> Option<Found<'_, N>> {
+        if Self::refused(addr) {
+            return None;
+        }
+        let home = self.slot(Self::home(addr));
+        let slot = if home.key.load(Ordering::Relaxed) == addr {
+            home
+        } else {
+            self.find_probe(addr)?
+        };
+        Some(Found { slot, addr })
+    }
+
+    /// The slot holding `addr` (unpoisoned), looked for along the whole probe.
+    #[cold]
+    #[inline(never)]
+    fn find_probe(&self, addr: usize) -> Option<&Slot<N>> {
+        self.find(addr, |k| k == addr)
     }
 
     /// The object at `addr` is about to be destroyed: its slot is freed for the next
     /// object. (Before the real destroy: an object made at the freed address afterwards is
     /// never undone.)
+    ///
+    /// One store, no lock: nothing else can take or change the slot while it holds `addr`
+    /// but a writer of this very object (the caller racing itself: its change then lands
+    /// in a freed slot, which no reader reads), and an insert taking the freed slot moves
+    /// the sequence on, which is what a reader that found `addr` there checks before it
+    /// trusts what it read.
+    #[inline(always)]
     pub fn remove(&self, addr: usize) {
-        if addr == 0 || addr == TOMB {
+        if Self::refused(addr) {
             return;
         }
-        let Some(s) = self.find(addr) else {
-            return;
-        };
-        if s.lock(SPINS).is_none() {
-            // Its words can no longer be trusted; the slot is freed when the address is
-            // made again.
-            s.state.fetch_or(POISON, Ordering::Relaxed);
+        let s = self.slot(Self::home(addr));
+        if s.key.load(Ordering::Relaxed) & !POISONED == addr {
+            s.key.store(TOMB, Ordering::Relaxed);
             return;
         }
-        let mine = s.key.load(Ordering::Relaxed) == addr;
-        if mine {
+        self.remove_probe(addr);
+    }
+
+    /// [`AddressMap::remove`], with word `i` of the object as it was (`None` if the map
+    /// did not hold it). Only for a word no writer changes once the object is made.
+    #[inline(always)]
+    pub fn take(&self, addr: usize, i: usize) -> Option<u64> {
+        if Self::refused(addr) {
+            return None;
+        }
+        let i = i.min(N - 1);
+        let s = self.slot(Self::home(addr));
+        if s.key.load(Ordering::Relaxed) & !POISONED == addr {
+            // SAFETY: i < N.
+            let v = unsafe { s.words.get_unchecked(i) }.load(Ordering::Relaxed);
+            s.key.store(TOMB, Ordering::Relaxed);
+            return Some(v);
+        }
+        self.take_probe(addr, i)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_probe(&self, addr: usize, i: usize) -> Option<u64> {
+        let s = self.find_any(addr)?;
+        let v = s.words[i].load(Ordering::Relaxed);
+        s.key.store(TOMB, Ordering::Relaxed);
+        Some(v)
+    }
+
+    /// [`AddressMap::remove`] past the home slot.
+    #[cold]
+    #[inline(never)]
+    fn remove_probe(&self, addr: usize) {
+        if let Some(s) = self.find_any(addr) {
             s.key.store(TOMB, Ordering::Relaxed);
         }
-        s.unlock(mine);
     }
 
     /// Objects alive in the map now (a walk of every slot: for messages, not calls).
@@ -345,11 +590,20 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
             .count()
     }
 
-    /// For tests: a writer that entered the slot of `addr` and never left (a thread
-    /// stopped inside, or one a fork child does not have). True if it got in.
+    /// For tests: a writer that entered the slot of `addr` and has not left (a thread
+    /// stopped inside, or one a fork child does not have); the state to leave with
+    /// ([`AddressMap::leave_for_test`]), if it got in.
     #[doc(hidden)]
-    pub fn hold_for_test(&self, addr: usize) -> bool {
-        self.find(addr).and_then(|s| s.lock(1)).is_some()
+    pub fn hold_for_test(&self, addr: usize) -> Option<u64> {
+        self.find_any(addr).and_then(|s| s.lock(1))
+    }
+
+    /// For tests: the writer of [`AddressMap::hold_for_test`] leaves.
+    #[doc(hidden)]
+    pub fn leave_for_test(&self, addr: usize, state: u64) {
+        if let Some(s) = self.find_any(addr) {
+            s.unlock(state);
+        }
     }
 }
 
@@ -450,8 +704,9 @@ mod tests {
         let m = Map::new();
         let a = 0x3000;
         assert!(m.insert(a, [1, 2, 3]));
-        assert!(m.hold_for_test(a));
+        assert!(m.hold_for_test(a).is_some());
         assert_eq!(m.get(a), None, "a reader gives up");
+        assert_eq!(m.get_word(a, 1), None);
         m.set(a, 0, 9);
         assert_eq!(m.get(a), None);
         m.remove(a);
@@ -464,15 +719,52 @@ mod tests {
     fn a_poisoned_object_is_unknown_until_made_again() {
         let m = Map::new();
         assert!(m.insert(0x4000, [1, 2, 3]));
-        m.find(0x4000)
-            .unwrap()
-            .state
-            .fetch_or(POISON, Ordering::Relaxed);
+        m.find_any(0x4000).unwrap().poison(0x4000);
         assert_eq!(m.get(0x4000), None);
+        assert_eq!(m.get_word(0x4000, 0), None);
         m.set(0x4000, 0, 5);
         assert_eq!(m.get(0x4000), None, "a set keeps the mark");
+        assert_eq!(m.live(), 1, "it keeps its slot");
         assert!(m.insert(0x4000, [7, 8, 9]));
         assert_eq!(m.get(0x4000), Some([7, 8, 9]));
+        assert_eq!(m.live(), 1, "made again in its own slot");
+        m.find_any(0x4000).unwrap().poison(0x4000);
+        m.remove(0x4000);
+        assert_eq!(m.live(), 0, "a destroy frees a poisoned object's slot");
+        assert!(
+            !m.insert(0x4000 | POISONED, [1, 1, 1]),
+            "no address has the bit"
+        );
+    }
+
+    /// A change that could not get in while another writer was inside the object's slot
+    /// (that writer preempted for long, or interrupted by a signal handler making the
+    /// change) is lost, so the object must read as unknown after that writer leaves too:
+    /// the writer's leaving is a plain store of the state, which must not undo the mark.
+    #[test]
+    fn a_change_lost_to_a_writer_inside_keeps_the_object_unknown_after_it_leaves() {
+        let m = Map::new();
+        let a = 0x4800;
+        assert!(m.insert(a, [1, 2, 3]));
+        let held = m.hold_for_test(a).unwrap();
+        m.set(a, 2, 9);
+        m.leave_for_test(a, held);
+        assert_eq!(m.get(a), None, "the lost set poisoned it");
+        assert!(m.insert(a, [4, 5, 6]));
+        assert_eq!(m.get(a), Some([4, 5, 6]));
+    }
+
+    #[test]
+    fn one_word_reads_as_the_whole_object_does() {
+        let m = Map::new();
+        assert!(m.insert(0x5000, [10, 20, 30]));
+        assert_eq!(m.get_word(0x5000, 0), Some(10));
+        assert_eq!(m.get_word(0x5000, 2), Some(30));
+        m.set(0x5000, 2, 31);
+        assert_eq!(m.get_word(0x5000, 2), Some(31));
+        assert_eq!(m.get_word(0x5100, 0), None);
+        m.remove(0x5000);
+        assert_eq!(m.get_word(0x5000, 0), None);
     }
 
     /// `n` addresses whose probes all start at one slot of a map `M`.
@@ -495,12 +787,16 @@ mod tests {
             unreachable!()
         };
         assert!(m.insert(a, [1, 1, 1]));
-        let found = m.find(a).unwrap();
+        let found = m.find_any(a).unwrap();
         m.remove(a);
         assert!(m.insert(b, [2, 2, 2]));
-        assert!(std::ptr::eq(m.find(b).unwrap(), found), "b took a's slot");
-        assert_eq!(found.read_retrying(a), None);
-        assert_eq!(found.read_retrying(b), Some([2, 2, 2]));
+        assert!(
+            std::ptr::eq(m.find_any(b).unwrap(), found),
+            "b took a's slot"
+        );
+        let words = |s: &Slot<3>| std::array::from_fn(|i| s.words[i].load(Ordering::Relaxed));
+        assert_eq!(found.read_retrying(a, words), None);
+        assert_eq!(found.read_retrying(b, words), Some([2, 2, 2]));
     }
 
     /// Threads making, changing and destroying objects at addresses whose probes all
@@ -568,7 +864,7 @@ mod tests {
         assert!(M.insert(0x5000, [1, 1]));
         assert!(M.insert(0x6000, [2, 2]));
         // A writer inside 0x6000's slot at the fork (it never leaves in the child).
-        assert!(M.hold_for_test(0x6000));
+        assert!(M.hold_for_test(0x6000).is_some());
         // SAFETY: the child only touches the map (atomics, no allocation) and _exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork");

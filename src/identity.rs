@@ -152,7 +152,8 @@ impl HashCache {
         &self.dir
     }
 
-    fn entry_name(meta: &fs::Metadata) -> String {
+    /// The entry a file's hash is kept under: its device, inode, size and mtime.
+    pub fn entry_name(meta: &fs::Metadata) -> String {
         format!(
             "{:x}-{:x}-{:x}-{}.{}",
             meta.dev(),

@@ -6,6 +6,7 @@
 //! - [`tunableop`]: PyTorch TunableOp results files (read, write, our extension rows).
 //! - [`rocblas`]: rocBLAS call arguments -> problem keys.
 //! - [`registry`]: `profiles.json` and `provenance.json`.
+//! - [`share_lock`]: the registry's lock across the machines of a shared filesystem.
 //! - [`identity`]: which library build is loaded (file, inode check, cached sha256).
 //! - [`formats`]: rocBLAS bench and profile logs, rocblas-gemm-tune CSV, PyTorch exports.
 //! - [`table`]: the immutable lookup table the interposer serves from.
@@ -17,6 +18,7 @@
 //! - [`near`]: serving a missed token count from the nearest row of the same layer.
 //! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
 //! - [`cublaslt`]: the cuBLASLt backend's key, algorithm configurations and table.
+//! - [`fleet`]: a campaign's share for this machine, from Kubernetes' or Slurm's variables.
 //! - [`version`]: rocBLAS version strings (`2.47.0.`, `5.6.0.8d1ae90e`) and what they imply.
 
 pub mod abi;
@@ -26,6 +28,7 @@ pub mod coverage;
 pub mod cublaslt;
 pub mod elf;
 pub mod family;
+pub mod fleet;
 pub mod formats;
 pub mod hipblaslt;
 pub mod identity;
@@ -38,6 +41,7 @@ pub mod profile;
 pub mod registry;
 pub mod rocblas;
 pub mod settings;
+pub mod share_lock;
 pub mod suggest;
 pub mod table;
 pub mod tunableop;

@@ -340,6 +340,12 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         })
     }
 
+    /// The note of a slot (0: none).
+    pub fn note(&self, slot: usize) -> u64 {
+        self.locate(slot)
+            .map_or(0, |(seg, i)| seg.map.value(i).note.load(Ordering::Acquire))
+    }
+
     /// Replaces the note of a slot [`MissSet::record_noted`] or [`MissSet::find`] returned.
     pub fn set_note(&self, slot: usize, note: u64) {
         if let Some((seg, i)) = self.locate(slot) {

@@ -90,7 +90,14 @@ impl NearIndex {
     /// this index was built from) with, before the run-time validation for the exact
     /// problem: the nearest row's solution, unless that row says `Default` or is
     /// quarantined. The one decision the interposer serves by and `report` shows.
+    ///
+    /// A key a `*` row matches is that row's (PyTorch's rule, [`Table::get_wildcard`]), even
+    /// where the row says `Default` or is quarantined (PyTorch then runs the library's
+    /// default, never another candidate): near serving never takes it, so [`NearChoice::Nothing`].
     pub fn servable(&self, table: &Table, key: &ProblemKey, window: i64) -> NearChoice {
+        if table.has_wildcards() && table.get_wildcard(key).is_some() {
+            return NearChoice::Nothing;
+        }
         let Some((from, action)) = self.nearest(key, window) else {
             return NearChoice::Nothing;
         };
@@ -161,6 +168,36 @@ mod tests {
         assert_eq!(
             ix.nearest(&linear(96, 500, 32), 32),
             Some((512, Action::Solution(9)))
+        );
+    }
+
+    /// A `*` row decides every call it matches, as in PyTorch (its solution, or the
+    /// library's default where it says `Default`): near serving never overrides it, while a
+    /// call of another layer still takes its nearest row.
+    #[test]
+    fn a_matching_wildcard_row_is_never_overridden_by_near_serving() {
+        use crate::tunableop::KeyParse;
+        let KeyParse::Wildcard(p) =
+            crate::tunableop::parse_key("GemmTunableOp_Half_TN", "tn_64_*_32_ld_32_32_64")
+        else {
+            panic!("a pattern")
+        };
+        let table = Table::with_wildcards(
+            [
+                (linear(64, 512, 32), Action::Solution(7)),
+                (linear(96, 512, 32), Action::Solution(9)),
+            ],
+            [(p, "tn_64_*_32".to_string(), Action::Default)],
+        );
+        let ix = NearIndex::new(&table);
+        assert_eq!(
+            ix.servable(&table, &linear(64, 513, 32), 32),
+            NearChoice::Nothing,
+            "the `*` row (Default) decides, not the 512 row"
+        );
+        assert_eq!(
+            ix.servable(&table, &linear(96, 513, 32), 32),
+            NearChoice::Try(512, 9)
         );
     }
 

@@ -583,11 +583,37 @@ pub fn lock_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.lock"))
 }
 
-/// Runs `f` holding an exclusive `flock` on [`lock_path`]`(path)`, created if needed (never
-/// through a symlink). The lock is released when `f` returns, or by the kernel if the
-/// process dies, so a killed updater never leaves the registry locked.
+/// The folder that locks `path` across machines: `.<name>.lock.d` ([`crate::share_lock`]).
+pub fn share_lock_path(path: &Path) -> PathBuf {
+    let mut p = lock_path(path).into_os_string();
+    p.push(".d");
+    PathBuf::from(p)
+}
+
+/// How long an update waits for another machine's: past [`crate::share_lock::STALE_AFTER`],
+/// so a dead holder's lock is broken rather than waited out.
+const SHARE_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// Runs `f` holding the registry's lock: an exclusive `flock` on [`lock_path`]`(path)`
+/// (created if needed, never through a symlink), which queues the updaters of one machine,
+/// and then the lock folder [`share_lock_path`]`(path)`, which holds across the machines of
+/// a shared filesystem whatever its `flock` does (NFS mounted `nolock` or with
+/// `local_lock`, where `flock` is local to each client; filesystems that refuse `flock`,
+/// where it is left out). Both are released when `f` returns; a process killed holding
+/// them leaves the kernel to drop the first, and its lock folder is broken by the next
+/// updater (at once on this host, after [`crate::share_lock::STALE_AFTER`] elsewhere).
 pub fn with_lock<T>(
     path: &Path,
+    f: impl FnOnce() -> Result<T, RegistryError>,
+) -> Result<T, RegistryError> {
+    with_lock_in(path, true, f)
+}
+
+/// [`with_lock`], with or without its `flock` (the tests take it away, as a filesystem
+/// where it is local to each machine does).
+pub(crate) fn with_lock_in<T>(
+    path: &Path,
+    flock: bool,
     f: impl FnOnce() -> Result<T, RegistryError>,
 ) -> Result<T, RegistryError> {
     use std::os::fd::AsRawFd;
@@ -605,18 +631,31 @@ pub fn with_lock<T>(
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&lock)
         .map_err(io_err)?;
-    loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            break;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(io_err(e));
+    if flock {
+        loop {
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // A filesystem that has no flock (or no lock daemon): the lock folder alone
+                // serialises the updates.
+                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => break,
+                _ => return Err(io_err(e)),
+            }
         }
     }
+    let shared = share_lock_path(path);
+    let held = crate::share_lock::acquire(&shared, SHARE_WAIT, crate::share_lock::STALE_AFTER)
+        .map_err(|source| RegistryError::Io {
+            path: shared.clone(),
+            source,
+        })?;
     let out = f();
-    // Closing the descriptor releases the lock.
+    drop(held);
+    // Closing the descriptor releases the flock.
     drop(file);
     out
 }
@@ -660,15 +699,18 @@ fn folder_of(path: &Path) -> &Path {
     }
 }
 
-/// A name for a temporary beside `path` that no other writer uses: `.<name>.tmp-<pid>-<n>`.
+/// A name for a temporary beside `path` that no other writer uses, on this machine or any
+/// other sharing the folder: `.<name>.tmp-<host>-<pid>-<n>` (two machines' processes may
+/// have the same pid; a temporary a killed one left behind must not fail another's write).
 fn temp_beside(path: &Path) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
     Ok(folder_of(path).join(format!(
-        ".{}.tmp-{}-{}",
+        ".{}.tmp-{}-{}-{}",
         name.to_string_lossy(),
+        crate::process::host_name(),
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )))
@@ -1157,6 +1199,51 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    /// Updaters on machines whose `flock` does not see each other (NFS mounted `nolock` or
+    /// with `local_lock`: taken away here) still update one at a time: each read-modify-write
+    /// of a shared counter lands, none is lost.
+    #[test]
+    fn updates_without_a_shared_flock_lose_nothing() {
+        let d = TempDir::new("share");
+        let path = d.write("profiles.json", "0");
+        let (threads, each) = (6, 15);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    for _ in 0..each {
+                        with_lock_in(&path, false, || {
+                            let n: u64 = fs::read_to_string(&path).unwrap().trim().parse().unwrap();
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                            write_atomic(&path, (n + 1).to_string().as_bytes()).unwrap();
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        let n: u64 = fs::read_to_string(&path).unwrap().trim().parse().unwrap();
+        assert_eq!(n, threads * each, "an update was lost");
+        assert!(!share_lock_path(&path).exists(), "released");
+    }
+
+    /// Temporaries are named per machine as well as per process: another machine's leftover
+    /// with the same pid never makes a write fail.
+    #[test]
+    fn temporaries_are_named_for_this_machine() {
+        let d = TempDir::new("tmpname");
+        let t = temp_beside(&d.0.join("profiles.json")).unwrap();
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with(&format!(
+                ".profiles.json.tmp-{}-{}-",
+                crate::process::host_name(),
+                std::process::id()
+            )),
+            "{name}"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub const INTERPOSER: &[&str] = &[
     "TUNEDBLAS_STATS",
     "TUNEDBLAS_NEAR",
     "TUNEDBLAS_STATUS_THREAD",
+    "TUNEDBLAS_RELOAD",
 ];
 
 /// Variables the tools read (the cuBLASLt harness, the tests, the benchmarks). Not the
@@ -104,6 +105,9 @@ pub struct Switches {
     /// `TUNEDBLAS_STATUS_THREAD`: the live status also written by a thread of the
     /// interposer's own, once a second (off by default: the host sees no thread of ours).
     pub status_thread: bool,
+    /// `TUNEDBLAS_RELOAD`: rows committed to the store while a process runs are served
+    /// without a restart (on unless `0`).
+    pub reload: bool,
 }
 
 impl Switches {
@@ -144,6 +148,10 @@ impl Switches {
                     get("TUNEDBLAS_STATUS_THREAD").as_deref(),
                 ),
             ),
+            reload: match get("TUNEDBLAS_RELOAD") {
+                None => true,
+                Some(v) => take(&mut said, switch("TUNEDBLAS_RELOAD", Some(&v))),
+            },
         };
         said.extend(unknown_names(names));
         (switches, said)

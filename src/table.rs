@@ -450,6 +450,7 @@ mod tests {
             lds: Some([Some(64), Some(64), Some(512), Some(512)]),
             batch: Some(1),
             strides: None,
+            ldd_is_ldc: true,
         };
         let t = Table::with_wildcards(
             [(key(1), Action::Solution(3))],

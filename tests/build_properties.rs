@@ -27,6 +27,12 @@ const ALLOWED: &[&str] = &[
     "cublasLtCreate",
     "cublasLtDestroy",
     "cublasLtMatmul",
+    "cublasLtMatmulDescCreate",
+    "cublasLtMatmulDescDestroy",
+    "cublasLtMatmulDescSetAttribute",
+    "cublasLtMatrixLayoutCreate",
+    "cublasLtMatrixLayoutSetAttribute",
+    "cublasLtMatrixLayoutDestroy",
     "tunedblas_cublaslt_serving",
     "hipblasLtCreate",
     "hipblasLtDestroy",
@@ -47,6 +53,9 @@ const ALLOWED: &[&str] = &[
     "execvp",
     "execvpe",
     "fexecve",
+    // The Lt descriptor and layout calls are kept per call site, looked up again after a
+    // library may have been unloaded (cdylib/src/lt/callers.rs).
+    "dlclose",
 ];
 
 fn tool(name: &str, args: &[&str]) -> String {

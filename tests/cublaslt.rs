@@ -7,112 +7,16 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::process::Command;
 
-use common::{artifacts, build, host_env, scratch, text, trace, Profile};
-use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
-
-struct Lt {
-    libdir: PathBuf,
-    host: PathBuf,
-    module: PathBuf,
-    sha: String,
-    /// A second build of the stand-in (`libcublasLt.so.12`, another sha256: two files of one
-    /// soname cannot be loaded side by side) and a module linked against it, for the
-    /// library-lifetime cases.
-    module2: PathBuf,
-    sha2: String,
-}
-
-fn lt() -> &'static Lt {
-    static L: OnceLock<Lt> = OnceLock::new();
-    L.get_or_init(|| {
-        // The stand-in as `libcublasLt.so.13` and a second build of it as `.so.12`.
-        let fake = |soname: &str, extra: &[&str]| {
-            let mut args: Vec<String> = vec!["-shared".into(), "-fPIC".into()];
-            args.extend(extra.iter().map(|s| s.to_string()));
-            args.push("{hosts}/fake_cublaslt.c".into());
-            build::c_program(soname, &args)
-        };
-        let module = |name: &str, lib: &Path| {
-            let soname = lib.file_name().unwrap().to_str().unwrap();
-            let mut args: Vec<String> = ["-shared", "-fPIC", "-DLT_MODULE", "{hosts}/lt_host.c"]
-                .map(String::from)
-                .to_vec();
-            args.extend(build::link_args(lib.parent().unwrap()));
-            args.push(format!("-l:{soname}"));
-            build::c_program(name, &args)
-        };
-        let lib = fake("libcublasLt.so.13", &[]);
-        let lib2 = fake("libcublasLt.so.12", &["-DFAKE_BUILD=2"]);
-        let host = build::c_program(
-            "lt_host",
-            &["{hosts}/lt_host.c", "-ldl", "-lpthread"].map(String::from),
-        );
-        Lt {
-            libdir: lib.parent().unwrap().to_path_buf(),
-            host,
-            module: module("libltmod.so", &lib),
-            sha: tunedblas_core::identity::sha256_file(&lib).unwrap(),
-            module2: module("libltmod2.so", &lib2),
-            sha2: tunedblas_core::identity::sha256_file(&lib2).unwrap(),
-        }
-    })
-}
-
-/// The bf16 `F.linear` key of a call `N,M,K`.
-fn key(n: i64, m: i64, k: i64) -> LtKey {
-    LtKey::linear(R_16BF, n, m, k)
-}
-
-fn row(k: &LtKey, solution: &str) -> String {
-    let (op, sig) = op_and_signature(k);
-    format!("{op},{sig},{solution},0.01")
-}
-
-fn profile(dir: &Path, rows: &[String]) {
-    Profile::new(&dir.join("profiles"), "fake-lt", &lt().sha)
-        .validators(&[("CUBLASLT_VERSION", "130100")])
-        .lines(rows)
-        .write();
-}
-
-fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
-    host_cmd(dir, preload, calls).output().expect("run lt_host")
-}
-
-fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
-    host_cmd_with(&lt().module, dir, preload, calls)
-}
-
-/// [`host_cmd`] with another first module (`-`: none, see lt_host.c).
-fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Command {
-    let mut cmd = Command::new(&lt().host);
-    cmd.arg(module).args(calls);
-    // The rocBLAS hosts' environment, with the stand-in's trace and a stats file.
-    host_env(&mut cmd, dir, preload);
-    cmd.env_remove("REFBLAS_TRACE")
-        .env("TUNEDBLAS_STATS", dir.join("stats.json"))
-        .env("FAKELT_TRACE", dir.join("trace.log"));
-    cmd
-}
-
-fn stats(dir: &Path) -> serde_json::Value {
-    common::stats_json(dir)
-}
-
-fn miss_lines(dir: &Path) -> Vec<String> {
-    common::lt_miss_lines(dir, "-cublaslt")
-}
-
-const TUNED: &str =
-    "Gemm_Cublaslt_algo21_tile20_stages35_splitk1_red0_swizzle1_custom0_inner0_cluster2";
+use common::lt::{builds_in_trace, cublaslt as lt, cudart, key, row, stats, TUNED};
+use common::{artifacts, scratch, text, trace};
+use tunedblas_core::cublaslt::{op_and_signature, LtKey};
 
 #[test]
 fn without_the_preload_the_heuristic_runs() {
     let dir = scratch("lt-plain");
-    let out = host(&dir, false, &["2560,16,1536"]);
+    let out = lt().host(&dir, false, &["2560,16,1536"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = trace(&dir);
     assert_eq!(t.len(), 1);
@@ -121,64 +25,16 @@ fn without_the_preload_the_heuristic_runs() {
 }
 
 #[test]
-fn misses_are_recorded_under_pytorch_names_when_no_profile_matches() {
-    let dir = scratch("lt-miss");
-    let out = host(&dir, true, &["2560,16,1536", "2560,16,1536", "512,4,2560"]);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    // The startup line names the registry it looked in and the library it identified.
-    let startup = stderr.lines().next().unwrap_or("");
-    assert!(startup.starts_with("tunedblas: cuBLASLt: "), "{stderr}");
-    assert!(startup.contains("profiles.json"), "{stderr}");
-    assert!(startup.contains("libcublasLt.so.13"), "{stderr}");
-    // The caller's own algorithm ran every time.
-    assert!(trace(&dir)
-        .iter()
-        .all(|l| l["algo"] == "6" && l["ok"] == "1"));
-    assert_eq!(
-        miss_lines(&dir),
-        [
-            "GemmTunableOp_BFloat16_TN,tn_2560_16_1536_ld_1536_1536_2560",
-            "GemmTunableOp_BFloat16_TN,tn_512_4_2560_ld_2560_2560_512",
-        ]
-    );
-    let s = stats(&dir);
-    assert_eq!(s["calls"], 3);
-    assert_eq!(s["missed_calls"], 3);
-    assert_eq!(s["missed_shapes"], 2);
-    // The start line says where misses go; the live status (issue 16) has the cuBLASLt
-    // counters, final at exit.
-    assert!(
-        startup.contains(&format!("misses go to {}", dir.join("misses").display())),
-        "{startup}"
-    );
-    let status: Vec<_> = std::fs::read_dir(dir.join("misses"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".status.json"))
-        .collect();
-    assert_eq!(status.len(), 1, "{status:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&status[0]).unwrap()).unwrap();
-    assert_eq!(v["final"], true, "{v}");
-    let lt = &v["backends"][0];
-    assert_eq!(lt["backend"], "cublaslt", "{v}");
-    assert_eq!(lt["counters"]["missed"], 3, "{v}");
-    assert_eq!(lt["missed_shapes"], 2, "{v}");
-    assert_eq!(lt["top_missed"][0]["calls"], 2, "{v}");
-}
-
-#[test]
 fn a_tuned_row_is_rebuilt_and_served_and_other_shapes_still_miss() {
     let dir = scratch("lt-serve");
-    profile(
+    lt().profile(
         &dir,
         &[
             row(&key(2560, 16, 1536), TUNED),
             row(&key(512, 4, 2560), "Default"),
         ],
     );
-    let out = host(
+    let out = lt().host(
         &dir,
         true,
         &["2560,16,1536", "512,4,2560", "2560,16,1536", "336,32,10240"],
@@ -207,7 +63,7 @@ fn a_tuned_row_is_rebuilt_and_served_and_other_shapes_still_miss() {
     );
     assert_eq!(t[3]["algo"], "6");
     assert_eq!(
-        miss_lines(&dir),
+        lt().miss_lines(&dir),
         ["GemmTunableOp_BFloat16_TN,tn_336_32_10240_ld_10240_10240_336"]
     );
     let s = stats(&dir);
@@ -227,7 +83,7 @@ fn rows_that_fail_twice_fall_back_to_the_callers_algorithm_for_good() {
     let check_fails = TUNED.replace("tile20", "tile999");
     let run_fails = TUNED.replace("tile20", "tile998");
     let bad_id = TUNED.replace("algo21", "algo150");
-    profile(
+    lt().profile(
         &dir,
         &[
             row(&key(64, 1, 64), &check_fails),
@@ -238,7 +94,7 @@ fn rows_that_fail_twice_fall_back_to_the_callers_algorithm_for_good() {
     let calls = [
         "64,1,64", "64,2,64", "64,4,64", "64,1,64", "64,2,64", "64,4,64",
     ];
-    let out = host(&dir, true, &calls);
+    let out = lt().host(&dir, true, &calls);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "every call still succeeds: {stderr}");
     let t = trace(&dir);
@@ -284,7 +140,7 @@ fn rows_that_fail_twice_fall_back_to_the_callers_algorithm_for_good() {
 fn a_key_read_from_a_destroyed_descriptor_is_not_recorded() {
     let dir = scratch("lt-stale");
     let run = |preload| {
-        host_cmd(&dir, preload, &["64,8,64"])
+        lt().host_cmd(&dir, preload, &["64,8,64"])
             .env("LT_HOST_VARIANT", "stale")
             .env("FAKELT_KEEP_DESTROYED", "1")
             .output()
@@ -294,62 +150,20 @@ fn a_key_read_from_a_destroyed_descriptor_is_not_recorded() {
     let stderr = text(&preloaded.stderr);
     assert_eq!(text(&plain.stdout), "call=64,8,64 status=7\n");
     assert_eq!(text(&preloaded.stdout), text(&plain.stdout), "{stderr}");
-    assert!(miss_lines(&dir).is_empty(), "{:?}", miss_lines(&dir));
+    assert!(
+        lt().miss_lines(&dir).is_empty(),
+        "{:?}",
+        lt().miss_lines(&dir)
+    );
     let s = stats(&dir);
     assert_eq!(s["missed_calls"], 0, "{s}");
     assert_eq!(s["passed_through"], 1, "{s}");
 }
 
 #[test]
-fn calls_the_tuned_algorithm_cannot_take_pass_through_without_quarantine() {
-    let dir = scratch("lt-unfit");
-    let splitk = TUNED.replace("splitk1", "splitk4"); // needs 4096 bytes of workspace
-    profile(
-        &dir,
-        &[
-            row(&key(128, 8, 64), &splitk),
-            row(&key(128, 16, 64), TUNED),
-        ],
-    );
-    let calls = [
-        "128,8,64,0",
-        "128,8,64,8192",
-        "128,16,64,0,1",
-        "128,16,64,0",
-    ];
-    let out = host(&dir, true, &calls);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = trace(&dir);
-    let algos: Vec<&str> = t.iter().map(|l| l["algo"].as_str()).collect();
-    assert_eq!(algos, ["6", "21", "6", "21"], "{t:?}");
-    assert_eq!(t[1]["splitk"], "4");
-    let s = stats(&dir);
-    assert_eq!(s["served"], 2);
-    assert_eq!(s["passed_through"], 2);
-    assert_eq!(s["fallbacks"], 0);
-}
-
-#[test]
-fn serving_can_be_switched_off_and_on_inside_the_process() {
-    let dir = scratch("lt-switch");
-    profile(&dir, &[row(&key(2560, 16, 1536), TUNED)]);
-    let out = host(
-        &dir,
-        true,
-        &["2560,16,1536", "off", "2560,16,1536", "on", "2560,16,1536"],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let algos: Vec<String> = trace(&dir).iter().map(|l| l["algo"].clone()).collect();
-    assert_eq!(algos, ["21", "6", "21"]);
-    // Without the preload the switch does not exist and the host says so.
-    let plain = host(&scratch("lt-switch-plain"), false, &["off"]);
-    assert!(text(&plain.stdout).contains("call=off status=-1"));
-}
-
-#[test]
 fn disabled_means_untouched() {
     let dir = scratch("lt-disabled");
-    profile(&dir, &[row(&key(2560, 16, 1536), TUNED)]);
+    lt().profile(&dir, &[row(&key(2560, 16, 1536), TUNED)]);
     let mut cmd = Command::new(&lt().host);
     cmd.arg(&lt().module)
         .arg("2560,16,1536")
@@ -361,7 +175,7 @@ fn disabled_means_untouched() {
     let out = cmd.output().unwrap();
     assert!(out.status.success());
     assert_eq!(trace(&dir)[0]["algo"], "6");
-    assert!(miss_lines(&dir).is_empty());
+    assert!(lt().miss_lines(&dir).is_empty());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -370,55 +184,12 @@ fn disabled_means_untouched() {
 // this one too.
 // ---------------------------------------------------------------------------------------
 
-/// The counts written for the cuBLASLt miss files: total calls over every shape.
-fn lt_counted_calls(dir: &Path) -> u64 {
-    let mut total = 0;
-    for e in std::fs::read_dir(dir.join("misses")).into_iter().flatten() {
-        let p = e.unwrap().path();
-        if p.to_string_lossy().ends_with("-cublaslt-rank0.counts.csv") {
-            let log = tunedblas_core::misses::file::read(&p).unwrap();
-            total += log.misses.iter().filter_map(|m| m.calls).sum::<u64>();
-        }
-    }
-    total
-}
-
-#[test]
-fn cublaslt_forking_while_threads_record_never_hangs_a_child() {
-    let dir = scratch("lt-storm");
-    profile(&dir, &[]);
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@storm:6:20"]));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("storm-hung=0"),
-        "{}",
-        text(&out.stdout)
-    );
-}
-
-#[test]
-fn cublaslt_a_signal_handler_exit_writes_counts_and_summary() {
-    for round in 0..3 {
-        let dir = scratch(&format!("lt-sigexit-{round}"));
-        profile(&dir, &[]);
-        let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@sigexit:6"]));
-        let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(7), "{stderr}");
-        assert!(
-            stderr.contains("cuBLASLt: ") && stderr.contains(" calls: "),
-            "{stderr}"
-        );
-        assert!(lt_counted_calls(&dir) > 0, "counts written at _exit");
-        assert!(stats(&dir)["calls"].as_u64().unwrap() > 0);
-    }
-}
-
 #[test]
 fn cublaslt_a_vfork_child_does_not_finish_the_parents_run() {
     let dir = scratch("lt-vfork");
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     let out =
-        common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "@vfork-fail", "16,8,8"]));
+        common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8", "@vfork-fail", "16,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(
@@ -427,20 +198,23 @@ fn cublaslt_a_vfork_child_does_not_finish_the_parents_run() {
         "one summary: {stderr}"
     );
     assert!(stderr.contains("cuBLASLt: 2 calls"), "{stderr}");
-    assert_eq!(lt_counted_calls(&dir), 2, "the parent's counts");
+    assert_eq!(lt().counted_calls(&dir), 2, "the parent's counts");
 }
 
 #[test]
 fn cublaslt_every_way_out_writes_counts_stats_and_summary() {
     for last in ["@Exit", "@exec:/bin/true"] {
         let dir = scratch(&format!("lt-out-{}", last.len()));
-        profile(&dir, &[]);
-        let out =
-            common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "8,8,8", "16,8,8", last]));
+        lt().profile(&dir, &[]);
+        let out = common::faults::run_guarded(lt().host_cmd(
+            &dir,
+            true,
+            &["8,8,8", "8,8,8", "16,8,8", last],
+        ));
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{last}: {stderr}");
         assert!(stderr.contains("cuBLASLt: 3 calls"), "{last}: {stderr}");
-        assert_eq!(lt_counted_calls(&dir), 3, "{last}");
+        assert_eq!(lt().counted_calls(&dir), 3, "{last}");
         assert_eq!(stats(&dir)["calls"], 3, "{last}");
     }
 }
@@ -448,11 +222,11 @@ fn cublaslt_every_way_out_writes_counts_stats_and_summary() {
 #[test]
 fn cublaslt_stats_are_never_written_through_a_planted_symlink() {
     let dir = scratch("lt-stats-symlink");
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     std::os::unix::fs::symlink(&victim, dir.join("stats.json")).unwrap();
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     // The stats went to the file itself, replacing the link.
@@ -468,42 +242,12 @@ fn cublaslt_stats_are_never_written_through_a_planted_symlink() {
 // and another opened (libs.rs's Registry, as for rocBLAS in reliability/loading.rs).
 // ---------------------------------------------------------------------------------------
 
-/// A profile for each stand-in build, each with a tuned row for F.linear 8x8x8.
-fn two_build_lt_profiles(dir: &Path) {
-    let p = dir.join("profiles");
-    let mut reg = serde_json::Map::new();
-    for (name, sha) in [("fake-lt", &lt().sha), ("fake-lt2", &lt().sha2)] {
-        std::fs::create_dir_all(p.join(name)).unwrap();
-        let text = format!(
-            "Validator,CUBLASLT_VERSION,130100\n{}\n",
-            row(&key(8, 8, 8), TUNED)
-        );
-        std::fs::write(p.join(name).join("tunableop_results0.csv"), text).unwrap();
-        reg.insert(
-            name.into(),
-            serde_json::json!({"dir": name, "lib_sha256": sha}),
-        );
-    }
-    std::fs::write(
-        p.join("profiles.json"),
-        serde_json::json!({ "profiles": reg }).to_string(),
-    )
-    .unwrap();
-}
-
-fn builds_in_trace(dir: &Path) -> Vec<String> {
-    trace(dir)
-        .iter()
-        .filter_map(|t| t.get("build").cloned())
-        .collect()
-}
-
 #[test]
 fn cublaslt_two_builds_side_by_side_each_call_runs_in_its_own_build() {
     let dir = scratch("lt-two-builds");
-    two_build_lt_profiles(&dir);
+    lt().two_build_profiles(&dir, &key(8, 8, 8));
     let module2 = format!("@module:{}", lt().module2.display());
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", &module2, "8,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8", &module2, "8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // The first build's call is served (the tuned algorithm, 21, in the trace); the second
@@ -527,62 +271,36 @@ fn cublaslt_two_builds_side_by_side_each_call_runs_in_its_own_build() {
     );
 }
 
+/// The same module closed and opened again, and a module of the other build opened where
+/// it was: every call site is looked up again after each close, so each call runs in its
+/// caller's build, with objects that build made, and serving follows the build loaded.
 #[test]
-fn cublaslt_the_served_build_closed_and_another_opened_serves_the_new_one() {
-    let dir = scratch("lt-switch");
-    two_build_lt_profiles(&dir);
+fn cublaslt_modules_closed_and_opened_again_keep_each_call_in_its_own_build() {
+    let dir = scratch("lt-reopen");
+    lt().two_build_profiles(&dir, &key(8, 8, 8));
+    let module1 = format!("@module:{}", lt().module.display());
     let module2 = format!("@module:{}", lt().module2.display());
-    let out = common::faults::run_guarded(host_cmd(
+    let out = common::faults::run_guarded(lt().host_cmd(
         &dir,
         true,
-        &["8,8,8", "@close", &module2, "8,8,8"],
+        &[
+            "8,8,8", "@close", &module1, "8,8,8", "@close", &module2, "8,8,8", "@close", &module1,
+            "8,8,8",
+        ],
     ));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    let builds = builds_in_trace(&dir);
+    let t = trace(&dir);
+    let runs: Vec<(&str, &str)> = t
+        .iter()
+        .map(|l| (l["algo"].as_str(), l["build"].as_str()))
+        .collect();
     assert_eq!(
-        builds.last().map(String::as_str),
-        Some("2"),
-        "{builds:?}: {stderr}"
+        runs,
+        [("21", "1"), ("21", "1"), ("21", "2"), ("21", "1")],
+        "{t:?}: {stderr}"
     );
-    assert!(
-        stderr.contains("profile fake-lt2 auto-selected"),
-        "{stderr}"
-    );
-    assert_eq!(
-        stats(&dir)["served"],
-        2,
-        "both builds served their own row: {stderr}"
-    );
-}
-
-#[test]
-fn cublaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
-    // Cancellation acted on between calls, and inside the library (the stand-in's
-    // FAKELT_CANCEL_POINT): with or without the interposer the host survives.
-    for inside in [false, true] {
-        for preload in [false, true] {
-            let dir = scratch(&format!("lt-cancel-{inside}-{preload}"));
-            profile(&dir, &[]);
-            let mut cmd = host_cmd(&dir, preload, &["8,8,8", "@cancel:20"]);
-            cmd.env_remove("FAKELT_TRACE");
-            if inside {
-                cmd.env("FAKELT_CANCEL_POINT", "1");
-            }
-            let out = common::faults::run_guarded(cmd);
-            assert!(
-                out.status.success(),
-                "inside: {inside}, preload: {preload}: {:?}: {}",
-                out.status,
-                text(&out.stderr)
-            );
-            assert!(
-                text(&out.stdout).contains("cancelled=20"),
-                "{}",
-                text(&out.stdout)
-            );
-        }
-    }
+    assert_eq!(stats(&dir)["served"], 4, "{stderr}");
 }
 
 // ---- The profile's files, for cuBLASLt (the rocBLAS rows are in reliability/loading.rs) ---
@@ -591,7 +309,7 @@ fn cublaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
 fn cublaslt_a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host() {
     for what in ["fifo", "zero"] {
         let dir = scratch(&format!("lt-special-{what}"));
-        profile(&dir, &[]);
+        lt().profile(&dir, &[]);
         let rank = dir.join("profiles/fake-lt/tunableop_results0.csv");
         std::fs::remove_file(&rank).unwrap();
         if what == "fifo" {
@@ -601,7 +319,7 @@ fn cublaslt_a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host() {
         } else {
             std::os::unix::fs::symlink("/dev/zero", &rank).unwrap();
         }
-        let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+        let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{what}: {stderr}");
         assert!(
@@ -609,7 +327,7 @@ fn cublaslt_a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host() {
             "{what}: one line says why: {stderr}"
         );
         assert_eq!(
-            miss_lines(&dir).len(),
+            lt().miss_lines(&dir).len(),
             2,
             "{what}: the shapes are still recorded"
         );
@@ -620,14 +338,14 @@ fn cublaslt_a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host() {
 fn cublaslt_a_byte_order_mark_does_not_hide_the_first_row() {
     let dir = scratch("lt-bom");
     let r = row(&key(8, 8, 8), TUNED);
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     // The row first, right after a BOM (no validator line before it).
     std::fs::write(
         dir.join("profiles/fake-lt/tunableop_results0.csv"),
         format!("\u{feff}{r}\n"),
     )
     .unwrap();
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stats(&dir)["served"], 1, "{stderr}");
@@ -640,7 +358,7 @@ fn cublaslt_a_byte_order_mark_does_not_hide_the_first_row() {
 fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on() {
     for what in ["symlink", "enotdir"] {
         let dir = scratch(&format!("lt-missdir-{what}"));
-        profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+        lt().profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
         let elsewhere = dir.join("elsewhere");
         std::fs::create_dir_all(&elsewhere).unwrap();
         let miss_dir = if what == "symlink" {
@@ -650,7 +368,7 @@ fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on
             std::fs::write(dir.join("a-file"), "x").unwrap();
             dir.join("a-file/misses")
         };
-        let mut cmd = host_cmd(&dir, true, &["8,8,8", "16,8,8", "24,8,8"]);
+        let mut cmd = lt().host_cmd(&dir, true, &["8,8,8", "16,8,8", "24,8,8"]);
         cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir);
         let out = common::faults::run_guarded(cmd);
         let stderr = text(&out.stderr);
@@ -681,7 +399,7 @@ fn cublaslt_a_symlinked_or_unwritable_miss_folder_warns_once_and_serving_goes_on
 fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks() {
     // A malformed line is skipped with its file and line; every valid row is served.
     let dir = scratch("lt-malformed");
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     std::fs::write(
         dir.join("profiles/fake-lt/tunableop_results0.csv"),
         format!(
@@ -690,7 +408,7 @@ fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks()
         ),
     )
     .unwrap();
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("tunableop_results0.csv:2:"), "{stderr}");
@@ -698,24 +416,24 @@ fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks()
     // profiles.json that is not JSON: said with its line, every call passes through and is
     // recorded.
     let dir = scratch("lt-bad-registry");
-    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    lt().profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
     let reg = dir.join("profiles/profiles.json");
     std::fs::write(&reg, "{\"profiles\": {,,}}\n").unwrap();
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("not valid JSON"), "{stderr}");
     assert_eq!(stats(&dir)["served"], 0);
-    assert_eq!(miss_lines(&dir).len(), 2, "every shape is recorded");
+    assert_eq!(lt().miss_lines(&dir).len(), 2, "every shape is recorded");
 }
 
 #[test]
 fn cublaslt_folders_are_0700_and_files_0600_whatever_the_umask() {
     use std::os::unix::fs::PermissionsExt;
     let dir = scratch("lt-modes");
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     let miss_dir = dir.join("m1/m2");
-    let mut cmd = host_cmd(&dir, true, &["8,8,8"]);
+    let mut cmd = lt().host_cmd(&dir, true, &["8,8,8"]);
     cmd.env("TUNEDBLAS_MISS_DIR", &miss_dir);
     common::faults::with_umask(&mut cmd, 0);
     let out = common::faults::run_guarded(cmd);
@@ -742,11 +460,11 @@ fn cublaslt_sigkill_and_sigterm_from_outside_keep_every_shape_seen() {
     use std::io::{BufRead, BufReader};
     for sig in [libc::SIGKILL, libc::SIGTERM] {
         let dir = scratch(&format!("lt-kill-{sig}"));
-        profile(&dir, &[]);
+        lt().profile(&dir, &[]);
         let calls: Vec<String> = (1..=40).map(|n| format!("{n},8,8")).collect();
         let mut args: Vec<&str> = calls.iter().map(String::as_str).collect();
         args.push("@pause");
-        let mut cmd = host_cmd(&dir, true, &args);
+        let mut cmd = lt().host_cmd(&dir, true, &args);
         cmd.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());
         let mut child = cmd.spawn().unwrap();
@@ -764,7 +482,7 @@ fn cublaslt_sigkill_and_sigterm_from_outside_keep_every_shape_seen() {
         let status = child.wait().unwrap();
         assert!(!status.success(), "{sig}: {status:?}");
         assert_eq!(
-            miss_lines(&dir).len(),
+            lt().miss_lines(&dir).len(),
             40,
             "signal {sig}: every shape seen is in the log"
         );
@@ -775,52 +493,31 @@ fn cublaslt_sigkill_and_sigterm_from_outside_keep_every_shape_seen() {
 fn cublaslt_a_profile_for_another_build_or_an_unreadable_rank_serves_nothing_and_records() {
     // Registered for another sha256: never chosen.
     let dir = scratch("lt-other-sha");
-    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    lt().profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
     let reg = dir.join("profiles/profiles.json");
     let other = std::fs::read_to_string(&reg)
         .unwrap()
         .replace(&lt().sha, &"0".repeat(64));
     std::fs::write(&reg, other).unwrap();
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stats(&dir)["served"], 0, "{stderr}");
-    assert_eq!(miss_lines(&dir).len(), 1);
+    assert_eq!(lt().miss_lines(&dir).len(), 1);
     // The rank file is a directory: one line, nothing served, the shape recorded.
     let dir = scratch("lt-unreadable");
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     let rank = dir.join("profiles/fake-lt/tunableop_results0.csv");
     std::fs::remove_file(&rank).unwrap();
     std::fs::create_dir(&rank).unwrap();
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("tunableop_results0.csv"),
         "one line names the file: {stderr}"
     );
-    assert_eq!(miss_lines(&dir).len(), 1);
-}
-
-#[test]
-fn cublaslt_thirty_two_threads_give_exact_counts() {
-    // One tuned shape and one missed, each called 32 x 100 times at once (after one call
-    // each from the main thread): exact totals, one first sight, exact counts on disk.
-    let dir = scratch("lt-threads");
-    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
-    let out = common::faults::run_guarded(host_cmd(
-        &dir,
-        true,
-        &["8,8,8", "16,8,8", "@threads:32:100"],
-    ));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let s = stats(&dir);
-    assert_eq!(s["calls"], 6402, "{s}");
-    assert_eq!(s["served"], 3201, "{s}");
-    assert_eq!(s["missed_calls"], 3201, "{s}");
-    assert_eq!(miss_lines(&dir).len(), 1, "one first sight");
-    assert_eq!(lt_counted_calls(&dir), 3201, "exact counts on disk");
+    assert_eq!(lt().miss_lines(&dir).len(), 1);
 }
 
 /// Plants what `@VERB:DIR:VICTIM` plants in place of this process's cuBLASLt miss files in
@@ -829,14 +526,14 @@ fn cublaslt_thirty_two_threads_give_exact_counts() {
 fn planted_case(verb: &str) {
     use std::os::unix::fs::PermissionsExt;
     let dir = scratch(&format!("lt-plant-{verb}"));
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     let shared = dir.join("shared");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     let step = format!("@{verb}:{}:{}", shared.display(), victim.display());
-    let mut cmd = host_cmd(&dir, true, &["4,8,8", &step, "8,8,8", "16,8,8"]);
+    let mut cmd = lt().host_cmd(&dir, true, &["4,8,8", &step, "8,8,8", "16,8,8"]);
     cmd.env("TUNEDBLAS_MISS_DIR", &shared);
     let out = common::faults::run_guarded(cmd);
     let stderr = text(&out.stderr);
@@ -863,11 +560,11 @@ fn cublaslt_a_file_size_limit_leaves_only_whole_lines_and_serving_goes_on() {
     // RLIMIT_FSIZE: writes past the limit are short, then fail (EFBIG), SIGXFSZ ignored as a
     // server would: the paths of a disk filling up.
     let dir = scratch("lt-fsize");
-    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    lt().profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
     let calls: Vec<String> = (100..200).map(|n| format!("{n},8,8")).collect();
     let mut args: Vec<&str> = calls.iter().map(String::as_str).collect();
     args.push("8,8,8");
-    let mut cmd = host_cmd(&dir, true, &args);
+    let mut cmd = lt().host_cmd(&dir, true, &args);
     cmd.env_remove("FAKELT_TRACE");
     common::faults::with_file_size_limit(&mut cmd, 2010);
     let out = common::faults::run_guarded(cmd);
@@ -878,7 +575,7 @@ fn cublaslt_a_file_size_limit_leaves_only_whole_lines_and_serving_goes_on() {
         1,
         "{stderr}"
     );
-    let lines = miss_lines(&dir);
+    let lines = lt().miss_lines(&dir);
     let want: Vec<String> = (100..200)
         .map(|n| {
             let (op, sig) = op_and_signature(&key(n, 8, 8));
@@ -905,9 +602,9 @@ fn cublaslt_calls_before_cublaslt_is_loaded_decide_nothing_for_good() {
     // A call reaching the interposer before any cuBLASLt exists gets NOT_INITIALIZED; once
     // a module brings cuBLASLt in, the profile is chosen and its row served.
     let dir = scratch("lt-late");
-    profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
+    lt().profile(&dir, &[row(&key(8, 8, 8), TUNED)]);
     let module = format!("@module:{}", lt().module.display());
-    let out = common::faults::run_guarded(host_cmd_with(
+    let out = common::faults::run_guarded(lt().host_cmd_with(
         Path::new("-"),
         &dir,
         true,
@@ -926,7 +623,7 @@ fn cublaslt_calls_before_cublaslt_is_loaded_decide_nothing_for_good() {
 #[test]
 fn cublaslt_four_processes_at_once_each_record_their_own_shapes() {
     let dir = scratch("lt-four");
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     let children: Vec<_> = (0..4)
         .map(|p| {
             let calls: Vec<String> = (0..20)
@@ -934,7 +631,7 @@ fn cublaslt_four_processes_at_once_each_record_their_own_shapes() {
                 .collect();
             let mut args: Vec<&str> = calls.iter().map(String::as_str).collect();
             args.push("@threads:4:25");
-            let mut cmd = host_cmd(&dir, true, &args);
+            let mut cmd = lt().host_cmd(&dir, true, &args);
             cmd.env_remove("TUNEDBLAS_STATS")
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::piped())
@@ -977,7 +674,7 @@ fn cublaslt_a_truncated_results_file_serves_its_whole_rows_only() {
     // The last row cut inside its configuration (no time, no newline) could name another
     // algorithm: it is never served; the whole row before it is.
     let dir = scratch("lt-truncated");
-    profile(&dir, &[]);
+    lt().profile(&dir, &[]);
     let whole = row(&key(8, 8, 8), TUNED);
     let cut = row(&key(16, 8, 8), TUNED);
     let cut = &cut[..cut.rfind("_cluster").unwrap()];
@@ -986,12 +683,12 @@ fn cublaslt_a_truncated_results_file_serves_its_whole_rows_only() {
         format!("Validator,CUBLASLT_VERSION,130100\n{whole}\n{cut}"),
     )
     .unwrap();
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stats(&dir)["served"], 1, "{stderr}");
     assert_eq!(
-        miss_lines(&dir).len(),
+        lt().miss_lines(&dir).len(),
         1,
         "the cut row's shape is a miss: {stderr}"
     );
@@ -1023,7 +720,7 @@ fn the_lt_commands_are_gone_and_cublaslt_arguments_are_read_strictly() {
     let stats = dir.join("s.json");
     std::fs::write(
         &stats,
-        r#"{"calls":4,"served":4,"rows":1,"rows_hit":1,"rows_not_hit":[]}"#,
+        r#"{"library":"cublaslt","calls":4,"served":4,"default":0,"missed_calls":0,"missed_shapes":0,"fallbacks":0,"rows":1,"rows_hit":1,"rows_not_hit":[]}"#,
     )
     .unwrap();
     let stats = stats.to_str().unwrap();
@@ -1057,7 +754,11 @@ fn the_lt_commands_are_gone_and_cublaslt_arguments_are_read_strictly() {
     );
     // A stats file that shows a miss fails the check: exit 1.
     let miss = dir.join("miss.json");
-    std::fs::write(&miss, r#"{"rows":1,"rows_hit":1,"missed_shapes":1}"#).unwrap();
+    std::fs::write(
+        &miss,
+        r#"{"library":"cublaslt","calls":1,"served":0,"default":0,"missed_calls":1,"missed_shapes":1,"fallbacks":0,"rows":1,"rows_hit":1}"#,
+    )
+    .unwrap();
     let (code, _, err) = cli(&["verify", "--stats", miss.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     // A cuBLASLt campaign's options, read before anything is loaded.
@@ -1114,19 +815,9 @@ fn matmuls_of(trace: &Path, cols: u32) -> usize {
         .count()
 }
 
-/// The stand-in CUDA runtime (host memory, clock events) and the stand-in cuBLASLt, under
-/// which the whole of `tunedblas tune` runs without a GPU (with `FAKELT_COMPUTE=1`).
-fn stand_in_libs() -> (PathBuf, PathBuf) {
-    let cudart = build::c_program(
-        "libcudart.so.12",
-        &["-shared", "-fPIC", "{hosts}/fake_cudart.c"].map(String::from),
-    );
-    (lt().libdir.join("libcublasLt.so.13"), cudart)
-}
-
 #[test]
 fn a_cublaslt_campaign_killed_midway_resumes_and_tunes_each_shape_once() {
-    let (lib, cudart) = stand_in_libs();
+    let (lib, cudart) = (lt().lib(), cudart());
     let dir = scratch("lt-resume");
     let profiles = dir.join("profiles");
     let run = |trace: &str, die_at_tokens: Option<&str>| {
@@ -1200,7 +891,7 @@ fn a_cublaslt_campaign_killed_midway_resumes_and_tunes_each_shape_once() {
 /// heuristic's algorithm is 4 times slower on the stand-in: the wider search finds faster.
 #[test]
 fn the_limit_line_says_why_with_the_grid_the_fastest_launches() {
-    let (lib, cudart) = stand_in_libs();
+    let (lib, cudart) = (lt().lib(), cudart());
     let dir = scratch("lt-limits");
     let out = Command::new(common::tunedblas())
         .args(["tune", "--lib"])

@@ -30,7 +30,7 @@ fn near_serving_is_on_by_default_within_32_tokens() {
     let out = host4_env(&dir, &[], &[missed, "ex:TN:h:64:60:40"]);
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("2 calls: 0 served, 0 default, 1 missed (2 shapes), 0 passed through, 0 fallbacks, 1 near"),
+        stderr.contains("2 calls: 0 served, 0 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks, 1 near (1 shapes)"),
         "{stderr}"
     );
     let t = trace(&dir);
@@ -165,7 +165,7 @@ fn near_serving_uses_the_validated_solution_of_the_nearest_token_count() {
     let stderr = text(&out.stderr);
     // 3 calls at 28 served near; 33 is 9 tokens away, outside the window: a plain miss.
     assert!(
-        stderr.contains("4 calls: 0 served, 0 default, 1 missed (2 shapes), 0 passed through, 0 fallbacks, 3 near"),
+        stderr.contains("4 calls: 0 served, 0 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks, 3 near (1 shapes); hit rate 75.0%"),
         "{stderr}"
     );
     let t = trace(&dir);
@@ -226,7 +226,7 @@ fn a_near_solution_whose_call_fails_is_refused_for_good() {
     );
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("5 calls: 0 served, 0 default, 4 missed (1 shapes), 0 passed through, 1 fallbacks, 0 near"),
+        stderr.contains("5 calls: 0 served, 0 default, 5 missed (1 shapes), 0 passed through, 0 fallbacks, 0 near (0 shapes)"),
         "{stderr}"
     );
     let s = stats_of(&stats);

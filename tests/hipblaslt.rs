@@ -8,112 +8,19 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use common::build::hiplt;
-use common::{host_env, scratch, text, trace, Profile};
-use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
-
-/// The bf16 `F.linear` key of a call `N,M,K`.
-fn key(n: i64, m: i64, k: i64) -> LtKey {
-    LtKey::linear(R_16BF, n, m, k)
-}
-
-/// A row as PyTorch TunableOp writes it on ROCm.
-fn row(k: &LtKey, solution: &str) -> String {
-    let (op, sig) = op_and_signature(k);
-    format!("{op},{sig},{solution},0.01")
-}
-
-/// A profile for the stand-in's build, with ROCm's validators.
-fn profile(dir: &Path, rows: &[String]) {
-    Profile::new(&dir.join("profiles"), "fake-hiplt", &hiplt().sha)
-        .validators(&[
-            ("PT_VERSION", "2.7.0"),
-            ("ROCM_VERSION", "7.1.1"),
-            ("HIPBLASLT_VERSION", "100100"),
-            ("GCN_ARCH_NAME", "gfx942:sramecc+:xnack-"),
-        ])
-        .lines(rows)
-        .write();
-}
-
-fn host_cmd(dir: &Path, preload: bool, calls: &[&str]) -> Command {
-    host_cmd_with(&hiplt().module, dir, preload, calls)
-}
-
-/// [`host_cmd`] with another first module.
-fn host_cmd_with(module: &Path, dir: &Path, preload: bool, calls: &[&str]) -> Command {
-    let mut cmd = Command::new(&hiplt().host);
-    cmd.arg(module).args(calls);
-    host_env(&mut cmd, dir, preload);
-    cmd.env_remove("REFBLAS_TRACE")
-        .env_remove("FAKEHIPLT_CANCEL_POINT")
-        .env("TUNEDBLAS_STATS", dir.join("stats.json"))
-        .env("FAKEHIPLT_TRACE", dir.join("trace.log"));
-    cmd
-}
-
-fn host(dir: &Path, preload: bool, calls: &[&str]) -> Output {
-    host_cmd(dir, preload, calls)
-        .output()
-        .expect("run hiplt_host")
-}
-
-fn stats(dir: &Path) -> serde_json::Value {
-    common::stats_json(dir)
-}
-
-fn miss_lines(dir: &Path) -> Vec<String> {
-    common::lt_miss_lines(dir, "-hipblaslt")
-}
-
-fn algos(dir: &Path) -> Vec<String> {
-    trace(dir).iter().map(|l| l["algo"].clone()).collect()
-}
-
-#[test]
-fn misses_are_recorded_under_pytorch_names_when_no_profile_matches() {
-    let dir = scratch("hiplt-miss");
-    let out = host(&dir, true, &["2560,16,1536", "2560,16,1536", "512,4,2560"]);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let startup = stderr.lines().next().unwrap_or("");
-    assert!(startup.starts_with("tunedblas: hipBLASLt: "), "{stderr}");
-    assert!(startup.contains("libhipblaslt.so.1"), "{stderr}");
-    assert_eq!(algos(&dir), ["6", "6", "6"], "the caller's algorithm ran");
-    assert_eq!(
-        miss_lines(&dir),
-        [
-            "GemmTunableOp_BFloat16_TN,tn_2560_16_1536_ld_1536_1536_2560",
-            "GemmTunableOp_BFloat16_TN,tn_512_4_2560_ld_2560_2560_512",
-        ]
-    );
-    let s = stats(&dir);
-    assert_eq!(s["library"], "hipblaslt", "{s}");
-    assert_eq!(s["calls"], 3, "{s}");
-    assert_eq!(s["missed_calls"], 3);
-    assert_eq!(s["missed_shapes"], 2);
-    // The live status names the backend.
-    let status: Vec<_> = std::fs::read_dir(dir.join("misses"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".status.json"))
-        .collect();
-    assert_eq!(status.len(), 1, "{status:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&status[0]).unwrap()).unwrap();
-    assert_eq!(v["backends"][0]["backend"], "hipblaslt", "{v}");
-    assert_eq!(v["backends"][0]["counters"]["missed"], 3, "{v}");
-    assert!(stderr.contains("hipBLASLt: 3 calls: 0 served, 0 default, 3 missed (2 shapes)"));
-}
+use common::lt::{algos, hipblaslt as lt, key, row, stats};
+use common::{scratch, text, trace};
+use tunedblas_core::cublaslt::op_and_signature;
 
 /// A ROCm TunableOp results file as PyTorch writes it (rocBLAS and hipBLASLt rows side by
 /// side, old and new hipBLASLt names) serves its hipBLASLt rows as they are.
 #[test]
 fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
     let dir = scratch("hiplt-serve");
-    profile(
+    lt().profile(
         &dir,
         &[
             row(&key(2560, 16, 1536), "Gemm_Hipblaslt_42"),
@@ -122,7 +29,7 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
             row(&key(336, 32, 10240), "Gemm_Rocblas_12345"),
         ],
     );
-    let out = host(
+    let out = lt().host(
         &dir,
         true,
         &[
@@ -149,7 +56,7 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
     assert_eq!(algos(&dir), ["42", "6", "42", "7", "6"]);
     assert!(trace(&dir).iter().all(|l| l["ok"] == "1"));
     assert_eq!(
-        miss_lines(&dir),
+        lt().miss_lines(&dir),
         ["GemmTunableOp_BFloat16_TN,tn_336_32_10240_ld_10240_10240_336"],
         "the rocBLAS row serves nothing here: its shape is a miss"
     );
@@ -174,7 +81,7 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
     // ... and a run of only the rows' shapes passes.
     let again = scratch("hiplt-serve-verify");
     std::fs::rename(dir.join("profiles"), again.join("profiles")).unwrap();
-    let out = host(&again, true, &["2560,16,1536", "512,4,2560", "1024,8,512"]);
+    let out = lt().host(&again, true, &["2560,16,1536", "512,4,2560", "1024,8,512"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = verify(&again);
     assert!(v.status.success(), "{}{}", text(&v.stdout), text(&v.stderr));
@@ -191,7 +98,7 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
 #[test]
 fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_after_a_second_try() {
     let dir = scratch("hiplt-fallback");
-    profile(
+    lt().profile(
         &dir,
         &[
             // Checks fine, fails to run: quarantined after its second failure (the
@@ -215,7 +122,7 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_after_a_second_tr
         "512,8,64,4096",
         "512,8,64,4096",
     ];
-    let out = host(&dir, true, &calls);
+    let out = lt().host(&dir, true, &calls);
     let stderr = text(&out.stderr);
     assert!(
         out.status.success(),
@@ -250,7 +157,7 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_after_a_second_tr
     assert_eq!(s["served"], 0, "{s}");
     assert_eq!(s["rows_quarantined"].as_array().unwrap().len(), 4, "{s}");
     assert!(s["fallbacks"].as_u64().unwrap() >= 3, "{s}");
-    assert!(miss_lines(&dir).is_empty());
+    assert!(lt().miss_lines(&dir).is_empty());
 }
 
 /// A long-running host that makes, uses and destroys its descriptor and layouts around
@@ -260,8 +167,8 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_after_a_second_tr
 #[test]
 fn a_long_running_host_with_ever_new_objects_is_served_on_every_call() {
     let dir = scratch("hiplt-churn");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-    let mut cmd = host_cmd(&dir, true, &["@repeat:30000:64,8,64"]);
+    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let mut cmd = lt().host_cmd(&dir, true, &["@repeat:30000:64,8,64"]);
     cmd.env("FAKEHIPLT_KEEP_DESTROYED", "1")
         .env_remove("FAKEHIPLT_TRACE");
     let out = common::faults::run_guarded(cmd);
@@ -287,8 +194,9 @@ fn a_good_row_that_fails_once_stays_in_service() {
         ("check", &["6", "42", "42"]),
     ] {
         let dir = scratch(&format!("hiplt-fail-once-{what}"));
-        profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-        let out = host_cmd(&dir, true, &["64,8,64", "64,8,64", "64,8,64"])
+        lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+        let out = lt()
+            .host_cmd(&dir, true, &["64,8,64", "64,8,64", "64,8,64"])
             .env("FAKEHIPLT_FAIL_ONCE", what)
             .output()
             .unwrap();
@@ -313,8 +221,9 @@ fn a_good_row_that_fails_once_stays_in_service() {
 #[test]
 fn a_tuned_call_failing_with_the_callers_own_is_not_counted_against_the_row() {
     let dir = scratch("hiplt-fail-both");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-    let out = host_cmd(&dir, true, &["64,8,64", "64,8,64", "64,8,64", "64,8,64"])
+    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let out = lt()
+        .host_cmd(&dir, true, &["64,8,64", "64,8,64", "64,8,64", "64,8,64"])
         .env("FAKEHIPLT_FAIL_BOTH", "2")
         .output()
         .unwrap();
@@ -336,112 +245,23 @@ fn a_tuned_call_failing_with_the_callers_own_is_not_counted_against_the_row() {
     assert!(!stderr.contains("re-tune"), "{stderr}");
 }
 
-/// A tuned algorithm runs only where it can: enough workspace (index 500 needs 4096
-/// bytes in the stand-in) and 16-byte aligned pointers; other calls keep the caller's
-/// algorithm, and the row stays in service.
-#[test]
-fn calls_the_tuned_algorithm_cannot_take_pass_through_without_quarantine() {
-    let dir = scratch("hiplt-fit");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_500")]);
-    let out = host(
-        &dir,
-        true,
-        &[
-            "64,8,64,0",
-            "64,8,64,4096",
-            "64,8,64,4096,1",
-            "64,8,64,8192",
-        ],
-    );
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(algos(&dir), ["6", "500", "6", "500"], "{stderr}");
-    let s = stats(&dir);
-    assert_eq!(s["served"], 2, "{s}");
-    assert_eq!(s["passed_through"], 2, "{s}");
-    assert_eq!(s["fallbacks"], 0, "{s}");
-    assert!(s["rows_quarantined"].as_array().unwrap().is_empty(), "{s}");
-}
-
-#[test]
-fn serving_can_be_switched_off_and_on_inside_the_process() {
-    let dir = scratch("hiplt-switch");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-    let out = host(&dir, true, &["64,8,64", "off", "64,8,64", "on", "64,8,64"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(algos(&dir), ["42", "6", "42"]);
-}
-
 #[test]
 fn without_the_preload_or_disabled_nothing_changes() {
     let dir = scratch("hiplt-plain");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-    let out = host(&dir, false, &["64,8,64"]);
+    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let out = lt().host(&dir, false, &["64,8,64"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(algos(&dir), ["6"]);
     let dir = scratch("hiplt-disabled");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-    let out = host_cmd(&dir, true, &["64,8,64"])
+    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    let out = lt()
+        .host_cmd(&dir, true, &["64,8,64"])
         .env("TUNEDBLAS_DISABLE", "1")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(algos(&dir), ["6"]);
-    assert!(miss_lines(&dir).is_empty());
-}
-
-#[test]
-fn hipblaslt_forking_while_threads_record_never_hangs_a_child() {
-    let dir = scratch("hiplt-storm");
-    let out = host(&dir, true, &["@storm:4:20"]);
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("storm-hung=0"), "{stdout}");
-}
-
-#[test]
-fn hipblaslt_a_signal_handler_exit_writes_counts_and_summary() {
-    let dir = scratch("hiplt-sigexit");
-    let out = host(&dir, true, &["@sigexit:4"]);
-    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
-    let stderr = text(&out.stderr);
-    assert!(stderr.contains("hipBLASLt: "), "{stderr}");
-    assert!(
-        stderr.contains(" calls: "),
-        "the summary is written: {stderr}"
-    );
-    assert!(!miss_lines(&dir).is_empty(), "the shapes are on disk");
-}
-
-#[test]
-fn hipblaslt_cancelling_a_thread_inside_a_matmul_does_not_abort_the_host() {
-    let dir = scratch("hiplt-cancel");
-    profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
-    let out = host_cmd(&dir, true, &["@cancel:5"])
-        .env("FAKEHIPLT_CANCEL_POINT", "1")
-        .output()
-        .unwrap();
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("cancelled=5"), "{stdout}");
-}
-
-#[test]
-fn hipblaslt_thirty_two_threads_give_exact_counts() {
-    // One tuned shape and one missed, each made once by the main thread (the tuned row's
-    // algorithm is rebuilt then), then 32 x 50 times each at once.
-    let dir = scratch("hiplt-threads");
-    profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
-    let out =
-        common::faults::run_guarded(host_cmd(&dir, true, &["8,8,8", "16,8,8", "@threads:32:50"]));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = stats(&dir);
-    assert_eq!(s["calls"], 3202, "{s}");
-    assert_eq!(s["served"], 1601, "{s}");
-    assert_eq!(s["missed_calls"], 1601, "{s}");
-    assert_eq!(s["missed_shapes"], 1, "{s}");
-    let tuned = trace(&dir).iter().filter(|l| l["algo"] == "42").count();
-    assert_eq!(tuned, 1601, "{s}");
+    assert!(lt().miss_lines(&dir).is_empty());
 }
 
 /// Threads racing to the first call of a tuned shape: one rebuilds its algorithm, the
@@ -450,8 +270,8 @@ fn hipblaslt_thirty_two_threads_give_exact_counts() {
 #[test]
 fn hipblaslt_first_calls_racing_a_rebuild_pass_through_rather_than_wait() {
     let dir = scratch("hiplt-race");
-    profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
-    let out = common::faults::run_guarded(host_cmd(&dir, true, &["@threads:32:50"]));
+    lt().profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
+    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["@threads:32:50"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = stats(&dir);
     let (served, passed) = (
@@ -472,18 +292,30 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
     let dir = scratch("hiplt-adopt");
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/vllm-tunableop/tunableop_results0.csv");
-    let adopt = |lib: &Path| {
+    let adopt_with = |lib: &Path, extra: &[&str]| {
         Command::new(common::built("tunedblas"))
             .args(["profiles", "adopt", "--lib"])
             .arg(lib)
             .arg("--profiles")
             .arg(dir.join("profiles"))
             .args(["--name", "vllm-mi300"])
+            .args(extra)
             .arg(&file)
             .output()
             .unwrap()
     };
+    let adopt = |lib: &Path| adopt_with(lib, &[]);
+    // The file is from hipBLASLt 0.6.0, the stand-in is 1.1.0: its HIPBLASLT_VERSION is
+    // checked against the library, and the file refused; --force adopts it for this test.
     let out = adopt(&hiplt().lib());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("HIPBLASLT_VERSION is 0.6.0-592518e7") && err.contains("hipBLASLt 1.1.0"),
+        "{err}"
+    );
+    assert!(!dir.join("profiles/profiles.json").exists());
+    let out = adopt_with(&hiplt().lib(), &["--force"]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     assert!(
@@ -497,7 +329,7 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
         registry.contains("\"library\": \"hipblaslt\""),
         "{registry}"
     );
-    let out = host(&dir, true, &["2560,16,1536"]);
+    let out = lt().host(&dir, true, &["2560,16,1536"]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -525,13 +357,14 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
 fn calls_the_key_cannot_describe_keep_their_own_algorithm() {
     let run = |variant: &str, calls: &[&str]| {
         let dir = scratch(&format!("hiplt-variant-{variant}"));
-        profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-        let out = host_cmd(&dir, true, calls)
+        lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+        let out = lt()
+            .host_cmd(&dir, true, calls)
             .env("HIPLT_HOST_VARIANT", variant)
             .output()
             .unwrap();
         assert!(out.status.success(), "{variant}: {}", text(&out.stderr));
-        (algos(&dir), miss_lines(&dir))
+        (algos(&dir), lt().miss_lines(&dir))
     };
     let twice = ["64,8,64", "64,8,64"];
     assert_eq!(
@@ -563,9 +396,9 @@ fn calls_the_key_cannot_describe_keep_their_own_algorithm() {
 #[test]
 fn two_builds_each_get_their_own_objects_and_a_renamed_build_is_found() {
     let dir = scratch("hiplt-two-builds");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
     let module2 = hiplt().module2.display().to_string();
-    let out = host(
+    let out = lt().host(
         &dir,
         true,
         &[
@@ -598,7 +431,8 @@ fn two_builds_each_get_their_own_objects_and_a_renamed_build_is_found() {
     );
     // The second build alone, renamed, in a local scope: found, and its calls work.
     let dir = scratch("hiplt-renamed");
-    let out = host_cmd_with(&hiplt().module2, &dir, true, &["64,8,64", "32,8,64"])
+    let out = lt()
+        .host_cmd_with(&hiplt().module2, &dir, true, &["64,8,64", "32,8,64"])
         .output()
         .unwrap();
     let stdout = text(&out.stdout);
@@ -614,12 +448,49 @@ fn two_builds_each_get_their_own_objects_and_a_renamed_build_is_found() {
     );
 }
 
+/// A module closed and one linked against another build opened where it was: the new
+/// module's call sites are the old one's addresses, and each is looked up again (the
+/// dlclose moved the loader generation on), so every layout is made by the new module's
+/// own build. (Kept per call site for good, they went to the closed module's build, kept
+/// loaded for it: each layout the other build's.)
+#[test]
+fn call_sites_of_a_module_opened_where_a_closed_one_was_get_their_own_build() {
+    let dir = scratch("hiplt-reopened");
+    let module2 = format!("@module:{}", hiplt().module2.display());
+    let mut cmd = lt().host_cmd(
+        &dir,
+        true,
+        &[
+            "@each:hiplt_sites:1:1",
+            "@close",
+            &module2,
+            "@each:hiplt_sites:1:1",
+        ],
+    );
+    cmd.env("LINEAR_HOST_SAY_ENTRY", "1");
+    let out = common::faults::run_guarded(cmd);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let entries: Vec<&str> = stdout.lines().filter(|l| l.starts_with("entry=")).collect();
+    assert_eq!(entries.len(), 2, "{stdout}");
+    if entries[0] != entries[1] {
+        // The loader put the second module elsewhere: its call sites were never seen, and
+        // the case this test is for did not arise on this machine.
+        eprintln!("the second module did not land where the first was: {entries:?}");
+    }
+    let sums: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("each-sum="))
+        .collect();
+    assert_eq!(sums, ["each-sum=0", "each-sum=0"], "{stdout}{stderr}");
+}
+
 /// `tunedblas env --lib` tells a hipBLASLt file from a rocBLAS one and names the profile a
 /// process loading it would get.
 #[test]
 fn env_names_the_profile_a_hipblaslt_build_would_get() {
     let dir = scratch("hiplt-env");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
     let out = Command::new(common::built("tunedblas"))
         .args(["env", "--lib"])
         .arg(hiplt().lib())
@@ -639,6 +510,47 @@ fn env_names_the_profile_a_hipblaslt_build_would_get() {
     assert!(!said.contains("rocBLAS build"), "{said}");
 }
 
+/// The second build's call is the process's first matmul (so it starts the hipBLASLt
+/// runtime), though the first handle, and so the served build, was the other build's: the
+/// runtime still identifies and serves the served build, and each call runs in its own
+/// build. (The runtime's start looked hipblasLtMatmul up in the usual order, found the
+/// other build and kept it for the served one: the served build's calls then ran in the
+/// other build, which refused its objects.)
+#[test]
+fn the_served_build_is_served_when_another_builds_call_comes_first() {
+    let dir = scratch("hiplt-first-call");
+    let module1 = hiplt().module.display().to_string();
+    let out = common::faults::run_guarded(lt().host_cmd_with(
+        &hiplt().module2,
+        &dir,
+        true,
+        &[
+            "@each:hiplt_make_handle:1:1",
+            &format!("@module:{module1}"),
+            "64,8,64",
+            "@close",
+            "64,8,64",
+        ],
+    ));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    // The runtime's start line names the build it identified: the served one.
+    let start = stderr
+        .lines()
+        .find(|l| l.starts_with("tunedblas: hipBLASLt: ") && l.contains("[tunedblas"))
+        .unwrap_or_default();
+    assert!(start.contains("libhipblaslt-b.so.1"), "{stderr}");
+    let t = std::fs::read_to_string(dir.join("trace.log")).unwrap();
+    assert_eq!(
+        t.lines().collect::<Vec<_>>(),
+        [
+            "matmul m=64 n=8 k=64 algo=6 ok=1",
+            "matmul m=64 n=8 k=64 algo=6 ok=1 build=2"
+        ],
+        "{stdout}{stderr}"
+    );
+}
+
 /// Many call sites of one export, from two builds' modules on four threads each at once:
 /// every layout is made by its caller's own build (a torn call-site cache once handed one
 /// site another's function), and many sites do not thrash the cache.
@@ -646,7 +558,7 @@ fn env_names_the_profile_a_hipblaslt_build_would_get() {
 fn many_call_sites_of_two_builds_at_once_each_get_their_own_build() {
     let dir = scratch("hiplt-sites");
     let module2 = hiplt().module2.display().to_string();
-    let out = common::faults::run_guarded(host_cmd(
+    let out = common::faults::run_guarded(lt().host_cmd(
         &dir,
         true,
         &[&format!("@module:{module2}"), "@each:hiplt_sites:4:200"],
@@ -668,7 +580,7 @@ fn many_call_sites_of_two_builds_at_once_each_get_their_own_build() {
 fn handles_made_and_destroyed_at_changing_addresses_keep_their_build() {
     let dir = scratch("hiplt-handles");
     let module2 = hiplt().module2.display().to_string();
-    let mut cmd = host_cmd(
+    let mut cmd = lt().host_cmd(
         &dir,
         true,
         &[&format!("@module:{module2}"), "@each:hiplt_handles:1:6000"],
@@ -677,7 +589,11 @@ fn handles_made_and_destroyed_at_changing_addresses_keep_their_build() {
     let out = common::faults::run_guarded(cmd);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("each-sum=0"), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("each-sum=0"),
+        "{stdout}{stderr}{:?}",
+        std::fs::read_to_string(dir.join("trace.log"))
+    );
     assert!(!stderr.contains("alive"), "{stderr}");
 }
 
@@ -687,9 +603,9 @@ fn handles_made_and_destroyed_at_changing_addresses_keep_their_build() {
 #[test]
 fn a_hosts_own_memfd_plugin_is_not_shadowed_by_the_guard() {
     let dir = scratch("hiplt-memfd");
-    profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
+    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
     let module = hiplt().module.display().to_string();
-    let out = host(&dir, true, &["64,8,64", &format!("@memfd:{module}")]);
+    let out = lt().host(&dir, true, &["64,8,64", &format!("@memfd:{module}")]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert_eq!(
@@ -713,10 +629,10 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     let dir = scratch("hiplt-tune");
     // The callers give 8 KiB of workspace, and the tuner is told so.
     let calls = ["64,16,64,8192", "64,16,64,8192"];
-    let out = host(&dir, true, &calls);
+    let out = lt().host(&dir, true, &calls);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
-        miss_lines(&dir),
+        lt().miss_lines(&dir),
         ["GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64"]
     );
     let tune = |store: &str, extra: &[&str]| {
@@ -828,7 +744,7 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     std::fs::rename(dir.join("profiles-tuned"), dir.join("profiles")).unwrap();
     let _ = std::fs::remove_dir_all(dir.join("misses"));
     let _ = std::fs::remove_file(dir.join("trace.log"));
-    let out = host(&dir, true, &calls);
+    let out = lt().host(&dir, true, &calls);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(algos(&dir), [index.to_string(), index.to_string()]);
@@ -837,9 +753,8 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
         .output()
         .unwrap();
     assert!(
-        common::ok(&verify).contains(
-            "2 calls, 2 served, 0 default, 0 missed shapes, 0 fallbacks, 1 of 1 rows hit"
-        ),
+        common::ok(&verify).contains("(hipblaslt): 2 calls: 2 served, 0 default")
+            && text(&verify.stdout).contains("1 of 1 rows hit -> OK"),
         "{}",
         text(&verify.stdout)
     );

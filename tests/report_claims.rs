@@ -76,7 +76,7 @@ fn the_reports_claims_are_the_interposers_counters() {
             &s["missed_calls"],
             &s["missed_shapes"]
         ),
-        (&1.into(), &4.into(), &8.into(), &4.into()),
+        (&1.into(), &4.into(), &8.into(), &3.into()),
         "{s}"
     );
     // The batched layer has one cell, at the M it ran.
@@ -101,6 +101,78 @@ fn the_reports_claims_are_the_interposers_counters() {
             .starts_with(&format!("tunedblas tune --lib {} ", lib.display())),
         "{next}"
     );
+    the_tune_next_command_runs_as_written(&dir, next);
+}
+
+/// Issue 26: "tune next" lists each shape by the report's labels (N, K, the token count M)
+/// and prints `tunedblas tune ... --shape TYPE:AB:m:n:k`. Run as printed (its words are the
+/// shell's: no path here holds a space), with TUNEDBLAS_PROFILE_DIR naming another store, it
+/// tunes exactly the listed shapes, N as rocBLAS's m and M as its n, into the profile the
+/// report showed.
+fn the_tune_next_command_runs_as_written(dir: &std::path::Path, next: &Value) {
+    let command = next["command"].as_str().expect("a tune next command");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..2], ["tunedblas", "tune"], "{command}");
+    let decoy = dir.join("decoy-store");
+    let mut cmd = std::process::Command::new(tunedblas());
+    cmd.args(&words[1..]);
+    host_env(&mut cmd, dir, false);
+    cmd.env("TUNEDBLAS_PROFILE_DIR", &decoy)
+        .env_remove("REFBLAS_TRACE");
+    let out = ok(&run(cmd));
+    assert!(!decoy.exists(), "tuned into another store: {out}");
+    // The listed shapes, each from its label: "TN f16 N=<n> K=<k>[ B=<b>]" at M.
+    let mut listed: Vec<String> = next["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let label = item["label"].as_str().unwrap();
+            let field = |f: &str| {
+                label
+                    .split(' ')
+                    .find_map(|w| w.strip_prefix(f))
+                    .map(|v| v.parse::<i64>().unwrap())
+            };
+            let (n, k, m) = (
+                field("N=").unwrap(),
+                field("K=").unwrap(),
+                item["m"].as_i64().unwrap(),
+            );
+            let spec = match field("B=") {
+                Some(3) => format!("sb:TN:h:{n}:{m}:{k}"),
+                Some(b) => panic!("no spec form for batch {b}"),
+                None => format!("ex:TN:h:{n}:{m}:{k}"),
+            };
+            let (op, sig) = tunedblas_core::tunableop::op_and_signature(&spec_key(&spec));
+            format!("{op},{sig}")
+        })
+        .collect();
+    listed.sort();
+    // What the campaign measured, from the profile's provenance.
+    let store = dir.join("profiles");
+    let folder = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("provenance.json").is_file())
+        .expect("the profile's folder");
+    let prov: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("provenance.json")).unwrap())
+            .unwrap();
+    let last = prov["campaigns"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let mut tuned: Vec<String> = last["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["shape"].as_str().unwrap().to_string())
+        .collect();
+    tuned.sort();
+    assert_eq!(tuned, listed, "{command}\n{out}");
 }
 
 /// A solution refblas offers for both specs that is not the heuristic's for either, so

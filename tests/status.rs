@@ -326,6 +326,27 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
     assert_eq!(child["final"], true, "{child}");
 }
 
+/// Starts life_host with `steps` (which end by printing `pid=` and waiting), `env` set, and
+/// waits until it printed its pid: the host then waits. Returns the child and its pid.
+fn waiting_host(dir: &Path, steps: &[&str], env: &[(&str, &str)]) -> (std::process::Child, u32) {
+    let mut cmd = life_cmd(dir, true, steps);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn life_host");
+    let pid = child.id();
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().unwrap();
+    let waiting = BufReader::new(stdout)
+        .lines()
+        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
+    assert!(waiting, "the host got to its wait");
+    (child, pid)
+}
+
 /// The threads of a running process, from /proc.
 fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -357,9 +378,8 @@ fn by_default_the_calling_threads_write_the_status_and_a_killed_process_keeps_it
     let dir = scratch("status-no-thread");
     let miss_dir = dir.join("misses");
     let go = dir.join("never");
-    let mut cmd = life_cmd(
+    let (mut child, pid) = waiting_host(
         &dir,
-        true,
         &[
             "@distinct:2",
             "@repeat:0:100",
@@ -368,23 +388,13 @@ fn by_default_the_calling_threads_write_the_status_and_a_killed_process_keeps_it
             "@pid",
             &format!("@wait-file:{}", go.display()),
         ],
+        &[],
     );
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn life_host");
-    let pid = child.id();
-    use std::io::{BufRead, BufReader};
-    let stdout = child.stdout.take().unwrap();
-    let waiting = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
     let during = threads(pid);
     let status = process(&status_json(&miss_dir), pid);
     let counted = counted_calls(&miss_dir);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(waiting, "the host got to its wait");
     assert_eq!(during, 1, "no thread of the interposer's own");
     let status = status.expect("the calls wrote a status");
     // 202 missed calls; the second burst ticked at its 128th count, more than a second
@@ -401,30 +411,18 @@ fn by_default_the_calling_threads_write_the_status_and_a_killed_process_keeps_it
 fn the_status_thread_is_opt_in() {
     let dir = scratch("status-thread");
     let go = dir.join("never");
-    let mut cmd = life_cmd(
+    let (mut child, pid) = waiting_host(
         &dir,
-        true,
         &[
             "@distinct:1",
             "@pid",
             &format!("@wait-file:{}", go.display()),
         ],
+        &[("TUNEDBLAS_STATUS_THREAD", "1")],
     );
-    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn life_host");
-    let pid = child.id();
-    use std::io::{BufRead, BufReader};
-    let stdout = child.stdout.take().unwrap();
-    let waiting = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.is_ok_and(|l| l.starts_with("pid=")));
     let during = threads(pid);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(waiting);
     assert_eq!(during, 2, "the host's thread and the status writer");
 }
 
@@ -482,5 +480,161 @@ fn debug_says_each_shapes_decision_once_and_the_no_profile_line_names_the_miss_f
     assert!(
         line.contains(&format!("misses go to {}", bare.join("misses").display())),
         "{line}"
+    );
+}
+
+/// A status file as the interposer writes it (format 1), for a process on another host (so
+/// its liveness is not looked at): one backend per `(name, [served, default, near, missed,
+/// passed through, fallbacks], missed shapes, near shapes)`, with the calls and hit rate the
+/// interposer would write.
+fn plant_status(dir: &Path, pid: u32, backends: &[(&str, [u64; 6], u64, u64)]) {
+    let names = [
+        "served",
+        "default",
+        "near",
+        "missed",
+        "passed_through",
+        "fallbacks",
+    ];
+    let b: Vec<serde_json::Value> = backends
+        .iter()
+        .map(|(name, c, missed_shapes, near_shapes)| {
+            let counters: serde_json::Map<String, serde_json::Value> = names
+                .iter()
+                .zip(c)
+                .map(|(n, v)| (n.to_string(), (*v).into()))
+                .collect();
+            let hit = c[0] + c[1] + c[2];
+            let decided = hit + c[3] + c[5];
+            let rate =
+                (decided > 0).then(|| ((hit * 1000 + decided / 2) / decided) as f64 / 1000.0);
+            serde_json::json!({
+                "backend": name, "counters": counters, "calls": c.iter().sum::<u64>(),
+                "missed_shapes": missed_shapes, "near_shapes": near_shapes, "hit_rate": rate,
+                "ranks": [], "top_missed": [],
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "format": 1, "host": "another-host.example", "pid": pid, "start_ticks": pid,
+        "updated_unix_ms": 0, "final": true, "backends": b,
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join(format!(
+            "another-host.example-{pid}-{pid}.0123456789abcdef.status.json"
+        )),
+        v.to_string(),
+    )
+    .unwrap();
+}
+
+/// Issue 26: `status` gave no hit rate and no total across processes. Each backend line
+/// says the hit rate its file holds; the totals are the sums of the files' figures, their
+/// hit rate over the summed counters.
+#[test]
+fn status_gives_each_backends_hit_rate_and_the_total_over_processes() {
+    let dir = scratch("status-totals").join("misses");
+    plant_status(
+        &dir,
+        101,
+        &[
+            ("rocblas", [6, 1, 2, 3, 10, 0], 2, 1),
+            ("hipblaslt", [0, 0, 0, 4, 0, 0], 4, 0),
+        ],
+    );
+    plant_status(&dir, 102, &[("rocblas", [1, 0, 0, 1, 0, 0], 1, 0)]);
+    plant_status(&dir, 103, &[("rocblas", [0, 0, 0, 0, 7, 0], 0, 0)]);
+    let out = Command::new(tunedblas())
+        .arg("status")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let shown = ok(&out);
+    for line in [
+        "  rocblas: 22 calls: 6 served, 1 default, 2 near (1 shapes), 3 missed (2 shapes), 10 passed through, 0 fallbacks; hit rate 75.0%",
+        "  hipblaslt: 4 calls: 0 served, 0 default, 0 near (0 shapes), 4 missed (4 shapes), 0 passed through, 0 fallbacks; hit rate 0.0%",
+        "  rocblas: 2 calls: 1 served, 0 default, 0 near (0 shapes), 1 missed (1 shapes), 0 passed through, 0 fallbacks; hit rate 50.0%",
+        "  rocblas: 7 calls: 0 served, 0 default, 0 near (0 shapes), 0 missed (0 shapes), 7 passed through, 0 fallbacks; no hit rate (no call decided)",
+        "total over 3 processes:",
+        // (6 + 1 + 2 + 1) of (6 + 1 + 2 + 3 + 1 + 1) decided calls.
+        "  rocblas (3 processes): 31 calls: 7 served, 1 default, 2 near, 4 missed, 17 passed through, 0 fallbacks; hit rate 71.4%",
+        "  hipblaslt (1 process): 4 calls: 0 served, 0 default, 0 near, 4 missed, 0 passed through, 0 fallbacks; hit rate 0.0%",
+    ] {
+        assert!(shown.lines().any(|l| l == line), "no line {line:?} in:\n{shown}");
+    }
+    let v = status_json(&dir);
+    let totals = v["totals"].as_array().unwrap();
+    assert_eq!(totals[0]["backend"], "rocblas");
+    assert_eq!(totals[0]["calls"], 31);
+    assert_eq!(totals[0]["hit_rate"], 0.714);
+    assert_eq!(totals[1]["counters"]["missed"], 4);
+    // Every process keeps its file's own figures in the JSON too.
+    let p = process(&v, 101).unwrap();
+    assert_eq!(p["backends"][0]["hit_rate"], 0.75, "{p}");
+    assert_eq!(p["backends"][0]["calls"], 22, "{p}");
+}
+
+/// Issue 26: a service user's miss folder (0700, its files 0600) read by another user said
+/// "Permission denied ... (set TUNEDBLAS_MISS_DIR or name the folder)". It says whose folder
+/// it is and the command that reads it. Run as root, the reader is `nobody` (setpriv); as
+/// another user, a folder of one's own that its mode keeps closed.
+#[test]
+fn a_folder_of_another_user_is_read_as_that_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = scratch("status-denied");
+    let dir = base.join("misses");
+    plant_status(&dir, 201, &[("rocblas", [1, 0, 0, 1, 0, 0], 1, 0)]);
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let as_reader = |dir: &Path| {
+        let mut cmd = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(tunedblas());
+            c
+        } else {
+            Command::new(tunedblas())
+        };
+        cmd.arg("status").arg(dir);
+        cmd.output().expect("run tunedblas status")
+    };
+    if !root {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let out = as_reader(&dir);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let err = text(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("it is yours, but its mode 0000"), "{err}");
+        assert!(!err.contains("set TUNEDBLAS_MISS_DIR"), "{err}");
+        return;
+    }
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The folder as the interposer makes it: 0700, the user's own.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = as_reader(&dir);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "it belongs to user 'root' (mode 0700): the interposer keeps its files to the user it runs as; read them as that user: sudo -u root {} status {}",
+            tunedblas().display(),
+            dir.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("set TUNEDBLAS_MISS_DIR"), "{err}");
+    // A folder the reader may list (0755) still holds files only their user reads.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for f in files_ending(&dir, ".status.json") {
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let out = as_reader(&dir);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("1 of 1 status files cannot be read: it belongs to user 'root' (mode 0600)")
+            && err.contains("sudo -u root"),
+        "{err}"
     );
 }

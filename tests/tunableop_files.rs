@@ -313,8 +313,26 @@ fn a_path_serves_pytorch_files_whose_rocblas_version_is_the_loaded_one() {
     }
 }
 
+/// The command a refusal names (the text between backquotes after `what`), with the
+/// library filled in, run in `dir`'s environment.
+fn run_the_hint(dir: &std::path::Path, err: &str, what: &str) -> std::process::Output {
+    let start = err
+        .find(&format!("`tunedblas profiles {what}"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let cmd = &err[start + 1..];
+    let cmd = &cmd[..cmd.find('`').unwrap()];
+    let lib = artifacts().lib4();
+    let words: Vec<String> = cmd
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.replace("<librocblas.so>", lib.to_str().unwrap()))
+        .collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    run(tunedblas_cmd(dir, &words))
+}
+
 #[test]
-fn a_path_made_with_another_rocblas_is_refused_and_names_adopt() {
+fn a_path_made_with_another_rocblas_is_refused_and_names_a_command_that_works() {
     let good = non_heuristic_solutions(&artifacts().host4, GOOD)[0];
     let rows = [row(GOOD, &format!("Gemm_Rocblas_{good}"))];
     let dir = scratch("tof-path-other");
@@ -330,10 +348,13 @@ fn a_path_made_with_another_rocblas_is_refused_and_names_adopt() {
         ),
         "{err}"
     );
-    assert!(err.contains("tunedblas profiles adopt"), "{err}");
     assert_eq!(t[0]["heuristic"], "1", "nothing served");
+    // Another build's ids: its shapes can be imported to tune, and the command given works
+    // as written, for the folder named.
+    let out = run_the_hint(&dir, &err, "import");
+    assert!(out.status.success(), "{}", text(&out.stderr));
 
-    // No validator at all: refused too.
+    // No validator at all: refused too; its shapes can be imported (the file named).
     let dir = scratch("tof-path-none");
     std::fs::create_dir_all(dir.join("pytorch")).unwrap();
     std::fs::write(
@@ -344,6 +365,18 @@ fn a_path_made_with_another_rocblas_is_refused_and_names_adopt() {
     let (err, t) = host_with_path(&dir, GOOD, &dir.join("pytorch"));
     assert!(err.contains("has no Validator ROCBLAS_VERSION"), "{err}");
     assert_eq!(t[0]["heuristic"], "1");
+    let out = run_the_hint(&dir, &err, "import");
+    assert!(
+        !text(&out.stderr).contains("Is a directory"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // A path that does not exist says so, and no command to run.
+    let (err, _) = host_with_path(&dir, GOOD, &dir.join("nowhere"));
+    assert!(err.contains("no such file or folder"), "{err}");
+    assert!(!err.contains("tunedblas profiles"), "{err}");
 
     // The same folder as TUNEDBLAS_PROFILE_DIR: no registry there, and the line says what to set.
     let mut cmd = host4_cmd(&dir, true, &[GOOD]);

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{build, ok, scratch, text};
+use common::{ok, scratch, text};
 use serde_json::Value;
 
 /// One library's stand-in, as the tests drive it.
@@ -42,15 +42,12 @@ fn refblas() -> Backend {
 
 /// The cuBLASLt stand-in and the CUDA runtime stand-in.
 fn cublaslt() -> Backend {
-    let c = |name: &str, src: &str| {
-        build::c_program(name, &["-shared", "-fPIC", src].map(String::from))
-    };
     Backend {
         args: os(&[
             &"--lib",
-            &c("libcublasLt.so.13", "{hosts}/fake_cublaslt.c"),
+            &common::lt::cublaslt().lib(),
             &"--cudart",
-            &c("libcudart.so.12", "{hosts}/fake_cudart.c"),
+            &common::lt::cudart(),
         ]),
         env: vec![
             ("FAKELT_COMPUTE", "1".into()),
@@ -64,7 +61,12 @@ fn cublaslt() -> Backend {
 /// The hipBLASLt stand-in and the HIP runtime stand-in it links.
 fn hipblaslt() -> Backend {
     Backend {
-        args: os(&[&"--lib", &build::hiplt().lib(), &"--workspace", &"8192"]),
+        args: os(&[
+            &"--lib",
+            &common::lt::hipblaslt().lib(),
+            &"--workspace",
+            &"8192",
+        ]),
         env: vec![
             ("FAKEHIPLT_COMPUTE", "1".into()),
             ("FAKEHIPLT_SLOW_HEURISTIC", "1".into()),

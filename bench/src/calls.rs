@@ -400,6 +400,49 @@ fn first_sights(ctx: &Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
     println!();
 }
 
+/// What the live status costs the threads that make GEMMs (they write it, about once a
+/// second while calls arrive: `cdylib/src/status.rs`): `shapes` missed shapes first (so the
+/// files list them), then served calls for `seconds`. Prints the calls made and the writes
+/// seen (the status file's modification time, looked at every 1,024 calls), for the parent
+/// to divide the instructions callgrind counted in `status::tick` by.
+pub fn status_cost(
+    lib_path: &std::path::Path,
+    solution: i32,
+    shapes: i32,
+    seconds: f64,
+) -> Result<(), String> {
+    let (_lib, ctx, paths) = set_up(lib_path, solution)?;
+    for i in 0..shapes {
+        black_box(paths[3].call(&ctx, FIRST_SIGHT_BASE + 50_000 + i));
+    }
+    let dir =
+        std::path::PathBuf::from(std::env::var_os("TUNEDBLAS_MISS_DIR").ok_or("no miss folder")?);
+    let written = || -> Option<std::time::SystemTime> {
+        std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().ends_with(".status.json"))?
+            .metadata()
+            .ok()?
+            .modified()
+            .ok()
+    };
+    let served = paths[1];
+    let (mut calls, mut writes, mut last) = (0u64, 0u64, written());
+    let began = Instant::now();
+    while began.elapsed().as_secs_f64() < seconds {
+        served.run(&ctx, 1024);
+        calls += 1024;
+        let now = written();
+        if now != last {
+            writes += 1;
+            last = now;
+        }
+    }
+    println!("status calls={calls} writes={writes}");
+    Ok(())
+}
+
 /// This build's paths on one worker thread, then on two at once; prints the scaling table.
 fn one_thread_vs_two(ctx: Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
     let w = workers(ctx);

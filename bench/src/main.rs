@@ -71,6 +71,12 @@ fn child(args: &[String]) -> Result<(), String> {
             calls::main(&lib, solution, &settings)
         }
         "startup" => calls::startup(&lib),
+        "status" => {
+            let solution = arg(2)?.parse().map_err(|_| "bad solution")?;
+            let shapes = arg(3)?.parse().map_err(|_| "bad shape count")?;
+            let seconds = arg(4)?.parse().map_err(|_| "bad duration")?;
+            calls::status_cost(&lib, solution, shapes, seconds)
+        }
         "ir" => {
             let solution = arg(2)?.parse().map_err(|_| "bad solution")?;
             let n = arg(4)?.parse().map_err(|_| "bad call count")?;
@@ -243,6 +249,11 @@ fn report(
         instruction_counts(target, work, solution)?;
     }
 
+    // ---- the live status ----------------------------------------------------------------
+    if instructions {
+        status_cost(target, work, solution)?;
+    }
+
     // ---- start-up -----------------------------------------------------------------------
     startup(target, work, if quick { 2 } else { 7 }, &sha, solution)?;
 
@@ -290,6 +301,75 @@ fn check_counts(mine: &str, stats: &Path) -> Result<(), String> {
 
 /// Instructions per call of each path, from callgrind: N and N + 10,000 calls of one path
 /// in a child (after a warm-up), the difference divided by 10,000, so start-up cancels out.
+/// `child` (a [`child_command`]) run under callgrind with `options`, its output in `out`.
+fn under_callgrind(child: &Command, options: &[&str], out: &Path) -> Command {
+    let mut c = Command::new("valgrind");
+    c.arg("--tool=callgrind")
+        .args(options)
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(child.get_program());
+    for (k, val) in child.get_envs() {
+        match val {
+            Some(val) => c.env(k, val),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+/// What writing the live status costs the calling threads: a child makes served calls for a
+/// few seconds under callgrind after 10 or 1,000 missed shapes were recorded; the
+/// instructions inside `status::tick` (the clock read every 64 calls, and about once a
+/// second the status files and the counts written) per write seen, and per call.
+fn status_cost(target: &Path, work: &Work, solution: i32) -> Result<(), String> {
+    println!("### The live status, written by the calling threads (callgrind)");
+    println!();
+    println!("Served calls for 4 s under callgrind after N missed shapes were recorded. Instructions inside `status::tick`: per status write seen (the status and prom files and the counts, with the clock reads of its second: one every 64 calls), and per call over the run. The clock reads cost about half an instruction per call at any rate; the writes' share falls as the calls per second rise (callgrind runs them ~30x slower than they run natively).");
+    println!();
+    println!("| missed shapes | calls | writes | instructions per write | instructions per call |");
+    println!("|---|---|---|---|---|");
+    for shapes in [10, 1_000] {
+        let out_file = work.dir.join(format!("callgrind-status-{shapes}.out"));
+        let stats = work.dir.join(format!("status-{shapes}.json"));
+        let misses = work.dir.join(format!("misses-status-{shapes}"));
+        let child = child_command(target, work, &work.dir.join("cache-status"), &stats);
+        let mut c = under_callgrind(
+            &child,
+            &["--toggle-collect=tunedblas::status::tick"],
+            &out_file,
+        );
+        c.env("TUNEDBLAS_MISS_DIR", &misses);
+        c.args(["--child", "status"]).arg(&work.lib).args([
+            solution.to_string(),
+            shapes.to_string(),
+            "4".into(),
+        ]);
+        let out = run_child(&mut c)?;
+        let field = |name: &str| -> Result<u64, String> {
+            out.split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.parse().ok())
+                .ok_or_else(|| format!("no {name} in {out}"))
+        };
+        let (calls, writes) = (field("calls=")?, field("writes=")?);
+        let text = std::fs::read_to_string(&out_file).map_err(|e| e.to_string())?;
+        let ir: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("summary:")
+                    .or_else(|| l.strip_prefix("totals:"))
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or("no instruction total in the callgrind output")?;
+        println!(
+            "| {shapes} | {calls} | {writes} | {:.0} | {:.2} |",
+            ir as f64 / writes.max(1) as f64,
+            ir as f64 / calls as f64
+        );
+    }
+    println!();
+    Ok(())
+}
+
 fn instruction_counts(target: &Path, work: &Work, solution: i32) -> Result<(), String> {
     let have = Command::new("valgrind")
         .arg("--version")
@@ -303,23 +383,17 @@ fn instruction_counts(target: &Path, work: &Work, solution: i32) -> Result<(), S
         let out_file = work.dir.join(format!("callgrind-{path}-{n}.out"));
         let stats = work.dir.join("ir-stats.json");
         let child = child_command(target, work, &work.dir.join("cache-calls"), &stats);
-        let mut c = Command::new("valgrind");
-        c.args([
-            "--tool=callgrind",
-            "--toggle-collect=tunedblas_bench::calls::Path::run",
-            // The interposer's status thread (cdylib/src/status.rs) writes about once a
-            // second; counted with the calling thread, a write falling inside one run and
-            // not the other moved a path by ~3 instructions. Thread 1's own file is exact.
-            "--separate-threads=yes",
-        ])
-        .arg(format!("--callgrind-out-file={}", out_file.display()))
-        .arg(child.get_program());
-        for (k, val) in child.get_envs() {
-            match val {
-                Some(val) => c.env(k, val),
-                None => c.env_remove(k),
-            };
-        }
+        // The calls' thread's own file (thread 1): exact whatever other threads do. Its
+        // count includes the status tick's clock read every 64 calls; a status write (once
+        // a second) falls before the run (the first call's) in a child this short.
+        let mut c = under_callgrind(
+            &child,
+            &[
+                "--toggle-collect=tunedblas_bench::calls::Path::run",
+                "--separate-threads=yes",
+            ],
+            &out_file,
+        );
         c.args(["--child", "ir"]).arg(&work.lib).args([
             solution.to_string(),
             path.to_string(),

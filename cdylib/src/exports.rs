@@ -1,8 +1,10 @@
 //! Every symbol `libtunedblas.so` exports, in one file.
 //!
 //! Each export interposes the whole process, so the list is short on purpose: the rocBLAS
-//! GEMM entry points we serve, `cublasLtMatmul` and its serving switch, and `_exit` (so `os._exit` and friends still flush the miss
-//! counts). `tests/build_properties.rs` checks that nothing else is exported. Each function
+//! GEMM entry points we serve, the Lt matmuls, handle, descriptor and layout calls and their
+//! serving switches, `dlclose` (so a call site kept for an Lt descriptor call is looked up
+//! again once a library may be gone), the exec family, and `_exit` (so `os._exit` and friends
+//! still flush the miss counts). `tests/build_properties.rs` checks that nothing else is exported. Each function
 //! only packs its arguments and hands them to its backend's `serve` (`rocblas/serve.rs`,
 //! `cublaslt/serve.rs`), which makes the tuned call. Our own panics never unwind into C;
 //! the GEMM entry points are "C-unwind" only so a thread cancelled inside the real library
@@ -16,9 +18,7 @@ use tunedblas_core::cublaslt as lt;
 use tunedblas_core::key::Types;
 use tunedblas_core::rocblas::{ex_types, single_key_unchecked, Dims};
 
-use crate::hipblaslt::callers::{with_caller, Callers};
-use crate::hipblaslt::objects::{DESCS, LAYOUTS};
-use crate::hipblaslt::real::HIPLT;
+use crate::lt::callers::with_caller;
 use crate::rocblas::near;
 use crate::rocblas::real::{self as rocblas, HOOKS};
 use crate::rocblas::serve::{self, ExArgs, TypedArgs};
@@ -607,193 +607,317 @@ pub unsafe extern "C" fn hipblasLtDestroy(handle: abi::HipblasLtHandle) -> abi::
         .unwrap_or(HIPBLAS_INTERNAL_ERROR)
 }
 
-// hipBLASLt's descriptors and layouts: each export goes to the hipBLASLt its caller links
-// (`hipblaslt/callers.rs`: a trampoline passes the caller's return address on), and keeps
-// what hipBLASLt will not read back (`hipblaslt/objects.rs`).
+/// One Lt library's descriptor and layout calls (`MatmulDesc{Create,SetAttribute,Destroy}`,
+/// `MatrixLayout{Create,SetAttribute,Destroy}`): each export goes to the library its caller
+/// links (`lt/callers.rs`: a trampoline passes the caller's return address on) and keeps
+/// what the key reads as it is made and set (`lt/objects.rs`, through the library's
+/// `Kinds`): the real create first, then its object kept; the real set, then what it set
+/// kept if it succeeded; a destroy forgets the object first, then the real destroy.
+/// Nothing kept fails a call: a panic of ours is caught and the call's own status returned.
+macro_rules! lt_object_exports {
+    (mod $m:ident; kinds: $kinds:ty, hooks: $hooks:path, served: $served:path;
+     $desc_create:ident, $desc_set:ident, $desc_destroy:ident,
+     $layout_create:ident, $layout_set:ident, $layout_destroy:ident) => {
+        mod $m {
+            use std::ffi::{c_void, CStr};
+            use std::panic::catch_unwind;
 
-with_caller! {
-    /// `hipblasLtMatmulDescCreate`: the real one, then the descriptor's compute and scale
-    /// types kept for its calls (hipBLASLt cannot be asked for them later).
-    fn hipblasLtMatmulDescCreate(
-        desc: *mut abi::HipblasLtMatmulDesc,
-        compute: abi::HipblasComputeType,
-        scale: abi::HipDataType
-    ) -> abi::HipblasStatus = desc_create_from, x86: "rcx", arm: "x3"
-}
+            use tunedblas_core::cublaslt::LayoutAttrs;
 
-extern "C" fn desc_create_from(
-    desc: *mut abi::HipblasLtMatmulDesc,
-    compute: abi::HipblasComputeType,
-    scale: abi::HipDataType,
-    ret: *const c_void,
-) -> abi::HipblasStatus {
-    static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescCreate");
-    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
-    let Some(f) =
-        (unsafe { CALLERS.real_fn::<abi::HipblasLtMatmulDescCreateFn>(ret, &HIPLT.desc_create) })
-    else {
-        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
-    };
-    // SAFETY: hipblasLtMatmulDescCreate of the caller's hipBLASLt, its own arguments.
-    let status = unsafe { f(desc, compute, scale) };
-    if status == abi::HIPBLAS_STATUS_SUCCESS && !desc.is_null() {
-        // SAFETY: the library wrote the new descriptor there.
-        let made = unsafe { *desc };
-        let fields = [u64::from(compute as u32), u64::from(scale as u32)];
-        let _ = std::panic::catch_unwind(|| DESCS.created(made, &fields));
-    }
-    status
-}
+            use crate::lt::callers::Callers;
+            use crate::lt::objects::{plain_desc, plain_layout, Kinds};
 
-with_caller! {
-    /// `hipblasLtMatmulDescSetAttribute`: the real one; then a descriptor given an attribute
-    /// the key does not hold (scale pointers and modes, compute input types, amax, epilogue
-    /// aux, ...) is marked, and its calls pass through (`hipblaslt/key.rs`).
-    fn hipblasLtMatmulDescSetAttribute(
-        desc: abi::HipblasLtMatmulDesc,
-        attr: abi::HipblasLtAttribute,
-        buf: *const c_void,
-        size: usize
-    ) -> abi::HipblasStatus = desc_set_from, x86: "r8", arm: "x4"
-}
+            type Out = *mut *mut c_void;
+            type DescCreateFn = unsafe extern "C" fn(Out, i32, i32) -> i32;
+            type LayoutCreateFn = unsafe extern "C" fn(Out, i32, u64, u64, i64) -> i32;
+            type SetFn = unsafe extern "C" fn(*mut c_void, i32, *const c_void, usize) -> i32;
+            type DestroyFn = unsafe extern "C" fn(*mut c_void) -> i32;
 
-extern "C" fn desc_set_from(
-    desc: abi::HipblasLtMatmulDesc,
-    attr: abi::HipblasLtAttribute,
-    buf: *const c_void,
-    size: usize,
-    ret: *const c_void,
-) -> abi::HipblasStatus {
-    static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescSetAttribute");
-    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
-    let Some(f) = (unsafe {
-        CALLERS.real_fn::<abi::HipblasLtMatmulDescSetAttributeFn>(ret, &HIPLT.desc_set)
-    }) else {
-        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
-    };
-    // SAFETY: the caller's hipBLASLt's function, its own arguments.
-    let status = unsafe { f(desc, attr, buf, size) };
-    if status == abi::HIPBLAS_STATUS_SUCCESS && !crate::hipblaslt::key::keyed_desc_attribute(attr) {
-        let _ =
-            std::panic::catch_unwind(|| DESCS.set(desc, crate::hipblaslt::key::DESC_UNSERVED, 1));
-    }
-    status
-}
+            /// Both libraries' NOT_INITIALIZED: no such function anywhere.
+            const NOT_INITIALIZED: i32 = 1;
 
-with_caller! {
-    /// `hipblasLtMatmulDescDestroy`: its types forgotten first, then the real one.
-    fn hipblasLtMatmulDescDestroy(desc: abi::HipblasLtMatmulDesc) -> abi::HipblasStatus
-        = desc_destroy_from, x86: "rsi", arm: "x1"
-}
+            const fn name(s: &'static str) -> &'static CStr {
+                match CStr::from_bytes_with_nul(s.as_bytes()) {
+                    Ok(c) => c,
+                    Err(_) => panic!("not a C name"),
+                }
+            }
 
-extern "C" fn desc_destroy_from(
-    desc: abi::HipblasLtMatmulDesc,
-    ret: *const c_void,
-) -> abi::HipblasStatus {
-    static CALLERS: Callers = Callers::new(c"hipblasLtMatmulDescDestroy");
-    let _ = std::panic::catch_unwind(|| DESCS.destroyed(desc));
-    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
-    match unsafe { CALLERS.real_fn::<abi::HipblasLtMatmulDescDestroyFn>(ret, &HIPLT.desc_destroy) }
-    {
-        // SAFETY: the caller's hipBLASLt's function, its own descriptor.
-        Some(f) => unsafe { f(desc) },
-        None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
-    }
-}
+            /// A create's call sites: the create function, and the set and destroy
+            /// functions of its library, kept with each object it makes.
+            macro_rules! creates {
+                ($create:ident, $set:ident, $destroy:ident) => {
+                    Callers::with_fns(
+                        name(concat!(stringify!($create), "\0")),
+                        Some((
+                            name(concat!(stringify!($set), "\0")),
+                            name(concat!(stringify!($destroy), "\0")),
+                        )),
+                    )
+                };
+            }
 
-with_caller! {
-    /// `hipblasLtMatrixLayoutCreate`: the real one, then the layout's type, sizes and
-    /// leading dimension kept (hipBLASLt cannot be asked for them later).
-    fn hipblasLtMatrixLayoutCreate(
-        layout: *mut abi::HipblasLtMatrixLayout,
-        dtype: abi::HipDataType,
-        rows: u64,
-        cols: u64,
-        ld: i64
-    ) -> abi::HipblasStatus = layout_create_from, x86: "r9", arm: "x5"
-}
+            /// A set or destroy of an object not known (or whose library's functions are
+            /// not): the function of the caller's library, by call site.
+            macro_rules! routed {
+                ($f:ident, $hook:ident, $ty:ty, $ret:expr) => {{
+                    static CALLERS: Callers =
+                        Callers::new(name(concat!(stringify!($f), "\0")));
+                    // SAFETY: the cache was made for this function, of this type.
+                    unsafe { CALLERS.real_fn::<$ty>($ret, &$hooks.$hook, $served) }
+                }};
+            }
 
-extern "C" fn layout_create_from(
-    layout: *mut abi::HipblasLtMatrixLayout,
-    dtype: abi::HipDataType,
-    rows: u64,
-    cols: u64,
-    ld: i64,
-    ret: *const c_void,
-) -> abi::HipblasStatus {
-    static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutCreate");
-    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
-    let Some(f) = (unsafe {
-        CALLERS.real_fn::<abi::HipblasLtMatrixLayoutCreateFn>(ret, &HIPLT.layout_create)
-    }) else {
-        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
-    };
-    // SAFETY: the caller's hipBLASLt's function, its own arguments.
-    let status = unsafe { f(layout, dtype, rows, cols, ld) };
-    if status == abi::HIPBLAS_STATUS_SUCCESS && !layout.is_null() {
-        // SAFETY: the library wrote the new layout there.
-        let made = unsafe { *layout };
-        let fields = crate::hipblaslt::key::new_layout(dtype, rows, cols, ld);
-        let _ = std::panic::catch_unwind(|| LAYOUTS.created(made, &fields));
-    }
-    status
-}
+            pub extern "C" fn desc_create(out: Out, compute: i32, scale: i32, ret: *const c_void) -> i32 {
+                static CALLERS: Callers = creates!($desc_create, $desc_set, $desc_destroy);
+                // SAFETY: the cache was made for this function, of this type.
+                let f = unsafe {
+                    CALLERS.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, $served)
+                };
+                let Some((f, fns)) = f else { return NOT_INITIALIZED };
+                // The descriptor's word before the call: only it, `out` and `fns` are kept
+                // across (a descriptor the word cannot hold is made out of line).
+                let (mm, flags) = <$kinds>::new_desc(compute, scale);
+                let word = plain_desc(&mm, flags);
+                if word == 0 {
+                    return desc_create_full(f, fns, out, mm, flags, compute, scale);
+                }
+                // SAFETY: the caller's library's function, its own arguments.
+                let status = unsafe { f(out, compute, scale) };
+                if status == 0 && !out.is_null() {
+                    // SAFETY: the library wrote the new descriptor there.
+                    <$kinds>::DESCS.created_plain(unsafe { *out }, word, fns);
+                }
+                status
+            }
 
-with_caller! {
-    /// `hipblasLtMatrixLayoutSetAttribute`: the real one, then what it set kept.
-    fn hipblasLtMatrixLayoutSetAttribute(
-        layout: abi::HipblasLtMatrixLayout,
-        attr: abi::HipblasLtAttribute,
-        buf: *const c_void,
-        size: usize
-    ) -> abi::HipblasStatus = layout_set_from, x86: "r8", arm: "x4"
-}
+            #[cold]
+            #[inline(never)]
+            fn desc_create_full(
+                f: DescCreateFn,
+                fns: u64,
+                out: Out,
+                mm: tunedblas_core::cublaslt::MatmulAttrs,
+                flags: u64,
+                compute: i32,
+                scale: i32,
+            ) -> i32 {
+                // SAFETY: the caller's library's function, its own arguments.
+                let status = unsafe { f(out, compute, scale) };
+                if status == 0 && !out.is_null() {
+                    // SAFETY: the library wrote the new descriptor there.
+                    let made = unsafe { *out };
+                    let _ = catch_unwind(|| <$kinds>::DESCS.created(made, mm, flags, fns));
+                }
+                status
+            }
 
-extern "C" fn layout_set_from(
-    layout: abi::HipblasLtMatrixLayout,
-    attr: abi::HipblasLtAttribute,
-    buf: *const c_void,
-    size: usize,
-    ret: *const c_void,
-) -> abi::HipblasStatus {
-    static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutSetAttribute");
-    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
-    let Some(f) = (unsafe {
-        CALLERS.real_fn::<abi::HipblasLtMatrixLayoutSetAttributeFn>(ret, &HIPLT.layout_set)
-    }) else {
-        return abi::HIPBLAS_STATUS_NOT_INITIALIZED;
-    };
-    // SAFETY: the caller's hipBLASLt's function, its own arguments.
-    let status = unsafe { f(layout, attr, buf, size) };
-    if status == abi::HIPBLAS_STATUS_SUCCESS {
-        // SAFETY: the library just read `size` bytes at `buf`.
-        if let Some((i, v)) = unsafe { crate::hipblaslt::key::layout_field(attr, buf, size) } {
-            let _ = std::panic::catch_unwind(|| LAYOUTS.set(layout, i, v));
+            /// The set of the library that made the descriptor (kept with it), else the
+            /// caller's; what it set kept if it succeeded.
+            pub extern "C" fn desc_set(
+                obj: *mut c_void,
+                attr: i32,
+                buf: *const c_void,
+                size: usize,
+                ret: *const c_void,
+            ) -> i32 {
+                let found = <$kinds>::DESCS.find(obj);
+                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                // SAFETY: a registered set function of this type.
+                let f = match kept.and_then(|f| f.set()) {
+                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                    None => routed!($desc_set, desc_set, SetFn, ret),
+                };
+                let Some(f) = f else { return NOT_INITIALIZED };
+                // SAFETY: the library's function, the caller's own arguments.
+                let status = unsafe { f(obj, attr, buf, size) };
+                if let (0, Some(found)) = (status, &found) {
+                    // SAFETY: the library just read `size` bytes at `buf`.
+                    let change = unsafe { <$kinds>::desc_set(attr, buf, size) };
+                    let _ = catch_unwind(|| crate::lt::objects::Descs::changed_in(found, change));
+                }
+                status
+            }
+
+            /// The object forgotten, then destroyed by the library that made it (kept with
+            /// it), else by the caller's.
+            pub extern "C" fn desc_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
+                let kept = catch_unwind(|| <$kinds>::DESCS.taken(obj)).ok().flatten();
+                match kept.and_then(|f| f.destroy()) {
+                    // SAFETY: the destroy function of the library that made `obj`.
+                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                    None => match routed!($desc_destroy, desc_destroy, DestroyFn, ret) {
+                        // SAFETY: the caller's library's function, its own descriptor.
+                        Some(f) => unsafe { f(obj) },
+                        None => NOT_INITIALIZED,
+                    },
+                }
+            }
+
+            pub extern "C" fn layout_create(
+                out: Out,
+                dtype: i32,
+                rows: u64,
+                cols: u64,
+                ld: i64,
+                ret: *const c_void,
+            ) -> i32 {
+                static CALLERS: Callers = creates!($layout_create, $layout_set, $layout_destroy);
+                // SAFETY: the cache was made for this function, of this type.
+                let f = unsafe {
+                    CALLERS.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, $served)
+                };
+                let Some((f, fns)) = f else { return NOT_INITIALIZED };
+                // The layout's word before the call: only it, `out` and `fns` are kept
+                // across (a layout the word cannot hold is made out of line).
+                let l = LayoutAttrs::col(dtype, rows, cols, ld);
+                let word = plain_layout(&l, 0, 0);
+                if word == 0 {
+                    return layout_create_full(f, fns, out, l);
+                }
+                // SAFETY: the caller's library's function, its own arguments.
+                let status = unsafe { f(out, dtype, rows, cols, ld) };
+                if status == 0 && !out.is_null() {
+                    // SAFETY: the library wrote the new layout there.
+                    <$kinds>::LAYOUTS.created_plain(unsafe { *out }, word, fns);
+                }
+                status
+            }
+
+            #[cold]
+            #[inline(never)]
+            fn layout_create_full(f: LayoutCreateFn, fns: u64, out: Out, l: LayoutAttrs) -> i32 {
+                // SAFETY: the caller's library's function, its own arguments.
+                let status = unsafe { f(out, l.dtype, l.rows, l.cols, l.ld) };
+                if status == 0 && !out.is_null() {
+                    // SAFETY: the library wrote the new layout there.
+                    let made = unsafe { *out };
+                    let _ = catch_unwind(|| <$kinds>::LAYOUTS.created(made, l, fns));
+                }
+                status
+            }
+
+            /// As `desc_set`.
+            pub extern "C" fn layout_set(
+                obj: *mut c_void,
+                attr: i32,
+                buf: *const c_void,
+                size: usize,
+                ret: *const c_void,
+            ) -> i32 {
+                let found = <$kinds>::LAYOUTS.find(obj);
+                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                // SAFETY: a registered set function of this type.
+                let f = match kept.and_then(|f| f.set()) {
+                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                    None => routed!($layout_set, layout_set, SetFn, ret),
+                };
+                let Some(f) = f else { return NOT_INITIALIZED };
+                // SAFETY: the library's function, the caller's own arguments.
+                let status = unsafe { f(obj, attr, buf, size) };
+                if let (0, Some(found)) = (status, &found) {
+                    // SAFETY: the library just read `size` bytes at `buf`.
+                    let change = unsafe { <$kinds>::layout_set(attr, buf, size) };
+                    let _ = catch_unwind(|| crate::lt::objects::Layouts::changed_in(found, change));
+                }
+                status
+            }
+
+            /// As `desc_destroy`.
+            pub extern "C" fn layout_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
+                let kept = catch_unwind(|| <$kinds>::LAYOUTS.taken(obj)).ok().flatten();
+                match kept.and_then(|f| f.destroy()) {
+                    // SAFETY: the destroy function of the library that made `obj`.
+                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                    None => match routed!($layout_destroy, layout_destroy, DestroyFn, ret) {
+                        // SAFETY: the caller's library's function, its own layout.
+                        Some(f) => unsafe { f(obj) },
+                        None => NOT_INITIALIZED,
+                    },
+                }
+            }
         }
-    }
-    status
+
+        with_caller! {
+            /// A matmul descriptor made by the caller's library, its types kept.
+            fn $desc_create(desc: *mut *mut c_void, compute: i32, scale: i32) -> i32
+                = $m::desc_create, x86: "rcx", arm: "x3"
+        }
+        with_caller! {
+            /// A descriptor attribute set by the caller's library, and kept.
+            fn $desc_set(desc: *mut c_void, attr: i32, buf: *const c_void, size: usize) -> i32
+                = $m::desc_set, x86: "r8", arm: "x4"
+        }
+        with_caller! {
+            /// A descriptor forgotten, then destroyed by the caller's library.
+            fn $desc_destroy(desc: *mut c_void) -> i32 = $m::desc_destroy, x86: "rsi", arm: "x1"
+        }
+        with_caller! {
+            /// A matrix layout made by the caller's library, its type, sizes and leading
+            /// dimension kept.
+            fn $layout_create(layout: *mut *mut c_void, dtype: i32, rows: u64, cols: u64, ld: i64) -> i32
+                = $m::layout_create, x86: "r9", arm: "x5"
+        }
+        with_caller! {
+            /// A layout attribute set by the caller's library, and kept.
+            fn $layout_set(layout: *mut c_void, attr: i32, buf: *const c_void, size: usize) -> i32
+                = $m::layout_set, x86: "r8", arm: "x4"
+        }
+        with_caller! {
+            /// A layout forgotten, then destroyed by the caller's library.
+            fn $layout_destroy(layout: *mut c_void) -> i32 = $m::layout_destroy, x86: "rsi", arm: "x1"
+        }
+    };
+}
+
+lt_object_exports! {
+    mod hiplt_objects; kinds: crate::hipblaslt::objects::Kept,
+    hooks: crate::hipblaslt::real::HIPLT, served: crate::hipblaslt::real::in_served_scope;
+    hipblasLtMatmulDescCreate, hipblasLtMatmulDescSetAttribute, hipblasLtMatmulDescDestroy,
+    hipblasLtMatrixLayoutCreate, hipblasLtMatrixLayoutSetAttribute, hipblasLtMatrixLayoutDestroy
+}
+
+lt_object_exports! {
+    mod lt_objects; kinds: crate::cublaslt::objects::Kept,
+    hooks: crate::cublaslt::real::LT, served: crate::cublaslt::real::in_served_scope;
+    cublasLtMatmulDescCreate, cublasLtMatmulDescSetAttribute, cublasLtMatmulDescDestroy,
+    cublasLtMatrixLayoutCreate, cublasLtMatrixLayoutSetAttribute, cublasLtMatrixLayoutDestroy
 }
 
 with_caller! {
-    /// `hipblasLtMatrixLayoutDestroy`: its fields forgotten first, then the real one.
-    fn hipblasLtMatrixLayoutDestroy(layout: abi::HipblasLtMatrixLayout) -> abi::HipblasStatus
-        = layout_destroy_from, x86: "rsi", arm: "x1"
+    /// `dlclose`: the real one, with the loader generation moved on before and after it, so
+    /// a function kept for a call site is looked up again once a library may have gone
+    /// (`lt/callers.rs`). The interposer's own `dlclose`s (which only drop the reference an
+    /// `RTLD_NOLOAD` lookup took) move nothing.
+    fn dlclose(handle: *mut c_void) -> c_int = dlclose_from, x86: "rsi", arm: "x1"
 }
 
-extern "C" fn layout_destroy_from(
-    layout: abi::HipblasLtMatrixLayout,
-    ret: *const c_void,
-) -> abi::HipblasStatus {
-    static CALLERS: Callers = Callers::new(c"hipblasLtMatrixLayoutDestroy");
-    let _ = std::panic::catch_unwind(|| LAYOUTS.destroyed(layout));
-    // SAFETY: the cache was made for this function, of this type (src/abi.rs).
-    match unsafe {
-        CALLERS.real_fn::<abi::HipblasLtMatrixLayoutDestroyFn>(ret, &HIPLT.layout_destroy)
-    } {
-        // SAFETY: the caller's hipBLASLt's function, its own layout.
-        Some(f) => unsafe { f(layout) },
-        None => abi::HIPBLAS_STATUS_NOT_INITIALIZED,
+extern "C" fn dlclose_from(handle: *mut c_void, ret: *const c_void) -> c_int {
+    use std::sync::atomic::{AtomicPtr, Ordering};
+    type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut real = REAL.load(Ordering::Acquire);
+    if real.is_null() {
+        // SAFETY: a NUL-terminated name; RTLD_NEXT is valid from a shared object.
+        real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
+        if real.is_null() {
+            return -1;
+        }
+        REAL.store(real, Ordering::Release);
     }
+    let host = {
+        let _errno = crate::lifecycle::KeepErrno::new();
+        !crate::copies::is_ours(ret)
+    };
+    if host {
+        crate::lt::callers::loader_changed();
+    }
+    // SAFETY: the next dlclose (libc's), with the caller's own handle.
+    let status = unsafe { std::mem::transmute::<*mut c_void, DlcloseFn>(real)(handle) };
+    if host {
+        crate::lt::callers::loader_changed();
+    }
+    status
 }
 
 /// A Lt library's matmul export: its 16 arguments (one C shape for cuBLASLt and

@@ -75,6 +75,7 @@ mod recorder;
 mod rocblas;
 mod stats;
 mod status;
+mod tally;
 
 #[cfg(test)]
 mod alloc_test;

@@ -43,6 +43,7 @@ use crate::log::info;
 
 /// The settings, read from the environment when a backend starts. `tunedblas env`
 /// documents each variable.
+#[derive(Clone)]
 pub struct Config {
     pub disabled: bool,
     pub profile_dir: PathBuf,
@@ -61,6 +62,9 @@ pub struct Config {
     pub near_window: i64,
     /// `TUNEDBLAS_STATUS_THREAD`: a thread of ours also writes the live status.
     pub status_thread: bool,
+    /// `TUNEDBLAS_RELOAD` (on unless `0`): rows committed to the store while the process
+    /// runs are served without a restart.
+    pub reload: bool,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -105,6 +109,7 @@ impl Config {
             stats_path: settings::path_var("TUNEDBLAS_STATS").map(absolute),
             near_window: sw.near_window,
             status_thread: sw.status_thread,
+            reload: sw.reload,
         };
         (cfg, said)
     }
@@ -125,6 +130,11 @@ impl Config {
         if first {
             for p in &problems {
                 info!("{p}");
+            }
+            if env("PYTORCH_TUNABLEOP_ENABLED").is_some_and(|v| v == "1") && !cfg.disabled {
+                info!(
+                    "PyTorch TunableOp is on in this process (PYTORCH_TUNABLEOP_ENABLED=1): the calls it picks a solution for pass through untouched (its choice wins), the rest are served from the profile; unset it to serve the profile's rows alone"
+                );
             }
         }
         if cfg.disabled {
@@ -588,6 +598,29 @@ extern "C" fn at_unload() {
             let _ = std::panic::catch_unwind(|| (b.finish)(Pass::Late));
         }
         let _ = std::panic::catch_unwind(crate::status::finish);
+    } else if !REGISTERED.load(Ordering::Acquire) {
+        let _ = std::panic::catch_unwind(say_unseen);
+    }
+}
+
+/// A process whose calls never reached the interposer, though a library it serves is
+/// loaded: the caller looked the library's functions up in the handle of its own `dlopen`
+/// (Python ctypes on the library object, hip-python), which no preload can see. Said at exit
+/// at `TUNEDBLAS_LOG=debug` only: such a process cannot be told from one that loaded the
+/// library and made no GEMM (`import torch`), which must see no change at all.
+fn say_unseen() {
+    let level = std::env::var("TUNEDBLAS_LOG").ok();
+    if settings::log_level(level.as_deref()).0 < crate::log::DEBUG {
+        return;
+    }
+    crate::log::set_level(crate::log::DEBUG);
+    let libs =
+        crate::real::loaded_libraries(&["librocblas.so", "libhipblaslt.so", "libcublasLt.so"]);
+    if let Some(lib) = libs.first() {
+        crate::log::debug!(
+            "{} is loaded but no call reached the interposer: a caller that looks its functions up in the handle of its own dlopen (Python ctypes on the library object, hip-python) bypasses every preload (README, \"What the interposer does\", Resolution)",
+            lib.display()
+        );
     }
 }
 

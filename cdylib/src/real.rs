@@ -376,25 +376,3 @@ pub fn device_or_zero(query: Option<unsafe extern "C" fn(*mut i32) -> i32>) -> i
         0
     }
 }
-
-/// Keeps the loaded object holding `p` loaded for the rest of the process (`RTLD_NODELETE`
-/// through `RTLD_NOLOAD`: nothing is loaded; the reference taken is dropped again, the
-/// flag stays).
-pub fn pin_object_of(p: *mut c_void) {
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables.
-    if unsafe { libc::dladdr(p, &mut info) } == 0 || info.dli_fname.is_null() {
-        return;
-    }
-    // SAFETY: a NUL-terminated name of an object already loaded.
-    let h = unsafe {
-        libc::dlopen(
-            info.dli_fname,
-            libc::RTLD_NOLOAD | libc::RTLD_NODELETE | libc::RTLD_LAZY,
-        )
-    };
-    if !h.is_null() {
-        // SAFETY: drops the reference NOLOAD took; NODELETE keeps the object.
-        unsafe { libc::dlclose(h) };
-    }
-}

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What happened to one intercepted call. Each call is counted once, in the one counter
 /// for its outcome; `Calls` is never bumped, its total is the sum of the rocBLAS outcomes
-/// (cuBLASLt and hipBLASLt calls are counted in `LtCalls` / `HipLtCalls` as they come).
+/// (cuBLASLt's and hipBLASLt's calls are the sums of theirs, `lt::Counters::calls`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Counter {
@@ -32,22 +32,20 @@ pub enum Counter {
     /// No row, served with the validated solution of the same layer's nearest token count
     /// (the shape is still recorded as a miss).
     Near,
-    /// The first six again, for `cublasLtMatmul` calls (`cublaslt/`).
-    LtCalls,
+    /// The outcomes again, for `cublasLtMatmul` calls (`cublaslt/`).
     LtServed,
     LtDefault,
     LtMissed,
     LtPassedThrough,
     LtFallbacks,
     /// The same for `hipblasLtMatmul` calls (`hipblaslt/`).
-    HipLtCalls,
     HipLtServed,
     HipLtDefault,
     HipLtMissed,
     HipLtPassedThrough,
     HipLtFallbacks,
 }
-const N: usize = 19;
+const N: usize = 17;
 /// The rocBLAS outcomes, whose sum is [`Counter::Calls`].
 const OUTCOMES: [Counter; 6] = [
     Counter::Served,
@@ -59,11 +57,11 @@ const OUTCOMES: [Counter; 6] = [
 ];
 
 #[repr(align(128))]
-struct Block([AtomicU64; N]);
+struct Block([AtomicU64; N], AtomicU64);
 
 impl Block {
     const fn new() -> Block {
-        Block([const { AtomicU64::new(0) }; N])
+        Block([const { AtomicU64::new(0) }; N], AtomicU64::new(0))
     }
 }
 
@@ -81,10 +79,77 @@ const UNCLAIMED: usize = usize::MAX;
 /// `MINE` of a thread that counts in `SHARED`.
 const IN_SHARED: usize = BLOCKS;
 
+// The calling thread's block: `mine` and `set_mine`.
+//
+// On x86-64 Linux it is a thread-local word of the initial-exec model, defined here in
+// assembly (stable Rust cannot choose a thread-local's model): reading it is two
+// instructions (its offset from the GOT, a load through `%fs`), where Rust's own
+// `thread_local!` in a shared object calls `__tls_get_addr` on every access (about ten
+// more, on every intercepted call). The whole TLS block of this library (160 bytes) then
+// sits in the static TLS area: at start-up for `LD_PRELOAD`, or in glibc's reserve of
+// static TLS when the library is `dlopen`ed.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+std::arch::global_asm!(
+    ".pushsection .tdata.tunedblas_stats_mine,\"awT\",@progbits",
+    ".p2align 3",
+    // Global for the other codegen units that read it, hidden: never exported.
+    ".globl tunedblas_stats_mine",
+    ".hidden tunedblas_stats_mine",
+    ".type tunedblas_stats_mine,@tls_object",
+    ".size tunedblas_stats_mine,8",
+    "tunedblas_stats_mine:",
+    ".quad -1",
+    ".popsection",
+);
+
+/// The calling thread's block ([`UNCLAIMED`], [`IN_SHARED`] or an index of [`OWNED`]).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn mine() -> usize {
+    let v: usize;
+    // SAFETY: reads this thread's word at its thread-pointer offset (initial-exec TLS).
+    unsafe {
+        std::arch::asm!(
+            "mov {v}, qword ptr [rip + tunedblas_stats_mine@GOTTPOFF]",
+            "mov {v}, qword ptr fs:[{v}]",
+            v = out(reg) v,
+            options(nostack, readonly, preserves_flags),
+        );
+    }
+    v
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn set_mine(i: usize) {
+    // SAFETY: writes this thread's word, as above.
+    unsafe {
+        std::arch::asm!(
+            "mov {t}, qword ptr [rip + tunedblas_stats_mine@GOTTPOFF]",
+            "mov qword ptr fs:[{t}], {i}",
+            t = out(reg) _,
+            i = in(reg) i,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 thread_local! {
-    /// The calling thread's block. No destructor, so reading it on the hot path is a bare
-    /// TLS access with no registration or liveness check.
     static MINE: Cell<usize> = const { Cell::new(UNCLAIMED) };
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+#[inline(always)]
+fn mine() -> usize {
+    MINE.with(Cell::get)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn set_mine(i: usize) {
+    MINE.with(|m| m.set(i));
+}
+
+thread_local! {
     /// Touched once per thread, when it claims a block: its destructor gives the block back
     /// at thread exit, so threads that come and go never run the pool dry.
     static GIVE_BACK: GiveBack = const { GiveBack(Cell::new(UNCLAIMED)) };
@@ -99,7 +164,7 @@ impl Drop for GiveBack {
             return;
         }
         // Later counts on this thread (a GEMM from another TLS destructor) go to SHARED.
-        MINE.with(|m| m.set(IN_SHARED));
+        set_mine(IN_SHARED);
         for (mine, retired) in OWNED[i].0.iter().zip(&RETIRED.0) {
             retired.fetch_add(mine.swap(0, Ordering::Relaxed), Ordering::Relaxed);
         }
@@ -107,36 +172,84 @@ impl Drop for GiveBack {
     }
 }
 
-/// A thread's count of one outcome at a multiple of this asks whether the live status is
-/// due (`status::tick`): the threads making GEMMs write it, not a thread of ours.
+/// Every this many calls a thread asks whether the live status is due (`status::tick`):
+/// the threads making GEMMs write it, not a thread of ours.
 const TICK_EVERY: u64 = 64;
 
-/// Counts one call. The hot path is one TLS read and a load and store to a line only this
-/// thread writes (no atomic read-modify-write, no shared line written), and one test of
-/// the new count for the status tick.
+/// Counts one call. The hot path is one TLS read, an increment of a line only this thread
+/// writes (no atomic read-modify-write, no shared line written), and a decrement of the
+/// thread's countdown to the status tick in the same line (two instructions: a `dec` of a
+/// byte and a branch; a test of the count itself took four).
 #[inline(always)]
 pub fn bump(c: Counter) {
-    let i = MINE.with(Cell::get);
+    let i = mine();
     if i < BLOCKS {
         let a = &OWNED[i].0[c as usize];
-        let n = a.load(Ordering::Relaxed) + 1;
-        a.store(n, Ordering::Relaxed);
-        if n.is_multiple_of(TICK_EVERY) {
-            crate::status::tick();
-        }
+        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        count_down(i);
     } else {
         bump_slow(c);
     }
+}
+
+/// One step of thread block `i`'s countdown to the status tick: `dec` of the word and a
+/// jump on zero (written out because the compiler keeps the decremented value in a register
+/// and compares it, four instructions on every call; the address is given as the block's
+/// offset and the table's base, which the count's increment already has in registers).
+/// Only this thread writes the word.
+#[inline(always)]
+fn count_down(i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a decrement of a word of this thread's block, which only this thread writes
+    // (other threads only read it, as an atomic); no stack, flags clobbered.
+    unsafe {
+        std::arch::asm!(
+            "dec qword ptr [{base} + {at} + {field}]",
+            "jz {ran_out}",
+            base = in(reg) OWNED.as_ptr(),
+            at = in(reg) i * std::mem::size_of::<Block>(),
+            field = const std::mem::offset_of!(Block, 1),
+            ran_out = label { tick_mine() },
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let b = &OWNED[i];
+        let left = b.1.load(Ordering::Relaxed).wrapping_sub(1);
+        b.1.store(left, Ordering::Relaxed);
+        if left == 0 {
+            tick(b);
+        }
+    }
+}
+
+/// [`tick`] for the calling thread's block, found again (keeping the block's address live
+/// across the countdown for the rare tick cost an instruction on every call).
+#[cold]
+#[inline(never)]
+fn tick_mine() {
+    if let Some(b) = OWNED.get(mine()) {
+        tick(b);
+    }
+}
+
+/// The thread's countdown ran out: the status tick, and a new countdown.
+#[cold]
+#[inline(never)]
+fn tick(b: &Block) {
+    b.1.store(TICK_EVERY, Ordering::Relaxed);
+    crate::status::tick();
 }
 
 /// The first count of a thread (claims a block), or one by a thread without a block.
 #[cold]
 #[inline(never)]
 fn bump_slow(c: Counter) {
-    let mut i = MINE.with(Cell::get);
+    let mut i = mine();
     if i == UNCLAIMED {
         i = claim();
-        MINE.with(|m| m.set(i));
+        set_mine(i);
         // Registers the destructor; a thread already being torn down cannot, and then
         // simply keeps the block.
         let _ = GIVE_BACK.try_with(|g| g.0.set(i));
@@ -145,12 +258,13 @@ fn bump_slow(c: Counter) {
         let a = &OWNED[i].0[c as usize];
         let n = a.load(Ordering::Relaxed) + 1;
         a.store(n, Ordering::Relaxed);
+        OWNED[i].1.store(TICK_EVERY, Ordering::Relaxed);
         n
     } else {
         SHARED.0[c as usize].fetch_add(1, Ordering::Relaxed) + 1
     };
-    // The first count of a thread (and of a shared one) asks too: a process whose threads
-    // each make a few calls is still seen live.
+    // A thread's first count asks too (a process whose threads each make a few calls is
+    // still seen live), and so does every 64th count of a thread without a block of its own.
     if n == 1 || n.is_multiple_of(TICK_EVERY) {
         crate::status::tick();
     }
@@ -202,7 +316,7 @@ pub fn reset() {
             a.store(0, Ordering::Relaxed);
         }
     }
-    let mine = MINE.with(Cell::get);
+    let mine = mine();
     USED.store(
         if mine < BLOCKS { 1u64 << mine } else { 0 },
         Ordering::Relaxed,
@@ -235,10 +349,7 @@ mod tests {
                 for _ in 0..10 {
                     bump(Counter::LtServed);
                 }
-                assert!(
-                    MINE.with(Cell::get) < BLOCKS,
-                    "a thread found no free block"
-                );
+                assert!(mine() < BLOCKS, "a thread found no free block");
             })
             .join()
             .unwrap();

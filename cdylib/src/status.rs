@@ -46,6 +46,7 @@ use crate::lifecycle::{self, ExitLock, NoCancel};
 use crate::log::debug;
 use crate::recorder::Recorder;
 use crate::stats::{total, Counter};
+use crate::tally::Tally;
 
 /// How often the files are rewritten while calls arrive.
 const EVERY_NS: u64 = 1_000_000_000;
@@ -85,6 +86,11 @@ pub fn start(dir: &Path, trust: Trust, thread: bool) {
     let Some(f) = Folder::new(dir, trust) else {
         return;
     };
+    // Made now (a process whose calls are all served has no miss to make it): the writes
+    // that follow only open it, allocating nothing.
+    if let Err(e) = f.open_or_make() {
+        debug!("cannot make the miss folder for the live status: {e}");
+    }
     let fresh = Box::into_raw(Box::new(f));
     if FOLDER
         .compare_exchange(
@@ -119,6 +125,9 @@ pub fn tick() {
         return;
     }
     let _errno = lifecycle::KeepErrno::new();
+    // Writing files reaches cancellation points: a cancellation acted on inside
+    // `catch_unwind` would abort the host (a thread cancelled inside its GEMM's tick).
+    let _no_cancel = lifecycle::NoCancel::new();
     let _ = std::panic::catch_unwind(refresh);
 }
 
@@ -133,6 +142,7 @@ fn refresh() {
         v.recorder.tick(v.counters[3]);
     }
     crate::rocblas::say_new_hits();
+    crate::rocblas::reload_if_changed();
 }
 
 /// The process whose writer thread runs (0: none).
@@ -224,10 +234,24 @@ pub unsafe fn after_fork() {
 /// One backend's part of the status.
 pub struct View<'a, K: 'static> {
     pub name: &'static str,
-    /// served, default, near, missed, passed through, fallbacks.
+    /// served, default, near, missed, passed through, fallbacks, as the counters have them.
     pub counters: [u64; 6],
     pub misses: &'a MissSet<K>,
     pub recorder: &'static Recorder<K>,
+    /// Whether a miss-set note says a shape is served near.
+    pub near: fn(u64) -> bool,
+}
+
+impl<K: Copy + Eq + std::hash::Hash> View<'_, K> {
+    /// What every view says of this backend (`tally.rs`).
+    fn tally(&self) -> Tally {
+        Tally::of(
+            self.counters,
+            self.misses,
+            self.near,
+            self.recorder.over_cap_calls(),
+        )
+    }
 }
 
 pub const OUTCOMES: [&str; 6] = [
@@ -239,7 +263,7 @@ pub const OUTCOMES: [&str; 6] = [
     "fallbacks",
 ];
 
-fn rocblas_counters() -> [u64; 6] {
+pub fn rocblas_counters() -> [u64; 6] {
     [
         total(Counter::Served),
         total(Counter::Default),
@@ -259,6 +283,7 @@ fn lt_views() -> [Option<View<'static, LtKey>>; 2] {
             counters: counters(),
             misses: &r.set,
             recorder: r,
+            near: crate::tally::never_near,
         })
     };
     [
@@ -282,6 +307,7 @@ fn write(last: bool, wait: Duration) {
         counters: rocblas_counters(),
         misses: &r.set,
         recorder: r,
+        near: crate::rocblas::near::served_near,
     });
     let lts = lt_views();
     let now_sum = lts
@@ -387,10 +413,10 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
             Ok::<(), io::Error>(())
         };
         if let Some(v) = roc {
-            each(out, v.name, &v.counters)?;
+            each(out, v.name, &v.tally().outcomes())?;
         }
         for v in lts.iter().flatten() {
-            each(out, v.name, &v.counters)?;
+            each(out, v.name, &v.tally().outcomes())?;
         }
         // Per rank, for each backend that ran: its missed shapes, then its missed calls.
         let per_rank = |out: &mut Out, metric: &str, shapes: bool| -> io::Result<()> {
@@ -400,10 +426,10 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
                 writeln!(out, ",rank=\"{rank}\"}} {}", if shapes { n } else { calls })
             };
             if let Some(v) = roc {
-                each_rank(v.misses, |r, c, n| line(v.name, r, c, n))?;
+                each_rank(v.misses, v.near, |r, c, n| line(v.name, r, c, n))?;
             }
             for v in lts.iter().flatten() {
-                each_rank(v.misses, |r, c, n| line(v.name, r, c, n))?;
+                each_rank(v.misses, v.near, |r, c, n| line(v.name, r, c, n))?;
             }
             Ok(())
         };
@@ -422,25 +448,27 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
     })
 }
 
-/// Calls `f(rank, missed calls, missed shapes)` for each device with shapes in `set`, in
-/// order: one walk of the set per device, so nothing but the walk's position is kept (the
-/// exit paths run this on whatever stack a signal handler has).
+/// Calls `f(rank, missed calls, missed shapes)` for each device with missed shapes in `set`
+/// (not those served near, as `near` tells by a slot's note), in order: one walk of the set
+/// per device, so nothing but the walk's position is kept (the exit paths run this on
+/// whatever stack a signal handler has).
 fn each_rank<K: Copy + Eq + std::hash::Hash>(
     set: &MissSet<K>,
+    near: fn(u64) -> bool,
     mut f: impl FnMut(i32, u64, u64) -> io::Result<()>,
 ) -> io::Result<()> {
     let mut after = i64::MIN;
     loop {
         let mut next: Option<i32> = None;
-        set.for_each(|d, _, _, _| {
-            if i64::from(d) > after && next.is_none_or(|n| d < n) {
+        set.for_each_slot(|slot, d, _, _, _| {
+            if i64::from(d) > after && next.is_none_or(|n| d < n) && !near(set.note(slot)) {
                 next = Some(d);
             }
         });
         let Some(rank) = next else { return Ok(()) };
         let (mut calls, mut shapes) = (0, 0);
-        set.for_each(|d, _, c, _| {
-            if d == rank {
+        set.for_each_slot(|slot, d, _, c, _| {
+            if d == rank && !near(set.note(slot)) {
                 calls += c;
                 shapes += 1;
             }
@@ -452,14 +480,26 @@ fn each_rank<K: Copy + Eq + std::hash::Hash>(
 
 /// One backend's object: counters, ranks, top missed shapes.
 fn backend_json<K: Copy + Eq + std::hash::Hash>(out: &mut Out, v: &View<'_, K>) -> io::Result<()> {
+    let t = v.tally();
     write!(out, "{{\"backend\":\"{}\",\"counters\":{{", v.name)?;
-    for (i, (outcome, n)) in OUTCOMES.iter().zip(&v.counters).enumerate() {
+    for (i, (outcome, n)) in OUTCOMES.iter().zip(&t.outcomes()).enumerate() {
         let comma = if i == 0 { "" } else { "," };
         write!(out, "{comma}\"{outcome}\":{n}")?;
     }
-    write!(out, "}},\"missed_shapes\":{},\"ranks\":[", v.misses.len())?;
+    write!(
+        out,
+        "}},\"calls\":{},\"missed_shapes\":{},\"near_shapes\":{},\"hit_rate\":",
+        t.calls(),
+        t.missed_shapes,
+        t.near_shapes
+    )?;
+    match t.hit_permille() {
+        Some(p) => write!(out, "{}.{:03}", p / 1000, p % 1000)?,
+        None => out.write_all(b"null")?,
+    }
+    out.write_all(b",\"ranks\":[")?;
     let mut first = true;
-    each_rank(v.misses, |rank, calls, shapes| {
+    each_rank(v.misses, v.near, |rank, calls, shapes| {
         let comma = if std::mem::take(&mut first) { "" } else { "," };
         write!(
             out,
@@ -472,8 +512,10 @@ fn backend_json<K: Copy + Eq + std::hash::Hash>(out: &mut Out, v: &View<'_, K>) 
     // keeping its address past the walk is sound.
     let mut top: [(u64, i32, *const u8, usize); TOP] = [(0, 0, std::ptr::null(), 0); TOP];
     let mut filled = 0;
-    v.misses.for_each(|d, _, calls, text| {
-        let Some(text) = text else { return };
+    v.misses.for_each_slot(|slot, d, _, calls, text| {
+        let Some(text) = text.filter(|_| !(v.near)(v.misses.note(slot))) else {
+            return;
+        };
         if filled < TOP {
             top[filled] = (calls, d, text.as_ptr(), text.len());
             filled += 1;

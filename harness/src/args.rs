@@ -25,8 +25,6 @@ fn clap_error(command: &str, e: &clap::Error) -> Error {
     let text = e.render().to_string();
     let text = text.trim_end();
     let text = text.strip_prefix("error: ").unwrap_or(text);
-    // `tunedblas lt tune`'s help is `tunedblas help lt`.
-    let command = command.split(' ').next().unwrap_or(command);
     Error::usage(command, text)
 }
 
@@ -292,7 +290,7 @@ impl Args {
         }
     }
 
-    /// `--margin PCT`, the adoption margin of `tune` and `lt tune`, in percent (`--margin 3`
+    /// `--margin PCT`, the adoption margin of `tune` and `confirm`, in percent (`--margin 3`
     /// is 3%), returned as a fraction (0.03); `default_pct` when not given. A value between
     /// 0 and 1 is refused: it is almost surely a fraction meant as one (0.03 for 3%), and
     /// read as a percentage it would adopt nearly anything.
@@ -387,18 +385,23 @@ impl Args {
         }
     }
 
-    /// `--shard I/N`: this machine's share of a campaign.
+    /// `--shard I/N`: this machine's share of a campaign; `--shard auto` takes it from a
+    /// Kubernetes Indexed Job's or a Slurm job array's variables (`tunedblas_core::fleet`).
     pub fn shard(&self) -> Result<Option<(usize, usize)>> {
         let Some(s) = self.value("--shard") else {
             return Ok(None);
         };
+        if s == "auto" {
+            let shard = tunedblas_core::fleet::shard_from_env().map_err(|e| self.usage(e))?;
+            return Ok(Some((shard.index, shard.count)));
+        }
         s.split_once('/')
             .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
             .filter(|(i, n)| *n > 0 && i < n)
             .map(Some)
             .ok_or_else(|| {
                 self.usage(format!(
-                    "--shard takes I/N with 0 <= I < N, like 0/4, not '{s}'"
+                    "--shard takes I/N with 0 <= I < N, like 0/4, or auto, not '{s}'"
                 ))
             })
     }

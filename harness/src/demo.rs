@@ -13,14 +13,14 @@ use std::time::Instant;
 
 use tunedblas_core::registry::Registry;
 
-use tunedblas_tuner::backends::rocblas::Lib as Library;
+use tunedblas_tuner::backends::rocblas::Rocblas;
 use tunedblas_tuner::backends::Spec;
 use tunedblas_tuner::campaign;
 use tunedblas_tuner::pipeline::Method;
 
 use crate::curate::Rules;
 use crate::error::{Error, Result};
-use crate::verify;
+use crate::verify::{self, Stats};
 use crate::workload::{self, Report};
 
 pub struct Options {
@@ -32,21 +32,6 @@ fn artifact(name: &str) -> Result<PathBuf> {
     tunedblas_tuner::dl::beside_exe(name).ok_or_else(|| {
         Error::failed(format!("{name} is not beside the tunedblas binary; build the workspace first: cargo build --release --workspace"))
     })
-}
-
-/// Counters the interposer wrote at exit (`TUNEDBLAS_STATS`).
-#[derive(serde::Deserialize, Default, Debug)]
-struct Stats {
-    calls: u64,
-    served: u64,
-    default: u64,
-    missed_calls: u64,
-    missed_shapes: u64,
-    fallbacks: u64,
-    /// Calls without a row served a neighbouring token count's row (TUNEDBLAS_NEAR); not
-    /// counted as missed calls, though their shapes are still recorded.
-    #[serde(default)]
-    near: u64,
 }
 
 fn run_workload(
@@ -178,7 +163,7 @@ fn run_in(dir: &Path, opts: Options) -> Result<()> {
         json: false,
         quiet: false,
     };
-    let refblas = Library::open(&Spec {
+    let refblas = Rocblas::open(&Spec {
         lib: Some(lib.clone()),
         runtime: None,
         arch: Some("refblas-cpu".into()),

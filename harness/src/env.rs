@@ -26,7 +26,7 @@ pub fn var(name: &str) -> Option<String> {
 /// The settings as the interposer reads them (`cdylib/src/lifecycle.rs`, `Config::from_env`).
 pub fn settings(profile_dir: &Path) -> Vec<Setting> {
     let cache = identity::user_cache_dir();
-    let rows: [(&'static str, String, &'static str); 10] = [
+    let rows: [(&'static str, String, &'static str); 11] = [
         (
             "TUNEDBLAS_PROFILE_DIR",
             profile_dir.display().to_string(),
@@ -71,6 +71,11 @@ pub fn settings(profile_dir: &Path) -> Vec<Setting> {
             "TUNEDBLAS_STATS",
             "(unset)".into(),
             "write counters as JSON at exit",
+        ),
+        (
+            "TUNEDBLAS_RELOAD",
+            "1".into(),
+            "0 stops a running process from serving rows committed to the store after it started (looked at about every 2 s while calls arrive)",
         ),
         (
             "TUNEDBLAS_STATUS_THREAD",
@@ -234,6 +239,111 @@ pub fn which(profile_dir: &Path, lib: &Path) -> Found {
     }
 }
 
+/// The KFD topology the amdgpu driver publishes: one folder per node, CPUs included.
+pub const KFD_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
+
+/// `gfx942` of a node's `gfx_target_version` (major * 10000 + minor * 100 + stepping; the
+/// name writes minor and stepping as one hex digit each: 90010 is gfx90a, 110000 gfx1100).
+/// `None` for 0 (a CPU node) or a number no gfx name has.
+pub fn gfx_name(version: u64) -> Option<String> {
+    let (major, minor, step) = (version / 10000, version / 100 % 100, version % 100);
+    (major > 0 && minor < 16 && step < 16).then(|| format!("gfx{major}{minor:x}{step:x}"))
+}
+
+/// The architecture of each AMD GPU of the KFD topology under `nodes`, in node order:
+/// what the driver says, with no HIP call (refblas, a machine with no AMD GPU and a
+/// container without /sys/class/kfd show none).
+pub fn gpu_archs_in(nodes: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(nodes) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u64, String)> = rd
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let node: u64 = e.file_name().to_str()?.parse().ok()?;
+            let props = std::fs::read_to_string(e.path().join("properties")).ok()?;
+            let version = props.lines().find_map(|l| {
+                l.strip_prefix("gfx_target_version ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })?;
+            Some((node, gfx_name(version)?))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, a)| a).collect()
+}
+
+/// This machine's AMD GPUs' architectures ([`gpu_archs_in`] of [`KFD_NODES`]).
+pub fn gpu_archs() -> Vec<String> {
+    gpu_archs_in(Path::new(KFD_NODES))
+}
+
+/// The device a TunableOp file's `GCN_ARCH_NAME` is checked against: `--arch` where given
+/// (a machine without the GPU), else this machine's GPUs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Device {
+    pub archs: Vec<String>,
+    /// `--arch`, or `this machine's GPUs` (the KFD topology).
+    pub source: &'static str,
+}
+
+impl Device {
+    pub fn new(given: Option<&str>) -> Device {
+        match given {
+            Some(a) => Device {
+                archs: vec![a.to_string()],
+                source: "--arch",
+            },
+            None => Device {
+                archs: gpu_archs(),
+                source: "this machine's GPUs",
+            },
+        }
+    }
+}
+
+/// A file's `GCN_ARCH_NAME` against the device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", content = "text", rename_all = "lowercase")]
+pub enum ArchCheck {
+    /// The device is of the file's architecture.
+    Same(String),
+    /// It is not: PyTorch drops such a file, and its ids name another architecture's
+    /// kernels.
+    Other(String),
+    /// Nothing to check it against, or nothing to check.
+    Unchecked(String),
+}
+
+/// Checks `file_arch` (a `GCN_ARCH_NAME`; feature flags such as `:sramecc+` are not
+/// compared, KFD does not give them) against `device`.
+pub fn check_arch(file_arch: Option<&str>, device: &Device) -> ArchCheck {
+    use tunedblas_core::formats::validators::base_arch;
+    let Some(file) = file_arch.filter(|a| !a.is_empty() && *a != "unknown") else {
+        return ArchCheck::Unchecked(
+            "the file names no GCN_ARCH_NAME: its architecture is not checked".into(),
+        );
+    };
+    if device.archs.is_empty() {
+        return ArchCheck::Unchecked(format!(
+            "GCN_ARCH_NAME {file} not checked: no AMD GPU is visible here ({KFD_NODES}); --arch names the device's"
+        ));
+    }
+    let mut archs: Vec<&str> = device.archs.iter().map(|a| base_arch(a)).collect();
+    archs.sort_unstable();
+    archs.dedup();
+    let list = archs.join(", ");
+    if archs.contains(&base_arch(file)) {
+        ArchCheck::Same(format!("GCN_ARCH_NAME {file}: {} {list}", device.source))
+    } else {
+        ArchCheck::Other(format!(
+            "its GCN_ARCH_NAME is {file}, {} {} {list}: PyTorch drops a file tuned on another architecture, and its solution ids name that architecture's kernels",
+            device.source,
+            if device.source == "--arch" { "says" } else { "are" }
+        ))
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Snippets {
     pub vllm: String,
@@ -248,18 +358,27 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Where the image's interposer, command and profile store go (`COPY dist/` there).
+const IMAGE_PREFIX: &str = "/opt/tunedblas";
+/// The miss folder inside the image and in the systemd unit.
+const SERVICE_MISSES: &str = "/var/cache/tunedblas/misses";
+
 /// The snippets, with this installation's paths. `prefix` is the install prefix when the
-/// interposer sits in `<prefix>/lib` (the Dockerfile copies it).
+/// interposer sits in `<prefix>/lib` (the Dockerfile's context copies it).
 pub fn snippets(preload: &Path, profile_dir: &Path, prefix: Option<&Path>) -> Snippets {
     let pre = preload.display();
     let dir = profile_dir.display();
+    // No TUNEDBLAS_MISS_DIR: the interposer's own default is where `tunedblas status` and
+    // `tunedblas tune` look with no argument (a folder named here would differ from it
+    // wherever XDG_CACHE_HOME is set).
     let vllm = format!(
         r#"#!/bin/sh
 # vllm-tuned: vLLM with tunedblas serving tuned rocBLAS GEMMs. Save, chmod +x, run as
 #   ./vllm-tuned <model> --max-num-batched-tokens 2048 ...
 export LD_PRELOAD="{pre}${{LD_PRELOAD:+:$LD_PRELOAD}}"
 export TUNEDBLAS_PROFILE_DIR="{dir}"
-export TUNEDBLAS_MISS_DIR="${{TUNEDBLAS_MISS_DIR:-$HOME/.cache/tunedblas/misses}}"
+# Misses go to $TUNEDBLAS_MISS_DIR, else the user cache's tunedblas/misses: where
+# `tunedblas status` and `tunedblas tune` look when given no folder.
 # On Instinct GPUs PyTorch prefers hipBLASLt, so rocBLAS sees no GEMM unless told:
 # export TORCH_BLAS_PREFER_HIPBLASLT=0
 exec vllm serve "$@"
@@ -273,10 +392,18 @@ exec vllm serve "$@"
     let user = var("USER")
         .filter(|u| u != "root")
         .unwrap_or_else(|| "vllm".into());
+    let command = prefix.map_or("tunedblas".to_string(), |p| {
+        p.join("bin/tunedblas").display().to_string()
+    });
+    // The interposer keeps its files to the user it runs as (files 0600 in a 0700 folder,
+    // by design), so no group setting opens them to an operator: `status` is run as User=.
     let systemd = format!(
         r#"# /etc/systemd/system/vllm-tuned.service
 # Check User= (the account that owns the model cache) and the vllm path (`which vllm`
 # inside the venv vLLM runs from) before `systemctl enable --now vllm-tuned`.
+# The live counters: the interposer keeps its files to User= (0600 in a 0700 folder), so
+# read them as that user:
+#   sudo -u {user} {command} status {SERVICE_MISSES}
 [Unit]
 Description=vLLM with tunedblas-tuned rocBLAS GEMMs
 After=network-online.target
@@ -285,7 +412,7 @@ After=network-online.target
 User={user}
 Environment=LD_PRELOAD={pre}
 Environment=TUNEDBLAS_PROFILE_DIR={dir}
-Environment=TUNEDBLAS_MISS_DIR=/var/cache/tunedblas/misses
+Environment=TUNEDBLAS_MISS_DIR={SERVICE_MISSES}
 # /var/cache/tunedblas, made and owned by User= (the misses go there).
 CacheDirectory=tunedblas
 ExecStart={vllm_exe} serve <model> --max-num-batched-tokens 2048
@@ -297,36 +424,54 @@ Restart=on-failure
 WantedBy=multi-user.target
 "#
     );
-    let (copy, lib_in_image) = match prefix {
-        Some(p) => (
-            format!(
-                "# Build context: the install prefix, e.g. `scripts/install --prefix ./dist` (here {}).\nCOPY dist/ /opt/tunedblas/",
-                p.display()
-            ),
-            "/opt/tunedblas/lib/libtunedblas.so".to_string(),
-        ),
-        None => (
-            "# Build context: an install prefix made with `scripts/install --prefix ./dist`.\nCOPY dist/ /opt/tunedblas/".to_string(),
-            "/opt/tunedblas/lib/libtunedblas.so".to_string(),
-        ),
-    };
+    let context = docker_context(prefix);
+    let store = format!("{IMAGE_PREFIX}/share/tunedblas/profiles");
     let docker = format!(
-        r#"# Dockerfile: a vLLM ROCm image with tunedblas. The interposer finds the profiles in
-# /opt/tunedblas/share/tunedblas/profiles by itself.
+        r#"# Dockerfile: a vLLM ROCm image with tunedblas. Build it from a folder (the build
+# context) holding this Dockerfile and dist/, an install prefix:
+{context}
+#   docker build -t vllm-tuned .
 ARG BASE=rocm/vllm:latest
 FROM $BASE
-{copy}
-ENV LD_PRELOAD={lib_in_image} \
-    TUNEDBLAS_MISS_DIR=/var/cache/tunedblas/misses
-VOLUME /var/cache/tunedblas
+COPY dist/ {IMAGE_PREFIX}/
+# The interposer finds the profiles in {store} by itself.
+ENV LD_PRELOAD={IMAGE_PREFIX}/lib/libtunedblas.so \
+    TUNEDBLAS_MISS_DIR={SERVICE_MISSES}
+# The misses, and the profile store: a `tunedblas tune` inside the container writes its rows
+# there (the running server takes them by hot reload), so they outlive the container on a
+# named volume, which starts as a copy of the image's profiles:
+VOLUME /var/cache/tunedblas {store}
+#   docker run --device /dev/kfd --device /dev/dri -v tunedblas-misses:/var/cache/tunedblas \
+#     -v tunedblas-profiles:{store} vllm-tuned vllm serve <model>
+#   docker exec <container> {IMAGE_PREFIX}/bin/tunedblas tune --lib <librocblas.so> {SERVICE_MISSES}
 # `tunedblas env` inside the container shows the profile this rocBLAS gets:
-#   docker run --rm --device /dev/kfd --device /dev/dri <image> /opt/tunedblas/bin/tunedblas env
+#   docker run --rm --device /dev/kfd --device /dev/dri vllm-tuned {IMAGE_PREFIX}/bin/tunedblas env
 "#
     );
     Snippets {
         vllm,
         systemd,
         docker,
+    }
+}
+
+/// How the Dockerfile's context gets its `dist/`, as comment lines: this installation
+/// where it is one (a prefix named `dist`: its folder is the context), else the installer
+/// run there from a checkout, or this installation copied there.
+fn docker_context(prefix: Option<&Path>) -> String {
+    let install = "#   <checkout>/scripts/install --prefix ./dist     (run in the context folder)";
+    match prefix {
+        Some(p) if p.file_name().is_some_and(|n| n == "dist") => format!(
+            "#   here: {} (its dist/ is this installation)",
+            p.parent().unwrap_or(p).display()
+        ),
+        Some(p) => {
+            let p = p.display();
+            format!(
+                "{install}\n# or this installation copied there:\n#   mkdir -p dist/bin dist/lib dist/share/tunedblas\n#   cp {p}/bin/tunedblas dist/bin/ && cp {p}/lib/libtunedblas.so dist/lib/\n#   cp -R {p}/share/tunedblas/profiles dist/share/tunedblas/"
+            )
+        }
+        None => install.to_string(),
     }
 }
 
@@ -357,6 +502,30 @@ mod tests {
             find_library(Path::new("./librocblas.so.0")),
             PathBuf::from("./librocblas.so.0")
         );
+    }
+
+    #[test]
+    fn gpu_architectures_come_from_the_kfd_topology() {
+        assert_eq!(gfx_name(90402).as_deref(), Some("gfx942"));
+        assert_eq!(gfx_name(90010).as_deref(), Some("gfx90a"));
+        assert_eq!(gfx_name(110000).as_deref(), Some("gfx1100"));
+        assert_eq!(gfx_name(100300).as_deref(), Some("gfx1030"));
+        assert_eq!(gfx_name(0), None, "a CPU node");
+        let nodes = std::env::temp_dir().join(format!("tunedblas-kfd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&nodes);
+        for (node, version) in [(0, 0), (2, 90010), (1, 90402), (10, 90402)] {
+            let d = nodes.join(node.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join("properties"),
+                format!("cpu_cores_count 0\nsimd_count 0\ngfx_target_version {version}\nvendor_id 4098\n"),
+            )
+            .unwrap();
+        }
+        // Nodes in their numeric order (10 after 2), the CPU node left out.
+        assert_eq!(gpu_archs_in(&nodes), ["gfx942", "gfx90a", "gfx942"]);
+        assert!(gpu_archs_in(&nodes.join("absent")).is_empty());
+        let _ = std::fs::remove_dir_all(&nodes);
     }
 
     #[test]

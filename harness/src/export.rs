@@ -260,3 +260,51 @@ pub fn tunableop_files(
     }
     Ok(files)
 }
+
+/// A hipBLASLt profile in the AMD stack's formats (`tunedblas_core::formats::lt_export`):
+/// the text and its row count.
+pub fn lt_text(
+    p: &Picked,
+    rank: usize,
+    format: &str,
+    git_version: Option<&str>,
+    arch: Option<&str>,
+    report: &mut Report,
+) -> Result<(String, usize), Error> {
+    use tunedblas_core::formats::{lt::Device, lt_export};
+    let path = p.rank_file(rank)?;
+    let bytes = tunedblas_core::profile::read_regular(
+        path,
+        tunedblas_core::profile::MAX_RESULTS_FILE_BYTES,
+    )
+    .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
+    let results = tunedblas_core::cublaslt::parse_results(&String::from_utf8_lossy(&bytes));
+    let device = match arch {
+        None => None,
+        Some(v) => {
+            let (gfx, cu) = v.split_once(':').unwrap_or((v, ""));
+            Some(Device {
+                gfx: gfx.to_string(),
+                cu_num: cu.parse().ok(),
+            })
+        }
+    };
+    let title = format!(
+        "profile {} (rank {rank}, hipBLASLt build {})",
+        p.name,
+        p.short()
+    );
+    let e = match format {
+        "hipblaslt-override" => lt_export::override_file(&results, git_version),
+        "hipblaslt-bench" => Ok(lt_export::bench_lines(&results, &title)),
+        _ => lt_export::aiter_table(&results, device),
+    }
+    .map_err(|why| {
+        Error::failed(format!(
+            "cannot write profile '{}' as {format}: {why}",
+            p.name
+        ))
+    })?;
+    report.dropped = e.dropped;
+    Ok((e.text, e.rows))
+}

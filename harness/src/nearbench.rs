@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
 use tunedblas_core::tunableop::Solution;
 
-use tunedblas_tuner::backends::rocblas::{Lib as Library, Problem};
+use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
 use tunedblas_tuner::bench::Bench;
 use tunedblas_tuner::numerics::median;
 use tunedblas_tuner::pipeline::{self, Method};
@@ -43,7 +43,7 @@ pub struct Case {
     pub points: Vec<(i64, f64, f64, &'static str)>,
 }
 
-fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
+fn calls_for(p: &RocblasProblem, target_ms: f64) -> Result<usize> {
     let once = p.time(&None, 1)?.max(1e-4);
     Ok(((target_ms / once).ceil() as usize).clamp(1, 10_000))
 }
@@ -52,7 +52,7 @@ fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
 /// valid to serve it makes the caller's own call, so that point is the heuristic's time
 /// for both (not timed twice: the difference would be noise).
 fn near_points(
-    lib: &Library,
+    lib: &Rocblas,
     n: i64,
     k: i64,
     chunk: i64,
@@ -67,7 +67,7 @@ fn near_points(
     let mut points = Vec::new();
     for d in 1..=o.decodes {
         let m = chunk + d;
-        let p = Problem::new(lib, linear_key(n, m, k), method)?;
+        let p = RocblasProblem::new(lib, linear_key(n, m, k), method)?;
         p.time(&None, 2)?;
         let valid = near_id
             .filter(|&id| p.run_flags(0, Some(id), FLAG_CHECK_SOLUTION_INDEX) == STATUS_SUCCESS);
@@ -91,12 +91,12 @@ fn near_points(
     Ok(points)
 }
 
-fn measure(lib: &Library, n: i64, k: i64, chunk: i64, o: &Options) -> Result<Vec<Case>> {
+fn measure(lib: &Rocblas, n: i64, k: i64, chunk: i64, o: &Options) -> Result<Vec<Case>> {
     let method = Method {
         trials: o.trials,
         ..Method::default()
     };
-    let p = Problem::new(lib, linear_key(n, chunk, k), &method)?;
+    let p = RocblasProblem::new(lib, linear_key(n, chunk, k), &method)?;
     let tuned = pipeline::tune_shape(&p, None, &method, &Rules::default())?;
     drop(p);
     let parse = |s: &str| Solution::parse(s).ok();
@@ -128,7 +128,7 @@ fn geo_mean(v: impl Iterator<Item = f64>) -> f64 {
 
 /// Measures every layer at every chunk size; each case is said on stderr as it finishes.
 pub fn measure_all(o: &Options) -> Result<Vec<Case>> {
-    let lib = Library::at(&o.lib, None)?;
+    let lib = Rocblas::at(&o.lib, None)?;
     let mut cases = Vec::new();
     for &(n, k) in &LAYERS {
         for &chunk in &o.chunks {

@@ -54,6 +54,7 @@ fn glyph(c: char) -> [u8; 5] {
         '.' => [0, 0, 0, 0, 2],
         ',' => [0, 0, 0, 2, 4],
         ':' => [0, 2, 0, 2, 0],
+        ';' => [0, 2, 0, 2, 4],
         '-' => [0, 0, 7, 0, 0],
         '+' => [0, 2, 7, 2, 0],
         '=' => [0, 7, 0, 7, 0],
@@ -105,6 +106,25 @@ impl Canvas {
             cx += 4 * scale;
         }
         cx
+    }
+
+    /// Draws `text` turned a quarter left, read bottom to top (a column label where the
+    /// digits would not fit across): its glyphs' tops face left, its first character's
+    /// bottom-left corner is at (x, y_bottom). Takes `5 * scale` pixels across and
+    /// [`Canvas::text_width`] up.
+    pub fn text_up(&mut self, x: usize, y_bottom: usize, text: &str, scale: usize, c: Rgb) {
+        for (i, ch) in text.chars().enumerate() {
+            for (row, bits) in glyph(ch).iter().enumerate() {
+                for col in 0..3 {
+                    if bits & (4 >> col) != 0 {
+                        let along = (i * 4 + col + 1) * scale;
+                        if let Some(y) = y_bottom.checked_sub(along) {
+                            self.rect(x + row * scale, y, scale, scale, c);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     pub fn text_width(text: &str, scale: usize) -> usize {
@@ -164,6 +184,23 @@ pub mod tests {
         assert_eq!(count([1, 2, 3]), 30 * 40);
         assert_eq!(count([9, 9, 9]), 10 * 10);
         assert!(count([0, 0, 0]) > 50, "the text drew pixels");
+    }
+
+    #[test]
+    fn text_turned_up_is_the_same_glyphs_read_bottom_to_top() {
+        let mut across = Canvas::new(40, 10, [255, 255, 255]);
+        across.text(0, 0, "1024", 2, [0, 0, 0]);
+        let mut up = Canvas::new(10, 40, [255, 255, 255]);
+        up.text_up(0, 32, "1024", 2, [0, 0, 0]);
+        // Turning `up` a quarter right gives `across`: (x, y) of `across` is
+        // (y, 31 - x) of `up`.
+        for y in 0..10 {
+            for x in 0..32 {
+                let a = &across.pixels[(y * 40 + x) * 3..][..3];
+                let u = &up.pixels[((31 - x) * 10 + y) * 3..][..3];
+                assert_eq!(a, u, "({x}, {y})");
+            }
+        }
     }
 
     #[test]

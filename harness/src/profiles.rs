@@ -13,9 +13,9 @@ use tunedblas_core::registry::{Match, Provenance};
 use tunedblas_core::tunableop::{self, ResultsFile, Row, Solution};
 
 use crate::error::{Error, Result};
-use crate::store::{self, Build, Folder, Store, IMPORTED_FILE};
+use crate::store::{self, Folder, Store, IMPORTED_FILE};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
-use tunedblas_tuner::backends::rocblas::{Lib as Library, Problem};
+use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
 use tunedblas_tuner::backends::Library as _;
 
 pub fn list(root: &Path, json: bool) -> Result<()> {
@@ -160,9 +160,27 @@ fn unservable_by_reason(dir: &Path) -> Vec<(usize, &'static str, usize)> {
     out
 }
 
+/// The `GCN_ARCH_NAME` of each rank file of a profile folder, checked against `device`:
+/// (file, check).
+fn arch_checks(dir: &Path, device: &crate::env::Device) -> Vec<(PathBuf, crate::env::ArchCheck)> {
+    profile::rank_files(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, f)| {
+            let arch = tunableop::read(&f)
+                .ok()
+                .and_then(|r| r.validator("GCN_ARCH_NAME").map(str::to_string));
+            let check = crate::env::check_arch(arch.as_deref(), device);
+            (f, check)
+        })
+        .collect()
+}
+
 /// The profile a process loading `lib` would get: the interposer's own rule, with the
-/// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`).
-pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
+/// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`); and whether its
+/// files were tuned on the device's architecture (the interposer does not check that yet:
+/// PyTorch drops such a file).
+pub fn which(root: &Path, lib: &Path, device: &crate::env::Device, json: bool) -> Result<()> {
     let sha = identity::sha256_file(lib)
         .map_err(|e| Error::failed(format!("cannot hash {}: {e}", lib.display())))?;
     let explicit = std::env::var("TUNEDBLAS_PROFILE")
@@ -172,7 +190,7 @@ pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
     let sel = match explicit.as_deref().filter(|e| profile::names_a_path(e)) {
         // A path is checked against the library's version string, as the interposer does.
         Some(path) => {
-            let version = Library::at(lib, None)?.version().to_string();
+            let version = Rocblas::at(lib, None)?.version().to_string();
             profile::select_path(
                 Path::new(path),
                 Some(version.as_str()).filter(|v| *v != "unknown"),
@@ -186,9 +204,14 @@ pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
             allow_mismatch,
         }),
     };
+    let archs = match &sel {
+        Selection::Chosen { dir, .. } => arch_checks(dir, device),
+        Selection::None { .. } => Vec::new(),
+    };
     let report = match &sel {
         Selection::Chosen { name, dir, reason } => {
-            json!({"library": lib, "sha256": sha, "profile": name, "dir": dir, "reason": reason})
+            json!({"library": lib, "sha256": sha, "profile": name, "dir": dir, "reason": reason,
+                "device": device, "arch": archs.iter().map(|(f, c)| json!({"file": f, "check": c})).collect::<Vec<_>>()})
         }
         Selection::None { why } => {
             json!({"library": lib, "sha256": sha, "profile": null, "reason": why})
@@ -203,6 +226,17 @@ pub fn which(root: &Path, lib: &Path, json: bool) -> Result<()> {
                 println!("  -> profile '{name}' in {}: {reason}", dir.display())
             }
             Selection::None { why } => println!("  -> no profile: {why}"),
+        }
+        for (f, c) in &archs {
+            use crate::env::ArchCheck;
+            match c {
+                ArchCheck::Same(t) => println!("  {}: {t}", f.display()),
+                ArchCheck::Unchecked(t) => println!("  {}: {t}", f.display()),
+                ArchCheck::Other(t) => println!(
+                    "  {}: WRONG ARCHITECTURE: {t}; the interposer serves it all the same today (it does not read the device's architecture)",
+                    f.display()
+                ),
+            }
         }
     }
     Ok(())
@@ -270,7 +304,7 @@ pub fn file_shapes(r: &ResultsFile) -> FileShapes {
 
 /// Adds the shapes of other builds' results files to this build's shape list.
 pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Result<()> {
-    let lib = Library::at(lib_path, None)?;
+    let lib = Rocblas::at(lib_path, None)?;
     let build = lib.build().clone();
     let store = Store::open(root)?;
     let mut read = Vec::new();
@@ -366,10 +400,30 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
 /// id for its problem (`check_solution_index`, nothing run), else it is listed and its shape
 /// waits for `tune --retune` like the shapes of rows only hipBLASLt can serve; `Default`
 /// rows are kept. A shape the profile already has a row for keeps that row.
-pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()> {
-    let lib = Library::at(lib_path, None)?;
+///
+/// Its `GCN_ARCH_NAME` must name the device's architecture (`device`: `--arch`, else this
+/// machine's GPUs, where any is visible): PyTorch drops a file tuned on another one, and
+/// its ids name that architecture's kernels; `force` adopts it anyway.
+pub fn adopt(
+    root: &Path,
+    lib_path: &Path,
+    file: &Path,
+    device: &crate::env::Device,
+    force: bool,
+    json: bool,
+) -> Result<()> {
+    let lib = Rocblas::at(lib_path, None)?;
     let r = tunableop::read(file)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+    let arch = crate::env::check_arch(r.validator("GCN_ARCH_NAME"), device);
+    if let crate::env::ArchCheck::Other(why) = &arch {
+        if !force {
+            return Err(Error::failed(format!(
+                "refusing {}: {why}; --force adopts it anyway",
+                file.display()
+            )));
+        }
+    }
     let build = {
         let mut b = lib.build().clone();
         if let Some(a) = r.validator("GCN_ARCH_NAME") {
@@ -470,6 +524,7 @@ pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()
         let report = json!({
             "profile": folder.name,
             "dir": folder.dir,
+            "arch": arch,
             "adopted": adopted,
             "kept_existing": had,
             "refused": refused.iter().map(|(k, id, why)| json!({"shape": k, "solution": id, "reason": why})).collect::<Vec<_>>(),
@@ -478,6 +533,14 @@ pub fn adopt(root: &Path, lib_path: &Path, file: &Path, json: bool) -> Result<()
         });
         println!("{}", serde_json::to_string_pretty(&report).expect("json"));
         return Ok(());
+    }
+    match &arch {
+        crate::env::ArchCheck::Other(why) => {
+            println!("  adopted with --force although {why}")
+        }
+        crate::env::ArchCheck::Same(t) | crate::env::ArchCheck::Unchecked(t) => {
+            println!("  {t}")
+        }
     }
     for (k, id, why) in &refused {
         println!("  refused {k},Gemm_Rocblas_{id}: {why}");
@@ -518,119 +581,10 @@ pub struct QualifyReport {
     pub removed: Vec<(String, String)>,
 }
 
-/// `profiles adopt --lib LIBHIPBLASLT FILE`: a PyTorch TunableOp results file from a ROCm
-/// machine made the profile of that hipBLASLt build, without re-tuning and without loading
-/// it (no GPU is needed). PyTorch's rows name hipBLASLt algorithms by index
-/// (`Gemm_Hipblaslt_<index>`), which only mean something to the build that was tuned: the
-/// profile is registered for the sha256 of the given file, so only a process loading exactly
-/// that file is served from it, and the interposer checks each index with
-/// `matmulIsAlgoSupported` on its first call (one that fails is said once and passed
-/// through). rocBLAS rows of the same file are left out (adopt them with `--lib
-/// librocblas.so...`).
-pub fn adopt_hipblaslt(root: &Path, lib: &Path, name: Option<&str>, file: &Path) -> Result<()> {
-    use std::collections::BTreeMap;
-    use tunedblas_core::cublaslt::{parse_results, LtAction, LtLib, LtResults, OTHER_LIBRARY};
-    let bytes = profile::read_regular(file, profile::MAX_RESULTS_FILE_BYTES)
-        .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
-    let parsed = parse_results(&String::from_utf8_lossy(&bytes));
-    let (kept, other): (Vec<_>, Vec<_>) = parsed
-        .rows
-        .iter()
-        .cloned()
-        .partition(|r| LtLib::Hipblaslt.serves(&r.action));
-    if kept.is_empty() {
-        return Err(Error::failed(format!(
-            "{} has no hipBLASLt rows (Gemm_Hipblaslt_<index> or Default) this interposer can serve",
-            file.display()
-        )));
-    }
-    // Why the other lines were left out, by reason.
-    let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, why) in &parsed.skipped {
-        let reason = if why.starts_with(OTHER_LIBRARY) {
-            "rocBLAS rows (serve them through rocBLAS: tunedblas profiles adopt --lib librocblas.so...)".to_string()
-        } else if why.starts_with("op ") {
-            "ops the hipBLASLt interposer does not serve (scaled, bias or complex GEMMs)"
-                .to_string()
-        } else {
-            why.clone()
-        };
-        *skipped.entry(reason).or_default() += 1;
-    }
-    if !other.is_empty() {
-        *skipped
-            .entry("cuBLASLt configurations (not a hipBLASLt row)".into())
-            .or_default() += other.len();
-    }
-    let validator = |k: &str| {
-        parsed
-            .validators
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.clone())
-    };
-    let build = Build::of(
-        "hipblaslt",
-        lib,
-        validator("HIPBLASLT_VERSION"),
-        validator("GCN_ARCH_NAME").as_deref(),
-    )
-    .map_err(|e| Error::not_loaded(e.message))?;
-    let indices = kept
-        .iter()
-        .filter(|r| matches!(r.action, LtAction::Index(_)))
-        .count();
-    let mut validators = parsed.validators.clone();
-    validators.push(("TUNEDBLAS_BACKEND".into(), "hipblaslt".into()));
-    let rows = kept.len();
-    let text = LtResults {
-        validators,
-        rows: kept,
-        skipped: Vec::new(),
-    }
-    .to_text();
-    let store = Store::open(root)?;
-    let folder = store.transaction(|tx| {
-        let folder = tx.folder_for(&build, name)?;
-        let fields = [
-            ("library", "hipblaslt".to_string()),
-            ("arch", build.arch.clone()),
-        ];
-        let ranks = tx.ranks(&folder);
-        tx.write_profile(&folder, &build, text.clone(), ranks, "adopted", &fields)?;
-        tx.record(
-            &folder,
-            &build,
-            json!({
-                "kind": "hipblaslt-adopt",
-                "file": file.display().to_string(),
-                "validators": parsed.validators,
-                "rows": rows,
-                "indices": indices,
-                "skipped": skipped,
-            }),
-        )?;
-        Ok(folder)
-    })?;
-    println!(
-        "adopted {rows} rows of {} ({indices} Gemm_Hipblaslt, {} Default) -> {}; registered as {} for hipBLASLt build {}",
-        file.display(),
-        rows - indices,
-        folder.dir.display(),
-        folder.name,
-        build.short()
-    );
-    for (reason, n) in &skipped {
-        println!("  {n} lines left out: {reason}");
-    }
-    println!("  each index is checked with matmulIsAlgoSupported on its first call; one this build lacks is said once and its calls keep the caller's algorithm");
-    Ok(())
-}
-
 /// Whether rocBLAS at `lib` accepts solution `id` for `key` (`check_solution_index`: the
 /// call validates the id for the problem and runs nothing).
-fn check_id(lib: &Library, key: ProblemKey, id: i32) -> std::result::Result<(), String> {
-    let p = Problem::once(lib, key).map_err(|e| e.message)?;
+fn check_id(lib: &Rocblas, key: ProblemKey, id: i32) -> std::result::Result<(), String> {
+    let p = RocblasProblem::once(lib, key).map_err(|e| e.message)?;
     match p.run_flags(0, Some(id), FLAG_CHECK_SOLUTION_INDEX) {
         STATUS_SUCCESS => Ok(()),
         st => Err(format!(
@@ -725,7 +679,7 @@ pub struct MergeReport {
 
 /// `tunedblas merge`: joins the profiles several `tune --shard` runs wrote for one build.
 pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Result<MergeReport> {
-    let lib = Library::at(lib_path, None)?;
+    let lib = Rocblas::at(lib_path, None)?;
     let mut build = lib.build().clone();
     let store = Store::open(root)?;
     // The shards first, outside the store's lock.

@@ -150,9 +150,10 @@ pub struct Counts {
 pub struct Claims {
     /// Rows of the rank file (`rows`).
     pub rows: usize,
-    /// Missed shapes without a row of their own, near or not (`missed_shapes`).
+    /// Missed shapes without a row of their own that near serving does not take
+    /// (`missed_shapes`: the interposer counts shapes served near apart).
     pub missed_shapes: usize,
-    /// Of those, the ones near serving takes (`near_keys_served`).
+    /// Shapes without a row that near serving takes (`near_keys_served`).
     pub near_keys: usize,
     /// Their recorded calls (`near`).
     pub near_calls: u64,
@@ -187,6 +188,10 @@ pub struct Headline {
     pub weighted_speedup: Option<f64>,
     pub weighted_shapes: usize,
     pub weighted_calls: u64,
+    /// Of those, the shapes weighted by the calls the given run (`--misses`: a served run's
+    /// miss logs or rocBLAS logs) counted; the others by the calls recorded before tuning
+    /// (`provenance.json`).
+    pub given_run_shapes: usize,
     /// Measured shapes without recorded calls (not in the call-weighted figure).
     pub uncounted_shapes: usize,
     /// Undecidable, noisy (spread over the noisy limit), rejected or failed shapes.
@@ -243,6 +248,8 @@ pub struct Seen {
     pub miss_inputs: Vec<String>,
     /// The `--lib` argument of the tune command (a placeholder when not known).
     pub lib: String,
+    /// The `--profiles` the report read, as given: the tune commands write there too.
+    pub profiles: Option<String>,
 }
 
 /// The (N, K) row a key belongs to: its family, everything but the token count.
@@ -291,6 +298,11 @@ fn row_label(k: &ProblemKey) -> String {
     }
     s
 }
+
+/// How a `--shape` spec reads beside the report's labels: `tune --shape` takes rocBLAS's
+/// m, n, k, so the label's N comes first and the token count M second.
+pub const SPEC_ORDER: &str =
+    "--shape is TYPE:AB:m:n:k in rocBLAS's order, as `tunedblas tune` takes it: m = N, n = the token count M, k = K";
 
 /// The `--shape` spec of a key, where one names exactly it.
 pub fn spec_of(k: &ProblemKey) -> Option<String> {
@@ -409,7 +421,6 @@ pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, 
                 Status::Predicted => counts.predicted += 1,
             }
             if *missed && status == Status::Near {
-                claims.missed_shapes += 1;
                 claims.near_keys += 1;
                 claims.near_calls += calls;
             } else if *missed && status == Status::Missed {
@@ -440,7 +451,11 @@ pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, 
         rows.len() * columns.len() - rows.iter().map(|r| r.cells.len()).sum::<usize>();
     let measured = measurements(p);
     let bars = bars(&file.rows, &measured);
-    let headline = headline(&bars, &measured);
+    let mut given_calls: HashMap<ProblemKey, u64> = HashMap::new();
+    for (k, calls) in &seen.missed {
+        *given_calls.entry(*k).or_default() += calls;
+    }
+    let headline = headline(&bars, &measured, &given_calls);
     let tune_next = tune_next(&grid_keys(&rows, &grid), seen);
     Ok(Data {
         profile: p.name.clone(),
@@ -545,11 +560,12 @@ fn measurements(p: &Picked) -> HashMap<ProblemKey, Measured> {
     measured
 }
 
-/// A speedup bar per tuned row that a campaign measured.
+/// A speedup bar per tuned row that a campaign measured, the largest speedup first.
 fn bars(rows: &[tunableop::Row], measured: &HashMap<ProblemKey, Measured>) -> Vec<Bar> {
     let mut keys: Vec<&tunableop::Row> = rows.iter().collect();
     keys.sort_by_key(|r| (row_key(&r.key), r.key.n));
-    keys.into_iter()
+    let mut bars: Vec<Bar> = keys
+        .into_iter()
         .filter_map(|r| {
             let (Solution::Rocblas(_), Some(s)) = (&r.solution, measured.get(&r.key)) else {
                 return None;
@@ -564,7 +580,10 @@ fn bars(rows: &[tunableop::Row], measured: &HashMap<ProblemKey, Measured>) -> Ve
                 decision: s.decision.clone(),
             })
         })
-        .collect()
+        .collect();
+    // Stable: equal speedups keep the layer order.
+    bars.sort_by(|a, b| b.speedup.total_cmp(&a.speedup));
+    bars
 }
 
 /// The spread above which a measurement is too noisy to trust (the campaign's default).
@@ -572,7 +591,14 @@ fn noisy_limit() -> f64 {
     crate::curate::Rules::default().noisy
 }
 
-fn headline(bars: &[Bar], measured: &HashMap<ProblemKey, Measured>) -> Headline {
+/// The headline: each measured shape weighted by the calls the given run counted where it
+/// counted the shape (`given`: what `--misses` recorded, e.g. a served run's rocBLAS log),
+/// else by the calls recorded before tuning (`provenance.json`).
+fn headline(
+    bars: &[Bar],
+    measured: &HashMap<ProblemKey, Measured>,
+    given: &HashMap<ProblemKey, u64>,
+) -> Headline {
     let mut h = Headline {
         geomean: geomean(bars),
         geomean_shapes: bars.len(),
@@ -598,14 +624,21 @@ fn headline(bars: &[Bar], measured: &HashMap<ProblemKey, Measured>) -> Headline 
         let (Some(heur), Some(served)) = (s.heuristic_ms, s.served_ms()) else {
             continue;
         };
-        if s.calls == 0 {
+        let calls = match given.get(k) {
+            Some(&c) if c > 0 => {
+                h.given_run_shapes += 1;
+                c
+            }
+            _ => s.calls,
+        };
+        if calls == 0 {
             h.uncounted_shapes += 1;
             continue;
         }
         h.weighted_shapes += 1;
-        h.weighted_calls += s.calls;
-        h.heuristic_ms += s.calls as f64 * heur;
-        h.saved_ms += s.calls as f64 * (heur - served);
+        h.weighted_calls += calls;
+        h.heuristic_ms += calls as f64 * heur;
+        h.saved_ms += calls as f64 * (heur - served);
     }
     h.saved_share = (h.heuristic_ms > 0.0).then(|| h.saved_ms / h.heuristic_ms);
     let served = h.heuristic_ms - h.saved_ms;
@@ -635,23 +668,43 @@ fn tune_next(todo: &[(ProblemKey, String, Cell)], seen: &Seen) -> TuneNext {
             .then((&a.label, a.m).cmp(&(&b.label, b.m)))
     });
     items.truncate(TOP);
-    let lib = if seen.lib.is_empty() {
+    // `tune` as the report was asked: the same library and store, so the rows land in the
+    // profile this report shows.
+    let mut tune = String::from("tunedblas tune --lib ");
+    tune.push_str(&if seen.lib.is_empty() {
         "LIBROCBLAS".to_string()
     } else {
-        seen.lib.clone()
-    };
+        shell_word(&seen.lib)
+    });
+    if let Some(store) = &seen.profiles {
+        tune.push_str(&format!(" --profiles {}", shell_word(store)));
+    }
     let specs: Vec<String> = items
         .iter()
         .filter_map(|n| n.spec.as_ref().map(|s| format!("--shape {s}")))
         .collect();
-    let command =
-        (!specs.is_empty()).then(|| format!("tunedblas tune --lib {lib} {}", specs.join(" ")));
-    let all_missed = (!seen.miss_inputs.is_empty() && todo.iter().any(|t| t.2.missed))
-        .then(|| format!("tunedblas tune --lib {lib} {}", seen.miss_inputs.join(" ")));
+    let command = (!specs.is_empty()).then(|| format!("{tune} {}", specs.join(" ")));
+    let inputs: Vec<String> = seen.miss_inputs.iter().map(|i| shell_word(i)).collect();
+    let all_missed = (!inputs.is_empty() && todo.iter().any(|t| t.2.missed))
+        .then(|| format!("{tune} {}", inputs.join(" ")));
     TuneNext {
         items,
         command,
         all_missed,
+    }
+}
+
+/// `word` as a POSIX shell reads it back: as it is where it holds nothing the shell
+/// treats specially, else in single quotes.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -731,6 +784,7 @@ mod tests {
             predicted: Vec::new(),
             miss_inputs: vec!["misses/".into()],
             lib: "librocblas.so.4".into(),
+            profiles: None,
         }
     }
 
@@ -918,6 +972,149 @@ mod tests {
         }
     }
 
+    /// Whether `px` (a `w`-wide picture) holds `text` drawn at `scale` with its corner at
+    /// (x, y) (top-left across; bottom-left turned up), in ink on paper, exactly.
+    fn drawn(
+        px: &[u8],
+        w: usize,
+        (x, y): (usize, usize),
+        text: &str,
+        scale: usize,
+        up: bool,
+    ) -> bool {
+        let len = crate::png::Canvas::text_width(text, scale);
+        let (bw, bh, top) = if up {
+            (5 * scale, len, y - len)
+        } else {
+            (len, 5 * scale, y)
+        };
+        let mut want = crate::png::Canvas::new(x + bw, top + bh, PAPER);
+        if up {
+            want.text_up(x, y, text, scale, INK);
+        } else {
+            want.text(x, y, text, scale, INK);
+        }
+        (top..top + bh).all(|yy| {
+            (x..x + bw).all(|xx| {
+                px[(yy * w + xx) * 3..][..3] == want.pixels[(yy * want.width + xx) * 3..][..3]
+            })
+        })
+    }
+
+    /// Issue 26: the headline ("saves 17.9%") was in the page, not in the PNG.
+    #[test]
+    fn the_png_says_the_headline() {
+        let p = profile(&rows(), prov());
+        let d = build(&p, 0, &seen(&[]), 0).unwrap();
+        let (w, _, px) = crate::png::tests::decode(&png(&d).png());
+        let l = crate::render::report::layout(&d);
+        let (first, second) = crate::render::report::headline_lines(&d.headline);
+        assert_eq!(first, "TUNING SAVES 17.9% OF THE GEMM TIME");
+        assert!(
+            second.starts_with(
+                "SPEEDUP 1.22X OVER 4 MEASURED SHAPES, 460 CALLS (CALLS RECORDED BEFORE TUNING)"
+            ) && second.ends_with("PER-SHAPE GEOMEAN 1.44X OVER 3 TUNED SHAPES"),
+            "{second}"
+        );
+        assert!(drawn(&px, w, (8, l.headline_y.0), &first, 3, false));
+        assert!(drawn(&px, w, (8, l.headline_y.1), &second, 2, false));
+    }
+
+    /// Issue 26: the bars came in the layers' order, the 1.0x line had no label, and the
+    /// column digits were drawn 3x5 pixels, stacked one above the other where narrow.
+    #[test]
+    fn bars_are_sorted_the_one_line_is_labelled_and_the_digits_are_readable() {
+        // The 64x32 layer's row gains 1.11x, the 128x64 layer's 1.5x and 1.0x: in the
+        // layers' order the bars would read 1.11, 1.5, 1.0.
+        let mut v = prov();
+        v["campaigns"][0]["shapes"][0]["new_ms"] = 1.8.into();
+        let p = profile(&rows(), v);
+        let missed: Vec<(ProblemKey, u64)> =
+            (1..=120).map(|m| (key(64, 1000 + m, 32), 1)).collect();
+        let d = build(&p, 0, &seen(&missed), 0).unwrap();
+        let speedups: Vec<f64> = d.bars.iter().map(|b| b.speedup).collect();
+        assert_eq!(speedups.len(), 3);
+        assert!(speedups.windows(2).all(|x| x[0] >= x[1]), "{speedups:?}");
+        assert_eq!(d.bars[0].m, 8);
+        assert!(d.bars[0].label.contains("N=128"), "{:?}", d.bars[0]);
+        let canvas = png(&d);
+        let (w, _, px) = crate::png::tests::decode(&canvas.png());
+        let l = crate::render::report::layout(&d);
+        // Each bar's right end, top to bottom: longest first.
+        let ends: Vec<usize> = (0..d.bars.len())
+            .map(|i| {
+                let y = l.bars_y + i * l.cell.1 + 2;
+                (0..w)
+                    .filter(|&x| px[(y * w + x) * 3..][..3] == BAR_RGB)
+                    .max()
+                    .unwrap()
+            })
+            .collect();
+        assert!(ends.windows(2).all(|x| x[0] >= x[1]), "{ends:?}");
+        let (_, at) = l.one.expect("a 1.0x line");
+        assert!(drawn(
+            &px,
+            w,
+            at,
+            crate::render::report::ONE_LABEL,
+            2,
+            false
+        ));
+        // 121 token counts of four digits: too narrow across, so each is turned up, at
+        // twice the font's size, whole in its column.
+        assert_eq!(l.labels, crate::render::report::Labels::Up);
+        for (j, m) in d.columns.iter().enumerate() {
+            let at = crate::render::report::column_label_at(&l, j);
+            assert!(drawn(&px, w, at, &m.to_string(), 2, true), "M={m}");
+            assert!(
+                at.0 + 10 <= l.label_w + (j + 1) * l.cell.0,
+                "M={m} in its column"
+            );
+        }
+        // A few short token counts fit across.
+        let few = build(&p, 0, &seen(&[]), 0).unwrap();
+        let l = crate::render::report::layout(&few);
+        let (w, _, px) = crate::png::tests::decode(&png(&few).png());
+        assert_eq!(l.labels, crate::render::report::Labels::Across);
+        for (j, m) in few.columns.iter().enumerate() {
+            let at = crate::render::report::column_label_at(&l, j);
+            assert!(drawn(&px, w, at, &m.to_string(), 2, false), "M={m}");
+        }
+    }
+
+    /// Issue 26: the headline was weighted by the calls recorded before tuning even when
+    /// the calls of a later run were given.
+    #[test]
+    fn the_headline_is_weighted_by_the_given_run_where_it_counted_the_shape() {
+        let p = profile(&rows(), prov());
+        // The given run counted the 64x32 layer at 8 tokens 7 times (provenance: 100).
+        let d = build(&p, 0, &seen(&[(key(64, 8, 32), 7)]), 0).unwrap();
+        let h = &d.headline;
+        assert_eq!((h.weighted_shapes, h.given_run_shapes), (4, 1));
+        assert_eq!(h.weighted_calls, 7 + 300 + 50 + 10);
+        // Calls x heuristic: 7*2 + 300 + 50 + 10 = 374; saved: 7*(2-1) = 7.
+        assert!((h.heuristic_ms - 374.0).abs() < 1e-9, "{h:?}");
+        assert!((h.saved_ms - 7.0).abs() < 1e-9, "{h:?}");
+        let text = headline_text(h);
+        assert!(
+            text.contains("weighted by the calls of the given run (--misses) for 1 shapes, by the calls recorded before tuning (provenance.json) for the other 3"),
+            "{text}"
+        );
+        // Every measured shape counted by the given run: weighted by it alone.
+        let all = [
+            (key(64, 8, 32), 1),
+            (key(128, 8, 64), 1),
+            (key(64, 16, 32), 1),
+            (key(128, 32, 64), 1),
+            (key(128, 16, 64), 1),
+        ];
+        let d = build(&p, 0, &seen(&all), 0).unwrap();
+        assert_eq!(d.headline.weighted_calls, 5);
+        assert_eq!(d.headline.uncounted_shapes, 0);
+        assert!(headline_text(&d.headline)
+            .contains("weighted by the calls of the given run (--misses);"));
+    }
+
     /// Issue 16: no list of what to tune next.
     #[test]
     fn tune_next_ranks_by_calls_and_gives_the_command() {
@@ -952,6 +1149,15 @@ mod tests {
         assert_eq!(
             t.all_missed.as_deref(),
             Some("tunedblas tune --lib librocblas.so.4 misses/")
+        );
+        // Issue 26: the report's own store, so the rows land in the profile it shows;
+        // words the shell would split are quoted.
+        s.profiles = Some("my profiles/x".into());
+        s.miss_inputs = vec!["it's here".into()];
+        let d2 = build(&p, 0, &s, 0).unwrap();
+        assert_eq!(
+            d2.tune_next.all_missed.as_deref(),
+            Some("tunedblas tune --lib librocblas.so.4 --profiles 'my profiles/x' 'it'\\''s here'")
         );
         assert!(
             html(&d).contains("tunedblas tune --lib librocblas.so.4 --shape f16:TN:4096:8:4096")

@@ -12,7 +12,7 @@ use tunedblas_core::abi;
 use tunedblas_core::key::{ProblemKey, Types};
 
 use crate::error::Result;
-use tunedblas_tuner::backends::rocblas::{Lib as Library, Problem};
+use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
 
 /// The seed's (N, K) pairs, divided by 16.
 pub const LAYERS: [(i64, i64); 7] = [
@@ -63,10 +63,10 @@ pub struct Report {
 /// Runs `passes` passes of the workload in this process, calling rocBLAS the way a linked
 /// host does (so a preloaded interposer serves it).
 pub fn run(lib_path: &Path, passes: usize) -> Result<Report> {
-    let lib = Library::open_as_host(lib_path)?;
-    let problems: Vec<Problem> = keys()
+    let lib = Rocblas::open_as_host(lib_path)?;
+    let problems: Vec<RocblasProblem> = keys()
         .into_iter()
-        .map(|(k, _)| Problem::once(&lib, k))
+        .map(|(k, _)| RocblasProblem::once(&lib, k))
         .collect::<Result<_>>()?;
     let mut report = Report {
         calls: 0,

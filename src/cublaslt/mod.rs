@@ -47,7 +47,11 @@ use rustc_hash::FxHasher;
 
 use crate::key::{ProblemKey, Trans};
 
+mod call_key;
+mod pattern;
 mod table;
+pub use call_key::*;
+pub use pattern::LtPattern;
 pub use table::*;
 
 // ---------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 //! row the algorithm once rebuilt and checked, its hit mark and its quarantine.
 
 use super::*;
+use crate::claim_map::{self, ClaimMap, Probe};
 use crate::table::RowState;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 /// What a row tells the interposer to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +81,16 @@ pub struct LtRow {
     pub time_ms: Option<f64>,
 }
 
+/// A `*` row of a results file (see [`LtPattern`]), as written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LtWildcardRow {
+    pub pattern: LtPattern,
+    /// `op,signature` as the file wrote it.
+    pub text: String,
+    pub action: LtAction,
+    pub time_ms: Option<f64>,
+}
+
 /// A cuBLASLt results file: validators, rows, and the lines that were skipped (with why).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LtResults {
@@ -87,6 +98,8 @@ pub struct LtResults {
     pub rows: Vec<LtRow>,
     /// (1-based line, reason) of lines that are not servable cuBLASLt rows.
     pub skipped: Vec<(usize, String)>,
+    /// PyTorch's `*` rows, in file order.
+    pub wildcards: Vec<LtWildcardRow>,
 }
 
 impl LtResults {
@@ -100,6 +113,13 @@ impl LtResults {
             let (op, sig) = op_and_signature(&r.key);
             out.push_str(&format!("{op},{sig},{}", r.action.solution_text()));
             if let Some(t) = r.time_ms {
+                out.push_str(&format!(",{t}"));
+            }
+            out.push('\n');
+        }
+        for w in &self.wildcards {
+            out.push_str(&format!("{},{}", w.text, w.action.solution_text()));
+            if let Some(t) = w.time_ms {
                 out.push_str(&format!(",{t}"));
             }
             out.push('\n');
@@ -138,6 +158,32 @@ pub fn parse_results(text: &str) -> LtResults {
         }
         let key = match parse_key(fields[0], fields[1]) {
             Ok(k) => k,
+            Err(e) if fields[1].contains('*') => {
+                match (
+                    LtPattern::parse(fields[0], fields[1]),
+                    LtAction::parse(fields[2]),
+                ) {
+                    (Ok(pattern), Ok(action)) => {
+                        let text = format!("{},{}", fields[0], fields[1]);
+                        if let Some(first) = out.wildcards.iter().position(|w| w.text == text) {
+                            out.skipped.push((
+                                line,
+                                format!("duplicate of `*` row {}; the first row wins", first + 1),
+                            ));
+                        } else {
+                            out.wildcards.push(LtWildcardRow {
+                                pattern,
+                                text,
+                                action,
+                                time_ms: fields.get(3).and_then(|t| t.parse::<f64>().ok()),
+                            });
+                        }
+                    }
+                    (Err(_), _) => out.skipped.push((line, e)),
+                    (_, Err(why)) => out.skipped.push((line, why)),
+                }
+                continue;
+            }
             Err(e) => {
                 out.skipped.push((line, e));
                 continue;
@@ -180,15 +226,42 @@ pub struct Prepared {
     /// hipBLASLt alpha and beta at 1 or 0); a call of another class keeps its own
     /// algorithm.
     pub class: u8,
+    /// `min_align` as masks of the low bits a pointer must not have (powers of two), and
+    /// whether any alignment is not a power of two (then checked by division).
+    masks: [usize; 4],
+    odd: bool,
 }
 
 impl Prepared {
+    pub fn new(algo: MatmulAlgo, workspace: usize, min_align: [u32; 4], class: u8) -> Prepared {
+        Prepared {
+            algo,
+            workspace,
+            min_align,
+            class,
+            masks: min_align.map(|a| (a as usize).saturating_sub(1)),
+            odd: min_align.iter().any(|&a| a > 1 && !a.is_power_of_two()),
+        }
+    }
+
     /// True when a call with these pointers and this workspace can use the algorithm.
-    #[inline]
+    /// (Four masks on every served call; an alignment that is not a power of two is
+    /// checked by division.)
+    #[inline(always)]
     pub fn fits(&self, ptrs: [usize; 4], workspace: *const c_void, workspace_bytes: usize) -> bool {
         if self.workspace > workspace_bytes || (self.workspace > 0 && workspace.is_null()) {
             return false;
         }
+        if self.odd {
+            return self.fits_by_division(ptrs);
+        }
+        let [a, b, c, d] = ptrs;
+        (a & self.masks[0]) | (b & self.masks[1]) | (c & self.masks[2]) | (d & self.masks[3]) == 0
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fits_by_division(&self, ptrs: [usize; 4]) -> bool {
         ptrs.iter()
             .zip(self.min_align)
             .all(|(p, a)| a <= 1 || p % a as usize == 0)
@@ -255,11 +328,18 @@ impl LtEntry {
     /// that inherited a rebuild in progress passes this row's calls through for good). A
     /// failed rebuild leaves the row to be tried again by a later call; the caller counts
     /// the failure ([`LtEntry::failed`]).
-    #[inline]
+    #[inline(always)]
     pub fn prepared_or_try<E>(&self, prepare: impl FnOnce() -> Result<Prepared, E>) -> Prep<'_, E> {
         if let Some(p) = self.prepared.get() {
             return Prep::Ready(p);
         }
+        self.prepare_now(prepare)
+    }
+
+    /// [`LtEntry::prepared_or_try`] before the algorithm is made.
+    #[cold]
+    #[inline(never)]
+    fn prepare_now<E>(&self, prepare: impl FnOnce() -> Result<Prepared, E>) -> Prep<'_, E> {
         if self.preparing.swap(true, Ordering::AcqRel) {
             return Prep::Busy;
         }
@@ -303,24 +383,157 @@ impl std::ops::Deref for LtEntry {
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
-/// An immutable key -> row map; the first row for a key wins.
+/// Concrete problems served from `*` rows, per table: each (row, key) gets its own entry,
+/// so each problem's algorithm is rebuilt and checked for that problem and a failure
+/// quarantines that problem only (PyTorch: a `*` row is a hint that the library checks per
+/// call). Beyond this many problems a `*` row serves nothing more (the calls pass through).
+pub const WILDCARD_PROBLEMS: usize = 4096;
+
+/// A `*` row in a table: its pattern, its text for messages, its action and state.
+#[derive(Debug)]
+pub struct LtWildcard {
+    pub pattern: LtPattern,
+    pub text: String,
+    pub action: LtAction,
+    /// Hit when any problem took the row.
+    pub state: RowState,
+}
+
+/// An immutable key -> row map; the first row for a key wins. Rows are also found by the
+/// call keys of the objects a caller makes for them (`call_key.rs`), which is how a served
+/// call finds its row without building its key. PyTorch's `*` rows sit beside it and are
+/// only looked at when the exact lookup misses ([`LtTable::get_or_wildcard`]).
 #[derive(Debug, Default)]
 pub struct LtTable {
-    rows: HashMap<LtKey, LtEntry, FxBuild>,
+    rows: Vec<(LtKey, LtEntry)>,
+    by_key: HashMap<LtKey, u32, FxBuild>,
+    by_call: CallIndex,
+    /// Call keys that matched no row of this table (`CallMisses`).
+    pub misses: CallMisses,
+    wildcards: Vec<LtWildcard>,
+    /// (row number, problem) -> its entry, made on first use.
+    instances: Option<Box<ClaimMap<LtKey, AtomicPtr<LtEntry>>>>,
+}
+
+impl std::fmt::Debug for ClaimMap<LtKey, AtomicPtr<LtEntry>> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClaimMap({} slots)", self.slots())
+    }
+}
+
+impl Drop for LtTable {
+    fn drop(&mut self) {
+        if let Some(map) = &self.instances {
+            map.for_each(|_, _, _, p| {
+                let e = p.swap(std::ptr::null_mut(), Ordering::AcqRel);
+                if !e.is_null() {
+                    // SAFETY: made by Box::into_raw in `get_or_wildcard`, freed once here.
+                    drop(unsafe { Box::from_raw(e) });
+                }
+            });
+        }
+    }
+}
+
+fn key_hash(key: &LtKey) -> u64 {
+    use std::hash::BuildHasher;
+    FxBuild::default().hash_one(key)
 }
 
 impl LtTable {
     pub fn new(rows: impl IntoIterator<Item = (LtKey, LtAction)>) -> LtTable {
-        let mut map: HashMap<LtKey, LtEntry, FxBuild> = HashMap::default();
+        LtTable::with_wildcards(rows, [])
+    }
+
+    /// As [`LtTable::new`], with `*` rows (pattern, `op,signature`, action) in file order.
+    pub fn with_wildcards(
+        rows: impl IntoIterator<Item = (LtKey, LtAction)>,
+        wildcards: impl IntoIterator<Item = (LtPattern, String, LtAction)>,
+    ) -> LtTable {
+        let mut by_key: HashMap<LtKey, u32, FxBuild> = HashMap::default();
+        let mut kept = Vec::new();
         for (k, a) in rows {
-            map.entry(k).or_insert_with(|| LtEntry::new(a));
+            by_key.entry(k).or_insert_with(|| {
+                kept.push((k, LtEntry::new(a)));
+                (kept.len() - 1) as u32
+            });
         }
-        map.shrink_to_fit();
-        LtTable { rows: map }
+        by_key.shrink_to_fit();
+        kept.shrink_to_fit();
+        let by_call = CallIndex::new(
+            kept.iter()
+                .enumerate()
+                .flat_map(|(i, (k, _))| call_keys(k).into_iter().map(move |c| (c, i as u32))),
+        );
+        let wildcards: Vec<LtWildcard> = wildcards
+            .into_iter()
+            .map(|(pattern, text, action)| LtWildcard {
+                pattern,
+                text,
+                action,
+                state: RowState::default(),
+            })
+            .collect();
+        let instances =
+            (!wildcards.is_empty()).then(|| Box::new(ClaimMap::new(WILDCARD_PROBLEMS, 64)));
+        LtTable {
+            rows: kept,
+            by_key,
+            by_call,
+            misses: CallMisses::default(),
+            wildcards,
+            instances,
+        }
     }
     #[inline]
     pub fn get(&self, key: &LtKey) -> Option<&LtEntry> {
-        self.rows.get(key)
+        self.by_key.get(key).map(|&i| &self.rows[i as usize].1)
+    }
+    /// The row of a call key (its key and entry), if a row has it.
+    #[inline]
+    pub fn get_call(&self, call: &CallKey) -> Option<(&LtKey, &LtEntry)> {
+        let i = self.by_call.get(call)? as usize;
+        // SAFETY: the index holds positions of `rows` only.
+        let (k, e) = unsafe { self.rows.get_unchecked(i) };
+        Some((k, e))
+    }
+
+    /// The row for `key`: its own, else the first `*` row whose pattern matches it (PyTorch's
+    /// rule, [`LtPattern`]), as an entry of its own for this problem. `None` when neither
+    /// (or the `*` row has served [`WILDCARD_PROBLEMS`] problems already).
+    pub fn get_or_wildcard(&self, key: &LtKey) -> Option<&LtEntry> {
+        if let Some(e) = self.get(key) {
+            return Some(e);
+        }
+        let map = self.instances.as_deref()?;
+        let (row, w) = self
+            .wildcards
+            .iter()
+            .enumerate()
+            .find(|(_, w)| w.pattern.matches(key))?;
+        let hash = claim_map::hash_of(row as i32, key_hash(key));
+        let slot = match map.probe(
+            hash,
+            row as i32,
+            key,
+            || true,
+            |p| {
+                let e = Box::into_raw(Box::new(LtEntry::new(w.action)));
+                p.store(e, Ordering::Release);
+            },
+        ) {
+            Probe::Found(_, p) | Probe::Claimed(_, p) => p,
+            Probe::Absent => return None,
+        };
+        w.state.mark_hit();
+        let e = slot.load(Ordering::Acquire);
+        // SAFETY: set once before the slot was published, freed only when the table drops.
+        (!e.is_null()).then(|| unsafe { &*e })
+    }
+
+    /// The `*` rows, in file order.
+    pub fn wildcards(&self) -> &[LtWildcard] {
+        &self.wildcards
     }
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -329,7 +542,7 @@ impl LtTable {
         self.rows.is_empty()
     }
     pub fn iter(&self) -> impl Iterator<Item = (&LtKey, &LtEntry)> {
-        self.rows.iter()
+        self.rows.iter().map(|(k, e)| (k, e))
     }
     fn same_rows(&self, other: &LtTable) -> bool {
         self.len() == other.len()
@@ -337,6 +550,12 @@ impl LtTable {
                 .rows
                 .iter()
                 .all(|(k, e)| other.get(k).is_some_and(|o| o.action == e.action))
+            && self.wildcards.len() == other.wildcards.len()
+            && self
+                .wildcards
+                .iter()
+                .zip(&other.wildcards)
+                .all(|(a, b)| a.pattern == b.pattern && a.action == b.action)
     }
 }
 
@@ -388,8 +607,13 @@ pub fn load_tables(dir: &Path, lib: LtLib) -> LtLoaded {
             }
             let (mine, other): (Vec<&LtRow>, Vec<&LtRow>) =
                 parsed.rows.iter().partition(|r| lib.serves(&r.action));
-            skipped += parsed.skipped.len() + other.len();
-            Some(LtTable::new(mine.iter().map(|r| (r.key, r.action))))
+            let (wild, other_wild): (Vec<&LtWildcardRow>, Vec<&LtWildcardRow>) =
+                parsed.wildcards.iter().partition(|w| lib.serves(&w.action));
+            skipped += parsed.skipped.len() + other.len() + other_wild.len();
+            Some(LtTable::with_wildcards(
+                mine.iter().map(|r| (r.key, r.action)),
+                wild.iter().map(|w| (w.pattern, w.text.clone(), w.action)),
+            ))
         },
     );
     loaded.tables = tables;
@@ -457,12 +681,7 @@ mod tests {
 
     #[test]
     fn prepared_algorithms_fit_only_calls_that_can_run_them() {
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 4096,
-            min_align: [16, 16, 16, 16],
-            class: 0,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 4096, [16, 16, 16, 16], 0);
         let ws = 0x1000 as *const c_void;
         assert!(p.fits([0x100, 0x200, 0x300, 0x300], ws, 4096));
         assert!(
@@ -474,12 +693,15 @@ mod tests {
             !p.fits([0x102, 0x200, 0x300, 0x300], ws, 4096),
             "A misaligned"
         );
-        let none = Prepared {
-            workspace: 0,
-            min_align: [2, 2, 2, 2],
-            ..p
-        };
+        let none = Prepared::new(p.algo, 0, [2, 2, 2, 2], 0);
         assert!(none.fits([0x102, 0x202, 0x302, 0x302], std::ptr::null(), 0));
+        let odd = Prepared::new(p.algo, 0, [12, 0, 1, 16], 0);
+        assert!(odd.fits([24, 3, 5, 32], std::ptr::null(), 0));
+        assert!(
+            !odd.fits([16, 3, 5, 32], std::ptr::null(), 0),
+            "16 is not a multiple of 12"
+        );
+        assert!(!odd.fits([24, 3, 5, 40], std::ptr::null(), 0));
     }
 
     /// One caller rebuilds; a caller arriving meanwhile (another thread, a signal handler
@@ -488,12 +710,7 @@ mod tests {
     #[test]
     fn a_row_is_prepared_once_and_never_waited_for() {
         let e = LtEntry::new(LtAction::Index(7));
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 0,
-            min_align: [1; 4],
-            class: 3,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 0, [1; 4], 3);
         let got = e.prepared_or_try(|| {
             assert!(
                 matches!(
@@ -516,12 +733,7 @@ mod tests {
     /// a second try fails too, and said quarantined once.
     #[test]
     fn a_row_that_fails_once_is_tried_again_and_quarantined_only_after_a_second_failure() {
-        let p = Prepared {
-            algo: MatmulAlgo::default(),
-            workspace: 0,
-            min_align: [1; 4],
-            class: 0,
-        };
+        let p = Prepared::new(MatmulAlgo::default(), 0, [1; 4], 0);
         let once = LtEntry::new(LtAction::Index(8));
         assert!(matches!(
             once.prepared_or_try(|| Err("raced")),
@@ -544,6 +756,62 @@ mod tests {
         assert!(twice.is_quarantined());
     }
 
+    /// PyTorch's `*` rows in a ROCm results file: read beside the exact rows, written back
+    /// as they were, served after an exact miss with one entry per concrete problem, so a
+    /// failing problem is quarantined alone.
+    #[test]
+    fn wildcard_rows_serve_each_problem_with_its_own_entry() {
+        let exact = LtKey::linear(R_16BF, 2560, 512, 1536);
+        let (op, sig) = op_and_signature(&exact);
+        let text = format!(
+            "Validator,PT_VERSION,2.12.0\n\
+             {op},{sig},Gemm_Hipblaslt_11,0.02\n\
+             GemmTunableOp_BFloat16_TN,tn_2560_*_1536_ld_1536_1536_2560,Gemm_Hipblaslt_7,0.03\n\
+             GemmTunableOp_BFloat16_TN,tn_2560_*_1536_ld_1536_1536_2560,Gemm_Hipblaslt_8,0.03\n\
+             GemmTunableOp_BFloat16_TN,tn_64_*_64,Gemm_Rocblas_-5\n\
+             GemmTunableOp_BFloat16_TN,tn_64_*,Gemm_Hipblaslt_1\n"
+        );
+        let r = parse_results(&text);
+        assert_eq!(r.rows.len(), 1);
+        assert_eq!(r.wildcards.len(), 1, "{:?}", r.skipped);
+        assert_eq!(r.skipped.len(), 3, "{:?}", r.skipped);
+        assert!(r.skipped[0].1.contains("duplicate"), "{:?}", r.skipped);
+        assert!(r.skipped[1].1.starts_with(OTHER_LIBRARY), "{:?}", r.skipped);
+        let again = parse_results(&r.to_text());
+        assert_eq!(again.wildcards, r.wildcards);
+        let t = LtTable::with_wildcards(
+            r.rows.iter().map(|x| (x.key, x.action)),
+            r.wildcards
+                .iter()
+                .map(|w| (w.pattern, w.text.clone(), w.action)),
+        );
+        assert_eq!(
+            t.get_or_wildcard(&exact).unwrap().action,
+            LtAction::Index(11),
+            "an exact row wins"
+        );
+        let (a, b) = (
+            LtKey::linear(R_16BF, 2560, 513, 1536),
+            LtKey::linear(R_16BF, 2560, 7, 1536),
+        );
+        let ea = t.get_or_wildcard(&a).unwrap();
+        assert_eq!(ea.action, LtAction::Index(7));
+        assert!(
+            std::ptr::eq(ea, t.get_or_wildcard(&a).unwrap()),
+            "one entry per problem"
+        );
+        let eb = t.get_or_wildcard(&b).unwrap();
+        assert!(!std::ptr::eq(ea, eb));
+        assert!(t.wildcards()[0].state.was_hit());
+        ea.failed();
+        assert_eq!(ea.failed(), Strike::Quarantined);
+        assert!(!eb.is_quarantined(), "another problem keeps the row");
+        assert!(t
+            .get_or_wildcard(&LtKey::linear(R_16BF, 2560, 7, 1537))
+            .is_none());
+        assert!(t.get(&a).is_none(), "the exact lookup never sees patterns");
+    }
+
     #[test]
     fn table_first_row_wins_and_quarantine_reports_once() {
         let k = LtKey::linear(R_16F, 64, 1, 64);
@@ -556,5 +824,27 @@ mod tests {
         assert!(e.quarantine());
         assert!(!e.quarantine());
         assert!(t.get(&LtKey::linear(R_16F, 64, 2, 64)).is_none());
+    }
+
+    /// A row is found by its key and by the call keys of the objects a caller makes for
+    /// it, as the same entry; the first row of a key wins both ways.
+    #[test]
+    fn rows_are_found_by_their_call_keys_as_by_their_keys() {
+        let k = LtKey::linear(R_16BF, 64, 8, 64);
+        let other = LtKey::linear(R_16BF, 64, 9, 64);
+        let t = LtTable::new([
+            (k, LtAction::Index(3)),
+            (k, LtAction::Default),
+            (other, LtAction::Default),
+        ]);
+        let call = call_keys(&k)[0];
+        let (key, e) = t.get_call(&call).unwrap();
+        assert_eq!(*key, k);
+        assert!(std::ptr::eq(e, t.get(&k).unwrap()));
+        assert_eq!(e.action, LtAction::Index(3));
+        assert_eq!(t.get_call(&call_keys(&other)[0]).unwrap().0, &other);
+        assert!(t
+            .get_call(&call_keys(&LtKey::linear(R_16BF, 64, 10, 64))[0])
+            .is_none());
     }
 }

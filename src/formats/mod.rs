@@ -10,16 +10,36 @@
 //!   written from a profile for hosts where preloading is not allowed.
 //! - [`pytorch`]: PyTorch TunableOp result files as PyTorch itself accepts them (its exact
 //!   validator set, its signature form for the PyTorch version, no extension rows).
+//! - [`hipblaslt_tuning`]: hipBLASLt's `HIPBLASLT_TUNING_FILE` / `HIPBLASLT_TUNING_OVERRIDE_FILE`
+//!   (a `Git Version:` line, then rows with an algorithm index). Read as index rows or
+//!   shapes, written from a hipBLASLt profile for hosts where preloading is not allowed.
+//! - [`hipblaslt_bench`]: `hipblaslt-bench` command lines, which hipBLASLt logs for every
+//!   call with `HIPBLASLT_LOG_MASK=32`. Read as shapes with call counts; written to check a
+//!   row with AMD's own bench.
+//! - [`aiter`]: AITER's `bf16_tuned_gemm.csv` / `bf16_untuned_gemm.csv` (vLLM's path with
+//!   `VLLM_ROCM_USE_AITER=1`). Its `hipblaslt` rows are index rows; every other libtype is
+//!   counted. Written as `libtype hipblaslt` rows from a hipBLASLt profile.
+//! - [`lt_export`]: a hipBLASLt profile written in those three formats.
+//! - [`lt`]: what those three share: rows as hipBLASLt keys, unservable rows counted by
+//!   reason, hipBLASLt's type names.
+//! - [`validators`]: what a file says of the build it was tuned on (PyTorch's validators,
+//!   hipBLASLt's `Git Version:`), checked against the loaded build.
 //!
 //! Every reader takes arbitrary text and never panics: a line it cannot use is reported
 //! with its 1-based number and the reason, and the rest of the input is still read.
 //! The TunableOp files themselves (results, untuned files, our miss logs) are read by
 //! [`crate::tunableop`].
 
+pub mod aiter;
 pub mod bench;
 pub mod gemm_tune;
+pub mod hipblaslt_bench;
+pub mod hipblaslt_tuning;
+pub mod lt;
+pub mod lt_export;
 pub mod profile_log;
 pub mod pytorch;
+pub mod validators;
 
 use crate::abi;
 use crate::key::{Batching, ProblemKey, Trans, Types};
@@ -36,6 +56,12 @@ pub enum Format {
     ProfileLog,
     /// rocblas-gemm-tune CSV (`transA,transB,M,N,batch_count,K,...,solution_index`).
     GemmTune,
+    /// hipBLASLt tuning or override file (`Git Version: ...`, `transA,transB,batch_count,...`).
+    HipblasltTuning,
+    /// `hipblaslt-bench` command lines (`HIPBLASLT_LOG_MASK=32` logs).
+    HipblasltBench,
+    /// AITER GEMM table (`gfx,cu_num,M,N,K,bias,dtype,outdtype,...`).
+    Aiter,
 }
 
 impl Format {
@@ -45,18 +71,31 @@ impl Format {
             Format::Bench => "rocBLAS bench log",
             Format::ProfileLog => "rocBLAS profile log",
             Format::GemmTune => "rocblas-gemm-tune CSV",
+            Format::HipblasltTuning => "hipBLASLt tuning file",
+            Format::HipblasltBench => "hipblaslt-bench log",
+            Format::Aiter => "AITER GEMM table",
         }
     }
 }
 
-/// Tells the format from the content: a rocblas-gemm-tune header line, a profile-log entry
-/// or a `rocblas-bench -f` command anywhere in the text decide; anything else is read as
-/// TunableOp CSV (whose reader reports what it cannot use).
+/// Tells the format from the content: a hipBLASLt tuning file's `Git Version:` line or
+/// header, an AITER table's header, a rocblas-gemm-tune header line, a profile-log entry or
+/// a `rocblas-bench -f` / `hipblaslt-bench` command anywhere in the text decide; anything
+/// else is read as TunableOp CSV (whose reader reports what it cannot use).
 pub fn detect(text: &str) -> Format {
+    if hipblaslt_tuning::is_tuning_file(text) {
+        return Format::HipblasltTuning;
+    }
+    if aiter::is_aiter(text) {
+        return Format::Aiter;
+    }
     for line in text.lines() {
         let t = line.trim();
         if t.starts_with("transA,transB,") {
             return Format::GemmTune;
+        }
+        if hipblaslt_bench::is_command(t) {
+            return Format::HipblasltBench;
         }
         if profile_log::is_entry(t) {
             return Format::ProfileLog;
@@ -117,14 +156,29 @@ impl Parsed {
     }
 }
 
-/// Reads `text` in `format`; `None` for [`Format::TunableOp`], which
-/// [`crate::tunableop`] reads.
+/// Reads `text` in `format` as rocBLAS problems; `None` for [`Format::TunableOp`], which
+/// [`crate::tunableop`] reads. The hipBLASLt-side formats give the same GEMMs as rocBLAS
+/// keys (shapes only: their indices are hipBLASLt's), see [`parse_lt`].
 pub fn parse(format: Format, text: &str) -> Option<Parsed> {
     match format {
         Format::TunableOp => None,
         Format::Bench => Some(bench::parse(text)),
         Format::ProfileLog => Some(profile_log::parse(text)),
         Format::GemmTune => Some(gemm_tune::parse(text)),
+        Format::HipblasltTuning | Format::HipblasltBench | Format::Aiter => {
+            parse_lt(format, text).map(|p| p.rocblas_entries())
+        }
+    }
+}
+
+/// Reads `text` in one of the hipBLASLt-side formats as hipBLASLt keys, with the indices
+/// they name and the rows counted as unservable; `None` for the rocBLAS formats.
+pub fn parse_lt(format: Format, text: &str) -> Option<lt::LtParsed> {
+    match format {
+        Format::HipblasltTuning => Some(hipblaslt_tuning::parse(text)),
+        Format::HipblasltBench => Some(hipblaslt_bench::parse(text)),
+        Format::Aiter => Some(aiter::parse(text)),
+        _ => None,
     }
 }
 
@@ -323,6 +377,15 @@ mod tests {
             detect("GemmTunableOp_Half_TN,tn_1_2_3\n"),
             Format::TunableOp
         );
+        assert_eq!(
+            detect("Git Version: cd957402\ntransA,transB,batch_count,m,n,k,a_type,b_type,c_type,compute_type,solution_index\n"),
+            Format::HipblasltTuning
+        );
+        assert_eq!(
+            detect("x\nhipblaslt-bench --api_method c -m 1 -n 1 -k 1\n"),
+            Format::HipblasltBench
+        );
+        assert_eq!(detect(aiter::TUNED_HEADER), Format::Aiter);
         assert_eq!(detect(""), Format::TunableOp);
     }
 

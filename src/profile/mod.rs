@@ -221,15 +221,30 @@ pub fn names_a_path(explicit: &str) -> bool {
 /// ids are not checked: `tunedblas profiles adopt` checks them). Otherwise nothing is served
 /// and the line says why and names `profiles adopt`; `allow_mismatch` forces a mismatch.
 pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> Selection {
-    let adopt = format!(
-        "`tunedblas profiles adopt --lib <librocblas.so> {}` checks its ids and makes it this build's profile",
-        path.display()
-    );
-    let refuse = |what: String| Selection::None {
+    let refuse = |what: String, hint: String| Selection::None {
         why: format!(
-            "refusing TUNEDBLAS_PROFILE={}: {what}; {adopt}",
+            "refusing TUNEDBLAS_PROFILE={}: {what}{hint}",
             path.display()
         ),
+    };
+    // What to run instead, in the command's own terms: `adopt` takes one results file (its
+    // ids checked on this build), `import` takes another build's files (their shapes, to
+    // tune for this one). A folder is named by its files.
+    let files_of = |dir: &Path| -> String {
+        match rank_files(dir) {
+            Ok(f) if !f.is_empty() => f
+                .iter()
+                .map(|(_, p)| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => format!("{}/tunableop_results0.csv", dir.display()),
+        }
+    };
+    let adopt = |target: String| {
+        format!("; `tunedblas profiles adopt --lib <librocblas.so> {target}` checks its ids on this build and makes it this build's profile (one file at a time)")
+    };
+    let import = |targets: String| {
+        format!("; `tunedblas profiles import --lib <librocblas.so> {targets}` takes its shapes to tune for this build")
     };
     let dir = match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => path.to_path_buf(),
@@ -242,6 +257,7 @@ pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> 
             if !named {
                 return refuse(
                     "a results file must be named tunableop_results<rank>.csv (one per device, as PyTorch names them)".into(),
+                    String::new(),
                 );
             }
             path.parent()
@@ -249,35 +265,57 @@ pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> 
                 .unwrap_or(Path::new("."))
                 .to_path_buf()
         }
-        Err(e) => return refuse(format!("cannot read it: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return refuse(
+                "no such file or folder".into(),
+                "; name a folder of tunableop_results<rank>.csv files or one of them".into(),
+            )
+        }
+        Err(e) => return refuse(format!("cannot read it: {e}"), String::new()),
+    };
+    let one_file = |f: &Path| {
+        if path.is_dir() {
+            f.display().to_string()
+        } else {
+            path.display().to_string()
+        }
     };
     let files = match rank_files(&dir) {
         Ok(f) if !f.is_empty() => f,
         Ok(_) => {
-            return refuse(format!(
-                "no tunableop_results<rank>.csv in {}",
-                dir.display()
-            ))
+            return refuse(
+                format!("no tunableop_results<rank>.csv in {}", dir.display()),
+                String::new(),
+            )
         }
-        Err(line) => return refuse(line),
+        Err(line) => return refuse(line, String::new()),
     };
     let Some(version) = version else {
-        return refuse("the loaded rocBLAS reports no version string to check the files' ROCBLAS_VERSION against".into());
+        return refuse(
+            "the loaded rocBLAS reports no version string to check the files' ROCBLAS_VERSION against".into(),
+            adopt(one_file(&files[0].1)),
+        );
     };
     for (_, file) in &files {
         let found = match rocblas_validator(file) {
             Ok(v) => v,
-            Err(e) => return refuse(format!("{}: {e}", file.display())),
+            Err(e) => return refuse(format!("{}: {e}", file.display()), String::new()),
         };
-        let what = match found {
+        let (what, hint) = match found {
             Some(v) if crate::version::same_build(&v, version) => continue,
-            Some(v) => format!(
-                "{}: Validator ROCBLAS_VERSION is {v}, but the loaded rocBLAS is {version} (solution ids are build-specific)",
-                file.display()
+            Some(v) => (
+                format!(
+                    "{}: Validator ROCBLAS_VERSION is {v}, but the loaded rocBLAS is {version} (solution ids are build-specific)",
+                    file.display()
+                ),
+                import(if path.is_dir() { files_of(&dir) } else { path.display().to_string() }),
             ),
-            None => format!(
-                "{} has no Validator ROCBLAS_VERSION, so nothing says which build its ids belong to",
-                file.display()
+            None => (
+                format!(
+                    "{} has no Validator ROCBLAS_VERSION, so nothing says which build its ids belong to",
+                    file.display()
+                ),
+                import(one_file(file)),
             ),
         };
         if allow_mismatch {
@@ -289,7 +327,7 @@ pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> 
                 ),
             };
         }
-        return refuse(what);
+        return refuse(what, hint);
     }
     Selection::Chosen {
         name: dir.display().to_string(),

@@ -482,7 +482,7 @@ fn a_path_is_served_only_to_the_version_its_files_name() {
     };
     let w = why(select_path(&dir, Some("5.6.0.c83a10d4"), false));
     assert!(w.contains("ROCBLAS_VERSION is 4.4.0.5f2e9c71"), "{w}");
-    assert!(w.contains("tunedblas profiles adopt"), "{w}");
+    assert!(w.contains("tunedblas profiles import"), "{w}");
     assert!(chosen(select_path(&dir, Some("5.6.0.c83a10d4"), true)));
     assert!(why(select_path(&dir, None, false)).contains("no version string"));
     // One rank file of another build spoils the folder.
@@ -506,5 +506,5 @@ fn a_path_is_served_only_to_the_version_its_files_name() {
         Some("4.4.0.5f2e9c71"),
         false
     ))
-    .contains("cannot read it"));
+    .contains("no such file or folder"));
 }

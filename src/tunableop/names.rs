@@ -38,6 +38,10 @@ pub struct KeyPattern {
     pub batch: Dim,
     /// `None` when the signature gives none (packed for `Strided`, zero otherwise).
     pub strides: Option<[Dim; 4]>,
+    /// Under one of PyTorch's op names: the call must have `ldd == ldc`. PyTorch's signature
+    /// has one token for both, so a call with D laid out apart from C has no PyTorch name
+    /// and no PyTorch `*` row matches it, even where that token is `*`.
+    pub ldd_is_ldc: bool,
 }
 
 fn dim_ok(d: Dim, v: i64) -> bool {
@@ -120,6 +124,9 @@ impl KeyPattern {
             return false;
         }
         if !dim_ok(self.batch, key.batch) {
+            return false;
+        }
+        if self.ldd_is_ldc && key.ldd != key.ldc {
             return false;
         }
         let lds_ok = match self.lds {
@@ -627,6 +634,7 @@ fn parse_signature(op: &OpInfo, op_name: &str, sig: &str) -> Result<KeyPattern, 
         lds,
         batch: batch.unwrap_or(Some(1)),
         strides,
+        ldd_is_ldc: op.family != Family::Extension,
     })
 }
 

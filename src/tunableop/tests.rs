@@ -378,6 +378,42 @@ fn all_three_signature_forms() {
     assert_eq!(parse(&wild.to_text()).wildcards, wild.wildcards);
 }
 
+/// PyTorch's rule for `*` rows (`LookupWildcardFallback`): under the row's op name, the
+/// call's concrete signature must match token by token. A call whose D is laid out apart
+/// from C (`ldd != ldc`) has no PyTorch signature at all (it is an extension row), so no
+/// PyTorch-named pattern may match it, even one whose ldc is `*`; an extension pattern
+/// with `*` for ldd does.
+#[test]
+fn pytorch_patterns_match_only_what_pytorch_can_name() {
+    let p = parse("GemmTunableOp_Half_NN,nn_*_64_32_ld_*_32_*,Default,1\n");
+    let w = &p.wildcards[0].pattern;
+    let key = |ldc: i64, ldd: i64| {
+        ProblemKey::single(
+            Trans::N,
+            Trans::N,
+            half(),
+            100,
+            64,
+            32,
+            100,
+            32,
+            ldc,
+            ldd,
+            0,
+        )
+    };
+    assert!(w.matches(&key(100, 100)));
+    assert!(w.matches(&key(128, 128)), "ldc is `*`");
+    assert!(
+        !w.matches(&key(100, 128)),
+        "ldd != ldc is not a GemmTunableOp call"
+    );
+    let ext = parse(
+        "TunedblasGemm_Single_f16_f16_f16_f16_f32_NN,nn_*_64_32_ld_*_32_*_*_fl_0x0,Default,1\n",
+    );
+    assert!(ext.wildcards[0].pattern.matches(&key(100, 128)));
+}
+
 #[test]
 fn extension_rows_for_what_pytorch_cannot_name() {
     let hgemm = ProblemKey::single(

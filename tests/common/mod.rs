@@ -19,6 +19,7 @@ use tunedblas_core::tunableop;
 
 pub mod build;
 pub mod faults;
+pub mod lt;
 pub mod profile;
 
 /// The one-call form the conformance suite uses.

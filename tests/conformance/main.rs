@@ -17,6 +17,7 @@
 mod common;
 
 mod abi;
+mod amd;
 mod exports;
 mod harness;
 mod hipblaslt;
@@ -85,5 +86,12 @@ fn hipblas_host_rocblas_6_4() {
 fn hipblas_host_bound_at_load_rocblas_6_4() {
     if let Some(s) = suite::suite("rocblas-6.4") {
         hosts::hipblas(s, true);
+    }
+}
+
+#[test]
+fn amd_formats_rocblas_6_4() {
+    if let Some(s) = suite::suite("rocblas-6.4") {
+        amd::check(s);
     }
 }

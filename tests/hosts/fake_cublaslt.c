@@ -4,6 +4,8 @@
  * what they are given and a cublasLtMatmul that computes nothing but appends one line per
  * call to $FAKELT_TRACE saying which algorithm it ran:
  *   matmul m=.. n=.. k=.. algo=heuristic|<id> tile=.. stages=.. splitk=.. cluster=.. ok=0|1
+ * (with FAKELT_TRACE_GETTERS=1, ending in getters=<descriptor and layout GetAttribute calls
+ * since the last matmul>)
  * Rules the tests rely on: AlgoInit refuses ids outside 0..99; AlgoCheck refuses tile 999;
  * cublasLtMatmul refuses tile 998 (an algorithm that checks but fails to run); split-K > 1
  * needs 4096 bytes of workspace; any algorithm but the heuristic's (id 6) needs 16-byte
@@ -111,7 +113,13 @@ int cublasLtMatmulDescSetAttribute(Desc *d, int attr, const void *buf, size_t si
     void *f = desc_field(d, attr, &want);
     return f ? copy_in(f, want, buf, size) : INVALID;
 }
+/* Descriptor and layout attribute reads since the last matmul (one counter for the process,
+ * read by single-threaded tests; a relaxed atomic add, so a count costs one instruction and
+ * the instruction counts of bench/lt/instructions.sh barely move). */
+static int getters;
+
 int cublasLtMatmulDescGetAttribute(Desc *d, int attr, void *buf, size_t size, size_t *written) {
+    __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
     size_t want;
     void *f = desc_field(d, attr, &want);
     return f ? copy_out(f, want, buf, size, written) : INVALID;
@@ -149,6 +157,7 @@ int cublasLtMatrixLayoutSetAttribute(Layout *l, int attr, const void *buf, size_
     return f ? copy_in(f, want, buf, size) : INVALID;
 }
 int cublasLtMatrixLayoutGetAttribute(Layout *l, int attr, void *buf, size_t size, size_t *written) {
+    __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
     size_t want;
     void *f = layout_field(l, attr, &want);
     return f ? copy_out(f, want, buf, size, written) : INVALID;
@@ -320,20 +329,24 @@ int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout
         for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
     }
     const char *path = getenv("FAKELT_TRACE");
+    int reads = __atomic_exchange_n(&getters, 0, __ATOMIC_RELAXED);
     if (path) {
+        const char *say = getenv("FAKELT_TRACE_GETTERS");
         FILE *f = fopen(path, "a");
         if (f) {
             uint64_t k = Ad ? (desc->transa ? Ad->rows : Ad->cols) : 0;
             if (algo)
-                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=%llu tile=%llu stages=%llu splitk=%llu cluster=%llu ok=%d build=%d\n",
+                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=%llu tile=%llu stages=%llu splitk=%llu cluster=%llu ok=%d build=%d",
                         (unsigned long long)Dd->rows, (unsigned long long)Dd->cols, (unsigned long long)k,
                         (unsigned long long)algo->data[0], (unsigned long long)algo->data[1],
                         (unsigned long long)algo->data[6], (unsigned long long)algo->data[2],
                         (unsigned long long)((algo->data[7] >> 16) & 0xffff), ok, FAKE_BUILD);
             else
-                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=heuristic ok=%d build=%d\n",
+                fprintf(f, "matmul m=%llu n=%llu k=%llu algo=heuristic ok=%d build=%d",
                         (unsigned long long)Dd->rows, (unsigned long long)Dd->cols, (unsigned long long)k, ok,
                         FAKE_BUILD);
+            if (say && say[0] == '1') fprintf(f, " getters=%d", reads);
+            fprintf(f, "\n");
             fclose(f);
         }
     }

@@ -6,7 +6,9 @@
  * std::vector they fill. Descriptors store what they are given; hipblasLtMatmul computes
  * nothing but appends one line per call to $FAKEHIPLT_TRACE (one write(2), O_APPEND):
  *   matmul m=<D rows> n=<D cols> k=.. algo=heuristic|<index> ok=0|1
- * (algo=heuristic: called with no algo; algo=-1: with an algo that is not one of ours).
+ * (algo=heuristic: called with no algo; algo=-1: with an algo that is not one of ours);
+ * with FAKEHIPLT_TRACE_GETTERS=1, each line ends in getters=<descriptor and layout
+ * GetAttribute calls since the last matmul>.
  *
  * Algorithms: data[0..4] is the index (little-endian int32), data[4..8] the magic 0x484c5441
  * that tells ours from garbage, data[8..16] zero; max_workspace_bytes is the workspace the
@@ -36,7 +38,8 @@
  *   the type, order, rows, cols and leading dimension);
  * - a NULL handle is NOT_INITIALIZED; hipblasLtCreate asks the HIP runtime for the device
  *   (hipGetDevice, fake_hip.c) and fails with NOT_INITIALIZED when that fails;
- * - hipblasLtGetVersion says 100100 (hipBLASLt 1.1.0).
+ * - hipblasLtGetVersion says 100100 (hipBLASLt 1.1.0); hipblasLtGetGitRevision says "5ca1ab1e"
+ *   (as hipBLASLt, both only check that the handle is not NULL).
  * FAKEHIPLT_COMPUTE=1 / FAKEHIPLT_SLOW_HEURISTIC=1 / FAKEHIPLT_WRONG_INDEX=N:
  * hipblasLtMatmul computes D (small unbatched bf16/f32 problems), the heuristic's index 4
  * times over, index N wrongly (for the tuner's tests).
@@ -225,6 +228,14 @@ hipblasStatus_t hipblasLtGetVersion(Handle *h, int *version) {
     return HIPBLAS_STATUS_SUCCESS;
 }
 
+/* The revision a tuning file's `Git Version:` line must name (hipblaslt.h: char rev[128]). */
+hipblasStatus_t hipblasLtGetGitRevision(Handle *h, char *rev) {
+    if (!h) return HIPBLAS_STATUS_NOT_INITIALIZED;
+    if (!rev) return HIPBLAS_STATUS_INVALID_VALUE;
+    strcpy(rev, "5ca1ab1e");
+    return HIPBLAS_STATUS_SUCCESS;
+}
+
 hipblasStatus_t hipblasLtMatmulDescCreate(Desc **d, hipblasComputeType_t compute, hipDataType scale) {
     if (!d) return HIPBLAS_STATUS_INVALID_VALUE;
     *d = new (std::nothrow) Desc{compute, scale};
@@ -256,7 +267,12 @@ hipblasStatus_t hipblasLtMatmulDescSetAttribute(Desc *d, int attr, const void *b
     void *f = d ? desc_field(d, attr, &want) : nullptr;
     return f ? copy_in(f, want, buf, size) : HIPBLAS_STATUS_INVALID_VALUE;
 }
+/* Descriptor and layout attribute reads since the last matmul (one counter for the process,
+ * read by single-threaded tests; a relaxed atomic add, so a count costs one instruction). */
+static int getters;
+
 hipblasStatus_t hipblasLtMatmulDescGetAttribute(Desc *d, int attr, void *buf, size_t size, size_t *written) {
+    __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
     size_t want;
     void *f = d ? desc_field(d, attr, &want) : nullptr;
     return f ? copy_out(f, want, buf, size, written) : HIPBLAS_STATUS_INVALID_VALUE;
@@ -301,6 +317,7 @@ hipblasStatus_t hipblasLtMatrixLayoutSetAttribute(Layout *l, int attr, const voi
     return f ? copy_in(f, want, buf, size) : HIPBLAS_STATUS_INVALID_VALUE;
 }
 hipblasStatus_t hipblasLtMatrixLayoutGetAttribute(Layout *l, int attr, void *buf, size_t size, size_t *written) {
+    __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
     size_t want;
     /* As hipBLASLt 7.1.1 (measured, tests/conformance/hipblaslt.rs): only the batch count and
      * stride can be read back; type, order, rows, cols and ld are INVALID_VALUE. */
@@ -391,11 +408,14 @@ static void trace(const Layout *D, uint64_t k, const hipblasLtMatmulAlgo_t *algo
     char name[16], line[160];
     if (algo) snprintf(name, sizeof name, "%d", index_of(algo));
     else snprintf(name, sizeof name, "heuristic");
-    char build[16] = "";
+    char build[16] = "", reads[24] = "";
     if (FAKE_BUILD != 1) snprintf(build, sizeof build, " build=%d", FAKE_BUILD);
-    int len = snprintf(line, sizeof line, "matmul m=%llu n=%llu k=%llu algo=%s ok=%d%s\n",
+    const char *say = getenv("FAKEHIPLT_TRACE_GETTERS");
+    int count = __atomic_exchange_n(&getters, 0, __ATOMIC_RELAXED);
+    if (say && say[0] == '1') snprintf(reads, sizeof reads, " getters=%d", count);
+    int len = snprintf(line, sizeof line, "matmul m=%llu n=%llu k=%llu algo=%s ok=%d%s%s\n",
                        (unsigned long long)(D ? D->rows : 0), (unsigned long long)(D ? D->cols : 0),
-                       (unsigned long long)k, name, ok ? 1 : 0, build);
+                       (unsigned long long)k, name, ok ? 1 : 0, build, reads);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) {
         ssize_t written = write(fd, line, len); /* a short one shows in the tests' reading */

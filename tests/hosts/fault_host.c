@@ -28,6 +28,9 @@
  *                       rocBLAS rejects or runs without reading A and B; print absurd=<statuses>
  *   @exit_              _exit(0) now (skips atexit handlers)
  *   @device:D           hipSetDevice(D) on the main thread: later specs run on device D
+ *   @until:PATH:SPEC    run SPEC every 20 ms until PATH exists (at most 120 s)
+ *   @for:MS:SPEC        run SPEC every 20 ms for MS milliseconds
+ *   @wait:PATH          print "waiting" and wait until PATH exists (at most 120 s)
  */
 #define GEMM_HOST_MODULE
 #include "gemm_host.c"
@@ -212,6 +215,26 @@ int main(int argc, char **argv) {
             absurd();
         } else if (!strncmp(a, "@device:", 8)) {
             if (hipSetDevice(atoi(a + 8)) != 0) { fprintf(stderr, "fault_host: hipSetDevice failed\n"); return 2; }
+        } else if (!strncmp(a, "@until:", 7) || !strncmp(a, "@for:", 5)) {
+            int until = a[1] == 'u';
+            const char *rest = a + (until ? 7 : 5);
+            /* SPEC itself holds colons: PATH or MS is what comes before the first one */
+            const char *colon = strchr(rest, ':');
+            if (!colon) return 2;
+            char first[1024];
+            snprintf(first, sizeof first, "%.*s", (int)(colon - rest), rest);
+            long limit_ms = until ? 120000 : atol(first);
+            struct stat st;
+            for (long waited = 0; waited < limit_ms; waited += 20) {
+                if (until && stat(first, &st) == 0) break;
+                run_spec(colon + 1);
+                usleep(20000);
+            }
+        } else if (!strncmp(a, "@wait:", 6)) {
+            printf("waiting\n");
+            fflush(stdout);
+            struct stat st;
+            for (int waited = 0; waited < 12000 && stat(a + 6, &st) != 0; waited++) usleep(10000);
         } else if (!strcmp(a, "@exit_")) {
             fflush(stdout);
             _exit(0);

@@ -88,6 +88,12 @@ int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign)
     return st;
 }
 
+/* Makes this module's handle, and no call: 0 if it could. */
+int hiplt_make_handle(int unused) {
+    (void)unused;
+    return handle || hipblasLtCreate(&handle) == 0 ? 0 : 1;
+}
+
 /* R handles made and destroyed (each at a new address where the stand-in keeps destroyed
  * objects), then one F.linear 64,8,64 on a handle made last: 1 if it failed (as it does
  * when the call goes to another build than its objects'), else 0. */

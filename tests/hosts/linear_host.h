@@ -24,7 +24,8 @@
  *   @threads:T:N   T threads each make N calls of 8,8,8 and N of 16,8,8 at once
  *   @repeat:N:CALL N calls of CALL (N,M,K[,workspace_bytes[,misalign]]), as a long-running
  *                  process makes them; prints repeat-failed=<calls that failed>
- *   @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it
+ *   @module:PATH   dlopen another module (RTLD_LOCAL): later calls go through it (with
+ *                  LINEAR_HOST_SAY_ENTRY=1 set, it prints entry=<address of its entry point>)
  *   @close         dlclose the last module opened: later calls go through the one before
  *   @each:SYMBOL:T:R  T threads per open module at once, each calling that module's
  *                  `int SYMBOL(int R)`; prints each-sum=<sum of the results> (or
@@ -113,6 +114,9 @@ static int open_module(const char *path) {
     }
     modules[n_modules] = m;
     linears[n_modules++] = linear = (linear_fn)dlsym(m, MODULE_ENTRY);
+    /* LINEAR_HOST_SAY_ENTRY=1: where the module's entry point landed (a test that needs a
+     * module opened where a closed one was, its call sites at the closed one's addresses). */
+    if (getenv("LINEAR_HOST_SAY_ENTRY")) printf("entry=%p\n", (void *)linear);
     return 0;
 }
 

@@ -11,6 +11,7 @@ mod life;
 mod loading;
 mod parsers;
 mod registry;
+mod reload;
 mod security;
 mod solutions;
 mod store;

@@ -304,14 +304,7 @@ fn a_planted_hash_cache_folder_entry_or_fifo_is_never_trusted() {
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
     let lib = std::fs::canonicalize(artifacts().lib4()).unwrap();
     let meta = std::fs::metadata(&lib).unwrap();
-    let entry = sha256.join(format!(
-        "{:x}-{:x}-{:x}-{}.{}",
-        meta.dev(),
-        meta.ino(),
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec()
-    ));
+    let entry = sha256.join(tunedblas_core::identity::HashCache::entry_name(&meta));
     std::fs::write(&entry, "0".repeat(64)).unwrap();
     let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
     let stderr = text(&out.stderr);
@@ -445,4 +438,35 @@ fn a_long_miss_folder_path_is_written_to() {
         names.iter().any(|n| n.ends_with(".status.json")),
         "{names:?}"
     );
+}
+
+#[test]
+fn a_default_miss_folder_of_another_user_is_never_written_into() {
+    // The default miss folder (`<cache>/misses`, no TUNEDBLAS_MISS_DIR) made first by
+    // someone else: refused with one warning, nothing written there, serving goes on.
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: giving a folder to another user needs root (CI runs as root)");
+        return;
+    }
+    let dir = scratch("rel-foreign-misses");
+    let sol = profile_with_hit(&dir, HIT);
+    let misses = dir.join("cache/misses");
+    std::fs::create_dir_all(&misses).unwrap();
+    let c = std::ffi::CString::new(misses.to_str().unwrap()).unwrap();
+    // SAFETY: chown of a folder this test made, to `nobody`.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+    std::fs::set_permissions(&misses, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
+    cmd.env_remove("TUNEDBLAS_MISS_DIR");
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    one_warning(&stderr);
+    assert!(stderr.contains("belongs to another user"), "{stderr}");
+    assert_eq!(
+        results(&out),
+        expected("rel-foreign-misses", &[HIT, MISS], &[(HIT, sol)])
+    );
+    assert_eq!(std::fs::read_dir(&misses).unwrap().count(), 0);
 }

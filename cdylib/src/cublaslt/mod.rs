@@ -1,9 +1,10 @@
 //! Serving `cublasLtMatmul`: the cuBLASLt backend of the interposer.
 //!
-//! The export in `exports.rs` hands every call to [`serve::matmul`]. It reads the problem from the
-//! caller's matmul and layout descriptors (`cublasLtMatmulDescGetAttribute`,
-//! `cublasLtMatrixLayoutGetAttribute`), looks the key up in the profile of the *loaded*
-//! `libcublasLt.so` (chosen by its sha256, like rocBLAS's), and:
+//! The export in `exports.rs` hands every call to [`serve::matmul`]. It knows the problem
+//! from what the caller's matmul and layout descriptors were made and set with (the
+//! descriptor and layout calls are wrapped too, [`objects`]; no attribute getter runs), looks
+//! the call up in the profile of the *loaded* `libcublasLt.so` (chosen by its sha256, like
+//! rocBLAS's), and:
 //!
 //! - a `Gemm_Cublaslt_...` row: the algorithm is rebuilt from its configuration with
 //!   `cublasLtMatmulAlgoInit` + `ConfigSetAttribute` and checked with
@@ -26,13 +27,16 @@
 //! calls `cublasLtMatmul` never runs any of it.
 //!
 //! - [`real`]: the real cuBLASLt functions, the call itself, handles and their builds.
-//! - [`key`]: the key of a call, read from its descriptors.
+//! - [`objects`]: each descriptor's and layout's attributes as they were made and set.
+//! - [`key`]: the key of a call from those (through the getters for objects not made through
+//!   the interposer), and its call key.
 //! - [`serve`]: what cuBLASLt supplies to the shared serving path (`crate::lt::serve`):
 //!   its calls, and rebuilt algorithms.
 //! - this file: its runtime (the shared `crate::lt::LtRuntime`), counters and lifecycle
 //!   hooks.
 
 pub mod key;
+pub mod objects;
 pub mod real;
 pub mod serve;
 
@@ -57,7 +61,6 @@ pub static SPEC: Spec = Spec {
     lib: LtLib::Cublaslt,
     matmul_name: "cublasLtMatmul",
     counters: Counters {
-        calls: Counter::LtCalls,
         served: Counter::LtServed,
         default: Counter::LtDefault,
         missed: Counter::LtMissed,
@@ -66,7 +69,8 @@ pub static SPEC: Spec = Spec {
     },
     miss_tag: "-cublaslt",
     json_name: "cublaslt",
-    anchor: || LT.matmul.get(),
+    // The table's own accessor, in the served build's scope (see hipBLASLt's `SPEC`).
+    anchor: || LT.matmul().map(|f| f as *mut std::ffi::c_void),
     device: current_device,
     loaded: |_| {},
 };

@@ -24,6 +24,12 @@ crate::real::hook_table! {
     config_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoConfigGetAttribute",
     cap_get: AlgoGetAttributeFn = c"cublasLtMatmulAlgoCapGetAttribute",
     algo_check: AlgoCheckFn = c"cublasLtMatmulAlgoCheck",
+    desc_create: DescCreateFn = c"cublasLtMatmulDescCreate",
+    desc_destroy: DestroyFn = c"cublasLtMatmulDescDestroy",
+    desc_set: SetAttributeFn = c"cublasLtMatmulDescSetAttribute",
+    layout_create: LayoutCreateFn = c"cublasLtMatrixLayoutCreate",
+    layout_destroy: DestroyFn = c"cublasLtMatrixLayoutDestroy",
+    layout_set: SetAttributeFn = c"cublasLtMatrixLayoutSetAttribute",
     create: LtCreateFn = c"cublasLtCreate",
     destroy: LtDestroyFn = c"cublasLtDestroy",
     ctx_get_device: CtxGetDeviceFn = c"cuCtxGetDevice" in CUDA_LIBS,
@@ -45,11 +51,17 @@ pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
     serving: |_| {},
 });
 
+/// `hook` (one of [`LT`]'s) resolved in the served build's scope, as the table's own
+/// accessors resolve it.
+pub fn in_served_scope(hook: &crate::real::Hook) -> Option<*mut c_void> {
+    hook.get_in(&LT.scope)
+}
+
 /// `cublasLtCreate` from a caller at return address `ret`: in the build it links
 /// (`libs.rs`).
 pub fn create_handle(out: *mut LtHandle, ret: *const c_void) -> LtStatus {
     CUBLASLT
-        .create(out, ret, || LT.create.get())
+        .create(out, ret, || LT.create().map(|f| f as *mut c_void))
         .unwrap_or(STATUS_NOT_INITIALIZED)
 }
 

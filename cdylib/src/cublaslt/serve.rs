@@ -44,6 +44,10 @@ impl Library for Cublaslt {
             )
         }
     }
+    #[inline(always)]
+    fn call_key(x: &LtCall) -> tunedblas_core::cublaslt::CallKey {
+        super::key::call_key(x)
+    }
     unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
         // SAFETY: per the trait.
         unsafe { super::key::read_key(x) }
@@ -114,10 +118,5 @@ unsafe fn prepare(x: &LtCall, key: &LtKey, cfg: &AlgoConfig) -> Result<Prepared,
         result.workspace_size,
         min_align
     );
-    Ok(Prepared {
-        algo,
-        workspace: result.workspace_size,
-        min_align,
-        class: 0,
-    })
+    Ok(Prepared::new(algo, result.workspace_size, min_align, 0))
 }

@@ -12,6 +12,12 @@ use super::guard::{self, THREW};
 use super::real::HIPLT;
 use crate::lt::LtCall;
 
+/// A `hipblaslt_ext` function of the served build (the table's own accessor, in its scope),
+/// as the address the guard calls it by.
+fn cxx(f: Option<super::real::CxxFn>) -> Option<*mut std::ffi::c_void> {
+    f.map(|f| f as *mut std::ffi::c_void)
+}
+
 fn threw(what: &str) -> String {
     format!("{what} threw a C++ exception")
 }
@@ -29,7 +35,7 @@ pub unsafe fn algo_from_index(
         return Err(guard::why_not().into());
     };
     let (Some(from_index), Some(index_of)) =
-        (HIPLT.algos_from_index.get(), HIPLT.index_from_algo.get())
+        (cxx(HIPLT.algos_from_index()), cxx(HIPLT.index_from_algo()))
     else {
         return Err("this hipBLASLt lacks the hipblaslt_ext functions".into());
     };
@@ -67,7 +73,7 @@ pub unsafe fn workspace_if_supported(
     let Some(g) = guard::get() else {
         return Err(guard::why_not().into());
     };
-    let Some(supported) = HIPLT.is_supported.get() else {
+    let Some(supported) = cxx(HIPLT.is_supported()) else {
         return Err("this hipBLASLt lacks hipblaslt_ext::matmulIsAlgoSupported".into());
     };
     let mut workspace = 0usize;

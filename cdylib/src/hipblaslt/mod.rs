@@ -4,12 +4,13 @@
 //! hipBLASLt mirrors cuBLASLt, so this backend is the shared Lt runtime and serving path
 //! (`crate::lt`) with hipBLASLt's pieces:
 //!
-//! - [`objects`]: what hipBLASLt will not tell back, kept from the calls that set it: each
-//!   matmul descriptor's compute and scale types, each layout's type, order, rows,
-//!   columns and leading dimension;
-//! - [`key`]: the key of a call, in the Lt key's numbers (`tunedblas_core::hipblaslt`), so
-//!   PyTorch's own `GemmTunableOp_*` / `GemmStridedBatchedTunableOp_*` rows are its keys;
-//! - [`callers`]: the descriptor and layout calls go to the hipBLASLt their caller links;
+//! - [`objects`]: what the key needs, kept from the calls that make and set the objects
+//!   (hipBLASLt will not tell most of it back): each matmul descriptor's types, transposes,
+//!   epilogue and pointer mode, each layout's type, order, rows, columns and leading
+//!   dimension, in the Lt key's numbers (`tunedblas_core::hipblaslt`), so PyTorch's own
+//!   `GemmTunableOp_*` / `GemmStridedBatchedTunableOp_*` rows are its keys; the descriptor
+//!   and layout calls go to the hipBLASLt their caller links (`crate::lt::callers`);
+//! - [`key`]: the key of a call from those, and its call key;
 //! - [`ext`]: `hipblaslt_ext::getAlgosFromIndex` / `matmulIsAlgoSupported` /
 //!   `getIndexFromAlgo`, the C++ calls that turn a `Gemm_Hipblaslt_<index>` row back into
 //!   an algorithm, made through [`guard`] (C++ that turns an exception into a status);
@@ -24,7 +25,6 @@
 //! failure quarantines the row (`crate::lt::serve`).
 //! Keys without a row are recorded as `<host>-<pid>-<start>-hipblaslt-rank<device>.csv`.
 
-pub mod callers;
 pub mod ext;
 pub mod guard;
 pub mod key;
@@ -52,7 +52,6 @@ pub static SPEC: Spec = Spec {
     lib: LtLib::Hipblaslt,
     matmul_name: "hipblasLtMatmul",
     counters: Counters {
-        calls: Counter::HipLtCalls,
         served: Counter::HipLtServed,
         default: Counter::HipLtDefault,
         missed: Counter::HipLtMissed,
@@ -61,7 +60,10 @@ pub static SPEC: Spec = Spec {
     },
     miss_tag: "-hipblaslt",
     json_name: "hipblaslt",
-    anchor: || HIPLT.matmul.get(),
+    // The table's own accessor, in the served build's scope (`Hook::get` resolves in the
+    // usual order and caches what it finds in the table: with a second build loaded, the
+    // runtime then identified, and served, that one).
+    anchor: || HIPLT.matmul().map(|f| f as *mut std::ffi::c_void),
     device: current_device,
     loaded: |tables| {
         // The exception guard, only where a row will need it.

@@ -1,150 +1,162 @@
-//! What hipBLASLt will not tell back about its descriptors, kept from the calls that made
-//! them.
+//! hipBLASLt's descriptors and layouts as their create and set calls left them
+//! (`crate::lt::objects`), in cuBLASLt's numbers.
 //!
 //! hipBLASLt 7.1.1 takes a matmul descriptor's compute and scale types at
 //! `hipblasLtMatmulDescCreate` and has no attribute to read them; and its
 //! `hipblasLtMatrixLayoutGetAttribute` answers only the batch count and stride: type, order,
 //! rows, columns and leading dimension return `HIPBLAS_STATUS_INVALID_VALUE` (measured on
 //! the real library, tests/conformance/hipblaslt.rs). Yet all of them make the key. So the
-//! interposer wraps the creates, `hipblasLtMatrixLayoutSetAttribute` and the destroys, and
-//! keeps `object address -> fields` in two lock-free address maps
-//! (`tunedblas_core::address_map`), read once per matmul.
-//!
-//! PyTorch creates and destroys its descriptors around every GEMM, and in a long-running
-//! process its allocator hands out ever new addresses: a destroyed object's slot is freed
-//! for the next one, so each map holds what is alive now. A destroy frees the slot
-//! *before* the real destroy frees the address, and a create fills it *after* the real
-//! create returned it, so a racing create at a just-freed address is never undone. A
-//! matmul that reads an object while another thread destroys it (the caller's race) gets
-//! its fields whole or not at all, never those of an object made meanwhile at another
-//! address in the same slot.
-//!
-//! Nothing here blocks or allocates: the maps are statics, and a fork child keeps them
-//! (its objects are the parent's, copied; one a parent's thread was writing at the fork
-//! reads as unknown).
-//!
-//! An object the maps do not know (made before the interposer was loaded, or while
-//! [`SLOTS`] others were alive around its address) has unknown fields: its calls pass
-//! through untouched, and the first such object is said once.
+//! interposer wraps the creates, the set-attribute calls and the destroys, and keeps them;
+//! the descriptor's transposes, epilogue, pointer mode and bias type too, so a call's key
+//! needs no getter either (issue 29). A descriptor given an attribute the key does not hold
+//! is marked, and its calls pass through.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use tunedblas_core::address_map::AddressMap;
+use tunedblas_core::abi::*;
+use tunedblas_core::cublaslt::{DescField, MatmulAttrs};
+use tunedblas_core::hipblaslt::{compute_type, operation};
 
-/// Objects of one kind alive at once that are kept (PyTorch has a handful alive).
-pub const SLOTS: usize = 1 << 13;
+use crate::lt::objects::{
+    desc, field_value, layout, new_desc, signed, Change, Descs, Layouts, GETTERS, UNSERVED,
+    UNSERVED_COMPUTE,
+};
 
-/// One kind of object (matmul descriptors, or matrix layouts), `N` fields each.
-pub struct Objects<const N: usize> {
-    map: AddressMap<N, SLOTS>,
-    /// "descriptors" or "layouts", for the line at the bound.
-    what: &'static str,
-    /// The line for an object that could not be kept was said.
-    full_said: AtomicBool,
-}
+pub static DESCS: Descs = Descs::new("hipBLASLt: matmul descriptors");
+pub static LAYOUTS: Layouts = Layouts::new("hipBLASLt: matrix layouts");
 
-/// Matmul descriptors: [compute type, scale type, an attribute the key does not hold was
-/// set (`super::key::DESC_UNSERVED`)].
-pub static DESCS: Objects<3> = Objects::new("matmul descriptors");
-/// Matrix layouts: each attribute at its hipBLASLt number (`HIPBLASLT_MATRIX_LAYOUT_*`: 0
-/// batch count, 1 stride, 2 type, 3 order, 4 rows, 5 cols, 6 leading dimension).
-pub static LAYOUTS: Objects<7> = Objects::new("matrix layouts");
+/// hipBLASLt's objects, to the wrapped create, set and destroy calls (`exports.rs`).
+pub struct Kept;
 
-impl<const N: usize> Objects<N> {
-    const fn new(what: &'static str) -> Objects<N> {
-        Objects {
-            map: AddressMap::new(),
-            what,
-            full_said: AtomicBool::new(false),
+impl crate::lt::objects::Kinds for Kept {
+    const DESCS: &'static Descs = &DESCS;
+    const LAYOUTS: &'static Layouts = &LAYOUTS;
+
+    /// The compute type in cuBLASLt's numbers (one tunedblas does not serve is marked).
+    fn new_desc(compute: i32, scale: i32) -> (MatmulAttrs, u64) {
+        match compute_type(compute) {
+            Some(c) => (new_desc(c, scale), 0),
+            None => (new_desc(compute, scale), UNSERVED_COMPUTE),
         }
     }
 
-    /// An object was made at `object` with these fields (the rest 0).
-    pub fn created(&self, object: *mut c_void, values: &[u64]) {
-        if object.is_null() {
-            return;
+    /// The attributes the key holds, mapped to cuBLASLt's numbers (transposes; a bias type
+    /// outside 0..255, hipBLASLt's unset, is D's); the bias vector's address cannot change
+    /// the kernel; any other attribute marks the descriptor. hipBLASLt reads a larger
+    /// buffer's first bytes, and so is the value read here.
+    unsafe fn desc_set(attr: i32, buf: *const c_void, size: usize) -> Change {
+        let (i, is_signed, field) = match attr {
+            HIPBLASLT_MATMUL_DESC_TRANSA => (desc::TRANSA, true, Some(DescField::TRANS_A)),
+            HIPBLASLT_MATMUL_DESC_TRANSB => (desc::TRANSB, true, Some(DescField::TRANS_B)),
+            HIPBLASLT_MATMUL_DESC_EPILOGUE => (desc::EPILOGUE, false, None),
+            HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE => (desc::BIAS_TYPE, true, None),
+            HIPBLASLT_MATMUL_DESC_POINTER_MODE => {
+                (desc::POINTER_MODE, true, Some(DescField::POINTER_MODE))
+            }
+            HIPBLASLT_MATMUL_DESC_BIAS_POINTER => return Change::None,
+            _ => return Change::Flag(UNSERVED),
+        };
+        // SAFETY: per the contract.
+        let Some(v) = (unsafe { field_value(buf, size, true, is_signed) }) else {
+            return Change::Flag(GETTERS);
+        };
+        let v = match i {
+            desc::TRANSA | desc::TRANSB => signed(operation(v as i32)),
+            desc::BIAS_TYPE if !(0..255).contains(&(v as i32)) => signed(-1),
+            _ => v,
+        };
+        match field {
+            Some(f) => Change::Field(i, v, f),
+            None => Change::Word(i, v),
         }
-        let fields = std::array::from_fn(|i| values.get(i).copied().unwrap_or(0));
-        if !self.map.insert(object as usize, fields)
-            && !self.full_said.swap(true, Ordering::Relaxed)
-        {
-            self.say_full();
+    }
+
+    /// Each layout attribute at its hipBLASLt number, read with its own size (4 bytes:
+    /// batch count, type, order; 8: the rest); a buffer smaller than that was refused.
+    unsafe fn layout_set(attr: i32, buf: *const c_void, size: usize) -> Change {
+        let (i, four) = match attr {
+            HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT => (layout::BATCH, true),
+            HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET => (layout::STRIDE, false),
+            HIPBLASLT_MATRIX_LAYOUT_TYPE => (layout::TYPE, true),
+            HIPBLASLT_MATRIX_LAYOUT_ORDER => (layout::ORDER, true),
+            HIPBLASLT_MATRIX_LAYOUT_ROWS => (layout::ROWS, false),
+            HIPBLASLT_MATRIX_LAYOUT_COLS => (layout::COLS, false),
+            HIPBLASLT_MATRIX_LAYOUT_LD => (layout::LD, false),
+            _ => return Change::None,
+        };
+        // SAFETY: per the contract.
+        match unsafe { field_value(buf, size, four, true) } {
+            Some(v) => Change::Word(i, v),
+            None => Change::None,
         }
-    }
-
-    /// Once, when an object could not be kept: how many are alive (all the map holds are:
-    /// destroyed ones free their slots).
-    #[cold]
-    #[inline(never)]
-    fn say_full(&self) {
-        crate::log::info!(
-            "hipBLASLt: {} {} are alive at once, as many as the interposer keeps around a new one's address (it keeps up to {SLOTS}); calls using one it could not keep pass through untuned, and objects made once others are destroyed are kept again",
-            self.map.live(),
-            self.what
-        );
-    }
-
-    /// Field `i` of the object at `object` was set (a known object only).
-    pub fn set(&self, object: *mut c_void, i: usize, value: u64) {
-        self.map.set(object as usize, i, value);
-    }
-
-    /// The object at `object` is about to be destroyed: its slot is freed.
-    pub fn destroyed(&self, object: *mut c_void) {
-        self.map.remove(object as usize);
-    }
-
-    /// The fields of the object at `object`, if known.
-    #[inline]
-    pub fn get(&self, object: *mut c_void) -> Option<[u64; N]> {
-        self.map.get(object as usize)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lt::objects::{key_of, Kinds};
+    use tunedblas_core::cublaslt::{LayoutAttrs, LtKey, R_16BF};
 
     #[test]
-    fn fields_follow_create_set_and_destroy_at_a_reused_address() {
-        static O: Objects<7> = Objects::new("layouts");
-        let o = &O;
-        let a = 0x1000 as *mut c_void;
-        assert_eq!(o.get(a), None);
-        o.created(a, &[1, 0, 14, 0, 64, 32, 64]);
-        assert_eq!(o.get(a), Some([1, 0, 14, 0, 64, 32, 64]));
-        o.set(a, 6, 96);
-        assert_eq!(o.get(a).unwrap()[6], 96);
-        o.destroyed(a);
-        assert_eq!(o.get(a), None, "a destroyed object has no fields");
-        o.set(a, 6, 128);
+    fn set_attributes_are_kept_in_cublaslts_numbers_with_their_own_sizes() {
+        let ld: i64 = 4096;
+        let p = (&ld as *const i64).cast();
+        let set = |a, p, n| unsafe { Kept::layout_set(a, p, n) };
         assert_eq!(
-            o.get(a),
-            None,
-            "setting a destroyed object makes it no better known"
+            set(HIPBLASLT_MATRIX_LAYOUT_LD, p, 8),
+            Change::Word(layout::LD, 4096)
         );
-        // The allocator hands the address out again.
-        o.created(a, &[7, 1]);
-        assert_eq!(o.get(a), Some([7, 1, 0, 0, 0, 0, 0]));
-        o.created(std::ptr::null_mut(), &[2, 0]);
-        assert_eq!(o.get(std::ptr::null_mut()), None);
-    }
-
-    /// A host making and destroying its objects at ever new addresses, as a long-running
-    /// PyTorch process does: every one is known while it lives, long past the number of
-    /// slots, and only the live ones hold slots.
-    #[test]
-    fn objects_at_ever_new_addresses_are_known_long_past_the_slot_count() {
-        static O: Objects<3> = Objects::new("descriptors");
-        let o = &O;
-        for n in 1..=(4 * SLOTS) {
-            let d = (n * 0x50) as *mut c_void;
-            o.created(d, &[n as u64, 0]);
-            assert_eq!(o.get(d), Some([n as u64, 0, 0]), "object {n}");
-            o.destroyed(d);
+        assert_eq!(set(HIPBLASLT_MATRIX_LAYOUT_LD, p, 4), Change::None);
+        // A larger buffer: its first bytes, as the library reads it.
+        let wide: [i64; 2] = [2048, -1];
+        let p = wide.as_ptr().cast();
+        assert_eq!(
+            set(HIPBLASLT_MATRIX_LAYOUT_LD, p, 16),
+            Change::Word(layout::LD, 2048)
+        );
+        assert_eq!(
+            set(HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT, p, 8),
+            Change::Word(layout::BATCH, 2048)
+        );
+        assert_eq!(set(7, p, 4), Change::None);
+        let t = HIPBLAS_OP_T;
+        let dset = |a, n| unsafe { Kept::desc_set(a, (&t as *const i32).cast(), n) };
+        assert_eq!(
+            dset(HIPBLASLT_MATMUL_DESC_TRANSA, 4),
+            Change::Field(desc::TRANSA, 1, DescField::TRANS_A)
+        );
+        assert_eq!(dset(HIPBLASLT_MATMUL_DESC_TRANSB, 2), Change::Flag(GETTERS));
+        assert_eq!(dset(HIPBLASLT_MATMUL_DESC_BIAS_POINTER, 8), Change::None);
+        assert_eq!(dset(5, 8), Change::Flag(UNSERVED), "a scale pointer");
+        let unset = 255;
+        let b = unsafe {
+            Kept::desc_set(
+                HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                (&unset as *const i32).cast(),
+                4,
+            )
+        };
+        assert_eq!(b, Change::Word(desc::BIAS_TYPE, signed(-1)));
+        // F.linear as PyTorch makes it through hipBLASLt: the key of its kept words.
+        let [d, a, b, c, odd] = [0xa000, 0xa100, 0xa200, 0xa300, 0xa400].map(|p| p as *mut c_void);
+        let (mm, flags) = Kept::new_desc(HIPBLAS_COMPUTE_32F, HIP_R_32F);
+        DESCS.created(d, mm, flags, 0);
+        DESCS.changed(d, dset(HIPBLASLT_MATMUL_DESC_TRANSA, 4));
+        for (l, (rows, cols)) in [a, b, c].into_iter().zip([(32, 64), (32, 8), (64, 8)]) {
+            LAYOUTS.created(l, LayoutAttrs::col(HIP_R_16BF, rows, cols, rows as i64), 0);
         }
-        assert_eq!(o.map.live(), 0);
-        assert!(!o.full_said.load(Ordering::Relaxed), "never full");
+        let w = |o| LAYOUTS.get(o).unwrap();
+        let key = key_of(&DESCS.get(d).unwrap(), [&w(a), &w(b), &w(c), &w(c)]);
+        assert_eq!(key, Ok(LtKey::linear(R_16BF, 64, 8, 32)));
+        let (mm, flags) = Kept::new_desc(100, HIP_R_32F);
+        DESCS.created(odd, mm, flags, 0);
+        assert!(key_of(&DESCS.get(odd).unwrap(), [&w(a), &w(b), &w(c), &w(c)]).is_err());
+        assert_eq!(DESCS.call_word(odd), 0);
+        for o in [a, b, c] {
+            LAYOUTS.taken(o);
+        }
+        DESCS.taken(d);
+        DESCS.taken(odd);
     }
 }

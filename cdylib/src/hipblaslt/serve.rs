@@ -53,6 +53,10 @@ impl Library for Hipblaslt {
             )
         }
     }
+    #[inline(always)]
+    fn call_key(x: &LtCall) -> tunedblas_core::cublaslt::CallKey {
+        super::key::call_key(x)
+    }
     unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
         // SAFETY: per the trait.
         unsafe { super::key::read_key(x) }
@@ -70,15 +74,16 @@ impl Library for Hipblaslt {
             "hipBLASLt: {} checked: workspace {workspace} bytes",
             action.solution_text()
         );
-        Ok(Prepared {
-            algo: into_lt_algo(algo),
+        Ok(Prepared::new(
+            into_lt_algo(algo),
             workspace,
-            min_align: [MIN_ALIGN; 4],
+            [MIN_ALIGN; 4],
             // SAFETY: the caller's arguments.
-            class: unsafe { Self::call_class(x, key) },
-        })
+            unsafe { Self::call_class(x, key) },
+        ))
     }
 
+    #[inline(always)]
     /// Tensile kernels may be specialised on alpha = 1, beta = 0 or beta = 1, and hipBLASLt
     /// does not check an explicit algorithm against the values of a call: an algorithm
     /// checked with one call's values serves only calls with the same three facts. Device
@@ -89,6 +94,19 @@ impl Library for Hipblaslt {
         }
         if x.alpha.is_null() || x.beta.is_null() {
             return 0x80;
+        }
+        if key.scale == HIP_R_32F {
+            // PyTorch's scale type: 1.0 and +-0.0 told by their bits, as the general case
+            // below tells them.
+            // SAFETY: host scalars of the scale type, per the caller's descriptor.
+            let (a, b) = unsafe {
+                (
+                    x.alpha.cast::<u32>().read_unaligned(),
+                    x.beta.cast::<u32>().read_unaligned(),
+                )
+            };
+            let one = 1f32.to_bits();
+            return u8::from(a == one) | u8::from(b << 1 == 0) << 1 | u8::from(b == one) << 2;
         }
         // SAFETY: host scalars of the scale type, per the caller's descriptor.
         let (alpha, beta) = unsafe {

@@ -1,10 +1,50 @@
-//! Reading a problem from Lt descriptors, for either library: one attribute at a time
-//! through the library's `GetAttribute`, each into a value of exactly the size the library
-//! stores. The attribute *numbers* differ between cuBLASLt and hipBLASLt ([`LayoutIds`]).
+//! Reading a call's problem, for either library: its call key and its objects' kept words
+//! (`super::objects`), and, for cuBLASLt objects not made through the interposer, one
+//! attribute at a time through the library's `GetAttribute`, each into a value of exactly
+//! the size the library stores. The attribute *numbers* differ between cuBLASLt and
+//! hipBLASLt ([`LayoutIds`]).
 
 use std::ffi::c_void;
 
 use tunedblas_core::cublaslt::*;
+
+use super::objects::{desc, layout, Descs, Layouts};
+use super::LtCall;
+
+/// A call's call key: its descriptor's word and its layouts' (C's read once when D is the
+/// same layout, as PyTorch passes it). An object unknown or not packed gives a word of 0,
+/// and such a key matches no row (the call is looked up the long way).
+#[inline(always)]
+pub fn call_key(descs: &Descs, layouts: &Layouts, x: &LtCall) -> CallKey {
+    let c = layouts.call_word(x.c_desc);
+    [
+        descs.call_word(x.desc),
+        layouts.call_word(x.a_desc),
+        layouts.call_word(x.b_desc),
+        c,
+        if x.d_desc == x.c_desc {
+            c
+        } else {
+            layouts.call_word(x.d_desc)
+        },
+    ]
+}
+
+/// A layout's words and a descriptor's, as kept.
+type Kept = ([u64; desc::WORDS], [[u64; layout::WORDS]; 4]);
+
+/// The kept words of a call's descriptor and four layouts, if all are known.
+#[inline]
+pub fn kept(descs: &Descs, layouts: &Layouts, x: &LtCall) -> Option<Kept> {
+    let d = descs.get(x.desc)?;
+    let c = layouts.get(x.c_desc)?;
+    let dd = if x.d_desc == x.c_desc {
+        c
+    } else {
+        layouts.get(x.d_desc)?
+    };
+    Some((d, [layouts.get(x.a_desc)?, layouts.get(x.b_desc)?, c, dd]))
+}
 
 /// One attribute of a descriptor, as a `T` of exactly the size the library stores.
 #[inline]

@@ -6,7 +6,9 @@
 //! supplies what differs through [`serve::Library`]: its real functions, how it reads a
 //! key and how it rebuilds a row's algorithm.
 
+pub mod callers;
 pub mod key;
+pub mod objects;
 pub mod serve;
 
 use std::ffi::{c_int, c_void};
@@ -15,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::misslog::{self, Sight};
+use tunedblas_core::misslog::Sight;
 use tunedblas_core::profile::{self, Request, Selection};
 
 use crate::lifecycle::{self, Config, Lazy, Pass};
@@ -98,9 +100,9 @@ pub unsafe fn call(f: AnyMatmulFn, x: &LtCall, algo: *const c_void) -> i32 {
     }
 }
 
-/// A backend's counters, one per outcome of a call.
+/// A backend's counters, one per outcome of a call: every call is counted once, in its
+/// outcome's, and the calls are their sum (one counter bumped per call, not two).
 pub struct Counters {
-    pub calls: Counter,
     pub served: Counter,
     pub default: Counter,
     pub missed: Counter,
@@ -207,13 +209,12 @@ impl LtRuntime {
         }
     }
 
-    /// Records a call whose key has no row: what the miss set saw ([`Sight::First`] on the
+    /// Records a call whose key (hashed: `misslog::key_hash`) has no row: what the miss set saw ([`Sight::First`] on the
     /// key's first sight; [`Sight::Refused`] for a key no caller could have made,
     /// `LtKey::plausible`, checked only before a key enters the set so a repeated miss
     /// does not pay for it).
-    pub fn miss(&self, key: &LtKey) -> Sight {
+    pub fn miss(&self, key: &LtKey, hash: u64) -> Sight {
         let device = (self.spec.device)();
-        let hash = misslog::key_hash(key);
         let admit = || key.plausible().is_ok();
         self.misses.record_sight(device, key, hash, admit).0
     }
@@ -234,19 +235,24 @@ impl LtRuntime {
         if pass == Pass::Late {
             return;
         }
-        let t = stats::total;
-        let c = &self.spec.counters;
         info!(
-            "{}: {} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks",
+            "{}: {}",
             self.spec.lib.name(),
-            t(c.calls),
-            t(c.served),
-            t(c.default),
-            t(c.missed),
-            self.misses.set.len(),
-            t(c.passed_through),
-            t(c.fallbacks),
+            crate::tally::Summary {
+                tally: self.tally(),
+                near_on: false
+            }
         );
+    }
+
+    /// What every view says of this library's calls (`tally.rs`).
+    fn tally(&self) -> crate::tally::Tally {
+        crate::tally::Tally::of(
+            self.spec.counters.status(),
+            &self.misses.set,
+            crate::tally::never_near,
+            self.misses.over_cap_calls(),
+        )
     }
 
     fn write_stats(&self, path: &std::path::Path, suffix: &str) {
@@ -271,18 +277,18 @@ impl LtRuntime {
                 }
             }
         }
-        let t = stats::total;
-        let c = &self.spec.counters;
+        let t = self.tally();
         let json = serde_json::json!({
             "library": self.spec.json_name,
-            "calls": t(c.calls),
-            "served": t(c.served),
-            "default": t(c.default),
-            "missed_calls": t(c.missed),
-            "missed_shapes": self.misses.set.len(),
+            "calls": t.calls(),
+            "served": t.served,
+            "default": t.default,
+            "missed_calls": t.missed,
+            "missed_shapes": t.missed_shapes,
+            "hit_rate": t.hit_permille().map(|p| p as f64 / 1000.0),
             "over_capacity_calls": self.misses.over_cap_calls(),
-            "passed_through": t(c.passed_through),
-            "fallbacks": t(c.fallbacks),
+            "passed_through": t.passed_through,
+            "fallbacks": t.fallbacks,
             "rows": rows,
             "rows_hit": rows - unhit.len(),
             "rows_not_hit": unhit,

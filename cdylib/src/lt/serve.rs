@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tunedblas_core::cublaslt::*;
-use tunedblas_core::misslog::Sight;
+use tunedblas_core::misslog::{self, Sight};
 
 use super::{Lt, LtCall, LtRuntime};
 use crate::lifecycle::NoCancel;
@@ -40,6 +40,10 @@ pub trait Library: 'static {
     /// # Safety
     /// `x` holds a caller's arguments; `algo` NULL, the caller's, or one this library made.
     unsafe fn call(f: Self::Matmul, x: &LtCall, algo: *const c_void) -> LtStatus;
+    /// The call key of a call (`lt::key::call_key`): four words read, no library call. A
+    /// key that matches no row (objects unknown or not packed, a call the key cannot
+    /// describe) sends the call the long way, [`Library::read_key`].
+    fn call_key(x: &LtCall) -> CallKey;
     /// The key of a call, or `None` when it is not one tunedblas serves.
     ///
     /// # Safety
@@ -81,9 +85,7 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
             return STATUS_NOT_INITIALIZED;
         };
         if let Some(rt) = L::runtime() {
-            let c = &rt.spec.counters;
-            bump(c.calls);
-            bump(c.passed_through);
+            bump(rt.spec.counters.passed_through);
         }
         // SAFETY: the caller's own arguments, to the build its handle came from.
         return unsafe { L::call(real, x, x.algo) };
@@ -96,6 +98,9 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
         Ok(d) => d,
         Err(_) => {
             L::STATE.latch_off("a panic while choosing an algorithm");
+            if let Some(rt) = L::STATE.runtime.peek() {
+                bump(rt.spec.counters.passed_through);
+            }
             Decision::Pass
         }
     };
@@ -183,79 +188,124 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
         return Decision::Pass;
     };
     let c = &rt.spec.counters;
-    bump(c.calls);
     if !L::STATE.serving() {
         bump(c.passed_through);
         return Decision::Pass;
     }
+    // A row's call key: four words and one small lookup (`call_key.rs`); a call key that
+    // missed before, its key and hash from the table's misses.
+    let call = L::call_key(x);
+    if let Some(t) = rt.table() {
+        if let Some((key, e)) = t.get_call(&call) {
+            return row::<L>(x, rt, key, e);
+        }
+        if let Some((key, hash)) = t.misses.get(&call) {
+            return missed(x, rt, key, hash);
+        }
+    }
+    decide_long::<L>(x, rt, &call)
+}
+
+/// [`decide`] for a call whose call key names no row and missed no time before: its key
+/// from the objects' words (or cuBLASLt's getters), the table, the miss set (and, for the
+/// next time, the table's misses).
+#[inline(never)]
+fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: &CallKey) -> Decision {
+    let c = &rt.spec.counters;
+    let table = rt.table();
     // SAFETY: the descriptors are the caller's, valid for the duration of the call.
     let Some(key) = (unsafe { L::read_key(x) }) else {
         bump(c.passed_through);
         return Decision::Pass;
     };
-    match rt.table().and_then(|t| t.get(&key)) {
-        Some(e) if e.is_quarantined() => {
+    // The key's own row, else a matching `*` row (PyTorch's rule, in the core's table: a
+    // call served from a `*` row takes this long path every time).
+    if let Some(e) = table.and_then(|t| t.get_or_wildcard(&key)) {
+        return row::<L>(x, rt, &key, e);
+    }
+    let hash = misslog::key_hash(&key);
+    let decision = missed(x, rt, &key, hash);
+    if let (Some(t), Decision::Pass) = (table, &decision) {
+        if key.plausible().is_ok() {
+            t.misses.keep(call, &key, hash);
+        }
+    }
+    decision
+}
+
+/// A call whose key (hashed `hash`) has no row: recorded, or passed through when no caller
+/// could have made its key.
+#[inline]
+fn missed(x: &LtCall, rt: &'static LtRuntime, key: &LtKey, hash: u64) -> Decision {
+    let c = &rt.spec.counters;
+    match rt.miss(key, hash) {
+        Sight::Refused => {
+            refused(rt.spec.lib, key);
+            bump(c.passed_through);
+        }
+        sight => {
+            if sight == Sight::First {
+                let (op, sig) = op_and_signature(key);
+                debug!(
+                    "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
+                    rt.spec.lib.name(),
+                    x.workspace_bytes,
+                    if x.algo.is_null() { "NULL" } else { "given" }
+                );
+            }
+            bump(c.missed);
+        }
+    }
+    Decision::Pass
+}
+
+/// A call of a row's key: its rebuilt algorithm when the call can take it.
+#[inline(always)]
+fn row<L: Library>(
+    x: &LtCall,
+    rt: &'static LtRuntime,
+    key: &LtKey,
+    e: &'static LtEntry,
+) -> Decision {
+    let c = &rt.spec.counters;
+    if e.is_quarantined() {
+        bump(c.passed_through);
+        return Decision::Pass;
+    }
+    e.mark_hit();
+    if e.action == LtAction::Default {
+        bump(c.default);
+        return Decision::Pass;
+    }
+    // Once per key (again after a failure), by one caller at a time; with cancellation
+    // held off (the rebuild runs library code, and a cancellation acted on there would
+    // unwind into `catch_unwind`).
+    let prepared = e.prepared_or_try(|| {
+        let _no_cancel = NoCancel::new();
+        // SAFETY: the descriptors are the caller's, valid for the duration of the call.
+        unsafe { L::prepare(x, key, &e.action) }
+    });
+    match prepared {
+        Prep::Ready(p)
+            if p.fits(
+                [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
+                x.workspace,
+                x.workspace_bytes,
+            ) && p.class == unsafe { L::call_class(x, key) } =>
+        {
+            Decision::Tuned(&p.algo, e, rt)
+        }
+        Prep::Ready(_) | Prep::Busy => {
+            // Less workspace or alignment than the tuned algorithm needs, a call of another
+            // class, or another caller is rebuilding the algorithm now.
             bump(c.passed_through);
             Decision::Pass
         }
-        Some(e) => {
-            e.mark_hit();
-            if e.action == LtAction::Default {
-                bump(c.default);
-                return Decision::Pass;
-            }
-            // Once per key (again after a failure), by one caller at a time; with
-            // cancellation held off (the rebuild runs
-            // library code, and a cancellation acted on there would unwind into
-            // `catch_unwind`).
-            let prepared = e.prepared_or_try(|| {
-                let _no_cancel = NoCancel::new();
-                // SAFETY: as above.
-                unsafe { L::prepare(x, &key, &e.action) }
-            });
-            match prepared {
-                Prep::Ready(p)
-                    if p.fits(
-                        [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
-                        x.workspace,
-                        x.workspace_bytes,
-                    ) && p.class == unsafe { L::call_class(x, &key) } =>
-                {
-                    Decision::Tuned(&p.algo, e, rt)
-                }
-                Prep::Ready(_) | Prep::Busy => {
-                    // Less workspace or alignment than the tuned algorithm needs, a call of
-                    // another class, or another caller is rebuilding the algorithm now.
-                    bump(c.passed_through);
-                    Decision::Pass
-                }
-                Prep::Failed(why) => {
-                    prepare_failed(rt.spec.lib, e, &key, &why);
-                    bump(c.fallbacks);
-                    Decision::Pass
-                }
-            }
+        Prep::Failed(why) => {
+            prepare_failed(rt.spec.lib, e, key, &why);
+            bump(c.fallbacks);
+            Decision::Pass
         }
-        None => match rt.miss(&key) {
-            Sight::Refused => {
-                refused(rt.spec.lib, &key);
-                bump(c.passed_through);
-                Decision::Pass
-            }
-            sight => {
-                if sight == Sight::First {
-                    let (op, sig) = op_and_signature(&key);
-                    debug!(
-                        "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
-                        rt.spec.lib.name(),
-                        x.workspace_bytes,
-                        if x.algo.is_null() { "NULL" } else { "given" }
-                    );
-                }
-                bump(c.missed);
-                Decision::Pass
-            }
-        },
     }
 }
 

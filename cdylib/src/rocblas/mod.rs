@@ -12,6 +12,7 @@
 
 use std::ffi::c_void;
 use std::path::Path;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use tunedblas_core::key::ProblemKey;
@@ -29,6 +30,7 @@ pub use real::{current_device, device_for};
 pub mod dynsym;
 pub mod near;
 pub mod real;
+mod reload;
 pub mod serve;
 
 static RUNTIME: Lazy<Runtime> = Lazy::new();
@@ -38,16 +40,32 @@ pub static BACKEND: Backend = Backend { finish, after_fork };
 
 /// Everything the serving path needs, built once.
 pub struct Runtime {
-    /// The profile's rank tables: the calling device's read at start-up, the others on
-    /// their device's first call.
-    tables: LazyTables,
-    /// Set when every rank serves the same rows: no need to ask which device a call is on.
-    single: Option<Arc<Table>>,
+    /// The rows served now: swapped whole when the store changes ([`reload`]). A leaked
+    /// box, never freed: a call in flight may still read one that was replaced.
+    served: AtomicPtr<Served>,
+    /// `served`'s table when every rank serves the same rows (null otherwise), kept apart
+    /// so the served path reads it with its one load, as it read a field before reloads.
+    single: AtomicPtr<Table>,
     /// The process's rocBLAS misses: one recorder, kept when the runtime is built again for
     /// another build (`libs.rs`).
     misses: &'static Recorder<ProblemKey>,
     stats_path: Option<std::path::PathBuf>,
+    /// Near-shape serving, over the rows loaded at start-up (a reload does not rebuild it:
+    /// its verdicts are noted in the miss set by index).
     near: Option<near::Near>,
+    /// What a reload needs; `None` when reloading is off (`TUNEDBLAS_RELOAD=0`).
+    watch: Option<reload::Watch>,
+}
+
+/// One profile's rows as loaded: what [`Runtime::served`] points to.
+pub struct Served {
+    /// The profile's rank tables: the calling device's read when loaded, the others on
+    /// their device's first call.
+    tables: LazyTables,
+    /// Set when every rank serves the same rows: no need to ask which device a call is on.
+    single: Option<Arc<Table>>,
+    /// The profile's name (`None`: none was chosen), for the reload's line.
+    name: Option<String>,
 }
 
 /// "No device asked about" for [`Runtime::table_and_device`]: outside every `i32`.
@@ -77,16 +95,31 @@ impl Runtime {
     /// cost it ~4 instructions.)
     #[inline(always)]
     pub fn table_and_device(&self, h: tunedblas_core::abi::Handle) -> (RankTable<'_>, i64) {
-        match &self.single {
-            Some(t) => (RankTable::Ready(t), NO_DEVICE),
-            None => {
-                let device = device_for(h);
-                (
-                    self.tables.table_for_with(device, report_rank),
-                    i64::from(device),
-                )
-            }
+        // SAFETY: null, or the table of a `Served` that is never freed.
+        if let Some(t) = unsafe { self.single.load(Ordering::Acquire).as_ref() } {
+            return (RankTable::Ready(t), NO_DEVICE);
         }
+        let device = device_for(h);
+        (
+            self.served().tables.table_for_with(device, report_rank),
+            i64::from(device),
+        )
+    }
+
+    /// Serves `served` from the next call on (a reload); the old rows stay allocated.
+    fn publish(&self, served: Served) {
+        let single = single_ptr(&served);
+        let p = Box::into_raw(Box::new(served));
+        self.single.store(std::ptr::null_mut(), Ordering::Release);
+        self.served.store(p, Ordering::Release);
+        self.single.store(single, Ordering::Release);
+    }
+
+    /// The rows served now: one load (what a reload costs the served path).
+    #[inline(always)]
+    fn served(&self) -> &'static Served {
+        // SAFETY: always a leaked box, never freed (see the field).
+        unsafe { &*self.served.load(Ordering::Acquire) }
     }
 
     /// Records a call on `device` whose key has no row; `hash` is its
@@ -108,9 +141,9 @@ impl Runtime {
         self.misses.record(device, key, hash, admit)
     }
 
-    /// Every distinct table loaded so far.
+    /// Every distinct table loaded so far (of the rows served now).
     fn all_tables(&self) -> Vec<Arc<Table>> {
-        self.tables.ready_tables()
+        self.served().tables.ready_tables()
     }
 }
 
@@ -145,6 +178,17 @@ type Said = (
     std::collections::HashSet<usize>,
 );
 static SAID_HITS: lifecycle::ExitLock<Option<Said>> = lifecycle::ExitLock::new(None);
+
+/// Looks at the profile store (about every two seconds, from the status tick) and serves
+/// what is committed there for this build without a restart: [`reload`].
+pub fn reload_if_changed() {
+    let Some(rt) = RUNTIME.peek().filter(|_| RUNTIME.is_ready()) else {
+        return;
+    };
+    if let Some(w) = &rt.watch {
+        w.check(rt);
+    }
+}
 
 /// At `TUNEDBLAS_LOG=debug`: one line for each row hit since the last look (served with its
 /// solution, or `Default`), once per row, and one for each shape missed since (where it was
@@ -247,7 +291,7 @@ fn real_library_anchor() -> Option<*const c_void> {
 
 fn init() -> Option<Runtime> {
     let cfg = Config::for_start()?;
-    let (loaded, name_line) = select_and_load(&cfg);
+    let (loaded, name_line, sha) = select_and_load(&cfg);
     let single = loaded.tables.single();
     if let Some(line) = name_line {
         info!("{line}");
@@ -268,16 +312,33 @@ fn init() -> Option<Runtime> {
             loaded.problems.len() - SHOWN
         );
     }
-    let mut rt = Runtime {
+    let watch = (cfg.reload && sha.is_some())
+        .then(|| reload::Watch::new(&cfg, sha.clone().unwrap_or_default(), loaded.dir.as_deref()));
+    let served = Served {
         tables: loaded.tables,
         single,
+        name: loaded.name,
+    };
+    let single = single_ptr(&served);
+    let mut rt = Runtime {
+        served: AtomicPtr::new(Box::into_raw(Box::new(served))),
+        single: AtomicPtr::new(single),
         misses: recorder(&cfg),
-        stats_path: cfg.stats_path,
+        stats_path: cfg.stats_path.clone(),
         near: None,
+        watch,
     };
     rt.near = near::Near::build(rt.all_tables(), cfg.near_window);
     crate::status::start(&cfg.miss_dir, cfg.miss_trust, cfg.status_thread);
     Some(rt)
+}
+
+/// `served`'s one table, when every rank serves the same rows (else null).
+fn single_ptr(served: &Served) -> *mut Table {
+    served
+        .single
+        .as_ref()
+        .map_or(std::ptr::null_mut(), |t| Arc::as_ptr(t) as *mut Table)
 }
 
 /// The process's one rocBLAS miss recorder, made by the first start-up.
@@ -306,32 +367,68 @@ pub fn library_changed() {
     serve::shut_pass_gate();
 }
 
-/// The chosen profile's tables as start-up left them, with what to say about them.
+/// The chosen profile's tables as start-up (or a reload) left them, with what to say about
+/// them.
 #[derive(Default)]
 struct Opened {
     tables: LazyTables,
     problems: Vec<String>,
     unservable: usize,
+    /// The profile chosen and its folder (`None`: none).
+    name: Option<String>,
+    dir: Option<std::path::PathBuf>,
 }
 
 /// Identifies the loaded build, picks its profile and opens it (the calling device's rank
-/// file is read now, the others on first use). Returns the tables and the startup line.
-fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
+/// file is read now, the others on first use). Returns the tables, the startup line and
+/// the build's sha256 (`None` when it could not be identified).
+fn select_and_load(cfg: &Config) -> (Opened, Option<String>, Option<String>) {
     let start_time = std::time::Instant::now();
     let Some(anchor) = real_library_anchor() else {
         return (
             Opened::default(),
             Some("no real rocBLAS GEMM found in this process; passing calls through".into()),
+            None,
         );
     };
     let (_, id) = match crate::libs::identify_loaded(anchor, "rocBLAS") {
         Ok(found) => found,
-        Err(why) => return (Opened::default(), Some(why)),
+        Err(why) => return (Opened::default(), Some(why), None),
     };
     let identified = start_time.elapsed();
+    let (loaded, line) = choose_and_open(
+        cfg,
+        &id.sha256,
+        |_| {},
+        |selected, rank_files| {
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            let selected = selected.duration_since(start_time);
+            debug!(
+            "start-up times: identify {:.3} ms ({}), select {:.3} ms, load {:.3} ms ({} rank files)",
+            ms(identified),
+            if id.cached { "hash cache hit" } else { "hashed the library" },
+            ms(selected - identified),
+            ms(start_time.elapsed() - selected),
+            rank_files
+        );
+        },
+    );
+    (loaded, line, Some(id.sha256))
+}
+
+/// Picks the profile for the build whose sha256 is `sha` and opens it; `chosen` hears the
+/// folder picked (if any) before anything in it is read (a reload notes what the store looks
+/// like then, so a change made while it reads is seen the next time), `timed` when the
+/// selection was made and how many rank files the folder has. Start-up and a reload.
+fn choose_and_open(
+    cfg: &Config,
+    sha: &str,
+    chosen: impl FnOnce(Option<&Path>),
+    timed: impl FnOnce(std::time::Instant, usize),
+) -> (Opened, Option<String>) {
     let req = Request {
         profile_dir: &cfg.profile_dir,
-        sha256: &id.sha256,
+        sha256: sha,
         explicit: cfg.explicit.as_deref(),
         allow_mismatch: cfg.allow_mismatch,
     };
@@ -345,23 +442,19 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
         ),
         None => profile::select(&req),
     };
+    chosen(match &selection {
+        Selection::Chosen { dir, .. } => Some(dir.as_path()),
+        Selection::None { .. } => None,
+    });
     let (mut loaded, line) = match selection {
         Selection::Chosen { name, dir, reason } => {
-            let selected = start_time.elapsed();
+            let selected = std::time::Instant::now();
             let device = current_device();
             let version = real::version_string();
             // Rank files read later are checked against the registry entry chosen now.
             let chosen = profile::ChosenEntry::read(&cfg.profile_dir, &name);
             let (tables, start) = LazyTables::guarded(&dir, device, version.as_deref(), chosen);
-            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-            debug!(
-                "start-up times: identify {:.3} ms ({}), select {:.3} ms, load {:.3} ms ({} rank files)",
-                ms(identified),
-                if id.cached { "hash cache hit" } else { "hashed the library" },
-                ms(selected - identified),
-                ms(start_time.elapsed() - selected),
-                start.rank_files
-            );
+            timed(selected, start.rank_files);
             let rows = match tables.table_for(device) {
                 RankTable::Ready(t) => t.len() + t.wildcards().len(),
                 _ => 0,
@@ -374,6 +467,8 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
                 tables,
                 problems: start.problems,
                 unservable: start.unservable,
+                name: Some(name),
+                dir: Some(dir),
             };
             (opened, Some(line))
         }
@@ -392,6 +487,16 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>) {
     (loaded, line)
 }
 
+/// What every view says of rocBLAS's calls (`tally.rs`).
+fn tally(rt: &Runtime) -> crate::tally::Tally {
+    crate::tally::Tally::of(
+        crate::status::rocblas_counters(),
+        &rt.misses.set,
+        near::served_near,
+        rt.misses.over_cap_calls(),
+    )
+}
+
 /// At a way out of the process ([`crate::lifecycle`]): writes the counts and the stats
 /// file, and on [`Pass::Leaving`] prints the summary.
 fn finish(pass: Pass) {
@@ -404,18 +509,13 @@ fn finish(pass: Pass) {
         return;
     }
     say_new_hits();
-    let near = stats::total(Counter::Near);
-    let near_on = rt.near.is_some() || near > 0;
+    let near_on = rt.near.is_some() || stats::total(Counter::Near) > 0;
     info!(
-        "{} calls: {} served, {} default, {} missed ({} shapes), {} passed through, {} fallbacks{}",
-        stats::total(Counter::Calls),
-        stats::total(Counter::Served),
-        stats::total(Counter::Default),
-        stats::total(Counter::Missed),
-        rt.misses.set.len(),
-        stats::total(Counter::PassedThrough),
-        stats::total(Counter::Fallbacks),
-        NearWords(near_on.then_some(near)),
+        "{}",
+        crate::tally::Summary {
+            tally: tally(rt),
+            near_on
+        }
     );
     if rt.misses.over_cap_calls() > 0 {
         info!(
@@ -423,19 +523,6 @@ fn finish(pass: Pass) {
             rt.misses.over_cap_calls(),
             rt.misses.set.limit()
         );
-    }
-}
-
-/// `, N near` in the summary when near serving is on or served anything (formatted
-/// without allocating).
-struct NearWords(Option<u64>);
-
-impl std::fmt::Display for NearWords {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self.0 {
-            Some(n) => write!(f, ", {n} near"),
-            None => Ok(()),
-        }
     }
 }
 
@@ -448,6 +535,10 @@ unsafe fn after_fork() {
         unsafe { rt.misses.after_fork() };
         // SAFETY: as above (a parent's thread may have been changing the set).
         unsafe { SAID_HITS.reset_in_child(None) };
+        if let Some(w) = &rt.watch {
+            // SAFETY: as above.
+            unsafe { w.after_fork() };
+        }
         if let Some(near) = &rt.near {
             // SAFETY: as above.
             unsafe { near.after_fork() };
@@ -480,19 +571,22 @@ fn write_stats(rt: &Runtime, path: &Path) {
         }
     }
     let near_tally = rt.near.as_ref().map_or((0, 0, 0), |n| n.tally());
+    let t = tally(rt);
     let json = serde_json::json!({
-        "calls": stats::total(Counter::Calls),
-        "served": stats::total(Counter::Served),
-        "default": stats::total(Counter::Default),
-        "missed_calls": stats::total(Counter::Missed),
-        "missed_shapes": rt.misses.set.len(),
+        "calls": t.calls(),
+        "served": t.served,
+        "default": t.default,
+        "missed_calls": t.missed,
+        "missed_shapes": t.missed_shapes,
+        "near_shapes": t.near_shapes,
+        "hit_rate": t.hit_permille().map(|p| p as f64 / 1000.0),
         "over_capacity_calls": rt.misses.over_cap_calls(),
-        "passed_through": stats::total(Counter::PassedThrough),
-        "fallbacks": stats::total(Counter::Fallbacks),
+        "passed_through": t.passed_through,
+        "fallbacks": t.fallbacks,
         "rows": rows,
         "rows_hit": rows - unhit.len(),
         "rows_not_hit": unhit,
-        "near": stats::total(Counter::Near),
+        "near": t.near,
         "near_keys_served": near_tally.0,
         "near_keys_refused": near_tally.1,
         "wildcard_rows": wild,

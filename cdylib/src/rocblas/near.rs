@@ -74,6 +74,12 @@ fn note_of(slot: usize, v: Verdict) -> Option<u64> {
     }
 }
 
+/// Whether a miss-set note says the shape is served near (its calls are counted as near,
+/// not missed, in every view: `tally.rs`).
+pub fn served_near(note: u64) -> bool {
+    note & (3 << 62) == NOTE_SERVE
+}
+
 /// What a note says: `None` for no note, `Some(None)` pass, `Some(Some(plan))` serve.
 /// A pass is tested first: it is what a repeated miss reads (2 instructions,
 /// BENCHMARKS.md). `note_of` writes no other tag than these three.
@@ -323,7 +329,9 @@ fn near_call(
     info!(
         "near: solution {id} passed validation for {op},{sig} but the call failed with rocBLAS status {status}; the caller's own call is made instead, and near serving is off for this shape"
     );
-    bump(Counter::Fallbacks);
+    // Not served near, and the shape has no row: a missed call (as every view counts its
+    // shape's calls, `tally.rs`), not a fallback from a row.
+    bump(Counter::Missed);
     call(Route::Original)
 }
 

@@ -25,7 +25,7 @@ EXAMPLES:
     tunedblas confirm --lib libhipblaslt.so.1 --workspace 33554432 --rows tunableop_results0.csv
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     use args::option;
     let c = args::command("confirm", ABOUT, AFTER)
         .arg(option(
@@ -52,12 +52,7 @@ fn cli() -> clap::Command {
     args::method_options(args::library_options(c))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("confirm", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let margin = a.rules()?.margin;
     let device = a.parsed("--device", 0, "a device number")?;
     let opened = a.opened()?;

@@ -23,7 +23,7 @@ EXAMPLES:
     tunedblas env --snippet vllm > vllm-tuned && chmod +x vllm-tuned
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("env", ABOUT, AFTER)
         .arg(args::lib_option(
             "a rocBLAS (or hipBLASLt) to answer for, besides those found (repeatable)",
@@ -36,12 +36,7 @@ fn cli() -> clap::Command {
         .arg(args::switch("--json", "everything as JSON"))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("env", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let profile_dir = a.profile_store();
     let preload = tunedblas_tuner::dl::beside_exe("libtunedblas.so")
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p));

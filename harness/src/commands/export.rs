@@ -31,7 +31,7 @@ EXAMPLES:
         --validators-from old/tunableop_results0.csv --out ./tunableop
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("export", ABOUT, AFTER)
         .arg(args::lib_option(
             "the rocBLAS build whose profile is exported",
@@ -45,7 +45,17 @@ fn cli() -> clap::Command {
         .arg(args::option(
             "--format",
             "FORMAT",
-            "gemm-tune, bench or tunableop (required)",
+            "gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)",
+        ))
+        .arg(args::option(
+            "--git-version",
+            "REV",
+            "(hipblaslt-override) the hipBLASLt revision the rows were tuned on",
+        ))
+        .arg(args::option(
+            "--arch",
+            "GFX:CUS",
+            "(aiter) the device the rows were tuned on, like gfx942:304",
         ))
         .arg(args::option(
             "--out",
@@ -82,10 +92,6 @@ fn cli() -> clap::Command {
         ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
 /// `--validators-from`, `--validator KEY=VALUE`... and `--force`.
 fn validators(a: &Args) -> Result<export::Validators> {
     let mut set = Vec::new();
@@ -103,8 +109,7 @@ fn validators(a: &Args) -> Result<export::Validators> {
     })
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("export", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let format = a
         .value("--format")
         .ok_or_else(|| a.usage("needs --format gemm-tune, bench or tunableop"))?
@@ -145,7 +150,7 @@ pub fn run(args: &[String]) -> Result<()> {
             }
         }
         "tunableop" => {
-            let files = export::tunableop_files(&validators(&a)?, &p, &mut report)?;
+            let files = export::tunableop_files(&validators(a)?, &p, &mut report)?;
             let of_rank = || {
                 files.iter().find(|f| f.rank == rank).ok_or_else(|| {
                     Error::failed(format!("profile '{}' has no rank {rank} file", p.name))
@@ -171,9 +176,22 @@ pub fn run(args: &[String]) -> Result<()> {
                 }
             }
         }
+        "hipblaslt-override" | "hipblaslt-bench" | "aiter" => {
+            let (text, rows) = export::lt_text(&p, rank, &format, a.value("--git-version"), a.value("--arch"), &mut report)?;
+            match &out {
+                Some(path) => {
+                    export::write(path, &text)?;
+                    report.wrote(path, rows);
+                }
+                None => {
+                    print!("{text}");
+                    report.rows = rows;
+                }
+            }
+        }
         other => {
             return Err(a.usage(format!(
-                "--format takes gemm-tune, bench or tunableop, not '{other}'"
+                "--format takes gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter, not '{other}'"
             )))
         }
     }

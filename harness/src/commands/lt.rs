@@ -12,6 +12,8 @@ const REPLACED: &[(&str, &str)] = &[
     ("adopt", "tunedblas profiles adopt --lib LIBHIPBLASLT FILE"),
     ("verify", "tunedblas verify --stats FILE"),
     ("info", "tunedblas env --lib LIB"),
+    ("selftest", "tunedblas selftest --lib LIBCUBLASLT"),
+    ("overhead", "tunedblas overhead --lib LIBCUBLASLT"),
 ];
 
 pub fn help() -> String {

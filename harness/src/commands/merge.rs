@@ -18,7 +18,7 @@ EXAMPLE:
     tunedblas merge --lib librocblas.so.5 shard0/profiles shard1/profiles
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("merge", ABOUT, AFTER)
         .arg(args::positionals(
             "SHARD_STORE",
@@ -37,12 +37,7 @@ fn cli() -> clap::Command {
         .arg(args::switch("--json", "the result as JSON"))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("merge", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     if a.positional.is_empty() {
         return Err(a.usage("needs one or more shard stores to merge"));
     }

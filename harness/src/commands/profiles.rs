@@ -19,15 +19,24 @@ The profile store, by ACTION:
                                rocBLAS or hipBLASLt, tf32 files as f32 GEMMs) to this build's
                                shape list (ids are never reused); says how many lines it
                                skipped and why; `tune --retune` then tunes them
-  adopt --lib LIB FILE         makes a PyTorch TunableOp results file written on this machine
-                               the profile of that library build. rocBLAS (same build: its
-                               ROCBLAS_VERSION validator must match): each Gemm_Rocblas_<id>
-                               row is checked with check_solution_index on the build and kept
-                               or listed as refused; refused rows and hipBLASLt/tf32 rows
-                               become shapes to tune. hipBLASLt (nothing loaded, no GPU
-                               needed): its Gemm_Hipblaslt_<index> and Default rows, for the
-                               sha256 of that file; the interposer checks each index on its
-                               first call";
+  adopt --lib LIB FILE         makes a file naming this library build's solutions the
+                               profile of that build. rocBLAS: a PyTorch TunableOp results
+                               file written on this machine (same build: its ROCBLAS_VERSION
+                               validator must match); each Gemm_Rocblas_<id> row is checked
+                               with check_solution_index on the build and kept or listed as
+                               refused; refused rows and hipBLASLt/tf32 rows become shapes to
+                               tune. hipBLASLt (no GPU needed): a TunableOp file's
+                               Gemm_Hipblaslt_<index>, Default and `*` rows, a hipBLASLt
+                               tuning or override file, hipblaslt-bench lines run with
+                               --algo_method index, or an AITER bf16_tuned_gemm.csv (its
+                               hipblaslt rows); the file must name this build (a tuning
+                               file's Git Version, a TunableOp file's HIPBLASLT_VERSION); the
+                               interposer checks each index on its first call
+
+which and adopt check the files' GCN_ARCH_NAME against the device's architecture: --arch, else
+(rocBLAS) this machine's AMD GPUs as the driver lists them (/sys/class/kfd), where any is
+visible. PyTorch drops a file tuned on another architecture (its solution ids name that
+architecture's kernels): which says so, adopt refuses it (--force adopts it anyway).";
 
 const AFTER: &str = "\
 EXAMPLES:
@@ -37,7 +46,7 @@ EXAMPLES:
     tunedblas profiles adopt --lib /opt/rocm/lib/libhipblaslt.so.1 tunableop_results0.csv
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("profiles", ABOUT, AFTER)
         .arg(args::positionals(
             "ACTION [ARG]",
@@ -46,6 +55,15 @@ fn cli() -> clap::Command {
         ))
         .arg(args::lib_option(
             "(import, which: rocBLAS; adopt: rocBLAS or hipBLASLt) the library build",
+        ))
+        .arg(args::option(
+            "--arch",
+            "GFX[:CUs]",
+            "(which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs); for an AITER table, gfx950:256 picks its device",
+        ))
+        .arg(args::switch(
+            "--force",
+            "(adopt) adopt a file tuned on another architecture or build",
         ))
         .arg(args::profiles_option())
         .arg(args::option(
@@ -56,14 +74,9 @@ fn cli() -> clap::Command {
         .arg(args::switch("--json", "the answer as JSON"))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
 const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("profiles", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let root = a.profile_store();
     let json = a.has("--json");
     match a.positional.first().map(String::as_str) {
@@ -90,7 +103,7 @@ pub fn run(args: &[String]) -> Result<()> {
             // A bare soname (librocblas.so.0) is found where `env` looks.
             let lib = env::find_library(&lib);
             is_rocblas(&lib)?;
-            profiles::which(&root, &lib, json)
+            profiles::which(&root, &lib, &env::Device::new(a.value("--arch")), json)
         }
         Some("import") => {
             let files: Vec<PathBuf> = a.positional[1..].iter().map(PathBuf::from).collect();
@@ -107,11 +120,16 @@ pub fn run(args: &[String]) -> Result<()> {
                 .map(PathBuf::from)
                 .ok_or_else(|| a.usage("adopt needs one results file"))?;
             let lib = env::find_library(&a.lib()?);
+            let force = a.has("--force");
             match tunedblas_tuner::backends::kind_of(&lib)? {
                 tunedblas_tuner::backends::Kind::Hipblaslt => {
-                    profiles::adopt_hipblaslt(&root, &lib, a.value("--name"), &file)
+                    let device = crate::adopt::device(a.value("--arch")).map_err(|e| a.usage(e))?;
+                    crate::adopt::adopt(&root, &lib, a.value("--name"), &file, device, force)
                 }
-                tunedblas_tuner::backends::Kind::Rocblas => profiles::adopt(&root, &lib, &file, json),
+                tunedblas_tuner::backends::Kind::Rocblas => {
+                    let device = env::Device::new(a.value("--arch"));
+                    profiles::adopt(&root, &lib, &file, &device, force, json)
+                }
                 k => Err(Error::failed(format!(
                     "a {} profile is made by `tunedblas tune`: no PyTorch file names its configurations",
                     k.name()

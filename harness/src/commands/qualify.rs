@@ -18,7 +18,7 @@ EXAMPLE:
     tunedblas qualify --lib /opt/rocm/lib/librocblas.so.5
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     let c = args::command("qualify", ABOUT, AFTER)
         .arg(args::lib_option(
             "the library build whose profile is checked (required)",
@@ -28,12 +28,7 @@ fn cli() -> clap::Command {
     args::library_options(c)
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("qualify", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let opened = a.opened()?;
     let report = tunedblas_tuner::with_library!(&opened, l => {
         profiles::qualify_profile(l, &a.profile_store(), a.has("--json"))?

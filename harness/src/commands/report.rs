@@ -28,15 +28,19 @@ and the same figures as a PNG, for terminals and issues:
   - the headline: GEMM time saved, call-weighted (calls x measured heuristic and served
     times from provenance.json), next to the per-shape geometric mean of the tuned rows;
     the shapes whose measurement decided nothing (undecidable, noisy, rejected, failed);
-  - a speedup bar per tuned shape;
-  - \"tune next\": missed and predicted shapes ranked by calls x FLOPs, with the command.";
+    where the --misses run counted a measured shape, its calls weigh it, else the calls
+    recorded before tuning (the headline says which);
+  - a speedup bar per tuned shape, the largest first;
+  - \"tune next\": missed and predicted shapes ranked by calls x FLOPs, each with its --shape
+    (TYPE:AB:m:n:k in rocBLAS's order, as tune takes it: N, then the token count M, then K),
+    and the tune command with this report's --lib and --profiles.";
 
 const AFTER: &str = "\
 EXAMPLE:
     tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("report", ABOUT, AFTER)
         .arg(args::lib_option("the rocBLAS build whose profile is shown"))
         .arg(args::option(
@@ -77,10 +81,6 @@ fn cli() -> clap::Command {
         ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
 /// The problems of a `tunedblas coverage --json` file.
 fn predicted(path: &Path) -> Result<Vec<ProblemKey>> {
     let text = std::fs::read_to_string(path)
@@ -117,8 +117,7 @@ fn write(path: &PathBuf, bytes: &[u8]) -> Result<()> {
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("report", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let p = pick(a.which_profile()?, &a.profile_store())?;
     let rank: usize = a.parsed("--rank", 0, "a rank number")?;
     let inputs: Vec<PathBuf> = a
@@ -129,6 +128,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut seen = report::Seen {
         miss_inputs: a.values("--misses").into_iter().map(String::from).collect(),
         lib: a.value("--lib").unwrap_or_default().to_string(),
+        profiles: a.value("--profiles").map(String::from),
         ..report::Seen::default()
     };
     if !inputs.is_empty() {
@@ -194,15 +194,18 @@ fn summary(data: &report::Data, build: &str) {
     }
     let t = &data.tune_next;
     if !t.items.is_empty() {
-        println!("tune next:");
+        println!("tune next ({}):", report::SPEC_ORDER);
         for (i, n) in t.items.iter().enumerate() {
             println!(
-                "  {:>2}. {} M={} ({}, {} calls)",
+                "  {:>2}. {} M={} ({}, {} calls){}",
                 i + 1,
                 n.label,
                 n.m,
                 n.status.class(),
-                n.calls
+                n.calls,
+                n.spec
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(": --shape {s}"))
             );
         }
         for c in [&t.command, &t.all_missed].into_iter().flatten() {

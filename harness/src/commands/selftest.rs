@@ -6,7 +6,7 @@ use tunedblas_tuner::backends::{cublaslt, Spec};
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     let c = args::command(
         "selftest",
         "The ABI values tunedblas relies on, read back from the real cuBLASLt, and every heuristic answer rebuilt from its readable configuration computing bit-identical results (needs an NVIDIA GPU).",
@@ -16,13 +16,8 @@ fn cli() -> clap::Command {
     args::library_options(c)
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("selftest", cli(), args)?;
-    let lib = cublaslt::Lib::open(&Spec {
+pub fn run(a: &Args) -> Result<()> {
+    let lib = cublaslt::Cublaslt::open(&Spec {
         lib: a.path("--lib"),
         ..a.spec()
     })?;

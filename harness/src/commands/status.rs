@@ -13,11 +13,14 @@ use crate::error::{Error, Result};
 const ABOUT: &str = "\
 Shows what the interposer is doing in every process that runs under it, live: per process
 and backend the calls served (a tuned solution), Default (a Default row), near (a nearby
-token count's solution), missed (no row), passed through (the caller's own choice) and
-fallbacks (a tuned call failed, the caller's own was made), per rank (device) the missed
-calls and shapes, and the most called missed shapes. Read from the
-<host>-<pid>-<start>.status.json files the interposer writes in its miss folder about once
-a second while counters move, and at exit.
+token count's solution), missed (no row, not served near), passed through (the caller's own
+choice) and fallbacks (a tuned call failed, the caller's own was made), the hit rate
+((served + Default + near) / every call not passed through), per rank (device) the missed
+calls and shapes, and the most called missed shapes; then per backend the total over every
+process listed. Read from the <host>-<pid>-<start>.status.json files the interposer writes in
+its miss folder about once a second while counters move, and at exit: every figure is the
+file's own (the totals are their sums), so it says what the summary line and the Prometheus
+file say.
 
 Each process is 'running' (its pid is alive and started when the file says: a reused pid is
 not the old process), 'exited' (it wrote its final counters), 'gone' (it died without
@@ -31,7 +34,7 @@ EXAMPLES:
 ";
 
 /// The command line of `status`: its arguments and their help.
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("status", ABOUT, AFTER)
         .arg(args::positionals(
             "DIR",
@@ -45,17 +48,22 @@ fn cli() -> clap::Command {
         ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-/// One backend's part of a status file, as the interposer writes it.
+/// One backend's part of a status file, as the interposer writes it (`cdylib/src/tally.rs`
+/// says what each figure means). `calls`, `near_shapes` and `hit_rate` are absent from the
+/// files of interposers older than issue 26.
 #[derive(Deserialize, Serialize, Clone, Debug, Default)]
-pub struct Backend {
+pub struct BackendStatus {
     pub backend: String,
     pub counters: Counters,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<u64>,
     #[serde(default)]
     pub missed_shapes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_shapes: Option<u64>,
+    /// A fraction, to a thousandth; `None` where no call was decided (or an older file).
+    #[serde(default)]
+    pub hit_rate: Option<f64>,
     #[serde(default)]
     pub ranks: Vec<Rank>,
     #[serde(default)]
@@ -70,6 +78,85 @@ pub struct Counters {
     pub missed: u64,
     pub passed_through: u64,
     pub fallbacks: u64,
+}
+
+impl Counters {
+    fn sum(&self) -> u64 {
+        self.served + self.default + self.near + self.missed + self.passed_through + self.fallbacks
+    }
+
+    fn add(&mut self, o: &Counters) {
+        self.served += o.served;
+        self.default += o.default;
+        self.near += o.near;
+        self.missed += o.missed;
+        self.passed_through += o.passed_through;
+        self.fallbacks += o.fallbacks;
+    }
+
+    /// The hit rate in tenths of a percent, by the interposer's own rule and rounding
+    /// (`cdylib/src/tally.rs`, `hit_permille`): for the totals, which no file holds.
+    fn hit_permille(&self) -> Option<u64> {
+        let hit = self.served + self.default + self.near;
+        let decided = hit + self.missed + self.fallbacks;
+        (decided > 0).then(|| (hit * 1000 + decided / 2) / decided)
+    }
+}
+
+impl BackendStatus {
+    /// The calls as the file says them (older files: the sum of their outcomes).
+    fn calls(&self) -> u64 {
+        self.calls.unwrap_or_else(|| self.counters.sum())
+    }
+
+    /// The file's hit rate in tenths of a percent: the interposer wrote it to a thousandth.
+    fn hit_permille(&self) -> Option<u64> {
+        self.hit_rate.map(|r| (r * 1000.0).round() as u64)
+    }
+}
+
+/// One backend over every process listed: the sums of their files' figures.
+#[derive(Serialize, Debug, Default)]
+struct Total {
+    backend: String,
+    processes: usize,
+    counters: Counters,
+    calls: u64,
+    /// Over the summed counters, as the interposer computes a process's.
+    hit_rate: Option<f64>,
+}
+
+/// Per backend, in the order they first appear.
+fn totals(procs: &[Process]) -> Vec<Total> {
+    let mut out: Vec<Total> = Vec::new();
+    for b in procs.iter().flat_map(|p| &p.status.backends) {
+        let i = match out.iter().position(|t| t.backend == b.backend) {
+            Some(i) => i,
+            None => {
+                out.push(Total {
+                    backend: b.backend.clone(),
+                    ..Total::default()
+                });
+                out.len() - 1
+            }
+        };
+        let t = &mut out[i];
+        t.processes += 1;
+        t.counters.add(&b.counters);
+        t.calls += b.calls();
+    }
+    for t in &mut out {
+        t.hit_rate = t.counters.hit_permille().map(|p| p as f64 / 1000.0);
+    }
+    out
+}
+
+/// `hit rate 62.5%` (as the exit summary says it), or that no call was decided.
+fn hit_words(permille: Option<u64>) -> String {
+    match permille {
+        Some(p) => format!("hit rate {}.{}%", p / 10, p % 10),
+        None => "no hit rate (no call decided)".into(),
+    }
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default)]
@@ -96,7 +183,7 @@ pub struct File {
     pub updated_unix_ms: u64,
     #[serde(rename = "final")]
     pub finished: bool,
-    pub backends: Vec<Backend>,
+    pub backends: Vec<BackendStatus>,
 }
 
 /// One process as `status` reports it.
@@ -134,6 +221,50 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The name of the user `uid`, where the system knows it.
+fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: a zeroed passwd is a valid out-structure; the buffer outlives the call and
+    // its size is given.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r left a NUL-terminated name in `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// What to do when `what` (the miss folder or its status files) cannot be read: the
+/// interposer keeps its files to the user it runs as (folder 0700 by default, files 0600,
+/// by design: RELIABILITY.md), so a service's folder is read as that user, not by naming
+/// another folder.
+fn denied_advice(dir: &Path, owner_of: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(owner_of) else {
+        return "run tunedblas status as the user the served process runs as".into();
+    };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() == me {
+        return format!(
+            "it is yours, but its mode {mode:04o} does not let you read it (chmod u+rwx {})",
+            dir.display()
+        );
+    }
+    let owner = user_name(meta.uid()).unwrap_or_else(|| meta.uid().to_string());
+    let exe = std::env::current_exe()
+        .ok()
+        .map_or_else(|| "tunedblas".into(), |p| p.display().to_string());
+    format!(
+        "it belongs to user '{owner}' (mode {mode:04o}): the interposer keeps its files to the user it runs as; read them as that user: sudo -u {owner} {exe} status {}",
+        dir.display()
+    )
+}
+
 /// Every status file in `dir`, oldest process first; unreadable files are said on stderr.
 fn read_dir(dir: &Path) -> Result<Vec<Process>> {
     let rd = match std::fs::read_dir(dir) {
@@ -142,14 +273,17 @@ fn read_dir(dir: &Path) -> Result<Vec<Process>> {
         other => other,
     };
     let rd = rd.map_err(|e| {
-        Error::failed(format!(
-            "{}: {e} (the interposer's miss folder: set TUNEDBLAS_MISS_DIR or name the folder)",
-            dir.display()
-        ))
+        let advice = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            denied_advice(dir, dir)
+        } else {
+            "the interposer's miss folder: set TUNEDBLAS_MISS_DIR or name the folder".into()
+        };
+        Error::failed(format!("{}: {e}: {advice}", dir.display()))
     })?;
     let here = tunedblas_core::process::host_name();
     let now = now_ms();
     let mut out = Vec::new();
+    let mut denied: Vec<PathBuf> = Vec::new();
     for e in rd.flatten() {
         let path = e.path();
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
@@ -158,7 +292,14 @@ fn read_dir(dir: &Path) -> Result<Vec<Process>> {
         if !name.ends_with(".status.json") {
             continue;
         }
-        let parsed = std::fs::read(&path)
+        let bytes = match std::fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                denied.push(path);
+                continue;
+            }
+            other => other,
+        };
+        let parsed = bytes
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice::<File>(&b).map_err(|e| e.to_string()));
         let status = match parsed {
@@ -174,6 +315,19 @@ fn read_dir(dir: &Path) -> Result<Vec<Process>> {
             age_s: now.saturating_sub(status.updated_unix_ms) as f64 / 1000.0,
             status,
         });
+    }
+    if let Some(first) = denied.first() {
+        let what = format!(
+            "{}: {} of {} status files cannot be read: {}",
+            dir.display(),
+            denied.len(),
+            denied.len() + out.len(),
+            denied_advice(dir, first)
+        );
+        if out.is_empty() {
+            return Err(Error::failed(what));
+        }
+        eprintln!("tunedblas status: {what}");
     }
     out.sort_by_key(|p| (p.status.start_ticks, p.status.pid));
     Ok(out)
@@ -224,10 +378,21 @@ fn render(procs: &[Process]) -> String {
         ));
         for b in &s.backends {
             let c = &b.counters;
-            let calls = c.served + c.default + c.near + c.missed + c.passed_through + c.fallbacks;
+            let near_shapes = b
+                .near_shapes
+                .map_or(String::new(), |n| format!(" ({n} shapes)"));
             t.push_str(&format!(
-                "  {}: {calls} calls: {} served, {} default, {} near, {} missed ({} shapes), {} passed through, {} fallbacks\n",
-                b.backend, c.served, c.default, c.near, c.missed, b.missed_shapes, c.passed_through, c.fallbacks
+                "  {}: {} calls: {} served, {} default, {} near{near_shapes}, {} missed ({} shapes), {} passed through, {} fallbacks; {}\n",
+                b.backend,
+                b.calls(),
+                c.served,
+                c.default,
+                c.near,
+                c.missed,
+                b.missed_shapes,
+                c.passed_through,
+                c.fallbacks,
+                hit_words(b.hit_permille())
             ));
             for r in &b.ranks {
                 t.push_str(&format!(
@@ -246,11 +411,35 @@ fn render(procs: &[Process]) -> String {
             }
         }
     }
+    let totals = totals(procs);
+    if !totals.is_empty() {
+        let n = procs.len();
+        t.push_str(&format!(
+            "\ntotal over {n} process{}:\n",
+            if n == 1 { "" } else { "es" }
+        ));
+    }
+    for x in &totals {
+        let c = &x.counters;
+        t.push_str(&format!(
+            "  {} ({} process{}): {} calls: {} served, {} default, {} near, {} missed, {} passed through, {} fallbacks; {}\n",
+            x.backend,
+            x.processes,
+            if x.processes == 1 { "" } else { "es" },
+            x.calls,
+            c.served,
+            c.default,
+            c.near,
+            c.missed,
+            c.passed_through,
+            c.fallbacks,
+            hit_words(c.hit_permille())
+        ));
+    }
     t
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("status", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let dir = a
         .positional
         .first()
@@ -266,6 +455,7 @@ pub fn run(args: &[String]) -> Result<()> {
         crate::commands::print_json(&serde_json::json!({
             "dir": dir,
             "processes": procs,
+            "totals": totals(&procs),
         }));
         return Ok(());
     }

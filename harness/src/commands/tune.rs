@@ -65,7 +65,7 @@ fn about() -> String {
     )
 }
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     use args::{option, switch};
     let c = args::command("tune", about(), AFTER)
         .arg(args::positionals(
@@ -98,8 +98,8 @@ fn cli() -> clap::Command {
         ))
         .arg(option(
             "--shard",
-            "I/N",
-            "tune only every N-th shape starting at I (join with `merge`)",
+            "I/N|auto",
+            "tune only every N-th shape starting at I (join with `merge`); auto: I and N from JOB_COMPLETION_INDEX/JOB_COMPLETIONS (Kubernetes) or SLURM_ARRAY_TASK_ID/_COUNT (Slurm)",
         ))
         .arg(option("--ranks", "N", "results files to write (default: one per device)"))
         .arg(switch("--fresh", "discard an unfinished campaign with other shapes"))
@@ -108,12 +108,7 @@ fn cli() -> clap::Command {
     args::method_options(args::library_options(c))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("tune", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let opts = campaign::Options {
         profiles: a.profile_store(),
         name: a.value("--name").map(str::to_string),
@@ -239,6 +234,34 @@ fn lines<L: Library>(
         let text = std::fs::read_to_string(f)
             .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
         let counts = f.to_string_lossy().ends_with(".counts.csv");
+        let mut add = |k: L::Key, calls: u64| match shapes.iter_mut().find(|s| s.0 == k) {
+            Some(s) => s.1 += calls,
+            None => shapes.push((k, calls)),
+        };
+        // hipBLASLt tuning files, HIPBLASLT_LOG_MASK=32 logs and AITER tables name their
+        // shapes too (the core reads them; their indices are not carried over).
+        let format = tunedblas_core::formats::detect(&text);
+        if let Some(parsed) = tunedblas_core::formats::parse_lt(format, &text) {
+            for s in &parsed.skipped {
+                skipped.push(format!("{}:{} ({})", f.display(), s.line, s.reason));
+            }
+            if !opts.quiet {
+                for (why, n) in &parsed.unservable {
+                    eprintln!(
+                        "tunedblas tune: {}: {n} rows: {why}; their shapes are tuned where they name a plain GEMM",
+                        f.display()
+                    );
+                }
+            }
+            for e in parsed.entries {
+                let (op, sig) = tunedblas_core::cublaslt::op_and_signature(&e.key);
+                match lib.parse_key(&format!("{op},{sig}")) {
+                    Some(k) => add(k, 0),
+                    None => skipped.push(format!("{}: {op},{sig}", f.display())),
+                }
+            }
+            continue;
+        }
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty()
                 || line.starts_with("op_name,")
@@ -256,10 +279,7 @@ fn lines<L: Library>(
                             .unwrap_or(0),
                         false => 0,
                     };
-                    match shapes.iter_mut().find(|s| s.0 == k) {
-                        Some(s) => s.1 += calls,
-                        None => shapes.push((k, calls)),
-                    }
+                    add(k, calls);
                 }
                 None => skipped.push(format!("{}:{}", f.display(), n + 1)),
             }

@@ -132,6 +132,19 @@ pub fn headline_text(h: &Headline) -> String {
         || "no tuned row was measured".to_string(),
         |g| format!("per-shape speedup of the tuned rows: geometric mean {g:.2}x across {} shapes, each counted once whatever its calls", h.geomean_shapes),
     );
+    let weights = if h.saved_share.is_none() {
+        String::new()
+    } else if h.given_run_shapes == 0 {
+        "; weighted by the calls recorded before tuning (provenance.json)".into()
+    } else if h.given_run_shapes == h.weighted_shapes {
+        "; weighted by the calls of the given run (--misses)".into()
+    } else {
+        format!(
+            "; weighted by the calls of the given run (--misses) for {} shapes, by the calls recorded before tuning (provenance.json) for the other {}, which the given run did not count (a miss log counts only what was missed: a rocBLAS log of the served run, ROCBLAS_LAYER=4, counts every call)",
+            h.given_run_shapes,
+            h.weighted_shapes - h.given_run_shapes
+        )
+    };
     let uncounted = if h.uncounted_shapes > 0 {
         format!(
             "; {} measured shapes without recorded calls are not in the call-weighted figure",
@@ -140,7 +153,7 @@ pub fn headline_text(h: &Headline) -> String {
     } else {
         String::new()
     };
-    format!("{weighted}; {per_shape}{uncounted}")
+    format!("{weighted}{weights}; {per_shape}{uncounted}")
 }
 
 fn lists_html(d: &Data) -> String {
@@ -168,7 +181,10 @@ fn lists_html(d: &Data) -> String {
         o.push_str("<p>Nothing: every seen shape has a row.</p>\n");
         return o;
     }
-    o.push_str("<ol id=\"tune-next\">\n");
+    o.push_str(&format!(
+        "<p>{}.</p>\n<ol id=\"tune-next\">\n",
+        esc(crate::report::SPEC_ORDER)
+    ));
     for n in &t.items {
         o.push_str(&format!(
             "<li>{} M={} ({}, {} calls, {:.3} MFLOP per call){}</li>\n",
@@ -281,82 +297,143 @@ Recorded calls: {near_calls} near-served, {missed_calls} served by the heuristic
 }
 
 /// Cell size of the PNG map: at most 24x16, narrower for many token counts, never below
-/// 6 wide (every M keeps its label).
+/// 12 wide: every token count keeps its label at twice the font's size, turned up where it
+/// does not fit across.
 pub fn png_cell(cols: usize) -> (usize, usize) {
-    ((1600 / cols.max(1)).clamp(6, 24), 16)
+    ((1600 / cols.max(1)).clamp(12, 24), 16)
 }
 
-/// Draws every token count's label over its column: across where it fits, else its digits
-/// stacked downwards. Returns the height the labels take.
-fn column_labels(c: &mut Canvas, d: &Data, x0: usize, y0: usize, cw: usize) -> usize {
+/// Every text of the PNG is drawn at this scale at least (the font is 3x5: at 1x digits
+/// are 5 pixels tall and unreadable on a screen).
+pub const TEXT: usize = 2;
+/// The headline's first line, larger.
+const BIG: usize = 3;
+
+/// How the column labels are drawn: across when the longest fits its column, else turned
+/// up (read bottom to top), both at [`TEXT`] scale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Labels {
+    Across,
+    Up,
+}
+
+fn labels_of(d: &Data, cw: usize) -> (Labels, usize) {
     let longest = d
         .columns
         .iter()
         .map(|m| m.to_string().len())
         .max()
         .unwrap_or(1);
-    if Canvas::text_width(&"0".repeat(longest), 1) + 3 <= cw {
-        for (j, m) in d.columns.iter().enumerate() {
-            c.text(x0 + j * cw, y0, &m.to_string(), 1, INK);
-        }
-        return 8;
+    if Canvas::text_width(&"0".repeat(longest), TEXT) + 3 <= cw {
+        (Labels::Across, 5 * TEXT)
+    } else {
+        (Labels::Up, Canvas::text_width(&"0".repeat(longest), TEXT))
     }
-    for (j, m) in d.columns.iter().enumerate() {
-        for (i, ch) in m.to_string().chars().enumerate() {
-            c.text(
-                x0 + j * cw + (cw - 2).saturating_sub(3) / 2,
-                y0 + i * 6,
-                &ch.to_string(),
-                1,
-                INK,
-            );
-        }
+}
+
+/// Where column `j`'s label goes: (x, y) of its top-left corner across, or of its bottom-left
+/// corner turned up.
+pub fn column_label_at(l: &Layout, j: usize) -> (usize, usize) {
+    let (cw, _) = l.cell;
+    let x0 = l.label_w + j * cw;
+    match l.labels {
+        Labels::Across => (x0, l.labels_y),
+        Labels::Up => (
+            x0 + (cw - 2).saturating_sub(5 * TEXT) / 2,
+            l.labels_y + l.labels_h,
+        ),
     }
-    longest * 6 + 2
+}
+
+/// The headline as the PNG says it: what tuning saved, then how it was weighed and the
+/// per-shape mean (the HTML page and the terminal have the full sentence).
+pub fn headline_lines(h: &Headline) -> (String, String) {
+    let first = match h.saved_share {
+        Some(s) => format!("TUNING SAVES {:.1}% OF THE GEMM TIME", 100.0 * s),
+        None => "NO CALL-WEIGHTED FIGURE: NO MEASURED SHAPE HAS RECORDED CALLS".into(),
+    };
+    let mut second = Vec::new();
+    if h.saved_share.is_some() {
+        let weights = if h.given_run_shapes == 0 {
+            "CALLS RECORDED BEFORE TUNING".to_string()
+        } else if h.given_run_shapes == h.weighted_shapes {
+            "CALLS OF THE GIVEN RUN".to_string()
+        } else {
+            format!(
+                "CALLS OF THE GIVEN RUN FOR {}, RECORDED BEFORE TUNING FOR {}",
+                h.given_run_shapes,
+                h.weighted_shapes - h.given_run_shapes
+            )
+        };
+        second.push(format!(
+            "SPEEDUP {} OVER {} MEASURED SHAPES, {} CALLS ({weights})",
+            h.weighted_speedup
+                .map_or("-".into(), |x| format!("{x:.2}X")),
+            h.weighted_shapes,
+            h.weighted_calls
+        ));
+    }
+    if let Some(g) = h.geomean {
+        second.push(format!(
+            "PER-SHAPE GEOMEAN {g:.2}X OVER {} TUNED SHAPES",
+            h.geomean_shapes
+        ));
+    }
+    (first, second.join("; "))
 }
 
 /// The legend: a swatch the size of a map cell per status, then never seen, and how the
 /// columns are labelled. Each status swatch adds one cell interior of its colour.
 fn legend(c: &mut Canvas, x: usize, y: usize, cw: usize, ch: usize) -> usize {
     let mut yy = y;
-    let items: Vec<(Rgb, &str)> = Status::ALL
-        .iter()
-        .map(|s| (s.rgb(), s.meaning()))
-        .chain([(NEVER_RGB, "never seen at this M (no cell)")])
-        .collect();
-    for (rgb, what) in items {
+    for (rgb, what) in legend_items() {
         c.rect(x, yy, cw - 2, ch - 2, rgb);
-        c.text(
-            x + cw + 6,
-            yy + 3,
-            &what.replace(';', ",").to_uppercase(),
-            1,
-            INK,
-        );
+        c.text(x + cw + 6, yy + 2, &what, TEXT, INK);
         yy += ch;
     }
-    c.text(
-        x,
-        yy + 3,
-        "COLUMNS: TOKEN COUNT M (ROCBLAS N), EVERY ONE LABELLED, DIGITS STACKED WHERE NARROW",
-        1,
-        INK,
-    );
+    c.text(x, yy + 2, LEGEND_COLUMNS, TEXT, INK);
     yy + ch - y
+}
+
+const LEGEND_COLUMNS: &str = "COLUMNS: TOKEN COUNT M (ROCBLAS N), EVERY ONE LABELLED";
+
+fn legend_items() -> Vec<(Rgb, String)> {
+    Status::ALL
+        .iter()
+        .map(|s| (s.rgb(), s.meaning().replace(';', ",").to_uppercase()))
+        .chain([(NEVER_RGB, "NEVER SEEN AT THIS M (NO CELL)".to_string())])
+        .collect()
 }
 
 const LEGEND_ROWS: usize = Status::ALL.len() + 2;
 
-/// Where the PNG puts things: the label column's width, the top of the column labels and
-/// of the map.
+/// The label under the 1.0x line.
+pub const ONE_LABEL: &str = "1.0X = HEURISTIC";
+
+/// Where the PNG puts things: the label column's width, the headline, the top of the column
+/// labels and of the map, the bars and the 1.0x line's label.
 pub struct Layout {
     pub cell: (usize, usize),
     pub label_w: usize,
+    /// Top of the headline's two lines.
+    pub headline_y: (usize, usize),
     pub labels_y: usize,
+    pub labels: Labels,
+    pub labels_h: usize,
     pub head: usize,
     pub map_h: usize,
+    /// Top of the first bar.
+    pub bars_y: usize,
+    /// Where the 1.0x line is, and the top-left of its label (none without bars).
+    pub one: Option<(usize, (usize, usize))>,
     pub width: usize,
     pub height: usize,
+}
+
+const BAR_LEN: usize = 500;
+
+fn bar_max(d: &Data) -> f64 {
+    d.bars.iter().map(|b| b.speedup).fold(1.0f64, f64::max) * 1.05
 }
 
 pub fn layout(d: &Data) -> Layout {
@@ -364,56 +441,70 @@ pub fn layout(d: &Data) -> Layout {
     let label_w = d
         .rows
         .iter()
-        .map(|r| Canvas::text_width(&r.label, 2))
+        .map(|r| Canvas::text_width(&r.label, TEXT))
         .chain(
             d.bars
                 .iter()
-                .map(|b| Canvas::text_width(&format!("{} M={}", b.label, b.m), 2)),
+                .map(|b| Canvas::text_width(&format!("{} M={}", b.label, b.m), TEXT)),
         )
         .max()
         .unwrap_or(0)
         + 16;
-    let longest = d
-        .columns
+    let headline_y = (26, 26 + 5 * BIG + 6);
+    let legend_y = headline_y.1 + 5 * TEXT + 12;
+    let labels_y = legend_y + LEGEND_ROWS * ch + 6;
+    let (labels, labels_h) = labels_of(d, cw);
+    let head = labels_y + labels_h + 6;
+    let map_h = head + d.rows.len() * ch + 12;
+    let bars_y = map_h + 5 * TEXT + 10;
+    let one = (!d.bars.is_empty()).then(|| {
+        let x = label_w + (BAR_LEN as f64 / bar_max(d)) as usize;
+        let y = bars_y + d.bars.len() * ch + 4;
+        (
+            x,
+            (x.saturating_sub(Canvas::text_width(ONE_LABEL, TEXT) / 2), y),
+        )
+    });
+    let (h1, h2) = headline_lines(&d.headline);
+    let legend_w = legend_items()
         .iter()
-        .map(|m| m.to_string().len())
+        .map(|(_, t)| Canvas::text_width(t, TEXT) + cw + 6)
+        .chain([Canvas::text_width(LEGEND_COLUMNS, TEXT)])
         .max()
-        .unwrap_or(1);
-    let labels_y = 30 + LEGEND_ROWS * ch;
-    let head = labels_y + longest * 6 + 10;
-    let map_h = head + d.rows.len() * ch + 20;
-    let legend_w = Canvas::text_width(Status::Near.meaning(), 1) + cw + 30;
+        .unwrap_or(0);
     let width = (label_w + d.columns.len() * cw + 20)
         .max(label_w + BAR_LEN + 90)
-        .max(legend_w + 16);
-    let height = map_h + d.bars.len() * ch + 40;
+        .max(legend_w + 24)
+        .max(Canvas::text_width(&h1, BIG) + 24)
+        .max(Canvas::text_width(&h2, TEXT) + 24);
+    let height = if d.bars.is_empty() {
+        map_h + 10
+    } else {
+        bars_y + d.bars.len() * ch + 5 * TEXT + 16
+    };
     Layout {
         cell: (cw, ch),
         label_w,
+        headline_y,
         labels_y,
+        labels,
+        labels_h,
         head,
         map_h,
+        bars_y,
+        one,
         width,
         height,
     }
 }
 
-const BAR_LEN: usize = 500;
-
-/// The same figures as a PNG: the legend, the map (each cell's interior in its status
-/// colour, 2 px gaps, never-seen positions pale), then the bars.
+/// The same figures as a PNG: the title and the headline, the legend, the map (each cell's
+/// interior in its status colour, 2 px gaps, never-seen positions pale, every column
+/// labelled), then the bars, the largest speedup first, with the 1.0x line labelled.
 pub fn png(d: &Data) -> Canvas {
-    let Layout {
-        cell: (cw, ch),
-        label_w,
-        labels_y,
-        head,
-        map_h,
-        width,
-        height,
-    } = layout(d);
-    let bar_len = BAR_LEN;
-    let mut c = Canvas::new(width, height, PAPER);
+    let l = layout(d);
+    let (cw, ch) = l.cell;
+    let mut c = Canvas::new(l.width, l.height, PAPER);
     let k = &d.counts;
     c.text(
         8,
@@ -422,40 +513,62 @@ pub fn png(d: &Data) -> Canvas {
             "TUNEDBLAS {} ({} TUNED, {} DEFAULT, {} NEAR, {} MISSED, {} PREDICTED)",
             d.profile, k.tuned, k.default, k.near, k.missed, k.predicted
         ),
-        2,
+        TEXT,
         INK,
     );
-    legend(&mut c, 8, 28, cw, ch);
-    column_labels(&mut c, d, label_w, labels_y, cw);
+    let (h1, h2) = headline_lines(&d.headline);
+    c.text(8, l.headline_y.0, &h1, BIG, INK);
+    c.text(8, l.headline_y.1, &h2, TEXT, INK);
+    legend(&mut c, 8, l.headline_y.1 + 5 * TEXT + 12, cw, ch);
+    for (j, m) in d.columns.iter().enumerate() {
+        let (x, y) = column_label_at(&l, j);
+        match l.labels {
+            Labels::Across => c.text(x, y, &m.to_string(), TEXT, INK),
+            Labels::Up => {
+                c.text_up(x, y, &m.to_string(), TEXT, INK);
+                0
+            }
+        };
+    }
     for (i, row) in d.rows.iter().enumerate() {
-        let y = head + i * ch;
-        c.text(8, y + 4, &row.label, 2, INK);
+        let y = l.head + i * ch;
+        c.text(8, y + 3, &row.label, TEXT, INK);
         for (j, m) in d.columns.iter().enumerate() {
             let rgb = row
                 .cells
                 .iter()
                 .find(|x| x.m == *m)
                 .map_or(NEVER_RGB, |x| x.status.rgb());
-            c.rect(label_w + j * cw, y, cw - 2, ch - 2, rgb);
+            c.rect(l.label_w + j * cw, y, cw - 2, ch - 2, rgb);
         }
     }
-    let max = d.bars.iter().map(|b| b.speedup).fold(1.0f64, f64::max) * 1.05;
+    if d.bars.is_empty() {
+        return c;
+    }
+    c.text(
+        8,
+        l.map_h,
+        "SPEEDUP OF EACH TUNED SHAPE OVER THE HEURISTIC, LARGEST FIRST",
+        TEXT,
+        INK,
+    );
+    let max = bar_max(d);
     for (i, b) in d.bars.iter().enumerate() {
-        let y = map_h + i * ch;
-        c.text(8, y + 4, &format!("{} M={}", b.label, b.m), 2, INK);
-        let w = ((b.speedup / max) * bar_len as f64).max(1.0) as usize;
-        c.rect(label_w, y, w, ch - 4, BAR_RGB);
+        let y = l.bars_y + i * ch;
+        c.text(8, y + 3, &format!("{} M={}", b.label, b.m), TEXT, INK);
+        let w = ((b.speedup / max) * BAR_LEN as f64).max(1.0) as usize;
+        c.rect(l.label_w, y, w, ch - 4, BAR_RGB);
         c.text(
-            label_w + w + 6,
+            l.label_w + w + 6,
             y + 2,
             &format!("{:.2}X", b.speedup),
-            2,
+            TEXT,
             INK,
         );
     }
-    if !d.bars.is_empty() {
-        let one = label_w + (bar_len as f64 / max) as usize;
-        c.rect(one, map_h - 4, 1, d.bars.len() * ch + 4, RULE);
+    if let Some((x, (lx, ly))) = l.one {
+        c.rect(x, l.bars_y - 4, 1, d.bars.len() * ch + 6, RULE);
+        c.text(lx, ly, ONE_LABEL, TEXT, INK);
     }
     c
 }

@@ -61,14 +61,16 @@ pub trait Bench {
     /// rest.
     fn time(&self, algo: &Self::Algo, calls: usize) -> Result<f64> {
         let run = |i| self.run(algo, i);
-        self.timer().time(&self.id(algo), calls, self.sets(), &run)
+        self.timer()
+            .time(&self.id(algo), (calls, self.sets()), &run, false)
     }
 
     /// A short screening sample of `algo`: no rest, and a graph that fails is the
     /// algorithm's failure.
     fn probe(&self, algo: &Self::Algo, calls: usize) -> Result<f64> {
         let run = |i| self.run(algo, i);
-        self.timer().probe(&self.id(algo), calls, self.sets(), &run)
+        self.timer()
+            .time(&self.id(algo), (calls, self.sets()), &run, true)
     }
 }
 

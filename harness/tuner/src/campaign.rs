@@ -126,10 +126,11 @@ pub struct Summary {
     pub outcomes: Vec<Outcome>,
 }
 
-/// What a worker sends: its device's limits, or a finished shape.
+/// What a worker sends: its device's limits, or a finished shape with where to say it is
+/// checkpointed (the worker takes its next shape only then).
 enum Msg {
     Limits(i32, Limits),
-    Done(Box<Outcome>),
+    Done(Box<Outcome>, mpsc::Sender<()>),
 }
 
 fn fmt_ms(x: Option<f64>) -> String {
@@ -306,6 +307,7 @@ impl<L: Library> Work<'_, L> {
             },
             _ => None,
         };
+        let (ack, acked) = mpsc::channel();
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some((key, calls)) = queue.get(i) else {
@@ -326,7 +328,7 @@ impl<L: Library> Work<'_, L> {
                     Err(e) => o.error = Some(e.message),
                 },
             }
-            if tx.send(Msg::Done(Box::new(o))).is_err() {
+            if tx.send(Msg::Done(Box::new(o), ack.clone())).is_err() || acked.recv().is_err() {
                 break;
             }
         }
@@ -352,7 +354,7 @@ impl<L: Library> Work<'_, L> {
             }
             drop(tx);
             for msg in rx {
-                let o = match msg {
+                let (o, ack) = match msg {
                     Msg::Limits(d, l) => {
                         if human {
                             progress.println(&format!("device {d}: {}", l.line()));
@@ -360,13 +362,14 @@ impl<L: Library> Work<'_, L> {
                         limits.insert(d, l);
                         continue;
                     }
-                    Msg::Done(o) => *o,
+                    Msg::Done(o, ack) => (*o, ack),
                 };
                 // A shape that could not be tuned is not checkpointed: the same command
                 // again retries it.
                 if o.error.is_none() {
                     checkpoint.append(&o)?;
                 }
+                let _ = ack.send(());
                 progress.advance(&self.label(&o));
                 if human {
                     progress.println(&format!(

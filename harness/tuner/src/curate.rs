@@ -22,6 +22,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::numerics::median;
+
 /// A profile's row for a shape: what curation keeps, writes or compares against.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Row {
@@ -175,17 +177,6 @@ mod row_text {
     pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Row>, D::Error> {
         let text: Option<String> = Option::deserialize(de)?;
         Ok(text.map(|t| Row::parse(&t)))
-    }
-}
-
-pub fn median(v: &[f64]) -> f64 {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

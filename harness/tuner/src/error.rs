@@ -5,11 +5,11 @@
 //! | code | kind | in every command |
 //! |---|---|---|
 //! | 0 | - | success (`tune` with nothing left to tune included) |
-//! | 1 | [`Kind::Failed`] | the work failed; the message says why |
-//! | 2 | [`Kind::Usage`] | the command line: unknown option or command, a value missing or malformed (`--shape`, `--trials`, ...) |
-//! | 3 | [`Kind::NotLoaded`] | the library cannot be loaded or is not the one named |
-//! | 4 | [`Kind::NoDevice`] | no usable device |
-//! | 3, 4 | [`Kind::Verdict`] | `coverage --strict`: missing, unservable |
+//! | 1 | [`ErrorKind::Failed`] | the work failed; the message says why |
+//! | 2 | [`ErrorKind::Usage`] | the command line: unknown option or command, a value missing or malformed (`--shape`, `--trials`, ...) |
+//! | 3 | [`ErrorKind::NotLoaded`] | the library cannot be loaded or is not the one named |
+//! | 4 | [`ErrorKind::NoDevice`] | no usable device |
+//! | 3, 4 | [`ErrorKind::Verdict`] | `coverage --strict`: missing, unservable |
 //!
 //! A closed output pipe is none of these: SIGPIPE ends the process (see `main`).
 
@@ -17,7 +17,7 @@ use std::fmt;
 
 /// What kind of failure, for the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum ErrorKind {
     /// The work failed: exit 1.
     Failed,
     /// A mistake on the command line: exit 2, with a hint naming the command's help.
@@ -34,7 +34,7 @@ pub enum Kind {
 /// A failure with the words a user needs: what failed and what to do.
 #[derive(Debug)]
 pub struct Error {
-    pub kind: Kind,
+    pub kind: ErrorKind,
     pub message: String,
     /// The command whose help a usage error points to (`run 'tunedblas help <command>'`).
     pub command: Option<String>,
@@ -43,7 +43,7 @@ pub struct Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    fn of(kind: Kind, message: impl Into<String>) -> Error {
+    fn of(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
             kind,
             message: message.into(),
@@ -53,7 +53,7 @@ impl Error {
 
     /// The work failed (exit 1).
     pub fn failed(message: impl Into<String>) -> Error {
-        Error::of(Kind::Failed, message)
+        Error::of(ErrorKind::Failed, message)
     }
 
     /// A command-line mistake in `command` (exit 2). `command` is the name `tunedblas help`
@@ -61,23 +61,23 @@ impl Error {
     pub fn usage(command: &str, message: impl Into<String>) -> Error {
         Error {
             command: Some(command.to_string()).filter(|c| !c.is_empty()),
-            ..Error::of(Kind::Usage, message)
+            ..Error::of(ErrorKind::Usage, message)
         }
     }
 
     /// The library cannot be loaded or is not the one named (exit 3).
     pub fn not_loaded(message: impl Into<String>) -> Error {
-        Error::of(Kind::NotLoaded, message)
+        Error::of(ErrorKind::NotLoaded, message)
     }
 
     /// No usable device (exit 4).
     pub fn no_device(message: impl Into<String>) -> Error {
-        Error::of(Kind::NoDevice, message)
+        Error::of(ErrorKind::NoDevice, message)
     }
 
     /// A negative answer to a check run to gate on, with its documented `code`.
     pub fn verdict(code: u8, message: impl Into<String>) -> Error {
-        Error::of(Kind::Verdict(code), message)
+        Error::of(ErrorKind::Verdict(code), message)
     }
 
     /// The same error with `context: ` before its message (which file, which shape).
@@ -88,11 +88,11 @@ impl Error {
 
     pub fn exit_code(&self) -> u8 {
         match self.kind {
-            Kind::Failed => 1,
-            Kind::Usage => 2,
-            Kind::NotLoaded => 3,
-            Kind::NoDevice => 4,
-            Kind::Verdict(code) => code,
+            ErrorKind::Failed => 1,
+            ErrorKind::Usage => 2,
+            ErrorKind::NotLoaded => 3,
+            ErrorKind::NoDevice => 4,
+            ErrorKind::Verdict(code) => code,
         }
     }
 
@@ -100,7 +100,7 @@ impl Error {
     /// line that leads to the command's help (never the whole usage text).
     pub fn report(&self) -> String {
         let mut text = format!("error: {}", self.message);
-        if self.kind == Kind::Usage {
+        if self.kind == ErrorKind::Usage {
             if self.message.contains('\n') {
                 text.push('\n');
             }

@@ -167,8 +167,10 @@ pub fn measure(rt: &Runtime, mode: Mode, copy_bytes: usize, trials: usize) -> Re
     let s = timer.stream;
     let sample = |id: &[u8], ops: usize, op: &dyn Fn() -> Result<()>| -> Result<Vec<f64>> {
         let run = |_| op();
-        timer.time(id, ops, 1, &run)?; // warm-up, graph captured
-        (0..trials).map(|_| timer.time(id, ops, 1, &run)).collect()
+        timer.time(id, (ops, 1), &run, false)?; // warm-up, graph captured
+        (0..trials)
+            .map(|_| timer.time(id, (ops, 1), &run, false))
+            .collect()
     };
     let copies = sample(b"copy", 4, &|| rt.copy(&dst, &src, copy_bytes, s))?;
     let floor = match rt.memset_async(&dst, 4, s) {

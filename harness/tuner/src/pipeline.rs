@@ -60,7 +60,7 @@ pub struct Method {
 /// compute-heavy shapes kept an H200's tensor cores busy for seconds; it capped its power in
 /// software, its SM clock wandered, and those shapes' samples spread up to 9%. Resting 1x
 /// kept the clock at 1980 MHz and the spreads at most 1.0%; 3x did no better
-/// (docs/benchmarks/cublaslt-h200.md). Not yet measured on an AMD GPU.
+/// (BENCHMARKS.md, "the rest between samples"). Not yet measured on an AMD GPU.
 pub const DEFAULT_REST: f64 = 1.0;
 
 impl Default for Method {
@@ -291,6 +291,28 @@ pub fn tune_shape<B: Bench>(
         }
     }
 
+    // What every verdict is reported with.
+    let (survivors, heuristic) = (cands.len(), heur.name.clone());
+    let done = move |verdict, leaders, rounds, confirm_delta, heuristic_spread, warm_up_ms| Tuned {
+        heuristic,
+        screen: stats,
+        dropped,
+        survivors,
+        calls_per_sample: calls,
+        input_sets: b.sets(),
+        leaders,
+        rounds,
+        confirm_delta,
+        fresh_delta: None,
+        heuristic_spread,
+        warm_up_ms,
+        timing: b.timer().mode_name(),
+        limit: None,
+        seconds: t0.elapsed().as_secs_f64(),
+        verdict,
+        mixed: b.timer().mixed(),
+    };
+
     // The current row: one that no longer runs (or computes wrong results) on this build
     // goes.
     let cur_algo = match current {
@@ -304,25 +326,7 @@ pub fn tune_shape<B: Bench>(
                 v.decision = Decision::Drop;
                 v.row = rules.keep_default.then_some(Row::Default);
                 v.reason = format!("the current row's solution {name} fails on this build: {e}");
-                return Ok(Tuned {
-                    heuristic: heur.name,
-                    screen: stats,
-                    dropped,
-                    survivors: cands.len(),
-                    calls_per_sample: calls,
-                    input_sets: b.sets(),
-                    leaders: vec![],
-                    rounds: vec![],
-                    confirm_delta: None,
-                    fresh_delta: None,
-                    heuristic_spread: f64::NAN,
-                    warm_up_ms: 0.0,
-                    timing: b.timer().mode_name(),
-                    limit: None,
-                    seconds: t0.elapsed().as_secs_f64(),
-                    verdict: v,
-                    mixed: b.timer().mixed(),
-                });
+                return Ok(done(v, vec![], vec![], None, f64::NAN, 0.0));
             }
         },
         _ => None,
@@ -385,29 +389,18 @@ pub fn tune_shape<B: Bench>(
         }
     }
     let h: Vec<f64> = rounds_of.iter().map(|r| r.heuristic).collect();
-    Ok(Tuned {
-        heuristic: heur.name,
-        screen: stats,
-        dropped,
-        survivors: cands.len(),
-        calls_per_sample: calls,
-        input_sets: b.sets(),
-        leaders: leaders
-            .iter()
-            .take(5)
-            .map(|&(i, ms)| (cands[i].name.clone(), ms))
-            .collect(),
-        rounds: rounds_of,
-        confirm_delta,
-        fresh_delta: None,
-        heuristic_spread: spread(&h),
-        warm_up_ms,
-        timing: b.timer().mode_name(),
-        limit: None,
-        seconds: t0.elapsed().as_secs_f64(),
+    let leaders = leaders.iter().take(5);
+    let leaders = leaders
+        .map(|&(i, ms)| (cands[i].name.clone(), ms))
+        .collect();
+    Ok(done(
         verdict,
-        mixed: b.timer().mixed(),
-    })
+        leaders,
+        rounds_of,
+        confirm_delta,
+        spread(&h),
+        warm_up_ms,
+    ))
 }
 
 fn pct(x: Option<f64>) -> String {

@@ -134,48 +134,36 @@ impl<'r> Timer<'r> {
     /// Milliseconds per call over `calls` calls (at least one per input set in graph
     /// mode), `run(i)` enqueueing call `i`, in this problem's mode; then the rest. `id`
     /// names the algorithm (its graphs are cached by it). A graph mode that fails falls
-    /// back to events for good, said once.
+    /// back to events for good, said once. A screening `probe` has no rest and no
+    /// fallback: one whose capture fails is timed with events (the shape's mode stays: an
+    /// algorithm that cannot be captured is found out by the trials, which never adopt it
+    /// unreplayed).
     pub fn time(
         &self,
         id: &[u8],
-        calls: usize,
-        sets: usize,
+        (calls, sets): (usize, usize),
         run: &dyn Fn(usize) -> Result<()>,
+        probe: bool,
     ) -> Result<f64> {
         if self.graph.get() {
             match self.time_graph(id, calls, sets, run) {
                 Ok((ms, busy)) => {
-                    self.graph_samples.set(self.graph_samples.get() + 1);
-                    crate::rest::after(self.rest, busy);
+                    if !probe {
+                        self.graph_samples.set(self.graph_samples.get() + 1);
+                        crate::rest::after(self.rest, busy);
+                    }
                     return Ok(ms);
                 }
                 Err(Failure::Work(e)) => return Err(e),
-                Err(Failure::Mode(why)) => self.failed(why),
+                Err(Failure::Mode(why)) if !probe => self.failed(why),
+                Err(Failure::Mode(_)) => {}
             }
         }
         let ms = self.time_events(calls, run)?;
-        crate::rest::after(self.rest, ms * calls.max(1) as f64);
+        if !probe {
+            crate::rest::after(self.rest, ms * calls.max(1) as f64);
+        }
         Ok(ms)
-    }
-
-    /// [`Timer::time`] without the fallback and the rest: a screening probe. A probe whose
-    /// capture fails is timed with events (the shape's mode stays: an algorithm that
-    /// cannot be captured is found out by the trials, which never adopt it unreplayed).
-    pub fn probe(
-        &self,
-        id: &[u8],
-        calls: usize,
-        sets: usize,
-        run: &dyn Fn(usize) -> Result<()>,
-    ) -> Result<f64> {
-        if !self.graph.get() {
-            return self.time_events(calls, run);
-        }
-        match self.time_graph(id, calls, sets, run) {
-            Ok((ms, _)) => Ok(ms),
-            Err(Failure::Work(e)) => Err(e),
-            Err(Failure::Mode(_)) => self.time_events(calls, run),
-        }
     }
 
     /// `calls` calls (one per input set at least) captured once, replayed between the
@@ -293,14 +281,16 @@ mod tests {
             "events (graph: the CUDA runtime has no stream capture and graph calls)"
         );
         assert!(!t.mixed(), "no graph sample was taken before the fallback");
-        let ms = t.time(b"a", 3, 1, &|_| Ok(())).unwrap();
+        let ms = t.time(b"a", (3, 1), &|_| Ok(()), false).unwrap();
         assert!(ms >= 0.0);
         let e = Timer::new(&rt, Mode::Events, 0.0, None, "shape".into()).unwrap();
         assert_eq!(e.mode_name(), "events");
         // A failing call is the algorithm's error, in either mode.
         let fail = |_| Err(crate::error::Error::failed("refused"));
-        assert_eq!(t.time(b"b", 2, 1, &fail).unwrap_err().message, "refused");
-        assert_eq!(t.probe(b"b", 2, 1, &fail).unwrap_err().message, "refused");
+        for probe in [false, true] {
+            let e = t.time(b"b", (2, 1), &fail, probe).unwrap_err();
+            assert_eq!(e.message, "refused");
+        }
     }
 
     #[test]
@@ -315,7 +305,7 @@ mod tests {
         let t0 = std::time::Instant::now();
         let mut device_ms = 0.0;
         for _ in 0..5 {
-            device_ms += 4.0 * t.time(b"a", 4, 1, &busy).unwrap();
+            device_ms += 4.0 * t.time(b"a", (4, 1), &busy, false).unwrap();
         }
         let wall = t0.elapsed().as_secs_f64() * 1e3;
         // The samples themselves, then twice their time idle after each.

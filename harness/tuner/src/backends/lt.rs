@@ -12,6 +12,7 @@ use tunedblas_core::abi::Stream;
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::key::Trans;
 
+use super::ShapeKey;
 use crate::bench::{Bench, Cand, Screen};
 use crate::curate::Row;
 use crate::dl::{self, Handle};
@@ -22,8 +23,9 @@ use crate::runtime::{DevBuf, Runtime};
 use crate::timer::{Delay, Timer};
 
 type Status = i32;
-type Obj = *mut c_void;
-type LtMatmulFn = unsafe extern "C-unwind" fn(
+pub type Obj = *mut c_void;
+/// `cublasLtMatmul` / `hipblasLtMatmul`.
+pub type LtMatmulFn = unsafe extern "C-unwind" fn(
     Obj,
     Obj,
     *const c_void,
@@ -50,6 +52,7 @@ type SetFn = unsafe extern "C" fn(Obj, i32, *const c_void, usize) -> Status;
 type DestroyFn = unsafe extern "C" fn(Obj) -> Status;
 
 /// The attribute numbers of one API.
+#[derive(Clone, Copy)]
 pub struct Attrs {
     pub transa: i32,
     pub transb: i32,
@@ -70,18 +73,19 @@ pub struct Attrs {
 }
 
 /// One Lt API, loaded.
+#[derive(Clone, Copy)]
 pub struct LtApi {
     pub name: &'static str,
     pub attrs: Attrs,
     pub create: CreateObjFn,
     pub matmul: LtMatmulFn,
     heuristic: HeuristicFn,
-    desc_create: DescCreateFn,
-    desc_destroy: DestroyFn,
-    desc_set: SetFn,
-    layout_create: LayoutCreateFn,
-    layout_destroy: DestroyFn,
-    layout_set: SetFn,
+    pub(crate) desc_create: DescCreateFn,
+    pub(crate) desc_destroy: DestroyFn,
+    pub(crate) desc_set: SetFn,
+    pub(crate) layout_create: LayoutCreateFn,
+    pub(crate) layout_destroy: DestroyFn,
+    pub(crate) layout_set: SetFn,
     pref_create: CreateObjFn,
     pref_destroy: DestroyFn,
     pref_set: SetFn,
@@ -120,6 +124,28 @@ impl LtApi {
                 pref_destroy: dl::need(h, &s("MatmulPreferenceDestroy"), name)?,
                 pref_set: dl::need(h, &s("MatmulPreferenceSetAttribute"), name)?,
                 check,
+            })
+        }
+    }
+
+    /// This API with its descriptor and layout functions as a linked host resolves them
+    /// (`RTLD_DEFAULT`: an LD_PRELOADed interposer's when one is preloaded, which then keeps
+    /// what the objects are made and set with), everything else its own: the objects a
+    /// PyTorch process hands the interposer's matmul (`tunedblas overhead`).
+    pub fn with_global_objects(&self, prefix: &str) -> Result<LtApi> {
+        let g = libc::RTLD_DEFAULT;
+        let s = |n: &str| format!("{prefix}{n}");
+        let name = "the process";
+        // SAFETY: every symbol has the C type cublasLt.h / hipblaslt.h give it.
+        unsafe {
+            Ok(LtApi {
+                desc_create: dl::need(g, &s("MatmulDescCreate"), name)?,
+                desc_destroy: dl::need(g, &s("MatmulDescDestroy"), name)?,
+                desc_set: dl::need(g, &s("MatmulDescSetAttribute"), name)?,
+                layout_create: dl::need(g, &s("MatrixLayoutCreate"), name)?,
+                layout_destroy: dl::need(g, &s("MatrixLayoutDestroy"), name)?,
+                layout_set: dl::need(g, &s("MatrixLayoutSetAttribute"), name)?,
+                ..*self
             })
         }
     }
@@ -395,18 +421,31 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
     /// one a linked host resolves, which a preloaded interposer serves); `algo` null is
     /// the library's heuristic.
     pub(crate) fn launch_with(&self, f: LtMatmulFn, algo: *const c_void, set: usize) -> Status {
+        self.launch_on(f, self.desc, self.layouts, algo, set)
+    }
+
+    /// [`Self::launch_with`] on descriptors `desc` and layouts `l` (A, B, C, D) of this
+    /// problem's types and sizes, made by the caller (`tunedblas overhead`: as PyTorch
+    /// makes them per call).
+    pub(crate) fn launch_on(
+        &self,
+        f: LtMatmulFn,
+        desc: Obj,
+        l: [Obj; 4],
+        algo: *const c_void,
+        set: usize,
+    ) -> Status {
         let s = &self.sets[set % self.sets.len()];
         let ws = if self.workspace_bytes > 0 {
             self.workspace.ptr
         } else {
             std::ptr::null_mut()
         };
-        let l = &self.layouts;
         // SAFETY: live descriptors and buffers of this problem's sizes.
         unsafe {
             f(
                 self.session.handle(),
-                self.desc,
+                desc,
                 (&self.alpha as *const f32).cast(),
                 s[0].ptr,
                 l[0],
@@ -529,16 +568,6 @@ impl<F: Flavor> Bench for LtProblem<'_, F> {
 }
 
 /// `op,signature` of an Lt key.
-pub fn key_text(key: &LtKey) -> String {
-    let (op, sig) = op_and_signature(key);
-    format!("{op},{sig}")
-}
-
-pub fn parse_key(text: &str) -> Option<LtKey> {
-    let mut f = text.trim().splitn(3, ',');
-    tunedblas_core::cublaslt::parse_key(f.next()?, f.next()?).ok()
-}
-
 /// `--shape N,M,K`: `F.linear` of N outputs, M tokens and K inputs in bf16.
 pub fn parse_spec(s: &str) -> std::result::Result<LtKey, String> {
     let v: Vec<i64> = s.split(',').filter_map(|x| x.trim().parse().ok()).collect();
@@ -548,17 +577,6 @@ pub fn parse_spec(s: &str) -> std::result::Result<LtKey, String> {
             "--shape takes N,M,K (F.linear out, tokens, in), not {s:?}"
         )),
     }
-}
-
-/// `bf16 2560x1536` (out x in) and the token count.
-pub fn label(k: &LtKey) -> (String, i64) {
-    let t = match k.a_type {
-        R_16BF => "bf16",
-        R_16F => "f16",
-        R_32F => "f32",
-        _ => "?",
-    };
-    (format!("{t} {}x{}", k.m, k.k), k.n)
 }
 
 /// A results file of Lt rows with `validators`.
@@ -576,16 +594,40 @@ pub fn results(validators: Vec<(String, String)>, rows: &[(LtKey, String, Option
             })
             .collect(),
         skipped: Vec::new(),
+        wildcards: Vec::new(),
     }
     .to_text()
 }
 
-pub fn read(text: &str) -> Vec<(LtKey, String, Option<f64>)> {
-    parse_results(text)
-        .rows
-        .into_iter()
-        .map(|r| (r.key, r.action.solution_text(), r.time_ms))
-        .collect()
+impl ShapeKey for LtKey {
+    fn text(&self) -> String {
+        let (op, sig) = op_and_signature(self);
+        format!("{op},{sig}")
+    }
+    fn parse(text: &str) -> Option<LtKey> {
+        let mut f = text.trim().splitn(3, ',');
+        tunedblas_core::cublaslt::parse_key(f.next()?, f.next()?).ok()
+    }
+    fn parse_spec(spec: &str) -> std::result::Result<LtKey, String> {
+        parse_spec(spec)
+    }
+    /// `bf16 2560x1536` (out x in) and the token count.
+    fn label(&self) -> (String, i64) {
+        let t = match self.a_type {
+            R_16BF => "bf16",
+            R_16F => "f16",
+            R_32F => "f32",
+            _ => "?",
+        };
+        (format!("{t} {}x{}", self.m, self.k), self.n)
+    }
+    fn read(text: &str) -> Vec<(LtKey, String, Option<f64>)> {
+        parse_results(text)
+            .rows
+            .into_iter()
+            .map(|r| (r.key, r.action.solution_text(), r.time_ms))
+            .collect()
+    }
 }
 
 /// What a row is to `lib`.

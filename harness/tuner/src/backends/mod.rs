@@ -106,36 +106,65 @@ impl Spec {
     }
 }
 
+/// What a library keys its shapes by: how results and miss files write and read them.
+pub trait ShapeKey: Copy + Eq + Ord + std::hash::Hash + Send + Sync + std::fmt::Debug {
+    /// `op_name,params_signature`, as results and miss files write the shape.
+    fn text(&self) -> String;
+    fn parse(text: &str) -> Option<Self>;
+    /// An explicit shape as `--shape` gives it.
+    fn parse_spec(spec: &str) -> std::result::Result<Self, String>;
+    /// A short name of the shape for progress lines, and the token count (M of a linear
+    /// layer) it is sorted by within its layer.
+    fn label(&self) -> (String, i64);
+    /// The rows of a results file: key, solution, ms.
+    fn read(text: &str) -> Vec<(Self, String, Option<f64>)>;
+}
+
 /// A library, loaded once per process: what the campaign needs of it.
 pub trait Library: Sync {
-    type Key: Copy + Eq + Ord + std::hash::Hash + Send + Sync + std::fmt::Debug;
+    type Key: ShapeKey;
     type Session<'l>: Session<Key = Self::Key>
     where
         Self: 'l;
-    fn kind(&self) -> Kind;
-    fn build(&self) -> &Build;
-    fn runtime(&self) -> &Runtime;
+    /// Which library it is, the build loaded and the runtime it runs on.
+    fn parts(&self) -> (Kind, &Build, &Runtime);
+    fn kind(&self) -> Kind {
+        self.parts().0
+    }
+    fn build(&self) -> &Build {
+        self.parts().1
+    }
+    fn runtime(&self) -> &Runtime {
+        self.parts().2
+    }
     /// Opens `device` for the calling thread: the device made current, the library's
     /// handle and whatever else is per device.
     fn session(&self, device: i32) -> Result<Self::Session<'_>>;
-    /// `op_name,params_signature`, as results and miss files write the shape.
-    fn key_text(&self, key: &Self::Key) -> String;
-    fn parse_key(&self, text: &str) -> Option<Self::Key>;
-    /// An explicit shape as `--shape` gives it.
-    fn parse_spec(&self, spec: &str) -> std::result::Result<Self::Key, String>;
-    /// A short name of the shape for progress lines, and the token count (M of a linear
-    /// layer) it is sorted by within its layer.
-    fn label(&self, key: &Self::Key) -> (String, i64);
+    fn key_text(&self, key: &Self::Key) -> String {
+        key.text()
+    }
+    fn parse_key(&self, text: &str) -> Option<Self::Key> {
+        Self::Key::parse(text)
+    }
+    fn parse_spec(&self, spec: &str) -> std::result::Result<Self::Key, String> {
+        Self::Key::parse_spec(spec)
+    }
+    fn label(&self, key: &Self::Key) -> (String, i64) {
+        key.label()
+    }
     /// What a row's solution is to this library.
     fn row(&self, solution: &str) -> Row;
     /// A results file of `rows` (key, solution, ms), with the build's validators.
     fn results(&self, rows: &[(Self::Key, String, Option<f64>)]) -> String;
-    /// The rows of a results file: key, solution, ms.
-    fn read(&self, text: &str) -> Vec<(Self::Key, String, Option<f64>)>;
+    fn read(&self, text: &str) -> Vec<(Self::Key, String, Option<f64>)> {
+        Self::Key::read(text)
+    }
     /// Fields of the build's registry entry and the campaign record (versions, arch).
     fn describe(&self) -> Vec<(&'static str, String)>;
     /// The arguments that make a `tunedblas confirm` child load this library as loaded.
-    fn child_args(&self) -> Vec<OsString>;
+    fn child_args(&self) -> Vec<OsString> {
+        Spec::default().args(self.kind(), &self.build().path, &self.runtime().path)
+    }
 }
 
 /// One device of a library, on one thread.
@@ -151,9 +180,9 @@ pub trait Session {
 
 /// Every library this process has opened, by kind.
 pub enum Opened {
-    Rocblas(rocblas::Lib),
-    Hipblaslt(hipblaslt::Lib),
-    Cublaslt(cublaslt::Lib),
+    Rocblas(rocblas::Rocblas),
+    Hipblaslt(hipblaslt::Hipblaslt),
+    Cublaslt(cublaslt::Cublaslt),
 }
 
 /// Runs `$body` with `$l` bound to the library inside `$opened`, whatever its kind.
@@ -173,9 +202,9 @@ impl Opened {
     /// another library is exit 3, a runtime that sees no device exit 4.
     pub fn open(kind: Kind, spec: &Spec) -> Result<Opened> {
         Ok(match kind {
-            Kind::Rocblas => Opened::Rocblas(rocblas::Lib::open(spec)?),
-            Kind::Hipblaslt => Opened::Hipblaslt(hipblaslt::Lib::open(spec)?),
-            Kind::Cublaslt => Opened::Cublaslt(cublaslt::Lib::open(spec)?),
+            Kind::Rocblas => Opened::Rocblas(rocblas::Rocblas::open(spec)?),
+            Kind::Hipblaslt => Opened::Hipblaslt(hipblaslt::Hipblaslt::open(spec)?),
+            Kind::Cublaslt => Opened::Cublaslt(cublaslt::Cublaslt::open(spec)?),
         })
     }
 
@@ -260,9 +289,9 @@ pub mod tests {
         unsafe { crate::runtime::Runtime::load(crate::runtime::Api::Cuda, h, rt.clone()) }.unwrap()
     }
 
-    pub fn cublaslt_stand_in() -> super::cublaslt::Lib {
+    pub fn cublaslt_stand_in() -> super::cublaslt::Cublaslt {
         let (lib, rt) = stand_ins();
-        super::cublaslt::Lib::open(&super::Spec {
+        super::cublaslt::Cublaslt::open(&super::Spec {
             lib: Some(lib.clone()),
             runtime: Some(rt.clone()),
             arch: None,

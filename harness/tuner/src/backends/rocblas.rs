@@ -3,14 +3,14 @@
 //! or a solution index, the candidates every index `..._get_solutions` lists for exactly
 //! the problem, rows written as `Gemm_Rocblas_<index>`, on the HIP runtime.
 
-use std::ffi::{c_void, OsString};
+use std::ffi::c_void;
 use std::path::Path;
 
 use tunedblas_core::abi::*;
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
 use tunedblas_core::tunableop::{self, KeyParse, ResultsFile, Solution};
 
-use super::{Kind, Library, Spec};
+use super::{Kind, Library, ShapeKey, Spec};
 use crate::bench::{Bench, Cand, Screen};
 use crate::curate::Row;
 use crate::dl;
@@ -53,7 +53,7 @@ pub const ALPHA: f64 = 1.0;
 pub const BETA: f64 = 0.5;
 
 /// rocBLAS (or refblas) and its HIP runtime, loaded.
-pub struct Lib {
+pub struct Rocblas {
     build: Build,
     rt: Runtime,
     create_handle: CreateHandleFn,
@@ -73,29 +73,29 @@ fn not_rocblas(path: &Path, name: &str) -> Error {
     ))
 }
 
-impl Lib {
+impl Rocblas {
     /// Loads rocBLAS from `spec.lib` (required); HIP from `spec.runtime`, else from the
     /// same library (refblas carries the HIP subset), else `libamdhip64.so`.
-    pub fn open(spec: &Spec) -> Result<Lib> {
+    pub fn open(spec: &Spec) -> Result<Rocblas> {
         let path = spec
             .lib
             .as_deref()
             .ok_or_else(|| Error::usage("tune", "rocBLAS needs --lib LIBROCBLAS"))?;
-        Lib::load(path, spec.runtime.as_deref(), spec.arch.as_deref(), false)
+        Rocblas::load(path, spec.runtime.as_deref(), spec.arch.as_deref(), false)
     }
 
-    /// rocBLAS at `path`, HIP from `hip` if given (see [`Lib::open`]).
-    pub fn at(path: &Path, hip: Option<&Path>) -> Result<Lib> {
-        Lib::load(path, hip, None, false)
+    /// rocBLAS at `path`, HIP from `hip` if given (see [`Rocblas::open`]).
+    pub fn at(path: &Path, hip: Option<&Path>) -> Result<Rocblas> {
+        Rocblas::load(path, hip, None, false)
     }
 
-    /// As [`Lib::open`], but the GEMM is resolved the way a host linked against rocBLAS
+    /// As [`Rocblas::open`], but the GEMM is resolved the way a host linked against rocBLAS
     /// resolves it (global scope first), so an `LD_PRELOAD`ed interposer serves the calls.
-    pub fn open_as_host(path: &Path) -> Result<Lib> {
-        Lib::load(path, None, None, true)
+    pub fn open_as_host(path: &Path) -> Result<Rocblas> {
+        Rocblas::load(path, None, None, true)
     }
 
-    fn load(path: &Path, hip: Option<&Path>, arch: Option<&str>, as_host: bool) -> Result<Lib> {
+    fn load(path: &Path, hip: Option<&Path>, arch: Option<&str>, as_host: bool) -> Result<Rocblas> {
         let scope = if as_host {
             libc::RTLD_GLOBAL
         } else {
@@ -134,7 +134,7 @@ impl Lib {
                 dl::sym::<GetVersionStringSizeFn>(h, "rocblas_get_version_string_size"),
                 dl::sym::<GetVersionStringFn>(h, "rocblas_get_version_string"),
             );
-            Ok(Lib {
+            Ok(Rocblas {
                 build: Build::of("rocblas", &file, version, arch)?,
                 rt: Runtime::load(Api::Hip, hip_handle, hip_path)?,
                 create_handle: dl::need(h, "rocblas_create_handle", "rocBLAS")?,
@@ -211,32 +211,16 @@ fn scalar(compute: Datatype, v: f64) -> Vec<u8> {
 }
 
 /// The device rocBLAS runs on, for one thread.
-pub struct Session<'l> {
-    lib: &'l Lib,
+pub struct RocblasSession<'l> {
+    lib: &'l Rocblas,
 }
 
-impl Library for Lib {
-    type Key = ProblemKey;
-    type Session<'l> = Session<'l>;
-
-    fn kind(&self) -> Kind {
-        Kind::Rocblas
-    }
-    fn build(&self) -> &Build {
-        &self.build
-    }
-    fn runtime(&self) -> &Runtime {
-        &self.rt
-    }
-    fn session(&self, device: i32) -> Result<Session<'_>> {
-        self.rt.set_device(device)?;
-        Ok(Session { lib: self })
-    }
-    fn key_text(&self, key: &ProblemKey) -> String {
-        let (op, sig) = tunableop::op_and_signature(key);
+impl ShapeKey for ProblemKey {
+    fn text(&self) -> String {
+        let (op, sig) = tunableop::op_and_signature(self);
         format!("{op},{sig}")
     }
-    fn parse_key(&self, text: &str) -> Option<ProblemKey> {
+    fn parse(text: &str) -> Option<ProblemKey> {
         let (op, sig) = text.trim().split_once(',')?;
         let sig = sig.split(',').next()?;
         match tunableop::parse_key(op, sig) {
@@ -244,11 +228,31 @@ impl Library for Lib {
             _ => None,
         }
     }
-    fn parse_spec(&self, spec: &str) -> std::result::Result<ProblemKey, String> {
+    fn parse_spec(spec: &str) -> std::result::Result<ProblemKey, String> {
         parse_spec(spec)
     }
-    fn label(&self, k: &ProblemKey) -> (String, i64) {
-        (label(k), k.n)
+    fn label(&self) -> (String, i64) {
+        (label(self), self.n)
+    }
+    fn read(text: &str) -> Vec<(ProblemKey, String, Option<f64>)> {
+        tunableop::parse(text)
+            .rows
+            .into_iter()
+            .map(|r| (r.key, r.solution.to_string(), r.time_ms))
+            .collect()
+    }
+}
+
+impl Library for Rocblas {
+    type Key = ProblemKey;
+    type Session<'l> = RocblasSession<'l>;
+
+    fn parts(&self) -> (Kind, &Build, &Runtime) {
+        (Kind::Rocblas, &self.build, &self.rt)
+    }
+    fn session(&self, device: i32) -> Result<RocblasSession<'_>> {
+        self.rt.set_device(device)?;
+        Ok(RocblasSession { lib: self })
     }
     fn row(&self, solution: &str) -> Row {
         match Solution::parse(solution) {
@@ -267,38 +271,23 @@ impl Library for Lib {
             .collect();
         r.to_text()
     }
-    fn read(&self, text: &str) -> Vec<(ProblemKey, String, Option<f64>)> {
-        tunableop::parse(text)
-            .rows
-            .into_iter()
-            .map(|r| (r.key, r.solution.to_string(), r.time_ms))
-            .collect()
-    }
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![
             ("rocblas", self.build.version.clone()),
             ("arch", self.build.arch.clone()),
         ]
     }
-    fn child_args(&self) -> Vec<OsString> {
-        vec![
-            "--lib".into(),
-            self.build.path.clone().into(),
-            "--hip".into(),
-            self.rt.path.clone().into(),
-        ]
-    }
 }
 
-impl<'l> super::Session for Session<'l> {
+impl<'l> super::Session for RocblasSession<'l> {
     type Key = ProblemKey;
     type Bench<'s>
-        = Problem<'l>
+        = RocblasProblem<'l>
     where
         Self: 's;
 
-    fn bench(&self, key: &ProblemKey, m: &Method) -> Result<Problem<'l>> {
-        Problem::new(self.lib, *key, m)
+    fn bench(&self, key: &ProblemKey, m: &Method) -> Result<RocblasProblem<'l>> {
+        RocblasProblem::new(self.lib, *key, m)
     }
 
     fn square(&self, side: i64) -> ProblemKey {
@@ -321,7 +310,7 @@ impl<'l> super::Session for Session<'l> {
 
 /// A rocBLAS handle, destroyed on drop.
 struct Handle<'l> {
-    lib: &'l Lib,
+    lib: &'l Rocblas,
     h: tunedblas_core::abi::Handle,
 }
 
@@ -334,8 +323,8 @@ impl Drop for Handle<'_> {
 }
 
 /// Device buffers and scalars for one problem key, ready to run many times.
-pub struct Problem<'l> {
-    lib: &'l Lib,
+pub struct RocblasProblem<'l> {
+    lib: &'l Rocblas,
     handle_owner: Handle<'l>,
     handle: tunedblas_core::abi::Handle,
     pub key: ProblemKey,
@@ -347,11 +336,11 @@ pub struct Problem<'l> {
     timer: Timer<'l>,
 }
 
-impl<'l> Problem<'l> {
+impl<'l> RocblasProblem<'l> {
     /// Allocates and initialises the operand sets `m` asks for (their inputs are
     /// [`Layout::input`]'s, so one reference serves every device), on a handle on the
     /// timer's stream.
-    pub fn new(lib: &'l Lib, key: ProblemKey, m: &Method) -> Result<Problem<'l>> {
+    pub fn new(lib: &'l Rocblas, key: ProblemKey, m: &Method) -> Result<RocblasProblem<'l>> {
         if key.batching == Batching::PointerArray {
             return Err(Error::failed(
                 "pointer-array batched problems cannot be tuned yet",
@@ -406,7 +395,7 @@ impl<'l> Problem<'l> {
                 }
             }
         }
-        Ok(Problem {
+        Ok(RocblasProblem {
             lib,
             handle_owner,
             handle: h,
@@ -421,14 +410,14 @@ impl<'l> Problem<'l> {
 
     /// One operand set, timed with events and no rest: a problem run outside a campaign
     /// (verify's replay, the workload, a row's check).
-    pub fn once(lib: &'l Lib, key: ProblemKey) -> Result<Problem<'l>> {
+    pub fn once(lib: &'l Rocblas, key: ProblemKey) -> Result<RocblasProblem<'l>> {
         let m = Method {
             rotate_bytes: 1,
             mode: crate::timer::Mode::Events,
             rest: 0.0,
             ..Method::default()
         };
-        Problem::new(lib, key, &m)
+        RocblasProblem::new(lib, key, &m)
     }
 
     /// Runs operand set `set` once: the heuristic when `solution` is None, else that index;
@@ -499,7 +488,7 @@ fn status(st: Status) -> Result<()> {
     }
 }
 
-impl Bench for Problem<'_> {
+impl Bench for RocblasProblem<'_> {
     /// The solution index; `None` is the heuristic.
     type Algo = Option<i32>;
 
@@ -552,7 +541,7 @@ impl Bench for Problem<'_> {
     }
 }
 
-impl Drop for Problem<'_> {
+impl Drop for RocblasProblem<'_> {
     fn drop(&mut self) {
         // The handle goes back to the default stream before the timer destroys its own.
         if let Some(set) = self.lib.set_stream {

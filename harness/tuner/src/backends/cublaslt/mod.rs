@@ -6,10 +6,11 @@
 //! stream ahead of each timed span; the reference is the same product with an f32 output.
 
 pub mod grid;
+pub mod overhead;
 pub mod search;
 pub mod selftest;
 
-use std::ffi::{c_char, c_void, OsString};
+use std::ffi::{c_char, c_void};
 use std::path::Path;
 
 use tunedblas_core::abi::Stream;
@@ -44,7 +45,7 @@ fn check(what: &str, st: i32) -> Result<()> {
 }
 
 /// cuBLASLt and its CUDA runtime, loaded.
-pub struct Lib {
+pub struct Cublaslt {
     pub api: LtApi,
     build: Build,
     rt: Runtime,
@@ -57,17 +58,17 @@ pub struct Lib {
     pub desc_get: GetAttributeFn,
     pub layout_get: GetAttributeFn,
     /// `cublasLtMatmul` as a linked host resolves it: an interposer's if one is preloaded.
-    pub global_matmul: *const c_void,
+    pub global_matmul: lt::LtMatmulFn,
 }
 
 // SAFETY: function pointers of thread-safe libraries.
-unsafe impl Sync for Lib {}
+unsafe impl Sync for Cublaslt {}
 
-impl Lib {
+impl Cublaslt {
     /// Loads cuBLASLt (`--lib`, else `$TUNEDBLAS_CUBLASLT`, else `libcublasLt.so.13/.12`)
     /// and the CUDA runtime (`--cudart`, else `$TUNEDBLAS_CUDART`, else `libcudart.so.13/.12`),
     /// globally, as a host linked against them has them; then checks there is a device.
-    pub fn open(spec: &Spec) -> Result<Lib> {
+    pub fn open(spec: &Spec) -> Result<Cublaslt> {
         let (rt_h, rt_path) = dl::open_first(&dl::candidates(
             spec.runtime.as_deref(),
             "TUNEDBLAS_CUDART",
@@ -103,7 +104,7 @@ impl Lib {
         // SAFETY: each symbol has the C type src/cublaslt/ gives it (cublasLt.h).
         let lib = unsafe {
             let version: GetVersionFn = dl::need(h, "cublasLtGetVersion", "cuBLASLt")?;
-            Lib {
+            Cublaslt {
                 api: LtApi::load(h, "cublasLt", "cuBLASLt", attrs, check)?,
                 build: Build::of("cublaslt", &path, Some(version().to_string()), None)?,
                 rt: Runtime::load(Api::Cuda, rt_h, rt_path)?,
@@ -230,27 +231,21 @@ impl Delay for Spin {
 }
 
 /// One device: its handle and the spin kernel (where the driver loads it).
-pub struct Session<'l> {
-    pub lib: &'l Lib,
+pub struct CublasltSession<'l> {
+    pub lib: &'l Cublaslt,
     pub device: i32,
     handle: *mut c_void,
     spin: Option<Spin>,
 }
 
-impl Library for Lib {
+impl Library for Cublaslt {
     type Key = LtKey;
-    type Session<'l> = Session<'l>;
+    type Session<'l> = CublasltSession<'l>;
 
-    fn kind(&self) -> Kind {
-        Kind::Cublaslt
+    fn parts(&self) -> (Kind, &Build, &Runtime) {
+        (Kind::Cublaslt, &self.build, &self.rt)
     }
-    fn build(&self) -> &Build {
-        &self.build
-    }
-    fn runtime(&self) -> &Runtime {
-        &self.rt
-    }
-    fn session(&self, device: i32) -> Result<Session<'_>> {
+    fn session(&self, device: i32) -> Result<CublasltSession<'_>> {
         self.rt.set_device(device)?;
         let spin = Spin::load()
             .map_err(|e| {
@@ -259,24 +254,12 @@ impl Library for Lib {
                 )
             })
             .ok();
-        Ok(Session {
+        Ok(CublasltSession {
             lib: self,
             device,
             handle: self.api.handle()?,
             spin,
         })
-    }
-    fn key_text(&self, key: &LtKey) -> String {
-        lt::key_text(key)
-    }
-    fn parse_key(&self, text: &str) -> Option<LtKey> {
-        lt::parse_key(text)
-    }
-    fn parse_spec(&self, spec: &str) -> std::result::Result<LtKey, String> {
-        lt::parse_spec(spec)
-    }
-    fn label(&self, key: &LtKey) -> (String, i64) {
-        lt::label(key)
     }
     fn row(&self, solution: &str) -> Row {
         lt::row(LtLib::Cublaslt, solution)
@@ -293,28 +276,22 @@ impl Library for Lib {
             rows,
         )
     }
-    fn read(&self, text: &str) -> Vec<(LtKey, String, Option<f64>)> {
-        lt::read(text)
-    }
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![
             ("cublaslt_version", self.build.version.clone()),
             ("arch", self.rt.arch(0).unwrap_or_default()),
         ]
     }
-    fn child_args(&self) -> Vec<OsString> {
-        Spec::default().args(Kind::Cublaslt, &self.build.path, &self.rt.path)
-    }
 }
 
-impl<'l> super::Session for Session<'l> {
+impl<'l> super::Session for CublasltSession<'l> {
     type Key = LtKey;
     type Bench<'s>
-        = LtProblem<'s, Session<'l>>
+        = LtProblem<'s, CublasltSession<'l>>
     where
         Self: 's;
 
-    fn bench(&self, key: &LtKey, m: &Method) -> Result<LtProblem<'_, Session<'l>>> {
+    fn bench(&self, key: &LtKey, m: &Method) -> Result<LtProblem<'_, CublasltSession<'l>>> {
         LtProblem::new(self, *key, m)
     }
     fn square(&self, side: i64) -> LtKey {
@@ -322,7 +299,7 @@ impl<'l> super::Session for Session<'l> {
     }
 }
 
-impl Session<'_> {
+impl CublasltSession<'_> {
     /// Rebuilds `cfg` (as the interposer does) and asks `cublasLtMatmulAlgoCheck` whether
     /// it runs `p` within the workspace callers give.
     pub fn rebuild(
@@ -358,7 +335,7 @@ impl Session<'_> {
     }
 }
 
-impl Flavor for Session<'_> {
+impl Flavor for CublasltSession<'_> {
     type Algo = MatmulAlgo;
     type Answer = HeuristicResult;
 

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 use tunedblas_core::cublaslt::*;
 
-use super::{Lib, Session};
+use super::{Cublaslt, CublasltSession};
 use crate::backends::lt::{Flavor, LtProblem};
 use crate::bench::{Cand, Screen};
 
@@ -51,7 +51,7 @@ pub struct Caps {
 }
 
 /// The algorithm ids the library has for the key's types (empty where it cannot say).
-pub(crate) fn algo_ids(lt: &Lib, handle: LtHandle, key: &LtKey) -> Vec<i32> {
+pub(crate) fn algo_ids(lt: &Cublaslt, handle: LtHandle, key: &LtKey) -> Vec<i32> {
     let Some(get) = lt.get_ids else {
         return Vec::new();
     };
@@ -79,7 +79,7 @@ pub(crate) fn algo_ids(lt: &Lib, handle: LtHandle, key: &LtKey) -> Vec<i32> {
     ids
 }
 
-fn cap_list(lt: &Lib, algo: &MatmulAlgo, attr: i32) -> Vec<u32> {
+fn cap_list(lt: &Cublaslt, algo: &MatmulAlgo, attr: i32) -> Vec<u32> {
     let mut size = 0usize;
     // SAFETY: a size query (no buffer).
     let st = unsafe { (lt.cap_get)(algo, attr, std::ptr::null_mut(), 0, &mut size) };
@@ -97,7 +97,7 @@ fn cap_list(lt: &Lib, algo: &MatmulAlgo, attr: i32) -> Vec<u32> {
     v
 }
 
-fn cap_u32(lt: &Lib, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
+fn cap_u32(lt: &Cublaslt, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
     let mut v = 0u32;
     let mut w = 0usize;
     // SAFETY: a 4-byte attribute into a u32.
@@ -107,7 +107,7 @@ fn cap_u32(lt: &Lib, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
 
 /// The capabilities of algorithm `id` for the key's types; `None` where the library does not
 /// initialise it. An empty tile or stages list becomes `[0]` (undefined: the library's choice).
-pub(crate) fn caps(lt: &Lib, handle: LtHandle, key: &LtKey, id: i32) -> Option<Caps> {
+pub(crate) fn caps(lt: &Cublaslt, handle: LtHandle, key: &LtKey, id: i32) -> Option<Caps> {
     let mut algo = MatmulAlgo::default();
     // SAFETY: a valid out-pointer; the handle is live.
     let st = unsafe {
@@ -142,7 +142,7 @@ pub(crate) fn caps(lt: &Lib, handle: LtHandle, key: &LtKey, id: i32) -> Option<C
 /// Every algorithm the library lists for the key, with its capabilities; the seeds'
 /// algorithms first (and included even where the id list lacks them).
 pub(crate) fn space(
-    lt: &Lib,
+    lt: &Cublaslt,
     handle: LtHandle,
     key: &LtKey,
     seeds: &[AlgoConfig],
@@ -295,7 +295,7 @@ pub type AlgoGetIdsFn = unsafe extern "C" fn(
 
 /// Offers `list` to the screening, each rebuilt and checked, until `stop` says so.
 fn sweep(
-    p: &LtProblem<'_, Session<'_>>,
+    p: &LtProblem<'_, CublasltSession<'_>>,
     list: &[AlgoConfig],
     screen: &mut Screen<'_, MatmulAlgo>,
     stop: &dyn Fn(&Screen<'_, MatmulAlgo>) -> bool,
@@ -321,7 +321,7 @@ fn sweep(
 /// phase one until [`PHASE1_SHARE`] of the budget, phase two around the fastest probes
 /// until it is spent.
 pub fn search(
-    p: &LtProblem<'_, Session<'_>>,
+    p: &LtProblem<'_, CublasltSession<'_>>,
     seeds: &[AlgoConfig],
     screen: &mut Screen<'_, MatmulAlgo>,
 ) {

@@ -5,14 +5,14 @@
 
 use tunedblas_core::cublaslt::*;
 
-use super::{Lib, Session};
+use super::{Cublaslt, CublasltSession};
 use crate::backends::lt::{Flavor, LtProblem};
 use crate::bench::Bench;
 use crate::error::Result;
 use crate::pipeline::Method;
 
 /// Runs every check, calling `check(what, passed)` for each.
-pub fn run(lib: &Lib, check: &mut dyn FnMut(&str, bool)) -> Result<()> {
+pub fn run(lib: &Cublaslt, check: &mut dyn FnMut(&str, bool)) -> Result<()> {
     let session = crate::backends::Library::session(lib, 0)?;
     let key = LtKey::linear(R_16BF, 2560, 256, 1536);
     let p = LtProblem::new(&session, key, &Method::default())?;
@@ -119,16 +119,16 @@ pub fn run(lib: &Lib, check: &mut dyn FnMut(&str, bool)) -> Result<()> {
 
 /// Every heuristic answer: readable configuration -> rebuilt -> same results, bit for bit.
 fn rebuilds(
-    lib: &Lib,
-    s: &Session,
-    p: &LtProblem<'_, Session>,
+    lib: &Cublaslt,
+    s: &CublasltSession,
+    p: &LtProblem<'_, CublasltSession>,
     check: &mut dyn FnMut(&str, bool),
 ) -> Result<()> {
     let answers = p.answers(16)?;
     check("the heuristic answers", !answers.is_empty());
     let mut same = 0;
     for a in &answers {
-        let algo = <Session as Flavor>::algo(a);
+        let algo = <CublasltSession as Flavor>::algo(a);
         let cfg = lib.config_of(&algo)?;
         match s.rebuild(p, &cfg) {
             Ok(rebuilt) => {

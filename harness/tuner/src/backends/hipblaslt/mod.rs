@@ -11,7 +11,7 @@
 
 mod guard;
 
-use std::ffi::{c_void, OsString};
+use std::ffi::c_void;
 use std::path::Path;
 
 use tunedblas_core::abi::*;
@@ -44,7 +44,7 @@ fn check(what: &str, st: i32) -> Result<()> {
 }
 
 /// hipBLASLt, its `hipblaslt_ext` functions (through the guard) and its HIP runtime.
-pub struct Lib {
+pub struct Hipblaslt {
     pub api: LtApi,
     build: Build,
     rt: Runtime,
@@ -58,7 +58,7 @@ pub struct Lib {
 }
 
 // SAFETY: function pointers of thread-safe libraries.
-unsafe impl Sync for Lib {}
+unsafe impl Sync for Hipblaslt {}
 
 /// The HIP runtime hipBLASLt runs on, found through its handle `h` (a process with two HIP
 /// runtimes would hand one's buffers and streams to the other). `given`, where named, must
@@ -94,10 +94,10 @@ fn runtime(h: dl::Handle, given: Option<&Path>, lt_path: &Path) -> Result<Runtim
     unsafe { Runtime::load(Api::Hip, rt_h, file) }
 }
 
-impl Lib {
+impl Hipblaslt {
     /// Loads hipBLASLt (`--lib`, else `$TUNEDBLAS_HIPBLASLT`, else `libhipblaslt.so.1`), the
     /// guard, and the HIP runtime; then checks there is a device (exit 4 where not).
-    pub fn open(spec: &Spec) -> Result<Lib> {
+    pub fn open(spec: &Spec) -> Result<Hipblaslt> {
         let (h, path) = lt::open(
             spec.lib.as_deref(),
             "TUNEDBLAS_HIPBLASLT",
@@ -127,7 +127,7 @@ impl Lib {
         // SAFETY: each symbol has the C type src/abi.rs gives it (hipblaslt.h; the C++ ones
         // are only ever called through the guard, with the real header's signatures).
         let lib = unsafe {
-            Lib {
+            Hipblaslt {
                 api: LtApi::load(h, "hipblasLt", "hipBLASLt", attrs, check)?,
                 build: Build::of("hipblaslt", &path, None, None)?,
                 rt,
@@ -150,12 +150,12 @@ impl Lib {
 }
 
 /// One device: its handle (hipBLASLt's handle is made on the current device).
-pub struct Session<'l> {
-    lib: &'l Lib,
+pub struct HipblasltSession<'l> {
+    lib: &'l Hipblaslt,
     handle: HipblasLtHandle,
 }
 
-impl Session<'_> {
+impl HipblasltSession<'_> {
     /// `getAlgosFromIndex` for one index: the algorithm a `Gemm_Hipblaslt_<index>` row
     /// names, as the interposer rebuilds it.
     fn algo_from_index(&self, index: i32) -> std::result::Result<HipblasLtMatmulAlgo, String> {
@@ -251,37 +251,19 @@ impl Session<'_> {
     }
 }
 
-impl Library for Lib {
+impl Library for Hipblaslt {
     type Key = LtKey;
-    type Session<'l> = Session<'l>;
+    type Session<'l> = HipblasltSession<'l>;
 
-    fn kind(&self) -> Kind {
-        Kind::Hipblaslt
+    fn parts(&self) -> (Kind, &Build, &Runtime) {
+        (Kind::Hipblaslt, &self.build, &self.rt)
     }
-    fn build(&self) -> &Build {
-        &self.build
-    }
-    fn runtime(&self) -> &Runtime {
-        &self.rt
-    }
-    fn session(&self, device: i32) -> Result<Session<'_>> {
+    fn session(&self, device: i32) -> Result<HipblasltSession<'_>> {
         self.rt.set_device(device)?;
-        Ok(Session {
+        Ok(HipblasltSession {
             lib: self,
             handle: self.api.handle()?,
         })
-    }
-    fn key_text(&self, key: &LtKey) -> String {
-        lt::key_text(key)
-    }
-    fn parse_key(&self, text: &str) -> Option<LtKey> {
-        lt::parse_key(text)
-    }
-    fn parse_spec(&self, spec: &str) -> std::result::Result<LtKey, String> {
-        lt::parse_spec(spec)
-    }
-    fn label(&self, key: &LtKey) -> (String, i64) {
-        lt::label(key)
     }
     fn row(&self, solution: &str) -> Row {
         lt::row(LtLib::Hipblaslt, solution)
@@ -297,25 +279,19 @@ impl Library for Lib {
             rows,
         )
     }
-    fn read(&self, text: &str) -> Vec<(LtKey, String, Option<f64>)> {
-        lt::read(text)
-    }
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![("hipblaslt_version", self.build.version.clone())]
     }
-    fn child_args(&self) -> Vec<OsString> {
-        Spec::default().args(Kind::Hipblaslt, &self.build.path, &self.rt.path)
-    }
 }
 
-impl<'l> super::Session for Session<'l> {
+impl<'l> super::Session for HipblasltSession<'l> {
     type Key = LtKey;
     type Bench<'s>
-        = LtProblem<'s, Session<'l>>
+        = LtProblem<'s, HipblasltSession<'l>>
     where
         Self: 's;
 
-    fn bench(&self, key: &LtKey, m: &Method) -> Result<LtProblem<'_, Session<'l>>> {
+    fn bench(&self, key: &LtKey, m: &Method) -> Result<LtProblem<'_, HipblasltSession<'l>>> {
         LtProblem::new(self, *key, m)
     }
     fn square(&self, side: i64) -> LtKey {
@@ -323,7 +299,7 @@ impl<'l> super::Session for Session<'l> {
     }
 }
 
-impl Flavor for Session<'_> {
+impl Flavor for HipblasltSession<'_> {
     type Algo = HipblasLtMatmulAlgo;
     type Answer = HipblasLtMatmulHeuristicResult;
 

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Issue 15, first slice: the harness's graph-replay timing against its events timing, and each
-# shape's time against the limits measured in the same run (copy bandwidth, launch floor).
+# The tuner's graph-replay timing against its events timing (issue 15), and each shape's
+# time against the limits measured in the same run (copy bandwidth, launch floor).
 #
-#   bench/cublaslt/issue15.sh LT_BINARY OUT_DIR
+#   bench/cublaslt/timing_modes.sh TUNEDBLAS OUT_DIR
 #
-# LT_BINARY: tunedblas-lt, with the tunedblas it runs (`tunedblas lt`) beside it.
+# TUNEDBLAS: a release build of the command.
 # Needs a CUDA GPU and cuBLASLt (found in python3's site-packages, the nvidia wheels, unless
 # TUNEDBLAS_CUBLASLT / TUNEDBLAS_CUDART are set). A handful of the seed's shapes, bf16
 # F.linear(out N, tokens M, in K); three campaigns in one go: graph, events, graph again.
 set -u
-LT=$1
+T=$1
 OUT=$2
 mkdir -p "$OUT"
 if [ -z "${TUNEDBLAS_CUBLASLT:-}" ]; then
@@ -27,13 +27,13 @@ done
 WS=1048576
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-  "$LT" info
+  "$T" env --lib "$TUNEDBLAS_CUBLASLT"
 } >"$OUT/env.txt" 2>&1
 for run in graph events graph2; do
   mode=${run%2}
   rm -rf "$OUT/profiles-$run"
-  timeout 240 "$LT" tune $S --profiles "$OUT/profiles-$run" --name issue15 --workspace $WS \
-    --trials 15 --timing "$mode" --log "$OUT/tune-$run.json" >"$OUT/tune-$run.txt" 2>&1
+  timeout 240 "$T" tune --lib "$TUNEDBLAS_CUBLASLT" $S --profiles "$OUT/profiles-$run" --name timing \
+    --workspace $WS --trials 15 --timing "$mode" --json >"$OUT/tune-$run.json" 2>"$OUT/tune-$run.txt"
   echo "$run: exit $?" >>"$OUT/env.txt"
 done
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader >>"$OUT/env.txt" 2>&1

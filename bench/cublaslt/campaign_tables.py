@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Issue 15's tables from the raw logs of `issue15_campaign.sh` (its results.tgz unpacked):
+"""Issue 15's tables from the raw logs of `campaigns.sh` (its results.tgz unpacked):
 
-    python3 bench/cublaslt/issue15_table.py OUTDIR f g      # campaigns f and g
-    python3 bench/cublaslt/issue15_table.py OUTDIR --diag   # the --delay spin/gemm diagnosis
-    python3 bench/cublaslt/issue15_table.py OUTDIR --rest   # the --rest runs
+    python3 bench/cublaslt/campaign_tables.py OUTDIR f g      # campaigns f and g
+    python3 bench/cublaslt/campaign_tables.py OUTDIR --diag   # the --delay spin/gemm diagnosis
+    python3 bench/cublaslt/campaign_tables.py OUTDIR --rest   # the --rest runs
+
+It reads the logs `tunedblas lt tune --log` wrote (the figures of
+docs/benchmarks/cublaslt-h200.md were made from them); the unified `tune --json` summary
+names its fields differently (outcomes[].shape, .tuned.verdict, .tuned.rounds), and this
+script is not ported to it yet.
 
 Per shape: the heuristic's and the fastest configuration's harness times, the limit that
 binds (bytes / copy bandwidth, flops / matmul rate, launch floor, all measured in the same

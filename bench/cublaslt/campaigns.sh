@@ -3,13 +3,13 @@
 # search and the fresh-process confirmation, each adopted row re-measured in a third process,
 # then the profiles served in PyTorch (per-shape graph A/B, whole-workload graph time).
 #
-#   bench/cublaslt/issue15_campaign.sh BIN OUT smoke|diag|rest|harness|torch [BUDGET]
+#   bench/cublaslt/campaigns.sh BIN OUT smoke|rest|harness|torch [BUDGET]
 #
-# BIN holds tunedblas, tunedblas-lt (it runs `tunedblas lt`), libtunedblas.so and workload.py. smoke: 3 shapes, one campaign;
+# BIN holds tunedblas, libtunedblas.so and workload.py. smoke: 3 shapes, one campaign;
 # harness: campaigns $CAMPAIGNS (a b; fresh profile each; BUDGET seconds of search per shape,
-# 2.5), each followed by `recheck` of its rows (a third process); diag: the heaviest shapes'
-# heuristic times with each --delay, process by process, SM clock and power sampled
-# alongside; rest: the same heavy shapes with each --rest of $RESTS (0 1 3), process by
+# 2.5), each followed by `confirm` of its rows (a third process); (diag, the --delay spin/gemm
+# diagnosis of BENCHMARKS' history, went with `tunedblas lt tune --delay`: the spin kernel is
+# the one delay now); rest: the same heavy shapes with each --rest of $RESTS (0 1 3), process by
 # process, two rounds, clock, power and throttle reasons sampled alongside; torch: BIN/profiles/{a,b} (from a harness run)
 # served in PyTorch. Everything lands in OUT/results.tgz and OUT/summary.txt.
 set -u
@@ -18,10 +18,10 @@ OUT=$2
 MODE=$3
 BUDGET=${4:-2.5}
 mkdir -p "$OUT"
-W=${TMPDIR:-/tmp}/tunedblas-i15
+W=${TMPDIR:-/tmp}/tunedblas-campaigns
 mkdir -p "$W/out"
 R=$W/out
-LT=$B/tunedblas-lt
+T=$B/tunedblas
 export PYTHONUNBUFFERED=1 TORCH_BLAS_PREFER_CUBLASLT=1
 if [ -z "${TUNEDBLAS_CUBLASLT:-}" ]; then
   SP=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
@@ -31,6 +31,7 @@ if [ -z "${TUNEDBLAS_CUBLASLT:-}" ]; then
   [ -z "$TUNEDBLAS_CUDART" ] && TUNEDBLAS_CUDART=$(find $SP -name 'libcudart.so.1[23]' 2>/dev/null | sort -r | head -1)
   export TUNEDBLAS_CUBLASLT TUNEDBLAS_CUDART
 fi
+LIB=(--lib "$TUNEDBLAS_CUBLASLT")
 save() { tar czf "$OUT/results.tgz" -C "$W" out 2>/dev/null; cp "$R/summary.txt" "$OUT/summary.txt" 2>/dev/null; }
 say() { echo "$*" | tee -a "$R/summary.txt"; }
 # run LABEL TIMEOUT CMD...: stdout to $R/LABEL.out, stderr to $R/LABEL.err
@@ -55,31 +56,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$R/summary.t
 clocks
 case "$MODE" in
 smoke)
-  run info 60 "$LT" info
+  run info 60 "$T" env "${LIB[@]}"
   cat "$R/info.out" >>"$R/summary.txt"
-  run tune-smoke 240 "$LT" tune --shape 512,256,2560 --shape 10240,2048,320 --shape 10240,256,2560 \
-    --profiles "$W/profiles" --name smoke --budget "$BUDGET" --log "$R/tune-smoke.json"
-  cat "$R/tune-smoke.out" >>"$R/summary.txt"
+  run tune-smoke 240 "$T" tune "${LIB[@]}" --shape 512,256,2560 --shape 10240,2048,320 --shape 10240,256,2560 \
+    --profiles "$W/profiles" --name smoke --budget "$BUDGET" --json
+  cp "$R/tune-smoke.out" "$R/tune-smoke.json"
   grep -E "search:|fresh process|limits" "$R/tune-smoke.err" >>"$R/summary.txt"
-  ;;
-diag)
-  # Where the harness ran 8-16% above PyTorch (compute-heavy prefill), plus two decode
-  # controls: the heuristic's time with a spin delay and with the GEMM delay, alternating
-  # processes; nvidia-smi samples the SM clock and power every 200 ms.
-  D="--shape 3584,1024,2560 --shape 3584,2048,2560 --shape 4096,1024,2560 --shape 4096,2048,2560"
-  D="$D --shape 10240,512,2560 --shape 10240,2048,2560 --shape 10240,2048,320 --shape 2560,2048,1536"
-  D="$D --shape 4096,1,2560 --shape 512,1,2560"
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 200 \
-    >"$R/clocks-diag.csv" 2>&1 &
-  SMI=$!
-  for i in 1 2; do
-    for dl in spin gemm; do
-      run "diag-$dl$i" 150 "$LT" tune $D --profiles "$W/diag-$dl$i" --name diag --budget 0 \
-        --confirm off --delay "$dl" --log "$R/diag-$dl$i.json"
-      grep -E "limits|delay" "$R/diag-$dl$i.err" | head -3 >>"$R/summary.txt"
-    done
-  done
-  kill $SMI 2>/dev/null
   ;;
 rest)
   # The compute-heavy prefill shapes whose spread stayed over 3%, and two decode controls:
@@ -93,8 +75,9 @@ rest)
   SMI=$!
   for i in 1 2; do
     for r in ${RESTS:-0 1 3}; do
-      run "rest-r$r-$i" 200 "$LT" tune $D --profiles "$W/rest-r$r-$i" --name rest --budget 0 \
-        --confirm off --rest "$r" --log "$R/rest-r$r-$i.json"
+      run "rest-r$r-$i" 200 "$T" tune "${LIB[@]}" $D --profiles "$W/rest-r$r-$i" --name rest --budget 0 \
+        --confirm off --rest "$r" --json
+      cp "$R/rest-r$r-$i.out" "$R/rest-r$r-$i.json"
       head -1 "$R/rest-r$r-$i.err" >>"$R/summary.txt"
     done
   done
@@ -102,16 +85,17 @@ rest)
   ;;
 harness)
   # CAMPAIGNS (a b by default): each a fresh tune process into a fresh profile (EXTRA: more
-  # tune options, e.g. --alignment 256), then its
-  # adopted rows re-measured by `recheck`, a third process.
+  # tune options, e.g. --workspace 4194304), then its
+  # adopted rows re-measured by `confirm`, a third process.
   for c in ${CAMPAIGNS:-a b}; do
     rm -rf "$W/profiles-$c"
-    run "tune-$c" 400 "$LT" tune $S --profiles "$W/profiles-$c" --name "$c" --budget "$BUDGET" ${EXTRA:-} --log "$R/tune-$c.json"
+    run "tune-$c" 400 "$T" tune "${LIB[@]}" $S --profiles "$W/profiles-$c" --name "$c" --budget "$BUDGET" ${EXTRA:-} --json
+    cp "$R/tune-$c.out" "$R/tune-$c.json"
     tail -4 "$R/tune-$c.err" >>"$R/summary.txt"
     clocks
     mkdir -p "$R/profiles"
     cp -r "$W/profiles-$c" "$R/profiles/$c"
-    run "recheck-$c" 120 "$LT" recheck --profiles "$W/profiles-$c" --name "$c" ${EXTRA:-} --log "$R/recheck-$c.json"
+    run "recheck-$c" 120 "$T" confirm "${LIB[@]}" --profiles "$W/profiles-$c" ${EXTRA:-} --log "$R/recheck-$c.json"
     tail -1 "$R/recheck-$c.out" >>"$R/summary.txt"
   done
   ;;

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Instructions the interposer adds to one PyTorch-style F.linear through an Lt library, on
+# its CPU stand-in (no GPU), counted exactly with valgrind's callgrind: the host makes N
+# calls of 64,8,64 in a row (each call makes and destroys its descriptor and three layouts,
+# sets two attributes, asks the heuristic and runs the matmul: the wrapped descriptor and
+# layout calls are counted with the matmul), with N = 1,000 and 11,000; the difference over
+# 10,000 is one call, start-up cancelled out. "added" is that minus the same without the
+# preload. Paths: a served row (the tuned algorithm), a repeated miss (no row), a
+# pass-through (serving switched off with tunedblas_<lib>_serving(0)). The main thread's
+# own count (--separate-threads), as scripts/bench does.
+#
+# usage: bench/lt/instructions.sh hipblaslt|cublaslt [PRELOAD.so]
+#   (after `cargo build --release -p tunedblas-preload` and one run of the backend's tests,
+#   `cargo test --test hipblaslt` / `--test cublaslt`, which build the stand-in and host)
+set -euo pipefail
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+backend="${1:?usage: bench/lt/instructions.sh hipblaslt|cublaslt [PRELOAD.so]}"
+preload="${2:-$here/target/release/libtunedblas.so}"
+hosts="$here/target/debug/test-hosts"
+newest() { ls -t $1 2>/dev/null | head -n 1; }
+case "$backend" in
+  hipblaslt)
+    host="$(newest "$hosts/hiplt_host-*/hiplt_host")"
+    module="$(newest "$hosts/libhipltmod.so-*/libhipltmod.so")"
+    lib="$(newest "$hosts/libhipblaslt.so.1-*/libhipblaslt.so.1")"
+    op="GemmTunableOp_BFloat16_TN,tn_64_8_64_ld_64_64_64"
+    solution="Gemm_Hipblaslt_42"
+    validators="Validator,PT_VERSION,2.7.0"
+    unset_trace=FAKEHIPLT_TRACE ;;
+  cublaslt)
+    host="$(newest "$hosts/lt_host-*/lt_host")"
+    module="$(newest "$hosts/libltmod.so-*/libltmod.so")"
+    lib="$(newest "$hosts/libcublasLt.so.13-*/libcublasLt.so.13")"
+    op="GemmTunableOp_BFloat16_TN,tn_64_8_64_ld_64_64_64"
+    solution="Gemm_Cublaslt_algo21_tile20_stages35_splitk1_red0_swizzle1_custom0_inner0_cluster2"
+    validators="Validator,CUBLASLT_VERSION,130100"
+    unset_trace=FAKELT_TRACE ;;
+  *) echo "unknown backend $backend"; exit 2 ;;
+esac
+for f in "$host" "$module" "$lib" "$preload"; do
+  [ -f "$f" ] || { echo "missing $f: see usage"; exit 2; }
+done
+command -v valgrind > /dev/null || { echo "valgrind is not installed"; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+sha="$(sha256sum "$lib" | cut -d' ' -f1)"
+mkdir -p "$work/served/fake"
+printf '{"profiles": {"fake": {"dir": "fake", "lib_sha256": "%s"}}}\n' "$sha" > "$work/served/profiles.json"
+printf '%s\n%s,%s,0.01\n' "$validators" "$op" "$solution" > "$work/served/fake/tunableop_results0.csv"
+
+count() { # mode calls -> instructions of the main thread
+  local mode="$1" n="$2" out="$work/cg-$1-$2"
+  local env=(env -u "$unset_trace" -u TUNEDBLAS_PROFILE -u TUNEDBLAS_LOG
+    TUNEDBLAS_MISS_DIR="$work/$mode/m" TUNEDBLAS_CACHE_DIR="$work/cache")
+  local args=("$module")
+  case "$mode" in
+    plain) ;;
+    miss) env+=(LD_PRELOAD="$preload" TUNEDBLAS_PROFILE_DIR="$work/none") ;;
+    served) env+=(LD_PRELOAD="$preload" TUNEDBLAS_PROFILE_DIR="$work/served") ;;
+    pass) env+=(LD_PRELOAD="$preload" TUNEDBLAS_PROFILE_DIR="$work/served"); args+=(off) ;;
+  esac
+  args+=("@repeat:$n:64,8,64")
+  "${env[@]}" valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out" \
+    "$host" "${args[@]}" > "$work/out-$mode-$n" 2>&1 || { cat "$work/out-$mode-$n"; exit 1; }
+  grep -q "repeat-failed=0" "$work/out-$mode-$n" || { cat "$work/out-$mode-$n"; exit 1; }
+  grep -E "^(summary|totals):" "$out-01" | head -n 1 | awk '{print $2}'
+}
+per_call() { # mode -> instructions per call
+  local a b
+  b="$(count "$1" 1000)"
+  a="$(count "$1" 11000)"
+  echo $(( (a - b + 5000) / 10000 ))
+}
+plain="$(per_call plain)"
+echo "$backend stand-in, F.linear 64,8,64 (descriptor + 3 layouts made, 2 attributes set, heuristic, matmul, all destroyed); $preload"
+echo
+echo "| path | instructions per call | added |"
+echo "|---|---|---|"
+echo "| no preload | $plain | — |"
+for mode in served miss pass; do
+  n="$(per_call "$mode")"
+  case "$mode" in served) name="served row" ;; miss) name="repeat miss" ;; pass) name="pass-through (serving off)" ;; esac
+  echo "| $name | $n | $((n - plain)) |"
+done
