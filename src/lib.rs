@@ -26,6 +26,7 @@ pub mod address_map;
 pub mod claim_map;
 pub mod coverage;
 pub mod cublaslt;
+pub mod device;
 pub mod elf;
 pub mod family;
 pub mod fleet;
