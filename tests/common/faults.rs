@@ -293,3 +293,24 @@ pub fn with_umask(cmd: &mut Command, mask: libc::mode_t) {
         });
     }
 }
+
+/// Runs `cmd` as [`run_guarded`] does and checks that it exited 0 (else the test fails with
+/// its stderr); returns the output and its stderr as text.
+pub fn run_ok(cmd: Command) -> (Output, String) {
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    (out, stderr)
+}
+
+/// A fresh folder `name` whose profile serves [`tuned`] for `spec` ([`profile_with_hit`]).
+pub fn scratch_with_hit(name: &str, spec: &str) -> PathBuf {
+    let dir = scratch(name);
+    profile_with_hit(&dir, spec);
+    dir
+}
+
+/// Owned arguments as the `&str`s the host commands take.
+pub fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}

@@ -412,3 +412,10 @@ pub fn lt_miss_lines(dir: &Path, tag: &str) -> Vec<String> {
     }
     out
 }
+
+/// Fails unless `text` (a run's stderr: its summary line, a warning) contains `want`,
+/// showing the whole text.
+#[track_caller]
+pub fn assert_has(text: &str, want: &str) {
+    assert!(text.contains(want), "{text}");
+}
