@@ -110,18 +110,12 @@ fn wait_guarded_for(mut child: Child, what: &str, limit: Duration) -> Output {
 
 /// A fault_host command with the test environment of `dir`.
 pub fn fault_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&hosts().fault4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, preload);
-    cmd
+    host_cmd(&hosts().fault4, dir, preload, args)
 }
 
 /// A life_host command with the test environment of `dir`.
 pub fn life_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&hosts().life4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, preload);
-    cmd
+    host_cmd(&hosts().life4, dir, preload, args)
 }
 
 /// The last solution refblas lists for a spec: never the heuristic's choice for the

@@ -186,7 +186,12 @@ pub fn sha5() -> String {
 
 /// A gemm_host (linked against `.so.4`) command with the test environment of `dir`.
 pub fn host4_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&artifacts().host4);
+    host_cmd(&artifacts().host4, dir, preload, args)
+}
+
+/// A host program's command with the test environment of `dir`.
+pub fn host_cmd(program: &Path, dir: &Path, preload: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(args);
     host_env(&mut cmd, dir, preload);
     cmd

@@ -22,10 +22,7 @@ const HIT: &str = "ex:TN:h:64:24:40";
 const MISS: &str = "ex:TN:h:8:8:8";
 
 fn dl_cmd(dir: &Path, preload: bool, steps: &[&str]) -> Command {
-    let mut cmd = Command::new(&hosts().dl);
-    cmd.args(steps);
-    host_env(&mut cmd, dir, preload);
-    cmd
+    host_cmd(&hosts().dl, dir, preload, steps)
 }
 
 /// Runs dl_host under the preload with `steps`, checks it exited 0; returns its stderr and
