@@ -119,11 +119,8 @@ impl NearIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::Types;
 
-    fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::linear(Types::HALF, n_out, tokens, k)
-    }
+    use crate::key::half_linear as linear;
 
     #[test]
     fn nearest_row_of_the_same_layer_within_the_window() {

@@ -495,17 +495,7 @@ impl LtKey {
 
     /// Rows and columns of A, B, C and D as stored (before the transposes).
     pub fn stored_shapes(&self) -> [(i64, i64); 4] {
-        let a = if self.trans_a == Trans::N {
-            (self.m, self.k)
-        } else {
-            (self.k, self.m)
-        };
-        let b = if self.trans_b == Trans::N {
-            (self.k, self.n)
-        } else {
-            (self.n, self.k)
-        };
-        [a, b, (self.m, self.n), (self.m, self.n)]
+        crate::key::stored_shapes(self.trans_a, self.trans_b, self.m, self.n, self.k)
     }
 
     /// The layouts of this key, as a harness creates them.
@@ -645,6 +635,12 @@ impl LtKey {
     pub fn elem_bytes(&self) -> [usize; 4] {
         [self.a_type, self.b_type, self.c_type, self.d_type].map(type_bytes)
     }
+}
+
+/// The tests' usual cuBLASLt layer: [`LtKey::linear`] of bf16 tensors.
+#[cfg(test)]
+pub(crate) fn bf16_linear(n_out: i64, tokens: i64, k: i64) -> LtKey {
+    LtKey::linear(R_16BF, n_out, tokens, k)
 }
 
 /// Bytes of one element of a real type (0 for types tunedblas does not serve).

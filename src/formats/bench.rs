@@ -286,9 +286,7 @@ mod tests {
     use super::*;
     use crate::formats::testutil::Rng;
 
-    fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::linear(Types::HALF, n_out, tokens, k)
-    }
+    use crate::key::half_linear as linear;
 
     /// Golden lines written from the fields rocBLAS logs (see the module docs).
     const LOG: &str = "\

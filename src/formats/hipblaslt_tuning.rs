@@ -337,9 +337,7 @@ mod tests {
     use super::*;
     use crate::formats::testutil::Rng;
 
-    fn linear(n: i64, m: i64, k: i64) -> LtKey {
-        LtKey::linear(lt::R_16BF, n, m, k)
-    }
+    use crate::cublaslt::bf16_linear as linear;
 
     #[test]
     fn the_eleven_column_form_and_its_header() {

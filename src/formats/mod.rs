@@ -252,12 +252,7 @@ impl Fields {
             Batching::Strided => {
                 let batch = need(self.batch, "batch_count")?;
                 // Packed strides, computed without overflow; check_key rejects the rest.
-                let packed = [
-                    lda.checked_mul(if ta == Trans::N { k } else { m }),
-                    ldb.checked_mul(if tb == Trans::N { n } else { k }),
-                    ldc.checked_mul(n),
-                    ldd.checked_mul(n),
-                ];
+                let packed = key.checked_packed_strides();
                 let mut strides = [0i64; 4];
                 for i in 0..4 {
                     strides[i] = match (self.strides[i], packed[i]) {
