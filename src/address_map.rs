@@ -186,6 +186,21 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         unsafe { self.slots.get_unchecked(i & (SLOTS - 1)) }
     }
 
+    /// The slot of the object at `addr`, locked, if the map knows it. A slot whose lock
+    /// cannot be had is poisoned instead (its words can no longer be trusted) and `None`.
+    #[inline]
+    fn lock_known(&self, addr: usize) -> Option<&Slot<N>> {
+        if addr == 0 || addr == TOMB {
+            return None;
+        }
+        let s = self.find(addr)?;
+        if s.lock(SPINS).is_none() {
+            s.state.fetch_or(POISON, Ordering::Relaxed);
+            return None;
+        }
+        Some(s)
+    }
+
     /// The slot holding `addr`, if the map holds it.
     #[inline]
     fn find(&self, addr: usize) -> Option<&Slot<N>> {
@@ -294,16 +309,9 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
 
     /// Changes the words of the object at `addr` with `f`, if the map knows it.
     pub fn update(&self, addr: usize, f: impl FnOnce(&mut [u64; N])) {
-        if addr == 0 || addr == TOMB {
-            return;
-        }
-        let Some(s) = self.find(addr) else {
+        let Some(s) = self.lock_known(addr) else {
             return;
         };
-        if s.lock(SPINS).is_none() {
-            s.state.fetch_or(POISON, Ordering::Relaxed);
-            return;
-        }
         if s.key.load(Ordering::Relaxed) == addr {
             let mut words = std::array::from_fn(|i| s.words[i].load(Ordering::Relaxed));
             f(&mut words);
@@ -318,18 +326,11 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     /// object. (Before the real destroy: an object made at the freed address afterwards is
     /// never undone.)
     pub fn remove(&self, addr: usize) {
-        if addr == 0 || addr == TOMB {
-            return;
-        }
-        let Some(s) = self.find(addr) else {
+        // A slot that cannot be locked is poisoned; it is freed when the address is made
+        // again.
+        let Some(s) = self.lock_known(addr) else {
             return;
         };
-        if s.lock(SPINS).is_none() {
-            // Its words can no longer be trusted; the slot is freed when the address is
-            // made again.
-            s.state.fetch_or(POISON, Ordering::Relaxed);
-            return;
-        }
         let mine = s.key.load(Ordering::Relaxed) == addr;
         if mine {
             s.key.store(TOMB, Ordering::Relaxed);

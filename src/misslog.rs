@@ -440,13 +440,11 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi;
-    use crate::key::{Trans, Types};
     use std::sync::Arc;
 
+    /// The 256 x 64 layer at `n` tokens.
     fn key(n: i64) -> ProblemKey {
-        let t = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
-        ProblemKey::single(Trans::T, Trans::N, t, 256, n, 64, 64, 64, 256, 256, 0)
+        crate::key::half_linear(256, n, 64)
     }
 
     #[test]

@@ -484,17 +484,18 @@ impl LtTable {
         self.rows.iter()
     }
     fn same_rows(&self, other: &LtTable) -> bool {
-        self.len() == other.len()
-            && self
-                .rows
+        fn wild(t: &LtTable) -> Vec<(&LtPattern, &LtAction)> {
+            t.wildcards
                 .iter()
-                .all(|(k, e)| other.get(k).is_some_and(|o| o.action == e.action))
-            && self.wildcards.len() == other.wildcards.len()
-            && self
-                .wildcards
-                .iter()
-                .zip(&other.wildcards)
-                .all(|(a, b)| a.pattern == b.pattern && a.action == b.action)
+                .map(|w| (&w.pattern, &w.action))
+                .collect()
+        }
+        crate::table::same_rows(
+            (self.len(), other.len()),
+            self.rows.iter().map(|(k, e)| (k, &e.action)),
+            |k| other.get(k).map(|o| &o.action),
+            (wild(self), wild(other)),
+        )
     }
 }
 
