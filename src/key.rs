@@ -87,6 +87,14 @@ impl Types {
     pub const SGEMM: Types = Types::uniform(abi::DT_F32_R, abi::DT_F32_R);
     /// f16 tensors computed in f32: PyTorch's half GEMMs (`GemmTunableOp_Half_*`).
     pub const HALF: Types = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
+    /// int8 inputs, int32 output and compute: the int8 GEMM.
+    pub const INT8: Types = Types {
+        a: abi::DT_I8_R,
+        b: abi::DT_I8_R,
+        c: abi::DT_I32_R,
+        d: abi::DT_I32_R,
+        compute: abi::DT_I32_R,
+    };
 }
 
 /// One GEMM problem. See the module docs for what is (and is not) part of it.
@@ -404,13 +412,7 @@ mod tests {
     /// to a word, other kernels): packed and unpacked calls must not share a row.
     #[test]
     fn packed_int8_is_another_problem() {
-        let t = Types {
-            a: abi::DT_I8_R,
-            b: abi::DT_I8_R,
-            c: abi::DT_I32_R,
-            d: abi::DT_I32_R,
-            compute: abi::DT_I32_R,
-        };
+        let t = Types::INT8;
         let key =
             |flags| ProblemKey::single(Trans::T, Trans::N, t, 64, 32, 64, 64, 64, 64, 64, flags);
         assert_eq!(key(abi::FLAG_PACK_INT8X4).flags, abi::FLAG_PACK_INT8X4);

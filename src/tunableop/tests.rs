@@ -416,38 +416,25 @@ fn pytorch_patterns_match_only_what_pytorch_can_name() {
 
 #[test]
 fn extension_rows_for_what_pytorch_cannot_name() {
-    let hgemm = ProblemKey::single(
-        Trans::T,
-        Trans::N,
-        Types::HGEMM,
-        4096,
-        512,
-        4096,
-        4096,
-        4096,
-        4096,
-        4096,
-        abi::FLAG_FP16_ALT_IMPL,
-    );
+    let hgemm = ProblemKey {
+        flags: abi::FLAG_FP16_ALT_IMPL,
+        ..ProblemKey::linear(Types::HGEMM, 4096, 512, 4096)
+    };
     let (op, sig) = op_and_signature(&hgemm);
     assert_eq!(op, "TunedblasGemm_Single_f16_f16_f16_f16_f16_TN");
     assert_eq!(sig, "tn_4096_512_4096_ld_4096_4096_4096_4096_fl_0x4");
     assert_eq!(parse_key(&op, &sig), KeyParse::Key(hgemm));
 
-    let ptr = ProblemKey::single(
+    let (n, c, complex) = (
         Trans::N,
         Trans::C,
         Types::uniform(abi::DT_F32_C, abi::DT_F32_C),
-        8,
-        9,
-        10,
-        8,
-        9,
-        8,
-        16,
-        0,
-    )
-    .with_batch(Batching::PointerArray, 7, [0; 4]);
+    );
+    let ptr = ProblemKey::single(n, c, complex, 8, 9, 10, 8, 9, 8, 16, 0).with_batch(
+        Batching::PointerArray,
+        7,
+        [0; 4],
+    );
     let (op, sig) = op_and_signature(&ptr);
     assert_eq!(op, "TunedblasGemm_PtrArray_f32c_f32c_f32c_f32c_f32c_NC");
     assert_eq!(sig, "nc_8_9_10_B_7_ld_8_9_8_16_fl_0x0");
@@ -611,26 +598,10 @@ fn random_key(rng: &mut Rng) -> ProblemKey {
 /// `_fl_` field and reads back as that problem, not the unpacked one.
 #[test]
 fn packed_int8_rows_keep_their_flag() {
-    let t = Types {
-        a: abi::DT_I8_R,
-        b: abi::DT_I8_R,
-        c: abi::DT_I32_R,
-        d: abi::DT_I32_R,
-        compute: abi::DT_I32_R,
+    let packed = ProblemKey {
+        flags: abi::FLAG_PACK_INT8X4,
+        ..ProblemKey::linear(Types::INT8, 64, 32, 64)
     };
-    let packed = ProblemKey::single(
-        Trans::T,
-        Trans::N,
-        t,
-        64,
-        32,
-        64,
-        64,
-        64,
-        64,
-        64,
-        abi::FLAG_PACK_INT8X4,
-    );
     let (op, sig) = op_and_signature(&packed);
     assert_eq!(op, "TunedblasGemm_Single_i8_i8_i32_i32_i32_TN");
     assert!(sig.ends_with("_fl_0x1"), "{sig}");

@@ -127,13 +127,7 @@ fn bench_keys() -> Vec<(ProblemKey, &'static str)> {
     let (t, n) = (Trans::T, Trans::N);
     let half = Types::HALF;
     let plain = ProblemKey::linear(half, 4096, 32, 2560);
-    let int8 = Types {
-        a: abi::DT_I8_R,
-        b: abi::DT_I8_R,
-        c: abi::DT_I32_R,
-        d: abi::DT_I32_R,
-        compute: abi::DT_I32_R,
-    };
+    let int8 = Types::INT8;
     let mixed = Types {
         c: abi::DT_F32_R,
         d: abi::DT_F16_R,

@@ -41,13 +41,7 @@ fn bf16_rnz() -> ProblemKey {
 }
 
 fn int8(flags: u32) -> ProblemKey {
-    let t = Types {
-        a: abi::DT_I8_R,
-        b: abi::DT_I8_R,
-        c: abi::DT_I32_R,
-        d: abi::DT_I32_R,
-        compute: abi::DT_I32_R,
-    };
+    let t = Types::INT8;
     ProblemKey::single(N, N, t, 256, 128, 512, 256, 512, 256, 256, flags)
 }
 
