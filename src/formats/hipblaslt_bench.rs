@@ -282,7 +282,7 @@ pub fn command(key: &LtKey, index: Option<i32>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::testutil::Rng;
+    use crate::formats::testutil::never_panics;
 
     const LOGGED: &str = "hipblaslt-bench --api_method c -m 4096 -n 512 -k 2560 --lda 2560 --ldb 2560 --ldc 4096 --ldd 4096 --stride_a 0 --stride_b 0 --stride_c 0 --stride_d 0 --alpha 1.000000 --beta 0.000000 --transA T --transB N --batch_count 1 --scaleA 0 --scaleB 0 --a_type bf16_r --b_type bf16_r --c_type bf16_r --d_type bf16_r --scale_type f32_r --bias_type f32_r --compute_type f32_r";
 
@@ -354,17 +354,8 @@ mod tests {
 
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut rng = Rng(7);
-        for i in 0..2000 {
-            let bytes = if i % 2 == 0 {
-                {
-                    let len = rng.below(300) as usize;
-                    rng.bytes(len)
-                }
-            } else {
-                rng.mutate(LOGGED.as_bytes())
-            };
-            let _ = parse(&String::from_utf8_lossy(&bytes));
-        }
+        never_panics(7, None, LOGGED, |t| {
+            let _ = parse(t);
+        });
     }
 }
