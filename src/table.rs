@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::key::ProblemKey;
 use crate::rocblas;
-use crate::tunableop::KeyPattern;
+use crate::tunableop::{KeyPattern, Solution};
 
 /// What a row tells the interposer to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +27,17 @@ pub enum Action {
     Default,
     /// Re-issue with `algo = solution_index` and this index.
     Solution(i32),
+}
+
+impl Action {
+    /// What a row with this solution tells the interposer; `None` for another backend's.
+    pub fn of(solution: &Solution) -> Option<Action> {
+        match solution {
+            Solution::Default => Some(Action::Default),
+            Solution::Rocblas(id) => Some(Action::Solution(*id)),
+            Solution::Other(_) => None,
+        }
+    }
 }
 
 /// What happens to a served row in one process: whether it was hit, whether it was taken

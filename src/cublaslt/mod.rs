@@ -515,6 +515,27 @@ impl LtKey {
         })
     }
 
+    /// This problem `batch` times over, the matrices of each packed after the last's
+    /// (strided-batched at the packed strides; plain for a batch of one).
+    pub fn packed_batch(mut self, batch: i64) -> LtKey {
+        self.batch = batch;
+        self.set_strides(if batch == 1 {
+            [0; 4]
+        } else {
+            self.packed_strides()
+        });
+        self
+    }
+
+    /// The strides of A, B, C and D.
+    pub fn strides(&self) -> [i64; 4] {
+        [self.stride_a, self.stride_b, self.stride_c, self.stride_d]
+    }
+
+    fn set_strides(&mut self, s: [i64; 4]) {
+        [self.stride_a, self.stride_b, self.stride_c, self.stride_d] = s;
+    }
+
     /// Strides of packed matrices with this key's leading dimensions.
     pub fn packed_strides(&self) -> [i64; 4] {
         let s = self.stored_shapes();
@@ -732,8 +753,7 @@ fn pytorch_name(key: &LtKey) -> Option<&'static str> {
             && key.compute == *c
             && key.scale == *s
     })?;
-    let batching_ok = key.batch == 1
-        || [key.stride_a, key.stride_b, key.stride_c, key.stride_d] == key.packed_strides();
+    let batching_ok = key.batch == 1 || key.strides() == key.packed_strides();
     (key.epilogue == EPILOGUE_DEFAULT
         && key.pointer_mode == POINTER_MODE_HOST
         && key.sm_count == 0
@@ -961,7 +981,7 @@ pub fn parse_key(op: &str, sig: &str) -> Result<LtKey, String> {
         t.done()?;
         [key.lda, key.ldb, key.ldc, key.ldd] = [lda, ldb, ldc, ldc];
         if key.batch != 1 {
-            [key.stride_a, key.stride_b, key.stride_c, key.stride_d] = key.packed_strides();
+            key.set_strides(key.packed_strides());
         }
     }
     if key.batch < 1 {
@@ -1128,14 +1148,7 @@ mod tests {
     fn only_keys_a_caller_could_have_made_are_plausible() {
         let good = LtKey::linear(R_16BF, 2560, 16, 1536);
         assert_eq!(good.plausible(), Ok(()));
-        let mut batched = LtKey::linear(R_32F, 64, 8, 64);
-        batched.batch = 4;
-        [
-            batched.stride_a,
-            batched.stride_b,
-            batched.stride_c,
-            batched.stride_d,
-        ] = batched.packed_strides();
+        let batched = LtKey::linear(R_32F, 64, 8, 64).packed_batch(4);
         assert_eq!(batched.plausible(), Ok(()));
         let bad = |f: &dyn Fn(&mut LtKey)| {
             let mut k = good;

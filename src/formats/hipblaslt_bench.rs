@@ -328,15 +328,7 @@ mod tests {
             LtKey::linear(lt::R_16BF, 4096, 512, 2560),
             LtKey::linear(lt::R_32F, 64, 1, 64),
         ];
-        let mut strided = LtKey::linear(lt::R_16F, 64, 16, 32);
-        strided.batch = 4;
-        [
-            strided.stride_a,
-            strided.stride_b,
-            strided.stride_c,
-            strided.stride_d,
-        ] = strided.packed_strides();
-        keys.push(strided);
+        keys.push(LtKey::linear(lt::R_16F, 64, 16, 32).packed_batch(4));
         let mut bias = LtKey::linear(lt::R_16BF, 64, 16, 32);
         bias.epilogue = lt::EPILOGUE_BIAS;
         bias.bias_type = lt::R_16BF;

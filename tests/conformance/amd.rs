@@ -33,14 +33,7 @@ fn keys() -> Vec<(LtKey, i32)> {
     let mut nn = LtKey::linear(R_32F, 96, 40, 32);
     nn.trans_a = tunedblas_core::key::Trans::N;
     nn.lda = 96;
-    let mut batched = LtKey::linear(R_16F, 64, 16, 32);
-    batched.batch = 8;
-    [
-        batched.stride_a,
-        batched.stride_b,
-        batched.stride_c,
-        batched.stride_d,
-    ] = batched.packed_strides();
+    let batched = LtKey::linear(R_16F, 64, 16, 32).packed_batch(8);
     vec![
         (LtKey::linear(R_16BF, 4096, 512, 2560), 12345),
         (LtKey::linear(R_16F, 2560, 16, 1536), 7),
