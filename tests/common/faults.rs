@@ -308,3 +308,14 @@ pub fn scratch_with_hit(name: &str, spec: &str) -> PathBuf {
 pub fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
+
+/// The run warned exactly once that it cannot write the miss log (however many writes
+/// failed).
+#[track_caller]
+pub fn one_warning(stderr: &str) {
+    assert_eq!(
+        stderr.matches("cannot write the miss log").count(),
+        1,
+        "exactly one warning: {stderr}"
+    );
+}

@@ -424,3 +424,7 @@ pub fn lt_miss_lines(dir: &Path, tag: &str) -> Vec<String> {
 pub fn assert_has(text: &str, want: &str) {
     assert!(text.contains(want), "{text}");
 }
+
+/// `tunedblas tune` options that make a campaign quick: three trials and a 1 MiB input
+/// rotation (the tests check plumbing, not timing).
+pub const QUICK_TUNE: [&str; 6] = ["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"];

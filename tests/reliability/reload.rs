@@ -46,10 +46,8 @@ fn while_running(
     steps.extend(after.iter().map(|s| s.to_string()));
     let steps = strs(&steps);
     let mut cmd = fault_cmd(dir, true, &steps);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.stdout(Stdio::piped())
+    cmd.envs(env.iter().copied())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(Stdio::null());
     let mut child = cmd.spawn().expect("fault_host");

@@ -120,14 +120,6 @@ fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-fn one_warning(stderr: &str) {
-    assert_eq!(
-        stderr.matches("cannot write the miss log").count(),
-        1,
-        "exactly one warning: {stderr}"
-    );
-}
-
 #[test]
 fn a_symlinked_miss_folder_is_refused() {
     let dir = scratch("rel-symlink-dir");

@@ -221,22 +221,18 @@ fn eight_imports_at_once_keep_every_shape() {
 
 /// `tune` arguments for one shape, quick settings (the tests check plumbing, not timing).
 fn tune_args(lib: &Path, shape: &str) -> Vec<String> {
-    [
+    let args = [
         "tune",
         "--lib",
         lib.to_str().unwrap(),
         "--shape",
         shape,
-        "--trials",
-        "3",
-        "--max-trials",
-        "3",
-        "--rotate-mib",
-        "1",
         "--json",
-    ]
-    .map(String::from)
-    .to_vec()
+    ];
+    args.iter()
+        .chain(&QUICK_TUNE)
+        .map(|a| a.to_string())
+        .collect()
 }
 
 /// The rows a `tune --json` summary says it wrote: shape -> solution.
