@@ -1221,11 +1221,15 @@ mod tests {
 
     #[test]
     fn llama_layers_as_vllm_fuses_them_with_tensor_parallel_splits() {
-        let opts = ModelOptions {
-            tp: 1,
-            ..Default::default()
+        // Llama's layers on `tp` ranks.
+        let on_ranks = |tp| {
+            let opts = ModelOptions {
+                tp,
+                ..Default::default()
+            };
+            shapes_from_hf_config(&llama_config(), &opts).unwrap().1
         };
-        let (_, s) = shapes_from_hf_config(&llama_config(), &opts).unwrap();
+        let s = on_ranks(1);
         assert_eq!(
             layers(&s),
             "qkv_proj 6144x4096 x32, o_proj 4096x4096 x32, gate_up_proj 28672x4096 x32, \
@@ -1236,23 +1240,13 @@ mod tests {
             s[0].family.types,
             Types::uniform(abi::DT_BF16_R, abi::DT_F32_R)
         );
-        let opts = ModelOptions {
-            tp: 4,
-            ..Default::default()
-        };
-        let (_, s) = shapes_from_hf_config(&llama_config(), &opts).unwrap();
         assert_eq!(
-            layers(&s),
+            layers(&on_ranks(4)),
             "qkv_proj 1536x4096 x32, o_proj 4096x1024 x32, gate_up_proj 7168x4096 x32, \
              down_proj 4096x3584 x32, lm_head 32064x4096 x1"
         );
         // 8 kv heads over 16 ranks: replicated, one per rank.
-        let opts = ModelOptions {
-            tp: 16,
-            ..Default::default()
-        };
-        let (_, s) = shapes_from_hf_config(&llama_config(), &opts).unwrap();
-        assert_eq!(s[0].family.m, (2 + 2) * 128);
+        assert_eq!(on_ranks(16)[0].family.m, (2 + 2) * 128);
     }
 
     #[test]

@@ -290,6 +290,13 @@ impl ProblemKey {
         )
     }
 
+    /// The same problem run with `flags` (only the kernel flags are kept, as in
+    /// [`ProblemKey::single`]).
+    pub fn with_flags(mut self, flags: u32) -> ProblemKey {
+        self.flags = flags & abi::KERNEL_FLAGS;
+        self
+    }
+
     /// Turns this single problem into a batched one.
     #[inline]
     pub fn with_batch(mut self, batching: Batching, batch: i64, strides: [i64; 4]) -> ProblemKey {

@@ -46,3 +46,6 @@ pub mod suggest;
 pub mod table;
 pub mod tunableop;
 pub mod version;
+
+#[cfg(test)]
+mod testing;

@@ -408,10 +408,7 @@ fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
     assert!(sols.len() >= 2, "{sols:?}");
     let (plain_sol, alt_sol) = (sols[0], *sols.last().unwrap());
     let plain = spec_key(SPEC);
-    let alt = tunedblas_core::key::ProblemKey {
-        flags: tunedblas_core::abi::FLAG_FP16_ALT_IMPL,
-        ..plain
-    };
+    let alt = plain.with_flags(tunedblas_core::abi::FLAG_FP16_ALT_IMPL);
     let rows: Vec<String> = [(plain, plain_sol), (alt, alt_sol)]
         .iter()
         .map(|(k, s)| {

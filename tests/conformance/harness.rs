@@ -148,13 +148,7 @@ fn bench_keys() -> Vec<(ProblemKey, &'static str)> {
     );
     vec![
         (plain, "Gemm_Rocblas_7"),
-        (
-            ProblemKey {
-                flags: abi::FLAG_FP16_ALT_IMPL,
-                ..plain
-            },
-            "Default",
-        ),
+        (plain.with_flags(abi::FLAG_FP16_ALT_IMPL), "Default"),
         (
             ProblemKey::single(t, n, half, 512, 16, 512, 512, 512, 512, 640, 0),
             "Gemm_Rocblas_3",

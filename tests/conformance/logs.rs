@@ -19,25 +19,15 @@ fn read(name: &str) -> (Format, Parsed) {
 const T: Trans = Trans::T;
 const N: Trans = Trans::N;
 
-/// A packed `F.linear` of the logs (all kernel flags here).
+/// A packed `F.linear` of the logs.
 fn linear(flags: u32) -> ProblemKey {
-    ProblemKey {
-        flags,
-        ..ProblemKey::linear(Types::HALF, 4096, 512, 2560)
-    }
+    ProblemKey::linear(Types::HALF, 4096, 512, 2560).with_flags(flags)
 }
 
 /// The bf16 linear layer of the 4.4 logs, run with fp16_alt_impl_round.
 fn bf16_rnz() -> ProblemKey {
-    ProblemKey {
-        flags: abi::FLAG_FP16_ALT_IMPL_RNZ,
-        ..ProblemKey::linear(
-            Types::uniform(abi::DT_BF16_R, abi::DT_F32_R),
-            1024,
-            16,
-            1024,
-        )
-    }
+    let bf16 = Types::uniform(abi::DT_BF16_R, abi::DT_F32_R);
+    ProblemKey::linear(bf16, 1024, 16, 1024).with_flags(abi::FLAG_FP16_ALT_IMPL_RNZ)
 }
 
 fn int8(flags: u32) -> ProblemKey {
