@@ -268,6 +268,7 @@ impl Suite {
         let src = repo().join("tests/hosts");
         for f in [
             "real_host.c",
+            "spec.h",
             "dl_host.c",
             "py_host.py",
             "hipblas_host.c",
