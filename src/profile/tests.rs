@@ -3,7 +3,7 @@ use super::rank::load_rank;
 use super::*;
 use crate::key::ProblemKey;
 use crate::table::Action;
-use crate::tunableop::{self, Solution};
+use crate::tunableop;
 use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -240,13 +240,7 @@ fn the_streaming_loader_agrees_with_parse() {
         let want: Vec<(ProblemKey, Action)> = parsed
             .rows
             .iter()
-            .map(|r| {
-                let a = match r.solution {
-                    Solution::Rocblas(id) => Action::Solution(id),
-                    _ => Action::Default,
-                };
-                (r.key, a)
-            })
+            .map(|r| (r.key, Action::of(&r.solution).unwrap_or(Action::Default)))
             .collect();
         let got: Vec<(ProblemKey, Action)> =
             table.table.iter().map(|(k, e)| (*k, e.action)).collect();

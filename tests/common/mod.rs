@@ -186,7 +186,12 @@ pub fn sha5() -> String {
 
 /// A gemm_host (linked against `.so.4`) command with the test environment of `dir`.
 pub fn host4_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&artifacts().host4);
+    host_cmd(&artifacts().host4, dir, preload, args)
+}
+
+/// A host program's command with the test environment of `dir`.
+pub fn host_cmd(program: &Path, dir: &Path, preload: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(args);
     host_env(&mut cmd, dir, preload);
     cmd
@@ -412,3 +417,14 @@ pub fn lt_miss_lines(dir: &Path, tag: &str) -> Vec<String> {
     }
     out
 }
+
+/// Fails unless `text` (a run's stderr: its summary line, a warning) contains `want`,
+/// showing the whole text.
+#[track_caller]
+pub fn assert_has(text: &str, want: &str) {
+    assert!(text.contains(want), "{text}");
+}
+
+/// `tunedblas tune` options that make a campaign quick: three trials and a 1 MiB input
+/// rotation (the tests check plumbing, not timing).
+pub const QUICK_TUNE: [&str; 6] = ["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"];
