@@ -9,51 +9,37 @@ use std::ffi::{c_char, c_void};
 
 /// `rocblas_status`: every entry point returns one (a 32-bit C enum).
 pub type Status = i32;
-pub const STATUS_SUCCESS: Status = 0;
-pub const STATUS_INVALID_HANDLE: Status = 1;
-pub const STATUS_NOT_IMPLEMENTED: Status = 2;
-pub const STATUS_INVALID_POINTER: Status = 3;
-pub const STATUS_INVALID_SIZE: Status = 4;
-pub const STATUS_MEMORY_ERROR: Status = 5;
-pub const STATUS_INTERNAL_ERROR: Status = 6;
-pub const STATUS_INVALID_VALUE: Status = 11;
+c_values!(Status:
+    STATUS_SUCCESS = 0, STATUS_INVALID_HANDLE = 1, STATUS_NOT_IMPLEMENTED = 2,
+    STATUS_INVALID_POINTER = 3, STATUS_INVALID_SIZE = 4, STATUS_MEMORY_ERROR = 5,
+    STATUS_INTERNAL_ERROR = 6, STATUS_INVALID_VALUE = 11,
+);
 
 /// `rocblas_operation`.
 pub type Operation = i32;
-pub const OP_NONE: Operation = 111;
-pub const OP_TRANSPOSE: Operation = 112;
-pub const OP_CONJUGATE_TRANSPOSE: Operation = 113;
+c_values!(Operation: OP_NONE = 111, OP_TRANSPOSE = 112, OP_CONJUGATE_TRANSPOSE = 113);
 
 /// `rocblas_datatype`.
 pub type Datatype = i32;
-pub const DT_F16_R: Datatype = 150;
-pub const DT_F32_R: Datatype = 151;
-pub const DT_F64_R: Datatype = 152;
-pub const DT_F16_C: Datatype = 153;
-pub const DT_F32_C: Datatype = 154;
-pub const DT_F64_C: Datatype = 155;
-pub const DT_I8_R: Datatype = 160;
-pub const DT_U8_R: Datatype = 161;
-pub const DT_I32_R: Datatype = 162;
-pub const DT_U32_R: Datatype = 163;
-pub const DT_BF16_R: Datatype = 168;
-pub const DT_BF16_C: Datatype = 169;
+c_values!(Datatype:
+    DT_F16_R = 150, DT_F32_R = 151, DT_F64_R = 152, DT_F16_C = 153, DT_F32_C = 154, DT_F64_C = 155,
+    DT_I8_R = 160, DT_U8_R = 161, DT_I32_R = 162, DT_U32_R = 163, DT_BF16_R = 168, DT_BF16_C = 169,
+);
 
 /// `rocblas_gemm_algo`.
 pub type GemmAlgo = i32;
 pub const ALGO_STANDARD: GemmAlgo = 0;
 pub const ALGO_SOLUTION_INDEX: GemmAlgo = 1;
 
-/// `rocblas_gemm_flags` (a bit set passed as uint32).
-pub const FLAG_NONE: u32 = 0;
-/// int8 inputs packed four to a 32-bit word: another problem (other kernels) than plain int8.
-/// rocBLAS up to 3.x (ROCm 5.7); ROCm 6.0 removed it from the headers and keeps 0x1 reserved.
-pub const FLAG_PACK_INT8X4: u32 = 0x1;
-pub const FLAG_USE_CU_EFFICIENCY: u32 = 0x2;
-pub const FLAG_FP16_ALT_IMPL: u32 = 0x4;
-pub const FLAG_CHECK_SOLUTION_INDEX: u32 = 0x8;
-pub const FLAG_FP16_ALT_IMPL_RNZ: u32 = 0x10;
-pub const FLAG_STOCHASTIC_ROUNDING: u32 = 0x20;
+// `rocblas_gemm_flags` (a bit set passed as uint32).
+c_values!(u32:
+    FLAG_NONE = 0,
+    /// int8 inputs packed four to a 32-bit word: another problem (other kernels) than plain int8.
+    /// rocBLAS up to 3.x (ROCm 5.7); ROCm 6.0 removed it from the headers and keeps 0x1 reserved.
+    FLAG_PACK_INT8X4 = 0x1,
+    FLAG_USE_CU_EFFICIENCY = 0x2, FLAG_FP16_ALT_IMPL = 0x4, FLAG_CHECK_SOLUTION_INDEX = 0x8,
+    FLAG_FP16_ALT_IMPL_RNZ = 0x10, FLAG_STOCHASTIC_ROUNDING = 0x20,
+);
 /// Flags that select a different kernel, data layout or rounding: they are part of the
 /// problem key. Only `check_solution_index` (validate, run nothing) is left out.
 pub const KERNEL_FLAGS: u32 = FLAG_PACK_INT8X4
@@ -116,194 +102,65 @@ pub fn datatype_size(t: Datatype) -> Option<usize> {
 // The GEMM entry points are "C-unwind": a thread cancelled inside the real rocBLAS (a C++
 // library, whose waits are cancellation points) unwinds through the interposer's frames back
 // to the host, as it would without it; through a plain "C" frame it would abort the process.
+// The GEMM signatures are written a group of C arguments to a line: handle, transposes,
+// m, n, k, alpha and A (pointer, type, ld[, stride]); B; beta, C and D; the rest.
 
+#[rustfmt::skip]
 pub type GemmExFn<I> = unsafe extern "C-unwind" fn(
-    Handle,
-    Operation,
-    Operation,
-    I,
-    I,
-    I,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    I,
-    *const c_void,
-    Datatype,
-    I,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    I,
-    *mut c_void,
-    Datatype,
-    I,
-    Datatype,
-    GemmAlgo,
-    i32,
-    u32,
+    Handle, Operation, Operation, I, I, I, *const c_void, *const c_void, Datatype, I,
+    *const c_void, Datatype, I,
+    *const c_void, *const c_void, Datatype, I, *mut c_void, Datatype, I,
+    Datatype, GemmAlgo, i32, u32,
 ) -> Status;
 
+#[rustfmt::skip]
 pub type GemmBatchedExFn<I> = unsafe extern "C-unwind" fn(
-    Handle,
-    Operation,
-    Operation,
-    I,
-    I,
-    I,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    I,
-    *const c_void,
-    Datatype,
-    I,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    I,
-    *mut c_void,
-    Datatype,
-    I,
-    I,
-    Datatype,
-    GemmAlgo,
-    i32,
-    u32,
+    Handle, Operation, Operation, I, I, I, *const c_void, *const c_void, Datatype, I,
+    *const c_void, Datatype, I,
+    *const c_void, *const c_void, Datatype, I, *mut c_void, Datatype, I,
+    I, Datatype, GemmAlgo, i32, u32,
 ) -> Status;
 
+#[rustfmt::skip]
 pub type GemmStridedBatchedExFn<I> = unsafe extern "C-unwind" fn(
-    Handle,
-    Operation,
-    Operation,
-    I,
-    I,
-    I,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    I,
-    i64,
-    *const c_void,
-    Datatype,
-    I,
-    i64,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    I,
-    i64,
-    *mut c_void,
-    Datatype,
-    I,
-    i64,
-    I,
-    Datatype,
-    GemmAlgo,
-    i32,
-    u32,
+    Handle, Operation, Operation, I, I, I, *const c_void, *const c_void, Datatype, I, i64,
+    *const c_void, Datatype, I, i64,
+    *const c_void, *const c_void, Datatype, I, i64, *mut c_void, Datatype, I, i64,
+    I, Datatype, GemmAlgo, i32, u32,
 ) -> Status;
 
 /// `rocblas_hgemm` / `rocblas_sgemm` (alpha, beta, A, B, C typed by the function).
+#[rustfmt::skip]
 pub type TypedGemmFn<I> = unsafe extern "C-unwind" fn(
-    Handle,
-    Operation,
-    Operation,
-    I,
-    I,
-    I,
-    *const c_void,
-    *const c_void,
-    I,
-    *const c_void,
-    I,
-    *const c_void,
-    *mut c_void,
-    I,
+    Handle, Operation, Operation, I, I, I, *const c_void, *const c_void, I,
+    *const c_void, I,
+    *const c_void, *mut c_void, I,
 ) -> Status;
 
+#[rustfmt::skip]
 pub type TypedGemmStridedBatchedFn<I> = unsafe extern "C-unwind" fn(
-    Handle,
-    Operation,
-    Operation,
-    I,
-    I,
-    I,
-    *const c_void,
-    *const c_void,
-    I,
-    i64,
-    *const c_void,
-    I,
-    i64,
-    *const c_void,
-    *mut c_void,
-    I,
-    i64,
+    Handle, Operation, Operation, I, I, I, *const c_void, *const c_void, I, i64,
+    *const c_void, I, i64,
+    *const c_void, *mut c_void, I, i64,
     I,
 ) -> Status;
 
 /// `rocblas_gemm_ex_get_solutions`: the gemm_ex arguments without `solution_index`, then
 /// `list` (may be NULL to query the count) and `size` (in: capacity, out: count).
+#[rustfmt::skip]
 pub type GemmExGetSolutionsFn = unsafe extern "C" fn(
-    Handle,
-    Operation,
-    Operation,
-    i32,
-    i32,
-    i32,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    i32,
-    *const c_void,
-    Datatype,
-    i32,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    i32,
-    *mut c_void,
-    Datatype,
-    i32,
-    Datatype,
-    GemmAlgo,
-    u32,
-    *mut i32,
-    *mut i32,
+    Handle, Operation, Operation, i32, i32, i32, *const c_void, *const c_void, Datatype, i32,
+    *const c_void, Datatype, i32,
+    *const c_void, *const c_void, Datatype, i32, *mut c_void, Datatype, i32,
+    Datatype, GemmAlgo, u32, *mut i32, *mut i32,
 ) -> Status;
 
+#[rustfmt::skip]
 pub type GemmStridedBatchedExGetSolutionsFn = unsafe extern "C" fn(
-    Handle,
-    Operation,
-    Operation,
-    i32,
-    i32,
-    i32,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    i32,
-    i64,
-    *const c_void,
-    Datatype,
-    i32,
-    i64,
-    *const c_void,
-    *const c_void,
-    Datatype,
-    i32,
-    i64,
-    *mut c_void,
-    Datatype,
-    i32,
-    i64,
-    i32,
-    Datatype,
-    GemmAlgo,
-    u32,
-    *mut i32,
-    *mut i32,
+    Handle, Operation, Operation, i32, i32, i32, *const c_void, *const c_void, Datatype, i32, i64,
+    *const c_void, Datatype, i32, i64,
+    *const c_void, *const c_void, Datatype, i32, i64, *mut c_void, Datatype, i32, i64,
+    i32, Datatype, GemmAlgo, u32, *mut i32, *mut i32,
 ) -> Status;
 
 pub type CreateHandleFn = unsafe extern "C" fn(*mut Handle) -> Status;
@@ -321,9 +178,9 @@ pub type HipError = i32;
 pub const HIP_SUCCESS: HipError = 0;
 /// `hipMemcpyKind` (a 32-bit C enum).
 pub type HipMemcpyKind = i32;
-pub const HIP_MEMCPY_HOST_TO_DEVICE: HipMemcpyKind = 1;
-pub const HIP_MEMCPY_DEVICE_TO_HOST: HipMemcpyKind = 2;
-pub const HIP_MEMCPY_DEFAULT: HipMemcpyKind = 4;
+c_values!(HipMemcpyKind:
+    HIP_MEMCPY_HOST_TO_DEVICE = 1, HIP_MEMCPY_DEVICE_TO_HOST = 2, HIP_MEMCPY_DEFAULT = 4,
+);
 pub type HipEvent = *mut c_void;
 
 pub type HipGetDeviceCountFn = unsafe extern "C" fn(*mut i32) -> HipError;
@@ -369,67 +226,55 @@ pub type HipRuntimeGetVersionFn = unsafe extern "C" fn(*mut i32) -> HipError;
 
 /// `hipblasStatus_t` (a 32-bit C enum; 0 = success).
 pub type HipblasStatus = i32;
-pub const HIPBLAS_STATUS_SUCCESS: HipblasStatus = 0;
-pub const HIPBLAS_STATUS_NOT_INITIALIZED: HipblasStatus = 1;
-pub const HIPBLAS_STATUS_INVALID_VALUE: HipblasStatus = 3;
-pub const HIPBLAS_STATUS_NOT_SUPPORTED: HipblasStatus = 7;
+c_values!(HipblasStatus:
+    HIPBLAS_STATUS_SUCCESS = 0, HIPBLAS_STATUS_NOT_INITIALIZED = 1,
+    HIPBLAS_STATUS_INVALID_VALUE = 3, HIPBLAS_STATUS_NOT_SUPPORTED = 7,
+);
 
 /// `hipDataType`, `hipblasComputeType_t` and the descriptor attribute enums: 32-bit C enums.
 pub type HipDataType = i32;
 pub type HipblasComputeType = i32;
 pub type HipblasLtAttribute = i32;
 
-/// `hipblasOperation_t` (hipblas-common.h): hipBLAS numbers its transposes from 111.
-pub const HIPBLAS_OP_N: i32 = 111;
-pub const HIPBLAS_OP_T: i32 = 112;
-pub const HIPBLAS_OP_C: i32 = 113;
+// `hipblasOperation_t` (hipblas-common.h): hipBLAS numbers its transposes from 111.
+c_values!(i32: HIPBLAS_OP_N = 111, HIPBLAS_OP_T = 112, HIPBLAS_OP_C = 113);
 
-/// `hipDataType` (hip/library_types.h): the same numbers as CUDA's `cudaDataType_t` for
-/// every type tunedblas serves.
-pub const HIP_R_32F: i32 = 0;
-pub const HIP_R_64F: i32 = 1;
-pub const HIP_R_16F: i32 = 2;
-pub const HIP_R_16BF: i32 = 14;
+// `hipDataType` (hip/library_types.h): the same numbers as CUDA's `cudaDataType_t` for
+// every type tunedblas serves.
+c_values!(i32: HIP_R_32F = 0, HIP_R_64F = 1, HIP_R_16F = 2, HIP_R_16BF = 14);
 
-/// `hipblasComputeType_t` (hipblas-common.h): numbered from 0, unlike cuBLAS's (from 64).
-pub const HIPBLAS_COMPUTE_16F: i32 = 0;
-pub const HIPBLAS_COMPUTE_16F_PEDANTIC: i32 = 1;
-pub const HIPBLAS_COMPUTE_32F: i32 = 2;
-pub const HIPBLAS_COMPUTE_32F_PEDANTIC: i32 = 3;
-pub const HIPBLAS_COMPUTE_32F_FAST_16F: i32 = 4;
-pub const HIPBLAS_COMPUTE_32F_FAST_16BF: i32 = 5;
-pub const HIPBLAS_COMPUTE_32F_FAST_TF32: i32 = 6;
-pub const HIPBLAS_COMPUTE_64F: i32 = 7;
-pub const HIPBLAS_COMPUTE_64F_PEDANTIC: i32 = 8;
-pub const HIPBLAS_COMPUTE_32I: i32 = 9;
-pub const HIPBLAS_COMPUTE_32I_PEDANTIC: i32 = 10;
+// `hipblasComputeType_t` (hipblas-common.h): numbered from 0, unlike cuBLAS's (from 64).
+c_values!(i32:
+    HIPBLAS_COMPUTE_16F = 0, HIPBLAS_COMPUTE_16F_PEDANTIC = 1, HIPBLAS_COMPUTE_32F = 2,
+    HIPBLAS_COMPUTE_32F_PEDANTIC = 3, HIPBLAS_COMPUTE_32F_FAST_16F = 4,
+    HIPBLAS_COMPUTE_32F_FAST_16BF = 5, HIPBLAS_COMPUTE_32F_FAST_TF32 = 6, HIPBLAS_COMPUTE_64F = 7,
+    HIPBLAS_COMPUTE_64F_PEDANTIC = 8, HIPBLAS_COMPUTE_32I = 9, HIPBLAS_COMPUTE_32I_PEDANTIC = 10,
+);
 
-/// `hipblasLtMatmulDescAttributes_t`: the ones tunedblas reads. There is no attribute for
-/// the compute and scale types: they are given to `hipblasLtMatmulDescCreate` only, so the
-/// interposer wraps it (`cdylib/src/hipblaslt/objects.rs`).
-pub const HIPBLASLT_MATMUL_DESC_TRANSA: i32 = 0;
-pub const HIPBLASLT_MATMUL_DESC_TRANSB: i32 = 1;
-pub const HIPBLASLT_MATMUL_DESC_EPILOGUE: i32 = 2;
-pub const HIPBLASLT_MATMUL_DESC_BIAS_POINTER: i32 = 3;
-pub const HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: i32 = 4;
-pub const HIPBLASLT_MATMUL_DESC_POINTER_MODE: i32 = 13;
+// `hipblasLtMatmulDescAttributes_t`: the ones tunedblas reads. There is no attribute for
+// the compute and scale types: they are given to `hipblasLtMatmulDescCreate` only, so the
+// interposer wraps it (`cdylib/src/hipblaslt/objects.rs`).
+c_values!(i32:
+    HIPBLASLT_MATMUL_DESC_TRANSA = 0, HIPBLASLT_MATMUL_DESC_TRANSB = 1,
+    HIPBLASLT_MATMUL_DESC_EPILOGUE = 2, HIPBLASLT_MATMUL_DESC_BIAS_POINTER = 3,
+    HIPBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 4, HIPBLASLT_MATMUL_DESC_POINTER_MODE = 13,
+);
 
-/// `hipblasLtMatrixLayoutAttribute_t` (cuBLASLt's attributes, numbered otherwise). hipBLASLt
-/// 7.1.1 reads back only the first two; the interposer keeps the rest from the calls that
-/// set them (`cdylib/src/hipblaslt/objects.rs`).
-pub const HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT: i32 = 0;
-pub const HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: i32 = 1;
-pub const HIPBLASLT_MATRIX_LAYOUT_TYPE: i32 = 2;
-pub const HIPBLASLT_MATRIX_LAYOUT_ORDER: i32 = 3;
-pub const HIPBLASLT_MATRIX_LAYOUT_ROWS: i32 = 4;
-pub const HIPBLASLT_MATRIX_LAYOUT_COLS: i32 = 5;
-pub const HIPBLASLT_MATRIX_LAYOUT_LD: i32 = 6;
+// `hipblasLtMatrixLayoutAttribute_t` (cuBLASLt's attributes, numbered otherwise). hipBLASLt
+// 7.1.1 reads back only the first two; the interposer keeps the rest from the calls that
+// set them (`cdylib/src/hipblaslt/objects.rs`).
+c_values!(i32:
+    HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 0, HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 1,
+    HIPBLASLT_MATRIX_LAYOUT_TYPE = 2, HIPBLASLT_MATRIX_LAYOUT_ORDER = 3,
+    HIPBLASLT_MATRIX_LAYOUT_ROWS = 4, HIPBLASLT_MATRIX_LAYOUT_COLS = 5,
+    HIPBLASLT_MATRIX_LAYOUT_LD = 6,
+);
 
-/// `hipblasLtEpilogue_t`, `hipblasLtOrder_t`, `hipblasLtPointerMode_t`: cuBLASLt's numbers.
-pub const HIPBLASLT_EPILOGUE_DEFAULT: i32 = 1;
-pub const HIPBLASLT_EPILOGUE_BIAS: i32 = 4;
-pub const HIPBLASLT_ORDER_COL: i32 = 0;
-pub const HIPBLASLT_POINTER_MODE_HOST: i32 = 0;
+// `hipblasLtEpilogue_t`, `hipblasLtOrder_t`, `hipblasLtPointerMode_t`: cuBLASLt's numbers.
+c_values!(i32:
+    HIPBLASLT_EPILOGUE_DEFAULT = 1, HIPBLASLT_EPILOGUE_BIAS = 4, HIPBLASLT_ORDER_COL = 0,
+    HIPBLASLT_POINTER_MODE_HOST = 0,
+);
 pub type HipblasLtHandle = *mut c_void;
 pub type HipblasLtMatmulDesc = *mut c_void;
 pub type HipblasLtMatrixLayout = *mut c_void;
@@ -458,10 +303,9 @@ pub struct HipblasLtMatmulHeuristicResult {
 pub type HipblasLtCreateFn = unsafe extern "C" fn(*mut HipblasLtHandle) -> HipblasStatus;
 pub type HipblasLtDestroyFn = unsafe extern "C" fn(HipblasLtHandle) -> HipblasStatus;
 /// `hipblasLtMatmulDescCreate(desc*, hipblasComputeType_t, hipDataType scaleType)`.
+#[rustfmt::skip]
 pub type HipblasLtMatmulDescCreateFn = unsafe extern "C" fn(
-    *mut HipblasLtMatmulDesc,
-    HipblasComputeType,
-    HipDataType,
+    *mut HipblasLtMatmulDesc, HipblasComputeType, HipDataType,
 ) -> HipblasStatus;
 /// `hipblasLtMatmulDescDestroy(desc)`.
 pub type HipblasLtMatmulDescDestroyFn = unsafe extern "C" fn(HipblasLtMatmulDesc) -> HipblasStatus;
@@ -472,55 +316,37 @@ pub type HipblasLtMatrixLayoutCreateFn =
 pub type HipblasLtMatrixLayoutDestroyFn =
     unsafe extern "C" fn(HipblasLtMatrixLayout) -> HipblasStatus;
 /// `hipblasLtMatmulDescSetAttribute(desc, attr, buf, size)`.
+#[rustfmt::skip]
 pub type HipblasLtMatmulDescSetAttributeFn = unsafe extern "C" fn(
-    HipblasLtMatmulDesc,
-    HipblasLtAttribute,
-    *const c_void,
-    usize,
+    HipblasLtMatmulDesc, HipblasLtAttribute, *const c_void, usize,
 ) -> HipblasStatus;
 /// `hipblasLtMatrixLayoutSetAttribute(layout, attr, buf, size)`.
+#[rustfmt::skip]
 pub type HipblasLtMatrixLayoutSetAttributeFn = unsafe extern "C" fn(
-    HipblasLtMatrixLayout,
-    HipblasLtAttribute,
-    *const c_void,
-    usize,
+    HipblasLtMatrixLayout, HipblasLtAttribute, *const c_void, usize,
 ) -> HipblasStatus;
 /// `hipblasLtMatmulDescGetAttribute` / `hipblasLtMatrixLayoutGetAttribute`:
 /// (object, attr, buf, size, size written).
+#[rustfmt::skip]
 pub type HipblasLtMatmulDescGetAttributeFn = unsafe extern "C" fn(
-    HipblasLtMatmulDesc,
-    HipblasLtAttribute,
-    *mut c_void,
-    usize,
-    *mut usize,
+    HipblasLtMatmulDesc, HipblasLtAttribute, *mut c_void, usize, *mut usize,
 ) -> HipblasStatus;
+#[rustfmt::skip]
 pub type HipblasLtMatrixLayoutGetAttributeFn = unsafe extern "C" fn(
-    HipblasLtMatrixLayout,
-    HipblasLtAttribute,
-    *mut c_void,
-    usize,
-    *mut usize,
+    HipblasLtMatrixLayout, HipblasLtAttribute, *mut c_void, usize, *mut usize,
 ) -> HipblasStatus;
 
 /// `hipblasLtMatmul`: cuBLASLt's 16 arguments. "C-unwind": a thread cancelled inside
 /// hipBLASLt unwinds through the interposer back to its host.
+#[rustfmt::skip]
 pub type HipblasLtMatmulFn = unsafe extern "C-unwind" fn(
-    HipblasLtHandle,
-    HipblasLtMatmulDesc,
-    *const c_void,
-    *const c_void,
-    HipblasLtMatrixLayout,
-    *const c_void,
-    HipblasLtMatrixLayout,
-    *const c_void,
-    *const c_void,
-    HipblasLtMatrixLayout,
-    *mut c_void,
-    HipblasLtMatrixLayout,
+    HipblasLtHandle, HipblasLtMatmulDesc,
+    *const c_void, *const c_void, HipblasLtMatrixLayout,
+    *const c_void, HipblasLtMatrixLayout,
+    *const c_void, *const c_void, HipblasLtMatrixLayout,
+    *mut c_void, HipblasLtMatrixLayout,
     *const HipblasLtMatmulAlgo,
-    *mut c_void,
-    usize,
-    Stream,
+    *mut c_void, usize, Stream,
 ) -> HipblasStatus;
 
 /// `hipblasLtMatmulPreferenceCreate(pref*)`, `...Destroy(pref)`, `...SetAttribute(pref, attr,
@@ -529,11 +355,9 @@ pub type HipblasLtMatmulPreferenceCreateFn =
     unsafe extern "C" fn(*mut HipblasLtMatmulPreference) -> HipblasStatus;
 pub type HipblasLtMatmulPreferenceDestroyFn =
     unsafe extern "C" fn(HipblasLtMatmulPreference) -> HipblasStatus;
+#[rustfmt::skip]
 pub type HipblasLtMatmulPreferenceSetAttributeFn = unsafe extern "C" fn(
-    HipblasLtMatmulPreference,
-    HipblasLtAttribute,
-    *const c_void,
-    usize,
+    HipblasLtMatmulPreference, HipblasLtAttribute, *const c_void, usize,
 ) -> HipblasStatus;
 /// `hipblasLtGetVersion(handle, int*)`.
 pub type HipblasLtGetVersionFn = unsafe extern "C" fn(HipblasLtHandle, *mut i32) -> HipblasStatus;
@@ -543,17 +367,11 @@ pub const HIPBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: i32 = 1;
 /// named `HIPBLAS*`: the header has no such constant; tests/conformance checks the value).
 pub const EXT_GEMM_TYPE_GEMM: i32 = 1;
 
+#[rustfmt::skip]
 pub type HipblasLtMatmulAlgoGetHeuristicFn = unsafe extern "C" fn(
-    HipblasLtHandle,
-    HipblasLtMatmulDesc,
-    HipblasLtMatrixLayout,
-    HipblasLtMatrixLayout,
-    HipblasLtMatrixLayout,
-    HipblasLtMatrixLayout,
-    HipblasLtMatmulPreference,
-    i32,
-    *mut HipblasLtMatmulHeuristicResult,
-    *mut i32,
+    HipblasLtHandle, HipblasLtMatmulDesc,
+    HipblasLtMatrixLayout, HipblasLtMatrixLayout, HipblasLtMatrixLayout, HipblasLtMatrixLayout,
+    HipblasLtMatmulPreference, i32, *mut HipblasLtMatmulHeuristicResult, *mut i32,
 ) -> HipblasStatus;
 
 /// The hipBLASLt exception guard (`cdylib/cxx/hipblaslt_guard.cpp`): tunedblas's own C
@@ -568,35 +386,22 @@ pub type GuardAlgoFromIndexFn =
 pub type GuardIndexOfFn =
     unsafe extern "C" fn(*mut c_void, *mut HipblasLtMatmulAlgo, *mut i32) -> i32;
 /// `tunedblas_guard_is_supported(f, handle, desc, alpha, A, B, beta, C, D, algo*, workspace*)`.
+#[rustfmt::skip]
 pub type GuardIsSupportedFn = unsafe extern "C" fn(
-    *mut c_void,
-    *mut c_void,
-    *mut c_void,
-    *const c_void,
-    *mut c_void,
-    *mut c_void,
-    *const c_void,
-    *mut c_void,
-    *mut c_void,
-    *mut HipblasLtMatmulAlgo,
-    *mut usize,
+    *mut c_void, *mut c_void, *mut c_void,
+    *const c_void, *mut c_void, *mut c_void,
+    *const c_void, *mut c_void, *mut c_void,
+    *mut HipblasLtMatmulAlgo, *mut usize,
 ) -> i32;
 /// `tunedblas_guard_all_algos(f, handle, gemm_type, opA, opB, typeA, typeB, typeC, typeD,
 /// compute, results*, capacity, total*)`.
+#[rustfmt::skip]
 pub type GuardAllAlgosFn = unsafe extern "C" fn(
-    *mut c_void,
-    *mut c_void,
+    *mut c_void, *mut c_void,
     i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-    *mut HipblasLtMatmulHeuristicResult,
-    usize,
-    *mut usize,
+    i32, i32,
+    i32, i32, i32, i32, i32,
+    *mut HipblasLtMatmulHeuristicResult, usize, *mut usize,
 ) -> i32;
 
 /// The C++ entry points of `hipblaslt_ext` PyTorch TunableOp uses for `Gemm_Hipblaslt_<index>`

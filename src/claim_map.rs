@@ -273,7 +273,6 @@ impl<K: Copy + Eq, V: Zeroed> ClaimMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn map(capacity: usize, probes: usize) -> ClaimMap<(u32, u32), AtomicU64> {
         ClaimMap::new(capacity, probes)
@@ -336,24 +335,18 @@ mod tests {
 
     #[test]
     fn threads_claim_each_key_exactly_once() {
-        let m = Arc::new(map(256, 64));
-        let claims = Arc::new(AtomicU64::new(0));
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let (m, claims) = (m.clone(), claims.clone());
-                std::thread::spawn(move || {
-                    for _ in 0..200 {
-                        for n in 0..50 {
-                            let k = (8, n);
-                            if let Probe::Claimed(..) = m.probe(h(k, 0), 0, &k, || true, |_| {}) {
-                                claims.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
+        let m = map(256, 64);
+        let claims = AtomicU64::new(0);
+        crate::testing::on_threads(4, || {
+            for _ in 0..200 {
+                for n in 0..50 {
+                    let k = (8, n);
+                    if let Probe::Claimed(..) = m.probe(h(k, 0), 0, &k, || true, |_| {}) {
+                        claims.fetch_add(1, Ordering::Relaxed);
                     }
-                })
-            })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
+                }
+            }
+        });
         assert_eq!(claims.load(Ordering::Relaxed), 50);
         let mut n = 0;
         m.for_each(|_, _, _, _| n += 1);

@@ -1210,50 +1210,43 @@ mod tests {
             .collect()
     }
 
+    /// The layers as `name mxk xcalls`, comma-separated.
+    fn layers(shapes: &[Shape]) -> String {
+        let p: Vec<String> = pairs(shapes)
+            .into_iter()
+            .map(|(name, m, k, calls)| format!("{name} {m}x{k} x{calls}"))
+            .collect();
+        p.join(", ")
+    }
+
     #[test]
     fn llama_layers_as_vllm_fuses_them_with_tensor_parallel_splits() {
-        let opts = ModelOptions {
-            tp: 1,
-            ..Default::default()
+        // Llama's layers on `tp` ranks.
+        let on_ranks = |tp| {
+            let opts = ModelOptions {
+                tp,
+                ..Default::default()
+            };
+            shapes_from_hf_config(&llama_config(), &opts).unwrap().1
         };
-        let (_, s) = shapes_from_hf_config(&llama_config(), &opts).unwrap();
+        let s = on_ranks(1);
         assert_eq!(
-            pairs(&s),
-            vec![
-                ("qkv_proj".into(), 6144, 4096, 32),
-                ("o_proj".into(), 4096, 4096, 32),
-                ("gate_up_proj".into(), 28672, 4096, 32),
-                ("down_proj".into(), 4096, 14336, 32),
-                ("lm_head".into(), 128256, 4096, 1),
-            ]
+            layers(&s),
+            "qkv_proj 6144x4096 x32, o_proj 4096x4096 x32, gate_up_proj 28672x4096 x32, \
+             down_proj 4096x14336 x32, lm_head 128256x4096 x1"
         );
         assert_eq!(s[4].role, Role::LmHead);
         assert_eq!(
             s[0].family.types,
             Types::uniform(abi::DT_BF16_R, abi::DT_F32_R)
         );
-        let opts = ModelOptions {
-            tp: 4,
-            ..Default::default()
-        };
-        let (_, s) = shapes_from_hf_config(&llama_config(), &opts).unwrap();
         assert_eq!(
-            pairs(&s),
-            vec![
-                ("qkv_proj".into(), 1536, 4096, 32),
-                ("o_proj".into(), 4096, 1024, 32),
-                ("gate_up_proj".into(), 7168, 4096, 32),
-                ("down_proj".into(), 4096, 3584, 32),
-                ("lm_head".into(), 32064, 4096, 1),
-            ]
+            layers(&on_ranks(4)),
+            "qkv_proj 1536x4096 x32, o_proj 4096x1024 x32, gate_up_proj 7168x4096 x32, \
+             down_proj 4096x3584 x32, lm_head 32064x4096 x1"
         );
         // 8 kv heads over 16 ranks: replicated, one per rank.
-        let opts = ModelOptions {
-            tp: 16,
-            ..Default::default()
-        };
-        let (_, s) = shapes_from_hf_config(&llama_config(), &opts).unwrap();
-        assert_eq!(s[0].family.m, (2 + 2) * 128);
+        assert_eq!(on_ranks(16)[0].family.m, (2 + 2) * 128);
     }
 
     #[test]
@@ -1334,12 +1327,9 @@ mod tests {
         assert!(shapes_from_file("# nothing\n", half()).is_err());
     }
 
-    const PROFILE: &str = "Validator,PT_VERSION,2.7.0\n\
-        GemmTunableOp_Half_TN,tn_512_1024_2560_ld_2560_2560_512,Gemm_Rocblas_-1086327686,0.14\n\
-        GemmTunableOp_Half_TN,tn_512_2048_2560_ld_2560_2560_512,Default,0.25\n\
-        GemmTunableOp_Half_TN,tn_512_256_2560_ld_2560_2560_512,Gemm_Hipblaslt_77,0.05\n\
-        GemmTunableOp_Half_TN,tn_4096_*_2560_ld_2560_2560_4096,Gemm_Rocblas_-1086327700,0.1\n\
-        GemmTunableOp_Half_TN,tn_336_800_10240_ld_10240_10240_336,Gemm_Rocblas_-5,0.4\n";
+    /// A profile with a tuned, a Default, a hipBLASLt and a `*` row (the harness's coverage
+    /// report reads the same one).
+    const PROFILE: &str = include_str!("../tests/fixtures/coverage-profile.csv");
 
     #[test]
     fn statuses_from_a_profile_and_wildcard_rows() {

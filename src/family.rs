@@ -90,9 +90,7 @@ mod tests {
     use crate::abi;
     use crate::key::Types;
 
-    fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::linear(Types::HALF, n_out, tokens, k)
-    }
+    use crate::key::half_linear as linear;
 
     #[test]
     fn linear_layers_at_different_token_counts_share_a_family() {

@@ -31,12 +31,18 @@ fn number(var: &str, value: &str) -> Result<i64, String> {
         .map_err(|_| format!("{var}={value:?} is not a whole number"))
 }
 
+/// An engine's two variables (index and count), or `None` when neither is set: the job
+/// is not that engine's.
+fn engine_vars(
+    get: &dyn Fn(&str) -> Option<String>,
+    names: [&str; 2],
+) -> Option<[Option<String>; 2]> {
+    let vars = names.map(get);
+    (vars[0].is_some() || vars[1].is_some()).then_some(vars)
+}
+
 fn kubernetes(get: &dyn Fn(&str) -> Option<String>) -> Option<Result<Shard, String>> {
-    let index = get(K8S[0]);
-    let count = get(K8S[1]);
-    if index.is_none() && count.is_none() {
-        return None;
-    }
+    let [index, count] = engine_vars(get, K8S)?;
     Some((|| {
         let Some(index) = index else {
             return Err(format!(
@@ -69,11 +75,7 @@ fn kubernetes(get: &dyn Fn(&str) -> Option<String>) -> Option<Result<Shard, Stri
 }
 
 fn slurm(get: &dyn Fn(&str) -> Option<String>) -> Option<Result<Shard, String>> {
-    let id = get(SLURM[0]);
-    let count = get(SLURM[1]);
-    if id.is_none() && count.is_none() {
-        return None;
-    }
+    let [id, count] = engine_vars(get, SLURM)?;
     Some((|| {
         let (Some(id), Some(count)) = (id, count) else {
             return Err(format!(
@@ -155,13 +157,21 @@ mod tests {
         }
     }
 
+    /// The environment `NAME=value NAME=value ...` (values without spaces).
+    fn vars(text: &str) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = text
+            .split_whitespace()
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
     #[test]
     fn kubernetes_indexed_jobs() {
-        let s = shard_from(env(&[
-            ("JOB_COMPLETION_INDEX", "2"),
-            ("JOB_COMPLETIONS", "4"),
-        ]))
-        .unwrap();
+        let s = shard_from(vars("JOB_COMPLETION_INDEX=2 JOB_COMPLETIONS=4")).unwrap();
         assert_eq!((s.index, s.count, s.engine), (2, 4, "Kubernetes"));
         let missing = shard_from(env(&[("JOB_COMPLETION_INDEX", "2")])).unwrap_err();
         assert!(
@@ -171,55 +181,32 @@ mod tests {
         assert!(shard_from(env(&[("JOB_COMPLETIONS", "4")]))
             .unwrap_err()
             .contains("Indexed"));
-        let past = shard_from(env(&[
-            ("JOB_COMPLETION_INDEX", "4"),
-            ("JOB_COMPLETIONS", "4"),
-        ]))
-        .unwrap_err();
+        let past = shard_from(vars("JOB_COMPLETION_INDEX=4 JOB_COMPLETIONS=4")).unwrap_err();
         assert!(past.contains("disagree"), "{past}");
-        assert!(shard_from(env(&[
-            ("JOB_COMPLETION_INDEX", "x"),
-            ("JOB_COMPLETIONS", "4")
-        ]))
-        .unwrap_err()
-        .contains("JOB_COMPLETION_INDEX=\"x\""));
+        assert!(shard_from(vars("JOB_COMPLETION_INDEX=x JOB_COMPLETIONS=4"))
+            .unwrap_err()
+            .contains("JOB_COMPLETION_INDEX=\"x\""));
     }
 
     #[test]
     fn slurm_arrays_from_any_start_and_step() {
-        let one_based = [
-            ("SLURM_ARRAY_TASK_ID", "3"),
-            ("SLURM_ARRAY_TASK_COUNT", "8"),
-            ("SLURM_ARRAY_TASK_MIN", "1"),
-            ("SLURM_ARRAY_TASK_MAX", "8"),
-        ];
-        let s = shard_from(env(&one_based)).unwrap();
+        let one_based = "SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_COUNT=8 \
+            SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_MAX=8";
+        let s = shard_from(vars(one_based)).unwrap();
         assert_eq!((s.index, s.count, s.engine), (2, 8, "Slurm"));
-        let stepped = [
-            ("SLURM_ARRAY_TASK_ID", "6"),
-            ("SLURM_ARRAY_TASK_COUNT", "4"),
-            ("SLURM_ARRAY_TASK_MIN", "0"),
-            ("SLURM_ARRAY_TASK_MAX", "6"),
-            ("SLURM_ARRAY_TASK_STEP", "2"),
-        ];
-        assert_eq!(shard_from(env(&stepped)).unwrap().index, 3);
-        let listed = [
-            ("SLURM_ARRAY_TASK_ID", "3"),
-            ("SLURM_ARRAY_TASK_COUNT", "3"),
-            ("SLURM_ARRAY_TASK_MIN", "1"),
-            ("SLURM_ARRAY_TASK_MAX", "10"),
-        ];
-        assert!(shard_from(env(&listed))
+        let stepped = "SLURM_ARRAY_TASK_ID=6 SLURM_ARRAY_TASK_COUNT=4 SLURM_ARRAY_TASK_MIN=0 \
+            SLURM_ARRAY_TASK_MAX=6 SLURM_ARRAY_TASK_STEP=2";
+        assert_eq!(shard_from(vars(stepped)).unwrap().index, 3);
+        let listed = "SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_COUNT=3 \
+            SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_MAX=10";
+        assert!(shard_from(vars(listed))
             .unwrap_err()
             .contains("evenly spaced"));
         assert!(shard_from(env(&[("SLURM_ARRAY_TASK_ID", "1")]))
             .unwrap_err()
             .contains("both be set"));
-        let outside = [
-            ("SLURM_ARRAY_TASK_ID", "9"),
-            ("SLURM_ARRAY_TASK_COUNT", "4"),
-        ];
-        assert!(shard_from(env(&outside))
+        let outside = "SLURM_ARRAY_TASK_ID=9 SLURM_ARRAY_TASK_COUNT=4";
+        assert!(shard_from(vars(outside))
             .unwrap_err()
             .contains("not a task of the array"));
     }
@@ -240,20 +227,12 @@ mod tests {
             ("JOB_COMPLETIONS", ""),
         ]));
         assert!(blank.is_err(), "blank variables are unset");
-        let agree = [
-            ("JOB_COMPLETION_INDEX", "1"),
-            ("JOB_COMPLETIONS", "2"),
-            ("SLURM_ARRAY_TASK_ID", "1"),
-            ("SLURM_ARRAY_TASK_COUNT", "2"),
-        ];
-        assert_eq!(shard_from(env(&agree)).unwrap().index, 1);
-        let disagree = [
-            ("JOB_COMPLETION_INDEX", "0"),
-            ("JOB_COMPLETIONS", "2"),
-            ("SLURM_ARRAY_TASK_ID", "1"),
-            ("SLURM_ARRAY_TASK_COUNT", "2"),
-        ];
-        assert!(shard_from(env(&disagree))
+        let agree = "JOB_COMPLETION_INDEX=1 JOB_COMPLETIONS=2 \
+            SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_TASK_COUNT=2";
+        assert_eq!(shard_from(vars(agree)).unwrap().index, 1);
+        let disagree = "JOB_COMPLETION_INDEX=0 JOB_COMPLETIONS=2 \
+            SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_TASK_COUNT=2";
+        assert!(shard_from(vars(disagree))
             .unwrap_err()
             .contains("unset one engine"));
     }

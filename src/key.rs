@@ -87,6 +87,14 @@ impl Types {
     pub const SGEMM: Types = Types::uniform(abi::DT_F32_R, abi::DT_F32_R);
     /// f16 tensors computed in f32: PyTorch's half GEMMs (`GemmTunableOp_Half_*`).
     pub const HALF: Types = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
+    /// int8 inputs, int32 output and compute: the int8 GEMM.
+    pub const INT8: Types = Types {
+        a: abi::DT_I8_R,
+        b: abi::DT_I8_R,
+        c: abi::DT_I32_R,
+        d: abi::DT_I32_R,
+        compute: abi::DT_I32_R,
+    };
 }
 
 /// One GEMM problem. See the module docs for what is (and is not) part of it.
@@ -116,6 +124,16 @@ pub struct ProblemKey {
     pub stride_b: i64,
     pub stride_c: i64,
     pub stride_d: i64,
+}
+
+/// Rows and columns of A, B, C and D as stored (column-major, before the transposes) for an
+/// m x n x k problem, op(A) being m x k and op(B) k x n: the one GEMM geometry rocBLAS's and
+/// cuBLASLt's keys share.
+#[inline]
+pub fn stored_shapes(trans_a: Trans, trans_b: Trans, m: i64, n: i64, k: i64) -> [(i64, i64); 4] {
+    let a = if trans_a == Trans::N { (m, k) } else { (k, m) };
+    let b = if trans_b == Trans::N { (k, n) } else { (n, k) };
+    [a, b, (m, n), (m, n)]
 }
 
 /// `a * b` as 128 bits, folded to 64 by xor of the halves: one multiply instruction that
@@ -272,6 +290,13 @@ impl ProblemKey {
         )
     }
 
+    /// The same problem run with `flags` (only the kernel flags are kept, as in
+    /// [`ProblemKey::single`]).
+    pub fn with_flags(mut self, flags: u32) -> ProblemKey {
+        self.flags = flags & abi::KERNEL_FLAGS;
+        self
+    }
+
     /// Turns this single problem into a batched one.
     #[inline]
     pub fn with_batch(mut self, batching: Batching, batch: i64, strides: [i64; 4]) -> ProblemKey {
@@ -294,29 +319,37 @@ impl ProblemKey {
     /// problem's sizes: what PyTorch passes for contiguous tensors, and what a TunableOp row
     /// that omits them means.
     pub fn packed_lds(trans_a: Trans, trans_b: Trans, m: i64, n: i64, k: i64) -> [i64; 3] {
-        let lda = if trans_a == Trans::N { m } else { k };
-        let ldb = if trans_b == Trans::N { k } else { n };
-        [lda.max(1), ldb.max(1), m.max(1)]
+        let [(rows_a, _), (rows_b, _), ..] = stored_shapes(trans_a, trans_b, m, n, k);
+        [rows_a.max(1), rows_b.max(1), m.max(1)]
+    }
+
+    /// Rows and columns of A, B, C and D as stored ([`stored_shapes`]).
+    #[inline]
+    pub fn stored_shapes(&self) -> [(i64, i64); 4] {
+        stored_shapes(self.trans_a, self.trans_b, self.m, self.n, self.k)
+    }
+
+    /// The leading dimensions of A, B, C and D.
+    #[inline]
+    pub fn lds(&self) -> [i64; 4] {
+        [self.lda, self.ldb, self.ldc, self.ldd]
+    }
+
+    /// The strides of A, B, C and D (all 0 unless strided-batched).
+    pub fn strides(&self) -> [i64; 4] {
+        [self.stride_a, self.stride_b, self.stride_c, self.stride_d]
     }
 
     /// Strides of packed matrices for the given leading dimensions.
     pub fn packed_strides(&self) -> [i64; 4] {
-        let cols_a = if self.trans_a == Trans::N {
-            self.k
-        } else {
-            self.m
-        };
-        let cols_b = if self.trans_b == Trans::N {
-            self.n
-        } else {
-            self.k
-        };
-        [
-            self.lda * cols_a,
-            self.ldb * cols_b,
-            self.ldc * self.n,
-            self.ldd * self.n,
-        ]
+        let (lds, shapes) = (self.lds(), self.stored_shapes());
+        std::array::from_fn(|i| lds[i] * shapes[i].1)
+    }
+
+    /// [`ProblemKey::packed_strides`], each `None` where it overflows 64 bits.
+    pub fn checked_packed_strides(&self) -> [Option<i64>; 4] {
+        let (lds, shapes) = (self.lds(), self.stored_shapes());
+        std::array::from_fn(|i| lds[i].checked_mul(shapes[i].1))
     }
 
     /// Floating-point operations of the whole problem (2 m n k per GEMM).
@@ -328,6 +361,9 @@ impl ProblemKey {
     /// return), leading dimensions at least the rows stored, and no overflow in the extent.
     #[inline]
     pub fn is_sane(&self) -> bool {
+        // The rows of A and B as stored ([`stored_shapes`]), written out: this runs on the
+        // interposer's miss path, where going through the shapes cost 1-3 instructions more
+        // per call (tunedblas-bench --instructions).
         let rows_a = if self.trans_a == Trans::N {
             self.m
         } else {
@@ -351,13 +387,17 @@ impl ProblemKey {
     }
 }
 
+/// The tests' usual layer: [`ProblemKey::linear`] of f16 tensors computed in f32.
+#[cfg(test)]
+pub(crate) fn half_linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
+    ProblemKey::linear(Types::HALF, n_out, tokens, k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::linear(Types::HALF, n_out, tokens, k)
-    }
+    use super::half_linear as linear;
 
     #[test]
     fn packed_lds_match_pytorch_linear() {
@@ -391,13 +431,7 @@ mod tests {
     /// to a word, other kernels): packed and unpacked calls must not share a row.
     #[test]
     fn packed_int8_is_another_problem() {
-        let t = Types {
-            a: abi::DT_I8_R,
-            b: abi::DT_I8_R,
-            c: abi::DT_I32_R,
-            d: abi::DT_I32_R,
-            compute: abi::DT_I32_R,
-        };
+        let t = Types::INT8;
         let key =
             |flags| ProblemKey::single(Trans::T, Trans::N, t, 64, 32, 64, 64, 64, 64, 64, flags);
         assert_eq!(key(abi::FLAG_PACK_INT8X4).flags, abi::FLAG_PACK_INT8X4);

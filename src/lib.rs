@@ -21,11 +21,21 @@
 //! - [`fleet`]: a campaign's share for this machine, from Kubernetes' or Slurm's variables.
 //! - [`version`]: rocBLAS version strings (`2.47.0.`, `5.6.0.8d1ae90e`) and what they imply.
 
+/// Constants of one C enum's type, written as the header lists them (several to a line):
+/// `c_values!(Type: NAME = value, ...)`. (tests/conformance reads these blocks of
+/// `src/abi.rs` to check each value against the real headers.)
+macro_rules! c_values {
+    ($t:ty: $($(#[$doc:meta])* $name:ident = $v:expr),+ $(,)?) => {
+        $($(#[$doc])* pub const $name: $t = $v;)+
+    };
+}
+
 pub mod abi;
 pub mod address_map;
 pub mod claim_map;
 pub mod coverage;
 pub mod cublaslt;
+pub mod device;
 pub mod elf;
 pub mod family;
 pub mod fleet;
@@ -46,3 +56,6 @@ pub mod suggest;
 pub mod table;
 pub mod tunableop;
 pub mod version;
+
+#[cfg(test)]
+mod testing;

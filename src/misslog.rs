@@ -440,14 +440,6 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi;
-    use crate::key::{Trans, Types};
-    use std::sync::Arc;
-
-    fn key(n: i64) -> ProblemKey {
-        let t = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
-        ProblemKey::single(Trans::T, Trans::N, t, 256, n, 64, 64, 64, 256, 256, 0)
-    }
 
     #[test]
     fn first_then_repeat_counts() {
@@ -564,24 +556,17 @@ mod tests {
 
     #[test]
     fn eight_threads_lose_nothing() {
-        let s = Arc::new(MissSet::with_capacity(1024));
-        let firsts = Arc::new(AtomicU64::new(0));
-        let threads: Vec<_> = (0..8)
-            .map(|_| {
-                let (s, firsts) = (s.clone(), firsts.clone());
-                std::thread::spawn(move || {
-                    for round in 0..500 {
-                        for n in 0..40 {
-                            if s.record(0, &key(n)) == Sight::First {
-                                firsts.fetch_add(1, Ordering::Relaxed);
-                            }
-                            let _ = round;
-                        }
+        let s = MissSet::with_capacity(1024);
+        let firsts = AtomicU64::new(0);
+        crate::testing::on_threads(8, || {
+            for _round in 0..500 {
+                for n in 0..40 {
+                    if s.record(0, &key(n)) == Sight::First {
+                        firsts.fetch_add(1, Ordering::Relaxed);
                     }
-                })
-            })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
+                }
+            }
+        });
         assert_eq!(
             firsts.load(Ordering::Relaxed),
             40,
@@ -598,5 +583,10 @@ mod tests {
         assert_eq!(set.record(0, &(3, 4)), Sight::First);
         assert!(matches!(set.record(0, &(3, 4)), Sight::Repeat { .. }));
         assert_eq!(set.snapshot(), vec![(0, (3, 4), 2)]);
+    }
+
+    /// The 256 x 64 layer at `n` tokens.
+    fn key(n: i64) -> ProblemKey {
+        crate::key::half_linear(256, n, 64)
     }
 }

@@ -119,11 +119,8 @@ impl NearIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::Types;
 
-    fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::linear(Types::HALF, n_out, tokens, k)
-    }
+    use crate::key::half_linear as linear;
 
     #[test]
     fn nearest_row_of_the_same_layer_within_the_window() {
@@ -135,40 +132,29 @@ mod tests {
         ]);
         let ix = NearIndex::new(&table);
         assert_eq!(ix.families(), 2);
-        assert_eq!(
-            ix.nearest(&linear(64, 513, 32), 32),
-            Some((512, Action::Solution(7)))
-        );
-        assert_eq!(
-            ix.nearest(&linear(64, 530, 32), 32),
-            Some((540, Action::Default)),
-            "the nearer row wins, whatever it says"
-        );
-        assert_eq!(
-            ix.nearest(&linear(64, 526, 32), 32),
-            Some((512, Action::Solution(7))),
-            "a tie goes to the smaller token count"
-        );
-        assert_eq!(
-            ix.nearest(&linear(64, 1000, 32), 32),
-            Some((1024, Action::Solution(8)))
-        );
-        assert_eq!(
-            ix.nearest(&linear(64, 600, 32), 32),
-            None,
-            "outside the window"
-        );
-        assert_eq!(ix.nearest(&linear(64, 513, 32), 0), None, "window 0 is off");
-        assert_eq!(ix.nearest(&linear(64, 513, 33), 32), None, "another layer");
-        assert_eq!(
-            ix.nearest(&linear(64, 512, 32), 32),
-            Some((540, Action::Default)),
-            "never the key itself"
-        );
-        assert_eq!(
-            ix.nearest(&linear(96, 500, 32), 32),
-            Some((512, Action::Solution(9)))
-        );
+        let [seven, eight, nine] = [7, 8, 9].map(Action::Solution);
+        let default = Action::Default;
+        // (layer rows, tokens, layer columns, window), the row chosen, why: the nearer row
+        // wins whatever it says, a tie goes to the smaller token count, never the key itself.
+        let cases = [
+            ((64, 513, 32, 32), Some((512, seven)), "the nearest"),
+            ((64, 530, 32, 32), Some((540, default)), "whatever it says"),
+            ((64, 526, 32, 32), Some((512, seven)), "a tie: the smaller"),
+            ((64, 1000, 32, 32), Some((1024, eight)), "the nearest"),
+            ((64, 600, 32, 32), None, "outside the window"),
+            ((64, 513, 32, 0), None, "window 0 is off"),
+            ((64, 513, 33, 32), None, "another layer"),
+            ((64, 512, 32, 32), Some((540, default)), "never itself"),
+            ((96, 500, 32, 32), Some((512, nine)), "its own layer's row"),
+        ];
+        for ((n_out, tokens, k, window), want, why) in cases {
+            let key = linear(n_out, tokens, k);
+            assert_eq!(
+                ix.nearest(&key, window),
+                want,
+                "{n_out}x{tokens}x{k}: {why}"
+            );
+        }
     }
 
     /// A `*` row decides every call it matches, as in PyTorch (its solution, or the

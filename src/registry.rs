@@ -366,18 +366,13 @@ impl Registry {
         path: &Path,
         f: impl FnOnce(&mut Registry) -> Result<T, E>,
     ) -> Result<Result<T, E>, RegistryError> {
-        with_lock(path, || {
-            let mut reg = if path.exists() {
-                Registry::load(path)?
-            } else {
-                Registry::new()
-            };
-            let out = f(&mut reg);
-            if out.is_ok() {
-                reg.save_atomic(path)?;
-            }
-            Ok(out)
-        })
+        update_file(
+            path,
+            Registry::load,
+            Registry::new,
+            Registry::save_atomic,
+            f,
+        )
     }
 
     /// Entries that were skipped at load time, and why.
@@ -484,16 +479,7 @@ impl Provenance {
         path: &Path,
         f: impl FnOnce(&mut Provenance) -> T,
     ) -> Result<T, RegistryError> {
-        with_lock(path, || {
-            let mut p = if path.exists() {
-                Provenance::load(path)?
-            } else {
-                Provenance::new()
-            };
-            let out = f(&mut p);
-            p.save_atomic(path)?;
-            Ok(out)
-        })
+        Provenance::update_locked_or_new(path, |_| {}, f)
     }
 
     /// As [`Provenance::update_locked`]; `fresh` is called on the new object when the file
@@ -503,18 +489,14 @@ impl Provenance {
         fresh: impl FnOnce(&mut Provenance),
         f: impl FnOnce(&mut Provenance) -> T,
     ) -> Result<T, RegistryError> {
-        with_lock(path, || {
-            let mut p = if path.exists() {
-                Provenance::load(path)?
-            } else {
-                let mut p = Provenance::new();
-                fresh(&mut p);
-                p
-            };
-            let out = f(&mut p);
-            p.save_atomic(path)?;
-            Ok(out)
-        })
+        let new = || {
+            let mut p = Provenance::new();
+            fresh(&mut p);
+            p
+        };
+        let f = |p: &mut Provenance| Ok::<T, std::convert::Infallible>(f(p));
+        update_file(path, Provenance::load, new, Provenance::save_atomic, f)
+            .map(|r| r.unwrap_or_else(|never| match never {}))
     }
 
     fn str_field(&self, k: &str) -> Option<&str> {
@@ -593,6 +575,26 @@ pub fn share_lock_path(path: &Path) -> PathBuf {
 /// How long an update waits for another machine's: past [`crate::share_lock::STALE_AFTER`],
 /// so a dead holder's lock is broken rather than waited out.
 const SHARE_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// Under the file's lock: reads it (or makes a new one when it does not exist), applies `f`,
+/// and saves it when `f` returns `Ok`: the one read-modify-write of `profiles.json` and of a
+/// standalone `provenance.json`.
+fn update_file<F, T, E>(
+    path: &Path,
+    load: impl FnOnce(&Path) -> Result<F, RegistryError>,
+    new: impl FnOnce() -> F,
+    save: impl FnOnce(&F, &Path) -> Result<(), RegistryError>,
+    f: impl FnOnce(&mut F) -> Result<T, E>,
+) -> Result<Result<T, E>, RegistryError> {
+    with_lock(path, || {
+        let mut file = if path.exists() { load(path)? } else { new() };
+        let out = f(&mut file);
+        if out.is_ok() {
+            save(&file, path)?;
+        }
+        Ok(out)
+    })
+}
 
 /// Runs `f` holding the registry's lock: an exclusive `flock` on [`lock_path`]`(path)`
 /// (created if needed, never through a symlink), which queues the updaters of one machine,

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::key::ProblemKey;
 use crate::rocblas;
-use crate::tunableop::KeyPattern;
+use crate::tunableop::{KeyPattern, Solution};
 
 /// What a row tells the interposer to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +27,17 @@ pub enum Action {
     Default,
     /// Re-issue with `algo = solution_index` and this index.
     Solution(i32),
+}
+
+impl Action {
+    /// What a row with this solution tells the interposer; `None` for another backend's.
+    pub fn of(solution: &Solution) -> Option<Action> {
+        match solution {
+            Solution::Default => Some(Action::Default),
+            Solution::Rocblas(id) => Some(Action::Solution(*id)),
+            Solution::Other(_) => None,
+        }
+    }
 }
 
 /// What happens to a served row in one process: whether it was hit, whether it was taken
@@ -148,6 +159,18 @@ pub struct Wildcard {
     pub entry: Entry,
 }
 
+/// Whether two tables (rocBLAS's or cuBLASLt's) hold the same rows: as many, each with the
+/// same action in the other (`in_other`), and the same `*` rows (pattern and action) in the
+/// same order.
+pub(crate) fn same_rows<K, A: PartialEq, W: PartialEq>(
+    (len, other_len): (usize, usize),
+    mut rows: impl Iterator<Item = (K, A)>,
+    in_other: impl Fn(K) -> Option<A>,
+    (wild, other_wild): (Vec<W>, Vec<W>),
+) -> bool {
+    len == other_len && rows.all(|(k, a)| in_other(k) == Some(a)) && wild == other_wild
+}
+
 /// An immutable key -> row map, and the `*` rows beside it.
 #[derive(Debug)]
 pub struct Table {
@@ -263,16 +286,18 @@ impl Table {
 
     /// True when both tables hold the same rows (identical rank files make one table).
     pub fn same_rows(&self, other: &Table) -> bool {
-        self.len() == other.len()
-            && self
+        let wild = |t: &Table| -> Vec<(KeyPattern, Action)> {
+            t.wildcards
                 .iter()
-                .all(|(k, e)| other.get(k).is_some_and(|o| o.action == e.action))
-            && self.wildcards.len() == other.wildcards.len()
-            && self
-                .wildcards
-                .iter()
-                .zip(&other.wildcards)
-                .all(|(a, b)| a.pattern == b.pattern && a.entry.action == b.entry.action)
+                .map(|w| (w.pattern, w.entry.action))
+                .collect()
+        };
+        same_rows(
+            (self.len(), other.len()),
+            self.iter().map(|(k, e)| (k, e.action)),
+            |k| other.get(k).map(|o| o.action),
+            (wild(self), wild(other)),
+        )
     }
 
     /// Bytes the table allocates: the rows, the index and the `*` rows.
@@ -409,9 +434,9 @@ mod tests {
     use crate::abi;
     use crate::key::{Batching, Trans, Types};
 
+    /// The 512 x 64 layer at `n` tokens.
     fn key(n: i64) -> ProblemKey {
-        let t = Types::uniform(abi::DT_F16_R, abi::DT_F32_R);
-        ProblemKey::single(Trans::T, Trans::N, t, 512, n, 64, 64, 64, 512, 512, 0)
+        crate::key::half_linear(512, n, 64)
     }
 
     #[test]

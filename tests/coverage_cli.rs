@@ -35,18 +35,23 @@ fn write(dir: &Path, name: &str, body: &str) -> String {
     p.display().to_string()
 }
 
-#[test]
-fn the_seed_live_configuration_names_the_256_512_family() {
-    let profile = fixture_profile();
-    let live = [
+/// The seed's live server configuration, against `profile`.
+fn seed_live(profile: &str) -> [&str; 7] {
+    [
         "--profile",
-        &profile,
+        profile,
         "--block-size",
         "1024",
         "--max-num-batched-tokens",
         "2048",
         "--dynamic-prefill",
-    ];
+    ]
+}
+
+#[test]
+fn the_seed_live_configuration_names_the_256_512_family() {
+    let profile = fixture_profile();
+    let live = seed_live(&profile);
     let out = coverage(&live);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -128,8 +133,14 @@ fn strict_exit_codes_for_launch_scripts() {
         .unwrap();
         d.display().to_string()
     };
-    let row =
-        |m: i64, sol: &str| format!("GemmTunableOp_Half_TN,tn_64_{m}_32_ld_32_32_64,{sol},0.01\n");
+    // A profile with a row for each (token count, solution).
+    let with_rows = |name: &str, rows: &[(i64, &str)]| {
+        let rows: Vec<String> = rows
+            .iter()
+            .map(|(m, sol)| format!("GemmTunableOp_Half_TN,tn_64_{m}_32_ld_32_32_64,{sol},0.01\n"))
+            .collect();
+        profile(name, &rows.concat())
+    };
     let run = |p: &str| {
         coverage(
             &[
@@ -140,33 +151,24 @@ fn strict_exit_codes_for_launch_scripts() {
         )
     };
 
-    let full = profile(
+    let full = with_rows(
         "full",
-        &[
-            row(1, "Gemm_Rocblas_3"),
-            row(2, "Default"),
-            row(4, "Gemm_Rocblas_4"),
-        ]
-        .concat(),
+        &[(1, "Gemm_Rocblas_3"), (2, "Default"), (4, "Gemm_Rocblas_4")],
     );
     let out = run(&full);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert!(text(&out.stdout).contains("3 problems: 2 tuned, 1 Default, 0 missing"));
 
-    let hole = profile(
-        "hole",
-        &[row(1, "Gemm_Rocblas_3"), row(4, "Gemm_Rocblas_4")].concat(),
-    );
+    let hole = with_rows("hole", &[(1, "Gemm_Rocblas_3"), (4, "Gemm_Rocblas_4")]);
     assert_eq!(run(&hole).status.code(), Some(3));
 
-    let other = profile(
+    let other = with_rows(
         "other",
         &[
-            row(1, "Gemm_Rocblas_3"),
-            row(2, "Gemm_Hipblaslt_9"),
-            row(4, "Default"),
-        ]
-        .concat(),
+            (1, "Gemm_Rocblas_3"),
+            (2, "Gemm_Hipblaslt_9"),
+            (4, "Default"),
+        ],
     );
     let out = run(&other);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
@@ -264,18 +266,13 @@ fn out_writes_the_missing_problems_as_a_tune_input() {
     let profile = fixture_profile();
     let dir = scratch("out");
     let file = dir.join("missing.csv");
-    let out = coverage(&[
-        "--profile",
-        &profile,
-        "--block-size",
-        "1024",
-        "--max-num-batched-tokens",
-        "2048",
-        "--dynamic-prefill",
-        "--json",
-        "--out",
-        file.to_str().unwrap(),
-    ]);
+    let out = coverage(
+        &[
+            &seed_live(&profile)[..],
+            &["--json", "--out", file.to_str().unwrap()],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let missing = v["problems"]

@@ -12,6 +12,33 @@ fn host4(dir: &std::path::Path, preload: bool, args: &[&str]) -> std::process::O
     run(host4_cmd(dir, preload, args))
 }
 
+/// Runs a host command, checks it exited 0; returns its output and stderr.
+fn run_ok(cmd: Command) -> (std::process::Output, String) {
+    let out = run(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    (out, stderr)
+}
+
+/// The gemm_host (`.so.4`) under the preload, checked to exit 0.
+fn served4(dir: &std::path::Path, args: &[&str]) -> (std::process::Output, String) {
+    run_ok(host4_cmd(dir, true, args))
+}
+
+/// A `ref-v4` profile serving [`tuned_solution`] for `spec`; returns that solution.
+fn serve_tuned(dir: &std::path::Path, spec: &str) -> i32 {
+    let sol = tuned_solution(spec);
+    Profile::v4(dir).tuned(spec, sol).write();
+    sol
+}
+
+/// A profile `ref-v5` (the 5.x build's) serving `sol` for [`SPEC`].
+fn v5_profile(dir: &std::path::Path, sol: i32) {
+    Profile::new(&dir.join("profiles"), "ref-v5", &sha5())
+        .tuned(SPEC, sol)
+        .write();
+}
+
 /// A solution other than the heuristic's, so serving it is visible.
 fn tuned_solution(spec: &str) -> i32 {
     let sols = solutions(&artifacts().host4, spec);
@@ -33,17 +60,15 @@ fn serves_the_tuned_solution_of_the_matching_build() {
         .tuned(SPEC, sol)
         .write();
 
-    let served = host4(&dir, true, &[SPEC]);
-    let stderr = text(&served.stderr);
-    assert!(served.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
+    let (served, stderr) = served4(&dir, &[SPEC]);
+    assert_has(
+        &stderr,
+        &format!(
             "profile ref-v4 auto-selected for rocBLAS build {}",
             &sha[..12]
-        )),
-        "{stderr}"
+        ),
     );
-    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    assert_has(&stderr, "(1 rows, rank 0)");
     // The start line names the interposer's version, as `tunedblas --version` does.
     let tag = format!("[tunedblas {}]", env!("CARGO_PKG_VERSION"));
     assert!(
@@ -52,10 +77,7 @@ fn serves_the_tuned_solution_of_the_matching_build() {
             .any(|l| l.contains("auto-selected") && l.ends_with(&tag)),
         "{stderr}"
     );
-    assert!(
-        stderr.contains("1 calls: 1 served, 0 default, 0 missed (0 shapes)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "1 calls: 1 served, 0 default, 0 missed (0 shapes)");
     let t = trace(&dir);
     assert_eq!(t.len(), 1, "{t:?}");
     assert_eq!(t[0]["solution"], sol.to_string());
@@ -80,14 +102,9 @@ fn scratch_path(name: &str) -> std::path::PathBuf {
 fn a_profile_for_another_build_is_not_chosen() {
     let dir = scratch("other-build");
     let sol = tuned_solution(SPEC);
-    let other = sha5();
-    Profile::new(&dir.join("profiles"), "ref-v5", &other)
-        .tuned(SPEC, sol)
-        .write();
-    let out = host4(&dir, true, &[SPEC]);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("no profile in"), "{stderr}");
+    v5_profile(&dir, sol);
+    let (_, stderr) = served4(&dir, &[SPEC]);
+    assert_has(&stderr, "no profile in");
     assert_eq!(
         trace(&dir)[0]["heuristic"],
         "1",
@@ -100,39 +117,24 @@ fn a_profile_for_another_build_is_not_chosen() {
     );
 
     // Naming it explicitly is refused too, unless the operator forces it.
-    let dir = scratch("other-build-explicit");
-    Profile::new(&dir.join("profiles"), "ref-v5", &other)
-        .tuned(SPEC, sol)
-        .write();
-    let mut cmd = Command::new(&artifacts().host4);
-    cmd.arg(SPEC);
-    host_env(&mut cmd, &dir, true);
-    cmd.env("TUNEDBLAS_PROFILE", "ref-v5");
-    let out = run(cmd);
-    assert!(
-        text(&out.stderr).contains("refusing TUNEDBLAS_PROFILE=ref-v5"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert_eq!(trace(&dir)[0]["heuristic"], "1");
+    let named = |name: &str, forced: bool| {
+        let dir = scratch(name);
+        v5_profile(&dir, sol);
+        let mut cmd = host4_cmd(&dir, true, &[SPEC]);
+        cmd.env("TUNEDBLAS_PROFILE", "ref-v5");
+        if forced {
+            cmd.env("TUNEDBLAS_ALLOW_MISMATCH", "1");
+        }
+        (text(&run(cmd).stderr), trace(&dir).remove(0))
+    };
+    let (stderr, t) = named("other-build-explicit", false);
+    assert_has(&stderr, "refusing TUNEDBLAS_PROFILE=ref-v5");
+    assert_eq!(t["heuristic"], "1");
 
-    let dir = scratch("other-build-forced");
-    Profile::new(&dir.join("profiles"), "ref-v5", &other)
-        .tuned(SPEC, sol)
-        .write();
-    let mut cmd = Command::new(&artifacts().host4);
-    cmd.arg(SPEC);
-    host_env(&mut cmd, &dir, true);
-    cmd.env("TUNEDBLAS_PROFILE", "ref-v5")
-        .env("TUNEDBLAS_ALLOW_MISMATCH", "1");
-    let out = run(cmd);
-    assert!(
-        text(&out.stderr).contains("forced by TUNEDBLAS_ALLOW_MISMATCH"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert_eq!(trace(&dir)[0]["solution"], sol.to_string());
-    assert_eq!(trace(&dir)[0]["heuristic"], "0");
+    let (stderr, t) = named("other-build-forced", true);
+    assert_has(&stderr, "forced by TUNEDBLAS_ALLOW_MISMATCH");
+    assert_eq!(t["solution"], sol.to_string());
+    assert_eq!(t["heuristic"], "0");
 }
 
 #[test]
@@ -140,19 +142,15 @@ fn a_bad_solution_falls_back_and_the_result_is_still_right() {
     let dir = scratch("bad-id");
     // 77777 is no refblas solution: rocBLAS answers invalid_value.
     Profile::v4(&dir).row(SPEC, "Gemm_Rocblas_77777").write();
-    let out = host4(&dir, true, &[&format!("{SPEC}:3")]);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = served4(&dir, &[&format!("{SPEC}:3")]);
     assert_eq!(
         stderr.matches("quarantined").count(),
         1,
         "reported once: {stderr}"
     );
-    assert!(
-        stderr.contains(
-            "3 calls: 0 served, 0 default, 0 missed (0 shapes), 2 passed through, 1 fallbacks"
-        ),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "3 calls: 0 served, 0 default, 0 missed (0 shapes), 2 passed through, 1 fallbacks",
     );
     let plain = host4(&scratch("bad-id-plain"), false, &[&format!("{SPEC}:3")]);
     assert_eq!(
@@ -167,24 +165,19 @@ fn a_bad_solution_falls_back_and_the_result_is_still_right() {
 fn every_missing_shape_is_logged_once_with_its_count() {
     let dir = scratch("misses");
     let served = "ex:TN:h:32:8:16";
-    let sol = tuned_solution(served);
-    Profile::v4(&dir).tuned(served, sol).write();
+    serve_tuned(&dir, served);
     let a = "ex:TN:h:48:512:32";
     let b = "sgemm:NN:s:16:16:16";
     let c = "sb:NT:b:8:8:8";
-    let out = host4(
-        &dir,
-        true,
-        &[
-            &format!("{a}:5"),
-            &format!("{served}:2"),
-            b,
-            &format!("{c}:2"),
-            &format!("{a}:2"),
-        ],
-    );
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let args = [
+        format!("{a}:5"),
+        format!("{served}:2"),
+        b.into(),
+        format!("{c}:2"),
+        format!("{a}:2"),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, stderr) = served4(&dir, &args);
     let (lines, counts) = misses(&dir);
     assert_eq!(
         lines,
@@ -196,9 +189,9 @@ fn every_missing_shape_is_logged_once_with_its_count() {
     let mut want = vec![(miss_line(a), 7), (miss_line(b), 1), (miss_line(c), 2)];
     want.sort();
     assert_eq!(counts, want);
-    assert!(
-        stderr.contains("12 calls: 2 served, 0 default, 10 missed (3 shapes)"),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "12 calls: 2 served, 0 default, 10 missed (3 shapes)",
     );
 }
 
@@ -206,8 +199,7 @@ fn every_missing_shape_is_logged_once_with_its_count() {
 fn eight_threads_at_once_lose_nothing() {
     let dir = scratch("threads");
     let hit = "ex:TN:h:16:8:16";
-    let sol = tuned_solution(hit);
-    Profile::v4(&dir).tuned(hit, sol).write();
+    let sol = serve_tuned(&dir, hit);
     let specs = [
         "ex:TN:h:16:4:16:25",
         "ex:TN:h:16:12:16:25",
@@ -216,15 +208,13 @@ fn eight_threads_at_once_lose_nothing() {
     ];
     let mut args = vec!["--threads", "8"];
     args.extend(specs);
-    let out = host4(&dir, true, &args);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (_, stderr) = served4(&dir, &args);
     let (lines, counts) = misses(&dir);
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(counts.iter().all(|(_, n)| *n == 8 * 25), "{counts:?}");
-    assert!(
-        stderr.contains("800 calls: 200 served, 0 default, 600 missed (3 shapes)"),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "800 calls: 200 served, 0 default, 600 missed (3 shapes)",
     );
     let t = trace(&dir);
     assert_eq!(
@@ -238,18 +228,15 @@ fn eight_threads_at_once_lose_nothing() {
 #[test]
 fn python_loading_rocblas_locally_is_served() {
     let dir = scratch("python");
-    let sol = tuned_solution(SPEC);
+    let sol = serve_tuned(&dir, SPEC);
     let miss = "ex:TN:h:8:8:8";
-    Profile::v4(&dir).tuned(SPEC, sol).write();
     let mut cmd = Command::new("python3");
     cmd.arg(repo().join("tests/hosts/py_host.py"))
         .arg(&artifacts().module4)
         .args(["--exit-hard", SPEC, &format!("{miss}:4")]);
     host_env(&mut cmd, &dir, true);
-    let out = run(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("auto-selected"), "{stderr}");
+    let (_, stderr) = run_ok(cmd);
+    assert_has(&stderr, "auto-selected");
     let t = trace(&dir);
     assert_eq!(
         t[0]["solution"],
@@ -258,7 +245,7 @@ fn python_loading_rocblas_locally_is_served() {
     );
     // os._exit skips atexit: the interposed _exit still flushed the counts and the summary.
     assert_eq!(misses(&dir).1, vec![(miss_line(miss), 4)]);
-    assert!(stderr.contains("5 calls: 1 served"), "{stderr}");
+    assert_has(&stderr, "5 calls: 1 served");
 }
 
 #[test]
@@ -273,8 +260,7 @@ fn typed_sgemm_and_hgemm_rows_are_served_through_gemm_ex() {
         row(h, &format!("Gemm_Rocblas_{hs}")),
     ];
     Profile::v4(&dir).lines(&rows).write();
-    let out = host4(&dir, true, &[s, h]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (out, _) = served4(&dir, &[s, h]);
     let t = trace(&dir);
     assert_eq!(
         (t[0]["func"].as_str(), t[0]["solution"].clone()),
@@ -299,10 +285,7 @@ fn default_rows_pass_through_and_count_as_served_by_design() {
     Profile::v4(&dir).row(SPEC, "Default").write();
     let out = host4(&dir, true, &[&format!("{SPEC}:2")]);
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("2 calls: 0 served, 2 default, 0 missed (0 shapes)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "2 calls: 0 served, 2 default, 0 missed (0 shapes)");
     assert!(trace(&dir).iter().all(|t| t["heuristic"] == "1"));
     assert!(misses(&dir).0.is_empty());
 }
@@ -345,21 +328,16 @@ fn inert_in_processes_that_never_call_rocblas() {
 #[test]
 fn the_5x_flavour_serves_large_negative_ids() {
     let dir = scratch("v5");
-    let spec = "ex:TN:h:64:24:40";
-    let sols = solutions(&artifacts().host5, spec);
+    let sols = solutions(&artifacts().host5, SPEC);
     let tensile = *sols
         .iter()
         .find(|&&s| s <= -11)
         .expect("refblas 5.x offers Tensile-style ids");
-    let sha = sha5();
-    Profile::new(&dir.join("profiles"), "ref-v5", &sha)
-        .tuned(spec, tensile)
-        .write();
+    v5_profile(&dir, tensile);
     let mut cmd = Command::new(&artifacts().host5);
-    cmd.arg(spec);
+    cmd.arg(SPEC);
     host_env(&mut cmd, &dir, true);
-    let out = run(cmd);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    run_ok(cmd);
     assert_eq!(trace(&dir)[0]["solution"], tensile.to_string());
     assert_eq!(trace(&dir)[0]["heuristic"], "0");
 }
@@ -374,8 +352,7 @@ fn each_device_is_served_from_its_own_rank_file() {
     let rank1 = format!("{}\n", row(SPEC, &format!("Gemm_Rocblas_{r1}")));
     std::fs::write(dir.join("profiles/ref-v4/tunableop_results1.csv"), rank1).unwrap();
     let miss = "ex:TN:h:8:8:8";
-    let out = host4(&dir, true, &["--device", "1", SPEC, miss]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    served4(&dir, &["--device", "1", SPEC, miss]);
     assert_eq!(
         trace(&dir)[0]["solution"],
         r1.to_string(),
@@ -404,27 +381,20 @@ fn strided_batched_rows_are_served_typed_and_ex() {
         row(typed, &format!("Gemm_Rocblas_{st}")),
     ];
     Profile::v4(&dir).lines(&rows).write();
-    let out = host4(&dir, true, &[ex, typed]);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("2 calls: 2 served"), "{stderr}");
+    let (_, stderr) = served4(&dir, &[ex, typed]);
+    assert_has(&stderr, "2 calls: 2 served");
     let t = trace(&dir);
-    assert_eq!(t.len(), 2, "{t:?}");
+    let seen: Vec<[&str; 3]> = t
+        .iter()
+        .map(|l| [&l["func"], &l["solution"], &l["batch"]].map(String::as_str))
+        .collect();
+    let strided = "rocblas_gemm_strided_batched_ex";
     assert_eq!(
-        (
-            t[0]["func"].as_str(),
-            t[0]["solution"].clone(),
-            t[0]["batch"].as_str()
-        ),
-        ("rocblas_gemm_strided_batched_ex", se.to_string(), "3")
-    );
-    assert_eq!(
-        (
-            t[1]["func"].as_str(),
-            t[1]["solution"].clone(),
-            t[1]["batch"].as_str()
-        ),
-        ("rocblas_gemm_strided_batched_ex", st.to_string(), "2")
+        seen,
+        [
+            [strided, se.to_string().as_str(), "3"],
+            [strided, st.to_string().as_str(), "2"]
+        ]
     );
 }
 
@@ -438,10 +408,7 @@ fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
     assert!(sols.len() >= 2, "{sols:?}");
     let (plain_sol, alt_sol) = (sols[0], *sols.last().unwrap());
     let plain = spec_key(SPEC);
-    let alt = tunedblas_core::key::ProblemKey {
-        flags: tunedblas_core::abi::FLAG_FP16_ALT_IMPL,
-        ..plain
-    };
+    let alt = plain.with_flags(tunedblas_core::abi::FLAG_FP16_ALT_IMPL);
     let rows: Vec<String> = [(plain, plain_sol), (alt, alt_sol)]
         .iter()
         .map(|(k, s)| {
@@ -456,21 +423,17 @@ fn rocblas_internal_fp16_alt_impl_is_in_the_key() {
         (Some("0"), plain_sol),
     ] {
         let _ = std::fs::remove_file(dir.join("trace.log"));
-        let mut cmd = Command::new(&artifacts().host4);
-        cmd.arg(SPEC);
-        host_env(&mut cmd, &dir, true);
+        let mut cmd = host4_cmd(&dir, true, &[SPEC]);
         match value {
             Some(v) => cmd.env("ROCBLAS_INTERNAL_FP16_ALT_IMPL", v),
             None => cmd.env_remove("ROCBLAS_INTERNAL_FP16_ALT_IMPL"),
         };
-        let out = run(cmd);
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        let (_, stderr) = run_ok(cmd);
         let t = trace(&dir);
         assert_eq!(
             t[0]["solution"],
             want.to_string(),
-            "ROCBLAS_INTERNAL_FP16_ALT_IMPL={value:?}: {}",
-            text(&out.stderr)
+            "ROCBLAS_INTERNAL_FP16_ALT_IMPL={value:?}: {stderr}"
         );
     }
 }

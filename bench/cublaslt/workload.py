@@ -90,6 +90,38 @@ def capture(fn):
     return g
 
 
+def interleaved(trials, measure_off, measure_on):
+    """`trials` samples of each measure, taking turns at going first (so drift hits both alike)."""
+    off, on = [], []
+    for t in range(trials):
+        pair = [(measure_off, off), (measure_on, on)]
+        if t % 2:
+            pair.reverse()
+        for measure, acc in pair:
+            acc.append(measure())
+    return off, on
+
+
+def spread(samples):
+    return (max(samples) - min(samples)) / statistics.median(samples)
+
+
+def workload_pass(calls):
+    """One pass of the whole workload, `calls` calls per shape (one input set each: a pass
+    touches 56 different weights); the inputs are made now."""
+    data = []
+    for n, m, k in shapes():
+        ws, xs = rotating(n, m, k, sets=1)
+        data.append((ws[0], xs[0]))
+
+    def one_pass():
+        for w, x in data:
+            for _ in range(calls):
+                F.linear(x, w)
+
+    return one_pass
+
+
 def replay_ms(g):
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
@@ -142,20 +174,13 @@ def cmd_ab(args):
         g_on = capture(run)
         for g in (g_off, g_on):
             replay_ms(g)
-        off, on = [], []
-        for t in range(args.trials):
-            pair = [(g_off, off), (g_on, on)]
-            if t % 2:
-                pair.reverse()
-            for g, acc in pair:
-                acc.append(replay_ms(g) / calls)
+        off, on = interleaved(args.trials, lambda: replay_ms(g_off) / calls, lambda: replay_ms(g_on) / calls)
         del g_off, g_on
         sol = rows.get(sig, "none")
         r = {
             "n": n, "m": m, "k": k, "signature": sig, "solution": sol, "calls": calls,
             "sets": len(ws), "heuristic_ms": statistics.median(off), "served_ms": statistics.median(on),
-            "heuristic_spread": (max(off) - min(off)) / statistics.median(off),
-            "served_spread": (max(on) - min(on)) / statistics.median(on),
+            "heuristic_spread": spread(off), "served_spread": spread(on),
             "heuristic_samples": off, "served_samples": on,
         }
         r["gain"] = 1 - r["served_ms"] / r["heuristic_ms"]
@@ -181,20 +206,18 @@ def cmd_eager_ab(args):
             serving(flag)
             F.linear(x, w)
         torch.cuda.synchronize()
-        off, on = [], []
-        for t in range(args.trials):
-            pair = [(0, off), (1, on)]
-            if t % 2:
-                pair.reverse()
-            for flag, acc in pair:
-                serving(flag)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(args.calls):
-                    F.linear(x, w)
-                t1 = time.perf_counter()
-                torch.cuda.synchronize()
-                acc.append((t1 - t0) / args.calls * 1e6)
+
+        def host_us(flag):
+            serving(flag)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.calls):
+                F.linear(x, w)
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            return (t1 - t0) / args.calls * 1e6
+
+        off, on = interleaved(args.trials, lambda: host_us(0), lambda: host_us(1))
         r = {"n": n, "m": m, "k": k, "signature": sig, "solution": rows.get(sig, "none"),
              "heuristic_host_us": statistics.median(off), "served_host_us": statistics.median(on),
              "heuristic_samples": off, "served_samples": on}
@@ -207,17 +230,7 @@ def cmd_eager_ab(args):
 
 
 def cmd_total(args):
-    # Inputs for every shape up front (one set each: a pass touches 56 different weights).
-    data = []
-    for n, m, k in shapes():
-        ws, xs = rotating(n, m, k, sets=1)
-        data.append((ws[0], xs[0]))
-
-    def one_pass():
-        for w, x in data:
-            for _ in range(args.calls):
-                F.linear(x, w)
-
+    one_pass = workload_pass(args.calls)
     for _ in range(2):
         one_pass()
     torch.cuda.synchronize()
@@ -234,8 +247,7 @@ def cmd_total(args):
         "mode": "total", "label": args.label, "calls_per_shape": args.calls, "passes": args.passes,
         "eager_ms": eager, "graph_ms": graph,
         "eager_median_ms": statistics.median(eager), "graph_median_ms": statistics.median(graph),
-        "eager_spread": (max(eager) - min(eager)) / statistics.median(eager),
-        "graph_spread": (max(graph) - min(graph)) / statistics.median(graph),
+        "eager_spread": spread(eager), "graph_spread": spread(graph),
     }
     log(f"total [{args.label}]: eager {res['eager_median_ms']:.3f} ms/pass ({res['eager_spread']*100:.1f}%), "
         f"graph {res['graph_median_ms']:.3f} ms/pass ({res['graph_spread']*100:.1f}%)")
@@ -247,34 +259,19 @@ def cmd_total_ab(args):
     """The whole workload as two CUDA graphs in this one process, captured with serving off (the
     heuristic) and on (the profile), replays interleaved: the profile's effect on GPU time."""
     serving = switch()
-    data = []
-    for n, m, k in shapes():
-        ws, xs = rotating(n, m, k, sets=1)
-        data.append((ws[0], xs[0]))
-
-    def one_pass():
-        for w, x in data:
-            for _ in range(args.calls):
-                F.linear(x, w)
-
+    one_pass = workload_pass(args.calls)
     serving(0)
     g_off = capture(one_pass)
     serving(1)
     g_on = capture(one_pass)
     for g in (g_off, g_on, g_off, g_on):
         replay_ms(g)
-    off, on = [], []
-    for t in range(args.trials):
-        pair = [(g_off, off), (g_on, on)]
-        if t % 2:
-            pair.reverse()
-        for g, acc in pair:
-            acc.append(replay_ms(g))
+    off, on = interleaved(args.trials, lambda: replay_ms(g_off), lambda: replay_ms(g_on))
     med = statistics.median
     res = {
         "mode": "total-ab", "calls_per_shape": args.calls, "trials": args.trials,
         "heuristic_ms": off, "served_ms": on, "heuristic_median_ms": med(off), "served_median_ms": med(on),
-        "heuristic_spread": (max(off) - min(off)) / med(off), "served_spread": (max(on) - min(on)) / med(on),
+        "heuristic_spread": spread(off), "served_spread": spread(on),
         "gain": 1 - med(on) / med(off),
     }
     log(f"total-ab: heuristic {res['heuristic_median_ms']:.3f} ms/pass ({res['heuristic_spread']*100:.1f}%), "

@@ -18,25 +18,20 @@ backend="${1:?usage: bench/lt/instructions.sh hipblaslt|cublaslt [PRELOAD.so]}"
 preload="${2:-$here/target/release/libtunedblas.so}"
 hosts="$here/target/debug/test-hosts"
 newest() { ls -t $1 2>/dev/null | head -n 1; }
+# Per backend: the host and module stems, the stand-in library, the row served, its
+# validator and the stand-in's trace variable.
 case "$backend" in
-  hipblaslt)
-    host="$(newest "$hosts/hiplt_host-*/hiplt_host")"
-    module="$(newest "$hosts/libhipltmod.so-*/libhipltmod.so")"
-    lib="$(newest "$hosts/libhipblaslt.so.1-*/libhipblaslt.so.1")"
-    op="GemmTunableOp_BFloat16_TN,tn_64_8_64_ld_64_64_64"
-    solution="Gemm_Hipblaslt_42"
-    validators="Validator,PT_VERSION,2.7.0"
-    unset_trace=FAKEHIPLT_TRACE ;;
-  cublaslt)
-    host="$(newest "$hosts/lt_host-*/lt_host")"
-    module="$(newest "$hosts/libltmod.so-*/libltmod.so")"
-    lib="$(newest "$hosts/libcublasLt.so.13-*/libcublasLt.so.13")"
-    op="GemmTunableOp_BFloat16_TN,tn_64_8_64_ld_64_64_64"
+  hipblaslt) stem=hiplt soname=libhipblaslt.so.1 solution="Gemm_Hipblaslt_42"
+    validators="Validator,PT_VERSION,2.7.0" unset_trace=FAKEHIPLT_TRACE ;;
+  cublaslt) stem=lt soname=libcublasLt.so.13
     solution="Gemm_Cublaslt_algo21_tile20_stages35_splitk1_red0_swizzle1_custom0_inner0_cluster2"
-    validators="Validator,CUBLASLT_VERSION,130100"
-    unset_trace=FAKELT_TRACE ;;
+    validators="Validator,CUBLASLT_VERSION,130100" unset_trace=FAKELT_TRACE ;;
   *) echo "unknown backend $backend"; exit 2 ;;
 esac
+host="$(newest "$hosts/${stem}_host-*/${stem}_host")"
+module="$(newest "$hosts/lib${stem}mod.so-*/lib${stem}mod.so")"
+lib="$(newest "$hosts/$soname-*/$soname")"
+op="GemmTunableOp_BFloat16_TN,tn_64_8_64_ld_64_64_64"
 for f in "$host" "$module" "$lib" "$preload"; do
   [ -f "$f" ] || { echo "missing $f: see usage"; exit 2; }
 done

@@ -35,6 +35,23 @@ struct Ctx {
 unsafe impl Send for Ctx {}
 unsafe impl Sync for Ctx {}
 
+impl Ctx {
+    /// A handle from `create`, and an f32 scalar of 1 and a buffer that live to the end of
+    /// the run.
+    fn new(create: CreateHandleFn) -> Result<Ctx, String> {
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: out-pointer to a handle.
+        if unsafe { create(&mut handle) } != STATUS_SUCCESS {
+            return Err("rocblas_create_handle failed".into());
+        }
+        Ok(Ctx {
+            handle,
+            scalar: Box::leak(Box::new(1.0f32)) as *const f32 as *const c_void,
+            buf: Box::leak(vec![0u64; 1024].into_boxed_slice()).as_mut_ptr() as *mut c_void,
+        })
+    }
+}
+
 /// The rows of the other build in `--compare` mode.
 const OTHER_NAMES: [&str; 4] = [
     "served row, other build",
@@ -223,18 +240,7 @@ fn set_up(lib_path: &std::path::Path, solution: i32) -> Result<(Lib, Ctx, Vec<Pa
             "rocblas_gemm_ex resolves to {via_file}, not to the preload: run under LD_PRELOAD=libtunedblas.so"
         ));
     }
-    let mut handle: Handle = std::ptr::null_mut();
-    // SAFETY: out-pointer to a handle.
-    if unsafe { create(&mut handle) } != STATUS_SUCCESS {
-        return Err("rocblas_create_handle failed".into());
-    }
-    let scalar = Box::leak(Box::new(1.0f32)) as *const f32 as *const c_void;
-    let buf = Box::leak(vec![0u64; 1024].into_boxed_slice()).as_mut_ptr() as *mut c_void;
-    let ctx = Ctx {
-        handle,
-        scalar,
-        buf,
-    };
+    let ctx = Ctx::new(create)?;
     let path = |name, f, n, algo, solution, budget| Path {
         name,
         f,
@@ -500,16 +506,7 @@ pub fn startup(lib_path: &std::path::Path) -> Result<(), String> {
     // SAFETY: rocBLAS's signatures.
     let create = unsafe { lib.func::<CreateHandleFn>(c"rocblas_create_handle")? };
     let (via, _) = unsafe { ffi::global_func::<GemmExFn<i32>>(c"rocblas_gemm_ex")? };
-    let mut handle: Handle = std::ptr::null_mut();
-    // SAFETY: out-pointer to a handle.
-    unsafe { create(&mut handle) };
-    let scalar = Box::leak(Box::new(1.0f32)) as *const f32 as *const c_void;
-    let buf = Box::leak(vec![0u64; 1024].into_boxed_slice()).as_mut_ptr() as *mut c_void;
-    let ctx = Ctx {
-        handle,
-        scalar,
-        buf,
-    };
+    let ctx = Ctx::new(create)?;
     let p = Path {
         name: "served",
         f: via,
@@ -546,16 +543,7 @@ pub fn instructions(
         )
     };
     let (via, _) = unsafe { ffi::global_func::<GemmExFn<i32>>(c"rocblas_gemm_ex")? };
-    let mut handle: Handle = std::ptr::null_mut();
-    // SAFETY: out-pointer to a handle.
-    unsafe { create(&mut handle) };
-    let scalar = Box::leak(Box::new(1.0f32)) as *const f32 as *const c_void;
-    let buf = Box::leak(vec![0u64; 1024].into_boxed_slice()).as_mut_ptr() as *mut c_void;
-    let ctx = Ctx {
-        handle,
-        scalar,
-        buf,
-    };
+    let ctx = Ctx::new(create)?;
     let (f, n_arg, algo, sol) = match which {
         "direct" => (direct, N_SERVED, ALGO_STANDARD, 0),
         "served" => (via, N_SERVED, ALGO_STANDARD, 0),

@@ -239,44 +239,7 @@ pub fn which(profile_dir: &Path, lib: &Path) -> Found {
     }
 }
 
-/// The KFD topology the amdgpu driver publishes: one folder per node, CPUs included.
-pub const KFD_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
-
-/// `gfx942` of a node's `gfx_target_version` (major * 10000 + minor * 100 + stepping; the
-/// name writes minor and stepping as one hex digit each: 90010 is gfx90a, 110000 gfx1100).
-/// `None` for 0 (a CPU node) or a number no gfx name has.
-pub fn gfx_name(version: u64) -> Option<String> {
-    let (major, minor, step) = (version / 10000, version / 100 % 100, version % 100);
-    (major > 0 && minor < 16 && step < 16).then(|| format!("gfx{major}{minor:x}{step:x}"))
-}
-
-/// The architecture of each AMD GPU of the KFD topology under `nodes`, in node order:
-/// what the driver says, with no HIP call (refblas, a machine with no AMD GPU and a
-/// container without /sys/class/kfd show none).
-pub fn gpu_archs_in(nodes: &Path) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(nodes) else {
-        return Vec::new();
-    };
-    let mut found: Vec<(u64, String)> = rd
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let node: u64 = e.file_name().to_str()?.parse().ok()?;
-            let props = std::fs::read_to_string(e.path().join("properties")).ok()?;
-            let version = props.lines().find_map(|l| {
-                l.strip_prefix("gfx_target_version ")
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-            })?;
-            Some((node, gfx_name(version)?))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().map(|(_, a)| a).collect()
-}
-
-/// This machine's AMD GPUs' architectures ([`gpu_archs_in`] of [`KFD_NODES`]).
-pub fn gpu_archs() -> Vec<String> {
-    gpu_archs_in(Path::new(KFD_NODES))
-}
+pub use tunedblas_core::device::{gpu_archs, KFD_NODES};
 
 /// The device a TunableOp file's `GCN_ARCH_NAME` is checked against: `--arch` where given
 /// (a machine without the GPU), else this machine's GPUs.
@@ -502,30 +465,6 @@ mod tests {
             find_library(Path::new("./librocblas.so.0")),
             PathBuf::from("./librocblas.so.0")
         );
-    }
-
-    #[test]
-    fn gpu_architectures_come_from_the_kfd_topology() {
-        assert_eq!(gfx_name(90402).as_deref(), Some("gfx942"));
-        assert_eq!(gfx_name(90010).as_deref(), Some("gfx90a"));
-        assert_eq!(gfx_name(110000).as_deref(), Some("gfx1100"));
-        assert_eq!(gfx_name(100300).as_deref(), Some("gfx1030"));
-        assert_eq!(gfx_name(0), None, "a CPU node");
-        let nodes = std::env::temp_dir().join(format!("tunedblas-kfd-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&nodes);
-        for (node, version) in [(0, 0), (2, 90010), (1, 90402), (10, 90402)] {
-            let d = nodes.join(node.to_string());
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(
-                d.join("properties"),
-                format!("cpu_cores_count 0\nsimd_count 0\ngfx_target_version {version}\nvendor_id 4098\n"),
-            )
-            .unwrap();
-        }
-        // Nodes in their numeric order (10 after 2), the CPU node left out.
-        assert_eq!(gpu_archs_in(&nodes), ["gfx942", "gfx90a", "gfx942"]);
-        assert!(gpu_archs_in(&nodes.join("absent")).is_empty());
-        let _ = std::fs::remove_dir_all(&nodes);
     }
 
     #[test]

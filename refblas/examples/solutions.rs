@@ -2,7 +2,7 @@
 //! heuristic picks: `cargo run --release -p refblas --example solutions [-- v4|v5] [TN:m:n:k ...]`
 //! (f16 data, f32 compute).
 
-use refblas::gemm::{self, GemmCall, Layout};
+use refblas::gemm::{self, GemmCall};
 use refblas::numeric::F16;
 use refblas::{handle, Combo, Flavour, Shape};
 use std::ffi::c_void;
@@ -50,32 +50,21 @@ fn main() {
         let mut d = vec![0u16; m * n];
         let (alpha, beta) = (1.0f32, 0.0f32);
         let call = |index: i32, d: &mut Vec<u16>| GemmCall {
-            func: "rocblas_gemm_ex",
-            trans_a: if ta { OP_TRANSPOSE } else { OP_NONE },
-            trans_b: if tb { OP_TRANSPOSE } else { OP_NONE },
-            m: m as i64,
-            n: n as i64,
-            k: k as i64,
-            alpha: &alpha as *const f32 as *const c_void,
-            a: a.as_ptr() as *const c_void,
-            a_type: DT_F16_R,
-            lda: lda as i64,
-            b: b.as_ptr() as *const c_void,
-            b_type: DT_F16_R,
-            ldb: ldb as i64,
-            beta: &beta as *const f32 as *const c_void,
-            c: d.as_ptr() as *const c_void,
-            c_type: DT_F16_R,
-            ldc: m as i64,
-            d: d.as_mut_ptr() as *mut c_void,
-            d_type: DT_F16_R,
-            ldd: m as i64,
-            batch_count: 1,
-            layout: Layout::SINGLE,
-            compute_type: DT_F32_R,
             algo: ALGO_SOLUTION_INDEX,
             solution_index: index,
-            flags: 0,
+            ..GemmCall::single(
+                "rocblas_gemm_ex",
+                [ta, tb].map(|t| if t { OP_TRANSPOSE } else { OP_NONE }),
+                [m, n, k].map(|x| x as i64),
+                [
+                    &alpha as *const f32 as *const c_void,
+                    &beta as *const f32 as *const c_void,
+                ],
+                [a.as_ptr(), b.as_ptr(), d.as_ptr()].map(|p| p as *const c_void),
+                d.as_mut_ptr() as *mut c_void,
+                [lda, ldb, m, m].map(|x| x as i64),
+                (DT_F16_R, DT_F32_R),
+            )
         };
         let shape = Shape {
             m: m as i64,

@@ -135,94 +135,44 @@ pub struct Bf16F32;
 pub struct F32;
 pub struct F64;
 
-impl Policy for HalfF32 {
-    type E = F16;
-    type A = f32;
-    const COMBO: Combo = Combo::HalfF32;
-    #[inline]
-    fn load(e: F16) -> f32 {
-        e.to_f32()
-    }
-    #[inline]
-    fn store(a: f32) -> F16 {
-        F16::from_f32(a)
-    }
-    unsafe fn scalar(p: *const c_void) -> f32 {
-        (p as *const f32).read_unaligned()
-    }
+/// One [`Policy`] impl: element and accumulator types, how an element widens (`load`) and
+/// narrows (`store`), what type alpha and beta have and how it widens, and, for f16 compute,
+/// the rounding.
+macro_rules! policy {
+    ($name:ident: $e:ty => $a:ty, load $load:expr, store $store:expr,
+     scalar $s:ty => $widen:expr $(, settle $settle:expr)?) => {
+        impl Policy for $name {
+            type E = $e;
+            type A = $a;
+            const COMBO: Combo = Combo::$name;
+            #[inline]
+            fn load(e: $e) -> $a {
+                $load(e)
+            }
+            #[inline]
+            fn store(a: $a) -> $e {
+                $store(a)
+            }
+            $(
+                #[inline]
+                fn settle(a: $a) -> $a {
+                    $settle(a)
+                }
+            )?
+            unsafe fn scalar(p: *const c_void) -> $a {
+                $widen((p as *const $s).read_unaligned())
+            }
+        }
+    };
 }
 
-impl Policy for HalfF16 {
-    type E = F16;
-    type A = f32;
-    const COMBO: Combo = Combo::HalfF16;
-    #[inline]
-    fn load(e: F16) -> f32 {
-        e.to_f32()
-    }
-    #[inline]
-    fn store(a: f32) -> F16 {
-        F16::from_f32(a)
-    }
-    #[inline]
-    fn settle(a: f32) -> f32 {
-        round_f16(a)
-    }
-    unsafe fn scalar(p: *const c_void) -> f32 {
-        F16((p as *const u16).read_unaligned()).to_f32()
-    }
-}
-
-impl Policy for Bf16F32 {
-    type E = Bf16;
-    type A = f32;
-    const COMBO: Combo = Combo::Bf16F32;
-    #[inline]
-    fn load(e: Bf16) -> f32 {
-        e.to_f32()
-    }
-    #[inline]
-    fn store(a: f32) -> Bf16 {
-        Bf16::from_f32(a)
-    }
-    unsafe fn scalar(p: *const c_void) -> f32 {
-        (p as *const f32).read_unaligned()
-    }
-}
-
-impl Policy for F32 {
-    type E = f32;
-    type A = f32;
-    const COMBO: Combo = Combo::F32;
-    #[inline]
-    fn load(e: f32) -> f32 {
-        e
-    }
-    #[inline]
-    fn store(a: f32) -> f32 {
-        a
-    }
-    unsafe fn scalar(p: *const c_void) -> f32 {
-        (p as *const f32).read_unaligned()
-    }
-}
-
-impl Policy for F64 {
-    type E = f64;
-    type A = f64;
-    const COMBO: Combo = Combo::F64;
-    #[inline]
-    fn load(e: f64) -> f64 {
-        e
-    }
-    #[inline]
-    fn store(a: f64) -> f64 {
-        a
-    }
-    unsafe fn scalar(p: *const c_void) -> f64 {
-        (p as *const f64).read_unaligned()
-    }
-}
+use std::convert::identity as same;
+policy!(HalfF32: F16 => f32, load F16::to_f32, store F16::from_f32, scalar f32 => same);
+policy!(HalfF16: F16 => f32, load F16::to_f32, store F16::from_f32, scalar F16 => F16::to_f32,
+        settle round_f16);
+policy!(Bf16F32: Bf16 => f32, load Bf16::to_f32, store Bf16::from_f32, scalar f32 => same);
+policy!(F32: f32 => f32, load same, store same, scalar f32 => same);
+policy!(F64: f64 => f64, load same, store same, scalar f64 => same);
 
 #[cfg(test)]
 mod tests {
@@ -236,25 +186,19 @@ mod tests {
             assert_eq!(Combo::from_types(t, t, t, t, ct), Some(c));
         }
         // Mixed output, int8, bf16 compute, f32 data with f64 compute: not implemented here.
-        assert_eq!(
-            Combo::from_types(DT_F16_R, DT_F16_R, DT_F32_R, DT_F32_R, DT_F32_R),
-            None
-        );
-        assert_eq!(
-            Combo::from_types(DT_I8_R, DT_I8_R, DT_I8_R, DT_I8_R, DT_F32_R),
-            None
-        );
-        assert_eq!(
-            Combo::from_types(DT_BF16_R, DT_BF16_R, DT_BF16_R, DT_BF16_R, DT_BF16_R),
-            None
-        );
-        assert_eq!(
-            Combo::from_types(DT_F32_R, DT_F32_R, DT_F32_R, DT_F32_R, DT_F64_R),
-            None
-        );
-        assert_eq!(
-            Combo::from_types(DT_F32_R, DT_F16_R, DT_F32_R, DT_F32_R, DT_F32_R),
-            None
-        );
+        let unsupported = [
+            [DT_F16_R, DT_F16_R, DT_F32_R, DT_F32_R, DT_F32_R],
+            [DT_I8_R, DT_I8_R, DT_I8_R, DT_I8_R, DT_F32_R],
+            [DT_BF16_R, DT_BF16_R, DT_BF16_R, DT_BF16_R, DT_BF16_R],
+            [DT_F32_R, DT_F32_R, DT_F32_R, DT_F32_R, DT_F64_R],
+            [DT_F32_R, DT_F16_R, DT_F32_R, DT_F32_R, DT_F32_R],
+        ];
+        for [a, b, c, d, compute] in unsupported {
+            assert_eq!(
+                Combo::from_types(a, b, c, d, compute),
+                None,
+                "{a} {b} {c} {d} {compute}"
+            );
+        }
     }
 }

@@ -11,8 +11,7 @@ use crate::gemm::{self, GemmCall, Layout};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::abi::{
-    Datatype, GemmAlgo, Handle, HipError, Operation, Status, ALGO_STANDARD, DT_F16_R, DT_F32_R,
-    FLAG_NONE, STATUS_INTERNAL_ERROR,
+    Handle, HipError, Operation, Status, DT_F16_R, DT_F32_R, FLAG_NONE, STATUS_INTERNAL_ERROR,
 };
 
 /// Runs a rocBLAS entry point; a panic becomes `rocblas_status_internal_error`.
@@ -56,135 +55,42 @@ pub fn status_to_string(s: Status) -> *const std::ffi::c_char {
         .as_ptr()
 }
 
-/// `rocblas_gemm_ex` and friends, widened to 64-bit sizes. `batch` is `(count, layout)`.
+/// `rocblas_gemm_ex` and its batched, strided and `_64` twins, once their shim has gathered
+/// the arguments (sizes widened to 64 bits) into `call`: a cancellation point, then the GEMM
+/// under [`guard`]. `solution_index` and `flags` are the C calls' last two arguments.
 ///
 /// # Safety
-/// The pointers must be valid as rocBLAS documents for the call.
-#[allow(clippy::too_many_arguments)]
+/// The pointers in `call` must be valid as rocBLAS documents for the call.
 pub unsafe fn gemm_ex(
     flavour: Flavour,
-    func: &'static str,
     handle: Handle,
-    trans_a: Operation,
-    trans_b: Operation,
-    m: i64,
-    n: i64,
-    k: i64,
-    alpha: *const c_void,
-    a: *const c_void,
-    a_type: Datatype,
-    lda: i64,
-    b: *const c_void,
-    b_type: Datatype,
-    ldb: i64,
-    beta: *const c_void,
-    c: *const c_void,
-    c_type: Datatype,
-    ldc: i64,
-    d: *mut c_void,
-    d_type: Datatype,
-    ldd: i64,
-    batch: (i64, Layout),
-    compute_type: Datatype,
-    algo: GemmAlgo,
+    call: GemmCall,
     solution_index: i32,
     flags: u32,
 ) -> Status {
+    cancel_point();
     let call = GemmCall {
-        func,
-        trans_a,
-        trans_b,
-        m,
-        n,
-        k,
-        alpha,
-        a,
-        a_type,
-        lda,
-        b,
-        b_type,
-        ldb,
-        beta,
-        c,
-        c_type,
-        ldc,
-        d,
-        d_type,
-        ldd,
-        batch_count: batch.0,
-        layout: batch.1,
-        compute_type,
-        algo,
         solution_index,
         flags,
+        ..call
     };
-    gemm::gemm(flavour, handle, &call)
+    guard(|| gemm::gemm(flavour, handle, &call))
 }
 
-/// The get_solutions twin of [`gemm_ex`] (no solution index).
+/// The get_solutions twin of [`gemm_ex`]: no solution index; `list` and `size` come last.
 ///
 /// # Safety
 /// As [`gemm::get_solutions`].
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_ex_get_solutions(
     flavour: Flavour,
-    func: &'static str,
     handle: Handle,
-    trans_a: Operation,
-    trans_b: Operation,
-    m: i64,
-    n: i64,
-    k: i64,
-    alpha: *const c_void,
-    a: *const c_void,
-    a_type: Datatype,
-    lda: i64,
-    b: *const c_void,
-    b_type: Datatype,
-    ldb: i64,
-    beta: *const c_void,
-    c: *const c_void,
-    c_type: Datatype,
-    ldc: i64,
-    d: *mut c_void,
-    d_type: Datatype,
-    ldd: i64,
-    batch: (i64, Layout),
-    compute_type: Datatype,
-    algo: GemmAlgo,
+    call: GemmCall,
     flags: u32,
     list: *mut i32,
     size: *mut i32,
 ) -> Status {
-    let call = GemmCall {
-        func,
-        trans_a,
-        trans_b,
-        m,
-        n,
-        k,
-        alpha,
-        a,
-        a_type,
-        lda,
-        b,
-        b_type,
-        ldb,
-        beta,
-        c,
-        c_type,
-        ldc,
-        d,
-        d_type,
-        ldd,
-        batch_count: batch.0,
-        layout: batch.1,
-        compute_type,
-        algo,
-        solution_index: 0,
-        flags,
-    };
-    gemm::get_solutions(flavour, handle, &call, list, size)
+    let call = GemmCall { flags, ..call };
+    guard(|| gemm::get_solutions(flavour, handle, &call, list, size))
 }
 
 /// `rocblas_hgemm` / `rocblas_sgemm` (and strided-batched): gemm_ex with one type throughout
@@ -214,35 +120,21 @@ pub unsafe fn typed_gemm(
     batch: (i64, Layout),
 ) -> Status {
     let t = if half { DT_F16_R } else { DT_F32_R };
-    gemm_ex(
-        flavour,
-        func,
-        handle,
-        trans_a,
-        trans_b,
-        m,
-        n,
-        k,
-        alpha,
-        a,
-        t,
-        lda,
-        b,
-        t,
-        ldb,
-        beta,
-        c,
-        t,
-        ldc,
-        c,
-        t,
-        ldc,
-        batch,
-        t,
-        ALGO_STANDARD,
-        0,
-        FLAG_NONE,
-    )
+    let call = GemmCall {
+        batch_count: batch.0,
+        layout: batch.1,
+        ..GemmCall::single(
+            func,
+            [trans_a, trans_b],
+            [m, n, k],
+            [alpha, beta],
+            [a, b, c],
+            c,
+            [lda, ldb, ldc, ldc],
+            (t, t),
+        )
+    };
+    gemm_ex(flavour, handle, call, 0, FLAG_NONE)
 }
 
 /// Strided layout with the four strides (the typed calls pass C's stride for D too).
@@ -257,35 +149,66 @@ pub fn strided(stride_a: i64, stride_b: i64, stride_c: i64, stride_d: i64) -> La
 
 /// Emits the complete C ABI of librocblas (GEMM subset + HIP subset) for one flavour.
 /// Invoke once, at the root of a cdylib crate: `refblas::export_rocblas!(refblas::Flavour::V4);`
+///
+/// The exports live in a private module (so that its `use`s keep the tables short); a
+/// `#[no_mangle]` function is exported from the shared object wherever it is declared.
 #[macro_export]
 macro_rules! export_rocblas {
     ($flavour:expr) => {
         /// The flavour this build speaks.
         const REFBLAS_FLAVOUR: $crate::Flavour = $flavour;
 
-        $crate::__refblas_misc_exports!();
-        $crate::__refblas_gemm_exports!(
-            i32,
-            rocblas_gemm_ex,
-            rocblas_gemm_batched_ex,
-            rocblas_gemm_strided_batched_ex,
-            rocblas_hgemm,
-            rocblas_sgemm,
-            rocblas_hgemm_strided_batched,
-            rocblas_sgemm_strided_batched
-        );
-        $crate::__refblas_gemm_exports!(
-            i64,
-            rocblas_gemm_ex_64,
-            rocblas_gemm_batched_ex_64,
-            rocblas_gemm_strided_batched_ex_64,
-            rocblas_hgemm_64,
-            rocblas_sgemm_64,
-            rocblas_hgemm_strided_batched_64,
-            rocblas_sgemm_strided_batched_64
-        );
-        $crate::__refblas_query_exports!();
-        $crate::__refblas_hip_exports!();
+        mod refblas_exports {
+            use super::REFBLAS_FLAVOUR;
+            use ::std::ffi::{c_char, c_void};
+            use $crate::abi::*;
+            use $crate::exports::{guard, guard_hip};
+            use $crate::gemm::Layout;
+            use $crate::{graph, handle, hip, info};
+
+            $crate::__refblas_misc_exports!();
+            $crate::__refblas_gemm_exports!(
+                i32,
+                rocblas_gemm_ex,
+                rocblas_gemm_batched_ex,
+                rocblas_gemm_strided_batched_ex,
+                rocblas_hgemm,
+                rocblas_sgemm,
+                rocblas_hgemm_strided_batched,
+                rocblas_sgemm_strided_batched
+            );
+            $crate::__refblas_gemm_exports!(
+                i64,
+                rocblas_gemm_ex_64,
+                rocblas_gemm_batched_ex_64,
+                rocblas_gemm_strided_batched_ex_64,
+                rocblas_hgemm_64,
+                rocblas_sgemm_64,
+                rocblas_hgemm_strided_batched_64,
+                rocblas_sgemm_strided_batched_64
+            );
+            $crate::__refblas_query_exports!();
+            $crate::__refblas_hip_exports!();
+        }
+    };
+}
+
+/// Shims that only forward their arguments, in order, to a plain Rust function under a
+/// guard: `name(args) -> Ret = guard(callee) as CheckFn;`. `CheckFn` is the signature in
+/// `tunedblas_core::abi` that the rest of the project calls the export through.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __refblas_forward {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $guard:ident($f:expr) as $check:ty;)*) => {
+        $(
+            /// # Safety
+            /// As the library it stands in for documents.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                $guard(|| ($f)($($arg),*))
+            }
+            const _: $check = $name;
+        )*
     };
 }
 
@@ -293,100 +216,107 @@ macro_rules! export_rocblas {
 #[macro_export]
 macro_rules! __refblas_misc_exports {
     () => {
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_create_handle(
-            handle: *mut $crate::abi::Handle,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::handle::create(handle))
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_destroy_handle(
-            handle: $crate::abi::Handle,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::handle::destroy(handle))
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_set_stream(
-            handle: $crate::abi::Handle,
-            stream: $crate::abi::Stream,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::handle::set_stream(handle, stream))
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_get_stream(
-            handle: $crate::abi::Handle,
-            stream: *mut $crate::abi::Stream,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::handle::get_stream(handle, stream))
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_set_pointer_mode(
-            handle: $crate::abi::Handle,
-            mode: i32,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::handle::set_pointer_mode(handle, mode))
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_get_pointer_mode(
-            handle: $crate::abi::Handle,
-            mode: *mut i32,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::handle::get_pointer_mode(handle, mode))
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_get_version_string(
-            buf: *mut ::std::ffi::c_char,
-            len: usize,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::info::get_version_string(REFBLAS_FLAVOUR, buf, len))
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn rocblas_get_version_string_size(
-            len: *mut usize,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| $crate::info::get_version_string_size(REFBLAS_FLAVOUR, len))
+        $crate::__refblas_forward! {
+            rocblas_create_handle(h: *mut Handle) -> Status = guard(handle::create) as CreateHandleFn;
+            rocblas_destroy_handle(h: Handle) -> Status = guard(handle::destroy) as DestroyHandleFn;
+            rocblas_set_stream(h: Handle, s: Stream) -> Status
+                = guard(handle::set_stream) as SetStreamFn;
+            rocblas_get_stream(h: Handle, s: *mut Stream) -> Status
+                = guard(handle::get_stream) as GetStreamFn;
+            rocblas_set_pointer_mode(h: Handle, mode: i32) -> Status
+                = guard(handle::set_pointer_mode) as SetPointerModeFn;
+            rocblas_get_pointer_mode(h: Handle, mode: *mut i32) -> Status
+                = guard(handle::get_pointer_mode) as GetPointerModeFn;
+            rocblas_get_version_string(buf: *mut c_char, len: usize) -> Status
+                = guard(|b, l| info::get_version_string(REFBLAS_FLAVOUR, b, l))
+                as GetVersionStringFn;
+            rocblas_get_version_string_size(len: *mut usize) -> Status
+                = guard(|l| info::get_version_string_size(REFBLAS_FLAVOUR, l))
+                as GetVersionStringSizeFn;
         }
 
         #[no_mangle]
-        pub extern "C" fn rocblas_status_to_string(
-            status: $crate::abi::Status,
-        ) -> *const ::std::ffi::c_char {
+        pub extern "C" fn rocblas_status_to_string(status: Status) -> *const c_char {
             $crate::exports::status_to_string(status)
         }
+        const _: StatusToStringFn = rocblas_status_to_string;
+    };
+}
 
-        // The signatures must be the ones the rest of the project calls through.
-        const _: $crate::abi::CreateHandleFn = rocblas_create_handle;
-        const _: $crate::abi::DestroyHandleFn = rocblas_destroy_handle;
-        const _: $crate::abi::SetStreamFn = rocblas_set_stream;
-        const _: $crate::abi::GetStreamFn = rocblas_get_stream;
-        const _: $crate::abi::SetPointerModeFn = rocblas_set_pointer_mode;
-        const _: $crate::abi::GetPointerModeFn = rocblas_get_pointer_mode;
-        const _: $crate::abi::GetVersionStringFn = rocblas_get_version_string;
-        const _: $crate::abi::GetVersionStringSizeFn = rocblas_get_version_string_size;
-        const _: $crate::abi::StatusToStringFn = rocblas_status_to_string;
+/// One shim for the `_ex` calls and their get_solutions twins. Sizes arrive as `$I` (i32, or
+/// i64 for the `_64` twins); the strided calls add a stride after each matrix's ld, the
+/// batched ones a count after D; `batch` is the `(count, Layout)` the call describes;
+/// `$entry` (`gemm_ex` or `gemm_ex_get_solutions`) takes the call and the last arguments.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __refblas_ex_shim {
+    (
+        extern $abi:literal fn $name:ident($I:ty) $(as $check:ty)?,
+        strides($($sa:ident, $sb:ident, $sc:ident, $sd:ident)?),
+        count($($count:ident)?),
+        batch = $batch:expr,
+        $entry:ident($($last:ident: $last_ty:ty),*)
+    ) => {
+        /// # Safety
+        /// As rocBLAS documents.
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern $abi fn $name(
+            handle: Handle, trans_a: Operation, trans_b: Operation, m: $I, n: $I, k: $I,
+            alpha: *const c_void,
+            a: *const c_void, a_type: Datatype, lda: $I, $($sa: i64,)?
+            b: *const c_void, b_type: Datatype, ldb: $I, $($sb: i64,)?
+            beta: *const c_void,
+            c: *const c_void, c_type: Datatype, ldc: $I, $($sc: i64,)?
+            d: *mut c_void, d_type: Datatype, ldd: $I, $($sd: i64,)?
+            $($count: $I,)?
+            compute_type: Datatype, algo: GemmAlgo, $($last: $last_ty),*
+        ) -> Status {
+            let (batch_count, layout): (i64, Layout) = $batch;
+            let call = $crate::GemmCall {
+                func: stringify!($name), trans_a, trans_b, m: m as i64, n: n as i64, k: k as i64,
+                alpha, a, a_type, lda: lda as i64, b, b_type, ldb: ldb as i64, beta,
+                c, c_type, ldc: ldc as i64, d, d_type, ldd: ldd as i64, batch_count, layout,
+                compute_type, algo, solution_index: 0, flags: 0,
+            };
+            $crate::exports::$entry(REFBLAS_FLAVOUR, handle, call, $($last),*)
+        }
+        $(const _: $check = $name;)?
+    };
+}
+
+/// One shim for `rocblas_hgemm` / `rocblas_sgemm` and their strided-batched twins: A, B and
+/// C without types (`half` says which), each with a stride when strided, then the count.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __refblas_typed_shim {
+    (
+        fn $name:ident($I:ty) as $check:ty, half = $half:expr,
+        strides($($sa:ident, $sb:ident, $sc:ident)?),
+        count($($count:ident)?),
+        batch = $batch:expr
+    ) => {
+        /// # Safety
+        /// As rocBLAS documents.
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C-unwind" fn $name(
+            handle: Handle, trans_a: Operation, trans_b: Operation, m: $I, n: $I, k: $I,
+            alpha: *const c_void,
+            a: *const c_void, lda: $I, $($sa: i64,)?
+            b: *const c_void, ldb: $I, $($sb: i64,)?
+            beta: *const c_void,
+            c: *mut c_void, ldc: $I, $($sc: i64,)?
+            $($count: $I,)?
+        ) -> Status {
+            let (m, n, k) = (m as i64, n as i64, k as i64);
+            let (lda, ldb, ldc) = (lda as i64, ldb as i64, ldc as i64);
+            $crate::exports::typed_gemm(
+                REFBLAS_FLAVOUR, stringify!($name), $half, handle, trans_a, trans_b, m, n, k,
+                alpha, a, lda, b, ldb, beta, c, ldc, $batch,
+            )
+        }
+        const _: $check = $name;
     };
 }
 
@@ -395,210 +325,21 @@ macro_rules! __refblas_misc_exports {
 macro_rules! __refblas_gemm_exports {
     ($I:ty, $gemm_ex:ident, $batched_ex:ident, $strided_ex:ident, $hgemm:ident, $sgemm:ident,
      $hgemm_sb:ident, $sgemm_sb:ident) => {
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C-unwind" fn $gemm_ex(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            a_type: $crate::abi::Datatype,
-            lda: $I,
-            b: *const ::std::ffi::c_void,
-            b_type: $crate::abi::Datatype,
-            ldb: $I,
-            beta: *const ::std::ffi::c_void,
-            c: *const ::std::ffi::c_void,
-            c_type: $crate::abi::Datatype,
-            ldc: $I,
-            d: *mut ::std::ffi::c_void,
-            d_type: $crate::abi::Datatype,
-            ldd: $I,
-            compute_type: $crate::abi::Datatype,
-            algo: $crate::abi::GemmAlgo,
-            solution_index: i32,
-            flags: u32,
-        ) -> $crate::abi::Status {
-            $crate::exports::cancel_point();
-            $crate::exports::guard(|| {
-                $crate::exports::gemm_ex(
-                    REFBLAS_FLAVOUR,
-                    stringify!($gemm_ex),
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    a_type,
-                    lda as i64,
-                    b,
-                    b_type,
-                    ldb as i64,
-                    beta,
-                    c,
-                    c_type,
-                    ldc as i64,
-                    d,
-                    d_type,
-                    ldd as i64,
-                    (1, $crate::gemm::Layout::SINGLE),
-                    compute_type,
-                    algo,
-                    solution_index,
-                    flags,
-                )
-            })
-        }
-        const _: $crate::abi::GemmExFn<$I> = $gemm_ex;
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C-unwind" fn $batched_ex(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            a_type: $crate::abi::Datatype,
-            lda: $I,
-            b: *const ::std::ffi::c_void,
-            b_type: $crate::abi::Datatype,
-            ldb: $I,
-            beta: *const ::std::ffi::c_void,
-            c: *const ::std::ffi::c_void,
-            c_type: $crate::abi::Datatype,
-            ldc: $I,
-            d: *mut ::std::ffi::c_void,
-            d_type: $crate::abi::Datatype,
-            ldd: $I,
-            batch_count: $I,
-            compute_type: $crate::abi::Datatype,
-            algo: $crate::abi::GemmAlgo,
-            solution_index: i32,
-            flags: u32,
-        ) -> $crate::abi::Status {
-            $crate::exports::cancel_point();
-            $crate::exports::guard(|| {
-                $crate::exports::gemm_ex(
-                    REFBLAS_FLAVOUR,
-                    stringify!($batched_ex),
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    a_type,
-                    lda as i64,
-                    b,
-                    b_type,
-                    ldb as i64,
-                    beta,
-                    c,
-                    c_type,
-                    ldc as i64,
-                    d,
-                    d_type,
-                    ldd as i64,
-                    (batch_count as i64, $crate::gemm::Layout::PointerArray),
-                    compute_type,
-                    algo,
-                    solution_index,
-                    flags,
-                )
-            })
-        }
-        const _: $crate::abi::GemmBatchedExFn<$I> = $batched_ex;
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C-unwind" fn $strided_ex(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            a_type: $crate::abi::Datatype,
-            lda: $I,
-            stride_a: i64,
-            b: *const ::std::ffi::c_void,
-            b_type: $crate::abi::Datatype,
-            ldb: $I,
-            stride_b: i64,
-            beta: *const ::std::ffi::c_void,
-            c: *const ::std::ffi::c_void,
-            c_type: $crate::abi::Datatype,
-            ldc: $I,
-            stride_c: i64,
-            d: *mut ::std::ffi::c_void,
-            d_type: $crate::abi::Datatype,
-            ldd: $I,
-            stride_d: i64,
-            batch_count: $I,
-            compute_type: $crate::abi::Datatype,
-            algo: $crate::abi::GemmAlgo,
-            solution_index: i32,
-            flags: u32,
-        ) -> $crate::abi::Status {
-            $crate::exports::cancel_point();
-            $crate::exports::guard(|| {
-                $crate::exports::gemm_ex(
-                    REFBLAS_FLAVOUR,
-                    stringify!($strided_ex),
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    a_type,
-                    lda as i64,
-                    b,
-                    b_type,
-                    ldb as i64,
-                    beta,
-                    c,
-                    c_type,
-                    ldc as i64,
-                    d,
-                    d_type,
-                    ldd as i64,
-                    (
-                        batch_count as i64,
-                        $crate::exports::strided(stride_a, stride_b, stride_c, stride_d),
-                    ),
-                    compute_type,
-                    algo,
-                    solution_index,
-                    flags,
-                )
-            })
-        }
-        const _: $crate::abi::GemmStridedBatchedExFn<$I> = $strided_ex;
-
+        $crate::__refblas_ex_shim!(
+            extern "C-unwind" fn $gemm_ex($I) as GemmExFn<$I>, strides(), count(),
+            batch = (1, Layout::SINGLE), gemm_ex(solution_index: i32, flags: u32)
+        );
+        $crate::__refblas_ex_shim!(
+            extern "C-unwind" fn $batched_ex($I) as GemmBatchedExFn<$I>, strides(),
+            count(batch_count), batch = (batch_count as i64, Layout::PointerArray),
+            gemm_ex(solution_index: i32, flags: u32)
+        );
+        $crate::__refblas_ex_shim!(
+            extern "C-unwind" fn $strided_ex($I) as GemmStridedBatchedExFn<$I>,
+            strides(sa, sb, sc, sd), count(batch_count),
+            batch = (batch_count as i64, $crate::exports::strided(sa, sb, sc, sd)),
+            gemm_ex(solution_index: i32, flags: u32)
+        );
         $crate::__refblas_typed_exports!($I, $hgemm, $hgemm_sb, true);
         $crate::__refblas_typed_exports!($I, $sgemm, $sgemm_sb, false);
     };
@@ -608,104 +349,16 @@ macro_rules! __refblas_gemm_exports {
 #[macro_export]
 macro_rules! __refblas_typed_exports {
     ($I:ty, $plain:ident, $strided:ident, $half:expr) => {
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C-unwind" fn $plain(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            lda: $I,
-            b: *const ::std::ffi::c_void,
-            ldb: $I,
-            beta: *const ::std::ffi::c_void,
-            c: *mut ::std::ffi::c_void,
-            ldc: $I,
-        ) -> $crate::abi::Status {
-            $crate::exports::cancel_point();
-            $crate::exports::guard(|| {
-                $crate::exports::typed_gemm(
-                    REFBLAS_FLAVOUR,
-                    stringify!($plain),
-                    $half,
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    lda as i64,
-                    b,
-                    ldb as i64,
-                    beta,
-                    c,
-                    ldc as i64,
-                    (1, $crate::gemm::Layout::SINGLE),
-                )
-            })
-        }
-        const _: $crate::abi::TypedGemmFn<$I> = $plain;
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C-unwind" fn $strided(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            lda: $I,
-            stride_a: i64,
-            b: *const ::std::ffi::c_void,
-            ldb: $I,
-            stride_b: i64,
-            beta: *const ::std::ffi::c_void,
-            c: *mut ::std::ffi::c_void,
-            ldc: $I,
-            stride_c: i64,
-            batch_count: $I,
-        ) -> $crate::abi::Status {
-            $crate::exports::cancel_point();
-            $crate::exports::guard(|| {
-                $crate::exports::typed_gemm(
-                    REFBLAS_FLAVOUR,
-                    stringify!($strided),
-                    $half,
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    lda as i64,
-                    b,
-                    ldb as i64,
-                    beta,
-                    c,
-                    ldc as i64,
-                    (
-                        batch_count as i64,
-                        $crate::exports::strided(stride_a, stride_b, stride_c, stride_c),
-                    ),
-                )
-            })
-        }
-        const _: $crate::abi::TypedGemmStridedBatchedFn<$I> = $strided;
+        $crate::__refblas_typed_shim!(
+            fn $plain($I) as TypedGemmFn<$I>, half = $half, strides(), count(),
+            batch = (1, Layout::SINGLE)
+        );
+        // The typed strided calls have no D: C's stride serves as D's.
+        $crate::__refblas_typed_shim!(
+            fn $strided($I) as TypedGemmStridedBatchedFn<$I>, half = $half,
+            strides(sa, sb, sc), count(batch_count),
+            batch = (batch_count as i64, $crate::exports::strided(sa, sb, sc, sc))
+        );
     };
 }
 
@@ -713,226 +366,37 @@ macro_rules! __refblas_typed_exports {
 #[macro_export]
 macro_rules! __refblas_query_exports {
     () => {
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn rocblas_gemm_ex_get_solutions(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: i32,
-            n: i32,
-            k: i32,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            a_type: $crate::abi::Datatype,
-            lda: i32,
-            b: *const ::std::ffi::c_void,
-            b_type: $crate::abi::Datatype,
-            ldb: i32,
-            beta: *const ::std::ffi::c_void,
-            c: *const ::std::ffi::c_void,
-            c_type: $crate::abi::Datatype,
-            ldc: i32,
-            d: *mut ::std::ffi::c_void,
-            d_type: $crate::abi::Datatype,
-            ldd: i32,
-            compute_type: $crate::abi::Datatype,
-            algo: $crate::abi::GemmAlgo,
-            flags: u32,
-            list: *mut i32,
-            size: *mut i32,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| {
-                $crate::exports::gemm_ex_get_solutions(
-                    REFBLAS_FLAVOUR,
-                    "rocblas_gemm_ex_get_solutions",
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    a_type,
-                    lda as i64,
-                    b,
-                    b_type,
-                    ldb as i64,
-                    beta,
-                    c,
-                    c_type,
-                    ldc as i64,
-                    d,
-                    d_type,
-                    ldd as i64,
-                    (1, $crate::gemm::Layout::SINGLE),
-                    compute_type,
-                    algo,
-                    flags,
-                    list,
-                    size,
-                )
-            })
-        }
-        const _: $crate::abi::GemmExGetSolutionsFn = rocblas_gemm_ex_get_solutions;
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn rocblas_gemm_batched_ex_get_solutions(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: i32,
-            n: i32,
-            k: i32,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            a_type: $crate::abi::Datatype,
-            lda: i32,
-            b: *const ::std::ffi::c_void,
-            b_type: $crate::abi::Datatype,
-            ldb: i32,
-            beta: *const ::std::ffi::c_void,
-            c: *const ::std::ffi::c_void,
-            c_type: $crate::abi::Datatype,
-            ldc: i32,
-            d: *mut ::std::ffi::c_void,
-            d_type: $crate::abi::Datatype,
-            ldd: i32,
-            batch_count: i32,
-            compute_type: $crate::abi::Datatype,
-            algo: $crate::abi::GemmAlgo,
-            flags: u32,
-            list: *mut i32,
-            size: *mut i32,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| {
-                $crate::exports::gemm_ex_get_solutions(
-                    REFBLAS_FLAVOUR,
-                    "rocblas_gemm_batched_ex_get_solutions",
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    a_type,
-                    lda as i64,
-                    b,
-                    b_type,
-                    ldb as i64,
-                    beta,
-                    c,
-                    c_type,
-                    ldc as i64,
-                    d,
-                    d_type,
-                    ldd as i64,
-                    (batch_count as i64, $crate::gemm::Layout::PointerArray),
-                    compute_type,
-                    algo,
-                    flags,
-                    list,
-                    size,
-                )
-            })
-        }
-
-        /// # Safety
-        /// As rocBLAS documents.
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "C" fn rocblas_gemm_strided_batched_ex_get_solutions(
-            handle: $crate::abi::Handle,
-            trans_a: $crate::abi::Operation,
-            trans_b: $crate::abi::Operation,
-            m: i32,
-            n: i32,
-            k: i32,
-            alpha: *const ::std::ffi::c_void,
-            a: *const ::std::ffi::c_void,
-            a_type: $crate::abi::Datatype,
-            lda: i32,
-            stride_a: i64,
-            b: *const ::std::ffi::c_void,
-            b_type: $crate::abi::Datatype,
-            ldb: i32,
-            stride_b: i64,
-            beta: *const ::std::ffi::c_void,
-            c: *const ::std::ffi::c_void,
-            c_type: $crate::abi::Datatype,
-            ldc: i32,
-            stride_c: i64,
-            d: *mut ::std::ffi::c_void,
-            d_type: $crate::abi::Datatype,
-            ldd: i32,
-            stride_d: i64,
-            batch_count: i32,
-            compute_type: $crate::abi::Datatype,
-            algo: $crate::abi::GemmAlgo,
-            flags: u32,
-            list: *mut i32,
-            size: *mut i32,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| {
-                $crate::exports::gemm_ex_get_solutions(
-                    REFBLAS_FLAVOUR,
-                    "rocblas_gemm_strided_batched_ex_get_solutions",
-                    handle,
-                    trans_a,
-                    trans_b,
-                    m as i64,
-                    n as i64,
-                    k as i64,
-                    alpha,
-                    a,
-                    a_type,
-                    lda as i64,
-                    b,
-                    b_type,
-                    ldb as i64,
-                    beta,
-                    c,
-                    c_type,
-                    ldc as i64,
-                    d,
-                    d_type,
-                    ldd as i64,
-                    (
-                        batch_count as i64,
-                        $crate::exports::strided(stride_a, stride_b, stride_c, stride_d),
-                    ),
-                    compute_type,
-                    algo,
-                    flags,
-                    list,
-                    size,
-                )
-            })
-        }
-        const _: $crate::abi::GemmStridedBatchedExGetSolutionsFn =
-            rocblas_gemm_strided_batched_ex_get_solutions;
+        $crate::__refblas_ex_shim!(
+            extern "C" fn rocblas_gemm_ex_get_solutions(i32) as GemmExGetSolutionsFn,
+            strides(), count(), batch = (1, Layout::SINGLE),
+            gemm_ex_get_solutions(flags: u32, list: *mut i32, size: *mut i32)
+        );
+        $crate::__refblas_ex_shim!(
+            extern "C" fn rocblas_gemm_batched_ex_get_solutions(i32), strides(),
+            count(batch_count), batch = (batch_count as i64, Layout::PointerArray),
+            gemm_ex_get_solutions(flags: u32, list: *mut i32, size: *mut i32)
+        );
+        $crate::__refblas_ex_shim!(
+            extern "C" fn rocblas_gemm_strided_batched_ex_get_solutions(i32)
+                as GemmStridedBatchedExGetSolutionsFn,
+            strides(sa, sb, sc, sd), count(batch_count),
+            batch = (batch_count as i64, $crate::exports::strided(sa, sb, sc, sd)),
+            gemm_ex_get_solutions(flags: u32, list: *mut i32, size: *mut i32)
+        );
 
         /// # Safety
         /// As rocBLAS documents.
         #[no_mangle]
         pub unsafe extern "C" fn rocblas_gemm_ex_get_solutions_by_type(
-            handle: $crate::abi::Handle,
-            input_type: $crate::abi::Datatype,
-            output_type: $crate::abi::Datatype,
-            compute_type: $crate::abi::Datatype,
+            handle: Handle,
+            input_type: Datatype,
+            output_type: Datatype,
+            compute_type: Datatype,
             flags: u32,
             list: *mut i32,
             size: *mut i32,
-        ) -> $crate::abi::Status {
-            $crate::exports::guard(|| {
+        ) -> Status {
+            guard(|| {
                 $crate::gemm::get_solutions_by_type(
                     REFBLAS_FLAVOUR,
                     handle,
@@ -952,211 +416,52 @@ macro_rules! __refblas_query_exports {
 #[macro_export]
 macro_rules! __refblas_hip_exports {
     () => {
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipGetDeviceCount(count: *mut i32) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::get_device_count(count))
+        $crate::__refblas_forward! {
+            hipGetDeviceCount(n: *mut i32) -> HipError = guard_hip(hip::get_device_count)
+                as HipGetDeviceCountFn;
+            hipSetDevice(dev: i32) -> HipError = guard_hip(hip::set_device) as HipSetDeviceFn;
+            hipGetDevice(dev: *mut i32) -> HipError = guard_hip(hip::get_device) as HipGetDeviceFn;
+            hipMalloc(p: *mut *mut c_void, size: usize) -> HipError = guard_hip(hip::malloc)
+                as HipMallocFn;
+            hipFree(p: *mut c_void) -> HipError = guard_hip(hip::free) as HipFreeFn;
+            hipMemcpy(dst: *mut c_void, src: *const c_void, size: usize, kind: i32) -> HipError
+                = guard_hip(hip::memcpy) as HipMemcpyFn;
+            hipDeviceSynchronize() -> HipError = guard_hip(hip::device_synchronize)
+                as HipDeviceSynchronizeFn;
         }
-
-        #[no_mangle]
-        pub extern "C" fn hipSetDevice(device: i32) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::set_device(device))
+        $crate::__refblas_forward! {
+            hipEventCreate(ev: *mut HipEvent) -> HipError = guard_hip(hip::event_create)
+                as HipEventCreateFn;
+            hipEventRecord(ev: HipEvent, s: Stream) -> HipError = guard_hip(hip::event_record)
+                as HipEventRecordFn;
+            hipEventSynchronize(ev: HipEvent) -> HipError = guard_hip(hip::event_synchronize)
+                as HipEventSynchronizeFn;
+            hipEventElapsedTime(ms: *mut f32, start: HipEvent, stop: HipEvent) -> HipError
+                = guard_hip(hip::event_elapsed_time) as HipEventElapsedTimeFn;
+            hipEventDestroy(ev: HipEvent) -> HipError = guard_hip(hip::event_destroy)
+                as HipEventDestroyFn;
         }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipGetDevice(device: *mut i32) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::get_device(device))
+        $crate::__refblas_forward! {
+            hipStreamCreate(s: *mut Stream) -> HipError = guard_hip(graph::stream_create)
+                as HipStreamCreateFn;
+            hipStreamDestroy(s: Stream) -> HipError = guard_hip(graph::stream_destroy)
+                as HipStreamDestroyFn;
+            hipStreamSynchronize(s: Stream) -> HipError = guard_hip(graph::stream_synchronize)
+                as HipStreamSynchronizeFn;
+            hipStreamBeginCapture(s: Stream, mode: i32) -> HipError
+                = guard_hip(graph::begin_capture) as HipStreamBeginCaptureFn;
+            hipStreamEndCapture(s: Stream, g: *mut *mut c_void) -> HipError
+                = guard_hip(graph::end_capture) as HipStreamEndCaptureFn;
         }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipMalloc(
-            ptr: *mut *mut ::std::ffi::c_void,
-            size: usize,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::malloc(ptr, size))
+        $crate::__refblas_forward! {
+            hipGraphInstantiateWithFlags(exec: *mut *mut c_void, g: *mut c_void, flags: u64)
+                -> HipError = guard_hip(graph::instantiate) as HipGraphInstantiateWithFlagsFn;
+            hipGraphLaunch(exec: *mut c_void, s: Stream) -> HipError = guard_hip(graph::launch)
+                as HipGraphLaunchFn;
+            hipGraphExecDestroy(exec: *mut c_void) -> HipError = guard_hip(graph::destroy)
+                as HipGraphDestroyFn;
+            hipGraphDestroy(g: *mut c_void) -> HipError = guard_hip(graph::destroy)
+                as HipGraphDestroyFn;
         }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipFree(ptr: *mut ::std::ffi::c_void) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::free(ptr))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipMemcpy(
-            dst: *mut ::std::ffi::c_void,
-            src: *const ::std::ffi::c_void,
-            size: usize,
-            kind: i32,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::memcpy(dst, src, size, kind))
-        }
-
-        #[no_mangle]
-        pub extern "C" fn hipDeviceSynchronize() -> $crate::abi::HipError {
-            $crate::exports::guard_hip($crate::hip::device_synchronize)
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipEventCreate(
-            event: *mut $crate::abi::HipEvent,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::event_create(event))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipEventRecord(
-            event: $crate::abi::HipEvent,
-            stream: $crate::abi::Stream,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::event_record(event, stream))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipEventSynchronize(
-            event: $crate::abi::HipEvent,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::event_synchronize(event))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipEventElapsedTime(
-            ms: *mut f32,
-            start: $crate::abi::HipEvent,
-            stop: $crate::abi::HipEvent,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::event_elapsed_time(ms, start, stop))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipEventDestroy(
-            event: $crate::abi::HipEvent,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::hip::event_destroy(event))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipStreamCreate(
-            stream: *mut $crate::abi::Stream,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::stream_create(stream))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipStreamDestroy(
-            stream: $crate::abi::Stream,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::stream_destroy(stream))
-        }
-
-        #[no_mangle]
-        pub extern "C" fn hipStreamSynchronize(
-            stream: $crate::abi::Stream,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::stream_synchronize(stream))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipStreamBeginCapture(
-            stream: $crate::abi::Stream,
-            mode: i32,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::begin_capture(stream, mode))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipStreamEndCapture(
-            stream: $crate::abi::Stream,
-            graph: *mut *mut ::std::ffi::c_void,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::end_capture(stream, graph))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipGraphInstantiateWithFlags(
-            exec: *mut *mut ::std::ffi::c_void,
-            graph: *mut ::std::ffi::c_void,
-            flags: u64,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::instantiate(exec, graph, flags))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipGraphLaunch(
-            exec: *mut ::std::ffi::c_void,
-            stream: $crate::abi::Stream,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::launch(exec, stream))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipGraphExecDestroy(
-            exec: *mut ::std::ffi::c_void,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::destroy(exec))
-        }
-
-        /// # Safety
-        /// As HIP documents.
-        #[no_mangle]
-        pub unsafe extern "C" fn hipGraphDestroy(
-            graph: *mut ::std::ffi::c_void,
-        ) -> $crate::abi::HipError {
-            $crate::exports::guard_hip(|| $crate::graph::destroy(graph))
-        }
-
-        const _: $crate::abi::HipStreamCreateFn = hipStreamCreate;
-        const _: $crate::abi::HipStreamDestroyFn = hipStreamDestroy;
-        const _: $crate::abi::HipStreamSynchronizeFn = hipStreamSynchronize;
-        const _: $crate::abi::HipStreamBeginCaptureFn = hipStreamBeginCapture;
-        const _: $crate::abi::HipStreamEndCaptureFn = hipStreamEndCapture;
-        const _: $crate::abi::HipGraphInstantiateWithFlagsFn = hipGraphInstantiateWithFlags;
-        const _: $crate::abi::HipGraphLaunchFn = hipGraphLaunch;
-        const _: $crate::abi::HipGraphDestroyFn = hipGraphExecDestroy;
-        const _: $crate::abi::HipGraphDestroyFn = hipGraphDestroy;
-        const _: $crate::abi::HipGetDeviceCountFn = hipGetDeviceCount;
-        const _: $crate::abi::HipSetDeviceFn = hipSetDevice;
-        const _: $crate::abi::HipGetDeviceFn = hipGetDevice;
-        const _: $crate::abi::HipMallocFn = hipMalloc;
-        const _: $crate::abi::HipFreeFn = hipFree;
-        const _: $crate::abi::HipMemcpyFn = hipMemcpy;
-        const _: $crate::abi::HipDeviceSynchronizeFn = hipDeviceSynchronize;
-        const _: $crate::abi::HipEventCreateFn = hipEventCreate;
-        const _: $crate::abi::HipEventRecordFn = hipEventRecord;
-        const _: $crate::abi::HipEventSynchronizeFn = hipEventSynchronize;
-        const _: $crate::abi::HipEventElapsedTimeFn = hipEventElapsedTime;
-        const _: $crate::abi::HipEventDestroyFn = hipEventDestroy;
     };
 }

@@ -14,8 +14,8 @@ use crate::trace::{self, Executed};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use tunedblas_core::abi::{
-    Datatype, GemmAlgo, Handle, Operation, Status, DT_F16_R, DT_F32_R, DT_F64_R,
-    FLAG_CHECK_SOLUTION_INDEX, OP_CONJUGATE_TRANSPOSE, OP_NONE, OP_TRANSPOSE,
+    Datatype, GemmAlgo, Handle, Operation, Status, ALGO_STANDARD, DT_F16_R, DT_F32_R, DT_F64_R,
+    FLAG_CHECK_SOLUTION_INDEX, FLAG_NONE, OP_CONJUGATE_TRANSPOSE, OP_NONE, OP_TRANSPOSE,
     STATUS_INTERNAL_ERROR, STATUS_INVALID_HANDLE, STATUS_INVALID_POINTER, STATUS_INVALID_SIZE,
     STATUS_INVALID_VALUE, STATUS_NOT_IMPLEMENTED, STATUS_SUCCESS,
 };
@@ -77,6 +77,50 @@ pub struct GemmCall {
 }
 
 impl GemmCall {
+    /// A call on one set of matrices (a batch of one) with one data type for A, B, C and D,
+    /// the heuristic's solution and no flags: what the typed exports, the tests and the
+    /// example start from, setting the rest with struct update syntax.
+    #[allow(clippy::too_many_arguments)]
+    pub fn single(
+        func: &'static str,
+        [trans_a, trans_b]: [Operation; 2],
+        [m, n, k]: [i64; 3],
+        [alpha, beta]: [*const c_void; 2],
+        [a, b, c]: [*const c_void; 3],
+        d: *mut c_void,
+        [lda, ldb, ldc, ldd]: [i64; 4],
+        (data_type, compute_type): (Datatype, Datatype),
+    ) -> GemmCall {
+        GemmCall {
+            func,
+            trans_a,
+            trans_b,
+            m,
+            n,
+            k,
+            alpha,
+            a,
+            a_type: data_type,
+            lda,
+            b,
+            b_type: data_type,
+            ldb,
+            beta,
+            c,
+            c_type: data_type,
+            ldc,
+            d,
+            d_type: data_type,
+            ldd,
+            batch_count: 1,
+            layout: Layout::SINGLE,
+            compute_type,
+            algo: ALGO_STANDARD,
+            solution_index: 0,
+            flags: FLAG_NONE,
+        }
+    }
+
     pub fn shape(&self) -> Shape {
         Shape {
             m: self.m,

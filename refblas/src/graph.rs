@@ -209,11 +209,11 @@ pub unsafe fn launch(exec: *mut c_void, _s: Stream) -> HipError {
 /// # Safety
 /// `g` null or a live graph, not used afterwards.
 pub unsafe fn destroy(g: *mut c_void) -> HipError {
-    if g.is_null() {
-        return HIP_ERROR_INVALID_VALUE;
+    if crate::handle::release::<Graph>(g) {
+        HIP_SUCCESS
+    } else {
+        HIP_ERROR_INVALID_VALUE
     }
-    drop(Box::from_raw(g as *mut Graph));
-    HIP_SUCCESS
 }
 
 /// If the handle's stream is capturing: `call` checked as at enqueue and recorded, and the

@@ -59,11 +59,24 @@ pub unsafe fn create(out: *mut Handle) -> Status {
 /// # Safety
 /// `h` must be null or a live handle from [`create`], not used afterwards.
 pub unsafe fn destroy(h: Handle) -> Status {
-    if h.is_null() {
-        return STATUS_INVALID_HANDLE;
+    if release::<HandleState>(h) {
+        STATUS_SUCCESS
+    } else {
+        STATUS_INVALID_HANDLE
     }
-    drop(Box::from_raw(h as *mut HandleState));
-    STATUS_SUCCESS
+}
+
+/// Drops the boxed `T` behind an opaque pointer this library handed out (a handle, an event,
+/// a graph); null is left alone. Returns whether there was one.
+///
+/// # Safety
+/// `p` must be null or a live `Box<T>` turned into a pointer, not used afterwards.
+pub unsafe fn release<T>(p: *mut std::ffi::c_void) -> bool {
+    if p.is_null() {
+        return false;
+    }
+    drop(Box::from_raw(p as *mut T));
+    true
 }
 
 /// `rocblas_set_stream`.
@@ -85,13 +98,21 @@ pub unsafe fn set_stream(h: Handle, s: Stream) -> Status {
 /// # Safety
 /// As [`state`]; `out` null or writable.
 pub unsafe fn get_stream(h: Handle, out: *mut Stream) -> Status {
+    get(h, out, HandleState::stream)
+}
+
+/// Writes one setting of a live handle to `out`.
+///
+/// # Safety
+/// As [`state`]; `out` null or writable.
+unsafe fn get<T>(h: Handle, out: *mut T, read: fn(&HandleState) -> T) -> Status {
     let Some(st) = state(h) else {
         return STATUS_INVALID_HANDLE;
     };
     if out.is_null() {
         return STATUS_INVALID_POINTER;
     }
-    *out = st.stream();
+    *out = read(st);
     STATUS_SUCCESS
 }
 
@@ -115,14 +136,7 @@ pub unsafe fn set_pointer_mode(h: Handle, mode: i32) -> Status {
 /// # Safety
 /// As [`state`]; `out` null or writable.
 pub unsafe fn get_pointer_mode(h: Handle, out: *mut i32) -> Status {
-    let Some(st) = state(h) else {
-        return STATUS_INVALID_HANDLE;
-    };
-    if out.is_null() {
-        return STATUS_INVALID_POINTER;
-    }
-    *out = st.pointer_mode();
-    STATUS_SUCCESS
+    get(h, out, HandleState::pointer_mode)
 }
 
 #[cfg(test)]

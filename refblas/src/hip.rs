@@ -236,11 +236,11 @@ pub unsafe fn event_elapsed_time(ms: *mut f32, start: HipEvent, stop: HipEvent) 
 /// # Safety
 /// `ev` null or a live event, not used afterwards.
 pub unsafe fn event_destroy(ev: HipEvent) -> HipError {
-    if ev.is_null() {
-        return HIP_ERROR_INVALID_HANDLE;
+    if crate::handle::release::<Event>(ev) {
+        HIP_SUCCESS
+    } else {
+        HIP_ERROR_INVALID_HANDLE
     }
-    drop(Box::from_raw(ev as *mut Event));
-    HIP_SUCCESS
 }
 
 #[cfg(test)]

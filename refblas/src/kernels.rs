@@ -45,22 +45,34 @@ impl<E: Copy> Operands<'_, E> {
     /// op(A)(i, p).
     #[inline(always)]
     fn a(&self, i: usize, p: usize) -> E {
-        if self.trans_a {
-            self.a[p + i * self.lda]
-        } else {
-            self.a[i + p * self.lda]
-        }
+        self.a[op_index(self.lda, self.trans_a, i, p)]
     }
 
     /// op(B)(p, j).
     #[inline(always)]
     fn b(&self, p: usize, j: usize) -> E {
-        if self.trans_b {
-            self.b[j + p * self.ldb]
-        } else {
-            self.b[p + j * self.ldb]
-        }
+        self.b[op_index(self.ldb, self.trans_b, p, j)]
     }
+}
+
+/// Where element (row, col) of op(X) is, X stored column-major `ld` apart.
+#[inline(always)]
+pub(crate) fn op_index(ld: usize, trans: bool, row: usize, col: usize) -> usize {
+    if trans {
+        col + row * ld
+    } else {
+        row + col * ld
+    }
+}
+
+/// The packed panels of op(A) (m rows) and op(B) (n columns), `kc` deep.
+fn panel_buffers<P: Policy>(m: usize, n: usize, kc: usize) -> (Vec<P::A>, Vec<P::A>) {
+    (vec![P::A::ZERO; m * kc], vec![P::A::ZERO; n * kc])
+}
+
+/// The k-blocks `(start, depth)` of `width` (the last one shorter).
+fn k_blocks(k: usize, width: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..k).step_by(width).map(move |pc| (pc, width.min(k - pc)))
 }
 
 /// Runs `kernel`: `acc = alpha * op(A) * op(B)`, alpha applied in the kernel's epilogue as on
@@ -185,12 +197,9 @@ fn dot2x4<A: Acc>(x: &[A], y: [&[A]; 4]) -> [A; 4] {
 /// 64-wide k-block is formed apart and added to the running total. Good for large problems.
 fn blocked<P: Policy>(o: &Operands<P::E>, acc: &mut [P::A]) {
     let (m, n, k) = (o.m, o.n, o.k);
-    let kc_max = BLOCKED_KC.min(k);
-    let mut ap = vec![P::A::ZERO; m * kc_max];
-    let mut bp = vec![P::A::ZERO; n * kc_max];
+    let (mut ap, mut bp) = panel_buffers::<P>(m, n, BLOCKED_KC.min(k));
     acc.fill(P::A::ZERO);
-    for pc in (0..k).step_by(BLOCKED_KC) {
-        let kc = BLOCKED_KC.min(k - pc);
+    for (pc, kc) in k_blocks(k, BLOCKED_KC) {
         pack_a_rows::<P>(o, pc, kc, &mut ap);
         pack_b_cols::<P>(o, pc, kc, &mut bp);
         for jc in (0..n).step_by(BLOCKED_NC) {
@@ -326,12 +335,9 @@ fn reg4x4<P: Policy>(o: &Operands<P::E>, acc: &mut [P::A]) {
         m % 4 == 0 && n % 4 == 0,
         "reg4x4 needs m and n multiples of 4"
     );
-    let kc_max = REG_KC.min(k);
-    let mut ap = vec![P::A::ZERO; m * kc_max];
-    let mut bp = vec![P::A::ZERO; n * kc_max];
+    let (mut ap, mut bp) = panel_buffers::<P>(m, n, REG_KC.min(k));
     acc.fill(P::A::ZERO);
-    for pc in (0..k).step_by(REG_KC) {
-        let kc = REG_KC.min(k - pc);
+    for (pc, kc) in k_blocks(k, REG_KC) {
         // Strip s of A holds rows 4s..4s+4 as ap[s*4*kc + pp*4 + r].
         for i in 0..m {
             let (s, r) = (i / 4, i % 4);

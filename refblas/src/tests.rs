@@ -5,6 +5,7 @@
 use crate::combo::Combo;
 use crate::flavour::{Flavour, V5_GEMV, V5_SOURCE_KERNEL};
 use crate::gemm::{self, GemmCall, Layout, Outcome};
+use crate::kernels::op_index;
 use crate::numeric::{Bf16, F16};
 use crate::solutions::{heuristic, Kernel, Shape};
 use crate::{exports, handle};
@@ -230,32 +231,19 @@ impl Problem {
         }
         let op = |t: bool| if t { OP_TRANSPOSE } else { OP_NONE };
         GemmCall {
-            func: "rocblas_gemm_ex",
-            trans_a: op(case.ta),
-            trans_b: op(case.tb),
-            m: case.m as i64,
-            n: case.n as i64,
-            k: case.k as i64,
-            alpha: self.alpha.ptr(),
-            a: self.a.ptr(),
-            a_type: dt,
-            lda: lda as i64,
-            b: self.b.ptr(),
-            b_type: dt,
-            ldb: ldb as i64,
-            beta: self.beta.ptr(),
-            c: c_ptr,
-            c_type: dt,
-            ldc: ldc as i64,
-            d: self.d.mut_ptr(),
-            d_type: dt,
-            ldd: ldd as i64,
-            batch_count: 1,
-            layout: Layout::SINGLE,
-            compute_type: ct,
             algo,
             solution_index: index,
             flags,
+            ..GemmCall::single(
+                "rocblas_gemm_ex",
+                [op(case.ta), op(case.tb)],
+                [case.m, case.n, case.k].map(|x| x as i64),
+                [self.alpha.ptr(), self.beta.ptr()],
+                [self.a.ptr(), self.b.ptr(), c_ptr],
+                self.d.mut_ptr(),
+                [lda, ldb, ldc, ldd].map(|x| x as i64),
+                (dt, ct),
+            )
         }
     }
 
@@ -280,21 +268,11 @@ impl Problem {
 
     /// op(A)(i, p) and op(B)(p, j) as stored.
     fn a_at(&self, i: usize, p: usize) -> f64 {
-        let lda = self.case.lds()[0];
-        if self.case.ta {
-            self.a.get(p + i * lda)
-        } else {
-            self.a.get(i + p * lda)
-        }
+        self.a.get(op_index(self.case.lds()[0], self.case.ta, i, p))
     }
 
     fn b_at(&self, p: usize, j: usize) -> f64 {
-        let ldb = self.case.lds()[1];
-        if self.case.tb {
-            self.b.get(j + p * ldb)
-        } else {
-            self.b.get(p + j * ldb)
-        }
+        self.b.get(op_index(self.case.lds()[1], self.case.tb, p, j))
     }
 
     /// Checks D against an f64 reference, element by element, with a rounding-error bound
@@ -366,19 +344,10 @@ impl Problem {
     }
 }
 
+#[rustfmt::skip]
 const SHAPES: [(usize, usize, usize); 12] = [
-    (1, 1, 1),
-    (4, 4, 4),
-    (7, 5, 3),
-    (8, 12, 16),
-    (33, 17, 65),
-    (40, 36, 130),
-    (1, 37, 50),
-    (29, 1, 70),
-    (12, 8, 0),
-    (16, 20, 257),
-    (5, 3, 300),
-    (2, 6, 9),
+    (1, 1, 1), (4, 4, 4), (7, 5, 3), (8, 12, 16), (33, 17, 65), (40, 36, 130),
+    (1, 37, 50), (29, 1, 70), (12, 8, 0), (16, 20, 257), (5, 3, 300), (2, 6, 9),
 ];
 
 /// Every solution each flavour lists for the shape, plus the heuristic (index 0), on every
@@ -555,6 +524,31 @@ fn heuristic_runs_its_kernel() {
     );
 }
 
+/// The call with every pointer null: what a query or a quick return must not touch.
+fn without_buffers(call: GemmCall) -> GemmCall {
+    GemmCall {
+        a: null(),
+        b: null(),
+        c: null(),
+        d: null_mut(),
+        alpha: null(),
+        beta: null(),
+        ..call
+    }
+}
+
+/// The call with m, n, then the batch count 0: the three quick returns.
+fn quick_returns(call: GemmCall) -> [GemmCall; 3] {
+    [
+        GemmCall { m: 0, ..call },
+        GemmCall { n: 0, ..call },
+        GemmCall {
+            batch_count: 0,
+            ..call
+        },
+    ]
+}
+
 // ---- index semantics ---------------------------------------------------------------------
 
 fn status_of(r: Result<Outcome, Status>) -> Status {
@@ -566,8 +560,7 @@ fn status_of(r: Result<Outcome, Status>) -> Status {
 
 #[test]
 fn v4_index_semantics_through_the_call() {
-    let f = Flavour::V4;
-    let combo = Combo::HalfF32;
+    let (f, combo) = (Flavour::V4, Combo::HalfF32);
     let odd = Case::new(combo, false, false, 5, 6, 7);
     let sq = Case::new(combo, false, false, 8, 8, 7);
     let reg = f.solution_id(combo, Kernel::Reg4x4).unwrap();
@@ -615,8 +608,7 @@ fn v4_index_semantics_through_the_call() {
 
 #[test]
 fn v5_index_semantics_through_the_call() {
-    let f = Flavour::V5;
-    let combo = Combo::Bf16F32;
+    let (f, combo) = (Flavour::V5, Combo::Bf16F32);
     let sq = Case::new(combo, true, false, 8, 8, 9);
     let column = Case::new(combo, true, false, 8, 1, 9);
     let row = Case::new(combo, false, true, 1, 8, 9);
@@ -752,26 +744,11 @@ fn get_solutions_protocol() {
     }
 
     // Queries need no buffers.
-    let bare = GemmCall {
-        a: null(),
-        b: null(),
-        c: null(),
-        d: null_mut(),
-        alpha: null(),
-        beta: null(),
-        ..sq_call
-    };
+    let bare = without_buffers(sq_call);
     assert_eq!(query(Flavour::V4, &bare, None), (0, vec![], 4));
 
     // Quick return: success, *size untouched.
-    for quick in [
-        GemmCall { m: 0, ..sq_call },
-        GemmCall { n: 0, ..sq_call },
-        GemmCall {
-            batch_count: 0,
-            ..sq_call
-        },
-    ] {
+    for quick in quick_returns(sq_call) {
         assert_eq!(query(Flavour::V4, &quick, None), (0, vec![], 4321));
     }
     // Errors.
@@ -917,23 +894,7 @@ fn argument_checks_follow_rocblas() {
     };
     assert_eq!(st(&GemmCall { m: -1, ..int8 }), STATUS_INVALID_SIZE);
     // Quick returns: m, n or batch 0, with any pointers.
-    let nothing = GemmCall {
-        a: null(),
-        b: null(),
-        c: null(),
-        d: null_mut(),
-        alpha: null(),
-        beta: null(),
-        ..call
-    };
-    for q in [
-        GemmCall { m: 0, ..nothing },
-        GemmCall { n: 0, ..nothing },
-        GemmCall {
-            batch_count: 0,
-            ..nothing
-        },
-    ] {
+    for q in quick_returns(without_buffers(call)) {
         assert!(matches!(
             unsafe { gemm::run(Flavour::V4, h, &q, true) },
             Ok(Outcome::QuickReturn)

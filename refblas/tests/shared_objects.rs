@@ -214,32 +214,21 @@ unsafe fn exercise(lib: &Lib, major: &str, computes: bool) {
     let c = [1.0f32; 4];
     let mut d = [0.0f32; 4];
     let f = DT_F32_R;
+    let (al, be) = (
+        &alpha as *const f32 as *const c_void,
+        &beta as *const f32 as *const c_void,
+    );
+    let (a, b) = (A.as_ptr() as *const c_void, B.as_ptr() as *const c_void);
+    // The C argument lists, a matrix (pointer, type, ld) to a line.
+    #[rustfmt::skip]
     let run = |d: &mut [f32; 4], algo: i32, index: i32, flags: u32| {
         gemm_ex(
-            h,
-            OP_NONE,
-            OP_NONE,
-            2,
-            2,
-            2,
-            &alpha as *const f32 as *const c_void,
-            A.as_ptr() as *const c_void,
-            f,
-            2,
-            B.as_ptr() as *const c_void,
-            f,
-            2,
-            &beta as *const f32 as *const c_void,
-            c.as_ptr() as *const c_void,
-            f,
-            2,
-            d.as_mut_ptr() as *mut c_void,
-            f,
-            2,
-            f,
-            algo,
-            index,
-            flags,
+            h, OP_NONE, OP_NONE, 2, 2, 2, al,
+            a, f, 2,
+            b, f, 2,
+            be, c.as_ptr() as *const c_void, f, 2,
+            d.as_mut_ptr() as *mut c_void, f, 2,
+            f, algo, index, flags,
         )
     };
     assert_eq!(run(&mut d, ALGO_STANDARD, 0, 0), STATUS_SUCCESS);
@@ -251,33 +240,15 @@ unsafe fn exercise(lib: &Lib, major: &str, computes: bool) {
 
     // The solutions for this problem, each accepted; a made-up one is invalid_value.
     let get: GemmExGetSolutionsFn = lib.sym("rocblas_gemm_ex_get_solutions");
+    #[rustfmt::skip]
     let query = |list: *mut i32, size: &mut i32| {
         get(
-            h,
-            OP_NONE,
-            OP_NONE,
-            2,
-            2,
-            2,
-            null(),
-            null(),
-            f,
-            2,
-            null(),
-            f,
-            2,
-            null(),
-            null(),
-            f,
-            2,
-            null_mut(),
-            f,
-            2,
-            f,
-            ALGO_SOLUTION_INDEX,
-            0,
-            list,
-            size,
+            h, OP_NONE, OP_NONE, 2, 2, 2, null(),
+            null(), f, 2,
+            null(), f, 2,
+            null(), null(), f, 2,
+            null_mut(), f, 2,
+            f, ALGO_SOLUTION_INDEX, 0, list, size,
         )
     };
     let mut count = -1;
@@ -310,21 +281,12 @@ unsafe fn exercise(lib: &Lib, major: &str, computes: bool) {
     // sgemm_64: C in place.
     let sgemm64: TypedGemmFn<i64> = lib.sym("rocblas_sgemm_64");
     let mut c2 = [1.0f32; 4];
+    #[rustfmt::skip]
     let st = sgemm64(
-        h,
-        OP_NONE,
-        OP_NONE,
-        2,
-        2,
-        2,
-        &alpha as *const f32 as *const c_void,
-        A.as_ptr() as *const c_void,
-        2,
-        B.as_ptr() as *const c_void,
-        2,
-        &beta as *const f32 as *const c_void,
-        c2.as_mut_ptr() as *mut c_void,
-        2,
+        h, OP_NONE, OP_NONE, 2, 2, 2, al,
+        a, 2,
+        b, 2,
+        be, c2.as_mut_ptr() as *mut c_void, 2,
     );
     assert_eq!(st, STATUS_SUCCESS);
     if computes {

@@ -60,88 +60,61 @@ pub use table::*;
 
 /// `cublasStatus_t`.
 pub type LtStatus = i32;
-pub const STATUS_SUCCESS: LtStatus = 0;
-pub const STATUS_NOT_INITIALIZED: LtStatus = 1;
-pub const STATUS_ALLOC_FAILED: LtStatus = 3;
-pub const STATUS_INVALID_VALUE: LtStatus = 7;
-pub const STATUS_ARCH_MISMATCH: LtStatus = 8;
-pub const STATUS_EXECUTION_FAILED: LtStatus = 13;
-pub const STATUS_INTERNAL_ERROR: LtStatus = 14;
-pub const STATUS_NOT_SUPPORTED: LtStatus = 15;
+c_values!(LtStatus:
+    STATUS_SUCCESS = 0, STATUS_NOT_INITIALIZED = 1, STATUS_ALLOC_FAILED = 3,
+    STATUS_INVALID_VALUE = 7, STATUS_ARCH_MISMATCH = 8, STATUS_EXECUTION_FAILED = 13,
+    STATUS_INTERNAL_ERROR = 14, STATUS_NOT_SUPPORTED = 15,
+);
 
 /// `cudaDataType_t`.
 pub type CudaDataType = i32;
-pub const R_32F: CudaDataType = 0;
-pub const R_64F: CudaDataType = 1;
-pub const R_16F: CudaDataType = 2;
-pub const R_8I: CudaDataType = 3;
-pub const R_32I: CudaDataType = 10;
-pub const R_16BF: CudaDataType = 14;
-pub const R_8F_E4M3: CudaDataType = 28;
-pub const R_8F_E5M2: CudaDataType = 29;
+c_values!(CudaDataType:
+    R_32F = 0, R_64F = 1, R_16F = 2, R_8I = 3, R_32I = 10, R_16BF = 14, R_8F_E4M3 = 28,
+    R_8F_E5M2 = 29,
+);
 
 /// `cublasComputeType_t`.
 pub type ComputeType = i32;
-pub const COMPUTE_16F: ComputeType = 64;
-pub const COMPUTE_16F_PEDANTIC: ComputeType = 65;
-pub const COMPUTE_32F: ComputeType = 68;
-pub const COMPUTE_32F_PEDANTIC: ComputeType = 69;
-pub const COMPUTE_64F: ComputeType = 70;
-pub const COMPUTE_64F_PEDANTIC: ComputeType = 71;
-pub const COMPUTE_32I: ComputeType = 72;
-pub const COMPUTE_32I_PEDANTIC: ComputeType = 73;
-pub const COMPUTE_32F_FAST_16F: ComputeType = 74;
-pub const COMPUTE_32F_FAST_16BF: ComputeType = 75;
-pub const COMPUTE_32F_FAST_TF32: ComputeType = 77;
+c_values!(ComputeType:
+    COMPUTE_16F = 64, COMPUTE_16F_PEDANTIC = 65, COMPUTE_32F = 68, COMPUTE_32F_PEDANTIC = 69,
+    COMPUTE_64F = 70, COMPUTE_64F_PEDANTIC = 71, COMPUTE_32I = 72, COMPUTE_32I_PEDANTIC = 73,
+    COMPUTE_32F_FAST_16F = 74, COMPUTE_32F_FAST_16BF = 75, COMPUTE_32F_FAST_TF32 = 77,
+);
 
-/// `cublasOperation_t`.
-pub const OP_N: i32 = 0;
-pub const OP_T: i32 = 1;
-pub const OP_C: i32 = 2;
+// `cublasOperation_t`.
+c_values!(i32: OP_N = 0, OP_T = 1, OP_C = 2);
 
-/// `cublasLtMatmulDescAttributes_t` (the ones tunedblas reads or sets).
-pub const DESC_COMPUTE_TYPE: i32 = 0;
-pub const DESC_SCALE_TYPE: i32 = 1;
-pub const DESC_POINTER_MODE: i32 = 2;
-pub const DESC_TRANSA: i32 = 3;
-pub const DESC_TRANSB: i32 = 4;
-pub const DESC_EPILOGUE: i32 = 7;
-pub const DESC_BIAS_POINTER: i32 = 8;
-pub const DESC_SM_COUNT_TARGET: i32 = 15;
-pub const DESC_BIAS_DATA_TYPE: i32 = 26;
+// `cublasLtMatmulDescAttributes_t` (the ones tunedblas reads or sets).
+c_values!(i32:
+    DESC_COMPUTE_TYPE = 0, DESC_SCALE_TYPE = 1, DESC_POINTER_MODE = 2, DESC_TRANSA = 3,
+    DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8, DESC_SM_COUNT_TARGET = 15,
+    DESC_BIAS_DATA_TYPE = 26,
+);
 
-/// `cublasLtMatrixLayoutAttribute_t`.
-pub const LAYOUT_TYPE: i32 = 0;
-pub const LAYOUT_ORDER: i32 = 1;
-pub const LAYOUT_ROWS: i32 = 2;
-pub const LAYOUT_COLS: i32 = 3;
-pub const LAYOUT_LD: i32 = 4;
-pub const LAYOUT_BATCH_COUNT: i32 = 5;
-pub const LAYOUT_STRIDED_BATCH_OFFSET: i32 = 6;
-/// `CUBLASLT_MATRIX_LAYOUT_BATCH_MODE` (CUDA 13; absent before): 0 is strided batches, the
-/// only mode served (another mode batches through arrays of pointers).
-pub const LAYOUT_BATCH_MODE: i32 = 8;
+// `cublasLtMatrixLayoutAttribute_t`.
+c_values!(i32:
+    LAYOUT_TYPE = 0, LAYOUT_ORDER = 1, LAYOUT_ROWS = 2, LAYOUT_COLS = 3, LAYOUT_LD = 4,
+    LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6,
+    /// `CUBLASLT_MATRIX_LAYOUT_BATCH_MODE` (CUDA 13; absent before): 0 is strided batches, the
+    /// only mode served (another mode batches through arrays of pointers).
+    LAYOUT_BATCH_MODE = 8,
+);
 
 /// `cublasLtOrder_t`: only column-major is served.
 pub const ORDER_COL: i32 = 0;
 
-/// `cublasLtMatmulPreferenceAttributes_t`.
-pub const PREF_MAX_WORKSPACE_BYTES: i32 = 1;
-pub const PREF_MIN_ALIGNMENT_A_BYTES: i32 = 5;
-pub const PREF_MIN_ALIGNMENT_B_BYTES: i32 = 6;
-pub const PREF_MIN_ALIGNMENT_C_BYTES: i32 = 7;
-pub const PREF_MIN_ALIGNMENT_D_BYTES: i32 = 8;
+// `cublasLtMatmulPreferenceAttributes_t`.
+c_values!(i32:
+    PREF_MAX_WORKSPACE_BYTES = 1, PREF_MIN_ALIGNMENT_A_BYTES = 5, PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    PREF_MIN_ALIGNMENT_C_BYTES = 7, PREF_MIN_ALIGNMENT_D_BYTES = 8,
+);
 
-/// `cublasLtMatmulAlgoConfigAttributes_t`.
-pub const CONFIG_ID: i32 = 0;
-pub const CONFIG_TILE_ID: i32 = 1;
-pub const CONFIG_SPLITK_NUM: i32 = 2;
-pub const CONFIG_REDUCTION_SCHEME: i32 = 3;
-pub const CONFIG_CTA_SWIZZLING: i32 = 4;
-pub const CONFIG_CUSTOM_OPTION: i32 = 5;
-pub const CONFIG_STAGES_ID: i32 = 6;
-pub const CONFIG_INNER_SHAPE_ID: i32 = 7;
-pub const CONFIG_CLUSTER_SHAPE_ID: i32 = 8;
+// `cublasLtMatmulAlgoConfigAttributes_t`.
+c_values!(i32:
+    CONFIG_ID = 0, CONFIG_TILE_ID = 1, CONFIG_SPLITK_NUM = 2, CONFIG_REDUCTION_SCHEME = 3,
+    CONFIG_CTA_SWIZZLING = 4, CONFIG_CUSTOM_OPTION = 5, CONFIG_STAGES_ID = 6,
+    CONFIG_INNER_SHAPE_ID = 7, CONFIG_CLUSTER_SHAPE_ID = 8,
+);
 
 /// `cublasLtMatmulAlgoCapAttributes_t`: minimum alignment of A, B, C, D in bytes (uint32).
 pub const CAP_MIN_ALIGNMENT_A_BYTES: i32 = 16;
@@ -214,40 +187,25 @@ pub type AlgoGetAttributeFn =
 pub type AlgoSetAttributeFn =
     unsafe extern "C" fn(*mut MatmulAlgo, i32, *const c_void, usize) -> LtStatus;
 /// `cublasLtMatmulAlgoInit(handle, compute, scale, Atype, Btype, Ctype, Dtype, algoId, algo*)`.
+#[rustfmt::skip]
 pub type AlgoInitFn = unsafe extern "C" fn(
-    LtHandle,
-    ComputeType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    i32,
-    *mut MatmulAlgo,
+    LtHandle, ComputeType, CudaDataType,
+    CudaDataType, CudaDataType, CudaDataType, CudaDataType,
+    i32, *mut MatmulAlgo,
 ) -> LtStatus;
 /// `cublasLtMatmulAlgoCheck(handle, desc, A, B, C, D layouts, algo*, result*)`.
+#[rustfmt::skip]
 pub type AlgoCheckFn = unsafe extern "C" fn(
-    LtHandle,
-    MatmulDesc,
-    MatrixLayout,
-    MatrixLayout,
-    MatrixLayout,
-    MatrixLayout,
-    *const MatmulAlgo,
-    *mut HeuristicResult,
+    LtHandle, MatmulDesc,
+    MatrixLayout, MatrixLayout, MatrixLayout, MatrixLayout,
+    *const MatmulAlgo, *mut HeuristicResult,
 ) -> LtStatus;
 /// `cublasLtMatmulAlgoGetHeuristic(handle, desc, A, B, C, D, pref, requested, results*, returned*)`.
+#[rustfmt::skip]
 pub type GetHeuristicFn = unsafe extern "C" fn(
-    LtHandle,
-    MatmulDesc,
-    MatrixLayout,
-    MatrixLayout,
-    MatrixLayout,
-    MatrixLayout,
-    MatmulPreference,
-    i32,
-    *mut HeuristicResult,
-    *mut i32,
+    LtHandle, MatmulDesc,
+    MatrixLayout, MatrixLayout, MatrixLayout, MatrixLayout,
+    MatmulPreference, i32, *mut HeuristicResult, *mut i32,
 ) -> LtStatus;
 pub type CreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
 pub type DestroyFn = unsafe extern "C" fn(*mut c_void) -> LtStatus;
@@ -497,17 +455,7 @@ impl LtKey {
 
     /// Rows and columns of A, B, C and D as stored (before the transposes).
     pub fn stored_shapes(&self) -> [(i64, i64); 4] {
-        let a = if self.trans_a == Trans::N {
-            (self.m, self.k)
-        } else {
-            (self.k, self.m)
-        };
-        let b = if self.trans_b == Trans::N {
-            (self.k, self.n)
-        } else {
-            (self.n, self.k)
-        };
-        [a, b, (self.m, self.n), (self.m, self.n)]
+        crate::key::stored_shapes(self.trans_a, self.trans_b, self.m, self.n, self.k)
     }
 
     /// The layouts of this key, as a harness creates them.
@@ -525,6 +473,27 @@ impl LtKey {
             batch: self.batch as i32,
             stride: strides[i],
         })
+    }
+
+    /// This problem `batch` times over, the matrices of each packed after the last's
+    /// (strided-batched at the packed strides; plain for a batch of one).
+    pub fn packed_batch(mut self, batch: i64) -> LtKey {
+        self.batch = batch;
+        self.set_strides(if batch == 1 {
+            [0; 4]
+        } else {
+            self.packed_strides()
+        });
+        self
+    }
+
+    /// The strides of A, B, C and D.
+    pub fn strides(&self) -> [i64; 4] {
+        [self.stride_a, self.stride_b, self.stride_c, self.stride_d]
+    }
+
+    fn set_strides(&mut self, s: [i64; 4]) {
+        [self.stride_a, self.stride_b, self.stride_c, self.stride_d] = s;
     }
 
     /// Strides of packed matrices with this key's leading dimensions.
@@ -649,6 +618,12 @@ impl LtKey {
     }
 }
 
+/// The tests' usual cuBLASLt layer: [`LtKey::linear`] of bf16 tensors.
+#[cfg(test)]
+pub(crate) fn bf16_linear(n_out: i64, tokens: i64, k: i64) -> LtKey {
+    LtKey::linear(R_16BF, n_out, tokens, k)
+}
+
 /// Bytes of one element of a real type (0 for types tunedblas does not serve).
 pub fn type_bytes(t: CudaDataType) -> usize {
     match t {
@@ -700,34 +675,36 @@ const COMPUTE_NAMES: [(ComputeType, &str); 11] = [
     (COMPUTE_32F_FAST_TF32, "c32ftf32"),
 ];
 
-fn type_name(t: CudaDataType) -> String {
-    TYPE_NAMES
+/// The name of `v` in `names`, else `<prefix><number>` (a value with no name of its own).
+fn name_in(names: &[(i32, &str)], prefix: &str, v: i32) -> String {
+    names
         .iter()
-        .find(|(v, _)| *v == t)
-        .map(|(_, n)| n.to_string())
-        .unwrap_or_else(|| format!("dt{t}"))
+        .find(|(x, _)| *x == v)
+        .map_or_else(|| format!("{prefix}{v}"), |(_, n)| n.to_string())
+}
+
+/// The value [`name_in`] named `s`.
+fn value_in(names: &[(i32, &str)], prefix: &str, s: &str) -> Option<i32> {
+    if let Some(v) = s.strip_prefix(prefix) {
+        return v.parse().ok();
+    }
+    names.iter().find(|(_, n)| *n == s).map(|(v, _)| *v)
+}
+
+fn type_name(t: CudaDataType) -> String {
+    name_in(&TYPE_NAMES, "dt", t)
 }
 
 fn type_from_name(s: &str) -> Option<CudaDataType> {
-    if let Some(v) = s.strip_prefix("dt") {
-        return v.parse().ok();
-    }
-    TYPE_NAMES.iter().find(|(_, n)| *n == s).map(|(v, _)| *v)
+    value_in(&TYPE_NAMES, "dt", s)
 }
 
 fn compute_name(c: ComputeType) -> String {
-    COMPUTE_NAMES
-        .iter()
-        .find(|(v, _)| *v == c)
-        .map(|(_, n)| n.to_string())
-        .unwrap_or_else(|| format!("ct{c}"))
+    name_in(&COMPUTE_NAMES, "ct", c)
 }
 
 fn compute_from_name(s: &str) -> Option<ComputeType> {
-    if let Some(v) = s.strip_prefix("ct") {
-        return v.parse().ok();
-    }
-    COMPUTE_NAMES.iter().find(|(_, n)| *n == s).map(|(v, _)| *v)
+    value_in(&COMPUTE_NAMES, "ct", s)
 }
 
 fn pytorch_name(key: &LtKey) -> Option<&'static str> {
@@ -738,8 +715,7 @@ fn pytorch_name(key: &LtKey) -> Option<&'static str> {
             && key.compute == *c
             && key.scale == *s
     })?;
-    let batching_ok = key.batch == 1
-        || [key.stride_a, key.stride_b, key.stride_c, key.stride_d] == key.packed_strides();
+    let batching_ok = key.batch == 1 || key.strides() == key.packed_strides();
     (key.epilogue == EPILOGUE_DEFAULT
         && key.pointer_mode == POINTER_MODE_HOST
         && key.sm_count == 0
@@ -967,7 +943,7 @@ pub fn parse_key(op: &str, sig: &str) -> Result<LtKey, String> {
         t.done()?;
         [key.lda, key.ldb, key.ldc, key.ldd] = [lda, ldb, ldc, ldc];
         if key.batch != 1 {
-            [key.stride_a, key.stride_b, key.stride_c, key.stride_d] = key.packed_strides();
+            key.set_strides(key.packed_strides());
         }
     }
     if key.batch < 1 {
@@ -1134,14 +1110,7 @@ mod tests {
     fn only_keys_a_caller_could_have_made_are_plausible() {
         let good = LtKey::linear(R_16BF, 2560, 16, 1536);
         assert_eq!(good.plausible(), Ok(()));
-        let mut batched = LtKey::linear(R_32F, 64, 8, 64);
-        batched.batch = 4;
-        [
-            batched.stride_a,
-            batched.stride_b,
-            batched.stride_c,
-            batched.stride_d,
-        ] = batched.packed_strides();
+        let batched = LtKey::linear(R_32F, 64, 8, 64).packed_batch(4);
         assert_eq!(batched.plausible(), Ok(()));
         let bad = |f: &dyn Fn(&mut LtKey)| {
             let mut k = good;

@@ -240,9 +240,7 @@ mod tests {
             "tn_64_8_32_B_*_ld_32_32_64",
         )
         .unwrap();
-        let mut b = LtKey::linear(R_16F, 64, 8, 32);
-        b.batch = 6;
-        [b.stride_a, b.stride_b, b.stride_c, b.stride_d] = b.packed_strides();
+        let mut b = LtKey::linear(R_16F, 64, 8, 32).packed_batch(6);
         assert!(strided.matches(&b));
         b.stride_c += 1;
         assert!(!strided.matches(&b), "PyTorch's strided rows are packed");

@@ -545,17 +545,18 @@ impl LtTable {
         self.rows.iter().map(|(k, e)| (k, e))
     }
     fn same_rows(&self, other: &LtTable) -> bool {
-        self.len() == other.len()
-            && self
-                .rows
+        fn wild(t: &LtTable) -> Vec<(&LtPattern, &LtAction)> {
+            t.wildcards
                 .iter()
-                .all(|(k, e)| other.get(k).is_some_and(|o| o.action == e.action))
-            && self.wildcards.len() == other.wildcards.len()
-            && self
-                .wildcards
-                .iter()
-                .zip(&other.wildcards)
-                .all(|(a, b)| a.pattern == b.pattern && a.action == b.action)
+                .map(|w| (&w.pattern, &w.action))
+                .collect()
+        }
+        crate::table::same_rows(
+            (self.len(), other.len()),
+            self.rows.iter().map(|(k, e)| (k, &e.action)),
+            |k| other.get(k).map(|o| &o.action),
+            (wild(self), wild(other)),
+        )
     }
 }
 
@@ -626,16 +627,24 @@ pub fn load_tables(dir: &Path, lib: LtLib) -> LtLoaded {
 mod tests {
     use super::*;
 
+    /// The 10240 x 320 layer at 2048 tokens, its `op,signature`, and a configuration of
+    /// algorithm 66 on a cluster shape of `cluster`.
+    fn layer_row(cluster: u32) -> (LtKey, String, String) {
+        let key = LtKey::linear(R_16BF, 10240, 2048, 320);
+        let (op, sig) = op_and_signature(&key);
+        let cfg = format!(
+            "Gemm_Cublaslt_algo66_tile20_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster{cluster}"
+        );
+        (key, format!("{op},{sig}"), cfg)
+    }
+
     #[test]
     fn results_files_keep_the_first_row_and_skip_other_backends() {
-        let k1 = LtKey::linear(R_16BF, 10240, 2048, 320);
-        let (op, sig) = op_and_signature(&k1);
-        let cfg =
-            "Gemm_Cublaslt_algo66_tile20_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster2";
+        let (k1, row, cfg) = layer_row(2);
         let text = format!(
             "Validator,PT_VERSION,2.11.0\r\nValidator,CUBLASLT_VERSION,130100\n\
-             {op},{sig},{cfg},0.0374\n\
-             {op},{sig},Default,0.03\n\
+             {row},{cfg},0.0374\n\
+             {row},Default,0.03\n\
              GemmTunableOp_BFloat16_TN,tn_512_1_2560_ld_2560_2560_512,Default\n\
              GemmTunableOp_Half_TN,tn_512_1_2560_ld_2560_2560_512,Gemm_Rocblas_-9,0.01\n\
              TunedblasGemm_Single_f16_f16_f16_f16_f16_TN,tn_4_4_4_ld_4_4_4_4_fl_0x0,Default\n\n"
@@ -648,7 +657,7 @@ mod tests {
         );
         assert_eq!(r.rows.len(), 2);
         assert_eq!(r.rows[0].key, k1);
-        assert_eq!(r.rows[0].action, LtAction::parse(cfg).unwrap());
+        assert_eq!(r.rows[0].action, LtAction::parse(&cfg).unwrap());
         assert_eq!(r.rows[0].time_ms, Some(0.0374));
         assert_eq!(r.rows[1].action, LtAction::Default);
         assert_eq!(r.skipped.len(), 3, "{:?}", r.skipped);
@@ -662,20 +671,17 @@ mod tests {
     /// configuration and still read as another one: that row is never served.
     #[test]
     fn a_last_row_cut_short_is_skipped() {
-        let k = LtKey::linear(R_16BF, 10240, 2048, 320);
-        let (op, sig) = op_and_signature(&k);
+        let (_, row, cfg) = layer_row(12);
         // Cut one digit short, the configuration still parses: as another cluster shape.
-        let cfg =
-            "Gemm_Cublaslt_algo66_tile20_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster12";
         let shorter = &cfg[..cfg.len() - 1];
         assert!(LtAction::parse(shorter).is_ok());
-        let cut = format!("Validator,PT_VERSION,2.11.0\n{op},{sig},{shorter}");
+        let cut = format!("Validator,PT_VERSION,2.11.0\n{row},{shorter}");
         let r = parse_results(&cut);
         assert!(r.rows.is_empty(), "{:?}", r.rows);
         assert_eq!(r.skipped.len(), 1);
         assert!(r.skipped[0].1.contains("cut short"), "{:?}", r.skipped);
         // The same row ended by its writer is read.
-        let whole = format!("Validator,PT_VERSION,2.11.0\n{op},{sig},{cfg},0.03\n");
+        let whole = format!("Validator,PT_VERSION,2.11.0\n{row},{cfg},0.03\n");
         assert_eq!(parse_results(&whole).rows.len(), 1);
     }
 

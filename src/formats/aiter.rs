@@ -43,24 +43,27 @@ pub fn is_aiter(text: &str) -> bool {
         .all(|c| cols.contains(c))
 }
 
+/// The torch dtypes AITER reads, each type's own name before its aliases.
+const TORCH_TYPES: [(&str, CudaDataType); 5] = [
+    ("torch.bfloat16", lt::R_16BF),
+    ("torch.float16", lt::R_16F),
+    ("torch.half", lt::R_16F),
+    ("torch.float32", lt::R_32F),
+    ("torch.float", lt::R_32F),
+];
+
 /// A torch dtype as AITER writes it (`torch.bfloat16`).
 pub fn torch_type(name: &str) -> Option<CudaDataType> {
-    Some(match name.trim() {
-        "torch.bfloat16" => lt::R_16BF,
-        "torch.float16" | "torch.half" => lt::R_16F,
-        "torch.float32" | "torch.float" => lt::R_32F,
-        _ => return None,
-    })
+    let name = name.trim();
+    TORCH_TYPES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
 }
 
 /// The torch name of a type.
 pub fn torch_type_name(t: CudaDataType) -> Option<&'static str> {
-    Some(match t {
-        lt::R_16BF => "torch.bfloat16",
-        lt::R_16F => "torch.float16",
-        lt::R_32F => "torch.float32",
-        _ => return None,
-    })
+    TORCH_TYPES.iter().find(|(_, x)| *x == t).map(|(n, _)| *n)
 }
 
 /// Splits one CSV line as pandas writes it: fields in double quotes may hold commas and
@@ -290,7 +293,7 @@ pub fn write(device: &Device, rows: &[(LtKey, i32, f64)]) -> Result<String, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::testutil::Rng;
+    use crate::formats::testutil::never_panics;
 
     const HIPB: &str = "gfx950,256,1,2048,5376,False,torch.bfloat16,torch.bfloat16,False,False,hipblaslt,440303,0,11.389,Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT16x16x256,0.0,1.93,1934.76";
     const ASM: &str = "gfx950,256,64,256,5120,False,torch.bfloat16,torch.float32,False,False,asm,5,13,7.9191,_ZN5aiter39bf16gemm_fp32bf16_tn_64x64_splitk_cleanE,0.0,21.19,417.92";
@@ -477,18 +480,9 @@ mod tests {
             vec!["a", "b,c", "d\"e"]
         );
         assert_eq!(split("a,\"b"), None);
-        let mut rng = Rng(42);
         let seed = format!("{TUNED_HEADER}\n{HIPB}\n{ASM}\n");
-        for i in 0..2000 {
-            let bytes = if i % 2 == 0 {
-                {
-                    let len = rng.below(200) as usize;
-                    rng.bytes(len)
-                }
-            } else {
-                rng.mutate(seed.as_bytes())
-            };
-            let _ = parse(&String::from_utf8_lossy(&bytes));
-        }
+        never_panics(42, None, &seed, |t| {
+            let _ = parse(t);
+        });
     }
 }

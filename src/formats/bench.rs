@@ -24,9 +24,9 @@
 //! `rocblas-bench`, and other functions, are skipped with the reason; so are typed GEMMs the
 //! interposer does not wrap (`-f gemm -r f64_r` is `rocblas_dgemm`).
 
-use super::{datatype, flags_from_text, int, trans, Entry, Fields, Parsed};
+use super::{datatype, flags_from_text, int, int_field, trans_field, Entry, Fields, Parsed};
 use crate::abi;
-use crate::key::{Batching, ProblemKey, Trans, Types};
+use crate::key::{Batching, ProblemKey, Types};
 
 /// True when the line runs `rocblas-bench` with a function (`... rocblas-bench ... -f X`).
 pub fn is_command(line: &str) -> bool {
@@ -96,22 +96,8 @@ fn parse_command(args: &str) -> Result<(ProblemKey, Option<i32>), String> {
             .and_then(|(_, v)| *v)
     };
     let func = get(&["-f", "--function"]).ok_or("no -f function")?;
-    let num = |names: &[&str], what: &str| -> Result<Option<i64>, String> {
-        match get(names) {
-            None => Ok(None),
-            Some(v) => int(v)
-                .map(Some)
-                .ok_or_else(|| format!("{what} '{v}' is not an integer")),
-        }
-    };
-    let letter = |names: &[&str], what: &str| -> Result<Option<Trans>, String> {
-        match get(names) {
-            None => Ok(None),
-            Some(v) => trans(v)
-                .map(Some)
-                .ok_or_else(|| format!("{what} '{v}' is not N, T or C")),
-        }
-    };
+    let num = |names: &[&str], what: &str| int_field(get(names), what);
+    let letter = |names: &[&str], what: &str| trans_field(get(names), what);
     let mut f = Fields {
         ta: letter(&["--transposeA"], "--transposeA")?,
         tb: letter(&["--transposeB"], "--transposeB")?,
@@ -284,11 +270,10 @@ pub fn command(key: &ProblemKey, solution: Option<i32>, major: Option<u32>) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::testutil::Rng;
+    use crate::formats::testutil::{never_panics, Rng};
+    use crate::key::Trans;
 
-    fn linear(n_out: i64, tokens: i64, k: i64) -> ProblemKey {
-        ProblemKey::linear(Types::HALF, n_out, tokens, k)
-    }
+    use crate::key::half_linear as linear;
 
     /// Golden lines written from the fields rocBLAS logs (see the module docs).
     const LOG: &str = "\
@@ -366,11 +351,7 @@ rocBLAS info: some unrelated line
         for _ in 0..300 {
             let ta = rng.pick(&[Trans::N, Trans::T, Trans::C]);
             let tb = rng.pick(&[Trans::N, Trans::T]);
-            let (m, n, k) = (
-                1 + rng.below(5000) as i64,
-                1 + rng.below(5000) as i64,
-                1 + rng.below(5000) as i64,
-            );
+            let [m, n, k] = rng.sizes(5000);
             let [lda, ldb, ldc] = ProblemKey::packed_lds(ta, tb, m, n, k);
             let pad = rng.below(3) as i64;
             let key = ProblemKey::single(
@@ -450,15 +431,8 @@ rocBLAS info: some unrelated line
 
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut rng = Rng(0xdead_beef);
-        for _ in 0..3000 {
-            let len = rng.below(300) as usize;
-            let bytes = rng.bytes(len);
-            let text = String::from_utf8_lossy(&bytes);
-            let _ = parse(&text);
-            let _ = parse(&format!("./rocblas-bench -f gemm_ex {text}"));
-            let mutated = rng.mutate(LOG.as_bytes());
-            let _ = parse(&String::from_utf8_lossy(&mutated));
-        }
+        never_panics(0xdead_beef, Some("./rocblas-bench -f gemm_ex "), LOG, |t| {
+            let _ = parse(t);
+        });
     }
 }

@@ -286,7 +286,7 @@ pub fn file_text(comments: &[String], rows: &[(ProblemKey, i32)], betas: &[f64])
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::testutil::Rng;
+    use crate::formats::testutil::{never_panics, Rng};
 
     /// Golden rows written from the documented columns (two sections, as the tool prints).
     const CSV: &str = "\
@@ -354,11 +354,7 @@ N,T,64,32,8,16,1,0,64,32,64,1024,512,2048,bf16_r,bf16_r,f32_r,77
         for i in 0..100 {
             let ta = rng.pick(&[Trans::N, Trans::T]);
             let tb = rng.pick(&[Trans::N, Trans::T]);
-            let (m, n, k) = (
-                1 + rng.below(4000) as i64,
-                1 + rng.below(4000) as i64,
-                1 + rng.below(4000) as i64,
-            );
+            let [m, n, k] = rng.sizes(4000);
             let [lda, ldb, ldc] = ProblemKey::packed_lds(ta, tb, m, n, k);
             let types = rng.pick(&[
                 Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
@@ -425,13 +421,8 @@ N,T,64,32,8,16,1,0,64,32,64,1024,512,2048,bf16_r,bf16_r,f32_r,77
 
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut rng = Rng(0xabcdef);
-        for _ in 0..3000 {
-            let len = rng.below(300) as usize;
-            let bytes = rng.bytes(len);
-            let _ = parse(&String::from_utf8_lossy(&bytes));
-            let mutated = rng.mutate(CSV.as_bytes());
-            let _ = parse(&String::from_utf8_lossy(&mutated));
-        }
+        never_panics(0xabcdef, None, CSV, |t| {
+            let _ = parse(t);
+        });
     }
 }

@@ -282,7 +282,7 @@ pub fn command(key: &LtKey, index: Option<i32>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::testutil::Rng;
+    use crate::formats::testutil::never_panics;
 
     const LOGGED: &str = "hipblaslt-bench --api_method c -m 4096 -n 512 -k 2560 --lda 2560 --ldb 2560 --ldc 4096 --ldd 4096 --stride_a 0 --stride_b 0 --stride_c 0 --stride_d 0 --alpha 1.000000 --beta 0.000000 --transA T --transB N --batch_count 1 --scaleA 0 --scaleB 0 --a_type bf16_r --b_type bf16_r --c_type bf16_r --d_type bf16_r --scale_type f32_r --bias_type f32_r --compute_type f32_r";
 
@@ -328,15 +328,7 @@ mod tests {
             LtKey::linear(lt::R_16BF, 4096, 512, 2560),
             LtKey::linear(lt::R_32F, 64, 1, 64),
         ];
-        let mut strided = LtKey::linear(lt::R_16F, 64, 16, 32);
-        strided.batch = 4;
-        [
-            strided.stride_a,
-            strided.stride_b,
-            strided.stride_c,
-            strided.stride_d,
-        ] = strided.packed_strides();
-        keys.push(strided);
+        keys.push(LtKey::linear(lt::R_16F, 64, 16, 32).packed_batch(4));
         let mut bias = LtKey::linear(lt::R_16BF, 64, 16, 32);
         bias.epilogue = lt::EPILOGUE_BIAS;
         bias.bias_type = lt::R_16BF;
@@ -354,17 +346,8 @@ mod tests {
 
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut rng = Rng(7);
-        for i in 0..2000 {
-            let bytes = if i % 2 == 0 {
-                {
-                    let len = rng.below(300) as usize;
-                    rng.bytes(len)
-                }
-            } else {
-                rng.mutate(LOGGED.as_bytes())
-            };
-            let _ = parse(&String::from_utf8_lossy(&bytes));
-        }
+        never_panics(7, None, LOGGED, |t| {
+            let _ = parse(t);
+        });
     }
 }

@@ -212,6 +212,21 @@ pub(crate) fn trans(text: &str) -> Option<Trans> {
     }
 }
 
+/// A size field of a log line: `None` when absent, an error naming it (`label`: `-m`, `M:`)
+/// when it is not an integer.
+pub(crate) fn int_field(value: Option<&str>, label: &str) -> Result<Option<i64>, String> {
+    value
+        .map(|v| int(v).ok_or_else(|| format!("{label} '{v}' is not an integer")))
+        .transpose()
+}
+
+/// A transpose field of a log line, as [`int_field`].
+pub(crate) fn trans_field(value: Option<&str>, label: &str) -> Result<Option<Trans>, String> {
+    value
+        .map(|v| trans(v).ok_or_else(|| format!("{label} '{v}' is not N, T or C")))
+        .transpose()
+}
+
 /// The sizes of a problem as a log names them, before they become a key.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Fields {
@@ -252,12 +267,7 @@ impl Fields {
             Batching::Strided => {
                 let batch = need(self.batch, "batch_count")?;
                 // Packed strides, computed without overflow; check_key rejects the rest.
-                let packed = [
-                    lda.checked_mul(if ta == Trans::N { k } else { m }),
-                    ldb.checked_mul(if tb == Trans::N { n } else { k }),
-                    ldc.checked_mul(n),
-                    ldd.checked_mul(n),
-                ];
+                let packed = key.checked_packed_strides();
                 let mut strides = [0i64; 4];
                 for i in 0..4 {
                     strides[i] = match (self.strides[i], packed[i]) {
@@ -311,6 +321,10 @@ pub(crate) mod testutil {
         pub fn below(&mut self, n: u64) -> u64 {
             self.next() % n.max(1)
         }
+        /// Three sizes (m, n, k) from 1 to `max`.
+        pub fn sizes(&mut self, max: u64) -> [i64; 3] {
+            [(); 3].map(|_| 1 + self.below(max) as i64)
+        }
         pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
             xs[self.below(xs.len() as u64) as usize]
         }
@@ -351,6 +365,23 @@ pub(crate) mod testutil {
                 }
             }
             out
+        }
+    }
+
+    /// Feeds `parse` what a parser must survive without a panic: 3000 rounds of arbitrary
+    /// bytes (also after `marker`, a format's first words, when given, to get past its
+    /// detection) and of mutations of `sample`, from the generator seeded with `seed`.
+    pub fn never_panics(seed: u64, marker: Option<&str>, sample: &str, parse: impl Fn(&str)) {
+        let mut rng = Rng(seed);
+        for _ in 0..3000 {
+            let len = rng.below(300) as usize;
+            let bytes = rng.bytes(len);
+            let text = String::from_utf8_lossy(&bytes);
+            parse(&text);
+            if let Some(marker) = marker {
+                parse(&format!("{marker}{text}"));
+            }
+            parse(&String::from_utf8_lossy(&rng.mutate(sample.as_bytes())));
         }
     }
 }

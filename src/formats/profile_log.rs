@@ -21,7 +21,7 @@
 //! problem, so such entries are skipped with that reason. Keys may also be quoted, as in
 //! the example rocblas-gemm-tune prints (`{'rocblas_function': 'rocblas_sgemm', ...}`).
 
-use super::{datatype, flags_from_text, int, trans, Entry, Fields, Parsed};
+use super::{datatype, flags_from_text, int, int_field, trans_field, Entry, Fields, Parsed};
 use crate::abi;
 use crate::key::{Batching, Types};
 
@@ -130,22 +130,8 @@ fn entry(body: &str) -> Result<Option<(crate::key::ProblemKey, u64)>, String> {
     let get = |name: &str| kv.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let func = get("rocblas_function").ok_or("no rocblas_function")?;
     let base = func.strip_suffix("_64").unwrap_or(func);
-    let num = |name: &str| -> Result<Option<i64>, String> {
-        match get(name) {
-            None => Ok(None),
-            Some(v) => int(v)
-                .map(Some)
-                .ok_or_else(|| format!("{name}: '{v}' is not an integer")),
-        }
-    };
-    let letter = |name: &str| -> Result<Option<crate::key::Trans>, String> {
-        match get(name) {
-            None => Ok(None),
-            Some(v) => trans(v)
-                .map(Some)
-                .ok_or_else(|| format!("{name}: '{v}' is not N, T or C")),
-        }
-    };
+    let num = |name: &str| int_field(get(name), &format!("{name}:"));
+    let letter = |name: &str| trans_field(get(name), &format!("{name}:"));
     let mut f = Fields {
         ta: letter("transA")?,
         tb: letter("transB")?,
@@ -210,7 +196,7 @@ fn entry(body: &str) -> Result<Option<(crate::key::ProblemKey, u64)>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::testutil::Rng;
+    use crate::formats::testutil::never_panics;
     use crate::key::ProblemKey;
 
     /// Golden entries written from the fields rocBLAS's profile logging prints.
@@ -252,15 +238,8 @@ stray output on stderr
 
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut rng = Rng(0x1234_5678);
-        for _ in 0..3000 {
-            let len = rng.below(300) as usize;
-            let bytes = rng.bytes(len);
-            let text = String::from_utf8_lossy(&bytes);
-            let _ = parse(&text);
-            let _ = parse(&format!("- {{ rocblas_function: {text}"));
-            let mutated = rng.mutate(LOG.as_bytes());
-            let _ = parse(&String::from_utf8_lossy(&mutated));
-        }
+        never_panics(0x1234_5678, Some("- { rocblas_function: "), LOG, |t| {
+            let _ = parse(t);
+        });
     }
 }

@@ -221,6 +221,19 @@ pub fn names_a_path(explicit: &str) -> bool {
 /// ids are not checked: `tunedblas profiles adopt` checks them). Otherwise nothing is served
 /// and the line says why and names `profiles adopt`; `allow_mismatch` forces a mismatch.
 pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> Selection {
+    select_path_on(path, version, &[], allow_mismatch)
+}
+
+/// [`select_path`] on a machine whose GPUs are `archs` (`device::gpu_archs`; empty: not
+/// known, nothing checked): a file whose `GCN_ARCH_NAME` names none of them is refused, as
+/// PyTorch drops it (its solution ids are another architecture's); `allow_mismatch` does
+/// not force this one, since those ids would be invalid here.
+pub fn select_path_on(
+    path: &Path,
+    version: Option<&str>,
+    archs: &[String],
+    allow_mismatch: bool,
+) -> Selection {
     let refuse = |what: String, hint: String| Selection::None {
         why: format!(
             "refusing TUNEDBLAS_PROFILE={}: {what}{hint}",
@@ -297,10 +310,25 @@ pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> 
         );
     };
     for (_, file) in &files {
-        let found = match rocblas_validator(file) {
+        let (found, arch) = match validators(file) {
             Ok(v) => v,
             Err(e) => return refuse(format!("{}: {e}", file.display()), String::new()),
         };
+        if let Some(a) = arch.filter(|a| {
+            !archs.is_empty()
+                && !archs
+                    .iter()
+                    .any(|m| crate::device::arch_base(m) == crate::device::arch_base(a))
+        }) {
+            return refuse(
+                format!(
+                    "{}: Validator GCN_ARCH_NAME is {a}, but this machine's GPUs are {} (solution ids are an architecture's own; PyTorch would drop the file)",
+                    file.display(),
+                    archs.join(", ")
+                ),
+                import(one_file(file)),
+            );
+        }
         let (what, hint) = match found {
             Some(v) if crate::version::same_build(&v, version) => continue,
             Some(v) => (
@@ -338,12 +366,13 @@ pub fn select_path(path: &Path, version: Option<&str>, allow_mismatch: bool) -> 
     }
 }
 
-/// The `ROCBLAS_VERSION` validator of a results file, read from its `Validator` lines at the
-/// top (PyTorch writes them first); a row ends the search.
-fn rocblas_validator(path: &Path) -> Result<Option<String>, ReadError> {
+/// A results file's `ROCBLAS_VERSION` and `GCN_ARCH_NAME` validators, read from its
+/// `Validator` lines at the top (PyTorch writes them first); a row ends the search.
+fn validators(path: &Path) -> Result<(Option<String>, Option<String>), ReadError> {
     use std::io::BufRead;
     let (file, _) = open_regular(path, MAX_RESULTS_FILE_BYTES)?;
     let reader = std::io::BufReader::new(file);
+    let (mut version, mut arch) = (None, None);
     for line in reader.split(b'\n').take(64) {
         let line = line.map_err(ReadError::Io)?;
         let text = String::from_utf8_lossy(&line);
@@ -355,12 +384,14 @@ fn rocblas_validator(path: &Path) -> Result<Option<String>, ReadError> {
             break;
         };
         if let Some((k, v)) = rest.split_once(',') {
-            if k.trim() == "ROCBLAS_VERSION" {
-                return Ok(Some(v.trim().to_string()));
+            match k.trim() {
+                "ROCBLAS_VERSION" => version = Some(v.trim().to_string()),
+                "GCN_ARCH_NAME" => arch = Some(v.trim().to_string()),
+                _ => {}
             }
         }
     }
-    Ok(None)
+    Ok((version, arch))
 }
 
 /// One line per registry entry that was skipped (bad name, a `dir` leading outside the

@@ -113,10 +113,8 @@ pub(super) fn load_rank(path: &Path, rank: usize) -> Result<RankFile, String> {
     }
     let mut builder = sink.builder;
     for w in &parsed.wildcards {
-        let action = match w.solution {
-            Solution::Default => Action::Default,
-            Solution::Rocblas(id) => Action::Solution(id),
-            Solution::Other(_) => continue,
+        let Some(action) = Action::of(&w.solution) else {
+            continue;
         };
         builder.push_wildcard(w.pattern, format!("{},{}", w.op_name, w.signature), action);
     }

@@ -3,7 +3,7 @@ use super::rank::load_rank;
 use super::*;
 use crate::key::ProblemKey;
 use crate::table::Action;
-use crate::tunableop::{self, Solution};
+use crate::tunableop;
 use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -240,13 +240,7 @@ fn the_streaming_loader_agrees_with_parse() {
         let want: Vec<(ProblemKey, Action)> = parsed
             .rows
             .iter()
-            .map(|r| {
-                let a = match r.solution {
-                    Solution::Rocblas(id) => Action::Solution(id),
-                    _ => Action::Default,
-                };
-                (r.key, a)
-            })
+            .map(|r| (r.key, Action::of(&r.solution).unwrap_or(Action::Default)))
             .collect();
         let got: Vec<(ProblemKey, Action)> =
             table.table.iter().map(|(k, e)| (*k, e.action)).collect();
@@ -485,6 +479,26 @@ fn a_path_is_served_only_to_the_version_its_files_name() {
     assert!(w.contains("tunedblas profiles import"), "{w}");
     assert!(chosen(select_path(&dir, Some("5.6.0.c83a10d4"), true)));
     assert!(why(select_path(&dir, None, false)).contains("no version string"));
+    // GCN_ARCH_NAME: a file of another architecture than this machine's GPUs is refused; the
+    // same base name with other feature flags is this one; no GPU known: not checked.
+    let arch_dir = s.0.join("arch");
+    std::fs::create_dir_all(&arch_dir).unwrap();
+    std::fs::write(
+        arch_dir.join("tunableop_results0.csv"),
+        format!("Validator,ROCBLAS_VERSION,4.4.0.5f2e9c71\nValidator,GCN_ARCH_NAME,gfx90a:sramecc+:xnack-\n{row}"),
+    )
+    .unwrap();
+    let on = |archs: &[&str]| {
+        let archs: Vec<String> = archs.iter().map(|a| a.to_string()).collect();
+        select_path_on(&arch_dir, Some("4.4.0.5f2e9c71"), &archs, false)
+    };
+    let w = why(on(&["gfx942"]));
+    assert!(
+        w.contains("GCN_ARCH_NAME is gfx90a:sramecc+:xnack-, but this machine's GPUs are gfx942"),
+        "{w}"
+    );
+    assert!(chosen(on(&["gfx90a"])));
+    assert!(chosen(on(&[])));
     // One rank file of another build spoils the folder.
     std::fs::write(
         dir.join("tunableop_results2.csv"),

@@ -179,22 +179,12 @@ pub fn check_key(key: &ProblemKey) -> Result<(), String> {
     if let Some(s) = strides.iter().find(|&&s| s < 0) {
         return Err(format!("negative stride {s}"));
     }
-    let (rows_a, cols_a) = if key.trans_a == Trans::N {
-        (key.m, key.k)
-    } else {
-        (key.k, key.m)
-    };
-    let (rows_b, cols_b) = if key.trans_b == Trans::N {
-        (key.k, key.n)
-    } else {
-        (key.n, key.k)
-    };
-    for (name, ld, rows, what) in [
-        ("lda", key.lda, rows_a, "A"),
-        ("ldb", key.ldb, rows_b, "B"),
-        ("ldc", key.ldc, key.m, "C"),
-        ("ldd", key.ldd, key.m, "D"),
-    ] {
+    let shapes = key.stored_shapes();
+    for (i, ld) in key.lds().into_iter().enumerate() {
+        let ((name, what), rows) = (
+            [("lda", "A"), ("ldb", "B"), ("ldc", "C"), ("ldd", "D")][i],
+            shapes[i].0,
+        );
         if ld < rows.max(1) {
             return Err(format!(
                 "{name}={ld} is smaller than the {rows} rows of {what}"
@@ -202,12 +192,7 @@ pub fn check_key(key: &ProblemKey) -> Result<(), String> {
         }
     }
     let overflow = || Err("the problem's sizes overflow 64 bits".to_string());
-    let extents = [
-        key.lda.checked_mul(cols_a),
-        key.ldb.checked_mul(cols_b),
-        key.ldc.checked_mul(key.n),
-        key.ldd.checked_mul(key.n),
-    ];
+    let extents = key.checked_packed_strides();
     let work = key
         .m
         .checked_mul(key.n)
@@ -238,22 +223,8 @@ pub fn check_key(key: &ProblemKey) -> Result<(), String> {
 
 /// [`ProblemKey::packed_strides`] without the chance of an overflow panic.
 pub(super) fn checked_packed_strides(key: &ProblemKey) -> Option<[i64; 4]> {
-    let cols_a = if key.trans_a == Trans::N {
-        key.k
-    } else {
-        key.m
-    };
-    let cols_b = if key.trans_b == Trans::N {
-        key.n
-    } else {
-        key.k
-    };
-    Some([
-        key.lda.checked_mul(cols_a)?,
-        key.ldb.checked_mul(cols_b)?,
-        key.ldc.checked_mul(key.n)?,
-        key.ldd.checked_mul(key.n)?,
-    ])
+    let [a, b, c, d] = key.checked_packed_strides();
+    Some([a?, b?, c?, d?])
 }
 
 /// PyTorch's `T` for a type combination it has a TunableOp for.

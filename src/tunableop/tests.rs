@@ -414,53 +414,42 @@ fn pytorch_patterns_match_only_what_pytorch_can_name() {
     assert!(ext.wildcards[0].pattern.matches(&key(100, 128)));
 }
 
+/// The name of `key`, checked to read back as `key`.
+fn name_of(key: &ProblemKey) -> (String, String) {
+    let (op, sig) = op_and_signature(key);
+    assert_eq!(parse_key(&op, &sig), KeyParse::Key(*key), "{op},{sig}");
+    (op, sig)
+}
+
 #[test]
 fn extension_rows_for_what_pytorch_cannot_name() {
-    let hgemm = ProblemKey::single(
-        Trans::T,
-        Trans::N,
-        Types::HGEMM,
-        4096,
-        512,
-        4096,
-        4096,
-        4096,
-        4096,
-        4096,
-        abi::FLAG_FP16_ALT_IMPL,
-    );
-    let (op, sig) = op_and_signature(&hgemm);
+    let hgemm =
+        ProblemKey::linear(Types::HGEMM, 4096, 512, 4096).with_flags(abi::FLAG_FP16_ALT_IMPL);
+    let (op, sig) = name_of(&hgemm);
     assert_eq!(op, "TunedblasGemm_Single_f16_f16_f16_f16_f16_TN");
     assert_eq!(sig, "tn_4096_512_4096_ld_4096_4096_4096_4096_fl_0x4");
-    assert_eq!(parse_key(&op, &sig), KeyParse::Key(hgemm));
 
-    let ptr = ProblemKey::single(
+    let (n, c, complex) = (
         Trans::N,
         Trans::C,
         Types::uniform(abi::DT_F32_C, abi::DT_F32_C),
-        8,
-        9,
-        10,
-        8,
-        9,
-        8,
-        16,
-        0,
-    )
-    .with_batch(Batching::PointerArray, 7, [0; 4]);
-    let (op, sig) = op_and_signature(&ptr);
+    );
+    let ptr = ProblemKey::single(n, c, complex, 8, 9, 10, 8, 9, 8, 16, 0).with_batch(
+        Batching::PointerArray,
+        7,
+        [0; 4],
+    );
+    let (op, sig) = name_of(&ptr);
     assert_eq!(op, "TunedblasGemm_PtrArray_f32c_f32c_f32c_f32c_f32c_NC");
     assert_eq!(sig, "nc_8_9_10_B_7_ld_8_9_8_16_fl_0x0");
-    assert_eq!(parse_key(&op, &sig), KeyParse::Key(ptr));
 
     let mut mixed = ProblemKey::single(Trans::N, Trans::N, half(), 8, 8, 8, 8, 8, 8, 8, 0)
         .with_batch(Batching::Strided, 2, [100, 100, 64, 64]);
     mixed.types.c = abi::DT_F32_R;
     mixed.types.a = 170; // an f8 type the abi module has no name for
-    let (op, sig) = op_and_signature(&mixed);
+    let (op, sig) = name_of(&mixed);
     assert_eq!(op, "TunedblasGemm_Strided_dt170_f16_f32_f16_f32_NN");
     assert_eq!(sig, "nn_8_8_8_B_2_ld_8_8_8_8_st_100_100_64_64_fl_0x0");
-    assert_eq!(parse_key(&op, &sig), KeyParse::Key(mixed));
 
     // Decimal flags are read too; non-kernel flag bits and bad names are not.
     assert_eq!(
@@ -470,41 +459,25 @@ fn extension_rows_for_what_pytorch_cannot_name() {
         ),
         KeyParse::Key(hgemm)
     );
-    assert!(matches!(
-        parse_key(
-            "TunedblasGemm_Single_f16_f16_f16_f16_f16_TN",
-            "tn_1_1_1_ld_1_1_1_1_fl_0x8"
-        ),
-        KeyParse::Invalid(_)
-    ));
-    assert!(matches!(
-        parse_key(
+    let single = "TunedblasGemm_Single_f16_f16_f16_f16_f16_TN";
+    for (op, sig) in [
+        (single, "tn_1_1_1_ld_1_1_1_1_fl_0x8"),
+        (
             "TunedblasGemm_Single_f16_f16_f16_f16_f17_TN",
-            "tn_1_1_1_ld_1_1_1_1_fl_0"
+            "tn_1_1_1_ld_1_1_1_1_fl_0",
         ),
-        KeyParse::Invalid(_)
-    ));
-    assert!(matches!(
-        parse_key(
+        (
             "TunedblasGemm_Batched_f16_f16_f16_f16_f16_TN",
-            "tn_1_1_1_ld_1_1_1_1_fl_0"
+            "tn_1_1_1_ld_1_1_1_1_fl_0",
         ),
-        KeyParse::Invalid(_)
-    ));
-    assert!(matches!(
-        parse_key(
-            "TunedblasGemm_Single_f16_f16_f16_f16_f16_TN",
-            "tn_1_1_1_ld_1_1_1_1"
-        ),
-        KeyParse::Invalid(_)
-    ));
-    assert!(matches!(
-        parse_key(
-            "TunedblasGemm_Single_f16_f16_f16_f16_f16_TN",
-            "tn_1_1_1_B_2_ld_1_1_1_1_fl_0"
-        ),
-        KeyParse::Invalid(_)
-    ));
+        (single, "tn_1_1_1_ld_1_1_1_1"),
+        (single, "tn_1_1_1_B_2_ld_1_1_1_1_fl_0"),
+    ] {
+        assert!(
+            matches!(parse_key(op, sig), KeyParse::Invalid(_)),
+            "{op},{sig}"
+        );
+    }
 
     // A file mixing both forms round-trips, and PyTorch-form keys stay PyTorch-form.
     let plain = ProblemKey::single(Trans::T, Trans::N, half(), 64, 32, 16, 16, 16, 64, 64, 0);
@@ -611,31 +584,11 @@ fn random_key(rng: &mut Rng) -> ProblemKey {
 /// `_fl_` field and reads back as that problem, not the unpacked one.
 #[test]
 fn packed_int8_rows_keep_their_flag() {
-    let t = Types {
-        a: abi::DT_I8_R,
-        b: abi::DT_I8_R,
-        c: abi::DT_I32_R,
-        d: abi::DT_I32_R,
-        compute: abi::DT_I32_R,
-    };
-    let packed = ProblemKey::single(
-        Trans::T,
-        Trans::N,
-        t,
-        64,
-        32,
-        64,
-        64,
-        64,
-        64,
-        64,
-        abi::FLAG_PACK_INT8X4,
-    );
-    let (op, sig) = op_and_signature(&packed);
+    let packed = ProblemKey::linear(Types::INT8, 64, 32, 64).with_flags(abi::FLAG_PACK_INT8X4);
+    let (op, sig) = name_of(&packed);
     assert_eq!(op, "TunedblasGemm_Single_i8_i8_i32_i32_i32_TN");
     assert!(sig.ends_with("_fl_0x1"), "{sig}");
-    assert_eq!(parse_key(&op, &sig), KeyParse::Key(packed));
-    let plain = ProblemKey { flags: 0, ..packed };
+    let plain = packed.with_flags(0);
     assert_ne!(op_and_signature(&plain), (op, sig));
 }
 

@@ -110,18 +110,12 @@ fn wait_guarded_for(mut child: Child, what: &str, limit: Duration) -> Output {
 
 /// A fault_host command with the test environment of `dir`.
 pub fn fault_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&hosts().fault4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, preload);
-    cmd
+    host_cmd(&hosts().fault4, dir, preload, args)
 }
 
 /// A life_host command with the test environment of `dir`.
 pub fn life_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&hosts().life4);
-    cmd.args(args);
-    host_env(&mut cmd, dir, preload);
-    cmd
+    host_cmd(&hosts().life4, dir, preload, args)
 }
 
 /// The last solution refblas lists for a spec: never the heuristic's choice for the
@@ -292,4 +286,36 @@ pub fn with_umask(cmd: &mut Command, mask: libc::mode_t) {
             Ok(())
         });
     }
+}
+
+/// Runs `cmd` as [`run_guarded`] does and checks that it exited 0 (else the test fails with
+/// its stderr); returns the output and its stderr as text.
+pub fn run_ok(cmd: Command) -> (Output, String) {
+    let out = run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    (out, stderr)
+}
+
+/// A fresh folder `name` whose profile serves [`tuned`] for `spec` ([`profile_with_hit`]).
+pub fn scratch_with_hit(name: &str, spec: &str) -> PathBuf {
+    let dir = scratch(name);
+    profile_with_hit(&dir, spec);
+    dir
+}
+
+/// Owned arguments as the `&str`s the host commands take.
+pub fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The run warned exactly once that it cannot write the miss log (however many writes
+/// failed).
+#[track_caller]
+pub fn one_warning(stderr: &str) {
+    assert_eq!(
+        stderr.matches("cannot write the miss log").count(),
+        1,
+        "exactly one warning: {stderr}"
+    );
 }

@@ -187,7 +187,12 @@ pub fn sha5() -> String {
 
 /// A gemm_host (linked against `.so.4`) command with the test environment of `dir`.
 pub fn host4_cmd(dir: &Path, preload: bool, args: &[&str]) -> Command {
-    let mut cmd = Command::new(&artifacts().host4);
+    host_cmd(&artifacts().host4, dir, preload, args)
+}
+
+/// A host program's command with the test environment of `dir`.
+pub fn host_cmd(program: &Path, dir: &Path, preload: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(args);
     host_env(&mut cmd, dir, preload);
     cmd
@@ -413,3 +418,24 @@ pub fn lt_miss_lines(dir: &Path, tag: &str) -> Vec<String> {
     }
     out
 }
+
+/// Fails unless `text` (a run's stderr: its summary line, a warning) contains `want`,
+/// showing the whole text.
+#[track_caller]
+pub fn assert_has(text: &str, want: &str) {
+    assert!(text.contains(want), "{text}");
+}
+
+/// `tunedblas tune` options that make a campaign quick: three trials, a 1 MiB input
+/// rotation, no rest and no limits (the tests check plumbing, not timing).
+pub const QUICK_TUNE: [&str; 9] = [
+    "--trials",
+    "3",
+    "--max-trials",
+    "3",
+    "--rotate-mib",
+    "1",
+    "--rest",
+    "0",
+    "--no-limits",
+];

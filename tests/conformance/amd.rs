@@ -1,7 +1,7 @@
 //! What tunedblas writes for the AMD stack, read by the real readers in the rocblas-6.4 root
 //! (Debian sid: `libhipblaslt1` 7.1.1 and its `libhipblaslt1-bench`), without a GPU:
 //!
-//! - `lt adopt` reads the real library's version and revision (`hipblasLtGetVersion`,
+//! - `profiles adopt` reads the real library's version and revision (`hipblasLtGetVersion`,
 //!   `hipblasLtGetGitRevision`) and takes a TunableOp file naming this build, and refuses one
 //!   naming another revision;
 //! - `export --format hipblaslt-override` writes the `Git Version:` line the library compares
@@ -27,30 +27,13 @@ use crate::suite::{out_text, Suite, LIBDIR};
 const KNOWN_BUILD: &str = "0e621a6a494d1a41d5f88562c81128618d9871963a153d7cc930d1659877aecb";
 const ROW_PARSER: &str = "0xbff50";
 
-fn tunedblas(s: &Suite, inside: &str, args: &str) -> (Option<i32>, String, String) {
-    let out = s.sh(&format!(
-        "cd {inside} && env TUNEDBLAS_PROFILE_DIR={inside}/profiles TUNEDBLAS_CACHE_DIR={} NO_COLOR=1 {} {args}",
-        s.shared_cache(),
-        s.hosts().tunedblas
-    ));
-    let (o, e) = out_text(&out);
-    (out.status.code(), o, e)
-}
-
 /// The keys of a profile that exercises the override and bench forms: bf16 and f16 linear
 /// layers, an NN f32 GEMM, a strided batch.
 fn keys() -> Vec<(LtKey, i32)> {
     let mut nn = LtKey::linear(R_32F, 96, 40, 32);
     nn.trans_a = tunedblas_core::key::Trans::N;
     nn.lda = 96;
-    let mut batched = LtKey::linear(R_16F, 64, 16, 32);
-    batched.batch = 8;
-    [
-        batched.stride_a,
-        batched.stride_b,
-        batched.stride_c,
-        batched.stride_d,
-    ] = batched.packed_strides();
+    let batched = LtKey::linear(R_16F, 64, 16, 32).packed_batch(8);
     vec![
         (LtKey::linear(R_16BF, 4096, 512, 2560), 12345),
         (LtKey::linear(R_16F, 2560, 16, 1536), 7),
@@ -117,12 +100,11 @@ pub fn check(s: &Suite) {
         .unwrap()
         .to_string();
 
-    // lt adopt: a TunableOp file naming this build is taken, one naming another refused.
+    // profiles adopt: a TunableOp file naming this build is taken, one naming another refused.
     std::fs::write(host.join("other.csv"), tunableop_file("100100-cd957402")).unwrap();
-    let (code, out, err) = tunedblas(
-        s,
+    let (code, out, err) = s.tunedblas(
         &inside,
-        &format!("lt adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/other.csv"),
+        &format!("profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/other.csv"),
     );
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(
@@ -134,10 +116,9 @@ pub fn check(s: &Suite) {
         tunableop_file(&format!("100100-{revision}")),
     )
     .unwrap();
-    let (code, out, err) = tunedblas(
-        s,
+    let (code, out, err) = s.tunedblas(
         &inside,
-        &format!("lt adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/ours.csv"),
+        &format!("profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/ours.csv"),
     );
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("checked HIPBLASLT_VERSION: matches"), "{out}");
@@ -147,8 +128,7 @@ pub fn check(s: &Suite) {
     );
 
     // The override file.
-    let (code, out, err) = tunedblas(
-        s,
+    let (code, out, err) = s.tunedblas(
         &inside,
         &format!("export --profile deb --format hipblaslt-override --out {inside}/override.txt"),
     );
@@ -250,8 +230,7 @@ fn bench_verdict(out: &str) -> Result<(), String> {
 
 fn bench_lines(s: &Suite, inside: &str) {
     let bench = "/usr/libexec/rocm/libhipblaslt1-bench/hipblaslt-bench";
-    let (code, out, err) = tunedblas(
-        s,
+    let (code, out, err) = s.tunedblas(
         inside,
         &format!("export --profile deb --format hipblaslt-bench --out {inside}/lines.sh"),
     );

@@ -18,13 +18,7 @@ pub fn exports(file: &Path) -> BTreeSet<String> {
         .arg(file)
         .output()
         .expect("nm (binutils) is needed");
-    assert!(
-        out.status.success(),
-        "nm {}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    crate::common::ok(&out)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .map(|s| s.split('@').next().unwrap_or(s).to_string())

@@ -14,18 +14,9 @@ use serde_json::Value;
 use tunedblas_core::abi;
 use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
 
+use crate::common::assert_has;
 use crate::hosts;
 use crate::suite::{out_text, Suite, LIBDIR};
-
-fn harness(s: &Suite, inside: &str, args: &str) -> (Option<i32>, String, String) {
-    let out = s.sh(&format!(
-        "cd {inside} && env TUNEDBLAS_PROFILE_DIR={inside}/profiles TUNEDBLAS_CACHE_DIR={} NO_COLOR=1 {} {args}",
-        s.shared_cache(),
-        s.hosts().tunedblas
-    ));
-    let (o, e) = out_text(&out);
-    (out.status.code(), o, e)
-}
 
 /// Whether the real library file contains `text` (its string table, as `strings` would show).
 pub fn library_mentions(s: &Suite, text: &str) -> bool {
@@ -51,11 +42,11 @@ pub fn no_device(s: &Suite) {
     // real hipBLASLt links (found through it), and the missing device is exit 4.
     if s.has_hipblas() {
         cmds.push(format!(
-            "lt tune --lib {LIBDIR}/libhipblaslt.so.1 --workspace 1048576 --shape 64,16,64 --profiles {inside}/p --name c"
+            "tune --lib {LIBDIR}/libhipblaslt.so.1 --workspace 1048576 --shape 64,16,64 --profiles {inside}/p --name c"
         ));
     }
     for cmd in cmds {
-        let (code, out, err) = harness(s, &inside, &cmd);
+        let (code, out, err) = s.tunedblas(&inside, &cmd);
         assert_eq!(
             code,
             Some(4),
@@ -69,8 +60,7 @@ pub fn no_device(s: &Suite) {
         );
     }
     // A file that is not rocBLAS is told apart from a rocBLAS without a device (exit 3).
-    let (code, _, err) = harness(
-        s,
+    let (code, _, err) = s.tunedblas(
         &inside,
         &format!("tune --lib {LIBDIR}/libamdhip64.so --shape f16:TN:64:32:16"),
     );
@@ -85,7 +75,7 @@ pub fn finds_the_distribution_library(s: &Suite) {
         &format!("conf-{}", s.name),
         &[hosts::key_of("ex:TN:h:64:32:16")],
     );
-    let (code, out, err) = harness(s, &inside, "env --json");
+    let (code, out, err) = s.tunedblas(&inside, "env --json");
     assert_eq!(code, Some(0), "{}: env: {err}", s.name);
     let env: Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("env --json: {e}: {out}"));
@@ -115,7 +105,7 @@ pub fn finds_the_distribution_library(s: &Suite) {
     );
 
     // `profiles which` with the soname alone, as a user would type it.
-    let (code, out, err) = harness(s, &inside, &format!("profiles which {} --json", s.soname));
+    let (code, out, err) = s.tunedblas(&inside, &format!("profiles which {} --json", s.soname));
     assert_eq!(code, Some(0), "{}: profiles which: {out}{err}", s.name);
     let which: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
@@ -137,13 +127,7 @@ fn bench_keys() -> Vec<(ProblemKey, &'static str)> {
     let (t, n) = (Trans::T, Trans::N);
     let half = Types::HALF;
     let plain = ProblemKey::linear(half, 4096, 32, 2560);
-    let int8 = Types {
-        a: abi::DT_I8_R,
-        b: abi::DT_I8_R,
-        c: abi::DT_I32_R,
-        d: abi::DT_I32_R,
-        compute: abi::DT_I32_R,
-    };
+    let int8 = Types::INT8;
     let mixed = Types {
         c: abi::DT_F32_R,
         d: abi::DT_F16_R,
@@ -164,13 +148,7 @@ fn bench_keys() -> Vec<(ProblemKey, &'static str)> {
     );
     vec![
         (plain, "Gemm_Rocblas_7"),
-        (
-            ProblemKey {
-                flags: abi::FLAG_FP16_ALT_IMPL,
-                ..plain
-            },
-            "Default",
-        ),
+        (plain.with_flags(abi::FLAG_FP16_ALT_IMPL), "Default"),
         (
             ProblemKey::single(t, n, half, 512, 16, 512, 512, 512, 512, 640, 0),
             "Gemm_Rocblas_3",
@@ -254,8 +232,7 @@ pub fn bench_lines_pass_the_real_parser(s: &Suite) {
     let (host, inside) = s.scratch("bench");
     let rows = bench_keys();
     write_rows(s, &host, "bench-rows", &rows);
-    let (code, out, err) = harness(
-        s,
+    let (code, out, err) = s.tunedblas(
         &inside,
         &format!(
             "export --lib {LIBDIR}/{} --format bench --out {inside}/lines.sh",
@@ -333,8 +310,7 @@ pub fn gemm_tune_export_matches_what_the_library_reads(s: &Suite) {
     let (host, inside) = s.scratch("gemm-tune");
     write_rows(s, &host, "override-rows", &bench_keys()[..1]);
     let reads = library_mentions(s, "ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH");
-    let (code, out, err) = harness(
-        s,
+    let (code, out, err) = s.tunedblas(
         &inside,
         &format!(
             "export --lib {LIBDIR}/{} --format gemm-tune --out {inside}/override.csv",
@@ -364,10 +340,7 @@ pub fn gemm_tune_export_matches_what_the_library_reads(s: &Suite) {
             s.name,
             s.version
         );
-        assert!(
-            err.contains("does not read ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH"),
-            "{err}"
-        );
+        assert_has(&err, "does not read ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH");
         assert!(!host.join("override.csv").exists());
     }
     // Both builds read ROCBLAS_INTERNAL_FP16_ALT_IMPL, which keys therefore carry.

@@ -174,33 +174,23 @@ fn generate(declared: &std::collections::BTreeSet<String>) -> String {
         }
         t
     };
-    src.push_str(&layout(
-        "hipblasLtMatmulAlgo_t",
-        size_of::<Algo>(),
-        align_of::<Algo>(),
-        &[
-            ("data", offset_of!(Algo, data)),
-            ("max_workspace_bytes", offset_of!(Algo, max_workspace_bytes)),
-        ],
-    ));
+    // The C struct `$c` as the Rust type `$t`: `rust_field as "c_field"`.
+    macro_rules! layout_of {
+        ($c:literal, $t:ty, $($f:ident as $cf:literal),*) => {
+            layout($c, size_of::<$t>(), align_of::<$t>(), &[$(($cf, offset_of!($t, $f))),*])
+        };
+    }
+    src.push_str(&layout_of!("hipblasLtMatmulAlgo_t", Algo,
+        data as "data", max_workspace_bytes as "max_workspace_bytes"));
     writeln!(
         src,
         "static_assert(sizeof(((hipblasLtMatmulAlgo_t*)0)->data) == {}, \"data[16]\");",
         size_of::<[u8; 16]>()
     )
     .unwrap();
-    src.push_str(&layout(
-        "hipblasLtMatmulHeuristicResult_t",
-        size_of::<Heur>(),
-        align_of::<Heur>(),
-        &[
-            ("algo", offset_of!(Heur, algo)),
-            ("workspaceSize", offset_of!(Heur, workspace_size)),
-            ("state", offset_of!(Heur, state)),
-            ("wavesCount", offset_of!(Heur, waves_count)),
-            ("reserved", offset_of!(Heur, reserved)),
-        ],
-    ));
+    src.push_str(&layout_of!("hipblasLtMatmulHeuristicResult_t", Heur,
+        algo as "algo", workspace_size as "workspaceSize", state as "state",
+        waves_count as "wavesCount", reserved as "reserved"));
     writeln!(src, "static_assert(std::is_same<decltype(hipblasLtMatmulHeuristicResult_t::wavesCount), float>::value, \"wavesCount is a float\");").unwrap();
     for (name, _, value) in sources::abi_constants() {
         // Every hipBLAS / hipBLASLt / hipDataType value the backend uses.
@@ -246,14 +236,9 @@ pub fn check(s: &Suite) {
     }
     refs.push_str("};\n");
     std::fs::write(host.join("refs.cpp"), refs).unwrap();
-    let out = s.sh(&format!(
+    s.sh_ok(&format!(
         "cd {inside} && g++ -std=c++17 {FLAGS} -c refs.cpp -o refs.o"
     ));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let nm = Command::new("nm")
         .arg("-u")
         .arg(host.join("refs.o"))

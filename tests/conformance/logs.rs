@@ -19,30 +19,19 @@ fn read(name: &str) -> (Format, Parsed) {
 const T: Trans = Trans::T;
 const N: Trans = Trans::N;
 
+/// A packed `F.linear` of the logs.
 fn linear(flags: u32) -> ProblemKey {
-    ProblemKey::single(
-        T,
-        N,
-        Types::HALF,
-        4096,
-        512,
-        2560,
-        2560,
-        2560,
-        4096,
-        4096,
-        flags,
-    )
+    ProblemKey::linear(Types::HALF, 4096, 512, 2560).with_flags(flags)
+}
+
+/// The bf16 linear layer of the 4.4 logs, run with fp16_alt_impl_round.
+fn bf16_rnz() -> ProblemKey {
+    let bf16 = Types::uniform(abi::DT_BF16_R, abi::DT_F32_R);
+    ProblemKey::linear(bf16, 1024, 16, 1024).with_flags(abi::FLAG_FP16_ALT_IMPL_RNZ)
 }
 
 fn int8(flags: u32) -> ProblemKey {
-    let t = Types {
-        a: abi::DT_I8_R,
-        b: abi::DT_I8_R,
-        c: abi::DT_I32_R,
-        d: abi::DT_I32_R,
-        compute: abi::DT_I32_R,
-    };
+    let t = Types::INT8;
     ProblemKey::single(N, N, t, 256, 128, 512, 256, 512, 256, 256, flags)
 }
 
@@ -103,20 +92,8 @@ fn check(name: &str, format: Format, want: &[(ProblemKey, u64)], skipped: &[&str
 /// flag 0x1 (pack_int8x4) stays in the key.
 #[test]
 fn rocblas_2_47_bench_log() {
-    let bx2 = ProblemKey::single(
-        T,
-        N,
-        Types::uniform(abi::DT_BF16_R, abi::DT_F32_R),
-        128,
-        7,
-        64,
-        64,
-        64,
-        128,
-        128,
-        0,
-    )
-    .with_batch(Batching::PointerArray, 2, [0; 4]);
+    let bx2 = ProblemKey::linear(Types::uniform(abi::DT_BF16_R, abi::DT_F32_R), 128, 7, 64)
+        .with_batch(Batching::PointerArray, 2, [0; 4]);
     check(
         "rocblas-2.47-bench.log",
         Format::Bench,
@@ -157,25 +134,12 @@ fn rocblas_2_47_profile_log() {
 
 #[test]
 fn rocblas_4_4_bench_log() {
-    let bf16 = ProblemKey::single(
-        T,
-        N,
-        Types::uniform(abi::DT_BF16_R, abi::DT_F32_R),
-        1024,
-        16,
-        1024,
-        1024,
-        1024,
-        1024,
-        1024,
-        abi::FLAG_FP16_ALT_IMPL_RNZ,
-    );
     let p = check(
         "rocblas-4.4-bench.log",
         Format::Bench,
         &[
             (linear(0), 3),
-            (bf16, 1),
+            (bf16_rnz(), 1),
             (batched(), 1),
             (strided(), 1),
             (hgemm(), 1),
@@ -195,19 +159,6 @@ fn rocblas_4_4_bench_log() {
 /// `invalid` and skipped with the advice to use a bench log.
 #[test]
 fn rocblas_4_4_profile_log() {
-    let bf16 = ProblemKey::single(
-        T,
-        N,
-        Types::uniform(abi::DT_BF16_R, abi::DT_F32_R),
-        1024,
-        16,
-        1024,
-        1024,
-        1024,
-        1024,
-        1024,
-        abi::FLAG_FP16_ALT_IMPL_RNZ,
-    );
     let mut sgemm_b1 = sgemm();
     sgemm_b1.flags = 0;
     check(
@@ -215,7 +166,7 @@ fn rocblas_4_4_profile_log() {
         Format::ProfileLog,
         &[
             (linear(0), 42),
-            (bf16, 7),
+            (bf16_rnz(), 7),
             (batched(), 6),
             (strided(), 9),
             (hgemm(), 2),

@@ -16,6 +16,26 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+/// One test per suite for a check taking `&Suite`: `check => test_5_5, test_6_4;`. A check
+/// only one suite can run is `per_suite!(@test "rocblas-6.4", check, test);`. (Defined
+/// before the modules, which use it too.)
+macro_rules! per_suite {
+    (@test $suite:literal, $check:expr, $t:ident) => {
+        #[test]
+        fn $t() {
+            if let Some(s) = $crate::suite::suite($suite) {
+                ($check)(s);
+            }
+        }
+    };
+    ($($check:expr => $t55:ident, $t64:ident;)*) => {
+        $(
+            per_suite!(@test "rocblas-5.5", $check, $t55);
+            per_suite!(@test "rocblas-6.4", $check, $t64);
+        )*
+    };
+}
+
 mod abi;
 mod amd;
 mod exports;
@@ -26,26 +46,6 @@ mod logs;
 mod pending;
 mod sources;
 mod suite;
-
-/// One test per suite for a check taking `&Suite`.
-macro_rules! per_suite {
-    ($($check:path => $t55:ident, $t64:ident;)*) => {
-        $(
-            #[test]
-            fn $t55() {
-                if let Some(s) = suite::suite("rocblas-5.5") {
-                    $check(s);
-                }
-            }
-            #[test]
-            fn $t64() {
-                if let Some(s) = suite::suite("rocblas-6.4") {
-                    $check(s);
-                }
-            }
-        )*
-    };
-}
 
 per_suite! {
     exports::check => exports_rocblas_5_5, exports_rocblas_6_4;
@@ -61,37 +61,12 @@ per_suite! {
     hosts::python_ctypes_direct => python_ctypes_direct_rocblas_5_5, python_ctypes_direct_rocblas_6_4;
 }
 
-#[test]
-fn hipblaslt_7_1_rocblas_6_4() {
-    if let Some(s) = suite::suite("rocblas-6.4") {
-        hipblaslt::check(s);
-    }
-}
-
-#[test]
-fn hipblaslt_host_rocblas_6_4() {
-    if let Some(s) = suite::suite("rocblas-6.4") {
-        hipblaslt::host(s);
-    }
-}
-
-#[test]
-fn hipblas_host_rocblas_6_4() {
-    if let Some(s) = suite::suite("rocblas-6.4") {
-        hosts::hipblas(s, false);
-    }
-}
-
-#[test]
-fn hipblas_host_bound_at_load_rocblas_6_4() {
-    if let Some(s) = suite::suite("rocblas-6.4") {
-        hosts::hipblas(s, true);
-    }
-}
-
-#[test]
-fn amd_formats_rocblas_6_4() {
-    if let Some(s) = suite::suite("rocblas-6.4") {
-        amd::check(s);
-    }
-}
+per_suite!(@test "rocblas-6.4", hipblaslt::check, hipblaslt_7_1_rocblas_6_4);
+per_suite!(@test "rocblas-6.4", hipblaslt::host, hipblaslt_host_rocblas_6_4);
+per_suite!(@test "rocblas-6.4", |s| hosts::hipblas(s, false), hipblas_host_rocblas_6_4);
+per_suite!(
+    @test "rocblas-6.4",
+    |s| hosts::hipblas(s, true),
+    hipblas_host_bound_at_load_rocblas_6_4
+);
+per_suite!(@test "rocblas-6.4", amd::check, amd_formats_rocblas_6_4);

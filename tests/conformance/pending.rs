@@ -43,22 +43,23 @@ fn invalid_handle_keeps_the_row(s: &Suite) {
     );
 }
 
+/// A fresh folder `name` whose `ref-v4` profile (refblas 4.x) serves `sol` for `spec`.
+fn refblas_row(name: &str, spec: &str, sol: i32) -> std::path::PathBuf {
+    let dir = common::scratch(name);
+    let sha = common::sha_of(&common::artifacts().libdir4, "librocblas.so.4");
+    let rows = [common::row(spec, &format!("Gemm_Rocblas_{sol}"))];
+    common::write_profile(&dir.join("profiles"), "ref-v4", &sha, &rows, 1);
+    dir
+}
+
 /// rocBLAS's device-memory size-query mode makes gemm_ex return 9 or 10 (size increased or
 /// unchanged): not a solution failure. refblas returns them on request.
 fn size_query_statuses_keep_the_row() {
     let a = common::artifacts();
     let spec = "ex:TN:h:64:24:40";
     let sols = common::non_heuristic_solutions(&a.host4, spec);
-    let sha = common::sha_of(&a.libdir4, "librocblas.so.4");
     for status in [1, 9, 10] {
-        let dir = common::scratch(&format!("pending-size-query-{status}"));
-        common::write_profile(
-            &dir.join("profiles"),
-            "ref-v4",
-            &sha,
-            &[common::row(spec, &format!("Gemm_Rocblas_{}", sols[0]))],
-            1,
-        );
+        let dir = refblas_row(&format!("pending-size-query-{status}"), spec, sols[0]);
         let mut cmd = Command::new(&a.host4);
         cmd.args([spec, spec]);
         common::host_env(&mut cmd, &dir, true);
@@ -136,14 +137,9 @@ fn no_64_api_where_the_library_has_none(s: &Suite) {
     }
     src.push_str("  return 0;\n}\n");
     std::fs::write(host.join("probe.c"), src).unwrap();
-    let build = s.sh(&format!(
+    s.sh_ok(&format!(
         "cd {inside} && gcc -o probe probe.c -lrocblas -ldl"
     ));
-    assert!(
-        build.status.success(),
-        "{}",
-        String::from_utf8_lossy(&build.stderr)
-    );
     let plain = s.sh(&format!("cd {inside} && ./probe"));
     let (plain_out, _) = out_text(&plain);
     assert_eq!(
@@ -163,18 +159,12 @@ fn no_64_api_where_the_library_has_none(s: &Suite) {
     );
 }
 
-#[test]
-fn an_invalid_handle_keeps_the_row_rocblas_5_5() {
-    if let Some(s) = crate::suite::suite("rocblas-5.5") {
-        invalid_handle_keeps_the_row(s);
-    }
-}
-
-#[test]
-fn an_invalid_handle_keeps_the_row_rocblas_6_4() {
-    if let Some(s) = crate::suite::suite("rocblas-6.4") {
-        invalid_handle_keeps_the_row(s);
-    }
+per_suite! {
+    invalid_handle_keeps_the_row =>
+        an_invalid_handle_keeps_the_row_rocblas_5_5, an_invalid_handle_keeps_the_row_rocblas_6_4;
+    rejected_calls_are_not_misses =>
+        calls_rocblas_rejects_are_not_misses_rocblas_5_5,
+        calls_rocblas_rejects_are_not_misses_rocblas_6_4;
 }
 
 #[test]
@@ -182,29 +172,14 @@ fn size_query_statuses_keep_the_row_on_refblas() {
     size_query_statuses_keep_the_row();
 }
 
-#[test]
-fn calls_rocblas_rejects_are_not_misses_rocblas_5_5() {
-    if let Some(s) = crate::suite::suite("rocblas-5.5") {
-        rejected_calls_are_not_misses(s);
-    }
-}
-
-#[test]
-fn calls_rocblas_rejects_are_not_misses_rocblas_6_4() {
-    if let Some(s) = crate::suite::suite("rocblas-6.4") {
-        rejected_calls_are_not_misses(s);
-    }
-}
-
-/// The `_64` exports are hidden from the loader once a handle shows the served build lacks
-/// them (`cdylib/src/rocblas/dynsym.rs`; IFUNCs were tried first and made glibc warn in every
-/// BIND_NOW host, see there).
-#[test]
-fn no_64_api_where_the_library_has_none_rocblas_5_5() {
-    if let Some(s) = crate::suite::suite("rocblas-5.5") {
-        no_64_api_where_the_library_has_none(s);
-    }
-}
+// The `_64` exports are hidden from the loader once a handle shows the served build lacks
+// them (`cdylib/src/rocblas/dynsym.rs`; IFUNCs were tried first and made glibc warn in every
+// BIND_NOW host, see there).
+per_suite!(
+    @test "rocblas-5.5",
+    no_64_api_where_the_library_has_none,
+    no_64_api_where_the_library_has_none_rocblas_5_5
+);
 
 /// Where the library has the 64-bit API (rocBLAS 6.4.4), a probe finds every name under the
 /// preload as without it, and what it finds is ours (the calls are counted: `hosts.rs`).
@@ -218,10 +193,9 @@ fn the_64_api_where_the_library_has_it_rocblas_6_4() {
             "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdio.h>\n#include <rocblas/rocblas.h>\nint main(void) {\n  rocblas_handle h = 0;\n  rocblas_create_handle(&h); /* links rocBLAS in (--as-needed) */\n  void *p = dlsym(RTLD_DEFAULT, \"rocblas_gemm_ex_64\");\n  Dl_info i;\n  printf(\"%s\\n\", p && dladdr(p, &i) ? i.dli_fname : \"absent\");\n  return 0;\n}\n",
         )
         .unwrap();
-        let build = s.sh(&format!(
+        s.sh_ok(&format!(
             "cd {inside} && gcc -o probe probe.c -lrocblas -ldl"
         ));
-        assert!(build.status.success(), "{}", out_text(&build).1);
         let (plain, _) = out_text(&s.sh(&format!("cd {inside} && ./probe")));
         assert!(plain.contains("librocblas.so.4"), "{plain}");
         let pre = s.sh(&format!(
@@ -245,16 +219,8 @@ fn the_64_api_is_served_when_bound_at_load_on_refblas() {
     let a = common::artifacts();
     let spec = "ex64:TN:h:64:24:40";
     let sols = common::non_heuristic_solutions(&a.host4, spec);
-    let sha = common::sha_of(&a.libdir4, "librocblas.so.4");
     for bind_now in [false, true] {
-        let dir = common::scratch(&format!("pending-64-bind-now-{bind_now}"));
-        common::write_profile(
-            &dir.join("profiles"),
-            "ref-v4",
-            &sha,
-            &[common::row(spec, &format!("Gemm_Rocblas_{}", sols[0]))],
-            1,
-        );
+        let dir = refblas_row(&format!("pending-64-bind-now-{bind_now}"), spec, sols[0]);
         let mut cmd = Command::new(&a.host4);
         cmd.arg(spec);
         common::host_env(&mut cmd, &dir, true);

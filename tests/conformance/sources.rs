@@ -206,12 +206,26 @@ pub fn abi_signatures() -> Vec<Signature> {
     out
 }
 
-/// One `pub const NAME: Type = literal;` of a section of `src/abi.rs` (literal integers only;
-/// constants computed from others are skipped).
+/// Every integer constant of `src/abi.rs`, as (name, type, value): each
+/// `pub const NAME: Type = literal;` and each `NAME = literal` of a
+/// `c_values!(Type: NAME = literal, ...);` block (constants computed from others are
+/// skipped).
 pub fn abi_constants() -> Vec<(String, String, i64)> {
     let src = read("src/abi.rs");
+    let code: String = src
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let literal = |value: &str| {
+        let value = value.trim().replace('_', "");
+        match value.strip_prefix("0x") {
+            Some(h) => i64::from_str_radix(h, 16).ok(),
+            None => value.parse::<i64>().ok(),
+        }
+    };
     let mut out = Vec::new();
-    for line in src.lines() {
+    for line in code.lines() {
         let Some(rest) = line.trim().strip_prefix("pub const ") else {
             continue;
         };
@@ -221,12 +235,16 @@ pub fn abi_constants() -> Vec<(String, String, i64)> {
         let Some((ty, value)) = rest.split_once('=') else {
             continue;
         };
-        let value = value.trim().trim_end_matches(';').trim();
-        let parsed = match value.strip_prefix("0x") {
-            Some(h) => i64::from_str_radix(&h.replace('_', ""), 16).ok(),
-            None => value.replace('_', "").parse::<i64>().ok(),
-        };
-        if let Some(v) = parsed {
+        if let Some(v) = literal(value.trim().trim_end_matches(';')) {
+            out.push((name.trim().to_string(), ty.trim().to_string(), v));
+        }
+    }
+    for block in code.split("c_values!(").skip(1) {
+        let block = &block[..block.find(");").expect("a c_values! block ends with );")];
+        let (ty, items) = block.split_once(':').expect("c_values!(Type: ...)");
+        for item in items.split(',').filter(|i| !i.trim().is_empty()) {
+            let (name, value) = item.split_once('=').expect("NAME = value");
+            let v = literal(value).expect("a c_values! value is a literal");
             out.push((name.trim().to_string(), ty.trim().to_string(), v));
         }
     }

@@ -198,6 +198,30 @@ impl Suite {
             .expect("run scripts/conformance run")
     }
 
+    /// [`Suite::sh`], checked to exit 0 (else the check fails with its stderr).
+    pub fn sh_ok(&self, script: &str) -> Output {
+        let out = self.sh(script);
+        assert!(
+            out.status.success(),
+            "{}: {script}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// Runs the `tunedblas` command inside the root, in `inside` (its store there), with
+    /// `args`: (exit code, stdout, stderr).
+    pub fn tunedblas(&self, inside: &str, args: &str) -> (Option<i32>, String, String) {
+        let out = self.sh(&format!(
+            "cd {inside} && env TUNEDBLAS_PROFILE_DIR={inside}/profiles TUNEDBLAS_CACHE_DIR={} NO_COLOR=1 {} {args}",
+            self.shared_cache(),
+            self.hosts().tunedblas
+        ));
+        let (o, e) = out_text(&out);
+        (out.status.code(), o, e)
+    }
+
     /// A path inside the root, as this machine sees it.
     pub fn host_path(&self, inside: &str) -> PathBuf {
         self.root.join(inside.trim_start_matches('/'))
@@ -244,6 +268,7 @@ impl Suite {
         let src = repo().join("tests/hosts");
         for f in [
             "real_host.c",
+            "spec.h",
             "dl_host.c",
             "py_host.py",
             "hipblas_host.c",

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fake_lt.h"
+
 #define OK 0
 #define INVALID 7
 #define UNSUPPORTED 15
@@ -61,20 +63,10 @@ typedef struct {
 typedef struct { uint64_t max_ws; } Pref;
 
 static int copy_out(const void *field, size_t want, void *buf, size_t size, size_t *written) {
-    if (size == 0) {
-        if (!written) return INVALID;
-        *written = want;
-        return OK;
-    }
-    if (size != want || !buf) return INVALID;
-    memcpy(buf, field, want);
-    if (written) *written = want;
-    return OK;
+    return fake_lt_copy_out(field, want, buf, size, written) ? INVALID : OK;
 }
 static int copy_in(void *field, size_t want, const void *buf, size_t size) {
-    if (size != want || !buf) return INVALID;
-    memcpy(field, buf, want);
-    return OK;
+    return fake_lt_copy_in(field, want, buf, size, 1) ? INVALID : OK;
 }
 
 int cublasLtCreate(void **h) { *h = malloc(16); return OK; }
@@ -94,7 +86,8 @@ int cublasLtMatmulDescDestroy(Desc *d) {
     if (!kept_dead(d, d ? &d->dead : NULL)) free(d);
     return OK;
 }
-static void *desc_field(Desc *d, int attr, size_t *want) {
+static void *desc_field(void *object, int attr, size_t *want) {
+    Desc *d = object;
     *want = 4;
     switch (attr) {
     case 0: return &d->compute;
@@ -109,9 +102,7 @@ static void *desc_field(Desc *d, int attr, size_t *want) {
     }
 }
 int cublasLtMatmulDescSetAttribute(Desc *d, int attr, const void *buf, size_t size) {
-    size_t want;
-    void *f = desc_field(d, attr, &want);
-    return f ? copy_in(f, want, buf, size) : INVALID;
+    return fake_lt_set(desc_field, d, attr, buf, size, 1) ? INVALID : OK;
 }
 /* Descriptor and layout attribute reads since the last matmul (one counter for the process,
  * read by single-threaded tests; a relaxed atomic add, so a count costs one instruction and
@@ -120,9 +111,7 @@ static int getters;
 
 int cublasLtMatmulDescGetAttribute(Desc *d, int attr, void *buf, size_t size, size_t *written) {
     __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
-    size_t want;
-    void *f = desc_field(d, attr, &want);
-    return f ? copy_out(f, want, buf, size, written) : INVALID;
+    return fake_lt_get(desc_field, d, attr, buf, size, written) ? INVALID : OK;
 }
 
 int cublasLtMatrixLayoutCreate(Layout **l, uint32_t type, uint64_t rows, uint64_t cols, int64_t ld) {
@@ -139,7 +128,8 @@ int cublasLtMatrixLayoutDestroy(Layout *l) {
     if (!kept_dead(l, l ? &l->dead : NULL)) free(l);
     return OK;
 }
-static void *layout_field(Layout *l, int attr, size_t *want) {
+static void *layout_field(void *object, int attr, size_t *want) {
+    Layout *l = object;
     switch (attr) {
     case 0: *want = 4; return &l->type;
     case 1: *want = 4; return &l->order;
@@ -152,15 +142,11 @@ static void *layout_field(Layout *l, int attr, size_t *want) {
     }
 }
 int cublasLtMatrixLayoutSetAttribute(Layout *l, int attr, const void *buf, size_t size) {
-    size_t want;
-    void *f = layout_field(l, attr, &want);
-    return f ? copy_in(f, want, buf, size) : INVALID;
+    return fake_lt_set(layout_field, l, attr, buf, size, 1) ? INVALID : OK;
 }
 int cublasLtMatrixLayoutGetAttribute(Layout *l, int attr, void *buf, size_t size, size_t *written) {
     __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
-    size_t want;
-    void *f = layout_field(l, attr, &want);
-    return f ? copy_out(f, want, buf, size, written) : INVALID;
+    return fake_lt_get(layout_field, l, attr, buf, size, written) ? INVALID : OK;
 }
 
 int cublasLtMatmulPreferenceCreate(Pref **p) { *p = calloc(1, sizeof **p); return OK; }
@@ -268,38 +254,14 @@ int cublasLtMatmulAlgoGetHeuristic(void *h, Desc *d, Layout *A, Layout *B, Layou
 #define FAKE_BUILD 1
 #endif
 
-/* bf16 (type 14) or f32 (type 0) element i of a matrix. */
-static float load_el(const void *p, uint32_t type, uint64_t i) {
-    if (type == 0) return ((const float *)p)[i];
-    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-static void store_el(void *p, uint32_t type, uint64_t i, float v) {
-    if (type == 0) { ((float *)p)[i] = v; return; }
-    uint32_t bits;
-    memcpy(&bits, &v, 4);
-    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
-    ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
-}
-/* D = alpha op(A) op(B) + beta C, column-major. */
+/* D = alpha op(A) op(B) + beta C, column-major, for unbatched problems (fake_lt.h). */
 static void compute_d(Desc *desc, const void *alpha, const void *A, Layout *Ad, const void *B, Layout *Bd,
                       const void *beta, const void *C, Layout *Cd, void *D, Layout *Dd) {
-    uint64_t m = Dd->rows, n = Dd->cols, k = desc->transa ? Ad->rows : Ad->cols;
-    if (m * n * k > (1ull << 24) || Dd->batch > 1) return;
-    float al = *(const float *)alpha, be = *(const float *)beta;
-    for (uint64_t j = 0; j < n; j++)
-        for (uint64_t i = 0; i < m; i++) {
-            float acc = 0;
-            for (uint64_t p = 0; p < k; p++) {
-                float a = load_el(A, Ad->type, desc->transa ? p + i * Ad->ld : i + p * Ad->ld);
-                float b = load_el(B, Bd->type, desc->transb ? j + p * Bd->ld : p + j * Bd->ld);
-                acc += a * b;
-            }
-            float c = be != 0 ? be * load_el(C, Cd->type, i + j * Cd->ld) : 0;
-            store_el(D, Dd->type, i + j * Dd->ld, al * acc + c);
-        }
+    if (Dd->batch > 1) return;
+    FakeLtMatrix a = {A, Ad->type, Ad->ld, desc->transa != 0}, b = {B, Bd->type, Bd->ld, desc->transb != 0},
+                 c = {C, Cd->type, Cd->ld, 0};
+    fake_lt_gemm(Dd->rows, Dd->cols, desc->transa ? Ad->rows : Ad->cols, *(const float *)alpha, a, b,
+                 *(const float *)beta, c, D, Dd->type, Dd->ld);
 }
 
 int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout *Ad,

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct { double ms; } Event;
+#include "fake_runtime.h"
+
 
 int cudaMalloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
 int cudaFree(void *p) { free(p); return 0; }
@@ -20,16 +21,7 @@ int cudaMemcpyAsync(void *d, const void *s, size_t n, int kind, void *st) {
     return cudaMemcpy(d, s, n, kind);
 }
 int cudaMemsetAsync(void *p, int v, size_t n, void *st) { (void)st; return cudaMemset(p, v, n); }
-int cudaEventCreate(Event **e) { *e = calloc(1, sizeof **e); return 0; }
-int cudaEventRecord(Event *e, void *st) {
-    (void)st;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    e->ms = t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-    return 0;
-}
-int cudaEventSynchronize(Event *e) { (void)e; return 0; }
-int cudaEventElapsedTime(float *ms, Event *a, Event *b) { *ms = (float)(b->ms - a->ms); return 0; }
+FAKE_EVENTS(cuda)
 int cudaStreamCreate(void **s) { *s = malloc(1); return 0; }
 int cudaStreamSynchronize(void *s) { (void)s; return 0; }
 const char *cudaGetErrorString(int e) { return e ? "stand-in error" : "no error"; }

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "fake_runtime.h"
+
 static int device(void) {
     const char *v = getenv("FAKEHIP_DEVICE");
     return v ? atoi(v) : 0;
@@ -130,15 +132,5 @@ int fakehip_capture(void *stream, void (*run)(void *), void (*release)(void *), 
     s->tail = op;
     return 1;
 }
-typedef struct { double ms; } Event;
-int hipEventCreate(Event **e) { *e = calloc(1, sizeof **e); return *e ? 0 : 2; }
+FAKE_EVENTS(hip)
 int hipEventDestroy(Event *e) { free(e); return 0; }
-int hipEventRecord(Event *e, void *st) {
-    (void)st;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    e->ms = t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-    return 0;
-}
-int hipEventSynchronize(Event *e) { (void)e; return 0; }
-int hipEventElapsedTime(float *ms, Event *a, Event *b) { *ms = (float)(b->ms - a->ms); return 0; }

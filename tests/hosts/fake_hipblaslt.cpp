@@ -68,6 +68,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "fake_lt.h"
+
 // ---- The real headers' types under their names: the mangled names are made of them ------
 // A typedef of an anonymous enum or struct is mangled by the typedef's name, a named one by
 // its tag; hipDataType is both (library_types.h), the heuristic result and the algo go by
@@ -84,17 +86,9 @@ typedef enum {
 typedef enum { HIPBLAS_OP_N = 111, HIPBLAS_OP_T = 112, HIPBLAS_OP_C = 113 } hipblasOperation_t;
 typedef enum hipDataType { HIP_R_32F = 0, HIP_R_64F = 1, HIP_R_16F = 2, HIP_R_16BF = 14 } hipDataType;
 typedef enum {
-    HIPBLAS_COMPUTE_16F = 0,
-    HIPBLAS_COMPUTE_16F_PEDANTIC = 1,
-    HIPBLAS_COMPUTE_32F = 2,
-    HIPBLAS_COMPUTE_32F_PEDANTIC = 3,
-    HIPBLAS_COMPUTE_32F_FAST_16F = 4,
-    HIPBLAS_COMPUTE_32F_FAST_16BF = 5,
-    HIPBLAS_COMPUTE_32F_FAST_TF32 = 6,
-    HIPBLAS_COMPUTE_64F = 7,
-    HIPBLAS_COMPUTE_64F_PEDANTIC = 8,
-    HIPBLAS_COMPUTE_32I = 9,
-    HIPBLAS_COMPUTE_32I_PEDANTIC = 10,
+    HIPBLAS_COMPUTE_16F = 0, HIPBLAS_COMPUTE_16F_PEDANTIC = 1, HIPBLAS_COMPUTE_32F = 2, HIPBLAS_COMPUTE_32F_PEDANTIC = 3,
+    HIPBLAS_COMPUTE_32F_FAST_16F = 4, HIPBLAS_COMPUTE_32F_FAST_16BF = 5, HIPBLAS_COMPUTE_32F_FAST_TF32 = 6,
+    HIPBLAS_COMPUTE_64F = 7, HIPBLAS_COMPUTE_64F_PEDANTIC = 8, HIPBLAS_COMPUTE_32I = 9, HIPBLAS_COMPUTE_32I_PEDANTIC = 10,
 } hipblasComputeType_t;
 typedef void *hipblasLtHandle_t;
 typedef struct _hipblasLtMatmulAlgo_t {
@@ -186,22 +180,16 @@ static bool fail_both(bool tuned) {
 static const int HEURISTIC_INDEX = 6;
 
 // ---- Attributes: cuBLASLt's size rules (size 0 asks for the size) -------------------------
-static hipblasStatus_t copy_out(const void *field, size_t want, void *buf, size_t size, size_t *written) {
-    if (size == 0) {
-        if (!written) return HIPBLAS_STATUS_INVALID_VALUE;
-        *written = want;
-        return HIPBLAS_STATUS_SUCCESS;
-    }
-    if (size != want || !buf) return HIPBLAS_STATUS_INVALID_VALUE;
-    memcpy(buf, field, want);
-    if (written) *written = want;
-    return HIPBLAS_STATUS_SUCCESS;
-}
-/* As hipBLASLt 7.1.1's setters: a buffer at least the attribute's size is taken, its first
- * bytes read (an int64_t batch count sets the count). */
-static hipblasStatus_t copy_in(void *field, size_t want, const void *buf, size_t size) {
-    if (size < want || !buf) return HIPBLAS_STATUS_INVALID_VALUE;
-    memcpy(field, buf, want);
+/* Getters as cuBLASLt's; setters as hipBLASLt 7.1.1's: a buffer at least the attribute's size
+ * is taken, its first bytes read (an int64_t batch count sets the count). fake_lt.h has both;
+ * this is its status as hipBLASLt's. */
+static hipblasStatus_t status(int fake) { return fake ? HIPBLAS_STATUS_INVALID_VALUE : HIPBLAS_STATUS_SUCCESS; }
+/* Frees a descriptor or layout, or with FAKEHIPLT_KEEP_DESTROYED marks it dead (build 0). */
+template <typename T> static hipblasStatus_t destroy(T *object) {
+    if (object && keep_destroyed())
+        object->build = 0;
+    else
+        delete object;
     return HIPBLAS_STATUS_SUCCESS;
 }
 
@@ -241,15 +229,9 @@ hipblasStatus_t hipblasLtMatmulDescCreate(Desc **d, hipblasComputeType_t compute
     *d = new (std::nothrow) Desc{compute, scale};
     return *d ? HIPBLAS_STATUS_SUCCESS : HIPBLAS_STATUS_ALLOC_FAILED;
 }
-hipblasStatus_t hipblasLtMatmulDescDestroy(Desc *d) {
-    if (d && keep_destroyed()) {
-        d->build = 0;
-        return HIPBLAS_STATUS_SUCCESS;
-    }
-    delete d;
-    return HIPBLAS_STATUS_SUCCESS;
-}
-static void *desc_field(Desc *d, int attr, size_t *want) {
+hipblasStatus_t hipblasLtMatmulDescDestroy(Desc *d) { return destroy(d); }
+static void *desc_field(void *object, int attr, size_t *want) {
+    Desc *d = static_cast<Desc *>(object);
     *want = 4;
     switch (attr) {
     case 0: return &d->transa;
@@ -263,9 +245,7 @@ static void *desc_field(Desc *d, int attr, size_t *want) {
     }
 }
 hipblasStatus_t hipblasLtMatmulDescSetAttribute(Desc *d, int attr, const void *buf, size_t size) {
-    size_t want;
-    void *f = d ? desc_field(d, attr, &want) : nullptr;
-    return f ? copy_in(f, want, buf, size) : HIPBLAS_STATUS_INVALID_VALUE;
+    return status(fake_lt_set(desc_field, d, attr, buf, size, 0));
 }
 /* Descriptor and layout attribute reads since the last matmul (one counter for the process,
  * read by single-threaded tests; a relaxed atomic add, so a count costs one instruction). */
@@ -273,9 +253,7 @@ static int getters;
 
 hipblasStatus_t hipblasLtMatmulDescGetAttribute(Desc *d, int attr, void *buf, size_t size, size_t *written) {
     __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
-    size_t want;
-    void *f = d ? desc_field(d, attr, &want) : nullptr;
-    return f ? copy_out(f, want, buf, size, written) : HIPBLAS_STATUS_INVALID_VALUE;
+    return status(fake_lt_get(desc_field, d, attr, buf, size, written));
 }
 
 hipblasStatus_t hipblasLtMatrixLayoutCreate(Layout **l, hipDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
@@ -291,15 +269,9 @@ hipblasStatus_t hipblasLtMatrixLayoutCreate(Layout **l, hipDataType type, uint64
 }
 /* For the tests: whether a layout was made by this build (1) or another (0). */
 int fakehiplt_owns(const Layout *l) { return l && l->build == FAKE_BUILD; }
-hipblasStatus_t hipblasLtMatrixLayoutDestroy(Layout *l) {
-    if (l && keep_destroyed()) {
-        l->build = 0;
-        return HIPBLAS_STATUS_SUCCESS;
-    }
-    delete l;
-    return HIPBLAS_STATUS_SUCCESS;
-}
-static void *layout_field(Layout *l, int attr, size_t *want) {
+hipblasStatus_t hipblasLtMatrixLayoutDestroy(Layout *l) { return destroy(l); }
+static void *layout_field(void *object, int attr, size_t *want) {
+    Layout *l = static_cast<Layout *>(object);
     switch (attr) {
     case 0: *want = 4; return &l->batch;
     case 1: *want = 8; return &l->stride;
@@ -312,17 +284,13 @@ static void *layout_field(Layout *l, int attr, size_t *want) {
     }
 }
 hipblasStatus_t hipblasLtMatrixLayoutSetAttribute(Layout *l, int attr, const void *buf, size_t size) {
-    size_t want;
-    void *f = l ? layout_field(l, attr, &want) : nullptr;
-    return f ? copy_in(f, want, buf, size) : HIPBLAS_STATUS_INVALID_VALUE;
+    return status(fake_lt_set(layout_field, l, attr, buf, size, 0));
 }
 hipblasStatus_t hipblasLtMatrixLayoutGetAttribute(Layout *l, int attr, void *buf, size_t size, size_t *written) {
     __atomic_fetch_add(&getters, 1, __ATOMIC_RELAXED);
-    size_t want;
     /* As hipBLASLt 7.1.1 (measured, tests/conformance/hipblaslt.rs): only the batch count and
      * stride can be read back; type, order, rows, cols and ld are INVALID_VALUE. */
-    void *f = l && attr <= 1 ? layout_field(l, attr, &want) : nullptr;
-    return f ? copy_out(f, want, buf, size, written) : HIPBLAS_STATUS_INVALID_VALUE;
+    return attr <= 1 ? status(fake_lt_get(layout_field, l, attr, buf, size, written)) : HIPBLAS_STATUS_INVALID_VALUE;
 }
 
 hipblasStatus_t hipblasLtMatmulPreferenceCreate(Pref **p) {
@@ -336,7 +304,7 @@ hipblasStatus_t hipblasLtMatmulPreferenceDestroy(Pref *p) {
 }
 hipblasStatus_t hipblasLtMatmulPreferenceSetAttribute(Pref *p, int attr, const void *buf, size_t size) {
     if (!p || attr != 1 /* MAX_WORKSPACE_BYTES */) return HIPBLAS_STATUS_INVALID_VALUE;
-    return copy_in(&p->max_ws, 8, buf, size);
+    return status(fake_lt_copy_in(&p->max_ws, 8, buf, size, 0));
 }
 
 } // extern "C"
@@ -425,41 +393,15 @@ static void trace(const Layout *D, uint64_t k, const hipblasLtMatmulAlgo_t *algo
     pthread_setcancelstate(old, nullptr);
 }
 
-/* bf16 (HIP_R_16BF) or f32 element i of a matrix. */
-static float load_el(const void *p, uint32_t type, uint64_t i) {
-    if (type == HIP_R_32F) return ((const float *)p)[i];
-    uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-static void store_el(void *p, uint32_t type, uint64_t i, float v) {
-    if (type == HIP_R_32F) {
-        ((float *)p)[i] = v;
-        return;
-    }
-    uint32_t bits;
-    memcpy(&bits, &v, 4);
-    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
-    ((uint16_t *)p)[i] = (uint16_t)(bits >> 16);
-}
 /* D = alpha op(A) op(B) + beta C, column-major, for unbatched bf16/f32 problems of at most
- * 2^24 multiply-adds (others are left alone). */
+ * 2^24 multiply-adds (fake_lt.h; others are left alone). */
 static void compute_d(const Desc *desc, const void *alpha, const void *A, const Layout *Ad, const void *B,
                       const Layout *Bd, const void *beta, const void *C, const Layout *Cd, void *D, const Layout *Dd) {
-    uint64_t m = Dd->rows, n = Dd->cols, k = k_of(desc, Ad);
-    if (m * n * k > (1ull << 24) || Dd->batch > 1) return;
-    bool ta = desc->transa != HIPBLAS_OP_N, tb = desc->transb != HIPBLAS_OP_N;
-    float al = *(const float *)alpha, be = *(const float *)beta;
-    for (uint64_t j = 0; j < n; j++)
-        for (uint64_t i = 0; i < m; i++) {
-            float acc = 0;
-            for (uint64_t p = 0; p < k; p++)
-                acc += load_el(A, Ad->type, ta ? p + i * Ad->ld : i + p * Ad->ld) *
-                       load_el(B, Bd->type, tb ? j + p * Bd->ld : p + j * Bd->ld);
-            float c = be != 0 ? be * load_el(C, Cd->type, i + j * Cd->ld) : 0;
-            store_el(D, Dd->type, i + j * Dd->ld, al * acc + c);
-        }
+    if (Dd->batch > 1) return;
+    FakeLtMatrix a = {A, Ad->type, Ad->ld, desc->transa != HIPBLAS_OP_N},
+                 b = {B, Bd->type, Bd->ld, desc->transb != HIPBLAS_OP_N}, c = {C, Cd->type, Cd->ld, 0};
+    fake_lt_gemm(Dd->rows, Dd->cols, k_of(desc, Ad), *(const float *)alpha, a, b, *(const float *)beta, c, D,
+                 Dd->type, Dd->ld);
 }
 
 extern "C" {

@@ -34,6 +34,7 @@
  */
 #define GEMM_HOST_MODULE
 #include "gemm_host.c"
+#include "host_steps.h"
 #include "miss_names.h"
 
 #include <ctype.h>
@@ -168,16 +169,7 @@ int main(int argc, char **argv) {
         } else if (!strncmp(a, "@fork-init:", 11)) {
             fork_busy(a + 11, 0);
         } else if (!strcmp(a, "@vfork-fail")) {
-            fflush(stdout);
-            pid_t pid = vfork();
-            if (pid == 0) {
-                char *args[] = {"/nonexistent/tunedblas-test", NULL};
-                execv(args[0], args);
-                _exit(127);
-            }
-            int status = -1;
-            waitpid(pid, &status, 0);
-            printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+            vfork_fail();
             fflush(stdout);
         } else if (!strcmp(a, "@pause")) {
             printf("paused\n");

@@ -21,9 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spec.h"
+
 typedef void *rocblas_handle;
-enum { OP_N = 111, OP_T = 112 };
-enum { F16 = 150, F32 = 151, F64 = 152, BF16 = 168 };
+enum { OP_N = SPEC_OP_N, OP_T = SPEC_OP_T };
+enum { F16 = SPEC_F16, F32 = SPEC_F32, F64 = SPEC_F64, BF16 = SPEC_BF16 };
 
 int hipSetDevice(int);
 int rocblas_create_handle(rocblas_handle *);
@@ -106,17 +108,7 @@ static int parse(const char *text, struct spec *s) {
     s->reps = 1;
     if (sscanf(text, "%7[^:]:%3[^:]:%3[^:]:%d:%d:%d:%d", s->kind, ab, ty, &s->m, &s->n, &s->k, &s->reps) < 6)
         return -1;
-    s->ta = ab[0] == 'T' ? OP_T : OP_N;
-    s->tb = ab[1] == 'T' ? OP_T : OP_N;
-    if (!strcmp(s->kind, "hgemm") || !strcmp(s->kind, "hsb")) strcpy(ty, "hh");
-    if (!strcmp(s->kind, "sgemm") || !strcmp(s->kind, "ssb")) strcpy(ty, "s");
-    if (!strcmp(ty, "h")) { s->type = F16; s->compute = F32; }
-    else if (!strcmp(ty, "hh")) { s->type = F16; s->compute = F16; }
-    else if (!strcmp(ty, "b")) { s->type = BF16; s->compute = F32; }
-    else if (!strcmp(ty, "s")) { s->type = F32; s->compute = F32; }
-    else if (!strcmp(ty, "d")) { s->type = F64; s->compute = F64; }
-    else return -1;
-    return 0;
+    return spec_types(s->kind, 0, ab, ty, &s->ta, &s->tb, &s->type, &s->compute);
 }
 
 /* Runs one spec; returns the status and writes the digest of every output byte. */

@@ -60,6 +60,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "host_steps.h"
 #include "miss_names.h"
 
 typedef int (*linear_fn)(long, long, long, size_t, int);
@@ -212,16 +213,7 @@ static int life_step(const char *a) {
         kill(getpid(), SIGTERM);
         for (;;) pause();
     } else if (!strcmp(a, "@vfork-fail")) {
-        fflush(stdout);
-        pid_t pid = vfork();
-        if (pid == 0) {
-            char *args[] = {"/nonexistent/tunedblas-test", NULL};
-            execv(args[0], args);
-            _exit(127);
-        }
-        int status = -1;
-        waitpid(pid, &status, 0);
-        printf("vfork-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        vfork_fail();
     } else if (!strncmp(a, "@threads:", 9)) {
         int t = atoi(a + 9);
         const char *n = strchr(a + 9, ':');

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spec.h"
+
 struct spec {
     char text[128];
     char kind[16];
@@ -34,16 +36,12 @@ static int parse(const char *text, struct spec *s) {
     snprintf(s->text, sizeof s->text, "%s", text);
     if (sscanf(text, "%15[^:]:%3[^:]:%3[^:]:%d:%d:%d", s->kind, ab, ty, &s->m, &s->n, &s->k) < 6)
         return -1;
-    s->ta = ab[0] == 'T' ? rocblas_operation_transpose : rocblas_operation_none;
-    s->tb = ab[1] == 'T' ? rocblas_operation_transpose : rocblas_operation_none;
-    if (!strncmp(s->kind, "hgemm", 5) || !strncmp(s->kind, "hsb", 3)) strcpy(ty, "hh");
-    if (!strncmp(s->kind, "sgemm", 5) || !strncmp(s->kind, "ssb", 3)) strcpy(ty, "s");
-    if (!strcmp(ty, "h")) { s->type = rocblas_datatype_f16_r; s->compute = rocblas_datatype_f32_r; }
-    else if (!strcmp(ty, "hh")) { s->type = rocblas_datatype_f16_r; s->compute = rocblas_datatype_f16_r; }
-    else if (!strcmp(ty, "b")) { s->type = rocblas_datatype_bf16_r; s->compute = rocblas_datatype_f32_r; }
-    else if (!strcmp(ty, "s")) { s->type = rocblas_datatype_f32_r; s->compute = rocblas_datatype_f32_r; }
-    else if (!strcmp(ty, "d")) { s->type = rocblas_datatype_f64_r; s->compute = rocblas_datatype_f64_r; }
-    else return -1;
+    int ta, tb, type, compute;
+    if (spec_types(s->kind, 1, ab, ty, &ta, &tb, &type, &compute)) return -1;
+    s->ta = (rocblas_operation)ta;
+    s->tb = (rocblas_operation)tb;
+    s->type = (rocblas_datatype)type;
+    s->compute = (rocblas_datatype)compute;
     return 0;
 }
 

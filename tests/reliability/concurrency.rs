@@ -26,24 +26,19 @@ fn thirty_two_threads_exact_per_key_counts() {
         .collect();
     let mut args = vec!["--threads".to_string(), THREADS.to_string()];
     args.extend(specs.iter().cloned());
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let argv = strs(&args);
     let mut cmd = host4_cmd(&dir, true, &argv);
     cmd.env("TUNEDBLAS_STATS", dir.join("stats.json"));
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     assert_eq!(text(&out.stdout), format!("threads={THREADS} failures=0\n"));
 
     let per_key = THREADS * REPS;
     let total = 4 * per_key;
-    assert!(
-        stderr.contains(&format!(
+    assert_has(&stderr, &format!(
             "{total} calls: {} served, 0 default, {} missed (2 shapes), 0 passed through, 0 fallbacks",
             2 * per_key,
             2 * per_key
-        )),
-        "{stderr}"
-    );
+        ));
     let stats: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("stats.json")).unwrap()).unwrap();
     assert_eq!(stats["calls"], total);
@@ -103,7 +98,7 @@ fn four_processes_record_misses_at_once_without_corrupt_lines() {
         args.extend(own(p));
         args.push(format!("@threads:4:{HIT_H}:5"));
         args.extend(shared.iter().map(|s| s.to_string()));
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let argv = strs(&args);
         let mut cmd = fault_cmd(&dir, true, &argv);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

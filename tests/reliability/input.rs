@@ -17,14 +17,19 @@ fn hit_row() -> String {
     row(HIT, &format!("Gemm_Rocblas_{}", tuned(HIT)))
 }
 
+/// A fresh folder `name` whose profile has the one row [`hit_row`].
+fn with_hit_row(name: &str) -> std::path::PathBuf {
+    let dir = scratch(name);
+    Profile::v4(&dir).line(hit_row()).write();
+    dir
+}
+
 /// Runs HIT and MISS under the preload and checks HIT was served, MISS recorded and both
 /// results right. Returns stderr.
 fn run_served(name: &str, dir: &Path, extra: &[&str]) -> String {
     let mut args = vec![HIT, MISS];
     args.extend(extra);
-    let out = run_guarded(fault_cmd(dir, true, &args));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(fault_cmd(dir, true, &args));
     assert_eq!(
         results(&out),
         expected(name, &args, &[(HIT, tuned(HIT))]),
@@ -45,6 +50,18 @@ fn rank0(dir: &Path) -> std::path::PathBuf {
     dir.join("profiles/ref-v4/tunableop_results0.csv")
 }
 
+/// Rewrites the rank-0 file of `dir` with `edit`.
+fn edit_rank0(dir: &Path, edit: impl FnOnce(String) -> String) {
+    let text = std::fs::read_to_string(rank0(dir)).unwrap();
+    std::fs::write(rank0(dir), edit(text)).unwrap();
+}
+
+/// Fails unless `stderr` says `what` right after the rank-0 file's path.
+#[track_caller]
+fn said_of_rank0(stderr: &str, dir: &Path, what: &str) {
+    assert_has(stderr, &format!("{}{what}", rank0(dir).display()));
+}
+
 #[test]
 fn malformed_lines_are_skipped_reported_and_counted() {
     let dir = scratch("rel-malformed");
@@ -56,20 +73,16 @@ fn malformed_lines_are_skipped_reported_and_counted() {
     Profile::v4(&dir).lines(&rows).write();
     let stderr = run_served("rel-malformed", &dir, &[]);
     let file = rank0(&dir).display().to_string();
-    assert!(stderr.contains(&format!("{file}:3: skipped: ")), "{stderr}");
-    assert!(stderr.contains("fix or delete the line"), "{stderr}");
+    assert_has(&stderr, &format!("{file}:3: skipped: "));
+    assert_has(&stderr, "fix or delete the line");
     assert_eq!(stderr.matches(": skipped: ").count(), 20, "{stderr}");
-    assert!(
-        stderr.contains("5 more problems in the profile not shown"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    assert_has(&stderr, "5 more problems in the profile not shown");
+    assert_has(&stderr, "(1 rows, rank 0)");
 }
 
 #[test]
 fn an_unreadable_rank_file_is_reported_and_the_others_serve() {
-    let dir = scratch("rel-unreadable");
-    Profile::v4(&dir).line(hit_row()).write();
+    let dir = with_hit_row("rel-unreadable");
     // Rank 1's "file" cannot be read (a folder in its place); device 1 falls back to rank 0.
     let rank1 = dir.join("profiles/ref-v4/tunableop_results1.csv");
     std::fs::create_dir_all(&rank1).unwrap();
@@ -83,28 +96,23 @@ fn an_unreadable_rank_file_is_reported_and_the_others_serve() {
         "{stderr}"
     );
     let stderr = run_served("rel-unreadable", &dir, &[]);
-    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    assert_has(&stderr, "(1 rows, rank 0)");
 }
 
 #[test]
 fn a_truncated_results_file_serves_its_whole_rows_only() {
-    let dir = scratch("rel-truncated");
-    Profile::v4(&dir).line(hit_row()).write();
+    let dir = with_hit_row("rel-truncated");
     // The next row was being written when the disk filled: cut inside the solution index,
     // which would otherwise read as another (valid-looking) index.
     let sol = tuned(MISS);
     let cut = row(MISS, &format!("Gemm_Rocblas_{sol}"));
     let cut = &cut[..cut.rfind(',').unwrap() - 1];
-    let mut text = std::fs::read_to_string(rank0(&dir)).unwrap();
-    text.push_str(cut);
-    std::fs::write(rank0(&dir), text).unwrap();
+    edit_rank0(&dir, |text| text + cut);
     let stderr = run_served("rel-truncated", &dir, &[]);
-    assert!(
-        stderr.contains(&format!(
-            "{}:4: skipped: the last line has no time_ms and no newline: the file was cut short",
-            rank0(&dir).display()
-        )),
-        "{stderr}"
+    said_of_rank0(
+        &stderr,
+        &dir,
+        ":4: skipped: the last line has no time_ms and no newline: the file was cut short",
     );
     assert_eq!(
         trace(&dir)[1]["heuristic"],
@@ -115,17 +123,14 @@ fn a_truncated_results_file_serves_its_whole_rows_only() {
 
 #[test]
 fn invalid_profiles_json_passes_through_and_records() {
-    let dir = scratch("rel-bad-registry");
-    Profile::v4(&dir).line(hit_row()).write();
+    let dir = with_hit_row("rel-bad-registry");
     let reg = dir.join("profiles/profiles.json");
     std::fs::write(
         &reg,
         "{\"profiles\": {\"ref-v4\": {\"dir\": \"ref-v4\",, }}}\n",
     )
     .unwrap();
-    let out = run_guarded(fault_cmd(&dir, true, &[HIT, MISS]));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(fault_cmd(&dir, true, &[HIT, MISS]));
     assert!(
         stderr.contains(&format!("{}:1:", reg.display()))
             && stderr.contains("not valid JSON")
@@ -146,21 +151,15 @@ fn invalid_profiles_json_passes_through_and_records() {
 
 #[test]
 fn a_contradicting_validator_is_reported_and_serving_continues() {
-    let dir = scratch("rel-validator");
-    Profile::v4(&dir).line(hit_row()).write();
-    let text = std::fs::read_to_string(rank0(&dir)).unwrap();
-    std::fs::write(
-        rank0(&dir),
-        format!("Validator,ROCBLAS_VERSION,0.0.0.deadbeef\n{text}"),
-    )
-    .unwrap();
+    let dir = with_hit_row("rel-validator");
+    edit_rank0(&dir, |text| {
+        format!("Validator,ROCBLAS_VERSION,0.0.0.deadbeef\n{text}")
+    });
     let stderr = run_served("rel-validator", &dir, &[]);
-    assert!(
-        stderr.contains(&format!(
-            "{}: Validator ROCBLAS_VERSION is 0.0.0.deadbeef, but the loaded rocBLAS reports",
-            rank0(&dir).display()
-        )),
-        "{stderr}"
+    said_of_rank0(
+        &stderr,
+        &dir,
+        ": Validator ROCBLAS_VERSION is 0.0.0.deadbeef, but the loaded rocBLAS reports",
     );
     assert!(stderr.contains("check that this profile belongs to this build"));
 }
@@ -176,11 +175,8 @@ fn unknown_ops_and_other_backends_are_counted_not_served() {
     ];
     Profile::v4(&dir).lines(&rows).write();
     let stderr = run_served("rel-unknown-ops", &dir, &[]);
-    assert!(
-        stderr.contains("3 rows name ops or solutions rocBLAS cannot serve"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    assert_has(&stderr, "3 rows name ops or solutions rocBLAS cannot serve");
+    assert_has(&stderr, "(1 rows, rank 0)");
 }
 
 #[test]
@@ -200,7 +196,7 @@ fn absurd_dimensions_and_ids_in_rows_and_calls() {
     // reaches the host, and nothing in the interposer gives up (no internal error latch).
     let stderr = run_served("rel-absurd", &dir, &["@absurd", HIT]);
     assert_eq!(stderr.matches(": skipped: ").count(), 4, "{stderr}");
-    assert!(stderr.contains("(2 rows, rank 0)"), "{stderr}");
+    assert_has(&stderr, "(2 rows, rank 0)");
     let t = trace(&dir);
     assert_eq!(
         t.last().unwrap()["heuristic"],

@@ -57,8 +57,7 @@ fn sorted(mut v: Vec<(String, u64)>) -> Vec<(String, u64)> {
 }
 
 fn fork_case(name: &str, fork_step: &str) {
-    let dir = scratch(name);
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit(name, HIT);
     let a2 = format!("{A}:2");
     let b3 = format!("{B}:3");
     let args = [a2.as_str(), HIT, fork_step, b3.as_str(), A];
@@ -129,18 +128,19 @@ fn fork_child_leaving_with_exit_underscore_still_writes_counts() {
     fork_case("rel-forkx", "@forkx");
 }
 
+/// Runs the fork step `step` in a fresh folder `name`; checks the host and its child ended
+/// well. Returns the folder and the host's output.
+fn forked(name: &str, step: &str) -> (std::path::PathBuf, std::process::Output) {
+    let dir = scratch_with_hit(name, HIT);
+    let (out, _) = run_ok(fault_cmd(&dir, true, &[step]));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("child=0\n"), "{stdout}");
+    (dir, out)
+}
+
 #[test]
 fn fork_while_other_threads_are_recording_does_not_deadlock() {
-    let dir = scratch("rel-fork-busy");
-    profile_with_hit(&dir, HIT);
-    let out = run_guarded(fault_cmd(&dir, true, &[&format!("@fork-busy:6:{A}")]));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        text(&out.stdout).contains("child=0\n"),
-        "{}",
-        text(&out.stdout)
-    );
+    let (dir, _) = forked("rel-fork-busy", &format!("@fork-busy:6:{A}"));
     let (lines, counts) = whole_miss_files(&dir);
     assert_eq!(lines, vec![miss_line(A), miss_line(A)], "parent and child");
     assert!(
@@ -152,16 +152,7 @@ fn fork_while_other_threads_are_recording_does_not_deadlock() {
 #[test]
 fn fork_during_start_up_does_not_hang_the_child() {
     // A fresh cache: start-up hashes the library, so the fork lands inside it.
-    let dir = scratch("rel-fork-init");
-    profile_with_hit(&dir, HIT);
-    let out = run_guarded(fault_cmd(&dir, true, &[&format!("@fork-init:4:{A}")]));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        text(&out.stdout).contains("child=0\n"),
-        "{}",
-        text(&out.stdout)
-    );
+    let (dir, out) = forked("rel-fork-init", &format!("@fork-init:4:{A}"));
     let want = expected("rel-fork-init", &[A], &served());
     assert_eq!(results(&out), want, "the child's call is right");
     // The parent recorded its shape; a child forked mid start-up passes its calls through.
@@ -171,27 +162,21 @@ fn fork_during_start_up_does_not_hang_the_child() {
 
 #[test]
 fn vfork_child_exiting_does_not_finish_the_parent() {
-    let dir = scratch("rel-vfork");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-vfork", HIT);
     let args = [
         format!("{A}:2"),
         "@vfork-fail".into(),
         format!("{A}:3"),
         B.into(),
     ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_guarded(fault_cmd(&dir, true, &args));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let args = strs(&args);
+    let (out, stderr) = run_ok(fault_cmd(&dir, true, &args));
     assert!(text(&out.stdout).contains("vfork-child=127"));
     assert_eq!(results(&out), expected("rel-vfork", &args, &served()));
     // The vfork child shares the parent's memory: had its _exit finished the run, the
     // parent's real exit would have written nothing more.
     assert_eq!(stderr.matches(" calls: ").count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("6 calls: 0 served, 0 default, 6 missed (2 shapes)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "6 calls: 0 served, 0 default, 6 missed (2 shapes)");
     let (lines, counts) = whole_miss_files(&dir);
     assert_eq!(lines, vec![miss_line(A), miss_line(B)]);
     assert_eq!(
@@ -202,18 +187,12 @@ fn vfork_child_exiting_does_not_finish_the_parent() {
 
 #[test]
 fn exit_underscore_skips_atexit_but_nothing_is_lost() {
-    let dir = scratch("rel-exit");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-exit", HIT);
     let args = [format!("{A}:3"), HIT.into(), "@exit_".into(), B.into()];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_guarded(fault_cmd(&dir, true, &args));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let args = strs(&args);
+    let (out, stderr) = run_ok(fault_cmd(&dir, true, &args));
     assert_eq!(results(&out), expected("rel-exit", &args, &served()));
-    assert!(
-        stderr.contains("4 calls: 1 served, 0 default, 3 missed (1 shapes)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "4 calls: 1 served, 0 default, 3 missed (1 shapes)");
     let (lines, counts) = whole_miss_files(&dir);
     assert_eq!(lines, vec![miss_line(A)]);
     assert_eq!(counts, vec![(miss_line(A), 3)]);
@@ -308,34 +287,38 @@ fn every_printed_shape_is_logged(dir: &Path, lines: &[String], at_least: usize) 
     assert_eq!(distinct.len(), logged.len(), "each shape once");
 }
 
+/// Runs fault_host on `args` in a fresh folder `name`, sends `signal` once `ready` says so,
+/// checks the host died of it and that each of the (at least `at_least`) shapes it printed
+/// is logged, once; returns the folder.
+fn signalled_mid_run(
+    name: &str,
+    args: &[String],
+    signal: i32,
+    ready: impl Fn(&[String]) -> bool,
+    at_least: usize,
+) -> std::path::PathBuf {
+    let dir = scratch_with_hit(name, HIT);
+    let (lines, status, _) = signal_when(fault_cmd(&dir, true, &strs(args)), signal, ready);
+    assert_eq!(signalled_by(&status), Some(signal));
+    every_printed_shape_is_logged(&dir, &lines, at_least);
+    dir
+}
+
 #[test]
 fn sigkill_mid_run_loses_no_shape_seen() {
-    let dir = scratch("rel-sigkill");
-    profile_with_hit(&dir, HIT);
-    let specs = distinct_specs(400);
-    let args: Vec<&str> = specs.iter().map(String::as_str).collect();
-    let (lines, status, _) = signal_when(fault_cmd(&dir, true, &args), libc::SIGKILL, |l| {
-        l.len() >= 40
-    });
-    assert_eq!(signalled_by(&status), Some(libc::SIGKILL));
-    every_printed_shape_is_logged(&dir, &lines, 40);
+    let args = distinct_specs(400);
+    signalled_mid_run("rel-sigkill", &args, libc::SIGKILL, |l| l.len() >= 40, 40);
 }
 
 #[test]
 fn sigkill_with_threads_keeps_every_shape_seen() {
-    let dir = scratch("rel-sigkill-threads");
-    profile_with_hit(&dir, HIT);
     let mut args: Vec<String> = (1..=12)
         .map(|n| format!("@threads:8:ex:TN:h:12:{n}:8:20"))
         .collect();
     args.extend(distinct_specs(20));
     args.push("@pause".into());
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (lines, status, _) = signal_when(fault_cmd(&dir, true, &argv), libc::SIGKILL, |l| {
-        l.last().is_some_and(|x| x == "paused")
-    });
-    assert_eq!(signalled_by(&status), Some(libc::SIGKILL));
-    every_printed_shape_is_logged(&dir, &lines, 20);
+    let paused = |l: &[String]| l.last().is_some_and(|x| x == "paused");
+    let dir = signalled_mid_run("rel-sigkill-threads", &args, libc::SIGKILL, paused, 20);
     let (logged, _) = whole_miss_files(&dir);
     for n in 1..=12 {
         assert!(logged.contains(&miss_line(&format!("ex:TN:h:12:{n}:8"))));
@@ -345,18 +328,10 @@ fn sigkill_with_threads_keeps_every_shape_seen() {
 
 #[test]
 fn sigterm_from_outside_and_inside_keeps_every_shape_seen() {
-    let dir = scratch("rel-sigterm");
-    profile_with_hit(&dir, HIT);
-    let specs = distinct_specs(400);
-    let args: Vec<&str> = specs.iter().map(String::as_str).collect();
-    let (lines, status, _) = signal_when(fault_cmd(&dir, true, &args), libc::SIGTERM, |l| {
-        l.len() >= 25
-    });
-    assert_eq!(signalled_by(&status), Some(libc::SIGTERM));
-    every_printed_shape_is_logged(&dir, &lines, 25);
+    let args = distinct_specs(400);
+    signalled_mid_run("rel-sigterm", &args, libc::SIGTERM, |l| l.len() >= 25, 25);
 
-    let dir = scratch("rel-sigterm-raise");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-sigterm-raise", HIT);
     let args = [
         format!("{A}:2"),
         B.into(),
@@ -364,7 +339,7 @@ fn sigterm_from_outside_and_inside_keeps_every_shape_seen() {
         "@raise:15".into(),
         "ex:TN:h:4:4:4".into(),
     ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = strs(&args);
     let out = run_guarded(fault_cmd(&dir, true, &args));
     assert_eq!(signalled_by(&out.status), Some(libc::SIGTERM));
     let want = expected("rel-sigterm-raise", &args[..3], &served());
@@ -372,80 +347,78 @@ fn sigterm_from_outside_and_inside_keeps_every_shape_seen() {
     assert_eq!(whole_miss_files(&dir).0, vec![miss_line(A), miss_line(B)]);
 }
 
-fn one_warning(stderr: &str) {
-    assert_eq!(
-        stderr.matches("cannot write the miss log").count(),
-        1,
-        "exactly one warning: {stderr}"
-    );
-}
-
 #[test]
 fn unwritable_miss_folder_warns_once_and_serving_continues() {
-    let dir = scratch("rel-unwritable");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-unwritable", HIT);
     std::fs::write(dir.join("not-a-folder"), "").unwrap();
     let mut args = distinct_specs(5);
     args.push(format!("{HIT}:2"));
     args.push(format!("{A}:3"));
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let argv = strs(&args);
     let mut cmd = fault_cmd(&dir, true, &argv);
     cmd.env("TUNEDBLAS_MISS_DIR", dir.join("not-a-folder/misses"));
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     one_warning(&stderr);
     assert_eq!(results(&out), expected("rel-unwritable", &argv, &served()));
-    assert!(
-        stderr.contains("10 calls: 2 served, 0 default, 8 missed (6 shapes)"),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "10 calls: 2 served, 0 default, 8 missed (6 shapes)",
     );
     let served = trace(&dir).iter().filter(|t| t["heuristic"] == "0").count();
     assert_eq!(served, 2, "tuned rows still served");
 }
 
+/// Whether this machine lets a user namespace mount a tmpfs; says the test is skipped if not
+/// (`meanwhile`: what still covers the case).
+fn mount_allowed(meanwhile: &str) -> bool {
+    let allowed = can_unshare_mount();
+    if !allowed {
+        eprintln!(
+            "skipped: this machine does not allow a user namespace to mount a tmpfs ({meanwhile})"
+        );
+    }
+    allowed
+}
+
+/// fault_host on `argv` under `sh -c script` in a user and mount namespace of its own
+/// (`unshare -Urm`); the script's arguments are `before`, then the host's command line. The
+/// misses go to `misses`.
+fn unshared(dir: &Path, script: &str, before: &[&Path], misses: &Path, argv: &[&str]) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-Urm", "sh", "-c", script])
+        .args(before)
+        .arg(&hosts().fault4)
+        .args(argv);
+    host_env(&mut cmd, dir, true);
+    cmd.env("TUNEDBLAS_MISS_DIR", misses);
+    cmd
+}
+
 #[test]
 fn read_only_miss_folder_warns_once_and_serving_continues() {
-    if !can_unshare_mount() {
-        eprintln!("skipped: this machine does not allow a user namespace to mount (the ENOTDIR case still runs)");
+    if !mount_allowed("the ENOTDIR case still runs") {
         return;
     }
-    let dir = scratch("rel-readonly");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-readonly", HIT);
     let ro = dir.join("ro");
     std::fs::create_dir_all(&ro).unwrap();
     let mut args = distinct_specs(4);
     args.push(HIT.into());
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut cmd = Command::new("unshare");
-    cmd.args([
-        "-Urm",
-        "sh",
-        "-c",
-        "mount -t tmpfs -o ro,size=64k tmpfs \"$0\" && exec \"$@\"",
-    ])
-    .arg(&ro)
-    .arg(&hosts().fault4)
-    .args(&argv);
-    host_env(&mut cmd, &dir, true);
-    cmd.env("TUNEDBLAS_MISS_DIR", &ro);
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let argv = strs(&args);
+    let script = "mount -t tmpfs -o ro,size=64k tmpfs \"$0\" && exec \"$@\"";
+    let (out, stderr) = run_ok(unshared(&dir, script, &[&ro], &ro, &argv));
     one_warning(&stderr);
-    assert!(stderr.contains("Read-only file system"), "{stderr}");
+    assert_has(&stderr, "Read-only file system");
     assert_eq!(results(&out), expected("rel-readonly", &argv, &served()));
-    assert!(stderr.contains("5 calls: 1 served"), "{stderr}");
+    assert_has(&stderr, "5 calls: 1 served");
 }
 
 #[test]
 fn full_disk_warns_once_and_every_shape_reaches_the_log_once_space_returns() {
-    if !can_unshare_mount() {
-        eprintln!("skipped: this machine does not allow a user namespace to mount a tmpfs (the file-size-limit case still runs)");
+    if !mount_allowed("the file-size-limit case still runs") {
         return;
     }
-    let dir = scratch("rel-fulldisk");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-fulldisk", HIT);
     let disk = dir.join("disk");
     let copy = dir.join("misses");
     std::fs::create_dir_all(&disk).unwrap();
@@ -457,22 +430,12 @@ fn full_disk_warns_once_and_every_shape_reaches_the_log_once_space_returns() {
     args.push(format!("{HIT}:2"));
     args.push(format!("@rm:{}", disk.join("filler").display()));
     args.extend(after.iter().cloned());
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let argv = strs(&args);
     let script = "d=$0; out=$1; shift 1; \
         mount -t tmpfs -o size=32k tmpfs \"$d\" || exit 90; \
         head -c 28672 /dev/zero > \"$d/filler\" || exit 91; \
         \"$@\"; rc=$?; cp \"$d\"/*.csv \"$out\"/ 2>/dev/null; ls -a \"$d\" >&2; exit $rc";
-    let mut cmd = Command::new("unshare");
-    cmd.args(["-Urm", "sh", "-c", script])
-        .arg(&disk)
-        .arg(&copy)
-        .arg(&hosts().fault4)
-        .args(&argv);
-    host_env(&mut cmd, &dir, true);
-    cmd.env("TUNEDBLAS_MISS_DIR", &disk);
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(unshared(&dir, script, &[&disk, &copy], &disk, &argv));
     one_warning(&stderr);
     assert!(
         stderr.contains("No space left on device") || stderr.contains("disk full"),
@@ -488,7 +451,7 @@ fn full_disk_warns_once_and_every_shape_reaches_the_log_once_space_returns() {
     for (g, w) in got.iter().zip(&want) {
         assert_eq!(g, w);
     }
-    assert!(stderr.contains("162 calls: 2 served"), "{stderr}");
+    assert_has(&stderr, "162 calls: 2 served");
     // Nothing lost: once space came back, the shapes whose first write failed were written,
     // in order of first sight, each once, and the counts at exit name every shape.
     let (lines, counts) = whole_miss_files(&dir);
@@ -502,18 +465,15 @@ fn full_disk_warns_once_and_every_shape_reaches_the_log_once_space_returns() {
 fn file_size_limit_short_writes_leave_only_whole_lines() {
     // RLIMIT_FSIZE makes writes past the limit short, then fail (EFBIG), with SIGXFSZ
     // ignored as a server would: the same paths as a disk filling up, without mounting.
-    let dir = scratch("rel-fsize");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-fsize", HIT);
     let specs = distinct_specs(120);
     let mut args = specs.clone();
     args.push(HIT.into());
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let argv = strs(&args);
     let mut cmd = fault_cmd(&dir, true, &argv);
     cmd.env_remove("REFBLAS_TRACE");
     with_file_size_limit(&mut cmd, 2010);
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     one_warning(&stderr);
     assert_eq!(results(&out), expected("rel-fsize", &argv, &served()));
     let (lines, _) = whole_miss_files(&dir);
@@ -681,10 +641,7 @@ fn a_failed_exec_leaves_the_run_going_and_the_real_exit_writes_again() {
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(text(&out.stdout).contains("exec-failed="));
-    assert!(
-        stderr.contains("3 calls: 0 served, 0 default, 3 missed (2 shapes)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "3 calls: 0 served, 0 default, 3 missed (2 shapes)");
     let (_, counts) = whole_miss_files(&dir);
     assert_eq!(calls_of(&counts, &life_number(1)), 1, "{counts:?}");
 }
@@ -725,11 +682,7 @@ fn more_than_sixteen_thousand_shapes_are_all_recorded() {
     let out = life(&dir, &[&format!("@distinct:{n}")]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        text(&out.stdout).contains("failed=0"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert_has(&text(&out.stdout), "failed=0");
     assert!(!stderr.contains("not recorded"), "{stderr}");
     let (lines, counts) = whole_miss_files(&dir);
     assert_eq!(lines.len(), n, "every shape in the log");
@@ -771,8 +724,7 @@ fn relative_miss_and_stats_paths_survive_a_chdir() {
 
 #[test]
 fn a_fork_child_writes_its_own_stats_beside_the_parents() {
-    let dir = scratch("rel-fork-stats");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-fork-stats", HIT);
     let stats = dir.join("stats.json");
     let mut cmd = fault_cmd(&dir, true, &[&format!("{A}:3"), "@forkx", B]);
     cmd.env("TUNEDBLAS_STATS", &stats);

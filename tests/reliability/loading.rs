@@ -6,6 +6,7 @@
 //! not regular files (a FIFO, a symlink to `/dev/zero`), a byte order mark, and rank files
 //! loaded on first use from their device.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,10 +22,30 @@ const HIT: &str = "ex:TN:h:64:24:40";
 const MISS: &str = "ex:TN:h:8:8:8";
 
 fn dl_cmd(dir: &Path, preload: bool, steps: &[&str]) -> Command {
-    let mut cmd = Command::new(&hosts().dl);
-    cmd.args(steps);
-    host_env(&mut cmd, dir, preload);
-    cmd
+    host_cmd(&hosts().dl, dir, preload, steps)
+}
+
+/// Runs dl_host under the preload with `steps`, checks it exited 0; returns its stderr and
+/// what refblas traced.
+fn dl_run(dir: &Path, steps: &[&str]) -> (String, Vec<HashMap<String, String>>) {
+    let out = run_guarded(dl_cmd(dir, true, steps));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    (stderr, trace(dir))
+}
+
+/// The builds the traced calls ran in: "4 5" for librocblas.so.4 then librocblas.so.5.
+fn builds(t: &[HashMap<String, String>]) -> String {
+    let libs: Vec<&str> = t
+        .iter()
+        .map(|c| c["lib"].trim_start_matches("librocblas.so."))
+        .collect();
+    libs.join(" ")
+}
+
+/// dl_host's step that dlopens `module` with RTLD_LOCAL.
+fn open_local(module: String) -> String {
+    format!("@open:{module}:local")
 }
 
 fn module() -> String {
@@ -47,17 +68,11 @@ fn served_through_dlopen(name: &str, steps: &[String]) -> String {
         expected(name, &[HIT, &miss2], &[(HIT, sol)]),
         "{stderr}"
     );
-    assert!(
-        stderr.contains(&format!(
-            "auto-selected for rocBLAS build {}",
-            &sha4()[..12]
-        )),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        &format!("auto-selected for rocBLAS build {}", &sha4()[..12]),
     );
-    assert!(
-        stderr.contains("3 calls: 1 served, 0 default, 2 missed (1 shapes)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "3 calls: 1 served, 0 default, 2 missed (1 shapes)");
     let t = trace(&dir);
     assert_eq!(t[0]["solution"], sol.to_string());
     assert_eq!(t[0]["heuristic"], "0");
@@ -69,7 +84,7 @@ fn served_through_dlopen(name: &str, steps: &[String]) -> String {
 
 #[test]
 fn rocblas_loaded_with_rtld_local() {
-    served_through_dlopen("rel-local", &[format!("@open:{}:local", module())]);
+    served_through_dlopen("rel-local", &[open_local(module())]);
 }
 
 #[test]
@@ -84,11 +99,7 @@ fn rocblas_dlopened_late_after_the_first_calls() {
     // anything for good, then serve once rocBLAS arrives.
     let stdout = served_through_dlopen(
         "rel-late",
-        &[
-            "@early".into(),
-            "@early".into(),
-            format!("@open:{}:local", module()),
-        ],
+        &["@early".into(), "@early".into(), open_local(module())],
     );
     assert_eq!(stdout.matches("early=2\n").count(), 2, "{stdout}");
     // Without the interposer the symbol does not exist at all.
@@ -112,7 +123,7 @@ fn two_copies_of_one_build_from_two_paths() {
         "rel-two-copies",
         &[
             format!("@open:{}:local", copy.display()),
-            format!("@open:{}:local", module()),
+            open_local(module()),
             format!("@open:{}:local", system.display()),
             "@maps:librocblas".into(),
         ],
@@ -161,10 +172,7 @@ fn a_second_copy_of_the_interposer_stands_aside() {
         1,
         "one summary, the first copy's: {stderr}"
     );
-    assert!(
-        stderr.contains("3 calls: 1 served, 0 default, 2 missed (1 shapes)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "3 calls: 1 served, 0 default, 2 missed (1 shapes)");
     let (lines, counts) = whole_miss_files(&dir);
     assert_eq!(lines, vec![miss_line(MISS)]);
     assert_eq!(counts, vec![(miss_line(MISS), 2)]);
@@ -180,13 +188,7 @@ fn a_second_copy_of_the_interposer_stands_aside() {
         let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
         cmd.env("LD_PRELOAD", format!("{} {}", x.display(), y.display()))
             .env("TUNEDBLAS_DISABLE", "1");
-        let out = run_guarded(cmd);
-        assert!(
-            out.status.success(),
-            "{:?}: {}",
-            out.status,
-            text(&out.stderr)
-        );
+        let (out, _) = run_ok(cmd);
         assert_eq!(
             results(&out),
             reference(&format!("{name}-off"), &[HIT, MISS])
@@ -201,15 +203,13 @@ fn a_second_copy_of_the_interposer_stands_aside() {
     let miss2 = format!("{MISS}:2");
     let steps = [
         format!("@open:{}:global", b.display()),
-        format!("@open:{}:local", module()),
+        open_local(module()),
         "@main".into(),
         HIT.into(),
         miss2.clone(),
     ];
-    let argv: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let out = run_guarded(dl_cmd(&dir, true, &argv));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let argv = strs(&steps);
+    let (out, stderr) = run_ok(dl_cmd(&dir, true, &argv));
     assert_eq!(
         results(&out),
         expected(&format!("{name}-dlopen"), &[HIT, &miss2], &[(HIT, sol)])
@@ -324,6 +324,13 @@ fn inert_in_a_shell_a_compiler_and_python_without_rocblas() {
 
 /// A profile store with one profile per build: `HIT` tuned to a solution of each build's
 /// own (never its heuristic's). Returns (v4 solution, v5 solution).
+/// [`two_build_profiles`] in a fresh folder `name`: (folder, v4 solution, v5 solution).
+fn two_builds(name: &str) -> (PathBuf, i32, i32) {
+    let dir = scratch(name);
+    let (s4, s5) = two_build_profiles(&dir);
+    (dir, s4, s5)
+}
+
 fn two_build_profiles(dir: &Path) -> (i32, i32) {
     let s4 = tuned(HIT);
     let s5 = *non_heuristic_solutions(&artifacts().host5, HIT)
@@ -358,21 +365,16 @@ fn module5() -> String {
 
 #[test]
 fn closing_and_reopening_the_module_that_links_rocblas_does_not_crash() {
-    let dir = scratch("rel-reopen");
-    let (s4, _) = two_build_profiles(&dir);
-    let open = format!("@open:{}:local", module());
+    let (dir, s4, _) = two_builds("rel-reopen");
+    let open = open_local(module());
     let run = format!("@run:{HIT}");
     // Another library opened in between takes the freed addresses, so the build comes
     // back somewhere else: addresses found before the close must not be used.
-    let other = format!("@open:{}:local", module5());
-    let out = run_guarded(dl_cmd(
+    let other = open_local(module5());
+    let (stderr, t) = dl_run(
         &dir,
-        true,
         &[&open, &run, "@close", &other, &open, &run, "@close"],
-    ));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    let t = trace(&dir);
+    );
     assert_eq!(t.len(), 2, "{t:?}");
     for call in &t {
         assert_eq!(call["lib"], "librocblas.so.4");
@@ -382,62 +384,41 @@ fn closing_and_reopening_the_module_that_links_rocblas_does_not_crash() {
             "served both times: {stderr}"
         );
     }
-    assert!(stderr.contains("2 calls: 2 served"), "{stderr}");
+    assert_has(&stderr, "2 calls: 2 served");
 }
 
 #[test]
 fn a_5x_build_opened_after_the_4x_one_was_closed_gets_its_own_profile() {
-    let dir = scratch("rel-4-then-5");
-    let (s4, s5) = two_build_profiles(&dir);
-    let run = format!("@run:{HIT}");
-    let steps = [
-        format!("@open:{}:local", module()),
-        run.clone(),
-        "@close".into(),
-        format!("@open:{}:local", module5()),
-        run.clone(),
-    ];
-    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let out = run_guarded(dl_cmd(&dir, true, &steps));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    let t = trace(&dir);
-    assert_eq!(t.len(), 2, "{t:?}");
-    assert_eq!(
-        (t[0]["lib"].as_str(), t[0]["solution"].clone()),
-        ("librocblas.so.4", s4.to_string())
+    let (dir, s4, s5) = two_builds("rel-4-then-5");
+    let (open4, open5, run) = (
+        open_local(module()),
+        open_local(module5()),
+        format!("@run:{HIT}"),
     );
+    let (stderr, t) = dl_run(&dir, &[&open4, &run, "@close", &open5, &run]);
+    assert_eq!(builds(&t), "4 5", "{t:?}");
+    assert_eq!(t[0]["solution"], s4.to_string());
     assert_eq!(
-        (t[1]["lib"].as_str(), t[1]["solution"].clone()),
-        ("librocblas.so.5", s5.to_string()),
+        t[1]["solution"],
+        s5.to_string(),
         "the 5.x call ran in 5.x with the 5.x profile's solution: {stderr}"
     );
-    assert!(stderr.contains("profile ref-v5 auto-selected"), "{stderr}");
-    assert!(stderr.contains("2 calls: 2 served"), "{stderr}");
+    assert_has(&stderr, "profile ref-v5 auto-selected");
+    assert_has(&stderr, "2 calls: 2 served");
 }
 
 #[test]
 fn two_builds_side_by_side_each_call_runs_in_its_own_build() {
-    let dir = scratch("rel-two-builds");
-    let (s4, _) = two_build_profiles(&dir);
+    let (dir, s4, _) = two_builds("rel-two-builds");
     let steps = [
-        format!("@open:{}:local", module()),
-        format!("@open:{}:local", module5()),
+        open_local(module()),
+        open_local(module5()),
         format!("@runat:0:{HIT}"),
         format!("@runat:1:{HIT}"),
         format!("@runat:0:{HIT}"),
     ];
-    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let out = run_guarded(dl_cmd(&dir, true, &steps));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    let t = trace(&dir);
-    let libs: Vec<&str> = t.iter().map(|c| c["lib"].as_str()).collect();
-    assert_eq!(
-        libs,
-        ["librocblas.so.4", "librocblas.so.5", "librocblas.so.4"],
-        "{stderr}"
-    );
+    let (stderr, t) = dl_run(&dir, &strs(&steps));
+    assert_eq!(builds(&t), "4 5 4", "{stderr}");
     assert_eq!(t[0]["solution"], s4.to_string());
     assert_eq!(
         t[1]["heuristic"], "1",
@@ -449,9 +430,9 @@ fn two_builds_side_by_side_each_call_runs_in_its_own_build() {
         1,
         "{stderr}"
     );
-    assert!(
-        stderr.contains("3 calls: 2 served, 0 default, 0 missed (0 shapes), 1 passed through"),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "3 calls: 2 served, 0 default, 0 missed (0 shapes), 1 passed through",
     );
 }
 
@@ -461,14 +442,13 @@ fn a_second_build_loaded_after_serving_settled_still_gets_its_own_calls() {
     // build: no handle lookup, `serve::pass_gate`). The second build's first handle must
     // close it: its calls, the plain one and one whose caller chose a solution, go to that
     // build untouched, and the served build's calls are still served.
-    let dir = scratch("rel-second-build-later");
-    let (s4, s5) = two_build_profiles(&dir);
+    let (dir, s4, s5) = two_builds("rel-second-build-later");
     let run0 = format!("@runat:0:{HIT}");
     let steps = [
-        format!("@open:{}:local", module()),
+        open_local(module()),
         run0.clone(),
         run0.clone(),
-        format!("@open:{}:local", module5()),
+        open_local(module5()),
         format!("@runat:1:{HIT}"),
         run0.clone(),
         "@main".into(),
@@ -476,23 +456,8 @@ fn a_second_build_loaded_after_serving_settled_still_gets_its_own_calls() {
         s5.to_string(),
         HIT.into(),
     ];
-    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let out = run_guarded(dl_cmd(&dir, true, &steps));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{:?}: {stderr}", out.status);
-    let t = trace(&dir);
-    let libs: Vec<&str> = t.iter().map(|c| c["lib"].as_str()).collect();
-    assert_eq!(
-        libs,
-        [
-            "librocblas.so.4",
-            "librocblas.so.4",
-            "librocblas.so.5",
-            "librocblas.so.4",
-            "librocblas.so.5"
-        ],
-        "{stderr}"
-    );
+    let (stderr, t) = dl_run(&dir, &strs(&steps));
+    assert_eq!(builds(&t), "4 4 5 4 5", "{stderr}");
     for i in [0, 1, 3] {
         assert_eq!(t[i]["solution"], s4.to_string(), "call {i}: {stderr}");
     }
@@ -505,9 +470,9 @@ fn a_second_build_loaded_after_serving_settled_still_gets_its_own_calls() {
         s5.to_string(),
         "the caller's own solution, in its own build: {stderr}"
     );
-    assert!(
-        stderr.contains("5 calls: 3 served, 0 default, 0 missed (0 shapes), 2 passed through"),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "5 calls: 3 served, 0 default, 0 missed (0 shapes), 2 passed through",
     );
 }
 
@@ -537,13 +502,11 @@ fn a_call_uses_the_rank_file_of_the_device_its_handle_was_made_on() {
         serde_json::json!({"profiles": {"ref-v4": {"dir": "ref-v4", "lib_sha256": sha4(), "rows_per_rank": 1, "status": "test"}}}).to_string(),
     )
     .unwrap();
-    let out = run_guarded(life_cmd(&dir, true, &["@handle-on:1", "@gemm:9"]));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (_, stderr) = run_ok(life_cmd(&dir, true, &["@handle-on:1", "@gemm:9"]));
     let t = trace(&dir);
     assert_eq!(t.len(), 1, "{t:?}");
     assert_eq!(t[0]["solution"], sol.to_string(), "rank 1's row: {stderr}");
-    assert!(stderr.contains("1 calls: 1 served"), "{stderr}");
+    assert_has(&stderr, "1 calls: 1 served");
 }
 
 // ---- The profile's files (issue 12) ------------------------------------------------------
@@ -621,8 +584,7 @@ fn a_fifo_in_the_profile_does_not_block_the_host() {
 #[test]
 fn a_rank_file_linked_to_dev_zero_is_refused_at_once() {
     let name = "rel-dev-zero";
-    let dir = scratch(name);
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit(name, HIT);
     let rank0 = rank_file(&dir, 0);
     std::fs::remove_file(&rank0).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &rank0).unwrap();
@@ -676,11 +638,9 @@ fn a_byte_order_mark_does_not_hide_the_first_row() {
         format!("\u{feff}{first}\nValidator,PT_VERSION,2.7.0\n"),
     )
     .unwrap();
-    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(fault_cmd(&dir, true, &[HIT]));
     assert!(!stderr.contains("skipped"), "{stderr}");
-    assert!(stderr.contains("(1 rows, rank 0)"), "{stderr}");
+    assert_has(&stderr, "(1 rows, rank 0)");
     assert_eq!(results(&out), expected(name, &[HIT], &[(HIT, sol)]));
     assert_eq!(trace(&dir)[0]["solution"], sol.to_string());
 }
@@ -737,10 +697,8 @@ fn the_other_rank_is_served_when_a_call_comes_from_its_device() {
     let (r0, r1) = two_rank_profile(&dir);
     let mut cmd = fault_cmd(&dir, true, &[HIT, "@device:1", HIT, "@device:0", HIT]);
     cmd.env("TUNEDBLAS_LOG", "debug");
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("3 calls: 3 served"), "{stderr}");
+    let (_, stderr) = run_ok(cmd);
+    assert_has(&stderr, "3 calls: 3 served");
     // Start-up read rank 0 only; rank 1 was read when device 1 first called.
     assert_eq!(
         stderr
@@ -802,6 +760,15 @@ fn a_rank_read_after_the_store_changed_never_serves_another_builds_row() {
     );
 }
 
+/// A two-rank profile in a fresh folder `name` whose rank 1 has `rows` rows, opened with
+/// rank 0 read.
+fn lazy_big_rank(name: &str, rows: usize) -> LazyTables {
+    let dir = scratch(name);
+    two_rank_profile(&dir);
+    big_rank(&rank_file(&dir, 1), rows);
+    LazyTables::open(&dir.join("profiles/ref-v4"), 0, None).0
+}
+
 fn big_rank(path: &Path, rows: usize) {
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
@@ -817,11 +784,8 @@ fn big_rank(path: &Path, rows: usize) {
 
 #[test]
 fn concurrent_first_calls_load_a_rank_once_and_none_waits() {
-    let dir = scratch("rel-lazy-threads");
-    two_rank_profile(&dir);
     const ROWS: usize = 100_000;
-    big_rank(&rank_file(&dir, 1), ROWS);
-    let (lazy, _) = LazyTables::open(&dir.join("profiles/ref-v4"), 0, None);
+    let lazy = lazy_big_rank("rel-lazy-threads", ROWS);
     assert_eq!(lazy.parsed_ranks(), vec![0]);
     let lazy = Arc::new(lazy);
     let loads = Arc::new(AtomicUsize::new(0));
@@ -865,12 +829,8 @@ fn concurrent_first_calls_load_a_rank_once_and_none_waits() {
 
 #[test]
 fn a_child_forked_while_a_rank_loads_reads_it_itself() {
-    let dir = scratch("rel-lazy-fork");
-    two_rank_profile(&dir);
     const ROWS: usize = 400_000;
-    big_rank(&rank_file(&dir, 1), ROWS);
-    let (lazy, _) = LazyTables::open(&dir.join("profiles/ref-v4"), 0, None);
-    let lazy = Arc::new(lazy);
+    let lazy = Arc::new(lazy_big_rank("rel-lazy-fork", ROWS));
     let loader = {
         let lazy = lazy.clone();
         std::thread::spawn(move || matches!(lazy.table_for(1), RankTable::Ready(_)))

@@ -213,13 +213,7 @@ fn the_interposers_loader_reads_what_parse_reads() {
         let want: Vec<_> = f
             .rows
             .iter()
-            .map(|r| {
-                let a = match r.solution {
-                    Solution::Rocblas(id) => Action::Solution(id),
-                    _ => Action::Default,
-                };
-                (r.key, a)
-            })
+            .map(|r| (r.key, Action::of(&r.solution).unwrap_or(Action::Default)))
             .collect();
         let got: Vec<_> = match loaded.tables.first().and_then(|t| t.as_deref()) {
             Some(t) => t.iter().map(|(k, e)| (*k, e.action)).collect(),

@@ -44,12 +44,10 @@ fn while_running(
     let until = format!("@until:{}:{SPEC}", go.display());
     let mut steps = vec![until, format!("@for:5000:{SPEC}")];
     steps.extend(after.iter().map(|s| s.to_string()));
-    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let steps = strs(&steps);
     let mut cmd = fault_cmd(dir, true, &steps);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.stdout(Stdio::piped())
+    cmd.envs(env.iter().copied())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(Stdio::null());
     let mut child = cmd.spawn().expect("fault_host");
@@ -71,6 +69,35 @@ fn while_running(
     )
 }
 
+/// `tunedblas <command>` on the misses recorded in `dir`, for refblas 4.x, with `options`
+/// and then the campaign's: twelve rounds (an outlier is trimmed), and on a loaded machine a
+/// noisy measurement may still say that nothing beats the heuristic (a Default row): these
+/// tests are about the row reaching the running host, not about timing.
+fn tuning_cmd(dir: &std::path::Path, command: &str, options: &[&str]) -> std::process::Command {
+    let (lib, misses) = (artifacts().lib4(), dir.join("misses"));
+    let mut args = vec![
+        command,
+        "--lib",
+        lib.to_str().unwrap(),
+        misses.to_str().unwrap(),
+    ];
+    args.extend(options);
+    args.extend(["--trials", "12", "--max-trials", "12", "--noisy", "1000"]);
+    // One operand set, no rest, no limits: a quick campaign on refblas.
+    args.extend(["--rotate-mib", "0.02", "--rest", "0", "--no-limits"]);
+    tunedblas_cmd(dir, &args)
+}
+
+/// One call of SPEC by a fresh process: its result digest and its stderr.
+fn fresh_run(dir: &std::path::Path) -> (Option<String>, String) {
+    let fresh = run_guarded(fault_cmd(dir, true, &[SPEC]));
+    let lines: Vec<String> = text(&fresh.stdout).lines().map(str::to_owned).collect();
+    (
+        digests(&lines).first().map(|d| d.to_string()),
+        text(&fresh.stderr),
+    )
+}
+
 #[test]
 fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
     let dir = scratch("rel-reload");
@@ -85,33 +112,7 @@ fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
         };
         let deadline = Instant::now() + Duration::from_secs(90);
         while Instant::now() < deadline {
-            let tune = tunedblas_cmd(
-                &dir,
-                &[
-                    "tune",
-                    "--lib",
-                    artifacts().lib4().to_str().unwrap(),
-                    dir.join("misses").to_str().unwrap(),
-                    "--retune",
-                    // Twelve rounds (an outlier is trimmed), and on a loaded machine a noisy
-                    // measurement may still say that nothing beats the heuristic (a Default row):
-                    // this test is about the row reaching the running host, not about timing.
-                    "--trials",
-                    "12",
-                    "--max-trials",
-                    "12",
-                    "--noisy",
-                    "1000",
-                    // One operand set, no rest, no limits: a quick campaign on refblas.
-                    "--rotate-mib",
-                    "0.02",
-                    "--rest",
-                    "0",
-                    "--no-limits",
-                ],
-            )
-            .output()
-            .unwrap();
+            let tune = tuning_cmd(&dir, "tune", &["--retune"]).output().unwrap();
             assert!(tune.status.success(), "{}", text(&tune.stderr));
             if has_row() {
                 break;
@@ -128,17 +129,8 @@ fn rows_tuned_while_a_host_runs_are_served_without_a_restart() {
         "the reload said: {stderr}"
     );
     // A fresh process with the tuned profile: what every call after the reload computes.
-    let fresh = run_guarded(fault_cmd(&dir, true, &[SPEC]));
-    let fresh_stderr = text(&fresh.stderr);
-    let fresh_digest = digests(
-        &text(&fresh.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect::<Vec<_>>(),
-    )
-    .first()
-    .map(|d| d.to_string())
-    .expect("a result");
+    let (fresh_digest, fresh_stderr) = fresh_run(&dir);
+    let fresh_digest = fresh_digest.expect("a result");
     assert!(d.len() > 10, "{d:?}");
     assert_eq!(d.last(), Some(&fresh_digest), "{d:?}");
     // The parent: missed before the reload, served (or Default) after; the fork child
@@ -212,7 +204,7 @@ fn a_store_changed_to_another_builds_rows_is_never_served_and_reload_can_be_turn
         Profile::v4(&dir).tuned(SPEC, sols[0]).write();
     });
     assert!(!stderr.contains("now served"), "{stderr}");
-    assert!(stderr.contains("0 served, 0 default"), "{stderr}");
+    assert_has(&stderr, "0 served, 0 default");
 }
 
 #[test]
@@ -223,29 +215,7 @@ fn watch_follows_the_misses_and_the_running_host_is_served() {
     let rank0 = dir.join("profiles/rocblas-4.4.0.5f2e9c71/tunableop_results0.csv");
     let mut watch = None;
     let (d, stderr) = while_running(&dir, &[], &[], || {
-        let mut cmd = tunedblas_cmd(
-            &dir,
-            &[
-                "watch",
-                "--lib",
-                artifacts().lib4().to_str().unwrap(),
-                dir.join("misses").to_str().unwrap(),
-                "--every",
-                "1",
-                "--",
-                "--trials",
-                "12",
-                "--max-trials",
-                "12",
-                "--noisy",
-                "1000",
-                "--rotate-mib",
-                "0.02",
-                "--rest",
-                "0",
-                "--no-limits",
-            ],
-        );
+        let mut cmd = tuning_cmd(&dir, "watch", &["--every", "1", "--"]);
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         watch = Some(cmd.spawn().expect("tunedblas watch"));
         let deadline = Instant::now() + Duration::from_secs(90);
@@ -272,11 +242,5 @@ fn watch_follows_the_misses_and_the_running_host_is_served() {
         stderr.contains("now served") || stderr.contains("reloaded"),
         "the host took the row: {stderr}"
     );
-    let fresh = run_guarded(fault_cmd(&dir, true, &[SPEC]));
-    let lines: Vec<String> = text(&fresh.stdout).lines().map(str::to_owned).collect();
-    assert_eq!(
-        d.last().map(String::as_str),
-        digests(&lines).first().copied(),
-        "{d:?}"
-    );
+    assert_eq!(d.last().cloned(), fresh_run(&dir).0, "{d:?}");
 }

@@ -51,17 +51,14 @@ fn set_uid_process_is_left_alone() {
     assert_eq!(trace(&plain)[0]["solution"], sol.to_string());
     assert!(plain.join("misses").exists());
 
-    let dir = scratch("rel-setuid");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-setuid", HIT);
     let suid = dir.join("dl_host_suid");
     copy_executable(&hosts().dl, &suid);
     std::os::unix::fs::chown(&suid, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     // The set-uid program runs as `nobody`: let it write refblas's trace here.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let out = run_guarded(steps(&dir, &suid));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(steps(&dir, &suid));
     assert!(!stderr.contains("tunedblas"), "silent: {stderr}");
     assert_eq!(results(&out), expected("rel-setuid", &[HIT, MISS], &[]));
     let t = trace(&dir);
@@ -80,8 +77,7 @@ fn set_uid_process_is_left_alone() {
 
 #[test]
 fn folders_are_0700_and_files_0600_whatever_the_umask() {
-    let dir = scratch("rel-modes");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-modes", HIT);
     let miss_dir = dir.join("m1/m2");
     let cache_dir = dir.join("c1/c2");
     let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
@@ -124,14 +120,6 @@ fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-fn one_warning(stderr: &str) {
-    assert_eq!(
-        stderr.matches("cannot write the miss log").count(),
-        1,
-        "exactly one warning: {stderr}"
-    );
-}
-
 #[test]
 fn a_symlinked_miss_folder_is_refused() {
     let dir = scratch("rel-symlink-dir");
@@ -141,11 +129,9 @@ fn a_symlinked_miss_folder_is_refused() {
     std::os::unix::fs::symlink(&elsewhere, dir.join("link")).unwrap();
     let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
     cmd.env("TUNEDBLAS_MISS_DIR", dir.join("link"));
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     one_warning(&stderr);
-    assert!(stderr.contains("refusing to write there"), "{stderr}");
+    assert_has(&stderr, "refusing to write there");
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     assert_eq!(
         results(&out),
@@ -169,9 +155,7 @@ fn planted(name: &str, step: &str) -> (std::path::PathBuf, std::path::PathBuf, S
         .replace("VICTIM", &victim.display().to_string());
     let mut cmd = fault_cmd(&dir, true, &["ex:TN:h:4:4:4", &step, HIT, MISS]);
     cmd.env("TUNEDBLAS_MISS_DIR", &shared);
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     one_warning(&stderr);
     assert_eq!(
         results(&out),
@@ -211,8 +195,7 @@ fn a_planted_hard_link_is_not_written_through() {
 
 #[test]
 fn a_planted_stats_symlink_is_not_followed() {
-    let dir = scratch("rel-planted-stats");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-planted-stats", HIT);
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     std::os::unix::fs::symlink(&victim, dir.join("stats.json")).unwrap();
@@ -241,16 +224,14 @@ fn profiles_are_data_only() {
         "$(touch x)": {"dir": "inside", "lib_sha256": sha},
     }});
     std::fs::write(profiles.join("profiles.json"), registry.to_string()).unwrap();
-    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (_, stderr) = run_ok(fault_cmd(&dir, true, &[HIT]));
     for name in ["escape", "absolute", "$(touch x)"] {
         assert!(
             stderr.contains(&format!("profile {name:?} skipped")),
             "{name}: {stderr}"
         );
     }
-    assert!(stderr.contains("profiles.json"), "{stderr}");
+    assert_has(&stderr, "profiles.json");
     assert_eq!(
         trace(&dir)[0]["heuristic"],
         "1",
@@ -306,14 +287,12 @@ fn a_planted_hash_cache_folder_entry_or_fifo_is_never_trusted() {
     let meta = std::fs::metadata(&lib).unwrap();
     let entry = sha256.join(tunedblas_core::identity::HashCache::entry_name(&meta));
     std::fs::write(&entry, "0".repeat(64)).unwrap();
-    let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(fault_cmd(&dir, true, &[HIT]));
     assert_eq!(
         results(&out),
         expected("rel-planted-cache", &[HIT], &[(HIT, sol)])
     );
-    assert!(stderr.contains("auto-selected"), "{stderr}");
+    assert_has(&stderr, "auto-selected");
     assert_eq!(
         stderr.matches("can be written by other users").count(),
         1,
@@ -346,14 +325,11 @@ fn a_planted_hash_cache_folder_entry_or_fifo_is_never_trusted() {
 
 #[test]
 fn a_full_disk_is_said_for_the_stats_and_leaves_no_cache_temporary() {
-    let dir = scratch("rel-full-disk");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-full-disk", HIT);
     let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
     cmd.env("TUNEDBLAS_STATS", dir.join("stats.json"));
     with_file_size_limit(&mut cmd, 10);
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (_, stderr) = run_ok(cmd);
     assert_eq!(
         stderr.matches("cannot write the stats file").count(),
         1,
@@ -373,8 +349,7 @@ fn a_full_disk_is_said_for_the_stats_and_leaves_no_cache_temporary() {
 fn a_home_that_does_not_exist_is_never_made() {
     // A service user with HOME=/nonexistent (root, as here, may create anything): the cache
     // and the miss folder go to the user's runtime folder instead.
-    let dir = scratch("rel-no-home");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-no-home", HIT);
     let home = dir.join("nonexistent");
     let runtime = dir.join("run");
     std::fs::create_dir_all(&runtime).unwrap();
@@ -395,8 +370,7 @@ fn a_home_that_does_not_exist_is_never_made() {
 #[test]
 fn path_settings_that_are_not_utf8_are_used_as_they_are() {
     use std::os::unix::ffi::OsStrExt;
-    let dir = scratch("rel-non-utf8");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-non-utf8", HIT);
     let misses = dir.join(std::ffi::OsStr::from_bytes(b"miss\xff\xfe"));
     let stats = dir.join(std::ffi::OsStr::from_bytes(b"stats\xff.json"));
     let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
@@ -413,17 +387,14 @@ fn path_settings_that_are_not_utf8_are_used_as_they_are() {
 fn a_long_miss_folder_path_is_written_to() {
     // 1,030 bytes and more: legal (PATH_MAX is 4,096), and the shapes land there (before,
     // names were built in a 1 KiB buffer and nothing was ever written).
-    let dir = scratch("rel-long-miss-dir");
-    profile_with_hit(&dir, HIT);
+    let dir = scratch_with_hit("rel-long-miss-dir", HIT);
     let mut misses = dir.clone();
     while misses.as_os_str().len() < 1100 {
         misses = misses.join("a_rather_long_folder_name_0123456789");
     }
     let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
     cmd.env("TUNEDBLAS_MISS_DIR", &misses);
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (_, stderr) = run_ok(cmd);
     assert!(!stderr.contains("cannot write"), "{stderr}");
     let names: Vec<String> = std::fs::read_dir(&misses)
         .unwrap()
@@ -459,11 +430,9 @@ fn a_default_miss_folder_of_another_user_is_never_written_into() {
     std::fs::set_permissions(&misses, std::fs::Permissions::from_mode(0o777)).unwrap();
     let mut cmd = fault_cmd(&dir, true, &[HIT, MISS]);
     cmd.env_remove("TUNEDBLAS_MISS_DIR");
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     one_warning(&stderr);
-    assert!(stderr.contains("belongs to another user"), "{stderr}");
+    assert_has(&stderr, "belongs to another user");
     assert_eq!(
         results(&out),
         expected("rel-foreign-misses", &[HIT, MISS], &[(HIT, sol)])

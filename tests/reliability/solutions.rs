@@ -24,22 +24,18 @@ fn rejected_ids_fall_back_on_every_entry_point() {
         .collect();
     Profile::v4(&dir).lines(&rows).write();
     let args = repeated(&[EX, SB, SG], 3);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_guarded(fault_cmd(&dir, true, &args));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let args = strs(&args);
+    let (out, stderr) = run_ok(fault_cmd(&dir, true, &args));
     assert_eq!(results(&out), reference("rel-rejected", &args));
     assert_eq!(
         stderr.matches("quarantined").count(),
         3,
         "one line per row: {stderr}"
     );
-    assert!(stderr.contains("status 11"), "{stderr}");
-    assert!(
-        stderr.contains(
-            "9 calls: 0 served, 0 default, 0 missed (0 shapes), 6 passed through, 3 fallbacks"
-        ),
-        "{stderr}"
+    assert_has(&stderr, "status 11");
+    assert_has(
+        &stderr,
+        "9 calls: 0 served, 0 default, 0 missed (0 shapes), 6 passed through, 3 fallbacks",
     );
     assert!(trace(&dir).iter().all(|t| t["heuristic"] == "1"));
 }
@@ -68,21 +64,17 @@ fn an_id_that_validates_but_fails_when_run_falls_back() {
 
     Profile::v4(&dir).tuned(EX, sol).write();
     let args = [format!("{EX}:4")];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = strs(&args);
     let mut cmd = fault_cmd(&dir, true, &args);
     cmd.env("REFBLAS_FAIL_SOLUTIONS", sol.to_string());
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     assert_eq!(results(&out), reference("rel-runfail", &args));
     assert_eq!(stderr.matches("quarantined").count(), 1, "{stderr}");
-    assert!(stderr.contains(&format!("solution {sol} for")), "{stderr}");
-    assert!(stderr.contains("status 6"), "{stderr}");
-    assert!(
-        stderr.contains(
-            "4 calls: 0 served, 0 default, 0 missed (0 shapes), 3 passed through, 1 fallbacks"
-        ),
-        "{stderr}"
+    assert_has(&stderr, &format!("solution {sol} for"));
+    assert_has(&stderr, "status 6");
+    assert_has(
+        &stderr,
+        "4 calls: 0 served, 0 default, 0 missed (0 shapes), 3 passed through, 1 fallbacks",
     );
     // Every GEMM that ran was the caller's own call (the failing one never ran).
     let t = trace(&dir);
@@ -96,7 +88,7 @@ fn a_library_that_fails_everything_gets_the_callers_call_and_its_error() {
     let miss = "ex:TN:h:8:8:8";
     Profile::v4(&dir).tuned(EX, tuned(EX)).write();
     let args = [format!("{EX}:1"), format!("{EX}:1"), miss.to_string()];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = strs(&args);
     let reference = {
         let mut cmd = fault_cmd(&scratch("rel-failall-ref"), false, &args);
         cmd.env("REFBLAS_FAIL_ALL", "6");
@@ -119,11 +111,9 @@ fn a_library_that_fails_everything_gets_the_callers_call_and_its_error() {
     // The caller's own call fails too, so the row is not to blame: it is not quarantined,
     // and each such call counts as passed through (a call rocBLAS rejects).
     assert_eq!(stderr.matches("quarantined").count(), 0, "{stderr}");
-    assert!(
-        stderr.contains(
-            "3 calls: 0 served, 0 default, 1 missed (1 shapes), 2 passed through, 0 fallbacks"
-        ),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "3 calls: 0 served, 0 default, 1 missed (1 shapes), 2 passed through, 0 fallbacks",
     );
     // The shape that missed is still recorded for tuning.
     assert_eq!(whole_miss_files(&dir).0, vec![miss_line(miss)]);
@@ -147,9 +137,7 @@ fn a_bad_call_from_the_caller_does_not_quarantine_a_good_row() {
         ],
     );
     cmd.env_remove("REFBLAS_TRACE");
-    let out = run_guarded(cmd);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let (out, stderr) = run_ok(cmd);
     let stdout = text(&out.stdout);
     let statuses: Vec<&str> = stdout.lines().collect();
     assert_eq!(statuses[1], "status=0", "{statuses:?}");
@@ -158,11 +146,9 @@ fn a_bad_call_from_the_caller_does_not_quarantine_a_good_row() {
         "alpha = NULL is rejected: {statuses:?}"
     );
     assert_eq!(stderr.matches("quarantined").count(), 0, "{stderr}");
-    assert!(
-        stderr.contains(
-            "4 calls: 1 served, 0 default, 0 missed (0 shapes), 3 passed through, 0 fallbacks"
-        ),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "4 calls: 1 served, 0 default, 0 missed (0 shapes), 3 passed through, 0 fallbacks",
     );
     // A call on no handle is not a shape to tune.
     assert!(whole_miss_files(&dir).0.is_empty());

@@ -221,22 +221,18 @@ fn eight_imports_at_once_keep_every_shape() {
 
 /// `tune` arguments for one shape, quick settings (the tests check plumbing, not timing).
 fn tune_args(lib: &Path, shape: &str) -> Vec<String> {
-    [
+    let args = [
         "tune",
         "--lib",
         lib.to_str().unwrap(),
         "--shape",
         shape,
-        "--trials",
-        "3",
-        "--max-trials",
-        "3",
-        "--rotate-mib",
-        "1",
         "--json",
-    ]
-    .map(String::from)
-    .to_vec()
+    ];
+    args.iter()
+        .chain(&QUICK_TUNE)
+        .map(|a| a.to_string())
+        .collect()
 }
 
 /// The rows a `tune --json` summary says it wrote: shape -> solution.
@@ -262,7 +258,7 @@ fn tunes_and_merges_at_once_keep_every_row() {
     let mut merged = Vec::new();
     for i in 0..4 {
         let args = tune_args(&lib, &format!("f16:TN:{}:{}:64", 32 + 8 * i, 1 + i));
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let refs = strs(&args);
         cmds.push(cli(&dir, &refs));
         let (root, key) = shard(&dir, i);
         merged.push(key);
@@ -332,9 +328,26 @@ fn store_bytes(dir: &Path, profile: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// The command failed (exit 1) and said which file and that nothing changed.
-fn failed_naming_provenance(out: &Output) {
+/// A fresh store `name` with the seed rows and a provenance file that a write of any more
+/// will find too big; returns the folder and the profile.
+fn store_near_full(name: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let profile = store_with(&dir, SEED);
+    big_provenance(&profile);
+    (dir, profile)
+}
+
+/// Runs `cmd` with too little room for the provenance file: it must fail (exit 1) saying
+/// which file and that nothing changed, and leave every file of the store as it was, with
+/// no temporary behind.
+fn fails_on_provenance(dir: &Path, profile: &Path, mut cmd: Command) {
+    let before = store_bytes(dir, profile);
+    with_file_size_limit(&mut cmd, LIMIT);
+    let out = run_guarded(cmd);
     let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(store_bytes(dir, profile) == before, "every file as it was");
+    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
     assert!(
         stderr.contains(&format!("{PROFILE}/provenance.json"))
             && stderr.contains("nothing was changed"),
@@ -342,57 +355,34 @@ fn failed_naming_provenance(out: &Output) {
     );
 }
 
+/// `tunedblas merge` of the shard `root` into the store of `dir`.
+fn merge_cmd(dir: &Path, root: &Path) -> Command {
+    let mut cmd = cli(
+        dir,
+        &["merge", "--lib", artifacts().lib4().to_str().unwrap()],
+    );
+    cmd.arg(root);
+    cmd
+}
+
 #[test]
 fn a_merge_failing_on_provenance_leaves_the_profile_as_it_was() {
-    let dir = scratch("store-merge-full");
-    let profile = store_with(&dir, SEED);
-    big_provenance(&profile);
-    let before = store_bytes(&dir, &profile);
+    let (dir, profile) = store_near_full("store-merge-full");
     let (root, _) = shard(&dir, 0);
-    let mut cmd = cli(
-        &dir,
-        &["merge", "--lib", artifacts().lib4().to_str().unwrap()],
-    );
-    cmd.arg(&root);
-    with_file_size_limit(&mut cmd, LIMIT);
-    let out = run_guarded(cmd);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        store_bytes(&dir, &profile) == before,
-        "every file as it was"
-    );
-    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
-    failed_naming_provenance(&out);
+    fails_on_provenance(&dir, &profile, merge_cmd(&dir, &root));
 
     // With room, the same merge goes through.
-    let mut cmd = cli(
-        &dir,
-        &["merge", "--lib", artifacts().lib4().to_str().unwrap()],
-    );
-    cmd.arg(&root);
-    assert!(succeeded(&run_guarded(cmd)).contains("1 rows added"));
+    assert!(succeeded(&run_guarded(merge_cmd(&dir, &root))).contains("1 rows added"));
     assert_eq!(rows_of(&profile, 0).len(), SEED.len() + 1);
     assert_eq!(campaign_kinds(&profile), ["earlier", "merge"]);
 }
 
 #[test]
 fn a_tune_failing_on_provenance_leaves_the_profile_as_it_was_and_resumes() {
-    let dir = scratch("store-tune-full");
-    let profile = store_with(&dir, SEED);
-    big_provenance(&profile);
-    let before = store_bytes(&dir, &profile);
+    let (dir, profile) = store_near_full("store-tune-full");
     let args = tune_args(&artifacts().lib4(), "f16:TN:48:3:64");
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut cmd = cli(&dir, &refs);
-    with_file_size_limit(&mut cmd, LIMIT);
-    let out = run_guarded(cmd);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        store_bytes(&dir, &profile) == before,
-        "every file as it was"
-    );
-    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
-    failed_naming_provenance(&out);
+    let refs = strs(&args);
+    fails_on_provenance(&dir, &profile, cli(&dir, &refs));
 
     // The checkpoint was kept: the same command, with room, resumes and writes.
     let summary: Value = serde_json::from_str(&succeeded(&run_guarded(cli(&dir, &refs)))).unwrap();

@@ -435,9 +435,10 @@ fn choose_and_open(
     let registry_problems = profile::registry_problems(&cfg.profile_dir);
     // `TUNEDBLAS_PROFILE=/a/path`: PyTorch results files, checked against this version.
     let selection = match cfg.explicit.as_deref().filter(|e| profile::names_a_path(e)) {
-        Some(path) => profile::select_path(
+        Some(path) => profile::select_path_on(
             std::path::Path::new(path),
             real::version_string().as_deref(),
+            &tunedblas_core::device::gpu_archs(),
             cfg.allow_mismatch,
         ),
         None => profile::select(&req),

@@ -201,8 +201,9 @@ impl Runtime {
                 self.api.name()
             ))),
             e => Err(Error::no_device(format!(
-                "{}GetDeviceCount failed with error {e}: no usable device",
-                self.api.prefix()
+                "{}GetDeviceCount failed with {} error {e}: no usable device",
+                self.api.prefix(),
+                self.api.name()
             ))),
         }
     }
