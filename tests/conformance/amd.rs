@@ -104,7 +104,9 @@ pub fn check(s: &Suite) {
     std::fs::write(host.join("other.csv"), tunableop_file("100100-cd957402")).unwrap();
     let (code, out, err) = s.tunedblas(
         &inside,
-        &format!("profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/other.csv"),
+        &format!(
+            "profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/other.csv"
+        ),
     );
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(
@@ -118,7 +120,9 @@ pub fn check(s: &Suite) {
     .unwrap();
     let (code, out, err) = s.tunedblas(
         &inside,
-        &format!("profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/ours.csv"),
+        &format!(
+            "profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/ours.csv"
+        ),
     );
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("checked HIPBLASLT_VERSION: matches"), "{out}");
