@@ -169,9 +169,17 @@ pub trait Flavor: Sized {
     type Algo: Copy + Default;
     /// The heuristic's result struct (`algo` first, then `workspace_size` and `state`).
     type Answer: Copy + Default;
-    fn api(&self) -> &LtApi;
-    fn rt(&self) -> &Runtime;
-    fn handle(&self) -> Obj;
+    /// The API, the runtime and this device's handle.
+    fn parts(&self) -> (&LtApi, &Runtime, Obj);
+    fn api(&self) -> &LtApi {
+        self.parts().0
+    }
+    fn rt(&self) -> &Runtime {
+        self.parts().1
+    }
+    fn handle(&self) -> Obj {
+        self.parts().2
+    }
     fn delay(&self) -> Option<&dyn Delay>;
     fn algo(a: &Self::Answer) -> Self::Algo;
     fn state(a: &Self::Answer) -> Status;
@@ -187,6 +195,22 @@ pub trait Flavor: Sized {
     /// host's f64 product).
     fn reference(_p: &LtProblem<'_, Self>) -> Result<Option<Vec<f64>>> {
         Ok(None)
+    }
+}
+
+/// Every Lt library's device is a [`super::Session`] of the shared problem.
+impl<F: Flavor> super::Session for F {
+    type Key = LtKey;
+    type Bench<'s>
+        = LtProblem<'s, F>
+    where
+        Self: 's;
+
+    fn bench(&self, key: &LtKey, m: &Method) -> Result<LtProblem<'_, F>> {
+        LtProblem::new(self, *key, m)
+    }
+    fn square(&self, side: i64) -> LtKey {
+        LtKey::linear(R_16BF, side, side, side)
     }
 }
 

@@ -25,7 +25,6 @@ use crate::curate::Row;
 use crate::dl;
 use crate::error::{Error, Result};
 use crate::limits::ShapeLimit;
-use crate::pipeline::Method;
 use crate::runtime::{Api, Runtime};
 use crate::store::Build;
 use crate::timer::Delay;
@@ -284,21 +283,6 @@ impl Library for Cublaslt {
     }
 }
 
-impl<'l> super::Session for CublasltSession<'l> {
-    type Key = LtKey;
-    type Bench<'s>
-        = LtProblem<'s, CublasltSession<'l>>
-    where
-        Self: 's;
-
-    fn bench(&self, key: &LtKey, m: &Method) -> Result<LtProblem<'_, CublasltSession<'l>>> {
-        LtProblem::new(self, *key, m)
-    }
-    fn square(&self, side: i64) -> LtKey {
-        LtKey::linear(R_16BF, side, side, side)
-    }
-}
-
 impl CublasltSession<'_> {
     /// Rebuilds `cfg` (as the interposer does) and asks `cublasLtMatmulAlgoCheck` whether
     /// it runs `p` within the workspace callers give.
@@ -339,14 +323,8 @@ impl Flavor for CublasltSession<'_> {
     type Algo = MatmulAlgo;
     type Answer = HeuristicResult;
 
-    fn api(&self) -> &LtApi {
-        &self.lib.api
-    }
-    fn rt(&self) -> &Runtime {
-        &self.lib.rt
-    }
-    fn handle(&self) -> *mut c_void {
-        self.handle
+    fn parts(&self) -> (&LtApi, &Runtime, *mut c_void) {
+        (&self.lib.api, &self.lib.rt, self.handle)
     }
     fn delay(&self) -> Option<&dyn Delay> {
         self.spin.as_ref().map(|s| s as &dyn Delay)

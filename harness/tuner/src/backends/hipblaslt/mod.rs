@@ -15,7 +15,7 @@ use std::ffi::c_void;
 use std::path::Path;
 
 use tunedblas_core::abi::*;
-use tunedblas_core::cublaslt::{LtAction, LtKey, LtLib, R_16BF};
+use tunedblas_core::cublaslt::{LtAction, LtKey, LtLib};
 use tunedblas_core::hipblaslt::{hip_compute_type, hip_operation, SOLUTION_PREFIX};
 
 use super::lt::{self, Attrs, Flavor, LtApi, LtProblem};
@@ -24,7 +24,6 @@ use crate::bench::{Cand, Screen};
 use crate::curate::Row;
 use crate::dl;
 use crate::error::{Error, Result};
-use crate::pipeline::Method;
 use crate::runtime::{Api, Runtime};
 use crate::store::Build;
 use crate::timer::Delay;
@@ -284,33 +283,12 @@ impl Library for Hipblaslt {
     }
 }
 
-impl<'l> super::Session for HipblasltSession<'l> {
-    type Key = LtKey;
-    type Bench<'s>
-        = LtProblem<'s, HipblasltSession<'l>>
-    where
-        Self: 's;
-
-    fn bench(&self, key: &LtKey, m: &Method) -> Result<LtProblem<'_, HipblasltSession<'l>>> {
-        LtProblem::new(self, *key, m)
-    }
-    fn square(&self, side: i64) -> LtKey {
-        LtKey::linear(R_16BF, side, side, side)
-    }
-}
-
 impl Flavor for HipblasltSession<'_> {
     type Algo = HipblasLtMatmulAlgo;
     type Answer = HipblasLtMatmulHeuristicResult;
 
-    fn api(&self) -> &LtApi {
-        &self.lib.api
-    }
-    fn rt(&self) -> &Runtime {
-        &self.lib.rt
-    }
-    fn handle(&self) -> *mut c_void {
-        self.handle
+    fn parts(&self) -> (&LtApi, &Runtime, *mut c_void) {
+        (&self.lib.api, &self.lib.rt, self.handle)
     }
     /// No delay kernel ahead of hipBLASLt's samples (it would need a device code object):
     /// graph samples are replayed once untimed ahead instead.
