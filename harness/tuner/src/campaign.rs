@@ -233,14 +233,19 @@ impl<L: Library> Work<'_, L> {
             );
         }
         println!(
-            "timing: {} samples of {} ms, {}; {} trials; screening {} per shape, the fastest {} on; confirmed {}",
+            "timing: {} samples of {} ms, {}; {} trials; screening {}, the fastest {} on; confirmed {}",
             m.mode.name(),
             m.sample_ms,
             crate::rest::words(m.rest),
             m.trials,
             match m.budget_s {
-                b if b > 0.0 => format!("at most {b} s"),
-                _ => "every candidate".into(),
+                b if b > 0.0 => format!(
+                    "at most {b} s per shape ({} in all)",
+                    crate::progress::clock(
+                        b * (total - resumed) as f64 / devices.len().max(1) as f64
+                    )
+                ),
+                _ => "every candidate of every shape".into(),
             },
             m.keep,
             if m.fresh { "in this process and in a fresh one" } else { "in this process" }
@@ -344,7 +349,8 @@ impl<L: Library> Work<'_, L> {
         done: &mut Vec<Outcome>,
     ) -> Result<BTreeMap<i32, Limits>> {
         let human = !self.opts.json && !self.opts.quiet;
-        let mut progress = Progress::new(total, resumed, !self.opts.quiet);
+        let budget = self.opts.method.budget_s;
+        let mut progress = Progress::new(total, resumed, budget, !self.opts.quiet);
         let (next, (tx, rx)) = (AtomicUsize::new(0), mpsc::channel());
         let mut limits = BTreeMap::new();
         std::thread::scope(|scope| -> Result<()> {

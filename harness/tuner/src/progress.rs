@@ -30,9 +30,10 @@ fn drawn(enabled: bool) -> bool {
 }
 
 impl Progress {
-    /// A bar of `total` shapes, `resumed` of them finished before this run. `enabled`
-    /// false never draws (quiet runs).
-    pub fn new(total: usize, resumed: usize, enabled: bool) -> Progress {
+    /// A bar of `total` shapes, `resumed` of them finished before this run, each searched
+    /// for at most `budget_s` seconds (0: no limit), which the bar says beside the ETA.
+    /// `enabled` false never draws (quiet runs).
+    pub fn new(total: usize, resumed: usize, budget_s: f64, enabled: bool) -> Progress {
         let target = if drawn(enabled) {
             ProgressDrawTarget::stderr()
         } else {
@@ -40,13 +41,17 @@ impl Progress {
         };
         let bar = ProgressBar::with_draw_target(Some(total as u64), target).with_style(
             ProgressStyle::with_template(
-                "[{bar:30}] {pos}/{len} {elapsed_precise} elapsed, ETA {eta_precise}  {msg}",
+                "[{bar:30}] {pos}/{len} {elapsed_precise} elapsed, ETA {eta_precise} ({prefix})  {msg}",
             )
             .expect("a valid template")
             .progress_chars("# "),
         );
         // The shapes finished before a resume are done but took no time in this run: the
         // ETA is reckoned from this run's pace only.
+        bar.set_prefix(match budget_s {
+            b if b > 0.0 => format!("search <= {b} s a shape"),
+            _ => "every candidate probed".to_string(),
+        });
         bar.set_position(resumed as u64);
         bar.reset_eta();
         bar.enable_steady_tick(Duration::from_secs(1));
@@ -91,7 +96,8 @@ mod tests {
     fn clock_and_counts() {
         assert_eq!(clock(65.0), "1:05");
         assert_eq!(clock(3725.0), "1:02:05");
-        let mut p = Progress::new(10, 4, false);
+        let mut p = Progress::new(10, 4, 20.0, false);
+        assert_eq!(p.bar.prefix(), "search <= 20 s a shape");
         assert_eq!(p.done(), 4, "the resumed shapes count as done");
         p.advance("x");
         assert_eq!(p.done(), 5);
