@@ -165,6 +165,28 @@ pub fn decode(t: Elem, bytes: &[u8]) -> Vec<f64> {
     }
 }
 
+/// The [`Layout`] of a GEMM key, `$field: $value` giving what is not geometry (alpha, beta,
+/// types, exact): rocBLAS's `ProblemKey` and the Lt libraries' `LtKey` name their geometry
+/// alike.
+macro_rules! layout_of {
+    ($key:expr, $($field:ident: $value:expr),* $(,)?) => {{
+        let k = &$key;
+        let n = tunedblas_core::key::Trans::N;
+        $crate::numerics::Layout {
+            m: k.m,
+            n: k.n,
+            k: k.k,
+            trans_a: k.trans_a != n,
+            trans_b: k.trans_b != n,
+            ld: [k.lda, k.ldb, k.ldc, k.ldd],
+            stride: [k.stride_a, k.stride_b, k.stride_c, k.stride_d],
+            batch: k.batch.max(1),
+            $($field: $value),*
+        }
+    }};
+}
+pub(crate) use layout_of;
+
 /// A GEMM as stored: D = alpha op(A) op(B) + beta C, column-major, each matrix with its
 /// leading dimension and batch stride, the types of A, B, C and D.
 #[derive(Clone, Copy, Debug)]

@@ -243,15 +243,7 @@ fn elem(t: i32) -> Elem {
 
 /// The layout of an Lt key's problem.
 pub fn layout(key: &LtKey) -> Layout {
-    Layout {
-        m: key.m,
-        n: key.n,
-        k: key.k,
-        trans_a: key.trans_a != Trans::N,
-        trans_b: key.trans_b != Trans::N,
-        ld: [key.lda, key.ldb, key.ldc, key.ldd],
-        stride: [key.stride_a, key.stride_b, key.stride_c, key.stride_d],
-        batch: key.batch.max(1),
+    crate::numerics::layout_of!(key,
         alpha: 1.0,
         beta: 0.0,
         types: [
@@ -264,7 +256,7 @@ pub fn layout(key: &LtKey) -> Layout {
             key.compute,
             COMPUTE_32F | COMPUTE_32F_PEDANTIC | COMPUTE_64F | COMPUTE_64F_PEDANTIC
         ) && !epilogue_has_bias(key.epilogue),
-    }
+    )
 }
 
 /// One Lt problem on the device: descriptors, rotating input sets (A and B; C and D are

@@ -347,20 +347,12 @@ impl<'l> RocblasProblem<'l> {
             ));
         }
         let t = key.types;
-        let layout = Layout {
-            m: key.m,
-            n: key.n,
-            k: key.k,
-            trans_a: key.trans_a != Trans::N,
-            trans_b: key.trans_b != Trans::N,
-            ld: [key.lda, key.ldb, key.ldc, key.ldd],
-            stride: [key.stride_a, key.stride_b, key.stride_c, key.stride_d],
-            batch: key.batch.max(1),
+        let layout = crate::numerics::layout_of!(key,
             alpha: ALPHA,
             beta: BETA,
             types: [elem(t.a)?, elem(t.b)?, elem(t.c)?, elem(t.d)?],
             exact: matches!(t.compute, DT_F32_R | DT_F64_R),
-        };
+        );
         let set_bytes: usize = (0..4).map(|w| layout.bytes(w)).sum();
         let n_sets = m.sets(set_bytes, lib.rt.cache_bytes(0));
         let timer = Timer::new(&lib.rt, m.mode, m.rest, None, label(&key))?;
