@@ -980,7 +980,7 @@ lt_matmul_export! {
 /// `int tunedblas_hipblaslt_serving(int on)`: as `tunedblas_cublaslt_serving`, for hipBLASLt.
 #[no_mangle]
 pub extern "C" fn tunedblas_hipblaslt_serving(on: c_int) -> c_int {
-    crate::hipblaslt::set_serving(on)
+    crate::hipblaslt::STATE.set_serving(on)
 }
 
 lt_matmul_export! {
@@ -995,7 +995,7 @@ lt_matmul_export! {
 /// previous setting. Found by a host with `dlsym(RTLD_DEFAULT, ...)`.
 #[no_mangle]
 pub extern "C" fn tunedblas_cublaslt_serving(on: c_int) -> c_int {
-    crate::cublaslt::set_serving(on)
+    crate::cublaslt::STATE.set_serving(on)
 }
 
 /// `_exit` skips atexit handlers (Python's `os._exit`, forked workers, signal handlers):

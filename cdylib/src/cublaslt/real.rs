@@ -45,7 +45,7 @@ pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
     what: "cuBLASLt",
     create: c"cublasLtCreate",
     hooks: &LT,
-    changed: super::library_changed,
+    changed: || super::STATE.library_changed(),
     several: || {},
     device: current_device,
     serving: |_| {},

@@ -42,7 +42,7 @@ pub static HIPBLASLT: Registry<HipLtHooks> = Registry::new(Backend {
     what: "hipBLASLt",
     create: c"hipblasLtCreate",
     hooks: &HIPLT,
-    changed: super::library_changed,
+    changed: || super::STATE.library_changed(),
     several: || {},
     device: current_device,
     serving: |_| {},
