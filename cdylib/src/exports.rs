@@ -682,47 +682,55 @@ macro_rules! lt_exports {
                 status
             }
 
-            /// The set of the library that made the descriptor (kept with it), else the
-            /// caller's; what it set kept if it succeeded.
-            pub extern "C" fn desc_set(
-                obj: *mut c_void,
-                attr: i32,
-                buf: *const c_void,
-                size: usize,
-                ret: *const c_void,
-            ) -> i32 {
-                let found = <$kinds>::DESCS.find(obj);
-                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
-                // SAFETY: a registered set function of this type.
-                let f = match kept.and_then(|f| f.set()) {
-                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
-                    None => routed!($desc_set, desc_set, SetFn, ret),
+            /// A kind's set and destroy, descriptors' and layouts' alike. The set is the one
+            /// of the library that made the object (kept with it), else the caller's; what it
+            /// set is kept if it succeeded. The destroy forgets the object first, then
+            /// destroys it in the library that made it, else the caller's.
+            macro_rules! set_and_destroy {
+                ($set:ident, $destroy:ident, $table:ident, $objects:ident,
+                 $real_set:ident, $real_destroy:ident) => {
+                    pub extern "C" fn $set(
+                        obj: *mut c_void,
+                        attr: i32,
+                        buf: *const c_void,
+                        size: usize,
+                        ret: *const c_void,
+                    ) -> i32 {
+                        let found = <$kinds>::$table.find(obj);
+                        let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                        // SAFETY: a registered set function of this type.
+                        let f = match kept.and_then(|f| f.set()) {
+                            Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                            None => routed!($real_set, $set, SetFn, ret),
+                        };
+                        let Some(f) = f else { return NOT_INITIALIZED };
+                        // SAFETY: the library's function, the caller's own arguments.
+                        let status = unsafe { f(obj, attr, buf, size) };
+                        if let (0, Some(found)) = (status, &found) {
+                            // SAFETY: the library just read `size` bytes at `buf`.
+                            let change = unsafe { <$kinds>::$set(attr, buf, size) };
+                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(found, change));
+                        }
+                        status
+                    }
+
+                    pub extern "C" fn $destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
+                        let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
+                        match kept.and_then(|f| f.destroy()) {
+                            // SAFETY: the destroy function of the library that made `obj`.
+                            Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                            None => match routed!($real_destroy, $destroy, DestroyFn, ret) {
+                                // SAFETY: the caller's library's function, its own object.
+                                Some(f) => unsafe { f(obj) },
+                                None => NOT_INITIALIZED,
+                            },
+                        }
+                    }
                 };
-                let Some(f) = f else { return NOT_INITIALIZED };
-                // SAFETY: the library's function, the caller's own arguments.
-                let status = unsafe { f(obj, attr, buf, size) };
-                if let (0, Some(found)) = (status, &found) {
-                    // SAFETY: the library just read `size` bytes at `buf`.
-                    let change = unsafe { <$kinds>::desc_set(attr, buf, size) };
-                    let _ = catch_unwind(|| crate::lt::objects::Descs::changed_in(found, change));
-                }
-                status
             }
 
-            /// The object forgotten, then destroyed by the library that made it (kept with
-            /// it), else by the caller's.
-            pub extern "C" fn desc_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                let kept = catch_unwind(|| <$kinds>::DESCS.taken(obj)).ok().flatten();
-                match kept.and_then(|f| f.destroy()) {
-                    // SAFETY: the destroy function of the library that made `obj`.
-                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
-                    None => match routed!($desc_destroy, desc_destroy, DestroyFn, ret) {
-                        // SAFETY: the caller's library's function, its own descriptor.
-                        Some(f) => unsafe { f(obj) },
-                        None => NOT_INITIALIZED,
-                    },
-                }
-            }
+            set_and_destroy!(desc_set, desc_destroy, DESCS, Descs, $desc_set, $desc_destroy);
+            set_and_destroy!(layout_set, layout_destroy, LAYOUTS, Layouts, $layout_set, $layout_destroy);
 
             pub extern "C" fn layout_create(
                 out: Out,
@@ -767,45 +775,6 @@ macro_rules! lt_exports {
                 status
             }
 
-            /// As `desc_set`.
-            pub extern "C" fn layout_set(
-                obj: *mut c_void,
-                attr: i32,
-                buf: *const c_void,
-                size: usize,
-                ret: *const c_void,
-            ) -> i32 {
-                let found = <$kinds>::LAYOUTS.find(obj);
-                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
-                // SAFETY: a registered set function of this type.
-                let f = match kept.and_then(|f| f.set()) {
-                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
-                    None => routed!($layout_set, layout_set, SetFn, ret),
-                };
-                let Some(f) = f else { return NOT_INITIALIZED };
-                // SAFETY: the library's function, the caller's own arguments.
-                let status = unsafe { f(obj, attr, buf, size) };
-                if let (0, Some(found)) = (status, &found) {
-                    // SAFETY: the library just read `size` bytes at `buf`.
-                    let change = unsafe { <$kinds>::layout_set(attr, buf, size) };
-                    let _ = catch_unwind(|| crate::lt::objects::Layouts::changed_in(found, change));
-                }
-                status
-            }
-
-            /// As `desc_destroy`.
-            pub extern "C" fn layout_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                let kept = catch_unwind(|| <$kinds>::LAYOUTS.taken(obj)).ok().flatten();
-                match kept.and_then(|f| f.destroy()) {
-                    // SAFETY: the destroy function of the library that made `obj`.
-                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
-                    None => match routed!($layout_destroy, layout_destroy, DestroyFn, ret) {
-                        // SAFETY: the caller's library's function, its own layout.
-                        Some(f) => unsafe { f(obj) },
-                        None => NOT_INITIALIZED,
-                    },
-                }
-            }
         }
 
         with_caller! {
