@@ -546,76 +546,23 @@ pub unsafe extern "C" fn rocblas_destroy_handle(handle: Handle) -> Status {
     std::panic::catch_unwind(|| rocblas::destroy_handle(handle)).unwrap_or(STATUS_INTERNAL_ERROR)
 }
 
-/// `cublasLtCreate`: made in the cuBLASLt build the caller links, as `rocblas_create_handle`.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn cublasLtCreate(handle: *mut lt::LtHandle) -> lt::LtStatus {
-    std::arch::naked_asm!("mov rsi, [rsp]", "jmp {inner}", inner = sym lt_create_from)
-}
-
-#[cfg(target_arch = "aarch64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn cublasLtCreate(handle: *mut lt::LtHandle) -> lt::LtStatus {
-    std::arch::naked_asm!("mov x1, x30", "b {inner}", inner = sym lt_create_from)
-}
-
-extern "C" fn lt_create_from(handle: *mut lt::LtHandle, ret: *const c_void) -> lt::LtStatus {
-    std::panic::catch_unwind(|| crate::cublaslt::real::create_handle(handle, ret))
-        .unwrap_or(lt::STATUS_INTERNAL_ERROR)
-}
-
-/// `cublasLtDestroy`: in the build the handle came from.
-#[no_mangle]
-pub unsafe extern "C" fn cublasLtDestroy(handle: lt::LtHandle) -> lt::LtStatus {
-    std::panic::catch_unwind(|| crate::cublaslt::real::destroy_handle(handle))
-        .unwrap_or(lt::STATUS_INTERNAL_ERROR)
-}
-
-/// `hipblasLtCreate`: made in the hipBLASLt build the caller links, as
-/// `rocblas_create_handle`.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtCreate(handle: *mut abi::HipblasLtHandle) -> abi::HipblasStatus {
-    std::arch::naked_asm!("mov rsi, [rsp]", "jmp {inner}", inner = sym hiplt_create_from)
-}
-
-#[cfg(target_arch = "aarch64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtCreate(handle: *mut abi::HipblasLtHandle) -> abi::HipblasStatus {
-    std::arch::naked_asm!("mov x1, x30", "b {inner}", inner = sym hiplt_create_from)
-}
-
-extern "C" fn hiplt_create_from(
-    handle: *mut abi::HipblasLtHandle,
-    ret: *const c_void,
-) -> abi::HipblasStatus {
-    std::panic::catch_unwind(|| crate::hipblaslt::real::create_handle(handle, ret))
-        .unwrap_or(HIPBLAS_INTERNAL_ERROR)
-}
-
 /// hipBLAS's `HIPBLAS_STATUS_INTERNAL_ERROR`, for a panic of ours.
 const HIPBLAS_INTERNAL_ERROR: abi::HipblasStatus = 6;
 
-/// `hipblasLtDestroy`: in the build the handle came from.
-#[no_mangle]
-pub unsafe extern "C" fn hipblasLtDestroy(handle: abi::HipblasLtHandle) -> abi::HipblasStatus {
-    std::panic::catch_unwind(|| crate::hipblaslt::real::destroy_handle(handle))
-        .unwrap_or(HIPBLAS_INTERNAL_ERROR)
-}
-
-/// One Lt library's descriptor and layout calls (`MatmulDesc{Create,SetAttribute,Destroy}`,
-/// `MatrixLayout{Create,SetAttribute,Destroy}`): each export goes to the library its caller
+/// One Lt library's handle calls (`Create`, `Destroy`) and descriptor and layout calls
+/// (`MatmulDesc{Create,SetAttribute,Destroy}`, `MatrixLayout{Create,SetAttribute,Destroy}`).
+/// A handle is made in the build the caller links and destroyed in the build it came from
+/// (`libs.rs`), as rocBLAS's; `internal` is the library's status for a panic of ours. A
+/// descriptor or layout export goes to the library its caller
 /// links (`lt/callers.rs`: a trampoline passes the caller's return address on) and keeps
 /// what the key reads as it is made and set (`lt/objects.rs`, through the library's
 /// `Kinds`): the real create first, then its object kept; the real set, then what it set
 /// kept if it succeeded; a destroy forgets the object first, then the real destroy.
 /// Nothing kept fails a call: a panic of ours is caught and the call's own status returned.
-macro_rules! lt_object_exports {
-    (mod $m:ident; kinds: $kinds:ty, hooks: $hooks:path, served: $served:path;
+macro_rules! lt_exports {
+    (mod $m:ident; kinds: $kinds:ty, hooks: $hooks:path, builds: $builds:path,
+     internal: $internal:expr;
+     $handle_create:ident, $handle_destroy:ident,
      $desc_create:ident, $desc_set:ident, $desc_destroy:ident,
      $layout_create:ident, $layout_set:ident, $layout_destroy:ident) => {
         mod $m {
@@ -635,6 +582,29 @@ macro_rules! lt_object_exports {
 
             /// Both libraries' NOT_INITIALIZED: no such function anywhere.
             const NOT_INITIALIZED: i32 = 1;
+
+            /// A hook of the served build's table, resolved in its scope.
+            fn served(hook: &crate::real::Hook) -> Option<*mut c_void> {
+                $hooks.in_scope(hook)
+            }
+
+            pub extern "C" fn create(out: Out, ret: *const c_void) -> i32 {
+                catch_unwind(|| {
+                    $builds
+                        .create(out, ret, || $hooks.create().map(|f| f as *mut c_void))
+                        .unwrap_or(NOT_INITIALIZED)
+                })
+                .unwrap_or($internal)
+            }
+
+            pub fn destroy(h: *mut c_void) -> i32 {
+                catch_unwind(|| match $builds.destroy_fn(h, |t| t.destroy()) {
+                    // SAFETY: the caller's own handle.
+                    Some(f) => unsafe { f(h) },
+                    None => NOT_INITIALIZED,
+                })
+                .unwrap_or($internal)
+            }
 
             const fn name(s: &'static str) -> &'static CStr {
                 match CStr::from_bytes_with_nul(s.as_bytes()) {
@@ -664,7 +634,7 @@ macro_rules! lt_object_exports {
                     static CALLERS: Callers =
                         Callers::new(name(concat!(stringify!($f), "\0")));
                     // SAFETY: the cache was made for this function, of this type.
-                    unsafe { CALLERS.real_fn::<$ty>($ret, &$hooks.$hook, $served) }
+                    unsafe { CALLERS.real_fn::<$ty>($ret, &$hooks.$hook, served) }
                 }};
             }
 
@@ -672,7 +642,7 @@ macro_rules! lt_object_exports {
                 static CALLERS: Callers = creates!($desc_create, $desc_set, $desc_destroy);
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, $served)
+                    CALLERS.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, served)
                 };
                 let Some((f, fns)) = f else { return NOT_INITIALIZED };
                 // The descriptor's word before the call: only it, `out` and `fns` are kept
@@ -712,47 +682,55 @@ macro_rules! lt_object_exports {
                 status
             }
 
-            /// The set of the library that made the descriptor (kept with it), else the
-            /// caller's; what it set kept if it succeeded.
-            pub extern "C" fn desc_set(
-                obj: *mut c_void,
-                attr: i32,
-                buf: *const c_void,
-                size: usize,
-                ret: *const c_void,
-            ) -> i32 {
-                let found = <$kinds>::DESCS.find(obj);
-                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
-                // SAFETY: a registered set function of this type.
-                let f = match kept.and_then(|f| f.set()) {
-                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
-                    None => routed!($desc_set, desc_set, SetFn, ret),
+            /// A kind's set and destroy, descriptors' and layouts' alike. The set is the one
+            /// of the library that made the object (kept with it), else the caller's; what it
+            /// set is kept if it succeeded. The destroy forgets the object first, then
+            /// destroys it in the library that made it, else the caller's.
+            macro_rules! set_and_destroy {
+                ($set:ident, $destroy:ident, $table:ident, $objects:ident,
+                 $real_set:ident, $real_destroy:ident) => {
+                    pub extern "C" fn $set(
+                        obj: *mut c_void,
+                        attr: i32,
+                        buf: *const c_void,
+                        size: usize,
+                        ret: *const c_void,
+                    ) -> i32 {
+                        let found = <$kinds>::$table.find(obj);
+                        let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                        // SAFETY: a registered set function of this type.
+                        let f = match kept.and_then(|f| f.set()) {
+                            Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                            None => routed!($real_set, $set, SetFn, ret),
+                        };
+                        let Some(f) = f else { return NOT_INITIALIZED };
+                        // SAFETY: the library's function, the caller's own arguments.
+                        let status = unsafe { f(obj, attr, buf, size) };
+                        if let (0, Some(found)) = (status, &found) {
+                            // SAFETY: the library just read `size` bytes at `buf`.
+                            let change = unsafe { <$kinds>::$set(attr, buf, size) };
+                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(found, change));
+                        }
+                        status
+                    }
+
+                    pub extern "C" fn $destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
+                        let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
+                        match kept.and_then(|f| f.destroy()) {
+                            // SAFETY: the destroy function of the library that made `obj`.
+                            Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                            None => match routed!($real_destroy, $destroy, DestroyFn, ret) {
+                                // SAFETY: the caller's library's function, its own object.
+                                Some(f) => unsafe { f(obj) },
+                                None => NOT_INITIALIZED,
+                            },
+                        }
+                    }
                 };
-                let Some(f) = f else { return NOT_INITIALIZED };
-                // SAFETY: the library's function, the caller's own arguments.
-                let status = unsafe { f(obj, attr, buf, size) };
-                if let (0, Some(found)) = (status, &found) {
-                    // SAFETY: the library just read `size` bytes at `buf`.
-                    let change = unsafe { <$kinds>::desc_set(attr, buf, size) };
-                    let _ = catch_unwind(|| crate::lt::objects::Descs::changed_in(found, change));
-                }
-                status
             }
 
-            /// The object forgotten, then destroyed by the library that made it (kept with
-            /// it), else by the caller's.
-            pub extern "C" fn desc_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                let kept = catch_unwind(|| <$kinds>::DESCS.taken(obj)).ok().flatten();
-                match kept.and_then(|f| f.destroy()) {
-                    // SAFETY: the destroy function of the library that made `obj`.
-                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
-                    None => match routed!($desc_destroy, desc_destroy, DestroyFn, ret) {
-                        // SAFETY: the caller's library's function, its own descriptor.
-                        Some(f) => unsafe { f(obj) },
-                        None => NOT_INITIALIZED,
-                    },
-                }
-            }
+            set_and_destroy!(desc_set, desc_destroy, DESCS, Descs, $desc_set, $desc_destroy);
+            set_and_destroy!(layout_set, layout_destroy, LAYOUTS, Layouts, $layout_set, $layout_destroy);
 
             pub extern "C" fn layout_create(
                 out: Out,
@@ -765,7 +743,7 @@ macro_rules! lt_object_exports {
                 static CALLERS: Callers = creates!($layout_create, $layout_set, $layout_destroy);
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, $served)
+                    CALLERS.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, served)
                 };
                 let Some((f, fns)) = f else { return NOT_INITIALIZED };
                 // The layout's word before the call: only it, `out` and `fns` are kept
@@ -797,47 +775,17 @@ macro_rules! lt_object_exports {
                 status
             }
 
-            /// As `desc_set`.
-            pub extern "C" fn layout_set(
-                obj: *mut c_void,
-                attr: i32,
-                buf: *const c_void,
-                size: usize,
-                ret: *const c_void,
-            ) -> i32 {
-                let found = <$kinds>::LAYOUTS.find(obj);
-                let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
-                // SAFETY: a registered set function of this type.
-                let f = match kept.and_then(|f| f.set()) {
-                    Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
-                    None => routed!($layout_set, layout_set, SetFn, ret),
-                };
-                let Some(f) = f else { return NOT_INITIALIZED };
-                // SAFETY: the library's function, the caller's own arguments.
-                let status = unsafe { f(obj, attr, buf, size) };
-                if let (0, Some(found)) = (status, &found) {
-                    // SAFETY: the library just read `size` bytes at `buf`.
-                    let change = unsafe { <$kinds>::layout_set(attr, buf, size) };
-                    let _ = catch_unwind(|| crate::lt::objects::Layouts::changed_in(found, change));
-                }
-                status
-            }
-
-            /// As `desc_destroy`.
-            pub extern "C" fn layout_destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                let kept = catch_unwind(|| <$kinds>::LAYOUTS.taken(obj)).ok().flatten();
-                match kept.and_then(|f| f.destroy()) {
-                    // SAFETY: the destroy function of the library that made `obj`.
-                    Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
-                    None => match routed!($layout_destroy, layout_destroy, DestroyFn, ret) {
-                        // SAFETY: the caller's library's function, its own layout.
-                        Some(f) => unsafe { f(obj) },
-                        None => NOT_INITIALIZED,
-                    },
-                }
-            }
         }
 
+        with_caller! {
+            /// A handle made in the build the caller links.
+            fn $handle_create(handle: *mut *mut c_void) -> i32 = $m::create, x86: "rsi", arm: "x1"
+        }
+        /// A handle destroyed in the build it came from.
+        #[no_mangle]
+        pub extern "C" fn $handle_destroy(handle: *mut c_void) -> i32 {
+            $m::destroy(handle)
+        }
         with_caller! {
             /// A matmul descriptor made by the caller's library, its types kept.
             fn $desc_create(desc: *mut *mut c_void, compute: i32, scale: i32) -> i32
@@ -870,16 +818,20 @@ macro_rules! lt_object_exports {
     };
 }
 
-lt_object_exports! {
+lt_exports! {
     mod hiplt_objects; kinds: crate::hipblaslt::objects::Kept,
-    hooks: crate::hipblaslt::real::HIPLT, served: crate::hipblaslt::real::in_served_scope;
+    hooks: crate::hipblaslt::real::HIPLT, builds: crate::hipblaslt::real::HIPBLASLT,
+    internal: crate::exports::HIPBLAS_INTERNAL_ERROR;
+    hipblasLtCreate, hipblasLtDestroy,
     hipblasLtMatmulDescCreate, hipblasLtMatmulDescSetAttribute, hipblasLtMatmulDescDestroy,
     hipblasLtMatrixLayoutCreate, hipblasLtMatrixLayoutSetAttribute, hipblasLtMatrixLayoutDestroy
 }
 
-lt_object_exports! {
+lt_exports! {
     mod lt_objects; kinds: crate::cublaslt::objects::Kept,
-    hooks: crate::cublaslt::real::LT, served: crate::cublaslt::real::in_served_scope;
+    hooks: crate::cublaslt::real::LT, builds: crate::cublaslt::real::CUBLASLT,
+    internal: tunedblas_core::cublaslt::STATUS_INTERNAL_ERROR;
+    cublasLtCreate, cublasLtDestroy,
     cublasLtMatmulDescCreate, cublasLtMatmulDescSetAttribute, cublasLtMatmulDescDestroy,
     cublasLtMatrixLayoutCreate, cublasLtMatrixLayoutSetAttribute, cublasLtMatrixLayoutDestroy
 }
@@ -980,7 +932,7 @@ lt_matmul_export! {
 /// `int tunedblas_hipblaslt_serving(int on)`: as `tunedblas_cublaslt_serving`, for hipBLASLt.
 #[no_mangle]
 pub extern "C" fn tunedblas_hipblaslt_serving(on: c_int) -> c_int {
-    crate::hipblaslt::set_serving(on)
+    crate::hipblaslt::STATE.set_serving(on)
 }
 
 lt_matmul_export! {
@@ -995,7 +947,7 @@ lt_matmul_export! {
 /// previous setting. Found by a host with `dlsym(RTLD_DEFAULT, ...)`.
 #[no_mangle]
 pub extern "C" fn tunedblas_cublaslt_serving(on: c_int) -> c_int {
-    crate::cublaslt::set_serving(on)
+    crate::cublaslt::STATE.set_serving(on)
 }
 
 /// `_exit` skips atexit handlers (Python's `os._exit`, forked workers, signal handlers):

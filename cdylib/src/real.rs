@@ -174,6 +174,13 @@ macro_rules! hook_table {
                 }
             }
 
+            /// `hook` (one of this table's) resolved in this table's scope, as its own
+            /// accessors resolve it (`Hook::get` would look in the usual order and keep
+            /// what it found in the table).
+            pub fn in_scope(&self, hook: &$crate::real::Hook) -> Option<*mut c_void> {
+                hook.get_in(&self.scope)
+            }
+
             $(
                 #[inline]
                 pub fn $field(&self) -> Option<$ty> {

@@ -287,10 +287,10 @@ fn lt_views() -> [Option<View<'static, LtKey>>; 2] {
         })
     };
     [
-        view("cublaslt", crate::cublaslt::status_misses(), || {
+        view("cublaslt", crate::cublaslt::STATE.status_misses(), || {
             crate::cublaslt::SPEC.counters.status()
         }),
-        view("hipblaslt", crate::hipblaslt::status_misses(), || {
+        view("hipblaslt", crate::hipblaslt::STATE.status_misses(), || {
             crate::hipblaslt::SPEC.counters.status()
         }),
     ]

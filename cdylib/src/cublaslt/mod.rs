@@ -40,12 +40,10 @@ pub mod objects;
 pub mod real;
 pub mod serve;
 
-use std::ffi::c_int;
-
 use tunedblas_core::cublaslt::*;
 
 use crate::lifecycle::{Backend, Pass};
-use crate::lt::{Counters, Lt, LtRuntime, Spec};
+use crate::lt::{Counters, Lt, Spec};
 use crate::stats::Counter;
 use real::{current_device, CUBLASLT, LT};
 
@@ -74,26 +72,6 @@ pub static SPEC: Spec = Spec {
     device: current_device,
     loaded: |_| {},
 };
-
-#[inline]
-pub(crate) fn get() -> Option<&'static LtRuntime> {
-    STATE.runtime.get(|| STATE.start())
-}
-
-/// The served cuBLASLt build was replaced (`libs.rs`): [`Lt::library_changed`].
-pub fn library_changed() {
-    STATE.library_changed()
-}
-
-/// The cuBLASLt misses, once the runtime was built (for the live status).
-pub fn status_misses() -> Option<&'static crate::recorder::Recorder<LtKey>> {
-    STATE.status_misses()
-}
-
-/// `tunedblas_cublaslt_serving(on)`: [`Lt::set_serving`].
-pub fn set_serving(on: c_int) -> c_int {
-    STATE.set_serving(on)
-}
 
 fn finish(pass: Pass) {
     // The rocBLAS side owns the stats file when it ran too; then ours goes beside it.

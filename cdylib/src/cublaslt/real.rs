@@ -45,34 +45,11 @@ pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
     what: "cuBLASLt",
     create: c"cublasLtCreate",
     hooks: &LT,
-    changed: super::library_changed,
+    changed: || super::STATE.library_changed(),
     several: || {},
     device: current_device,
     serving: |_| {},
 });
-
-/// `hook` (one of [`LT`]'s) resolved in the served build's scope, as the table's own
-/// accessors resolve it.
-pub fn in_served_scope(hook: &crate::real::Hook) -> Option<*mut c_void> {
-    hook.get_in(&LT.scope)
-}
-
-/// `cublasLtCreate` from a caller at return address `ret`: in the build it links
-/// (`libs.rs`).
-pub fn create_handle(out: *mut LtHandle, ret: *const c_void) -> LtStatus {
-    CUBLASLT
-        .create(out, ret, || LT.create().map(|f| f as *mut c_void))
-        .unwrap_or(STATUS_NOT_INITIALIZED)
-}
-
-/// `cublasLtDestroy`: in the build the handle came from.
-pub fn destroy_handle(h: LtHandle) -> LtStatus {
-    match CUBLASLT.destroy_fn(h, |t| t.destroy()) {
-        // SAFETY: the caller's own handle.
-        Some(f) => unsafe { f(h) },
-        None => STATUS_NOT_INITIALIZED,
-    }
-}
 
 /// The device of the calling thread's current CUDA context, 0 if unknown.
 pub fn current_device() -> i32 {

@@ -2,56 +2,22 @@
 //! key, and the rebuilt algorithm a row names (`tunedblas_lt_algo::build_algo`, checked
 //! once per key with `cublasLtMatmulAlgoCheck`).
 
-use std::ffi::c_void;
-
 use tunedblas_core::cublaslt::*;
 use tunedblas_lt_algo::build_algo;
 
-use super::get;
 use super::real::{CUBLASLT, LT};
 use crate::log::debug;
 use crate::lt::serve::Library;
-use crate::lt::{Lt, LtCall, LtRuntime};
+use crate::lt::LtCall;
 
 /// cuBLASLt, to the shared serving path.
 pub struct Cublaslt;
 
 impl Library for Cublaslt {
-    type Matmul = MatmulFn;
+    crate::lt::serve::library_statics! {
+        matmul: MatmulFn, state: super::STATE, builds: CUBLASLT, hooks: LT, key: super::key
+    }
 
-    const STATE: &'static Lt = &super::STATE;
-
-    #[inline]
-    fn runtime() -> Option<&'static LtRuntime> {
-        get()
-    }
-    #[inline]
-    fn other_build(handle: *mut c_void) -> Option<Option<MatmulFn>> {
-        CUBLASLT.other_build(handle).map(|other| other.matmul())
-    }
-    #[inline]
-    fn real() -> Option<MatmulFn> {
-        LT.matmul()
-    }
-    #[inline]
-    unsafe fn call(f: MatmulFn, x: &LtCall, algo: *const c_void) -> LtStatus {
-        // SAFETY: per the trait; the library's matmul has the shape of `AnyMatmulFn`.
-        unsafe {
-            crate::lt::call(
-                std::mem::transmute::<MatmulFn, crate::lt::AnyMatmulFn>(f),
-                x,
-                algo,
-            )
-        }
-    }
-    #[inline(always)]
-    fn call_key(x: &LtCall) -> tunedblas_core::cublaslt::CallKey {
-        super::key::call_key(x)
-    }
-    unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
-        // SAFETY: per the trait.
-        unsafe { super::key::read_key(x) }
-    }
     unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Result<Prepared, String> {
         match action {
             // SAFETY: per the trait.

@@ -32,12 +32,10 @@ pub mod objects;
 pub mod real;
 pub mod serve;
 
-use std::ffi::c_int;
-
-use tunedblas_core::cublaslt::{LtKey, LtLib};
+use tunedblas_core::cublaslt::LtLib;
 
 use crate::lifecycle::{Backend, Pass};
-use crate::lt::{Counters, Lt, LtRuntime, Spec};
+use crate::lt::{Counters, Lt, Spec};
 use crate::stats::Counter;
 use real::{current_device, HIPBLASLT, HIPLT};
 
@@ -75,26 +73,6 @@ pub static SPEC: Spec = Spec {
         }
     },
 };
-
-#[inline]
-pub(crate) fn get() -> Option<&'static LtRuntime> {
-    STATE.runtime.get(|| STATE.start())
-}
-
-/// The served hipBLASLt build was replaced (`libs.rs`): [`Lt::library_changed`].
-pub fn library_changed() {
-    STATE.library_changed()
-}
-
-/// The hipBLASLt misses, once the runtime was built (for the live status).
-pub fn status_misses() -> Option<&'static crate::recorder::Recorder<LtKey>> {
-    STATE.status_misses()
-}
-
-/// `tunedblas_hipblaslt_serving(on)`: [`Lt::set_serving`].
-pub fn set_serving(on: c_int) -> c_int {
-    STATE.set_serving(on)
-}
 
 fn finish(pass: Pass) {
     // rocBLAS or cuBLASLt own the stats file when they ran too.

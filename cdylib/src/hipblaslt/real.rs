@@ -42,35 +42,11 @@ pub static HIPBLASLT: Registry<HipLtHooks> = Registry::new(Backend {
     what: "hipBLASLt",
     create: c"hipblasLtCreate",
     hooks: &HIPLT,
-    changed: super::library_changed,
+    changed: || super::STATE.library_changed(),
     several: || {},
     device: current_device,
     serving: |_| {},
 });
-
-/// `hook` (one of [`HIPLT`]'s) resolved in the served build's scope, as the table's own
-/// accessors resolve it (`Hook::get` would look in the usual order and keep what it found
-/// in the served table).
-pub fn in_served_scope(hook: &crate::real::Hook) -> Option<*mut c_void> {
-    hook.get_in(&HIPLT.scope)
-}
-
-/// `hipblasLtCreate` from a caller at return address `ret`: in the build it links
-/// (`libs.rs`).
-pub fn create_handle(out: *mut HipblasLtHandle, ret: *const c_void) -> HipblasStatus {
-    HIPBLASLT
-        .create(out, ret, || HIPLT.create().map(|f| f as *mut c_void))
-        .unwrap_or(HIPBLAS_STATUS_NOT_INITIALIZED)
-}
-
-/// `hipblasLtDestroy`: in the build the handle came from.
-pub fn destroy_handle(h: HipblasLtHandle) -> HipblasStatus {
-    match HIPBLASLT.destroy_fn(h, |t| t.destroy()) {
-        // SAFETY: the caller's own handle.
-        Some(f) => unsafe { f(h) },
-        None => HIPBLAS_STATUS_NOT_INITIALIZED,
-    }
-}
 
 /// HIP's current device of the calling thread, 0 if unknown.
 pub fn current_device() -> i32 {

@@ -3,19 +3,17 @@
 //! `hipblaslt_ext::getAlgosFromIndex` and checked with `matmulIsAlgoSupported` against the
 //! key's first call (its descriptors, alpha and beta), as PyTorch TunableOp checks it.
 
-use std::ffi::c_void;
-
 use tunedblas_core::abi::{
     HipblasLtMatmulAlgo, HipblasLtMatmulFn, HIPBLASLT_POINTER_MODE_HOST, HIP_R_16BF, HIP_R_16F,
     HIP_R_32F, HIP_R_64F,
 };
-use tunedblas_core::cublaslt::{LtAction, LtKey, LtStatus, MatmulAlgo, Prepared};
+use tunedblas_core::cublaslt::{LtAction, LtKey, MatmulAlgo, Prepared};
 
+use super::ext;
 use super::real::{HIPBLASLT, HIPLT};
-use super::{ext, get};
 use crate::log::debug;
 use crate::lt::serve::Library;
-use crate::lt::{Lt, LtCall, LtRuntime};
+use crate::lt::LtCall;
 
 /// Alignment asked of each pointer before a tuned algorithm runs on it: hipBLASLt cannot
 /// say what an algorithm needs, and tuning ran on aligned buffers, so a misaligned call
@@ -26,41 +24,11 @@ const MIN_ALIGN: u32 = 16;
 pub struct Hipblaslt;
 
 impl Library for Hipblaslt {
-    type Matmul = HipblasLtMatmulFn;
+    crate::lt::serve::library_statics! {
+        matmul: HipblasLtMatmulFn, state: super::STATE, builds: HIPBLASLT, hooks: HIPLT,
+        key: super::key
+    }
 
-    const STATE: &'static Lt = &super::STATE;
-
-    #[inline]
-    fn runtime() -> Option<&'static LtRuntime> {
-        get()
-    }
-    #[inline]
-    fn other_build(handle: *mut c_void) -> Option<Option<HipblasLtMatmulFn>> {
-        HIPBLASLT.other_build(handle).map(|other| other.matmul())
-    }
-    #[inline]
-    fn real() -> Option<HipblasLtMatmulFn> {
-        HIPLT.matmul()
-    }
-    #[inline]
-    unsafe fn call(f: HipblasLtMatmulFn, x: &LtCall, algo: *const c_void) -> LtStatus {
-        // SAFETY: per the trait; the library's matmul has the shape of `AnyMatmulFn`.
-        unsafe {
-            crate::lt::call(
-                std::mem::transmute::<HipblasLtMatmulFn, crate::lt::AnyMatmulFn>(f),
-                x,
-                algo,
-            )
-        }
-    }
-    #[inline(always)]
-    fn call_key(x: &LtCall) -> tunedblas_core::cublaslt::CallKey {
-        super::key::call_key(x)
-    }
-    unsafe fn read_key(x: &LtCall) -> Option<LtKey> {
-        // SAFETY: per the trait.
-        unsafe { super::key::read_key(x) }
-    }
     unsafe fn prepare(x: &LtCall, key: &LtKey, action: &LtAction) -> Result<Prepared, String> {
         let &LtAction::Index(index) = action else {
             // Not loaded for hipBLASLt (`LtLib::serves`).

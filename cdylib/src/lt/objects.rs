@@ -1,6 +1,6 @@
 //! An Lt library's descriptors and layouts as their create and set calls left them:
 //! `object address -> words` in a lock-free address map (`tunedblas_core::address_map`),
-//! written by the wrapped create, set and destroy calls (`exports.rs`, `lt_object_exports!`)
+//! written by the wrapped create, set and destroy calls (`exports.rs`, `lt_exports!`)
 //! and read by the matmul with no library call. Both libraries keep the same words, in
 //! cuBLASLt's numbers ([`desc`], [`layout`]; hipBLASLt's are mapped as they are set,
 //! `hipblaslt/objects.rs`), and word 0 of each object is its word of the call key
@@ -493,7 +493,7 @@ impl Layouts {
 }
 
 /// What one Lt library keeps of its descriptors and layouts: the wrapped create, set and
-/// destroy calls (`exports.rs`, `lt_object_exports!`) go through this.
+/// destroy calls (`exports.rs`, `lt_exports!`) go through this.
 pub trait Kinds {
     const DESCS: &'static Descs;
     const LAYOUTS: &'static Layouts;

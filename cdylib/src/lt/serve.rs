@@ -21,7 +21,9 @@ use crate::lifecycle::NoCancel;
 use crate::log::{debug, info};
 use crate::stats::bump;
 
-/// What one Lt library supplies to the shared serving path.
+/// What one Lt library supplies to the shared serving path. The items that only name the
+/// backend's statics and types come from [`library_statics!`]; a backend writes its own
+/// `prepare` (and `call_class`).
 pub trait Library: 'static {
     /// The real matmul (cuBLASLt's or hipBLASLt's 16 arguments).
     type Matmul: Copy;
@@ -331,3 +333,53 @@ pub fn cannot_use(lib: LtLib, solution: &str, key: &LtKey, why: &str) {
         lib.name()
     );
 }
+
+/// The [`Library`] items that only name a backend's statics and types: its matmul's type,
+/// its state (`STATE`), its builds (`libs::Registry`), its hook table and its `key` module.
+/// Written once here, so a backend's `serve.rs` holds only what differs: how a row's
+/// algorithm is rebuilt.
+macro_rules! library_statics {
+    (matmul: $matmul:ty, state: $state:path, builds: $builds:path, hooks: $hooks:path,
+     key: $($key:ident)::+) => {
+        type Matmul = $matmul;
+
+        const STATE: &'static $crate::lt::Lt = &$state;
+
+        #[inline]
+        fn runtime() -> Option<&'static $crate::lt::LtRuntime> {
+            $state.runtime.get(|| $state.start())
+        }
+        #[inline]
+        fn other_build(handle: *mut std::ffi::c_void) -> Option<Option<$matmul>> {
+            $builds.other_build(handle).map(|other| other.matmul())
+        }
+        #[inline]
+        fn real() -> Option<$matmul> {
+            $hooks.matmul()
+        }
+        #[inline]
+        unsafe fn call(
+            f: $matmul,
+            x: &$crate::lt::LtCall,
+            algo: *const std::ffi::c_void,
+        ) -> tunedblas_core::cublaslt::LtStatus {
+            // SAFETY: per the trait; the library's matmul has the shape of `AnyMatmulFn`.
+            unsafe {
+                $crate::lt::call(
+                    std::mem::transmute::<$matmul, $crate::lt::AnyMatmulFn>(f),
+                    x,
+                    algo,
+                )
+            }
+        }
+        #[inline(always)]
+        fn call_key(x: &$crate::lt::LtCall) -> tunedblas_core::cublaslt::CallKey {
+            $($key)::+::call_key(x)
+        }
+        unsafe fn read_key(x: &$crate::lt::LtCall) -> Option<tunedblas_core::cublaslt::LtKey> {
+            // SAFETY: per the trait.
+            unsafe { $($key)::+::read_key(x) }
+        }
+    };
+}
+pub(crate) use library_statics;
