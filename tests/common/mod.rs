@@ -162,6 +162,7 @@ pub fn artifacts() -> &'static Artifacts {
         );
         let work = target_dir().join(format!("e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&work);
+        remove_dead_scratch(&target_dir());
         std::fs::create_dir_all(&work).unwrap();
         Artifacts {
             preload,
@@ -173,6 +174,25 @@ pub fn artifacts() -> &'static Artifacts {
             work,
         }
     })
+}
+
+/// Removes the scratch folders (`e2e-<pid>`) of test processes that are gone. Each test
+/// binary leaves its folder for a look after a failure; a few runs of the suite would
+/// otherwise fill the disk (some hold traces of hundreds of MB) that the conformance
+/// roots also need.
+fn remove_dead_scratch(target: &Path) {
+    let Ok(rd) = std::fs::read_dir(target) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("e2e-") else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// The sha256 of refblas v4 as the tests install it.
