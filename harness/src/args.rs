@@ -144,13 +144,26 @@ pub fn method_options(c: clap::Command) -> clap::Command {
         .arg(option("--noisy", "PCT", "a shape whose spread is over PCT% (50) is undecidable, not Default: no row is written, so it comes back as a miss"))
 }
 
+/// `--profiles DIR`'s help, the same in every command.
+pub const PROFILES: &str =
+    "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)";
+
 /// `--profiles DIR`, the same in every command.
 pub fn profiles_option() -> Arg {
-    option(
-        "--profiles",
-        "DIR",
-        "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)",
-    )
+    option("--profiles", "DIR", PROFILES)
+}
+
+/// An option as a command's table declares it: flag, value name ("" for a switch), help.
+pub type Row = (&'static str, &'static str, &'static str);
+
+/// The options and switches of a table, in its order.
+pub fn table(rows: &[Row]) -> Vec<Arg> {
+    rows.iter()
+        .map(|&(flag, value, help)| match value {
+            "" => switch(flag, help),
+            _ => option(flag, value, help),
+        })
+        .collect()
 }
 
 /// A declared command's help, as `tunedblas help <command>` and `--help` print it.

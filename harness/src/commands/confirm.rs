@@ -25,30 +25,17 @@ EXAMPLES:
     tunedblas confirm --lib libhipblaslt.so.1 --workspace 33554432 --rows tunableop_results0.csv
 ";
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the library the rows are for (required)"),
+    ("--rows", "FILE", "a results file (else the build's profile)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--device", "N", "the device to measure on (default 0)"),
+    ("--log", "FILE", "write every row's measurement as JSON"),
+];
+
 pub fn cli() -> clap::Command {
-    use args::option;
-    let c = args::command("confirm", ABOUT, AFTER)
-        .arg(option(
-            "--lib",
-            "LIB",
-            "the library the rows are for (required)",
-        ))
-        .arg(option(
-            "--rows",
-            "FILE",
-            "a results file (else the build's profile)",
-        ))
-        .arg(args::profiles_option())
-        .arg(option(
-            "--device",
-            "N",
-            "the device to measure on (default 0)",
-        ))
-        .arg(option(
-            "--log",
-            "FILE",
-            "write every row's measurement as JSON",
-        ));
+    let c = args::command("confirm", ABOUT, AFTER).args(args::table(OPTIONS));
     args::method_options(args::library_options(c))
 }
 

@@ -18,6 +18,14 @@ EXAMPLE:
     tunedblas merge --lib librocblas.so.5 shard0/profiles shard1/profiles
 ";
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build the shards tuned (required)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--arch", "ARCH", "GPU architecture to record, e.g. gfx1030"),
+    ("--json", "", "the result as JSON"),
+];
+
 pub fn cli() -> clap::Command {
     args::command("merge", ABOUT, AFTER)
         .arg(args::positionals(
@@ -25,16 +33,7 @@ pub fn cli() -> clap::Command {
             usize::MAX,
             "the profile store each shard wrote (one or more)",
         ))
-        .arg(args::lib_option(
-            "the rocBLAS build the shards tuned (required)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--arch",
-            "ARCH",
-            "GPU architecture to record, e.g. gfx1030",
-        ))
-        .arg(args::switch("--json", "the result as JSON"))
+        .args(args::table(OPTIONS))
 }
 
 pub fn run(a: &Args) -> Result<()> {

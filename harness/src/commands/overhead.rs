@@ -8,18 +8,23 @@ use tunedblas_tuner::backends::{cublaslt, lt, Spec};
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "libcublasLt.so (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)"),
+    ("--shape", "N,M,K", "F.linear(out N, tokens M, in K) in bf16 (2560,1,1536)"),
+    ("--calls", "C", "calls per timed batch (200)"),
+    ("--reps", "R", "batches each way, alternating which goes first (30)"),
+    ("--workspace", "BYTES", "workspace given each call (1048576)"),
+    ("--log", "FILE", "every batch as JSON"),
+];
+
 pub fn cli() -> clap::Command {
     let c = args::command(
         "overhead",
         "Host microseconds per cublasLtMatmul call, the library's own symbol against the one a linked host resolves (an LD_PRELOADed interposer's), on objects made through the linked host's symbols; and per F.linear as PyTorch issues it (a descriptor, two attributes, three layouts, the matmul, four destroys), all through the library's symbols against all through the linked host's. The differences are the interposer's cost per call and per GEMM (needs an NVIDIA GPU).",
         "EXAMPLE:\n    LD_PRELOAD=libtunedblas.so tunedblas overhead --shape 2560,1,1536 --log o.json\n",
     )
-    .arg(args::lib_option("libcublasLt.so (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)"))
-    .arg(args::option("--shape", "N,M,K", "F.linear(out N, tokens M, in K) in bf16 (2560,1,1536)"))
-    .arg(args::option("--calls", "C", "calls per timed batch (200)"))
-    .arg(args::option("--reps", "R", "batches each way, alternating which goes first (30)"))
-    .arg(args::option("--workspace", "BYTES", "workspace given each call (1048576)"))
-    .arg(args::option("--log", "FILE", "every batch as JSON"));
+    .args(args::table(OPTIONS));
     args::library_options(c)
 }
 

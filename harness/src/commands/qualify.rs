@@ -18,13 +18,15 @@ EXAMPLE:
     tunedblas qualify --lib /opt/rocm/lib/librocblas.so.5
 ";
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the library build whose profile is checked (required)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--json", "", "the result as JSON"),
+];
+
 pub fn cli() -> clap::Command {
-    let c = args::command("qualify", ABOUT, AFTER)
-        .arg(args::lib_option(
-            "the library build whose profile is checked (required)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::switch("--json", "the result as JSON"));
+    let c = args::command("qualify", ABOUT, AFTER).args(args::table(OPTIONS));
     args::library_options(c)
 }
 

@@ -40,45 +40,22 @@ EXAMPLE:
     tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
 ";
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build whose profile is shown"),
+    ("--profile", "NAME", "the profile to show, by name (instead of --lib)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--out", "FILE.html", "the page (default tunedblas-report-<profile>.html)"),
+    ("--png", "FILE.png", "the figure (default: the HTML file's name with .png)"),
+    ("--no-png", "", "write no PNG"),
+    ("--misses", "DIR", "miss logs (or any tune input): what production missed, with calls (repeatable)"),
+    ("--coverage", "FILE", "`tunedblas coverage --json` output: the problems a serving configuration issues (repeatable)"),
+    ("--rank", "N", "the rank file to show (default 0)"),
+    ("--json", "", "the figures as JSON on stdout (the page embeds the same JSON)"),
+];
+
 pub fn cli() -> clap::Command {
-    args::command("report", ABOUT, AFTER)
-        .arg(args::lib_option("the rocBLAS build whose profile is shown"))
-        .arg(args::option(
-            "--profile",
-            "NAME",
-            "the profile to show, by name (instead of --lib)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--out",
-            "FILE.html",
-            "the page (default tunedblas-report-<profile>.html)",
-        ))
-        .arg(args::option(
-            "--png",
-            "FILE.png",
-            "the figure (default: the HTML file's name with .png)",
-        ))
-        .arg(args::switch("--no-png", "write no PNG"))
-        .arg(args::option(
-            "--misses",
-            "DIR",
-            "miss logs (or any tune input): what production missed, with calls (repeatable)",
-        ))
-        .arg(args::option(
-            "--coverage",
-            "FILE",
-            "`tunedblas coverage --json` output: the problems a serving configuration issues (repeatable)",
-        ))
-        .arg(args::option(
-            "--rank",
-            "N",
-            "the rank file to show (default 0)",
-        ))
-        .arg(args::switch(
-            "--json",
-            "the figures as JSON on stdout (the page embeds the same JSON)",
-        ))
+    args::command("report", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 /// The problems of a `tunedblas coverage --json` file.

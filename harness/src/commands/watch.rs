@@ -35,6 +35,15 @@ EXAMPLES:
     tunedblas watch --lib librocblas.so.4 /var/cache/tunedblas/misses --every 30 -- --devices 1
 ";
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build the servers load (required)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--every", "SECONDS", "the least time between the starts of two rounds (default 60)"),
+    ("--hour-budget", "SECONDS", "tuning time allowed in any hour (default 900: a quarter of the device's time)"),
+    ("--rounds", "N", "stop after N rounds (default: run until stopped)"),
+];
+
 pub fn cli() -> clap::Command {
     args::command("watch", ABOUT, AFTER)
         .arg(args::positionals(
@@ -42,25 +51,7 @@ pub fn cli() -> clap::Command {
             1,
             "the miss folder to follow (default $TUNEDBLAS_MISS_DIR, as the interposer)",
         ))
-        .arg(args::lib_option(
-            "the rocBLAS build the servers load (required)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--every",
-            "SECONDS",
-            "the least time between the starts of two rounds (default 60)",
-        ))
-        .arg(args::option(
-            "--hour-budget",
-            "SECONDS",
-            "tuning time allowed in any hour (default 900: a quarter of the device's time)",
-        ))
-        .arg(args::option(
-            "--rounds",
-            "N",
-            "stop after N rounds (default: run until stopped)",
-        ))
+        .args(args::table(OPTIONS))
         .arg(
             clap::Arg::new("tune-args")
                 .num_args(0..)
