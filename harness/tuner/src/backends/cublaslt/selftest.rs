@@ -22,80 +22,26 @@ pub fn run(lib: &Cublaslt, check: &mut dyn FnMut(&str, bool)) -> Result<()> {
         (unsafe { f(o, attr, (&mut v as *mut i64).cast(), size, &mut w) } == 0 && w == size)
             .then_some(v)
     };
-    let (desc, la) = (p.desc, p.layouts[0]);
-    for (what, got, want) in [
-        (
-            "DESC_COMPUTE_TYPE is 68 (COMPUTE_32F)",
-            geti(lib.desc_get, desc, DESC_COMPUTE_TYPE, 4),
-            COMPUTE_32F as i64,
-        ),
-        (
-            "DESC_SCALE_TYPE is 0 (R_32F)",
-            geti(lib.desc_get, desc, DESC_SCALE_TYPE, 4),
-            0,
-        ),
-        (
-            "DESC_TRANSA reads back T",
-            geti(lib.desc_get, desc, DESC_TRANSA, 4),
-            OP_T as i64,
-        ),
-        (
-            "DESC_TRANSB reads back N",
-            geti(lib.desc_get, desc, DESC_TRANSB, 4),
-            OP_N as i64,
-        ),
-        (
-            "DESC_EPILOGUE defaults to DEFAULT (1)",
-            geti(lib.desc_get, desc, DESC_EPILOGUE, 4),
-            EPILOGUE_DEFAULT as i64,
-        ),
-        (
-            "DESC_POINTER_MODE defaults to host",
-            geti(lib.desc_get, desc, DESC_POINTER_MODE, 4),
-            0,
-        ),
-        (
-            "DESC_SM_COUNT_TARGET is a 4-byte 0",
-            geti(lib.desc_get, desc, DESC_SM_COUNT_TARGET, 4),
-            0,
-        ),
-        (
-            "LAYOUT_TYPE is bf16 (14)",
-            geti(lib.layout_get, la, LAYOUT_TYPE, 4),
-            R_16BF as i64,
-        ),
-        (
-            "LAYOUT_ROWS is 8 bytes",
-            geti(lib.layout_get, la, LAYOUT_ROWS, 8),
-            1536,
-        ),
-        (
-            "LAYOUT_COLS is 8 bytes",
-            geti(lib.layout_get, la, LAYOUT_COLS, 8),
-            2560,
-        ),
-        (
-            "LAYOUT_LD is 8 bytes",
-            geti(lib.layout_get, la, LAYOUT_LD, 8),
-            1536,
-        ),
-        (
-            "LAYOUT_ORDER defaults to column",
-            geti(lib.layout_get, la, LAYOUT_ORDER, 4),
-            0,
-        ),
-        (
-            "LAYOUT_BATCH_COUNT defaults to 1",
-            geti(lib.layout_get, la, LAYOUT_BATCH_COUNT, 4),
-            1,
-        ),
-        (
-            "LAYOUT_STRIDED_BATCH_OFFSET is 8 bytes",
-            geti(lib.layout_get, la, LAYOUT_STRIDED_BATCH_OFFSET, 8),
-            0,
-        ),
-    ] {
-        check(what, got == Some(want));
+    let (d, l) = ((lib.desc_get, p.desc), (lib.layout_get, p.layouts[0]));
+    #[rustfmt::skip]
+    let expected = [
+        ("DESC_COMPUTE_TYPE is 68 (COMPUTE_32F)", d, DESC_COMPUTE_TYPE, 4, COMPUTE_32F as i64),
+        ("DESC_SCALE_TYPE is 0 (R_32F)", d, DESC_SCALE_TYPE, 4, 0),
+        ("DESC_TRANSA reads back T", d, DESC_TRANSA, 4, OP_T as i64),
+        ("DESC_TRANSB reads back N", d, DESC_TRANSB, 4, OP_N as i64),
+        ("DESC_EPILOGUE defaults to DEFAULT (1)", d, DESC_EPILOGUE, 4, EPILOGUE_DEFAULT as i64),
+        ("DESC_POINTER_MODE defaults to host", d, DESC_POINTER_MODE, 4, 0),
+        ("DESC_SM_COUNT_TARGET is a 4-byte 0", d, DESC_SM_COUNT_TARGET, 4, 0),
+        ("LAYOUT_TYPE is bf16 (14)", l, LAYOUT_TYPE, 4, R_16BF as i64),
+        ("LAYOUT_ROWS is 8 bytes", l, LAYOUT_ROWS, 8, 1536),
+        ("LAYOUT_COLS is 8 bytes", l, LAYOUT_COLS, 8, 2560),
+        ("LAYOUT_LD is 8 bytes", l, LAYOUT_LD, 8, 1536),
+        ("LAYOUT_ORDER defaults to column", l, LAYOUT_ORDER, 4, 0),
+        ("LAYOUT_BATCH_COUNT defaults to 1", l, LAYOUT_BATCH_COUNT, 4, 1),
+        ("LAYOUT_STRIDED_BATCH_OFFSET is 8 bytes", l, LAYOUT_STRIDED_BATCH_OFFSET, 8, 0),
+    ];
+    for (what, (get, object), attr, size, want) in expected {
+        check(what, geti(get, object, attr, size) == Some(want));
     }
     // The key the interposer would build from these descriptors.
     let mm = MatmulAttrs {
