@@ -20,6 +20,7 @@ use tunedblas_core::version;
 
 use crate::error::Error;
 use crate::pick::Picked;
+use tunedblas_tuner::backends::ShapeKey as _;
 
 fn read(path: &Path) -> Result<ResultsFile, Error> {
     tunableop::read(path).map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
@@ -52,11 +53,6 @@ impl Report {
         self.files.push(path.to_path_buf());
         self.rows += rows;
     }
-}
-
-fn key_text(k: &tunedblas_core::key::ProblemKey) -> String {
-    let (op, sig) = tunableop::op_and_signature(k);
-    format!("{op},{sig}")
 }
 
 fn build_words(p: &Picked) -> String {
@@ -105,7 +101,7 @@ pub fn gemm_tune_text(
             },
             (Solution::Other(s), None) => format!("{s} is not a rocBLAS solution"),
         };
-        report.dropped.push(format!("{}: {why}", key_text(&r.key)));
+        report.dropped.push(format!("{}: {why}", r.key.text()));
     }
     report.rows = rows.len() * betas.len();
     let mut comments = vec![
@@ -148,18 +144,14 @@ pub fn bench_text(p: &Picked, rank: usize, report: &mut Report) -> Result<String
         let Some(heuristic) = bench::command(&r.key, None, p.major()) else {
             report.dropped.push(format!(
                 "{}: a data type rocblas-bench has no name for",
-                key_text(&r.key)
+                r.key.text()
             ));
             continue;
         };
         let time = r
             .time_ms
             .map_or(String::new(), |t| format!(", {t} ms when tuned"));
-        out.push_str(&format!(
-            "\n# {} -> {}{time}\n",
-            key_text(&r.key),
-            r.solution
-        ));
+        out.push_str(&format!("\n# {} -> {}{time}\n", r.key.text(), r.solution));
         match &r.solution {
             Solution::Rocblas(id) => {
                 out.push_str(&bench::command(&r.key, Some(*id), p.major()).unwrap_or_default());

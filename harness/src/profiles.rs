@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::store::{self, Folder, Store, IMPORTED_FILE};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
 use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
-use tunedblas_tuner::backends::Library as _;
+use tunedblas_tuner::backends::{Library as _, ShapeKey as _};
 
 pub fn list(root: &Path, json: bool) -> Result<()> {
     let store = Store::existing(root)?;
@@ -242,11 +242,6 @@ pub fn which(root: &Path, lib: &Path, device: &crate::env::Device, json: bool) -
     Ok(())
 }
 
-fn key_text(k: &ProblemKey) -> String {
-    let (op, sig) = tunableop::op_and_signature(k);
-    format!("{op},{sig}")
-}
-
 /// What one results file gives `profiles import`: the shapes it names (every row that names
 /// a rocBLAS problem, whatever solved it: ids are never reused across builds), where some
 /// of them came from, and the lines it gives nothing for, counted by reason.
@@ -330,7 +325,7 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
         for (f, r, shapes) in &read {
             let mut n = 0;
             for key in &shapes.shapes {
-                let line = key_text(key);
+                let line = key.text();
                 if !known.contains(&line) {
                     known.push(line);
                     n += 1;
@@ -461,7 +456,7 @@ pub fn adopt(
             Solution::Rocblas(id) => match check_id(&lib, row.key, id) {
                 Ok(()) => kept.push(row.clone()),
                 Err(why) => {
-                    refused.push((key_text(&row.key), id, why));
+                    refused.push((row.key.text(), id, why));
                     to_tune.push(row.key);
                 }
             },
@@ -495,7 +490,7 @@ pub fn adopt(
         }
         let mut waiting = tx.imported(&folder)?;
         for key in &to_tune {
-            let line = key_text(key);
+            let line = key.text();
             if now.find(key).is_none() && !waiting.contains(&line) {
                 waiting.push(line);
             }
@@ -735,7 +730,7 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
                 }
                 Some(old) if old.solution == row.solution => {}
                 Some(old) => {
-                    report.conflicts.push(key_text(&row.key));
+                    report.conflicts.push(row.key.text());
                     let faster =
                         row.time_ms.unwrap_or(f64::INFINITY) < old.time_ms.unwrap_or(f64::INFINITY);
                     if faster {
@@ -745,7 +740,7 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
             }
         }
         results.rows = rows.into_values().collect();
-        results.rows.sort_by_key(|r| key_text(&r.key));
+        results.rows.sort_by_key(|r| r.key.text());
         report.rows = results.rows.len();
         let ranks = ranks.max(tx.ranks(&folder));
         tx.write_rows(&folder, &build, &mut results, ranks, "tuned")?;

@@ -34,6 +34,7 @@ use crate::error::Error;
 use crate::pick::Picked;
 use crate::png::Rgb;
 pub use crate::render::report::{headline_text, html, png, png_cell};
+use tunedblas_tuner::checkpoint::shell_word;
 
 /// What a cell shows. A (layer, M) pair with no cell was never seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -691,20 +692,6 @@ fn tune_next(todo: &[(ProblemKey, String, Cell)], seen: &Seen) -> TuneNext {
         items,
         command,
         all_missed,
-    }
-}
-
-/// `word` as a POSIX shell reads it back: as it is where it holds nothing the shell
-/// treats specially, else in single quotes.
-pub fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 

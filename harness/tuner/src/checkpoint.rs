@@ -63,7 +63,7 @@ fn invocation(args: impl Iterator<Item = String>) -> String {
 }
 
 /// `w` as one POSIX shell word: unchanged when it is plain, else single-quoted.
-fn shell_word(w: &str) -> String {
+pub fn shell_word(w: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:,=+@%".contains(c);
     if !w.is_empty() && w.chars().all(plain) {
         w.to_string()
