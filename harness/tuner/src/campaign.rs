@@ -1057,6 +1057,27 @@ mod tests {
         }
     }
 
+    /// A shape whose figures were not all measured (a current row that failed: no rounds,
+    /// no spread) is finished all the same: its checkpoint line reads back, so a resumed
+    /// campaign does not tune it again (serde_json writes NaN and infinity as null).
+    #[test]
+    fn an_outcome_with_figures_not_measured_reads_back_from_its_checkpoint_line() {
+        let mut o = proposed("a", false);
+        let t = o.tuned.as_mut().unwrap();
+        (t.heuristic_spread, t.warm_up_ms) = (f64::NAN, f64::NAN);
+        (t.verdict.heuristic_ms, t.verdict.spread) = (f64::NAN, f64::INFINITY);
+        let line = serde_json::to_string(&o).unwrap();
+        let back: Outcome = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let t = back.tuned.unwrap();
+        let figures = [
+            t.heuristic_spread,
+            t.warm_up_ms,
+            t.verdict.heuristic_ms,
+            t.verdict.spread,
+        ];
+        assert!(figures.iter().all(|x| x.is_nan()), "{figures:?}");
+    }
+
     #[test]
     fn only_what_the_fresh_process_confirms_by_the_margin_is_adopted() {
         let rules = Rules::default();

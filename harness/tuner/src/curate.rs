@@ -22,7 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::numerics::median;
+use crate::numerics::{median, null_as_nan};
 
 /// A profile's row for a shape: what curation keeps, writes or compares against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,12 +155,14 @@ pub struct Verdict {
     #[serde(with = "row_text")]
     pub row: Option<Row>,
     pub reason: String,
+    #[serde(deserialize_with = "null_as_nan")]
     pub heuristic_ms: f64,
     pub current_ms: Option<f64>,
     pub new_ms: Option<f64>,
     /// New best vs heuristic, relative (-0.12 = 12% faster).
     pub delta: Option<f64>,
-    /// Spread of that comparison (relative).
+    /// Spread of that comparison (relative; infinite where there is nothing to compare).
+    #[serde(deserialize_with = "null_as_nan")]
     pub spread: f64,
 }
 
@@ -733,6 +735,15 @@ mod tests {
             (v.decision, &v.row, &v.reason)
         );
         assert!((back.heuristic_ms - v.heuristic_ms).abs() < 1e-12);
+        // Nothing runnable: no spread (infinite), which JSON writes as null; it must read
+        // back (a checkpoint line that did not would have the shape tuned again on resume).
+        let v = decide_with(rounds(5, 1.0, None, None, 0.01), None, None);
+        assert!(v.spread.is_infinite(), "{v:?}");
+        let back: Verdict = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+        assert!(
+            !back.spread.is_finite() && back.decision == v.decision,
+            "{back:?}"
+        );
     }
 
     #[test]

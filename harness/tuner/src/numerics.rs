@@ -466,6 +466,14 @@ impl Judge {
     }
 }
 
+/// Reads an f64 that may not be finite (no spread, a median of nothing): JSON has no NaN
+/// or infinity, so serde_json writes them as null, which reads back here as NaN (every
+/// reader takes a non-finite figure as "none"). Without it a checkpoint line holding one
+/// would not read back, and its shape would be tuned again on resume.
+pub fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(<Option<f64> as serde::Deserialize>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
 pub fn median(v: &[f64]) -> f64 {
     let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     s.sort_by(|a, b| a.total_cmp(b));

@@ -121,8 +121,10 @@ pub struct Tuned {
     #[serde(default)]
     pub fresh_delta: Option<f64>,
     /// Relative (max - min) / median of the heuristic's own samples.
+    #[serde(deserialize_with = "crate::numerics::null_as_nan")]
     pub heuristic_spread: f64,
     /// Device ms the heuristic ran before the trials, until settled.
+    #[serde(deserialize_with = "crate::numerics::null_as_nan")]
     pub warm_up_ms: f64,
     /// `graph`, `events`, or `events (graph: why it could not be used)`.
     pub timing: String,
