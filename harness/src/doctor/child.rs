@@ -19,7 +19,7 @@ use tunedblas_tuner::backends::lt::LtApi;
 use tunedblas_tuner::backends::rocblas::Rocblas;
 use tunedblas_tuner::backends::{Kind, Library, Session as _, Spec};
 use tunedblas_tuner::bench::Bench;
-use tunedblas_tuner::numerics::{distance, median};
+use tunedblas_tuner::numerics::{median, Judge};
 use tunedblas_tuner::pipeline::Method;
 use tunedblas_tuner::timer::Mode;
 
@@ -35,7 +35,8 @@ pub struct Plan {
     pub calls: usize,
     pub samples: usize,
     pub workspace: usize,
-    /// Where to write each shape's D (`<i>.f64`), if anywhere.
+    /// Where to write each shape's D (`<i>.f64`) and its high-precision reference
+    /// (`<i>.ref.f64`, where the library has one), if anywhere: the run without the preload.
     pub save: Option<PathBuf>,
     /// A run's saved outputs to compare each shape's D with.
     pub compare: Option<PathBuf>,
@@ -63,10 +64,13 @@ pub struct ShapeRun {
     pub ms: f64,
     /// Whether two runs of the shape in this process gave bit-identical outputs.
     pub deterministic: bool,
-    /// Against `compare`: bit-identical, and within the output type's tolerance.
+    /// Against `compare`: bit-identical; and within the tuner's numerics (what an adopted
+    /// row must keep: the reference within the output type's tolerance, or twice the
+    /// heuristic's own error where that is larger), with the relative L2 error, or why not.
     pub identical: Option<bool>,
     pub within: Option<bool>,
     pub rel_l2: Option<f64>,
+    pub why: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -240,14 +244,23 @@ fn shapes_of<L: Library>(lib: &L, plan: &Plan) -> Result<(u64, Vec<ShapeRun>)> {
         };
         if let Some(dir) = &plan.save {
             save(&dir.join(format!("{i}.f64")), &first)?;
+            // The reference is made here, without the preload: under it, the library's own
+            // f32-output call would be a shape of its own, recorded as a miss.
+            if let Some(r) = b.reference()? {
+                save(&dir.join(format!("{i}.ref.f64")), &r)?;
+            }
         }
         if let Some(dir) = &plan.compare {
             let base = load(&dir.join(format!("{i}.f64")))?;
-            let g = b.layout();
-            let d = distance(&g, &first, &base, &g.types[3].tolerance());
+            let reference = dir.join(format!("{i}.ref.f64"));
+            let reference = reference.is_file().then(|| load(&reference)).transpose()?;
             run.identical = Some(same_bits(&first, &base));
-            run.within = Some(d.not_close == 0 && d.rel_l2 <= g.types[3].tolerance().rel_l2);
-            run.rel_l2 = Some(d.rel_l2);
+            let verdict = Judge::new(b.layout(), reference, base).and_then(|j| j.check(&first));
+            run.within = Some(verdict.is_ok());
+            match verdict {
+                Ok(e) => run.rel_l2 = Some(e),
+                Err(why) => run.why = Some(why),
+            }
         }
         runs.push(run);
     }

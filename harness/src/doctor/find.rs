@@ -78,13 +78,17 @@ fn preferred() -> (Vec<Kind>, String) {
             "an NVIDIA driver is present: PyTorch's GEMMs go to cuBLASLt".into(),
         );
     }
-    if archs
-        .iter()
-        .any(|a| a.starts_with("gfx94") || a.starts_with("gfx95"))
-    {
+    // PyTorch's hipBLASLt architectures (README: "AMD GPUs: rocBLAS or hipBLASLt"), taken
+    // only where every visible GPU is one, as PyTorch does.
+    let lt = |a: &String| {
+        ["gfx90a", "gfx94", "gfx95", "gfx120"]
+            .iter()
+            .any(|p| a.starts_with(p))
+    };
+    if !archs.is_empty() && archs.iter().all(lt) {
         return (
             vec![Kind::Hipblaslt, Kind::Rocblas, Kind::Cublaslt],
-            format!("AMD {}: PyTorch prefers hipBLASLt there", archs.join(", ")),
+            format!("AMD {}: PyTorch calls hipBLASLt there", archs.join(", ")),
         );
     }
     let why = match archs.is_empty() {

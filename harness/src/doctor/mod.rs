@@ -890,8 +890,11 @@ impl Doctor {
                     s.label,
                     row.unwrap_or("none"),
                     match must_match {
-                        true => format!("differs from the run without the preload (relative L2 {:.2e}) though the heuristic's choice is served", s.rel_l2.unwrap_or(f64::NAN)),
-                        false => format!("relative L2 {:.2e} from the run without the preload: outside the tolerance", s.rel_l2.unwrap_or(f64::NAN)),
+                        true => "not bit-identical to the run without the preload, though the heuristic's own choice is served".to_string(),
+                        false => format!(
+                            "outside the tuner's numerics against the reference: {}",
+                            s.why.as_deref().unwrap_or("no comparison made")
+                        ),
                     }
                 )),
             }
@@ -903,7 +906,7 @@ impl Doctor {
             return Err(fail(bad.join("; "), "a served row changes results: attach the bundle to a bug report; meanwhile remove the profile or set TUNEDBLAS_DISABLE=1"));
         }
         pass(format!(
-            "{same} of {} shapes bit-identical with and without the preload, {close} tuned within the output type's tolerance",
+            "{same} of {} shapes bit-identical with and without the preload, {close} tuned within the tuner's numerics (the reference, within the output type's tolerance)",
             served.len()
         ))
     }
