@@ -1009,16 +1009,10 @@ impl Doctor {
             serde_json::to_vec_pretty(&self.facts).expect("plain data"),
         );
         match bundle::archive(&self.out, ARCHIVE, &[]) {
-            Ok(left) if left.is_empty() => println!(
+            Ok(()) => println!(
                 "bundle: {} and {}",
                 self.out.display(),
                 self.out.join(ARCHIVE).display()
-            ),
-            Ok(left) => println!(
-                "bundle: {} ({} names too long for the archive: {})",
-                self.out.display(),
-                left.len(),
-                left.join(", ")
             ),
             Err(e) => println!(
                 "bundle: {} (the archive could not be written: {e})",
