@@ -6,8 +6,8 @@
 #   bench/cublaslt/campaigns.sh BIN OUT smoke|rest|harness|torch [BUDGET]
 #
 # BIN holds tunedblas, libtunedblas.so and workload.py. smoke: 3 shapes, one campaign;
-# harness: campaigns $CAMPAIGNS (a b; fresh profile each; BUDGET seconds of search per shape,
-# 2.5), each followed by `confirm` of its rows (a third process); (diag, the --delay spin/gemm
+# harness: campaigns $CAMPAIGNS (a b; fresh profile each; BUDGET seconds of screening per shape,
+# tune's default when not given), each followed by `confirm` of its rows (a third process); (diag, the --delay spin/gemm
 # diagnosis of BENCHMARKS' history, went with `tunedblas lt tune --delay`: the spin kernel is
 # the one delay now); rest: the same heavy shapes with each --rest of $RESTS (0 1 3), process by
 # process, two rounds, clock, power and throttle reasons sampled alongside; torch: BIN/profiles/{a,b} (from a harness run)
@@ -16,7 +16,7 @@ set -u
 B=$(cd "$1" && pwd)
 OUT=$2
 MODE=$3
-BUDGET=${4:-2.5}
+BUDGET=${4:-}
 mkdir -p "$OUT"
 W=${TMPDIR:-/tmp}/tunedblas-campaigns
 mkdir -p "$W/out"
@@ -51,7 +51,7 @@ for nk in 10240,320 4096,2560 2560,1536 3584,2560 512,2560 10240,2560 336,10240;
     S="$S --shape ${nk%,*},$m,${nk#*,}"
   done
 done
-say "== $(date +%T) $MODE, budget $BUDGET s; cuBLASLt $TUNEDBLAS_CUBLASLT"
+say "== $(date +%T) $MODE, budget ${BUDGET:-the default} s; cuBLASLt $TUNEDBLAS_CUBLASLT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$R/summary.txt" 2>&1
 clocks
 case "$MODE" in
@@ -59,7 +59,7 @@ smoke)
   run info 60 "$T" env "${LIB[@]}"
   cat "$R/info.out" >>"$R/summary.txt"
   run tune-smoke 240 "$T" tune "${LIB[@]}" --shape 512,256,2560 --shape 10240,2048,320 --shape 10240,256,2560 \
-    --profiles "$W/profiles" --name smoke --budget "$BUDGET" --json
+    --profiles "$W/profiles" --name smoke ${BUDGET:+--budget "$BUDGET"} --json
   cp "$R/tune-smoke.out" "$R/tune-smoke.json"
   grep -E "search:|fresh process|limits" "$R/tune-smoke.err" >>"$R/summary.txt"
   ;;
@@ -89,7 +89,7 @@ harness)
   # adopted rows re-measured by `confirm`, a third process.
   for c in ${CAMPAIGNS:-a b}; do
     rm -rf "$W/profiles-$c"
-    run "tune-$c" 400 "$T" tune "${LIB[@]}" $S --profiles "$W/profiles-$c" --name "$c" --budget "$BUDGET" ${EXTRA:-} --json
+    run "tune-$c" 400 "$T" tune "${LIB[@]}" $S --profiles "$W/profiles-$c" --name "$c" ${BUDGET:+--budget "$BUDGET"} ${EXTRA:-} --json
     cp "$R/tune-$c.out" "$R/tune-$c.json"
     tail -4 "$R/tune-$c.err" >>"$R/summary.txt"
     clocks

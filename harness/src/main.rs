@@ -8,6 +8,7 @@ mod args;
 pub use tunedblas_tuner::{curate, error, progress, rest, say, store};
 mod commands;
 mod demo;
+mod doctor;
 mod env;
 mod export;
 mod nearbench;
@@ -40,6 +41,14 @@ const COMMANDS: &[Command] = &[
         inference workload runs under LD_PRELOAD=libtunedblas.so, its missed shapes are
         tuned, qualified and verified, and the workload runs again, served.",
         run: Run::Declared(commands::demo::cli, commands::demo::run),
+        internal: false,
+    },
+    Command {
+        name: "doctor",
+        usage: "tunedblas doctor [--lib LIB | --backend rocblas|hipblaslt|cublaslt] [--out DIR] [--budget S]",
+        summary: "A five-minute field test on this machine's GPU library: record, tune, verify, serve
+        and compare, one PASS/FAIL line per step, and a bundle for a bug report.",
+        run: Run::Declared(commands::doctor::cli, commands::doctor::run),
         internal: false,
     },
     Command {
@@ -157,6 +166,13 @@ const COMMANDS: &[Command] = &[
         usage: "tunedblas workload --lib LIBROCBLAS [--passes N]",
         summary: "The demo's workload, run under the preload by `demo`.",
         run: Run::Declared(commands::workload::cli, commands::workload::run),
+        internal: true,
+    },
+    Command {
+        name: "doctor-run",
+        usage: "tunedblas doctor-run --backend KIND --lib LIB [--probe | --shapes S;S]",
+        summary: "The doctor's workload, run under the preload by `doctor`.",
+        run: Run::Declared(commands::doctor_run::cli, commands::doctor_run::run),
         internal: true,
     },
     Command {

@@ -7,6 +7,8 @@
 pub mod confirm;
 pub mod coverage;
 pub mod demo;
+pub mod doctor;
+pub mod doctor_run;
 pub mod env;
 pub mod export;
 pub mod help;
