@@ -9,6 +9,7 @@
 pub mod callers;
 pub mod key;
 pub mod objects;
+mod reload;
 pub mod serve;
 
 use std::ffi::{c_int, c_void};
@@ -23,6 +24,7 @@ use tunedblas_core::profile::{self, Request, Selection};
 use crate::lifecycle::{self, Config, Lazy, Pass};
 use crate::log::info;
 use crate::recorder::Recorder;
+use crate::reload::Reopened;
 use crate::stats::{self, Counter};
 
 /// One matmul call's arguments (`cublasLtMatmul` and `hipblasLtMatmul` alike).
@@ -140,19 +142,71 @@ pub struct Spec {
     pub anchor: fn() -> Option<*mut c_void>,
     /// The device a call runs on.
     pub device: fn() -> i32,
-    /// Called once a profile is loaded, at the runtime's start (not on a call's path).
+    /// Called once a profile is loaded, at the runtime's start and at each reload (not on a
+    /// call's path).
     pub loaded: fn(&LtLoaded),
 }
 
 /// One Lt backend's runtime: the identified build's profile, the misses, the stats file.
 pub struct LtRuntime {
     pub spec: &'static Spec,
-    loaded: LtLoaded,
-    single: Option<Arc<LtTable>>,
+    /// The rows served now: swapped whole when the store changes (`reload.rs`). A leaked
+    /// box, never freed: a call in flight may still read one that was replaced.
+    served: AtomicPtr<LtServed>,
+    /// `served`'s table when every rank serves the same rows (null otherwise), kept apart
+    /// so the served path reads it with one load, as it read a field before reloads.
+    single: AtomicPtr<LtTable>,
     /// The process's misses of this backend: one recorder, kept when the runtime starts
     /// again for another build.
     pub misses: &'static Recorder<LtKey>,
     stats_path: Option<PathBuf>,
+    /// What a reload needs; `None` when reloading is off (`TUNEDBLAS_RELOAD=0`).
+    watch: Option<crate::reload::Watch>,
+    /// The served library's file, for the reload's lines.
+    lib_path: PathBuf,
+}
+
+/// One profile's rows as loaded: what [`LtRuntime`] serves from.
+pub struct LtServed {
+    loaded: LtLoaded,
+    /// Set when every rank serves the same rows (an empty table when there are none: it
+    /// still keeps the call keys that missed).
+    single: Option<Arc<LtTable>>,
+    /// The profile's name (`None`: none was chosen), for the reload's line.
+    name: Option<String>,
+}
+
+impl LtServed {
+    fn new(loaded: LtLoaded, name: Option<String>) -> LtServed {
+        let single = (loaded.distinct <= 1).then(|| {
+            loaded
+                .tables
+                .iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_default()
+        });
+        LtServed {
+            loaded,
+            single,
+            name,
+        }
+    }
+
+    /// The table of calls on `device`.
+    fn table_for(&self, device: i32) -> Option<&LtTable> {
+        match &self.single {
+            Some(t) => Some(t),
+            None => self.loaded.table_for(device),
+        }
+    }
+
+    fn single_ptr(&self) -> *mut LtTable {
+        self.single
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |t| Arc::as_ptr(t) as *mut LtTable)
+    }
 }
 
 impl LtRuntime {
@@ -163,22 +217,13 @@ impl LtRuntime {
         recorder: &'static AtomicPtr<Recorder<LtKey>>,
     ) -> Option<LtRuntime> {
         let cfg = Config::for_start()?;
-        let (loaded, line) = select_and_load(spec, &cfg);
+        let (opened, line, build) = select_and_load(spec, &cfg);
         info!("{line}");
-        (spec.loaded)(&loaded);
-        for p in loaded.problems.iter().take(20) {
+        (spec.loaded)(&opened.rows);
+        for p in opened.problems.iter().take(20) {
             info!("{p}");
         }
         crate::status::start(&cfg.miss_dir, cfg.miss_trust, cfg.status_thread);
-        let single = (loaded.distinct <= 1).then(|| {
-            loaded
-                .tables
-                .iter()
-                .flatten()
-                .next()
-                .cloned()
-                .unwrap_or_default()
-        });
         let misses = crate::recorder::shared(recorder, || {
             let what = match spec.lib {
                 LtLib::Cublaslt => "cuBLASLt: ",
@@ -192,20 +237,53 @@ impl LtRuntime {
                 what,
             )
         });
+        let (lib_path, sha) = build.unzip();
+        let watch = crate::reload::Watch::new(&cfg, sha.as_deref(), opened.dir.as_deref());
+        let served = LtServed::new(opened.rows, opened.name);
+        let single = served.single_ptr();
         Some(LtRuntime {
             spec,
-            loaded,
-            single,
+            served: AtomicPtr::new(Box::into_raw(Box::new(served))),
+            single: AtomicPtr::new(single),
             misses,
             stats_path: cfg.stats_path,
+            watch,
+            lib_path: lib_path.unwrap_or_default(),
         })
     }
 
+    /// The rows served now: one load (what a reload costs a call whose ranks differ).
+    #[inline(always)]
+    fn served(&self) -> &'static LtServed {
+        // SAFETY: always a leaked box, never freed (see the field).
+        unsafe { &*self.served.load(Ordering::Acquire) }
+    }
+
+    /// Serves `served` from the next call on (a reload); the old rows stay allocated.
+    fn publish(&self, served: LtServed) {
+        let single = served.single_ptr();
+        let p = Box::into_raw(Box::new(served));
+        self.single.store(std::ptr::null_mut(), Ordering::Release);
+        self.served.store(p, Ordering::Release);
+        self.single.store(single, Ordering::Release);
+    }
+
+    /// Looks at the store (about every two seconds, from the status tick) and serves what
+    /// is committed there for this build: [`crate::reload`].
+    pub fn reload_if_changed(&self) {
+        if let Some(w) = &self.watch {
+            w.check(self);
+        }
+    }
+
+    /// The table of the calling thread's device: one load when every rank serves the same
+    /// rows.
     #[inline]
     pub fn table(&self) -> Option<&LtTable> {
-        match &self.single {
+        // SAFETY: null, or the table of an `LtServed` that is never freed.
+        match unsafe { self.single.load(Ordering::Acquire).as_ref() } {
             Some(t) => Some(t),
-            None => self.loaded.table_for((self.spec.device)()),
+            None => self.served().table_for((self.spec.device)()),
         }
     }
 
@@ -257,7 +335,7 @@ impl LtRuntime {
 
     fn write_stats(&self, path: &std::path::Path, suffix: &str) {
         let mut tables: Vec<&Arc<LtTable>> = Vec::new();
-        for t in self.loaded.tables.iter().flatten() {
+        for t in self.served().loaded.tables.iter().flatten() {
             if !tables.iter().any(|s| Arc::ptr_eq(s, t)) {
                 tables.push(t);
             }
@@ -298,10 +376,14 @@ impl LtRuntime {
     }
 }
 
-/// Identifies the loaded build and loads its profile. Returns the startup line.
-fn select_and_load(spec: &Spec, cfg: &Config) -> (LtLoaded, String) {
+/// Identifies the loaded build and loads its profile. Returns what it opened, the
+/// startup line, and the build's file and sha256 (`None` when it could not be identified).
+fn select_and_load(
+    spec: &Spec,
+    cfg: &Config,
+) -> (Reopened<LtLoaded>, String, Option<(PathBuf, String)>) {
     let what = spec.lib.name();
-    let none = |why: String| (LtLoaded::default(), why);
+    let none = |why: String| (Reopened::none(), why, None);
     let Some(anchor) = (spec.anchor)() else {
         return none(format!(
             "{what}: {} not found in this process; passing calls through",
@@ -312,17 +394,36 @@ fn select_and_load(spec: &Spec, cfg: &Config) -> (LtLoaded, String) {
         Ok(found) => found,
         Err(why) => return none(format!("{what}: {why}")),
     };
+    let (opened, line) = choose_and_open(spec, cfg, &id.sha256, &path, &mut |_| {});
+    (opened, line, Some((path, id.sha256)))
+}
+
+/// Picks the profile for the build `sha` (the file `path`) and loads it; `chosen` hears the
+/// folder picked (if any) before anything in it is read. Start-up and a reload.
+fn choose_and_open(
+    spec: &Spec,
+    cfg: &Config,
+    sha: &str,
+    path: &std::path::Path,
+    chosen: &mut dyn FnMut(Option<&std::path::Path>),
+) -> (Reopened<LtLoaded>, String) {
+    let what = spec.lib.name();
     let req = Request {
         profile_dir: &cfg.profile_dir,
-        sha256: &id.sha256,
+        sha256: sha,
         explicit: cfg.explicit.as_deref(),
         allow_mismatch: cfg.allow_mismatch,
     };
     // profile::select words its reasons for rocBLAS; the rules are the same for any library.
     let words = |s: String| s.replace("rocBLAS", what);
-    match profile::select(&req) {
+    let selection = profile::select(&req);
+    chosen(match &selection {
+        Selection::Chosen { dir, .. } => Some(dir.as_path()),
+        Selection::None { .. } => None,
+    });
+    match selection {
         Selection::Chosen { name, dir, reason } => {
-            let loaded = load_tables(&dir, spec.lib);
+            let mut loaded = load_tables(&dir, spec.lib);
             let device = (spec.device)();
             let rows = loaded.table_for(device).map_or(0, LtTable::len);
             let line = format!(
@@ -331,15 +432,27 @@ fn select_and_load(spec: &Spec, cfg: &Config) -> (LtLoaded, String) {
                 path.display(),
                 crate::log::VERSION_TAG
             );
-            (loaded, line)
+            let opened = Reopened {
+                name: Some(name),
+                dir: Some(dir),
+                line: Some(line.clone()),
+                problems: std::mem::take(&mut loaded.problems),
+                rows: loaded,
+            };
+            (opened, line)
         }
-        Selection::None { why } => none(format!(
-            "{what}: {} ({}); misses go to {} (`tunedblas status` shows them live) {}",
-            words(why),
-            path.display(),
-            cfg.miss_dir.display(),
-            crate::log::VERSION_TAG
-        )),
+        Selection::None { why } => {
+            let line = format!(
+                "{what}: {} ({}); misses go to {} (`tunedblas status` shows them live) {}",
+                words(why),
+                path.display(),
+                cfg.miss_dir.display(),
+                crate::log::VERSION_TAG
+            );
+            let mut opened = Reopened::none();
+            opened.line = Some(line.clone());
+            (opened, line)
+        }
     }
 }
 
@@ -402,6 +515,13 @@ impl Lt {
         self.runtime.restart();
     }
 
+    /// The status tick's look at the store, once the runtime serves: [`crate::reload`].
+    pub fn reload_if_changed(&'static self) {
+        if let Some(rt) = self.runtime.peek().filter(|_| self.runtime.is_ready()) {
+            rt.reload_if_changed();
+        }
+    }
+
     /// The miss recorder, once the runtime was built (for the live status).
     pub fn status_misses(&'static self) -> Option<&'static Recorder<LtKey>> {
         self.runtime.peek().map(|rt| rt.misses)
@@ -433,6 +553,10 @@ impl Lt {
         if let Some(rt) = self.runtime.peek() {
             // SAFETY: per the contract.
             unsafe { rt.misses.after_fork() };
+            if let Some(w) = &rt.watch {
+                // SAFETY: per the contract.
+                unsafe { w.after_fork() };
+            }
         }
     }
 }
