@@ -13,9 +13,14 @@
 //!   changed and removed rows are served from the next call on (with every index the
 //!   backend keeps over them built again: the Lt tables' call keys and their repeated-miss
 //!   cache start afresh with the new table), and one line says what changed
-//!   (`profile X reloaded: +5 rows, 1 changed, 0 removed`). A store that now names no
-//!   profile for this build (another build's rows, a removed entry) never serves another
-//!   build's rows: the rows loaded are kept until a restart, said once.
+//!   (`profile X reloaded: +5 rows, 1 changed, 0 removed`; nothing when no row changed, as
+//!   when only a file's time did). A store that now names no profile for this build
+//!   (another build's rows, a removed entry, a registry that does not parse) never serves
+//!   another build's rows: the rows loaded are kept until a restart, said once. A store
+//!   read with more problems than the rows served had (a rank file cut short or not a
+//!   regular file, rows that do not parse: a hand edit gone wrong, a full disk, a file
+//!   planted) is not served in place of those rows: they stay, and one line says why,
+//!   until the store changes again.
 //! - **Safety.** The new rows are built aside and published with one atomic store; the old
 //!   ones are never freed (a call in flight may be reading them; a reload happens only when
 //!   the store changed). Only one thread looks at a time ([`ExitLock`], never waited for), a
@@ -32,7 +37,7 @@ use std::time::Duration;
 use tunedblas_core::profile::REGISTRY_FILE;
 
 use crate::lifecycle::{self, Config, ExitLock, NoCancel};
-use crate::log::info;
+use crate::log::{debug, info};
 
 /// The store is looked at no more often than this.
 const EVERY_NS: u64 = 2_000_000_000;
@@ -134,6 +139,8 @@ pub trait Reload {
 struct State {
     seen: Seen,
     dir: Option<PathBuf>,
+    /// The problems met reading the rows served now (how many).
+    problems: usize,
     /// The store named no profile for this build at the last look (said once).
     gone_said: bool,
 }
@@ -148,9 +155,15 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// The watch of a backend that started with the build `sha`'s profile from `dir`;
-    /// `None` when reloading is off (`TUNEDBLAS_RELOAD=0`) or the build is not known.
-    pub fn new(cfg: &Config, sha: Option<&str>, dir: Option<&Path>) -> Option<Watch> {
+    /// The watch of a backend that started with the build `sha`'s profile from `dir`,
+    /// whose reading met `problems` problems; `None` when reloading is off
+    /// (`TUNEDBLAS_RELOAD=0`) or the build is not known.
+    pub fn new(
+        cfg: &Config,
+        sha: Option<&str>,
+        dir: Option<&Path>,
+        problems: usize,
+    ) -> Option<Watch> {
         let sha = sha.filter(|_| cfg.reload)?;
         Some(Watch {
             cfg: cfg.clone(),
@@ -158,6 +171,7 @@ impl Watch {
             state: ExitLock::new(State {
                 seen: Seen::of(&cfg.profile_dir, dir),
                 dir: dir.map(Path::to_path_buf),
+                problems,
                 gone_said: false,
             }),
             next_ns: AtomicU64::new(lifecycle::monotonic_ns() + EVERY_NS),
@@ -205,17 +219,33 @@ impl Watch {
                 for p in opened.problems.iter().take(5) {
                     info!("{p}");
                 }
-                let what = match old {
-                    Some(was) if was == name => format!("profile {name} reloaded"),
-                    Some(was) => format!("profile {name} now served in place of {was}"),
-                    None => format!("profile {name} now served"),
-                };
-                let c = rt.publish(name, opened.rows);
-                state.gone_said = false;
-                info!(
-                    "{prefix}{what}: +{} rows, {} changed, {} removed (rank {})",
-                    c.added, c.changed, c.removed, c.device
-                );
+                let worse = opened.problems.len() > state.problems;
+                if let (true, Some(was)) = (worse, old) {
+                    info!(
+                        "{prefix}profile {name} not reloaded: {} problems reading the store, where the rows served had {}; profile {was}'s rows loaded are still served",
+                        opened.problems.len(),
+                        state.problems
+                    );
+                } else {
+                    let what = match old {
+                        Some(was) if was == name => format!("profile {name} reloaded"),
+                        Some(was) => format!("profile {name} now served in place of {was}"),
+                        None => format!("profile {name} now served"),
+                    };
+                    let same = old == Some(name.as_str());
+                    let c = rt.publish(name, opened.rows);
+                    state.problems = opened.problems.len();
+                    state.gone_said = false;
+                    let line = format!(
+                        "{prefix}{what}: +{} rows, {} changed, {} removed (rank {})",
+                        c.added, c.changed, c.removed, c.device
+                    );
+                    if same && c.added + c.changed + c.removed == 0 {
+                        debug!("{line}");
+                    } else {
+                        info!("{line}");
+                    }
+                }
             }
         }
         state.dir = opened.dir.clone().or(state.dir.take());

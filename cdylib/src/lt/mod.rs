@@ -148,22 +148,100 @@ pub struct Spec {
 }
 
 /// One Lt backend's runtime: the identified build's profile, the misses, the stats file.
+///
+/// Nothing in it changes after start-up (no atomic, no lock inline: the rows a reload
+/// swaps are the backend's [`Lt::rows`], the reload's state is behind `watch`). The compiler
+/// then knows a `&LtRuntime` does not change across a call, and the serving path does not
+/// read its fields again after each call it makes.
 pub struct LtRuntime {
     pub spec: &'static Spec,
-    /// The rows served now: swapped whole when the store changes (`reload.rs`). A leaked
-    /// box, never freed: a call in flight may still read one that was replaced.
-    served: AtomicPtr<LtServed>,
-    /// `served`'s table when every rank serves the same rows (null otherwise), kept apart
-    /// so the served path reads it with one load, as it read a field before reloads.
-    single: AtomicPtr<LtTable>,
+    /// The rows served now: the backend's [`Lt::rows`], where this runtime published them.
+    rows: &'static Rows,
+    /// What this runtime published there last (a leaked box, never freed): a reload
+    /// replaces only those ([`Rows::replace`]). Boxed, so the runtime has no atomic inline.
+    mine: Box<AtomicPtr<LtServed>>,
     /// The process's misses of this backend: one recorder, kept when the runtime starts
     /// again for another build.
     pub misses: &'static Recorder<LtKey>,
     stats_path: Option<PathBuf>,
     /// What a reload needs; `None` when reloading is off (`TUNEDBLAS_RELOAD=0`).
-    watch: Option<crate::reload::Watch>,
+    watch: Option<Box<crate::reload::Watch>>,
     /// The served library's file, for the reload's lines.
     lib_path: PathBuf,
+}
+
+/// The rows a backend serves now ([`LtServed`]), swapped whole at a start-up and at a
+/// reload (`reload.rs`). Every `LtServed` published here is a leaked box, never freed: a
+/// call in flight may still read one that was replaced.
+pub struct Rows {
+    /// Null until the runtime first started.
+    served: AtomicPtr<LtServed>,
+    /// `served`'s table when every rank serves the same rows (null otherwise), kept apart
+    /// so the served path reads it with one load of a static.
+    single: AtomicPtr<LtTable>,
+}
+
+impl Rows {
+    pub const fn new() -> Rows {
+        Rows {
+            served: AtomicPtr::new(std::ptr::null_mut()),
+            single: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The rows served now (`None` before the runtime first started).
+    fn served(&self) -> Option<&'static LtServed> {
+        // SAFETY: null or a leaked box, never freed.
+        unsafe { self.served.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// Serves `served` from the next call on (a runtime's start); the old rows stay
+    /// allocated. Returns the rows as published.
+    fn publish(&self, served: LtServed) -> *mut LtServed {
+        let single = served.single_ptr();
+        let p = Box::into_raw(Box::new(served));
+        self.single.store(std::ptr::null_mut(), Ordering::SeqCst);
+        self.served.store(p, Ordering::SeqCst);
+        self.single.store(single, Ordering::SeqCst);
+        p
+    }
+
+    /// Serves `served` in place of `old` (a reload of the runtime that published `old`),
+    /// unless a start published other rows since: a reload of a build that was replaced
+    /// (`Lt::library_changed`), still reading when the new build's runtime started, must
+    /// not put its build's rows back. Returns the rows as published, or `None`.
+    fn replace(&self, old: *mut LtServed, served: LtServed) -> Option<*mut LtServed> {
+        let single = served.single_ptr();
+        let p = Box::into_raw(Box::new(served));
+        if self
+            .served
+            .compare_exchange(old, p, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            // SAFETY: never published: ours alone.
+            drop(unsafe { Box::from_raw(p) });
+            return None;
+        }
+        // SAFETY: `old` was published: a leaked box, never freed. Until this store, calls
+        // still read the old single table, as calls in flight do; a start that stored its
+        // own since is kept.
+        let old_single = unsafe { &*old }.single_ptr();
+        let _ =
+            self.single
+                .compare_exchange(old_single, single, Ordering::SeqCst, Ordering::SeqCst);
+        Some(p)
+    }
+
+    /// The table of the calling thread's device (`spec.device`): one load when every rank
+    /// serves the same rows.
+    #[inline]
+    pub fn table(&self, spec: &Spec) -> Option<&'static LtTable> {
+        // SAFETY: null, or the table of an `LtServed` that is never freed.
+        match unsafe { self.single.load(Ordering::Acquire).as_ref() } {
+            Some(t) => Some(t),
+            None => self.served()?.table_for((spec.device)()),
+        }
+    }
 }
 
 /// One profile's rows as loaded: what [`LtRuntime`] serves from.
@@ -215,6 +293,7 @@ impl LtRuntime {
     pub fn start(
         spec: &'static Spec,
         recorder: &'static AtomicPtr<Recorder<LtKey>>,
+        rows: &'static Rows,
     ) -> Option<LtRuntime> {
         let cfg = Config::for_start()?;
         let (opened, line, build) = select_and_load(spec, &cfg);
@@ -238,34 +317,41 @@ impl LtRuntime {
             )
         });
         let (lib_path, sha) = build.unzip();
-        let watch = crate::reload::Watch::new(&cfg, sha.as_deref(), opened.dir.as_deref());
-        let served = LtServed::new(opened.rows, opened.name);
-        let single = served.single_ptr();
+        let watch = crate::reload::Watch::new(
+            &cfg,
+            sha.as_deref(),
+            opened.dir.as_deref(),
+            opened.problems.len(),
+        );
+        let mine = rows.publish(LtServed::new(opened.rows, opened.name));
         Some(LtRuntime {
             spec,
-            served: AtomicPtr::new(Box::into_raw(Box::new(served))),
-            single: AtomicPtr::new(single),
+            rows,
+            mine: Box::new(AtomicPtr::new(mine)),
             misses,
             stats_path: cfg.stats_path,
-            watch,
+            watch: watch.map(Box::new),
             lib_path: lib_path.unwrap_or_default(),
         })
     }
 
-    /// The rows served now: one load (what a reload costs a call whose ranks differ).
-    #[inline(always)]
+    /// The rows this runtime serves (published at its start, replaced by its reloads).
     fn served(&self) -> &'static LtServed {
-        // SAFETY: always a leaked box, never freed (see the field).
-        unsafe { &*self.served.load(Ordering::Acquire) }
+        // SAFETY: a leaked box, never freed (see `mine`).
+        unsafe { &*self.mine.load(Ordering::Acquire) }
     }
 
     /// Serves `served` from the next call on (a reload); the old rows stay allocated.
-    fn publish(&self, served: LtServed) {
-        let single = served.single_ptr();
-        let p = Box::into_raw(Box::new(served));
-        self.single.store(std::ptr::null_mut(), Ordering::Release);
-        self.served.store(p, Ordering::Release);
-        self.single.store(single, Ordering::Release);
+    /// False when the runtime no longer serves (another build's runtime started).
+    fn publish(&self, served: LtServed) -> bool {
+        let old = self.mine.load(Ordering::Acquire);
+        match self.rows.replace(old, served) {
+            Some(p) => {
+                self.mine.store(p, Ordering::Release);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Looks at the store (about every two seconds, from the status tick) and serves what
@@ -279,12 +365,8 @@ impl LtRuntime {
     /// The table of the calling thread's device: one load when every rank serves the same
     /// rows.
     #[inline]
-    pub fn table(&self) -> Option<&LtTable> {
-        // SAFETY: null, or the table of an `LtServed` that is never freed.
-        match unsafe { self.single.load(Ordering::Acquire).as_ref() } {
-            Some(t) => Some(t),
-            None => self.served().table_for((self.spec.device)()),
-        }
+    pub fn table(&self) -> Option<&'static LtTable> {
+        self.rows.table(self.spec)
     }
 
     /// Records a call whose key (hashed: `misslog::key_hash`) has no row: what the miss set saw ([`Sight::First`] on the
@@ -463,6 +545,9 @@ fn choose_and_open(
 pub struct Lt {
     pub spec: &'static Spec,
     pub runtime: Lazy<LtRuntime>,
+    /// The rows its runtime serves: here, in the backend's static, so the served path
+    /// reads them with one load of a static address (`serve::decide`).
+    pub rows: Rows,
     recorder: AtomicPtr<Recorder<LtKey>>,
     /// `tunedblas_<lib>_serving(0)` turns serving off (calls pass through, nothing is
     /// recorded) without restarting the process: for A/B trials inside one process.
@@ -474,6 +559,7 @@ impl Lt {
         Lt {
             spec,
             runtime: Lazy::new(),
+            rows: Rows::new(),
             recorder: AtomicPtr::new(std::ptr::null_mut()),
             serving: AtomicBool::new(true),
         }
@@ -481,7 +567,7 @@ impl Lt {
 
     /// The runtime's start (for the backend's `Lazy::get`, which takes a plain `fn`).
     pub fn start(&'static self) -> Option<LtRuntime> {
-        LtRuntime::start(self.spec, &self.recorder)
+        LtRuntime::start(self.spec, &self.recorder, &self.rows)
     }
 
     /// True once the runtime started.
@@ -558,5 +644,36 @@ impl Lt {
                 unsafe { w.after_fork() };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn some_rows() -> LtServed {
+        LtServed::new(LtLoaded::default(), None)
+    }
+
+    /// The served build replaced (`Lt::library_changed`) while the old build's runtime was
+    /// reloading: that reload, publishing last, must not put the old build's rows back.
+    #[test]
+    fn a_reload_replaces_only_the_rows_its_runtime_published() {
+        let rows: &'static Rows = Box::leak(Box::new(Rows::new()));
+        let now = |r: &Rows| {
+            (
+                r.served.load(Ordering::SeqCst),
+                r.single.load(Ordering::SeqCst),
+            )
+        };
+        // SAFETY (below): published rows are leaked boxes, never freed.
+        let single_of = |p: *mut LtServed| unsafe { &*p }.single_ptr();
+        let started = rows.publish(some_rows());
+        let reloaded = rows.replace(started, some_rows()).expect("its own rows");
+        assert_eq!(now(rows), (reloaded, single_of(reloaded)));
+        // Another build's runtime starts; the old runtime's reload ends after it.
+        let other = rows.publish(some_rows());
+        assert!(rows.replace(reloaded, some_rows()).is_none());
+        assert_eq!(now(rows), (other, single_of(other)));
     }
 }

@@ -41,11 +41,16 @@ impl Reload for LtRuntime {
         let served = LtServed::new(rows, Some(name.to_owned()));
         let device = (self.spec.device)();
         let changed = diff(self.served().table_for(device), served.table_for(device));
-        LtRuntime::publish(self, served);
+        // Not published: another build's runtime serves now (nothing changed here).
+        let (added, changed, removed) = if LtRuntime::publish(self, served) {
+            changed
+        } else {
+            (0, 0, 0)
+        };
         Changed {
-            added: changed.0,
-            changed: changed.1,
-            removed: changed.2,
+            added,
+            changed,
+            removed,
             device,
         }
     }

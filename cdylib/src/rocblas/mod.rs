@@ -312,7 +312,12 @@ fn init() -> Option<Runtime> {
             loaded.problems.len() - SHOWN
         );
     }
-    let watch = crate::reload::Watch::new(&cfg, sha.as_deref(), loaded.dir.as_deref());
+    let watch = crate::reload::Watch::new(
+        &cfg,
+        sha.as_deref(),
+        loaded.dir.as_deref(),
+        loaded.problems.len(),
+    );
     let served = Served {
         tables: loaded.tables,
         single,
