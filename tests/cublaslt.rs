@@ -8,58 +8,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
+use common::build::lt;
 use common::{artifacts, build, host_env, scratch, text, trace, Profile};
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
-
-struct Lt {
-    libdir: PathBuf,
-    host: PathBuf,
-    module: PathBuf,
-    sha: String,
-    /// A second build of the stand-in (`libcublasLt.so.12`, another sha256: two files of one
-    /// soname cannot be loaded side by side) and a module linked against it, for the
-    /// library-lifetime cases.
-    module2: PathBuf,
-    sha2: String,
-}
-
-fn lt() -> &'static Lt {
-    static L: OnceLock<Lt> = OnceLock::new();
-    L.get_or_init(|| {
-        // The stand-in as `libcublasLt.so.13` and a second build of it as `.so.12`.
-        let fake = |soname: &str, extra: &[&str]| {
-            let mut args: Vec<String> = vec!["-shared".into(), "-fPIC".into()];
-            args.extend(extra.iter().map(|s| s.to_string()));
-            args.push("{hosts}/fake_cublaslt.c".into());
-            build::c_program(soname, &args)
-        };
-        let module = |name: &str, lib: &Path| {
-            let soname = lib.file_name().unwrap().to_str().unwrap();
-            let mut args: Vec<String> = ["-shared", "-fPIC", "-DLT_MODULE", "{hosts}/lt_host.c"]
-                .map(String::from)
-                .to_vec();
-            args.extend(build::link_args(lib.parent().unwrap()));
-            args.push(format!("-l:{soname}"));
-            build::c_program(name, &args)
-        };
-        let lib = fake("libcublasLt.so.13", &[]);
-        let lib2 = fake("libcublasLt.so.12", &["-DFAKE_BUILD=2"]);
-        let host = build::c_program(
-            "lt_host",
-            &["{hosts}/lt_host.c", "-ldl", "-lpthread"].map(String::from),
-        );
-        Lt {
-            libdir: lib.parent().unwrap().to_path_buf(),
-            host,
-            module: module("libltmod.so", &lib),
-            sha: tunedblas_core::identity::sha256_file(&lib).unwrap(),
-            module2: module("libltmod2.so", &lib2),
-            sha2: tunedblas_core::identity::sha256_file(&lib2).unwrap(),
-        }
-    })
-}
 
 /// The bf16 `F.linear` key of a call `N,M,K`.
 fn key(n: i64, m: i64, k: i64) -> LtKey {
