@@ -39,10 +39,10 @@ fn algos(dir: &Path) -> Vec<String> {
     trace(dir).iter().map(|l| l["algo"].clone()).collect()
 }
 
-/// `tunedblas lt adopt` of `file` for the stand-in's build into `dir/profiles`.
+/// `tunedblas profiles adopt` of `file` for the stand-in's build into `dir/profiles`.
 fn adopt(dir: &Path, file: &Path, extra: &[&str]) -> Output {
     Command::new(common::built("tunedblas"))
-        .args(["lt", "adopt", "--lib"])
+        .args(["profiles", "adopt", "--lib"])
         .arg(hiplt().lib())
         .arg("--profiles")
         .arg(dir.join("profiles"))
@@ -257,8 +257,8 @@ fn hipblaslt_bench_lines_with_an_index_are_adopted_and_served() {
 }
 
 /// As tune inputs: an AITER untuned table, hipBLASLt log lines and a tuning file name the
-/// shapes `tunedblas tune` tunes through rocBLAS (refblas here), and `lt tune` through
-/// hipBLASLt (the stand-in).
+/// shapes `tunedblas tune` tunes through rocBLAS (refblas here), and through hipBLASLt
+/// (the stand-in) with `--lib` naming it.
 #[test]
 fn the_amd_formats_are_tune_inputs() {
     let dir = scratch("amd-tune-inputs");
@@ -299,6 +299,9 @@ fn the_amd_formats_are_tune_inputs() {
         "3",
         "--rotate-mib",
         "1",
+        "--rest",
+        "0",
+        "--no-limits",
         "--json",
     ];
     let summary: serde_json::Value = serde_json::from_str(&common::ok(&common::run(
@@ -313,22 +316,14 @@ fn the_amd_formats_are_tune_inputs() {
         "bf16_untuned_gemm.csv",
         "M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle\n16,64,64,False,torch.bfloat16,torch.bfloat16,False,False\n",
     );
-    let mut cmd = common::tunedblas_cmd(&lt_dir, &["lt", "tune", "--backend", "hipblaslt"]);
-    cmd.arg("--lib")
-        .arg(hiplt().lib())
-        .arg("--misses")
+    let mut cmd = common::tunedblas_cmd(&lt_dir, &["tune", "--lib"]);
+    cmd.arg(hiplt().lib())
         .arg(&small)
         .arg("--profiles")
         .arg(lt_dir.join("profiles"))
-        .args([
-            "--name",
-            "aiter-shapes",
-            "--workspace",
-            "8192",
-            "--trials",
-            "3",
-        ])
-        .args(["--confirm", "off"])
+        .args(["--name", "aiter-shapes", "--workspace", "8192"])
+        .args(["--trials", "3", "--rest", "0", "--no-limits"])
+        .args(["--confirm", "off", "--rotate-mib", "0.02"])
         .env("FAKEHIPLT_COMPUTE", "1")
         .env_remove("FAKEHIPLT_TRACE");
     let out = cmd.output().unwrap();

@@ -12,7 +12,19 @@ use common::*;
 use serde_json::Value;
 
 /// Fast settings: the tests check the plumbing, not the timings.
-const QUICK: &[&str] = &["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"];
+/// A campaign as short as the engine allows on refblas: few rounds, one operand set, no
+/// rest, no limits (the tests of those turn them on).
+const QUICK: &[&str] = &[
+    "--trials",
+    "3",
+    "--max-trials",
+    "3",
+    "--rotate-mib",
+    "0.02",
+    "--rest",
+    "0",
+    "--no-limits",
+];
 
 fn json_file(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
@@ -53,7 +65,17 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
         "refblas-cpu",
     ];
     args.push(misses_dir.to_str().unwrap());
-    args.extend(["--trials", "5", "--max-trials", "10", "--rotate-mib", "1"]);
+    args.extend([
+        "--trials",
+        "5",
+        "--max-trials",
+        "10",
+        "--rotate-mib",
+        "0.02",
+        "--rest",
+        "0",
+        "--no-limits",
+    ]);
     let out = ok(&run(tunedblas_cmd(&dir, &args)));
     assert!(out.contains("tuning 3 shapes"), "{out}");
     assert!(
@@ -227,7 +249,20 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
         .iter()
         .map(|s| s.to_string())
         .chain(shapes.iter().cloned())
-        .chain(["--trials", "5", "--max-trials", "5", "--rotate-mib", "1"].map(String::from))
+        .chain(
+            [
+                "--trials",
+                "5",
+                "--max-trials",
+                "5",
+                "--rotate-mib",
+                "0.02",
+                "--rest",
+                "0",
+                "--no-limits",
+            ]
+            .map(String::from),
+        )
         .collect();
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = tunedblas_cmd(&dir, &arg_refs)
@@ -313,8 +348,21 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), 16, "each shape tuned once");
+    // The shapes finished before the kill were not measured again: their rounds are kept
+    // (their adoptions confirmed and qualified at the end, as every shape's).
     for line in &before_kill {
-        assert!(record.lines().any(|l| l == line), "kept verbatim: {line}");
+        let old: Value = serde_json::from_str(line).unwrap();
+        let now = outcomes
+            .iter()
+            .find(|o| o["shape"] == old["shape"])
+            .unwrap();
+        assert_eq!(
+            now["tuned"]["rounds"], old["tuned"]["rounds"],
+            "kept: {line}"
+        );
+        if old["tuned"]["verdict"]["decision"] != "adopt" {
+            assert_eq!(*now, old, "kept as it was");
+        }
     }
 }
 
@@ -642,10 +690,14 @@ fn a_library_named_by_soname_is_hashed_from_the_file_the_loader_maps() {
 #[test]
 fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
     let dir = scratch("cli");
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    tunedblas_core::registry::Registry::new()
+        .save_atomic(&dir.join("profiles/profiles.json"))
+        .unwrap();
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let cases: &[(&[&str], i32, &str)] = &[
-        (&["tune"], 2, "needs --lib"),
+        (&["tune"], 1, "no shapes to tune"),
         (
             &["tune", "--lib", lib, "--bogus"],
             2,
@@ -747,6 +799,9 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
                 "f32:NN:32:16:32",
                 "--prune",
                 "1",
+                "--rotate-mib",
+                "0.02",
+                "--no-limits",
                 "--rest",
                 rest,
                 "--profiles",
@@ -757,7 +812,7 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
     let out = tune("rested", "10");
     let stdout = ok(&out);
     assert!(
-        stdout.contains("timing: idle 10x each sample's time after it"),
+        stdout.contains("idle 10x each sample's time after it"),
         "{stdout}"
     );
     let outcomes = campaign_outcomes(&dir.join("rested"));
@@ -770,15 +825,15 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
         .flat_map(|r| ["heuristic", "current", "new"].map(|c| r[c].as_f64().unwrap_or(0.0)))
         .sum::<f64>()
         * calls;
-    let timing_ms = t["timing_s"].as_f64().unwrap() * 1e3;
+    let timing_ms = t["seconds"].as_f64().unwrap() * 1e3;
     assert!(rounds_ms > 0.0, "{t}");
     assert!(
         timing_ms >= 11.0 * rounds_ms,
         "timing {timing_ms} ms, rounds' device time {rounds_ms} ms"
     );
-    // Back to back (the default) says nothing of a rest.
+    // Back to back says so.
     let out = tune("plain", "0");
-    assert!(!ok(&out).contains("timing: idle"));
+    assert!(ok(&out).contains("samples back to back"));
     for bad in ["-1", "11", "NaN"] {
         let out = tune("bad", bad);
         assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
@@ -797,7 +852,10 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
 /// launched fails at capture and is never adopted; graph timing takes one device per
 /// campaign. A capture failing part way through a shape has the shape timed again with
 /// events only. Where capture is refused (`REFBLAS_NO_GRAPHS`), each shape falls back to
-/// events, says so once, and is still tuned.
+/// events, says so once, and is still tuned. refblas's heuristic computes each GEMM 4 times
+/// (`REFBLAS_SLOW_HEURISTIC`): its own kernels are a few tens of percent apart, which a busy
+/// CPU's noise hides (every shape undecidable), and the adoption this test follows must not
+/// depend on the machine being idle.
 #[test]
 fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fails() {
     let dir = scratch("tune-graph");
@@ -815,11 +873,15 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
                 "f16:TN:64:8:64",
                 "--timing",
                 "graph",
+                "--rotate-mib",
+                "0.02",
+                "--no-limits",
                 "--profiles",
             ],
         );
         cmd.arg(dir.join(store))
-            .env("REFBLAS_TRACE", dir.join(format!("{store}.trace")));
+            .env("REFBLAS_TRACE", dir.join(format!("{store}.trace")))
+            .env("REFBLAS_SLOW_HEURISTIC", "4");
         cmd.envs(env.iter().copied());
         run(cmd)
     };
@@ -882,7 +944,8 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
         );
     }
 
-    // One device per graph campaign.
+    // Graph timing on two devices at once: the workers' allocations, copies and captures
+    // take turns (in HIP one thread's copy breaks another's capture), so both replay.
     let mut cmd = tunedblas_cmd(
         &dir,
         &[
@@ -891,13 +954,31 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
             lib.to_str().unwrap(),
             "--shape",
             "f32:NN:32:16:32",
+            "--shape",
+            "f16:TN:64:8:64",
         ],
     );
-    cmd.args(["--timing", "graph", "--devices", "0,1", "--profiles"])
+    cmd.args(QUICK)
+        .args(["--timing", "graph", "--devices", "0,1", "--profiles"])
         .arg(dir.join("two"));
     let out = run(cmd);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("--timing graph tunes one device per campaign"));
+    ok(&out);
+    assert!(
+        !text(&out.stderr).contains("graph timing failed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let outcomes = campaign_outcomes(&dir.join("two"));
+    let mut devices: Vec<i64> = outcomes
+        .iter()
+        .map(|o| o["device"].as_i64().unwrap())
+        .collect();
+    devices.sort();
+    assert_eq!(devices, [0, 1], "one shape on each device: {outcomes:?}");
+    assert!(
+        outcomes.iter().all(|o| o["tuned"]["timing"] == "graph"),
+        "{outcomes:?}"
+    );
 
     // Capture failing part way through the first shape (after 3 captures, process-wide):
     // its graph samples and its events samples would be compared, so it is timed again,
@@ -995,7 +1076,20 @@ fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
         .map(String::from)
         .to_vec();
     args.extend(shape_args(16));
-    args.extend(["--trials", "5", "--max-trials", "5", "--rotate-mib", "1"].map(String::from));
+    args.extend(
+        [
+            "--trials",
+            "5",
+            "--max-trials",
+            "5",
+            "--rotate-mib",
+            "0.02",
+            "--rest",
+            "0",
+            "--no-limits",
+        ]
+        .map(String::from),
+    );
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     // `tunedblas tune ... | head`: the reader goes away after the first shape's line.
     let mut cmd = tunedblas_cmd(&dir, &refs);

@@ -4,7 +4,7 @@
 #
 #   bench/cublaslt/h200.sh BIN_DIR OUT_DIR [smoke|full]
 #
-# BIN_DIR holds release builds of tunedblas, tunedblas-lt (which runs `tunedblas lt`) and
+# BIN_DIR holds release builds of tunedblas and
 # libtunedblas.so, the gpu_cublaslt test binary (optional) and bench/cublaslt/workload.py. Needs python3 with a CUDA PyTorch.
 # Everything lands in OUT_DIR/results.tgz (updated after each step) and OUT_DIR/summary.txt.
 set -u
@@ -17,7 +17,7 @@ rm -rf "$W"
 mkdir -p "$W/out" "$W/none"
 R=$W/out
 PY=python3
-LT=$B/tunedblas-lt
+T=$B/tunedblas
 PRE=$B/libtunedblas.so
 export TORCH_BLAS_PREFER_CUBLASLT=1 PYTHONUNBUFFERED=1 TUNEDBLAS_CACHE_DIR=$W/cache
 if [ "$MODE" = smoke ]; then
@@ -60,19 +60,20 @@ WS=${WS:-1048576}
 ls "$W/misses" >>"$R/summary.txt"
 cat "$W"/misses/*-cublaslt-rank0.csv >"$R/misses.csv" 2>/dev/null
 
-step "harness: info, selftest, GPU tests"
-run info 60 "$LT" info
+step "harness: env, selftest, GPU tests"
+run info 60 "$T" env --lib "$LIB"
 cat "$R/info.out" >>"$R/summary.txt"
-run selftest 120 "$LT" selftest
+run selftest 120 "$T" selftest
 tail -1 "$R/selftest.out" >>"$R/summary.txt"
 if ls "$B"/gpu_cublaslt* >/dev/null 2>&1; then
-  run gputests 300 env TUNEDBLAS_LT_BIN="$LT" "$(ls "$B"/gpu_cublaslt* | head -1)" --nocapture --test-threads=1
+  run gputests 300 env TUNEDBLAS_BIN="$T" "$(ls "$B"/gpu_cublaslt* | head -1)" --nocapture --test-threads=1
   grep "test result" "$R/gputests.out" >>"$R/summary.txt"
 fi
 
 step "tune"
-run tune 420 "$LT" tune --misses "$W/misses" --profiles "$W/profiles" --name h200-cublaslt \
-  --workspace "$WS" --trials "$TRIALS" --log "$R/tune.json"
+run tune 420 "$T" tune "$W/misses" --profiles "$W/profiles" --name h200-cublaslt \
+  --workspace "$WS" --trials "$TRIALS" --json
+cp "$R/tune.out" "$R/tune.json"
 tail -1 "$R/tune.err" >>"$R/summary.txt"
 CSV=$W/profiles/h200-cublaslt/tunableop_results0.csv
 cp "$CSV" "$R/profile-results0.csv" 2>/dev/null
@@ -82,7 +83,7 @@ step "serve + verify: the workload under the profile"
 run total-profile 300 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/profiles" TUNEDBLAS_MISS_DIR="$W/misses-after" \
   TUNEDBLAS_STATS="$R/serve-stats.json" $PY "$B/workload.py" total --label preload-profile --passes "$PASSES" $ONLY
 head -1 "$R/total-profile.err" >>"$R/summary.txt"
-run verify 30 "$LT" verify --stats "$R/serve-stats.json"
+run verify 30 "$T" verify --stats "$R/serve-stats.json"
 cat "$R/verify.out" "$R/verify.err" >>"$R/summary.txt"
 
 step "side by side, in one process: CUDA graphs captured with serving off / on"
@@ -111,14 +112,14 @@ for f in total-profile total-plain total-noprofile total-tunableop total-profile
 done
 
 step "false adopts: adopted rows re-measured by the harness in a fresh process"
-run recheck 300 "$LT" recheck --profiles "$W/profiles" --name h200-cublaslt --workspace "$WS" --trials "$TRIALS" --log "$R/recheck.json"
+run recheck 300 "$T" confirm --lib "$LIB" --profiles "$W/profiles" --workspace "$WS" --trials "$TRIALS" --log "$R/recheck.json"
 tail -1 "$R/recheck.out" >>"$R/summary.txt"
 
 if [ "$MODE" = full ]; then
-  step "further configurations: the prefill shapes of two layers tuned again, with --explore 64"
+  step "further configurations: the prefill shapes of two layers tuned again, with a 60 s search budget each"
   grep -E "tn_(4096_[0-9]+_2560|336_[0-9]+_10240)_" "$R/misses.csv" | grep -vE "tn_[0-9]+_(1|4|16|32)_" >"$W/explore-misses.csv"
-  run explore 300 "$LT" tune --misses "$W/explore-misses.csv" --profiles "$W/explore" --name explore \
-    --workspace "$WS" --trials "$TRIALS" --explore 64 --log "$R/explore.json"
+  run explore 900 "$T" tune --lib "$LIB" "$W/explore-misses.csv" --profiles "$W/explore" --name explore \
+    --workspace "$WS" --trials "$TRIALS" --budget 60 --json
   tail -1 "$R/explore.err" >>"$R/summary.txt"
 fi
 
@@ -128,8 +129,8 @@ import json, sys
 try:
     d = json.load(open(sys.argv[1]))
     for o in d["outcomes"]:
-        if o.get("adopted"):
-            n, m, k = [int(x) for x in o["signature"].split("_")[1:4]]
+        if ((o.get("tuned") or {}).get("verdict") or {}).get("decision") == "adopt":
+            n, m, k = [int(x) for x in o["shape"].split(",")[1].split("_")[1:4]]
             print(f"{n},{m},{k}"); break
     else:
         print("2560,1,1536")
@@ -138,11 +139,11 @@ except Exception:
 EOF
 )
 say "overhead shape (an adopted row if any): $SHAPE"
-run overhead-plain 120 "$LT" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-plain.json"
+run overhead-plain 120 "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-plain.json"
 run overhead-miss 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/none" TUNEDBLAS_MISS_DIR="$W/misses-oh" \
-  "$LT" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-miss.json"
+  "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-miss.json"
 run overhead-served 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/profiles" TUNEDBLAS_MISS_DIR="$W/misses-oh2" \
-  TUNEDBLAS_STATS="$R/overhead-served-stats.json" "$LT" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-served.json"
+  TUNEDBLAS_STATS="$R/overhead-served-stats.json" "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-served.json"
 for f in overhead-plain overhead-miss overhead-served; do cat "$R/$f.out" >>"$R/summary.txt"; done
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader >>"$R/summary.txt" 2>&1
 step "done"

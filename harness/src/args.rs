@@ -13,7 +13,20 @@ use clap::{Arg, ArgAction, ArgMatches};
 
 pub use tunedblas_core::suggest::suggest;
 
+use crate::curate::Rules;
 use crate::error::{Error, Result};
+use tunedblas_tuner::backends::Spec;
+use tunedblas_tuner::pipeline::Method;
+use tunedblas_tuner::timer::Mode;
+
+/// A command-line mistake clap found in `command`'s arguments (exit 2), in clap's own
+/// words: what was wrong, the nearest valid option where one is close, the usage line.
+fn clap_error(command: &str, e: &clap::Error) -> Error {
+    let text = e.render().to_string();
+    let text = text.trim_end();
+    let text = text.strip_prefix("error: ").unwrap_or(text);
+    Error::usage(command, text)
+}
 
 /// A command's parsed arguments. Options are asked for by their flag (`"--lib"`).
 pub struct Args {
@@ -29,43 +42,6 @@ fn id(flag: &str) -> &str {
 
 /// The id of the positionals every command collects.
 const POSITIONAL: &str = "positional";
-
-/// The clap command for `tunedblas <command>` taking `switches` (no value) and `options`
-/// (one value each, repeatable) and positionals; everything after `--` is positional. Help
-/// is the command table's (`tunedblas help <command>`), so clap adds no `--help` of its own.
-pub fn clap_command(command: &str, switches: &[&str], options: &[&str]) -> clap::Command {
-    let mut c = clap::Command::new(format!("tunedblas {command}"))
-        .no_binary_name(true)
-        .disable_help_flag(true)
-        .disable_version_flag(true)
-        .disable_colored_help(true)
-        .color(clap::ColorChoice::Never)
-        .args_override_self(true)
-        .override_usage(crate::usage_of(command));
-    for s in switches {
-        c = c.arg(
-            Arg::new(id(s).to_string())
-                .long(id(s).to_string())
-                .action(ArgAction::SetTrue),
-        );
-    }
-    for o in options {
-        c = c.arg(
-            Arg::new(id(o).to_string())
-                .long(id(o).to_string())
-                .value_name(id(o).to_uppercase())
-                .action(ArgAction::Append)
-                .num_args(1)
-                .allow_negative_numbers(true),
-        );
-    }
-    c.arg(
-        Arg::new(POSITIONAL)
-            .action(ArgAction::Append)
-            .num_args(0..)
-            .allow_negative_numbers(true),
-    )
-}
 
 /// A command declared with clap, in the words its help shows: `tunedblas <command>` with
 /// the table's synopsis as its usage line, what it does (`about`), then its arguments
@@ -102,7 +78,11 @@ pub fn switch(flag: &str, help: &'static str) -> Arg {
 
 /// An option taking one value (`--lib PATH`), repeatable (the last one counts where one is
 /// read), with the value's name and its help.
-pub fn option(flag: &str, value: &'static str, help: &'static str) -> Arg {
+pub fn option(
+    flag: &str,
+    value: &'static str,
+    help: impl clap::builder::IntoResettable<clap::builder::StyledStr>,
+) -> Arg {
     Arg::new(id(flag).to_string())
         .long(id(flag).to_string())
         .value_name(value)
@@ -122,18 +102,68 @@ pub fn positionals(value: &'static str, max: usize, help: &'static str) -> Arg {
     }
 }
 
-/// `--lib LIBROCBLAS`: the library build the command works on (its profile is that file's).
+/// `--lib LIB`: the library build the command works on (its profile is that file's):
+/// rocBLAS, hipBLASLt or cuBLASLt, told by the entry point it exports.
 pub fn lib_option(help: &'static str) -> Arg {
-    option("--lib", "LIBROCBLAS", help)
+    option("--lib", "LIB", help)
 }
+
+/// `--hip`, `--cudart` and `--backend`: which runtime a library runs on, and which library
+/// where a command cannot tell from its inputs.
+pub fn library_options(c: clap::Command) -> clap::Command {
+    c.arg(option(
+        "--hip",
+        "PATH",
+        "the HIP runtime (rocBLAS, hipBLASLt) when not the one the library links or carries",
+    ))
+    .arg(option(
+        "--cudart",
+        "PATH",
+        "the CUDA runtime of cuBLASLt (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)",
+    ))
+}
+
+/// How shapes are measured and curated: the same options, with the same meaning and
+/// defaults, for every library and every command that measures (`tune`, `confirm`).
+pub fn method_options(c: clap::Command) -> clap::Command {
+    let d = Method::default();
+    let text = |s: String| s;
+    c.arg(option("--trials", "N", text(format!("interleaved rounds of the trials and of the confirmation (default {})", d.trials))))
+        .arg(option("--max-trials", "N", text(format!("rounds added while undecidable, up to N (default {})", d.max_trials))))
+        .arg(option("--sample-ms", "MS", text(format!("device time of one timed sample (default {})", d.sample_ms))))
+        .arg(option("--budget", "S", text(format!("seconds of screening per shape: every candidate the library lists is probed once until it is spent, the most promising first (default {}; 0: no limit)", d.budget_s))))
+        .arg(option("--keep", "N", text(format!("the fastest candidates of the screening that go on to the trials (default {})", d.keep))))
+        .arg(option("--prune", "X", text(format!("candidates slower than X times the best probe are pruned (default {})", d.prune))))
+        .arg(option("--rotate-mib", "N", "operand bytes each timed sample rotates through, in MiB (default: three times the device's last-level cache; a graph sample replays one call per operand set at least)"))
+        .arg(option("--timing", "MODE", "graph (default): a sample's calls are captured once into a graph and replayed between two events, no launch gaps between calls; events: the calls back to back between two events; graph falls back to events, said once per shape, where capture fails").value_parser(["events", "graph"]))
+        .arg(option("--rest", "R", "after each timed sample, leave the device idle for R times the sample's device time, at most a second (default 1; 0: back to back; at most 10). On an H200 back-to-back compute-heavy GEMMs ran into the power cap and spread up to 9%; resting 1x kept them at most 1%"))
+        .arg(option("--workspace", "BYTES", "workspace callers give the Lt libraries (default 1048576; hipBLASLt: what your callers pass hipblasLtMatmul): a candidate needing more is never adopted"))
+        .arg(option("--confirm", "MODE", "fresh (default): adopt only what a fresh process confirms by the margin; off: the second set of trials in this process only").value_parser(["fresh", "off"]))
+        .arg(option("--margin", "PCT", "adoption margin in percent (default 3; 1 or more, or 0)"))
+        .arg(switch("--no-default-rows", "write no row when nothing beats the heuristic"))
+        .arg(option("--noisy", "PCT", "a shape whose spread is over PCT% (50) is undecidable, not Default: no row is written, so it comes back as a miss"))
+}
+
+/// `--profiles DIR`'s help, the same in every command.
+pub const PROFILES: &str =
+    "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)";
 
 /// `--profiles DIR`, the same in every command.
 pub fn profiles_option() -> Arg {
-    option(
-        "--profiles",
-        "DIR",
-        "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)",
-    )
+    option("--profiles", "DIR", PROFILES)
+}
+
+/// An option as a command's table declares it: flag, value name ("" for a switch), help.
+pub type Row = (&'static str, &'static str, &'static str);
+
+/// The options and switches of a table, in its order.
+pub fn table(rows: &[Row]) -> Vec<Arg> {
+    rows.iter()
+        .map(|&(flag, value, help)| match value {
+            "" => switch(flag, help),
+            _ => option(flag, value, help),
+        })
+        .collect()
 }
 
 /// A declared command's help, as `tunedblas help <command>` and `--help` print it.
@@ -150,21 +180,7 @@ impl Args {
     pub fn of_declared(command: &str, declared: clap::Command, args: &[String]) -> Result<Args> {
         let matches = declared
             .try_get_matches_from(args)
-            .map_err(|e| Error::clap(command, &e))?;
-        Ok(Args::of(command, matches))
-    }
-
-    /// Parses `args` by the declared `switches` (no value) and `options` (one value each).
-    /// Everything after `--` is positional.
-    pub fn parse(
-        command: &str,
-        args: &[String],
-        switches: &[&str],
-        options: &[&str],
-    ) -> Result<Args> {
-        let matches = clap_command(command, switches, options)
-            .try_get_matches_from(args)
-            .map_err(|e| Error::clap(command, &e))?;
+            .map_err(|e| clap_error(command, &e))?;
         Ok(Args::of(command, matches))
     }
 
@@ -248,7 +264,18 @@ impl Args {
     /// `--lib`, which most commands cannot do without.
     pub fn lib(&self) -> Result<PathBuf> {
         self.path("--lib")
-            .ok_or_else(|| self.usage("needs --lib <path to librocblas.so>"))
+            .ok_or_else(|| self.usage("needs --lib <path to the library: librocblas.so, libhipblaslt.so or libcublasLt.so>"))
+    }
+
+    /// The library `--lib` names, loaded with the runtime [`library_options`] name.
+    pub fn opened(&self) -> Result<tunedblas_tuner::backends::Opened> {
+        let lib = crate::env::find_library(&self.lib()?);
+        let kind = tunedblas_tuner::backends::kind_of(&lib)?;
+        let spec = Spec {
+            lib: Some(lib),
+            ..self.spec()
+        };
+        tunedblas_tuner::backends::Opened::open(kind, &spec)
     }
 
     /// The profile `--profile NAME` or `--lib LIBROCBLAS` names (a name wins).
@@ -276,7 +303,7 @@ impl Args {
         }
     }
 
-    /// `--margin PCT`, the adoption margin of `tune` and `lt tune`, in percent (`--margin 3`
+    /// `--margin PCT`, the adoption margin of `tune` and `confirm`, in percent (`--margin 3`
     /// is 3%), returned as a fraction (0.03); `default_pct` when not given. A value between
     /// 0 and 1 is refused: it is almost surely a fraction meant as one (0.03 for 3%), and
     /// read as a percentage it would adopt nearly anything.
@@ -291,6 +318,84 @@ impl Args {
             return Err(self.usage("--margin takes a percentage from 0 to 100"));
         }
         Ok(pct / 100.0)
+    }
+
+    /// How shapes are measured ([`method_options`]).
+    pub fn method(&self) -> Result<Method> {
+        let d = Method::default();
+        let trials = self.parsed("--trials", d.trials, "a number of rounds")?;
+        let m = Method {
+            trials,
+            max_trials: self.parsed(
+                "--max-trials",
+                d.max_trials.max(trials),
+                "a number of rounds",
+            )?,
+            sample_ms: self.parsed("--sample-ms", d.sample_ms, "milliseconds")?,
+            budget_s: self.parsed("--budget", d.budget_s, "seconds")?,
+            keep: self.parsed("--keep", d.keep, "a count")?,
+            prune: self.parsed("--prune", d.prune, "a factor like 1.5")?,
+            rotate_bytes: (self.parsed("--rotate-mib", 0.0f64, "MiB")?.max(0.0) * (1 << 20) as f64)
+                as usize,
+            mode: match self.value("--timing") {
+                Some("events") => Mode::Events,
+                _ => Mode::Graph,
+            },
+            rest: crate::rest::checked(self.parsed("--rest", d.rest, "a multiple like 1")?)
+                .map_err(|e| self.usage(e))?,
+            workspace: self.parsed("--workspace", d.workspace, "bytes")?,
+            fresh: self.value("--confirm") != Some("off"),
+            ..d
+        };
+        if m.trials == 0
+            || m.prune < 1.0
+            || m.keep == 0
+            || m.sample_ms.is_nan()
+            || m.sample_ms <= 0.0
+            || m.budget_s < 0.0
+        {
+            return Err(self.usage(
+                "--trials and --keep must be positive, --sample-ms positive, --budget 0 or more and --prune at least 1",
+            ));
+        }
+        Ok(m)
+    }
+
+    /// The method for `kind`: hipBLASLt's heuristic and the algorithms it may use depend on
+    /// the workspace callers give, which differs between frameworks and releases, so for
+    /// hipBLASLt it is not guessed: `--workspace` is required.
+    pub fn method_for(&self, kind: tunedblas_tuner::backends::Kind) -> Result<Method> {
+        if kind == tunedblas_tuner::backends::Kind::Hipblaslt && self.value("--workspace").is_none()
+        {
+            return Err(self.usage(
+                "needs --workspace BYTES for hipBLASLt: the workspace your callers give hipblasLtMatmul \
+                 (a row needing more is passed through by the interposer, and the heuristic tuned against \
+                 must be the one your callers get)",
+            ));
+        }
+        self.method()
+    }
+
+    /// How measured shapes are curated ([`method_options`]).
+    pub fn rules(&self) -> Result<Rules> {
+        let noisy: f64 = self.parsed("--noisy", 50.0, "a percentage like 50")?;
+        if noisy <= 0.0 {
+            return Err(self.usage("--noisy takes a positive percentage"));
+        }
+        Ok(Rules {
+            margin: self.margin(3.0)?,
+            keep_default: !self.has("--no-default-rows"),
+            noisy: noisy / 100.0,
+        })
+    }
+
+    /// The runtime files [`library_options`] name.
+    pub fn spec(&self) -> Spec {
+        Spec {
+            lib: None,
+            runtime: self.path("--cudart").or_else(|| self.path("--hip")),
+            arch: self.value("--arch").map(str::to_string),
+        }
     }
 
     /// `--shard I/N`: this machine's share of a campaign; `--shard auto` takes it from a
@@ -330,9 +435,21 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    /// `args` read as a command declaring `switches` and `options` (one value each).
+    fn parse(command: &str, args: &[String], switches: &[&str], options: &[&str]) -> Result<Args> {
+        let mut c = super::command(command, "", "").arg(positionals("ARG", usize::MAX, ""));
+        for f in switches {
+            c = c.arg(switch(f, ""));
+        }
+        for f in options {
+            c = c.arg(option(f, "VALUE", ""));
+        }
+        Args::of_declared(command, c, args)
+    }
+
     #[test]
     fn flags_values_and_positionals() {
-        let a = Args::parse(
+        let a = parse(
             "tune",
             &s(&[
                 "--json",
@@ -365,35 +482,33 @@ mod tests {
     #[test]
     fn unknown_and_missing_values_are_errors() {
         // clap's words: the bad input, the nearest valid one, the usage line.
-        let e = Args::parse("tune", &s(&["--libb", "x"]), &[], &["--lib"])
+        let e = parse("tune", &s(&["--libb", "x"]), &[], &["--lib"])
             .err()
             .unwrap();
         assert!(
             e.message.starts_with(
-                "unexpected argument '--libb' found\n\n  tip: a similar argument exists: '--lib'\n\nUsage: tunedblas tune --lib LIBROCBLAS"
+                "unexpected argument '--libb' found\n\n  tip: a similar argument exists: '--lib'\n\nUsage: tunedblas tune [--lib LIB]..."
             ),
             "{}",
             e.message
         );
         assert_eq!((e.exit_code(), e.command.as_deref()), (2, Some("tune")));
-        let e = Args::parse("tune", &s(&["-x"]), &["--json"], &[])
-            .err()
-            .unwrap();
+        let e = parse("tune", &s(&["-x"]), &["--json"], &[]).err().unwrap();
         assert!(
             e.message.starts_with("unexpected argument '-x' found"),
             "{}",
             e.message
         );
         for missing in [&["--lib"][..], &["--lib", "--json"][..]] {
-            let e = Args::parse("tune", &s(missing), &["--json"], &["--lib"])
+            let e = parse("tune", &s(missing), &["--json"], &["--lib"])
                 .err()
                 .unwrap();
             assert_eq!(
-                e.message, "a value is required for '--lib <LIB>' but none was supplied",
+                e.message, "a value is required for '--lib <VALUE>' but none was supplied",
                 "{missing:?}"
             );
         }
-        let e = Args::parse("tune", &s(&["--json=1"]), &["--json"], &[])
+        let e = parse("tune", &s(&["--json=1"]), &["--json"], &[])
             .err()
             .unwrap();
         assert!(
@@ -402,7 +517,7 @@ mod tests {
             e.message
         );
         // A switch or an option given twice: the last one counts, as before.
-        let a = Args::parse(
+        let a = parse(
             "tune",
             &s(&["--json", "--json", "--lib", "a", "--lib", "b"]),
             &["--json"],
@@ -412,10 +527,10 @@ mod tests {
         assert!(a.has("--json"));
         assert_eq!(a.value("--lib"), Some("b"));
         assert!(!a.has("--nothing") && a.value("--nothing").is_none());
-        let a = Args::parse("tune", &s(&["--trials", "x"]), &[], &["--trials"]).unwrap();
+        let a = parse("tune", &s(&["--trials", "x"]), &[], &["--trials"]).unwrap();
         assert!(a.parsed::<usize>("--trials", 5, "a count").is_err());
         assert_eq!(
-            Args::parse("tune", &[], &[], &["--trials"])
+            parse("tune", &[], &[], &["--trials"])
                 .unwrap()
                 .parsed::<usize>("--trials", 5, "a count")
                 .unwrap(),
@@ -425,7 +540,7 @@ mod tests {
 
     #[test]
     fn shared_arguments_read_the_same_everywhere() {
-        let a = Args::parse(
+        let a = parse(
             "tune",
             &s(&["--devices", "0,2", "--shard", "1/4"]),
             &[],
@@ -435,10 +550,10 @@ mod tests {
         assert_eq!(a.devices().unwrap(), vec![0, 2]);
         assert_eq!(a.shard().unwrap(), Some((1, 4)));
         assert!(a.lib().unwrap_err().message.contains("needs --lib"));
-        let bad = Args::parse("tune", &s(&["--shard", "4/4"]), &[], &["--shard"]).unwrap();
+        let bad = parse("tune", &s(&["--shard", "4/4"]), &[], &["--shard"]).unwrap();
         assert!(bad.shard().is_err());
         let margin = |v: &str| {
-            Args::parse("tune", &s(&["--margin", v]), &[], &["--margin"])
+            parse("tune", &s(&["--margin", v]), &[], &["--margin"])
                 .unwrap()
                 .margin(3.0)
         };
@@ -453,7 +568,63 @@ mod tests {
             e.message
         );
         assert!(margin("100").is_err() && margin("-1").is_err() && margin("x").is_err());
-        let none = Args::parse("tune", &[], &[], &["--margin"]).unwrap();
+        let none = parse("tune", &[], &[], &["--margin"]).unwrap();
         assert_eq!(none.margin(3.0).unwrap(), 0.03);
+    }
+
+    #[test]
+    fn the_method_and_rules_read_the_same_for_every_library() {
+        let read = |v: &[&str]| {
+            let c = method_options(library_options(super::command("tune", "", "")));
+            Args::of_declared("tune", c, &s(v))
+        };
+        let a = read(&[
+            "--trials",
+            "9",
+            "--budget",
+            "60",
+            "--timing",
+            "events",
+            "--confirm",
+            "off",
+        ])
+        .unwrap();
+        let m = a.method().unwrap();
+        assert_eq!(
+            (m.trials, m.budget_s, m.mode, m.fresh),
+            (9, 60.0, Mode::Events, false)
+        );
+        // The defaults are the engine's.
+        let d = read(&[]).unwrap().method().unwrap();
+        let e = Method::default();
+        assert_eq!(
+            (d.trials, d.rest, d.mode, d.fresh),
+            (e.trials, e.rest, e.mode, e.fresh)
+        );
+        // The margin is in percent, as every command takes it.
+        assert_eq!(
+            read(&["--margin", "5"]).unwrap().rules().unwrap().margin,
+            0.05
+        );
+        for bad in [
+            &["--trials", "0"][..],
+            &["--trials", "many"],
+            &["--rest", "11"],
+            &["--prune", "0.5"],
+            &["--margin", "0.03"],
+            &["--noisy", "0"],
+        ] {
+            let a = read(bad).unwrap();
+            let e = a.method().and_then(|_| a.rules()).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {}", e.message);
+        }
+        assert_eq!(read(&["--timing", "clock"]).err().unwrap().exit_code(), 2);
+        assert_eq!(
+            read(&["--cudart", "/x/libcudart.so"])
+                .unwrap()
+                .spec()
+                .runtime,
+            Some(PathBuf::from("/x/libcudart.so"))
+        );
     }
 }

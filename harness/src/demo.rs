@@ -13,12 +13,14 @@ use std::time::Instant;
 
 use tunedblas_core::registry::Registry;
 
-use crate::backend::Library;
-use crate::campaign;
+use tunedblas_tuner::backends::rocblas::Rocblas;
+use tunedblas_tuner::backends::Spec;
+use tunedblas_tuner::campaign;
+use tunedblas_tuner::pipeline::Method;
+
 use crate::curate::Rules;
 use crate::error::{Error, Result};
-use crate::tune::Method;
-use crate::verify;
+use crate::verify::{self, Stats};
 use crate::workload::{self, Report};
 
 pub struct Options {
@@ -27,24 +29,9 @@ pub struct Options {
 }
 
 fn artifact(name: &str) -> Result<PathBuf> {
-    Library::beside_exe(name).ok_or_else(|| {
+    tunedblas_tuner::dl::beside_exe(name).ok_or_else(|| {
         Error::failed(format!("{name} is not beside the tunedblas binary; build the workspace first: cargo build --release --workspace"))
     })
-}
-
-/// Counters the interposer wrote at exit (`TUNEDBLAS_STATS`).
-#[derive(serde::Deserialize, Default, Debug)]
-struct Stats {
-    calls: u64,
-    served: u64,
-    default: u64,
-    missed_calls: u64,
-    missed_shapes: u64,
-    fallbacks: u64,
-    /// Calls without a row served a neighbouring token count's row (TUNEDBLAS_NEAR); not
-    /// counted as missed calls, though their shapes are still recorded.
-    #[serde(default)]
-    near: u64,
 }
 
 fn run_workload(
@@ -153,30 +140,41 @@ fn run_in(dir: &Path, opts: Options) -> Result<()> {
     print!("{}", indent(&log));
 
     println!("\n2. tune the recorded shapes: heuristic vs every solution, then heuristic / current / new best interleaved; qualify adoptions on every device");
-    let summary = campaign::run(&campaign::Options {
-        lib: lib.clone(),
-        hip: None,
+    let tune = campaign::Options {
         profiles: dir.join("profiles"),
         name: None,
-        arch: Some("refblas-cpu".into()),
-        inputs: vec![dir.join("misses")],
-        specs: vec![],
-        retune: false,
         devices: vec![0],
         shard: None,
-        fresh: true,
+        discard: true,
         ranks: None,
+        retune: false,
+        limits: true,
         method: Method {
             trials: 5,
             max_trials: 15,
-            // The demo's operands are small; 64 MiB rotates 8 sets of nearly all of them.
-            rotate_bytes: 64 << 20,
+            // refblas's GEMMs run on the CPU, whose caches are small: a MiB of operands
+            // rotates past them (a graph sample replays one call per operand set at
+            // least), and a CPU does not heat up under load: no rest.
+            rotate_bytes: 1 << 20,
+            rest: 0.0,
             ..Method::default()
         },
         rules: Rules::default(),
         json: false,
         quiet: false,
+    };
+    let refblas = Rocblas::open(&Spec {
+        lib: Some(lib.clone()),
+        runtime: None,
+        arch: Some("refblas-cpu".into()),
     })?;
+    let collected = crate::shapes::collect(&[dir.join("misses")], &[])?;
+    let summary = campaign::run(
+        &refblas,
+        crate::shapes::inputs(collected, &[], &tune)?,
+        &tune,
+    )?;
+    drop(refblas);
 
     println!("\n3. verify: replay every row under the preload in a fresh process");
     let report = verify::run(&verify::Options {

@@ -3,39 +3,29 @@
 //! arguments and its run, and every failure is one [`error::Error`] whose kind is the exit
 //! code.
 
+mod adopt;
 mod args;
-mod backend;
-mod campaign;
+pub use tunedblas_tuner::{curate, error, progress, rest, say, store};
 mod commands;
-mod curate;
 mod demo;
+mod doctor;
 mod env;
-mod error;
 mod export;
-mod hipgraph;
-mod hipmem;
-mod lt;
 mod nearbench;
 mod pick;
 mod png;
 mod profiles;
-mod progress;
-mod qualify;
 mod render;
 mod report;
-mod rest;
-mod say;
 mod serving;
 mod shapes;
-mod store;
 mod style;
-mod tune;
 mod verify;
 mod workload;
 
 use std::process::ExitCode;
 
-use commands::Command;
+use commands::{Command, Run};
 use error::{Error, Result};
 
 /// This build's version (the workspace's), as `tunedblas --version`, `tunedblas env` and the
@@ -50,56 +40,58 @@ const COMMANDS: &[Command] = &[
         summary: "The whole loop on the built-in CPU reference rocBLAS (refblas): a simulated
         inference workload runs under LD_PRELOAD=libtunedblas.so, its missed shapes are
         tuned, qualified and verified, and the workload runs again, served.",
-        help: commands::demo::help,
-        run: commands::demo::run,
+        run: Run::Declared(commands::demo::cli, commands::demo::run),
+        internal: false,
+    },
+    Command {
+        name: "doctor",
+        usage: "tunedblas doctor [--lib LIB | --backend rocblas|hipblaslt|cublaslt] [--out DIR] [--budget S]",
+        summary: "A five-minute field test on this machine's GPU library: record, tune, verify, serve
+        and compare, one PASS/FAIL line per step, and a bundle for a bug report.",
+        run: Run::Declared(commands::doctor::cli, commands::doctor::run),
         internal: false,
     },
     Command {
         name: "tune",
-        usage: "tunedblas tune --lib LIBROCBLAS [INPUT...] [--shape SPEC]... [options]",
-        summary: "Tune recorded shapes into the profile of exactly that library build.",
-        help: commands::tune::help,
-        run: commands::tune::run,
+        usage: "tunedblas tune [--lib LIB]... [INPUT...] [--shape SPEC]... [options]",
+        summary: "Tune recorded shapes, each with the library it came from (rocBLAS, hipBLASLt,
+        cuBLASLt), into the profile of exactly that library build.",
+        run: Run::Declared(commands::tune::cli, commands::tune::run),
         internal: false,
     },
     Command {
         name: "watch",
         usage: "tunedblas watch --lib LIBROCBLAS [DIR] [--every S] [--hour-budget S] [-- TUNE OPTIONS]",
         summary: "Tune new misses as they come, beside a running server (which picks the rows up without a restart).",
-        help: commands::watch::help,
-        run: commands::watch::run,
+        run: Run::Declared(commands::watch::cli, commands::watch::run),
         internal: false,
     },
     Command {
         name: "qualify",
-        usage: "tunedblas qualify --lib LIBROCBLAS [--profiles DIR] [--json]",
-        summary: "Check every row's numerics on every device; remove the rows that fail.",
-        help: commands::qualify::help,
-        run: commands::qualify::run,
+        usage: "tunedblas qualify --lib LIB [--profiles DIR] [--json]",
+        summary: "Check every tuned row's numerics on every device; remove the rows that fail.",
+        run: Run::Declared(commands::qualify::cli, commands::qualify::run),
         internal: false,
     },
     Command {
         name: "verify",
-        usage: "tunedblas verify --lib LIBROCBLAS [--profiles DIR] [--json]",
-        summary: "Replay every row under the preload; exit 1 unless every row is hit.",
-        help: commands::verify::help,
-        run: commands::verify::run,
+        usage: "tunedblas verify --lib LIBROCBLAS [--profiles DIR] [--json] | --stats FILE",
+        summary: "Replay every row under the preload (or read a run's counters); exit 1 unless every row is hit.",
+        run: Run::Declared(commands::verify::cli, commands::verify::run),
         internal: false,
     },
     Command {
         name: "profiles",
-        usage: "tunedblas profiles list|show NAME|which LIBROCBLAS|import --lib LIBROCBLAS FILE...|adopt --lib LIBROCBLAS FILE",
+        usage: "tunedblas profiles list|show NAME|which LIBROCBLAS|import --lib LIBROCBLAS FILE...|adopt --lib LIB FILE",
         summary: "Inspect the profile store and see which profile a library would get.",
-        help: commands::profiles::help,
-        run: commands::profiles::run,
+        run: Run::Declared(commands::profiles::cli, commands::profiles::run),
         internal: false,
     },
     Command {
         name: "merge",
         usage: "tunedblas merge --lib LIBROCBLAS [--profiles DIR] SHARD_STORE...",
         summary: "Join the profiles that `tune --shard i/n` wrote on several machines.",
-        help: commands::merge::help,
-        run: commands::merge::run,
+        run: Run::Declared(commands::merge::cli, commands::merge::run),
         internal: false,
     },
     Command {
@@ -107,16 +99,14 @@ const COMMANDS: &[Command] = &[
         usage: "tunedblas coverage [--config PATH|--shapes FILE] [--profile DIR|NAME] [vLLM flags]",
         summary:
             "Predict the GEMM problems a serving configuration runs; check them against a profile.",
-        help: commands::coverage::help,
-        run: commands::coverage::run,
+        run: Run::Raw(commands::coverage::help, commands::coverage::run),
         internal: false,
     },
     Command {
         name: "misses",
         usage: "tunedblas misses [DIR|FILE ...] [--top N] [--json] [--out FILE]",
         summary: "Add up the miss logs of every process and rank; rank the gaps by calls x FLOPs.",
-        help: commands::misses::help,
-        run: commands::misses::run,
+        run: Run::Raw(commands::misses::help, commands::misses::run),
         internal: false,
     },
     Command {
@@ -124,8 +114,7 @@ const COMMANDS: &[Command] = &[
         usage: "tunedblas status [DIR] [--json] [--prune]",
         summary: "Live counters of every process running under the interposer (served, default,
         near, missed, fallbacks; top missed shapes), from the status files in its miss folder.",
-        help: commands::status::help,
-        run: commands::status::run,
+        run: Run::Declared(commands::status::cli, commands::status::run),
         internal: false,
     },
     Command {
@@ -133,16 +122,14 @@ const COMMANDS: &[Command] = &[
         usage: "tunedblas export --lib LIBROCBLAS --format gemm-tune|bench|tunableop [--out PATH]",
         summary: "The profile as a ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH file, rocblas-bench lines, or
         TunableOp files PyTorch accepts unchanged.",
-        help: commands::export::help,
-        run: commands::export::run,
+        run: Run::Declared(commands::export::cli, commands::export::run),
         internal: false,
     },
     Command {
         name: "report",
         usage: "tunedblas report --lib LIBROCBLAS [--out FILE.html] [--png FILE.png]",
         summary: "A self-contained HTML page and a PNG: coverage map and speedups of the profile.",
-        help: commands::report::help,
-        run: commands::report::run,
+        run: Run::Declared(commands::report::cli, commands::report::run),
         internal: false,
     },
     Command {
@@ -150,48 +137,70 @@ const COMMANDS: &[Command] = &[
         usage: "tunedblas env [--lib LIBROCBLAS] [--snippet vllm|systemd|docker] [--json]",
         summary:
             "Effective settings, the profile each rocBLAS here would get, deployment snippets.",
-        help: commands::env::help,
-        run: commands::env::run,
+        run: Run::Declared(commands::env::cli, commands::env::run),
+        internal: false,
+    },
+    Command {
+        name: "confirm",
+        usage: "tunedblas confirm --lib LIB [--rows FILE] [options]",
+        summary: "Re-measure a profile's tuned rows against the heuristic in this process.",
+        run: Run::Declared(commands::confirm::cli, commands::confirm::run),
         internal: false,
     },
     Command {
         name: "lt",
-        usage: "tunedblas lt info|selftest|tune|recheck|overhead|verify [options]",
-        summary: "The cuBLASLt (NVIDIA) side: tune, recheck and verify cuBLASLt profiles.",
-        help: commands::lt::help,
-        run: commands::lt::run,
-        internal: false,
+        usage: "tunedblas lt SUBCOMMAND",
+        summary: "Gone: every command takes every library; says what replaces each subcommand.",
+        run: Run::Raw(commands::lt::help, commands::lt::run),
+        internal: true,
     },
     Command {
         name: "help",
         usage: "tunedblas help [COMMAND]",
         summary: "This text, or a command's options and examples.",
-        help: commands::help::help,
-        run: commands::help::run,
+        run: Run::Declared(commands::help::cli, commands::help::run),
         internal: false,
     },
     Command {
         name: "workload",
         usage: "tunedblas workload --lib LIBROCBLAS [--passes N]",
         summary: "The demo's workload, run under the preload by `demo`.",
-        help: commands::workload::help,
-        run: commands::workload::run,
+        run: Run::Declared(commands::workload::cli, commands::workload::run),
+        internal: true,
+    },
+    Command {
+        name: "doctor-run",
+        usage: "tunedblas doctor-run --backend KIND --lib LIB [--probe | --shapes S;S]",
+        summary: "The doctor's workload, run under the preload by `doctor`.",
+        run: Run::Declared(commands::doctor_run::cli, commands::doctor_run::run),
         internal: true,
     },
     Command {
         name: "replay",
         usage: "tunedblas replay --lib LIBROCBLAS --rows FILE",
         summary: "A profile's rows replayed under the preload by `verify`.",
-        help: commands::replay::help,
-        run: commands::replay::run,
+        run: Run::Declared(commands::replay::cli, commands::replay::run),
+        internal: true,
+    },
+    Command {
+        name: "selftest",
+        usage: "tunedblas selftest [--lib LIBCUBLASLT]",
+        summary: "cuBLASLt's ABI values and rebuilt algorithms checked on the GPU.",
+        run: Run::Declared(commands::selftest::cli, commands::selftest::run),
+        internal: true,
+    },
+    Command {
+        name: "overhead",
+        usage: "tunedblas overhead [--lib LIBCUBLASLT] [--shape N,M,K] [--calls C] [--reps R]",
+        summary: "The host time the interposer adds per cuBLASLt call and per F.linear.",
+        run: Run::Declared(commands::overhead::cli, commands::overhead::run),
         internal: true,
     },
     Command {
         name: "near-bench",
         usage: "tunedblas near-bench [--lib LIBROCBLAS] [--chunks N,N,..] [--json]",
         summary: "The near-shape serving measurement of BENCHMARKS.md.",
-        help: commands::near_bench::help,
-        run: commands::near_bench::run,
+        run: Run::Raw(commands::near_bench::help, commands::near_bench::run),
         internal: true,
     },
 ];
@@ -232,10 +241,9 @@ fn overview() -> String {
     text
 }
 
-/// The synopsis of `command` (of `lt` for `lt tune`), for clap's usage line.
+/// The synopsis of `command`, for clap's usage line.
 pub fn usage_of(command: &str) -> &'static str {
-    let name = command.split(' ').next().unwrap_or(command);
-    find(name).map_or("tunedblas COMMAND [options]", |c| c.usage)
+    find(command).map_or("tunedblas COMMAND [options]", |c| c.usage)
 }
 
 fn find(name: &str) -> Option<&'static Command> {
@@ -287,12 +295,12 @@ fn dispatch(args: &[String]) -> Result<()> {
     let command = find(name).ok_or_else(|| commands::help::unknown_command(name))?;
     unset_fp16_alt_impl_override(name);
     if asks_for_help(rest) {
-        print!("{}", (command.help)());
+        print!("{}", command.help());
         return Ok(());
     }
     let (quiet, rest) = take_quiet(rest);
     say::set_quiet(quiet);
-    (command.run)(&rest)
+    command.run(&rest)
 }
 
 /// `-q` / `--quiet` (before any `--`), which every command takes with one meaning (see
@@ -347,7 +355,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), COMMANDS.len());
         for c in COMMANDS {
-            let help = (c.help)();
+            let help = c.help();
             assert!(
                 help.starts_with(&format!("tunedblas {}", c.name)),
                 "{}: {help}",

@@ -12,10 +12,13 @@ use serde_json::{json, Value};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
 use tunedblas_core::tunableop::Solution;
 
-use crate::backend::{Library, Problem};
-use crate::curate::{self, Rules};
+use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
+use tunedblas_tuner::bench::Bench;
+use tunedblas_tuner::numerics::median;
+use tunedblas_tuner::pipeline::{self, Method};
+
+use crate::curate::Rules;
 use crate::error::Result;
-use crate::tune::{self, Method};
 use crate::workload::{linear_key, LAYERS};
 
 /// What to measure.
@@ -40,8 +43,8 @@ pub struct Case {
     pub points: Vec<(i64, f64, f64, &'static str)>,
 }
 
-fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
-    let once = p.time(None, 1)?.max(1e-4);
+fn calls_for(p: &RocblasProblem, target_ms: f64) -> Result<usize> {
+    let once = p.time(&None, 1)?.max(1e-4);
     Ok(((target_ms / once).ceil() as usize).clamp(1, 10_000))
 }
 
@@ -49,7 +52,7 @@ fn calls_for(p: &Problem, target_ms: f64) -> Result<usize> {
 /// valid to serve it makes the caller's own call, so that point is the heuristic's time
 /// for both (not timed twice: the difference would be noise).
 fn near_points(
-    lib: &Library,
+    lib: &Rocblas,
     n: i64,
     k: i64,
     chunk: i64,
@@ -64,10 +67,10 @@ fn near_points(
     let mut points = Vec::new();
     for d in 1..=o.decodes {
         let m = chunk + d;
-        let p = Problem::new(lib, linear_key(n, m, k), method.rotate_bytes)?;
-        p.time(None, 2)?;
-        let valid =
-            near_id.filter(|&id| p.run(Some(id), FLAG_CHECK_SOLUTION_INDEX) == STATUS_SUCCESS);
+        let p = RocblasProblem::new(lib, linear_key(n, m, k), method)?;
+        p.time(&None, 2)?;
+        let valid = near_id
+            .filter(|&id| p.run_flags(0, Some(id), FLAG_CHECK_SOLUTION_INDEX) == STATUS_SUCCESS);
         let what = match (near_id, valid) {
             (Some(_), Some(_)) => "solution",
             (Some(_), None) => "refused",
@@ -76,36 +79,29 @@ fn near_points(
         let calls = calls_for(&p, method.sample_ms)?;
         let (mut h, mut s) = (Vec::new(), Vec::new());
         for _ in 0..o.trials.max(1) {
-            h.push(p.time(None, calls)?);
+            h.push(p.time(&None, calls)?);
             if valid.is_some() {
-                s.push(p.time(valid, calls)?);
+                s.push(p.time(&valid, calls)?);
             }
         }
-        let heur = curate::median(&h);
-        let near = if valid.is_some() {
-            curate::median(&s)
-        } else {
-            heur
-        };
+        let heur = median(&h);
+        let near = if valid.is_some() { median(&s) } else { heur };
         points.push((m, heur, near, what));
     }
     Ok(points)
 }
 
-fn measure(lib: &Library, n: i64, k: i64, chunk: i64, o: &Options) -> Result<Vec<Case>> {
+fn measure(lib: &Rocblas, n: i64, k: i64, chunk: i64, o: &Options) -> Result<Vec<Case>> {
     let method = Method {
         trials: o.trials,
         ..Method::default()
     };
-    let tuned = tune::tune(
-        lib,
-        linear_key(n, chunk, k),
-        None,
-        &method,
-        &Rules::default(),
-    )?;
-    let curated = tuned.verdict.row.clone();
-    let fastest = tuned.leaders.first().map(|l| Solution::Rocblas(l.0));
+    let p = RocblasProblem::new(lib, linear_key(n, chunk, k), &method)?;
+    let tuned = pipeline::tune_shape(&p, None, &method, &Rules::default())?;
+    drop(p);
+    let parse = |s: &str| Solution::parse(s).ok();
+    let curated = tuned.verdict.row.as_ref().and_then(|r| parse(r.text()));
+    let fastest = tuned.leaders.first().and_then(|l| parse(&l.0));
     let mut cases = Vec::new();
     for (policy, row) in [("curated", curated), ("fastest", fastest)] {
         let points = near_points(lib, n, k, chunk, &row, o, &method)?;
@@ -132,7 +128,7 @@ fn geo_mean(v: impl Iterator<Item = f64>) -> f64 {
 
 /// Measures every layer at every chunk size; each case is said on stderr as it finishes.
 pub fn measure_all(o: &Options) -> Result<Vec<Case>> {
-    let lib = Library::load(&o.lib, None)?;
+    let lib = Rocblas::at(&o.lib, None)?;
     let mut cases = Vec::new();
     for &(n, k) in &LAYERS {
         for &chunk in &o.chunks {

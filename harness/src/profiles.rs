@@ -12,12 +12,11 @@ use tunedblas_core::profile::{self, Request, Selection};
 use tunedblas_core::registry::{Match, Provenance};
 use tunedblas_core::tunableop::{self, ResultsFile, Row, Solution};
 
-use crate::backend::{Library, Problem};
 use crate::error::{Error, Result};
-use crate::qualify;
-use crate::shapes::shape_label;
-use crate::store::{self, Build, Folder, Store, IMPORTED_FILE};
+use crate::store::{self, Folder, Store, IMPORTED_FILE};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
+use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
+use tunedblas_tuner::backends::Library as _;
 
 pub fn list(root: &Path, json: bool) -> Result<()> {
     let store = Store::existing(root)?;
@@ -191,8 +190,12 @@ pub fn which(root: &Path, lib: &Path, device: &crate::env::Device, json: bool) -
     let sel = match explicit.as_deref().filter(|e| profile::names_a_path(e)) {
         // A path is checked against the library's version string, as the interposer does.
         Some(path) => {
-            let version = Library::load(lib, None)?.version();
-            profile::select_path(Path::new(path), version.as_deref(), allow_mismatch)
+            let version = Rocblas::at(lib, None)?.version().to_string();
+            profile::select_path(
+                Path::new(path),
+                Some(version.as_str()).filter(|v| *v != "unknown"),
+                allow_mismatch,
+            )
         }
         None => profile::select(&Request {
             profile_dir: root,
@@ -301,8 +304,8 @@ pub fn file_shapes(r: &ResultsFile) -> FileShapes {
 
 /// Adds the shapes of other builds' results files to this build's shape list.
 pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Result<()> {
-    let lib = Library::load(lib_path, None)?;
-    let build = Build::of(&lib, None)?;
+    let lib = Rocblas::at(lib_path, None)?;
+    let build = lib.build().clone();
     let store = Store::open(root)?;
     let mut read = Vec::new();
     for f in files {
@@ -409,7 +412,7 @@ pub fn adopt(
     force: bool,
     json: bool,
 ) -> Result<()> {
-    let lib = Library::load(lib_path, None)?;
+    let lib = Rocblas::at(lib_path, None)?;
     let r = tunableop::read(file)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
     let arch = crate::env::check_arch(r.validator("GCN_ARCH_NAME"), device);
@@ -421,7 +424,13 @@ pub fn adopt(
             )));
         }
     }
-    let build = Build::of(&lib, r.validator("GCN_ARCH_NAME"))?;
+    let build = {
+        let mut b = lib.build().clone();
+        if let Some(a) = r.validator("GCN_ARCH_NAME") {
+            b.arch = a.to_string();
+        }
+        b
+    };
     match r.validator("ROCBLAS_VERSION") {
         Some(v) if tunedblas_core::version::same_build(v, &build.version) => {}
         Some(v) => {
@@ -574,9 +583,9 @@ pub struct QualifyReport {
 
 /// Whether rocBLAS at `lib` accepts solution `id` for `key` (`check_solution_index`: the
 /// call validates the id for the problem and runs nothing).
-fn check_id(lib: &Library, key: ProblemKey, id: i32) -> std::result::Result<(), String> {
-    let p = Problem::new(lib, key, 0).map_err(|e| e.message)?;
-    match p.run(Some(id), FLAG_CHECK_SOLUTION_INDEX) {
+fn check_id(lib: &Rocblas, key: ProblemKey, id: i32) -> std::result::Result<(), String> {
+    let p = RocblasProblem::once(lib, key).map_err(|e| e.message)?;
+    match p.run_flags(0, Some(id), FLAG_CHECK_SOLUTION_INDEX) {
         STATUS_SUCCESS => Ok(()),
         st => Err(format!(
             "check_solution_index refused solution {id} for this problem on this build (rocBLAS status {st})"
@@ -584,53 +593,56 @@ fn check_id(lib: &Library, key: ProblemKey, id: i32) -> std::result::Result<(), 
     }
 }
 
-/// `tunedblas qualify`: every rocBLAS row on every device; failures are removed.
-pub fn qualify_profile(
-    lib_path: &Path,
-    hip: Option<&Path>,
+/// `tunedblas qualify`: every tuned row of the build's profile (any library) on every
+/// device; failures are removed.
+pub fn qualify_profile<L: tunedblas_tuner::backends::Library>(
+    lib: &L,
     root: &Path,
     json: bool,
 ) -> Result<QualifyReport> {
-    let lib = Library::load(lib_path, hip)?;
-    let devices = lib.device_count()?;
-    let mut build = Build::of(&lib, None)?;
+    let devices = lib.runtime().device_count()?;
+    let mut build = lib.build().clone();
     let store = Store::open(root)?;
     let folder = store.existing_folder(&build)?;
-    let results = store.read_rows(&folder)?;
-    if let Some(a) = results.validator("GCN_ARCH_NAME") {
+    let text = store.read_text(&folder)?;
+    if let Some(a) = tunableop::parse(&text).validator("GCN_ARCH_NAME") {
         build.arch = a.to_string();
     }
-    let all: Vec<i32> = (0..devices).collect();
-    let mut report = QualifyReport {
+    let rows: Vec<(L::Key, String)> = lib
+        .read(&text)
+        .into_iter()
+        .filter(|(_, s, _)| matches!(lib.row(s), tunedblas_tuner::curate::Row::Mine(_)))
+        .map(|(k, s, _)| (k, s))
+        .collect();
+    let method = tunedblas_tuner::pipeline::Method::default();
+    let failed = tunedblas_tuner::campaign::qualify_rows(lib, &rows, devices, &method);
+    let report = QualifyReport {
         profile: folder.name.clone(),
-        checked: 0,
+        checked: rows.len(),
         devices,
-        removed: vec![],
+        removed: failed
+            .iter()
+            .map(|(i, why)| (lib.key_text(&rows[*i].0), why.clone()))
+            .collect(),
     };
-    // (key, solution) of every row that failed.
-    let mut failed = Vec::new();
-    for row in &results.rows {
-        let Solution::Rocblas(id) = row.solution else {
-            continue;
-        };
-        report.checked += 1;
-        if let Err(why) = qualify::qualify(&lib, row.key, id, &all) {
-            if !json {
-                println!("  removed {} (solution {id}): {why}", shape_label(&row.key));
-            }
-            report.removed.push((key_text(&row.key), why));
-            failed.push((row.key, row.solution.clone()));
+    if !json {
+        for (shape, why) in &report.removed {
+            println!("  removed {shape}: {why}");
         }
     }
     // The failed rows leave the rows as they are now: a row another command added or
     // changed since they were read stays.
     store.transaction(|tx| {
         let folder = tx.existing_folder(&build)?;
-        let mut now = tx.rows(&folder)?;
-        now.rows
-            .retain(|r| !failed.iter().any(|(k, s)| *k == r.key && *s == r.solution));
+        let now: Vec<_> = lib
+            .read(&tx.read_text(&folder)?)
+            .into_iter()
+            .filter(|(k, s, _)| !failed.iter().any(|(i, _)| rows[*i].0 == *k && rows[*i].1 == *s))
+            .collect();
         let ranks = tx.ranks(&folder);
-        tx.write_rows(&folder, &build, &mut now, ranks, "qualified")?;
+        let mut fields = lib.describe();
+        fields.push(("library", lib.kind().tag().into()));
+        tx.write_profile(&folder, &build, lib.results(&now), ranks, "qualified", &fields)?;
         tx.record(
             &folder,
             &build,
@@ -667,8 +679,8 @@ pub struct MergeReport {
 
 /// `tunedblas merge`: joins the profiles several `tune --shard` runs wrote for one build.
 pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Result<MergeReport> {
-    let lib = Library::load(lib_path, None)?;
-    let mut build = Build::of(&lib, None)?;
+    let lib = Rocblas::at(lib_path, None)?;
+    let mut build = lib.build().clone();
     let store = Store::open(root)?;
     // The shards first, outside the store's lock.
     let mut shard_rows = Vec::new();

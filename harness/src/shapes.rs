@@ -8,13 +8,14 @@
 //! over: a row's id is only meaningful for the build it was tuned on, and the campaign's
 //! current rows come from this build's own profile.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use tunedblas_core::abi;
 use tunedblas_core::formats;
-use tunedblas_core::key::{Batching, ProblemKey, Trans, Types};
+use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop::{self, KeyParse};
+use tunedblas_tuner::backends::{rocblas, Kind};
+use tunedblas_tuner::campaign::{self, Inputs};
 
 use crate::error::{Error, Result};
 
@@ -200,65 +201,66 @@ fn add_foreign(
 }
 
 /// `TYPE:AB:M:N:K[:BATCH]`, packed layout: `f16:TN:4096:256:4096` is what PyTorch issues
-/// for a linear layer with 256 tokens. TYPE is f16 or bf16 (f32 compute), f32 or f64.
+/// for a linear layer with 256 tokens (see [`rocblas::parse_spec`]).
 pub fn parse_spec(spec: &str) -> Result<ProblemKey> {
-    let bad = |why: &str| {
-        Error::failed(format!(
-            "--shape {spec}: {why}; the form is TYPE:AB:M:N:K[:BATCH], e.g. f16:TN:4096:256:4096"
-        ))
-    };
-    let parts: Vec<&str> = spec.split(':').collect();
-    if !(5..=6).contains(&parts.len()) {
-        return Err(bad("wrong number of fields"));
-    }
-    let types = match parts[0] {
-        "f16" | "h" => Types::uniform(abi::DT_F16_R, abi::DT_F32_R),
-        "bf16" => Types::uniform(abi::DT_BF16_R, abi::DT_F32_R),
-        "f32" | "s" => Types::SGEMM,
-        "f64" | "d" => Types::uniform(abi::DT_F64_R, abi::DT_F64_R),
-        _ => return Err(bad("TYPE must be f16, bf16, f32 or f64")),
-    };
-    let ab: Vec<Trans> = parts[1].chars().filter_map(Trans::from_letter).collect();
-    if ab.len() != 2 || parts[1].len() != 2 {
-        return Err(bad("AB must be two letters of N and T"));
-    }
-    let num = |s: &str, what: &str| -> Result<i64> {
-        s.parse::<i64>()
-            .ok()
-            .filter(|v| (1..=1 << 24).contains(v))
-            .ok_or_else(|| bad(&format!("{what} must be a whole number from 1 to 16777216")))
-    };
-    let (m, n, k) = (
-        num(parts[2], "M")?,
-        num(parts[3], "N")?,
-        num(parts[4], "K")?,
-    );
-    let [lda, ldb, ldc] = ProblemKey::packed_lds(ab[0], ab[1], m, n, k);
-    let key = ProblemKey::single(ab[0], ab[1], types, m, n, k, lda, ldb, ldc, ldc, 0);
-    Ok(match parts.get(5) {
-        None => key,
-        Some(b) => {
-            let batch = num(b, "BATCH")?;
-            key.with_batch(Batching::Strided, batch, key.packed_strides())
-        }
-    })
+    rocblas::parse_spec(spec).map_err(Error::failed)
 }
 
-/// `TN f16 4096x1024` style label: layout, type, (rocBLAS m x k), the seed's (N, K).
-pub fn shape_label(k: &ProblemKey) -> String {
-    format!(
-        "{}{} {} {}x{}{}",
-        k.trans_a.letter(),
-        k.trans_b.letter(),
-        tunableop::short_type_name(k.types.a),
-        k.m,
-        k.k,
-        if k.batch > 1 {
-            format!(" b{}", k.batch)
-        } else {
-            String::new()
+pub use rocblas::label as shape_label;
+
+/// The input files of each library: a folder's miss files by the library their names say
+/// (the interposer tags the Lt libraries' files, `<process>-cublaslt-rank0.csv`); a file
+/// named on its own by its name too, else the one library given with `--lib`, else rocBLAS.
+pub fn by_library(
+    inputs: &[PathBuf],
+    libs: &BTreeMap<Kind, PathBuf>,
+) -> Result<BTreeMap<Kind, Vec<PathBuf>>> {
+    let mut out: BTreeMap<Kind, Vec<PathBuf>> = BTreeMap::new();
+    for input in inputs {
+        let is_dir = input.is_dir();
+        for f in csv_files(input)? {
+            let name = f
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            let kind = match Kind::of_miss_file(&name) {
+                Kind::Rocblas if !is_dir && libs.len() == 1 => *libs.keys().next().expect("one"),
+                k => k,
+            };
+            out.entry(kind).or_default().push(f);
         }
-    )
+    }
+    Ok(out)
+}
+
+/// What a rocBLAS campaign takes of the collected shapes: `specs` named on the command line
+/// are tuned again even where the profile has a row; the skipped lines are said.
+pub fn inputs(
+    collected: Collected,
+    specs: &[&str],
+    opts: &campaign::Options,
+) -> Result<Inputs<ProblemKey>> {
+    if !opts.quiet && !collected.skipped.is_empty() {
+        eprintln!(
+            "tunedblas: skipped {} input lines that name no servable shape; the first: {}",
+            collected.skipped.len(),
+            collected.skipped[0]
+        );
+    }
+    let named = specs
+        .iter()
+        .map(|s| parse_spec(s))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Inputs {
+        shapes: collected.shapes.iter().map(|s| (s.key, s.calls)).collect(),
+        named,
+        sources: collected.sources,
+        record: serde_json::json!({ "imported": collected.imported.iter().map(|(file, version, rows)| serde_json::json!({
+            "file": file,
+            "rocblas": version,
+            "rows": rows,
+            "ids": "not reused: tuned on another build, or current rows come from this build's profile",
+        })).collect::<Vec<_>>() }),
+    })
 }
 
 #[cfg(test)]
@@ -279,7 +281,7 @@ mod tests {
         assert_eq!((k.m, k.n, k.k), (4096, 256, 1024));
         assert_eq!((k.lda, k.ldb, k.ldc), (1024, 1024, 4096));
         let b = parse_spec("f32:NN:64:64:64:8").unwrap();
-        assert_eq!(b.batching, Batching::Strided);
+        assert_eq!(b.batching, tunedblas_core::key::Batching::Strided);
         assert_eq!(b.stride_c, 64 * 64);
         for bad in [
             "f16:TN:1:2",
@@ -382,5 +384,50 @@ mod tests {
         assert_eq!(only.shapes[0].key, k2);
         let e = collect(&[d.join("absent")], &[]).unwrap_err();
         assert!(e.message.contains("absent"), "{e}");
+    }
+
+    #[test]
+    fn miss_files_go_to_the_library_their_names_say() {
+        let d = tmp("by-library");
+        for name in [
+            "h-1-rank0.csv",
+            "h-1-rank0.counts.csv",
+            "h-2-cublaslt-rank0.csv",
+            "h-2-cublaslt-rank0.counts.csv",
+            "h-3-hipblaslt-rank1.csv",
+            "h-4.status.json",
+        ] {
+            std::fs::write(d.join(name), "").unwrap();
+        }
+        let names = |v: &[PathBuf]| -> Vec<String> {
+            v.iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        let g = by_library(std::slice::from_ref(&d), &BTreeMap::new()).unwrap();
+        assert_eq!(
+            names(&g[&Kind::Rocblas]),
+            ["h-1-rank0.counts.csv", "h-1-rank0.csv"]
+        );
+        assert_eq!(
+            names(&g[&Kind::Cublaslt]),
+            ["h-2-cublaslt-rank0.counts.csv", "h-2-cublaslt-rank0.csv"]
+        );
+        assert_eq!(names(&g[&Kind::Hipblaslt]), ["h-3-hipblaslt-rank1.csv"]);
+        // A file named on its own with one --lib goes to that library, unless its name says.
+        let untuned = d.join("untuned.csv");
+        std::fs::write(&untuned, "").unwrap();
+        let one = BTreeMap::from([(Kind::Cublaslt, PathBuf::from("libcublasLt.so"))]);
+        let g = by_library(&[untuned.clone(), d.join("h-3-hipblaslt-rank1.csv")], &one).unwrap();
+        assert_eq!(names(&g[&Kind::Cublaslt]), ["untuned.csv"]);
+        assert_eq!(names(&g[&Kind::Hipblaslt]), ["h-3-hipblaslt-rank1.csv"]);
+        assert_eq!(
+            by_library(&[untuned], &BTreeMap::new())
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            [&Kind::Rocblas]
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -9,9 +9,10 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 use tunedblas_core::key::ProblemKey;
 
-use crate::backend::{Library, Problem};
 use crate::error::{Error, Result};
-use crate::store::{Build, Store};
+use crate::store::Store;
+use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
+use tunedblas_tuner::backends::Library as _;
 
 pub struct Options {
     pub lib: PathBuf,
@@ -242,7 +243,7 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
             "--preload {}: no such file",
             p.display()
         ))),
-        None => Library::beside_exe("libtunedblas.so").ok_or_else(|| {
+        None => tunedblas_tuner::dl::beside_exe("libtunedblas.so").ok_or_else(|| {
             Error::failed(
                 "libtunedblas.so is not beside the tunedblas binary; pass --preload <path>",
             )
@@ -251,9 +252,9 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
 }
 
 pub fn run(opts: &Options) -> Result<Report> {
-    let lib = Library::load(&opts.lib, None)?;
+    let lib = Rocblas::at(&opts.lib, None)?;
     let devices = lib.device_count()?;
-    let build = Build::of(&lib, None)?;
+    let build = lib.build().clone();
     drop(lib);
     let store = Store::open(&opts.profiles)?;
     let folder = store.existing_folder(&build)?;
@@ -354,7 +355,7 @@ pub fn run(opts: &Options) -> Result<Report> {
 /// The child: runs every row of `rows` once per device through the library's global
 /// entry points (where the preload sits) and prints a [`Replayed`] as JSON.
 pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
-    let lib = Library::load_as_host(lib_path)?;
+    let lib = Rocblas::open_as_host(lib_path)?;
     let rows = tunedblas_core::tunableop::read(rows_path)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", rows_path.display())))?;
     let keys: Vec<ProblemKey> = rows.rows.iter().map(|r| r.key).collect();
@@ -366,7 +367,7 @@ pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
         lib.set_device(dev)?;
         for key in &keys {
             r.calls += 1;
-            let outcome = Problem::new(&lib, *key, 0).map(|p| p.run(None, 0));
+            let outcome = RocblasProblem::once(&lib, *key).map(|p| p.run_flags(0, None, 0));
             match outcome {
                 Ok(0) => {}
                 Ok(st) => r.failures.push(format!(

@@ -11,8 +11,8 @@ use std::time::Instant;
 use tunedblas_core::abi;
 use tunedblas_core::key::{ProblemKey, Types};
 
-use crate::backend::{Library, Problem};
 use crate::error::Result;
+use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
 
 /// The seed's (N, K) pairs, divided by 16.
 pub const LAYERS: [(i64, i64); 7] = [
@@ -63,10 +63,10 @@ pub struct Report {
 /// Runs `passes` passes of the workload in this process, calling rocBLAS the way a linked
 /// host does (so a preloaded interposer serves it).
 pub fn run(lib_path: &Path, passes: usize) -> Result<Report> {
-    let lib = Library::load_as_host(lib_path)?;
-    let problems: Vec<Problem> = keys()
+    let lib = Rocblas::open_as_host(lib_path)?;
+    let problems: Vec<RocblasProblem> = keys()
         .into_iter()
-        .map(|(k, _)| Problem::new(&lib, k, 0))
+        .map(|(k, _)| RocblasProblem::once(&lib, k))
         .collect::<Result<_>>()?;
     let mut report = Report {
         calls: 0,
@@ -76,7 +76,7 @@ pub fn run(lib_path: &Path, passes: usize) -> Result<Report> {
     for _ in 0..passes {
         for p in &problems {
             let t = Instant::now();
-            let status = p.run(None, 0);
+            let status = p.run_flags(0, None, 0);
             report.gemm_ms += t.elapsed().as_secs_f64() * 1e3;
             report.calls += 1;
             if status != abi::STATUS_SUCCESS {

@@ -3,8 +3,8 @@
 //!
 //! ```sh
 //! cargo test -p tunedblas-harness --test gpu_cublaslt -- --nocapture
-//! # or, with no Rust toolchain there, the built test binary, tunedblas and tunedblas-lt beside it:
-//! TUNEDBLAS_LT_BIN=path/to/tunedblas-lt path/to/gpu_cublaslt-<hash> --nocapture
+//! # or, with no Rust toolchain there, the built test binary and tunedblas beside it:
+//! TUNEDBLAS_BIN=path/to/tunedblas path/to/gpu_cublaslt-<hash> --nocapture
 //! ```
 //!
 //! `TUNEDBLAS_CUBLASLT` / `TUNEDBLAS_CUDART` name the libraries when they are not on the
@@ -39,12 +39,12 @@ fn skip_reason() -> Option<String> {
 }
 
 fn tool() -> PathBuf {
-    if let Some(p) = std::env::var_os("TUNEDBLAS_LT_BIN") {
+    if let Some(p) = std::env::var_os("TUNEDBLAS_BIN") {
         return PathBuf::from(p);
     }
-    // target/<profile>/deps/<test> -> target/<profile>/tunedblas-lt
+    // target/<profile>/deps/<test> -> target/<profile>/tunedblas
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().join("tunedblas-lt")
+    exe.parent().unwrap().parent().unwrap().join("tunedblas")
 }
 
 fn run(args: &[&str]) -> (bool, String) {
@@ -58,6 +58,15 @@ fn run(args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// The one profile folder of a store.
+fn one_profile(store: &std::path::Path) -> PathBuf {
+    std::fs::read_dir(store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap()
 }
 
 #[test]
@@ -89,7 +98,6 @@ fn tune_then_recheck_one_shape_on_the_gpu() {
     let profiles = dir.join("profiles");
     let (ok, text) = run(&[
         "tune",
-        "--misses",
         misses.to_str().unwrap(),
         "--profiles",
         profiles.to_str().unwrap(),
@@ -101,24 +109,25 @@ fn tune_then_recheck_one_shape_on_the_gpu() {
     println!("{text}");
     assert!(ok, "tune failed:\n{text}");
     let rows = parse_results(
-        &std::fs::read_to_string(profiles.join("gpu-test/tunableop_results0.csv")).unwrap(),
+        &std::fs::read_to_string(one_profile(&profiles).join("tunableop_results0.csv")).unwrap(),
     )
     .rows;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].key, key);
     assert!(profiles.join("profiles.json").is_file());
+    let lib = std::env::var("TUNEDBLAS_CUBLASLT").unwrap_or_else(|_| "libcublasLt.so.13".into());
     let (ok, text) = run(&[
-        "recheck",
+        "confirm",
+        "--lib",
+        &lib,
         "--profiles",
         profiles.to_str().unwrap(),
-        "--name",
-        "gpu-test",
         "--trials",
         "5",
     ]);
     println!("{text}");
-    assert!(ok, "recheck failed:\n{text}");
-    assert!(text.contains("recheck: "));
+    assert!(ok, "confirm failed:\n{text}");
+    assert!(text.contains("confirm: "));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -147,24 +156,22 @@ fn wider_search_and_fresh_confirmation_on_the_gpu() {
     ]);
     println!("{text}");
     assert!(ok, "tune failed:\n{text}");
-    assert!(text.contains("[1/1]"), "progress line:\n{text}");
+    assert!(text.contains("[  1/1]"), "progress line:\n{text}");
     assert!(
-        text.contains(" enumerated, ") && text.contains(" accepted by AlgoCheck"),
+        text.contains("screening: ") && text.contains(" probed"),
         "search line:\n{text}"
     );
-    // The spin kernel loaded (else the delay falls back to GEMMs, said), the card's matmul
-    // rate was measured, and the shape is set against its limits with its grid.
-    assert!(text.contains("delay: spin kernel"), "delay:\n{text}");
-    assert!(
-        text.contains(" TFLOP/s (8192^3 bf16"),
-        "matmul rate:\n{text}"
-    );
+    // The spin kernel loaded (else it says so), the card's matmul rate was measured, and
+    // the shape is set against its limits with its grid.
+    assert!(!text.contains("no spin kernel"), "delay:\n{text}");
+    assert!(text.contains(" TFLOP/s (8192^3"), "matmul rate:\n{text}");
     assert!(
         text.lines()
             .any(|l| l.trim_start().starts_with("limit: ") && l.contains(" CTAs (")),
         "limit line:\n{text}"
     );
-    let rows = std::fs::read_to_string(profiles.join("gpu-search/tunableop_results0.csv")).unwrap();
+    let rows =
+        std::fs::read_to_string(one_profile(&profiles).join("tunableop_results0.csv")).unwrap();
     if rows.contains("Gemm_Cublaslt_") {
         // An adoption stands only with the fresh process's word.
         assert!(text.contains("in a fresh process"), "{text}");

@@ -193,11 +193,11 @@ pub fn link_args(dir: &Path) -> [String; 2] {
 
 /// The F.linear hosts export their `open64` (`linear_host.h`), so the interposer's opens
 /// reach it: the `@hold` step holds a reload midway through reading the store.
-const EXPORT_OPEN: &str = "-Wl,--export-dynamic-symbol=open64";
+pub const EXPORT_OPEN: &str = "-Wl,--export-dynamic-symbol=open64";
 
 /// The hipBLASLt stand-in (`tests/hosts/fake_hipblaslt.cpp`, C++ against the real libstdc++,
 /// linked against the HIP runtime stand-in `fake_hip.c`) and its test host
-/// (`tests/hosts/hiplt_host.c`): the fields of [`Lt`], the cuBLASLt stand-in's.
+/// (`tests/hosts/hiplt_host.c`): the fields of `tests/cublaslt.rs`'s `Lt`.
 pub struct HipLt {
     /// `libhipblaslt.so.1` (its soname) and `libhipblaslt.so` -> it.
     pub libdir: PathBuf,
@@ -268,57 +268,6 @@ pub fn hiplt() -> &'static HipLt {
             sha,
             module2,
             sha2,
-        }
-    })
-}
-
-/// The cuBLASLt stand-in (`tests/hosts/fake_cublaslt.c`) and its test host
-/// (`tests/hosts/lt_host.c`).
-pub struct Lt {
-    pub libdir: PathBuf,
-    pub host: PathBuf,
-    pub module: PathBuf,
-    pub sha: String,
-    /// A second build of the stand-in (`libcublasLt.so.12`, another sha256: two files of one
-    /// soname cannot be loaded side by side) and a module linked against it, for the
-    /// library-lifetime cases.
-    pub module2: PathBuf,
-    pub sha2: String,
-}
-
-/// [`Lt`], built once per test run.
-pub fn lt() -> &'static Lt {
-    static L: OnceLock<Lt> = OnceLock::new();
-    L.get_or_init(|| {
-        // The stand-in as `libcublasLt.so.13` and a second build of it as `.so.12`.
-        let fake = |soname: &str, extra: &[&str]| {
-            let mut args: Vec<String> = vec!["-shared".into(), "-fPIC".into()];
-            args.extend(extra.iter().map(|s| s.to_string()));
-            args.push("{hosts}/fake_cublaslt.c".into());
-            c_program(soname, &args)
-        };
-        let module = |name: &str, lib: &Path| {
-            let soname = lib.file_name().unwrap().to_str().unwrap();
-            let mut args: Vec<String> = ["-shared", "-fPIC", "-DLT_MODULE", "{hosts}/lt_host.c"]
-                .map(String::from)
-                .to_vec();
-            args.extend(link_args(lib.parent().unwrap()));
-            args.push(format!("-l:{soname}"));
-            c_program(name, &args)
-        };
-        let lib = fake("libcublasLt.so.13", &[]);
-        let lib2 = fake("libcublasLt.so.12", &["-DFAKE_BUILD=2"]);
-        let host = c_program(
-            "lt_host",
-            &["{hosts}/lt_host.c", "-ldl", "-lpthread", EXPORT_OPEN].map(String::from),
-        );
-        Lt {
-            libdir: lib.parent().unwrap().to_path_buf(),
-            host,
-            module: module("libltmod.so", &lib),
-            sha: tunedblas_core::identity::sha256_file(&lib).unwrap(),
-            module2: module("libltmod2.so", &lib2),
-            sha2: tunedblas_core::identity::sha256_file(&lib2).unwrap(),
         }
     })
 }

@@ -19,6 +19,7 @@ use tunedblas_core::tunableop;
 
 pub mod build;
 pub mod faults;
+pub mod lt;
 pub mod profile;
 
 /// The one-call form the conformance suite uses.
@@ -161,6 +162,7 @@ pub fn artifacts() -> &'static Artifacts {
         );
         let work = target_dir().join(format!("e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&work);
+        remove_dead_scratch(&target_dir());
         std::fs::create_dir_all(&work).unwrap();
         Artifacts {
             preload,
@@ -172,6 +174,25 @@ pub fn artifacts() -> &'static Artifacts {
             work,
         }
     })
+}
+
+/// Removes the scratch folders (`e2e-<pid>`) of test processes that are gone. Each test
+/// binary leaves its folder for a look after a failure; a few runs of the suite would
+/// otherwise fill the disk (some hold traces of hundreds of MB) that the conformance
+/// roots also need.
+fn remove_dead_scratch(target: &Path) {
+    let Ok(rd) = std::fs::read_dir(target) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("e2e-") else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// The sha256 of refblas v4 as the tests install it.
@@ -425,6 +446,16 @@ pub fn assert_has(text: &str, want: &str) {
     assert!(text.contains(want), "{text}");
 }
 
-/// `tunedblas tune` options that make a campaign quick: three trials and a 1 MiB input
-/// rotation (the tests check plumbing, not timing).
-pub const QUICK_TUNE: [&str; 6] = ["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"];
+/// `tunedblas tune` options that make a campaign quick: three trials, a 1 MiB input
+/// rotation, no rest and no limits (the tests check plumbing, not timing).
+pub const QUICK_TUNE: [&str; 9] = [
+    "--trials",
+    "3",
+    "--max-trials",
+    "3",
+    "--rotate-mib",
+    "1",
+    "--rest",
+    "0",
+    "--no-limits",
+];

@@ -1,7 +1,7 @@
 //! What tunedblas writes for the AMD stack, read by the real readers in the rocblas-6.4 root
 //! (Debian sid: `libhipblaslt1` 7.1.1 and its `libhipblaslt1-bench`), without a GPU:
 //!
-//! - `lt adopt` reads the real library's version and revision (`hipblasLtGetVersion`,
+//! - `profiles adopt` reads the real library's version and revision (`hipblasLtGetVersion`,
 //!   `hipblasLtGetGitRevision`) and takes a TunableOp file naming this build, and refuses one
 //!   naming another revision;
 //! - `export --format hipblaslt-override` writes the `Git Version:` line the library compares
@@ -100,11 +100,13 @@ pub fn check(s: &Suite) {
         .unwrap()
         .to_string();
 
-    // lt adopt: a TunableOp file naming this build is taken, one naming another refused.
+    // profiles adopt: a TunableOp file naming this build is taken, one naming another refused.
     std::fs::write(host.join("other.csv"), tunableop_file("100100-cd957402")).unwrap();
     let (code, out, err) = s.tunedblas(
         &inside,
-        &format!("lt adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/other.csv"),
+        &format!(
+            "profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/other.csv"
+        ),
     );
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(
@@ -118,7 +120,9 @@ pub fn check(s: &Suite) {
     .unwrap();
     let (code, out, err) = s.tunedblas(
         &inside,
-        &format!("lt adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/ours.csv"),
+        &format!(
+            "profiles adopt --lib {lib} --profiles {inside}/profiles --name deb {inside}/ours.csv"
+        ),
     );
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("checked HIPBLASLT_VERSION: matches"), "{out}");

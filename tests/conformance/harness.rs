@@ -42,7 +42,7 @@ pub fn no_device(s: &Suite) {
     // real hipBLASLt links (found through it), and the missing device is exit 4.
     if s.has_hipblas() {
         cmds.push(format!(
-            "lt tune --lib {LIBDIR}/libhipblaslt.so.1 --workspace 1048576 --shape 64,16,64 --profiles {inside}/p --name c"
+            "tune --lib {LIBDIR}/libhipblaslt.so.1 --workspace 1048576 --shape 64,16,64 --profiles {inside}/p --name c"
         ));
     }
     for cmd in cmds {

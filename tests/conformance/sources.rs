@@ -1,6 +1,7 @@
 //! What the project's own sources say it calls, read from the files themselves so the checks
 //! follow every change: the interposer's hook table (`cdylib/src/rocblas/real.rs`), the symbols the
-//! harness resolves (`harness/src/backend.rs`), and the C signatures of `src/abi.rs`.
+//! tuner resolves (`harness/tuner/src/backends/rocblas.rs`, `runtime.rs`), and the C
+//! signatures of `src/abi.rs`.
 
 #![allow(dead_code)]
 
@@ -64,86 +65,69 @@ pub enum Need {
     Optional,
 }
 
-/// The symbols `harness/src/backend.rs` resolves from rocBLAS (`need`, `sym(h|scope, ..)`) and
-/// from HIP (`sym(hip_handle, ..)`, and `harness/src/hipmem.rs`'s memory and event calls):
-/// (rocBLAS, HIP) maps of name to need.
+/// The symbols the tuner resolves from rocBLAS (`harness/tuner/src/backends/rocblas.rs`:
+/// `dl::need`, the names it checks first, `dl::sym`) and from HIP (the runtime,
+/// `harness/tuner/src/runtime.rs`: `dl::need(h, &s("Malloc"), ..)` and `dl::sym(h, &s(..))`
+/// with `s` prefixing `hip`): (rocBLAS, HIP) maps of name to need.
 pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
-    let src: String = read("harness/src/backend.rs")
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    let mut rocblas = BTreeMap::new();
-    let mut hip = BTreeMap::new();
+    let squeeze =
+        |rel: &str| -> String { read(rel).chars().filter(|c| !c.is_whitespace()).collect() };
     let name_at = |s: &str| -> Option<String> {
         let s = s.strip_prefix('"')?;
-        let end = s.find('"')?;
-        Some(s[..end].to_string())
+        Some(s[..s.find('"')?].to_string())
     };
-    let mut i = 0;
-    while let Some(p) = src[i..].find("need(\"") {
-        let at = i + p;
-        let hip_call = src[..at].ends_with("hip_");
-        if let Some(n) = name_at(&src[at + 5..]) {
-            let map = if hip_call { &mut hip } else { &mut rocblas };
-            map.insert(n, Need::Required);
-        }
-        i = at + 5;
-    }
-    i = 0;
-    while let Some(p) = src[i..].find("sym") {
-        let at = i + p;
-        i = at + 3;
-        let mut rest = &src[at + 3..];
-        if let Some(r) = rest.strip_prefix("::<") {
-            // Skip the turbofish (no nesting in these calls beyond one level of <>).
-            let mut depth = 1;
-            let mut end = 0;
-            for (j, c) in r.char_indices() {
-                match c {
-                    '<' => depth += 1,
-                    '>' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            end = j + 1;
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
+    // Every `<call>(<scope>,<name>` of `src`, the turbofish of `dl::sym::<T>` skipped.
+    let calls = |src: &str, call: &str, scopes: &[&str]| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = src;
+        while let Some(p) = rest.find(call) {
+            rest = &rest[p + call.len()..];
+            let mut args = rest;
+            if let Some(r) = args.strip_prefix("::<") {
+                args = &r[r.find(">(").map_or(0, |e| e + 1)..];
             }
-            rest = &r[end..];
+            let Some(args) = args.strip_prefix('(') else {
+                continue;
+            };
+            let Some((scope, after)) = args.split_once(',') else {
+                continue;
+            };
+            if scopes.contains(&scope) {
+                out.extend(name_at(after));
+            }
         }
-        let Some(args) = rest.strip_prefix('(') else {
-            continue;
-        };
-        let Some((scope, after)) = args.split_once(',') else {
-            continue;
-        };
-        let Some(n) = name_at(after) else { continue };
-        let map = match scope {
-            "h" | "scope" => &mut rocblas,
-            "hip_handle" => &mut hip,
-            _ => continue,
-        };
-        map.entry(n).or_insert(Need::Optional);
+        out
+    };
+    let mut rocblas = BTreeMap::new();
+    let rb = squeeze("harness/tuner/src/backends/rocblas.rs");
+    for n in calls(&rb, "dl::need", &["h", "lookup"]) {
+        rocblas.insert(n, Need::Required);
     }
-    // The memory and event calls both AMD tuners load (`hipmem.rs`): `get(handle, "name")`,
-    // required where an `ok_or_else` follows.
-    let mem: String = read("harness/src/hipmem.rs")
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    let mut rest = mem.as_str();
-    while let Some(p) = rest.find("get(handle,") {
-        rest = &rest[p + "get(handle,".len()..];
-        let Some(n) = name_at(rest) else { continue };
-        let after = &rest[n.len() + 2..];
-        let need = if after.starts_with(").ok_or_else") {
-            Need::Required
-        } else {
-            Need::Optional
-        };
-        hip.insert(n, need);
+    // The names checked before anything else: `for name in [..] { need(name)?; }`.
+    if let Some(list) = rb.split("fornamein[").nth(1) {
+        let list = &list[..list.find(']').unwrap_or(0)];
+        for n in list.split(',').filter_map(name_at) {
+            rocblas.insert(n, Need::Required);
+        }
+    }
+    for n in calls(&rb, "dl::sym", &["h", "lookup"]) {
+        if !n.starts_with("hip") {
+            rocblas.entry(n).or_insert(Need::Optional);
+        }
+    }
+    let mut hip = BTreeMap::new();
+    let rt = squeeze("harness/tuner/src/runtime.rs");
+    for (call, need) in [
+        ("dl::need(h,&s(", Need::Required),
+        ("dl::sym(h,&s(", Need::Optional),
+    ] {
+        let mut rest = rt.as_str();
+        while let Some(p) = rest.find(call) {
+            rest = &rest[p + call.len()..];
+            if let Some(n) = name_at(rest) {
+                hip.entry(format!("hip{n}")).or_insert(need);
+            }
+        }
     }
     (rocblas, hip)
 }

@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use crate::common::build::{hiplt, lt};
+use crate::common::lt::{self as lts, Side};
 use crate::common::*;
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
 
@@ -23,60 +23,36 @@ use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
 const CALL: &str = "64,8,64";
 const CHILD_CALL: &str = "32,8,64";
 
-/// What tells one Lt backend's stand-in apart.
+/// One Lt backend's stand-in (`common::lt::Side`) and two solutions it runs.
 struct Backend {
-    host: &'static Path,
-    module: &'static Path,
-    /// The stand-in's sha256, and another build's.
-    sha: &'static str,
-    other_sha: &'static str,
-    /// The stand-in's trace variable.
-    trace_var: &'static str,
-    validators: &'static [(&'static str, &'static str)],
+    side: &'static Side,
     /// Two tuned solutions, and the trace's `algo` of each.
     tuned: [(&'static str, &'static str); 2],
     /// The `algo` of the heuristic's answer (what the host passes) in the trace.
     heuristic: &'static str,
-    /// The backend's name in its lines.
-    name: &'static str,
 }
 
 fn cublaslt() -> Backend {
-    let l = lt();
+    let side = lts::cublaslt();
     Backend {
-        host: &l.host,
-        module: &l.module,
-        sha: &l.sha,
-        other_sha: &l.sha2,
-        trace_var: "FAKELT_TRACE",
-        validators: &[("CUBLASLT_VERSION", "130100")],
+        side,
         tuned: [
-            (
-                "Gemm_Cublaslt_algo21_tile20_stages35_splitk1_red0_swizzle1_custom0_inner0_cluster2",
-                "21",
-            ),
+            side.tuned,
             (
                 "Gemm_Cublaslt_algo66_tile20_stages35_splitk1_red0_swizzle0_custom0_inner0_cluster2",
                 "66",
             ),
         ],
         heuristic: "6",
-        name: "cuBLASLt",
     }
 }
 
 fn hipblaslt() -> Backend {
-    let h = hiplt();
+    let side = lts::hipblaslt();
     Backend {
-        host: &h.host,
-        module: &h.module,
-        sha: &h.sha,
-        other_sha: &h.sha2,
-        trace_var: "FAKEHIPLT_TRACE",
-        validators: &[("PT_VERSION", "2.7.0"), ("HIPBLASLT_VERSION", "100100")],
-        tuned: [("Gemm_Hipblaslt_42", "42"), ("Gemm_Hipblaslt_43", "43")],
+        side,
+        tuned: [side.tuned, ("Gemm_Hipblaslt_43", "43")],
         heuristic: "6",
-        name: "hipBLASLt",
     }
 }
 
@@ -90,7 +66,7 @@ impl Backend {
     /// Commits the profile `lt` for build `sha` with `rows` to `dir`'s store.
     fn commit(&self, dir: &Path, sha: &str, rows: &[String]) {
         Profile::new(&dir.join("profiles"), "lt", sha)
-            .validators(self.validators)
+            .validators(self.side.validators)
             .lines(rows)
             .commit();
     }
@@ -109,13 +85,12 @@ impl Backend {
 
     /// The host on `dir`'s store, its trace in `trace`.
     fn host(&self, dir: &Path, trace: &str, steps: &[String]) -> Command {
-        let mut cmd = Command::new(self.host);
-        cmd.arg(self.module).args(steps);
+        let mut cmd = Command::new(&self.side.host);
+        cmd.arg(&self.side.module).args(steps);
         host_env(&mut cmd, dir, true);
         cmd.env_remove("REFBLAS_TRACE")
-            .env_remove("FAKELT_CANCEL_POINT")
-            .env_remove("FAKEHIPLT_CANCEL_POINT")
-            .env(self.trace_var, dir.join(trace));
+            .env_remove(self.side.var("CANCEL_POINT"))
+            .env(self.side.var("TRACE"), dir.join(trace));
         cmd
     }
 
@@ -321,7 +296,7 @@ fn replace(path: &Path, what: impl FnOnce(&Path)) {
 /// starts afresh with the new rows).
 fn gained_changed_and_removed(b: &Backend, dir: &Path) {
     let other = b.row(CHILD_CALL, b.tuned[0].0);
-    b.commit(dir, b.sha, std::slice::from_ref(&other));
+    b.commit(dir, &b.side.sha, std::slice::from_ref(&other));
     let mut host = Running::start(b.host(dir, "trace.log", &steps(dir, &["g1", "g2", "g3"], 300)));
     host.results(5);
     let (gained, changed, removed) = (
@@ -329,17 +304,25 @@ fn gained_changed_and_removed(b: &Backend, dir: &Path) {
         "profile lt reloaded: +0 rows, 1 changed, 0 removed",
         "profile lt reloaded: +0 rows, 0 changed, 1 removed",
     );
-    b.commit(dir, b.sha, &[other.clone(), b.row(CALL, b.tuned[0].0)]);
+    b.commit(
+        dir,
+        &b.side.sha,
+        &[other.clone(), b.row(CALL, b.tuned[0].0)],
+    );
     host.said(gained);
     let fresh0 = b.fresh(dir, CALL);
     assert_eq!(fresh0["algo"], b.tuned[0].1, "{fresh0:?}");
     open(dir, "g1");
-    b.commit(dir, b.sha, &[other.clone(), b.row(CALL, b.tuned[1].0)]);
+    b.commit(
+        dir,
+        &b.side.sha,
+        &[other.clone(), b.row(CALL, b.tuned[1].0)],
+    );
     host.said(changed);
     let fresh1 = b.fresh(dir, CALL);
     assert_eq!(fresh1["algo"], b.tuned[1].1, "{fresh1:?}");
     open(dir, "g2");
-    b.commit(dir, b.sha, std::slice::from_ref(&other));
+    b.commit(dir, &b.side.sha, std::slice::from_ref(&other));
     host.said(removed);
     let fresh2 = b.fresh(dir, CALL);
     open(dir, "g3");
@@ -350,7 +333,7 @@ fn gained_changed_and_removed(b: &Backend, dir: &Path) {
     }
     assert_eq!(stderr.matches("reloaded").count(), 3, "{stderr}");
     assert!(
-        stderr.contains(&format!("{}: profile lt", b.name)),
+        stderr.contains(&format!("{}: profile lt", b.side.label)),
         "{stderr}"
     );
     // Missed, then each row as a fresh process ran it, then missed again: in that order.
@@ -383,10 +366,10 @@ fn lt_rows_gained_changed_and_removed_while_a_host_runs_are_served_without_a_res
 /// solution in its row: never served, said once. And `TUNEDBLAS_RELOAD=0`: a host beside
 /// one that reloads keeps its start-up row.
 fn another_builds_rows_and_reload_off(b: &Backend, dir: &Path) {
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[0].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[0].0)]);
     let mut host = Running::start(b.host(dir, "trace.log", &steps(dir, &["go"], 2500)));
     host.results(5);
-    b.commit(dir, b.other_sha, &[b.row(CALL, b.tuned[1].0)]);
+    b.commit(dir, &b.side.sha2, &[b.row(CALL, b.tuned[1].0)]);
     host.said("names no profile for this build any more");
     open(dir, "go");
     let stderr = host.finish();
@@ -405,7 +388,7 @@ fn another_builds_rows_and_reload_off(b: &Backend, dir: &Path) {
     // Two hosts on one store, one with reloading off: the row changed while they run
     // reaches the one, never the other.
     let _ = std::fs::remove_file(dir.join("go"));
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[0].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[0].0)]);
     let gated = steps(dir, &["go"], 2500);
     let mut on = Running::start(b.host(dir, "on.log", &gated));
     let mut off_cmd = b.host(dir, "off.log", &gated);
@@ -413,7 +396,7 @@ fn another_builds_rows_and_reload_off(b: &Backend, dir: &Path) {
     let mut off = Running::start(off_cmd);
     on.results(5);
     off.results(5);
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[1].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[1].0)]);
     on.said("profile lt reloaded: +0 rows, 1 changed, 0 removed");
     open(dir, "go");
     let (on_err, off_err) = (on.finish(), off.finish());
@@ -442,7 +425,7 @@ fn lt_stores_of_another_build_are_never_served_and_lt_reload_can_be_turned_off()
 /// parse. The row loaded is served throughout, each said; the store repaired with another
 /// row, that row is served.
 fn broken_stores_keep_the_rows_served(b: &Backend, dir: &Path) {
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[0].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[0].0)]);
     let gates = ["cut", "fifo", "registry", "fixed"];
     let mut host = Running::start(b.host(dir, "trace.log", &steps(dir, &gates, 300)));
     host.results(5);
@@ -450,6 +433,7 @@ fn broken_stores_keep_the_rows_served(b: &Backend, dir: &Path) {
 
     let rank0 = b.rank0(dir);
     let validators: String = b
+        .side
         .validators
         .iter()
         .map(|(k, v)| format!("Validator,{k},{v}\n"))
@@ -479,7 +463,7 @@ fn broken_stores_keep_the_rows_served(b: &Backend, dir: &Path) {
     host.said("names no profile for this build any more");
     open(dir, "registry");
 
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[1].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[1].0)]);
     host.said("profile lt reloaded: +0 rows, 1 changed, 0 removed");
     open(dir, "fixed");
     let stderr = host.finish();
@@ -507,7 +491,7 @@ fn lt_a_store_broken_while_a_host_runs_leaves_the_rows_served() {
 /// the parent was reading, then a row for the child's own call); nothing hangs, the child
 /// leaves with status 0.
 fn a_fork_child_during_a_reload(b: &Backend, dir: &Path) {
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[0].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[0].0)]);
     let hold = format!(
         "@hold:fork:{CHILD_CALL}:{}:{}",
         dir.join("child-go").display(),
@@ -519,12 +503,12 @@ fn a_fork_child_during_a_reload(b: &Backend, dir: &Path) {
     s.push("@join".into());
     let mut host = Running::start(b.host(dir, "trace.log", &s));
     host.results(5);
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[1].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[1].0)]);
     host.printed("hold=forked");
     // The parent's reload, then the child's own of the same change.
     host.said_times("profile lt reloaded: +0 rows, 1 changed, 0 removed", 2);
     let both = [b.row(CALL, b.tuned[1].0), b.row(CHILD_CALL, b.tuned[0].0)];
-    b.commit(dir, b.sha, &both);
+    b.commit(dir, &b.side.sha, &both);
     host.said_times("profile lt reloaded: +1 rows, 0 changed, 0 removed", 2);
     // The child's next call is served (it may have said the line before its call ended).
     let child_fresh = b.fresh(dir, CHILD_CALL);
@@ -563,7 +547,7 @@ fn lt_a_fork_child_made_during_a_reload_reloads_on_its_own() {
 /// A reload held midway through reading the store while the reloading thread takes a
 /// SIGTERM whose handler calls `_exit(7)`: the process leaves with 7 and its summary.
 fn a_signal_exit_during_a_reload(b: &Backend, dir: &Path) {
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[0].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[0].0)]);
     let s = [
         CALL.to_string(),
         format!("@hold:exit:{}", b.rank0(dir).display()),
@@ -571,12 +555,12 @@ fn a_signal_exit_during_a_reload(b: &Backend, dir: &Path) {
     ];
     let mut host = Running::start(b.host(dir, "trace.log", &s));
     host.results(5);
-    b.commit(dir, b.sha, &[b.row(CALL, b.tuned[1].0)]);
+    b.commit(dir, &b.side.sha, &[b.row(CALL, b.tuned[1].0)]);
     host.printed("hold=exit");
     let (status, _, stderr) = host.end();
     assert_eq!(status.code(), Some(7), "{stderr}");
     assert!(
-        stderr.contains(&format!("{}: ", b.name)) && stderr.contains(" calls: "),
+        stderr.contains(&format!("{}: ", b.side.label)) && stderr.contains(" calls: "),
         "{stderr}"
     );
 }

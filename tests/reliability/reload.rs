@@ -83,6 +83,8 @@ fn tuning_cmd(dir: &std::path::Path, command: &str, options: &[&str]) -> std::pr
     ];
     args.extend(options);
     args.extend(["--trials", "12", "--max-trials", "12", "--noisy", "1000"]);
+    // One operand set, no rest, no limits: a quick campaign on refblas.
+    args.extend(["--rotate-mib", "0.02", "--rest", "0", "--no-limits"]);
     tunedblas_cmd(dir, &args)
 }
 

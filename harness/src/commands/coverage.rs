@@ -26,6 +26,21 @@ pub const EXIT_MISSING: u8 = 3;
 /// Exit status of `--strict` when nothing is missing but some rows cannot be served.
 pub const EXIT_UNSERVABLE: u8 = 4;
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--unfused", "", "separate q/k/v and gate/up GEMMs instead"),
+    ("--dtype", "T", "float16, bfloat16 or float32 instead of the config's torch_dtype"),
+    ("--shapes", "FILE", "lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled tokens only)"),
+    ("--profile", "DIR|NAME", "a folder of tunableop_results<R>.csv, or a profile name in the store"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--rank", "R", "which rank file (default 0)"),
+    ("--near", "W", "the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing problems with a tuned row of their layer within W tokens are marked"),
+    ("--top", "N", "gap groups in the text (default 25)"),
+    ("--json", "", "everything as JSON"),
+    ("--strict", "", "exit 3 when some problem has no row, 4 when only unservable ones remain"),
+    ("--out", "FILE", "the missing problems, most expensive first, as a `tunedblas tune` input"),
+];
+
 /// The command line of `coverage`. The serving flags are read in vLLM's own way by
 /// `serving` (before clap, `-tp` included); they are declared here too, hidden, so clap
 /// suggests them for a misspelt one, and listed in the help from `serving::HELP`.
@@ -42,40 +57,7 @@ fn cli() -> clap::Command {
             "a Hugging Face config.json (or its folder): Llama, Mistral, Qwen2/3, as vLLM fuses them (qkv_proj, gate_up_proj), split for the TP size",
         ))
         .arg(option("--model", "PATH", "the same as --config").hide(true))
-        .arg(switch("--unfused", "separate q/k/v and gate/up GEMMs instead"))
-        .arg(option(
-            "--dtype",
-            "T",
-            "float16, bfloat16 or float32 instead of the config's torch_dtype",
-        ))
-        .arg(option(
-            "--shapes",
-            "FILE",
-            "lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled tokens only)",
-        ))
-        .arg(option(
-            "--profile",
-            "DIR|NAME",
-            "a folder of tunableop_results<R>.csv, or a profile name in the store",
-        ))
-        .arg(args::profiles_option())
-        .arg(option("--rank", "R", "which rank file (default 0)"))
-        .arg(option(
-            "--near",
-            "W",
-            "the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing problems with a tuned row of their layer within W tokens are marked",
-        ))
-        .arg(option("--top", "N", "gap groups in the text (default 25)"))
-        .arg(switch("--json", "everything as JSON"))
-        .arg(switch(
-            "--strict",
-            "exit 3 when some problem has no row, 4 when only unservable ones remain",
-        ))
-        .arg(option(
-            "--out",
-            "FILE",
-            "the missing problems, most expensive first, as a `tunedblas tune` input",
-        ));
+        .args(args::table(OPTIONS));
     for flag in serving::SWITCHES {
         c = c.arg(switch(flag, "a serving flag").hide(true));
     }

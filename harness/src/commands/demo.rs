@@ -20,7 +20,7 @@ EXAMPLES:
     tunedblas demo --dir /tmp/tb-demo --passes 5
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("demo", ABOUT, AFTER)
         .arg(args::option(
             "--dir",
@@ -34,12 +34,7 @@ fn cli() -> clap::Command {
         ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("demo", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let passes: usize = a.parsed("--passes", 3, "a positive number")?;
     if passes == 0 {
         return Err(a.usage("--passes takes a positive number"));

@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::args::{self, Args};
-use crate::backend::Library;
 use crate::env;
 use crate::error::Result;
 use crate::style::{self, Colour};
@@ -24,7 +23,7 @@ EXAMPLES:
     tunedblas env --snippet vllm > vllm-tuned && chmod +x vllm-tuned
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("env", ABOUT, AFTER)
         .arg(args::lib_option(
             "a rocBLAS (or hipBLASLt) to answer for, besides those found (repeatable)",
@@ -37,15 +36,10 @@ fn cli() -> clap::Command {
         .arg(args::switch("--json", "everything as JSON"))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("env", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let profile_dir = a.profile_store();
-    let preload =
-        Library::beside_exe("libtunedblas.so").map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+    let preload = tunedblas_tuner::dl::beside_exe("libtunedblas.so")
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
     let prefix = preload
         .as_deref()
         .and_then(Path::parent)

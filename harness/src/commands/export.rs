@@ -31,69 +31,25 @@ EXAMPLES:
         --validators-from old/tunableop_results0.csv --out ./tunableop
 ";
 
-fn cli() -> clap::Command {
-    args::command("export", ABOUT, AFTER)
-        .arg(args::lib_option(
-            "the rocBLAS build whose profile is exported",
-        ))
-        .arg(args::option(
-            "--profile",
-            "NAME",
-            "the profile to export, by name (instead of --lib)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--format",
-            "FORMAT",
-            "gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)",
-        ))
-        .arg(args::option(
-            "--git-version",
-            "REV",
-            "(hipblaslt-override) the hipBLASLt revision the rows were tuned on",
-        ))
-        .arg(args::option(
-            "--arch",
-            "GFX:CUS",
-            "(aiter) the device the rows were tuned on, like gfx942:304",
-        ))
-        .arg(args::option(
-            "--out",
-            "PATH",
-            "where to write (default stdout)",
-        ))
-        .arg(args::option(
-            "--rank",
-            "N",
-            "the rank file to export (default 0)",
-        ))
-        .arg(args::option(
-            "--beta",
-            "B,..",
-            "(gemm-tune) the betas to write rows for (default 0)",
-        ))
-        .arg(args::option(
-            "--validators-from",
-            "FILE",
-            "(tunableop) a tunableop_results file PyTorch wrote on the target",
-        ))
-        .arg(args::option(
-            "--validator",
-            "KEY=VALUE",
-            "(tunableop) a validator to write (repeatable)",
-        ))
-        .arg(args::switch(
-            "--force",
-            "export for PyTorch validators that name another rocBLAS version",
-        ))
-        .arg(args::switch(
-            "--json",
-            "a summary of the export as JSON (with --out)",
-        ))
-}
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build whose profile is exported"),
+    ("--profile", "NAME", "the profile to export, by name (instead of --lib)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--format", "FORMAT", "gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)"),
+    ("--git-version", "REV", "(hipblaslt-override) the hipBLASLt revision the rows were tuned on"),
+    ("--arch", "GFX:CUS", "(aiter) the device the rows were tuned on, like gfx942:304"),
+    ("--out", "PATH", "where to write (default stdout)"),
+    ("--rank", "N", "the rank file to export (default 0)"),
+    ("--beta", "B,..", "(gemm-tune) the betas to write rows for (default 0)"),
+    ("--validators-from", "FILE", "(tunableop) a tunableop_results file PyTorch wrote on the target"),
+    ("--validator", "KEY=VALUE", "(tunableop) a validator to write (repeatable)"),
+    ("--force", "", "export for PyTorch validators that name another rocBLAS version"),
+    ("--json", "", "a summary of the export as JSON (with --out)"),
+];
 
-pub fn help() -> String {
-    args::help_text(cli())
+pub fn cli() -> clap::Command {
+    args::command("export", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 /// `--validators-from`, `--validator KEY=VALUE`... and `--force`.
@@ -113,8 +69,7 @@ fn validators(a: &Args) -> Result<export::Validators> {
     })
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("export", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let format = a
         .value("--format")
         .ok_or_else(|| a.usage("needs --format gemm-tune, bench or tunableop"))?
@@ -155,7 +110,7 @@ pub fn run(args: &[String]) -> Result<()> {
             }
         }
         "tunableop" => {
-            let files = export::tunableop_files(&validators(&a)?, &p, &mut report)?;
+            let files = export::tunableop_files(&validators(a)?, &p, &mut report)?;
             let of_rank = || {
                 files.iter().find(|f| f.rank == rank).ok_or_else(|| {
                     Error::failed(format!("profile '{}' has no rank {rank} file", p.name))

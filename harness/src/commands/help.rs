@@ -13,7 +13,7 @@ EXAMPLES:
     tunedblas help tune
 ";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("help", ABOUT, AFTER).arg(args::positionals(
         "COMMAND",
         1,
@@ -21,17 +21,12 @@ fn cli() -> clap::Command {
     ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("help", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     match a.positional.first() {
         None => print!("{}", crate::overview()),
         Some(name) => {
             let c = crate::find(name).ok_or_else(|| unknown_command(name))?;
-            print!("{}", (c.help)());
+            print!("{}", c.help());
         }
     }
     Ok(())

@@ -18,31 +18,25 @@ EXAMPLE:
     tunedblas merge --lib librocblas.so.5 shard0/profiles shard1/profiles
 ";
 
-fn cli() -> clap::Command {
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build the shards tuned (required)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--arch", "ARCH", "GPU architecture to record, e.g. gfx1030"),
+    ("--json", "", "the result as JSON"),
+];
+
+pub fn cli() -> clap::Command {
     args::command("merge", ABOUT, AFTER)
         .arg(args::positionals(
             "SHARD_STORE",
             usize::MAX,
             "the profile store each shard wrote (one or more)",
         ))
-        .arg(args::lib_option(
-            "the rocBLAS build the shards tuned (required)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--arch",
-            "ARCH",
-            "GPU architecture to record, e.g. gfx1030",
-        ))
-        .arg(args::switch("--json", "the result as JSON"))
+        .args(args::table(OPTIONS))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("merge", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     if a.positional.is_empty() {
         return Err(a.usage("needs one or more shard stores to merge"));
     }

@@ -31,6 +31,19 @@ EXAMPLE:
     tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
 ";
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "leave out the shapes the profile of this build has rows for"),
+    ("--profile", "NAME", "the same, with the profile named"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--align", "N", "chunk sizes are multiples of N (default 256)"),
+    ("--window", "N", "decode tokens counted with a chunk: up to N above it (default 32)"),
+    ("--top", "N", "groups listed (default 20)"),
+    ("--json", "", "everything as JSON"),
+    ("--out", "FILE", "every missed shape, most expensive first, as PyTorch untuned-file lines (op_name,param_signature), which `tunedblas tune` reads"),
+    ("--prune", "DAYS|served", "DAYS: remove the miss files (log, counts, status) of ended processes last written more than DAYS days ago; served (with --lib or --profile): of ended processes all of whose shapes the profile has rows for"),
+];
+
 fn cli() -> clap::Command {
     args::command("misses", ABOUT, AFTER)
         .arg(args::positionals(
@@ -38,37 +51,7 @@ fn cli() -> clap::Command {
             usize::MAX,
             "miss folders or files (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/)",
         ))
-        .arg(args::lib_option(
-            "leave out the shapes the profile of this build has rows for",
-        ))
-        .arg(args::option(
-            "--profile",
-            "NAME",
-            "the same, with the profile named",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--align",
-            "N",
-            "chunk sizes are multiples of N (default 256)",
-        ))
-        .arg(args::option(
-            "--window",
-            "N",
-            "decode tokens counted with a chunk: up to N above it (default 32)",
-        ))
-        .arg(args::option("--top", "N", "groups listed (default 20)"))
-        .arg(args::switch("--json", "everything as JSON"))
-        .arg(args::option(
-            "--out",
-            "FILE",
-            "every missed shape, most expensive first, as PyTorch untuned-file lines (op_name,param_signature), which `tunedblas tune` reads",
-        ))
-        .arg(args::option(
-            "--prune",
-            "DAYS|served",
-            "DAYS: remove the miss files (log, counts, status) of ended processes last written more than DAYS days ago; served (with --lib or --profile): of ended processes all of whose shapes the profile has rows for",
-        ))
+        .args(args::table(OPTIONS))
 }
 
 pub fn help() -> String {

@@ -4,8 +4,11 @@
 //! does its work through the modules beside this folder, and returns
 //! [`crate::error::Result`]: it never exits the process and never imports another command.
 
+pub mod confirm;
 pub mod coverage;
 pub mod demo;
+pub mod doctor;
+pub mod doctor_run;
 pub mod env;
 pub mod export;
 pub mod help;
@@ -13,17 +16,28 @@ pub mod lt;
 pub mod merge;
 pub mod misses;
 pub mod near_bench;
+pub mod overhead;
 pub mod profiles;
 pub mod qualify;
 pub mod replay;
 pub mod report;
+pub mod selftest;
 pub mod status;
 pub mod tune;
 pub mod verify;
 pub mod watch;
 pub mod workload;
 
+use crate::args::{self, Args};
 use crate::error::Result;
+
+/// How a command reads its arguments.
+pub enum Run {
+    /// Declared to clap (its `cli()`, whose help is the command's), read strictly, then run.
+    Declared(fn() -> clap::Command, fn(&Args) -> Result<()>),
+    /// Its own help and reading of the arguments after its name.
+    Raw(fn() -> String, fn(&[String]) -> Result<()>),
+}
 
 /// A row of the command table.
 pub struct Command {
@@ -32,13 +46,29 @@ pub struct Command {
     pub usage: &'static str,
     /// One line on what it is for.
     pub summary: &'static str,
-    /// Its full help: options and examples.
-    pub help: fn() -> String,
-    /// Runs it with the arguments after its name.
-    pub run: fn(&[String]) -> Result<()>,
+    /// How it reads its arguments, and its run.
+    pub run: Run,
     /// Run by the harness itself (as a child under the preload) or for a benchmark: not
     /// listed by `tunedblas help` and never offered as a suggestion.
     pub internal: bool,
+}
+
+impl Command {
+    /// Its full help: options and examples.
+    pub fn help(&self) -> String {
+        match self.run {
+            Run::Declared(cli, _) => args::help_text(cli()),
+            Run::Raw(help, _) => help(),
+        }
+    }
+
+    /// Runs it with the arguments after its name.
+    pub fn run(&self, rest: &[String]) -> Result<()> {
+        match self.run {
+            Run::Declared(cli, run) => run(&Args::of_declared(self.name, cli(), rest)?),
+            Run::Raw(_, run) => run(rest),
+        }
+    }
 }
 
 /// Pretty JSON on standard output, for `--json`.

@@ -4,7 +4,6 @@
 use serde_json::json;
 
 use crate::args::{self, Args};
-use crate::backend::Library;
 use crate::error::Result;
 use crate::nearbench::{self, Options};
 use crate::workload::LAYERS;
@@ -14,27 +13,17 @@ const ABOUT: &str = "\
 each chunk size, then times the heuristic against what near serving would run for M = chunk
 + 1..decodes, medians of interleaved trials.";
 
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the library (default: refblas beside this binary)"),
+    ("--chunks", "N,N,..", "chunk sizes (default 256,512)"),
+    ("--decodes", "N", "decode tokens above each chunk (default 32)"),
+    ("--trials", "N", "interleaved trials (default 7)"),
+    ("--json", "", "the measurement as JSON"),
+];
+
 fn cli() -> clap::Command {
-    args::command("near-bench", ABOUT, "")
-        .arg(args::lib_option(
-            "the library (default: refblas beside this binary)",
-        ))
-        .arg(args::option(
-            "--chunks",
-            "N,N,..",
-            "chunk sizes (default 256,512)",
-        ))
-        .arg(args::option(
-            "--decodes",
-            "N",
-            "decode tokens above each chunk (default 32)",
-        ))
-        .arg(args::option(
-            "--trials",
-            "N",
-            "interleaved trials (default 7)",
-        ))
-        .arg(args::switch("--json", "the measurement as JSON"))
+    args::command("near-bench", ABOUT, "").args(args::table(OPTIONS))
 }
 
 pub fn help() -> String {
@@ -52,7 +41,8 @@ fn parse(args: &[String]) -> Result<(Options, bool)> {
             .ok_or_else(|| a.usage(format!("--chunks takes N,N,.., not '{list}'")))?,
     };
     let lib = a.path("--lib").unwrap_or_else(|| {
-        Library::beside_exe("librocblas_v4.so").unwrap_or_else(|| "librocblas_v4.so".into())
+        tunedblas_tuner::dl::beside_exe("librocblas_v4.so")
+            .unwrap_or_else(|| "librocblas_v4.so".into())
     });
     let o = Options {
         lib,

@@ -19,16 +19,23 @@ The profile store, by ACTION:
                                rocBLAS or hipBLASLt, tf32 files as f32 GEMMs) to this build's
                                shape list (ids are never reused); says how many lines it
                                skipped and why; `tune --retune` then tunes them
-  adopt --lib LIBROCBLAS FILE  makes a PyTorch TunableOp results file written on this machine
-                               (same rocBLAS build: its ROCBLAS_VERSION validator must match)
-                               the profile of that build: each Gemm_Rocblas_<id> row is
-                               checked with check_solution_index on the build and kept or
-                               listed as refused; refused rows and hipBLASLt/tf32 rows become
-                               shapes to tune
+  adopt --lib LIB FILE         makes a file naming this library build's solutions the
+                               profile of that build. rocBLAS: a PyTorch TunableOp results
+                               file written on this machine (same build: its ROCBLAS_VERSION
+                               validator must match); each Gemm_Rocblas_<id> row is checked
+                               with check_solution_index on the build and kept or listed as
+                               refused; refused rows and hipBLASLt/tf32 rows become shapes to
+                               tune. hipBLASLt (no GPU needed): a TunableOp file's
+                               Gemm_Hipblaslt_<index>, Default and `*` rows, a hipBLASLt
+                               tuning or override file, hipblaslt-bench lines run with
+                               --algo_method index, or an AITER bf16_tuned_gemm.csv (its
+                               hipblaslt rows); the file must name this build (a tuning
+                               file's Git Version, a TunableOp file's HIPBLASLT_VERSION); the
+                               interposer checks each index on its first call
 
 which and adopt check the files' GCN_ARCH_NAME against the device's architecture: --arch, else
-this machine's AMD GPUs as the driver lists them (/sys/class/kfd), where any is visible.
-PyTorch drops a file tuned on another architecture (its solution ids name that
+(rocBLAS) this machine's AMD GPUs as the driver lists them (/sys/class/kfd), where any is
+visible. PyTorch drops a file tuned on another architecture (its solution ids name that
 architecture's kernels): which says so, adopt refuses it (--force adopts it anyway).";
 
 const AFTER: &str = "\
@@ -36,37 +43,32 @@ EXAMPLES:
     tunedblas profiles which /opt/rocm/lib/librocblas.so.5
     tunedblas profiles import --lib librocblas.so.5 old-build/tunableop_results0.csv
     tunedblas profiles adopt --lib /opt/rocm/lib/librocblas.so.4 tunableop_results0.csv
+    tunedblas profiles adopt --lib /opt/rocm/lib/libhipblaslt.so.1 tunableop_results0.csv
 ";
 
-fn cli() -> clap::Command {
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "(import, which: rocBLAS; adopt: rocBLAS or hipBLASLt) the library build"),
+    ("--arch", "GFX[:CUs]", "(which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs); for an AITER table, gfx950:256 picks its device"),
+    ("--force", "", "(adopt) adopt a file tuned on another architecture or build"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--name", "NAME", "(adopt) profile name for a build that has none (default <library>-<version>)"),
+    ("--json", "", "the answer as JSON"),
+];
+
+pub fn cli() -> clap::Command {
     args::command("profiles", ABOUT, AFTER)
         .arg(args::positionals(
             "ACTION [ARG]",
             usize::MAX,
             "list (the default), show, which, import or adopt, and what it takes",
         ))
-        .arg(args::lib_option("(import, adopt, which) the rocBLAS build"))
-        .arg(args::option(
-            "--arch",
-            "GFX",
-            "(which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs)",
-        ))
-        .arg(args::switch(
-            "--force",
-            "(adopt) adopt a file tuned on another architecture",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::switch("--json", "the answer as JSON"))
-}
-
-pub fn help() -> String {
-    args::help_text(cli())
+        .args(args::table(OPTIONS))
 }
 
 const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("profiles", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let root = a.profile_store();
     let json = a.has("--json");
     match a.positional.first().map(String::as_str) {
@@ -109,14 +111,22 @@ pub fn run(args: &[String]) -> Result<()> {
                 .get(1)
                 .map(PathBuf::from)
                 .ok_or_else(|| a.usage("adopt needs one results file"))?;
-            profiles::adopt(
-                &root,
-                &a.lib()?,
-                &file,
-                &env::Device::new(a.value("--arch")),
-                a.has("--force"),
-                json,
-            )
+            let lib = env::find_library(&a.lib()?);
+            let force = a.has("--force");
+            match tunedblas_tuner::backends::kind_of(&lib)? {
+                tunedblas_tuner::backends::Kind::Hipblaslt => {
+                    let device = crate::adopt::device(a.value("--arch")).map_err(|e| a.usage(e))?;
+                    crate::adopt::adopt(&root, &lib, a.value("--name"), &file, device, force)
+                }
+                tunedblas_tuner::backends::Kind::Rocblas => {
+                    let device = env::Device::new(a.value("--arch"));
+                    profiles::adopt(&root, &lib, &file, &device, force, json)
+                }
+                k => Err(Error::failed(format!(
+                    "a {} profile is made by `tunedblas tune`: no PyTorch file names its configurations",
+                    k.name()
+                ))),
+            }
         }
         Some(other) => Err(a.usage(format!(
             "unknown action '{other}': list, show, which, import or adopt{}",
@@ -132,11 +142,11 @@ pub fn run(args: &[String]) -> Result<()> {
 fn is_rocblas(lib: &std::path::Path) -> Result<()> {
     match tunedblas_core::elf::defines(lib, "rocblas_create_handle") {
         Ok(true) => Ok(()),
-        Ok(false) => Err(Error::not_rocblas(format!(
+        Ok(false) => Err(Error::not_loaded(format!(
             "{} is not rocBLAS: it exports no rocblas_create_handle (give the librocblas.so* file the server loads)",
             lib.display()
         ))),
-        Err(e) => Err(Error::not_rocblas(format!(
+        Err(e) => Err(Error::not_loaded(format!(
             "cannot read {}: {e}",
             lib.display()
         ))),

@@ -7,42 +7,34 @@ use crate::profiles;
 use super::print_json;
 
 const ABOUT: &str = "\
-Runs every rocBLAS row of the build's profile on every device and compares D with a
-reference computed in f64 on the same inputs: half types need relative L2 < 0.002 and
-allclose(atol = rtol = 0.01); f32 and f64 tighter. Failing rows are removed from every
-rank file, with the reason printed and recorded in provenance.json.";
+Runs every tuned row of the build's profile (rocBLAS, hipBLASLt or cuBLASLt) on every device
+and compares D with a high-precision reference on the same inputs, as tuning judges every
+candidate: half types need relative L2 < 0.002 and allclose(atol = rtol = 0.01); f32 and
+f64 tighter (loosened to twice the heuristic's own error where that is larger). Failing rows
+are removed from every rank file, with the reason printed and recorded in provenance.json.";
 
 const AFTER: &str = "\
 EXAMPLE:
     tunedblas qualify --lib /opt/rocm/lib/librocblas.so.5
 ";
 
-fn cli() -> clap::Command {
-    args::command("qualify", ABOUT, AFTER)
-        .arg(args::lib_option(
-            "the rocBLAS build whose profile is checked (required)",
-        ))
-        .arg(args::option(
-            "--hip",
-            "PATH",
-            "libamdhip64.so when it is not found by name",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::switch("--json", "the result as JSON"))
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the library build whose profile is checked (required)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--json", "", "the result as JSON"),
+];
+
+pub fn cli() -> clap::Command {
+    let c = args::command("qualify", ABOUT, AFTER).args(args::table(OPTIONS));
+    args::library_options(c)
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("qualify", cli(), args)?;
-    let report = profiles::qualify_profile(
-        &a.lib()?,
-        a.path("--hip").as_deref(),
-        &a.profile_store(),
-        a.has("--json"),
-    )?;
+pub fn run(a: &Args) -> Result<()> {
+    let opened = a.opened()?;
+    let report = tunedblas_tuner::with_library!(&opened, l => {
+        profiles::qualify_profile(l, &a.profile_store(), a.has("--json"))?
+    });
     if a.has("--json") {
         print_json(&report);
     }

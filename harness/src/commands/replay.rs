@@ -9,7 +9,7 @@ const ABOUT: &str = "\
 (internal: `verify` runs it under the preload) Calls every problem listed in FILE once, as
 a linked host would.";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("replay", ABOUT, "")
         .arg(args::lib_option("the rocBLAS build (required)"))
         .arg(args::option(
@@ -19,12 +19,7 @@ fn cli() -> clap::Command {
         ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("replay", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let rows = a.path("--rows").ok_or_else(|| a.usage("needs --rows"))?;
     verify::replay(&a.lib()?, &rows)
 }

@@ -40,49 +40,22 @@ EXAMPLE:
     tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
 ";
 
-fn cli() -> clap::Command {
-    args::command("report", ABOUT, AFTER)
-        .arg(args::lib_option("the rocBLAS build whose profile is shown"))
-        .arg(args::option(
-            "--profile",
-            "NAME",
-            "the profile to show, by name (instead of --lib)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--out",
-            "FILE.html",
-            "the page (default tunedblas-report-<profile>.html)",
-        ))
-        .arg(args::option(
-            "--png",
-            "FILE.png",
-            "the figure (default: the HTML file's name with .png)",
-        ))
-        .arg(args::switch("--no-png", "write no PNG"))
-        .arg(args::option(
-            "--misses",
-            "DIR",
-            "miss logs (or any tune input): what production missed, with calls (repeatable)",
-        ))
-        .arg(args::option(
-            "--coverage",
-            "FILE",
-            "`tunedblas coverage --json` output: the problems a serving configuration issues (repeatable)",
-        ))
-        .arg(args::option(
-            "--rank",
-            "N",
-            "the rank file to show (default 0)",
-        ))
-        .arg(args::switch(
-            "--json",
-            "the figures as JSON on stdout (the page embeds the same JSON)",
-        ))
-}
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build whose profile is shown"),
+    ("--profile", "NAME", "the profile to show, by name (instead of --lib)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--out", "FILE.html", "the page (default tunedblas-report-<profile>.html)"),
+    ("--png", "FILE.png", "the figure (default: the HTML file's name with .png)"),
+    ("--no-png", "", "write no PNG"),
+    ("--misses", "DIR", "miss logs (or any tune input): what production missed, with calls (repeatable)"),
+    ("--coverage", "FILE", "`tunedblas coverage --json` output: the problems a serving configuration issues (repeatable)"),
+    ("--rank", "N", "the rank file to show (default 0)"),
+    ("--json", "", "the figures as JSON on stdout (the page embeds the same JSON)"),
+];
 
-pub fn help() -> String {
-    args::help_text(cli())
+pub fn cli() -> clap::Command {
+    args::command("report", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 /// The problems of a `tunedblas coverage --json` file.
@@ -121,8 +94,7 @@ fn write(path: &PathBuf, bytes: &[u8]) -> Result<()> {
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("report", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let p = pick(a.which_profile()?, &a.profile_store())?;
     let rank: usize = a.parsed("--rank", 0, "a rank number")?;
     let inputs: Vec<PathBuf> = a

@@ -34,7 +34,7 @@ EXAMPLES:
 ";
 
 /// The command line of `status`: its arguments and their help.
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("status", ABOUT, AFTER)
         .arg(args::positionals(
             "DIR",
@@ -48,15 +48,11 @@ fn cli() -> clap::Command {
         ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
 /// One backend's part of a status file, as the interposer writes it (`cdylib/src/tally.rs`
 /// says what each figure means). `calls`, `near_shapes` and `hit_rate` are absent from the
 /// files of interposers older than issue 26.
 #[derive(Deserialize, Serialize, Clone, Debug, Default)]
-pub struct Backend {
+pub struct BackendStatus {
     pub backend: String,
     pub counters: Counters,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,7 +103,7 @@ impl Counters {
     }
 }
 
-impl Backend {
+impl BackendStatus {
     /// The calls as the file says them (older files: the sum of their outcomes).
     fn calls(&self) -> u64 {
         self.calls.unwrap_or_else(|| self.counters.sum())
@@ -187,7 +183,7 @@ pub struct File {
     pub updated_unix_ms: u64,
     #[serde(rename = "final")]
     pub finished: bool,
-    pub backends: Vec<Backend>,
+    pub backends: Vec<BackendStatus>,
 }
 
 /// One process as `status` reports it.
@@ -443,8 +439,7 @@ fn render(procs: &[Process]) -> String {
     t
 }
 
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("status", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let dir = a
         .positional
         .first()

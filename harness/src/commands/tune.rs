@@ -1,45 +1,55 @@
-//! `tunedblas tune`: recorded shapes into the profile of exactly one library build.
+//! `tunedblas tune`: recorded shapes into the profile of exactly one library build, for
+//! every library: each shape is tuned with the library it was recorded from.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use tunedblas_tuner::backends::{self, Kind, Library, Opened, Spec};
+use tunedblas_tuner::campaign::{self, Inputs};
+
 use crate::args::{self, Args};
-use crate::campaign;
 use crate::curate;
-use crate::error::Result;
-use crate::tune;
+use crate::error::{Error, Result};
 
 use super::print_json;
 
 const ABOUT: &str = "\
-Tunes shapes for the rocBLAS build at LIBROCBLAS (hashed: the profile is for exactly that
-file) and writes its profile: one results file per rank, provenance.json, profiles.json.
-Per shape: every solution rocBLAS offers for it is probed, hopeless ones are pruned, the
-rest timed; then heuristic, current row and new best are re-timed interleaved and curated:
+Tunes recorded shapes with the library each came from (rocBLAS, hipBLASLt or cuBLASLt) and
+writes the profile of exactly that library build (hashed: the profile is for that file): one
+results file per rank, provenance.json, profiles.json. Per shape, for every library: the
+candidates the library lists are screened with short probes within a time budget and the
+fastest few go on; their numerics are checked against a high-precision reference; after a
+warm-up, heuristic, current row and candidates are timed in interleaved trials with the
+device resting between samples, and curated; an adoption must hold in a second set of trials
+and again in a fresh process, and pass numerics on every device:
 ";
 
 const INPUTS: &str = "\
 INPUT: miss-log folders (TUNEDBLAS_MISS_DIR), PyTorch untuned files, TunableOp results
 files (their shapes only: ids are never reused), rocBLAS bench logs (ROCBLAS_LAYER=2) and
 profile logs (ROCBLAS_LAYER=4; both give call counts), rocblas-gemm-tune CSV; files or
-folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its content.
-With no INPUT, no --shape and no --retune: the miss folder the interposer writes
-($TUNEDBLAS_MISS_DIR, else ~/.cache/tunedblas/misses), as `tunedblas misses` reads it.
+folders (*.csv, *.log, *.txt, *.yaml). The format of each file is told by its content; the
+library of a miss file by its name (<process>-cublaslt-rank0.csv is cuBLASLt's, an untagged
+one rocBLAS's). With no INPUT, no --shape and no --retune: the miss folder the interposer
+writes ($TUNEDBLAS_MISS_DIR, else ~/.cache/tunedblas/misses), as `tunedblas misses` reads it.
 Shapes of the inputs that the build's profile has rows for already (tuned since they were
 recorded) are not tuned again: --retune measures every row again, --shape names one. When
-that leaves nothing to tune, tune says so and exits 0: coverage is complete.";
+that leaves nothing to tune, tune says so and exits 0: coverage is complete.
+LIBRARY: --lib names the library file (repeat it for several libraries; each is told by the
+entry point it exports); a library without one is loaded by its usual names
+($TUNEDBLAS_CUBLASLT, $TUNEDBLAS_HIPBLASLT, libcublasLt.so.13 ...; rocBLAS needs --lib).";
 
 const AFTER: &str = "\
-An interrupted campaign resumes: run the same command again (killed, or stopped by a closed
-output pipe, `| head`, which ends it at once and quietly). While one is unfinished, a tune
-of other shapes refuses and prints the command that finishes it; --fresh discards it.
--q (every command takes it): no progress and no per-shape lines, the qualification and the
-counts only.
+An interrupted campaign resumes: run the same command again (killed, stopped by a closed
+output pipe, `| head`, or a shape that could not be tuned: exit 1, the rows of the others
+written). While one is unfinished, a tune of other shapes refuses and prints the command that
+finishes it; --fresh discards it. -q: no progress and no per-shape lines.
 
 EXAMPLES:
     tunedblas tune --lib /opt/rocm/lib/librocblas.so.5 ~/.cache/tunedblas/misses
     tunedblas tune --lib librocblas.so.5 --shape f16:TN:5120:512:5120 --devices 0,1,2,3
-    ROCBLAS_LAYER=6 ROCBLAS_LOG_BENCH_PATH=$PWD/bench.log ROCBLAS_LOG_PROFILE_PATH=$PWD/prof.yaml <server>
-    tunedblas tune --lib librocblas.so.5 bench.log prof.yaml
+    tunedblas tune --lib libcublasLt.so.13 --budget 60          # the miss folder's cuBLASLt shapes
+    tunedblas tune --lib libhipblaslt.so.1 --workspace 33554432 misses/
     tunedblas tune --lib librocblas.so.5 --retune --shard 0/2   # on machine A; 1/2 on B
 ";
 
@@ -55,170 +65,232 @@ fn about() -> String {
     )
 }
 
-fn cli() -> clap::Command {
-    use args::{option, switch};
-    args::command("tune", about(), AFTER)
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "a library to tune with: librocblas.so, libhipblaslt.so or libcublasLt.so (repeatable)"),
+    ("--shape", "SPEC", "an explicit shape: TYPE:AB:M:N:K[:BATCH] for rocBLAS (f16:TN:4096:256:4096), N,M,K (F.linear out, tokens, in; bf16) for the Lt libraries (repeatable)"),
+    ("--retune", "", "also re-tune every row the build's profile already has"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--name", "NAME", "profile name for a build that has none (default <library>-<version>)"),
+    ("--arch", "ARCH", "GPU architecture to record where the runtime cannot say, e.g. gfx942"),
+    ("--devices", "0,1,2,3", "tune in parallel, one worker per device (default 0)"),
+    ("--shard", "I/N|auto", "tune only every N-th shape starting at I (join with `merge`); auto: I and N from JOB_COMPLETION_INDEX/JOB_COMPLETIONS (Kubernetes) or SLURM_ARRAY_TASK_ID/_COUNT (Slurm)"),
+    ("--ranks", "N", "results files to write (default: one per device)"),
+    ("--fresh", "", "discard an unfinished campaign with other shapes"),
+    ("--no-limits", "", "do not measure the devices' limits"),
+    ("--json", "", "print the result as JSON (progress stays on stderr)"),
+];
+
+pub fn cli() -> clap::Command {
+    let c = args::command("tune", about(), AFTER)
         .arg(args::positionals(
             "INPUT",
             usize::MAX,
             "files or folders of recorded shapes (see INPUT above)",
         ))
-        .arg(args::lib_option("the rocBLAS build to tune (required)"))
-        .arg(
-            option(
-                "--shape",
-                "TYPE:AB:M:N:K[:BATCH]",
-                "an explicit shape, e.g. f16:TN:4096:256:4096 (repeatable)",
-            )
-            // A malformed shape is a mistake on the command line, as a malformed --trials is.
-            .value_parser(|spec: &str| {
-                crate::shapes::parse_spec(spec)
-                    .map(|_| spec.to_string())
-                    .map_err(|e| e.message)
-            }),
-        )
-        .arg(switch("--retune", "also re-tune every row the build's profile already has"))
-        .arg(args::profiles_option())
-        .arg(option(
-            "--name",
-            "NAME",
-            "profile name for a build that has none (default rocblas-<version>)",
-        ))
-        .arg(option("--arch", "ARCH", "GPU architecture to record, e.g. gfx1030"))
-        .arg(option("--hip", "PATH", "libamdhip64.so when it is not found by name"))
-        .arg(option(
-            "--devices",
-            "0,1,2,3",
-            "tune in parallel, one worker per device (default 0)",
-        ))
-        .arg(option(
-            "--shard",
-            "I/N|auto",
-            "tune only every N-th shape starting at I (join with `merge`); auto: I and N from JOB_COMPLETION_INDEX/JOB_COMPLETIONS (Kubernetes) or SLURM_ARRAY_TASK_ID/_COUNT (Slurm)",
-        ))
-        .arg(option(
-            "--trials",
-            "N",
-            "interleaved rounds (default 7; twice that for launch-bound shapes, timed as many back-to-back calls)",
-        ))
-        .arg(option(
-            "--max-trials",
-            "N",
-            "extend up to N rounds while undecidable (default 21)",
-        ))
-        .arg(option(
-            "--margin",
-            "PCT",
-            "adoption margin in percent (default 3; 1 or more, or 0)",
-        ))
-        .arg(switch(
-            "--no-default-rows",
-            "write no row when nothing beats the heuristic",
-        ))
-        .arg(option(
-            "--prune",
-            "X",
-            "prune candidates slower than X times the best probe (default 1.5)",
-        ))
-        .arg(option(
-            "--rotate-mib",
-            "N",
-            "operand bytes each timed sample rotates through (default 512)",
-        ))
-        .arg(option(
-            "--timing",
-            "MODE",
-            "events (default): a sample is back-to-back calls between two events; graph: the sample's calls are captured once into a HIP graph (hipStreamBeginCapture) and replayed between two events, with no launch gaps between calls; falls back to events, said once per shape, where capture fails (not yet measured on an AMD GPU); one device per campaign",
-        ).value_parser(["events", "graph"]))
-        .arg(option(
-            "--rest",
-            "R",
-            "after each timed sample, leave the device idle for R times the sample's device time, at most a second (default 0: back to back; R at most 10). On an H200 back-to-back compute-heavy GEMMs ran into the power cap and spread up to 9%, resting 1x kept them at most 1% (`tunedblas lt` rests 1x by default); not measured on an AMD GPU",
-        ))
-        .arg(option("--ranks", "N", "results files to write (default: one per device)"))
-        .arg(switch("--fresh", "discard an unfinished campaign with other shapes"))
-        .arg(switch("--json", "print the result as JSON (progress stays on stderr)"))
-        .arg(option(
-            "--noisy",
-            "PCT",
-            "a shape whose spread is over PCT% (50) is undecidable, not Default: no row is written, so it comes back as a miss",
-        ))
+        .args(args::table(OPTIONS));
+    args::method_options(args::library_options(c))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("tune", cli(), args)?;
-    let defaults = tune::Method::default();
-    let trials = a.parsed("--trials", defaults.trials, "a number of rounds")?;
-    let method = tune::Method {
-        trials,
-        max_trials: a.parsed(
-            "--max-trials",
-            defaults.max_trials.max(trials),
-            "a number of rounds",
-        )?,
-        prune: a.parsed("--prune", defaults.prune, "a factor like 1.5")?,
-        rotate_bytes: a.parsed::<usize>("--rotate-mib", defaults.rotate_bytes >> 20, "MiB")? << 20,
-        graph: match a.value("--timing") {
-            None | Some("events") => false,
-            Some("graph") => true,
-            Some(o) => return Err(a.usage(format!("--timing takes events or graph, not '{o}'"))),
-        },
-        rest: crate::rest::checked(a.parsed("--rest", defaults.rest, "a multiple like 1")?)
-            .map_err(|e| a.usage(e))?,
-        ..defaults
-    };
-    if method.trials == 0 || method.prune < 1.0 {
-        return Err(a.usage("--trials must be positive and --prune at least 1"));
-    }
-    let margin = a.margin(3.0)?;
-    let noisy: f64 = a.parsed("--noisy", 50.0, "a percentage like 50")?;
-    if noisy <= 0.0 {
-        return Err(a.usage("--noisy takes a positive percentage"));
-    }
+pub fn run(a: &Args) -> Result<()> {
     let opts = campaign::Options {
-        lib: a.lib()?,
-        hip: a.path("--hip"),
         profiles: a.profile_store(),
         name: a.value("--name").map(str::to_string),
-        arch: a.value("--arch").map(str::to_string),
-        inputs: a.positional.iter().map(PathBuf::from).collect(),
-        specs: a
-            .values("--shape")
-            .into_iter()
-            .map(str::to_string)
-            .collect(),
-        retune: a.has("--retune"),
         devices: a.devices()?,
         shard: a.shard()?,
-        fresh: a.has("--fresh"),
+        discard: a.has("--fresh"),
         ranks: a
             .value("--ranks")
             .map(|_| a.parsed("--ranks", 1usize, "a count"))
             .transpose()?,
-        method,
-        rules: curate::Rules {
-            margin,
-            keep_default: !a.has("--no-default-rows"),
-            noisy: noisy / 100.0,
-        },
+        retune: a.has("--retune"),
+        limits: !a.has("--no-limits"),
+        method: a.method()?,
+        rules: a.rules()?,
         json: a.has("--json"),
         quiet: crate::say::quiet(),
     };
-    // In ROCm's HIP a hipMemcpy or hipMalloc on any thread invalidates every capture in
-    // the process, so one worker's uploads would break another's graphs.
-    if opts.method.graph && opts.devices.len() > 1 {
-        return Err(a.usage(
-            "--timing graph tunes one device per campaign (another worker's copies would break its captures): \
-             run one campaign per device, each with --shard, and join them with `tunedblas merge`",
+    for s in a.values("--shape") {
+        backends::check_spec_any(s).map_err(|e| a.usage(e))?;
+    }
+    let libs: BTreeMap<Kind, PathBuf> = a
+        .values("--lib")
+        .iter()
+        .map(|l| {
+            let path = crate::env::find_library(std::path::Path::new(l));
+            backends::kind_of(&path).map(|k| (k, path))
+        })
+        .collect::<Result<_>>()?;
+    let mut inputs: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
+    let specs = a.values("--shape");
+    // Nothing named: the shapes the interposer recorded, where it records them.
+    if inputs.is_empty() && specs.is_empty() && !opts.retune {
+        let dir = tunedblas_core::settings::miss_dir();
+        if dir.is_dir() {
+            if !opts.quiet && !opts.json {
+                println!(
+                    "no inputs named: tuning the misses recorded in {}",
+                    dir.display()
+                );
+            }
+            inputs.push(dir);
+        }
+    }
+    let groups = crate::shapes::by_library(&inputs, &libs)?;
+    // --shape and --retune go to the one library named (or the only one recorded).
+    let only = match (libs.keys().next(), groups.keys().next()) {
+        (Some(k), _) if libs.len() == 1 => Some(*k),
+        (None, Some(k)) if groups.len() == 1 => Some(*k),
+        _ => None,
+    };
+    let mut work: BTreeMap<Kind, Vec<PathBuf>> = groups;
+    if !specs.is_empty() || opts.retune {
+        let kind = only.ok_or_else(|| {
+            a.usage(
+                "--shape and --retune need one --lib (the library whose shapes or rows they name)",
+            )
+        })?;
+        for s in &specs {
+            backends::check_spec(kind, s).map_err(|e| a.usage(e))?;
+        }
+        work.entry(kind).or_default();
+    }
+    if work.is_empty() {
+        return Err(Error::failed(
+            "no shapes to tune: give miss logs, untuned or results files, --shape, or --retune (with none, the miss folder $TUNEDBLAS_MISS_DIR or ~/.cache/tunedblas/misses is read)",
         ));
     }
-    let summary = campaign::run(&opts)?;
+    let mut failure = None;
+    for kind in work.keys() {
+        a.method_for(*kind)?;
+    }
+    for (kind, files) in work {
+        let spec = Spec {
+            lib: libs.get(&kind).cloned(),
+            ..a.spec()
+        };
+        let specs: Vec<&str> = if Some(kind) == only {
+            specs.clone()
+        } else {
+            vec![]
+        };
+        let opts = campaign::Options {
+            method: a.method_for(kind)?,
+            ..opts.clone()
+        };
+        let opened = Opened::open(kind, &spec)?;
+        let result = match &opened {
+            Opened::Rocblas(l) => {
+                let collected = crate::shapes::collect(&files, &specs)?;
+                campaign_of(l, crate::shapes::inputs(collected, &specs, &opts)?, &opts)
+            }
+            Opened::Hipblaslt(l) => campaign_of(l, lines(l, &files, &specs, &opts)?, &opts),
+            Opened::Cublaslt(l) => campaign_of(l, lines(l, &files, &specs, &opts)?, &opts),
+        };
+        if let Err(e) = result {
+            eprintln!("tunedblas tune: {}: {}", kind.name(), e.message);
+            failure = Some(e);
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Runs one library's campaign and prints its JSON where asked.
+fn campaign_of<L: Library>(l: &L, inputs: Inputs<L::Key>, opts: &campaign::Options) -> Result<()> {
+    let summary = campaign::run(l, inputs, opts)?;
     if opts.json {
         print_json(&summary);
     }
     Ok(())
+}
+
+/// The shapes of miss files and explicit specs, for a library whose inputs are plain
+/// `op,signature[,calls]` lines (the Lt libraries).
+fn lines<L: Library>(
+    lib: &L,
+    files: &[PathBuf],
+    specs: &[&str],
+    opts: &campaign::Options,
+) -> Result<Inputs<L::Key>> {
+    let mut shapes: Vec<(L::Key, u64)> = Vec::new();
+    let mut skipped = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
+        let counts = f.to_string_lossy().ends_with(".counts.csv");
+        let mut add = |k: L::Key, calls: u64| match shapes.iter_mut().find(|s| s.0 == k) {
+            Some(s) => s.1 += calls,
+            None => shapes.push((k, calls)),
+        };
+        // hipBLASLt tuning files, HIPBLASLT_LOG_MASK=32 logs and AITER tables name their
+        // shapes too (the core reads them; their indices are not carried over).
+        let format = tunedblas_core::formats::detect(&text);
+        if let Some(parsed) = tunedblas_core::formats::parse_lt(format, &text) {
+            for s in &parsed.skipped {
+                skipped.push(format!("{}:{} ({})", f.display(), s.line, s.reason));
+            }
+            if !opts.quiet {
+                for (why, n) in &parsed.unservable {
+                    eprintln!(
+                        "tunedblas tune: {}: {n} rows: {why}; their shapes are tuned where they name a plain GEMM",
+                        f.display()
+                    );
+                }
+            }
+            for e in parsed.entries {
+                let (op, sig) = tunedblas_core::cublaslt::op_and_signature(&e.key);
+                match lib.parse_key(&format!("{op},{sig}")) {
+                    Some(k) => add(k, 0),
+                    None => skipped.push(format!("{}: {op},{sig}", f.display())),
+                }
+            }
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty()
+                || line.starts_with("op_name,")
+                || line.starts_with("Validator,")
+            {
+                continue;
+            }
+            match lib.parse_key(line) {
+                Some(k) => {
+                    let calls = match counts {
+                        true => line
+                            .rsplit(',')
+                            .next()
+                            .and_then(|c| c.trim().parse().ok())
+                            .unwrap_or(0),
+                        false => 0,
+                    };
+                    add(k, calls);
+                }
+                None => skipped.push(format!("{}:{}", f.display(), n + 1)),
+            }
+        }
+    }
+    if !skipped.is_empty() && !opts.quiet {
+        eprintln!(
+            "tunedblas: skipped {} input lines that name no {} shape; the first: {}",
+            skipped.len(),
+            lib.kind().name(),
+            skipped[0]
+        );
+    }
+    let mut named = Vec::new();
+    for s in specs {
+        let k = lib.parse_spec(s).map_err(|e| Error::usage("tune", e))?;
+        named.push(k);
+        if !shapes.iter().any(|x| x.0 == k) {
+            shapes.push((k, 0));
+        }
+    }
+    let mut sources: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    sources.extend(specs.iter().map(|s| format!("--shape {s}")));
+    Ok(Inputs {
+        shapes,
+        named,
+        sources,
+        record: serde_json::Value::Null,
+    })
 }

@@ -25,31 +25,20 @@ EXAMPLES:
     tunedblas verify --stats s.json
 ";
 
-fn cli() -> clap::Command {
-    args::command("verify", ABOUT, AFTER)
-        .arg(args::lib_option(
-            "the rocBLAS build whose profile is replayed (required without --stats)",
-        ))
-        .arg(args::option(
-            "--stats",
-            "FILE",
-            "check the TUNEDBLAS_STATS file of a run under the profile, for every backend, instead of replaying",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--preload",
-            "LIBTUNEDBLAS",
-            "the interposer to run under (default: the libtunedblas.so beside this binary)",
-        ))
-        .arg(args::switch("--json", "the result as JSON"))
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build whose profile is replayed (required without --stats)"),
+    ("--stats", "FILE", "check the TUNEDBLAS_STATS file of a run under the profile, for every backend, instead of replaying"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--preload", "LIBTUNEDBLAS", "the interposer to run under (default: the libtunedblas.so beside this binary)"),
+    ("--json", "", "the result as JSON"),
+];
+
+pub fn cli() -> clap::Command {
+    args::command("verify", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("verify", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     if let Some(path) = a.path("--stats") {
         if a.value("--lib").is_some() {
             return Err(a.usage(

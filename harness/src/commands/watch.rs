@@ -35,32 +35,23 @@ EXAMPLES:
     tunedblas watch --lib librocblas.so.4 /var/cache/tunedblas/misses --every 30 -- --devices 1
 ";
 
-fn cli() -> clap::Command {
+#[rustfmt::skip]
+const OPTIONS: &[args::Row] = &[
+    ("--lib", "LIB", "the rocBLAS build the servers load (required)"),
+    ("--profiles", "DIR", args::PROFILES),
+    ("--every", "SECONDS", "the least time between the starts of two rounds (default 60)"),
+    ("--hour-budget", "SECONDS", "tuning time allowed in any hour (default 900: a quarter of the device's time)"),
+    ("--rounds", "N", "stop after N rounds (default: run until stopped)"),
+];
+
+pub fn cli() -> clap::Command {
     args::command("watch", ABOUT, AFTER)
         .arg(args::positionals(
             "DIR",
             1,
             "the miss folder to follow (default $TUNEDBLAS_MISS_DIR, as the interposer)",
         ))
-        .arg(args::lib_option(
-            "the rocBLAS build the servers load (required)",
-        ))
-        .arg(args::profiles_option())
-        .arg(args::option(
-            "--every",
-            "SECONDS",
-            "the least time between the starts of two rounds (default 60)",
-        ))
-        .arg(args::option(
-            "--hour-budget",
-            "SECONDS",
-            "tuning time allowed in any hour (default 900: a quarter of the device's time)",
-        ))
-        .arg(args::option(
-            "--rounds",
-            "N",
-            "stop after N rounds (default: run until stopped)",
-        ))
+        .args(args::table(OPTIONS))
         .arg(
             clap::Arg::new("tune-args")
                 .num_args(0..)
@@ -68,10 +59,6 @@ fn cli() -> clap::Command {
                 .value_name("TUNE OPTIONS")
                 .help("options for every `tune` round, after `--`"),
         )
-}
-
-pub fn help() -> String {
-    args::help_text(cli())
 }
 
 /// Set by SIGTERM / SIGINT.
@@ -105,11 +92,10 @@ fn nap(d: Duration) {
     }
 }
 
-pub fn run(argv: &[String]) -> Result<()> {
-    let a = Args::of_declared("watch", cli(), argv)?;
+pub fn run(a: &Args) -> Result<()> {
     let lib = a.lib()?;
-    let every = Duration::from_secs(seconds(&a, "--every", 60)?);
-    let budget = Duration::from_secs(seconds(&a, "--hour-budget", 900)?);
+    let every = Duration::from_secs(seconds(a, "--every", 60)?);
+    let budget = Duration::from_secs(seconds(a, "--hour-budget", 900)?);
     let rounds = a
         .value("--rounds")
         .map(|v| {

@@ -9,7 +9,7 @@ const ABOUT: &str = "\
 (internal: `demo` runs it under the preload) Runs the demo workload's GEMMs N times the way
 a linked host calls rocBLAS, and prints calls, GEMM time and failures as one JSON line.";
 
-fn cli() -> clap::Command {
+pub fn cli() -> clap::Command {
     args::command("workload", ABOUT, "")
         .arg(args::lib_option("the rocBLAS build (required)"))
         .arg(args::option(
@@ -19,12 +19,7 @@ fn cli() -> clap::Command {
         ))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-pub fn run(args: &[String]) -> Result<()> {
-    let a = Args::of_declared("workload", cli(), args)?;
+pub fn run(a: &Args) -> Result<()> {
     let r = workload::run(&a.lib()?, a.parsed("--passes", 3, "a number")?)?;
     println!("{}", serde_json::to_string(&r).expect("plain struct"));
     Ok(())

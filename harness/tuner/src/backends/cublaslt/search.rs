@@ -1,0 +1,483 @@
+//! The wider search, within the shape's screening budget: beyond the heuristic's answers, the configurations
+//! cuBLASLt itself says it has for the shape's types (`cublasLtMatmulAlgoGetIds`, then each
+//! algorithm's capabilities: tiles, stages, split-K and its reduction schemes, CTA swizzling,
+//! custom options; cluster shapes are tried and left to the check), each rebuilt as the
+//! interposer rebuilds it and validated with `cublasLtMatmulAlgoCheck`, pruned by one short
+//! probe each, within a time budget per shape.
+//!
+//! Two phases: (1) every (algorithm, tile, stages) with split-K 1 and the answers' cluster
+//! shapes, the heuristic's own algorithm first; (2) around the few fastest probes, and the
+//! heuristic's answers: every cluster shape x custom option, swizzling, and split-K with each
+//! reduction scheme. The fastest probes go on to numerics and the interleaved trials like any
+//! of the heuristic's answers.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+use tunedblas_core::cublaslt::*;
+
+use super::{Cublaslt, CublasltSession};
+use crate::backends::lt::{Flavor, LtProblem};
+use crate::bench::{Cand, Screen};
+
+/// `cublasLtMatmulAlgoCapAttributes_t` values the search reads.
+pub const CAP_SPLITK_SUPPORT: i32 = 0;
+pub const CAP_REDUCTION_SCHEME_MASK: i32 = 1;
+pub const CAP_CTA_SWIZZLING_SUPPORT: i32 = 2;
+pub const CAP_TILE_IDS: i32 = 6;
+pub const CAP_STAGES_IDS: i32 = 13;
+
+/// Cluster shapes tried (`cublasLtClusterShape_t`: 0 auto, 2 = 1x1x1 .. 16 = 1x16x1); the
+/// library has no capability that lists them, so `cublasLtMatmulAlgoCheck` decides.
+pub const CLUSTER_SHAPES: [u32; 16] = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+/// Split-K factors tried where the algorithm supports split-K and each part keeps at least
+/// [`MIN_K_PER_SPLIT`] of K.
+pub const SPLITS: [u32; 7] = [2, 3, 4, 6, 8, 12, 16];
+pub const MIN_K_PER_SPLIT: i64 = 128;
+/// Share of the budget the first phase may use.
+const PHASE1_SHARE: f64 = 0.55;
+/// Configurations refined in the second phase.
+const BASES: usize = 4;
+
+/// What one algorithm id offers (`cublasLtMatmulAlgoCapGetAttribute`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Caps {
+    pub tiles: Vec<u32>,
+    pub stages: Vec<u32>,
+    pub splitk: bool,
+    pub reduction_mask: u32,
+    pub swizzle: bool,
+    pub custom_max: u32,
+}
+
+/// The algorithm ids the library has for the key's types (empty where it cannot say).
+pub(crate) fn algo_ids(lt: &Cublaslt, handle: LtHandle, key: &LtKey) -> Vec<i32> {
+    let Some(get) = lt.get_ids else {
+        return Vec::new();
+    };
+    let mut ids = vec![0i32; 512];
+    let mut n = 0i32;
+    // SAFETY: ids has room for the count given; n is a valid out-pointer.
+    let st = unsafe {
+        get(
+            handle,
+            key.compute,
+            key.scale,
+            key.a_type,
+            key.b_type,
+            key.c_type,
+            key.d_type,
+            ids.len() as i32,
+            ids.as_mut_ptr(),
+            &mut n,
+        )
+    };
+    if st != STATUS_SUCCESS {
+        return Vec::new();
+    }
+    ids.truncate(n.clamp(0, 512) as usize);
+    ids
+}
+
+fn cap_list(lt: &Cublaslt, algo: &MatmulAlgo, attr: i32) -> Vec<u32> {
+    let mut size = 0usize;
+    // SAFETY: a size query (no buffer).
+    let st = unsafe { (lt.cap_get)(algo, attr, std::ptr::null_mut(), 0, &mut size) };
+    if st != STATUS_SUCCESS || size == 0 || !size.is_multiple_of(4) || size > 1 << 16 {
+        return Vec::new();
+    }
+    let mut v = vec![0u32; size / 4];
+    let mut w = 0usize;
+    // SAFETY: v holds `size` bytes.
+    let st = unsafe { (lt.cap_get)(algo, attr, v.as_mut_ptr().cast(), size, &mut w) };
+    if st != STATUS_SUCCESS {
+        return Vec::new();
+    }
+    v.truncate(w / 4);
+    v
+}
+
+fn cap_u32(lt: &Cublaslt, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
+    let mut v = 0u32;
+    let mut w = 0usize;
+    // SAFETY: a 4-byte attribute into a u32.
+    let st = unsafe { (lt.cap_get)(algo, attr, (&mut v as *mut u32).cast(), 4, &mut w) };
+    (st == STATUS_SUCCESS && w == 4).then_some(v)
+}
+
+/// The capabilities of algorithm `id` for the key's types; `None` where the library does not
+/// initialise it. An empty tile or stages list becomes `[0]` (undefined: the library's choice).
+pub(crate) fn caps(lt: &Cublaslt, handle: LtHandle, key: &LtKey, id: i32) -> Option<Caps> {
+    let mut algo = MatmulAlgo::default();
+    // SAFETY: a valid out-pointer; the handle is live.
+    let st = unsafe {
+        (lt.algo_init)(
+            handle,
+            key.compute,
+            key.scale,
+            key.a_type,
+            key.b_type,
+            key.c_type,
+            key.d_type,
+            id,
+            &mut algo,
+        )
+    };
+    if st != STATUS_SUCCESS {
+        return None;
+    }
+    let or_undefined = |v: Vec<u32>| if v.is_empty() { vec![0] } else { v };
+    Some(Caps {
+        tiles: or_undefined(cap_list(lt, &algo, CAP_TILE_IDS)),
+        stages: or_undefined(cap_list(lt, &algo, CAP_STAGES_IDS)),
+        splitk: cap_u32(lt, &algo, CAP_SPLITK_SUPPORT).unwrap_or(0) != 0,
+        reduction_mask: cap_u32(lt, &algo, CAP_REDUCTION_SCHEME_MASK).unwrap_or(0),
+        swizzle: cap_u32(lt, &algo, CAP_CTA_SWIZZLING_SUPPORT).unwrap_or(0) != 0,
+        custom_max: cap_u32(lt, &algo, CAP_CUSTOM_OPTION_MAX)
+            .unwrap_or(0)
+            .min(15),
+    })
+}
+
+/// Every algorithm the library lists for the key, with its capabilities; the seeds'
+/// algorithms first (and included even where the id list lacks them).
+pub(crate) fn space(
+    lt: &Cublaslt,
+    handle: LtHandle,
+    key: &LtKey,
+    seeds: &[AlgoConfig],
+) -> Vec<(i32, Caps)> {
+    let mut ids: Vec<i32> = Vec::new();
+    for s in seeds {
+        if !ids.contains(&s.algo) {
+            ids.push(s.algo);
+        }
+    }
+    for id in algo_ids(lt, handle, key) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids.into_iter()
+        .filter_map(|id| caps(lt, handle, key, id).map(|c| (id, c)))
+        .collect()
+}
+
+fn unique(v: &mut Vec<u32>, x: u32) {
+    if !v.contains(&x) {
+        v.push(x);
+    }
+}
+
+/// Phase one: every (algorithm, tile, stages) of `space` with split-K 1, swizzle 0, custom 0
+/// and, for a seed's algorithm, the seeds' inner and cluster shapes (else inner 0, clusters
+/// auto and 1x1x1). Order: the space's order (seeds' algorithms first), and within an
+/// algorithm the seeds' stages before the others; seeds themselves left out.
+pub fn tile_configs(seeds: &[AlgoConfig], space: &[(i32, Caps)]) -> Vec<AlgoConfig> {
+    let mut out = Vec::new();
+    let mut have: HashSet<AlgoConfig> = seeds.iter().copied().collect();
+    for (id, caps) in space {
+        let mine: Vec<&AlgoConfig> = seeds.iter().filter(|s| s.algo == *id).collect();
+        let (mut clusters, mut inners, mut stages) = (Vec::new(), Vec::new(), Vec::new());
+        for s in &mine {
+            unique(&mut clusters, s.cluster_shape);
+            unique(&mut inners, s.inner_shape);
+            if caps.stages.contains(&s.stages) || caps.stages == [0] {
+                unique(&mut stages, s.stages);
+            }
+        }
+        if mine.is_empty() {
+            clusters = vec![0, 2];
+            inners = vec![0];
+        }
+        for &st in &caps.stages {
+            unique(&mut stages, st);
+        }
+        for &st in &stages {
+            for &tile in &caps.tiles {
+                for &inner in &inners {
+                    for &cluster in &clusters {
+                        let c = AlgoConfig {
+                            algo: *id,
+                            tile,
+                            stages: st,
+                            splitk: 1,
+                            reduction: 0,
+                            swizzle: 0,
+                            custom: 0,
+                            inner_shape: inner,
+                            cluster_shape: cluster,
+                        };
+                        if have.insert(c) {
+                            out.push(c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Phase two, around each of `bases`: every cluster shape x custom option, CTA swizzling on,
+/// and split-K (each part at least [`MIN_K_PER_SPLIT`] of `k`) with each reduction scheme
+/// of the mask; what `skip` already holds left out.
+pub fn refinements(
+    bases: &[AlgoConfig],
+    caps_of: impl Fn(i32) -> Option<Caps>,
+    k: i64,
+    skip: &HashSet<AlgoConfig>,
+) -> Vec<AlgoConfig> {
+    let mut out: Vec<AlgoConfig> = Vec::new();
+    let mut have: HashSet<AlgoConfig> = HashSet::new();
+    let mut add = |c: AlgoConfig, out: &mut Vec<AlgoConfig>| {
+        if !skip.contains(&c) && have.insert(c) {
+            out.push(c);
+        }
+    };
+    for b in bases {
+        let Some(caps) = caps_of(b.algo) else {
+            continue;
+        };
+        for cluster in CLUSTER_SHAPES {
+            for custom in 0..=caps.custom_max {
+                add(
+                    AlgoConfig {
+                        cluster_shape: cluster,
+                        custom,
+                        ..*b
+                    },
+                    &mut out,
+                );
+            }
+        }
+        if caps.swizzle {
+            add(AlgoConfig { swizzle: 1, ..*b }, &mut out);
+        }
+        if caps.splitk {
+            for s in SPLITS
+                .into_iter()
+                .filter(|&s| k / s as i64 >= MIN_K_PER_SPLIT)
+            {
+                for bit in 0..8 {
+                    let scheme = 1u32 << bit;
+                    if caps.reduction_mask & scheme != 0 {
+                        add(
+                            AlgoConfig {
+                                splitk: s,
+                                reduction: scheme,
+                                ..*b
+                            },
+                            &mut out,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `cublasLtMatmulAlgoGetIds(handle, compute, scale, Atype, Btype, Ctype, Dtype, requested,
+/// ids*, returned*)`.
+pub type AlgoGetIdsFn = unsafe extern "C" fn(
+    LtHandle,
+    ComputeType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    CudaDataType,
+    i32,
+    *mut i32,
+    *mut i32,
+) -> LtStatus;
+
+/// Offers `list` to the screening, each rebuilt and checked, until `stop` says so.
+fn sweep(
+    p: &LtProblem<'_, CublasltSession<'_>>,
+    list: &[AlgoConfig],
+    screen: &mut Screen<'_, MatmulAlgo>,
+    stop: &dyn Fn(&Screen<'_, MatmulAlgo>) -> bool,
+) {
+    for cfg in list {
+        if stop(screen) {
+            screen.not_probed("left for want of time");
+            continue;
+        }
+        match p.session.rebuild(p, cfg) {
+            Ok(algo) => {
+                screen.offer(Cand {
+                    name: cfg.solution_name(),
+                    algo,
+                });
+            }
+            Err(why) => screen.not_probed(&why),
+        }
+    }
+}
+
+/// The wider search for one shape, after the heuristic's answers `seeds` were offered:
+/// phase one until [`PHASE1_SHARE`] of the budget, phase two around the fastest probes
+/// until it is spent.
+pub fn search(
+    p: &LtProblem<'_, CublasltSession<'_>>,
+    seeds: &[AlgoConfig],
+    screen: &mut Screen<'_, MatmulAlgo>,
+) {
+    let s = p.session;
+    let space = space(s.lib, s.handle(), &p.key, seeds);
+    let phase1 = tile_configs(seeds, &space);
+    sweep(p, &phase1, screen, &|sc| sc.share_spent() >= PHASE1_SHARE);
+    let bases: Vec<AlgoConfig> = screen
+        .best(BASES)
+        .iter()
+        .filter_map(|n| AlgoConfig::parse(n).ok())
+        .collect();
+    let caps_of = |id: i32| space.iter().find(|s| s.0 == id).map(|s| s.1.clone());
+    let tried: HashSet<AlgoConfig> = seeds.iter().chain(&phase1).copied().collect();
+    let phase2 = refinements(&bases, caps_of, p.key.k, &tried);
+    sweep(p, &phase2, screen, &|sc| sc.spent());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(algo: i32, tile: u32, stages: u32, cluster: u32) -> AlgoConfig {
+        AlgoConfig {
+            algo,
+            tile,
+            stages,
+            splitk: 1,
+            reduction: 0,
+            swizzle: 0,
+            custom: 0,
+            inner_shape: 0,
+            cluster_shape: cluster,
+        }
+    }
+
+    impl Caps {
+        fn without_extras(mut self) -> Caps {
+            self.reduction_mask = 0;
+            self.swizzle = false;
+            self
+        }
+    }
+
+    fn caps(tiles: &[u32], stages: &[u32], splitk: bool, custom_max: u32) -> Caps {
+        Caps {
+            tiles: tiles.to_vec(),
+            stages: stages.to_vec(),
+            splitk,
+            reduction_mask: 0b11,
+            swizzle: true,
+            custom_max,
+        }
+    }
+
+    #[test]
+    fn the_stand_ins_algorithms_are_listed_with_their_caps_and_checked() {
+        let lib = crate::backends::tests::cublaslt_stand_in();
+        let session = crate::backends::Library::session(&lib, 0).unwrap();
+        let key = LtKey::linear(R_16BF, 2560, 256, 1536);
+        let h = session.handle();
+        assert_eq!(algo_ids(&lib, h, &key), [6, 21, 66, 120]);
+        // The stand-in heuristic's only answer: algo 6, tile 15, stages 8.
+        let seed = cfg(6, 15, 8, 0);
+        let sp = space(&lib, h, &key, &[seed]);
+        let ids: Vec<i32> = sp.iter().map(|s| s.0).collect();
+        assert_eq!(
+            ids,
+            [6, 21, 66],
+            "the seed's first; 120 is refused by AlgoInit"
+        );
+        let c66 = &sp[2].1;
+        assert_eq!(c66.tiles, [15, 20, 999]);
+        assert_eq!(c66.stages, [8, 35]);
+        assert!(c66.splitk && c66.swizzle);
+        assert_eq!((c66.reduction_mask, c66.custom_max), (3, 2));
+        assert_eq!(sp[0].1, caps(&[15], &[8], false, 0).without_extras());
+        // Phase one: every tile of 66 is listed; the check refuses tile 999.
+        let phase1 = tile_configs(&[seed], &sp);
+        assert!(phase1.iter().any(|c| c.algo == 66 && c.tile == 999));
+        let method = |ws| crate::pipeline::Method {
+            workspace: ws,
+            ..Default::default()
+        };
+        let p = LtProblem::new(&session, key, &method(1 << 20)).unwrap();
+        let accepted: Vec<AlgoConfig> = phase1
+            .iter()
+            .filter(|c| session.rebuild(&p, c).is_ok())
+            .copied()
+            .collect();
+        assert!(!accepted.is_empty());
+        assert!(accepted.iter().all(|c| c.tile != 999));
+        assert_eq!(
+            accepted.len(),
+            phase1.len() - phase1.iter().filter(|c| c.tile == 999).count()
+        );
+        // Phase two around an algo-66 configuration: split-K needs 4096 bytes of workspace
+        // in the stand-in, so a caller with less gets none of it.
+        let base = *accepted.iter().find(|c| c.algo == 66).unwrap();
+        let caps_of = |id: i32| sp.iter().find(|s| s.0 == id).map(|s| s.1.clone());
+        let phase2 = refinements(&[base], caps_of, key.k, &HashSet::new());
+        let split: Vec<&AlgoConfig> = phase2.iter().filter(|c| c.splitk > 1).collect();
+        assert!(!split.is_empty());
+        let small = LtProblem::new(&session, key, &method(1024)).unwrap();
+        let big = LtProblem::new(&session, key, &method(4096)).unwrap();
+        assert!(split.iter().all(|c| session.rebuild(&big, c).is_ok()));
+        assert!(split.iter().all(|c| session.rebuild(&small, c).is_err()));
+        assert!(phase2
+            .iter()
+            .any(|c| c.custom == 2 && c.cluster_shape == 16));
+    }
+
+    #[test]
+    fn phase_one_lists_each_tile_and_stage_seed_algorithm_first_seeds_left_out() {
+        let seeds = [cfg(66, 20, 35, 5), cfg(66, 12, 35, 3)];
+        let space = [
+            (66, caps(&[12, 20, 40], &[8, 35], true, 2)),
+            (6, caps(&[15], &[0], false, 0)),
+        ];
+        let v = tile_configs(&seeds, &space);
+        // algo 66: 3 tiles x 2 stages x clusters {5, 3} = 12, minus the 2 seeds; algo 6: 1
+        // tile x 1 stage x clusters {0, 2} = 2.
+        assert_eq!(v.len(), 10 + 2);
+        assert!(!v.contains(&seeds[0]) && !v.contains(&seeds[1]));
+        assert!(v[..10].iter().all(|c| c.algo == 66));
+        assert!(
+            v[..4].iter().all(|c| c.stages == 35),
+            "the seeds' stages first"
+        );
+        assert!(v.contains(&cfg(6, 15, 0, 2)) && v.contains(&cfg(6, 15, 0, 0)));
+        assert!(v.iter().all(|c| c.splitk == 1 && c.custom == 0));
+    }
+
+    #[test]
+    fn phase_two_varies_cluster_custom_swizzle_and_split_k_within_the_caps() {
+        let base = cfg(66, 20, 35, 5);
+        let caps_of = |id: i32| (id == 66).then(|| caps(&[20], &[35], true, 1));
+        // K = 320: only split 2 leaves 128 of K per part; schemes 1 and 2.
+        let v = refinements(&[base], caps_of, 320, &HashSet::from([base]));
+        let clusters = CLUSTER_SHAPES.len();
+        assert_eq!(v.len(), clusters * 2 - 1 + 1 + 2);
+        assert!(!v.contains(&base));
+        assert!(v.iter().any(|c| c.swizzle == 1));
+        let splits: Vec<(u32, u32)> = v
+            .iter()
+            .filter(|c| c.splitk > 1)
+            .map(|c| (c.splitk, c.reduction))
+            .collect();
+        assert_eq!(splits, [(2, 1), (2, 2)]);
+        // Larger K: more splits; an algorithm without split-K gets none; unknown ids nothing.
+        let v = refinements(&[base], caps_of, 4096, &HashSet::new());
+        assert_eq!(v.iter().filter(|c| c.splitk > 1).count(), SPLITS.len() * 2);
+        let no_split = |_: i32| Some(caps(&[20], &[35], false, 0));
+        assert!(refinements(&[base], no_split, 4096, &HashSet::new())
+            .iter()
+            .all(|c| c.splitk == 1));
+        assert!(refinements(&[cfg(7, 1, 1, 0)], caps_of, 4096, &HashSet::new()).is_empty());
+    }
+}

@@ -1,0 +1,352 @@
+//! The checkpoint that makes a campaign resumable, and the lock that gives a profile one
+//! campaign at a time. Each finished shape is appended to the profile folder's checkpoint
+//! and synced before the next starts, so a campaign stopped in any way (killed, a closed
+//! output pipe, a shape that failed) resumes where it stopped when the same command is run
+//! again; a command with other inputs refuses and prints the one that finishes it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::store::{self, Folder};
+
+/// The first checkpoint line: what the campaign was started with. A rerun resumes the
+/// checkpoint when `build` and `shapes` are the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub started: String,
+    /// The library build (its sha256, and for `lt tune` the rank).
+    pub build: String,
+    /// Every shape of this campaign (after sharding), in order.
+    pub shapes: Vec<String>,
+    /// The command line that started it and the folder it ran in, so that a `tune` with
+    /// other inputs, which must refuse, can say exactly what to rerun (absent in
+    /// checkpoints of older builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+}
+
+impl Header {
+    /// The header of a campaign this process starts now, with its own command line.
+    pub fn new(build: String, shapes: Vec<String>) -> Header {
+        Header {
+            started: store::utc_now(),
+            build,
+            shapes,
+            command: Some(invocation(std::env::args())),
+            dir: std::env::current_dir().ok(),
+        }
+    }
+
+    /// What to run to finish this campaign: its command, in its folder.
+    fn rerun(&self) -> Option<String> {
+        let command = self.command.as_deref()?;
+        Some(match &self.dir {
+            Some(d) => format!("cd {} && {command}", shell_word(&d.to_string_lossy())),
+            None => command.to_string(),
+        })
+    }
+}
+
+/// A command line as a shell reads it back: `tunedblas` and the arguments, each quoted
+/// where it needs to be (the program's own path is left out: the user's shell finds it).
+fn invocation(args: impl Iterator<Item = String>) -> String {
+    std::iter::once("tunedblas".to_string())
+        .chain(args.skip(1).map(|a| shell_word(&a)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `w` as one POSIX shell word: unchanged when it is plain, else single-quoted.
+fn shell_word(w: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:,=+@%".contains(c);
+    if !w.is_empty() && w.chars().all(plain) {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
+}
+
+fn checkpoint_path(dir: &Path) -> PathBuf {
+    dir.join(".campaign.partial.jsonl")
+}
+
+/// Reads an unfinished campaign's checkpoint: its header and the shapes it finished. A
+/// torn last line (killed mid-write) is ignored; that shape is simply tuned again.
+fn read_checkpoint<O: DeserializeOwned>(path: &Path) -> Result<Option<(Header, Vec<O>)>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::failed(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let mut lines = text.lines();
+    let Some(header) = lines
+        .next()
+        .and_then(|l| serde_json::from_str::<Header>(l).ok())
+    else {
+        return Ok(None);
+    };
+    let done = lines
+        .filter_map(|l| serde_json::from_str::<O>(l).ok())
+        .collect();
+    Ok(Some((header, done)))
+}
+
+/// The refusal of a campaign whose profile folder holds another one, unfinished: what to
+/// rerun to finish that one, or how to discard it.
+fn unfinished(path: &Path, old: &Header, done: usize) -> Error {
+    let what = format!(
+        "an unfinished campaign of other shapes ({done} of {} done) is in {}",
+        old.shapes.len(),
+        path.display()
+    );
+    let finish = match old.rerun() {
+        Some(cmd) => format!("to finish it, rerun the command that started it:\n    {cmd}"),
+        None => "to finish it, rerun the command that started it (with the same inputs)".into(),
+    };
+    Error::failed(format!(
+        "{what}\n{finish}\nor discard it: add --fresh to this command"
+    ))
+}
+
+/// Appends one line and syncs it: after this returns the shape survives a kill.
+fn append_line(file: &mut std::fs::File, line: &str, path: &Path) -> Result<()> {
+    file.write_all(format!("{line}\n").as_bytes())
+        .and_then(|_| file.sync_data())
+        .map_err(|e| {
+            Error::failed(format!(
+                "cannot write the checkpoint {}: {e}",
+                path.display()
+            ))
+        })
+}
+
+/// The append-only, synced record of finished shapes that makes a campaign resumable: one
+/// [`Header`] line, then one JSON line per finished shape (the campaign's outcome), in the
+/// profile folder. Hold [`lock`] while it is open.
+pub struct Checkpoint {
+    path: PathBuf,
+    file: std::fs::File,
+    pub started: String,
+}
+
+impl Checkpoint {
+    /// Opens the checkpoint in the profile folder `dir` for `header`: resumes it when it
+    /// was started with the same build and shapes (returning what it finished), else starts
+    /// afresh, which an unfinished campaign with other shapes allows only with `fresh`.
+    pub fn open<O: DeserializeOwned>(
+        dir: &Path,
+        header: Header,
+        fresh: bool,
+    ) -> Result<(Checkpoint, Vec<O>)> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))?;
+        let path = checkpoint_path(dir);
+        let (started, done) = match read_checkpoint(&path)? {
+            Some((old, done)) if old.build == header.build && old.shapes == header.shapes => {
+                (old.started, done)
+            }
+            Some((old, done)) if !fresh => return Err(unfinished(&path, &old, done.len())),
+            _ => (header.started.clone(), vec![]),
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::failed(format!("cannot open {}: {e}", path.display())))?;
+        if done.is_empty() {
+            file.set_len(0)
+                .map_err(|e| Error::failed(format!("cannot reset {}: {e}", path.display())))?;
+            let h = Header {
+                started: started.clone(),
+                ..header
+            };
+            append_line(
+                &mut file,
+                &serde_json::to_string(&h).expect("plain struct"),
+                &path,
+            )?;
+        }
+        Ok((
+            Checkpoint {
+                path,
+                file,
+                started,
+            },
+            done,
+        ))
+    }
+
+    pub fn append<O: Serialize>(&mut self, o: &O) -> Result<()> {
+        append_line(
+            &mut self.file,
+            &serde_json::to_string(o).expect("plain struct"),
+            &self.path,
+        )
+    }
+
+    /// The finished checkpoint becomes the campaign's full record in `campaigns/`, under a
+    /// name no earlier record has (two campaigns can start in one second): its header and
+    /// `outcomes` as they stand at the end (the fresh process's and qualification's
+    /// verdicts included), each unchanged one as the checkpoint's line, verbatim (a float
+    /// read back and written again need not give the same digits).
+    pub fn retire<O: Serialize>(self, dir: &Path, outcomes: &[O]) {
+        let dir = dir.join("campaigns");
+        let _ = std::fs::create_dir_all(&dir);
+        let stem = self.started.replace(':', "");
+        let mut record = dir.join(format!("{stem}.jsonl"));
+        // No other campaign of this folder runs meanwhile (the campaign lock).
+        for n in 2..1000 {
+            if !record.exists() {
+                break;
+            }
+            record = dir.join(format!("{stem}-{n}.jsonl"));
+        }
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let mut old = text.lines();
+        let header = old.next().map(str::to_string);
+        let old: Vec<(&str, serde_json::Value)> = old
+            .filter_map(|l| Some((l, serde_json::from_str(l).ok()?)))
+            .collect();
+        let lines = header.into_iter().chain(outcomes.iter().map(|o| {
+            let now = serde_json::to_value(o).expect("plain struct");
+            match old.iter().find(|(_, v)| *v == now) {
+                Some((line, _)) => line.to_string(),
+                None => serde_json::to_string(o).expect("plain struct"),
+            }
+        }));
+        let text: String = lines.map(|l| l + "\n").collect();
+        if std::fs::write(&record, text).is_err() {
+            let _ = std::fs::remove_file(&record);
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Takes the profile folder's campaign lock (`.campaign.lock`, `flock`), waiting while
+/// another `tune` of the profile holds it; released when the returned file is dropped, or
+/// by the kernel when the process dies. A campaign owns the folder's one checkpoint, so
+/// two at once would mix their shapes in it; waiting instead lets both finish, in turn.
+pub fn lock(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(&folder.dir)
+        .map_err(|e| Error::failed(format!("cannot create {}: {e}", folder.dir.display())))?;
+    let path = folder.dir.join(".campaign.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| Error::failed(format!("cannot open {}: {e}", path.display())))?;
+    let flock = |how| loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    match flock(libc::LOCK_EX | libc::LOCK_NB) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            if !quiet {
+                eprintln!(
+                    "tunedblas: another tune of '{}' is running; waiting for it to finish ({})",
+                    folder.name,
+                    path.display()
+                );
+            }
+            flock(libc::LOCK_EX)
+                .map_err(|e| Error::failed(format!("cannot lock {}: {e}", path.display())))?;
+        }
+        Err(e) => {
+            return Err(Error::failed(format!(
+                "cannot lock {}: {e}",
+                path.display()
+            )))
+        }
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_to_rerun_reads_back_as_the_same_words() {
+        let args = ["/opt/bin/tunedblas", "tune", "--lib", "/a b/lib.so", "it's"];
+        assert_eq!(
+            invocation(args.iter().map(|s| s.to_string())),
+            r"tunedblas tune --lib '/a b/lib.so' 'it'\''s'"
+        );
+        assert_eq!(shell_word("f16:TN:8:8:8"), "f16:TN:8:8:8");
+        assert_eq!(shell_word(""), "''");
+        let h = Header {
+            dir: Some("/x y".into()),
+            ..Header::new("b".into(), vec![])
+        };
+        assert!(h.rerun().unwrap().starts_with("cd '/x y' && tunedblas"));
+    }
+
+    #[test]
+    fn an_interrupted_campaign_resumes_with_what_it_finished() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-checkpoint-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let shapes = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let header = || Header::new("cublaslt sha".into(), shapes(&["a", "b", "c"]));
+        let (mut cp, done) = Checkpoint::open::<String>(&dir, header(), false).unwrap();
+        assert!(done.is_empty());
+        cp.append(&"a done".to_string()).unwrap();
+        cp.append(&"b done".to_string()).unwrap();
+        drop(cp); // killed
+                  // A torn last line (killed mid-write) is ignored: that shape is tuned again.
+        let path = checkpoint_path(&dir);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"\"c do").unwrap();
+        drop(f);
+        // Another campaign (other shapes, another build) may not take the checkpoint.
+        let other = Header::new("cublaslt sha".into(), shapes(&["a", "d"]));
+        let e = Checkpoint::open::<String>(&dir, other.clone(), false)
+            .err()
+            .unwrap();
+        assert!(
+            e.message
+                .contains("unfinished campaign of other shapes (2 of 3 done)"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("add --fresh"), "{}", e.message);
+        // The same inputs: what was finished comes back.
+        let (cp, done) = Checkpoint::open::<String>(&dir, header(), false).unwrap();
+        assert_eq!(done, ["a done", "b done"]);
+        cp.retire(&dir, &["a done".to_string()]);
+        assert!(!path.exists() && dir.join("campaigns").read_dir().unwrap().count() == 1);
+        // Finished: a rerun starts afresh; --fresh discards an unfinished one.
+        let (mut cp, done) = Checkpoint::open::<String>(&dir, header(), false).unwrap();
+        assert!(done.is_empty());
+        cp.append(&"a done".to_string()).unwrap();
+        drop(cp);
+        let (_, done) = Checkpoint::open::<String>(&dir, other, true).unwrap();
+        assert!(done.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,772 @@
+//! Curation: what a campaign does with a shape once the heuristic, the current row and the
+//! new best have been timed in one session, interleaved.
+//!
+//! The rules (printed in every report and recorded in provenance):
+//! 1. Adopt the new best only if it beats both the heuristic and the current row by at
+//!    least the margin, outside the measured spread, and its solution id differs from the
+//!    current row's (the same id re-timed is the same kernel: any gain is noise).
+//! 2. Drop a current row slower than the heuristic by more than the margin, outside the
+//!    spread.
+//! 3. When a difference that would decide is inside the measured spread, decide nothing:
+//!    keep what is there and say "undecidable".
+//! 4. When nothing beats the heuristic, the outcome is `Default`: written as an explicit
+//!    `Default` row or left out, by flag.
+//!
+//! Times are compared through paired ratios: round `t` timed A and B back to back, so
+//! `A_t / B_t` cancels drift common to both (clock boost, a neighbour's load). The spread is
+//! half the range of those ratios, trimmed of a tenth at each end from ten rounds on (a few
+//! outliers, a sample preempted or a clock that stumbled, cannot make every shape
+//! undecidable). A difference is outside the spread when it exceeds that half range, every
+//! kept round agrees on which contender is faster, and the faster one won at least
+//! [`WIN_SHARE`] of all the paired rounds.
+
+use serde::{Deserialize, Serialize};
+
+use crate::numerics::median;
+
+/// A profile's row for a shape: what curation keeps, writes or compares against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Row {
+    /// `Default`: the library's own heuristic.
+    Default,
+    /// A solution of the library being tuned, by the name its rows give it.
+    Mine(String),
+    /// A row this library cannot run (another library's): left as it is.
+    Foreign(String),
+}
+
+impl Row {
+    /// A row as a results file writes it.
+    pub fn text(&self) -> &str {
+        match self {
+            Row::Default => "Default",
+            Row::Mine(s) | Row::Foreign(s) => s,
+        }
+    }
+
+    /// A row read back from a checkpoint (written by this library's campaign).
+    pub fn parse(text: &str) -> Row {
+        match text {
+            "Default" => Row::Default,
+            s => Row::Mine(s.to_string()),
+        }
+    }
+}
+
+/// One interleaved round: ms per call of each contender, timed back to back.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    pub heuristic: f64,
+    /// The current row's solution; None when there is no current row of this library.
+    pub current: Option<f64>,
+    /// The new best candidate; None when the library offered nothing runnable.
+    pub new: Option<f64>,
+}
+
+/// What the campaign knows about one shape.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    pub rounds: Vec<Round>,
+    /// The row the profile has for this shape now (this build's rows only).
+    pub current: Option<Row>,
+    /// The fastest candidate of the trials, by name.
+    pub new: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Rules {
+    /// Relative margin a change must clear (0.03 = 3%).
+    pub margin: f64,
+    /// Write `Default` outcomes as explicit `Default` rows (else leave them out).
+    pub keep_default: bool,
+    /// A spread above this (0.5 = 50%) cannot say that nothing beats the heuristic: such a
+    /// shape is undecidable, not `Default`, so no row pins it and it comes back as a miss.
+    #[serde(default = "default_noisy")]
+    pub noisy: f64,
+}
+
+fn default_noisy() -> f64 {
+    0.5
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules {
+            margin: 0.03,
+            keep_default: true,
+            noisy: default_noisy(),
+        }
+    }
+}
+
+impl Rules {
+    /// The rules in words, for reports and provenance.
+    pub fn describe(&self) -> Vec<String> {
+        let m = self.margin * 100.0;
+        vec![
+            format!("adopt a new solution only if it beats the heuristic and the current row by >= {m:.1}% outside the measured spread, winning at least 3 in 4 paired rounds and every one but a tenth at each extreme, and it is another solution than the current row's"),
+            format!("drop a row slower than the heuristic by > {m:.1}% outside the spread"),
+            "a difference inside the measured spread decides nothing: what is there stays (undecidable)".into(),
+            if self.keep_default {
+                "when nothing beats the heuristic, write an explicit Default row".into()
+            } else {
+                "when nothing beats the heuristic, write no row".into()
+            },
+            format!(
+                "a shape whose spread is over {:.0}% is too noisy to say nothing beats the heuristic: undecidable, no row written",
+                self.noisy * 100.0
+            ),
+        ]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// A new solution replaces what was there.
+    Adopt,
+    /// The current row stays.
+    Keep,
+    /// The current row goes (replaced by `Default` or by nothing, per the rules).
+    Drop,
+    /// Nothing beats the heuristic: a `Default` row, or no row.
+    Default,
+    /// The deciding difference is inside the spread: what is there stays.
+    Undecidable,
+}
+
+impl Decision {
+    pub fn word(self) -> &'static str {
+        match self {
+            Decision::Adopt => "adopt",
+            Decision::Keep => "keep",
+            Decision::Drop => "drop",
+            Decision::Default => "default",
+            Decision::Undecidable => "undecidable",
+        }
+    }
+}
+
+/// The outcome for one shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub decision: Decision,
+    /// The row to write, or None for no row.
+    #[serde(with = "row_text")]
+    pub row: Option<Row>,
+    pub reason: String,
+    pub heuristic_ms: f64,
+    pub current_ms: Option<f64>,
+    pub new_ms: Option<f64>,
+    /// New best vs heuristic, relative (-0.12 = 12% faster).
+    pub delta: Option<f64>,
+    /// Spread of that comparison (relative).
+    pub spread: f64,
+}
+
+mod row_text {
+    use super::Row;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(r: &Option<Row>, ser: S) -> Result<S::Ok, S::Error> {
+        match r {
+            Some(r) => ser.serialize_some(r.text()),
+            None => ser.serialize_none(),
+        }
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Row>, D::Error> {
+        let text: Option<String> = Option::deserialize(de)?;
+        Ok(text.map(|t| Row::parse(&t)))
+    }
+}
+
+/// The share of paired rounds the faster contender must win (three in four): a lower
+/// median made of a few lucky rounds does not decide.
+pub const WIN_SHARE: f64 = 0.75;
+
+/// A paired comparison of A against B.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Compare {
+    /// median(A/B) - 1: negative when A is faster.
+    pub delta: f64,
+    /// Half the (trimmed) range of the ratios.
+    pub spread: f64,
+    /// Every (kept) round has A faster than B, or every one has it slower.
+    pub agree: bool,
+    /// The share of all rounds the contender the median calls faster won.
+    pub wins: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// A is faster by the margin, outside the spread.
+    Faster,
+    /// A is slower by the margin, outside the spread.
+    Slower,
+    /// The difference reaches the margin but not the spread.
+    InsideSpread,
+    /// Within the margin.
+    Even,
+}
+
+impl Compare {
+    pub fn of(a: &[f64], b: &[f64]) -> Compare {
+        let mut r: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| x / y)
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .collect();
+        r.sort_by(|x, y| x.total_cmp(y));
+        let delta = median(&r) - 1.0;
+        let cut = if r.len() >= 10 { r.len() / 10 } else { 0 };
+        let kept = &r[cut..r.len() - cut];
+        let (spread, agree) = match (kept.first(), kept.last()) {
+            (Some(lo), Some(hi)) => ((hi - lo) / 2.0, *hi < 1.0 || *lo > 1.0),
+            _ => (f64::INFINITY, false),
+        };
+        let won = r
+            .iter()
+            .filter(|&&x| (x < 1.0) == (delta < 0.0) && x != 1.0)
+            .count();
+        Compare {
+            delta,
+            spread,
+            agree,
+            wins: won as f64 / r.len().max(1) as f64,
+        }
+    }
+
+    fn outcome(&self, margin: f64) -> Outcome {
+        if self.delta.is_nan() {
+            return Outcome::InsideSpread;
+        }
+        if self.delta.abs() < margin {
+            Outcome::Even
+        } else if self.delta.abs() <= self.spread || !self.agree || self.wins < WIN_SHARE {
+            Outcome::InsideSpread
+        } else if self.delta < 0.0 {
+            Outcome::Faster
+        } else {
+            Outcome::Slower
+        }
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:+.1}%", x * 100.0)
+}
+
+/// The timed series of one shape: heuristic, current row, new best (None: not timed).
+fn series(e: &Evidence) -> (Vec<f64>, Option<Vec<f64>>, Option<Vec<f64>>) {
+    let heur: Vec<f64> = e.rounds.iter().map(|r| r.heuristic).collect();
+    let cur: Option<Vec<f64>> = e
+        .rounds
+        .iter()
+        .map(|r| r.current)
+        .collect::<Option<Vec<f64>>>()
+        .filter(|v| !v.is_empty());
+    let new: Option<Vec<f64>> = e
+        .rounds
+        .iter()
+        .map(|r| r.new)
+        .collect::<Option<Vec<f64>>>()
+        .filter(|v| !v.is_empty());
+    (heur, cur, new)
+}
+
+/// What rule 1 says about the new best.
+enum NewBest {
+    /// Adopt it, for this reason.
+    Adopt(String, String),
+    /// It may be faster, but inside the spread: why.
+    Undecided(String),
+    /// Nothing to adopt.
+    No,
+}
+
+/// Rule 1: can the new best be adopted? It must be another kernel than the current row's
+/// and beat the heuristic (and the current row, if timed) by the margin, outside the spread.
+fn judge_new_best(
+    e: &Evidence,
+    rules: &Rules,
+    nh: Option<Compare>,
+    vs_current: Option<Compare>,
+    current_id: Option<&str>,
+) -> NewBest {
+    let (Some(id), Some(nh)) = (e.new.clone(), nh) else {
+        return NewBest::No;
+    };
+    if Some(id.as_str()) == current_id {
+        // Trap 1: the same kernel timed twice; whatever it "gains" is noise.
+        return NewBest::No;
+    }
+    match (
+        nh.outcome(rules.margin),
+        vs_current.map(|c| c.outcome(rules.margin)),
+    ) {
+        (Outcome::Faster, None | Some(Outcome::Faster)) => NewBest::Adopt(
+            id,
+            match vs_current {
+                Some(c) => format!(
+                    "{} vs heuristic and {} vs the current row, spread {:.1}%",
+                    pct(nh.delta),
+                    pct(c.delta),
+                    nh.spread.max(c.spread) * 100.0
+                ),
+                None => format!(
+                    "{} vs heuristic, spread {:.1}%",
+                    pct(nh.delta),
+                    nh.spread * 100.0
+                ),
+            },
+        ),
+        (Outcome::InsideSpread, _) if nh.delta < 0.0 => NewBest::Undecided(format!(
+            "the new best's {} vs heuristic is inside the spread ({:.1}%)",
+            pct(nh.delta),
+            nh.spread * 100.0
+        )),
+        (Outcome::Faster, Some(Outcome::InsideSpread)) => {
+            let c = vs_current.expect("matched Some");
+            NewBest::Undecided(format!(
+                "the new best's {} vs the current row is inside the spread ({:.1}%)",
+                pct(c.delta),
+                c.spread * 100.0
+            ))
+        }
+        _ => NewBest::No,
+    }
+}
+
+/// Rule 2: the current rocBLAS row `id` against the heuristic, when no new best was
+/// adopted (`undecided`: why rule 1 could not decide).
+fn judge_current_row(
+    v: &mut Verdict,
+    e: &Evidence,
+    rules: &Rules,
+    id: &str,
+    (heur, cur): (&[f64], Option<&[f64]>),
+    undecided: Option<String>,
+) {
+    let same_id_note = match &e.new {
+        Some(n) if n == id => {
+            format!("; the best candidate is the current row's own solution {id}, so no new kernel")
+        }
+        _ => String::new(),
+    };
+    let Some(c) = cur else {
+        v.decision = Decision::Undecidable;
+        v.row = e.current.clone();
+        v.reason = format!("the current row's solution {id} could not be timed: kept");
+        return;
+    };
+    let ch = Compare::of(c, heur);
+    match ch.outcome(rules.margin) {
+        Outcome::Slower => {
+            v.decision = Decision::Drop;
+            v.row = rules.keep_default.then_some(Row::Default);
+            v.reason = format!(
+                "the current row ({id}) is {} vs heuristic, spread {:.1}%{same_id_note}",
+                pct(ch.delta),
+                ch.spread * 100.0
+            );
+        }
+        Outcome::InsideSpread => {
+            v.decision = Decision::Undecidable;
+            v.row = e.current.clone();
+            v.reason = format!(
+                "the current row's {} vs heuristic is inside the spread ({:.1}%): kept{same_id_note}",
+                pct(ch.delta),
+                ch.spread * 100.0
+            );
+        }
+        Outcome::Faster | Outcome::Even => {
+            if let Some(why) = undecided {
+                v.decision = Decision::Undecidable;
+                v.reason = format!("{why}: the current row stays");
+            } else {
+                v.decision = Decision::Keep;
+                v.reason = format!(
+                    "the current row ({id}) holds at {} vs heuristic{same_id_note}",
+                    pct(ch.delta)
+                );
+            }
+            v.row = e.current.clone();
+        }
+    }
+}
+
+/// Rule 3: no rocBLAS row: the heuristic stands unless something was undecidable.
+fn judge_without_row(
+    v: &mut Verdict,
+    e: &Evidence,
+    rules: &Rules,
+    nh: Option<Compare>,
+    undecided: Option<String>,
+) {
+    let too_noisy = nh
+        .filter(|c| c.spread > rules.noisy)
+        .map(|c| format!("too noisy to decide (spread {:.0}%)", c.spread * 100.0));
+    if let Some(why) = undecided.or(too_noisy) {
+        v.decision = Decision::Undecidable;
+        v.row = e.current.clone();
+        v.reason = format!(
+            "{why}: {}",
+            if e.current.is_some() {
+                "the Default row stays"
+            } else {
+                "no row written; re-tune with more --trials"
+            }
+        );
+        return;
+    }
+    v.decision = Decision::Default;
+    v.row = rules.keep_default.then_some(Row::Default);
+    v.reason = match (&e.new, nh) {
+        (None, _) | (_, None) => "the library offered no runnable solution".into(),
+        (Some(_), Some(nh)) => format!(
+            "no solution beats the heuristic by {:.1}% (best {})",
+            rules.margin * 100.0,
+            pct(nh.delta)
+        ),
+    };
+}
+
+/// Applies the rules to one shape.
+pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
+    let (heur, cur, new) = series(e);
+    let nh = new.as_ref().map(|n| Compare::of(n, &heur));
+    let mut v = Verdict {
+        decision: Decision::Default,
+        row: None,
+        reason: String::new(),
+        heuristic_ms: median(&heur),
+        current_ms: cur.as_deref().map(median),
+        new_ms: new.as_deref().map(median),
+        delta: nh.map(|c| c.delta),
+        spread: nh.map_or(f64::INFINITY, |c| c.spread),
+    };
+    let current_id = match &e.current {
+        Some(Row::Mine(id)) => Some(id.as_str()),
+        Some(Row::Foreign(text)) => {
+            v.decision = Decision::Keep;
+            v.row = e.current.clone();
+            v.reason = format!("{text} is not this library's solution: left as it is");
+            return v;
+        }
+        _ => None,
+    };
+    let vs_current = match (&cur, &new) {
+        (Some(c), Some(n)) => Some(Compare::of(n, c)),
+        _ => None,
+    };
+    let undecided = match judge_new_best(e, rules, nh, vs_current, current_id) {
+        NewBest::Adopt(id, reason) => {
+            v.decision = Decision::Adopt;
+            v.row = Some(Row::Mine(id));
+            v.reason = reason;
+            return v;
+        }
+        NewBest::Undecided(why) => Some(why),
+        NewBest::No => None,
+    };
+    match current_id {
+        Some(id) => judge_current_row(&mut v, e, rules, id, (&heur, cur.as_deref()), undecided),
+        None => judge_without_row(&mut v, e, rules, nh, undecided),
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic jitter in [-1, 1): a tiny LCG, so the distributions are reproducible.
+    fn jitter(seed: &mut u64) -> f64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    }
+
+    /// `n` rounds with true means (heuristic, current, new) and relative noise `noise`,
+    /// independent per contender (per-call sync noise).
+    fn rounds(n: usize, h: f64, c: Option<f64>, nw: Option<f64>, noise: f64) -> Vec<Round> {
+        let mut seed = 42;
+        (0..n)
+            .map(|_| Round {
+                heuristic: h * (1.0 + noise * jitter(&mut seed)),
+                current: c.map(|c| c * (1.0 + noise * jitter(&mut seed))),
+                new: nw.map(|x| x * (1.0 + noise * jitter(&mut seed))),
+            })
+            .collect()
+    }
+
+    fn decide_with(rounds: Vec<Round>, current: Option<Row>, new: Option<&str>) -> Verdict {
+        decide(
+            &Evidence {
+                rounds,
+                current,
+                new: new.map(str::to_string),
+            },
+            &Rules::default(),
+        )
+    }
+
+    #[test]
+    fn a_clear_win_with_no_current_row_is_adopted() {
+        let v = decide_with(rounds(7, 1.0, None, Some(0.85), 0.01), None, Some("17"));
+        assert_eq!(v.decision, Decision::Adopt, "{v:?}");
+        assert_eq!(v.row, Some(Row::Mine("17".into())));
+        assert!((v.delta.unwrap() + 0.15).abs() < 0.02, "{v:?}");
+    }
+
+    #[test]
+    fn a_win_below_the_margin_gives_default() {
+        let v = decide_with(rounds(7, 1.0, None, Some(0.985), 0.002), None, Some("17"));
+        assert_eq!(v.decision, Decision::Default, "{v:?}");
+        assert_eq!(v.row, Some(Row::Default));
+        let rules = Rules {
+            keep_default: false,
+            ..Rules::default()
+        };
+        let v = decide(
+            &Evidence {
+                rounds: rounds(7, 1.0, None, Some(0.985), 0.002),
+                current: None,
+                new: Some("17".into()),
+            },
+            &rules,
+        );
+        assert_eq!(v.decision, Decision::Default);
+        assert_eq!(v.row, None, "keep_default off writes no row");
+    }
+
+    /// A shape whose best candidate times even with the heuristic (median ratio 1.0) but with
+    /// an 80% spread: that cannot show that nothing beats the heuristic, so no `Default` row is
+    /// written (it would pin the shape and keep it from coming back as a miss).
+    #[test]
+    fn a_very_noisy_shape_is_undecidable_not_default() {
+        let noisy = |ratios: &[f64]| -> Vec<Round> {
+            ratios
+                .iter()
+                .map(|&r| Round {
+                    heuristic: 1.0,
+                    current: None,
+                    new: Some(r),
+                })
+                .collect()
+        };
+        let wide = [0.2, 0.7, 1.0, 1.0, 1.0, 1.3, 1.8];
+        let v = decide_with(noisy(&wide), None, Some("17"));
+        assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
+        assert_eq!(v.row, None, "{v:?}");
+        assert!(v.reason.contains("too noisy"), "{}", v.reason);
+        // A Default row already there stays.
+        let v = decide_with(noisy(&wide), Some(Row::Default), Some("17"));
+        assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
+        assert_eq!(v.row, Some(Row::Default));
+        // The same median with a usual spread is Default.
+        let narrow = [0.99, 0.995, 1.0, 1.0, 1.0, 1.005, 1.01];
+        let v = decide_with(noisy(&narrow), None, Some("17"));
+        assert_eq!(v.decision, Decision::Default, "{v:?}");
+    }
+
+    /// Trap 1 of the seed: the "new best" is the current row's own solution id, and this
+    /// session happened to time it 8% faster than the current row's time. Same kernel:
+    /// not an adopt.
+    #[test]
+    fn trap_same_solution_id_is_never_adopted() {
+        let rs: Vec<Round> = rounds(7, 1.0, Some(0.90), Some(0.82), 0.005);
+        let v = decide_with(
+            rs,
+            Some(Row::Mine("-1086326047".into())),
+            Some("-1086326047"),
+        );
+        assert_ne!(v.decision, Decision::Adopt, "{v:?}");
+        assert_eq!(v.decision, Decision::Keep, "{v:?}");
+        assert_eq!(v.row, Some(Row::Mine("-1086326047".into())));
+        assert!(v.reason.contains("own solution"), "{}", v.reason);
+    }
+
+    /// Trap 2 of the seed: a launch-bound small-M GEMM timed with a sync per call. The
+    /// medians differ by 10%, but the rounds disagree on which is faster: nothing may be
+    /// decided, and a current row stays.
+    #[test]
+    fn trap_launch_bound_noise_is_undecidable() {
+        let heur = [1.0, 1.2, 0.85, 1.1, 0.9, 1.15, 0.95];
+        let new = [0.9, 0.95, 1.0, 0.85, 0.95, 0.8, 1.05];
+        let rs = |cur: Option<f64>| -> Vec<Round> {
+            heur.iter()
+                .zip(new)
+                .map(|(&h, n)| Round {
+                    heuristic: h,
+                    current: cur.map(|c| c * h),
+                    new: Some(n),
+                })
+                .collect()
+        };
+        let v = decide_with(rs(None), None, Some("5"));
+        assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
+        assert_eq!(v.row, None, "nothing was there, nothing is written");
+        assert!((v.delta.unwrap() + 0.10).abs() < 0.01, "{v:?}");
+        assert!(v.spread > 0.1, "{v:?}");
+        let v = decide_with(rs(Some(0.99)), Some(Row::Mine("3".into())), Some("5"));
+        assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
+        assert_eq!(v.row, Some(Row::Mine("3".into())));
+    }
+
+    /// Two identical kernels under +-20% per-call noise: over many sessions the rules
+    /// (almost) never adopt one over the other.
+    #[test]
+    fn noise_alone_rarely_adopts() {
+        let mut seed = 1;
+        let mut adopts = 0;
+        for _ in 0..500 {
+            let rs: Vec<Round> = (0..7)
+                .map(|_| Round {
+                    heuristic: 1.0 + 0.2 * jitter(&mut seed),
+                    current: None,
+                    new: Some(1.0 + 0.2 * jitter(&mut seed)),
+                })
+                .collect();
+            if decide_with(rs, None, Some("5")).decision == Decision::Adopt {
+                adopts += 1;
+            }
+        }
+        assert!(adopts <= 3, "{adopts} false adopts in 500 noisy sessions");
+    }
+
+    /// The same 10% measured in launch-bound mode (many calls per event pair) has a small
+    /// spread and is decided.
+    #[test]
+    fn launch_bound_mode_decides_the_same_difference() {
+        let v = decide_with(rounds(7, 1.0, None, Some(0.90), 0.01), None, Some("5"));
+        assert_eq!(v.decision, Decision::Adopt, "{v:?}");
+    }
+
+    #[test]
+    fn a_new_best_must_beat_the_current_row_too() {
+        // Beats the heuristic by 12% but the current row by only 1%.
+        let v = decide_with(
+            rounds(7, 1.0, Some(0.89), Some(0.88), 0.003),
+            Some(Row::Mine("3".into())),
+            Some("9"),
+        );
+        assert_eq!(v.decision, Decision::Keep, "{v:?}");
+        assert_eq!(v.row, Some(Row::Mine("3".into())));
+        // Beats both by the margin: replaced.
+        let v = decide_with(
+            rounds(7, 1.0, Some(0.95), Some(0.80), 0.003),
+            Some(Row::Mine("3".into())),
+            Some("9"),
+        );
+        assert_eq!(v.decision, Decision::Adopt, "{v:?}");
+        assert_eq!(v.row, Some(Row::Mine("9".into())));
+    }
+
+    #[test]
+    fn a_row_slower_than_the_heuristic_is_dropped() {
+        let v = decide_with(
+            rounds(7, 1.0, Some(1.10), Some(1.02), 0.003),
+            Some(Row::Mine("3".into())),
+            Some("9"),
+        );
+        assert_eq!(v.decision, Decision::Drop, "{v:?}");
+        assert_eq!(v.row, Some(Row::Default));
+        assert!(v.reason.contains("+10"), "{}", v.reason);
+    }
+
+    #[test]
+    fn a_slower_row_inside_the_spread_stays() {
+        let v = decide_with(
+            rounds(7, 1.0, Some(1.06), Some(1.02), 0.15),
+            Some(Row::Mine("3".into())),
+            Some("9"),
+        );
+        assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
+        assert_eq!(v.row, Some(Row::Mine("3".into())));
+    }
+
+    #[test]
+    fn foreign_solutions_are_left_alone() {
+        let v = decide_with(
+            rounds(5, 1.0, None, Some(0.5), 0.01),
+            Some(Row::Foreign("Gemm_Hipblaslt_1_2".into())),
+            Some("9"),
+        );
+        assert_eq!(v.decision, Decision::Keep);
+        assert_eq!(v.row, Some(Row::Foreign("Gemm_Hipblaslt_1_2".into())));
+    }
+
+    #[test]
+    fn paired_ratios_cancel_common_drift() {
+        // Both contenders drift together by up to 30% between rounds; the ratio is steady.
+        let mut seed = 7;
+        let rs: Vec<Round> = (0..7)
+            .map(|_| {
+                let drift = 1.0 + 0.3 * jitter(&mut seed);
+                Round {
+                    heuristic: drift,
+                    current: None,
+                    new: Some(0.9 * drift),
+                }
+            })
+            .collect();
+        let v = decide_with(rs, None, Some("4"));
+        assert_eq!(v.decision, Decision::Adopt, "{v:?}");
+        assert!(v.spread < 0.01, "{v:?}");
+    }
+
+    #[test]
+    fn verdicts_round_trip_through_json() {
+        let v = decide_with(
+            rounds(5, 1.0, None, Some(0.8), 0.01),
+            None,
+            Some("Gemm_Rocblas_-1086326047"),
+        );
+        let text = serde_json::to_string(&v).unwrap();
+        assert!(text.contains("Gemm_Rocblas_-1086326047"), "{text}");
+        let back: Verdict = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (back.decision, &back.row, &back.reason),
+            (v.decision, &v.row, &v.reason)
+        );
+        assert!((back.heuristic_ms - v.heuristic_ms).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_lower_median_from_a_few_lucky_rounds_is_not_adopted() {
+        // 5% faster in every round: adopted; a median as low from five lucky rounds of eight,
+        // slower in the others: the paired rounds do not agree.
+        let heur = [1.00, 1.01, 0.99, 1.00, 1.02, 1.00, 0.98, 1.00];
+        let with = |new: &[f64]| -> Vec<Round> {
+            heur.iter()
+                .zip(new)
+                .map(|(&h, &n)| Round {
+                    heuristic: h,
+                    current: None,
+                    new: Some(n),
+                })
+                .collect()
+        };
+        let fast: Vec<f64> = heur.iter().map(|x| x * 0.95).collect();
+        assert_eq!(
+            decide_with(with(&fast), None, Some("x")).decision,
+            Decision::Adopt
+        );
+        let lucky = [0.90, 0.90, 0.91, 0.92, 0.93, 1.10, 1.12, 1.15];
+        let v = decide_with(with(&lucky), None, Some("x"));
+        assert!(
+            v.delta.unwrap() < -0.03,
+            "the median alone would adopt it: {v:?}"
+        );
+        assert_ne!(v.decision, Decision::Adopt, "{v:?}");
+        // 2% faster in every round: under a 3% margin.
+        let slight: Vec<f64> = heur.iter().map(|x| x * 0.98).collect();
+        assert_eq!(
+            decide_with(with(&slight), None, Some("x")).decision,
+            Decision::Default
+        );
+    }
+}
