@@ -73,12 +73,7 @@ fn user_env(cmd: &mut Command, home: &Path) {
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_DISABLE")
         .env_remove("REFBLAS_TRACE");
-    for v in [
-        "TUNEDBLAS_CUBLASLT",
-        "TUNEDBLAS_CUDART",
-        "TUNEDBLAS_HIPBLASLT",
-        "TUNEDBLAS_HIP",
-    ] {
+    for v in common::LT_LIBRARY_VARS {
         cmd.env_remove(v);
     }
 }

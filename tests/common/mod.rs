@@ -228,6 +228,15 @@ pub fn profile_folder(store: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no profile folder in {}", store.display()))
 }
 
+/// The variables that point tunedblas at a cuBLASLt or hipBLASLt and its runtime: a test
+/// that names its backend by flags removes them, so the caller's shell cannot choose for it.
+pub const LT_LIBRARY_VARS: [&str; 4] = [
+    "TUNEDBLAS_CUBLASLT",
+    "TUNEDBLAS_CUDART",
+    "TUNEDBLAS_HIPBLASLT",
+    "TUNEDBLAS_HIP",
+];
+
 /// A fresh folder for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = artifacts().work.join(name);
