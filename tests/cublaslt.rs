@@ -857,11 +857,7 @@ fn a_cublaslt_campaign_killed_midway_resumes_and_tunes_each_shape_once() {
     // The process dies in the second shape's first matmul.
     let first = run("t1", Some("3"));
     assert_eq!(first.status.code(), Some(9), "{}", text(&first.stderr));
-    let folder = std::fs::read_dir(&profiles)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.is_dir())
-        .expect("the profile folder");
+    let folder = common::profile_folder(&profiles);
     assert!(folder.join(".campaign.partial.jsonl").is_file());
     assert!(!folder.join("tunableop_results0.csv").exists());
     // Rerun with the same inputs: the first shape comes from the checkpoint.
@@ -922,12 +918,7 @@ fn the_limit_line_says_why_with_the_grid_the_fastest_launches() {
             && (why.contains("on 8 SMs: ") || why.contains(" waves")),
         "{why}"
     );
-    let rank = std::fs::read_dir(dir.join("profiles"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.is_dir())
-        .unwrap()
-        .join("tunableop_results0.csv");
+    let rank = common::profile_folder(&dir.join("profiles")).join("tunableop_results0.csv");
     let rows =
         tunedblas_core::cublaslt::parse_results(&std::fs::read_to_string(rank).unwrap()).rows;
     assert_eq!(rows.len(), 1);

@@ -73,12 +73,7 @@ fn user_env(cmd: &mut Command, home: &Path) {
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_DISABLE")
         .env_remove("REFBLAS_TRACE");
-    for v in [
-        "TUNEDBLAS_CUBLASLT",
-        "TUNEDBLAS_CUDART",
-        "TUNEDBLAS_HIPBLASLT",
-        "TUNEDBLAS_HIP",
-    ] {
+    for v in common::LT_LIBRARY_VARS {
         cmd.env_remove(v);
     }
 }
@@ -378,53 +373,38 @@ fn a_library_that_is_none_of_the_three_fails_the_first_step() {
     assert!(text(&out.stdout).contains("not rocBLAS, hipBLASLt or cuBLASLt"));
 }
 
-#[test]
-fn a_preload_that_cannot_be_found_fails_its_step() {
-    let dir = scratch("doctor-no-preload");
+/// The doctor on refblas with `--preload <preload>` (in `dir`): it must fail at step
+/// `failed` with exit code 1, saying `says`.
+fn a_wrong_preload_fails_at(dir: &Path, preload: &Path, failed: usize, says: &str) {
     let bundle = dir.join("bundle");
-    let missing = dir.join("nowhere/libtunedblas.so");
     let out = doctor(
         &refblas(),
-        &dir,
+        dir,
         &dir.join("home"),
         &[
             "--out",
             bundle.to_str().unwrap(),
             "--preload",
-            missing.to_str().unwrap(),
+            preload.to_str().unwrap(),
         ],
     );
-    fails_at(&out, &bundle, 2, 1);
-    assert!(
-        text(&out.stdout).contains("no such file"),
-        "{}",
-        text(&out.stdout)
-    );
+    fails_at(&out, &bundle, failed, 1);
+    assert!(text(&out.stdout).contains(says), "{}", text(&out.stdout));
+}
+
+#[test]
+fn a_preload_that_cannot_be_found_fails_its_step() {
+    let dir = scratch("doctor-no-preload");
+    let missing = dir.join("nowhere/libtunedblas.so");
+    a_wrong_preload_fails_at(&dir, &missing, 2, "no such file");
 }
 
 #[test]
 fn a_preload_that_does_not_interpose_fails_the_intercept_step() {
     let dir = scratch("doctor-wrong-preload");
-    let bundle = dir.join("bundle");
     // refblas exports rocblas_gemm_ex too, but it is no interposer: it counts nothing.
     let wrong = common::artifacts().lib5();
-    let out = doctor(
-        &refblas(),
-        &dir,
-        &dir.join("home"),
-        &[
-            "--out",
-            bundle.to_str().unwrap(),
-            "--preload",
-            wrong.to_str().unwrap(),
-        ],
-    );
-    fails_at(&out, &bundle, 4, 1);
-    assert!(
-        text(&out.stdout).contains("it did not load in the child"),
-        "{}",
-        text(&out.stdout)
-    );
+    a_wrong_preload_fails_at(&dir, &wrong, 4, "it did not load in the child");
 }
 
 #[test]

@@ -169,10 +169,7 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
         text(&out.stderr)
     );
     let body = std::fs::read_to_string(&csv).unwrap();
-    assert!(
-        body.contains(&format!("valid ONLY for rocBLAS build sha256 {sha}")),
-        "{body}"
-    );
+    assert_has(&body, &format!("valid ONLY for rocBLAS build sha256 {sha}"));
     for line in body.lines() {
         assert_eq!(
             line.starts_with('#'),
@@ -242,13 +239,10 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
             "--json",
             sh.to_str().unwrap(),
             csv.to_str().unwrap(),
-            "--trials",
-            "3",
-            "--max-trials",
-            "3",
-            "--rotate-mib",
-            "1",
-        ],
+        ]
+        .into_iter()
+        .chain(QUICK_TUNE)
+        .collect::<Vec<_>>(),
     )
     .output()
     .unwrap());
@@ -423,22 +417,18 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     );
 
     // The same PyTorch with this build's rocBLAS: accepted, one file per rank.
-    let outdir = dir.join("pytorch");
-    ok(&export(
-        &dir,
-        lib,
-        "tunableop",
-        &[
+    let accepted_export = |extra: &[&str]| {
+        let mut rest = vec![
             "--validators-from",
             pytorch_file,
             "--validator",
             "ROCBLAS_VERSION=4.4.0.5f2e9c71",
-            "--out",
-            outdir.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap());
+        ];
+        rest.extend(extra);
+        export(&dir, lib, "tunableop", &rest).output().unwrap()
+    };
+    let outdir = dir.join("pytorch");
+    ok(&accepted_export(&["--out", outdir.to_str().unwrap()]));
     let mut registered: BTreeMap<String, String> = tunableop::read(Path::new(pytorch_file))
         .unwrap()
         .validators
@@ -471,24 +461,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
 
     // One rank to one file: the count said is that file's rows, not every rank's.
     let one = dir.join("rank0.csv");
-    let out = harness(
-        &dir,
-        &[
-            "export",
-            "--lib",
-            lib,
-            "--format",
-            "tunableop",
-            "--validators-from",
-            pytorch_file,
-            "--validator",
-            "ROCBLAS_VERSION=4.4.0.5f2e9c71",
-            "--out",
-            one.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = accepted_export(&["--out", one.to_str().unwrap()]);
     ok(&out);
     let rows = std::fs::read_to_string(&one)
         .unwrap()
@@ -503,21 +476,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     );
 
     // PyTorch 2.6 names problems without leading dimensions.
-    let out = ok(&export(
-        &dir,
-        lib,
-        "tunableop",
-        &[
-            "--validators-from",
-            pytorch_file,
-            "--validator",
-            "ROCBLAS_VERSION=4.4.0.5f2e9c71",
-            "--validator",
-            "PT_VERSION=2.6.0",
-        ],
-    )
-    .output()
-    .unwrap());
+    let out = ok(&accepted_export(&["--validator", "PT_VERSION=2.6.0"]));
     let k = spec_key(TUNED);
     assert!(
         out.contains(&format!(

@@ -138,10 +138,7 @@ fn campaign(engine: &str, tasks: Vec<Vec<(&str, String)>>) {
     assert_eq!(tuned.len(), SHAPES.len());
     let merged = dir.join("merged");
     let said = ok(&merge(&dir, &merged, &stores));
-    assert!(
-        said.contains(&format!("{} rows added", rows.len())),
-        "{said}"
-    );
+    assert_has(&said, &format!("{} rows added", rows.len()));
     let got: BTreeSet<String> = rows_of(&merged).into_iter().collect();
     assert_eq!(got, rows, "nothing lost in the merge");
 }

@@ -213,10 +213,7 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
         &dir,
         &["profiles", "which", artifacts().lib4().to_str().unwrap()],
     )));
-    assert!(
-        which.contains(&format!("profile '{}'", name.to_string_lossy())),
-        "{which}"
-    );
+    assert_has(&which, &format!("profile '{}'", name.to_string_lossy()));
     let list = ok(&run(tunedblas_cmd(&dir, &["profiles", "list", "--json"])));
     let list: Value = serde_json::from_str(&list).unwrap();
     assert_eq!(list[0]["rows_per_rank"], rows.len());
@@ -241,29 +238,48 @@ fn shape_args(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// `tune` over `n` shapes with the fewest trials, no rest and no limits: the campaign the
+/// resume tests interrupt, as the argument list a user would type again to resume it.
+fn quick_tune_args(lib: &Path, n: usize) -> Vec<String> {
+    let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap()]
+        .map(String::from)
+        .to_vec();
+    args.extend(shape_args(n));
+    args.extend(
+        [
+            "--trials",
+            "5",
+            "--max-trials",
+            "5",
+            "--rotate-mib",
+            "0.02",
+            "--rest",
+            "0",
+            "--no-limits",
+        ]
+        .map(String::from),
+    );
+    args
+}
+
+/// Starts a campaign with inputs other than the unfinished one's, which must be refused.
+fn another_campaign(dir: &Path, lib: &Path) -> Output {
+    run(tunedblas_cmd(
+        dir,
+        &[
+            "tune",
+            "--lib",
+            lib.to_str().unwrap(),
+            "--shape",
+            "f16:TN:8:8:8",
+        ],
+    ))
+}
+
 #[test]
 fn a_killed_campaign_resumes_and_loses_nothing() {
     let dir = scratch("resume");
-    let shapes = shape_args(16);
-    let mut args: Vec<String> = ["tune", "--lib", artifacts().lib4().to_str().unwrap()]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(shapes.iter().cloned())
-        .chain(
-            [
-                "--trials",
-                "5",
-                "--max-trials",
-                "5",
-                "--rotate-mib",
-                "0.02",
-                "--rest",
-                "0",
-                "--no-limits",
-            ]
-            .map(String::from),
-        )
-        .collect();
+    let mut args = quick_tune_args(&artifacts().lib4(), 16);
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = tunedblas_cmd(&dir, &arg_refs)
         .stdout(std::process::Stdio::null())
@@ -304,16 +320,7 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     );
 
     // Different inputs are refused while the campaign is unfinished.
-    let other = run(tunedblas_cmd(
-        &dir,
-        &[
-            "tune",
-            "--lib",
-            artifacts().lib4().to_str().unwrap(),
-            "--shape",
-            "f16:TN:8:8:8",
-        ],
-    ));
+    let other = another_campaign(&dir, &artifacts().lib4());
     assert_eq!(other.status.code(), Some(1));
     assert!(
         text(&other.stderr).contains("--fresh"),
@@ -392,10 +399,7 @@ fn an_import_from_another_build_keeps_shapes_and_never_ids() {
             foreign.to_str().unwrap(),
         ],
     )));
-    assert!(
-        out.contains("2 new shapes imported (ids not reused)"),
-        "{out}"
-    );
+    assert_has(&out, "2 new shapes imported (ids not reused)");
     let folder = dir.join("profiles/rocblas-5.6.0.c83a10d4");
     let waiting = std::fs::read_to_string(folder.join("imported_shapes.csv")).unwrap();
     assert_eq!(waiting.lines().count(), 2);
@@ -445,10 +449,7 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
     );
     cmd.env("REFBLAS_FAULTY_SOLUTION", bad.to_string());
     let out = ok(&run(cmd));
-    assert!(
-        out.contains("2 rows checked on 4 devices, 1 removed"),
-        "{out}"
-    );
+    assert_has(&out, "2 rows checked on 4 devices, 1 removed");
     assert!(out.contains("relative L2"), "the reason is given:\n{out}");
     for rank in 0..2 {
         let rows = rank_rows(&dir.join("profiles/p"), rank);
@@ -467,10 +468,7 @@ fn qualify_removes_a_row_whose_solution_computes_wrong_results() {
         &dir,
         &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
-    assert!(
-        out.contains("1 rows checked on 4 devices, 0 removed"),
-        "{out}"
-    );
+    assert_has(&out, "1 rows checked on 4 devices, 0 removed");
 }
 
 #[test]
@@ -811,10 +809,7 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
     };
     let out = tune("rested", "10");
     let stdout = ok(&out);
-    assert!(
-        stdout.contains("idle 10x each sample's time after it"),
-        "{stdout}"
-    );
+    assert_has(&stdout, "idle 10x each sample's time after it");
     let outcomes = campaign_outcomes(&dir.join("rested"));
     let t = &outcomes[0]["tuned"];
     let calls = t["calls_per_sample"].as_f64().unwrap();
@@ -1072,24 +1067,7 @@ fn a_closed_output_pipe_ends_every_command_quietly() {
 fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
     let dir = scratch("pipe-resume");
     let lib = artifacts().lib4();
-    let mut args: Vec<String> = ["tune", "--lib", lib.to_str().unwrap()]
-        .map(String::from)
-        .to_vec();
-    args.extend(shape_args(16));
-    args.extend(
-        [
-            "--trials",
-            "5",
-            "--max-trials",
-            "5",
-            "--rotate-mib",
-            "0.02",
-            "--rest",
-            "0",
-            "--no-limits",
-        ]
-        .map(String::from),
-    );
+    let args = quick_tune_args(&lib, 16);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     // `tunedblas tune ... | head`: the reader goes away after the first shape's line.
     let mut cmd = tunedblas_cmd(&dir, &refs);
@@ -1119,16 +1097,7 @@ fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
     }
 
     // Another campaign refuses, naming exactly the command that finishes this one.
-    let other = run(tunedblas_cmd(
-        &dir,
-        &[
-            "tune",
-            "--lib",
-            lib.to_str().unwrap(),
-            "--shape",
-            "f16:TN:8:8:8",
-        ],
-    ));
+    let other = another_campaign(&dir, &lib);
     let said = text(&other.stderr);
     assert_eq!(other.status.code(), Some(1), "{said}");
     let rerun = format!("cd {} && tunedblas {}", dir.display(), args.join(" "));

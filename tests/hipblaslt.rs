@@ -702,7 +702,7 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     // The row is PyTorch's, in the profile of this build.
     let rows = std::fs::read_to_string(
         dir.join("profiles-tuned")
-            .join(outcomes_dir(&dir.join("profiles-tuned")))
+            .join(common::profile_folder(&dir.join("profiles-tuned")))
             .join("tunableop_results0.csv"),
     )
     .unwrap();
@@ -758,15 +758,6 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
         "{}",
         text(&verify.stdout)
     );
-}
-
-/// The one profile folder of a store.
-fn outcomes_dir(store: &Path) -> std::path::PathBuf {
-    std::fs::read_dir(store)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.is_dir())
-        .unwrap()
 }
 
 /// `tunedblas confirm` re-measures index rows (tuned here or by PyTorch) against the
@@ -977,7 +968,7 @@ fn a_hipblaslt_shape_that_cannot_be_tuned_fails_the_campaign_and_is_retried() {
         stderr.contains("1 of 2 shapes could not be tuned (each is said above; the rows of the other 1 are written)"),
         "{stderr}"
     );
-    let folder = outcomes_dir(&dir.join("profiles"));
+    let folder = common::profile_folder(&dir.join("profiles"));
     let rows = std::fs::read_to_string(folder.join("tunableop_results0.csv")).unwrap();
     assert!(rows.contains("tn_64_16_64_ld_64_64_64"), "{rows}");
     assert!(!rows.contains("tn_256_256_512"), "{rows}");

@@ -94,10 +94,7 @@ fn processes_and_ranks_add_up_into_chunk_decode_families() {
     // The text form says the same in words.
     let out = misses(&[miss_dir.to_str().unwrap()]);
     let t = text(&out.stdout);
-    assert!(
-        t.contains("5 shapes, 65 calls, from 2 processes, rank 0,1"),
-        "{t}"
-    );
+    assert_has(&t, "5 shapes, 65 calls, from 2 processes, rank 0,1");
     assert!(t.contains("512 + 1..3"), "{t}");
 
     // A process killed before it wrote counts: its shapes count once, marked as a bound.

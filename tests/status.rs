@@ -477,9 +477,9 @@ fn debug_says_each_shapes_decision_once_and_the_no_profile_line_names_the_miss_f
         .lines()
         .find(|l| l.contains("no profile") || l.contains("profiles.json"))
         .unwrap_or_else(|| panic!("{stderr}"));
-    assert!(
-        line.contains(&format!("misses go to {}", bare.join("misses").display())),
-        "{line}"
+    assert_has(
+        line,
+        &format!("misses go to {}", bare.join("misses").display()),
     );
 }
 

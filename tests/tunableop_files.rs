@@ -75,10 +75,7 @@ fn import_keeps_the_shapes_of_hipblaslt_rows() {
     std::fs::write(&lt, lt_text).unwrap();
     let out = import(&dir, &[&lt]);
     assert!(out.contains("70 new shapes imported"), "{out}");
-    assert!(
-        out.contains("70 shapes taken from hipBLASLt-tuned rows"),
-        "{out}"
-    );
+    assert_has(&out, "70 shapes taken from hipBLASLt-tuned rows");
     assert_eq!(waiting(&dir).len(), 70);
     // The original names the same 70 shapes: none new, and said so.
     let out = import(&dir, &[&original]);
@@ -111,10 +108,7 @@ GemmTunableOp_tf32_NN,nn_64_32_16_ld_64_16_64,Gemm_Hipblaslt_19,0.01
     .unwrap();
     let out = import(&dir, &[&f]);
     assert!(out.contains("2 new shapes imported"), "{out}");
-    assert!(
-        out.contains("2 shapes taken from tf32 rows, as f32 GEMMs"),
-        "{out}"
-    );
+    assert_has(&out, "2 shapes taken from tf32 rows, as f32 GEMMs");
     for line in [
         "2 rows skipped: GemmAndBias",
         "1 rows skipped: ScaledGemm",
@@ -241,10 +235,7 @@ fn adopt_keeps_ids_this_build_accepts_and_lists_the_others() {
     let waiting = std::fs::read_to_string(folder.join("imported_shapes.csv")).unwrap();
     assert_eq!(waiting.lines().count(), 2, "{waiting}");
     let text = std::fs::read_to_string(folder.join("tunableop_results0.csv")).unwrap();
-    assert!(
-        text.contains(&format!("Validator,ROCBLAS_VERSION,{V4}")),
-        "{text}"
-    );
+    assert_has(&text, &format!("Validator,ROCBLAS_VERSION,{V4}"));
 
     // The adopted profile is served under the preload (the registry names the build).
     let run_dir = dir.clone();
@@ -267,10 +258,7 @@ fn adopt_refuses_a_file_made_with_another_rocblas() {
     let out = run(adopt_cmd(&dir, &file));
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(
-        err.contains("Validator ROCBLAS_VERSION is 5.6.0.c83a10d4"),
-        "{err}"
-    );
+    assert_has(&err, "Validator ROCBLAS_VERSION is 5.6.0.c83a10d4");
     assert!(err.contains("profiles import"), "{err}");
     assert!(!dir.join("profiles/profiles.json").exists());
 }
@@ -383,9 +371,9 @@ fn a_path_made_with_another_rocblas_is_refused_and_names_a_command_that_works() 
     cmd.env("TUNEDBLAS_PROFILE_DIR", dir.join("pytorch"));
     let out = run(cmd);
     let err = text(&out.stderr);
-    assert!(
-        err.contains("holds TunableOp results files but no profiles.json: set TUNEDBLAS_PROFILE="),
-        "{err}"
+    assert_has(
+        &err,
+        "holds TunableOp results files but no profiles.json: set TUNEDBLAS_PROFILE=",
     );
 }
 
@@ -402,8 +390,5 @@ fn profiles_which_follows_a_path_as_the_interposer_does() {
     let mut cmd = tunedblas_cmd(&dir, &["profiles", "which", lib5.to_str().unwrap()]);
     cmd.env("TUNEDBLAS_PROFILE", &file);
     let out = ok(&run(cmd));
-    assert!(
-        out.contains("-> no profile: refusing TUNEDBLAS_PROFILE="),
-        "{out}"
-    );
+    assert_has(&out, "-> no profile: refusing TUNEDBLAS_PROFILE=");
 }

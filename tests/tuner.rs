@@ -95,12 +95,7 @@ impl Backend {
         let mut cmd = common::tunedblas_cmd(dir, args);
         cmd.args(&self.args);
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
-        for v in [
-            "TUNEDBLAS_CUBLASLT",
-            "TUNEDBLAS_CUDART",
-            "TUNEDBLAS_HIPBLASLT",
-            "TUNEDBLAS_HIP",
-        ] {
+        for v in common::LT_LIBRARY_VARS {
             cmd.env_remove(v);
         }
         cmd

@@ -49,14 +49,8 @@ fn verify_stats_counts_calls_served_near_as_served() {
     );
     let out = verify(&dir, &stats);
     let shown = ok(&out);
-    assert!(
-        shown.contains("(rocblas): 5 calls: 2 served, 0 default, 3 near (1 shapes), 0 missed (0 shapes), 0 passed through, 0 fallbacks; hit rate 100.0%; 2 of 2 rows hit -> OK"),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("note: 3 calls of 1 shapes were served a nearby"),
-        "{shown}"
-    );
+    assert_has(&shown, "(rocblas): 5 calls: 2 served, 0 default, 3 near (1 shapes), 0 missed (0 shapes), 0 passed through, 0 fallbacks; hit rate 100.0%; 2 of 2 rows hit -> OK");
+    assert_has(&shown, "note: 3 calls of 1 shapes were served a nearby");
     // The JSON says the same, per backend.
     let j: Value = serde_json::from_str(&ok(&tunedblas_cmd(
         &dir,
@@ -76,9 +70,9 @@ fn verify_stats_fails_on_a_missed_call_in_any_backend() {
     let out = verify(&dir, &stats);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let shown = text(&out.stdout);
-    assert!(
-        shown.contains("2 calls missed (1 shapes with no row, not served near)"),
-        "{shown}"
+    assert_has(
+        &shown,
+        "2 calls missed (1 shapes with no row, not served near)",
     );
     assert!(
         text(&out.stderr).contains("not verified"),
@@ -109,12 +103,9 @@ fn verify_stats_fails_on_a_missed_call_in_any_backend() {
         shown.contains("(rocblas): ") && shown.contains("-> OK"),
         "{shown}"
     );
-    assert!(
-        shown.contains("stats.json.hipblaslt.json (hipblaslt): 5 calls: 4 served, 0 default, 0 near (0 shapes), 1 missed (1 shapes), 0 passed through, 0 fallbacks; hit rate 80.0%; 1 of 2 rows hit -> FAILED"),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("1 of 2 rows were never hit: GemmTunableOp_BFloat16_TN"),
-        "{shown}"
+    assert_has(&shown, "stats.json.hipblaslt.json (hipblaslt): 5 calls: 4 served, 0 default, 0 near (0 shapes), 1 missed (1 shapes), 0 passed through, 0 fallbacks; hit rate 80.0%; 1 of 2 rows hit -> FAILED");
+    assert_has(
+        &shown,
+        "1 of 2 rows were never hit: GemmTunableOp_BFloat16_TN",
     );
 }

@@ -60,6 +60,24 @@ fn run(args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Whether the GPU tests can run here; where not, says why (the test then passes empty).
+fn on_a_gpu() -> bool {
+    match skip_reason() {
+        Some(why) => {
+            println!("skipped: {why}");
+            false
+        }
+        None => true,
+    }
+}
+
+/// `<temp>/<name>-<pid>`, emptied of what an earlier run left.
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 /// The one profile folder of a store.
 fn one_profile(store: &std::path::Path) -> PathBuf {
     std::fs::read_dir(store)
@@ -71,8 +89,7 @@ fn one_profile(store: &std::path::Path) -> PathBuf {
 
 #[test]
 fn selftest_on_the_gpu() {
-    if let Some(why) = skip_reason() {
-        println!("skipped: {why}");
+    if !on_a_gpu() {
         return;
     }
     let (ok, text) = run(&["selftest"]);
@@ -83,13 +100,11 @@ fn selftest_on_the_gpu() {
 
 #[test]
 fn tune_then_recheck_one_shape_on_the_gpu() {
-    if let Some(why) = skip_reason() {
-        println!("skipped: {why}");
+    if !on_a_gpu() {
         return;
     }
     use tunedblas_core::cublaslt::{op_and_signature, parse_results, LtKey, R_16BF};
-    let dir = std::env::temp_dir().join(format!("tunedblas-gpu-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = fresh_dir("tunedblas-gpu");
     std::fs::create_dir_all(&dir).unwrap();
     let key = LtKey::linear(R_16BF, 2560, 256, 1536);
     let (op, sig) = op_and_signature(&key);
@@ -133,12 +148,10 @@ fn tune_then_recheck_one_shape_on_the_gpu() {
 
 #[test]
 fn wider_search_and_fresh_confirmation_on_the_gpu() {
-    if let Some(why) = skip_reason() {
-        println!("skipped: {why}");
+    if !on_a_gpu() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("tunedblas-gpu-search-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = fresh_dir("tunedblas-gpu-search");
     let profiles = dir.join("profiles");
     // A prefill shape where the heuristic's first answer has been beaten (BENCHMARKS.md).
     let (ok, text) = run(&[

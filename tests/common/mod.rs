@@ -218,6 +218,25 @@ pub fn host_cmd(program: &Path, dir: &Path, preload: bool, args: &[&str]) -> Com
     cmd
 }
 
+/// The profile folder of a store that holds one (a campaign writes its profile into a
+/// folder named by the build or by --name, which the tests need not spell).
+pub fn profile_folder(store: &Path) -> PathBuf {
+    std::fs::read_dir(store)
+        .unwrap_or_else(|e| panic!("{}: {e}", store.display()))
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("no profile folder in {}", store.display()))
+}
+
+/// The variables that point tunedblas at a cuBLASLt or hipBLASLt and its runtime: a test
+/// that names its backend by flags removes them, so the caller's shell cannot choose for it.
+pub const LT_LIBRARY_VARS: [&str; 4] = [
+    "TUNEDBLAS_CUBLASLT",
+    "TUNEDBLAS_CUDART",
+    "TUNEDBLAS_HIPBLASLT",
+    "TUNEDBLAS_HIP",
+];
+
 /// A fresh folder for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = artifacts().work.join(name);
