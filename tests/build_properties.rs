@@ -1,6 +1,7 @@
 //! Properties of the built interposer that must hold on every build: what it exports (each
 //! export interposes the whole host process), what it links (never rocBLAS or HIP: that
-//! would tie it to one soname and defeat run-time resolution), and its glibc floor.
+//! would tie it to one soname and defeat run-time resolution), its glibc floor, and how
+//! much initialized writable data it carries.
 
 mod common;
 
@@ -124,5 +125,28 @@ fn glibc_floor_is_2_34() {
         "needs glibc {}.{}, above the documented 2.34 floor",
         max.0,
         max.1
+    );
+}
+
+/// The interposer's big tables (the Lt object maps, 852 KB each) start all zero and lie in
+/// `.bss`, which costs neither file bytes nor memory until a page is touched. One that
+/// drifts into `.data` (a pointer or any non-zero byte beside its slots, issue 29) is
+/// copied into every process the preload enters, untouched or not.
+#[test]
+fn big_tables_start_zero_in_bss() {
+    const BOUND: u64 = 512 * 1024;
+    let sections = tool("size", &["-A"]);
+    let data: u64 = sections
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [".data", size, ..] => size.parse::<u64>().ok(),
+            _ => None,
+        })
+        .sum();
+    assert!(data > 0, "size -A lists a .data section: {sections}");
+    assert!(
+        data <= BOUND,
+        "{data} bytes of .data, over {BOUND}: a table that could start zero (in .bss) is \
+         initialized (nm -S --size-sort -C names it)"
     );
 }

@@ -656,7 +656,7 @@ macro_rules! lt_exports {
                 let status = unsafe { f(out, compute, scale) };
                 if status == 0 && !out.is_null() {
                     // SAFETY: the library wrote the new descriptor there.
-                    <$kinds>::DESCS.created_plain(unsafe { *out }, word, fns);
+                    <$kinds>::DESCS.created_plain(<$kinds>::LIBRARY, unsafe { *out }, word, fns);
                 }
                 status
             }
@@ -677,7 +677,7 @@ macro_rules! lt_exports {
                 if status == 0 && !out.is_null() {
                     // SAFETY: the library wrote the new descriptor there.
                     let made = unsafe { *out };
-                    let _ = catch_unwind(|| <$kinds>::DESCS.created(made, mm, flags, fns));
+                    let _ = catch_unwind(|| <$kinds>::DESCS.created(<$kinds>::LIBRARY, made, mm, flags, fns));
                 }
                 status
             }
@@ -757,7 +757,7 @@ macro_rules! lt_exports {
                 let status = unsafe { f(out, dtype, rows, cols, ld) };
                 if status == 0 && !out.is_null() {
                     // SAFETY: the library wrote the new layout there.
-                    <$kinds>::LAYOUTS.created_plain(unsafe { *out }, word, fns);
+                    <$kinds>::LAYOUTS.created_plain(<$kinds>::LIBRARY, unsafe { *out }, word, fns);
                 }
                 status
             }
@@ -770,7 +770,7 @@ macro_rules! lt_exports {
                 if status == 0 && !out.is_null() {
                     // SAFETY: the library wrote the new layout there.
                     let made = unsafe { *out };
-                    let _ = catch_unwind(|| <$kinds>::LAYOUTS.created(made, l, fns));
+                    let _ = catch_unwind(|| <$kinds>::LAYOUTS.created(<$kinds>::LIBRARY, made, l, fns));
                 }
                 status
             }

@@ -14,13 +14,14 @@ use tunedblas_core::cublaslt::*;
 
 use crate::lt::objects::{desc, field_value, layout, new_desc, Change, Descs, Layouts, GETTERS};
 
-pub static DESCS: Descs = Descs::new("cuBLASLt: matmul descriptors");
-pub static LAYOUTS: Layouts = Layouts::new("cuBLASLt: matrix layouts");
+pub static DESCS: Descs = Descs::new();
+pub static LAYOUTS: Layouts = Layouts::new();
 
 /// cuBLASLt's objects, to the wrapped create, set and destroy calls (`exports.rs`).
 pub struct Kept;
 
 impl crate::lt::objects::Kinds for Kept {
+    const LIBRARY: &'static str = "cuBLASLt";
     const DESCS: &'static Descs = &DESCS;
     const LAYOUTS: &'static Layouts = &LAYOUTS;
 
@@ -93,9 +94,14 @@ mod tests {
     fn kept_words_read_back_as_the_getters_would() {
         let [d, a, b, c] = [0x9000, 0x9100, 0x9200, 0x9300].map(|p| p as *mut c_void);
         let (mm, flags) = Kept::new_desc(COMPUTE_32F, R_32F);
-        DESCS.created(d, mm, flags, 0);
+        DESCS.created(Kept::LIBRARY, d, mm, flags, 0);
         for (l, (rows, cols)) in [a, b, c].into_iter().zip([(32, 64), (32, 8), (64, 8)]) {
-            LAYOUTS.created(l, LayoutAttrs::col(R_16BF, rows, cols, rows as i64), 0);
+            LAYOUTS.created(
+                Kept::LIBRARY,
+                l,
+                LayoutAttrs::col(R_16BF, rows, cols, rows as i64),
+                0,
+            );
         }
         let t: i32 = OP_T;
         set(

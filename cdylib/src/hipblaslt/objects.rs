@@ -22,13 +22,14 @@ use crate::lt::objects::{
     UNSERVED_COMPUTE,
 };
 
-pub static DESCS: Descs = Descs::new("hipBLASLt: matmul descriptors");
-pub static LAYOUTS: Layouts = Layouts::new("hipBLASLt: matrix layouts");
+pub static DESCS: Descs = Descs::new();
+pub static LAYOUTS: Layouts = Layouts::new();
 
 /// hipBLASLt's objects, to the wrapped create, set and destroy calls (`exports.rs`).
 pub struct Kept;
 
 impl crate::lt::objects::Kinds for Kept {
+    const LIBRARY: &'static str = "hipBLASLt";
     const DESCS: &'static Descs = &DESCS;
     const LAYOUTS: &'static Layouts = &LAYOUTS;
 
@@ -141,16 +142,21 @@ mod tests {
         // F.linear as PyTorch makes it through hipBLASLt: the key of its kept words.
         let [d, a, b, c, odd] = [0xa000, 0xa100, 0xa200, 0xa300, 0xa400].map(|p| p as *mut c_void);
         let (mm, flags) = Kept::new_desc(HIPBLAS_COMPUTE_32F, HIP_R_32F);
-        DESCS.created(d, mm, flags, 0);
+        DESCS.created(Kept::LIBRARY, d, mm, flags, 0);
         DESCS.changed(d, dset(HIPBLASLT_MATMUL_DESC_TRANSA, 4));
         for (l, (rows, cols)) in [a, b, c].into_iter().zip([(32, 64), (32, 8), (64, 8)]) {
-            LAYOUTS.created(l, LayoutAttrs::col(HIP_R_16BF, rows, cols, rows as i64), 0);
+            LAYOUTS.created(
+                Kept::LIBRARY,
+                l,
+                LayoutAttrs::col(HIP_R_16BF, rows, cols, rows as i64),
+                0,
+            );
         }
         let w = |o| LAYOUTS.get(o).unwrap();
         let key = key_of(&DESCS.get(d).unwrap(), [&w(a), &w(b), &w(c), &w(c)]);
         assert_eq!(key, Ok(LtKey::linear(R_16BF, 64, 8, 32)));
         let (mm, flags) = Kept::new_desc(100, HIP_R_32F);
-        DESCS.created(odd, mm, flags, 0);
+        DESCS.created(Kept::LIBRARY, odd, mm, flags, 0);
         assert!(key_of(&DESCS.get(odd).unwrap(), [&w(a), &w(b), &w(c), &w(c)]).is_err());
         assert_eq!(DESCS.call_word(odd), 0);
         for o in [a, b, c] {

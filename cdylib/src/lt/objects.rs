@@ -291,10 +291,13 @@ fn edit_all<const N: usize>(
 /// each: word 0 its word of the call key, which alone holds a plain object (what a create
 /// makes and what a PyTorch GEMM keeps: one word written per create), or 0 and the
 /// object's fields in the other words.
+///
+/// All zero when made, so the four statics (852 KB each) lie in `.bss`, never in the file
+/// or in a process's memory until touched: no name is kept here (a pointer would need
+/// `.data`); the create calls name their library ([`Kinds::LIBRARY`]) for the line said
+/// at the bound.
 pub struct Objects<const N: usize> {
     map: AddressMap<N, SLOTS>,
-    /// "hipBLASLt: matmul descriptors", ..., for the line at the bound.
-    what: &'static str,
     /// The line for an object that could not be kept was said.
     full_said: AtomicBool,
 }
@@ -319,18 +322,25 @@ impl std::ops::Deref for Layouts {
 }
 
 impl<const N: usize> Objects<N> {
-    const fn new(what: &'static str) -> Objects<N> {
+    const fn new() -> Objects<N> {
         Objects {
             map: AddressMap::new(),
-            what,
             full_said: AtomicBool::new(false),
         }
     }
 
-    /// An object was made at `object` by a library whose functions are `fns`
-    /// (`lt::callers::Fns`): its plain word, or (0) all its words.
+    /// An object was made at `object` by `library` ("hipBLASLt", ...), whose functions are
+    /// `fns` (`lt::callers::Fns`): its plain word, or (0) all its words. `what` it is
+    /// ("matmul descriptors", ...) and `library` are read only to say the line at the bound.
     #[inline(always)]
-    fn made(&self, object: *mut c_void, plain: u64, fns: u64, words: impl FnOnce() -> [u64; N]) {
+    fn made(
+        &self,
+        (library, what): (&'static str, &'static str),
+        object: *mut c_void,
+        plain: u64,
+        fns: u64,
+        words: impl FnOnce() -> [u64; N],
+    ) {
         if object.is_null() {
             return;
         }
@@ -343,7 +353,7 @@ impl<const N: usize> Objects<N> {
         };
         if !kept && !self.full_said.swap(true, Ordering::Relaxed) {
             // (Our panics never reach the caller: this one logs.)
-            let _ = std::panic::catch_unwind(|| self.say_full());
+            let _ = std::panic::catch_unwind(|| self.say_full(library, what));
         }
     }
 
@@ -351,19 +361,11 @@ impl<const N: usize> Objects<N> {
     /// destroyed ones free their slots).
     #[cold]
     #[inline(never)]
-    fn say_full(&self) {
+    fn say_full(&self, library: &str, what: &str) {
         crate::log::info!(
-            "{}: {} are alive at once, as many as the interposer keeps around a new one's address (it keeps up to {SLOTS}); calls using one it could not keep pass through untuned, and objects made once others are destroyed are kept again",
-            self.what,
+            "{library}: {what}: {} are alive at once, as many as the interposer keeps around a new one's address (it keeps up to {SLOTS}); calls using one it could not keep pass through untuned, and objects made once others are destroyed are kept again",
             self.map.live()
         );
-    }
-
-    /// An object was made at `object` whose plain word is `plain` (not 0), by a library
-    /// whose functions are `fns` (0: not known).
-    #[inline(always)]
-    pub fn created_plain(&self, object: *mut c_void, plain: u64, fns: u64) {
-        self.made(object, plain, fns, || [0; N]);
     }
 
     /// The slot of the object at `object`, if known (for a set: its library's functions,
@@ -394,15 +396,32 @@ impl<const N: usize> Objects<N> {
 }
 
 impl Descs {
-    pub const fn new(what: &'static str) -> Descs {
-        Descs(Objects::new(what))
+    pub const fn new() -> Descs {
+        Descs(Objects::new())
     }
 
-    /// A descriptor was made at `object` with these attributes and flags, by a library
+    /// A descriptor was made at `object` whose plain word is `plain` (not 0), by
+    /// `library`, whose functions are `fns` (0: not known).
+    #[inline(always)]
+    pub fn created_plain(&self, library: &'static str, object: *mut c_void, plain: u64, fns: u64) {
+        self.made((library, "matmul descriptors"), object, plain, fns, || {
+            [0; desc::WORDS]
+        });
+    }
+
+    /// A descriptor was made at `object` with these attributes and flags, by `library`,
     /// whose functions are `fns` (0: not known).
     #[inline(always)]
-    pub fn created(&self, object: *mut c_void, mm: MatmulAttrs, flags: u64, fns: u64) {
-        self.made(object, plain_desc(&mm, flags), fns, || {
+    pub fn created(
+        &self,
+        library: &'static str,
+        object: *mut c_void,
+        mm: MatmulAttrs,
+        flags: u64,
+        fns: u64,
+    ) {
+        let what = (library, "matmul descriptors");
+        self.made(what, object, plain_desc(&mm, flags), fns, || {
             desc_words(&mm, flags)
         });
     }
@@ -449,15 +468,25 @@ impl Descs {
 }
 
 impl Layouts {
-    pub const fn new(what: &'static str) -> Layouts {
-        Layouts(Objects::new(what))
+    pub const fn new() -> Layouts {
+        Layouts(Objects::new())
     }
 
-    /// A layout was made at `object` with these attributes, by a library whose functions
+    /// A layout was made at `object` whose plain word is `plain` (not 0), by
+    /// `library`, whose functions are `fns` (0: not known).
+    #[inline(always)]
+    pub fn created_plain(&self, library: &'static str, object: *mut c_void, plain: u64, fns: u64) {
+        self.made((library, "matrix layouts"), object, plain, fns, || {
+            [0; layout::WORDS]
+        });
+    }
+
+    /// A layout was made at `object` with these attributes, by `library`, whose functions
     /// are `fns` (0: not known).
     #[inline(always)]
-    pub fn created(&self, object: *mut c_void, l: LayoutAttrs, fns: u64) {
-        self.made(object, plain_layout(&l, 0, 0), fns, || {
+    pub fn created(&self, library: &'static str, object: *mut c_void, l: LayoutAttrs, fns: u64) {
+        let what = (library, "matrix layouts");
+        self.made(what, object, plain_layout(&l, 0, 0), fns, || {
             layout_words(&l, 0, 0)
         });
     }
@@ -495,6 +524,8 @@ impl Layouts {
 /// What one Lt library keeps of its descriptors and layouts: the wrapped create, set and
 /// destroy calls (`exports.rs`, `lt_exports!`) go through this.
 pub trait Kinds {
+    /// "hipBLASLt" or "cuBLASLt", for messages.
+    const LIBRARY: &'static str;
     const DESCS: &'static Descs;
     const LAYOUTS: &'static Layouts;
     /// A descriptor made by `MatmulDescCreate(compute, scale)` (the library's numbers):
@@ -573,13 +604,13 @@ mod tests {
 
     #[test]
     fn words_follow_create_set_and_destroy_at_a_reused_address() {
-        static O: Layouts = Layouts::new("layouts");
+        static O: Layouts = Layouts::new();
         let a = 0x1000 as *mut c_void;
         assert_eq!(O.get(a), None);
         assert_eq!(O.call_word(a), 0);
         let l = LayoutAttrs::col(R_16BF, 64, 32, 64);
         let fns = Fns::register(0x1111, 0x7777);
-        O.created(a, l, fns);
+        O.created("test", a, l, fns);
         let w = O.get(a).unwrap();
         assert_eq!(layout_attrs(&w), l);
         assert_eq!(w[layout::CALL], layout_word(&l));
@@ -624,14 +655,14 @@ mod tests {
         );
         // The allocator hands the address out again.
         let l2 = LayoutAttrs::col(R_32F, 8, 8, 8);
-        O.created(a, l2, 0);
+        O.created("test", a, l2, 0);
         assert_eq!(layout_attrs(&O.get(a).unwrap()), l2);
         assert_eq!(
             O.get(a).unwrap()[layout::FLAGS],
             0,
             "no flag of the old object"
         );
-        O.created(std::ptr::null_mut(), l2, 0);
+        O.created("test", std::ptr::null_mut(), l2, 0);
         assert_eq!(O.get(std::ptr::null_mut()), None);
     }
 
@@ -640,11 +671,11 @@ mod tests {
     /// keeps all its words.
     #[test]
     fn descriptors_read_back_as_set_plain_or_not() {
-        static O: Descs = Descs::new("descriptors");
+        static O: Descs = Descs::new();
         let d = 0x2000 as *mut c_void;
         let mut want = new_desc(COMPUTE_32F, R_32F);
         let fns = Fns::register(0x4444, 0x5555);
-        O.created(d, want, 0, fns);
+        O.created("test", d, want, 0, fns);
         assert_ne!(O.call_word(d), 0);
         let steps = [
             (desc::TRANSA, signed(OP_T)),
@@ -683,10 +714,10 @@ mod tests {
     /// slots, and only the live ones hold slots.
     #[test]
     fn objects_at_ever_new_addresses_are_known_long_past_the_slot_count() {
-        static O: Descs = Descs::new("descriptors");
+        static O: Descs = Descs::new();
         for n in 1..=(4 * SLOTS) {
             let d = (n * 0x50) as *mut c_void;
-            O.created(d, new_desc(COMPUTE_32F, (n % 200) as i32), 0, 0);
+            O.created("test", d, new_desc(COMPUTE_32F, (n % 200) as i32), 0, 0);
             assert_eq!(
                 O.get(d).map(|w| w[desc::SCALE]),
                 Some((n % 200) as u64),
