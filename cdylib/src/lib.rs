@@ -72,6 +72,7 @@ mod log;
 mod lt;
 mod real;
 mod recorder;
+mod reload;
 mod rocblas;
 mod stats;
 mod status;

@@ -143,6 +143,8 @@ fn refresh() {
     }
     crate::rocblas::say_new_hits();
     crate::rocblas::reload_if_changed();
+    crate::cublaslt::STATE.reload_if_changed();
+    crate::hipblaslt::STATE.reload_if_changed();
 }
 
 /// The process whose writer thread runs (0: none).

@@ -191,6 +191,10 @@ pub fn link_args(dir: &Path) -> [String; 2] {
     ]
 }
 
+/// The F.linear hosts export their `open64` (`linear_host.h`), so the interposer's opens
+/// reach it: the `@hold` step holds a reload midway through reading the store.
+pub const EXPORT_OPEN: &str = "-Wl,--export-dynamic-symbol=open64";
+
 /// The hipBLASLt stand-in (`tests/hosts/fake_hipblaslt.cpp`, C++ against the real libstdc++,
 /// linked against the HIP runtime stand-in `fake_hip.c`) and its test host
 /// (`tests/hosts/hiplt_host.c`): the fields of `tests/cublaslt.rs`'s `Lt`.
@@ -251,7 +255,7 @@ pub fn hiplt() -> &'static HipLt {
         let module2 = module_of("libhipltmod2.so", &libdir2, "libhipblaslt-b.so.1");
         let host = c_program(
             "hiplt_host",
-            &strings(&["{hosts}/hiplt_host.c", "-ldl", "-lpthread"]),
+            &strings(&["{hosts}/hiplt_host.c", "-ldl", "-lpthread", EXPORT_OPEN]),
         );
         let sha = tunedblas_core::identity::sha256_file(&libdir.join("libhipblaslt.so.1")).unwrap();
         let sha2 =

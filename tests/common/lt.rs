@@ -186,7 +186,7 @@ pub fn cublaslt() -> &'static Side {
         let lib2 = fake("libcublasLt.so.12", &["-DFAKE_BUILD=2"]);
         let host = build::c_program(
             "lt_host",
-            &["{hosts}/lt_host.c", "-ldl", "-lpthread"].map(String::from),
+            &["{hosts}/lt_host.c", "-ldl", "-lpthread", build::EXPORT_OPEN].map(String::from),
         );
         Side {
             name: "cublaslt",

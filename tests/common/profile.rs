@@ -89,6 +89,32 @@ impl Profile {
 
     /// Writes `profiles.json` and the rank files; returns the profile's folder.
     pub fn write(self) -> PathBuf {
+        let (dir, files) = self.files();
+        std::fs::create_dir_all(&dir).unwrap();
+        for (path, text) in files {
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    /// Writes the files as the store commits them (`tunedblas_core::registry::Commit`:
+    /// every temporary written first, then renamed over its target, the rank files before
+    /// `profiles.json`), so a process reading the store without a lock sees each file old or
+    /// new, never half of one; returns the profile's folder.
+    pub fn commit(self) -> PathBuf {
+        let (dir, mut files) = self.files();
+        files.rotate_left(1);
+        let mut commit = tunedblas_core::registry::Commit::new();
+        for (path, text) in files {
+            commit.write(path, text);
+        }
+        commit.apply().unwrap();
+        dir
+    }
+
+    /// The profile's folder, and its files' paths and contents: `profiles.json` first,
+    /// then the rank files.
+    fn files(&self) -> (PathBuf, Vec<(PathBuf, String)>) {
         let registry = serde_json::json!({
             "profiles": { &self.name: {
                 "dir": &self.name,
@@ -98,12 +124,10 @@ impl Profile {
             } }
         });
         let dir = self.store.join(&self.name);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
+        let mut files = vec![(
             self.store.join("profiles.json"),
             serde_json::to_string_pretty(&registry).unwrap(),
-        )
-        .unwrap();
+        )];
         let mut text = String::new();
         for (k, v) in &self.validators {
             text.push_str(&format!("Validator,{k},{v}\n"));
@@ -113,9 +137,12 @@ impl Profile {
             text.push('\n');
         }
         for rank in 0..self.ranks {
-            std::fs::write(dir.join(format!("tunableop_results{rank}.csv")), &text).unwrap();
+            files.push((
+                dir.join(format!("tunableop_results{rank}.csv")),
+                text.clone(),
+            ));
         }
-        dir
+        (dir, files)
     }
 }
 

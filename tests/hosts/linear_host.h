@@ -30,12 +30,28 @@
  *   @each:SYMBOL:T:R  T threads per open module at once, each calling that module's
  *                  `int SYMBOL(int R)`; prints each-sum=<sum of the results> (or
  *                  each-missing=SYMBOL)
+ *   @until:PATH:CALL  CALL every 5 ms until PATH exists (at most 120 s), as a serving
+ *                  process makes them, printing `call=<CALL> status=<s>` for each
+ *   @for:MS:CALL   the same for MS milliseconds
+ *   @hold:ACTION:PATH  the next open of PATH (a profile's rank file: once the host runs,
+ *                  only a reload of the interposer opens it) waits in the opening thread,
+ *                  midway through the reload, while a thread of the host does ACTION; if no
+ *                  open came in 120 s the thread prints hold=missed:
+ *        fork:CALL:GATE  forks a child that makes CALL as @until:GATE:CALL does (printing
+ *                  `child call=...`) and leaves with exit(0); prints hold=forked
+ *        exit      prints hold=exit and sends SIGTERM to the opening thread, whose handler
+ *                  calls _exit(7)
+ *   @join          waits for the @hold thread and its child (60 s, then SIGKILL); prints
+ *                  hold-child=<exit status>, hold-child=hung, or nothing without a child
  *   @memfd:PATH    copies PATH into a memfd and dlopens it as /proc/self/fd/<n> (as JITs
  *                  and packers load plugins), then looks MODULE_ENTRY up in what it got;
  *                  prints memfd-plugin=ok or memfd-plugin=MISSING
  * With "-" as MODULE no module is opened at start: the host first calls the matmul entry
  * (MATMUL_ENTRY, 16 arguments, all NULL or 0) as the global scope has it (the interposer's,
  * preloaded) with no library loaded and prints early=<status>; then @module:PATH opens one.
+ *
+ * The host exports open64 (built with -Wl,--export-dynamic-symbol=open64), so the
+ * interposer's opens come here (@hold); unheld, each is the system call.
  *
  * The including file defines, as string literals:
  *   HOST_NAME      the program's name, for its messages
@@ -49,14 +65,17 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -104,6 +123,115 @@ static void *repeat_calls(void *p) {
 static void on_term(int sig) {
     (void)sig;
     _exit(7);
+}
+
+/* CALL (N,M,K) every 5 ms until GATE exists or LIMIT_MS passed (@until, @for, a @hold
+ * child), each result printed after WHO. */
+static int call_loop(const char *gate, long limit_ms, const char *call, const char *who) {
+    long n = 0, m = 0, k = 0;
+    if (sscanf(call, "%ld,%ld,%ld", &n, &m, &k) != 3) return -1;
+    struct stat st;
+    for (long waited = 0; waited < limit_ms; waited += 5) {
+        if (gate && stat(gate, &st) == 0) break;
+        printf("%scall=%s status=%d\n", who, call, linear(n, m, k, 0, 0));
+        fflush(stdout);
+        usleep(5000);
+    }
+    return 0;
+}
+
+/* @hold: what it waits for and does (see the top of this file). */
+static char hold_path[1024], hold_call[64], hold_gate[1024];
+static int hold_fork, hold_started, hold_armed, hold_fired, hold_released;
+static pthread_t hold_thread, hold_opener;
+static pid_t hold_child;
+
+int open64(const char *path, int flags, ...) {
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, mode_t);
+        va_end(ap);
+    }
+    if (__atomic_load_n(&hold_armed, __ATOMIC_SEQ_CST) && !strcmp(path, hold_path) &&
+        __atomic_exchange_n(&hold_armed, 0, __ATOMIC_SEQ_CST)) {
+        hold_opener = pthread_self();
+        __atomic_store_n(&hold_fired, 1, __ATOMIC_SEQ_CST);
+        while (!__atomic_load_n(&hold_released, __ATOMIC_SEQ_CST)) usleep(1000);
+    }
+    return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+
+static void *hold_run(void *p) {
+    (void)p;
+    for (int waited = 0; !__atomic_load_n(&hold_fired, __ATOMIC_SEQ_CST); waited++) {
+        if (waited == 120000) {
+            __atomic_store_n(&hold_armed, 0, __ATOMIC_SEQ_CST);
+            printf("hold=missed\n");
+            fflush(stdout);
+            return NULL;
+        }
+        usleep(1000);
+    }
+    fflush(stdout);
+    if (!hold_fork) {
+        printf("hold=exit\n");
+        fflush(stdout);
+        pthread_kill(hold_opener, SIGTERM);
+        for (;;) pause();
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        call_loop(hold_gate, 120000, hold_call, "child ");
+        exit(0);
+    }
+    hold_child = pid;
+    printf("hold=forked\n");
+    fflush(stdout);
+    __atomic_store_n(&hold_released, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* @hold:fork:CALL:GATE:PATH or @hold:exit:PATH */
+static int hold_step(const char *a) {
+    hold_fork = !strncmp(a, "fork:", 5);
+    if (hold_fork) {
+        const char *call = a + 5, *gate = strchr(call, ':'), *path = gate ? strchr(gate + 1, ':') : NULL;
+        if (!path || gate - call >= (long)sizeof hold_call || path - gate >= (long)sizeof hold_gate) return -1;
+        snprintf(hold_call, sizeof hold_call, "%.*s", (int)(gate - call), call);
+        snprintf(hold_gate, sizeof hold_gate, "%.*s", (int)(path - gate - 1), gate + 1);
+        a = path + 1;
+    } else if (!strncmp(a, "exit:", 5)) {
+        signal(SIGTERM, on_term);
+        a += 5;
+    } else {
+        return -1;
+    }
+    snprintf(hold_path, sizeof hold_path, "%s", a);
+    __atomic_store_n(&hold_armed, 1, __ATOMIC_SEQ_CST);
+    hold_started = pthread_create(&hold_thread, NULL, hold_run, NULL) == 0;
+    return hold_started ? 0 : -1;
+}
+
+/* @join */
+static void join_step(void) {
+    if (hold_started) pthread_join(hold_thread, NULL);
+    hold_started = 0;
+    if (!hold_child) return;
+    int status = 0, done = 0;
+    for (int w = 0; w < 60000 && !done; w++) {
+        if (waitpid(hold_child, &status, WNOHANG) == hold_child) done = 1;
+        else usleep(1000);
+    }
+    if (!done) {
+        kill(hold_child, SIGKILL);
+        waitpid(hold_child, NULL, 0);
+        printf("hold-child=hung\n");
+    } else {
+        printf("hold-child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+    hold_child = 0;
 }
 
 /* Opens a module (RTLD_LOCAL) and makes its entry point the one later calls go through. */
@@ -227,6 +355,17 @@ static int life_step(const char *a) {
         if (!call || sscanf(call + 1, "%ld,%ld,%ld,%lu,%ld", &n, &m, &k, &ws, &misalign) < 3) return -1;
         for (long i = 0; i < reps; i++) failed += linear(n, m, k, ws, (int)misalign) != 0;
         printf("repeat-failed=%ld\n", failed);
+    } else if (!strncmp(a, "@until:", 7) || !strncmp(a, "@for:", 5)) {
+        int until = a[1] == 'u';
+        const char *rest = a + (until ? 7 : 5), *call = strrchr(rest, ':');
+        char path[1024];
+        if (!call) return -1;
+        snprintf(path, sizeof path, "%.*s", (int)(call - rest), rest);
+        if (call_loop(until ? path : NULL, until ? 120000 : atol(rest), call + 1, "") != 0) return -1;
+    } else if (!strncmp(a, "@hold:", 6)) {
+        if (hold_step(a + 6) != 0) return -1;
+    } else if (!strcmp(a, "@join")) {
+        join_step();
     } else if (!strncmp(a, "@plant:", 7)) {
         char dir[512], path[1024];
         const char *colon = strchr(a + 7, ':');

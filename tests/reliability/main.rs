@@ -9,6 +9,7 @@ mod concurrency;
 mod input;
 mod life;
 mod loading;
+mod lt_reload;
 mod parsers;
 mod registry;
 mod reload;

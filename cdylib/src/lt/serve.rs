@@ -16,7 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::misslog::{self, Sight};
 
-use super::{Lt, LtCall, LtRuntime};
+use super::{Lt, LtCall, LtRuntime, Spec};
 use crate::lifecycle::NoCancel;
 use crate::log::{debug, info};
 use crate::stats::bump;
@@ -71,9 +71,10 @@ pub trait Library: 'static {
 
 enum Decision {
     Pass,
-    /// The row's rebuilt algorithm (kept in its entry), the entry and the runtime. By
-    /// reference: the algorithm and key by value made the decision 216 bytes.
-    Tuned(&'static MatmulAlgo, &'static LtEntry, &'static LtRuntime),
+    /// The row's rebuilt algorithm (kept in its entry), the entry and the backend's `Spec`
+    /// (all the call needs after it: its counters and name). By reference: the algorithm
+    /// and key by value made the decision 216 bytes.
+    Tuned(&'static MatmulAlgo, &'static LtEntry, &'static Spec),
 }
 
 /// Serves one intercepted matmul. See the module docs.
@@ -108,16 +109,16 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
     };
     match decision {
         Decision::Pass => unsafe { L::call(real, x, x.algo) },
-        Decision::Tuned(algo, entry, rt) => {
+        Decision::Tuned(algo, entry, spec) => {
             let status = unsafe { L::call(real, x, (algo as *const MatmulAlgo).cast()) };
-            let c = &rt.spec.counters;
+            let c = &spec.counters;
             if status == STATUS_SUCCESS {
                 bump(c.served);
                 return status;
             }
             bump(c.fallbacks);
             let own = unsafe { L::call(real, x, x.algo) };
-            tuned_call_failed::<L>(x, entry, rt, status, own);
+            tuned_call_failed::<L>(x, entry, spec, status, own);
             own
         }
     }
@@ -131,11 +132,11 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
 fn tuned_call_failed<L: Library>(
     x: &LtCall,
     entry: &LtEntry,
-    rt: &LtRuntime,
+    spec: &Spec,
     status: LtStatus,
     own: LtStatus,
 ) {
-    let lib = rt.spec.lib.name();
+    let lib = spec.lib.name();
     let solution = entry.action.solution_text();
     let key = || {
         // SAFETY: the caller's descriptors, as when the key was read for the lookup.
@@ -197,7 +198,7 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
     // A row's call key: four words and one small lookup (`call_key.rs`); a call key that
     // missed before, its key and hash from the table's misses.
     let call = L::call_key(x);
-    if let Some(t) = rt.table() {
+    if let Some(t) = L::STATE.rows.table(rt.spec) {
         if let Some((key, e)) = t.get_call(&call) {
             return row::<L>(x, rt, key, e);
         }
@@ -239,10 +240,11 @@ fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: &CallKey) -
 /// could have made its key.
 #[inline]
 fn missed(x: &LtCall, rt: &'static LtRuntime, key: &LtKey, hash: u64) -> Decision {
-    let c = &rt.spec.counters;
+    let spec = rt.spec;
+    let c = &spec.counters;
     match rt.miss(key, hash) {
         Sight::Refused => {
-            refused(rt.spec.lib, key);
+            refused(spec.lib, key);
             bump(c.passed_through);
         }
         sight => {
@@ -250,7 +252,7 @@ fn missed(x: &LtCall, rt: &'static LtRuntime, key: &LtKey, hash: u64) -> Decisio
                 let (op, sig) = op_and_signature(key);
                 debug!(
                     "{}: miss {op},{sig} (caller's workspace {} bytes, algo {})",
-                    rt.spec.lib.name(),
+                    spec.lib.name(),
                     x.workspace_bytes,
                     if x.algo.is_null() { "NULL" } else { "given" }
                 );
@@ -269,7 +271,8 @@ fn row<L: Library>(
     key: &LtKey,
     e: &'static LtEntry,
 ) -> Decision {
-    let c = &rt.spec.counters;
+    let spec = rt.spec;
+    let c = &spec.counters;
     if e.is_quarantined() {
         bump(c.passed_through);
         return Decision::Pass;
@@ -295,7 +298,7 @@ fn row<L: Library>(
                 x.workspace_bytes,
             ) && p.class == unsafe { L::call_class(x, key) } =>
         {
-            Decision::Tuned(&p.algo, e, rt)
+            Decision::Tuned(&p.algo, e, spec)
         }
         Prep::Ready(_) | Prep::Busy => {
             // Less workspace or alignment than the tuned algorithm needs, a call of another
@@ -304,7 +307,7 @@ fn row<L: Library>(
             Decision::Pass
         }
         Prep::Failed(why) => {
-            prepare_failed(rt.spec.lib, e, key, &why);
+            prepare_failed(spec.lib, e, key, &why);
             bump(c.fallbacks);
             Decision::Pass
         }

@@ -40,7 +40,7 @@ pub static BACKEND: Backend = Backend { finish, after_fork };
 
 /// Everything the serving path needs, built once.
 pub struct Runtime {
-    /// The rows served now: swapped whole when the store changes ([`reload`]). A leaked
+    /// The rows served now: swapped whole when the store changes ([`crate::reload`]). A leaked
     /// box, never freed: a call in flight may still read one that was replaced.
     served: AtomicPtr<Served>,
     /// `served`'s table when every rank serves the same rows (null otherwise), kept apart
@@ -54,7 +54,7 @@ pub struct Runtime {
     /// its verdicts are noted in the miss set by index).
     near: Option<near::Near>,
     /// What a reload needs; `None` when reloading is off (`TUNEDBLAS_RELOAD=0`).
-    watch: Option<reload::Watch>,
+    watch: Option<crate::reload::Watch>,
 }
 
 /// One profile's rows as loaded: what [`Runtime::served`] points to.
@@ -180,7 +180,7 @@ type Said = (
 static SAID_HITS: lifecycle::ExitLock<Option<Said>> = lifecycle::ExitLock::new(None);
 
 /// Looks at the profile store (about every two seconds, from the status tick) and serves
-/// what is committed there for this build without a restart: [`reload`].
+/// what is committed there for this build without a restart: [`crate::reload`].
 pub fn reload_if_changed() {
     let Some(rt) = RUNTIME.peek().filter(|_| RUNTIME.is_ready()) else {
         return;
@@ -312,8 +312,12 @@ fn init() -> Option<Runtime> {
             loaded.problems.len() - SHOWN
         );
     }
-    let watch = (cfg.reload && sha.is_some())
-        .then(|| reload::Watch::new(&cfg, sha.clone().unwrap_or_default(), loaded.dir.as_deref()));
+    let watch = crate::reload::Watch::new(
+        &cfg,
+        sha.as_deref(),
+        loaded.dir.as_deref(),
+        loaded.problems.len(),
+    );
     let served = Served {
         tables: loaded.tables,
         single,
@@ -370,7 +374,7 @@ pub fn library_changed() {
 /// The chosen profile's tables as start-up (or a reload) left them, with what to say about
 /// them.
 #[derive(Default)]
-struct Opened {
+pub struct Opened {
     tables: LazyTables,
     problems: Vec<String>,
     unservable: usize,
@@ -396,14 +400,10 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>, Option<String>) {
         Err(why) => return (Opened::default(), Some(why), None),
     };
     let identified = start_time.elapsed();
-    let (loaded, line) = choose_and_open(
-        cfg,
-        &id.sha256,
-        |_| {},
-        |selected, rank_files| {
-            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-            let selected = selected.duration_since(start_time);
-            debug!(
+    let (loaded, line) = choose_and_open(cfg, &id.sha256, &mut |_| {}, |selected, rank_files| {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let selected = selected.duration_since(start_time);
+        debug!(
             "start-up times: identify {:.3} ms ({}), select {:.3} ms, load {:.3} ms ({} rank files)",
             ms(identified),
             if id.cached { "hash cache hit" } else { "hashed the library" },
@@ -411,8 +411,7 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>, Option<String>) {
             ms(start_time.elapsed() - selected),
             rank_files
         );
-        },
-    );
+    });
     (loaded, line, Some(id.sha256))
 }
 
@@ -423,7 +422,7 @@ fn select_and_load(cfg: &Config) -> (Opened, Option<String>, Option<String>) {
 fn choose_and_open(
     cfg: &Config,
     sha: &str,
-    chosen: impl FnOnce(Option<&Path>),
+    chosen: &mut dyn FnMut(Option<&Path>),
     timed: impl FnOnce(std::time::Instant, usize),
 ) -> (Opened, Option<String>) {
     let req = Request {
