@@ -6,7 +6,7 @@
 mod common;
 
 use common::lt::{algos, builds_in_trace, key, row, stats, Side};
-use common::{faults::run_guarded, scratch, text, trace};
+use common::{faults::run_guarded, ok, scratch, text, trace, tunedblas_cmd};
 
 /// `test_name(side) { ... }`: a module `test_name` with the test `cublaslt` and the test
 /// `hipblaslt`.
@@ -239,5 +239,33 @@ both! {
         assert_eq!(s.counted_calls(&dir), 1601, "exact counts on disk");
         let tuned = algos(&dir).iter().filter(|a| *a == s.tuned.1).count();
         assert_eq!(tuned, 1601, "{st}");
+    }
+}
+
+both! {
+    /// `tunedblas profiles which` answers for an Lt build as the interposer chooses: the
+    /// profile made for the build's sha256, its reason in the backend's own name; without
+    /// one, the reason says there is none for that build.
+    fn profiles_which_names_the_profile_the_interposer_serves(s) {
+        let dir = scratch(&format!("{}-which", s.name));
+        let lib = s.lib();
+        let which = |dir: &std::path::Path| {
+            ok(&tunedblas_cmd(dir, &["profiles", "which", lib.to_str().unwrap()])
+                .output()
+                .unwrap())
+        };
+        let none = which(&dir);
+        assert!(none.contains("-> no profile"), "{none}");
+        assert!(none.contains(&format!("(build {})", &s.sha[..12])), "{none}");
+        s.profile(&dir, &[row(&key(8, 8, 8), s.tuned.0)]);
+        let out = which(&dir);
+        assert!(out.contains(&format!("-> profile '{}'", s.profile)), "{out}");
+        assert!(!out.contains("rocBLAS"), "worded for {}: {out}", s.label);
+        let host = run_guarded(s.host_cmd(&dir, true, &["8,8,8"]));
+        let stderr = text(&host.stderr);
+        assert!(
+            stderr.contains(&format!("profile {} auto-selected", s.profile)),
+            "the interposer chose another: {stderr}"
+        );
     }
 }

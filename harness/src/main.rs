@@ -82,7 +82,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "profiles",
-        usage: "tunedblas profiles list|show NAME|which LIBROCBLAS|import --lib LIBROCBLAS FILE...|adopt --lib LIB FILE",
+        usage: "tunedblas profiles list|show NAME|which LIB|import --lib LIBROCBLAS FILE...|adopt --lib LIB FILE",
         summary: "Inspect the profile store and see which profile a library would get.",
         run: Run::Declared(commands::profiles::cli, commands::profiles::run),
         internal: false,

@@ -180,14 +180,26 @@ fn arch_checks(dir: &Path, device: &crate::env::Device) -> Vec<(PathBuf, crate::
 /// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`); and whether its
 /// files were tuned on the device's architecture (the interposer does not check that yet:
 /// PyTorch drops such a file).
-pub fn which(root: &Path, lib: &Path, device: &crate::env::Device, json: bool) -> Result<()> {
+/// The profile a process loading `lib` (a `kind` build: `rocBLAS`, `hipBLASLt`, `cuBLASLt`)
+/// would get, chosen as the interposer chooses: a `TUNEDBLAS_PROFILE` path is checked against
+/// rocBLAS's version string; the Lt backends select by name and build alone.
+pub fn which(
+    root: &Path,
+    lib: &Path,
+    kind: &str,
+    device: &crate::env::Device,
+    json: bool,
+) -> Result<()> {
     let sha = identity::sha256_file(lib)
         .map_err(|e| Error::failed(format!("cannot hash {}: {e}", lib.display())))?;
     let explicit = std::env::var("TUNEDBLAS_PROFILE")
         .ok()
         .filter(|s| !s.is_empty());
     let allow_mismatch = std::env::var("TUNEDBLAS_ALLOW_MISMATCH").is_ok_and(|v| v == "1");
-    let sel = match explicit.as_deref().filter(|e| profile::names_a_path(e)) {
+    let path = explicit
+        .as_deref()
+        .filter(|e| kind == "rocBLAS" && profile::names_a_path(e));
+    let sel = match path {
         // A path is checked against the library's version string, as the interposer does.
         Some(path) => {
             let version = Rocblas::at(lib, None)?.version().to_string();
@@ -203,6 +215,16 @@ pub fn which(root: &Path, lib: &Path, device: &crate::env::Device, json: bool) -
             explicit: explicit.as_deref(),
             allow_mismatch,
         }),
+    };
+    // The selection words its reasons for rocBLAS; the Lt backends' lines say their own name.
+    let words = |s: String| s.replace("rocBLAS", kind);
+    let sel = match sel {
+        Selection::Chosen { name, dir, reason } => Selection::Chosen {
+            name,
+            dir,
+            reason: words(reason),
+        },
+        Selection::None { why } => Selection::None { why: words(why) },
     };
     let archs = match &sel {
         Selection::Chosen { dir, .. } => arch_checks(dir, device),

@@ -186,12 +186,12 @@ fn env_says_what_the_interposer_would_say_of_the_settings() {
 }
 
 #[test]
-fn profiles_which_refuses_what_is_not_rocblas_with_exit_3() {
-    // The C library is on every machine and is certainly not rocBLAS.
+fn profiles_which_refuses_what_is_no_blas_library_with_exit_3() {
+    // The C library is on every machine and is certainly none of the three.
     let out = tunedblas(&["profiles", "which", "libc.so.6"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("is not rocBLAS: it exports no rocblas_create_handle"),
+        stderr(&out).contains("is not rocBLAS, hipBLASLt or cuBLASLt: it exports none of"),
         "{}",
         stderr(&out)
     );

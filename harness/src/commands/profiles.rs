@@ -12,7 +12,7 @@ The profile store, by ACTION:
   list                         every profile: name, build, rocBLAS version, rows, status
   show NAME                    one profile: registry entry, rank files, campaigns from
                                provenance.json
-  which LIBROCBLAS             the profile a process loading that file would get, and why
+  which LIB                    the profile a process loading that file would get, and why
                                (the interposer's rule)
   import --lib LIBROCBLAS FILE...
                                adds the shapes of results files (any build, rows tuned with
@@ -94,8 +94,14 @@ pub fn run(a: &Args) -> Result<()> {
                 .ok_or_else(|| a.usage("which needs a library file"))?;
             // A bare soname (librocblas.so.0) is found where `env` looks.
             let lib = env::find_library(&lib);
-            is_rocblas(&lib)?;
-            profiles::which(&root, &lib, &env::Device::new(a.value("--arch")), json)
+            let kind = blas_kind(&lib)?;
+            profiles::which(
+                &root,
+                &lib,
+                kind,
+                &env::Device::new(a.value("--arch")),
+                json,
+            )
         }
         Some("import") => {
             let files: Vec<PathBuf> = a.positional[1..].iter().map(PathBuf::from).collect();
@@ -137,18 +143,20 @@ pub fn run(a: &Args) -> Result<()> {
     }
 }
 
-/// `which` answers for rocBLAS builds only: a file that cannot be read, or that does not
-/// export `rocblas_create_handle`, is refused with exit 3 (read from the file, not loaded).
-fn is_rocblas(lib: &std::path::Path) -> Result<()> {
-    match tunedblas_core::elf::defines(lib, "rocblas_create_handle") {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Error::not_loaded(format!(
-            "{} is not rocBLAS: it exports no rocblas_create_handle (give the librocblas.so* file the server loads)",
-            lib.display()
-        ))),
-        Err(e) => Err(Error::not_loaded(format!(
+/// `which` answers for rocBLAS, hipBLASLt and cuBLASLt builds (told from the file's exports,
+/// read from the file, not loaded); any other file is refused with exit 3.
+fn blas_kind(lib: &std::path::Path) -> Result<&'static str> {
+    if let Err(e) = tunedblas_core::elf::defines(lib, "rocblas_create_handle") {
+        return Err(Error::not_loaded(format!(
             "cannot read {}: {e}",
             lib.display()
+        )));
+    }
+    match env::kind_of(lib) {
+        "unknown" => Err(Error::not_loaded(format!(
+            "{} is not rocBLAS, hipBLASLt or cuBLASLt: it exports none of rocblas_create_handle, hipblasLtMatmul, cublasLtMatmul (give the library file the server loads)",
+            lib.display()
         ))),
+        kind => Ok(kind),
     }
 }
