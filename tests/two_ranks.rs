@@ -67,7 +67,13 @@ fn two_ranks_record_tune_verify_and_serve_their_own_rank_files() {
             "1000",
         ],
     );
-    tune.env("REFBLAS_DEVICES", "2");
+    // refblas's heuristic computes each GEMM twice: its own kernels are a few tens of
+    // percent apart, which 3 rounds on a busy CPU could leave undecidable for every shape
+    // (no row to serve); twice is a gap that decides (60-75%), and without the rest between
+    // samples the campaign takes no longer than before.
+    tune.env("REFBLAS_DEVICES", "2")
+        .env("REFBLAS_SLOW_HEURISTIC", "2")
+        .args(["--rest", "0"]);
     let out = ok(&run(tune));
     assert!(out.contains("on devices 0,1"), "{out}");
     // Every rank's rows verified on its device.
