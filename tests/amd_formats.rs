@@ -286,24 +286,16 @@ fn the_amd_formats_are_tune_inputs() {
         &hipblaslt_tuning::write("x", &[(half(48, 16, 32), 3)]).unwrap(),
     );
     let lib = common::artifacts().lib4();
-    let args = [
+    let mut args = vec![
         "tune",
         "--lib",
         lib.to_str().unwrap(),
         untuned.to_str().unwrap(),
         log.to_str().unwrap(),
         tuning.to_str().unwrap(),
-        "--trials",
-        "3",
-        "--max-trials",
-        "3",
-        "--rotate-mib",
-        "1",
-        "--rest",
-        "0",
-        "--no-limits",
         "--json",
     ];
+    args.extend(common::QUICK_TUNE);
     let summary: serde_json::Value = serde_json::from_str(&common::ok(&common::run(
         common::tunedblas_cmd(&dir, &args),
     )))
