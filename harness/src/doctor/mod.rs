@@ -264,6 +264,11 @@ pub fn run(opts: Options) -> Result<()> {
 }
 
 /// `20260103-141502` (UTC), for the default bundle's name.
+/// A workload run's shapes (none where the run did not happen).
+fn shapes_of(run: &Option<child::Report>) -> Vec<child::ShapeRun> {
+    run.as_ref().map(|r| r.shapes.clone()).unwrap_or_default()
+}
+
 fn stamp() -> String {
     let t = crate::store::utc_now();
     t.chars()
@@ -861,16 +866,7 @@ impl Doctor {
     }
 
     fn outputs(&mut self) -> Done {
-        let served = self
-            .served
-            .as_ref()
-            .map(|r| r.shapes.clone())
-            .unwrap_or_default();
-        let base = self
-            .baseline
-            .as_ref()
-            .map(|r| r.shapes.clone())
-            .unwrap_or_default();
+        let (served, base) = (shapes_of(&self.served), shapes_of(&self.baseline));
         let mut bad = Vec::new();
         let (mut same, mut close) = (0, 0);
         for (s, b) in served.iter().zip(&base) {
@@ -912,16 +908,7 @@ impl Doctor {
     }
 
     fn timing(&mut self) -> Done {
-        let served = self
-            .served
-            .as_ref()
-            .map(|r| r.shapes.clone())
-            .unwrap_or_default();
-        let base = self
-            .baseline
-            .as_ref()
-            .map(|r| r.shapes.clone())
-            .unwrap_or_default();
+        let (served, base) = (shapes_of(&self.served), shapes_of(&self.baseline));
         let (t0, t1): (f64, f64) = (
             base.iter().map(|s| s.ms).sum(),
             served.iter().map(|s| s.ms).sum(),
