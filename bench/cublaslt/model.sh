@@ -4,7 +4,7 @@
 # its defaults, and the model timed process by process, alternating: no preload, the preload
 # with the profile (every row hit and no miss is checked from the preload's stats).
 #
-#   bench/cublaslt/model.sh BIN OUT [ROUNDS]
+#   [BUDGET=S] bench/cublaslt/model.sh BIN OUT [ROUNDS]
 #
 # BIN holds release builds of tunedblas and libtunedblas.so and model.py. Everything lands in
 # OUT/results.tgz and OUT/summary.txt.
@@ -42,7 +42,7 @@ run record 240 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/none" TUNEDBLAS_M
 tail -2 "$R/record.err" >>"$R/summary.txt"
 WS=$(grep -o "caller's workspace [0-9]*" "$R/record.err" | awk '{print $3}' | sort -n | head -1)
 say "shapes recorded: $(cat "$W"/misses/* 2>/dev/null | grep -vc '^#'); smallest caller workspace: ${WS:-unknown}"
-run tune 400 "$T" tune "$W/misses" --profiles "$W/profiles" --name model ${WS:+--workspace "$WS"} --json
+run tune 400 "$T" tune "$W/misses" --profiles "$W/profiles" --name model ${WS:+--workspace "$WS"} ${BUDGET:+--budget "$BUDGET"} --json
 cp "$R/tune.out" "$R/tune.json"
 tail -3 "$R/tune.err" >>"$R/summary.txt"
 cp -r "$W/profiles" "$R/profiles" 2>/dev/null

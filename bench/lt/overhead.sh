@@ -49,7 +49,7 @@ export TUNEDBLAS_CACHE_DIR=$W/cache
 for shape in "${SHAPES[@]}"; do
   tag=${shape//,/x}
   say "== $shape: no preload (control)"
-  "$T" lt overhead --shape "$shape" --log "$OUT/$tag-plain.json" >"$W/plain.out" 2>>"$S"
+  "$T" overhead --shape "$shape" --log "$OUT/$tag-plain.json" >"$W/plain.out" 2>>"$S"
   grep '^overhead' "$W/plain.out" | tee -a "$S"
   ROW=$(grep -o 'as a profile row: .*' "$W/plain.out" | sed 's/^as a profile row: //')
   [ -z "$ROW" ] && { say "no heuristic answer for $shape; skipped"; continue; }
@@ -58,11 +58,11 @@ for shape in "${SHAPES[@]}"; do
   printf '%s,0.01\n' "$ROW" >"$W/p-$tag/served/tunableop_results0.csv"
   say "== $shape: preload, no profile (repeated misses)"
   env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/none" TUNEDBLAS_MISS_DIR="$W/m-$tag" \
-    "$T" lt overhead --shape "$shape" --log "$OUT/$tag-miss.json" 2>>"$S" | grep '^overhead' | grep -v 'profile row' | tee -a "$S"
+    "$T" overhead --shape "$shape" --log "$OUT/$tag-miss.json" 2>>"$S" | grep '^overhead' | grep -v 'profile row' | tee -a "$S"
   say "== $shape: preload, the row served ($ROW)"
   env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/p-$tag" TUNEDBLAS_MISS_DIR="$W/m2-$tag" \
     TUNEDBLAS_STATS="$OUT/$tag-served-stats.json" \
-    "$T" lt overhead --shape "$shape" --log "$OUT/$tag-served.json" 2>>"$S" | grep '^overhead' | grep -v 'profile row' | tee -a "$S"
+    "$T" overhead --shape "$shape" --log "$OUT/$tag-served.json" 2>>"$S" | grep '^overhead' | grep -v 'profile row' | tee -a "$S"
   grep -o '"served": [0-9]*\|"default": [0-9]*\|"fallbacks": [0-9]*' "$OUT/$tag-served-stats.json" 2>/dev/null | tr '\n' ' ' | tee -a "$S"
   echo | tee -a "$S"
 done
