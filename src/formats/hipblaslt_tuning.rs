@@ -18,7 +18,9 @@
 //! - Rows come as a header line naming the columns, then value lines. The reader finds the
 //!   eleven columns it needs by name, so `hipblaslt-bench`'s own wide lines
 //!   (`transA,transB,grouped_gemm,batch_count,m,n,k,alpha,lda,...`, indented by four spaces)
-//!   read too; a file with no header uses those eleven in that order. `transA`/`transB`
+//!   read too; a row with no header before it is read by position, as hipBLASLt's own
+//!   positional reader takes it: the bench's 35 wide fields, or 37 with the `gcnArchName,CUs`
+//!   the tuning tool appends (files from the field look so), else those eleven in order. `transA`/`transB`
 //!   other than `N` mean transposed; types are hipBLASLt's names (`bf16_r`); the compute
 //!   type is `hipblaslt-bench`'s (`f32_r`). Only `solution_index > 0` is kept (7.1).
 //! - The override is keyed by transposes, the four types, m, n, k and the batch count: it
@@ -51,6 +53,17 @@ pub const COLUMNS: [&str; 11] = [
     "c_type",
     "compute_type",
     "solution_index",
+];
+
+/// `hipblaslt-bench`'s wide columns, as its tuning output names them (with the bench's
+/// `soulution_index` spelling).
+#[rustfmt::skip]
+const WIDE: [&str; 35] = [
+    "transA", "transB", "grouped_gemm", "batch_count", "m", "n", "k", "alpha", "lda",
+    "stride_a", "beta", "ldb", "stride_b", "ldc", "stride_c", "ldd", "stride_d", "a_type",
+    "b_type", "c_type", "d_type", "compute_type", "scaleA", "scaleB", "scaleC", "scaleD",
+    "amaxD", "activation_type", "bias_vector", "bias_type", "rotating_buffer",
+    "hipblaslt-Gflops", "hipblaslt-GB/s", "us", "soulution_index",
 ];
 
 /// Whether `text` looks like a hipBLASLt tuning file: a `Git Version:` first line, or a
@@ -95,12 +108,27 @@ impl Header {
     fn at(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| n == name)
     }
+
+    /// The columns of a row read without a header line: the wide form where the row has
+    /// its 35 fields, or 37 with the `gcnArchName,CUs` the tuning tool appends (hipBLASLt's
+    /// own positional reader takes exactly those 37), else the eleven in order.
+    fn positional(fields: usize) -> Header {
+        let mut names: Vec<String> = match fields {
+            35 | 37 => WIDE.iter().map(|s| s.to_string()).collect(),
+            _ => return Header::canonical(),
+        };
+        if fields == 37 {
+            names.extend(["gcnArchName".to_string(), "CUs".to_string()]);
+        }
+        Header { names }
+    }
 }
 
 /// Reads a tuning or override file. Never panics; see the module docs.
 pub fn parse(text: &str) -> LtParsed {
     let mut out = LtParsed::default();
-    let mut header = Header::canonical();
+    // The last header line seen; none yet: each row's columns are by position.
+    let mut header: Option<Header> = None;
     for (i, raw) in text.split('\n').enumerate() {
         let n = i + 1;
         if i == 0 {
@@ -130,10 +158,18 @@ pub fn parse(text: &str) -> LtParsed {
             continue;
         }
         if line.starts_with("transA") {
-            header = Header::of(line);
+            header = Some(Header::of(line));
             continue;
         }
-        if let Err(why) = row(&mut out, &header, line, n) {
+        let positional;
+        let h = match &header {
+            Some(h) => h,
+            None => {
+                positional = Header::positional(line.split(',').count());
+                &positional
+            }
+        };
+        if let Err(why) = row(&mut out, h, line, n) {
             out.skip(n, why);
         }
     }
@@ -424,6 +460,34 @@ mod tests {
         assert!(write("x", &[(bias, 3)]).unwrap_err().contains("epilogue"));
         assert!(write("x", &[(linear(64, 8, 64), 0)]).is_err());
         assert!(write("a\rb", &rows).is_err());
+    }
+
+    /// A whole tuning file from the field (tests/fixtures/hipblaslt/SOURCE.md: 13 bf16 rows
+    /// from an MI325X, each the bench's 35 wide fields plus `gcnArchName,CUs`, indented, no
+    /// header line): every row read by position, as hipBLASLt's own reader takes them.
+    #[test]
+    fn a_tuning_file_from_the_field_reads_by_position() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hipblaslt/axlearn-mi325x-70b.txt");
+        let text = std::fs::read_to_string(p).unwrap();
+        assert!(is_tuning_file(&text));
+        let parsed = parse(&text);
+        assert_eq!(parsed.git_version.as_deref(), Some("47700734"));
+        assert!(parsed.skipped.is_empty(), "{:?}", parsed.skipped);
+        assert!(parsed.unservable.is_empty(), "{:?}", parsed.unservable);
+        // 13 rows, 12 problems: two rows differ only in beta (0 and 1), with one solution.
+        assert_eq!(parsed.entries.len(), 12);
+        // Its first row: N,N, batch 1, m 10240, n 16384, k 8192, bf16 in and out, f32
+        // compute, lda 10240, ldb 8192, ldc 10240, solution 125883.
+        let first = &parsed.entries[0];
+        assert_eq!(first.index, Some(125883));
+        let k = first.key;
+        assert_eq!((k.m, k.n, k.k, k.batch), (10240, 16384, 8192, 1));
+        assert_eq!((k.lda, k.ldb, k.ldc), (10240, 8192, 10240));
+        assert_eq!([k.a_type, k.b_type, k.c_type, k.d_type], [lt::R_16BF; 4]);
+        // A header-less row of another width keeps the eleven columns in order.
+        let eleven = parse("T,N,1,4096,512,2560,bf16_r,bf16_r,bf16_r,f32_r,7\n");
+        assert_eq!(eleven.entries[0].index, Some(7));
     }
 
     /// The lines hipBLASLt's documentation shows the bench storing into its tuning file
