@@ -15,6 +15,11 @@
 //! files; a merge of large profiles, seconds). Breaking renames the folder away first:
 //! `rename` is atomic too, so of several machines breaking the same stale lock exactly one
 //! succeeds, and the others see the name free (or freshly taken) and start over.
+//!
+//! A lock held for longer than that (a tuning campaign's, for hours) is kept fresh by its
+//! holder ([`acquire_kept`]): a thread writes the time into the owner file again every
+//! [`HEARTBEAT`], so only a holder that stopped beating for [`STALE_AFTER`] is taken to be
+//! dead.
 
 use std::fs;
 use std::io::{self, Write};
@@ -31,16 +36,93 @@ const UNNAMED_AFTER: Duration = Duration::from_secs(60);
 
 const OWNER: &str = "owner";
 
+/// How often a kept lock ([`acquire_kept`]) writes its time again: well inside
+/// [`STALE_AFTER`], so a missed beat or two (a stalled filesystem) breaks nothing.
+pub const HEARTBEAT: Duration = Duration::from_secs(60);
+
 /// The lock, held until dropped.
 #[derive(Debug)]
 pub struct ShareLock {
     dir: PathBuf,
 }
 
-impl Drop for ShareLock {
+impl ShareLock {
+    /// Whether the owner file still names this process.
+    fn mine(&self) -> bool {
+        holder(&self.dir).is_some_and(|(w, _)| Writer::parse(&me()).is_some_and(|m| m == w))
+    }
+
+    /// Writes this holder's name with the time now into the owner file again (a new file
+    /// renamed over the old, so a reader never sees half a line), so other hosts see it
+    /// alive. Only while the lock is still this process's: one broken by another machine
+    /// (taken for dead) and taken again is left to its new holder.
+    pub fn refresh(&self) -> io::Result<()> {
+        if !self.mine() {
+            return Err(io::Error::other(format!(
+                "{} is no longer held by this process",
+                self.dir.display()
+            )));
+        }
+        let me = me();
+        let tmp = self.dir.join(format!(".{OWNER}.{}", std::process::id()));
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(format!("{me} {}\n", now_secs()).as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.dir.join(OWNER))
+    }
+}
+
+/// A [`ShareLock`] kept fresh by a thread until dropped ([`acquire_kept`]).
+#[derive(Debug)]
+pub struct KeptLock {
+    // Dropped first: the beating thread ends (its channel closes) before the lock goes.
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    beat: Option<std::thread::JoinHandle<()>>,
+    _lock: std::sync::Arc<ShareLock>,
+}
+
+impl Drop for KeptLock {
     fn drop(&mut self) {
-        let _ = fs::remove_file(self.dir.join(OWNER));
-        let _ = fs::remove_dir(&self.dir);
+        drop(self.stop.take());
+        if let Some(b) = self.beat.take() {
+            let _ = b.join();
+        }
+    }
+}
+
+/// [`acquire`], then a thread that [`ShareLock::refresh`]es the lock every `every` until the
+/// returned lock is dropped: for a holder that keeps it longer than `stale_after`.
+pub fn acquire_kept(
+    dir: &Path,
+    wait: Duration,
+    stale_after: Duration,
+    every: Duration,
+) -> io::Result<KeptLock> {
+    let lock = std::sync::Arc::new(acquire(dir, wait, stale_after)?);
+    let (stop, beats) = std::sync::mpsc::channel::<()>();
+    let held = lock.clone();
+    let beat = std::thread::Builder::new()
+        .name("tunedblas-lock-heartbeat".into())
+        .spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = beats.recv_timeout(every) {
+                let _ = held.refresh();
+            }
+        })?;
+    Ok(KeptLock {
+        stop: Some(stop),
+        beat: Some(beat),
+        _lock: lock,
+    })
+}
+
+impl Drop for ShareLock {
+    /// Frees the name, unless another holder took it meanwhile (this one was broken as
+    /// dead): theirs is left alone.
+    fn drop(&mut self) {
+        if self.mine() {
+            let _ = fs::remove_file(self.dir.join(OWNER));
+            let _ = fs::remove_dir(&self.dir);
+        }
     }
 }
 
@@ -218,6 +300,46 @@ mod tests {
             fs::read_dir(parent).unwrap().count(),
             0,
             "the broken lock is gone"
+        );
+    }
+
+    /// A kept lock writes its time again while held, so another host never takes a long
+    /// holder (a campaign) for dead; dropping it ends the beat and frees the name.
+    #[test]
+    fn a_kept_lock_stays_fresh_until_dropped() {
+        let d = scratch("kept").join("x.lock.d");
+        let lock =
+            acquire_kept(&d, Duration::ZERO, STALE_AFTER, Duration::from_millis(10)).unwrap();
+        let (me, _) = holder(&d).unwrap();
+        // Aged as a lock would be after an hour's campaign with no beat.
+        fs::write(
+            d.join(OWNER),
+            format!("{} {}\n", super::me(), now_secs() - 3600),
+        )
+        .unwrap();
+        let fresh = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            holder(&d).is_some_and(|(w, since)| w == me && now_secs() - since < 60)
+        });
+        assert!(fresh, "the heartbeat wrote the time again");
+        drop(lock);
+        assert!(!d.exists(), "released");
+    }
+
+    /// A lock broken by another machine (taken for dead) and taken again is not written over.
+    #[test]
+    fn a_refresh_leaves_a_lock_another_holder_took() {
+        let d = scratch("taken").join("x.lock.d");
+        let lock = acquire(&d, Duration::ZERO, STALE_AFTER).unwrap();
+        let theirs = format!("other_node-4242-77 {}\n", now_secs());
+        fs::write(d.join(OWNER), &theirs).unwrap();
+        assert!(lock.refresh().is_err());
+        assert_eq!(fs::read_to_string(d.join(OWNER)).unwrap(), theirs);
+        drop(lock);
+        assert_eq!(
+            fs::read_to_string(d.join(OWNER)).unwrap(),
+            theirs,
+            "theirs is kept"
         );
     }
 }

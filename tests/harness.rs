@@ -276,6 +276,76 @@ fn another_campaign(dir: &Path, lib: &Path) -> Output {
     ))
 }
 
+/// Issue 27: a profile folder on a shared filesystem, where `flock` may be local to each
+/// machine: a campaign another machine runs in it (its lock folder, `.campaign.lock.d`,
+/// naming a host this one cannot see) is waited for, said once, and the wait ends when
+/// that campaign's lock goes; the lock this campaign took is gone when it ends.
+#[test]
+fn a_campaign_another_machine_runs_in_the_folder_is_waited_for() {
+    let dir = scratch("campaign-elsewhere");
+    let lib = artifacts().lib4();
+    ok(&another_campaign(&dir, &lib));
+    let profile = profile_folder(&dir.join("profiles"));
+    let theirs = profile.join(".campaign.lock.d");
+    std::fs::create_dir(&theirs).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    std::fs::write(theirs.join("owner"), format!("other_node-4242-77 {now}\n")).unwrap();
+
+    let err = dir.join("tune.err");
+    let mut args = quick_tune_args(&lib, 2);
+    args.push("--retune".into());
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = tunedblas_cmd(&dir, &arg_refs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&err)
+        .unwrap()
+        .contains("another tune of")
+    {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "it did not wait: {}",
+            std::fs::read_to_string(&err).unwrap()
+        );
+        assert!(Instant::now() < deadline, "no word of the wait");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "it stopped waiting while the other ran"
+    );
+    assert!(
+        !profile.join(".campaign.partial.jsonl").exists(),
+        "nothing started"
+    );
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert!(said.contains("other_node"), "{said}");
+
+    // The other machine's campaign ends: this one goes on and finishes.
+    std::fs::remove_dir_all(&theirs).unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    assert!(!theirs.exists(), "the campaign's own lock is released");
+    assert_eq!(
+        std::fs::read_to_string(&err)
+            .unwrap()
+            .matches("another tune of")
+            .count(),
+        1
+    );
+}
+
 #[test]
 fn a_killed_campaign_resumes_and_loses_nothing() {
     let dir = scratch("resume");

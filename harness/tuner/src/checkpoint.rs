@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::store::{self, Folder};
+use tunedblas_core::share_lock;
 
 /// The first checkpoint line: what the campaign was started with. A rerun resumes the
 /// checkpoint when `build` and `shapes` are the same.
@@ -233,11 +234,21 @@ impl Checkpoint {
     }
 }
 
-/// Takes the profile folder's campaign lock (`.campaign.lock`, `flock`), waiting while
-/// another `tune` of the profile holds it; released when the returned file is dropped, or
-/// by the kernel when the process dies. A campaign owns the folder's one checkpoint, so
-/// two at once would mix their shapes in it; waiting instead lets both finish, in turn.
-pub fn lock(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
+/// The profile folder's campaign lock, held until dropped: the local `flock` on
+/// `.campaign.lock`, which queues the campaigns of one machine (and is dropped by the kernel
+/// when the process dies), and the lock folder `.campaign.lock.d` ([`tunedblas_core::share_lock`]),
+/// which holds across the machines of a shared filesystem whatever its `flock` does (NFS
+/// mounted `nolock`, `local_lock`), kept fresh while the campaign runs.
+pub struct CampaignLock {
+    _shared: share_lock::KeptLock,
+    _local: std::fs::File,
+}
+
+/// Takes the profile folder's campaign lock ([`CampaignLock`]), waiting while another `tune`
+/// of the profile holds it, on this machine or another sharing the folder. A campaign owns
+/// the folder's one checkpoint, so two at once would mix their shapes in it; waiting
+/// instead lets both finish, in turn.
+pub fn lock(folder: &Folder, quiet: bool) -> Result<CampaignLock> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(&folder.dir)
@@ -251,6 +262,15 @@ pub fn lock(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .map_err(|e| Error::failed(format!("cannot open {}: {e}", path.display())))?;
+    let waiting = |whom: &str| {
+        if !quiet {
+            eprintln!(
+                "tunedblas: another tune of '{}' is running{whom}; waiting for it to finish ({})",
+                folder.name,
+                path.display()
+            );
+        }
+    };
     let flock = |how| loop {
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
@@ -264,16 +284,16 @@ pub fn lock(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
     match flock(libc::LOCK_EX | libc::LOCK_NB) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            if !quiet {
-                eprintln!(
-                    "tunedblas: another tune of '{}' is running; waiting for it to finish ({})",
-                    folder.name,
-                    path.display()
-                );
-            }
+            waiting("");
             flock(libc::LOCK_EX)
                 .map_err(|e| Error::failed(format!("cannot lock {}: {e}", path.display())))?;
         }
+        // A filesystem with no flock (or no lock daemon): the lock folder alone serialises.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
+            ) => {}
         Err(e) => {
             return Err(Error::failed(format!(
                 "cannot lock {}: {e}",
@@ -281,7 +301,37 @@ pub fn lock(folder: &Folder, quiet: bool) -> Result<std::fs::File> {
             )))
         }
     }
-    Ok(file)
+    let shared = folder.dir.join(".campaign.lock.d");
+    let take = |wait| {
+        share_lock::acquire_kept(
+            &shared,
+            wait,
+            share_lock::STALE_AFTER,
+            share_lock::HEARTBEAT,
+        )
+    };
+    let held = match take(std::time::Duration::ZERO) {
+        Ok(held) => held,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            // The message names the holder ("... is held by process P of host H ...").
+            let whom = e.to_string();
+            let whom = whom.split_once(" is held by ").map_or("", |(_, w)| w);
+            let whom = whom.split_once(';').map_or(whom, |(w, _)| w);
+            waiting(&format!(" ({whom})"));
+            take(std::time::Duration::MAX)
+                .map_err(|e| Error::failed(format!("cannot lock {}: {e}", shared.display())))?
+        }
+        Err(e) => {
+            return Err(Error::failed(format!(
+                "cannot lock {}: {e}",
+                shared.display()
+            )))
+        }
+    };
+    Ok(CampaignLock {
+        _shared: held,
+        _local: file,
+    })
 }
 
 #[cfg(test)]
