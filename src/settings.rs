@@ -28,6 +28,7 @@ pub const INTERPOSER: &[&str] = &[
     "TUNEDBLAS_NEAR",
     "TUNEDBLAS_STATUS_THREAD",
     "TUNEDBLAS_RELOAD",
+    "TUNEDBLAS_GROUP_READ",
 ];
 
 /// Variables the tools read (the cuBLASLt harness, the tests, the benchmarks). Not the
@@ -108,6 +109,11 @@ pub struct Switches {
     /// `TUNEDBLAS_RELOAD`: rows committed to the store while a process runs are served
     /// without a restart (on unless `0`).
     pub reload: bool,
+    /// `TUNEDBLAS_GROUP_READ`: the files the interposer writes (miss logs, live status,
+    /// Prometheus) are readable by the process's group too (0640, in a 0750 folder when it
+    /// makes one), for a node-exporter or an operator of the service's group; off by
+    /// default: they are the user's alone (0600 in 0700).
+    pub group_read: bool,
 }
 
 impl Switches {
@@ -152,6 +158,13 @@ impl Switches {
                 None => true,
                 Some(v) => take(&mut said, switch("TUNEDBLAS_RELOAD", Some(&v))),
             },
+            group_read: take(
+                &mut said,
+                switch(
+                    "TUNEDBLAS_GROUP_READ",
+                    get("TUNEDBLAS_GROUP_READ").as_deref(),
+                ),
+            ),
         };
         said.extend(unknown_names(names));
         (switches, said)

@@ -638,3 +638,53 @@ fn a_folder_of_another_user_is_read_as_that_user() {
         "{err}"
     );
 }
+
+/// Issue 26: with `TUNEDBLAS_GROUP_READ=1` the miss folder the interposer makes and every
+/// file it writes there are readable by the group (a node-exporter or an operator of the
+/// service's group), even under a service's `UMask=0077`; without it they are the user's
+/// alone.
+#[test]
+fn group_read_makes_the_miss_folder_and_files_readable_by_the_group() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for (group, folder_mode, file_mode) in [(true, 0o750, 0o640), (false, 0o700, 0o600)] {
+        let dir = scratch(&format!("status-group-{group}"));
+        let miss_dir = dir.join("misses");
+        let mut cmd = life_cmd(&dir, true, &["@distinct:3"]);
+        if group {
+            cmd.env("TUNEDBLAS_GROUP_READ", "1");
+        }
+        // SAFETY: umask is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0o077);
+                Ok(())
+            });
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let out = wait_guarded(cmd.spawn().expect("spawn life_host"), "life_host");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            !text(&out.stderr).contains("TUNEDBLAS_GROUP_READ"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_eq!(mode(&miss_dir), folder_mode, "group {group}");
+        let files: Vec<_> = std::fs::read_dir(&miss_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .collect();
+        assert!(
+            files
+                .iter()
+                .any(|f| f.to_string_lossy().ends_with(".status.json")),
+            "{files:?}"
+        );
+        assert!(files.len() >= 2, "a miss log and the status: {files:?}");
+        for f in &files {
+            assert_eq!(mode(f), file_mode, "group {group}: {}", f.display());
+        }
+    }
+}

@@ -24,7 +24,7 @@ use std::ffi::{c_int, CStr, CString};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 /// A descriptor of ours, closed when dropped; never 0, 1 or 2.
 #[derive(Debug)]
@@ -167,16 +167,31 @@ impl Folder {
         }
     }
 
-    /// [`Folder::open`], making the folder first (mode 0700) if it is missing. Only where
-    /// allocation is allowed (not at an exit, which may run in a signal handler).
+    /// [`Folder::open`], making the folder first (mode 0700, or 0750 with
+    /// `TUNEDBLAS_GROUP_READ`) if it is missing. Only where allocation is allowed (not at
+    /// an exit, which may run in a signal handler).
     pub fn open_or_make(&self) -> io::Result<Fd> {
         match self.open() {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 use std::os::unix::fs::DirBuilderExt;
+                let mode = mode(true);
                 std::fs::DirBuilder::new()
                     .recursive(true)
-                    .mode(0o700)
+                    .mode(mode)
                     .create(self.path())?;
+                if mode != 0o700 {
+                    // Past the host's umask; only the folder made for us (never a parent),
+                    // opened without following a link.
+                    // SAFETY: a NUL-terminated path; the descriptor is ours.
+                    if let Ok(d) = Fd::own(unsafe {
+                        libc::open(
+                            self.path.as_ptr(),
+                            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                        )
+                    }) {
+                        unsafe { libc::fchmod(d.raw(), mode) };
+                    }
+                }
                 self.open()
             }
             other => other,
@@ -278,9 +293,36 @@ const NEW_FILE: c_int = libc::O_WRONLY
     | libc::O_CLOEXEC
     | libc::O_NONBLOCK;
 
+/// `TUNEDBLAS_GROUP_READ`: the files and folders made here are readable by the process's
+/// group too. Set once when a backend starts ([`share_with_group`]).
+static GROUP_READ: AtomicBool = AtomicBool::new(false);
+
+/// Files made from now on are 0640 and a folder made 0750 (`on`), or 0600 and 0700.
+pub fn share_with_group(on: bool) {
+    GROUP_READ.store(on, Ordering::Relaxed);
+}
+
+/// The mode of a file or folder made now: the owner's alone, or readable by the group.
+fn mode(folder: bool) -> libc::mode_t {
+    match (GROUP_READ.load(Ordering::Relaxed), folder) {
+        (false, false) => 0o600,
+        (false, true) => 0o700,
+        (true, false) => 0o640,
+        (true, true) => 0o750,
+    }
+}
+
 fn open_at(dir: &Fd, name: &CStr, flags: c_int) -> io::Result<Fd> {
+    let mode = mode(false);
     // SAFETY: a folder descriptor of ours and a NUL-terminated name.
-    Fd::own(unsafe { libc::openat(dir.raw(), name.as_ptr(), flags, 0o600 as libc::c_uint) })
+    let f =
+        Fd::own(unsafe { libc::openat(dir.raw(), name.as_ptr(), flags, mode as libc::c_uint) })?;
+    // The host's umask (a service's `UMask=0077`) would take the group's read away again.
+    if flags & libc::O_CREAT != 0 && mode != 0o600 {
+        // SAFETY: a descriptor of ours.
+        unsafe { libc::fchmod(f.raw(), mode) };
+    }
+    Ok(f)
 }
 
 fn unlink_at(dir: &Fd, name: &CStr) {

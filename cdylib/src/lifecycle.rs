@@ -65,6 +65,8 @@ pub struct Config {
     /// `TUNEDBLAS_RELOAD` (on unless `0`): rows committed to the store while the process
     /// runs are served without a restart.
     pub reload: bool,
+    /// `TUNEDBLAS_GROUP_READ`: our files readable by the group ([`crate::files::share_with_group`]).
+    pub group_read: bool,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -109,6 +111,7 @@ impl Config {
             stats_path: settings::path_var("TUNEDBLAS_STATS").map(absolute),
             near_window: sw.near_window,
             status_thread: sw.status_thread,
+            group_read: sw.group_read,
             reload: sw.reload,
         };
         (cfg, said)
@@ -125,6 +128,7 @@ impl Config {
             return None;
         }
         let (cfg, problems) = Config::from_env();
+        crate::files::share_with_group(cfg.group_read);
         crate::log::set_level(cfg.log_level);
         let first = !SAID.swap(true, Ordering::AcqRel);
         if first {

@@ -26,7 +26,7 @@ pub fn var(name: &str) -> Option<String> {
 /// The settings as the interposer reads them (`cdylib/src/lifecycle.rs`, `Config::from_env`).
 pub fn settings(profile_dir: &Path) -> Vec<Setting> {
     let cache = identity::user_cache_dir();
-    let rows: [(&'static str, String, &'static str); 11] = [
+    let rows: [(&'static str, String, &'static str); 12] = [
         (
             "TUNEDBLAS_PROFILE_DIR",
             profile_dir.display().to_string(),
@@ -81,6 +81,11 @@ pub fn settings(profile_dir: &Path) -> Vec<Setting> {
             "TUNEDBLAS_STATUS_THREAD",
             "0".into(),
             "1 also rewrites the live status once a second from a thread of the interposer's own (by default the threads making GEMMs write it, and the host sees no thread of ours)",
+        ),
+        (
+            "TUNEDBLAS_GROUP_READ",
+            "0".into(),
+            "1 makes the miss logs, live status and Prometheus files readable by the group (0640, in a 0750 folder when the interposer makes it)",
         ),
     ];
     rows.into_iter()
