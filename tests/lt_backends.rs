@@ -269,3 +269,37 @@ both! {
         );
     }
 }
+
+both! {
+    /// `tunedblas verify --lib` replays an Lt profile's rows under the preload, as it does
+    /// rocBLAS's: a child calls each row's problem as PyTorch does (the heuristic's first
+    /// answer as the algorithm) and the interposer's own counters must show every row hit.
+    /// A row needing more workspace than the callers give is never served (its calls pass
+    /// through): verify fails and says so.
+    fn verify_replays_every_row_of_an_lt_profile_under_the_preload(s) {
+        let verify = |dir: &std::path::Path, workspace: &str| {
+            let lib = s.lib();
+            let mut args = vec!["verify", "--lib", lib.to_str().unwrap(), "--workspace", workspace];
+            let cudart = common::lt::cudart();
+            if s.name == "cublaslt" {
+                args.extend(["--cudart", cudart.to_str().unwrap()]);
+            }
+            run_guarded(tunedblas_cmd(dir, &args))
+        };
+        let dir = scratch(&format!("{}-verify", s.name));
+        s.profile(&dir, &[row(&key(64, 8, 64), s.tuned.0), row(&key(64, 4, 64), "Default")]);
+        let out = verify(&dir, "8192");
+        let said = ok(&out);
+        assert!(said.contains(&format!("({})", s.label)), "{said}");
+        assert!(said.contains("2 rows replayed on 1 device: rows hit 2/2, 0 missed calls, 0 fallbacks -> OK"), "{said}");
+
+        let dir = scratch(&format!("{}-verify-big", s.name));
+        s.profile(&dir, &[row(&key(64, 8, 64), s.big.0)]);
+        let out = verify(&dir, "0");
+        let said = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{said}{}", text(&out.stderr));
+        assert!(said.contains("FAILED"), "{said}");
+        assert!(said.contains("1 of 1 replayed calls were passed through, not served"), "{said}");
+        assert!(ok(&verify(&dir, "8192")).contains("rows hit 1/1"), "enough workspace: served");
+    }
+}

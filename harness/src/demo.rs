@@ -179,6 +179,8 @@ fn run_in(dir: &Path, opts: Options) -> Result<()> {
     println!("\n3. verify: replay every row under the preload in a fresh process");
     let report = verify::run(&verify::Options {
         lib: lib.clone(),
+        runtime: None,
+        workspace: 0,
         profiles: dir.join("profiles"),
         preload: None,
         json: false,

@@ -12,10 +12,14 @@ use tunedblas_core::key::ProblemKey;
 use crate::error::{Error, Result};
 use crate::store::Store;
 use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
-use tunedblas_tuner::backends::Library as _;
+use tunedblas_tuner::backends::{Kind, Library as _};
 
 pub struct Options {
     pub lib: PathBuf,
+    /// The runtime `--hip` / `--cudart` name, for the Lt libraries.
+    pub runtime: Option<PathBuf>,
+    /// The workspace the replay gives each Lt call (a row needing more is not served).
+    pub workspace: usize,
     pub profiles: PathBuf,
     /// The interposer; default: `libtunedblas.so` beside this binary.
     pub preload: Option<PathBuf>,
@@ -251,24 +255,75 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
+/// The replay of one build's profile: what the parent knows before the child runs.
+struct Plan {
+    kind: Kind,
+    profile: String,
+    short: String,
+    devices: i32,
+    /// The rows the child calls, as a results file, and how many.
+    text: String,
+    rows: usize,
+}
+
+/// The profile of `opts.lib`'s build, whichever library it is.
+fn plan(opts: &Options) -> Result<Plan> {
+    let kind = tunedblas_tuner::backends::kind_of(&opts.lib)?;
+    if kind == Kind::Rocblas {
+        let lib = Rocblas::at(&opts.lib, None)?;
+        let devices = lib.device_count()?;
+        let build = lib.build().clone();
+        drop(lib);
+        let store = Store::open(&opts.profiles)?;
+        let folder = store.existing_folder(&build)?;
+        let rows = store.read_rows(&folder)?;
+        return Ok(Plan {
+            kind,
+            profile: folder.name,
+            short: build.short().to_string(),
+            devices,
+            text: rows.to_text(),
+            rows: rows.rows.len(),
+        });
+    }
+    let spec = tunedblas_tuner::backends::Spec {
+        lib: Some(opts.lib.clone()),
+        runtime: opts.runtime.clone(),
+        arch: None,
+    };
+    let opened = tunedblas_tuner::backends::Opened::open(kind, &spec)?;
+    tunedblas_tuner::with_library!(&opened, l => {
+        let store = tunedblas_tuner::store::Store::existing(&opts.profiles)?;
+        let folder = store.existing_folder(l.build())?;
+        let text = store.read_text(&folder)?;
+        let rows = l
+            .read(&text)
+            .iter()
+            .filter(|(_, s, _)| !matches!(l.row(s), tunedblas_tuner::curate::Row::Foreign(_)))
+            .count();
+        Ok(Plan {
+            kind,
+            profile: folder.name,
+            short: l.build().short().to_string(),
+            devices: l.runtime().device_count()?,
+            text,
+            rows,
+        })
+    })
+}
+
 pub fn run(opts: &Options) -> Result<Report> {
-    let lib = Rocblas::at(&opts.lib, None)?;
-    let devices = lib.device_count()?;
-    let build = lib.build().clone();
-    drop(lib);
-    let store = Store::open(&opts.profiles)?;
-    let folder = store.existing_folder(&build)?;
-    let rows = store.read_rows(&folder)?;
-    if rows.rows.is_empty() {
+    let plan = plan(opts)?;
+    let (devices, build_short) = (plan.devices, plan.short.clone());
+    if plan.rows == 0 {
         if !opts.json {
             println!(
-                "verify '{}' for build {}: the profile has no rows, nothing to replay -> OK",
-                folder.name,
-                build.short()
+                "verify '{}' for build {build_short}: the profile has no rows, nothing to replay -> OK",
+                plan.profile,
             );
         }
         return Ok(Report {
-            profile: folder.name,
+            profile: plan.profile,
             rows: 0,
             devices,
             stats: Stats::default(),
@@ -281,17 +336,31 @@ pub fn run(opts: &Options) -> Result<Report> {
     std::fs::create_dir_all(&scratch)
         .map_err(|e| Error::failed(format!("cannot create {}: {e}", scratch.display())))?;
     let list = scratch.join("rows.csv");
-    std::fs::write(&list, rows.to_text())
+    std::fs::write(&list, &plan.text)
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", list.display())))?;
     let stats_path = scratch.join("stats.json");
     let exe = std::env::current_exe()
         .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
-    let out = Command::new(exe)
+    let mut child = Command::new(exe);
+    child
         .arg("replay")
         .arg("--lib")
         .arg(&opts.lib)
         .arg("--rows")
-        .arg(&list)
+        .arg(&list);
+    if plan.kind != Kind::Rocblas {
+        child.arg("--workspace").arg(opts.workspace.to_string());
+        if let Some(rt) = &opts.runtime {
+            child
+                .arg(if plan.kind == Kind::Cublaslt {
+                    "--cudart"
+                } else {
+                    "--hip"
+                })
+                .arg(rt);
+        }
+    }
+    let out = child
         .env("LD_PRELOAD", preload_path(opts.preload.as_deref())?)
         .env("TUNEDBLAS_PROFILE_DIR", &opts.profiles)
         .env("TUNEDBLAS_MISS_DIR", scratch.join("misses"))
@@ -302,9 +371,13 @@ pub fn run(opts: &Options) -> Result<Report> {
         .output()
         .map_err(|e| Error::failed(format!("cannot start the replay: {e}")))?;
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    let stats: Option<Stats> = std::fs::read(&stats_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    // This backend's stats file: the path itself, or beside it where another backend ran
+    // too ([`stats_files`]).
+    let stats: Option<Stats> = stats_files(&stats_path)
+        .iter()
+        .filter_map(|f| std::fs::read(f).ok())
+        .filter_map(|b| serde_json::from_slice::<Stats>(&b).ok())
+        .find(|s| s.backend() == plan.kind.tag());
     let replayed: Option<Replayed> = serde_json::from_slice(&out.stdout).ok();
     let _ = std::fs::remove_dir_all(&scratch);
     let (Some(stats), Some(replayed)) = (stats, replayed) else {
@@ -314,18 +387,25 @@ pub fn run(opts: &Options) -> Result<Report> {
         )));
     };
     let mut problems = Vec::new();
-    if stats.rows != rows.rows.len() as u64 {
+    if stats.rows != plan.rows as u64 {
         problems.push(format!(
             "the interposer loaded {} rows, the profile has {}: it chose another profile or could not read this one:\n{log}",
-            stats.rows,
-            rows.rows.len()
+            stats.rows, plan.rows
         ));
     }
     problems.extend(stats.problems());
+    // Every replayed call has its row: one passed through was found but not served (its
+    // algorithm needs more workspace than the callers give, or the library refused it).
+    if stats.passed_through > 0 {
+        problems.push(format!(
+            "{} of {} replayed calls were passed through, not served: their rows cannot serve callers like these (for hipBLASLt and cuBLASLt, a row needing more workspace than --workspace)",
+            stats.passed_through, replayed.calls
+        ));
+    }
     problems.extend(replayed.failures.iter().cloned());
     let report = Report {
-        profile: folder.name,
-        rows: rows.rows.len(),
+        profile: plan.profile,
+        rows: plan.rows,
         devices,
         ok: problems.is_empty(),
         problems,
@@ -333,9 +413,9 @@ pub fn run(opts: &Options) -> Result<Report> {
     };
     if !opts.json {
         println!(
-            "verify '{}' for build {}: {} rows replayed on {} device{}: rows hit {}/{}, {} missed calls, {} fallbacks -> {}",
+            "verify '{}' for build {build_short} ({}): {} rows replayed on {} device{}: rows hit {}/{}, {} missed calls, {} fallbacks -> {}",
             report.profile,
-            build.short(),
+            plan.kind.name(),
             report.rows,
             devices,
             if devices == 1 { "" } else { "s" },
@@ -353,8 +433,25 @@ pub fn run(opts: &Options) -> Result<Report> {
 }
 
 /// The child: runs every row of `rows` once per device through the library's global
-/// entry points (where the preload sits) and prints a [`Replayed`] as JSON.
-pub fn replay(lib_path: &Path, rows_path: &Path) -> Result<()> {
+/// entry points (where the preload sits) and prints a [`Replayed`] as JSON. rocBLAS's
+/// calls are its `gemm_ex` as a host makes them; the Lt libraries' are the doctor's host
+/// calls ([`crate::doctor::child::replay`]).
+pub fn replay(
+    lib_path: &Path,
+    rows_path: &Path,
+    lt: Option<(&tunedblas_tuner::backends::Spec, usize)>,
+) -> Result<()> {
+    let kind = tunedblas_tuner::backends::kind_of(lib_path)?;
+    if let (Some((spec, workspace)), true) = (lt, kind != Kind::Rocblas) {
+        let text = std::fs::read_to_string(rows_path)
+            .map_err(|e| Error::failed(format!("cannot read {}: {e}", rows_path.display())))?;
+        let (calls, failures) = crate::doctor::child::replay(kind, spec, &text, workspace)?;
+        println!(
+            "{}",
+            serde_json::to_string(&Replayed { calls, failures }).expect("plain struct")
+        );
+        return Ok(());
+    }
     let lib = Rocblas::open_as_host(lib_path)?;
     let rows = tunedblas_core::tunableop::read(rows_path)
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", rows_path.display())))?;

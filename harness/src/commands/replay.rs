@@ -10,16 +10,26 @@ const ABOUT: &str = "\
 a linked host would.";
 
 pub fn cli() -> clap::Command {
-    args::command("replay", ABOUT, "")
-        .arg(args::lib_option("the rocBLAS build (required)"))
+    args::library_options(args::command("replay", ABOUT, ""))
+        .arg(args::lib_option("the library (required)"))
         .arg(args::option(
             "--rows",
             "FILE",
             "the problems to call (required)",
         ))
+        .arg(args::option(
+            "--workspace",
+            "BYTES",
+            "the workspace each Lt call is given",
+        ))
 }
 
 pub fn run(a: &Args) -> Result<()> {
     let rows = a.path("--rows").ok_or_else(|| a.usage("needs --rows"))?;
-    verify::replay(&a.lib()?, &rows)
+    let spec = tunedblas_tuner::backends::Spec {
+        lib: Some(a.lib()?),
+        ..a.spec()
+    };
+    let workspace = a.parsed("--workspace", 1usize << 20, "bytes")?;
+    verify::replay(&a.lib()?, &rows, Some((&spec, workspace)))
 }

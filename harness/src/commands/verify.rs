@@ -8,8 +8,10 @@ use super::print_json;
 
 const ABOUT: &str = "\
 Replays every row of the build's profile, on every device, in a child process running
-under LD_PRELOAD=libtunedblas.so, and reads the interposer's own counters: it exits 0 only
-when rows hit = rows, with no missed call and no fallback.
+under LD_PRELOAD=libtunedblas.so that calls the library as a linked host does (rocBLAS's
+gemm_ex; hipBLASLt's and cuBLASLt's descriptors, layouts and matmul, the heuristic's first
+answer as the algorithm, as PyTorch calls), and reads the interposer's own counters: it
+exits 0 only when rows hit = rows, with no missed call and no fallback.
 
 With --stats FILE, checks a run that already happened instead (a server, a benchmark) by
 the TUNEDBLAS_STATS file it wrote, for every backend: rocBLAS's FILE and, beside it, the
@@ -21,13 +23,16 @@ tuned for rows of their own.";
 const AFTER: &str = "\
 EXAMPLES:
     tunedblas verify --lib /opt/rocm/lib/librocblas.so.5
+    tunedblas verify --lib libhipblaslt.so.1 --workspace 33554432
+    tunedblas verify --lib libcublasLt.so.13
     LD_PRELOAD=libtunedblas.so TUNEDBLAS_STATS=s.json vllm serve ...
     tunedblas verify --stats s.json
 ";
 
 #[rustfmt::skip]
 const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the rocBLAS build whose profile is replayed (required without --stats)"),
+    ("--lib", "LIB", "the library whose build's profile is replayed: rocBLAS, hipBLASLt or cuBLASLt (required without --stats)"),
+    ("--workspace", "BYTES", "the workspace each replayed hipBLASLt or cuBLASLt call is given (cuBLASLt's default 1048576; hipBLASLt: what your callers pass): a row needing more is not served"),
     ("--stats", "FILE", "check the TUNEDBLAS_STATS file of a run under the profile, for every backend, instead of replaying"),
     ("--profiles", "DIR", args::PROFILES),
     ("--preload", "LIBTUNEDBLAS", "the interposer to run under (default: the libtunedblas.so beside this binary)"),
@@ -35,7 +40,7 @@ const OPTIONS: &[args::Row] = &[
 ];
 
 pub fn cli() -> clap::Command {
-    args::command("verify", ABOUT, AFTER).args(args::table(OPTIONS))
+    args::library_options(args::command("verify", ABOUT, AFTER).args(args::table(OPTIONS)))
 }
 
 pub fn run(a: &Args) -> Result<()> {
@@ -72,8 +77,16 @@ pub fn run(a: &Args) -> Result<()> {
             )))
         };
     }
+    let lib = crate::env::find_library(&a.lib()?);
+    let kind = tunedblas_tuner::backends::kind_of(&lib)?;
+    let workspace = match kind {
+        tunedblas_tuner::backends::Kind::Rocblas => 0,
+        k => a.method_for(k)?.workspace,
+    };
     let report = verify::run(&verify::Options {
-        lib: a.lib()?,
+        lib,
+        runtime: a.spec().runtime,
+        workspace,
         profiles: a.profile_store(),
         preload: a.path("--preload"),
         json: a.has("--json"),

@@ -19,6 +19,7 @@ use tunedblas_tuner::backends::lt::LtApi;
 use tunedblas_tuner::backends::rocblas::Rocblas;
 use tunedblas_tuner::backends::{Kind, Library, Session as _, Spec};
 use tunedblas_tuner::bench::Bench;
+use tunedblas_tuner::curate::Row;
 use tunedblas_tuner::numerics::{median, Judge};
 use tunedblas_tuner::pipeline::Method;
 use tunedblas_tuner::timer::Mode;
@@ -112,6 +113,14 @@ pub fn run(plan: &Plan) -> Result<Report> {
     })
 }
 
+/// `verify`'s replay for any library: every row of `rows` (a profile's text) that is the
+/// library's own or `Default` called once on each device, through the symbols a host
+/// resolves (the preload's when preloaded), with the heuristic's first answer as the
+/// algorithm, as PyTorch calls; returns the calls made and what failed, in words.
+pub fn replay(kind: Kind, spec: &Spec, rows: &str, workspace: usize) -> Result<(u64, Vec<String>)> {
+    with_host(kind, spec, |lib, _| lib.replay(rows, workspace))
+}
+
 /// Calls `f` with the library of `kind`, loaded as a host has it.
 fn with_host<T>(
     kind: Kind,
@@ -157,6 +166,7 @@ fn with_host<T>(
 trait Host {
     fn loaded(&self) -> (PathBuf, String, PathBuf, i32, Option<String>);
     fn run(&self, plan: &Plan) -> Result<(u64, Vec<ShapeRun>)>;
+    fn replay(&self, rows: &str, workspace: usize) -> Result<(u64, Vec<String>)>;
 }
 
 impl<L: Library> Host for L {
@@ -173,6 +183,40 @@ impl<L: Library> Host for L {
     fn run(&self, plan: &Plan) -> Result<(u64, Vec<ShapeRun>)> {
         shapes_of(self, plan)
     }
+    fn replay(&self, rows: &str, workspace: usize) -> Result<(u64, Vec<String>)> {
+        replay_of(self, rows, workspace)
+    }
+}
+
+fn replay_of<L: Library>(lib: &L, rows: &str, workspace: usize) -> Result<(u64, Vec<String>)> {
+    let m = Method {
+        mode: Mode::Events,
+        rest: 0.0,
+        rotate_bytes: 1,
+        workspace,
+        ..Method::default()
+    };
+    let rows = lib.read(rows);
+    let keys: Vec<&L::Key> = rows
+        .iter()
+        .filter(|(_, s, _)| !matches!(lib.row(s), Row::Foreign(_)))
+        .map(|(k, _, _)| k)
+        .collect();
+    let (mut calls, mut failures) = (0u64, Vec::new());
+    for device in 0..lib.runtime().device_count()? {
+        let session = lib.session(device)?;
+        for key in &keys {
+            calls += 1;
+            let ran = session.bench(key, &m).and_then(|b| {
+                let h = b.heuristic()?;
+                b.output(&h.algo).map(drop)
+            });
+            if let Err(e) = ran {
+                failures.push(format!("{} on device {device}: {e}", lib.key_text(key)));
+            }
+        }
+    }
+    Ok((calls, failures))
 }
 
 fn loaded(lib: &dyn Host, interposed: bool) -> Loaded {
