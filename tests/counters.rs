@@ -226,17 +226,17 @@ fn pytorch_tunableop_in_the_same_process_is_said_once() {
 }
 
 #[test]
-fn a_host_whose_calls_never_reach_the_interposer_is_said_at_debug_only() {
+fn a_host_whose_calls_never_reach_the_interposer_is_said_when_nothing_links_the_library() {
     // Python ctypes calls the library object it loaded: dlsym on that handle, which no
-    // preload can see. At debug the exit says so; at the default level nothing is printed
-    // (an `import torch` that makes no GEMM must see no change at all).
+    // preload can see. Nothing else links the library, so the exit says so at the default
+    // level (not at quiet).
     let dir = scratch("counters-unseen");
     let lib = artifacts().lib4();
     let script = format!(
         "import ctypes\nl = ctypes.CDLL({:?})\nh = ctypes.c_void_p()\nl.rocblas_create_handle(ctypes.byref(h))\n",
         lib.display().to_string()
     );
-    for (level, said) in [("debug", true), ("info", false)] {
+    for (level, said) in [("debug", true), ("info", true), ("quiet", false)] {
         let mut cmd = std::process::Command::new("python3");
         cmd.args(["-c", &script]);
         host_env(&mut cmd, &dir, true);
@@ -245,14 +245,36 @@ fn a_host_whose_calls_never_reach_the_interposer_is_said_at_debug_only() {
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         assert_eq!(
-            stderr.contains("is loaded but no call reached the interposer"),
+            stderr.contains("is loaded but no call reached the interposer: the process opened it with its own dlopen"),
             said,
             "{level}: {stderr}"
         );
-        if !said {
+        if said {
+            assert!(stderr.contains("RTLD_DEFAULT"), "what to do: {stderr}");
+        } else {
             assert_eq!(stderr, "", "nothing at {level}");
         }
     }
+    // A process that links the library (a program linked against it, as PyTorch links it)
+    // and makes no GEMM sees no change at the default level: the footprint rule.
+    let mut cmd = fault_cmd(&dir, true, &[]);
+    cmd.env("TUNEDBLAS_LOG", "info");
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "",
+        "a linked host with no GEMM: nothing said"
+    );
+    let mut cmd = fault_cmd(&dir, true, &[]);
+    cmd.env("TUNEDBLAS_LOG", "debug");
+    let stderr = text(&run_guarded(cmd).stderr);
+    assert!(
+        stderr.contains(
+            "no call reached the interposer: something links it, so this process made no GEMM"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]

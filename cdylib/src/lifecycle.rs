@@ -608,24 +608,35 @@ extern "C" fn at_unload() {
 }
 
 /// A process whose calls never reached the interposer, though a library it serves is
-/// loaded: the caller looked the library's functions up in the handle of its own `dlopen`
-/// (Python ctypes on the library object, hip-python), which no preload can see. Said at exit
-/// at `TUNEDBLAS_LOG=debug` only: such a process cannot be told from one that loaded the
-/// library and made no GEMM (`import torch`), which must see no change at all.
+/// loaded. When no loaded object links the library (the process opened it with its own
+/// `dlopen`: Python ctypes on the library object, hip-python), its callers most likely look
+/// its functions up in that handle, which no preload can see: said at exit at the default
+/// level, with what to do. When something links it (`import torch` that makes no GEMM, a
+/// program that never calls it) the process just made no call, and must see no change at
+/// all: said at `TUNEDBLAS_LOG=debug` only.
 fn say_unseen() {
+    const LIBRARIES: [&str; 3] = ["librocblas.so", "libhipblaslt.so", "libcublasLt.so"];
     let level = std::env::var("TUNEDBLAS_LOG").ok();
-    if settings::log_level(level.as_deref()).0 < crate::log::DEBUG {
+    let level = settings::log_level(level.as_deref()).0;
+    if level < crate::log::INFO {
         return;
     }
-    crate::log::set_level(crate::log::DEBUG);
-    let libs =
-        crate::real::loaded_libraries(&["librocblas.so", "libhipblaslt.so", "libcublasLt.so"]);
-    if let Some(lib) = libs.first() {
-        crate::log::debug!(
-            "{} is loaded but no call reached the interposer: a caller that looks its functions up in the handle of its own dlopen (Python ctypes on the library object, hip-python) bypasses every preload (README, \"What the interposer does\", Resolution)",
-            lib.display()
-        );
+    let libs = crate::real::loaded_libraries(&LIBRARIES);
+    let Some(lib) = libs.first() else { return };
+    let opened_alone = !crate::real::needed_by_another(&LIBRARIES);
+    if !opened_alone && level < crate::log::DEBUG {
+        return;
     }
+    crate::log::set_level(level);
+    let why = if opened_alone {
+        "the process opened it with its own dlopen and nothing links it, so its callers look its functions up in that handle (Python ctypes on the library object, hip-python), which bypasses every preload: call it through a module that links it, or look the functions up with RTLD_DEFAULT"
+    } else {
+        "something links it, so this process made no GEMM through it"
+    };
+    crate::log::info!(
+        "{} is loaded but no call reached the interposer: {why} (README, \"What the interposer does\", Resolution)",
+        lib.display()
+    );
 }
 
 #[used]

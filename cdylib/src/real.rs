@@ -370,6 +370,133 @@ fn loaded_libraries_listed(prefixes: &[&str]) -> Vec<PathBuf> {
     search.found
 }
 
+/// Whether a loaded object other than the library itself names a library whose file name
+/// starts with one of `prefixes` among its `DT_NEEDED` entries: the library came in linked
+/// (a program, PyTorch's `libtorch_hip.so`, hipBLAS), so its callers reach the interposer
+/// through the global scope. `false` where nothing needs it: the process opened it itself
+/// with `dlopen` (Python ctypes, hip-python), and a caller that looks its functions up in
+/// that handle bypasses every preload. Reads the loaded objects' dynamic sections (under
+/// `dl_iterate_phdr`'s lock; in a forked child, which has one thread, the loader's list).
+pub fn needed_by_another(prefixes: &[&str]) -> bool {
+    struct Search<'a> {
+        prefixes: &'a [&'a str],
+        found: bool,
+    }
+    let matches = |prefixes: &[&str], name: &[u8]| {
+        let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+        prefixes.iter().any(|p| file.starts_with(p.as_bytes()))
+    };
+    /// The `DT_NEEDED` names of the object loaded at `base` with its dynamic section at
+    /// `dynamic`, each passed to `f` until it returns true.
+    ///
+    /// SAFETY: `dynamic` is a loaded object's dynamic section, `base` its load address.
+    unsafe fn any_needed(base: usize, dynamic: *const u64, f: &dyn Fn(&[u8]) -> bool) -> bool {
+        const DT_NULL: u64 = 0;
+        const DT_NEEDED: u64 = 1;
+        const DT_STRTAB: u64 = 5;
+        if dynamic.is_null() {
+            return false;
+        }
+        let (mut strtab, mut needed) = (0usize, [0usize; 64]);
+        let mut n = 0;
+        let mut d = dynamic;
+        // SAFETY: the section is an array of (tag, value) pairs ending with DT_NULL.
+        unsafe {
+            while *d != DT_NULL {
+                match *d {
+                    DT_STRTAB => strtab = *d.add(1) as usize,
+                    DT_NEEDED if n < needed.len() => {
+                        needed[n] = *d.add(1) as usize;
+                        n += 1;
+                    }
+                    _ => {}
+                }
+                d = d.add(2);
+            }
+        }
+        if strtab == 0 {
+            return false;
+        }
+        // The loader adjusts DT_STRTAB to an address where the section is writable; the
+        // vDSO's (and a read-only one's) is still relative to the object's base.
+        if strtab < base {
+            strtab += base;
+        }
+        needed[..n].iter().any(|&off| {
+            // SAFETY: a NUL-terminated string in the object's string table.
+            f(unsafe { CStr::from_ptr((strtab + off) as *const std::ffi::c_char) }.to_bytes())
+        })
+    }
+    if crate::lifecycle::in_fork_child() {
+        // SAFETY: as in `loaded_libraries_alone`: the child has one thread.
+        unsafe {
+            let main = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            if main.is_null() {
+                return false;
+            }
+            let mut map: *mut LinkMap = std::ptr::null_mut();
+            let ok = dlinfo(
+                main,
+                RTLD_DI_LINKMAP,
+                &mut map as *mut *mut LinkMap as *mut c_void,
+            ) == 0;
+            libc::dlclose(main);
+            while ok && !map.is_null() {
+                let m = &*map;
+                let own =
+                    !m.l_name.is_null() && matches(prefixes, CStr::from_ptr(m.l_name).to_bytes());
+                if !own && any_needed(m.l_addr, m.l_ld as *const u64, &|n| matches(prefixes, n)) {
+                    return true;
+                }
+                map = m.l_next;
+            }
+        }
+        return false;
+    }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our `data` pointer back.
+        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
+        let matches = |name: &[u8]| {
+            let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+            search
+                .prefixes
+                .iter()
+                .any(|p| file.starts_with(p.as_bytes()))
+        };
+        // SAFETY: the loader's name strings are NUL-terminated and live while loaded.
+        if !info.dlpi_name.is_null()
+            && matches(unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes())
+        {
+            return 0;
+        }
+        let base = info.dlpi_addr as usize;
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr holds dlpi_phnum program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_DYNAMIC {
+                let dynamic = (base + ph.p_vaddr as usize) as *const u64;
+                // SAFETY: the object's dynamic section, mapped while it is loaded.
+                if unsafe { any_needed(base, dynamic, &matches) } {
+                    search.found = true;
+                    return 1;
+                }
+            }
+        }
+        0
+    }
+    let mut search = Search {
+        prefixes,
+        found: false,
+    };
+    // SAFETY: the callback only reads the objects' headers and writes through `data`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
+    search.found
+}
+
 /// A device query's answer (`hipGetDevice`, `cuCtxGetDevice`: `int f(int *device)`, 0 for
 /// success), 0 when the function is missing or fails.
 #[inline]

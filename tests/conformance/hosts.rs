@@ -306,7 +306,7 @@ pub fn python_ctypes(s: &Suite) {
 
 /// ctypes calling the library object it loaded itself searches that library's own scope:
 /// the preload cannot see those calls (FACTS section 11, README). With the real library:
-/// same statuses, and the interposer counts nothing.
+/// same statuses, the interposer counts nothing, and says at exit why.
 pub fn python_ctypes_direct(s: &Suite) {
     let script = format!(
         "import ctypes\nl = ctypes.CDLL('{}')\nh = ctypes.c_void_p()\nprint('create=%d' % l.rocblas_create_handle(ctypes.byref(h)))\nb = (ctypes.c_float * 64)()\nf = ctypes.c_float(1.0)\nprint('sgemm=%d' % l.rocblas_sgemm(h, 111, 111, 4, 4, 4, ctypes.byref(f), b, 4, b, 4, ctypes.byref(f), b, 4))\n",
@@ -332,6 +332,14 @@ pub fn python_ctypes_direct(s: &Suite) {
         s.name, run.stats
     );
     assert!(run.misses.is_empty());
+    // Nothing links the real library in that process: the exit says why no call was seen.
+    assert!(
+        run.stderr
+            .contains("is loaded but no call reached the interposer: the process opened it with its own dlopen"),
+        "{}: {}",
+        s.name,
+        run.stderr
+    );
 }
 
 /// `bind_now`: the loader binds every reference at start-up (`LD_BIND_NOW=1`), so hipBLAS's
