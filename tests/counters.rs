@@ -255,6 +255,36 @@ fn a_host_whose_calls_never_reach_the_interposer_is_said_when_nothing_links_the_
             assert_eq!(stderr, "", "nothing at {level}");
         }
     }
+    // `status` shows those two processes (not the quiet one): the library, and why.
+    let statuses: Vec<_> = std::fs::read_dir(dir.join("misses"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".status.json"))
+        .collect();
+    assert_eq!(statuses.len(), 2, "{statuses:?}");
+    let shown = ok(&run_guarded(tunedblas_cmd(
+        &dir,
+        &["status", dir.join("misses").to_str().unwrap()],
+    )));
+    assert_eq!(
+        shown
+            .matches(&format!(
+                "{} was loaded but no call reached the interposer",
+                lib.display()
+            ))
+            .count(),
+        2,
+        "{shown}"
+    );
+    // A disabled preload says nothing and writes nothing.
+    let quiet = scratch("counters-unseen-disabled");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", &script]);
+    host_env(&mut cmd, &quiet, true);
+    cmd.env("TUNEDBLAS_DISABLE", "1");
+    let out = run_guarded(cmd);
+    assert_eq!(text(&out.stderr), "");
+    assert!(!quiet.join("misses").exists());
     // A process that links the library (a program linked against it, as PyTorch links it)
     // and makes no GEMM sees no change at the default level: the footprint rule.
     let mut cmd = fault_cmd(&dir, true, &[]);

@@ -616,9 +616,14 @@ extern "C" fn at_unload() {
 /// all: said at `TUNEDBLAS_LOG=debug` only.
 fn say_unseen() {
     const LIBRARIES: [&str; 3] = ["librocblas.so", "libhipblaslt.so", "libcublasLt.so"];
-    let level = std::env::var("TUNEDBLAS_LOG").ok();
-    let level = settings::log_level(level.as_deref()).0;
-    if level < crate::log::INFO {
+    // As at a start: nothing from a set-uid process, a second copy or a disabled preload.
+    // SAFETY: getauxval has no preconditions.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 || crate::copies::aside() {
+        return;
+    }
+    let (cfg, _) = Config::from_env();
+    let level = cfg.log_level;
+    if level < crate::log::INFO || cfg.disabled {
         return;
     }
     let libs = crate::real::loaded_libraries(&LIBRARIES);
@@ -637,6 +642,10 @@ fn say_unseen() {
         "{} is loaded but no call reached the interposer: {why} (README, \"What the interposer does\", Resolution)",
         lib.display()
     );
+    if opened_alone {
+        crate::files::share_with_group(cfg.group_read);
+        crate::status::unseen(&cfg.miss_dir, cfg.miss_trust, lib);
+    }
 }
 
 #[used]

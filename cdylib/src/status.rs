@@ -214,6 +214,41 @@ pub fn finish() {
     write(true, lifecycle::EXIT_WAIT);
 }
 
+/// A process that opened a served library itself and whose calls never reached the
+/// interposer ([`crate::lifecycle`]'s exit line says why): its one, final status names the
+/// library and no backend, so `tunedblas status` shows it too. At a normal exit only
+/// (allocates, through the settings and the folder).
+pub fn unseen(dir: &Path, trust: Trust, lib: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(folder) = Folder::new(dir, trust) else {
+        return;
+    };
+    if folder.open_or_make().is_err() {
+        return;
+    }
+    let parts = PROCESS.get_or_make();
+    let (host, pid, start) = (&parts.host, parts.pid, parts.start);
+    let result = replace(&folder, parts, ".status.json", |out| {
+        write!(
+            out,
+            "{{\"format\":{FORMAT},\"host\":\"{host}\",\"pid\":{pid},\"start_ticks\":{start},\"updated_unix_ms\":{},\"final\":true,\"backends\":[],\"unseen\":\"",
+            unix_ms()
+        )?;
+        // The path as a JSON string: quotes, backslashes and control bytes escaped.
+        for &b in lib.as_os_str().as_bytes() {
+            match b {
+                b'"' | b'\\' => write!(out, "\\{}", b as char)?,
+                0..=0x1f => write!(out, "\\u{b:04x}")?,
+                _ => out.write_all(&[b])?,
+            }
+        }
+        out.write_all(b"\"}\n")
+    });
+    if let Err(e) = result {
+        debug!("cannot write the status of a process the interposer did not see: {e}");
+    }
+}
+
 /// An exec failed and the process goes on.
 pub fn exec_failed() {
     FINAL.store(false, Ordering::Release);

@@ -184,6 +184,10 @@ pub struct File {
     #[serde(rename = "final")]
     pub finished: bool,
     pub backends: Vec<BackendStatus>,
+    /// A library the process loaded itself, whose calls never reached the interposer (a
+    /// caller looking its functions up in its own `dlopen` handle: Python ctypes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen: Option<String>,
 }
 
 /// One process as `status` reports it.
@@ -376,6 +380,11 @@ fn render(procs: &[Process]) -> String {
             p.state,
             age(p.age_s)
         ));
+        if let Some(lib) = &s.unseen {
+            t.push_str(&format!(
+                "  {lib} was loaded but no call reached the interposer: the process opened it with its own dlopen, so its calls bypass every preload (README, \"What the interposer does\", Resolution)\n"
+            ));
+        }
         for b in &s.backends {
             let c = &b.counters;
             let near_shapes = b
