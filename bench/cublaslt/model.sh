@@ -9,9 +9,9 @@
 # BIN holds release builds of tunedblas and libtunedblas.so and model.py. Everything lands in
 # OUT/results.tgz and OUT/summary.txt.
 #
-# Not yet run on a GPU: written for issue 25's real-model run in a session whose device tool
-# was paused before the first call. Expect to fix small things on its first run (the static
-# cache's constructor differs between transformers releases; model.py tries both forms).
+# Run on an H100 on 2026-12-05 with transformers 5.17.0 (BENCHMARKS.md, "The one engine on an
+# NVIDIA GPU"): the static cache's constructor differs between transformers releases;
+# model.py tries both forms.
 set -u
 B=$(cd "$1" && pwd)
 OUT=$2
