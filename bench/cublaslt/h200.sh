@@ -4,7 +4,7 @@
 #
 #   bench/cublaslt/h200.sh BIN_DIR OUT_DIR [smoke|full]
 #
-# BIN_DIR holds release builds of tunedblas and
+# BIN_DIR holds release builds of tunedblas, tunedblas-bench and
 # libtunedblas.so, the gpu_cublaslt test binary (optional) and bench/cublaslt/workload.py. Needs python3 with a CUDA PyTorch.
 # Everything lands in OUT_DIR/results.tgz (updated after each step) and OUT_DIR/summary.txt.
 set -u
@@ -18,6 +18,7 @@ mkdir -p "$W/out" "$W/none"
 R=$W/out
 PY=python3
 T=$B/tunedblas
+TB=$B/tunedblas-bench
 PRE=$B/libtunedblas.so
 export TORCH_BLAS_PREFER_CUBLASLT=1 PYTHONUNBUFFERED=1 TUNEDBLAS_CACHE_DIR=$W/cache
 if [ "$MODE" = smoke ]; then
@@ -139,11 +140,11 @@ except Exception:
 EOF
 )
 say "overhead shape (an adopted row if any): $SHAPE"
-run overhead-plain 120 "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-plain.json"
+run overhead-plain 120 "$TB" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-plain.json"
 run overhead-miss 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/none" TUNEDBLAS_MISS_DIR="$W/misses-oh" \
-  "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-miss.json"
+  "$TB" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-miss.json"
 run overhead-served 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/profiles" TUNEDBLAS_MISS_DIR="$W/misses-oh2" \
-  TUNEDBLAS_STATS="$R/overhead-served-stats.json" "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-served.json"
+  TUNEDBLAS_STATS="$R/overhead-served-stats.json" "$TB" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-served.json"
 for f in overhead-plain overhead-miss overhead-served; do cat "$R/$f.out" >>"$R/summary.txt"; done
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader >>"$R/summary.txt" 2>&1
 step "done"

@@ -80,12 +80,12 @@ pub struct LtApi {
     pub create: CreateObjFn,
     pub matmul: LtMatmulFn,
     heuristic: HeuristicFn,
-    pub(crate) desc_create: DescCreateFn,
-    pub(crate) desc_destroy: DestroyFn,
-    pub(crate) desc_set: SetFn,
-    pub(crate) layout_create: LayoutCreateFn,
-    pub(crate) layout_destroy: DestroyFn,
-    pub(crate) layout_set: SetFn,
+    pub desc_create: DescCreateFn,
+    pub desc_destroy: DestroyFn,
+    pub desc_set: SetFn,
+    pub layout_create: LayoutCreateFn,
+    pub layout_destroy: DestroyFn,
+    pub layout_set: SetFn,
     pref_create: CreateObjFn,
     pref_destroy: DestroyFn,
     pref_set: SetFn,
@@ -131,7 +131,7 @@ impl LtApi {
     /// This API with its descriptor and layout functions as a linked host resolves them
     /// (`RTLD_DEFAULT`: an LD_PRELOADed interposer's when one is preloaded, which then keeps
     /// what the objects are made and set with), everything else its own: the objects a
-    /// PyTorch process hands the interposer's matmul (`tunedblas overhead`).
+    /// PyTorch process hands the interposer's matmul (`tunedblas-bench overhead`).
     pub fn with_global_objects(&self, prefix: &str) -> Result<LtApi> {
         let g = libc::RTLD_DEFAULT;
         let s = |n: &str| format!("{prefix}{n}");
@@ -436,14 +436,14 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
     /// Enqueues one call on input set `set` through `f` (the library's own matmul, or the
     /// one a linked host resolves, which a preloaded interposer serves); `algo` null is
     /// the library's heuristic.
-    pub(crate) fn launch_with(&self, f: LtMatmulFn, algo: *const c_void, set: usize) -> Status {
+    pub fn launch_with(&self, f: LtMatmulFn, algo: *const c_void, set: usize) -> Status {
         self.launch_on(f, self.desc, self.layouts, algo, set)
     }
 
     /// [`Self::launch_with`] on descriptors `desc` and layouts `l` (A, B, C, D) of this
-    /// problem's types and sizes, made by the caller (`tunedblas overhead`: as PyTorch
+    /// problem's types and sizes, made by the caller (`tunedblas-bench overhead`: as PyTorch
     /// makes them per call).
-    pub(crate) fn launch_on(
+    pub fn launch_on(
         &self,
         f: LtMatmulFn,
         desc: Obj,

@@ -6,7 +6,6 @@
 //! stream ahead of each timed span; the reference is the same product with an f32 output.
 
 pub mod grid;
-pub mod overhead;
 pub mod search;
 pub mod selftest;
 
@@ -234,7 +233,7 @@ pub struct CublasltSession<'l> {
     pub lib: &'l Cublaslt,
     pub device: i32,
     handle: *mut c_void,
-    spin: Option<Spin>,
+    pub spin: Option<Spin>,
 }
 
 impl Library for Cublaslt {
