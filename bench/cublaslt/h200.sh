@@ -26,18 +26,8 @@ if [ "$MODE" = smoke ]; then
 else
   ONLY=""; TRIALS=15; PASSES=9
 fi
-save() { tar czf "$OUT/results.tgz" -C "$W" out 2>/dev/null; cp "$R/summary.txt" "$OUT/summary.txt" 2>/dev/null; }
-say() { echo "$*" | tee -a "$R/summary.txt"; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 step() { say "== $(date +%T) $*"; }
-# run LABEL TIMEOUT CMD...: stdout to $R/LABEL.out, stderr to $R/LABEL.err
-run() {
-  local label=$1 t=$2; shift 2
-  timeout "$t" "$@" >"$R/$label.out" 2>"$R/$label.err"
-  local rc=$?
-  say "$label: exit $rc"
-  save
-  return $rc
-}
 
 step "environment"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader >>"$R/summary.txt" 2>&1
