@@ -244,18 +244,10 @@ mod tests {
     /// `F.linear(out n, tokens m, in k)` in `t`: D (n x m) = W^T x, as the Lt key lays it out.
     fn linear(t: Elem, n: i64, m: i64, k: i64) -> Layout {
         Layout {
-            m: n,
-            n: m,
-            k,
             trans_a: true,
-            trans_b: false,
             ld: [k, k, n, n],
-            stride: [0; 4],
-            batch: 1,
-            alpha: 1.0,
-            beta: 0.0,
             types: [t; 4],
-            exact: true,
+            ..Layout::dense(n, m, k)
         }
     }
 

@@ -209,6 +209,26 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// A packed f32 `m x n x k` GEMM, no transposes, alpha 1 and beta 0: the tests' plain
+    /// case, which each changes where it needs to.
+    #[cfg(test)]
+    pub(crate) fn dense(m: i64, n: i64, k: i64) -> Layout {
+        Layout {
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            ld: [m, k, m, m],
+            stride: [0; 4],
+            batch: 1,
+            alpha: 1.0,
+            beta: 0.0,
+            types: [Elem::F32; 4],
+            exact: true,
+        }
+    }
+
     /// Elements matrix `which` (0 A, 1 B, 2 C, 3 D) spans, batch included.
     pub fn elems(&self, which: usize) -> usize {
         let cols = match which {
@@ -545,20 +565,7 @@ mod tests {
 
     #[test]
     fn errors_and_statistics() {
-        let g = Layout {
-            m: 2,
-            n: 1,
-            k: 1,
-            trans_a: false,
-            trans_b: false,
-            ld: [2, 1, 2, 2],
-            stride: [0; 4],
-            batch: 1,
-            alpha: 1.0,
-            beta: 0.0,
-            types: [Elem::F32; 4],
-            exact: true,
-        };
+        let g = Layout::dense(2, 1, 1);
         let t = Elem::F32.tolerance();
         assert_eq!(distance(&g, &[1.0, 2.0], &[1.0, 2.0], &t).rel_l2, 0.0);
         assert!((distance(&g, &[1.1, 0.0], &[1.0, 0.0], &t).rel_l2 - 0.1).abs() < 1e-12);
@@ -617,18 +624,13 @@ mod tests {
                 m + 3,
             ];
             let g = Layout {
-                m,
-                n,
-                k,
                 trans_a: ta,
                 trans_b: tb,
                 ld,
                 stride: [ld[0] * 12, ld[1] * 12, ld[2] * n + 4, ld[3] * n + 2],
                 batch: 3,
-                alpha: 1.0,
                 beta: 0.5,
-                types: [Elem::F32; 4],
-                exact: true,
+                ..Layout::dense(m, n, k)
             };
             let fill = |w: usize, seed: f64| -> Vec<f64> {
                 (0..g.elems(w))
@@ -649,18 +651,8 @@ mod tests {
     fn the_judge_holds_outputs_to_the_reference_and_the_heuristics_own_error() {
         // A (2x3, N) = [1 2 3; 4 5 6] column-major, B (3x1) = ones, C = [10; 20].
         let g = Layout {
-            m: 2,
-            n: 1,
-            k: 3,
-            trans_a: false,
-            trans_b: false,
-            ld: [2, 3, 2, 2],
-            stride: [0; 4],
-            batch: 1,
-            alpha: 1.0,
             beta: 0.5,
-            types: [Elem::F32; 4],
-            exact: true,
+            ..Layout::dense(2, 1, 3)
         };
         let d = reference(
             &g,
