@@ -351,21 +351,12 @@ impl Flavor for CublasltSession<'_> {
     /// The heuristic's other answers, rebuilt from their configurations, then the wider
     /// search around them.
     fn candidates(p: &LtProblem<'_, Self>, screen: &mut Screen<'_, MatmulAlgo>) -> Result<()> {
-        let s = p.session;
-        let mut seeds = Vec::new();
-        for a in p.answers(ANSWERS)? {
-            let cfg = s.lib.config_of(&a.algo)?;
-            seeds.push(cfg);
-            match s.rebuild(p, &cfg) {
-                Ok(algo) => {
-                    screen.offer(Cand {
-                        name: cfg.solution_name(),
-                        algo,
-                    });
-                }
-                Err(why) => screen.not_probed(&why),
-            }
-        }
+        let seeds = p
+            .answers(ANSWERS)?
+            .iter()
+            .map(|a| p.session.lib.config_of(&a.algo))
+            .collect::<Result<Vec<_>>>()?;
+        search::sweep(p, &seeds, screen, &|_| false);
         search::search(p, &seeds, screen);
         Ok(())
     }

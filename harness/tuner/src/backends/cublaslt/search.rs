@@ -294,7 +294,7 @@ pub type AlgoGetIdsFn = unsafe extern "C" fn(
 ) -> LtStatus;
 
 /// Offers `list` to the screening, each rebuilt and checked, until `stop` says so.
-fn sweep(
+pub(super) fn sweep(
     p: &LtProblem<'_, CublasltSession<'_>>,
     list: &[AlgoConfig],
     screen: &mut Screen<'_, MatmulAlgo>,
