@@ -380,7 +380,9 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     })?;
     let list = folder.dir.join(IMPORTED_FILE);
     if json {
-        print_json(&json!({"profile": folder.name, "added": added, "already_waiting": already, "shapes": known.len(), "sources": sources}));
+        print_json(
+            &json!({"profile": folder.name, "added": added, "already_waiting": already, "shapes": known.len(), "sources": sources}),
+        );
     } else {
         println!(
             "{added} new shapes imported (ids not reused) into {}; {} waiting. Tune them with: tunedblas tune --lib {} --retune",

@@ -253,11 +253,12 @@ pub struct Seen {
     pub profiles: Option<String>,
 }
 
-
 /// The near-serving window the interposer would use here (`TUNEDBLAS_NEAR`), read by the
 /// interposer's own rule (a value it refuses leaves the default, as it does there).
 pub fn near_window() -> i64 {
-    let value = std::env::var("TUNEDBLAS_NEAR").ok().filter(|v| !v.is_empty());
+    let value = std::env::var("TUNEDBLAS_NEAR")
+        .ok()
+        .filter(|v| !v.is_empty());
     tunedblas_core::settings::near_window(value.as_deref(), near::DEFAULT_WINDOW).0
 }
 

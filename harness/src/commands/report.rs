@@ -9,9 +9,9 @@ use tunedblas_core::tunableop::{self, KeyParse};
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::pick::pick;
-use crate::{export, report};
 use crate::shapes;
 use crate::style::{self, Colour};
+use crate::{export, report};
 
 use super::print_json;
 
