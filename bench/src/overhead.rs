@@ -160,7 +160,10 @@ pub fn measure(
         None => None,
     };
     let matmul = |f: LtMatmulFn, calls, reps| {
-        host_us(&p, spin, (calls, 2), reps, |i| p.launch_with(f, algo, i))
+        // SAFETY: `algo` is null (the heuristic) or the heuristic's first answer, alive here.
+        host_us(&p, spin, (calls, 2), reps, |i| unsafe {
+            p.launch_with(f, algo, i)
+        })
     };
     let linear = |objs: &LtApi, f: LtMatmulFn, calls, reps| {
         host_us(&p, spin, (calls, 3), reps, |i| linear(&p, objs, f, algo, i))
@@ -220,7 +223,7 @@ fn host_us(
             }
         }
         out.push(t.elapsed().as_secs_f64() * 1e6 / calls as f64);
-        p.session.lib.runtime().sync(stream)?;
+        p.timer().sync()?;
     }
     Ok(out)
 }

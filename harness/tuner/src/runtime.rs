@@ -301,7 +301,7 @@ impl Runtime {
         }
     }
 
-    pub fn sync(&self, s: Stream) -> Result<()> {
+    pub(crate) fn sync(&self, s: Stream) -> Result<()> {
         match self.stream_sync {
             // SAFETY: a live stream.
             Some(f) => self.check("StreamSynchronize", unsafe { f(s) }),
