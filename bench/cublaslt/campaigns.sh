@@ -22,28 +22,10 @@ W=${TMPDIR:-/tmp}/tunedblas-campaigns
 mkdir -p "$W/out"
 R=$W/out
 T=$B/tunedblas
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 export PYTHONUNBUFFERED=1 TORCH_BLAS_PREFER_CUBLASLT=1
-if [ -z "${TUNEDBLAS_CUBLASLT:-}" ]; then
-  SP=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-  TUNEDBLAS_CUBLASLT=$(find $SP -name 'libcublasLt.so.1[23]' 2>/dev/null | sort -r | head -1)
-  D=$(dirname "$TUNEDBLAS_CUBLASLT")
-  TUNEDBLAS_CUDART=$(ls "$D"/libcudart.so.1[23] 2>/dev/null | head -1)
-  [ -z "$TUNEDBLAS_CUDART" ] && TUNEDBLAS_CUDART=$(find $SP -name 'libcudart.so.1[23]' 2>/dev/null | sort -r | head -1)
-  export TUNEDBLAS_CUBLASLT TUNEDBLAS_CUDART
-fi
+find_cublaslt
 LIB=(--lib "$TUNEDBLAS_CUBLASLT")
-save() { tar czf "$OUT/results.tgz" -C "$W" out 2>/dev/null; cp "$R/summary.txt" "$OUT/summary.txt" 2>/dev/null; }
-say() { echo "$*" | tee -a "$R/summary.txt"; }
-# run LABEL TIMEOUT CMD...: stdout to $R/LABEL.out, stderr to $R/LABEL.err
-run() {
-  local label=$1 t=$2; shift 2
-  local t0=$SECONDS
-  timeout "$t" "$@" >"$R/$label.out" 2>"$R/$label.err"
-  local rc=$?
-  say "== $(date +%T) $label: exit $rc, $((SECONDS - t0)) s"
-  save
-  return $rc
-}
 clocks() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader >>"$R/summary.txt" 2>&1; }
 S=""
 for nk in 10240,320 4096,2560 2560,1536 3584,2560 512,2560 10240,2560 336,10240; do

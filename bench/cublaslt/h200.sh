@@ -4,7 +4,7 @@
 #
 #   bench/cublaslt/h200.sh BIN_DIR OUT_DIR [smoke|full]
 #
-# BIN_DIR holds release builds of tunedblas and
+# BIN_DIR holds release builds of tunedblas, tunedblas-bench and
 # libtunedblas.so, the gpu_cublaslt test binary (optional) and bench/cublaslt/workload.py. Needs python3 with a CUDA PyTorch.
 # Everything lands in OUT_DIR/results.tgz (updated after each step) and OUT_DIR/summary.txt.
 set -u
@@ -18,6 +18,7 @@ mkdir -p "$W/out" "$W/none"
 R=$W/out
 PY=python3
 T=$B/tunedblas
+TB=$B/tunedblas-bench
 PRE=$B/libtunedblas.so
 export TORCH_BLAS_PREFER_CUBLASLT=1 PYTHONUNBUFFERED=1 TUNEDBLAS_CACHE_DIR=$W/cache
 if [ "$MODE" = smoke ]; then
@@ -25,18 +26,8 @@ if [ "$MODE" = smoke ]; then
 else
   ONLY=""; TRIALS=15; PASSES=9
 fi
-save() { tar czf "$OUT/results.tgz" -C "$W" out 2>/dev/null; cp "$R/summary.txt" "$OUT/summary.txt" 2>/dev/null; }
-say() { echo "$*" | tee -a "$R/summary.txt"; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 step() { say "== $(date +%T) $*"; }
-# run LABEL TIMEOUT CMD...: stdout to $R/LABEL.out, stderr to $R/LABEL.err
-run() {
-  local label=$1 t=$2; shift 2
-  timeout "$t" "$@" >"$R/$label.out" 2>"$R/$label.err"
-  local rc=$?
-  say "$label: exit $rc"
-  save
-  return $rc
-}
 
 step "environment"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader >>"$R/summary.txt" 2>&1
@@ -139,11 +130,11 @@ except Exception:
 EOF
 )
 say "overhead shape (an adopted row if any): $SHAPE"
-run overhead-plain 120 "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-plain.json"
+run overhead-plain 120 "$TB" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-plain.json"
 run overhead-miss 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/none" TUNEDBLAS_MISS_DIR="$W/misses-oh" \
-  "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-miss.json"
+  "$TB" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-miss.json"
 run overhead-served 120 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/profiles" TUNEDBLAS_MISS_DIR="$W/misses-oh2" \
-  TUNEDBLAS_STATS="$R/overhead-served-stats.json" "$T" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-served.json"
+  TUNEDBLAS_STATS="$R/overhead-served-stats.json" "$TB" overhead --shape "$SHAPE" --workspace "$WS" --log "$R/overhead-served.json"
 for f in overhead-plain overhead-miss overhead-served; do cat "$R/$f.out" >>"$R/summary.txt"; done
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader >>"$R/summary.txt" 2>&1
 step "done"

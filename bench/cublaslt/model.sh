@@ -24,17 +24,7 @@ R=$W/out
 T=$B/tunedblas
 PRE=$B/libtunedblas.so
 export TORCH_BLAS_PREFER_CUBLASLT=1 PYTHONUNBUFFERED=1 TUNEDBLAS_CACHE_DIR=$W/cache
-save() { tar czf "$OUT/results.tgz" -C "$W" out 2>/dev/null; cp "$R/summary.txt" "$OUT/summary.txt" 2>/dev/null; }
-say() { echo "$*" | tee -a "$R/summary.txt"; }
-run() {
-  local label=$1 t=$2; shift 2
-  local t0=$SECONDS
-  timeout "$t" "$@" >"$R/$label.out" 2>"$R/$label.err"
-  local rc=$?
-  say "== $(date +%T) $label: exit $rc, $((SECONDS - t0)) s"
-  save
-  return $rc
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$R/summary.txt" 2>&1
 run record 240 env LD_PRELOAD="$PRE" TUNEDBLAS_PROFILE_DIR="$W/none" TUNEDBLAS_MISS_DIR="$W/misses" \

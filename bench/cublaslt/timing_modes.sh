@@ -12,14 +12,8 @@ set -u
 T=$1
 OUT=$2
 mkdir -p "$OUT"
-if [ -z "${TUNEDBLAS_CUBLASLT:-}" ]; then
-  SP=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-  TUNEDBLAS_CUBLASLT=$(find $SP -name 'libcublasLt.so.1[23]' 2>/dev/null | sort -r | head -1)
-  D=$(dirname "$TUNEDBLAS_CUBLASLT")
-  TUNEDBLAS_CUDART=$(ls "$D"/libcudart.so.1[23] 2>/dev/null | head -1)
-  [ -z "$TUNEDBLAS_CUDART" ] && TUNEDBLAS_CUDART=$(find $SP -name 'libcudart.so.1[23]' 2>/dev/null | sort -r | head -1)
-  export TUNEDBLAS_CUBLASLT TUNEDBLAS_CUDART
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+find_cublaslt
 S=""
 for s in 10240,1,320 336,1,10240 2560,1,1536 4096,1,2560 10240,16,2560 10240,256,2560 336,1024,10240 512,512,2560; do
   S="$S --shape $s"

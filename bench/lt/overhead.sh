@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The host time the interposer adds to cuBLASLt GEMMs, side by side in one process per run
-# (`tunedblas lt overhead`: the library's own symbols against the ones a linked host
+# (`tunedblas-bench overhead`: the library's own symbols against the ones a linked host
 # resolves), for each shape, three runs: no preload (the control: the same functions twice),
 # the preload with no profile (every call a repeated miss), and the preload with a profile
 # whose row for the shape names the caller's own algorithm (the heuristic's first answer),
@@ -10,7 +10,7 @@
 #
 #   bench/lt/overhead.sh BIN_DIR OUT_DIR [N,M,K ...]
 #
-# BIN_DIR holds release builds of tunedblas and libtunedblas.so (nothing is built here).
+# BIN_DIR holds release builds of tunedblas-bench and libtunedblas.so (nothing is built here).
 # cuBLASLt and the CUDA runtime: $TUNEDBLAS_CUBLASLT and $TUNEDBLAS_CUDART, else the ones of
 # PyTorch's CUDA wheel (site-packages/nvidia/*/lib). OUT_DIR/summary.txt gets every line,
 # OUT_DIR/*.json the command's logs. Default shapes: 512,256,2560 (BENCHMARKS.md's earlier
@@ -21,7 +21,7 @@ OUT=$(mkdir -p "$2" && cd "$2" && pwd)
 shift 2
 SHAPES=("$@")
 [ ${#SHAPES[@]} -eq 0 ] && SHAPES=(512,256,2560 2560,1,1536)
-T=$B/tunedblas
+T=$B/tunedblas-bench
 PRE=$B/libtunedblas.so
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT

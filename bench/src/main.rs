@@ -17,10 +17,18 @@
 //! folder), `--compare OTHER.so` (measure another build of the interposer in the same
 //! rounds, for before/after figures), `--instructions` (also count the instructions each
 //! path adds per call with valgrind's callgrind: exact and immune to machine load).
+//!
+//! Two measurements of other questions are subcommands (each with `--help`):
+//! `tunedblas-bench overhead` (an interposer's host cost per cuBLASLt call and per
+//! `F.linear`, on an NVIDIA GPU: bench/lt/overhead.sh) and `tunedblas-bench near-bench`
+//! (does near-shape serving pay on this library: BENCHMARKS.md).
 
 mod calls;
 mod ffi;
 mod memory;
+mod near;
+mod opts;
+mod overhead;
 mod setup;
 mod stat;
 
@@ -38,8 +46,19 @@ static ALLOC: memory::Counting = memory::Counting;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let asks_help = args.iter().any(|a| a == "--help" || a == "-h");
     let result = match args.get(1).map(String::as_str) {
         Some("--child") => child(&args[2..]),
+        Some("overhead") if asks_help => {
+            print!("{}", overhead::help());
+            Ok(())
+        }
+        Some("overhead") => overhead::run(&args[2..]),
+        Some("near-bench") if asks_help => {
+            print!("{}", near::help());
+            Ok(())
+        }
+        Some("near-bench") => near::run(&args[2..]),
         _ => parent(&args[1..]),
     };
     if let Err(e) = result {

@@ -26,12 +26,13 @@ fn read(path: &Path) -> Result<ResultsFile, Error> {
     tunableop::read(path).map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
 }
 
-pub fn write(path: &Path, text: &str) -> Result<(), Error> {
+/// Writes `bytes` to `path`, making its folder first (the export's and the report's files).
+pub fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))?;
     }
-    std::fs::write(path, text)
+    std::fs::write(path, bytes)
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))
 }
 

@@ -5,13 +5,12 @@
 
 mod adopt;
 mod args;
-pub use tunedblas_tuner::{curate, error, progress, rest, say, store};
+pub use tunedblas_tuner::{curate, error, progress, rest, say, store, workload};
 mod commands;
 mod demo;
 mod doctor;
 mod env;
 mod export;
-mod nearbench;
 mod pick;
 mod png;
 mod profiles;
@@ -21,7 +20,6 @@ mod serving;
 mod shapes;
 mod style;
 mod verify;
-mod workload;
 
 use std::process::ExitCode;
 
@@ -189,20 +187,6 @@ const COMMANDS: &[Command] = &[
         run: Run::Declared(commands::selftest::cli, commands::selftest::run),
         internal: true,
     },
-    Command {
-        name: "overhead",
-        usage: "tunedblas overhead [--lib LIBCUBLASLT] [--shape N,M,K] [--calls C] [--reps R]",
-        summary: "The host time the interposer adds per cuBLASLt call and per F.linear.",
-        run: Run::Declared(commands::overhead::cli, commands::overhead::run),
-        internal: true,
-    },
-    Command {
-        name: "near-bench",
-        usage: "tunedblas near-bench [--lib LIBROCBLAS] [--chunks N,N,..] [--json]",
-        summary: "The near-shape serving measurement of BENCHMARKS.md.",
-        run: Run::Raw(commands::near_bench::help, commands::near_bench::run),
-        internal: true,
-    },
 ];
 
 const OVERVIEW_HEAD: &str =
@@ -363,7 +347,7 @@ mod tests {
             );
         }
         let overview = overview();
-        assert!(overview.contains("tunedblas coverage") && !overview.contains("near-bench"));
+        assert!(overview.contains("tunedblas coverage") && !overview.contains("doctor-run"));
     }
 
     #[test]

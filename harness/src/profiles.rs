@@ -12,6 +12,7 @@ use tunedblas_core::profile::{self, Request, Selection};
 use tunedblas_core::registry::{Match, Provenance};
 use tunedblas_core::tunableop::{self, ResultsFile, Row, Solution};
 
+use crate::commands::print_json;
 use crate::error::{Error, Result};
 use crate::store::{self, Folder, Store, IMPORTED_FILE};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
@@ -36,7 +37,7 @@ pub fn list(root: &Path, json: bool) -> Result<()> {
         })
         .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+        print_json(&rows);
         return Ok(());
     }
     println!("profiles in {}:", store.registry_path().display());
@@ -104,7 +105,7 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
         "campaigns": campaigns,
     });
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        print_json(&report);
         return Ok(());
     }
     println!("profile '{name}' in {}", dir.display());
@@ -176,13 +177,12 @@ fn arch_checks(dir: &Path, device: &crate::env::Device) -> Vec<(PathBuf, crate::
         .collect()
 }
 
-/// The profile a process loading `lib` would get: the interposer's own rule, with the
-/// same environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`); and whether its
-/// files were tuned on the device's architecture (the interposer does not check that yet:
-/// PyTorch drops such a file).
 /// The profile a process loading `lib` (a `kind` build: `rocBLAS`, `hipBLASLt`, `cuBLASLt`)
-/// would get, chosen as the interposer chooses: a `TUNEDBLAS_PROFILE` path is checked against
-/// rocBLAS's version string; the Lt backends select by name and build alone.
+/// would get, chosen as the interposer chooses, with the same environment
+/// (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`): a `TUNEDBLAS_PROFILE` path is checked
+/// against rocBLAS's version string; the Lt backends select by name and build alone. Also
+/// whether its files were tuned on the device's architecture (the interposer does not check
+/// that yet: PyTorch drops such a file).
 pub fn which(
     root: &Path,
     lib: &Path,
@@ -240,7 +240,7 @@ pub fn which(
         }
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        print_json(&report);
     } else {
         println!("{} (build {})", lib.display(), &sha[..12]);
         match sel {
@@ -380,9 +380,8 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     })?;
     let list = folder.dir.join(IMPORTED_FILE);
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"profile": folder.name, "added": added, "already_waiting": already, "shapes": known.len(), "sources": sources})).expect("json")
+        print_json(
+            &json!({"profile": folder.name, "added": added, "already_waiting": already, "shapes": known.len(), "sources": sources}),
         );
     } else {
         println!(
@@ -548,7 +547,7 @@ pub fn adopt(
             "waiting": waiting,
             "skipped": shapes.skipped.iter().map(|(r, n)| json!({"reason": r, "lines": n})).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        print_json(&report);
         return Ok(());
     }
     match &arch {

@@ -253,22 +253,13 @@ pub struct Seen {
     pub profiles: Option<String>,
 }
 
-/// The (N, K) row a key belongs to: its family, everything but the token count.
-fn row_key(k: &ProblemKey) -> ProblemKey {
-    family_of(k)
-}
-
-/// The near-serving window the interposer would use here (`TUNEDBLAS_NEAR`).
+/// The near-serving window the interposer would use here (`TUNEDBLAS_NEAR`), read by the
+/// interposer's own rule (a value it refuses leaves the default, as it does there).
 pub fn near_window() -> i64 {
-    match std::env::var("TUNEDBLAS_NEAR")
+    let value = std::env::var("TUNEDBLAS_NEAR")
         .ok()
-        .filter(|v| !v.is_empty())
-        .as_deref()
-    {
-        None => near::DEFAULT_WINDOW,
-        Some("off" | "no" | "false") => 0,
-        Some(v) => v.parse::<i64>().map_or(near::DEFAULT_WINDOW, |w| w.max(0)),
-    }
+        .filter(|v| !v.is_empty());
+    tunedblas_core::settings::near_window(value.as_deref(), near::DEFAULT_WINDOW).0
 }
 
 fn row_label(k: &ProblemKey) -> String {
@@ -378,7 +369,7 @@ pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, 
         grid: &'g mut BTreeMap<ProblemKey, BTreeMap<i64, Sighting>>,
         k: &ProblemKey,
     ) -> &'g mut Sighting {
-        grid.entry(row_key(k))
+        grid.entry(family_of(k))
             .or_default()
             .entry(k.n)
             .or_insert((None, 0, false, false))
@@ -564,7 +555,7 @@ fn measurements(p: &Picked) -> HashMap<ProblemKey, Measured> {
 /// A speedup bar per tuned row that a campaign measured, the largest speedup first.
 fn bars(rows: &[tunableop::Row], measured: &HashMap<ProblemKey, Measured>) -> Vec<Bar> {
     let mut keys: Vec<&tunableop::Row> = rows.iter().collect();
-    keys.sort_by_key(|r| (row_key(&r.key), r.key.n));
+    keys.sort_by_key(|r| (family_of(&r.key), r.key.n));
     let mut bars: Vec<Bar> = keys
         .into_iter()
         .filter_map(|r| {
@@ -573,7 +564,7 @@ fn bars(rows: &[tunableop::Row], measured: &HashMap<ProblemKey, Measured>) -> Ve
             };
             let (h, served) = (s.heuristic_ms?, s.served_ms()?);
             Some(Bar {
-                label: row_label(&row_key(&r.key)),
+                label: row_label(&family_of(&r.key)),
                 m: r.key.n,
                 speedup: h / served,
                 heuristic_ms: h,
@@ -606,12 +597,12 @@ fn headline(
         ..Headline::default()
     };
     let mut keys: Vec<(&ProblemKey, &Measured)> = measured.iter().collect();
-    keys.sort_by_key(|(k, _)| (row_key(k), k.n));
+    keys.sort_by_key(|(k, _)| (family_of(k), k.n));
     for (k, s) in keys {
         let noisy = s.spread.is_some_and(|x| x > noisy_limit());
         if noisy || matches!(s.decision.as_str(), "undecidable" | "rejected" | "failed") {
             h.doubts.push(Doubt {
-                label: row_label(&row_key(k)),
+                label: row_label(&family_of(k)),
                 m: k.n,
                 decision: if noisy && s.decision != "undecidable" {
                     format!("{} (noisy)", s.decision)

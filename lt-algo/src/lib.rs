@@ -1,6 +1,7 @@
 //! The cuBLASLt algorithm FFI that both the interposer (`cdylib/src/cublaslt/`, serving a
-//! row) and `tunedblas-lt` (`harness/src/lt/`, tuning) need: reading an algorithm's
-//! configuration and rebuilding an algorithm from it, through the function pointers each
+//! row) and the tuner (`harness/tuner/src/backends/cublaslt/`) need: initialising an
+//! algorithm, reading its configuration and rebuilding it from one, through the function
+//! pointers each
 //! caller resolved itself. The pure part (what the configuration is, its name in a
 //! profile) is the core's `tunedblas_core::cublaslt`, which makes no FFI call; this crate is
 //! the one place those cuBLASLt calls are made from, so the two users share one
@@ -53,6 +54,37 @@ unsafe fn attr_size(
     Ok(size)
 }
 
+/// `cublasLtMatmulAlgoInit` of algorithm `id` for the key's types; the error is its status.
+///
+/// # Safety
+/// `init` must be `cublasLtMatmulAlgoInit` (or behave like it); `handle` a live handle.
+pub unsafe fn init_algo(
+    init: AlgoInitFn,
+    handle: LtHandle,
+    key: &LtKey,
+    id: i32,
+) -> Result<MatmulAlgo, LtStatus> {
+    let mut algo = MatmulAlgo::default();
+    // SAFETY: per the contract; algo is a valid out-pointer.
+    let st = unsafe {
+        init(
+            handle,
+            key.compute,
+            key.scale,
+            key.a_type,
+            key.b_type,
+            key.c_type,
+            key.d_type,
+            id,
+            &mut algo,
+        )
+    };
+    match st {
+        STATUS_SUCCESS => Ok(algo),
+        st => Err(st),
+    }
+}
+
 /// Rebuilds an algorithm from its configuration: `cublasLtMatmulAlgoInit` for the id, then
 /// every other attribute set, then read back and compared (a library that silently ignores
 /// a value must not serve a different kernel than the row names).
@@ -69,27 +101,9 @@ pub unsafe fn build_algo(
     key: &LtKey,
     cfg: &AlgoConfig,
 ) -> Result<MatmulAlgo, String> {
-    let mut algo = MatmulAlgo::default();
-    // SAFETY: per the contract; algo is a valid out-pointer.
-    let st = unsafe {
-        init(
-            handle,
-            key.compute,
-            key.scale,
-            key.a_type,
-            key.b_type,
-            key.c_type,
-            key.d_type,
-            cfg.algo,
-            &mut algo,
-        )
-    };
-    if st != STATUS_SUCCESS {
-        return Err(format!(
-            "cublasLtMatmulAlgoInit(algo {}) returned {st}",
-            cfg.algo
-        ));
-    }
+    // SAFETY: per the contract.
+    let mut algo = unsafe { init_algo(init, handle, key, cfg.algo) }
+        .map_err(|st| format!("cublasLtMatmulAlgoInit(algo {}) returned {st}", cfg.algo))?;
     for (attr, word) in CONFIG_FIELDS.iter().skip(1) {
         let size = unsafe { attr_size(get, &algo, *attr) }
             .map_err(|st| format!("the size of config attribute {word} is unknown ({st})"))?;

@@ -13,7 +13,7 @@ const REPLACED: &[(&str, &str)] = &[
     ("verify", "tunedblas verify --stats FILE"),
     ("info", "tunedblas env --lib LIB"),
     ("selftest", "tunedblas selftest --lib LIBCUBLASLT"),
-    ("overhead", "tunedblas overhead --lib LIBCUBLASLT"),
+    ("overhead", "tunedblas-bench overhead --lib LIBCUBLASLT"),
 ];
 
 pub fn help() -> String {

@@ -15,8 +15,6 @@ pub mod help;
 pub mod lt;
 pub mod merge;
 pub mod misses;
-pub mod near_bench;
-pub mod overhead;
 pub mod profiles;
 pub mod qualify;
 pub mod replay;

@@ -9,9 +9,9 @@ use tunedblas_core::tunableop::{self, KeyParse};
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::pick::pick;
-use crate::report;
 use crate::shapes;
 use crate::style::{self, Colour};
+use crate::{export, report};
 
 use super::print_json;
 
@@ -85,15 +85,6 @@ fn predicted(path: &Path) -> Result<Vec<ProblemKey>> {
         .collect())
 }
 
-fn write(path: &PathBuf, bytes: &[u8]) -> Result<()> {
-    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(d)
-            .map_err(|e| Error::failed(format!("cannot create {}: {e}", d.display())))?;
-    }
-    std::fs::write(path, bytes)
-        .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))
-}
-
 pub fn run(a: &Args) -> Result<()> {
     let p = pick(a.which_profile()?, &a.profile_store())?;
     let rank: usize = a.parsed("--rank", 0, "a rank number")?;
@@ -122,13 +113,13 @@ pub fn run(a: &Args) -> Result<()> {
     let html_path = a
         .path("--out")
         .unwrap_or_else(|| PathBuf::from(format!("tunedblas-report-{}.html", p.name)));
-    write(&html_path, report::html(&data).as_bytes())?;
+    export::write(&html_path, report::html(&data))?;
     let png_path = (!a.has("--no-png")).then(|| {
         a.path("--png")
             .unwrap_or_else(|| html_path.with_extension("png"))
     });
     if let Some(pp) = &png_path {
-        write(pp, &report::png(&data).png())?;
+        export::write(pp, report::png(&data).png())?;
     }
     if a.has("--json") {
         print_json(&serde_json::json!({

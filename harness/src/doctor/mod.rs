@@ -416,13 +416,16 @@ impl Doctor {
     }
 
     /// The workload in a child: `tag` names its logs and stats; `preload` runs it under the
-    /// interposer; `extra` adds `--save` / `--compare`.
+    /// interposer; `extra` adds `--save` / `--compare`. Its report and where its stats are,
+    /// or the step's failure: `failed` says what failed ("the workload under the preload")
+    /// and what to do about it.
     fn workload(
         &self,
         tag: &str,
         preload: bool,
         extra: &[&str],
-    ) -> std::result::Result<(Output, Option<child::Report>, PathBuf), Fail> {
+        failed: (&str, &str),
+    ) -> std::result::Result<(child::Report, PathBuf), Fail> {
         let stats = self.out.join("stats").join(format!("{tag}.json"));
         let mut args: Vec<OsString> = vec![
             "doctor-run".into(),
@@ -450,8 +453,13 @@ impl Doctor {
                 .env("TUNEDBLAS_STATS", &stats);
         }
         let out = self.logged(cmd, tag)?;
-        let report = serde_json::from_slice(&out.stdout).ok();
-        Ok((out, report, stats))
+        match serde_json::from_slice(&out.stdout) {
+            Ok(report) if out.status.success() => Ok((report, stats)),
+            _ => Err(fail(
+                format!("{} failed ({}): {}", failed.0, out.status, last_line(&out)),
+                failed.1,
+            )),
+        }
     }
 
     // ---- the steps ----
@@ -612,13 +620,15 @@ impl Doctor {
     }
 
     fn intercept(&mut self) -> Done {
-        let (out, report, stats) = self.workload("record", true, &[])?;
-        let Some(report) = report.filter(|_| out.status.success()) else {
-            return Err(fail(
-                format!("the workload under the preload failed ({}): {}", out.status, last_line(&out)),
+        let (report, stats) = self.workload(
+            "record",
+            true,
+            &[],
+            (
+                "the workload under the preload",
                 "see logs/record.stderr.txt in the bundle (the interposer's start line says what it found)",
-            ));
-        };
+            ),
+        )?;
         let Some(s) = read_stats(&stats) else {
             return Err(fail(
                 format!("the interposer wrote no counters ({} missing): it did not load in the child", stats.display()),
@@ -672,17 +682,15 @@ impl Doctor {
 
     fn baseline(&mut self) -> Done {
         let save = self.out.join(OUTPUTS).display().to_string();
-        let (out, report, _) = self.workload("baseline", false, &["--save", &save])?;
-        let Some(report) = report.filter(|_| out.status.success()) else {
-            return Err(fail(
-                format!(
-                    "the workload without the preload failed ({}): {}",
-                    out.status,
-                    last_line(&out)
-                ),
+        let (report, _) = self.workload(
+            "baseline",
+            false,
+            &["--save", &save],
+            (
+                "the workload without the preload",
                 "see logs/baseline.stderr.txt in the bundle",
-            ));
-        };
+            ),
+        )?;
         let total: f64 = report.shapes.iter().map(|s| s.ms).sum();
         let shaky = report.shapes.iter().filter(|s| !s.deterministic).count();
         let line = format!(
@@ -798,17 +806,15 @@ impl Doctor {
 
     fn serve(&mut self) -> Done {
         let compare = self.out.join(OUTPUTS).display().to_string();
-        let (out, report, stats) = self.workload("served", true, &["--compare", &compare])?;
-        let Some(report) = report.filter(|_| out.status.success()) else {
-            return Err(fail(
-                format!(
-                    "the workload under the profile failed ({}): {}",
-                    out.status,
-                    last_line(&out)
-                ),
+        let (report, stats) = self.workload(
+            "served",
+            true,
+            &["--compare", &compare],
+            (
+                "the workload under the profile",
                 "see logs/served.stderr.txt in the bundle",
-            ));
-        };
+            ),
+        )?;
         self.served = Some(report);
         let Some(s) = read_stats(&stats) else {
             return Err(fail(

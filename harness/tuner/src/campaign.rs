@@ -1209,17 +1209,10 @@ exit {exit}
         let libs: Vec<OsString> = ["--lib", "/the/lib.so"].iter().map(Into::into).collect();
         let rows = "Validator,X,1\nGemmTunableOp_BFloat16_TN,tn_512_256_2560,Gemm_X_7,0.0064\n";
         let work = dir.join("work");
-        let v = fresh_verdicts(
-            &stand_in_child(&dir, 0),
-            &libs,
-            &m,
-            &Rules::default(),
-            rows,
-            &work,
-        )
-        .unwrap();
+        let verdicts =
+            |child: &Path| fresh_verdicts(child, &libs, &m, &Rules::default(), rows, &work);
         assert_eq!(
-            v,
+            verdicts(&stand_in_child(&dir, 0)).unwrap(),
             [(
                 "GemmTunableOp_BFloat16_TN,tn_512_256_2560".to_string(),
                 "Gemm_X_7".to_string(),
@@ -1227,18 +1220,9 @@ exit {exit}
             )]
         );
         // A child that fails gives no verdicts, whatever it wrote.
-        let e = fresh_verdicts(
-            &stand_in_child(&dir, 1),
-            &libs,
-            &m,
-            &Rules::default(),
-            rows,
-            &work,
-        )
-        .unwrap_err();
+        let e = verdicts(&stand_in_child(&dir, 1)).unwrap_err();
         assert!(e.contains("exit status: 1"), "{e}");
-        let missing = dir.join("no-such-program");
-        assert!(fresh_verdicts(&missing, &libs, &m, &Rules::default(), rows, &work).is_err());
+        assert!(verdicts(&dir.join("no-such-program")).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

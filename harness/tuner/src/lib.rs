@@ -29,3 +29,4 @@ pub mod runtime;
 pub mod say;
 pub mod store;
 pub mod timer;
+pub mod workload;

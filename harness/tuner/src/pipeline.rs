@@ -474,7 +474,7 @@ pub struct Pair {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::numerics::{Elem, Layout};
+    use crate::numerics::Layout;
     use crate::runtime::Runtime;
     use crate::timer::Timer;
 
@@ -505,20 +505,7 @@ mod tests {
             1
         }
         fn layout(&self) -> Layout {
-            Layout {
-                m: 1,
-                n: 1,
-                k: 1,
-                trans_a: false,
-                trans_b: false,
-                ld: [1; 4],
-                stride: [0; 4],
-                batch: 1,
-                alpha: 1.0,
-                beta: 0.0,
-                types: [Elem::F32; 4],
-                exact: true,
-            }
+            Layout::dense(1, 1, 1)
         }
         fn run(&self, _: &u32, _: usize) -> Result<()> {
             Ok(())

@@ -131,6 +131,11 @@ impl<'r> Timer<'r> {
         self.rt
     }
 
+    /// Waits until everything enqueued on this timer's stream has run.
+    pub fn sync(&self) -> Result<()> {
+        self.rt.sync(self.stream)
+    }
+
     /// Milliseconds per call over `calls` calls (at least one per input set in graph
     /// mode), `run(i)` enqueueing call `i`, in this problem's mode; then the rest. `id`
     /// names the algorithm (its graphs are cached by it). A graph mode that fails falls

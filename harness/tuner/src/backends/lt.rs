@@ -80,12 +80,12 @@ pub struct LtApi {
     pub create: CreateObjFn,
     pub matmul: LtMatmulFn,
     heuristic: HeuristicFn,
-    pub(crate) desc_create: DescCreateFn,
-    pub(crate) desc_destroy: DestroyFn,
-    pub(crate) desc_set: SetFn,
-    pub(crate) layout_create: LayoutCreateFn,
-    pub(crate) layout_destroy: DestroyFn,
-    pub(crate) layout_set: SetFn,
+    pub desc_create: DescCreateFn,
+    pub desc_destroy: DestroyFn,
+    pub desc_set: SetFn,
+    pub layout_create: LayoutCreateFn,
+    pub layout_destroy: DestroyFn,
+    pub layout_set: SetFn,
     pref_create: CreateObjFn,
     pref_destroy: DestroyFn,
     pref_set: SetFn,
@@ -131,7 +131,7 @@ impl LtApi {
     /// This API with its descriptor and layout functions as a linked host resolves them
     /// (`RTLD_DEFAULT`: an LD_PRELOADed interposer's when one is preloaded, which then keeps
     /// what the objects are made and set with), everything else its own: the objects a
-    /// PyTorch process hands the interposer's matmul (`tunedblas overhead`).
+    /// PyTorch process hands the interposer's matmul (`tunedblas-bench overhead`).
     pub fn with_global_objects(&self, prefix: &str) -> Result<LtApi> {
         let g = libc::RTLD_DEFAULT;
         let s = |n: &str| format!("{prefix}{n}");
@@ -436,14 +436,21 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
     /// Enqueues one call on input set `set` through `f` (the library's own matmul, or the
     /// one a linked host resolves, which a preloaded interposer serves); `algo` null is
     /// the library's heuristic.
-    pub(crate) fn launch_with(&self, f: LtMatmulFn, algo: *const c_void, set: usize) -> Status {
-        self.launch_on(f, self.desc, self.layouts, algo, set)
+    ///
+    /// # Safety
+    /// `algo` is null or points to a live algorithm of this library.
+    pub unsafe fn launch_with(&self, f: LtMatmulFn, algo: *const c_void, set: usize) -> Status {
+        // SAFETY: this problem's own descriptor and layouts; `algo` as the caller vouches.
+        unsafe { self.launch_on(f, self.desc, self.layouts, algo, set) }
     }
 
     /// [`Self::launch_with`] on descriptors `desc` and layouts `l` (A, B, C, D) of this
-    /// problem's types and sizes, made by the caller (`tunedblas overhead`: as PyTorch
+    /// problem's types and sizes, made by the caller (`tunedblas-bench overhead`: as PyTorch
     /// makes them per call).
-    pub(crate) fn launch_on(
+    ///
+    /// # Safety
+    /// `desc` and `l` are live objects of this library, of this problem's types and sizes.
+    pub unsafe fn launch_on(
         &self,
         f: LtMatmulFn,
         desc: Obj,
@@ -544,7 +551,8 @@ impl<F: Flavor> Bench for LtProblem<'_, F> {
         let f = api.matmul;
         (api.check)(
             &format!("{}Matmul", api.name),
-            self.launch_with(f, (algo as *const F::Algo).cast(), set),
+            // SAFETY: a reference to a live algorithm.
+            unsafe { self.launch_with(f, (algo as *const F::Algo).cast(), set) },
         )
     }
     fn id(&self, algo: &F::Algo) -> Vec<u8> {

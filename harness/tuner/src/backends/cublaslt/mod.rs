@@ -6,7 +6,6 @@
 //! stream ahead of each timed span; the reference is the same product with an f32 output.
 
 pub mod grid;
-pub mod overhead;
 pub mod search;
 pub mod selftest;
 
@@ -234,7 +233,7 @@ pub struct CublasltSession<'l> {
     pub lib: &'l Cublaslt,
     pub device: i32,
     handle: *mut c_void,
-    spin: Option<Spin>,
+    pub spin: Option<Spin>,
 }
 
 impl Library for Cublaslt {
@@ -352,21 +351,12 @@ impl Flavor for CublasltSession<'_> {
     /// The heuristic's other answers, rebuilt from their configurations, then the wider
     /// search around them.
     fn candidates(p: &LtProblem<'_, Self>, screen: &mut Screen<'_, MatmulAlgo>) -> Result<()> {
-        let s = p.session;
-        let mut seeds = Vec::new();
-        for a in p.answers(ANSWERS)? {
-            let cfg = s.lib.config_of(&a.algo)?;
-            seeds.push(cfg);
-            match s.rebuild(p, &cfg) {
-                Ok(algo) => {
-                    screen.offer(Cand {
-                        name: cfg.solution_name(),
-                        algo,
-                    });
-                }
-                Err(why) => screen.not_probed(&why),
-            }
-        }
+        let seeds = p
+            .answers(ANSWERS)?
+            .iter()
+            .map(|a| p.session.lib.config_of(&a.algo))
+            .collect::<Result<Vec<_>>>()?;
+        search::sweep(p, &seeds, screen, &|_| false);
         search::search(p, &seeds, screen);
         Ok(())
     }

@@ -108,24 +108,8 @@ fn cap_u32(lt: &Cublaslt, algo: &MatmulAlgo, attr: i32) -> Option<u32> {
 /// The capabilities of algorithm `id` for the key's types; `None` where the library does not
 /// initialise it. An empty tile or stages list becomes `[0]` (undefined: the library's choice).
 pub(crate) fn caps(lt: &Cublaslt, handle: LtHandle, key: &LtKey, id: i32) -> Option<Caps> {
-    let mut algo = MatmulAlgo::default();
-    // SAFETY: a valid out-pointer; the handle is live.
-    let st = unsafe {
-        (lt.algo_init)(
-            handle,
-            key.compute,
-            key.scale,
-            key.a_type,
-            key.b_type,
-            key.c_type,
-            key.d_type,
-            id,
-            &mut algo,
-        )
-    };
-    if st != STATUS_SUCCESS {
-        return None;
-    }
+    // SAFETY: the library's own function; the handle is live.
+    let algo = unsafe { tunedblas_lt_algo::init_algo(lt.algo_init, handle, key, id) }.ok()?;
     let or_undefined = |v: Vec<u32>| if v.is_empty() { vec![0] } else { v };
     Some(Caps {
         tiles: or_undefined(cap_list(lt, &algo, CAP_TILE_IDS)),
@@ -294,7 +278,7 @@ pub type AlgoGetIdsFn = unsafe extern "C" fn(
 ) -> LtStatus;
 
 /// Offers `list` to the screening, each rebuilt and checked, until `stop` says so.
-fn sweep(
+pub(super) fn sweep(
     p: &LtProblem<'_, CublasltSession<'_>>,
     list: &[AlgoConfig],
     screen: &mut Screen<'_, MatmulAlgo>,

@@ -1,4 +1,4 @@
-//! `tunedblas overhead`: the host time an LD_PRELOADed interposer adds to a cuBLASLt
+//! `tunedblas-bench overhead` (issue 29's measurement, bench/lt/overhead.sh): the host time an LD_PRELOADed interposer adds to a cuBLASLt
 //! GEMM, measured side by side in one process: the library's own symbols against the
 //! symbols a linked host resolves (the interposer's, when it is preloaded; the same
 //! functions otherwise, which makes the control run).
@@ -14,16 +14,86 @@
 use std::time::Instant;
 
 use serde::Serialize;
+use serde_json::json;
 use tunedblas_core::cublaslt::*;
+use tunedblas_tuner::backends::cublaslt::{Cublaslt, CublasltSession, Spin};
+use tunedblas_tuner::backends::lt::{self, LtApi, LtMatmulFn, LtProblem, Obj};
+use tunedblas_tuner::backends::{Library, Spec};
+use tunedblas_tuner::bench::Bench;
+use tunedblas_tuner::error::{Error, Result};
+use tunedblas_tuner::numerics::median;
+use tunedblas_tuner::pipeline::Method;
+use tunedblas_tuner::timer::Delay;
 
-use super::{Cublaslt, CublasltSession, Spin};
-use crate::backends::lt::{LtApi, LtMatmulFn, LtProblem, Obj};
-use crate::backends::{Library, Spec};
-use crate::bench::Bench;
-use crate::error::{Error, Result};
-use crate::numerics::median;
-use crate::pipeline::Method;
-use crate::timer::Delay;
+use crate::opts::{self, Opts};
+
+const ABOUT: &str = "Host microseconds per cublasLtMatmul call, the library's own symbol against the one a linked host resolves (an LD_PRELOADed interposer's), on objects made through the linked host's symbols; and per F.linear as PyTorch issues it (a descriptor, two attributes, three layouts, the matmul, four destroys), all through the library's symbols against all through the linked host's. The differences are the interposer's cost per call and per GEMM (needs an NVIDIA GPU).
+
+EXAMPLE:
+    LD_PRELOAD=libtunedblas.so tunedblas-bench overhead --shape 2560,1,1536 --log o.json";
+
+#[rustfmt::skip]
+const OPTIONS: &[opts::Row] = &[
+    ("--lib", "LIB", "libcublasLt.so (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)"),
+    ("--cudart", "PATH", "the CUDA runtime of cuBLASLt (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)"),
+    ("--shape", "N,M,K", "F.linear(out N, tokens M, in K) in bf16 (2560,1,1536)"),
+    ("--calls", "C", "calls per timed batch (200)"),
+    ("--reps", "R", "batches each way, alternating which goes first (30)"),
+    ("--workspace", "BYTES", "workspace given each call (1048576)"),
+    ("--log", "FILE", "every batch as JSON"),
+];
+
+pub fn help() -> String {
+    opts::help("overhead", ABOUT, OPTIONS)
+}
+
+/// `tunedblas-bench overhead [options]`: measures and prints the three lines
+/// bench/lt/overhead.sh and bench/cublaslt/h200.sh read (`overhead SIG: ...`).
+pub fn run(args: &[String]) -> std::result::Result<(), String> {
+    let a = Opts::parse("overhead", OPTIONS, args)?;
+    let key = lt::parse_spec(a.value("--shape").unwrap_or("2560,1,1536"))?;
+    let spec = Spec {
+        lib: a.path("--lib"),
+        runtime: a.path("--cudart"),
+        arch: None,
+    };
+    let o = measure(
+        &spec,
+        key,
+        a.parsed("--calls", 200, "a count")?,
+        a.parsed("--reps", 30, "a count")?,
+        a.parsed("--workspace", 1 << 20, "bytes")?,
+    )
+    .map_err(|e| e.to_string())?;
+    let [(dm, gm), (ld, lg)] = o.medians();
+    let (op, sig) = op_and_signature(&key);
+    let how = match o.interposed {
+        true => "through the preload",
+        false => "as linked, not interposed",
+    };
+    println!(
+        "overhead {sig}: cublasLtMatmul: library {dm:.3} us/call, {how} {gm:.3} us/call, difference {:+.3} us/call",
+        gm - dm
+    );
+    println!(
+        "overhead {sig}: F.linear (descriptor made, 2 attributes set, 3 layouts made, the matmul, 4 destroyed): library {ld:.3} us, {how} {lg:.3} us, difference {:+.3} us",
+        lg - ld
+    );
+    if let Some(sol) = &o.heuristic_solution {
+        println!("overhead {sig}: the caller's algorithm (the heuristic's first answer) as a profile row: {op},{sig},{sol}");
+    }
+    if let Some(log) = a.path("--log") {
+        let v = json!({
+            "shape": [key.n, key.m, key.k], "run": o,
+            "direct_median_us": dm, "global_median_us": gm, "difference_us": gm - dm,
+            "linear_direct_median_us": ld, "linear_global_median_us": lg,
+            "linear_difference_us": lg - ld,
+        });
+        std::fs::write(&log, serde_json::to_vec_pretty(&v).expect("plain values"))
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+    }
+    Ok(())
+}
 
 /// What one run measured, host microseconds per call.
 #[derive(Debug, Serialize)]
@@ -90,7 +160,10 @@ pub fn measure(
         None => None,
     };
     let matmul = |f: LtMatmulFn, calls, reps| {
-        host_us(&p, spin, (calls, 2), reps, |i| p.launch_with(f, algo, i))
+        // SAFETY: `algo` is null (the heuristic) or the heuristic's first answer, alive here.
+        host_us(&p, spin, (calls, 2), reps, |i| unsafe {
+            p.launch_with(f, algo, i)
+        })
     };
     let linear = |objs: &LtApi, f: LtMatmulFn, calls, reps| {
         host_us(&p, spin, (calls, 3), reps, |i| linear(&p, objs, f, algo, i))
@@ -150,7 +223,7 @@ fn host_us(
             }
         }
         out.push(t.elapsed().as_secs_f64() * 1e6 / calls as f64);
-        p.session.lib.runtime().sync(stream)?;
+        p.timer().sync()?;
     }
     Ok(out)
 }

@@ -1,4 +1,5 @@
-//! `tunedblas near-bench` (internal): does near-shape serving pay on this library?
+//! `tunedblas-bench near-bench`: does near-shape serving pay on this library? The
+//! measurement of BENCHMARKS.md.
 //!
 //! For each layer of the demo workload (the seed's seven (N, K) pairs scaled down by 16)
 //! and each chunk size: the chunk is tuned exactly as `tunedblas tune` would tune it (its
@@ -14,15 +15,103 @@ use tunedblas_core::tunableop::Solution;
 
 use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
 use tunedblas_tuner::bench::Bench;
+use tunedblas_tuner::curate::Rules;
+use tunedblas_tuner::error::Result;
 use tunedblas_tuner::numerics::median;
 use tunedblas_tuner::pipeline::{self, Method};
+use tunedblas_tuner::workload::{linear_key, LAYERS};
 
-use crate::curate::Rules;
-use crate::error::Result;
-use crate::workload::{linear_key, LAYERS};
+use crate::opts::{self, Opts};
+
+const ABOUT: &str = "\
+Tunes each demo layer at each chunk size, then times the heuristic against what near
+serving would run for M = chunk + 1..decodes, medians of interleaved trials.";
+
+#[rustfmt::skip]
+const OPTIONS: &[opts::Row] = &[
+    ("--lib", "LIB", "the library (default: refblas beside this binary)"),
+    ("--chunks", "N,N,..", "chunk sizes (default 256,512)"),
+    ("--decodes", "N", "decode tokens above each chunk (default 32)"),
+    ("--trials", "N", "interleaved trials (default 7)"),
+    ("--json", "", "the measurement as JSON"),
+];
+
+pub fn help() -> String {
+    opts::help("near-bench", ABOUT, OPTIONS)
+}
+
+fn parse(args: &[String]) -> std::result::Result<(Options, bool), String> {
+    let a = Opts::parse("near-bench", OPTIONS, args)?;
+    let chunks = match a.value("--chunks") {
+        None => vec![256, 512],
+        Some(list) => list
+            .split(',')
+            .map(|c| c.trim().parse::<i64>().ok())
+            .collect::<Option<Vec<i64>>>()
+            .ok_or_else(|| format!("near-bench: --chunks takes N,N,.., not '{list}'"))?,
+    };
+    let lib = a.path("--lib").unwrap_or_else(|| {
+        tunedblas_tuner::dl::beside_exe("librocblas_v4.so")
+            .unwrap_or_else(|| "librocblas_v4.so".into())
+    });
+    let o = Options {
+        lib,
+        chunks,
+        decodes: a.parsed("--decodes", 32, "a number")?,
+        trials: a.parsed("--trials", 7, "a number")?,
+    };
+    Ok((o, a.has("--json")))
+}
+
+/// `tunedblas-bench near-bench [options]`: the summary lines, or everything as JSON.
+pub fn run(args: &[String]) -> std::result::Result<(), String> {
+    let (o, as_json) = parse(args)?;
+    let cases = measure_all(&o).map_err(|e| e.to_string())?;
+    let summaries = summaries(&cases);
+    if as_json {
+        let v = json!({
+            "library": o.lib.display().to_string(),
+            "chunks": o.chunks, "decodes": o.decodes, "trials": o.trials,
+            "summary": summaries,
+            "cases": cases.iter().map(|c| json!({
+                "n": c.n, "k": c.k, "chunk": c.chunk, "rows": c.policy,
+                "row": c.row.as_ref().map(|r| r.to_string()),
+                "points": c.points.iter().map(|p| json!({"m": p.0, "heuristic_ms": p.1, "near_ms": p.2, "near_ran": p.3})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("plain values")
+        );
+        return Ok(());
+    }
+    println!(
+        "M = chunk + 1..{} for chunks {:?}, {} layers, medians of {} interleaved trials",
+        o.decodes,
+        o.chunks,
+        LAYERS.len(),
+        o.trials
+    );
+    for s in &summaries {
+        println!(
+            "{} chunk rows: {} points, near served the chunk's solution at {} ({} faster, {} slower by > 3%), refused {}; near/heuristic total time {:.3} ({:.3} where served), geometric mean {:.3} ({:.3} where served)",
+            s["rows"].as_str().unwrap_or(""),
+            s["points"],
+            s["served"],
+            s["faster_by_3pct"],
+            s["slower_by_3pct"],
+            s["refused"],
+            s["total_ratio_all"].as_f64().unwrap_or(1.0),
+            s["total_ratio_served"].as_f64().unwrap_or(1.0),
+            s["geo_mean_ratio_all"].as_f64().unwrap_or(1.0),
+            s["geo_mean_ratio_served"].as_f64().unwrap_or(1.0),
+        );
+    }
+    Ok(())
+}
 
 /// What to measure.
-pub struct Options {
+struct Options {
     pub lib: std::path::PathBuf,
     /// Chunk sizes whose rows near serving would stretch.
     pub chunks: Vec<i64>,
@@ -32,7 +121,7 @@ pub struct Options {
 }
 
 /// One (layer, chunk, row policy) of the measurement.
-pub struct Case {
+struct Case {
     pub n: i64,
     pub k: i64,
     pub chunk: i64,
@@ -127,7 +216,7 @@ fn geo_mean(v: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// Measures every layer at every chunk size; each case is said on stderr as it finishes.
-pub fn measure_all(o: &Options) -> Result<Vec<Case>> {
+fn measure_all(o: &Options) -> Result<Vec<Case>> {
     let lib = Rocblas::at(&o.lib, None)?;
     let mut cases = Vec::new();
     for &(n, k) in &LAYERS {
@@ -137,7 +226,7 @@ pub fn measure_all(o: &Options) -> Result<Vec<Case>> {
             for c in &cs {
                 let ratios = c.points.iter().map(|p| p.2 / p.1);
                 let served = c.points.iter().filter(|p| p.3 == "solution").count();
-                crate::say::note!(
+                tunedblas_tuner::say::note!(
                     "{n}x{k} chunk {chunk} {}: row {}, near served {served}/{} M, geo-mean near/heuristic {:.3}",
                     c.policy,
                     c.row.as_ref().map_or("none".into(), |r| r.to_string()),
@@ -152,7 +241,7 @@ pub fn measure_all(o: &Options) -> Result<Vec<Case>> {
 }
 
 /// Per row policy: points, how often near served, wins and losses, time ratios.
-pub fn summaries(cases: &[Case]) -> Vec<Value> {
+fn summaries(cases: &[Case]) -> Vec<Value> {
     let mut summaries = Vec::new();
     for policy in ["curated", "fastest"] {
         let pts: Vec<&(i64, f64, f64, &str)> = cases

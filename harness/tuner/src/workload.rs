@@ -3,7 +3,8 @@
 //! 256/512-token chunks a dynamic-prefill controller schedules (FACTS.md section 5).
 //!
 //! The (N, K) pairs are the seed's seven dense shapes scaled down by 16 so the CPU reference
-//! backend runs them in seconds; the token counts are the real ones.
+//! backend runs them in seconds; the token counts are the real ones. `tunedblas demo` runs
+//! it, and `tunedblas-bench near-bench` measures near-shape serving on its layers.
 
 use std::path::Path;
 use std::time::Instant;
@@ -11,8 +12,8 @@ use std::time::Instant;
 use tunedblas_core::abi;
 use tunedblas_core::key::{ProblemKey, Types};
 
+use crate::backends::rocblas::{Rocblas, RocblasProblem};
 use crate::error::Result;
-use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
 
 /// The seed's (N, K) pairs, divided by 16.
 pub const LAYERS: [(i64, i64); 7] = [
