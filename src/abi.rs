@@ -219,7 +219,7 @@ pub const HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL: HipStreamCaptureMode = 1;
 pub type HipRuntimeGetVersionFn = unsafe extern "C" fn(*mut i32) -> HipError;
 
 // ---- hipBLASLt: what the hipBLASLt backend calls (FACTS.md section 10) ---------------------
-// Used by `cdylib/src/hipblaslt/` (through `crate::hipblaslt`). Checked against hipBLASLt
+// Used by `preload/src/hipblaslt/` (through `crate::hipblaslt`). Checked against hipBLASLt
 // 7.1.1's headers and library by tests/conformance (prototypes, struct layouts, every
 // `HIPBLAS*` / `HIP_R_*` value below, the C++ symbols of `hipblaslt_ext`, libstdc++'s
 // `std::vector` layout).
@@ -253,7 +253,7 @@ c_values!(i32:
 
 // `hipblasLtMatmulDescAttributes_t`: the ones tunedblas reads. There is no attribute for
 // the compute and scale types: they are given to `hipblasLtMatmulDescCreate` only, so the
-// interposer wraps it (`cdylib/src/hipblaslt/objects.rs`).
+// interposer wraps it (`preload/src/hipblaslt/objects.rs`).
 c_values!(i32:
     HIPBLASLT_MATMUL_DESC_TRANSA = 0, HIPBLASLT_MATMUL_DESC_TRANSB = 1,
     HIPBLASLT_MATMUL_DESC_EPILOGUE = 2, HIPBLASLT_MATMUL_DESC_BIAS_POINTER = 3,
@@ -262,7 +262,7 @@ c_values!(i32:
 
 // `hipblasLtMatrixLayoutAttribute_t` (cuBLASLt's attributes, numbered otherwise). hipBLASLt
 // 7.1.1 reads back only the first two; the interposer keeps the rest from the calls that
-// set them (`cdylib/src/hipblaslt/objects.rs`).
+// set them (`preload/src/hipblaslt/objects.rs`).
 c_values!(i32:
     HIPBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 0, HIPBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 1,
     HIPBLASLT_MATRIX_LAYOUT_TYPE = 2, HIPBLASLT_MATRIX_LAYOUT_ORDER = 3,
@@ -374,7 +374,7 @@ pub type HipblasLtMatmulAlgoGetHeuristicFn = unsafe extern "C" fn(
     HipblasLtMatmulPreference, i32, *mut HipblasLtMatmulHeuristicResult, *mut i32,
 ) -> HipblasStatus;
 
-/// The hipBLASLt exception guard (`cdylib/cxx/hipblaslt_guard.cpp`): tunedblas's own C
+/// The hipBLASLt exception guard (`preload/cxx/hipblaslt_guard.cpp`): tunedblas's own C
 /// functions around `hipblaslt_ext`, each taking the `hipblaslt_ext` function to call
 /// first, used by the interposer and the tuner; tests/conformance checks these types
 /// against that file. What a C++ exception thrown inside becomes:

@@ -2,7 +2,7 @@
 //! which the first thread to see a pair claims its slot and every later look-up finds it
 //! with one probe. It is the one primitive under both of the interposer's per-key maps:
 //! the miss set ([`crate::misslog::MissSet`], one map per segment, with a call count and
-//! a note per slot) and the near-serving verdicts (`cdylib/src/rocblas/near.rs`, a
+//! a note per slot) and the near-serving verdicts (`preload/src/rocblas/near.rs`, a
 //! verdict per slot).
 //!
 //! A slot moves EMPTY -> BUSY (the claiming thread won a compare-exchange) -> READY (its

@@ -13,7 +13,7 @@
 //! A tuned hipBLASLt row names an algorithm by its *index* (`Gemm_Hipblaslt_<index>`,
 //! [`crate::cublaslt::LtAction::Index`]), as PyTorch TunableOp writes it; the interposer
 //! turns it back into an algorithm with `hipblaslt_ext::getAlgosFromIndex` and checks it
-//! with `hipblaslt_ext::matmulIsAlgoSupported` (`cdylib/src/hipblaslt/`). Indices belong
+//! with `hipblaslt_ext::matmulIsAlgoSupported` (`preload/src/hipblaslt/`). Indices belong
 //! to one hipBLASLt build: the profile is chosen by the sha256 of the loaded library.
 
 use crate::abi::*;

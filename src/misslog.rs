@@ -9,7 +9,7 @@
 //!
 //! Each segment is a [`ClaimMap`], the one lock-free claim-map primitive (the near
 //! verdicts use it too). The files under the miss folder are the preload's
-//! (`cdylib/src/recorder.rs`): this crate stays free of system calls.
+//! (`preload/src/recorder.rs`): this crate stays free of system calls.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};

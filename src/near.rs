@@ -5,7 +5,7 @@
 //! row each and no grid enumerates them, yet the solution tuned for the chunk usually fits
 //! its neighbours. [`NearIndex`]: per family ([`crate::family`]), the token counts that have
 //! rows, sorted; [`NearIndex::nearest`] finds the closest one within a window. The
-//! interposer serves by it (`cdylib/src/rocblas/near.rs`: the verdict per key, validation,
+//! interposer serves by it (`preload/src/rocblas/near.rs`: the verdict per key, validation,
 //! the serve path); `coverage` and `report` predict with it.
 
 use std::collections::HashMap;

@@ -55,7 +55,7 @@ const ALLOWED: &[&str] = &[
     "execvpe",
     "fexecve",
     // The Lt descriptor and layout calls are kept per call site, looked up again after a
-    // library may have been unloaded (cdylib/src/lt/callers.rs).
+    // library may have been unloaded (preload/src/lt/callers.rs).
     "dlclose",
 ];
 

@@ -407,7 +407,7 @@ fn first_sights(ctx: &Ctx, paths: &[Path], s: &Settings, calls: &mut [u64]) {
 }
 
 /// What the live status costs the threads that make GEMMs (they write it, about once a
-/// second while calls arrive: `cdylib/src/status.rs`): `shapes` missed shapes first (so the
+/// second while calls arrive: `preload/src/status.rs`): `shapes` missed shapes first (so the
 /// files list them), then served calls for `seconds`. Prints the calls made and the writes
 /// seen (the status file's modification time, looked at every 1,024 calls), for the parent
 /// to divide the instructions callgrind counted in `status::tick` by.

@@ -1,5 +1,5 @@
-//! The cuBLASLt algorithm FFI that both the interposer (`cdylib/src/cublaslt/`, serving a
-//! row) and the tuner (`harness/tuner/src/backends/cublaslt/`) need: initialising an
+//! The cuBLASLt algorithm FFI that both the interposer (`preload/src/cublaslt/`, serving a
+//! row) and the tuner (`tuner/src/backends/cublaslt/`) need: initialising an
 //! algorithm, reading its configuration and rebuilding it from one, through the function
 //! pointers each
 //! caller resolved itself. The pure part (what the configuration is, its name in a

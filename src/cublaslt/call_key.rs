@@ -3,7 +3,7 @@
 //! building an [`LtKey`] (24 fields, validated) and hashing it.
 //!
 //! Each descriptor and layout carries its word, computed when it is made or set (the
-//! interposer keeps them, `cdylib/src/lt/objects.rs`): an exact packing of every field the
+//! interposer keeps them, `preload/src/lt/objects.rs`): an exact packing of every field the
 //! key reads from that object, or 0 when a field is outside the small ranges packed (a
 //! dimension of 2^20 or more, a batch, a row-major layout, a type tunedblas does not
 //! serve, ...). A call's key is the descriptor's word and its four layouts' ([`CallKey`]).

@@ -2,7 +2,7 @@
 //! descriptors, the readable algorithm configuration, TunableOp names for both, and the
 //! lookup table the interposer serves from. No CUDA is needed to build or test any of it,
 //! and it makes no FFI call: reading and rebuilding algorithms through cuBLASLt is
-//! `lt-algo/` (shared by the interposer's `cdylib/src/cublaslt/` and `harness/src/lt/`).
+//! `lt-algo/` (shared by the interposer's `preload/src/cublaslt/` and `cli/src/lt/`).
 //!
 //! # The key
 //!

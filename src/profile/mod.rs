@@ -505,7 +505,7 @@ fn nonpositive_problem(
 }
 
 /// [`version_problems`], under the name the interposer calls at load
-/// (`cdylib/src/rocblas/mod.rs`): more than contradicting validators now.
+/// (`preload/src/rocblas/mod.rs`): more than contradicting validators now.
 pub fn contradicting_validators(loaded: &Loaded, version: &str) -> Vec<String> {
     version_problems(loaded, version)
 }

@@ -1,6 +1,6 @@
 //! The real libraries' dynamic symbols against what the project resolves from them: the
-//! interposer's hook table (`cdylib/src/rocblas/real.rs`) and the tuner's `need`/`sym` calls
-//! (`harness/tuner/src/backends/rocblas.rs`, `runtime.rs`). Required entries must be
+//! interposer's hook table (`preload/src/rocblas/real.rs`) and the tuner's `need`/`sym` calls
+//! (`tuner/src/backends/rocblas.rs`, `runtime.rs`). Required entries must be
 //! exported by every build; the `_64` twins (ROCm 6.3+) are optional in the hook table,
 //! absent from rocBLAS 5.5.1 and present in 6.4.4.
 

@@ -77,7 +77,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("hipblasLtGetVersion", "HipblasLtGetVersionFn"),
 ];
 
-/// The exception guard's C functions (`cdylib/cxx/hipblaslt_guard.cpp`) and their types in
+/// The exception guard's C functions (`preload/cxx/hipblaslt_guard.cpp`) and their types in
 /// `src/abi.rs`: the guard is compiled into the check, after the real headers.
 const GUARD_FUNCTIONS: &[(&str, &str)] = &[
     ("tunedblas_guard_algo_from_index", "GuardAlgoFromIndexFn"),
@@ -126,7 +126,7 @@ fn generate(declared: &std::collections::BTreeSet<String>) -> String {
         );
     }
     let guard = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cdylib/cxx/hipblaslt_guard.cpp"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/cxx/hipblaslt_guard.cpp"),
     )
     .expect("the guard's source");
     src.push_str(&guard);
@@ -198,7 +198,7 @@ fn generate(declared: &std::collections::BTreeSet<String>) -> String {
             writeln!(src, "static_assert(static_cast<long long>({name}) == {value}LL, \"src/abi.rs {name} = {value}\");").unwrap();
         }
     }
-    // The tuner's guard (cdylib/cxx/hipblaslt_guard.cpp) calls getAllAlgos with GemmType,
+    // The tuner's guard (preload/cxx/hipblaslt_guard.cpp) calls getAllAlgos with GemmType,
     // the operations, the data types and the compute type as ints: each must be an int-sized
     // enum, and GemmType's plain GEMM the value src/abi.rs passes.
     writeln!(src, "static_assert(static_cast<long long>(hipblaslt_ext::GemmType::HIPBLASLT_GEMM) == {}LL, \"src/abi.rs EXT_GEMM_TYPE_GEMM\");", abi::EXT_GEMM_TYPE_GEMM).unwrap();

@@ -173,7 +173,7 @@ fn size_query_statuses_keep_the_row_on_refblas() {
 }
 
 // The `_64` exports are hidden from the loader once a handle shows the served build lacks
-// them (`cdylib/src/rocblas/dynsym.rs`; IFUNCs were tried first and made glibc warn in every
+// them (`preload/src/rocblas/dynsym.rs`; IFUNCs were tried first and made glibc warn in every
 // BIND_NOW host, see there).
 per_suite!(
     @test "rocblas-5.5",

@@ -1,6 +1,6 @@
 //! What the project's own sources say it calls, read from the files themselves so the checks
-//! follow every change: the interposer's hook table (`cdylib/src/rocblas/real.rs`), the symbols the
-//! tuner resolves (`harness/tuner/src/backends/rocblas.rs`, `runtime.rs`), and the C
+//! follow every change: the interposer's hook table (`preload/src/rocblas/real.rs`), the symbols the
+//! tuner resolves (`tuner/src/backends/rocblas.rs`, `runtime.rs`), and the C
 //! signatures of `src/abi.rs`.
 
 #![allow(dead_code)]
@@ -22,12 +22,12 @@ pub struct Hook {
     pub symbol: String,
 }
 
-/// The entries of the `hook_table! { ... }` invocation in `cdylib/src/rocblas/real.rs`.
+/// The entries of the `hook_table! { ... }` invocation in `preload/src/rocblas/real.rs`.
 pub fn hook_table() -> Vec<Hook> {
-    let src = read("cdylib/src/rocblas/real.rs");
+    let src = read("preload/src/rocblas/real.rs");
     let start = src
         .find("\nhook_table! {")
-        .expect("cdylib/src/rocblas/real.rs invokes hook_table!");
+        .expect("preload/src/rocblas/real.rs invokes hook_table!");
     let body = &src[start..];
     let body = &body[body.find('{').unwrap() + 1..body.find("\n}").unwrap()];
     body.lines()
@@ -65,9 +65,9 @@ pub enum Need {
     Optional,
 }
 
-/// The symbols the tuner resolves from rocBLAS (`harness/tuner/src/backends/rocblas.rs`:
+/// The symbols the tuner resolves from rocBLAS (`tuner/src/backends/rocblas.rs`:
 /// `dl::need`, the names it checks first, `dl::sym`) and from HIP (the runtime,
-/// `harness/tuner/src/runtime.rs`: `dl::need(h, &s("Malloc"), ..)` and `dl::sym(h, &s(..))`
+/// `tuner/src/runtime.rs`: `dl::need(h, &s("Malloc"), ..)` and `dl::sym(h, &s(..))`
 /// with `s` prefixing `hip`): (rocBLAS, HIP) maps of name to need.
 pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
     let squeeze =
@@ -99,7 +99,7 @@ pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
         out
     };
     let mut rocblas = BTreeMap::new();
-    let rb = squeeze("harness/tuner/src/backends/rocblas.rs");
+    let rb = squeeze("tuner/src/backends/rocblas.rs");
     for n in calls(&rb, "dl::need", &["h", "lookup"]) {
         rocblas.insert(n, Need::Required);
     }
@@ -116,7 +116,7 @@ pub fn harness_symbols() -> (BTreeMap<String, Need>, BTreeMap<String, Need>) {
         }
     }
     let mut hip = BTreeMap::new();
-    let rt = squeeze("harness/tuner/src/runtime.rs");
+    let rt = squeeze("tuner/src/runtime.rs");
     for (call, need) in [
         ("dl::need(h,&s(", Need::Required),
         ("dl::sym(h,&s(", Need::Optional),

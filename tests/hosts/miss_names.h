@@ -1,6 +1,6 @@
 /* The interposer's miss-file names, for the hosts that plant files under them
  * (fault_host.c, linear_host.h): "<host>-<pid>-<start>.<nonce><tag>-rank0", as
- * cdylib/src/files.rs names them. The nonce is random, so no one can plant a file under a
+ * preload/src/files.rs names them. The nonce is random, so no one can plant a file under a
  * name before the interposer made it: a host finds its own name in DIR after a first miss
  * (and removes the file there, which only the same user can do) to plant in its place. */
 #ifndef MISS_NAMES_H

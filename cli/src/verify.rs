@@ -26,7 +26,7 @@ pub struct Options {
     pub json: bool,
 }
 
-/// The interposer's `TUNEDBLAS_STATS` file, as every backend writes it (`cdylib/src/tally.rs`
+/// The interposer's `TUNEDBLAS_STATS` file, as every backend writes it (`preload/src/tally.rs`
 /// says what each count means): rocBLAS's (no `library`), cuBLASLt's or hipBLASLt's.
 #[derive(Debug, Default, Deserialize, Serialize)]
 pub struct Stats {

@@ -3,9 +3,9 @@
 // `hipblaslt_ext::getAlgosFromIndex` and friends are C++ functions taking std::vectors, and
 // a C++ exception thrown out of them (std::out_of_range for an index this build lacks,
 // std::bad_alloc) cannot be caught by Rust: the host would abort. This file is compiled by
-// cdylib/build.rs into a small shared object that is embedded in libtunedblas.so and
+// preload/build.rs into a small shared object that is embedded in libtunedblas.so and
 // loaded (from a memfd, RTLD_LOCAL) only in a process that serves a hipBLASLt row (and into
-// the `tunedblas` command when it tunes hipBLASLt, harness/build.rs); each
+// the `tunedblas` command when it tunes hipBLASLt, cli/build.rs); each
 // function calls the hipBLASLt function it is given, owns the vectors (built by the C++
 // compiler, so nothing about their layout is assumed), and turns any exception into a
 // status. It links only libstdc++, which hipBLASLt has already loaded.

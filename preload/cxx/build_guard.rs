@@ -1,6 +1,6 @@
 //! Compiles the hipBLASLt exception guard (`hipblaslt_guard.cpp`, beside this file) with the
 //! C++ compiler for the target into OUT_DIR, for `include_bytes!`. Shared by the build
-//! scripts of the interposer (`cdylib/build.rs`) and of the command (`harness/build.rs`),
+//! scripts of the interposer (`preload/build.rs`) and of the command (`cli/build.rs`),
 //! each of which embeds the object. Without a compiler the object is empty and `without`
 //! is said as a cargo warning; everything else builds and works.
 

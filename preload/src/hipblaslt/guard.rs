@@ -1,4 +1,4 @@
-//! The exception guard around `hipblaslt_ext` (`cdylib/cxx/hipblaslt_guard.cpp`): a small
+//! The exception guard around `hipblaslt_ext` (`preload/cxx/hipblaslt_guard.cpp`): a small
 //! C++ shared object compiled at build time and embedded here, loaded only in a process
 //! whose hipBLASLt profile has index rows (at the runtime's start, never in a fork child,
 //! never on a GEMM's path): written to a memfd and `dlopen`ed `RTLD_LOCAL` from

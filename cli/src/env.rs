@@ -23,7 +23,7 @@ pub fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// The settings as the interposer reads them (`cdylib/src/lifecycle.rs`, `Config::from_env`).
+/// The settings as the interposer reads them (`preload/src/lifecycle.rs`, `Config::from_env`).
 pub fn settings(profile_dir: &Path) -> Vec<Setting> {
     let cache = identity::user_cache_dir();
     let rows: [(&'static str, String, &'static str); 12] = [

@@ -1,5 +1,5 @@
 //! The hipBLASLt exception guard in the command (the interposer's `hipblaslt_guard.cpp`,
-//! built by `harness/tuner/build.rs` and embedded): `hipblaslt_ext`'s C++ functions take
+//! built by `tuner/build.rs` and embedded): `hipblaslt_ext`'s C++ functions take
 //! `std::vector`s and may throw, which Rust can neither build nor catch, so the tuner calls
 //! them through the guard's C functions. Loaded from a memfd when a hipBLASLt campaign
 //! starts; the command is not a host's guest, so nothing here needs the interposer's

@@ -1,6 +1,6 @@
 //! `tunedblas status`: the live counters of every process running under the interposer on
 //! this machine, read from the status files it writes beside its miss log
-//! (`<host>-<pid>-<start>.status.json`, `cdylib/src/status.rs` writes them).
+//! (`<host>-<pid>-<start>.status.json`, `preload/src/status.rs` writes them).
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +48,7 @@ pub fn cli() -> clap::Command {
         ))
 }
 
-/// One backend's part of a status file, as the interposer writes it (`cdylib/src/tally.rs`
+/// One backend's part of a status file, as the interposer writes it (`preload/src/tally.rs`
 /// says what each figure means). `calls`, `near_shapes` and `hit_rate` are absent from the
 /// files of interposers older than issue 26.
 #[derive(Deserialize, Serialize, Clone, Debug, Default)]
@@ -95,7 +95,7 @@ impl Counters {
     }
 
     /// The hit rate in tenths of a percent, by the interposer's own rule and rounding
-    /// (`cdylib/src/tally.rs`, `hit_permille`): for the totals, which no file holds.
+    /// (`preload/src/tally.rs`, `hit_permille`): for the totals, which no file holds.
     fn hit_permille(&self) -> Option<u64> {
         let hit = self.served + self.default + self.near;
         let decided = hit + self.missed + self.fallbacks;

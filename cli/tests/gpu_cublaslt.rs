@@ -2,7 +2,7 @@
 //! anywhere else each prints why it skipped and passes (CI has no GPU). On a GPU machine:
 //!
 //! ```sh
-//! cargo test -p tunedblas-harness --test gpu_cublaslt -- --nocapture
+//! cargo test -p tunedblas-cli --test gpu_cublaslt -- --nocapture
 //! # or, with no Rust toolchain there, the built test binary and tunedblas beside it:
 //! TUNEDBLAS_BIN=path/to/tunedblas path/to/gpu_cublaslt-<hash> --nocapture
 //! ```

@@ -257,7 +257,7 @@ pub mod tests {
         BUILT.get_or_init(|| {
             let dir = std::env::temp_dir().join(format!("tunedblas-tuner-{}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
-            let hosts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/hosts");
+            let hosts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hosts");
             let build = |src: &str, name: &str| {
                 let out = dir.join(name);
                 let cc = std::process::Command::new("cc")
