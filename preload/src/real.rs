@@ -275,10 +275,80 @@ fn defined_by_itself(name: &CStr) -> Option<*mut c_void> {
 
 /// Paths of loaded objects whose file name starts with one of `prefixes`, in load order.
 pub fn loaded_libraries(prefixes: &[&str]) -> Vec<PathBuf> {
-    if crate::lifecycle::in_fork_child() {
-        return loaded_libraries_alone(prefixes);
+    let mut found = Vec::new();
+    each_loaded(&mut |name, _, _| {
+        if file_matches(prefixes, name) {
+            use std::os::unix::ffi::OsStrExt;
+            found.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
+        }
+        false
+    });
+    found
+}
+
+/// Whether a loaded object other than the library itself names a library whose file name
+/// starts with one of `prefixes` among its `DT_NEEDED` entries: the library came in linked
+/// (a program, PyTorch's `libtorch_hip.so`, hipBLAS), so its callers reach the interposer
+/// through the global scope. `false` where nothing needs it: the process opened it itself
+/// with `dlopen` (Python ctypes, hip-python), and a caller that looks its functions up in
+/// that handle bypasses every preload.
+pub fn needed_by_another(prefixes: &[&str]) -> bool {
+    let mut needed = false;
+    each_loaded(&mut |name, base, dynamic| {
+        // SAFETY: the loaded object's own dynamic section and load address.
+        needed = !file_matches(prefixes, name)
+            && unsafe { any_needed(base, dynamic, &|n| file_matches(prefixes, n)) };
+        needed
+    });
+    needed
+}
+
+/// Whether `name`'s file name (after the last `/`) starts with one of `prefixes`.
+fn file_matches(prefixes: &[&str], name: &[u8]) -> bool {
+    let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+    prefixes.iter().any(|p| file.starts_with(p.as_bytes()))
+}
+
+/// Whether one of the `DT_NEEDED` names of the object loaded at `base`, with its dynamic
+/// section at `dynamic` (null: none), satisfies `f`.
+///
+/// # Safety
+/// `dynamic` is a loaded object's dynamic section (or null) and `base` its load address.
+unsafe fn any_needed(base: usize, dynamic: *const u64, f: &dyn Fn(&[u8]) -> bool) -> bool {
+    const DT_NULL: u64 = 0;
+    const DT_NEEDED: u64 = 1;
+    const DT_STRTAB: u64 = 5;
+    if dynamic.is_null() {
+        return false;
     }
-    loaded_libraries_listed(prefixes)
+    let (mut strtab, mut needed, mut n) = (0usize, [0usize; 64], 0);
+    let mut d = dynamic;
+    // SAFETY: the section is an array of (tag, value) pairs ending with DT_NULL.
+    unsafe {
+        while *d != DT_NULL {
+            match *d {
+                DT_STRTAB => strtab = *d.add(1) as usize,
+                DT_NEEDED if n < needed.len() => {
+                    needed[n] = *d.add(1) as usize;
+                    n += 1;
+                }
+                _ => {}
+            }
+            d = d.add(2);
+        }
+    }
+    if strtab == 0 {
+        return false;
+    }
+    // The loader adjusts DT_STRTAB to an address where the section is writable; the
+    // vDSO's (and a read-only one's) is still relative to the object's base.
+    if strtab < base {
+        strtab += base;
+    }
+    needed[..n].iter().any(|&off| {
+        // SAFETY: a NUL-terminated string in the object's string table.
+        f(unsafe { CStr::from_ptr((strtab + off) as *const std::ffi::c_char) }.to_bytes())
+    })
 }
 
 /// `<link.h>`'s `struct link_map`: the loader's public list of loaded objects.
@@ -296,143 +366,19 @@ extern "C" {
 }
 const RTLD_DI_LINKMAP: std::ffi::c_int = 2;
 
-/// [`loaded_libraries`] in a forked child, where `dl_iterate_phdr` may wait forever: it
-/// takes a loader lock that glibc does not reset in the child, so one held by another
-/// thread of the parent at the fork is never released. The child has one thread, so the
-/// loader's list can be walked without that lock.
-fn loaded_libraries_alone(prefixes: &[&str]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    // SAFETY: dlopen(NULL) is the main program's handle; dlinfo writes a link_map pointer.
-    unsafe {
-        let main = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-        if main.is_null() {
-            return found;
-        }
-        let mut map: *mut LinkMap = std::ptr::null_mut();
-        let ok = dlinfo(
-            main,
-            RTLD_DI_LINKMAP,
-            &mut map as *mut *mut LinkMap as *mut c_void,
-        ) == 0;
-        libc::dlclose(main);
-        while ok && !map.is_null() {
-            let name = (*map).l_name;
-            if !name.is_null() {
-                let name = CStr::from_ptr(name).to_bytes();
-                let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
-                if prefixes.iter().any(|p| file.starts_with(p.as_bytes())) {
-                    use std::os::unix::ffi::OsStrExt;
-                    found.push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
-                }
-            }
-            map = (*map).l_next;
-        }
-    }
-    found
-}
-
-fn loaded_libraries_listed(prefixes: &[&str]) -> Vec<PathBuf> {
-    struct Search<'a> {
-        prefixes: &'a [&'a str],
-        found: Vec<PathBuf>,
-    }
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> libc::c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our `data` pointer back.
-        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
-        if info.dlpi_name.is_null() {
-            return 0;
-        }
-        // SAFETY: the loader's name strings are NUL-terminated and live while loaded.
-        let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
-        let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
-        if search
-            .prefixes
-            .iter()
-            .any(|p| file.starts_with(p.as_bytes()))
-        {
-            use std::os::unix::ffi::OsStrExt;
-            search
-                .found
-                .push(PathBuf::from(std::ffi::OsStr::from_bytes(name)));
-        }
-        0
-    }
-    let mut search = Search {
-        prefixes,
-        found: Vec::new(),
-    };
-    // SAFETY: the callback only reads the info it is given and writes through `data`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
-    search.found
-}
-
-/// Whether a loaded object other than the library itself names a library whose file name
-/// starts with one of `prefixes` among its `DT_NEEDED` entries: the library came in linked
-/// (a program, PyTorch's `libtorch_hip.so`, hipBLAS), so its callers reach the interposer
-/// through the global scope. `false` where nothing needs it: the process opened it itself
-/// with `dlopen` (Python ctypes, hip-python), and a caller that looks its functions up in
-/// that handle bypasses every preload. Reads the loaded objects' dynamic sections (under
-/// `dl_iterate_phdr`'s lock; in a forked child, which has one thread, the loader's list).
-pub fn needed_by_another(prefixes: &[&str]) -> bool {
-    struct Search<'a> {
-        prefixes: &'a [&'a str],
-        found: bool,
-    }
-    let matches = |prefixes: &[&str], name: &[u8]| {
-        let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
-        prefixes.iter().any(|p| file.starts_with(p.as_bytes()))
-    };
-    /// The `DT_NEEDED` names of the object loaded at `base` with its dynamic section at
-    /// `dynamic`, each passed to `f` until it returns true.
-    ///
-    /// SAFETY: `dynamic` is a loaded object's dynamic section, `base` its load address.
-    unsafe fn any_needed(base: usize, dynamic: *const u64, f: &dyn Fn(&[u8]) -> bool) -> bool {
-        const DT_NULL: u64 = 0;
-        const DT_NEEDED: u64 = 1;
-        const DT_STRTAB: u64 = 5;
-        if dynamic.is_null() {
-            return false;
-        }
-        let (mut strtab, mut needed) = (0usize, [0usize; 64]);
-        let mut n = 0;
-        let mut d = dynamic;
-        // SAFETY: the section is an array of (tag, value) pairs ending with DT_NULL.
-        unsafe {
-            while *d != DT_NULL {
-                match *d {
-                    DT_STRTAB => strtab = *d.add(1) as usize,
-                    DT_NEEDED if n < needed.len() => {
-                        needed[n] = *d.add(1) as usize;
-                        n += 1;
-                    }
-                    _ => {}
-                }
-                d = d.add(2);
-            }
-        }
-        if strtab == 0 {
-            return false;
-        }
-        // The loader adjusts DT_STRTAB to an address where the section is writable; the
-        // vDSO's (and a read-only one's) is still relative to the object's base.
-        if strtab < base {
-            strtab += base;
-        }
-        needed[..n].iter().any(|&off| {
-            // SAFETY: a NUL-terminated string in the object's string table.
-            f(unsafe { CStr::from_ptr((strtab + off) as *const std::ffi::c_char) }.to_bytes())
-        })
-    }
+/// Calls `f(name, load address, dynamic section)` for each loaded object, in load order,
+/// until it returns true. Under `dl_iterate_phdr`'s lock; in a forked child, where that
+/// lock may wait forever (glibc does not reset it in the child, so one held by another
+/// thread of the parent at the fork is never released), on the loader's list without it:
+/// the child has one thread.
+fn each_loaded(f: &mut dyn FnMut(&[u8], usize, *const u64) -> bool) {
     if crate::lifecycle::in_fork_child() {
-        // SAFETY: as in `loaded_libraries_alone`: the child has one thread.
+        // SAFETY: dlopen(NULL) is the main program's handle; dlinfo writes a link_map
+        // pointer; the list's entries and names live while the objects are loaded.
         unsafe {
             let main = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
             if main.is_null() {
-                return false;
+                return;
             }
             let mut map: *mut LinkMap = std::ptr::null_mut();
             let ok = dlinfo(
@@ -443,58 +389,45 @@ pub fn needed_by_another(prefixes: &[&str]) -> bool {
             libc::dlclose(main);
             while ok && !map.is_null() {
                 let m = &*map;
-                let own =
-                    !m.l_name.is_null() && matches(prefixes, CStr::from_ptr(m.l_name).to_bytes());
-                if !own && any_needed(m.l_addr, m.l_ld as *const u64, &|n| matches(prefixes, n)) {
-                    return true;
+                let name = if m.l_name.is_null() {
+                    &b""[..]
+                } else {
+                    CStr::from_ptr(m.l_name).to_bytes()
+                };
+                if f(name, m.l_addr, m.l_ld as *const u64) {
+                    return;
                 }
                 map = m.l_next;
             }
         }
-        return false;
+        return;
     }
+    type Visit<'a> = &'a mut dyn FnMut(&[u8], usize, *const u64) -> bool;
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> libc::c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our `data` pointer back.
-        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
-        let matches = |name: &[u8]| {
-            let file = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
-            search
-                .prefixes
-                .iter()
-                .any(|p| file.starts_with(p.as_bytes()))
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Visit)) };
+        let name = match info.dlpi_name.is_null() {
+            true => &b""[..],
+            // SAFETY: the loader's name strings are NUL-terminated and live while loaded.
+            false => unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes(),
         };
-        // SAFETY: the loader's name strings are NUL-terminated and live while loaded.
-        if !info.dlpi_name.is_null()
-            && matches(unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes())
-        {
-            return 0;
-        }
         let base = info.dlpi_addr as usize;
-        for i in 0..info.dlpi_phnum as usize {
+        let dynamic = (0..info.dlpi_phnum as usize)
             // SAFETY: dlpi_phdr holds dlpi_phnum program headers.
-            let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            if ph.p_type == libc::PT_DYNAMIC {
-                let dynamic = (base + ph.p_vaddr as usize) as *const u64;
-                // SAFETY: the object's dynamic section, mapped while it is loaded.
-                if unsafe { any_needed(base, dynamic, &matches) } {
-                    search.found = true;
-                    return 1;
-                }
-            }
-        }
-        0
+            .map(|i| unsafe { &*info.dlpi_phdr.add(i) })
+            .find(|ph| ph.p_type == libc::PT_DYNAMIC)
+            .map_or(std::ptr::null(), |ph| {
+                (base + ph.p_vaddr as usize) as *const u64
+            });
+        f(name, base, dynamic) as libc::c_int
     }
-    let mut search = Search {
-        prefixes,
-        found: false,
-    };
-    // SAFETY: the callback only reads the objects' headers and writes through `data`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
-    search.found
+    let mut f: Visit = f;
+    // SAFETY: the callback only reads the info it is given and calls `f` through `data`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut f as *mut Visit as *mut c_void) };
 }
 
 /// A device query's answer (`hipGetDevice`, `cuCtxGetDevice`: `int f(int *device)`, 0 for
