@@ -4,6 +4,7 @@
  * at once, an event is the time it was recorded. No graph symbols: the harness times with
  * events. $FAKECUDA_DEVICES devices (1 when unset) answer as sm_90 with 1 MiB of L2 each, each
  * thread on the device it last set. */
+#include "env_once.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ const char *cudaGetErrorString(int e) { return e ? "stand-in error" : "no error"
 int cudaGetLastError(void) { return 0; }
 int cudaRuntimeGetVersion(int *v) { *v = 12080; return 0; }
 static int devices(void) {
-    const char *v = getenv("FAKECUDA_DEVICES");
+    const char *v = ENV_ONCE("FAKECUDA_DEVICES");
     return v ? atoi(v) : 1;
 }
 static __thread int current;

@@ -5,6 +5,7 @@
  * is the time it was recorded. hipGetDevice answers the device $FAKEHIP_DEVICE (0 when
  * unset); a negative one makes it and hipGetDeviceCount fail with hipErrorNoDevice (100),
  * as on a machine without a GPU. */
+#include "env_once.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,7 +13,7 @@
 #include "fake_runtime.h"
 
 static int device(void) {
-    const char *v = getenv("FAKEHIP_DEVICE");
+    const char *v = ENV_ONCE("FAKEHIP_DEVICE");
     return v ? atoi(v) : 0;
 }
 
@@ -74,8 +75,8 @@ int hipStreamBeginCapture(Stream *s, int mode) {
     (void)mode;
     /* FAKEHIP_GRAPH_FAIL_AFTER=N: the first N captures work, later ones are refused. */
     static long captures;
-    const char *after = getenv("FAKEHIP_GRAPH_FAIL_AFTER");
-    const char *no = getenv("FAKEHIP_NO_GRAPHS");
+    const char *after = ENV_ONCE("FAKEHIP_GRAPH_FAIL_AFTER");
+    const char *no = ENV_ONCE("FAKEHIP_NO_GRAPHS");
     if (!s || (no && no[0] == '1') || (after && captures++ >= atol(after))) return 900;
     if (s->capturing) return 401; /* hipErrorIllegalState */
     s->capturing = 1;

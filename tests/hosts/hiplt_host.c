@@ -8,6 +8,7 @@
  *   a local scope) and runs each argument: F.linear calls, `off`/`on`
  *   (tunedblas_hipblaslt_serving) and the process-life steps, as linear_host.h describes. */
 #ifdef HIPLT_MODULE
+#include "env_once.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@ static char *buffer;
  *   wideset sets C's leading dimension again through a 16-byte buffer (its first 8 bytes
  *           hold the value), as hipBLASLt accepts any buffer at least the attribute's size */
 int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
-    const char *variant = getenv("HIPLT_HOST_VARIANT");
+    const char *variant = ENV_ONCE("HIPLT_HOST_VARIANT");
     variant = variant ? variant : "";
     if (!handle && hipblasLtCreate(&handle) != 0) return -1;
     if (!buffer) buffer = aligned_alloc(256, 1 << 20);

@@ -6,6 +6,7 @@
  *   local scope) and runs each argument: F.linear calls, `off`/`on`
  *   (tunedblas_cublaslt_serving) and the process-life steps, as linear_host.h describes. */
 #ifdef LT_MODULE
+#include "env_once.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,7 @@ static char *buffer;
 /* LT_HOST_VARIANT=stale: the descriptor is destroyed before the matmul is given it, as the
  * losing side of a caller's race meets it (another thread destroyed it meanwhile). */
 int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
-    const char *variant = getenv("LT_HOST_VARIANT");
+    const char *variant = ENV_ONCE("LT_HOST_VARIANT");
     int stale = variant && !strcmp(variant, "stale");
     if (!handle && cublasLtCreate(&handle) != 0) return -1;
     if (!buffer) buffer = aligned_alloc(256, 1 << 20);
