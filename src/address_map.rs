@@ -553,6 +553,20 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         if Self::refused(addr) {
             return None;
         }
+        match self.take_home(addr, i) {
+            Some(v) => Some(v),
+            None => self.take_probe(addr, i),
+        }
+    }
+
+    /// [`AddressMap::take`] of the object's home slot only (where a handful of live objects
+    /// are): `None` if it is not there (nor refused), and [`AddressMap::take`] looks further.
+    /// For a destroy whose every other case is out of line.
+    #[inline(always)]
+    pub fn take_home(&self, addr: usize, i: usize) -> Option<u64> {
+        if Self::refused(addr) {
+            return None;
+        }
         let i = i.min(N - 1);
         let s = self.slot(Self::home(addr));
         if s.key.load(Ordering::Relaxed) & !POISONED == addr {
@@ -561,7 +575,7 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
             s.key.store(TOMB, Ordering::Relaxed);
             return Some(v);
         }
-        self.take_probe(addr, i)
+        None
     }
 
     #[cold]

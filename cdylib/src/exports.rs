@@ -714,16 +714,28 @@ macro_rules! lt_exports {
                         status
                     }
 
+                    /// An object in its home slot (a PyTorch GEMM's are) is forgotten and
+                    /// handed to its library's destroy with no register saved (a tail
+                    /// call); every other case out of line.
                     pub extern "C" fn $destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                        let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
-                        match kept.and_then(|f| f.destroy()) {
+                        #[cold]
+                        #[inline(never)]
+                        fn elsewhere(obj: *mut c_void, ret: *const c_void) -> i32 {
+                            let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
+                            match kept.and_then(|f| f.destroy()) {
+                                // SAFETY: the destroy function of the library that made `obj`.
+                                Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                                None => match routed!($real_destroy, $destroy, DestroyFn, ret) {
+                                    // SAFETY: the caller's library's function, its own object.
+                                    Some(f) => unsafe { f(obj) },
+                                    None => NOT_INITIALIZED,
+                                },
+                            }
+                        }
+                        match <$kinds>::$table.taken_home(obj).and_then(|f| f.destroy()) {
                             // SAFETY: the destroy function of the library that made `obj`.
                             Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
-                            None => match routed!($real_destroy, $destroy, DestroyFn, ret) {
-                                // SAFETY: the caller's library's function, its own object.
-                                Some(f) => unsafe { f(obj) },
-                                None => NOT_INITIALIZED,
-                            },
+                            None => elsewhere(obj, ret),
                         }
                     }
                 };

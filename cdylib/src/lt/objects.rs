@@ -383,6 +383,15 @@ impl<const N: usize> Objects<N> {
         unsafe { Fns::of(self.map.take(object as usize, 1).unwrap_or(0)) }
     }
 
+    /// [`Objects::taken`] of an object in its home slot; `None` (and the slot untouched)
+    /// if it is not there, or it is and its functions are not known: then
+    /// [`Objects::taken`] looks further (a freed slot is not found again).
+    #[inline(always)]
+    pub fn taken_home(&self, object: *mut c_void) -> Option<&'static Fns> {
+        // SAFETY: word 1 is 0 or what `Fns::register` returned.
+        unsafe { Fns::of(self.map.take_home(object as usize, 1).unwrap_or(0)) }
+    }
+
     /// The object's word of the call key: 0 if unknown or not packed.
     #[inline(always)]
     pub fn call_word(&self, object: *mut c_void) -> u64 {
