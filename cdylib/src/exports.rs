@@ -638,15 +638,39 @@ macro_rules! lt_exports {
                 }};
             }
 
+            /// The create functions by call site.
+            static DESC_CREATES: Callers = creates!($desc_create, $desc_set, $desc_destroy);
+            static LAYOUT_CREATES: Callers = creates!($layout_create, $layout_set, $layout_destroy);
+
+            /// A call site kept in its home slot and a descriptor its word holds (PyTorch's)
+            /// are made here, with only `out`, the word and the functions kept across the
+            /// call; every other case out of line.
             pub extern "C" fn desc_create(out: Out, compute: i32, scale: i32, ret: *const c_void) -> i32 {
-                static CALLERS: Callers = creates!($desc_create, $desc_set, $desc_destroy);
+                let (mm, flags) = <$kinds>::new_desc(compute, scale);
+                let word = plain_desc(&mm, flags);
+                // SAFETY: the cache was made for this function, of this type.
+                match unsafe { DESC_CREATES.home_fn_and_fns::<DescCreateFn>(ret) } {
+                    Some((f, fns)) if word != 0 => {
+                        // SAFETY: the caller's library's function, its own arguments.
+                        let status = unsafe { f(out, compute, scale) };
+                        if status == 0 && !out.is_null() {
+                            // SAFETY: the library wrote the new descriptor there.
+                            <$kinds>::DESCS.created_plain(<$kinds>::LIBRARY, unsafe { *out }, word, fns);
+                        }
+                        status
+                    }
+                    _ => desc_create_elsewhere(out, compute, scale, ret),
+                }
+            }
+
+            #[cold]
+            #[inline(never)]
+            fn desc_create_elsewhere(out: Out, compute: i32, scale: i32, ret: *const c_void) -> i32 {
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, served)
+                    DESC_CREATES.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, served)
                 };
                 let Some((f, fns)) = f else { return NOT_INITIALIZED };
-                // The descriptor's word before the call: only it, `out` and `fns` are kept
-                // across (a descriptor the word cannot hold is made out of line).
                 let (mm, flags) = <$kinds>::new_desc(compute, scale);
                 let word = plain_desc(&mm, flags);
                 if word == 0 {
@@ -744,6 +768,7 @@ macro_rules! lt_exports {
             set_and_destroy!(desc_set, desc_destroy, DESCS, Descs, $desc_set, $desc_destroy);
             set_and_destroy!(layout_set, layout_destroy, LAYOUTS, Layouts, $layout_set, $layout_destroy);
 
+            /// As `desc_create`: a call site in its home slot and a plain layout here.
             pub extern "C" fn layout_create(
                 out: Out,
                 dtype: i32,
@@ -752,10 +777,35 @@ macro_rules! lt_exports {
                 ld: i64,
                 ret: *const c_void,
             ) -> i32 {
-                static CALLERS: Callers = creates!($layout_create, $layout_set, $layout_destroy);
+                let word = plain_layout(&LayoutAttrs::col(dtype, rows, cols, ld), 0, 0);
+                // SAFETY: the cache was made for this function, of this type.
+                match unsafe { LAYOUT_CREATES.home_fn_and_fns::<LayoutCreateFn>(ret) } {
+                    Some((f, fns)) if word != 0 => {
+                        // SAFETY: the caller's library's function, its own arguments.
+                        let status = unsafe { f(out, dtype, rows, cols, ld) };
+                        if status == 0 && !out.is_null() {
+                            // SAFETY: the library wrote the new layout there.
+                            <$kinds>::LAYOUTS.created_plain(<$kinds>::LIBRARY, unsafe { *out }, word, fns);
+                        }
+                        status
+                    }
+                    _ => layout_create_elsewhere(out, dtype, rows, cols, ld, ret),
+                }
+            }
+
+            #[cold]
+            #[inline(never)]
+            fn layout_create_elsewhere(
+                out: Out,
+                dtype: i32,
+                rows: u64,
+                cols: u64,
+                ld: i64,
+                ret: *const c_void,
+            ) -> i32 {
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, served)
+                    LAYOUT_CREATES.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, served)
                 };
                 let Some((f, fns)) = f else { return NOT_INITIALIZED };
                 // The layout's word before the call: only it, `out` and `fns` are kept
