@@ -517,6 +517,17 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         Some(Found { slot, addr })
     }
 
+    /// [`AddressMap::find_slot`] of the object's home slot only: `None` if it is not there
+    /// (then [`AddressMap::find_slot`] looks further).
+    #[inline(always)]
+    pub fn find_home(&self, addr: usize) -> Option<Found<'_, N>> {
+        if Self::refused(addr) {
+            return None;
+        }
+        let slot = self.slot(Self::home(addr));
+        (slot.key.load(Ordering::Relaxed) == addr).then_some(Found { slot, addr })
+    }
+
     /// The slot holding `addr` (unpoisoned), looked for along the whole probe.
     #[cold]
     #[inline(never)]

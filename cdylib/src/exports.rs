@@ -713,6 +713,8 @@ macro_rules! lt_exports {
             macro_rules! set_and_destroy {
                 ($set:ident, $destroy:ident, $table:ident, $objects:ident,
                  $real_set:ident, $real_destroy:ident) => {
+                    /// An object in its home slot whose library's set function is kept
+                    /// (a PyTorch GEMM's) is set here; every other case out of line.
                     pub extern "C" fn $set(
                         obj: *mut c_void,
                         attr: i32,
@@ -720,20 +722,46 @@ macro_rules! lt_exports {
                         size: usize,
                         ret: *const c_void,
                     ) -> i32 {
-                        let found = <$kinds>::$table.find(obj);
-                        let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
-                        // SAFETY: a registered set function of this type.
-                        let f = match kept.and_then(|f| f.set()) {
-                            Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
-                            None => routed!($real_set, $set, SetFn, ret),
+                        #[cold]
+                        #[inline(never)]
+                        fn elsewhere(
+                            obj: *mut c_void,
+                            attr: i32,
+                            buf: *const c_void,
+                            size: usize,
+                            ret: *const c_void,
+                        ) -> i32 {
+                            let found = <$kinds>::$table.find(obj);
+                            let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                            // SAFETY: a registered set function of this type.
+                            let f = match kept.and_then(|f| f.set()) {
+                                Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                                None => routed!($real_set, $set, SetFn, ret),
+                            };
+                            let Some(f) = f else { return NOT_INITIALIZED };
+                            // SAFETY: the library's function, the caller's own arguments.
+                            let status = unsafe { f(obj, attr, buf, size) };
+                            if let (0, Some(found)) = (status, &found) {
+                                // SAFETY: the library just read `size` bytes at `buf`.
+                                let change = unsafe { <$kinds>::$set(attr, buf, size) };
+                                let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(found, change));
+                            }
+                            status
+                        }
+                        let Some(found) = <$kinds>::$table.find_home(obj) else {
+                            return elsewhere(obj, attr, buf, size, ret);
                         };
-                        let Some(f) = f else { return NOT_INITIALIZED };
+                        let Some(f) = crate::lt::objects::fns_of(&found).and_then(|f| f.set()) else {
+                            return elsewhere(obj, attr, buf, size, ret);
+                        };
+                        // SAFETY: a registered set function of this type.
+                        let f = unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) };
                         // SAFETY: the library's function, the caller's own arguments.
                         let status = unsafe { f(obj, attr, buf, size) };
-                        if let (0, Some(found)) = (status, &found) {
+                        if status == 0 {
                             // SAFETY: the library just read `size` bytes at `buf`.
                             let change = unsafe { <$kinds>::$set(attr, buf, size) };
-                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(found, change));
+                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(&found, change));
                         }
                         status
                     }

@@ -375,6 +375,12 @@ impl<const N: usize> Objects<N> {
         self.map.find_slot(object as usize)
     }
 
+    /// [`Objects::find`] in the object's home slot only (`None`: look further).
+    #[inline(always)]
+    pub fn find_home(&self, object: *mut c_void) -> Option<Found<'_, N>> {
+        self.map.find_home(object as usize)
+    }
+
     /// The object at `object` is about to be destroyed: its slot is freed; the functions
     /// of the library that made it, if known.
     #[inline(always)]
