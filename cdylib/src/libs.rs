@@ -59,7 +59,10 @@ const SLOTS: usize = 4096;
 /// map (`tunedblas_core::address_map`). A destroyed handle's slot is freed for the next
 /// one, so a process that makes and destroys handles at changing addresses never fills it.
 /// Its writers are out of line (they run at a handle's create and destroy only).
-struct Handles {
+///
+/// All zero when made, so each backend's table (98 KB) lies in `.bss`, apart from its
+/// [`Registry`] (which names its backend, so it is initialized: `.data`).
+pub struct Handles {
     map: AddressMap<1, SLOTS>,
     /// Set once any handle is in the map (then device lookups are worth a probe).
     any: AtomicBool,
@@ -68,7 +71,7 @@ struct Handles {
 }
 
 impl Handles {
-    const fn new() -> Handles {
+    pub const fn new() -> Handles {
         Handles {
             map: AddressMap::new(),
             any: AtomicBool::new(false),
@@ -129,11 +132,12 @@ pub struct Registry<H: 'static> {
     /// Set once a handle of another build is about to be made: calls then look their
     /// handle up.
     multi: AtomicBool,
-    handles: Handles,
+    /// A static of its own, all zero: in `.bss`, where this registry is not.
+    handles: &'static Handles,
 }
 
 impl<H: Scoped> Registry<H> {
-    pub const fn new(backend: Backend<H>) -> Registry<H> {
+    pub const fn new(backend: Backend<H>, handles: &'static Handles) -> Registry<H> {
         Registry {
             backend,
             builds: ExitLock::new(Builds {
@@ -142,7 +146,7 @@ impl<H: Scoped> Registry<H> {
             }),
             others: [const { AtomicPtr::new(std::ptr::null_mut()) }; OTHERS],
             multi: AtomicBool::new(false),
-            handles: Handles::new(),
+            handles,
         }
     }
 
@@ -418,15 +422,19 @@ mod tests {
     use super::*;
     use crate::cublaslt::real::{LtHooks, LT};
 
-    static R: Registry<LtHooks> = Registry::new(Backend {
-        what: "test",
-        create: c"cublasLtCreate",
-        hooks: &LT,
-        changed: || {},
-        several: || {},
-        device: || 0,
-        serving: |_| {},
-    });
+    static R_HANDLES: Handles = Handles::new();
+    static R: Registry<LtHooks> = Registry::new(
+        Backend {
+            what: "test",
+            create: c"cublasLtCreate",
+            hooks: &LT,
+            changed: || {},
+            several: || {},
+            device: || 0,
+            serving: |_| {},
+        },
+        &R_HANDLES,
+    );
 
     /// Handles made and destroyed at ever new addresses, far more than the map has
     /// slots: each is known (its device) while it lives and forgotten once destroyed,

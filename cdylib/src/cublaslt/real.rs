@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void, CString};
 
 use tunedblas_core::cublaslt::*;
 
-use crate::libs::{Backend, Registry};
+use crate::libs::{Backend, Handles, Registry};
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
 const CUDA_LIBS: &[&str] = &["libcuda.so"];
@@ -40,16 +40,21 @@ pub type LtCreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
 /// `cublasLtDestroy(cublasLtHandle_t)`.
 pub type LtDestroyFn = unsafe extern "C" fn(LtHandle) -> LtStatus;
 
+/// The handles of the registry below, a static apart: all zero, so in `.bss`.
+static CUBLASLT_HANDLES: Handles = Handles::new();
 /// cuBLASLt's builds and handles.
-pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
-    what: "cuBLASLt",
-    create: c"cublasLtCreate",
-    hooks: &LT,
-    changed: || super::STATE.library_changed(),
-    several: || {},
-    device: current_device,
-    serving: |_| {},
-});
+pub static CUBLASLT: Registry<LtHooks> = Registry::new(
+    Backend {
+        what: "cuBLASLt",
+        create: c"cublasLtCreate",
+        hooks: &LT,
+        changed: || super::STATE.library_changed(),
+        several: || {},
+        device: current_device,
+        serving: |_| {},
+    },
+    &CUBLASLT_HANDLES,
+);
 
 /// The device of the calling thread's current CUDA context, 0 if unknown.
 pub fn current_device() -> i32 {
