@@ -802,6 +802,32 @@ mod tests {
             .collect()
     }
 
+    /// The home-slot-only paths of a set and a destroy: an object pushed past its home slot
+    /// (another object lives there) is not found or freed there, and is left whole for the
+    /// full probe; one in its home slot is.
+    #[test]
+    fn home_slot_paths_leave_an_object_past_its_home_to_the_probe() {
+        let m = Map::new();
+        let [a, b] = same_home::<3, 64>(2)[..] else {
+            unreachable!()
+        };
+        assert!(m.insert(a, [1, 1, 1]));
+        assert!(
+            m.insert(b, [2, 2, 2]),
+            "b goes past its home, which a holds"
+        );
+        assert!(m.find_home(b).is_none());
+        assert_eq!(m.take_home(b, 0), None);
+        assert_eq!(m.get(b), Some([2, 2, 2]), "left whole");
+        assert_eq!(m.find_home(a).map(|f| f.word(1)), Some(1));
+        assert_eq!(m.take_home(a, 1), Some(1));
+        assert_eq!(m.get(a), None, "freed");
+        assert_eq!(m.take_home(a, 1), None, "not freed twice");
+        assert_eq!(m.take(b, 2), Some(2), "the probe finds it");
+        assert_eq!(m.live(), 0);
+        assert!(m.find_home(0).is_none() && m.take_home(TOMB, 0).is_none());
+    }
+
     /// The reader's race, step by step: it found its object's slot; the object is
     /// destroyed and another, at another address, takes the freed slot; the reader then
     /// reads the slot and must get nothing, not the other object's words.

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void, CString};
 
 use tunedblas_core::cublaslt::*;
 
-use crate::libs::{Backend, Handles, Registry};
+use crate::libs::{handle_store, Backend, Registry};
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
 const CUDA_LIBS: &[&str] = &["libcuda.so"];
@@ -40,21 +40,20 @@ pub type LtCreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
 /// `cublasLtDestroy(cublasLtHandle_t)`.
 pub type LtDestroyFn = unsafe extern "C" fn(LtHandle) -> LtStatus;
 
-/// The handles of the registry below, a static apart: all zero, so in `.bss`.
-static CUBLASLT_HANDLES: Handles = Handles::new();
-/// cuBLASLt's builds and handles.
-pub static CUBLASLT: Registry<LtHooks> = Registry::new(
-    Backend {
-        what: "cuBLASLt",
-        create: c"cublasLtCreate",
-        hooks: &LT,
-        changed: || super::STATE.library_changed(),
-        several: || {},
-        device: current_device,
-        serving: |_| {},
-    },
-    &CUBLASLT_HANDLES,
+handle_store!(
+    /// The handles of the registry below.
+    LtHandles
 );
+/// cuBLASLt's builds and handles.
+pub static CUBLASLT: Registry<LtHooks, LtHandles> = Registry::new(Backend {
+    what: "cuBLASLt",
+    create: c"cublasLtCreate",
+    hooks: &LT,
+    changed: || super::STATE.library_changed(),
+    several: || {},
+    device: current_device,
+    serving: |_| {},
+});
 
 /// The device of the calling thread's current CUDA context, 0 if unknown.
 pub fn current_device() -> i32 {

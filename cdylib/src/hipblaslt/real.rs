@@ -6,7 +6,7 @@ use std::ffi::{c_void, CString};
 
 use tunedblas_core::abi::*;
 
-use crate::libs::{Backend, Handles, Registry};
+use crate::libs::{handle_store, Backend, Registry};
 
 const HIPBLASLT_LIBS: &[&str] = &["libhipblaslt.so"];
 const HIP_LIBS: &[&str] = &["libamdhip64.so"];
@@ -37,21 +37,20 @@ crate::real::hook_table! {
     hip_get_device: HipGetDeviceFn = c"hipGetDevice" in HIP_LIBS,
 }
 
-/// The handles of the registry below, a static apart: all zero, so in `.bss`.
-static HIPBLASLT_HANDLES: Handles = Handles::new();
-/// hipBLASLt's builds and handles.
-pub static HIPBLASLT: Registry<HipLtHooks> = Registry::new(
-    Backend {
-        what: "hipBLASLt",
-        create: c"hipblasLtCreate",
-        hooks: &HIPLT,
-        changed: || super::STATE.library_changed(),
-        several: || {},
-        device: current_device,
-        serving: |_| {},
-    },
-    &HIPBLASLT_HANDLES,
+handle_store!(
+    /// The handles of the registry below.
+    HipLtHandles
 );
+/// hipBLASLt's builds and handles.
+pub static HIPBLASLT: Registry<HipLtHooks, HipLtHandles> = Registry::new(Backend {
+    what: "hipBLASLt",
+    create: c"hipblasLtCreate",
+    hooks: &HIPLT,
+    changed: || super::STATE.library_changed(),
+    several: || {},
+    device: current_device,
+    serving: |_| {},
+});
 
 /// HIP's current device of the calling thread, 0 if unknown.
 pub fn current_device() -> i32 {

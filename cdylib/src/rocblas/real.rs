@@ -6,7 +6,7 @@ use std::ffi::{c_void, CString};
 
 use tunedblas_core::abi::*;
 
-use crate::libs::{Backend, Handles, Registry};
+use crate::libs::{handle_store, Backend, Registry};
 use crate::real::hook_table;
 
 /// The libraries searched when rocBLAS sits in a local scope.
@@ -35,21 +35,20 @@ hook_table! {
     destroy_handle: DestroyHandleFn = c"rocblas_destroy_handle",
 }
 
-/// The handles of the registry below, a static apart: all zero, so in `.bss`.
-static ROCBLAS_HANDLES: Handles = Handles::new();
-/// rocBLAS's builds and handles.
-pub static ROCBLAS: Registry<Hooks> = Registry::new(
-    Backend {
-        what: "rocBLAS",
-        create: c"rocblas_create_handle",
-        hooks: &HOOKS,
-        changed: super::library_changed,
-        several: super::serve::close_pass_gate,
-        device: current_device,
-        serving: super::dynsym::follow,
-    },
-    &ROCBLAS_HANDLES,
+handle_store!(
+    /// The handles of the registry below.
+    RocblasHandles
 );
+/// rocBLAS's builds and handles.
+pub static ROCBLAS: Registry<Hooks, RocblasHandles> = Registry::new(Backend {
+    what: "rocBLAS",
+    create: c"rocblas_create_handle",
+    hooks: &HOOKS,
+    changed: super::library_changed,
+    several: super::serve::close_pass_gate,
+    device: current_device,
+    serving: super::dynsym::follow,
+});
 
 /// The hooks of the other rocBLAS build `h` belongs to, if any ([`Registry::other_build`]).
 #[inline(always)]
