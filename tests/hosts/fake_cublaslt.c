@@ -1,4 +1,3 @@
-#include "env_once.h"
 #include <pthread.h>
 /* A stand-in for libcublasLt.so for the CPU tests: the C ABI of the cuBLASLt functions
  * tunedblas and its test host use (values from cublasLt.h), with descriptors that store
@@ -22,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "env_once.h"
 #include "fake_lt.h"
 
 #define OK 0

@@ -4,12 +4,12 @@
  * at once, an event is the time it was recorded. No graph symbols: the harness times with
  * events. $FAKECUDA_DEVICES devices (1 when unset) answer as sm_90 with 1 MiB of L2 each, each
  * thread on the device it last set. */
-#include "env_once.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "env_once.h"
 #include "fake_runtime.h"
 
 

@@ -5,11 +5,11 @@
  * is the time it was recorded. hipGetDevice answers the device $FAKEHIP_DEVICE (0 when
  * unset); a negative one makes it and hipGetDeviceCount fail with hipErrorNoDevice (100),
  * as on a machine without a GPU. */
-#include "env_once.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "env_once.h"
 #include "fake_runtime.h"
 
 static int device(void) {

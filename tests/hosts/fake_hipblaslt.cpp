@@ -55,7 +55,6 @@
  * FAKEHIPLT_FAIL_BOTH=N: the first N hipblasLtMatmul calls given an algorithm other than the
  * heuristic's fail with INVALID_VALUE, and so does the call right after each (the caller's
  * own algorithm, with the same destroyed descriptor). */
-#include "env_once.h"
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -69,6 +68,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "env_once.h"
 #include "fake_lt.h"
 
 // ---- The real headers' types under their names: the mangled names are made of them ------

@@ -8,10 +8,11 @@
  *   a local scope) and runs each argument: F.linear calls, `off`/`on`
  *   (tunedblas_hipblaslt_serving) and the process-life steps, as linear_host.h describes. */
 #ifdef HIPLT_MODULE
-#include "env_once.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "env_once.h"
 
 /* hipblaslt.h's values. */
 enum { OP_N = 111, OP_T = 112, R_32F = 0, R_16BF = 14, COMPUTE_32F = 2 };

@@ -6,10 +6,11 @@
  *   local scope) and runs each argument: F.linear calls, `off`/`on`
  *   (tunedblas_cublaslt_serving) and the process-life steps, as linear_host.h describes. */
 #ifdef LT_MODULE
-#include "env_once.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "env_once.h"
 
 typedef struct { uint64_t data[8]; } Algo;
 typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
