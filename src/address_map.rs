@@ -517,6 +517,17 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         Some(Found { slot, addr })
     }
 
+    /// [`AddressMap::find_slot`] of the object's home slot only: `None` if it is not there
+    /// (then [`AddressMap::find_slot`] looks further).
+    #[inline(always)]
+    pub fn find_home(&self, addr: usize) -> Option<Found<'_, N>> {
+        if Self::refused(addr) {
+            return None;
+        }
+        let slot = self.slot(Self::home(addr));
+        (slot.key.load(Ordering::Relaxed) == addr).then_some(Found { slot, addr })
+    }
+
     /// The slot holding `addr` (unpoisoned), looked for along the whole probe.
     #[cold]
     #[inline(never)]
@@ -553,6 +564,20 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         if Self::refused(addr) {
             return None;
         }
+        match self.take_home(addr, i) {
+            Some(v) => Some(v),
+            None => self.take_probe(addr, i),
+        }
+    }
+
+    /// [`AddressMap::take`] of the object's home slot only (where a handful of live objects
+    /// are): `None` if it is not there (nor refused), and [`AddressMap::take`] looks further.
+    /// For a destroy whose every other case is out of line.
+    #[inline(always)]
+    pub fn take_home(&self, addr: usize, i: usize) -> Option<u64> {
+        if Self::refused(addr) {
+            return None;
+        }
         let i = i.min(N - 1);
         let s = self.slot(Self::home(addr));
         if s.key.load(Ordering::Relaxed) & !POISONED == addr {
@@ -561,7 +586,7 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
             s.key.store(TOMB, Ordering::Relaxed);
             return Some(v);
         }
-        self.take_probe(addr, i)
+        None
     }
 
     #[cold]
@@ -775,6 +800,32 @@ mod tests {
             .filter(|&a| AddressMap::<N, S>::home(a) == home)
             .take(n)
             .collect()
+    }
+
+    /// The home-slot-only paths of a set and a destroy: an object pushed past its home slot
+    /// (another object lives there) is not found or freed there, and is left whole for the
+    /// full probe; one in its home slot is.
+    #[test]
+    fn home_slot_paths_leave_an_object_past_its_home_to_the_probe() {
+        let m = Map::new();
+        let [a, b] = same_home::<3, 64>(2)[..] else {
+            unreachable!()
+        };
+        assert!(m.insert(a, [1, 1, 1]));
+        assert!(
+            m.insert(b, [2, 2, 2]),
+            "b goes past its home, which a holds"
+        );
+        assert!(m.find_home(b).is_none());
+        assert_eq!(m.take_home(b, 0), None);
+        assert_eq!(m.get(b), Some([2, 2, 2]), "left whole");
+        assert_eq!(m.find_home(a).map(|f| f.word(1)), Some(1));
+        assert_eq!(m.take_home(a, 1), Some(1));
+        assert_eq!(m.get(a), None, "freed");
+        assert_eq!(m.take_home(a, 1), None, "not freed twice");
+        assert_eq!(m.take(b, 2), Some(2), "the probe finds it");
+        assert_eq!(m.live(), 0);
+        assert!(m.find_home(0).is_none() && m.take_home(TOMB, 0).is_none());
     }
 
     /// The reader's race, step by step: it found its object's slot; the object is

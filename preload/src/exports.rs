@@ -638,15 +638,39 @@ macro_rules! lt_exports {
                 }};
             }
 
+            /// The create functions by call site.
+            static DESC_CREATES: Callers = creates!($desc_create, $desc_set, $desc_destroy);
+            static LAYOUT_CREATES: Callers = creates!($layout_create, $layout_set, $layout_destroy);
+
+            /// A call site kept in its home slot and a descriptor its word holds (PyTorch's)
+            /// are made here, with only `out`, the word and the functions kept across the
+            /// call; every other case out of line.
             pub extern "C" fn desc_create(out: Out, compute: i32, scale: i32, ret: *const c_void) -> i32 {
-                static CALLERS: Callers = creates!($desc_create, $desc_set, $desc_destroy);
+                let (mm, flags) = <$kinds>::new_desc(compute, scale);
+                let word = plain_desc(&mm, flags);
+                // SAFETY: the cache was made for this function, of this type.
+                match unsafe { DESC_CREATES.home_fn_and_fns::<DescCreateFn>(ret) } {
+                    Some((f, fns)) if word != 0 => {
+                        // SAFETY: the caller's library's function, its own arguments.
+                        let status = unsafe { f(out, compute, scale) };
+                        if status == 0 && !out.is_null() {
+                            // SAFETY: the library wrote the new descriptor there.
+                            <$kinds>::DESCS.created_plain(<$kinds>::LIBRARY, unsafe { *out }, word, fns);
+                        }
+                        status
+                    }
+                    _ => desc_create_elsewhere(out, compute, scale, ret),
+                }
+            }
+
+            #[cold]
+            #[inline(never)]
+            fn desc_create_elsewhere(out: Out, compute: i32, scale: i32, ret: *const c_void) -> i32 {
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, served)
+                    DESC_CREATES.real_fn_and_fns::<DescCreateFn>(ret, &$hooks.desc_create, served)
                 };
                 let Some((f, fns)) = f else { return NOT_INITIALIZED };
-                // The descriptor's word before the call: only it, `out` and `fns` are kept
-                // across (a descriptor the word cannot hold is made out of line).
                 let (mm, flags) = <$kinds>::new_desc(compute, scale);
                 let word = plain_desc(&mm, flags);
                 if word == 0 {
@@ -689,6 +713,8 @@ macro_rules! lt_exports {
             macro_rules! set_and_destroy {
                 ($set:ident, $destroy:ident, $table:ident, $objects:ident,
                  $real_set:ident, $real_destroy:ident) => {
+                    /// An object in its home slot whose library's set function is kept
+                    /// (a PyTorch GEMM's) is set here; every other case out of line.
                     pub extern "C" fn $set(
                         obj: *mut c_void,
                         attr: i32,
@@ -696,34 +722,72 @@ macro_rules! lt_exports {
                         size: usize,
                         ret: *const c_void,
                     ) -> i32 {
-                        let found = <$kinds>::$table.find(obj);
-                        let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
-                        // SAFETY: a registered set function of this type.
-                        let f = match kept.and_then(|f| f.set()) {
-                            Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
-                            None => routed!($real_set, $set, SetFn, ret),
+                        #[cold]
+                        #[inline(never)]
+                        fn elsewhere(
+                            obj: *mut c_void,
+                            attr: i32,
+                            buf: *const c_void,
+                            size: usize,
+                            ret: *const c_void,
+                        ) -> i32 {
+                            let found = <$kinds>::$table.find(obj);
+                            let kept = found.as_ref().and_then(crate::lt::objects::fns_of);
+                            // SAFETY: a registered set function of this type.
+                            let f = match kept.and_then(|f| f.set()) {
+                                Some(f) => Some(unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) }),
+                                None => routed!($real_set, $set, SetFn, ret),
+                            };
+                            let Some(f) = f else { return NOT_INITIALIZED };
+                            // SAFETY: the library's function, the caller's own arguments.
+                            let status = unsafe { f(obj, attr, buf, size) };
+                            if let (0, Some(found)) = (status, &found) {
+                                // SAFETY: the library just read `size` bytes at `buf`.
+                                let change = unsafe { <$kinds>::$set(attr, buf, size) };
+                                let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(found, change));
+                            }
+                            status
+                        }
+                        let Some(found) = <$kinds>::$table.find_home(obj) else {
+                            return elsewhere(obj, attr, buf, size, ret);
                         };
-                        let Some(f) = f else { return NOT_INITIALIZED };
+                        let Some(f) = crate::lt::objects::fns_of(&found).and_then(|f| f.set()) else {
+                            return elsewhere(obj, attr, buf, size, ret);
+                        };
+                        // SAFETY: a registered set function of this type.
+                        let f = unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) };
                         // SAFETY: the library's function, the caller's own arguments.
                         let status = unsafe { f(obj, attr, buf, size) };
-                        if let (0, Some(found)) = (status, &found) {
+                        if status == 0 {
                             // SAFETY: the library just read `size` bytes at `buf`.
                             let change = unsafe { <$kinds>::$set(attr, buf, size) };
-                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(found, change));
+                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(&found, change));
                         }
                         status
                     }
 
+                    /// An object in its home slot (a PyTorch GEMM's are) is forgotten and
+                    /// handed to its library's destroy with no register saved (a tail
+                    /// call); every other case out of line.
                     pub extern "C" fn $destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
-                        let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
-                        match kept.and_then(|f| f.destroy()) {
+                        #[cold]
+                        #[inline(never)]
+                        fn elsewhere(obj: *mut c_void, ret: *const c_void) -> i32 {
+                            let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
+                            match kept.and_then(|f| f.destroy()) {
+                                // SAFETY: the destroy function of the library that made `obj`.
+                                Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
+                                None => match routed!($real_destroy, $destroy, DestroyFn, ret) {
+                                    // SAFETY: the caller's library's function, its own object.
+                                    Some(f) => unsafe { f(obj) },
+                                    None => NOT_INITIALIZED,
+                                },
+                            }
+                        }
+                        match <$kinds>::$table.taken_home(obj).and_then(|f| f.destroy()) {
                             // SAFETY: the destroy function of the library that made `obj`.
                             Some(d) => unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(d)(obj) },
-                            None => match routed!($real_destroy, $destroy, DestroyFn, ret) {
-                                // SAFETY: the caller's library's function, its own object.
-                                Some(f) => unsafe { f(obj) },
-                                None => NOT_INITIALIZED,
-                            },
+                            None => elsewhere(obj, ret),
                         }
                     }
                 };
@@ -732,6 +796,7 @@ macro_rules! lt_exports {
             set_and_destroy!(desc_set, desc_destroy, DESCS, Descs, $desc_set, $desc_destroy);
             set_and_destroy!(layout_set, layout_destroy, LAYOUTS, Layouts, $layout_set, $layout_destroy);
 
+            /// As `desc_create`: a call site in its home slot and a plain layout here.
             pub extern "C" fn layout_create(
                 out: Out,
                 dtype: i32,
@@ -740,10 +805,35 @@ macro_rules! lt_exports {
                 ld: i64,
                 ret: *const c_void,
             ) -> i32 {
-                static CALLERS: Callers = creates!($layout_create, $layout_set, $layout_destroy);
+                let word = plain_layout(&LayoutAttrs::col(dtype, rows, cols, ld), 0, 0);
+                // SAFETY: the cache was made for this function, of this type.
+                match unsafe { LAYOUT_CREATES.home_fn_and_fns::<LayoutCreateFn>(ret) } {
+                    Some((f, fns)) if word != 0 => {
+                        // SAFETY: the caller's library's function, its own arguments.
+                        let status = unsafe { f(out, dtype, rows, cols, ld) };
+                        if status == 0 && !out.is_null() {
+                            // SAFETY: the library wrote the new layout there.
+                            <$kinds>::LAYOUTS.created_plain(<$kinds>::LIBRARY, unsafe { *out }, word, fns);
+                        }
+                        status
+                    }
+                    _ => layout_create_elsewhere(out, dtype, rows, cols, ld, ret),
+                }
+            }
+
+            #[cold]
+            #[inline(never)]
+            fn layout_create_elsewhere(
+                out: Out,
+                dtype: i32,
+                rows: u64,
+                cols: u64,
+                ld: i64,
+                ret: *const c_void,
+            ) -> i32 {
                 // SAFETY: the cache was made for this function, of this type.
                 let f = unsafe {
-                    CALLERS.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, served)
+                    LAYOUT_CREATES.real_fn_and_fns::<LayoutCreateFn>(ret, &$hooks.layout_create, served)
                 };
                 let Some((f, fns)) = f else { return NOT_INITIALIZED };
                 // The layout's word before the call: only it, `out` and `fns` are kept

@@ -59,7 +59,10 @@ const SLOTS: usize = 4096;
 /// map (`tunedblas_core::address_map`). A destroyed handle's slot is freed for the next
 /// one, so a process that makes and destroys handles at changing addresses never fills it.
 /// Its writers are out of line (they run at a handle's create and destroy only).
-struct Handles {
+///
+/// All zero when made, so each backend's table (98 KB) lies in `.bss`, apart from its
+/// [`Registry`] (which names its backend, so it is initialized: `.data`).
+pub struct Handles {
     map: AddressMap<1, SLOTS>,
     /// Set once any handle is in the map (then device lookups are worth a probe).
     any: AtomicBool,
@@ -68,7 +71,7 @@ struct Handles {
 }
 
 impl Handles {
-    const fn new() -> Handles {
+    pub const fn new() -> Handles {
         Handles {
             map: AddressMap::new(),
             any: AtomicBool::new(false),
@@ -121,19 +124,43 @@ pub struct Backend<H: 'static> {
     pub serving: fn(*mut c_void),
 }
 
-/// The builds and handles of one backend.
-pub struct Registry<H: 'static> {
+/// Where a registry's handles are: a static of the backend's own ([`handle_store!`]), all
+/// zero, so in `.bss` (the registry names its backend, so it is initialized: `.data`), and
+/// found at a fixed address (a reference kept in the registry would cost a load on every
+/// lookup: rocBLAS's repeated miss asks one per call).
+pub trait HandleStore: 'static {
+    fn handles() -> &'static Handles;
+}
+
+/// Declares `$name`, a [`HandleStore`] with a table of its own.
+macro_rules! handle_store {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        pub struct $name;
+        impl $crate::libs::HandleStore for $name {
+            #[inline(always)]
+            fn handles() -> &'static $crate::libs::Handles {
+                static HANDLES: $crate::libs::Handles = $crate::libs::Handles::new();
+                &HANDLES
+            }
+        }
+    };
+}
+pub(crate) use handle_store;
+
+/// The builds and handles of one backend (its handles in `S`'s table).
+pub struct Registry<H: 'static, S: HandleStore> {
     backend: Backend<H>,
     builds: ExitLock<Builds>,
     others: [AtomicPtr<H>; OTHERS],
     /// Set once a handle of another build is about to be made: calls then look their
     /// handle up.
     multi: AtomicBool,
-    handles: Handles,
+    handles: std::marker::PhantomData<S>,
 }
 
-impl<H: Scoped> Registry<H> {
-    pub const fn new(backend: Backend<H>) -> Registry<H> {
+impl<H: Scoped, S: HandleStore> Registry<H, S> {
+    pub const fn new(backend: Backend<H>) -> Registry<H, S> {
         Registry {
             backend,
             builds: ExitLock::new(Builds {
@@ -142,16 +169,16 @@ impl<H: Scoped> Registry<H> {
             }),
             others: [const { AtomicPtr::new(std::ptr::null_mut()) }; OTHERS],
             multi: AtomicBool::new(false),
-            handles: Handles::new(),
+            handles: std::marker::PhantomData,
         }
     }
 
     fn remember(&self, h: usize, build: usize, device: i32) {
-        self.handles.remember(self.backend.what, h, build, device);
+        S::handles().remember(self.backend.what, h, build, device);
     }
 
     fn forget(&self, h: usize) {
-        self.handles.forget(h);
+        S::handles().forget(h);
     }
 
     /// The hooks of the other build `h` belongs to, if it belongs to one: its calls go
@@ -172,7 +199,7 @@ impl<H: Scoped> Registry<H> {
     #[cold]
     #[inline(never)]
     fn other_build_slow(&self, h: *mut c_void) -> Option<&'static H> {
-        let build = (self.handles.meta(h as usize)? >> 32) as usize;
+        let build = (S::handles().meta(h as usize)? >> 32) as usize;
         if build < 2 {
             return None;
         }
@@ -185,10 +212,10 @@ impl<H: Scoped> Registry<H> {
     /// out-of-line call here cost that path 14 instructions, BENCHMARKS.md.)
     #[inline(always)]
     pub fn device_of(&self, h: *mut c_void) -> Option<i32> {
-        if !self.handles.any.load(Ordering::Relaxed) {
+        if !S::handles().any.load(Ordering::Relaxed) {
             return None;
         }
-        let device = (self.handles.meta(h as usize)? & 0xffff_ffff) as u32;
+        let device = (S::handles().meta(h as usize)? & 0xffff_ffff) as u32;
         (device != 0).then(|| device.wrapping_sub(1) as i32)
     }
 
@@ -418,7 +445,8 @@ mod tests {
     use super::*;
     use crate::cublaslt::real::{LtHooks, LT};
 
-    static R: Registry<LtHooks> = Registry::new(Backend {
+    handle_store!(TestHandles);
+    static R: Registry<LtHooks, TestHandles> = Registry::new(Backend {
         what: "test",
         create: c"cublasLtCreate",
         hooks: &LT,
@@ -448,7 +476,10 @@ mod tests {
                 assert_eq!(R.device_of(h as *mut c_void), Some(d), "handle {n}");
             }
         }
-        assert!(!R.handles.full_said.load(Ordering::Relaxed), "never full");
-        assert_eq!(R.handles.map.live(), 4);
+        assert!(
+            !TestHandles::handles().full_said.load(Ordering::Relaxed),
+            "never full"
+        );
+        assert_eq!(TestHandles::handles().map.live(), 4);
     }
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "env_once.h"
 #include "fake_lt.h"
 
 #define OK 0
@@ -45,7 +46,7 @@ typedef struct {
 
 /* FAKELT_KEEP_DESTROYED: kill an object instead of freeing it (true if it did). */
 static int kept_dead(void *object, int32_t *dead) {
-    const char *k = getenv("FAKELT_KEEP_DESTROYED");
+    const char *k = ENV_ONCE("FAKELT_KEEP_DESTROYED");
     if (!object || !k || k[0] != '1') return 0;
     static const uint64_t free_list_word = 0x00007f125d3c2b1aull; /* a mangled pointer */
     memcpy(object, &free_list_word, 8);
@@ -269,7 +270,7 @@ int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout
                    void *D, Layout *Dd, const Algo *algo, void *ws, size_t ws_bytes, void *stream) {
     (void)h; (void)desc; (void)alpha; (void)beta; (void)Bd; (void)Cd; (void)stream;
     /* FAKELT_CANCEL_POINT=1: a cancellation point inside the library, as cuBLASLt's waits. */
-    const char *cancel = getenv("FAKELT_CANCEL_POINT");
+    const char *cancel = ENV_ONCE("FAKELT_CANCEL_POINT");
     if (cancel && cancel[0] == '1') pthread_testcancel();
     if ((desc && desc->dead) || (Ad && Ad->dead) || (Bd && Bd->dead) || (Cd && Cd->dead) || (Dd && Dd->dead))
         return INVALID;
@@ -281,19 +282,19 @@ int cublasLtMatmul(void *h, Desc *desc, const void *alpha, const void *A, Layout
     /* FAKELT_COMPUTE=1: compute D for real (unbatched problems of at most 2^24
      * multiply-adds; larger ones are left alone), for `tunedblas lt tune` on the stand-in
      * runtime; FAKELT_DIE_COLS=N: the process dies in a matmul whose D has N columns. */
-    const char *die = getenv("FAKELT_DIE_COLS");
+    const char *die = ENV_ONCE("FAKELT_DIE_COLS");
     if (ok && Dd && die && (uint64_t)atoll(die) == Dd->cols) _exit(9);
-    const char *compute = getenv("FAKELT_COMPUTE");
+    const char *compute = ENV_ONCE("FAKELT_COMPUTE");
     if (ok && compute && compute[0] == '1' && Ad && Dd) {
         /* FAKELT_SLOW_HEURISTIC=1: the heuristic's algorithm (id 6) takes 4 times as long. */
-        const char *slow = getenv("FAKELT_SLOW_HEURISTIC");
+        const char *slow = ENV_ONCE("FAKELT_SLOW_HEURISTIC");
         int reps = slow && slow[0] == '1' && (!algo || algo->data[0] == 6) ? 4 : 1;
         for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
     }
-    const char *path = getenv("FAKELT_TRACE");
+    const char *path = ENV_ONCE("FAKELT_TRACE");
     int reads = __atomic_exchange_n(&getters, 0, __ATOMIC_RELAXED);
     if (path) {
-        const char *say = getenv("FAKELT_TRACE_GETTERS");
+        const char *say = ENV_ONCE("FAKELT_TRACE_GETTERS");
         FILE *f = fopen(path, "a");
         if (f) {
             uint64_t k = Ad ? (desc->transa ? Ad->rows : Ad->cols) : 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "env_once.h"
 #include "fake_runtime.h"
 
 
@@ -28,7 +29,7 @@ const char *cudaGetErrorString(int e) { return e ? "stand-in error" : "no error"
 int cudaGetLastError(void) { return 0; }
 int cudaRuntimeGetVersion(int *v) { *v = 12080; return 0; }
 static int devices(void) {
-    const char *v = getenv("FAKECUDA_DEVICES");
+    const char *v = ENV_ONCE("FAKECUDA_DEVICES");
     return v ? atoi(v) : 1;
 }
 static __thread int current;

@@ -9,10 +9,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "env_once.h"
 #include "fake_runtime.h"
 
 static int device(void) {
-    const char *v = getenv("FAKEHIP_DEVICE");
+    const char *v = ENV_ONCE("FAKEHIP_DEVICE");
     return v ? atoi(v) : 0;
 }
 
@@ -74,8 +75,8 @@ int hipStreamBeginCapture(Stream *s, int mode) {
     (void)mode;
     /* FAKEHIP_GRAPH_FAIL_AFTER=N: the first N captures work, later ones are refused. */
     static long captures;
-    const char *after = getenv("FAKEHIP_GRAPH_FAIL_AFTER");
-    const char *no = getenv("FAKEHIP_NO_GRAPHS");
+    const char *after = ENV_ONCE("FAKEHIP_GRAPH_FAIL_AFTER");
+    const char *no = ENV_ONCE("FAKEHIP_NO_GRAPHS");
     if (!s || (no && no[0] == '1') || (after && captures++ >= atol(after))) return 900;
     if (s->capturing) return 401; /* hipErrorIllegalState */
     s->capturing = 1;

@@ -68,6 +68,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "env_once.h"
 #include "fake_lt.h"
 
 // ---- The real headers' types under their names: the mangled names are made of them ------
@@ -150,16 +151,15 @@ struct Pref {
 
 static const uint32_t MAGIC = 0x484c5441;
 
-static bool env_on(const char *name) {
-    const char *v = getenv(name);
+/* FAKEHIPLT_KEEP_DESTROYED: a destroyed object stays, dead (build 0). */
+static bool keep_destroyed() {
+    const char *v = ENV_ONCE("FAKEHIPLT_KEEP_DESTROYED");
     return v && v[0] == '1';
 }
-/* FAKEHIPLT_KEEP_DESTROYED: a destroyed object stays, dead (build 0). */
-static bool keep_destroyed() { return env_on("FAKEHIPLT_KEEP_DESTROYED"); }
 /* FAKEHIPLT_FAIL_ONCE=what: true for the first caller asking for `what` only. */
 static bool fail_once(const char *what) {
     static std::atomic<bool> call_done{false}, check_done{false};
-    const char *v = getenv("FAKEHIPLT_FAIL_ONCE");
+    const char *v = ENV_ONCE("FAKEHIPLT_FAIL_ONCE");
     if (!v || strcmp(v, what) != 0) return false;
     return !(strcmp(what, "call") == 0 ? call_done : check_done).exchange(true);
 }
@@ -168,7 +168,7 @@ static bool fail_once(const char *what) {
 static bool fail_both(bool tuned) {
     static std::atomic<int> failed_tuned{0};
     static std::atomic<bool> next_fails{false};
-    const char *v = getenv("FAKEHIPLT_FAIL_BOTH");
+    const char *v = ENV_ONCE("FAKEHIPLT_FAIL_BOTH");
     if (!v) return false;
     if (next_fails.exchange(false)) return true;
     if (tuned && failed_tuned.fetch_add(1) < atoi(v)) {
@@ -369,7 +369,7 @@ static bool problem_agrees(const Desc *d, const Layout *A, const Layout *B, cons
 /* One trace line, in one write(2), with cancellation off so that it is whole and no
  * descriptor leaks. */
 static void trace(const Layout *D, uint64_t k, const hipblasLtMatmulAlgo_t *algo, bool ok) {
-    const char *path = getenv("FAKEHIPLT_TRACE");
+    const char *path = ENV_ONCE("FAKEHIPLT_TRACE");
     if (!path) return;
     int old;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
@@ -378,7 +378,7 @@ static void trace(const Layout *D, uint64_t k, const hipblasLtMatmulAlgo_t *algo
     else snprintf(name, sizeof name, "heuristic");
     char build[16] = "", reads[24] = "";
     if (FAKE_BUILD != 1) snprintf(build, sizeof build, " build=%d", FAKE_BUILD);
-    const char *say = getenv("FAKEHIPLT_TRACE_GETTERS");
+    const char *say = ENV_ONCE("FAKEHIPLT_TRACE_GETTERS");
     int count = __atomic_exchange_n(&getters, 0, __ATOMIC_RELAXED);
     if (say && say[0] == '1') snprintf(reads, sizeof reads, " getters=%d", count);
     int len = snprintf(line, sizeof line, "matmul m=%llu n=%llu k=%llu algo=%s ok=%d%s%s\n",
@@ -444,7 +444,7 @@ extern "C" int fakehip_capture(void *stream, void (*run)(void *), void (*release
 hipblasStatus_t hipblasLtMatmul(Handle *h, Desc *desc, const void *alpha, const void *A, Layout *Ad, const void *B,
                                 Layout *Bd, const void *beta, const void *C, Layout *Cd, void *D, Layout *Dd,
                                 const hipblasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, void *stream) {
-    const char *cancel = getenv("FAKEHIPLT_CANCEL_POINT");
+    const char *cancel = ENV_ONCE("FAKEHIPLT_CANCEL_POINT");
     if (cancel && cancel[0] == '1') pthread_testcancel();
     int index = algo ? index_of(algo) : HEURISTIC_INDEX;
     bool misaligned = (((uintptr_t)A | (uintptr_t)B | (uintptr_t)C | (uintptr_t)D) & 15) != 0;
@@ -480,13 +480,13 @@ static void execute(int index, Desc *desc, const void *alpha, const void *A, Lay
     /* FAKEHIPLT_COMPUTE=1: compute D for real (see compute_d), for `tunedblas lt tune` on
      * the stand-in runtime; FAKEHIPLT_SLOW_HEURISTIC=1: the heuristic's index (6) computes it
      * 4 times, so it takes 4 times as long. */
-    const char *compute = getenv("FAKEHIPLT_COMPUTE");
+    const char *compute = ENV_ONCE("FAKEHIPLT_COMPUTE");
     if (ok && compute && compute[0] == '1') {
-        const char *slow = getenv("FAKEHIPLT_SLOW_HEURISTIC");
+        const char *slow = ENV_ONCE("FAKEHIPLT_SLOW_HEURISTIC");
         int reps = slow && slow[0] == '1' && index == HEURISTIC_INDEX ? 4 : 1;
         for (int r = 0; r < reps; r++) compute_d(desc, alpha, A, Ad, B, Bd, beta, C, Cd, D, Dd);
         /* FAKEHIPLT_WRONG_INDEX=N: index N computes a wrong D (alpha doubled). */
-        const char *wrong = getenv("FAKEHIPLT_WRONG_INDEX");
+        const char *wrong = ENV_ONCE("FAKEHIPLT_WRONG_INDEX");
         if (wrong && atoi(wrong) == index) {
             float twice = 2 * *(const float *)alpha;
             compute_d(desc, &twice, A, Ad, B, Bd, beta, C, Cd, D, Dd);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env_once.h"
+
 /* hipblaslt.h's values. */
 enum { OP_N = 111, OP_T = 112, R_32F = 0, R_16BF = 14, COMPUTE_32F = 2 };
 enum { DESC_TRANSA = 0, DESC_TRANSB = 1, DESC_A_SCALE_POINTER = 5, PREF_MAX_WORKSPACE_BYTES = 1 };
@@ -46,7 +48,7 @@ static char *buffer;
  *   wideset sets C's leading dimension again through a 16-byte buffer (its first 8 bytes
  *           hold the value), as hipBLASLt accepts any buffer at least the attribute's size */
 int hiplt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
-    const char *variant = getenv("HIPLT_HOST_VARIANT");
+    const char *variant = ENV_ONCE("HIPLT_HOST_VARIANT");
     variant = variant ? variant : "";
     if (!handle && hipblasLtCreate(&handle) != 0) return -1;
     if (!buffer) buffer = aligned_alloc(256, 1 << 20);

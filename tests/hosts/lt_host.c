@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env_once.h"
+
 typedef struct { uint64_t data[8]; } Algo;
 typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
 int cublasLtCreate(void **h);
@@ -33,7 +35,7 @@ static char *buffer;
 /* LT_HOST_VARIANT=stale: the descriptor is destroyed before the matmul is given it, as the
  * losing side of a caller's race meets it (another thread destroyed it meanwhile). */
 int lt_linear(long n_out, long tokens, long k, size_t ws_bytes, int misalign) {
-    const char *variant = getenv("LT_HOST_VARIANT");
+    const char *variant = ENV_ONCE("LT_HOST_VARIANT");
     int stale = variant && !strcmp(variant, "stale");
     if (!handle && cublasLtCreate(&handle) != 0) return -1;
     if (!buffer) buffer = aligned_alloc(256, 1 << 20);

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void, CString};
 
 use tunedblas_core::cublaslt::*;
 
-use crate::libs::{Backend, Registry};
+use crate::libs::{handle_store, Backend, Registry};
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
 const CUDA_LIBS: &[&str] = &["libcuda.so"];
@@ -40,8 +40,12 @@ pub type LtCreateFn = unsafe extern "C" fn(*mut LtHandle) -> LtStatus;
 /// `cublasLtDestroy(cublasLtHandle_t)`.
 pub type LtDestroyFn = unsafe extern "C" fn(LtHandle) -> LtStatus;
 
+handle_store!(
+    /// The handles of the registry below.
+    LtHandles
+);
 /// cuBLASLt's builds and handles.
-pub static CUBLASLT: Registry<LtHooks> = Registry::new(Backend {
+pub static CUBLASLT: Registry<LtHooks, LtHandles> = Registry::new(Backend {
     what: "cuBLASLt",
     create: c"cublasLtCreate",
     hooks: &LT,

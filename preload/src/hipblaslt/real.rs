@@ -6,7 +6,7 @@ use std::ffi::{c_void, CString};
 
 use tunedblas_core::abi::*;
 
-use crate::libs::{Backend, Registry};
+use crate::libs::{handle_store, Backend, Registry};
 
 const HIPBLASLT_LIBS: &[&str] = &["libhipblaslt.so"];
 const HIP_LIBS: &[&str] = &["libamdhip64.so"];
@@ -37,8 +37,12 @@ crate::real::hook_table! {
     hip_get_device: HipGetDeviceFn = c"hipGetDevice" in HIP_LIBS,
 }
 
+handle_store!(
+    /// The handles of the registry below.
+    HipLtHandles
+);
 /// hipBLASLt's builds and handles.
-pub static HIPBLASLT: Registry<HipLtHooks> = Registry::new(Backend {
+pub static HIPBLASLT: Registry<HipLtHooks, HipLtHandles> = Registry::new(Backend {
     what: "hipBLASLt",
     create: c"hipblasLtCreate",
     hooks: &HIPLT,

@@ -121,11 +121,8 @@ impl Callers {
             return None;
         }
         let f = s.f.load(Ordering::Relaxed);
-        let d = if self.fns.is_some() {
-            s.fns.load(Ordering::Relaxed)
-        } else {
-            0
-        };
+        // (0 in the cache of an export that is not a create: read without asking.)
+        let d = s.fns.load(Ordering::Relaxed);
         let g = s.generation.load(Ordering::Relaxed);
         fence(Ordering::Acquire);
         (seq & 1 == 0 && g == generation() && s.seq.load(Ordering::Relaxed) == seq)
@@ -149,6 +146,21 @@ impl Callers {
             Some(f) => Some(f),
             None => self.probe(r, ret, usual, served),
         }
+    }
+
+    /// The function (and a create's [`Fns`]) kept for the call site `ret` in its home
+    /// slot, as the function type `F`: `None` if not there or of an older generation (then
+    /// [`Callers::real_fn_and_fns`], out of line).
+    ///
+    /// # Safety
+    /// As [`Callers::real_fn`].
+    #[inline(always)]
+    pub unsafe fn home_fn_and_fns<F: Copy>(&self, ret: *const c_void) -> Option<(F, u64)> {
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        let r = ret as usize;
+        // SAFETY: per the contract; a function pointer is pointer-sized (checked above).
+        self.kept(Self::home(r), r)
+            .map(|(p, d)| (unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) }, d))
     }
 
     /// [`Callers::real_for`] past the home slot: the rest of the probe, else the lookup.

@@ -375,12 +375,27 @@ impl<const N: usize> Objects<N> {
         self.map.find_slot(object as usize)
     }
 
+    /// [`Objects::find`] in the object's home slot only (`None`: look further).
+    #[inline(always)]
+    pub fn find_home(&self, object: *mut c_void) -> Option<Found<'_, N>> {
+        self.map.find_home(object as usize)
+    }
+
     /// The object at `object` is about to be destroyed: its slot is freed; the functions
     /// of the library that made it, if known.
     #[inline(always)]
     pub fn taken(&self, object: *mut c_void) -> Option<&'static Fns> {
         // SAFETY: word 1 is 0 or what `Fns::register` returned.
         unsafe { Fns::of(self.map.take(object as usize, 1).unwrap_or(0)) }
+    }
+
+    /// [`Objects::taken`] of an object in its home slot; `None` (and the slot untouched)
+    /// if it is not there, or it is and its functions are not known: then
+    /// [`Objects::taken`] looks further (a freed slot is not found again).
+    #[inline(always)]
+    pub fn taken_home(&self, object: *mut c_void) -> Option<&'static Fns> {
+        // SAFETY: word 1 is 0 or what `Fns::register` returned.
+        unsafe { Fns::of(self.map.take_home(object as usize, 1).unwrap_or(0)) }
     }
 
     /// The object's word of the call key: 0 if unknown or not packed.

@@ -6,7 +6,7 @@ use std::ffi::{c_void, CString};
 
 use tunedblas_core::abi::*;
 
-use crate::libs::{Backend, Registry};
+use crate::libs::{handle_store, Backend, Registry};
 use crate::real::hook_table;
 
 /// The libraries searched when rocBLAS sits in a local scope.
@@ -35,8 +35,12 @@ hook_table! {
     destroy_handle: DestroyHandleFn = c"rocblas_destroy_handle",
 }
 
+handle_store!(
+    /// The handles of the registry below.
+    RocblasHandles
+);
 /// rocBLAS's builds and handles.
-pub static ROCBLAS: Registry<Hooks> = Registry::new(Backend {
+pub static ROCBLAS: Registry<Hooks, RocblasHandles> = Registry::new(Backend {
     what: "rocBLAS",
     create: c"rocblas_create_handle",
     hooks: &HOOKS,
