@@ -259,9 +259,13 @@ fn the_device_rests_after_every_sample(b: &Backend, dir: &Path) {
 /// device; every adoption is qualified on every device the runtime sees.
 fn one_worker_per_device_and_every_adoption_qualified_on_each(b: &Backend, dir: &Path) {
     let mut cmd = b.cmd(dir, &["tune", "--devices", "0,1", "--no-limits"]);
+    // Two workers share this machine's CPUs with the stand-ins' emulated devices: on a busy
+    // machine a shape's spread went past the default undecidable bound (80% once, against
+    // 50%), and the shape kept no row. Not what this test is about: the bound is lifted.
     cmd.arg("--profiles")
         .arg(dir.join("profiles"))
         .args(QUICK)
+        .args(["--noisy", "1000"])
         .env(b.two_devices.0, b.two_devices.1);
     for s in &b.shapes {
         cmd.args(["--shape", s]);
