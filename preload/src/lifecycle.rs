@@ -621,13 +621,15 @@ fn say_unseen() {
     if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 || crate::copies::aside() {
         return;
     }
+    // Most processes that end here (a shell, a compiler under the server's environment)
+    // never loaded a library we serve: looked at first, before the settings are read.
+    let libs = crate::real::loaded_libraries(&LIBRARIES);
+    let Some(lib) = libs.first() else { return };
     let (cfg, _) = Config::from_env();
     let level = cfg.log_level;
     if level < crate::log::INFO || cfg.disabled {
         return;
     }
-    let libs = crate::real::loaded_libraries(&LIBRARIES);
-    let Some(lib) = libs.first() else { return };
     let opened_alone = !crate::real::needed_by_another(&LIBRARIES);
     if !opened_alone && level < crate::log::DEBUG {
         return;

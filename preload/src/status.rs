@@ -234,11 +234,13 @@ pub fn unseen(dir: &Path, trust: Trust, lib: &Path) {
             "{{\"format\":{FORMAT},\"host\":\"{host}\",\"pid\":{pid},\"start_ticks\":{start},\"updated_unix_ms\":{},\"final\":true,\"backends\":[],\"unseen\":\"",
             unix_ms()
         )?;
-        // The path as a JSON string: quotes, backslashes and control bytes escaped.
+        // The path as a JSON string: quotes, backslashes and control bytes escaped, and a
+        // byte past ASCII as the character of its value (a path need not be UTF-8; the
+        // file must stay valid JSON).
         for &b in lib.as_os_str().as_bytes() {
             match b {
                 b'"' | b'\\' => write!(out, "\\{}", b as char)?,
-                0..=0x1f => write!(out, "\\u{b:04x}")?,
+                0..=0x1f | 0x80.. => write!(out, "\\u{b:04x}")?,
                 _ => out.write_all(&[b])?,
             }
         }
