@@ -487,6 +487,11 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
     })
 }
 
+/// Whether a slot's calls are missed calls: not served near, nor by a `*` row.
+fn missed(near: fn(u64) -> bool, note: u64) -> bool {
+    !near(note) && !crate::tally::by_pattern(note)
+}
+
 /// Calls `f(rank, missed calls, missed shapes)` for each device with missed shapes in `set`
 /// (not those served near, as `near` tells by a slot's note), in order: one walk of the set
 /// per device, so nothing but the walk's position is kept (the exit paths run this on
@@ -500,14 +505,14 @@ fn each_rank<K: Copy + Eq + std::hash::Hash>(
     loop {
         let mut next: Option<i32> = None;
         set.for_each_slot(|slot, d, _, _, _| {
-            if i64::from(d) > after && next.is_none_or(|n| d < n) && !near(set.note(slot)) {
+            if i64::from(d) > after && next.is_none_or(|n| d < n) && missed(near, set.note(slot)) {
                 next = Some(d);
             }
         });
         let Some(rank) = next else { return Ok(()) };
         let (mut calls, mut shapes) = (0, 0);
         set.for_each_slot(|slot, d, _, c, _| {
-            if d == rank && !near(set.note(slot)) {
+            if d == rank && missed(near, set.note(slot)) {
                 calls += c;
                 shapes += 1;
             }
@@ -552,7 +557,7 @@ fn backend_json<K: Copy + Eq + std::hash::Hash>(out: &mut Out, v: &View<'_, K>) 
     let mut top: [(u64, i32, *const u8, usize); TOP] = [(0, 0, std::ptr::null(), 0); TOP];
     let mut filled = 0;
     v.misses.for_each_slot(|slot, d, _, calls, text| {
-        let Some(text) = text.filter(|_| !(v.near)(v.misses.note(slot))) else {
+        let Some(text) = text.filter(|_| missed(v.near, v.misses.note(slot))) else {
             return;
         };
         if filled < TOP {

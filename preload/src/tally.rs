@@ -4,7 +4,9 @@
 //!
 //! - `missed` is calls of shapes with no row that were not served near; `near` is counted
 //!   apart (a shape served from a nearby token count's row is still recorded as a miss, to be
-//!   tuned, but its calls are not missed calls).
+//!   tuned, but its calls are not missed calls). A shape served by a `*` row is recorded too
+//!   (PyTorch records such a shape as untuned), noted [`SERVED_BY_PATTERN`]: its calls are
+//!   counted where the row put them (served, `Default`), never as missed.
 //! - Missed calls and shapes come from the miss set (per rank, and summed for the backend),
 //!   so a rank's missed calls always add up to the backend's; the other outcomes come from
 //!   the call counters; `calls` is the sum of the outcomes shown, so every snapshot agrees
@@ -30,6 +32,15 @@ pub struct Tally {
     pub fallbacks: u64,
 }
 
+/// The miss-set note of a shape served by a `*` row (the top two bits 3, which the near
+/// path's notes never use): recorded to get a row of its own, its calls not missed.
+pub const SERVED_BY_PATTERN: u64 = 3 << 62;
+
+/// Whether a slot's note says its shape is served by a `*` row.
+pub fn by_pattern(note: u64) -> bool {
+    note == SERVED_BY_PATTERN
+}
+
 impl Tally {
     /// From the counters (served, default, near, -, passed through, fallbacks: the order of
     /// `status::OUTCOMES`) and the miss set, whose shapes `near` says are served near by
@@ -50,7 +61,10 @@ impl Tally {
             ..Tally::default()
         };
         set.for_each_slot(|slot, _, _, calls, _| {
-            if near(set.note(slot)) {
+            let note = set.note(slot);
+            if by_pattern(note) {
+                // Counted by the row that served it.
+            } else if near(note) {
                 t.near_shapes += 1;
             } else {
                 t.missed += calls;

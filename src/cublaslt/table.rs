@@ -502,9 +502,12 @@ impl LtTable {
     /// rule, [`LtPattern`]), as an entry of its own for this problem. `None` when neither
     /// (or the `*` row has served [`WILDCARD_PROBLEMS`] problems already).
     pub fn get_or_wildcard(&self, key: &LtKey) -> Option<&LtEntry> {
-        if let Some(e) = self.get(key) {
-            return Some(e);
-        }
+        self.get(key).or_else(|| self.get_wildcard(key))
+    }
+
+    /// The first `*` row whose pattern matches `key`, as an entry of its own for this problem
+    /// ([`LtTable::get_or_wildcard`] without the exact lookup).
+    pub fn get_wildcard(&self, key: &LtKey) -> Option<&LtEntry> {
         let map = self.instances.as_deref()?;
         let (row, w) = self
             .wildcards

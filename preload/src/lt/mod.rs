@@ -373,6 +373,20 @@ impl LtRuntime {
     /// key's first sight; [`Sight::Refused`] for a key no caller could have made,
     /// `LtKey::plausible`, checked only before a key enters the set so a repeated miss
     /// does not pay for it).
+    /// A call served by a `*` row: its exact shape recorded all the same (as PyTorch records
+    /// it untuned), noted so no view counts its calls as missed (`tally.rs`).
+    #[cold]
+    pub fn served_by_pattern(&self, key: &LtKey) {
+        let device = (self.spec.device)();
+        let admit = || key.plausible().is_ok();
+        let hash = tunedblas_core::misslog::key_hash(key);
+        if let (_, Some((slot, 0))) = self.misses.record_sight(device, key, hash, admit) {
+            self.misses
+                .set
+                .note_if_unset(slot, crate::tally::SERVED_BY_PATTERN);
+        }
+    }
+
     pub fn miss(&self, key: &LtKey, hash: u64) -> Sight {
         let device = (self.spec.device)();
         let admit = || key.plausible().is_ok();

@@ -222,9 +222,16 @@ fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: &CallKey) -
         return Decision::Pass;
     };
     // The key's own row, else a matching `*` row (PyTorch's rule, in the core's table: a
-    // call served from a `*` row takes this long path every time).
-    if let Some(e) = table.and_then(|t| t.get_or_wildcard(&key)) {
-        return row::<L>(x, rt, &key, e);
+    // call served from a `*` row takes this long path every time, and its exact shape is
+    // recorded, to get a row of its own).
+    if let Some(t) = table {
+        if let Some(e) = t.get(&key) {
+            return row::<L>(x, rt, &key, e);
+        }
+        if let Some(e) = t.get_wildcard(&key) {
+            rt.served_by_pattern(&key);
+            return row::<L>(x, rt, &key, e);
+        }
     }
     let hash = misslog::key_hash(&key);
     let decision = missed(x, rt, &key, hash);

@@ -82,17 +82,18 @@ pub fn served_near(note: u64) -> bool {
 
 /// What a note says: `None` for no note, `Some(None)` pass, `Some(Some(plan))` serve.
 /// A pass is tested first: it is what a repeated miss reads (2 instructions,
-/// BENCHMARKS.md). `note_of` writes no other tag than these three.
+/// BENCHMARKS.md). `note_of` writes no other tag than these; the fourth is the `*` rows'.
 #[inline(always)]
 fn plan_of_note(note: u64) -> Option<Option<NearPlan>> {
     match note >> 62 {
         1 => Some(None),
-        0 => None,
-        _ => Some(Some(NearPlan::new(
+        2 => Some(Some(NearPlan::new(
             note as u32 as i32,
             (note >> 32) as usize & ((1 << 30) - 1),
             false,
         ))),
+        // No note, or a shape served by a `*` row (`tally::SERVED_BY_PATTERN`): no verdict.
+        _ => None,
     }
 }
 

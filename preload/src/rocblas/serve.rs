@@ -211,20 +211,26 @@ fn missed_unguarded(
     handle: Handle,
     device: i64,
 ) -> Missed {
+    // The exact shape is recorded whatever serves it (a `*` row, the near path): it still
+    // needs its own row. The device the table lookup asked about, or (one table for every
+    // rank, so it did not ask) the handle's now: misses are recorded per device.
+    let device = match device {
+        runtime::NO_DEVICE => runtime::device_for(handle),
+        d => d as i32,
+    };
     // Most tables have no `*` rows: then the scan is not even called.
     if let Some(e) = table
         .filter(|t| t.has_wildcards())
         .and_then(|t| t.get_wildcard(key))
     {
+        // Noted, so no view counts the calls a `*` row serves as missed (`tally.rs`).
+        if let Some((slot, 0)) = rt.miss_noted(device, key, hash) {
+            rt.misses
+                .set
+                .note_if_unset(slot, crate::tally::SERVED_BY_PATTERN);
+        }
         return Missed::Wildcard(e);
     }
-    // The exact shape is recorded whatever the near path does: it still needs its own row.
-    // The device the table lookup asked about, or (one table for every rank, so it did not
-    // ask) the handle's now: misses are recorded per device.
-    let device = match device {
-        runtime::NO_DEVICE => runtime::device_for(handle),
-        d => d as i32,
-    };
     let Some(near) = &rt.near else {
         rt.miss_on(device, key, hash);
         bump(Counter::Missed);
