@@ -269,23 +269,6 @@ struct Plan {
 /// The profile of `opts.lib`'s build, whichever library it is.
 fn plan(opts: &Options) -> Result<Plan> {
     let kind = tunedblas_tuner::backends::kind_of(&opts.lib)?;
-    if kind == Kind::Rocblas {
-        let lib = Rocblas::at(&opts.lib, None)?;
-        let devices = lib.device_count()?;
-        let build = lib.build().clone();
-        drop(lib);
-        let store = Store::open(&opts.profiles)?;
-        let folder = store.existing_folder(&build)?;
-        let rows = store.read_rows(&folder)?;
-        return Ok(Plan {
-            kind,
-            profile: folder.name,
-            short: build.short().to_string(),
-            devices,
-            text: rows.to_text(),
-            rows: rows.rows.len(),
-        });
-    }
     let spec = tunedblas_tuner::backends::Spec {
         lib: Some(opts.lib.clone()),
         runtime: opts.runtime.clone(),
@@ -293,7 +276,7 @@ fn plan(opts: &Options) -> Result<Plan> {
     };
     let opened = tunedblas_tuner::backends::Opened::open(kind, &spec)?;
     tunedblas_tuner::with_library!(&opened, l => {
-        let store = tunedblas_tuner::store::Store::existing(&opts.profiles)?;
+        let store = Store::open(&opts.profiles)?;
         let folder = store.existing_folder(l.build())?;
         let text = store.read_text(&folder)?;
         let rows = l
