@@ -618,7 +618,6 @@ pub(crate) fn with_lock_in<T>(
     flock: bool,
     f: impl FnOnce() -> Result<T, RegistryError>,
 ) -> Result<T, RegistryError> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let lock = lock_path(path);
     let io_err = |source| RegistryError::Io {
@@ -634,20 +633,8 @@ pub(crate) fn with_lock_in<T>(
         .open(&lock)
         .map_err(io_err)?;
     if flock {
-        loop {
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                break;
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                // A filesystem that has no flock (or no lock daemon): the lock folder alone
-                // serialises the updates.
-                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => break,
-                _ => return Err(io_err(e)),
-            }
-        }
+        // Held, or a filesystem that has no flock: the lock folder alone serialises then.
+        crate::share_lock::flock_exclusive(&file, true).map_err(io_err)?;
     }
     let shared = share_lock_path(path);
     let held = crate::share_lock::acquire(&shared, SHARE_WAIT, crate::share_lock::STALE_AFTER)

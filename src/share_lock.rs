@@ -36,6 +36,41 @@ const UNNAMED_AFTER: Duration = Duration::from_secs(60);
 
 const OWNER: &str = "owner";
 
+/// How an exclusive `flock` went ([`flock_exclusive`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flock {
+    Held,
+    /// Another holder has it (only when not waiting).
+    Busy,
+    /// The filesystem has no `flock` (or no lock daemon): the lock folder alone serialises.
+    Unsupported,
+}
+
+/// An exclusive `flock` on `file`, waiting for it when `wait`, retried when a signal
+/// interrupts it: the local half of the registry's and the campaign's locks (it queues the
+/// writers of one machine and is dropped by the kernel when the process dies).
+pub fn flock_exclusive(file: &fs::File, wait: bool) -> io::Result<Flock> {
+    use std::os::fd::AsRawFd;
+    let how = if wait {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_EX | libc::LOCK_NB
+    };
+    loop {
+        // SAFETY: flock on a descriptor the caller owns.
+        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+            return Ok(Flock::Held);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if !wait => return Ok(Flock::Busy),
+            Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => return Ok(Flock::Unsupported),
+            _ => return Err(e),
+        }
+    }
+}
+
 /// How often a kept lock ([`acquire_kept`]) writes its time again: well inside
 /// [`STALE_AFTER`], so a missed beat or two (a stalled filesystem) breaks nothing.
 pub const HEARTBEAT: Duration = Duration::from_secs(60);

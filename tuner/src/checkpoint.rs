@@ -249,7 +249,6 @@ pub struct CampaignLock {
 /// the folder's one checkpoint, so two at once would mix their shapes in it; waiting
 /// instead lets both finish, in turn.
 pub fn lock(folder: &Folder, quiet: bool) -> Result<CampaignLock> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(&folder.dir)
         .map_err(|e| Error::failed(format!("cannot create {}: {e}", folder.dir.display())))?;
@@ -271,35 +270,10 @@ pub fn lock(folder: &Folder, quiet: bool) -> Result<CampaignLock> {
             );
         }
     };
-    let flock = |how| loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    };
-    match flock(libc::LOCK_EX | libc::LOCK_NB) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            waiting("");
-            flock(libc::LOCK_EX)
-                .map_err(|e| Error::failed(format!("cannot lock {}: {e}", path.display())))?;
-        }
-        // A filesystem with no flock (or no lock daemon): the lock folder alone serialises.
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS)
-            ) => {}
-        Err(e) => {
-            return Err(Error::failed(format!(
-                "cannot lock {}: {e}",
-                path.display()
-            )))
-        }
+    let cannot = |e| Error::failed(format!("cannot lock {}: {e}", path.display()));
+    if share_lock::flock_exclusive(&file, false).map_err(cannot)? == share_lock::Flock::Busy {
+        waiting("");
+        share_lock::flock_exclusive(&file, true).map_err(cannot)?;
     }
     let shared = folder.dir.join(".campaign.lock.d");
     let take = |wait| {
