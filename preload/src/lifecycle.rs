@@ -123,8 +123,7 @@ impl Config {
     /// disabled, is said once per process, however many backends start.
     pub fn for_start() -> Option<Config> {
         static SAID: AtomicBool = AtomicBool::new(false);
-        // SAFETY: getauxval has no preconditions.
-        if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 || crate::copies::aside() {
+        if stands_aside() {
             return None;
         }
         let (cfg, problems) = Config::from_env();
@@ -607,6 +606,14 @@ extern "C" fn at_unload() {
     }
 }
 
+/// Whether this copy of the preload must stay out of the way whatever the settings say: a
+/// set-uid or set-gid process (whose environment an untrusted user controls), or a second
+/// copy of the library (the first serves).
+fn stands_aside() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    (unsafe { libc::getauxval(libc::AT_SECURE) } != 0) || crate::copies::aside()
+}
+
 /// A process whose calls never reached the interposer, though a library it serves is
 /// loaded. When no loaded object links the library (the process opened it with its own
 /// `dlopen`: Python ctypes on the library object, hip-python), its callers most likely look
@@ -617,8 +624,7 @@ extern "C" fn at_unload() {
 fn say_unseen() {
     const LIBRARIES: [&str; 3] = ["librocblas.so", "libhipblaslt.so", "libcublasLt.so"];
     // As at a start: nothing from a set-uid process, a second copy or a disabled preload.
-    // SAFETY: getauxval has no preconditions.
-    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 || crate::copies::aside() {
+    if stands_aside() {
         return;
     }
     // Most processes that end here (a shell, a compiler under the server's environment)
