@@ -227,13 +227,9 @@ pub fn unseen(dir: &Path, trust: Trust, lib: &Path) {
         return;
     }
     let parts = PROCESS.get_or_make();
-    let (host, pid, start) = (&parts.host, parts.pid, parts.start);
     let result = replace(&folder, parts, ".status.json", |out| {
-        write!(
-            out,
-            "{{\"format\":{FORMAT},\"host\":\"{host}\",\"pid\":{pid},\"start_ticks\":{start},\"updated_unix_ms\":{},\"final\":true,\"backends\":[],\"unseen\":\"",
-            unix_ms()
-        )?;
+        status_head(out, parts, unix_ms(), true)?;
+        out.write_all(b"],\"unseen\":\"")?;
         // The path as a JSON string: quotes, backslashes and control bytes escaped, and a
         // byte past ASCII as the character of its value (a path need not be UTF-8; the
         // file must stay valid JSON).
@@ -403,6 +399,15 @@ fn unix_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// A status file's first fields, up to the opening of its `backends` list.
+fn status_head(out: &mut Out, parts: &Parts, updated: u64, last: bool) -> io::Result<()> {
+    let (host, pid, start) = (&parts.host, parts.pid, parts.start);
+    write!(
+        out,
+        "{{\"format\":{FORMAT},\"host\":\"{host}\",\"pid\":{pid},\"start_ticks\":{start},\"updated_unix_ms\":{updated},\"final\":{last},\"backends\":["
+    )
+}
+
 fn write_files<A: Copy + Eq + std::hash::Hash>(
     folder: &Folder,
     parts: &Parts,
@@ -413,10 +418,7 @@ fn write_files<A: Copy + Eq + std::hash::Hash>(
     let (host, pid, start) = (&parts.host, parts.pid, parts.start);
     let updated = unix_ms();
     replace(folder, parts, ".status.json", |out| {
-        write!(
-            out,
-            "{{\"format\":{FORMAT},\"host\":\"{host}\",\"pid\":{pid},\"start_ticks\":{start},\"updated_unix_ms\":{updated},\"final\":{last},\"backends\":["
-        )?;
+        status_head(out, parts, updated, last)?;
         let mut first = true;
         if let Some(v) = roc {
             backend_json(out, v)?;
