@@ -188,14 +188,20 @@ impl<L: Library> Host for L {
     }
 }
 
-fn replay_of<L: Library>(lib: &L, rows: &str, workspace: usize) -> Result<(u64, Vec<String>)> {
-    let m = Method {
+/// The calls a host makes: plain calls back to back between two events, one operand set,
+/// no rest, with the callers' workspace.
+fn host_calls(workspace: usize) -> Method {
+    Method {
         mode: Mode::Events,
         rest: 0.0,
         rotate_bytes: 1,
         workspace,
         ..Method::default()
-    };
+    }
+}
+
+fn replay_of<L: Library>(lib: &L, rows: &str, workspace: usize) -> Result<(u64, Vec<String>)> {
+    let m = host_calls(workspace);
     let rows = lib.read(rows);
     let keys: Vec<&L::Key> = rows
         .iter()
@@ -253,15 +259,8 @@ fn same_bits(a: &[f64], b: &[f64]) -> bool {
 
 fn shapes_of<L: Library>(lib: &L, plan: &Plan) -> Result<(u64, Vec<ShapeRun>)> {
     let session = lib.session(0)?;
-    // Plain calls back to back between two events, one operand set, no rest: the calls a
-    // host makes, timed.
-    let m = Method {
-        mode: Mode::Events,
-        rest: 0.0,
-        rotate_bytes: 1,
-        workspace: plan.workspace,
-        ..Method::default()
-    };
+    // The calls a host makes, timed.
+    let m = host_calls(plan.workspace);
     let mut calls = 0u64;
     let mut runs = Vec::new();
     for (i, spec) in plan.shapes.iter().enumerate() {
