@@ -276,6 +276,8 @@ fn plan(opts: &Options) -> Result<Plan> {
     };
     let opened = tunedblas_tuner::backends::Opened::open(kind, &spec)?;
     tunedblas_tuner::with_library!(&opened, l => {
+        // No device is said first (exit 4), before what the store holds.
+        let devices = l.runtime().device_count()?;
         let store = Store::open(&opts.profiles)?;
         let folder = store.existing_folder(l.build())?;
         let text = store.read_text(&folder)?;
@@ -288,7 +290,7 @@ fn plan(opts: &Options) -> Result<Plan> {
             kind,
             profile: folder.name,
             short: l.build().short().to_string(),
-            devices: l.runtime().device_count()?,
+            devices,
             text,
             rows,
         })
