@@ -100,72 +100,34 @@ macro_rules! route {
     }};
 }
 
-macro_rules! gemm_ex_export {
-    ($name:ident, $hook:ident, $I:ty) => {
+/// A `gemm_ex`-family export and its `serve_it`, from one parameter list: a caller that
+/// chose its solution goes straight to the real function, every other call to `serve_it`
+/// (see `route!`). One call site in tail position, so the compiler jumps to either with the
+/// caller's arguments where they are (nothing is copied). `route` names the parameters
+/// `route!` reads (given from where the parameters are written, for macro hygiene).
+macro_rules! routed_export {
+    ($name:ident: $Fn:ty, $hook:ident, route($h:ident, $algo:ident, $flags:ident),
+     ($($p:ident: $t:ty),* $(,)?) => $serve:block) => {
         #[no_mangle]
-        pub unsafe extern "C-unwind" fn $name(
-            h: Handle,
-            ta: Operation,
-            tb: Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const c_void,
-            a: *const c_void,
-            at: Datatype,
-            lda: $I,
-            b: *const c_void,
-            bt: Datatype,
-            ldb: $I,
-            beta: *const c_void,
-            c: *const c_void,
-            ct: Datatype,
-            ldc: $I,
-            d: *mut c_void,
-            dt: Datatype,
-            ldd: $I,
-            ctype: Datatype,
-            algo: GemmAlgo,
-            sol: i32,
-            flags: u32,
-        ) -> Status {
-            // A caller that chose its solution goes straight to the real function; every
-            // other call to serve_it (see `route!`). One call site in tail position, so the
-            // compiler jumps to either with the caller's arguments where they are (nothing
-            // is copied).
-            let target: GemmExFn<$I> = route!(h, algo, flags, $hook, serve_it);
-            return target(
-                h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt, ldd,
-                ctype, algo, sol, flags,
-            );
+        pub unsafe extern "C-unwind" fn $name($($p: $t),*) -> Status {
+            let target: $Fn = route!($h, $algo, $flags, $hook, serve_it);
+            return target($($p),*);
 
             #[inline(never)]
-            unsafe extern "C-unwind" fn serve_it(
-                h: Handle,
-                ta: Operation,
-                tb: Operation,
-                m: $I,
-                n: $I,
-                k: $I,
-                alpha: *const c_void,
-                a: *const c_void,
-                at: Datatype,
-                lda: $I,
-                b: *const c_void,
-                bt: Datatype,
-                ldb: $I,
-                beta: *const c_void,
-                c: *const c_void,
-                ct: Datatype,
-                ldc: $I,
-                d: *mut c_void,
-                dt: Datatype,
-                ldd: $I,
-                ctype: Datatype,
-                algo: GemmAlgo,
-                sol: i32,
-                flags: u32,
-            ) -> Status {
+            unsafe extern "C-unwind" fn serve_it($($p: $t),*) -> Status $serve
+        }
+    };
+}
+
+macro_rules! gemm_ex_export {
+    ($name:ident, $hook:ident, $I:ty) => {
+        routed_export! {
+            $name: GemmExFn<$I>, $hook, route(h, algo, flags),
+            (h: Handle, ta: Operation, tb: Operation, m: $I, n: $I, k: $I,
+                alpha: *const c_void, a: *const c_void, at: Datatype, lda: $I,
+                b: *const c_void, bt: Datatype, ldb: $I, beta: *const c_void,
+                c: *const c_void, ct: Datatype, ldc: $I, d: *mut c_void, dt: Datatype, ldd: $I,
+                ctype: Datatype, algo: GemmAlgo, sol: i32, flags: u32) => {
                 let Some(f) = HOOKS.$hook() else {
                     return STATUS_NOT_IMPLEMENTED;
                 };
@@ -218,69 +180,13 @@ macro_rules! gemm_ex_export {
 
 macro_rules! gemm_batched_ex_export {
     ($name:ident, $hook:ident, $I:ty) => {
-        #[no_mangle]
-        pub unsafe extern "C-unwind" fn $name(
-            h: Handle,
-            ta: Operation,
-            tb: Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const c_void,
-            a: *const c_void,
-            at: Datatype,
-            lda: $I,
-            b: *const c_void,
-            bt: Datatype,
-            ldb: $I,
-            beta: *const c_void,
-            c: *const c_void,
-            ct: Datatype,
-            ldc: $I,
-            d: *mut c_void,
-            dt: Datatype,
-            ldd: $I,
-            batch: $I,
-            ctype: Datatype,
-            algo: GemmAlgo,
-            sol: i32,
-            flags: u32,
-        ) -> Status {
-            // As in gemm_ex_export: a caller's own choice is one tail jump to the real function.
-            let target: GemmBatchedExFn<$I> = route!(h, algo, flags, $hook, serve_it);
-            return target(
-                h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt, ldd,
-                batch, ctype, algo, sol, flags,
-            );
-
-            #[inline(never)]
-            unsafe extern "C-unwind" fn serve_it(
-                h: Handle,
-                ta: Operation,
-                tb: Operation,
-                m: $I,
-                n: $I,
-                k: $I,
-                alpha: *const c_void,
-                a: *const c_void,
-                at: Datatype,
-                lda: $I,
-                b: *const c_void,
-                bt: Datatype,
-                ldb: $I,
-                beta: *const c_void,
-                c: *const c_void,
-                ct: Datatype,
-                ldc: $I,
-                d: *mut c_void,
-                dt: Datatype,
-                ldd: $I,
-                batch: $I,
-                ctype: Datatype,
-                algo: GemmAlgo,
-                sol: i32,
-                flags: u32,
-            ) -> Status {
+        routed_export! {
+            $name: GemmBatchedExFn<$I>, $hook, route(h, algo, flags),
+            (h: Handle, ta: Operation, tb: Operation, m: $I, n: $I, k: $I,
+                alpha: *const c_void, a: *const c_void, at: Datatype, lda: $I,
+                b: *const c_void, bt: Datatype, ldb: $I, beta: *const c_void,
+                c: *const c_void, ct: Datatype, ldc: $I, d: *mut c_void, dt: Datatype, ldd: $I,
+                batch: $I, ctype: Datatype, algo: GemmAlgo, sol: i32, flags: u32) => {
                 let x = ex_args!(
                     h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt,
                     ldd, ctype, algo, sol, flags
@@ -293,77 +199,14 @@ macro_rules! gemm_batched_ex_export {
 
 macro_rules! gemm_strided_batched_ex_export {
     ($name:ident, $hook:ident, $I:ty) => {
-        #[no_mangle]
-        pub unsafe extern "C-unwind" fn $name(
-            h: Handle,
-            ta: Operation,
-            tb: Operation,
-            m: $I,
-            n: $I,
-            k: $I,
-            alpha: *const c_void,
-            a: *const c_void,
-            at: Datatype,
-            lda: $I,
-            sa: i64,
-            b: *const c_void,
-            bt: Datatype,
-            ldb: $I,
-            sb: i64,
-            beta: *const c_void,
-            c: *const c_void,
-            ct: Datatype,
-            ldc: $I,
-            sc: i64,
-            d: *mut c_void,
-            dt: Datatype,
-            ldd: $I,
-            sd: i64,
-            batch: $I,
-            ctype: Datatype,
-            algo: GemmAlgo,
-            sol: i32,
-            flags: u32,
-        ) -> Status {
-            // As in gemm_ex_export: a caller's own choice is one tail jump to the real function.
-            let target: GemmStridedBatchedExFn<$I> = route!(h, algo, flags, $hook, serve_it);
-            return target(
-                h, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct, ldc, sc, d,
-                dt, ldd, sd, batch, ctype, algo, sol, flags,
-            );
-
-            #[inline(never)]
-            unsafe extern "C-unwind" fn serve_it(
-                h: Handle,
-                ta: Operation,
-                tb: Operation,
-                m: $I,
-                n: $I,
-                k: $I,
-                alpha: *const c_void,
-                a: *const c_void,
-                at: Datatype,
-                lda: $I,
-                sa: i64,
-                b: *const c_void,
-                bt: Datatype,
-                ldb: $I,
-                sb: i64,
-                beta: *const c_void,
-                c: *const c_void,
-                ct: Datatype,
-                ldc: $I,
-                sc: i64,
-                d: *mut c_void,
-                dt: Datatype,
-                ldd: $I,
-                sd: i64,
-                batch: $I,
-                ctype: Datatype,
-                algo: GemmAlgo,
-                sol: i32,
-                flags: u32,
-            ) -> Status {
+        routed_export! {
+            $name: GemmStridedBatchedExFn<$I>, $hook, route(h, algo, flags),
+            (h: Handle, ta: Operation, tb: Operation, m: $I, n: $I, k: $I,
+                alpha: *const c_void, a: *const c_void, at: Datatype, lda: $I, sa: i64,
+                b: *const c_void, bt: Datatype, ldb: $I, sb: i64, beta: *const c_void,
+                c: *const c_void, ct: Datatype, ldc: $I, sc: i64,
+                d: *mut c_void, dt: Datatype, ldd: $I, sd: i64,
+                batch: $I, ctype: Datatype, algo: GemmAlgo, sol: i32, flags: u32) => {
                 let x = ex_args!(
                     h, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, d, dt,
                     ldd, ctype, algo, sol, flags
