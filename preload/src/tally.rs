@@ -74,6 +74,34 @@ impl Tally {
         t
     }
 
+    /// The stats file's fields every backend writes (`tunedblas verify` reads them): the
+    /// calls by outcome, and of the profile's `rows` which were hit (`unhit`: the op and
+    /// signature of each that was not). A backend adds its own fields to the object.
+    pub fn stats_json(
+        &self,
+        over_capacity: u64,
+        rows: usize,
+        unhit: Vec<String>,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(map) = serde_json::json!({
+            "calls": self.calls(),
+            "served": self.served,
+            "default": self.default,
+            "missed_calls": self.missed,
+            "missed_shapes": self.missed_shapes,
+            "hit_rate": self.hit_permille().map(|p| p as f64 / 1000.0),
+            "over_capacity_calls": over_capacity,
+            "passed_through": self.passed_through,
+            "fallbacks": self.fallbacks,
+            "rows": rows,
+            "rows_hit": rows - unhit.len(),
+            "rows_not_hit": unhit,
+        }) else {
+            unreachable!("json! of an object literal is an object")
+        };
+        map
+    }
+
     pub fn calls(&self) -> u64 {
         self.served + self.default + self.near + self.missed + self.passed_through + self.fallbacks
     }

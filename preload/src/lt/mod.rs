@@ -451,23 +451,11 @@ impl LtRuntime {
                 }
             }
         }
-        let t = self.tally();
-        let json = serde_json::json!({
-            "library": self.spec.json_name,
-            "calls": t.calls(),
-            "served": t.served,
-            "default": t.default,
-            "missed_calls": t.missed,
-            "missed_shapes": t.missed_shapes,
-            "hit_rate": t.hit_permille().map(|p| p as f64 / 1000.0),
-            "over_capacity_calls": self.misses.over_cap_calls(),
-            "passed_through": t.passed_through,
-            "fallbacks": t.fallbacks,
-            "rows": rows,
-            "rows_hit": rows - unhit.len(),
-            "rows_not_hit": unhit,
-            "rows_quarantined": quarantined,
-        });
+        let over_cap = self.misses.over_cap_calls();
+        let mut json = self.tally().stats_json(over_cap, rows, unhit);
+        json.insert("library".into(), self.spec.json_name.into());
+        json.insert("rows_quarantined".into(), quarantined.into());
+        let json = serde_json::Value::Object(json);
         lifecycle::write_stats(path, suffix, &json)
     }
 }

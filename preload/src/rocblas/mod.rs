@@ -572,26 +572,20 @@ fn write_stats(rt: &Runtime, path: &Path) {
     }
     let near_tally = rt.near.as_ref().map_or((0, 0, 0), |n| n.tally());
     let t = tally(rt);
-    let json = serde_json::json!({
-        "calls": t.calls(),
-        "served": t.served,
-        "default": t.default,
-        "missed_calls": t.missed,
-        "missed_shapes": t.missed_shapes,
-        "near_shapes": t.near_shapes,
-        "hit_rate": t.hit_permille().map(|p| p as f64 / 1000.0),
-        "over_capacity_calls": rt.misses.over_cap_calls(),
-        "passed_through": t.passed_through,
-        "fallbacks": t.fallbacks,
-        "rows": rows,
-        "rows_hit": rows - unhit.len(),
-        "rows_not_hit": unhit,
-        "near": t.near,
-        "near_keys_served": near_tally.0,
-        "near_keys_refused": near_tally.1,
-        "wildcard_rows": wild,
-        "wildcard_rows_hit": wild - wild_unhit.len(),
-        "wildcard_rows_not_hit": wild_unhit,
-    });
+    let mut json = t.stats_json(rt.misses.over_cap_calls(), rows, unhit);
+    // rocBLAS's own: the near path and the `*` rows.
+    let own: [(&str, serde_json::Value); 7] = [
+        ("near_shapes", t.near_shapes.into()),
+        ("near", t.near.into()),
+        ("near_keys_served", near_tally.0.into()),
+        ("near_keys_refused", near_tally.1.into()),
+        ("wildcard_rows", wild.into()),
+        ("wildcard_rows_hit", (wild - wild_unhit.len()).into()),
+        ("wildcard_rows_not_hit", wild_unhit.into()),
+    ];
+    for (k, v) in own {
+        json.insert(k.to_owned(), v);
+    }
+    let json = serde_json::Value::Object(json);
     lifecycle::write_stats(path, "", &json)
 }
