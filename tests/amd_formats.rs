@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::build::hiplt;
-use common::{host_env, scratch, text, trace, Profile};
+use common::{assert_has, host_env, scratch, text, trace, Profile};
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
 use tunedblas_core::formats::{aiter, hipblaslt_bench, hipblaslt_tuning, lt::Device};
 
@@ -90,9 +90,9 @@ fn wildcard_rows_serve_every_token_count_of_their_layer_through_hipblaslt() {
     );
     let stderr = text(&out.stderr);
     assert_eq!(algos(&dir), ["42", "42", "43", "6"], "{stderr}");
-    assert!(
-        stderr.contains("hipBLASLt: 4 calls: 3 served, 0 default, 1 missed (1 shapes)"),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "hipBLASLt: 4 calls: 3 served, 0 default, 1 missed (1 shapes)",
     );
     // Every shape without a row of its own is recorded, to be tuned (as PyTorch records a
     // shape a `*` row served as untuned); only the other layer's calls are missed calls.
@@ -116,21 +116,19 @@ fn a_public_aiter_table_is_adopted_and_its_foreign_indices_are_refused_at_first_
     let out = adopt(&dir, &fixture("aiter/gemma4_bf16_tuned_gemm.csv"), &[]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
-    assert!(said.contains("adopted 88 rows"), "{said}");
-    assert!(said.contains("checked device gfx950 (256 CUs)"), "{said}");
+    assert_has(&said, "adopted 88 rows");
+    assert_has(&said, "checked device gfx950 (256 CUs)");
     assert!(
         said.contains("15 lines left out: AITER rows of libtype asm")
             && said.contains("2 lines left out: AITER rows of libtype triton"),
         "{said}"
     );
     let rows = std::fs::read_to_string(dir.join("profiles/amd/tunableop_results0.csv")).unwrap();
-    assert!(rows.contains("Validator,GCN_ARCH_NAME,gfx950"), "{rows}");
+    assert_has(&rows, "Validator,GCN_ARCH_NAME,gfx950");
     // AITER's M=1, N=2048, K=5376 row: index 440303.
-    assert!(
-        rows.contains(
-            "GemmTunableOp_BFloat16_TN,tn_2048_1_5376_ld_5376_5376_2048,Gemm_Hipblaslt_440303"
-        ),
-        "{rows}"
+    assert_has(
+        &rows,
+        "GemmTunableOp_BFloat16_TN,tn_2048_1_5376_ld_5376_5376_2048,Gemm_Hipblaslt_440303",
     );
     let out = host(&dir, &["2048,1,5376", "2048,1,5376"]);
     assert_eq!(algos(&dir), ["6", "6"], "{}", text(&out.stderr));
@@ -141,10 +139,9 @@ fn a_public_aiter_table_is_adopted_and_its_foreign_indices_are_refused_at_first_
         &["--arch", "gfx942:304"],
     );
     assert_eq!(other.status.code(), Some(1));
-    assert!(
-        text(&other.stderr).contains("105 rows tuned on another device (gfx950 (256 CUs))"),
-        "{}",
-        text(&other.stderr)
+    assert_has(
+        &text(&other.stderr),
+        "105 rows tuned on another device (gfx950 (256 CUs))",
     );
 }
 
@@ -194,7 +191,7 @@ fn a_hipblaslt_tuning_file_of_this_build_is_adopted_and_served() {
     let out = adopt(&dir, &ours, &[]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
-    assert!(said.contains("checked Git Version: matches"), "{said}");
+    assert_has(&said, "checked Git Version: matches");
     host(&dir, &["2560,16,1536"]);
     assert_eq!(algos(&dir), ["42"]);
 
@@ -213,11 +210,7 @@ fn a_hipblaslt_tuning_file_of_this_build_is_adopted_and_served() {
     );
     assert!(!other_dir.join("profiles/profiles.json").exists());
     let forced = adopt(&other_dir, &theirs, &["--force"]);
-    assert!(
-        text(&forced.stdout).contains("MISMATCH, adopted with --force"),
-        "{}",
-        text(&forced.stdout)
-    );
+    assert_has(&text(&forced.stdout), "MISMATCH, adopted with --force");
     // The documented lines carry no Git Version line: nothing says whose indices they are.
     let doc = adopt(
         &scratch("amd-tuning-doc"),
@@ -225,11 +218,7 @@ fn a_hipblaslt_tuning_file_of_this_build_is_adopted_and_served() {
         &[],
     );
     assert_eq!(doc.status.code(), Some(1));
-    assert!(
-        text(&doc.stderr).contains("no `Git Version:` first line"),
-        "{}",
-        text(&doc.stderr)
-    );
+    assert_has(&text(&doc.stderr), "no `Git Version:` first line");
 }
 
 /// HIPBLASLT_LOG_MASK=32 lines run with `--algo_method index` are index rows; lines run
@@ -248,14 +237,11 @@ fn hipblaslt_bench_lines_with_an_index_are_adopted_and_served() {
     let out = adopt(&dir, &file, &[]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
-    assert!(said.contains("adopted 1 rows"), "{said}");
-    assert!(
-        said.contains("1 lines left out: rows that name no algorithm index"),
-        "{said}"
-    );
-    assert!(
-        said.contains("1 lines left out: hipblaslt-bench lines for activation epilogues"),
-        "{said}"
+    assert_has(&said, "adopted 1 rows");
+    assert_has(&said, "1 lines left out: rows that name no algorithm index");
+    assert_has(
+        &said,
+        "1 lines left out: hipblaslt-bench lines for activation epilogues",
     );
     host(&dir, &["2560,16,1536"]);
     assert_eq!(algos(&dir), ["42"]);
@@ -330,10 +316,7 @@ fn the_amd_formats_are_tune_inputs() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let rows = std::fs::read_to_string(lt_dir.join("profiles/aiter-shapes/tunableop_results0.csv"))
         .unwrap();
-    assert!(
-        rows.contains("GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64,"),
-        "{rows}"
-    );
+    assert_has(&rows, "GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64,");
 }
 
 /// A hipBLASLt profile written back in the AMD formats (`export`): the override file is
@@ -397,11 +380,7 @@ fn a_hipblaslt_profile_is_written_in_the_amd_formats_and_read_back() {
         &["export", "--profile", "amd", "--format", "aiter"],
     ));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("which device"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "which device");
 }
 
 /// A TunableOp file tuned on another architecture than the one given is refused before
@@ -419,11 +398,7 @@ fn a_tunableop_file_of_another_architecture_is_refused() {
     );
     let out = adopt(&dir, &file, &["--arch", "gfx950"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("tuned on gfx942:sramecc+:xnack-"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "tuned on gfx942:sramecc+:xnack-");
     assert!(!dir.join("profiles/profiles.json").exists());
     let out = adopt(&dir, &file, &["--arch", "gfx942"]);
     let said = text(&out.stdout);

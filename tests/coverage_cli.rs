@@ -5,7 +5,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{repo, target_dir, text, tunedblas};
+use common::{assert_has, repo, target_dir, text, tunedblas};
 
 fn coverage(args: &[&str]) -> Output {
     Command::new(tunedblas())
@@ -55,13 +55,10 @@ fn the_seed_live_configuration_names_the_256_512_family() {
     let out = coverage(&live);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        stdout.contains("missing for all 7 shapes: M = 256, 512"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("present at: M = 1024 (5 tuned, 2 Default); 2048 (5 tuned, 2 Default)"),
-        "{stdout}"
+    assert_has(&stdout, "missing for all 7 shapes: M = 256, 512");
+    assert_has(
+        &stdout,
+        "present at: M = 1024 (5 tuned, 2 Default); 2048 (5 tuned, 2 Default)",
     );
 
     // A launch script: --strict fails with 3 while shapes are missing.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::lt::{builds_in_trace, cublaslt as lt, cudart, key, row, stats, TUNED};
-use common::{artifacts, scratch, text, trace};
+use common::{artifacts, assert_has, scratch, text, trace};
 use tunedblas_core::cublaslt::{op_and_signature, LtKey};
 
 #[test]
@@ -41,12 +41,12 @@ fn a_tuned_row_is_rebuilt_and_served_and_other_shapes_still_miss() {
     );
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
+    assert_has(
+        &stderr,
+        &format!(
             "cuBLASLt: profile fake-lt auto-selected for cuBLASLt build {} (2 rows, rank 0",
             &lt().sha[..12]
-        )),
-        "{stderr}"
+        ),
     );
     let t = trace(&dir);
     assert_eq!(t.len(), 4, "{t:?}");
@@ -71,7 +71,7 @@ fn a_tuned_row_is_rebuilt_and_served_and_other_shapes_still_miss() {
     assert_eq!(s["default"], 1);
     assert_eq!(s["missed_calls"], 1);
     assert_eq!(s["rows_hit"], 2);
-    assert!(stderr.contains("cuBLASLt: 4 calls: 2 served, 1 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks"), "{stderr}");
+    assert_has(&stderr, "cuBLASLt: 4 calls: 2 served, 1 default, 1 missed (1 shapes), 0 passed through, 0 fallbacks");
 }
 
 /// Rows whose algorithm cannot be checked, run or rebuilt: every call still succeeds
@@ -103,18 +103,9 @@ fn rows_that_fail_twice_fall_back_to_the_callers_algorithm_for_good() {
     let algos: Vec<&str> = t.iter().map(|l| l["algo"].as_str()).collect();
     assert_eq!(algos, ["6", "21", "6", "6", "6", "21", "6", "6"], "{t:?}");
     assert_eq!((t[1]["ok"].as_str(), t[5]["ok"].as_str()), ("0", "0"));
-    assert!(
-        stderr.contains("cublasLtMatmulAlgoCheck returned 15"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("cublasLtMatmulAlgoInit(algo 150) returned 15"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("failed with status 15; the row is quarantined"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "cublasLtMatmulAlgoCheck returned 15");
+    assert_has(&stderr, "cublasLtMatmulAlgoInit(algo 150) returned 15");
+    assert_has(&stderr, "failed with status 15; the row is quarantined");
     let s = stats(&dir);
     assert_eq!(s["served"], 0);
     assert_eq!(s["fallbacks"], 6, "{s}");
@@ -197,7 +188,7 @@ fn cublaslt_a_vfork_child_does_not_finish_the_parents_run() {
         1,
         "one summary: {stderr}"
     );
-    assert!(stderr.contains("cuBLASLt: 2 calls"), "{stderr}");
+    assert_has(&stderr, "cuBLASLt: 2 calls");
     assert_eq!(lt().counted_calls(&dir), 2, "the parent's counts");
 }
 
@@ -411,7 +402,7 @@ fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks()
     let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("tunableop_results0.csv:2:"), "{stderr}");
+    assert_has(&stderr, "tunableop_results0.csv:2:");
     assert_eq!(stats(&dir)["served"], 1, "{stderr}");
     // profiles.json that is not JSON: said with its line, every call passes through and is
     // recorded.
@@ -422,7 +413,7 @@ fn cublaslt_malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks()
     let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("not valid JSON"), "{stderr}");
+    assert_has(&stderr, "not valid JSON");
     assert_eq!(stats(&dir)["served"], 0);
     assert_eq!(lt().miss_lines(&dir).len(), 2, "every shape is recorded");
 }
@@ -612,11 +603,7 @@ fn cublaslt_calls_before_cublaslt_is_loaded_decide_nothing_for_good() {
     ));
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        text(&out.stdout).contains("early=1\n"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert_has(&text(&out.stdout), "early=1\n");
     assert_eq!(stats(&dir)["served"], 1, "{stderr}");
 }
 
@@ -726,13 +713,10 @@ fn the_lt_commands_are_gone_and_cublaslt_arguments_are_read_strictly() {
     let stats = stats.to_str().unwrap();
     let (code, _, err) = cli(&["lt", "verify", "--stats", stats]);
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("`lt verify` is now `tunedblas verify --stats FILE`"),
-        "{err}"
-    );
+    assert_has(&err, "`lt verify` is now `tunedblas verify --stats FILE`");
     let (code, out, err) = cli(&["verify", "--stats", stats]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("1 of 1 rows hit"), "{out}");
+    assert_has(&out, "1 of 1 rows hit");
     let (code, _, err) = cli(&["verify", "--stats", stats, "--no-such-flag", "1"]);
     assert_eq!(code, 2, "{err}");
     assert!(
@@ -742,16 +726,10 @@ fn the_lt_commands_are_gone_and_cublaslt_arguments_are_read_strictly() {
     );
     let (code, _, err) = cli(&["verify", "--stat", stats]);
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("tip: a similar argument exists: '--stats'"),
-        "{err}"
-    );
+    assert_has(&err, "tip: a similar argument exists: '--stats'");
     let (code, _, err) = cli(&["verify", "--stats"]);
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("a value is required for '--stats <FILE>'"),
-        "{err}"
-    );
+    assert_has(&err, "a value is required for '--stats <FILE>'");
     // A stats file that shows a miss fails the check: exit 1.
     let miss = dir.join("miss.json");
     std::fs::write(
@@ -798,7 +776,7 @@ fn the_lt_commands_are_gone_and_cublaslt_arguments_are_read_strictly() {
     }
     let (code, _, err) = cli(&[&tune[..], &["--cudart", "/no/such/libcudart.so"]].concat());
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("cannot load the CUDA runtime"), "{err}");
+    assert_has(&err, "cannot load the CUDA runtime");
     let (code, out, _) = cli(&["help", "lt"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("tunedblas lt "), "{out}");
@@ -863,9 +841,9 @@ fn a_cublaslt_campaign_killed_midway_resumes_and_tunes_each_shape_once() {
     // Rerun with the same inputs: the first shape comes from the checkpoint.
     let second = run("t2", None);
     let out = common::ok(&second);
-    assert!(
-        out.contains("resuming: 1 of 3 shapes were finished before; 2 to go"),
-        "{out}"
+    assert_has(
+        &out,
+        "resuming: 1 of 3 shapes were finished before; 2 to go",
     );
     let (t1, t2) = (dir.join("t1"), dir.join("t2"));
     assert!(matmuls_of(&t1, 2) > 0 && matmuls_of(&t2, 2) == 0);
@@ -907,7 +885,7 @@ fn the_limit_line_says_why_with_the_grid_the_fastest_launches() {
         .output()
         .unwrap();
     let stdout = common::ok(&out);
-    assert!(stdout.contains("matmul "), "{stdout}");
+    assert_has(&stdout, "matmul ");
     let why = stdout
         .lines()
         .find(|l| l.trim_start().starts_with("limit: "))

@@ -163,11 +163,7 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
     .output()
     .unwrap();
     ok(&out);
-    assert!(
-        text(&out.stderr).contains("exported 6 rows"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "exported 6 rows");
     let body = std::fs::read_to_string(&csv).unwrap();
     assert_has(&body, &format!("valid ONLY for rocBLAS build sha256 {sha}"));
     for line in body.lines() {
@@ -311,7 +307,7 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
         "Default",
     );
     let out = ok(&export(&dir, lib, "gemm-tune", &[]).output().unwrap());
-    assert!(out.contains("# rocBLAS 4.4.1 reads that variable"), "{out}");
+    assert_has(&out, "# rocBLAS 4.4.1 reads that variable");
 }
 
 #[test]
@@ -478,12 +474,12 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     // PyTorch 2.6 names problems without leading dimensions.
     let out = ok(&accepted_export(&["--validator", "PT_VERSION=2.6.0"]));
     let k = spec_key(TUNED);
-    assert!(
-        out.contains(&format!(
+    assert_has(
+        &out,
+        &format!(
             "GemmTunableOp_Half_TN,tn_{}_{}_{},{}",
             k.m, k.n, k.k, made.specs[0].1
-        )),
-        "{out}"
+        ),
     );
     assert!(!out.contains("_ld_"), "{out}");
 }
@@ -861,11 +857,7 @@ fn the_installed_interposer_finds_the_installed_profiles_without_settings() {
         .env("TUNEDBLAS_STATS", &stats);
     let out = host.output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("auto-selected"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "auto-selected");
     let s: Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     assert_eq!(s["missed_calls"], 0, "{s}");
     assert_eq!(s["rows"], 1, "{s}");
@@ -908,10 +900,8 @@ fn the_harness_drops_rocblas_internal_fp16_alt_impl() {
         .output()
         .unwrap();
     let err = text(&out.stderr);
-    assert!(
-        err.contains(
-            "ROCBLAS_INTERNAL_FP16_ALT_IMPL=1 is ignored here: each shape runs with its own flags"
-        ),
-        "{err}"
+    assert_has(
+        &err,
+        "ROCBLAS_INTERNAL_FP16_ALT_IMPL=1 is ignored here: each shape runs with its own flags",
     );
 }

@@ -209,15 +209,11 @@ fn shard_auto_without_a_job_engine_is_refused_and_a_merge_is_all_or_nothing() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let err = text(&out.stderr);
     for v in &ENGINE_VARS[..4] {
-        assert!(err.contains(v), "{err}");
+        assert_has(&err, v);
     }
     let out = tune(&dir, &store, &[("JOB_COMPLETION_INDEX", "1".into())]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("JOB_COMPLETIONS"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "JOB_COMPLETIONS");
     assert!(!store.join("profiles.json").exists(), "nothing tuned");
 
     let one = dir.join("one");

@@ -77,7 +77,7 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
         "--no-limits",
     ]);
     let out = ok(&run(tunedblas_cmd(&dir, &args)));
-    assert!(out.contains("tuning 3 shapes"), "{out}");
+    assert_has(&out, "tuning 3 shapes");
     assert!(
         out.contains("adopt a new solution only if"),
         "the rules are printed:\n{out}"
@@ -137,20 +137,20 @@ fn a_campaign_from_recorded_misses_to_a_served_profile() {
         &dir,
         &["qualify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
-    assert!(q.contains("0 removed"), "{q}");
+    assert_has(&q, "0 removed");
     let v = ok(&run(tunedblas_cmd(
         &dir,
         &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     )));
     if rows.is_empty() {
-        assert!(v.contains("no rows, nothing to replay -> OK"), "{v}");
+        assert_has(&v, "no rows, nothing to replay -> OK");
     } else {
-        assert!(
-            v.contains(&format!(
+        assert_has(
+            &v,
+            &format!(
                 "rows hit {0}/{0}, 0 missed calls, 0 fallbacks -> OK",
                 rows.len()
-            )),
-            "{v}"
+            ),
         );
     }
 
@@ -326,7 +326,7 @@ fn a_campaign_another_machine_runs_in_the_folder_is_waited_for() {
         "nothing started"
     );
     let said = std::fs::read_to_string(&err).unwrap();
-    assert!(said.contains("other_node"), "{said}");
+    assert_has(&said, "other_node");
 
     // The other machine's campaign ends: this one goes on and finishes.
     std::fs::remove_dir_all(&theirs).unwrap();
@@ -392,11 +392,7 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     // Different inputs are refused while the campaign is unfinished.
     let other = another_campaign(&dir, &artifacts().lib4());
     assert_eq!(other.status.code(), Some(1));
-    assert!(
-        text(&other.stderr).contains("--fresh"),
-        "{}",
-        text(&other.stderr)
-    );
+    assert_has(&text(&other.stderr), "--fresh");
 
     // The same command resumes.
     args.push("--json".into());
@@ -497,7 +493,7 @@ fn an_import_from_another_build_keeps_shapes_and_never_ids() {
     );
     let prov = json_file(&folder.join("provenance.json"));
     let sources = prov["campaigns"][0]["sources"].to_string();
-    assert!(sources.contains("imported_shapes.csv"), "{sources}");
+    assert_has(&sources, "imported_shapes.csv");
 }
 
 #[test]
@@ -567,11 +563,7 @@ fn verify_fails_when_a_row_is_not_served() {
         &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     ));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("run `tunedblas tune` first"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "run `tunedblas tune` first");
 }
 
 #[test]
@@ -614,7 +606,7 @@ fn shards_tuned_apart_merge_into_one_profile() {
             dir.join("shard1").to_str().unwrap(),
         ],
     )));
-    assert!(out.contains(&format!("{rows_total} rows added")), "{out}");
+    assert_has(&out, &format!("{rows_total} rows added"));
     let (profile, entry) = only_profile(&merged);
     assert_eq!(entry["rows_per_rank"], rows_total);
     assert_eq!(rank_rows(&profile, 0).len() as u64, rows_total);
@@ -640,14 +632,14 @@ fn tune_with_no_inputs_reads_the_miss_folder() {
     let mut args = vec!["tune", "--lib", lib.to_str().unwrap()];
     args.extend(QUICK);
     let out = ok(&run(tunedblas_cmd(&dir, &args)));
-    assert!(
-        out.contains(&format!(
+    assert_has(
+        &out,
+        &format!(
             "no inputs named: tuning the misses recorded in {}",
             dir.join("misses").display()
-        )),
-        "{out}"
+        ),
     );
-    assert!(out.contains("2 shapes: "), "{out}");
+    assert_has(&out, "2 shapes: ");
     // Once both shapes have rows, nothing is tuned twice (unless --retune, or by name
     // with --shape). The rows are written here: the quick campaign above may leave a
     // tiny shape undecidable, with no row.
@@ -664,7 +656,7 @@ fn tune_with_no_inputs_reads_the_miss_folder() {
         1,
         "{said}"
     );
-    assert!(said.contains("nothing to tune: all 2 shapes"), "{said}");
+    assert_has(&said, "nothing to tune: all 2 shapes");
     assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
     let mut as_json = args.clone();
     as_json.push("--json");
@@ -675,8 +667,8 @@ fn tune_with_no_inputs_reads_the_miss_folder() {
     let mut named = args.clone();
     named.extend([misses_dir.to_str().unwrap(), "--shape", "f16:TN:24:8:16"]);
     let out = ok(&run(tunedblas_cmd(&dir, &named)));
-    assert!(out.contains("1 shapes of the inputs have rows"), "{out}");
-    assert!(out.contains("1 shapes: "), "{out}");
+    assert_has(&out, "1 shapes of the inputs have rows");
+    assert_has(&out, "1 shapes: ");
 }
 
 #[test]
@@ -691,7 +683,7 @@ fn a_quiet_campaign_prints_the_counts_only() {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run(tunedblas_cmd(&dir, &refs));
     let stdout = ok(&out);
-    assert!(stdout.contains("3 shapes: "), "{stdout}");
+    assert_has(&stdout, "3 shapes: ");
     assert!(
         !stdout.contains("heur ms") && !stdout.lines().any(|l| l.starts_with("[")),
         "{stdout}"
@@ -714,7 +706,7 @@ fn several_devices_tune_in_parallel_one_worker_each() {
     args.extend(QUICK.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = ok(&run(tunedblas_cmd(&dir, &refs)));
-    assert!(out.contains("on devices 0,1"), "{out}");
+    assert_has(&out, "on devices 0,1");
     let record = std::fs::read_dir(dir.join("profiles/rocblas-4.4.0.5f2e9c71/campaigns"))
         .unwrap()
         .next()
@@ -819,11 +811,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         &["tune", "--lib", &preload, "--shape", "f16:TN:8:8:8"],
     ));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("not rocBLAS"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "not rocBLAS");
     // Every subcommand has help with examples.
     for sub in ["demo", "tune", "qualify", "verify", "profiles", "merge"] {
         let out = ok(&run(tunedblas_cmd(&dir, &[sub, "--help"])));
@@ -902,10 +890,9 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
     for bad in ["-1", "11", "NaN"] {
         let out = tune("bad", bad);
         assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("--rest takes a multiple of the sample's time from 0 to 10"),
-            "{}",
-            text(&out.stderr)
+        assert_has(
+            &text(&out.stderr),
+            "--rest takes a multiple of the sample's time from 0 to 10",
         );
     }
 }
@@ -1175,17 +1162,15 @@ fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
         said.contains(&format!("\n    {rerun}\n")),
         "{rerun}\n{said}"
     );
-    assert!(said.contains("add --fresh to this command"), "{said}");
-    assert!(said.contains(&format!("({finished} of 16 done)")), "{said}");
+    assert_has(&said, "add --fresh to this command");
+    assert_has(&said, &format!("({finished} of 16 done)"));
 
     // That command resumes it.
     let out = ok(&run(tunedblas_cmd(&dir, &refs)));
-    assert!(
-        out.contains(&format!(
-            "resuming: {finished} of 16 shapes were finished before"
-        )),
-        "{out}"
+    assert_has(
+        &out,
+        &format!("resuming: {finished} of 16 shapes were finished before"),
     );
-    assert!(out.contains("16 shapes: "), "{out}");
+    assert_has(&out, "16 shapes: ");
     assert!(!profile.join(".campaign.partial.jsonl").exists());
 }

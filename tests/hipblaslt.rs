@@ -12,7 +12,7 @@ use std::process::Command;
 
 use common::build::hiplt;
 use common::lt::{algos, hipblaslt as lt, key, row, stats};
-use common::{scratch, text, trace};
+use common::{assert_has, scratch, text, trace};
 use tunedblas_core::cublaslt::op_and_signature;
 
 /// A ROCm TunableOp results file as PyTorch writes it (rocBLAS and hipBLASLt rows side by
@@ -42,12 +42,12 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
     );
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
+    assert_has(
+        &stderr,
+        &format!(
             "hipBLASLt: profile fake-hiplt auto-selected for hipBLASLt build {} (3 rows, rank 0",
             &hiplt().sha[..12]
-        )),
-        "{stderr}"
+        ),
     );
     assert!(
         !stderr.contains("skipped"),
@@ -85,11 +85,7 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = verify(&again);
     assert!(v.status.success(), "{}{}", text(&v.stdout), text(&v.stderr));
-    assert!(
-        text(&v.stdout).contains("3 of 3 rows hit"),
-        "{}",
-        text(&v.stdout)
-    );
+    assert_has(&text(&v.stdout), "3 of 3 rows hit");
 }
 
 /// Rows that cannot be used: every call still succeeds with the caller's algorithm; each
@@ -140,15 +136,9 @@ fn rows_that_cannot_be_used_fall_back_to_the_callers_algorithm_after_a_second_tr
         1,
         "said once: {stderr}"
     );
-    assert!(stderr.contains("quarantined"), "{stderr}");
-    assert!(
-        stderr.contains("Gemm_Hipblaslt_999 for GemmTunableOp_BFloat16_TN,tn_128_8_64_ld_64_64_128 cannot be used: matmulIsAlgoSupported returned 7"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("Gemm_Hipblaslt_123456 for GemmTunableOp_BFloat16_TN,tn_256_8_64_ld_64_64_256 cannot be used: this hipBLASLt build has no algorithm of that index"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "quarantined");
+    assert_has(&stderr, "Gemm_Hipblaslt_999 for GemmTunableOp_BFloat16_TN,tn_128_8_64_ld_64_64_128 cannot be used: matmulIsAlgoSupported returned 7");
+    assert_has(&stderr, "Gemm_Hipblaslt_123456 for GemmTunableOp_BFloat16_TN,tn_256_8_64_ld_64_64_256 cannot be used: this hipBLASLt build has no algorithm of that index");
     assert!(
         stderr.contains("Gemm_Hipblaslt_1500 for GemmTunableOp_BFloat16_TN,tn_512_8_64_ld_64_64_512 cannot be used: getAlgosFromIndex threw a C++ exception"),
         "the exception guard turned it into a status: {stderr}"
@@ -174,7 +164,7 @@ fn a_long_running_host_with_ever_new_objects_is_served_on_every_call() {
     let out = common::faults::run_guarded(cmd);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("repeat-failed=0"), "{stdout}");
+    assert_has(&stdout, "repeat-failed=0");
     let s = stats(&dir);
     assert_eq!(s["calls"], 30000, "{s}");
     assert_eq!(s["served"], 30000, "{s}");
@@ -322,13 +312,10 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
         said.contains("adopted 57 rows") && said.contains("(56 Gemm_Hipblaslt, 1 Default)"),
         "{said}"
     );
-    assert!(said.contains("2 lines left out: rocBLAS rows"), "{said}");
+    assert_has(&said, "2 lines left out: rocBLAS rows");
     let registry = std::fs::read_to_string(dir.join("profiles/profiles.json")).unwrap();
-    assert!(registry.contains(&hiplt().sha), "{registry}");
-    assert!(
-        registry.contains("\"library\": \"hipblaslt\""),
-        "{registry}"
-    );
+    assert_has(&registry, &hiplt().sha);
+    assert_has(&registry, "\"library\": \"hipblaslt\"");
     let out = lt().host(&dir, true, &["2560,16,1536"]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -341,11 +328,7 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
     // Not a library: refused with exit 3, nothing written.
     let out = adopt(&common::artifacts().preload);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("is not rocBLAS, hipBLASLt or cuBLASLt"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "is not rocBLAS, hipBLASLt or cuBLASLt");
 }
 
 /// Calls whose problem the key does not describe keep their own algorithm, even where the
@@ -501,12 +484,9 @@ fn env_names_the_profile_a_hipblaslt_build_would_get() {
         .unwrap();
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
-    assert!(
-        said.contains(&format!("(hipBLASLt, build {})", &hiplt().sha[..12])),
-        "{said}"
-    );
-    assert!(said.contains("profile 'fake-hiplt'"), "{said}");
-    assert!(said.contains("hipBLASLt build"), "{said}");
+    assert_has(&said, &format!("(hipBLASLt, build {})", &hiplt().sha[..12]));
+    assert_has(&said, "profile 'fake-hiplt'");
+    assert_has(&said, "hipBLASLt build");
     assert!(!said.contains("rocBLAS build"), "{said}");
 }
 
@@ -613,7 +593,7 @@ fn a_hosts_own_memfd_plugin_is_not_shadowed_by_the_guard() {
         ["42"],
         "the guard was loaded and served the row"
     );
-    assert!(stdout.contains("memfd-plugin=ok"), "{stdout}");
+    assert_has(&stdout, "memfd-plugin=ok");
 }
 
 /// `tunedblas tune` with hipBLASLt on the stand-in: the run records its misses, the tuner
@@ -669,9 +649,9 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     // Timed as HIP graph replays (the stand-in HIP records the captured matmuls).
     assert_eq!(t["timing"], "graph", "{t}");
     // Confirmed by a fresh process too (`tunedblas confirm` as a child).
-    assert!(
-        stderr.contains("fresh process: 1 of 1 proposed rows confirmed by the 3% margin"),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "fresh process: 1 of 1 proposed rows confirmed by the 3% margin",
     );
     assert!(t["fresh_delta"].as_f64().is_some_and(|d| d <= -0.03), "{t}");
     let adopted = t["verdict"]["row"]
@@ -706,18 +686,13 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
             .join("tunableop_results0.csv"),
     )
     .unwrap();
-    assert!(
-        rows.contains(&format!(
-            "GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64,{adopted},"
-        )),
-        "{rows}"
+    assert_has(
+        &rows,
+        &format!("GemmTunableOp_BFloat16_TN,tn_64_16_64_ld_64_64_64,{adopted},"),
     );
-    assert!(
-        rows.contains("Validator,TUNEDBLAS_BACKEND,hipblaslt"),
-        "{rows}"
-    );
+    assert_has(&rows, "Validator,TUNEDBLAS_BACKEND,hipblaslt");
     let registry = std::fs::read_to_string(dir.join("profiles-tuned/profiles.json")).unwrap();
-    assert!(registry.contains(&hiplt().sha), "{registry}");
+    assert_has(&registry, &hiplt().sha);
 
     // Callers that give less workspace than an index needs never get it. (With an NN shape
     // beside: A not transposed, its reference computed the other way round.)
@@ -734,9 +709,9 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     for o in small.as_array().unwrap() {
         assert!(o["error"].is_null(), "{o}");
         let not_probed = o["tuned"]["screen"]["not_probed"].to_string();
-        assert!(
-            not_probed.contains("needs more workspace than callers give (--workspace): 2"),
-            "{not_probed}"
+        assert_has(
+            &not_probed,
+            "needs more workspace than callers give (--workspace): 2",
         );
     }
 
@@ -868,20 +843,17 @@ fn tune_on_hipblaslt_refuses_what_it_cannot_do() {
     };
     let (code, _, stderr) = run(&lib, &[]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(
-        stderr.contains("needs --workspace BYTES for hipBLASLt"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "needs --workspace BYTES for hipBLASLt");
     let ws = ["--workspace", "8192"];
     let (code, _, stderr) = run(Path::new("/no/such/libhipblaslt.so"), &ws);
     assert_eq!(code, Some(3), "{stderr}");
-    assert!(stderr.contains("cannot load hipBLASLt"), "{stderr}");
+    assert_has(&stderr, "cannot load hipBLASLt");
     let (code, _, stderr) = run(
         &lib,
         &[&ws[..], &["--hip", "/no/such/libamdhip64.so"]].concat(),
     );
     assert_eq!(code, Some(3), "{stderr}");
-    assert!(stderr.contains("cannot load the HIP runtime"), "{stderr}");
+    assert_has(&stderr, "cannot load the HIP runtime");
     // A HIP runtime other than the one hipBLASLt links (here a copy of it elsewhere: a
     // second runtime in one process would take the other's buffers and streams).
     let other = dir.join("other");
@@ -893,22 +865,17 @@ fn tune_on_hipblaslt_refuses_what_it_cannot_do() {
         &[&ws[..], &["--hip", copy.to_str().unwrap()]].concat(),
     );
     assert_eq!(code, Some(3), "{stderr}");
-    assert!(stderr.contains("runs on the HIP runtime"), "{stderr}");
+    assert_has(&stderr, "runs on the HIP runtime");
     // Its own runtime, named or not, is accepted (the stand-in then has a device: it
     // runs). The stand-in computes nothing here, so no shape can be tuned: exit 1, and no
     // empty profile is written or registered.
     let own = hiplt().hip_libdir.join("libamdhip64.so.6");
     let (code, stdout, stderr) = run(&lib, &[&ws[..], &["--hip", own.to_str().unwrap()]].concat());
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(
-        stdout.contains("failed      the heuristic's own result"),
-        "{stdout}"
-    );
-    assert!(
-        stderr.contains(
-            "none of the 1 shapes could be tuned (each is said above); nothing was written"
-        ),
-        "{stderr}"
+    assert_has(&stdout, "failed      the heuristic's own result");
+    assert_has(
+        &stderr,
+        "none of the 1 shapes could be tuned (each is said above); nothing was written",
     );
     assert!(
         !dir.join("profiles/profiles.json").exists()
@@ -960,23 +927,20 @@ fn a_hipblaslt_shape_that_cannot_be_tuned_fails_the_campaign_and_is_retried() {
         "once per shape: {stderr}"
     );
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(
-        stdout.contains("failed      the heuristic's own result is off by NaN"),
-        "{stdout}"
+    assert_has(
+        &stdout,
+        "failed      the heuristic's own result is off by NaN",
     );
-    assert!(
-        stderr.contains("1 of 2 shapes could not be tuned (each is said above; the rows of the other 1 are written)"),
-        "{stderr}"
-    );
+    assert_has(&stderr, "1 of 2 shapes could not be tuned (each is said above; the rows of the other 1 are written)");
     let folder = common::profile_folder(&dir.join("profiles"));
     let rows = std::fs::read_to_string(folder.join("tunableop_results0.csv")).unwrap();
-    assert!(rows.contains("tn_64_16_64_ld_64_64_64"), "{rows}");
+    assert_has(&rows, "tn_64_16_64_ld_64_64_64");
     assert!(!rows.contains("tn_256_256_512"), "{rows}");
     let (code, stdout, stderr) = run("0");
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(
-        stdout.contains("resuming: 1 of 2 shapes were finished before; 1 to go"),
-        "{stdout}"
+    assert_has(
+        &stdout,
+        "resuming: 1 of 2 shapes were finished before; 1 to go",
     );
 
     // Capture failing part way through a shape (after 3 captures): its graph and events

@@ -6,7 +6,7 @@
 mod common;
 
 use common::lt::{algos, builds_in_trace, key, row, stats, Side};
-use common::{faults::run_guarded, ok, scratch, text, trace, tunedblas_cmd};
+use common::{assert_has, faults::run_guarded, ok, scratch, text, trace, tunedblas_cmd};
 
 /// `test_name(side) { ... }`: a module `test_name` with the test `cublaslt` and the test
 /// `hipblaslt`.
@@ -40,10 +40,7 @@ both! {
         let startup = stderr.lines().next().unwrap_or("");
         assert!(startup.starts_with(&format!("tunedblas: {}: ", s.label)), "{stderr}");
         assert!(startup.contains(s.soname), "{stderr}");
-        assert!(
-            startup.contains(&format!("misses go to {}", dir.join("misses").display())),
-            "{startup}"
-        );
+        assert_has(startup, &format!("misses go to {}", dir.join("misses").display()));
         assert!(trace(&dir).iter().all(|l| l["algo"] == "6" && l["ok"] == "1"));
         assert_eq!(algos(&dir).len(), 3);
         assert_eq!(
@@ -58,10 +55,7 @@ both! {
         assert_eq!(st["calls"], 3, "{st}");
         assert_eq!(st["missed_calls"], 3, "{st}");
         assert_eq!(st["missed_shapes"], 2, "{st}");
-        assert!(
-            stderr.contains(&format!("{}: 3 calls: 0 served, 0 default, 3 missed (2 shapes)", s.label)),
-            "{stderr}"
-        );
+        assert_has(&stderr, &format!("{}: 3 calls: 0 served, 0 default, 3 missed (2 shapes)", s.label));
         let status: Vec<_> = std::fs::read_dir(dir.join("misses"))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -125,7 +119,7 @@ both! {
         let out = run_guarded(s.host_cmd(&dir, true, &["8,8,8", "@storm:6:20"]));
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-        assert!(stdout.contains("storm-hung=0"), "{stdout}");
+        assert_has(&stdout, "storm-hung=0");
     }
 }
 
@@ -170,7 +164,7 @@ both! {
                     out.status,
                     text(&out.stderr)
                 );
-                assert!(text(&out.stdout).contains("cancelled=20"), "{}", text(&out.stdout));
+                assert_has(&text(&out.stdout), "cancelled=20");
             }
         }
     }
@@ -213,10 +207,7 @@ both! {
         assert_eq!(algos(&dir), [s.tuned.1, s.tuned.1], "{stderr}");
         let builds = builds_in_trace(&dir);
         assert_eq!(builds.last().map(String::as_str), Some("2"), "{builds:?}: {stderr}");
-        assert!(
-            stderr.contains(&format!("profile {}2 auto-selected", s.profile)),
-            "{stderr}"
-        );
+        assert_has(&stderr, &format!("profile {}2 auto-selected", s.profile));
         assert_eq!(stats(&dir)["served"], 2, "both builds served their own row: {stderr}");
     }
 }
@@ -255,11 +246,11 @@ both! {
                 .unwrap())
         };
         let none = which(&dir);
-        assert!(none.contains("-> no profile"), "{none}");
-        assert!(none.contains(&format!("(build {})", &s.sha[..12])), "{none}");
+        assert_has(&none, "-> no profile");
+        assert_has(&none, &format!("(build {})", &s.sha[..12]));
         s.profile(&dir, &[row(&key(8, 8, 8), s.tuned.0)]);
         let out = which(&dir);
-        assert!(out.contains(&format!("-> profile '{}'", s.profile)), "{out}");
+        assert_has(&out, &format!("-> profile '{}'", s.profile));
         assert!(!out.contains("rocBLAS"), "worded for {}: {out}", s.label);
         let host = run_guarded(s.host_cmd(&dir, true, &["8,8,8"]));
         let stderr = text(&host.stderr);
@@ -290,16 +281,16 @@ both! {
         s.profile(&dir, &[row(&key(64, 8, 64), s.tuned.0), row(&key(64, 4, 64), "Default")]);
         let out = verify(&dir, "8192");
         let said = ok(&out);
-        assert!(said.contains(&format!("({})", s.label)), "{said}");
-        assert!(said.contains("2 rows replayed on 1 device: rows hit 2/2, 0 missed calls, 0 fallbacks -> OK"), "{said}");
+        assert_has(&said, &format!("({})", s.label));
+        assert_has(&said, "2 rows replayed on 1 device: rows hit 2/2, 0 missed calls, 0 fallbacks -> OK");
 
         let dir = scratch(&format!("{}-verify-big", s.name));
         s.profile(&dir, &[row(&key(64, 8, 64), s.big.0)]);
         let out = verify(&dir, "0");
         let said = text(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "{said}{}", text(&out.stderr));
-        assert!(said.contains("FAILED"), "{said}");
-        assert!(said.contains("1 of 1 replayed calls were passed through, not served"), "{said}");
+        assert_has(&said, "FAILED");
+        assert_has(&said, "1 of 1 replayed calls were passed through, not served");
         assert!(ok(&verify(&dir, "8192")).contains("rows hit 1/1"), "enough workspace: served");
     }
 }

@@ -95,7 +95,7 @@ fn processes_and_ranks_add_up_into_chunk_decode_families() {
     let out = misses(&[miss_dir.to_str().unwrap()]);
     let t = text(&out.stdout);
     assert_has(&t, "5 shapes, 65 calls, from 2 processes, rank 0,1");
-    assert!(t.contains("512 + 1..3"), "{t}");
+    assert_has(&t, "512 + 1..3");
 
     // A process killed before it wrote counts: its shapes count once, marked as a bound.
     let only_log = scratch("misses-cli-killed");
@@ -106,8 +106,8 @@ fn processes_and_ranks_add_up_into_chunk_decode_families() {
     .unwrap();
     let out = misses(&[only_log.to_str().unwrap()]);
     let t = text(&out.stdout);
-    assert!(t.contains("lower bounds"), "{t}");
-    assert!(t.contains("1+"), "{t}");
+    assert_has(&t, "lower bounds");
+    assert_has(&t, "1+");
     // No such folder: exit 1 with a hint.
     let out = misses(&["/nonexistent/misses"]);
     assert_eq!(out.status.code(), Some(1));
@@ -191,11 +191,7 @@ fn prune_removes_only_ended_processes_files() {
         "served",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("pruned the files of 1 ended processes"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "pruned the files of 1 ended processes");
     // The served process's log, counts and status went; the rest stayed.
     assert_eq!(count(&misses_dir), before - 3);
     assert!(misses_dir.join(format!("{me}-rank0.csv")).is_file());
@@ -205,11 +201,7 @@ fn prune_removes_only_ended_processes_files() {
     let out = misses(&[misses_dir.to_str().unwrap(), "--prune", "1"]);
     assert!(text(&out.stderr).contains("pruned the files of 0 ended"));
     let out = misses(&[misses_dir.to_str().unwrap(), "--prune", "0"]);
-    assert!(
-        text(&out.stderr).contains("pruned the files of 1 ended"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "pruned the files of 1 ended");
     assert_eq!(count(&misses_dir), 2);
     // A bad value is a usage error.
     let out = misses(&[misses_dir.to_str().unwrap(), "--prune", "soon"]);

@@ -250,7 +250,7 @@ fn predicted_cells_are_the_problems_coverage_lists() {
         let (n, k) = if label.contains("N=64 K=40") {
             (64, 40)
         } else {
-            assert!(label.contains("N=96 K=32"), "{label}");
+            assert_has(label, "N=96 K=32");
             (96, 32)
         };
         for cell in row["cells"].as_array().unwrap() {

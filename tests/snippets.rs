@@ -135,12 +135,12 @@ fn the_dockerfile_context_holds_what_it_copies_and_the_store_is_a_volume() {
     let prefix = context.join("dist");
     assert!(prefix.join("bin/tunedblas").is_file());
     let docker = snippet(&prefix, "docker", &[]);
-    assert!(
-        docker.contains(&format!(
+    assert_has(
+        &docker,
+        &format!(
             "#   here: {} (its dist/ is this installation)",
             context.display()
-        )),
-        "{docker}"
+        ),
     );
     check_dockerfile(&docker, &context);
 

@@ -121,8 +121,8 @@ fn status_shows_a_running_hosts_counters_and_its_prometheus_file_parses() {
         .output()
         .unwrap();
     let shown = ok(&out);
-    assert!(shown.contains("running"), "{shown}");
-    assert!(shown.contains("305 missed (5 shapes)"), "{shown}");
+    assert_has(&shown, "running");
+    assert_has(&shown, "305 missed (5 shapes)");
     // The Prometheus file of the live process parses and carries the same numbers.
     let prom = files_ending(&miss_dir, ".prom");
     assert_eq!(prom.len(), 1, "{prom:?}");
@@ -132,7 +132,7 @@ fn status_shows_a_running_hosts_counters_and_its_prometheus_file_parses() {
         .find(|(n, l, _)| n == "tunedblas_calls_total" && l.contains("outcome=\"missed\""))
         .expect("a missed counter");
     assert_eq!(missed.2, 305.0);
-    assert!(missed.1.contains(&format!("pid=\"{pid}\"")), "{}", missed.1);
+    assert_has(&missed.1, &format!("pid=\"{pid}\""));
     assert!(samples
         .iter()
         .any(|(n, l, v)| n == "tunedblas_missed_shapes" && l.contains("rank=\"0\"") && *v == 5.0));
@@ -245,7 +245,7 @@ fn a_killed_process_is_gone_and_a_reused_pid_is_not_taken_for_it() {
         .output()
         .unwrap();
     let shown = ok(&out);
-    assert!(shown.contains("gone"), "{shown}");
+    assert_has(&shown, "gone");
     assert!(!miss_dir.join(format!("{host}-{me}-1.prom")).exists());
     assert!(
         files_ending(&miss_dir, ".prom").is_empty(),
@@ -605,7 +605,7 @@ fn a_folder_of_another_user_is_read_as_that_user() {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         let err = text(&out.stderr);
         assert!(!out.status.success());
-        assert!(err.contains("it is yours, but its mode 0000"), "{err}");
+        assert_has(&err, "it is yours, but its mode 0000");
         assert!(!err.contains("set TUNEDBLAS_MISS_DIR"), "{err}");
         return;
     }
@@ -615,14 +615,11 @@ fn a_folder_of_another_user_is_read_as_that_user() {
     let out = as_reader(&dir);
     let err = text(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(
-        err.contains(&format!(
+    assert_has(&err, &format!(
             "it belongs to user 'root' (mode 0700): the interposer keeps its files to the user it runs as; read them as that user: sudo -u root {} status {}",
             tunedblas().display(),
             dir.display()
-        )),
-        "{err}"
-    );
+        ));
     assert!(!err.contains("set TUNEDBLAS_MISS_DIR"), "{err}");
     // A folder the reader may list (0755) still holds files only their user reads.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();

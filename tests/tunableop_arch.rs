@@ -44,22 +44,16 @@ fn adopt_refuses_a_file_of_another_architecture_unless_forced() {
     let out = profiles(&dir, &["adopt", "--arch", "gfx90a", f]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let err = text(&out.stderr);
-    assert!(
-        err.contains(&format!("refusing {f}: its GCN_ARCH_NAME is gfx942:sramecc+:xnack-, --arch says gfx90a: PyTorch drops a file tuned on another architecture")),
-        "{err}"
-    );
-    assert!(err.contains("--force adopts it anyway"), "{err}");
+    assert_has(&err, &format!("refusing {f}: its GCN_ARCH_NAME is gfx942:sramecc+:xnack-, --arch says gfx90a: PyTorch drops a file tuned on another architecture"));
+    assert_has(&err, "--force adopts it anyway");
     assert!(
         !dir.join("profiles/rocblas-4.4.0.5f2e9c71").exists(),
         "nothing written"
     );
     // The device's own architecture (its feature flags are not compared): adopted.
     let out = ok(&profiles(&dir, &["adopt", "--arch", "gfx942", f]));
-    assert!(
-        out.contains("GCN_ARCH_NAME gfx942:sramecc+:xnack-: --arch gfx942"),
-        "{out}"
-    );
-    assert!(out.contains("adopted 1 rows"), "{out}");
+    assert_has(&out, "GCN_ARCH_NAME gfx942:sramecc+:xnack-: --arch gfx942");
+    assert_has(&out, "adopted 1 rows");
     // Forced, with what it overrode said.
     let dir = scratch("arch-adopt-force");
     let file = pytorch_file(&dir.join("pytorch"), "gfx942");
@@ -73,11 +67,9 @@ fn adopt_refuses_a_file_of_another_architecture_unless_forced() {
             file.to_str().unwrap(),
         ],
     ));
-    assert!(
-        out.contains(
-            "adopted with --force although its GCN_ARCH_NAME is gfx942, --arch says gfx1100"
-        ),
-        "{out}"
+    assert_has(
+        &out,
+        "adopted with --force although its GCN_ARCH_NAME is gfx942, --arch says gfx1100",
     );
 }
 
@@ -94,17 +86,14 @@ fn which_says_a_file_by_path_was_tuned_on_another_architecture() {
         run(cmd)
     };
     let out = ok(&which(&["--arch", "gfx90a"]));
-    assert!(
-        out.contains(&format!(
+    assert_has(
+        &out,
+        &format!(
             "{}: WRONG ARCHITECTURE: its GCN_ARCH_NAME is gfx942, --arch says gfx90a",
             file.display()
-        )),
-        "{out}"
+        ),
     );
-    assert!(
-        out.contains("the interposer serves it all the same today"),
-        "{out}"
-    );
+    assert_has(&out, "the interposer serves it all the same today");
     let v: Value = serde_json::from_str(&ok(&which(&["--arch", "gfx90a", "--json"]))).unwrap();
     assert_eq!(v["arch"][0]["check"]["verdict"], "other", "{v}");
     let v: Value = serde_json::from_str(&ok(&which(&["--arch", "gfx942", "--json"]))).unwrap();
@@ -112,9 +101,9 @@ fn which_says_a_file_by_path_was_tuned_on_another_architecture() {
     // With no --arch: this machine's GPUs, where the driver shows any.
     let out = ok(&which(&[]));
     if !Path::new("/sys/class/kfd/kfd/topology/nodes").exists() {
-        assert!(
-            out.contains("GCN_ARCH_NAME gfx942 not checked: no AMD GPU is visible here"),
-            "{out}"
+        assert_has(
+            &out,
+            "GCN_ARCH_NAME gfx942 not checked: no AMD GPU is visible here",
         );
     }
 }

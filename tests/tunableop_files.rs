@@ -74,13 +74,13 @@ fn import_keeps_the_shapes_of_hipblaslt_rows() {
     let lt = dir.join("c27e-hipblaslt.csv");
     std::fs::write(&lt, lt_text).unwrap();
     let out = import(&dir, &[&lt]);
-    assert!(out.contains("70 new shapes imported"), "{out}");
+    assert_has(&out, "70 new shapes imported");
     assert_has(&out, "70 shapes taken from hipBLASLt-tuned rows");
     assert_eq!(waiting(&dir).len(), 70);
     // The original names the same 70 shapes: none new, and said so.
     let out = import(&dir, &[&original]);
-    assert!(out.contains("0 new shapes imported"), "{out}");
-    assert!(out.contains("70 shapes were already waiting"), "{out}");
+    assert_has(&out, "0 new shapes imported");
+    assert_has(&out, "70 shapes were already waiting");
     assert_eq!(waiting(&dir).len(), 70);
     assert!(waiting(&dir).iter().all(|l| !l.contains("Hipblaslt")));
 }
@@ -107,7 +107,7 @@ GemmTunableOp_tf32_NN,nn_64_32_16_ld_64_16_64,Gemm_Hipblaslt_19,0.01
     )
     .unwrap();
     let out = import(&dir, &[&f]);
-    assert!(out.contains("2 new shapes imported"), "{out}");
+    assert_has(&out, "2 new shapes imported");
     assert_has(&out, "2 shapes taken from tf32 rows, as f32 GEMMs");
     for line in [
         "2 rows skipped: GemmAndBias",
@@ -208,18 +208,18 @@ fn adopt_keeps_ids_this_build_accepts_and_lists_the_others() {
         ],
     );
     let out = ok(&run(adopt_cmd(&dir, &file)));
-    assert!(
-        out.contains(&format!(
+    assert_has(
+        &out,
+        &format!(
             "refused {}",
             row(BAD, &format!("Gemm_Rocblas_{bad}"))
                 .rsplit_once(',')
                 .unwrap()
                 .0
-        )),
-        "{out}"
+        ),
     );
-    assert!(out.contains("adopted 2 rows"), "{out}");
-    assert!(out.contains("1 refused by check_solution_index"), "{out}");
+    assert_has(&out, "adopted 2 rows");
+    assert_has(&out, "1 refused by check_solution_index");
     let folder = dir.join("profiles/rocblas-4.4.0.5f2e9c71");
     let rows = rank_rows(&folder, 0);
     let sol = |spec: &str| {
@@ -259,7 +259,7 @@ fn adopt_refuses_a_file_made_with_another_rocblas() {
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert_has(&err, "Validator ROCBLAS_VERSION is 5.6.0.c83a10d4");
-    assert!(err.contains("profiles import"), "{err}");
+    assert_has(&err, "profiles import");
     assert!(!dir.join("profiles/profiles.json").exists());
 }
 
@@ -293,7 +293,7 @@ fn a_path_serves_pytorch_files_whose_rocblas_version_is_the_loaded_one() {
         let file = pytorch_file(&dir.join("pytorch"), V4, &rows);
         let path = if by_file { file } else { dir.join("pytorch") };
         let (err, t) = host_with_path(&dir, GOOD, &path);
-        assert!(err.contains("selected by TUNEDBLAS_PROFILE"), "{err}");
+        assert_has(&err, "selected by TUNEDBLAS_PROFILE");
         assert!(!err.contains("time_ms"), "Default,inf is read: {err}");
         assert_eq!(t.len(), 1, "{t:?}");
         assert_eq!(t[0]["solution"], good.to_string(), "{err}");
@@ -329,12 +329,10 @@ fn a_path_made_with_another_rocblas_is_refused_and_names_a_command_that_works() 
         .unwrap()
         .to_path_buf();
     let (err, t) = host_with_path(&dir, GOOD, &folder);
-    assert!(err.contains("refusing TUNEDBLAS_PROFILE="), "{err}");
-    assert!(
-        err.contains(
-            "Validator ROCBLAS_VERSION is 5.6.0.c83a10d4, but the loaded rocBLAS is 4.4.0"
-        ),
-        "{err}"
+    assert_has(&err, "refusing TUNEDBLAS_PROFILE=");
+    assert_has(
+        &err,
+        "Validator ROCBLAS_VERSION is 5.6.0.c83a10d4, but the loaded rocBLAS is 4.4.0",
     );
     assert_eq!(t[0]["heuristic"], "1", "nothing served");
     // Another build's ids: its shapes can be imported to tune, and the command given works
@@ -351,7 +349,7 @@ fn a_path_made_with_another_rocblas_is_refused_and_names_a_command_that_works() 
     )
     .unwrap();
     let (err, t) = host_with_path(&dir, GOOD, &dir.join("pytorch"));
-    assert!(err.contains("has no Validator ROCBLAS_VERSION"), "{err}");
+    assert_has(&err, "has no Validator ROCBLAS_VERSION");
     assert_eq!(t[0]["heuristic"], "1");
     let out = run_the_hint(&dir, &err, "import");
     assert!(
@@ -385,7 +383,7 @@ fn profiles_which_follows_a_path_as_the_interposer_does() {
     let mut cmd = tunedblas_cmd(&dir, &["profiles", "which", lib.to_str().unwrap()]);
     cmd.env("TUNEDBLAS_PROFILE", &file);
     let out = ok(&run(cmd));
-    assert!(out.contains("selected by TUNEDBLAS_PROFILE"), "{out}");
+    assert_has(&out, "selected by TUNEDBLAS_PROFILE");
     let lib5 = artifacts().lib5();
     let mut cmd = tunedblas_cmd(&dir, &["profiles", "which", lib5.to_str().unwrap()]);
     cmd.env("TUNEDBLAS_PROFILE", &file);

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{ok, scratch, text};
+use common::{assert_has, ok, scratch, text};
 use serde_json::Value;
 
 /// One library's stand-in, as the tests drive it.
@@ -153,11 +153,9 @@ fn fresh_process_confirms_every_adoption(b: &Backend, dir: &Path) {
         "{stderr}\n{}",
         text(&out.stdout)
     );
-    assert!(
-        stderr.contains(
-            "fresh process: 1 of 1 proposed rows confirmed by the 3% margin, 0 withdrawn"
-        ),
-        "{stderr}"
+    assert_has(
+        &stderr,
+        "fresh process: 1 of 1 proposed rows confirmed by the 3% margin, 0 withdrawn",
     );
     let o = &outcomes(&dir.join("profiles"))[0];
     assert!(adopted(o).is_some(), "{o}");
@@ -173,9 +171,9 @@ fn fresh_process_confirms_every_adoption(b: &Backend, dir: &Path) {
     let mut cmd = b.cmd(dir, &["confirm", "--trials", "5", "--rest", "0"]);
     cmd.arg("--profiles").arg(dir.join("profiles"));
     let said = ok(&cmd.output().unwrap());
-    assert!(
-        said.contains("confirm: 1 of 1 tuned rows still win (0 false adopts; 1 by the 3% margin)"),
-        "{said}"
+    assert_has(
+        &said,
+        "confirm: 1 of 1 tuned rows still win (0 false adopts; 1 by the 3% margin)",
     );
     // Told not to, a campaign confirms in this process only.
     let out = b.tune(dir, "in-process", 1, &["--confirm", "off"]);
@@ -272,7 +270,7 @@ fn one_worker_per_device_and_every_adoption_qualified_on_each(b: &Backend, dir: 
     }
     let out = cmd.output().unwrap();
     let stdout = ok(&out);
-    assert!(stdout.contains("on devices 0,1"), "{stdout}");
+    assert_has(&stdout, "on devices 0,1");
     let o = outcomes(&dir.join("profiles"));
     let mut devices: Vec<i64> = o.iter().map(|o| o["device"].as_i64().unwrap()).collect();
     devices.sort();
@@ -280,11 +278,9 @@ fn one_worker_per_device_and_every_adoption_qualified_on_each(b: &Backend, dir: 
     // Each stand-in's heuristic is far slower than its best (70-90%): both shapes adopt,
     // and every adoption is qualified on both devices.
     assert!(o.iter().all(|o| adopted(o).is_some()), "{o:?}");
-    assert!(
-        stdout.contains(
-            "qualification on 2 devices against a high-precision reference: 2 of 2 adoptions pass"
-        ),
-        "{stdout}"
+    assert_has(
+        &stdout,
+        "qualification on 2 devices against a high-precision reference: 2 of 2 adoptions pass",
     );
     // A device the runtime does not have is exit 4.
     let mut cmd = b.cmd(dir, &["tune", "--devices", "7", "--shape", b.shapes[0]]);
@@ -308,10 +304,7 @@ fn the_search_stays_within_its_budget(b: &Backend, dir: &Path) {
         &["--budget", "0", "--no-limits", "--confirm", "off"],
     );
     let stdout = ok(&out);
-    assert!(
-        stdout.contains("screening every candidate of every shape"),
-        "{stdout}"
-    );
+    assert_has(&stdout, "screening every candidate of every shape");
     let s = &outcomes(&dir.join("profiles"))[0]["tuned"]["screen"];
     let (listed, probed) = (s["listed"].as_u64().unwrap(), s["probed"].as_u64().unwrap());
     assert!(probed > 1 && !s["out_of_time"].as_bool().unwrap(), "{s}");

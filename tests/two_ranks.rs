@@ -75,7 +75,7 @@ fn two_ranks_record_tune_verify_and_serve_their_own_rank_files() {
         .env("REFBLAS_SLOW_HEURISTIC", "2")
         .args(["--rest", "0"]);
     let out = ok(&run(tune));
-    assert!(out.contains("on devices 0,1"), "{out}");
+    assert_has(&out, "on devices 0,1");
     // Every rank's rows verified on its device.
     let mut verify = tunedblas_cmd(&dir, &["verify", "--lib", lib.to_str().unwrap()]);
     verify.env("REFBLAS_DEVICES", "2");

@@ -74,11 +74,7 @@ fn verify_stats_fails_on_a_missed_call_in_any_backend() {
         &shown,
         "2 calls missed (1 shapes with no row, not served near)",
     );
-    assert!(
-        text(&out.stderr).contains("not verified"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_has(&text(&out.stderr), "not verified");
 
     // rocBLAS clean, hipBLASLt beside it (the file the interposer writes there when both
     // ran) with a missed call and a row never hit: named by its backend.

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF, R_16F, R_32F};
 
+use crate::common::assert_has;
 use crate::suite::{out_text, Suite, LIBDIR};
 
 /// Debian's `libhipblaslt.so.1.1` of `libhipblaslt1` 7.1.1+dfsg-4, whose row parser sits at
@@ -90,10 +91,7 @@ pub fn check(s: &Suite) {
     // The build says of itself what a file for it must say.
     let (_, rev) = probe(s, &inside, "revision");
     let line = &rev[0];
-    assert!(
-        line.contains("status=0 version_status=0 version=100100"),
-        "{line}"
-    );
+    assert_has(line, "status=0 version_status=0 version=100100");
     let revision = line
         .split_once("rev=[")
         .and_then(|(_, r)| r.strip_suffix(']'))
@@ -125,7 +123,7 @@ pub fn check(s: &Suite) {
         ),
     );
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("checked HIPBLASLT_VERSION: matches"), "{out}");
+    assert_has(&out, "checked HIPBLASLT_VERSION: matches");
     assert!(
         out.contains("adopted 4 rows") && out.contains("1 `*` rows"),
         "{out}"

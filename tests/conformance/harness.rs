@@ -328,10 +328,7 @@ pub fn gemm_tune_export_matches_what_the_library_reads(s: &Suite) {
     if reads {
         assert_eq!(code, Some(0), "{}: {out}{err}", s.name);
         let body = std::fs::read_to_string(host.join("override.csv")).unwrap();
-        assert!(
-            body.contains("ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH="),
-            "{body}"
-        );
+        assert_has(&body, "ROCBLAS_TENSILE_GEMM_OVERRIDE_PATH=");
     } else {
         assert_eq!(
             code,

@@ -197,7 +197,7 @@ fn the_64_api_where_the_library_has_it_rocblas_6_4() {
             "cd {inside} && gcc -o probe probe.c -lrocblas -ldl"
         ));
         let (plain, _) = out_text(&s.sh(&format!("cd {inside} && ./probe")));
-        assert!(plain.contains("librocblas.so.4"), "{plain}");
+        common::assert_has(&plain, "librocblas.so.4");
         let pre = s.sh(&format!(
             "cd {inside} && {} ./probe",
             preload_env(s, &inside)

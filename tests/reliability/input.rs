@@ -88,12 +88,12 @@ fn an_unreadable_rank_file_is_reported_and_the_others_serve() {
     std::fs::create_dir_all(&rank1).unwrap();
     let out = run_guarded(fault_cmd(&dir, true, &[HIT]));
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains(&format!(
+    assert_has(
+        &stderr,
+        &format!(
             "{}: unreadable (Is a directory (os error 21)); rank 1 serves nothing",
             rank1.display()
-        )),
-        "{stderr}"
+        ),
     );
     let stderr = run_served("rel-unreadable", &dir, &[]);
     assert_has(&stderr, "(1 rows, rank 0)");

@@ -134,7 +134,7 @@ fn forked(name: &str, step: &str) -> (std::path::PathBuf, std::process::Output) 
     let dir = scratch_with_hit(name, HIT);
     let (out, _) = run_ok(fault_cmd(&dir, true, &[step]));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("child=0\n"), "{stdout}");
+    assert_has(&stdout, "child=0\n");
     (dir, out)
 }
 
@@ -719,7 +719,7 @@ fn relative_miss_and_stats_paths_survive_a_chdir() {
     assert_eq!(lines.len(), 2);
     assert_eq!(counts.len(), 2);
     let stats = std::fs::read_to_string(dir.join("stats.json")).expect("stats where asked");
-    assert!(stats.contains("\"missed_shapes\": 2"), "{stats}");
+    assert_has(&stats, "\"missed_shapes\": 2");
 }
 
 #[test]

@@ -332,10 +332,7 @@ fn gained_changed_and_removed(b: &Backend, dir: &Path) {
         assert_eq!(stderr.matches(line).count(), 1, "{line}: {stderr}");
     }
     assert_eq!(stderr.matches("reloaded").count(), 3, "{stderr}");
-    assert!(
-        stderr.contains(&format!("{}: profile lt", b.side.label)),
-        "{stderr}"
-    );
+    assert_has(&stderr, &format!("{}: profile lt", b.side.label));
     // Missed, then each row as a fresh process ran it, then missed again: in that order.
     let t: Vec<_> = traced(&dir.join("trace.log"));
     let algos: Vec<String> = t.iter().map(|l| l["algo"].clone()).collect();
@@ -515,7 +512,7 @@ fn a_fork_child_during_a_reload(b: &Backend, dir: &Path) {
     open(dir, "go");
     let (status, stdout, stderr) = host.end();
     assert!(status.success(), "{status:?}: {stderr}");
-    assert!(stdout.contains("hold-child=0"), "{stdout}");
+    assert_has(&stdout, "hold-child=0");
     // Two summaries: the child's and the parent's.
     assert_eq!(stderr.matches(" calls: ").count(), 2, "{stderr}");
     let child = algos_of(&dir.join("trace.log"), &child_fresh);

@@ -226,7 +226,7 @@ fn watch_follows_the_misses_and_the_running_host_is_served() {
     std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut werr).unwrap();
     let status = watch.wait().unwrap();
     assert!(status.success(), "watch: {status:?}: {werr}");
-    assert!(werr.contains("watch: stopped"), "{werr}");
+    assert_has(&werr, "watch: stopped");
     assert!(
         werr.contains("new rows"),
         "a round reported its rows: {werr}"

@@ -51,7 +51,7 @@ fn an_id_that_validates_but_fails_when_run_falls_back() {
         cmd.env("REFBLAS_FAIL_SOLUTIONS", sol.to_string());
         text(&run_guarded(cmd).stdout)
     };
-    assert!(listed.contains(&sol.to_string()), "{listed}");
+    assert_has(&listed, &sol.to_string());
     // ... but asking for it directly fails at run time.
     let mut direct = host4_cmd(
         &scratch("rel-runfail-direct"),

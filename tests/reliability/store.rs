@@ -130,7 +130,7 @@ fn eight_merges_at_once_keep_every_row() {
     }
     for out in run_all_at_once(cmds) {
         let stdout = succeeded(&out);
-        assert!(stdout.contains("1 rows added"), "{stdout}");
+        assert_has(&stdout, "1 rows added");
     }
     want.sort();
     for rank in 0..2 {
