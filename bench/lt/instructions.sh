@@ -9,7 +9,11 @@
 # pass-through (serving switched off with tunedblas_<lib>_serving(0)). The main thread's
 # own count (--separate-threads), as scripts/bench does.
 #
-# usage: bench/lt/instructions.sh hipblaslt|cublaslt [PRELOAD.so]
+# With BREAKDOWN=1, each path is followed by the preload's share split by function (its
+# self cost per call, code inlined into a function counted in it; the hook's name for the
+# thin export that packs a matmul's arguments): where a redesign has to cut.
+#
+# usage: [BREAKDOWN=1] bench/lt/instructions.sh hipblaslt|cublaslt [PRELOAD.so]
 #   (after `cargo build --release -p tunedblas-preload` and one run of the backend's tests,
 #   `cargo test --test hipblaslt` / `--test cublaslt`, which build the stand-in and host)
 set -euo pipefail
@@ -69,6 +73,30 @@ per_call() { # mode -> instructions per call
   a="$(count "$1" 11000)"
   echo $(( (a - b + 5000) / 10000 ))
 }
+breakdown() { # mode -> the preload's self instructions per call, by function
+  echo "$1: instructions per call in libtunedblas.so, by function (self, inlined code included)"
+  python3 - "$work/cg-$1-1000-01" "$work/cg-$1-11000-01" <<'PY'
+import collections, re, subprocess, sys
+def by_function(path):
+    out = subprocess.run(["callgrind_annotate", "--auto=no", "--inclusive=no", "--threshold=100", path],
+                         capture_output=True, text=True, check=True).stdout
+    cost = collections.Counter()
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+?):(.+?)(?:\s+\[(.*)\])?$", line)
+        # (A library function entered through the preload's trampoline of the same name
+        # can be filed under libtunedblas.so: it has no source file, "???".)
+        if m and m.group(2) != "???" and ("tunedblas::" in m.group(3) or "libtunedblas" in (m.group(4) or "")):
+            name = m.group(3).strip().removeprefix("tunedblas::")
+            cost[name] += int(m.group(1).replace(",", ""))
+    return cost
+short, long = by_function(sys.argv[1]), by_function(sys.argv[2])
+rows = {k: (long[k] - short.get(k, 0)) / 10000 for k in long}
+for k, v in sorted(rows.items(), key=lambda r: -r[1]):
+    if v >= 1:
+        print(f"  {v:7.0f}  {k}")
+print(f"  {sum(rows.values()):7.0f}  (all)")
+PY
+}
 plain="$(per_call plain)"
 echo "$backend stand-in, F.linear 64,8,64 (descriptor + 3 layouts made, 2 attributes set, heuristic, matmul, all destroyed); $preload"
 echo
@@ -79,4 +107,9 @@ for mode in served miss pass; do
   n="$(per_call "$mode")"
   case "$mode" in served) name="served row" ;; miss) name="repeat miss" ;; pass) name="pass-through (serving off)" ;; esac
   echo "| $name | $n | $((n - plain)) |"
+  [ -n "${BREAKDOWN:-}" ] && breakdown "$mode" >> "$work/breakdown"
 done
+if [ -n "${BREAKDOWN:-}" ]; then
+  echo
+  cat "$work/breakdown"
+fi
