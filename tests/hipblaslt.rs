@@ -235,6 +235,31 @@ fn a_tuned_call_failing_with_the_callers_own_is_not_counted_against_the_row() {
     assert!(!stderr.contains("re-tune"), "{stderr}");
 }
 
+/// Under a file size limit smaller than the exception guard (16 KB, written to a memfd at
+/// start-up, RLIMIT_FSIZE applies to it too) the guard cannot be loaded: one line says so,
+/// index rows pass through (the caller's own algorithm runs) and the host runs as without
+/// the preload.
+#[test]
+fn a_file_size_limit_below_the_guard_passes_index_rows_through() {
+    let dir = scratch("hiplt-fsize-guard");
+    lt().profile(&dir, &[row(&key(8, 8, 8), lt().tuned.0)]);
+    let mut cmd = lt().host_cmd(&dir, true, &["8,8,8", "8,8,8"]);
+    common::faults::with_file_size_limit(&mut cmd, 2010);
+    let out = common::faults::run_guarded(cmd);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_has(
+        &stderr,
+        "the exception guard for hipblaslt_ext could not be loaded",
+    );
+    assert_eq!(
+        algos(&dir),
+        ["6", "6"],
+        "the caller's own algorithm: {stderr}"
+    );
+    assert_eq!(stats(&dir)["served"], 0, "{stderr}");
+}
+
 #[test]
 fn without_the_preload_or_disabled_nothing_changes() {
     let dir = scratch("hiplt-plain");

@@ -64,11 +64,12 @@ pub fn algos(dir: &Path) -> Vec<String> {
     trace(dir).iter().map(|l| l["algo"].clone()).collect()
 }
 
-/// The stand-in build each traced matmul ran in, where it says.
+/// The stand-in build each traced matmul ran in (the hipBLASLt stand-in names only its
+/// second build: "1" where a line names none).
 pub fn builds_in_trace(dir: &Path) -> Vec<String> {
     trace(dir)
         .iter()
-        .filter_map(|t| t.get("build").cloned())
+        .map(|t| t.get("build").map_or("1", String::as_str).to_owned())
         .collect()
 }
 
@@ -111,6 +112,21 @@ impl Side {
             serde_json::json!({ "profiles": reg }).to_string(),
         )
         .unwrap();
+    }
+
+    /// The rank-0 results file of [`Side::profile`]'s profile.
+    pub fn rank_file(&self, dir: &Path) -> PathBuf {
+        dir.join("profiles")
+            .join(self.profile)
+            .join("tunableop_results0.csv")
+    }
+
+    /// The profile's validator lines, as a results file starts.
+    pub fn validator_lines(&self) -> String {
+        self.validators
+            .iter()
+            .map(|(k, v)| format!("Validator,{k},{v}\n"))
+            .collect()
     }
 
     pub fn host(&self, dir: &Path, preload: bool, calls: &[&str]) -> Output {
