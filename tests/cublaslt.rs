@@ -12,19 +12,8 @@ use std::path::Path;
 use std::process::Command;
 
 use common::lt::{cublaslt as lt, cudart, key, row, stats, TUNED};
-use common::{artifacts, assert_has, scratch, text, trace};
+use common::{assert_has, scratch, text, trace};
 use tunedblas_core::cublaslt::LtKey;
-
-#[test]
-fn without_the_preload_the_heuristic_runs() {
-    let dir = scratch("lt-plain");
-    let out = lt().host(&dir, false, &["2560,16,1536"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = trace(&dir);
-    assert_eq!(t.len(), 1);
-    assert_eq!(t[0]["algo"], "6");
-    assert!(lt().libdir.join("libcublasLt.so.13").is_file());
-}
 
 #[test]
 fn a_tuned_row_is_rebuilt_and_served_and_other_shapes_still_miss() {
@@ -151,24 +140,6 @@ fn a_key_read_from_a_destroyed_descriptor_is_not_recorded() {
     let s = stats(&dir);
     assert_eq!(s["missed_calls"], 0, "{s}");
     assert_eq!(s["passed_through"], 1, "{s}");
-}
-
-#[test]
-fn disabled_means_untouched() {
-    let dir = scratch("lt-disabled");
-    lt().profile(&dir, &[row(&key(2560, 16, 1536), TUNED)]);
-    let mut cmd = Command::new(&lt().host);
-    cmd.arg(&lt().module)
-        .arg("2560,16,1536")
-        .env("LD_PRELOAD", &artifacts().preload)
-        .env("TUNEDBLAS_DISABLE", "1")
-        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
-        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
-        .env("FAKELT_TRACE", dir.join("trace.log"));
-    let out = cmd.output().unwrap();
-    assert!(out.status.success());
-    assert_eq!(trace(&dir)[0]["algo"], "6");
-    assert!(lt().miss_lines(&dir).is_empty());
 }
 
 /// `tunedblas ARGS` as built, without the environment's choice of cuBLASLt; (exit code,

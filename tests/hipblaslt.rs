@@ -260,45 +260,6 @@ fn a_file_size_limit_below_the_guard_passes_index_rows_through() {
     assert_eq!(stats(&dir)["served"], 0, "{stderr}");
 }
 
-#[test]
-fn without_the_preload_or_disabled_nothing_changes() {
-    let dir = scratch("hiplt-plain");
-    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-    let out = lt().host(&dir, false, &["64,8,64"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(algos(&dir), ["6"]);
-    let dir = scratch("hiplt-disabled");
-    lt().profile(&dir, &[row(&key(64, 8, 64), "Gemm_Hipblaslt_42")]);
-    let out = lt()
-        .host_cmd(&dir, true, &["64,8,64"])
-        .env("TUNEDBLAS_DISABLE", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(algos(&dir), ["6"]);
-    assert!(lt().miss_lines(&dir).is_empty());
-}
-
-/// Threads racing to the first call of a tuned shape: one rebuilds its algorithm, the
-/// others pass through meanwhile instead of waiting for it (a fork child or a signal
-/// handler must never wait on a rebuild); every call is one or the other.
-#[test]
-fn hipblaslt_first_calls_racing_a_rebuild_pass_through_rather_than_wait() {
-    let dir = scratch("hiplt-race");
-    lt().profile(&dir, &[row(&key(8, 8, 8), "Gemm_Hipblaslt_42")]);
-    let out = common::faults::run_guarded(lt().host_cmd(&dir, true, &["@threads:32:50"]));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = stats(&dir);
-    let (served, passed) = (
-        s["served"].as_u64().unwrap(),
-        s["passed_through"].as_u64().unwrap(),
-    );
-    assert_eq!(served + passed, 32 * 50, "{s}");
-    assert!(served > 0, "{s}");
-    let tuned = trace(&dir).iter().filter(|l| l["algo"] == "42").count() as u64;
-    assert_eq!(tuned, served, "{s}");
-}
-
 /// The vLLM project's public TunableOp file from an MI300 (`tests/fixtures/vllm-tunableop`):
 /// `tunedblas profiles adopt` makes it the profile of this hipBLASLt build without re-tuning, and
 /// the interposer loads its hipBLASLt rows as servable (the two rocBLAS rows are left out).

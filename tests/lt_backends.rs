@@ -101,6 +101,44 @@ both! {
 }
 
 both! {
+    /// Without the preload, or with `TUNEDBLAS_DISABLE=1`, the library's heuristic answer
+    /// runs (the stand-in's algorithm 6) and nothing is recorded, whatever the profile holds.
+    fn without_the_preload_or_disabled_nothing_changes(s) {
+        for (what, preload) in [("plain", false), ("disabled", true)] {
+            let dir = scratch(&format!("{}-{what}", s.name));
+            s.profile(&dir, &[row(&key(64, 8, 64), s.tuned.0)]);
+            let mut cmd = s.host_cmd(&dir, preload, &["64,8,64"]);
+            if preload {
+                cmd.env("TUNEDBLAS_DISABLE", "1");
+            }
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+            assert_eq!(algos(&dir), ["6"], "{what}");
+            assert!(s.miss_lines(&dir).is_empty(), "{what}");
+        }
+    }
+}
+
+both! {
+    /// Threads racing to the first call of a tuned shape: one rebuilds its algorithm, the
+    /// others pass through meanwhile instead of waiting for it (a fork child or a signal
+    /// handler must never wait on a rebuild); every call is one or the other.
+    fn first_calls_racing_a_rebuild_pass_through_rather_than_wait(s) {
+        let dir = scratch(&format!("{}-race", s.name));
+        s.profile(&dir, &[row(&key(8, 8, 8), s.tuned.0)]);
+        let out = run_guarded(s.host_cmd(&dir, true, &["@threads:32:50"]));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let st = stats(&dir);
+        let (served, passed) =
+            (st["served"].as_u64().unwrap(), st["passed_through"].as_u64().unwrap());
+        assert_eq!(served + passed, 32 * 50, "{st}");
+        assert!(served > 0, "{st}");
+        let tuned = trace(&dir).iter().filter(|l| l["algo"] == s.tuned.1).count() as u64;
+        assert_eq!(tuned, served, "{st}");
+    }
+}
+
+both! {
     /// `tunedblas_<backend>_serving(0/1)` switches serving inside a process; without the
     /// preload the switch does not exist and the host says so.
     fn serving_can_be_switched_off_and_on_inside_the_process(s) {
