@@ -53,7 +53,7 @@
 //!
 //! A folder `<backend>/` with `mod.rs` (its runtime: a `lifecycle::Lazy`, a
 //! `lifecycle::Backend` for exit and fork, a `recorder::Recorder` for its misses),
-//! `real.rs` (its `hook_table!` and `libs::Registry`), its key building and `serve.rs`;
+//! `real.rs` (its `hook_table!` and `libs::BuildRegistry`), its key building and `serve.rs`;
 //! then its exports in `exports.rs`, one entry in `lifecycle::BACKENDS`, its counters in
 //! `stats.rs`, and `tests/build_properties.rs`'s export list. A library shaped like
 //! cuBLASLt (hipBLASLt was the second) needs less: a `lt::Spec` (its counters, names, how

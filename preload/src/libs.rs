@@ -1,4 +1,4 @@
-//! Which library build a call belongs to, as libraries come and go: one [`Registry`] per
+//! Which library build a call belongs to, as libraries come and go: one [`BuildRegistry`] per
 //! backend (rocBLAS handles from `rocblas_create_handle`, cuBLASLt handles from
 //! `cublasLtCreate`); the rocBLAS case is told here.
 //!
@@ -61,7 +61,7 @@ const SLOTS: usize = 4096;
 /// Its writers are out of line (they run at a handle's create and destroy only).
 ///
 /// All zero when made, so each backend's table (98 KB) lies in `.bss`, apart from its
-/// [`Registry`] (which names its backend, so it is initialized: `.data`).
+/// [`BuildRegistry`] (which names its backend, so it is initialized: `.data`).
 pub struct Handles {
     map: AddressMap<1, SLOTS>,
     /// Set once any handle is in the map (then device lookups are worth a probe).
@@ -107,7 +107,7 @@ impl Handles {
 }
 
 /// What a backend's registry needs to know of it.
-pub struct Backend<H: 'static> {
+pub struct BuildSpec<H: 'static> {
     /// "rocBLAS" or "cuBLASLt", for messages.
     pub what: &'static str,
     /// The function that makes a handle (asked of the caller's own scope).
@@ -149,8 +149,8 @@ macro_rules! handle_store {
 pub(crate) use handle_store;
 
 /// The builds and handles of one backend (its handles in `S`'s table).
-pub struct Registry<H: 'static, S: HandleStore> {
-    backend: Backend<H>,
+pub struct BuildRegistry<H: 'static, S: HandleStore> {
+    backend: BuildSpec<H>,
     builds: ExitLock<Builds>,
     others: [AtomicPtr<H>; OTHERS],
     /// Set once a handle of another build is about to be made: calls then look their
@@ -159,9 +159,9 @@ pub struct Registry<H: 'static, S: HandleStore> {
     handles: std::marker::PhantomData<S>,
 }
 
-impl<H: Scoped, S: HandleStore> Registry<H, S> {
-    pub const fn new(backend: Backend<H>) -> Registry<H, S> {
-        Registry {
+impl<H: Scoped, S: HandleStore> BuildRegistry<H, S> {
+    pub const fn new(backend: BuildSpec<H>) -> BuildRegistry<H, S> {
+        BuildRegistry {
             backend,
             builds: ExitLock::new(Builds {
                 served: None,
@@ -446,7 +446,7 @@ mod tests {
     use crate::cublaslt::real::{LtHooks, LT};
 
     handle_store!(TestHandles);
-    static R: Registry<LtHooks, TestHandles> = Registry::new(Backend {
+    static R: BuildRegistry<LtHooks, TestHandles> = BuildRegistry::new(BuildSpec {
         what: "test",
         create: c"cublasLtCreate",
         hooks: &LT,

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void, CString};
 
 use tunedblas_core::cublaslt::*;
 
-use crate::libs::{handle_store, Backend, Registry};
+use crate::libs::{handle_store, BuildRegistry, BuildSpec};
 
 const CUBLASLT_LIBS: &[&str] = &["libcublasLt.so"];
 const CUDA_LIBS: &[&str] = &["libcuda.so"];
@@ -45,7 +45,7 @@ handle_store!(
     LtHandles
 );
 /// cuBLASLt's builds and handles.
-pub static CUBLASLT: Registry<LtHooks, LtHandles> = Registry::new(Backend {
+pub static CUBLASLT: BuildRegistry<LtHooks, LtHandles> = BuildRegistry::new(BuildSpec {
     what: "cuBLASLt",
     create: c"cublasLtCreate",
     hooks: &LT,

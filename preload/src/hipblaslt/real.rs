@@ -6,7 +6,7 @@ use std::ffi::{c_void, CString};
 
 use tunedblas_core::abi::*;
 
-use crate::libs::{handle_store, Backend, Registry};
+use crate::libs::{handle_store, BuildRegistry, BuildSpec};
 
 const HIPBLASLT_LIBS: &[&str] = &["libhipblaslt.so"];
 const HIP_LIBS: &[&str] = &["libamdhip64.so"];
@@ -42,7 +42,7 @@ handle_store!(
     HipLtHandles
 );
 /// hipBLASLt's builds and handles.
-pub static HIPBLASLT: Registry<HipLtHooks, HipLtHandles> = Registry::new(Backend {
+pub static HIPBLASLT: BuildRegistry<HipLtHooks, HipLtHandles> = BuildRegistry::new(BuildSpec {
     what: "hipBLASLt",
     create: c"hipblasLtCreate",
     hooks: &HIPLT,

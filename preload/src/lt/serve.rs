@@ -345,7 +345,7 @@ pub fn cannot_use(lib: LtLib, solution: &str, key: &LtKey, why: &str) {
 }
 
 /// The [`Library`] items that only name a backend's statics and types: its matmul's type,
-/// its state (`STATE`), its builds (`libs::Registry`), its hook table and its `key` module.
+/// its state (`STATE`), its builds (`libs::BuildRegistry`), its hook table and its `key` module.
 /// Written once here, so a backend's `serve.rs` holds only what differs: how a row's
 /// algorithm is rebuilt.
 macro_rules! library_statics {

@@ -6,7 +6,7 @@ use std::ffi::{c_void, CString};
 
 use tunedblas_core::abi::*;
 
-use crate::libs::{handle_store, Backend, Registry};
+use crate::libs::{handle_store, BuildRegistry, BuildSpec};
 use crate::real::hook_table;
 
 /// The libraries searched when rocBLAS sits in a local scope.
@@ -40,7 +40,7 @@ handle_store!(
     RocblasHandles
 );
 /// rocBLAS's builds and handles.
-pub static ROCBLAS: Registry<Hooks, RocblasHandles> = Registry::new(Backend {
+pub static ROCBLAS: BuildRegistry<Hooks, RocblasHandles> = BuildRegistry::new(BuildSpec {
     what: "rocBLAS",
     create: c"rocblas_create_handle",
     hooks: &HOOKS,
