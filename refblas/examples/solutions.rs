@@ -82,7 +82,7 @@ fn main() {
                 let t = Instant::now();
                 let out = unsafe { gemm::run(flavour, h, &c, true) }.expect("gemm failed");
                 best = best.min(t.elapsed());
-                if let gemm::Outcome::Ran(e) = out {
+                if let gemm::GemmOutcome::Ran(e) = out {
                     ran = e.solution;
                 }
             }

@@ -142,7 +142,7 @@ impl GemmCall {
 
 /// What a successful call did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum GemmOutcome {
     /// m, n or batch_count was 0: nothing to do (not traced).
     QuickReturn,
     /// `check_solution_index`: the solution can solve the problem; nothing ran (not traced).
@@ -244,7 +244,7 @@ pub unsafe fn gemm(flavour: Flavour, handle: Handle, call: &GemmCall) -> Status 
         return status;
     }
     match run_with_faults(flavour, handle, call, !no_compute(), faults) {
-        Ok(Outcome::Ran(e)) => {
+        Ok(GemmOutcome::Ran(e)) => {
             trace::record(&e);
             STATUS_SUCCESS
         }
@@ -262,7 +262,7 @@ pub unsafe fn run(
     handle: Handle,
     call: &GemmCall,
     compute: bool,
-) -> Result<Outcome, Status> {
+) -> Result<GemmOutcome, Status> {
     run_with_faults(flavour, handle, call, compute, &Faults::default())
 }
 
@@ -276,14 +276,14 @@ pub unsafe fn run_with_faults(
     call: &GemmCall,
     compute: bool,
     faults: &Faults,
-) -> Result<Outcome, Status> {
+) -> Result<GemmOutcome, Status> {
     if !check_args(handle, call, false)? {
-        return Ok(Outcome::QuickReturn);
+        return Ok(GemmOutcome::QuickReturn);
     }
     let combo = call.combo().ok_or(STATUS_NOT_IMPLEMENTED)?;
     let choice = flavour.resolve(combo, call.algo, call.solution_index, call.shape())?;
     if call.flags & FLAG_CHECK_SOLUTION_INDEX != 0 {
-        return Ok(Outcome::Checked(choice));
+        return Ok(GemmOutcome::Checked(choice));
     }
     let solution = flavour
         .solution_id(combo, choice.kernel)
@@ -311,7 +311,7 @@ pub unsafe fn run_with_faults(
             Combo::F64 => execute::<combo::F64>(choice, call)?,
         }
     }
-    Ok(Outcome::Ran(Executed {
+    Ok(GemmOutcome::Ran(Executed {
         func: call.func,
         lib: flavour.soname(),
         solution,

@@ -41,7 +41,7 @@ pub use tunedblas_core::abi;
 
 pub use combo::Combo;
 pub use flavour::Flavour;
-pub use gemm::{GemmCall, Layout, Outcome};
+pub use gemm::{GemmCall, GemmOutcome, Layout};
 pub use solutions::{Kernel, Shape};
 
 #[cfg(test)]

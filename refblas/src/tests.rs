@@ -4,7 +4,7 @@
 
 use crate::combo::Combo;
 use crate::flavour::{Flavour, V5_GEMV, V5_SOURCE_KERNEL};
-use crate::gemm::{self, GemmCall, Layout, Outcome};
+use crate::gemm::{self, GemmCall, GemmOutcome, Layout};
 use crate::kernels::op_index;
 use crate::numeric::{Bf16, F16};
 use crate::solutions::{heuristic, Kernel, Shape};
@@ -248,7 +248,7 @@ impl Problem {
     }
 
     /// Runs with a solution index (algo = solution_index).
-    fn run(&mut self, f: Flavour, index: i32) -> Result<Outcome, Status> {
+    fn run(&mut self, f: Flavour, index: i32) -> Result<GemmOutcome, Status> {
         self.run_with(f, ALGO_SOLUTION_INDEX, index, FLAG_NONE)
     }
 
@@ -258,7 +258,7 @@ impl Problem {
         algo: GemmAlgo,
         index: i32,
         flags: u32,
-    ) -> Result<Outcome, Status> {
+    ) -> Result<GemmOutcome, Status> {
         let call = self.call(algo, index, flags);
         let h = new_handle();
         let r = unsafe { gemm::run(f, h, &call, true) };
@@ -388,7 +388,7 @@ fn every_solution_matches_the_f64_reference() {
                         let out = p.run(f, id).unwrap_or_else(|s| {
                             panic!("{f:?} solution {id} on {case:?}: status {s}")
                         });
-                        let Outcome::Ran(e) = out else {
+                        let GemmOutcome::Ran(e) = out else {
                             panic!("{out:?}")
                         };
                         if id != 0 {
@@ -491,14 +491,14 @@ fn heuristic_runs_its_kernel() {
             });
             let id = f.solution_id(Combo::F32, kernel).unwrap();
             let mut by_standard = Problem::new(case, 1);
-            let Ok(Outcome::Ran(e)) = by_standard.run_with(f, ALGO_STANDARD, 12345, FLAG_NONE)
+            let Ok(GemmOutcome::Ran(e)) = by_standard.run_with(f, ALGO_STANDARD, 12345, FLAG_NONE)
             else {
                 panic!()
             };
             assert!(e.heuristic);
             assert_eq!(e.solution, id);
             let mut by_index = Problem::new(case, 1);
-            let Ok(Outcome::Ran(e)) = by_index.run(f, id) else {
+            let Ok(GemmOutcome::Ran(e)) = by_index.run(f, id) else {
                 panic!()
             };
             assert!(!e.heuristic);
@@ -551,7 +551,7 @@ fn quick_returns(call: GemmCall) -> [GemmCall; 3] {
 
 // ---- index semantics ---------------------------------------------------------------------
 
-fn status_of(r: Result<Outcome, Status>) -> Status {
+fn status_of(r: Result<GemmOutcome, Status>) -> Status {
     match r {
         Ok(_) => STATUS_SUCCESS,
         Err(s) => s,
@@ -569,7 +569,7 @@ fn v4_index_semantics_through_the_call() {
 
     // Valid.
     let mut p = Problem::new(sq, 3);
-    assert!(matches!(p.run(f, reg), Ok(Outcome::Ran(e)) if e.solution == reg && !e.heuristic));
+    assert!(matches!(p.run(f, reg), Ok(GemmOutcome::Ran(e)) if e.solution == reg && !e.heuristic));
     // Unsuitable for the shape, another combination's, missing: invalid_value, D untouched.
     for (case, id) in [(odd, reg), (sq, other), (sq, 999), (sq, 21)] {
         let mut p = Problem::new(case, 3);
@@ -579,19 +579,19 @@ fn v4_index_semantics_through_the_call() {
     // <= 0 is the heuristic.
     for id in [0, -1, -2, -9, i32::MIN] {
         let mut p = Problem::new(odd, 3);
-        assert!(matches!(p.run(f, id), Ok(Outcome::Ran(e)) if e.heuristic));
+        assert!(matches!(p.run(f, id), Ok(GemmOutcome::Ran(e)) if e.heuristic));
     }
     // algo = standard ignores the index, even a bad one.
     let mut p = Problem::new(odd, 3);
     assert!(matches!(
         p.run_with(f, ALGO_STANDARD, reg, FLAG_NONE),
-        Ok(Outcome::Ran(e)) if e.heuristic
+        Ok(GemmOutcome::Ran(e)) if e.heuristic
     ));
     // check_solution_index: validate only, nothing computed.
     let mut p = Problem::new(odd, 3);
     assert!(matches!(
         p.run_with(f, ALGO_SOLUTION_INDEX, panel, FLAG_CHECK_SOLUTION_INDEX),
-        Ok(Outcome::Checked(c)) if c.kernel == Kernel::Panel
+        Ok(GemmOutcome::Checked(c)) if c.kernel == Kernel::Panel
     ));
     assert!((0..p.d.len).all(|i| p.d.get(i) == SENTINEL));
     let mut p = Problem::new(odd, 3);
@@ -602,7 +602,7 @@ fn v4_index_semantics_through_the_call() {
     let mut p = Problem::new(odd, 3);
     assert!(matches!(
         p.run_with(f, ALGO_SOLUTION_INDEX, 0, FLAG_CHECK_SOLUTION_INDEX),
-        Ok(Outcome::Checked(c)) if c.heuristic
+        Ok(GemmOutcome::Checked(c)) if c.heuristic
     ));
 }
 
@@ -617,7 +617,7 @@ fn v5_index_semantics_through_the_call() {
 
     for id in [0, -1] {
         let mut p = Problem::new(sq, 8);
-        assert!(matches!(p.run(f, id), Ok(Outcome::Ran(e)) if e.heuristic));
+        assert!(matches!(p.run(f, id), Ok(GemmOutcome::Ran(e)) if e.heuristic));
     }
     // Positive ids are hipBLASLt's: there are none. Unused small negatives are nothing.
     for id in [1, 2, 100, -3, -10, -11, -12] {
@@ -629,7 +629,7 @@ fn v5_index_semantics_through_the_call() {
         let mut p = Problem::new(case, 8);
         assert!(matches!(
             p.run(f, V5_SOURCE_KERNEL),
-            Ok(Outcome::Ran(e)) if e.solution == -2 && !e.heuristic
+            Ok(GemmOutcome::Ran(e)) if e.solution == -2 && !e.heuristic
         ));
         p.check("source kernel");
     }
@@ -638,12 +638,12 @@ fn v5_index_semantics_through_the_call() {
     assert_eq!(status_of(p.run(f, V5_GEMV)), STATUS_INVALID_VALUE);
     for case in [column, row] {
         let mut p = Problem::new(case, 8);
-        assert!(matches!(p.run(f, V5_GEMV), Ok(Outcome::Ran(e)) if e.solution == -9));
+        assert!(matches!(p.run(f, V5_GEMV), Ok(GemmOutcome::Ran(e)) if e.solution == -9));
         p.check("gemv");
     }
     // Tensile-style: valid for its combination only.
     let mut p = Problem::new(sq, 8);
-    assert!(matches!(p.run(f, tensile), Ok(Outcome::Ran(e)) if e.solution == tensile));
+    assert!(matches!(p.run(f, tensile), Ok(GemmOutcome::Ran(e)) if e.solution == tensile));
     let mut p = Problem::new(Case::new(Combo::F32, true, false, 8, 8, 9), 8);
     assert_eq!(status_of(p.run(f, tensile)), STATUS_INVALID_VALUE);
     // Check-only.
@@ -655,7 +655,7 @@ fn v5_index_semantics_through_the_call() {
     let mut p = Problem::new(column, 8);
     assert!(matches!(
         p.run_with(f, ALGO_SOLUTION_INDEX, V5_GEMV, FLAG_CHECK_SOLUTION_INDEX),
-        Ok(Outcome::Checked(_))
+        Ok(GemmOutcome::Checked(_))
     ));
     assert!((0..p.d.len).all(|i| p.d.get(i) == SENTINEL));
 }
@@ -667,7 +667,7 @@ fn no_compute_validates_but_does_not_compute() {
     let call = p.call(ALGO_SOLUTION_INDEX, 0, FLAG_NONE);
     let h = new_handle();
     let r = unsafe { gemm::run(Flavour::V4, h, &call, false) };
-    assert!(matches!(r, Ok(Outcome::Ran(e)) if e.heuristic && e.m == 8));
+    assert!(matches!(r, Ok(GemmOutcome::Ran(e)) if e.heuristic && e.m == 8));
     assert!((0..p.d.len).all(|i| p.d.get(i) == SENTINEL));
     let bad = GemmCall { ldd: 3, ..call };
     assert_eq!(
@@ -737,7 +737,7 @@ fn get_solutions_protocol() {
             for id in ids {
                 assert!(matches!(
                     p.run_with(f, ALGO_SOLUTION_INDEX, id, FLAG_CHECK_SOLUTION_INDEX),
-                    Ok(Outcome::Checked(_))
+                    Ok(GemmOutcome::Checked(_))
                 ));
             }
         }
@@ -897,7 +897,7 @@ fn argument_checks_follow_rocblas() {
     for q in quick_returns(without_buffers(call)) {
         assert!(matches!(
             unsafe { gemm::run(Flavour::V4, h, &q, true) },
-            Ok(Outcome::QuickReturn)
+            Ok(GemmOutcome::QuickReturn)
         ));
     }
     // Null pointers on a real problem.
@@ -979,7 +979,7 @@ fn k_zero_scales_c() {
         call.alpha = null();
         let h = new_handle();
         let r = unsafe { gemm::run(Flavour::V5, h, &call, true) };
-        assert!(matches!(&r, Ok(Outcome::Ran(e)) if e.k == 0), "{r:?}");
+        assert!(matches!(&r, Ok(GemmOutcome::Ran(e)) if e.k == 0), "{r:?}");
         unsafe { handle::destroy(h) };
         let [_, _, ldc, ldd] = p.case.lds();
         for j in 0..5 {
@@ -1060,7 +1060,10 @@ fn batches_compute_every_item() {
         };
         let h = new_handle();
         let r = unsafe { gemm::run(Flavour::V4, h, &strided, true) };
-        assert!(matches!(&r, Ok(Outcome::Ran(e)) if e.batch == 3), "{r:?}");
+        assert!(
+            matches!(&r, Ok(GemmOutcome::Ran(e)) if e.batch == 3),
+            "{r:?}"
+        );
         for (i, it) in items.iter().enumerate() {
             let mut single = Problem::new(case, 100 + i as u64);
             single.run_with(Flavour::V4, ALGO_STANDARD, 0, 0).unwrap();

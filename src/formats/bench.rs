@@ -24,7 +24,7 @@
 //! `rocblas-bench`, and other functions, are skipped with the reason; so are typed GEMMs the
 //! interposer does not wrap (`-f gemm -r f64_r` is `rocblas_dgemm`).
 
-use super::{datatype, flags_from_text, int, int_field, trans_field, Entry, Fields, Parsed};
+use super::{datatype, flags_from_text, int, int_field, trans_field, Fields, Parsed, ParsedShape};
 use crate::abi;
 use crate::key::{Batching, ProblemKey, Types};
 
@@ -74,7 +74,7 @@ pub fn parse(text: &str) -> Parsed {
         };
         let args = &t[at + "rocblas-bench".len()..];
         match parse_command(args) {
-            Ok((key, solution)) => out.add(Entry {
+            Ok((key, solution)) => out.add(ParsedShape {
                 key,
                 calls: 1,
                 line: n,

@@ -27,7 +27,7 @@
 //! index itself. On rocBLAS 5.x Tensile solutions are reported as `-(index) - 10`
 //! (`<= -11`), so the file's index is `-id - 10`.
 
-use super::{datatype, int, trans, Entry, Fields, Parsed};
+use super::{datatype, int, trans, Fields, Parsed, ParsedShape};
 use crate::abi;
 use crate::key::{Batching, ProblemKey, Trans, Types};
 
@@ -48,7 +48,7 @@ pub fn parse(text: &str) -> Parsed {
             continue;
         }
         match row(t) {
-            Ok((key, index)) => out.add(Entry {
+            Ok((key, index)) => out.add(ParsedShape {
                 key,
                 calls: 0,
                 line: n,

@@ -120,7 +120,7 @@ impl LtParsed {
         let mut out = super::Parsed::default();
         for e in &self.entries {
             match rocblas_key(&e.key) {
-                Some(key) => out.add(super::Entry {
+                Some(key) => out.add(super::ParsedShape {
                     key,
                     calls: e.calls,
                     line: e.line,

@@ -109,7 +109,7 @@ pub fn detect(text: &str) -> Format {
 
 /// One problem read from a log or CSV.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub struct ParsedShape {
     pub key: ProblemKey,
     /// Calls seen (bench logs: lines; profile logs: `call_count`), 0 when the format has none.
     pub calls: u64,
@@ -131,12 +131,12 @@ pub struct Skipped {
 /// the lines it skipped.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Parsed {
-    pub entries: Vec<Entry>,
+    pub entries: Vec<ParsedShape>,
     pub skipped: Vec<Skipped>,
 }
 
 impl Parsed {
-    fn add(&mut self, entry: Entry) {
+    fn add(&mut self, entry: ParsedShape) {
         match self.entries.iter_mut().find(|e| e.key == entry.key) {
             Some(e) => {
                 e.calls = e.calls.saturating_add(entry.calls);

@@ -21,7 +21,7 @@
 //! problem, so such entries are skipped with that reason. Keys may also be quoted, as in
 //! the example rocblas-gemm-tune prints (`{'rocblas_function': 'rocblas_sgemm', ...}`).
 
-use super::{datatype, flags_from_text, int, int_field, trans_field, Entry, Fields, Parsed};
+use super::{datatype, flags_from_text, int, int_field, trans_field, Fields, Parsed, ParsedShape};
 use crate::abi;
 use crate::key::{Batching, Types};
 
@@ -111,7 +111,7 @@ pub fn parse(text: &str) -> Parsed {
             continue;
         }
         match entry(&t[open + 1..close]) {
-            Ok(Some((key, calls))) => out.add(Entry {
+            Ok(Some((key, calls))) => out.add(ParsedShape {
                 key,
                 calls,
                 line: n,

@@ -23,7 +23,7 @@ use crate::tunableop::{self, KeyParse};
 
 /// One line that was not read, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
+pub struct BadLine {
     pub line: usize,
     pub reason: String,
 }
@@ -45,7 +45,7 @@ pub struct MissLog {
     pub misses: Vec<Miss>,
     /// Lines naming ops rocBLAS does not serve: (line, op name).
     pub unservable: Vec<(usize, String)>,
-    pub malformed: Vec<Problem>,
+    pub malformed: Vec<BadLine>,
 }
 
 impl MissLog {
@@ -73,7 +73,7 @@ pub fn parse(text: &str) -> MissLog {
     for l in tunableop::lines(text) {
         let (line, line_no) = (l.text, l.number);
         if l.last {
-            out.malformed.push(Problem {
+            out.malformed.push(BadLine {
                 line: line_no,
                 reason: "the last line has no newline: a fragment of a write that was cut short"
                     .into(),
@@ -83,7 +83,7 @@ pub fn parse(text: &str) -> MissLog {
         let mut fields = line.splitn(3, ',');
         let op = fields.next().unwrap_or("").trim();
         let Some(sig) = fields.next().map(str::trim) else {
-            out.malformed.push(Problem {
+            out.malformed.push(BadLine {
                 line: line_no,
                 reason: "expected op_name,param_signature[,calls]".into(),
             });
@@ -98,7 +98,7 @@ pub fn parse(text: &str) -> MissLog {
             Some(t) if t.bytes().all(|b| b.is_ascii_digit()) => match t.parse::<u64>() {
                 Ok(n) => Some(n),
                 Err(_) => {
-                    out.malformed.push(Problem {
+                    out.malformed.push(BadLine {
                         line: line_no,
                         reason: format!("call count {t} does not fit in 64 bits"),
                     });
@@ -108,7 +108,7 @@ pub fn parse(text: &str) -> MissLog {
             // PyTorch's BLAS_PARAMS text (it contains commas): not part of the key.
             Some(t) if t.starts_with("BLAS_PARAMS") => None,
             Some(t) => {
-                out.malformed.push(Problem {
+                out.malformed.push(BadLine {
                     line: line_no,
                     reason: format!("third field {t:?} is neither a call count nor BLAS_PARAMS"),
                 });
@@ -125,11 +125,11 @@ pub fn parse(text: &str) -> MissLog {
                 }),
             },
             KeyParse::Unservable => out.unservable.push((line_no, op.to_string())),
-            KeyParse::Wildcard(_) => out.malformed.push(Problem {
+            KeyParse::Wildcard(_) => out.malformed.push(BadLine {
                 line: line_no,
                 reason: "a miss names one concrete shape; `*` dimensions are not one".into(),
             }),
-            KeyParse::Invalid(reason) => out.malformed.push(Problem {
+            KeyParse::Invalid(reason) => out.malformed.push(BadLine {
                 line: line_no,
                 reason,
             }),

@@ -137,7 +137,8 @@ impl Default for LazyTables {
     }
 }
 
-enum Outcome<'a> {
+/// Where one device's table stands: loaded, being loaded by another caller, or failed.
+enum TableLoad<'a> {
     Ready(&'a Table),
     Busy,
     Failed,
@@ -281,16 +282,16 @@ impl LazyTables {
     ) -> RankTable<'_> {
         if let Some(own) = self.own_slot(device) {
             match self.ensure(own, &mut on_load) {
-                Outcome::Ready(t) => return RankTable::Ready(t),
-                Outcome::Busy => return RankTable::Loading,
-                Outcome::Failed if own.rank == 0 => return RankTable::None,
-                Outcome::Failed => {}
+                TableLoad::Ready(t) => return RankTable::Ready(t),
+                TableLoad::Busy => return RankTable::Loading,
+                TableLoad::Failed if own.rank == 0 => return RankTable::None,
+                TableLoad::Failed => {}
             }
         }
         match self.slot(0).map(|s| self.ensure(s, &mut on_load)) {
-            Some(Outcome::Ready(t)) => RankTable::Ready(t),
-            Some(Outcome::Busy) => RankTable::Loading,
-            Some(Outcome::Failed) | None => RankTable::None,
+            Some(TableLoad::Ready(t)) => RankTable::Ready(t),
+            Some(TableLoad::Busy) => RankTable::Loading,
+            Some(TableLoad::Failed) | None => RankTable::None,
         }
     }
 
@@ -299,10 +300,10 @@ impl LazyTables {
         &'a self,
         slot: &'a RankSlot,
         on_load: &mut impl FnMut(&RankReport),
-    ) -> Outcome<'a> {
+    ) -> TableLoad<'a> {
         loop {
             if let Some(t) = slot.table.get() {
-                return Outcome::Ready(t);
+                return TableLoad::Ready(t);
             }
             let s = slot.state.load(Ordering::Acquire);
             match s & STATE_BITS {
@@ -311,17 +312,17 @@ impl LazyTables {
                     return slot
                         .table
                         .get()
-                        .map_or(Outcome::Busy, |t| Outcome::Ready(t))
+                        .map_or(TableLoad::Busy, |t| TableLoad::Ready(t))
                 }
-                FAILED => return Outcome::Failed,
+                FAILED => return TableLoad::Failed,
                 // A moment away in this process; in a child forked in that moment it may
                 // never finish, and `set` must not be called there: pass through.
-                PUBLISHING => return Outcome::Busy,
+                PUBLISHING => return TableLoad::Busy,
                 state => {
                     // Only here: a load in progress costs its callers this system call.
                     let me = u64::from(std::process::id());
                     if state == LOADING && s >> 3 == me {
-                        return Outcome::Busy;
+                        return TableLoad::Busy;
                     }
                     // Not loaded, or claimed by a thread of the process this one was
                     // forked from, which does not exist here: claim it.
@@ -344,7 +345,7 @@ impl LazyTables {
         slot: &'a RankSlot,
         me: u64,
         on_load: &mut impl FnMut(&RankReport),
-    ) -> Outcome<'a> {
+    ) -> TableLoad<'a> {
         let began = Instant::now();
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.build(slot)));
         let (table, mut report) = match built {
@@ -374,11 +375,11 @@ impl LazyTables {
                 slot.state.store(tagged(READY, me), Ordering::Release);
                 slot.table
                     .get()
-                    .map_or(Outcome::Busy, |t| Outcome::Ready(t))
+                    .map_or(TableLoad::Busy, |t| TableLoad::Ready(t))
             }
             None => {
                 slot.state.store(tagged(FAILED, me), Ordering::Release);
-                Outcome::Failed
+                TableLoad::Failed
             }
         };
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_load(&report)));
