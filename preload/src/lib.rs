@@ -26,7 +26,7 @@
 //! - [`lt`]: what the two Lt backends share: their runtime (`LtRuntime`: identity,
 //!   profile, misses, stats, summary), the serving path (`serve.rs`: the decision, the
 //!   tuned call, the fallback) and reading descriptors (`key.rs`).
-//! - [`cublaslt`]: its `Spec` and lifecycle hooks, `real.rs`, `key.rs` (the key from the
+//! - [`cublaslt`]: its `LtSpec` and lifecycle hooks, `real.rs`, `key.rs` (the key from the
 //!   descriptors), `serve.rs` (what cuBLASLt supplies to `lt::serve`: rebuilt algorithms).
 //! - [`hipblaslt`]: the same for hipBLASLt, plus `objects.rs` (what hipBLASLt will not read
 //!   back, kept from its create and set calls) and `ext.rs` (the `hipblaslt_ext` C++
@@ -56,7 +56,7 @@
 //! `real.rs` (its `hook_table!` and `libs::BuildRegistry`), its key building and `serve.rs`;
 //! then its exports in `exports.rs`, one entry in `lifecycle::BACKENDS`, its counters in
 //! `stats.rs`, and `tests/build_properties.rs`'s export list. A library shaped like
-//! cuBLASLt (hipBLASLt was the second) needs less: a `lt::Spec` (its counters, names, how
+//! cuBLASLt (hipBLASLt was the second) needs less: a `lt::LtSpec` (its counters, names, how
 //! to find its matmul and device), a `lt::serve::Library` impl (its calls, its key, how a
 //! row's algorithm is rebuilt), `real.rs` and its exports; `lt::LtRuntime` and
 //! `lt::serve::matmul` do the rest.

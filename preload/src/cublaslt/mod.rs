@@ -43,7 +43,7 @@ pub mod serve;
 use tunedblas_core::cublaslt::*;
 
 use crate::lifecycle::{Backend, Pass};
-use crate::lt::{Counters, Lt, Spec};
+use crate::lt::{Counters, Lt, LtSpec};
 use crate::stats::Counter;
 use real::{current_device, CUBLASLT, LT};
 
@@ -55,7 +55,7 @@ pub static BACKEND: Backend = Backend { finish, after_fork };
 pub static STATE: Lt = Lt::new(&SPEC);
 
 /// What tells cuBLASLt apart in the shared Lt runtime.
-pub static SPEC: Spec = Spec {
+pub static SPEC: LtSpec = LtSpec {
     lib: LtLib::Cublaslt,
     matmul_name: "cublasLtMatmul",
     counters: Counters {

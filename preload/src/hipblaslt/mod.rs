@@ -35,7 +35,7 @@ pub mod serve;
 use tunedblas_core::cublaslt::LtLib;
 
 use crate::lifecycle::{Backend, Pass};
-use crate::lt::{Counters, Lt, Spec};
+use crate::lt::{Counters, Lt, LtSpec};
 use crate::stats::Counter;
 use real::{current_device, HIPBLASLT, HIPLT};
 
@@ -46,7 +46,7 @@ pub static BACKEND: Backend = Backend { finish, after_fork };
 pub static STATE: Lt = Lt::new(&SPEC);
 
 /// What tells hipBLASLt apart in the shared Lt runtime.
-pub static SPEC: Spec = Spec {
+pub static SPEC: LtSpec = LtSpec {
     lib: LtLib::Hipblaslt,
     matmul_name: "hipblasLtMatmul",
     counters: Counters {

@@ -128,7 +128,7 @@ impl Counters {
 }
 
 /// What tells one Lt backend from the other in the shared runtime.
-pub struct Spec {
+pub struct LtSpec {
     pub lib: LtLib,
     /// `cublasLtMatmul` or `hipblasLtMatmul`, for messages.
     pub matmul_name: &'static str,
@@ -154,7 +154,7 @@ pub struct Spec {
 /// then knows a `&LtRuntime` does not change across a call, and the serving path does not
 /// read its fields again after each call it makes.
 pub struct LtRuntime {
-    pub spec: &'static Spec,
+    pub spec: &'static LtSpec,
     /// The rows served now: the backend's [`Lt::rows`], where this runtime published them.
     rows: &'static Rows,
     /// What this runtime published there last (a leaked box, never freed): a reload
@@ -235,7 +235,7 @@ impl Rows {
     /// The table of the calling thread's device (`spec.device`): one load when every rank
     /// serves the same rows.
     #[inline]
-    pub fn table(&self, spec: &Spec) -> Option<&'static LtTable> {
+    pub fn table(&self, spec: &LtSpec) -> Option<&'static LtTable> {
         // SAFETY: null, or the table of an `LtServed` that is never freed.
         match unsafe { self.single.load(Ordering::Acquire).as_ref() } {
             Some(t) => Some(t),
@@ -291,7 +291,7 @@ impl LtRuntime {
     /// Starts the runtime: identifies the loaded build, chooses and loads its profile. The
     /// recorder lives in `recorder` (one per backend, kept across restarts).
     pub fn start(
-        spec: &'static Spec,
+        spec: &'static LtSpec,
         recorder: &'static AtomicPtr<Recorder<LtKey>>,
         rows: &'static Rows,
     ) -> Option<LtRuntime> {
@@ -463,7 +463,7 @@ impl LtRuntime {
 /// Identifies the loaded build and loads its profile. Returns what it opened, the
 /// startup line, and the build's file and sha256 (`None` when it could not be identified).
 fn select_and_load(
-    spec: &Spec,
+    spec: &LtSpec,
     cfg: &Config,
 ) -> (Reopened<LtLoaded>, String, Option<(PathBuf, String)>) {
     let what = spec.lib.name();
@@ -485,7 +485,7 @@ fn select_and_load(
 /// Picks the profile for the build `sha` (the file `path`) and loads it; `chosen` hears the
 /// folder picked (if any) before anything in it is read. Start-up and a reload.
 fn choose_and_open(
-    spec: &Spec,
+    spec: &LtSpec,
     cfg: &Config,
     sha: &str,
     path: &std::path::Path,
@@ -545,7 +545,7 @@ fn choose_and_open(
 /// its serving switch. Each backend holds one in a static and hands its lifecycle hooks to
 /// it.
 pub struct Lt {
-    pub spec: &'static Spec,
+    pub spec: &'static LtSpec,
     pub runtime: Lazy<LtRuntime>,
     /// The rows its runtime serves: here, in the backend's static, so the served path
     /// reads them with one load of a static address (`serve::decide`).
@@ -557,7 +557,7 @@ pub struct Lt {
 }
 
 impl Lt {
-    pub const fn new(spec: &'static Spec) -> Lt {
+    pub const fn new(spec: &'static LtSpec) -> Lt {
         Lt {
             spec,
             runtime: Lazy::new(),

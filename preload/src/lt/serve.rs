@@ -16,7 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::misslog::{self, Sight};
 
-use super::{Lt, LtCall, LtRuntime, Spec};
+use super::{Lt, LtCall, LtRuntime, LtSpec};
 use crate::lifecycle::NoCancel;
 use crate::log::{debug, info};
 use crate::stats::bump;
@@ -71,10 +71,10 @@ pub trait Library: 'static {
 
 enum Decision {
     Pass,
-    /// The row's rebuilt algorithm (kept in its entry), the entry and the backend's `Spec`
+    /// The row's rebuilt algorithm (kept in its entry), the entry and the backend's `LtSpec`
     /// (all the call needs after it: its counters and name). By reference: the algorithm
     /// and key by value made the decision 216 bytes.
-    Tuned(&'static MatmulAlgo, &'static LtEntry, &'static Spec),
+    Tuned(&'static MatmulAlgo, &'static LtEntry, &'static LtSpec),
 }
 
 /// Serves one intercepted matmul. See the module docs.
@@ -132,7 +132,7 @@ pub unsafe fn matmul<L: Library>(x: &LtCall) -> LtStatus {
 fn tuned_call_failed<L: Library>(
     x: &LtCall,
     entry: &LtEntry,
-    spec: &Spec,
+    spec: &LtSpec,
     status: LtStatus,
     own: LtStatus,
 ) {

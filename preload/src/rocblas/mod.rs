@@ -33,13 +33,13 @@ pub mod real;
 mod reload;
 pub mod serve;
 
-static RUNTIME: Lazy<Runtime> = Lazy::new();
+static RUNTIME: Lazy<RocblasRuntime> = Lazy::new();
 
 /// What the lifecycle does for rocBLAS at exit and fork.
 pub static BACKEND: Backend = Backend { finish, after_fork };
 
 /// Everything the serving path needs, built once.
-pub struct Runtime {
+pub struct RocblasRuntime {
     /// The rows served now: swapped whole when the store changes ([`crate::reload`]). A leaked
     /// box, never freed: a call in flight may still read one that was replaced.
     served: AtomicPtr<Served>,
@@ -57,7 +57,7 @@ pub struct Runtime {
     watch: Option<crate::reload::Watch>,
 }
 
-/// One profile's rows as loaded: what [`Runtime::served`] points to.
+/// One profile's rows as loaded: what [`RocblasRuntime::served`] points to.
 pub struct Served {
     /// The profile's rank tables: the calling device's read when loaded, the others on
     /// their device's first call.
@@ -68,10 +68,10 @@ pub struct Served {
     name: Option<String>,
 }
 
-/// "No device asked about" for [`Runtime::table_and_device`]: outside every `i32`.
+/// "No device asked about" for [`RocblasRuntime::table_and_device`]: outside every `i32`.
 pub const NO_DEVICE: i64 = i64::MIN;
 
-impl Runtime {
+impl RocblasRuntime {
     /// The table for the calling thread's device, if the profile has one.
     #[inline]
     pub fn table(&self) -> Option<&Table> {
@@ -89,7 +89,7 @@ impl Runtime {
         self.table_and_device(h).0
     }
 
-    /// [`Runtime::table_for`], with the device it asked about: [`NO_DEVICE`] when every
+    /// [`RocblasRuntime::table_for`], with the device it asked about: [`NO_DEVICE`] when every
     /// rank serves the same rows (then it did not ask; a miss asks [`device_for`] itself).
     /// (One word rather than an `Option`, which took two registers through the hit path and
     /// cost it ~4 instructions.)
@@ -129,7 +129,7 @@ impl Runtime {
         self.miss_noted(device, key, hash);
     }
 
-    /// [`Runtime::miss_on`] for the near path: also returns the key's miss-set slot and its
+    /// [`RocblasRuntime::miss_on`] for the near path: also returns the key's miss-set slot and its
     /// note (the near verdict kept there, 0 while none is), if the set holds the key.
     #[inline(always)]
     pub fn miss_noted(&self, device: i32, key: &ProblemKey, hash: u64) -> Option<(usize, u64)> {
@@ -247,7 +247,7 @@ pub fn started() -> bool {
 
 /// The runtime, starting it on first use. `None` means: pass the call through untouched.
 #[inline(always)]
-pub fn get() -> Option<&'static Runtime> {
+pub fn get() -> Option<&'static RocblasRuntime> {
     RUNTIME.get(init)
 }
 
@@ -289,7 +289,7 @@ fn real_library_anchor() -> Option<*const c_void> {
     .map(|p| p as *const c_void)
 }
 
-fn init() -> Option<Runtime> {
+fn init() -> Option<RocblasRuntime> {
     let cfg = Config::for_start()?;
     let (loaded, name_line, sha) = select_and_load(&cfg);
     let single = loaded.tables.single();
@@ -324,7 +324,7 @@ fn init() -> Option<Runtime> {
         name: loaded.name,
     };
     let single = single_ptr(&served);
-    let mut rt = Runtime {
+    let mut rt = RocblasRuntime {
         served: AtomicPtr::new(Box::into_raw(Box::new(served))),
         single: AtomicPtr::new(single),
         misses: recorder(&cfg),
@@ -488,7 +488,7 @@ fn choose_and_open(
 }
 
 /// What every view says of rocBLAS's calls (`tally.rs`).
-fn tally(rt: &Runtime) -> crate::tally::Tally {
+fn tally(rt: &RocblasRuntime) -> crate::tally::Tally {
     crate::tally::Tally::of(
         crate::status::rocblas_counters(),
         &rt.misses.set,
@@ -548,7 +548,7 @@ unsafe fn after_fork() {
 
 /// `TUNEDBLAS_STATS=<file>`: machine-readable counters and the rows never hit, for
 /// `tunedblas verify`.
-fn write_stats(rt: &Runtime, path: &Path) {
+fn write_stats(rt: &RocblasRuntime, path: &Path) {
     let mut rows = 0;
     let mut unhit = Vec::new();
     for t in rt.all_tables() {

@@ -27,7 +27,7 @@ use tunedblas_core::table::{Action, Table};
 use tunedblas_core::tunableop;
 
 use super::serve::{call_ex, ExArgs, Int, Route};
-use super::{current_device, Runtime};
+use super::{current_device, RocblasRuntime};
 use crate::log::{debug, info};
 use crate::recorder::MISS_CAPACITY;
 use crate::stats::{bump, Counter};
@@ -287,7 +287,7 @@ pub fn serve_ex<I: Int>(plan: NearPlan, f: GemmExFn<I>, x: ExArgs<I>) -> Status 
 #[cold]
 #[inline(never)]
 fn near_call(
-    rt: &'static Runtime,
+    rt: &'static RocblasRuntime,
     near: &Near,
     id: i32,
     slot: usize,

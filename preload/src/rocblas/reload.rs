@@ -1,6 +1,6 @@
 //! What rocBLAS supplies to the shared hot reload (`crate::reload`): its profile chosen and
 //! opened as at start-up ([`super::choose_and_open`]: rank files read later are checked
-//! against the registry entry chosen now), published whole ([`Runtime::publish`]).
+//! against the registry entry chosen now), published whole ([`RocblasRuntime::publish`]).
 //! Near-shape serving keeps the index of the rows loaded at start-up (its verdicts live in
 //! the miss set by index).
 
@@ -9,11 +9,11 @@ use std::path::Path;
 use tunedblas_core::profile::RankTable;
 use tunedblas_core::table::{Action, Table};
 
-use super::{choose_and_open, current_device, Opened, Runtime, Served};
+use super::{choose_and_open, current_device, Opened, RocblasRuntime, Served};
 use crate::lifecycle::Config;
 use crate::reload::{diff, Changed, Reload, Reopened, Rows};
 
-impl Reload for Runtime {
+impl Reload for RocblasRuntime {
     type Rows = Opened;
 
     fn prefix(&self) -> &'static str {
@@ -50,7 +50,7 @@ impl Reload for Runtime {
         let device = current_device();
         let (added, changed, removed) =
             diff(table_of(self.served(), device), table_of(&served, device));
-        Runtime::publish(self, served);
+        RocblasRuntime::publish(self, served);
         Changed {
             added,
             changed,

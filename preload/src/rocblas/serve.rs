@@ -191,7 +191,7 @@ fn wildcard_solution(e: &'static Entry) -> Option<i32> {
 #[cold]
 #[inline(never)]
 fn missed(
-    rt: &'static runtime::Runtime,
+    rt: &'static runtime::RocblasRuntime,
     table: Option<&'static Table>,
     key: ProblemKey,
     hash: u64,
@@ -204,7 +204,7 @@ fn missed(
 /// [`missed`] without its guard.
 #[inline(always)]
 fn missed_unguarded(
-    rt: &'static runtime::Runtime,
+    rt: &'static runtime::RocblasRuntime,
     table: Option<&'static Table>,
     key: &ProblemKey,
     hash: u64,
