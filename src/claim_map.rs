@@ -13,7 +13,7 @@
 //!
 //! Every slot and value starts as all-zero bytes, straight from the allocator: an empty
 //! map costs neither start-up time nor resident memory until keys land in it (writing
-//! 16k slots one by one took most of the interposer's start-up, BENCHMARKS.md).
+//! 16k slots one by one took most of the interposer's start-up, docs/benchmarks/history.md).
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -57,7 +57,7 @@ impl<K, V> Slot<K, V> {
 
 /// What [`ClaimMap::probe`] found: the slot and its value. (The value comes with the
 /// slot: looked up again after the caller's atomic add on a repeated miss, the map's
-/// fields were loaded again, BENCHMARKS.md.)
+/// fields were loaded again, docs/benchmarks/history.md.)
 #[derive(Debug)]
 pub enum Probe<'a, V> {
     /// The pair is in slot `.0`.
@@ -82,7 +82,8 @@ pub struct ClaimMap<K, V> {
     /// Keeps `&ClaimMap` from being treated as pointing to frozen memory. Told that
     /// `mask` could not change, the compiler hoisted it out of the probe loop and spilled
     /// it to the stack under the loop's register pressure; read from the map at each step
-    /// it folds into one `and` (a repeated miss cost 3 more instructions, BENCHMARKS.md).
+    /// it folds into one `and` (a repeated miss cost 3 more instructions,
+    /// docs/benchmarks/history.md).
     _not_frozen: UnsafeCell<()>,
 }
 

@@ -176,7 +176,7 @@ impl ProblemKey {
     /// Pairs of fields share a word (one in each half, exact while sizes fit 32 bits), the
     /// words are folded into four with xor-rotates and those go into two independent 128-bit
     /// multiplies, which the CPU runs side by side. The derived impl fed ~20 fields to FxHash, a dependent chain of one multiply
-    /// each, and was most of the interposer's cost per call (BENCHMARKS.md). Not for
+    /// each, and was most of the interposer's cost per call (docs/benchmarks/history.md). Not for
     /// untrusted input: it does not resist chosen collisions, which only cost probes here.
     #[inline(always)]
     pub fn lookup_hash(&self) -> u64 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU steps of issues 25 and 29, as run on 2026-12-05 (BENCHMARKS.md, "The one engine on
+# The GPU steps of issues 25 and 29, as run on 2026-12-05 (BENCHMARKS.md, "On
 # an NVIDIA GPU"), into one results folder (OUT/results.tgz and OUT/summary.txt, refreshed
 # after every step):
 #

@@ -9,7 +9,7 @@
 # BIN holds release builds of tunedblas and libtunedblas.so and model.py. Everything lands in
 # OUT/results.tgz and OUT/summary.txt.
 #
-# Run on an H100 on 2026-12-05 with transformers 5.17.0 (BENCHMARKS.md, "The one engine on an
+# Run on an H100 on 2026-12-05 with transformers 5.17.0 (BENCHMARKS.md, "On an
 # NVIDIA GPU"): the static cache's constructor differs between transformers releases;
 # model.py tries both forms.
 set -u

@@ -1,7 +1,7 @@
 # Issue 15: PyTorch's cuBLASLt F.linear (the harness's heuristic baseline) timed as CUDA-graph
 # replays and as back-to-back calls between events, against limits measured in the same run.
 # Run on the H200 as: TORCH_BLAS_PREFER_CUBLASLT=1 python3 bench/cublaslt/issue15_torch.py
-# (BENCHMARKS.md, Issue 15). Kept byte for byte as it ran; compact to fit one device command.
+# (docs/benchmarks/history.md, Issue 15). Kept byte for byte as it ran; compact to fit one device command.
 import sys,torch,math,statistics as st,torch.nn.functional as F
 C=torch.cuda;print(torch.__version__,torch.version.cuda,C.get_device_name())
 L2=C.get_device_properties(0).L2_cache_size;s=C.Stream()

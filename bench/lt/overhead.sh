@@ -13,7 +13,7 @@
 # BIN_DIR holds release builds of tunedblas-bench and libtunedblas.so (nothing is built here).
 # cuBLASLt and the CUDA runtime: $TUNEDBLAS_CUBLASLT and $TUNEDBLAS_CUDART, else the ones of
 # PyTorch's CUDA wheel (site-packages/nvidia/*/lib). OUT_DIR/summary.txt gets every line,
-# OUT_DIR/*.json the command's logs. Default shapes: 512,256,2560 (BENCHMARKS.md's earlier
+# OUT_DIR/*.json the command's logs. Default shapes: 512,256,2560 (docs/benchmarks/history.md's earlier
 # H200 run) and 2560,1,1536 (decode).
 set -u
 B=$(cd "$1" && pwd)

@@ -153,7 +153,8 @@ fn wider_search_and_fresh_confirmation_on_the_gpu() {
     }
     let dir = fresh_dir("tunedblas-gpu-search");
     let profiles = dir.join("profiles");
-    // A prefill shape where the heuristic's first answer has been beaten (BENCHMARKS.md).
+    // A prefill shape where the heuristic's first answer has been beaten
+    // (docs/benchmarks/history.md).
     let (ok, text) = run(&[
         "tune",
         "--shape",

@@ -136,7 +136,7 @@ macro_rules! gemm_ex_export {
                 let chose = serve::caller_chose(algo, flags);
                 // The key straight from the arguments, and both calls below pass the
                 // caller's arguments themselves: no copy of the whole call is made (about 40
-                // fewer instructions per call, BENCHMARKS.md).
+                // fewer instructions per call, docs/benchmarks/history.md).
                 let key = move || {
                     let dims = Dims {
                         m: m.into(),
@@ -155,7 +155,7 @@ macro_rules! gemm_ex_export {
                 // neighbouring token count is rare, so out of line, with the arguments
                 // handed over by value and the key rebuilt there. (Handing this function's
                 // `key` closure over made it keep the captured arguments on the stack on
-                // every call: ~20 instructions on the served path, BENCHMARKS.md.)
+                // every call: ~20 instructions on the served path, docs/benchmarks/history.md.)
                 serve::make_call!(
                     serve::decide(key, chose, h),
                     route => {

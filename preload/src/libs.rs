@@ -209,7 +209,7 @@ impl<H: Scoped, S: HandleStore> BuildRegistry<H, S> {
 
     /// The device handle `h` was made on, if it was made through us. (Inline, as the
     /// lookup it replaced was: rocBLAS's repeated miss asks it on every call, and an
-    /// out-of-line call here cost that path 14 instructions, BENCHMARKS.md.)
+    /// out-of-line call here cost that path 14 instructions, docs/benchmarks/history.md.)
     #[inline(always)]
     pub fn device_of(&self, h: *mut c_void) -> Option<i32> {
         if !S::handles().any.load(Ordering::Relaxed) {

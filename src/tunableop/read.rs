@@ -67,7 +67,7 @@ pub fn parse(text: &str) -> ResultsFile {
     let segments = text.split('\n').count();
     let mut sink = FileRows::default();
     // Sized for every line being a row: growing the row vector and the key map as rows
-    // arrive was a third of the interposer's start-up (BENCHMARKS.md).
+    // arrive was a third of the interposer's start-up (docs/benchmarks/history.md).
     sink.rows.reserve(segments);
     sink.keys.reserve(segments);
     let mut parser = Parser::new(sink);

@@ -850,7 +850,8 @@ fn the_exit_paths_fit_a_small_signal_stack_and_a_small_thread_stack() {
     let (_, counts) = whole_miss_files(&dir);
     assert_eq!(counts.len(), 40);
     // What the interposer's own frames take: the same handler's high-water mark with and
-    // without it (counts, stats file, status files and summary: 3.1 KiB, BENCHMARKS.md).
+    // without it (counts, stats file, status files and summary: 3.1 KiB,
+    // docs/benchmarks/history.md).
     let steps = ["@distinct:40", "@repeat:3:70"];
     let with = altstack_used(&scratch("rel-altstack-with"), true, &steps);
     let without = altstack_used(&scratch("rel-altstack-without"), false, &steps);

@@ -43,7 +43,7 @@ pub struct Near {
 /// A call to serve from the nearest token count's row: the solution, and its verdict slot
 /// with a bit saying whether it must be validated first. Eight bytes, so the whole
 /// decision is returned in two registers (a 40-byte variant made the hot path return it
-/// through memory and cost the served path ~5 ns, BENCHMARKS.md).
+/// through memory and cost the served path ~5 ns, docs/benchmarks/history.md).
 pub struct NearPlan {
     id: i32,
     slot_and_validate: u32,
@@ -82,7 +82,8 @@ pub fn served_near(note: u64) -> bool {
 
 /// What a note says: `None` for no note, `Some(None)` pass, `Some(Some(plan))` serve.
 /// A pass is tested first: it is what a repeated miss reads (2 instructions,
-/// BENCHMARKS.md). `note_of` writes no other tag than these; the fourth is the `*` rows'.
+/// docs/benchmarks/history.md). `note_of` writes no other tag than these; the fourth is the `*`
+/// rows'.
 #[inline(always)]
 fn plan_of_note(note: u64) -> Option<Option<NearPlan>> {
     match note >> 62 {

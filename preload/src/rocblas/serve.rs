@@ -63,7 +63,7 @@ pub enum Decision {
 }
 
 /// The per-call decision. Each call bumps exactly one counter (the calls total is their
-/// sum), and the row travels by reference: this is the hot path, see BENCHMARKS.md.
+/// sum), and the row travels by reference: this is the hot path, see docs/benchmarks/history.md.
 #[inline(always)]
 pub fn decide(
     key: impl FnOnce() -> Option<ProblemKey>,
@@ -108,7 +108,7 @@ pub fn decide(
         }
         // The miss path says what it found; the decision is made here. (Had it returned a
         // `Decision`, which comes back through memory, the hit paths wrote theirs to the
-        // same place: ~4 instructions on the served path, BENCHMARKS.md.)
+        // same place: ~4 instructions on the served path, docs/benchmarks/history.md.)
         None => match missed(rt, table, key, hash, handle, device) {
             Missed::Nothing => Decision::Pass,
             Missed::Wildcard(e) => match wildcard_solution(e) {
@@ -134,7 +134,7 @@ enum Missed {
 /// rows, so a bug there must not unwind into C. The hit path above does none of that and
 /// cannot panic (only bounds-checked-away indexing and atomics), so it runs outside: a
 /// decision returned through the unwinding guard went through memory and stalled the
-/// served path (~4 ns, BENCHMARKS.md).
+/// served path (~4 ns, docs/benchmarks/history.md).
 #[inline(always)]
 fn guarded(f: impl FnOnce() -> Missed) -> Missed {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -174,7 +174,7 @@ fn row_solution(e: &'static Entry) -> Option<i32> {
 }
 
 /// [`row_solution`] for a `*` row, out of line: inlined beside the exact row's, the two
-/// were merged and the `Default` path paid ~3 instructions for it (BENCHMARKS.md).
+/// were merged and the `Default` path paid ~3 instructions for it (docs/benchmarks/history.md).
 #[cold]
 #[inline(never)]
 fn wildcard_solution(e: &'static Entry) -> Option<i32> {
@@ -185,9 +185,9 @@ fn wildcard_solution(e: &'static Entry) -> Option<i32> {
 /// Kept out of line so the hit path stays small, and guarded inside, so the export calls
 /// it directly. (Guarded at the call site, the arguments went into a closure that an
 /// out-of-line `catch_unwind` helper unpacked, and the decision came back through two more
-/// copies: ~30 instructions on every repeated miss, BENCHMARKS.md.) The key comes by value:
-/// taken by reference, it had to be written to memory before the table lookup on every
-/// call, and the served path paid for it (~20 instructions).
+/// copies: ~30 instructions on every repeated miss, docs/benchmarks/history.md.) The key
+/// comes by value: taken by reference, it had to be written to memory before the table
+/// lookup on every call, and the served path paid for it (~20 instructions).
 #[cold]
 #[inline(never)]
 fn missed(
@@ -269,7 +269,7 @@ pub fn serve(
 /// A macro, not a function taking closures: `gemm_ex` passes its 24 arguments straight
 /// through, and handed over in closures (even inlined ones) they were kept on the stack
 /// on every call: ~45 instructions more on the served, `Default` and repeat-miss paths
-/// (BENCHMARKS.md).
+/// (docs/benchmarks/history.md).
 macro_rules! make_call {
     ($decision:expr, $route:ident => $call:expr, $plan:ident => $near:expr) => {
         match $decision {
@@ -361,7 +361,7 @@ pub fn count_pass_through_open() {
 /// to the served build. Then a caller's own choice needs one load to know that it goes to
 /// the served build's own function and is counted (`exports.rs`), where it would otherwise
 /// ask whether another build is loaded and whether the runtime is ready (two loads and
-/// branches more: the pass-through path is ~60 instructions in all, BENCHMARKS.md).
+/// branches more: the pass-through path is ~60 instructions in all, docs/benchmarks/history.md).
 ///
 /// [`GATE_SHUT`]: not known now; the export takes the full route and opens the gate again
 /// when it can ([`open_pass_gate`]). [`GATE_CLOSED`]: for good (another rocBLAS build is
