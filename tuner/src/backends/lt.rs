@@ -321,10 +321,7 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         let g = layout(&key);
         let out = rt.alloc(g.bytes(2).max(g.bytes(3)))?;
         out.fill(0)?;
-        let label = {
-            let (op, sig) = op_and_signature(&key);
-            format!("{op} {sig}")
-        };
+        let label = key.text().replacen(',', " ", 1);
         let mut p = LtProblem {
             session,
             key,
@@ -458,6 +455,23 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         algo: *const c_void,
         set: usize,
     ) -> Status {
+        // SAFETY: as the caller vouches; the output is this problem's.
+        unsafe { self.call(f, desc, l, self.out.ptr, algo, set) }
+    }
+
+    /// One call of `f` on input set `set`, C and D at `out` (of layouts `l[2]`, `l[3]`).
+    ///
+    /// # Safety
+    /// As [`Self::launch_on`]; `out` holds a matrix of those layouts.
+    unsafe fn call(
+        &self,
+        f: LtMatmulFn,
+        desc: Obj,
+        l: [Obj; 4],
+        out: *mut c_void,
+        algo: *const c_void,
+        set: usize,
+    ) -> Status {
         let s = &self.sets[set % self.sets.len()];
         let ws = if self.workspace_bytes > 0 {
             self.workspace.ptr
@@ -475,9 +489,9 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
                 s[1].ptr,
                 l[1],
                 (&self.beta as *const f32).cast(),
-                self.out.ptr,
+                out,
                 l[2],
-                self.out.ptr,
+                out,
                 l[3],
                 algo,
                 ws,
@@ -503,28 +517,9 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         })?;
         let out = self.session.rt().alloc((k.m * k.n) as usize * 4)?;
         out.fill(0)?;
-        let s = &self.sets[0];
+        let l = [self.layouts[0], self.layouts[1], layout, layout];
         // SAFETY: live descriptors; an f32 output of m x n.
-        let st = unsafe {
-            (api.matmul)(
-                self.session.handle(),
-                self.desc,
-                (&self.alpha as *const f32).cast(),
-                s[0].ptr,
-                self.layouts[0],
-                s[1].ptr,
-                self.layouts[1],
-                (&self.beta as *const f32).cast(),
-                out.ptr,
-                layout,
-                out.ptr,
-                layout,
-                std::ptr::null(),
-                self.workspace.ptr,
-                self.workspace_bytes,
-                self.timer.stream,
-            )
-        };
+        let st = unsafe { self.call(api.matmul, self.desc, l, out.ptr, std::ptr::null(), 0) };
         unsafe { (api.layout_destroy)(layout) };
         if st != 0 {
             return Ok(None);
