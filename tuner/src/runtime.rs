@@ -524,23 +524,14 @@ pub struct DevBuf<'r> {
 }
 
 impl DevBuf<'_> {
-    /// Copies `host` to the buffer at byte `offset` (what fits).
-    pub fn upload_at(&self, offset: usize, host: &[u8]) -> Result<()> {
-        let n = host.len().min(self.bytes.saturating_sub(offset));
-        let _turn = self.rt.turn();
-        // SAFETY: both regions hold n bytes; a device address is only offset, never read.
-        self.rt.check("Memcpy to the device", unsafe {
-            (self.rt.memcpy)(
-                self.ptr.cast::<u8>().wrapping_add(offset).cast(),
-                host.as_ptr().cast(),
-                n,
-                HIP_MEMCPY_HOST_TO_DEVICE,
-            )
-        })
-    }
-
+    /// Copies `host` to the buffer (what fits).
     pub fn upload(&self, host: &[u8]) -> Result<()> {
-        self.upload_at(0, host)
+        let n = host.len().min(self.bytes);
+        let _turn = self.rt.turn();
+        // SAFETY: both regions hold n bytes.
+        self.rt.check("Memcpy to the device", unsafe {
+            (self.rt.memcpy)(self.ptr, host.as_ptr().cast(), n, HIP_MEMCPY_HOST_TO_DEVICE)
+        })
     }
 
     /// The first min(`bytes`, buffer) bytes of the buffer.

@@ -181,7 +181,6 @@ pub trait Flavor: Sized {
         self.parts().2
     }
     fn delay(&self) -> Option<&dyn Delay>;
-    fn algo(a: &Self::Answer) -> Self::Algo;
     fn state(a: &Self::Answer) -> Status;
     fn id(a: &Self::Algo) -> Vec<u8>;
     fn heuristic(p: &LtProblem<'_, Self>) -> Result<Cand<Self::Algo>>;
@@ -599,9 +598,12 @@ pub fn parse_spec(s: &str) -> std::result::Result<LtKey, String> {
 }
 
 /// A results file of Lt rows with `validators`.
-pub fn results(validators: Vec<(String, String)>, rows: &[(LtKey, String, Option<f64>)]) -> String {
+pub fn results(validators: &[(&str, String)], rows: &[(LtKey, String, Option<f64>)]) -> String {
     LtResults {
-        validators,
+        validators: validators
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
         rows: rows
             .iter()
             .filter_map(|(key, s, t)| {

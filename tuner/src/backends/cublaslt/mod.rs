@@ -180,16 +180,15 @@ impl Spin {
         unsafe {
             let load: LoadFn = dl::need(h, "cuModuleLoadData", "the CUDA driver")?;
             let get: GetFn = dl::need(h, "cuModuleGetFunction", "the CUDA driver")?;
-            let mut module = std::ptr::null_mut();
-            match load(&mut module, SPIN_PTX.as_ptr().cast()) {
-                0 => {}
-                st => return Err(Error::failed(format!("cuModuleLoadData returned {st}"))),
-            }
-            let mut func = std::ptr::null_mut();
-            match get(&mut func, module, c"tunedblas_spin".as_ptr()) {
-                0 => {}
-                st => return Err(Error::failed(format!("cuModuleGetFunction returned {st}"))),
-            }
+            let (mut module, mut func) = (std::ptr::null_mut(), std::ptr::null_mut());
+            driver(
+                "cuModuleLoadData",
+                load(&mut module, SPIN_PTX.as_ptr().cast()),
+            )?;
+            driver(
+                "cuModuleGetFunction",
+                get(&mut func, module, c"tunedblas_spin".as_ptr()),
+            )?;
             Ok(Spin {
                 launch: dl::need(h, "cuLaunchKernel", "the CUDA driver")?,
                 func,
@@ -221,10 +220,15 @@ impl Delay for Spin {
                 std::ptr::null_mut(),
             )
         };
-        match st {
-            0 => Ok(()),
-            st => Err(Error::failed(format!("cuLaunchKernel returned {st}"))),
-        }
+        driver("cuLaunchKernel", st)
+    }
+}
+
+/// A CUDA driver call's status as a result.
+fn driver(what: &str, st: i32) -> Result<()> {
+    match st {
+        0 => Ok(()),
+        st => Err(Error::failed(format!("{what} returned {st}"))),
     }
 }
 
@@ -263,16 +267,13 @@ impl Library for Cublaslt {
         lt::row(LtLib::Cublaslt, solution)
     }
     fn results(&self, rows: &[(LtKey, String, Option<f64>)]) -> String {
-        let v = |k: &str, v: String| (k.to_string(), v);
-        lt::results(
-            vec![
-                v("TUNEDBLAS_BACKEND", "cublaslt".into()),
-                v("CUBLASLT_VERSION", self.build.version.clone()),
-                v("CUDA_RUNTIME_VERSION", self.rt.version().to_string()),
-                v("GPU_ARCH", self.rt.arch(0).unwrap_or_default()),
-            ],
-            rows,
-        )
+        let validators = [
+            ("TUNEDBLAS_BACKEND", "cublaslt".into()),
+            ("CUBLASLT_VERSION", self.build.version.clone()),
+            ("CUDA_RUNTIME_VERSION", self.rt.version().to_string()),
+            ("GPU_ARCH", self.rt.arch(0).unwrap_or_default()),
+        ];
+        lt::results(&validators, rows)
     }
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -327,9 +328,6 @@ impl Flavor for CublasltSession<'_> {
     }
     fn delay(&self) -> Option<&dyn Delay> {
         self.spin.as_ref().map(|s| s as &dyn Delay)
-    }
-    fn algo(a: &HeuristicResult) -> MatmulAlgo {
-        a.algo
     }
     fn state(a: &HeuristicResult) -> i32 {
         a.state

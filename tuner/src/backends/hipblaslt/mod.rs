@@ -268,15 +268,12 @@ impl Library for Hipblaslt {
         lt::row(LtLib::Hipblaslt, solution)
     }
     fn results(&self, rows: &[(LtKey, String, Option<f64>)]) -> String {
-        let v = |k: &str, v: String| (k.to_string(), v);
-        lt::results(
-            vec![
-                v("TUNEDBLAS_BACKEND", "hipblaslt".into()),
-                v("HIPBLASLT_VERSION", self.build.version.clone()),
-                v("HIP_RUNTIME_VERSION", self.rt.version().to_string()),
-            ],
-            rows,
-        )
+        let validators = [
+            ("TUNEDBLAS_BACKEND", "hipblaslt".into()),
+            ("HIPBLASLT_VERSION", self.build.version.clone()),
+            ("HIP_RUNTIME_VERSION", self.rt.version().to_string()),
+        ];
+        lt::results(&validators, rows)
     }
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![("hipblaslt_version", self.build.version.clone())]
@@ -294,9 +291,6 @@ impl Flavor for HipblasltSession<'_> {
     /// graph samples are replayed once untimed ahead instead.
     fn delay(&self) -> Option<&dyn Delay> {
         None
-    }
-    fn algo(a: &HipblasLtMatmulHeuristicResult) -> HipblasLtMatmulAlgo {
-        a.algo
     }
     fn state(a: &HipblasLtMatmulHeuristicResult) -> i32 {
         a.state
