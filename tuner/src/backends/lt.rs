@@ -8,7 +8,6 @@
 use std::ffi::c_void;
 use std::path::Path;
 
-use tunedblas_core::abi::Stream;
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::key::Trans;
 
@@ -24,32 +23,8 @@ use crate::timer::{Delay, Timer};
 
 type Status = i32;
 pub type Obj = *mut c_void;
-/// `cublasLtMatmul` / `hipblasLtMatmul`.
-pub type LtMatmulFn = unsafe extern "C-unwind" fn(
-    Obj,
-    Obj,
-    *const c_void,
-    *const c_void,
-    Obj,
-    *const c_void,
-    Obj,
-    *const c_void,
-    *const c_void,
-    Obj,
-    *mut c_void,
-    Obj,
-    *const c_void,
-    *mut c_void,
-    usize,
-    Stream,
-) -> Status;
-type HeuristicFn =
-    unsafe extern "C" fn(Obj, Obj, Obj, Obj, Obj, Obj, Obj, i32, *mut c_void, *mut i32) -> Status;
-type CreateObjFn = unsafe extern "C" fn(*mut Obj) -> Status;
-type DescCreateFn = unsafe extern "C" fn(*mut Obj, i32, i32) -> Status;
-type LayoutCreateFn = unsafe extern "C" fn(*mut Obj, i32, u64, u64, i64) -> Status;
-type SetFn = unsafe extern "C" fn(Obj, i32, *const c_void, usize) -> Status;
-type DestroyFn = unsafe extern "C" fn(Obj) -> Status;
+/// `cublasLtMatmul` / `hipblasLtMatmul` (hipBLASLt's algorithm is passed by pointer too).
+pub use tunedblas_core::cublaslt::MatmulFn as LtMatmulFn;
 
 /// The attribute numbers of one API.
 #[derive(Clone, Copy)]
@@ -77,18 +52,18 @@ pub struct Attrs {
 pub struct LtApi {
     pub name: &'static str,
     pub attrs: Attrs,
-    pub create: CreateObjFn,
+    pub create: CreateFn,
     pub matmul: LtMatmulFn,
-    heuristic: HeuristicFn,
+    heuristic: GetHeuristicFn,
     pub desc_create: DescCreateFn,
     pub desc_destroy: DestroyFn,
-    pub desc_set: SetFn,
+    pub desc_set: SetAttributeFn,
     pub layout_create: LayoutCreateFn,
     pub layout_destroy: DestroyFn,
-    pub layout_set: SetFn,
-    pref_create: CreateObjFn,
+    pub layout_set: SetAttributeFn,
+    pref_create: PrefCreateFn,
     pref_destroy: DestroyFn,
-    pref_set: SetFn,
+    pref_set: SetAttributeFn,
     /// Statuses of this API as an error.
     pub check: fn(&str, Status) -> Result<()>,
 }
@@ -300,7 +275,7 @@ impl<F: Flavor> Drop for LtProblem<'_, F> {
     }
 }
 
-fn set_attr<T>(api: &LtApi, f: SetFn, obj: Obj, attr: i32, v: &T) -> Result<()> {
+fn set_attr<T>(api: &LtApi, f: SetAttributeFn, obj: Obj, attr: i32, v: &T) -> Result<()> {
     // SAFETY: a value of the attribute's documented type and size.
     let st = unsafe { f(obj, attr, (v as *const T).cast(), std::mem::size_of::<T>()) };
     (api.check)(&format!("setting {} attribute {attr}", api.name), st)
@@ -492,7 +467,7 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
                 l[2],
                 out,
                 l[3],
-                algo,
+                algo.cast(),
                 ws,
                 self.workspace_bytes,
                 self.timer.stream,
