@@ -130,9 +130,9 @@ impl Rocblas {
                 }
             };
             let file = dl::file_of(h, "rocblas_create_handle", path);
-            let version = version(
-                dl::sym::<GetVersionStringSizeFn>(h, "rocblas_get_version_string_size"),
-                dl::sym::<GetVersionStringFn>(h, "rocblas_get_version_string"),
+            let version = tunedblas_core::version::reported(
+                dl::sym(h, "rocblas_get_version_string_size"),
+                dl::sym(h, "rocblas_get_version_string"),
             );
             Ok(Rocblas {
                 build: Build::of("rocblas", &file, version, arch)?,
@@ -165,24 +165,6 @@ impl Rocblas {
     pub fn set_device(&self, d: i32) -> Result<()> {
         self.rt.set_device(d)
     }
-}
-
-fn version(
-    size: Option<GetVersionStringSizeFn>,
-    get: Option<GetVersionStringFn>,
-) -> Option<String> {
-    let (size_fn, get_fn) = size.zip(get)?;
-    let mut size = 0usize;
-    // SAFETY: out-pointers of the documented types.
-    if unsafe { size_fn(&mut size) } != STATUS_SUCCESS || size == 0 || size > 4096 {
-        return None;
-    }
-    let mut buf = vec![0u8; size];
-    if unsafe { get_fn(buf.as_mut_ptr().cast(), size) } != STATUS_SUCCESS {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(size);
-    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
 fn elem(t: Datatype) -> Result<Elem> {
