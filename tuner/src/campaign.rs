@@ -64,7 +64,7 @@ pub struct Inputs<K> {
 }
 
 /// One finished shape: what the checkpoint holds, one JSON line each.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Outcome {
     /// `op_name,params_signature` of the shape.
     pub shape: String,
@@ -322,9 +322,7 @@ impl<L: Library> Work<'_, L> {
                 shape: self.lib.key_text(key),
                 calls: *calls,
                 device,
-                tuned: None,
-                error: None,
-                rejected: None,
+                ..Outcome::default()
             };
             match &session {
                 Err(e) => o.error = Some(e.message.clone()),
@@ -866,24 +864,22 @@ pub fn fresh_verdicts(
 
 /// The options that make a child time as `m` does, as the command line takes them.
 pub fn method_args(m: &Method, rules: &Rules) -> Vec<String> {
-    let s = |v: &dyn std::fmt::Display| v.to_string();
-    vec![
-        "--trials".into(),
-        s(&m.trials),
-        "--sample-ms".into(),
-        s(&m.sample_ms),
-        "--rest".into(),
-        s(&m.rest),
-        "--timing".into(),
-        m.mode.name().into(),
-        "--workspace".into(),
-        s(&m.workspace),
-        "--rotate-mib".into(),
-        s(&(m.rotate_bytes as f64 / (1 << 20) as f64)),
+    [
+        ("--trials", m.trials.to_string()),
+        ("--sample-ms", m.sample_ms.to_string()),
+        ("--rest", m.rest.to_string()),
+        ("--timing", m.mode.name().into()),
+        ("--workspace", m.workspace.to_string()),
+        (
+            "--rotate-mib",
+            (m.rotate_bytes as f64 / (1 << 20) as f64).to_string(),
+        ),
         // In percent, as the command line takes it (rounded: 0.03 * 100 is not exactly 3).
-        "--margin".into(),
-        s(&((rules.margin * 1e8).round() / 1e6)),
+        ("--margin", ((rules.margin * 1e8).round() / 1e6).to_string()),
     ]
+    .into_iter()
+    .flat_map(|(option, value)| [option.to_string(), value])
+    .collect()
 }
 
 /// The verdicts of a `confirm --log` file.
@@ -963,11 +959,8 @@ fn print_qualification<L: Library>(
     rejected_before: usize,
     devices: i32,
 ) {
-    let adopted = |o: &&Outcome| {
-        o.tuned
-            .as_ref()
-            .is_some_and(|t| t.verdict.decision == Decision::Adopt)
-    };
+    let adopted =
+        |o: &&Outcome| o.tuned.as_ref().map(|t| t.verdict.decision) == Some(Decision::Adopt);
     let adoptions = done.iter().filter(adopted).count();
     if adoptions == 0 {
         return;
@@ -1022,17 +1015,13 @@ mod tests {
     use crate::curate::Verdict as Decided;
 
     fn proposed(shape: &str, adopted: bool) -> Outcome {
+        let (decision, row) = match adopted {
+            true => (Decision::Adopt, Row::Mine("Gemm_X_7".into())),
+            false => (Decision::Default, Row::Default),
+        };
         let verdict = Decided {
-            decision: if adopted {
-                Decision::Adopt
-            } else {
-                Decision::Default
-            },
-            row: Some(if adopted {
-                Row::Mine("Gemm_X_7".into())
-            } else {
-                Row::Default
-            }),
+            decision,
+            row: Some(row),
             reason: "-5.0% vs heuristic".into(),
             heuristic_ms: 1.0,
             current_ms: None,
@@ -1050,10 +1039,8 @@ mod tests {
         Outcome {
             shape: shape.into(),
             calls: 1,
-            device: 0,
             tuned: Some(tuned),
-            error: None,
-            rejected: None,
+            ..Outcome::default()
         }
     }
 
