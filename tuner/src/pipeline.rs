@@ -498,14 +498,8 @@ mod tests {
 
     impl Bench for Clocked<'_> {
         type Algo = u32;
-        fn timer(&self) -> &Timer<'_> {
-            &self.timer
-        }
-        fn sets(&self) -> usize {
-            1
-        }
-        fn layout(&self) -> Layout {
-            Layout::dense(1, 1, 1)
+        fn parts(&self) -> (&Timer<'_>, usize, Layout) {
+            (&self.timer, 1, Layout::dense(1, 1, 1))
         }
         fn run(&self, _: &u32, _: usize) -> Result<()> {
             Ok(())

@@ -122,22 +122,9 @@ pub fn utc_now() -> String {
 /// The store the installed interposer reads when nothing is configured: the same
 /// candidates, relative to this binary (which sits beside `libtunedblas.so`).
 pub fn default_root() -> PathBuf {
-    let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    else {
-        return PathBuf::from("profiles");
-    };
-    let candidates = [
-        dir.join("../share/tunedblas/profiles"),
-        dir.join("profiles"),
-        dir.join("../../profiles"),
-    ];
-    candidates
-        .iter()
-        .find(|d| d.join(REGISTRY_FILE).is_file())
-        .unwrap_or(&candidates[0])
-        .clone()
+    let exe = std::env::current_exe().ok();
+    let dir = exe.as_deref().and_then(Path::parent);
+    dir.map_or_else(|| PathBuf::from("profiles"), profile::store_beside)
 }
 
 /// A registry that cannot be read, with what to do about it.

@@ -506,14 +506,8 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
 impl<F: Flavor> Bench for LtProblem<'_, F> {
     type Algo = F::Algo;
 
-    fn timer(&self) -> &Timer<'_> {
-        &self.timer
-    }
-    fn sets(&self) -> usize {
-        self.sets.len()
-    }
-    fn layout(&self) -> Layout {
-        self.layout
+    fn parts(&self) -> (&Timer<'_>, usize, Layout) {
+        (&self.timer, self.sets.len(), self.layout)
     }
     fn run(&self, algo: &F::Algo, set: usize) -> Result<()> {
         let api = self.session.api();

@@ -437,14 +437,8 @@ impl Bench for RocblasProblem<'_> {
     /// The solution index; `None` is the heuristic.
     type Algo = Option<i32>;
 
-    fn timer(&self) -> &Timer<'_> {
-        &self.timer
-    }
-    fn sets(&self) -> usize {
-        self.sets.len()
-    }
-    fn layout(&self) -> Layout {
-        self.layout
+    fn parts(&self) -> (&Timer<'_>, usize, Layout) {
+        (&self.timer, self.sets.len(), self.layout)
     }
     fn run(&self, algo: &Option<i32>, set: usize) -> Result<()> {
         ok(
