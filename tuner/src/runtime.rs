@@ -174,11 +174,13 @@ impl Runtime {
             .error_string
             .map(|f| unsafe { f(e) })
             .filter(|s| !s.is_null())
-            .map(|s| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned());
-        Err(Error::failed(match words {
-            Some(w) => format!("{what} failed with {} error {e} ({w})", self.api.name()),
-            None => format!("{what} failed with {} error {e}", self.api.name()),
-        }))
+            .map_or(String::new(), |s| {
+                format!(" ({})", unsafe { CStr::from_ptr(s) }.to_string_lossy())
+            });
+        Err(Error::failed(format!(
+            "{what} failed with {} error {e}{words}",
+            self.api.name()
+        )))
     }
 
     /// Takes the HIP turn for an allocation, a copy or a capture (no-op on CUDA, whose

@@ -153,11 +153,6 @@ impl Rocblas {
         &self.build.version
     }
 
-    /// The file the loader mapped.
-    pub fn file(&self) -> &Path {
-        &self.build.path
-    }
-
     pub fn device_count(&self) -> Result<i32> {
         self.rt.device_count()
     }
