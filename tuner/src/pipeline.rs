@@ -356,26 +356,23 @@ pub fn tune_shape<B: Bench>(
     let mut three: Vec<&B::Algo> = vec![&heur.algo];
     three.extend(cur_algo.iter());
     three.extend(best.map(|i| &cands[i].algo));
-    let mut verdict = curate::decide(&evidence(&rounds_of), rules);
-    while verdict.decision == Decision::Undecidable && rounds_of.len() < m.max_trials {
-        let more = rounds(b, &three, calls, rounds_of.len(), m.trials.max(1))?;
-        let mut more_rounds = as_rounds(&more, cur_algo.is_some(), best.map(|_| 0));
-        rounds_of.append(&mut more_rounds);
-        verdict = curate::decide(&evidence(&rounds_of), rules);
-    }
+    // Rounds of the three added to `v` (decided `d`) until it has `least`, and on while the
+    // decision is undecidable, up to the most trials.
+    let extend = |v: &mut Vec<Round>, mut d: Verdict, least: usize| -> Result<Verdict> {
+        while v.len() < least || (d.decision == Decision::Undecidable && v.len() < m.max_trials) {
+            let more = rounds(b, &three, calls, v.len(), m.trials.max(1))?;
+            v.extend(as_rounds(&more, cur_algo.is_some(), best.map(|_| 0)));
+            d = curate::decide(&evidence(v), rules);
+        }
+        Ok(d)
+    };
+    let decided = curate::decide(&evidence(&rounds_of), rules);
+    let mut verdict = extend(&mut rounds_of, decided, 0)?;
     // An adoption must hold in a second, independent set of trials (extended as the first
     // while the difference is inside the spread).
     let mut confirm_delta = None;
     if verdict.decision == Decision::Adopt {
-        let mut again = Vec::new();
-        let mut second = verdict.clone();
-        while again.len() < m.trials.max(1)
-            || (second.decision == Decision::Undecidable && again.len() < m.max_trials)
-        {
-            let more = rounds(b, &three, calls, again.len(), m.trials.max(1))?;
-            again.extend(as_rounds(&more, cur_algo.is_some(), Some(0)));
-            second = curate::decide(&evidence(&again), rules);
-        }
+        let second = extend(&mut Vec::new(), verdict.clone(), m.trials.max(1))?;
         confirm_delta = second.delta;
         if second.decision != Decision::Adopt {
             verdict = Verdict {
