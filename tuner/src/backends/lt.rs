@@ -339,13 +339,8 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
                 set_attr(api, api.layout_set, p.layouts[i], a.batch_offset, &l.stride)?;
             }
         }
-        set_attr(
-            api,
-            api.pref_set,
-            p.pref,
-            a.max_workspace,
-            &(m.workspace as u64),
-        )?;
+        let workspace = m.workspace as u64;
+        set_attr(api, api.pref_set, p.pref, a.max_workspace, &workspace)?;
         // PyTorch tells cuBLASLt's heuristic the alignment of its pointers (16 bytes for
         // tensors from its allocator); the device allocator's 256 would allow algorithms
         // PyTorch never gets.
@@ -365,11 +360,8 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         }
         if epilogue_has_bias(key.epilogue) {
             let bias = rt.alloc(key.m as usize * type_bytes(key.bias_type).max(1))?;
-            bias.upload(&crate::numerics::random(
-                elem(key.bias_type),
-                key.m as usize,
-                99,
-            ))?;
+            let values = crate::numerics::random(elem(key.bias_type), key.m as usize, 99);
+            bias.upload(&values)?;
             set_attr(api, api.desc_set, p.desc, a.epilogue, &key.epilogue)?;
             set_attr(api, api.desc_set, p.desc, a.bias_pointer, &bias.ptr)?;
             set_attr(api, api.desc_set, p.desc, a.bias_type, &key.bias_type)?;
