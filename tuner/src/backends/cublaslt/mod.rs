@@ -151,18 +151,11 @@ WAIT:\n\tmov.u64 %r3, %globaltimer;\n\tsub.u64 %r4, %r3, %r2;\n\
 /// Host microseconds to queue one timed call, generously (measured 3-5 us on an H200).
 const HOST_US_PER_CALL: f64 = 10.0;
 
+/// `cuLaunchKernel(function, grid x y z, block x y z, shared bytes, stream, params, extra)`.
+#[rustfmt::skip]
 type LaunchFn = unsafe extern "C" fn(
-    *mut c_void,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
+    *mut c_void, u32, u32, u32, u32, u32, u32, u32,
+    *mut c_void, *mut *mut c_void, *mut *mut c_void,
 ) -> i32;
 
 /// The spin kernel, loaded through the driver API into the current context.
@@ -204,22 +197,9 @@ impl Delay for Spin {
         let ms = calls as f64 * HOST_US_PER_CALL * 1e-3 * 1.5 + 0.05;
         let mut ns = (ms * 1e6).ceil() as u64;
         let mut params = [(&mut ns as *mut u64).cast::<c_void>()];
+        let (argv, none) = (params.as_mut_ptr(), std::ptr::null_mut());
         // SAFETY: one block of one thread; the argument is copied before the call returns.
-        let st = unsafe {
-            (self.launch)(
-                self.func,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                s,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
+        let st = unsafe { (self.launch)(self.func, 1, 1, 1, 1, 1, 1, 0, s, argv, none) };
         driver("cuLaunchKernel", st)
     }
 }

@@ -254,17 +254,11 @@ pub fn refinements(
 
 /// `cublasLtMatmulAlgoGetIds(handle, compute, scale, Atype, Btype, Ctype, Dtype, requested,
 /// ids*, returned*)`.
+#[rustfmt::skip]
 pub type AlgoGetIdsFn = unsafe extern "C" fn(
-    LtHandle,
-    ComputeType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    i32,
-    *mut i32,
-    *mut i32,
+    LtHandle, ComputeType, CudaDataType,
+    CudaDataType, CudaDataType, CudaDataType, CudaDataType,
+    i32, *mut i32, *mut i32,
 ) -> LtStatus;
 
 /// Offers `list` to the screening, each rebuilt and checked, until `stop` says so.
