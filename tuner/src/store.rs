@@ -54,15 +54,10 @@ impl Build {
         let label = tunedblas_core::version::Version::parse(&self.version)
             .map(|v| v.label())
             .unwrap_or_else(|| self.version.clone());
+        let valid = |c: char| c.is_ascii_alphanumeric() || "._-+".contains(c);
         let v: String = label
             .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "._-+".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
+            .map(|c| if valid(c) { c } else { '_' })
             .collect();
         format!("{}-{v}", self.library)
     }
