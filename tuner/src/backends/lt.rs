@@ -630,9 +630,7 @@ pub fn open(
     symbol: &str,
     what: &str,
 ) -> Result<(Handle, std::path::PathBuf)> {
-    let (h, given) = dl::open_first(&dl::candidates(path, env, names)).map_err(|e| {
-        Error::not_loaded(format!("cannot load {what} ({}); pass --lib", e.message))
-    })?;
+    let (h, given) = dl::open_named((path, env, names), what, "--lib")?;
     // SAFETY: only the address is used.
     if unsafe { dl::sym::<*mut c_void>(h, symbol) }.is_none() {
         return Err(Error::not_loaded(format!(

@@ -67,17 +67,11 @@ impl Cublaslt {
     /// and the CUDA runtime (`--cudart`, else `$TUNEDBLAS_CUDART`, else `libcudart.so.13/.12`),
     /// globally, as a host linked against them has them; then checks there is a device.
     pub fn open(spec: &Spec) -> Result<Cublaslt> {
-        let (rt_h, rt_path) = dl::open_first(&dl::candidates(
-            spec.runtime.as_deref(),
-            "TUNEDBLAS_CUDART",
-            CUDART_NAMES,
-        ))
-        .map_err(|e| {
-            Error::not_loaded(format!(
-                "cannot load the CUDA runtime ({}); pass --cudart <libcudart.so>",
-                e.message
-            ))
-        })?;
+        let (rt_h, rt_path) = dl::open_named(
+            (spec.runtime.as_deref(), "TUNEDBLAS_CUDART", CUDART_NAMES),
+            "the CUDA runtime",
+            "--cudart <libcudart.so>",
+        )?;
         let (h, path) = lt::open(
             spec.lib.as_deref(),
             "TUNEDBLAS_CUBLASLT",
