@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::backends::{Library, Session};
 use crate::bench::Bench;
 use crate::checkpoint::{self, Checkpoint, Header};
-use crate::curate::{Decision, Row, Rules};
+use crate::curate::{pct, Decision, Row, Rules};
 use crate::error::{Error, Result};
 use crate::limits::{self, Limits};
 use crate::pipeline::{self, Method, Tuned};
@@ -179,9 +179,7 @@ impl<L: Library> Work<'_, L> {
                     fmt_ms(Some(v.heuristic_ms)),
                     fmt_ms(v.current_ms),
                     fmt_ms(v.new_ms),
-                    v.delta
-                        .filter(|d| d.is_finite())
-                        .map_or("-".into(), |d| format!("{:+.1}%", d * 100.0)),
+                    v.delta.filter(|d| d.is_finite()).map_or("-".into(), pct),
                     if v.spread.is_finite() {
                         format!("{:.1}%", v.spread * 100.0)
                     } else {
@@ -797,12 +795,12 @@ fn apply_fresh(
         Ok(None) => Err("the fresh process did not measure it".to_string()),
         Ok(Some((_, _, None))) => Err("the fresh process could not run it".to_string()),
         Ok(Some((_, _, Some(d)))) if -d >= rules.margin => Ok(*d),
-        Ok(Some((_, _, Some(d)))) => Err(format!("only {:+.1}% in a fresh process", d * 100.0)),
+        Ok(Some((_, _, Some(d)))) => Err(format!("only {} in a fresh process", pct(*d))),
     };
     let v = &mut t.verdict;
     match verdict {
         Ok(d) => {
-            v.reason = format!("{}, {:+.1}% in a fresh process", v.reason, d * 100.0);
+            v.reason = format!("{}, {} in a fresh process", v.reason, pct(d));
             false
         }
         Err(why) => {

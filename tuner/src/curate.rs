@@ -255,7 +255,8 @@ impl Compare {
     }
 }
 
-fn pct(x: f64) -> String {
+/// A relative difference as the reports write it: `-12.3%`.
+pub(crate) fn pct(x: f64) -> String {
     format!("{:+.1}%", x * 100.0)
 }
 

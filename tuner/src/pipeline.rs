@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::{Bench, Cand, Screen, ScreenStats};
-use crate::curate::{self, Decision, Evidence, Round, Row, Rules, Verdict};
+use crate::curate::{self, pct, Decision, Evidence, Round, Row, Rules, Verdict};
 use crate::error::{Error, Result};
 use crate::numerics::{median, spread, Judge};
 use crate::timer::Mode;
@@ -378,13 +378,14 @@ pub fn tune_shape<B: Bench>(
             verdict = Verdict {
                 reason: format!(
                     "{} selected, but the confirmation trials: {}",
-                    pct(verdict.delta),
+                    verdict.delta.map_or("-".into(), pct),
                     second.reason
                 ),
                 ..second
             };
         } else {
-            verdict.reason = format!("{}; {} confirmed", verdict.reason, pct(second.delta));
+            let confirmed = second.delta.map_or("-".into(), pct);
+            verdict.reason = format!("{}; {confirmed} confirmed", verdict.reason);
         }
     }
     let h: Vec<f64> = rounds_of.iter().map(|r| r.heuristic).collect();
@@ -400,10 +401,6 @@ pub fn tune_shape<B: Bench>(
         spread(&h),
         warm_up_ms,
     ))
-}
-
-fn pct(x: Option<f64>) -> String {
-    x.map_or("-".into(), |d| format!("{:+.1}%", d * 100.0))
 }
 
 /// The heuristic, the algorithm a row names and the row's relative error.
