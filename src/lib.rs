@@ -19,6 +19,7 @@
 //! - [`coverage`]: the shapes a serving configuration runs, checked against a profile.
 //! - [`cublaslt`]: the cuBLASLt backend's key, algorithm configurations and table.
 //! - [`fleet`]: a campaign's share for this machine, from Kubernetes' or Slurm's variables.
+//! - [`half`]: f16 / bf16 conversions (refblas's arithmetic, the tuner's inputs and outputs).
 //! - [`version`]: rocBLAS version strings (`2.47.0.`, `5.6.0.8d1ae90e`) and what they imply.
 
 /// Constants of one C enum's type, written as the header lists them (several to a line):
@@ -40,6 +41,7 @@ pub mod elf;
 pub mod family;
 pub mod fleet;
 pub mod formats;
+pub mod half;
 pub mod hipblaslt;
 pub mod identity;
 pub mod key;

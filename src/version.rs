@@ -132,6 +132,30 @@ impl fmt::Display for Version {
     }
 }
 
+/// The version string a loaded rocBLAS reports (`rocblas_get_version_string_size`, then
+/// `rocblas_get_version_string`), if it has both functions and answers.
+///
+/// # Safety
+/// `size` and `get` are those functions of a loaded rocBLAS (or behave like them).
+pub unsafe fn reported(
+    size: Option<crate::abi::GetVersionStringSizeFn>,
+    get: Option<crate::abi::GetVersionStringFn>,
+) -> Option<String> {
+    let (size_fn, get_fn) = size.zip(get)?;
+    let mut size = 0usize;
+    // SAFETY: out-pointer to a usize.
+    if unsafe { size_fn(&mut size) } != crate::abi::STATUS_SUCCESS || size == 0 || size > 4096 {
+        return None;
+    }
+    let mut buf = vec![0u8; size];
+    // SAFETY: buf has `size` bytes as the library asked.
+    if unsafe { get_fn(buf.as_mut_ptr().cast(), size) } != crate::abi::STATUS_SUCCESS {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(size);
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 /// [`Version::same_build`] on two strings; strings that do not parse are compared as text.
 pub fn same_build(a: &str, b: &str) -> bool {
     match (Version::parse(a), Version::parse(b)) {

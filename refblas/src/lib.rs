@@ -8,7 +8,7 @@
 //! [`export_rocblas!`] once to emit the C exports bound to their [`Flavour`], giving
 //! `librocblas_v4.so` (SONAME `librocblas.so.4`) and `librocblas_v5.so` (`librocblas.so.5`).
 //!
-//! - [`numeric`]: f16 / bf16 conversions.
+//! - [`numeric`]: f16 / bf16 conversions (the core's, which the tuner shares).
 //! - [`combo`]: supported type combinations and their arithmetic.
 //! - [`kernels`]: the GEMM kernels; [`solutions`]: which can solve what, and the heuristic.
 //! - [`flavour`]: rocBLAS 4.x vs 5.x identity and solution-index encoding.
@@ -32,12 +32,12 @@ pub mod handle;
 pub mod hip;
 pub mod info;
 pub mod kernels;
-pub mod numeric;
 pub mod solutions;
 pub mod trace;
 
 /// The shared rocBLAS ABI (re-exported for the export macro).
 pub use tunedblas_core::abi;
+pub use tunedblas_core::half as numeric;
 
 pub use combo::Combo;
 pub use flavour::Flavour;

@@ -25,6 +25,20 @@ use rank::load_rank;
 /// The registry file inside a profile folder.
 pub const REGISTRY_FILE: &str = "profiles.json";
 
+/// The profile store installed beside the binaries in `dir` (the interposer's folder or the
+/// command's): `<prefix>/share/tunedblas/profiles` of an installed copy, `profiles` beside
+/// them, or a cargo build's source tree (`target/<profile>/../../profiles`), whichever has a
+/// registry; the first where none has.
+pub fn store_beside(dir: &Path) -> PathBuf {
+    let candidates = [
+        dir.join("../share/tunedblas/profiles"),
+        dir.join("profiles"),
+        dir.join("../../profiles"),
+    ];
+    let found = candidates.iter().find(|d| d.join(REGISTRY_FILE).is_file());
+    found.unwrap_or(&candidates[0]).clone()
+}
+
 /// What the operator asked for.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {

@@ -22,10 +22,17 @@ pub struct Cand<A> {
 pub trait Bench {
     /// An algorithm as the library takes it.
     type Algo;
-    fn timer(&self) -> &Timer<'_>;
-    /// Input sets the timed calls rotate through.
-    fn sets(&self) -> usize;
-    fn layout(&self) -> Layout;
+    /// The timer, the input sets the timed calls rotate through, and the layout.
+    fn parts(&self) -> (&Timer<'_>, usize, Layout);
+    fn timer(&self) -> &Timer<'_> {
+        self.parts().0
+    }
+    fn sets(&self) -> usize {
+        self.parts().1
+    }
+    fn layout(&self) -> Layout {
+        self.parts().2
+    }
     /// Enqueues one call of `algo` on input set `set` (modulo the sets) on the timer's
     /// stream.
     fn run(&self, algo: &Self::Algo, set: usize) -> Result<()>;

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::backends::{Library, Session};
 use crate::bench::Bench;
 use crate::checkpoint::{self, Checkpoint, Header};
-use crate::curate::{Decision, Row, Rules};
+use crate::curate::{pct, Decision, Row, Rules};
 use crate::error::{Error, Result};
 use crate::limits::{self, Limits};
 use crate::pipeline::{self, Method, Tuned};
@@ -64,7 +64,7 @@ pub struct Inputs<K> {
 }
 
 /// One finished shape: what the checkpoint holds, one JSON line each.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Outcome {
     /// `op_name,params_signature` of the shape.
     pub shape: String,
@@ -179,9 +179,7 @@ impl<L: Library> Work<'_, L> {
                     fmt_ms(Some(v.heuristic_ms)),
                     fmt_ms(v.current_ms),
                     fmt_ms(v.new_ms),
-                    v.delta
-                        .filter(|d| d.is_finite())
-                        .map_or("-".into(), |d| format!("{:+.1}%", d * 100.0)),
+                    v.delta.filter(|d| d.is_finite()).map_or("-".into(), pct),
                     if v.spread.is_finite() {
                         format!("{:.1}%", v.spread * 100.0)
                     } else {
@@ -322,9 +320,7 @@ impl<L: Library> Work<'_, L> {
                 shape: self.lib.key_text(key),
                 calls: *calls,
                 device,
-                tuned: None,
-                error: None,
-                rejected: None,
+                ..Outcome::default()
             };
             match &session {
                 Err(e) => o.error = Some(e.message.clone()),
@@ -799,12 +795,12 @@ fn apply_fresh(
         Ok(None) => Err("the fresh process did not measure it".to_string()),
         Ok(Some((_, _, None))) => Err("the fresh process could not run it".to_string()),
         Ok(Some((_, _, Some(d)))) if -d >= rules.margin => Ok(*d),
-        Ok(Some((_, _, Some(d)))) => Err(format!("only {:+.1}% in a fresh process", d * 100.0)),
+        Ok(Some((_, _, Some(d)))) => Err(format!("only {} in a fresh process", pct(*d))),
     };
     let v = &mut t.verdict;
     match verdict {
         Ok(d) => {
-            v.reason = format!("{}, {:+.1}% in a fresh process", v.reason, d * 100.0);
+            v.reason = format!("{}, {} in a fresh process", v.reason, pct(d));
             false
         }
         Err(why) => {
@@ -866,24 +862,22 @@ pub fn fresh_verdicts(
 
 /// The options that make a child time as `m` does, as the command line takes them.
 pub fn method_args(m: &Method, rules: &Rules) -> Vec<String> {
-    let s = |v: &dyn std::fmt::Display| v.to_string();
-    vec![
-        "--trials".into(),
-        s(&m.trials),
-        "--sample-ms".into(),
-        s(&m.sample_ms),
-        "--rest".into(),
-        s(&m.rest),
-        "--timing".into(),
-        m.mode.name().into(),
-        "--workspace".into(),
-        s(&m.workspace),
-        "--rotate-mib".into(),
-        s(&(m.rotate_bytes as f64 / (1 << 20) as f64)),
+    [
+        ("--trials", m.trials.to_string()),
+        ("--sample-ms", m.sample_ms.to_string()),
+        ("--rest", m.rest.to_string()),
+        ("--timing", m.mode.name().into()),
+        ("--workspace", m.workspace.to_string()),
+        (
+            "--rotate-mib",
+            (m.rotate_bytes as f64 / (1 << 20) as f64).to_string(),
+        ),
         // In percent, as the command line takes it (rounded: 0.03 * 100 is not exactly 3).
-        "--margin".into(),
-        s(&((rules.margin * 1e8).round() / 1e6)),
+        ("--margin", ((rules.margin * 1e8).round() / 1e6).to_string()),
     ]
+    .into_iter()
+    .flat_map(|(option, value)| [option.to_string(), value])
+    .collect()
 }
 
 /// The verdicts of a `confirm --log` file.
@@ -963,11 +957,8 @@ fn print_qualification<L: Library>(
     rejected_before: usize,
     devices: i32,
 ) {
-    let adopted = |o: &&Outcome| {
-        o.tuned
-            .as_ref()
-            .is_some_and(|t| t.verdict.decision == Decision::Adopt)
-    };
+    let adopted =
+        |o: &&Outcome| o.tuned.as_ref().map(|t| t.verdict.decision) == Some(Decision::Adopt);
     let adoptions = done.iter().filter(adopted).count();
     if adoptions == 0 {
         return;
@@ -1022,17 +1013,13 @@ mod tests {
     use crate::curate::Verdict as Decided;
 
     fn proposed(shape: &str, adopted: bool) -> Outcome {
+        let (decision, row) = match adopted {
+            true => (Decision::Adopt, Row::Mine("Gemm_X_7".into())),
+            false => (Decision::Default, Row::Default),
+        };
         let verdict = Decided {
-            decision: if adopted {
-                Decision::Adopt
-            } else {
-                Decision::Default
-            },
-            row: Some(if adopted {
-                Row::Mine("Gemm_X_7".into())
-            } else {
-                Row::Default
-            }),
+            decision,
+            row: Some(row),
             reason: "-5.0% vs heuristic".into(),
             heuristic_ms: 1.0,
             current_ms: None,
@@ -1050,10 +1037,8 @@ mod tests {
         Outcome {
             shape: shape.into(),
             calls: 1,
-            device: 0,
             tuned: Some(tuned),
-            error: None,
-            rejected: None,
+            ..Outcome::default()
         }
     }
 

@@ -83,12 +83,7 @@ fn read_checkpoint<O: DeserializeOwned>(path: &Path) -> Result<Option<(Header, V
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(Error::failed(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
-        }
+        Err(e) => return Err(Error::cannot("read", path, e)),
     };
     let mut lines = text.lines();
     let Some(header) = lines
@@ -124,12 +119,7 @@ fn unfinished(path: &Path, old: &Header, done: usize) -> Error {
 fn append_line(file: &mut std::fs::File, line: &str, path: &Path) -> Result<()> {
     file.write_all(format!("{line}\n").as_bytes())
         .and_then(|_| file.sync_data())
-        .map_err(|e| {
-            Error::failed(format!(
-                "cannot write the checkpoint {}: {e}",
-                path.display()
-            ))
-        })
+        .map_err(|e| Error::cannot("write the checkpoint", path, e))
 }
 
 /// The append-only, synced record of finished shapes that makes a campaign resumable: one
@@ -150,8 +140,7 @@ impl Checkpoint {
         header: Header,
         fresh: bool,
     ) -> Result<(Checkpoint, Vec<O>)> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::cannot("create", dir, e))?;
         let path = checkpoint_path(dir);
         let (started, done) = match read_checkpoint(&path)? {
             Some((old, done)) if old.build == header.build && old.shapes == header.shapes => {
@@ -164,10 +153,10 @@ impl Checkpoint {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| Error::failed(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| Error::cannot("open", &path, e))?;
         if done.is_empty() {
             file.set_len(0)
-                .map_err(|e| Error::failed(format!("cannot reset {}: {e}", path.display())))?;
+                .map_err(|e| Error::cannot("reset", &path, e))?;
             let h = Header {
                 started: started.clone(),
                 ..header
@@ -250,8 +239,7 @@ pub struct CampaignLock {
 /// instead lets both finish, in turn.
 pub fn lock(folder: &Folder, quiet: bool) -> Result<CampaignLock> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(&folder.dir)
-        .map_err(|e| Error::failed(format!("cannot create {}: {e}", folder.dir.display())))?;
+    std::fs::create_dir_all(&folder.dir).map_err(|e| Error::cannot("create", &folder.dir, e))?;
     let path = folder.dir.join(".campaign.lock");
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -260,7 +248,7 @@ pub fn lock(folder: &Folder, quiet: bool) -> Result<CampaignLock> {
         .truncate(false)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
-        .map_err(|e| Error::failed(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| Error::cannot("open", &path, e))?;
     let waiting = |whom: &str| {
         if !quiet {
             eprintln!(
@@ -270,7 +258,7 @@ pub fn lock(folder: &Folder, quiet: bool) -> Result<CampaignLock> {
             );
         }
     };
-    let cannot = |e| Error::failed(format!("cannot lock {}: {e}", path.display()));
+    let cannot = |e| Error::cannot("lock", &path, e);
     if share_lock::flock_exclusive(&file, false).map_err(cannot)? == share_lock::Flock::Busy {
         waiting("");
         share_lock::flock_exclusive(&file, true).map_err(cannot)?;
@@ -292,15 +280,9 @@ pub fn lock(folder: &Folder, quiet: bool) -> Result<CampaignLock> {
             let whom = whom.split_once(" is held by ").map_or("", |(_, w)| w);
             let whom = whom.split_once(';').map_or(whom, |(w, _)| w);
             waiting(&format!(" ({whom})"));
-            take(std::time::Duration::MAX)
-                .map_err(|e| Error::failed(format!("cannot lock {}: {e}", shared.display())))?
+            take(std::time::Duration::MAX).map_err(|e| Error::cannot("lock", &shared, e))?
         }
-        Err(e) => {
-            return Err(Error::failed(format!(
-                "cannot lock {}: {e}",
-                shared.display()
-            )))
-        }
+        Err(e) => return Err(Error::cannot("lock", &shared, e)),
     };
     Ok(CampaignLock {
         _shared: held,

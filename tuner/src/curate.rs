@@ -255,26 +255,19 @@ impl Compare {
     }
 }
 
-fn pct(x: f64) -> String {
+/// A relative difference as the reports write it: `-12.3%`.
+pub(crate) fn pct(x: f64) -> String {
     format!("{:+.1}%", x * 100.0)
 }
 
 /// The timed series of one shape: heuristic, current row, new best (None: not timed).
 fn series(e: &Evidence) -> (Vec<f64>, Option<Vec<f64>>, Option<Vec<f64>>) {
-    let heur: Vec<f64> = e.rounds.iter().map(|r| r.heuristic).collect();
-    let cur: Option<Vec<f64>> = e
-        .rounds
-        .iter()
-        .map(|r| r.current)
-        .collect::<Option<Vec<f64>>>()
-        .filter(|v| !v.is_empty());
-    let new: Option<Vec<f64>> = e
-        .rounds
-        .iter()
-        .map(|r| r.new)
-        .collect::<Option<Vec<f64>>>()
-        .filter(|v| !v.is_empty());
-    (heur, cur, new)
+    let timed = |f: fn(&Round) -> Option<f64>| -> Option<Vec<f64>> {
+        let v: Option<Vec<f64>> = e.rounds.iter().map(f).collect();
+        v.filter(|v| !v.is_empty())
+    };
+    let heur = e.rounds.iter().map(|r| r.heuristic).collect();
+    (heur, timed(|r| r.current), timed(|r| r.new))
 }
 
 /// What rule 1 says about the new best.

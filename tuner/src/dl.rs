@@ -36,28 +36,32 @@ pub fn open(path: &Path, flags: i32) -> Result<Handle> {
     Ok(h)
 }
 
-/// Opens the first of `candidates` that loads, globally (as a host linked against it has
-/// it); the error lists why each did not.
-pub fn open_first(candidates: &[PathBuf]) -> Result<(Handle, PathBuf)> {
+/// Opens the first that loads, globally (as a host linked against it has it), of the path
+/// given, else `$env`, else the library's usual names; else exit 3, saying why each did not
+/// and which option to `pass`.
+pub fn open_named(
+    (explicit, env, names): (Option<&Path>, &str, &[&str]),
+    what: &str,
+    pass: &str,
+) -> Result<(Handle, PathBuf)> {
+    let candidates: Vec<PathBuf> = match explicit {
+        Some(p) => vec![p.to_path_buf()],
+        None => match std::env::var_os(env).filter(|v| !v.is_empty()) {
+            Some(p) => vec![PathBuf::from(p)],
+            None => names.iter().map(PathBuf::from).collect(),
+        },
+    };
     let mut errors = Vec::new();
     for p in candidates {
-        match open(p, libc::RTLD_NOW | libc::RTLD_GLOBAL) {
-            Ok(h) => return Ok((h, p.clone())),
+        match open(&p, libc::RTLD_NOW | libc::RTLD_GLOBAL) {
+            Ok(h) => return Ok((h, p)),
             Err(e) => errors.push(e.message),
         }
     }
-    Err(Error::not_loaded(errors.join("; ")))
-}
-
-/// What to try for a library: the path given, else `$env`, else its usual names.
-pub fn candidates(explicit: Option<&Path>, env: &str, names: &[&str]) -> Vec<PathBuf> {
-    if let Some(p) = explicit {
-        return vec![p.to_path_buf()];
-    }
-    if let Some(p) = std::env::var_os(env).filter(|v| !v.is_empty()) {
-        return vec![PathBuf::from(p)];
-    }
-    names.iter().map(PathBuf::from).collect()
+    let why = errors.join("; ");
+    Err(Error::not_loaded(format!(
+        "cannot load {what} ({why}); pass {pass}"
+    )))
 }
 
 /// The symbol `name` of `h` as the C function type `T`, if it has one.

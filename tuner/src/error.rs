@@ -65,6 +65,11 @@ impl Error {
         }
     }
 
+    /// `cannot <action> <path>: <e>`: a file that could not be read, written or locked.
+    pub fn cannot(action: &str, path: &std::path::Path, e: impl fmt::Display) -> Error {
+        Error::failed(format!("cannot {action} {}: {e}", path.display()))
+    }
+
     /// The library cannot be loaded or is not the one named (exit 3).
     pub fn not_loaded(message: impl Into<String>) -> Error {
         Error::of(ErrorKind::NotLoaded, message)

@@ -4,6 +4,7 @@
 //! that holds each candidate's output to it; the order statistics of the timings.
 
 use serde::Serialize;
+use tunedblas_core::half::{Bf16, F16};
 
 /// The element types a tuned GEMM reads and writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -68,68 +69,11 @@ impl Rng {
     }
 }
 
-/// f32 -> bf16 bits, rounding to nearest even (NaN stays NaN).
-pub fn bf16_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        return ((b >> 16) as u16) | 0x40;
-    }
-    let round = 0x7fff + ((b >> 16) & 1);
-    ((b.wrapping_add(round)) >> 16) as u16
-}
-
-/// f32 -> IEEE half bits, rounding to nearest even, with subnormals and infinities.
-pub fn f16_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32;
-    let man = b & 0x7f_ffff;
-    if exp == 0xff {
-        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
-    }
-    let e = exp - 127 + 15;
-    if e >= 31 {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = 1u32 << (shift - 1);
-        let rem = m & ((1 << shift) - 1);
-        let mut v = m >> shift;
-        if rem > half || (rem == half && v & 1 == 1) {
-            v += 1;
-        }
-        return sign | v as u16;
-    }
-    let mut v = ((e as u32) << 10) | (man >> 13);
-    let rem = man & 0x1fff;
-    if rem > 0x1000 || (rem == 0x1000 && v & 1 == 1) {
-        v += 1; // may carry into the exponent, which is the right rounding
-    }
-    sign | v as u16
-}
-
-pub fn f16_value(h: u16) -> f64 {
-    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exp = ((h >> 10) & 0x1f) as i32;
-    let man = (h & 0x3ff) as f64;
-    sign * match exp {
-        0 => man * 2f64.powi(-24),
-        31 if man == 0.0 => f64::INFINITY,
-        31 => f64::NAN,
-        e => (1.0 + man / 1024.0) * 2f64.powi(e - 15),
-    }
-}
-
 /// `x` in the bytes of type `t`.
 pub fn encode(t: Elem, x: f64, out: &mut Vec<u8>) {
     match t {
-        Elem::Bf16 => out.extend_from_slice(&bf16_bits(x as f32).to_le_bytes()),
-        Elem::F16 => out.extend_from_slice(&f16_bits(x as f32).to_le_bytes()),
+        Elem::Bf16 => out.extend_from_slice(&Bf16::from_f32(x as f32).0.to_le_bytes()),
+        Elem::F16 => out.extend_from_slice(&F16::from_f32(x as f32).0.to_le_bytes()),
         Elem::F32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
         Elem::F64 => out.extend_from_slice(&x.to_le_bytes()),
     }
@@ -151,9 +95,12 @@ pub fn decode(t: Elem, bytes: &[u8]) -> Vec<f64> {
     match t {
         Elem::Bf16 => bytes
             .chunks_exact(2)
-            .map(|c| f32::from_bits((two(c) as u32) << 16) as f64)
+            .map(|c| Bf16(two(c)).to_f32() as f64)
             .collect(),
-        Elem::F16 => bytes.chunks_exact(2).map(|c| f16_value(two(c))).collect(),
+        Elem::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| F16(two(c)).to_f32() as f64)
+            .collect(),
         Elem::F32 => bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)

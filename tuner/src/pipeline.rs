@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::{Bench, Cand, Screen, ScreenStats};
-use crate::curate::{self, Decision, Evidence, Round, Row, Rules, Verdict};
+use crate::curate::{self, pct, Decision, Evidence, Round, Row, Rules, Verdict};
 use crate::error::{Error, Result};
 use crate::numerics::{median, spread, Judge};
 use crate::timer::Mode;
@@ -356,38 +356,36 @@ pub fn tune_shape<B: Bench>(
     let mut three: Vec<&B::Algo> = vec![&heur.algo];
     three.extend(cur_algo.iter());
     three.extend(best.map(|i| &cands[i].algo));
-    let mut verdict = curate::decide(&evidence(&rounds_of), rules);
-    while verdict.decision == Decision::Undecidable && rounds_of.len() < m.max_trials {
-        let more = rounds(b, &three, calls, rounds_of.len(), m.trials.max(1))?;
-        let mut more_rounds = as_rounds(&more, cur_algo.is_some(), best.map(|_| 0));
-        rounds_of.append(&mut more_rounds);
-        verdict = curate::decide(&evidence(&rounds_of), rules);
-    }
+    // Rounds of the three added to `v` (decided `d`) until it has `least`, and on while the
+    // decision is undecidable, up to the most trials.
+    let extend = |v: &mut Vec<Round>, mut d: Verdict, least: usize| -> Result<Verdict> {
+        while v.len() < least || (d.decision == Decision::Undecidable && v.len() < m.max_trials) {
+            let more = rounds(b, &three, calls, v.len(), m.trials.max(1))?;
+            v.extend(as_rounds(&more, cur_algo.is_some(), best.map(|_| 0)));
+            d = curate::decide(&evidence(v), rules);
+        }
+        Ok(d)
+    };
+    let decided = curate::decide(&evidence(&rounds_of), rules);
+    let mut verdict = extend(&mut rounds_of, decided, 0)?;
     // An adoption must hold in a second, independent set of trials (extended as the first
     // while the difference is inside the spread).
     let mut confirm_delta = None;
     if verdict.decision == Decision::Adopt {
-        let mut again = Vec::new();
-        let mut second = verdict.clone();
-        while again.len() < m.trials.max(1)
-            || (second.decision == Decision::Undecidable && again.len() < m.max_trials)
-        {
-            let more = rounds(b, &three, calls, again.len(), m.trials.max(1))?;
-            again.extend(as_rounds(&more, cur_algo.is_some(), Some(0)));
-            second = curate::decide(&evidence(&again), rules);
-        }
+        let second = extend(&mut Vec::new(), verdict.clone(), m.trials.max(1))?;
         confirm_delta = second.delta;
         if second.decision != Decision::Adopt {
             verdict = Verdict {
                 reason: format!(
                     "{} selected, but the confirmation trials: {}",
-                    pct(verdict.delta),
+                    verdict.delta.map_or("-".into(), pct),
                     second.reason
                 ),
                 ..second
             };
         } else {
-            verdict.reason = format!("{}; {} confirmed", verdict.reason, pct(second.delta));
+            let confirmed = second.delta.map_or("-".into(), pct);
+            verdict.reason = format!("{}; {confirmed} confirmed", verdict.reason);
         }
     }
     let h: Vec<f64> = rounds_of.iter().map(|r| r.heuristic).collect();
@@ -403,10 +401,6 @@ pub fn tune_shape<B: Bench>(
         spread(&h),
         warm_up_ms,
     ))
-}
-
-fn pct(x: Option<f64>) -> String {
-    x.map_or("-".into(), |d| format!("{:+.1}%", d * 100.0))
 }
 
 /// The heuristic, the algorithm a row names and the row's relative error.
@@ -498,14 +492,8 @@ mod tests {
 
     impl Bench for Clocked<'_> {
         type Algo = u32;
-        fn timer(&self) -> &Timer<'_> {
-            &self.timer
-        }
-        fn sets(&self) -> usize {
-            1
-        }
-        fn layout(&self) -> Layout {
-            Layout::dense(1, 1, 1)
+        fn parts(&self) -> (&Timer<'_>, usize, Layout) {
+            (&self.timer, 1, Layout::dense(1, 1, 1))
         }
         fn run(&self, _: &u32, _: usize) -> Result<()> {
             Ok(())

@@ -1,9 +1,8 @@
 //! `--rest`: the device left idle after each timed sample, for a multiple of the time the
 //! sample kept it busy. Back to back, compute-heavy GEMMs drive a GPU into its power cap
 //! and its clock wanders under the samples (measured on the H200: BENCHMARKS.md, issue 15);
-//! idle in between, it runs each sample at full clock. Shared by the rocBLAS tuner
-//! (`tunedblas tune`, default 0: not measured on an AMD GPU) and the Lt tuners
-//! (`tunedblas lt`, default [`crate::lt::pipeline::DEFAULT_REST`]).
+//! idle in between, it runs each sample at full clock. Every library's default is
+//! [`crate::pipeline::DEFAULT_REST`].
 
 /// The largest `--rest`: ten times the sample's time idle after it.
 pub const MAX_REST: f64 = 10.0;

@@ -174,11 +174,13 @@ impl Runtime {
             .error_string
             .map(|f| unsafe { f(e) })
             .filter(|s| !s.is_null())
-            .map(|s| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned());
-        Err(Error::failed(match words {
-            Some(w) => format!("{what} failed with {} error {e} ({w})", self.api.name()),
-            None => format!("{what} failed with {} error {e}", self.api.name()),
-        }))
+            .map_or(String::new(), |s| {
+                format!(" ({})", unsafe { CStr::from_ptr(s) }.to_string_lossy())
+            });
+        Err(Error::failed(format!(
+            "{what} failed with {} error {e}{words}",
+            self.api.name()
+        )))
     }
 
     /// Takes the HIP turn for an allocation, a copy or a capture (no-op on CUDA, whose
@@ -524,23 +526,14 @@ pub struct DevBuf<'r> {
 }
 
 impl DevBuf<'_> {
-    /// Copies `host` to the buffer at byte `offset` (what fits).
-    pub fn upload_at(&self, offset: usize, host: &[u8]) -> Result<()> {
-        let n = host.len().min(self.bytes.saturating_sub(offset));
-        let _turn = self.rt.turn();
-        // SAFETY: both regions hold n bytes; a device address is only offset, never read.
-        self.rt.check("Memcpy to the device", unsafe {
-            (self.rt.memcpy)(
-                self.ptr.cast::<u8>().wrapping_add(offset).cast(),
-                host.as_ptr().cast(),
-                n,
-                HIP_MEMCPY_HOST_TO_DEVICE,
-            )
-        })
-    }
-
+    /// Copies `host` to the buffer (what fits).
     pub fn upload(&self, host: &[u8]) -> Result<()> {
-        self.upload_at(0, host)
+        let n = host.len().min(self.bytes);
+        let _turn = self.rt.turn();
+        // SAFETY: both regions hold n bytes.
+        self.rt.check("Memcpy to the device", unsafe {
+            (self.rt.memcpy)(self.ptr, host.as_ptr().cast(), n, HIP_MEMCPY_HOST_TO_DEVICE)
+        })
     }
 
     /// The first min(`bytes`, buffer) bytes of the buffer.

@@ -34,8 +34,7 @@ impl Build {
         version: Option<String>,
         arch: Option<&str>,
     ) -> Result<Build> {
-        let sha256 = identity::sha256_file(path)
-            .map_err(|e| Error::failed(format!("cannot hash {}: {e}", path.display())))?;
+        let sha256 = identity::sha256_file(path).map_err(|e| Error::cannot("hash", path, e))?;
         Ok(Build {
             library,
             path: path.to_path_buf(),
@@ -55,15 +54,10 @@ impl Build {
         let label = tunedblas_core::version::Version::parse(&self.version)
             .map(|v| v.label())
             .unwrap_or_else(|| self.version.clone());
+        let valid = |c: char| c.is_ascii_alphanumeric() || "._-+".contains(c);
         let v: String = label
             .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "._-+".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
+            .map(|c| if valid(c) { c } else { '_' })
             .collect();
         format!("{}-{v}", self.library)
     }
@@ -123,22 +117,24 @@ pub fn utc_now() -> String {
 /// The store the installed interposer reads when nothing is configured: the same
 /// candidates, relative to this binary (which sits beside `libtunedblas.so`).
 pub fn default_root() -> PathBuf {
-    let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    else {
-        return PathBuf::from("profiles");
-    };
-    let candidates = [
-        dir.join("../share/tunedblas/profiles"),
-        dir.join("profiles"),
-        dir.join("../../profiles"),
-    ];
-    candidates
-        .iter()
-        .find(|d| d.join(REGISTRY_FILE).is_file())
-        .unwrap_or(&candidates[0])
-        .clone()
+    let exe = std::env::current_exe().ok();
+    let dir = exe.as_deref().and_then(Path::parent);
+    dir.map_or_else(|| PathBuf::from("profiles"), profile::store_beside)
+}
+
+/// A registry that cannot be read, with what to do about it.
+fn broken(e: registry::RegistryError) -> Error {
+    Error::failed(format!(
+        "{e}; fix the file or move it aside (tunedblas recreates an empty one)"
+    ))
+}
+
+/// The text of the file at `path`; empty where there is none.
+fn read_or_empty(path: &Path) -> Result<String> {
+    match std::fs::read_to_string(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        r => r.map_err(|e| Error::cannot("read", path, e)),
+    }
 }
 
 /// Shapes imported from other builds wait here, in a profile folder, for `tune --retune`.
@@ -161,8 +157,7 @@ impl Store {
 
     /// Opens (creating if needed) the store at `root`.
     pub fn open(root: &Path) -> Result<Store> {
-        std::fs::create_dir_all(root)
-            .map_err(|e| Error::failed(format!("cannot create {}: {e}", root.display())))?;
+        std::fs::create_dir_all(root).map_err(|e| Error::cannot("create", root, e))?;
         let store = Store {
             root: root.to_path_buf(),
         };
@@ -184,22 +179,13 @@ impl Store {
     }
 
     pub fn registry(&self) -> Result<Registry> {
-        Registry::load(&self.registry_path()).map_err(|e| {
-            Error::failed(format!(
-                "{e}; fix the file or move it aside (tunedblas recreates an empty one)"
-            ))
-        })
+        Registry::load(&self.registry_path()).map_err(broken)
     }
 
     /// Runs `change` as one transaction on the store; see [`Tx`]. Nothing is written
     /// unless `change` returns `Ok`, and then every file it staged is committed together.
     pub fn transaction<T>(&self, change: impl FnOnce(&mut Tx) -> Result<T>) -> Result<T> {
         let path = self.registry_path();
-        let broken = |e: registry::RegistryError| {
-            Error::failed(format!(
-                "{e}; fix the file or move it aside (tunedblas recreates an empty one)"
-            ))
-        };
         let out = registry::with_lock(&path, || {
             let registry = if path.exists() {
                 Registry::load(&path)?
@@ -287,15 +273,7 @@ impl Store {
     /// The text of the profile's rank-0 results file (empty where there is none; the ranks
     /// of a profile hold the same rows).
     pub fn read_text(&self, folder: &Folder) -> Result<String> {
-        let path = rank_file(&folder.dir, 0);
-        match std::fs::read_to_string(&path) {
-            Ok(t) => Ok(t),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-            Err(e) => Err(Error::failed(format!(
-                "cannot read {}: {e}",
-                path.display()
-            ))),
-        }
+        read_or_empty(&rank_file(&folder.dir, 0))
     }
 
     /// The profile's current rocBLAS rows (rank 0).
@@ -304,8 +282,7 @@ impl Store {
         if !path.exists() {
             return Ok(ResultsFile::default());
         }
-        tunableop::read(&path)
-            .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
+        tunableop::read(&path).map_err(|e| Error::cannot("read", &path, e))
     }
 
     /// How many rank files the folder has now (at least 1).
@@ -487,19 +464,9 @@ impl Tx<'_> {
         {
             return Ok(list.clone());
         }
-        let path = folder.dir.join(IMPORTED_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(str::to_string)
-                .collect()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
-            Err(e) => Err(Error::failed(format!(
-                "cannot read {}: {e}",
-                path.display()
-            ))),
-        }
+        let text = read_or_empty(&folder.dir.join(IMPORTED_FILE))?;
+        let lines = text.lines().filter(|l| !l.trim().is_empty());
+        Ok(lines.map(str::to_string).collect())
     }
 
     /// Stages the shapes waiting for `tune --retune`; none removes the file.

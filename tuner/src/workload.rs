@@ -16,28 +16,16 @@ use crate::backends::rocblas::{Rocblas, RocblasProblem};
 use crate::error::Result;
 
 /// The seed's (N, K) pairs, divided by 16.
-pub const LAYERS: [(i64, i64); 7] = [
-    (640, 160),
-    (224, 160),
-    (32, 160),
-    (160, 96),
-    (256, 160),
-    (640, 20),
-    (21, 640),
-];
+#[rustfmt::skip]
+pub const LAYERS: [(i64, i64); 7] =
+    [(640, 160), (224, 160), (32, 160), (160, 96), (256, 160), (640, 20), (21, 640)];
 
 /// One step of the server: a token count and why it occurs.
+#[rustfmt::skip]
 pub const STEPS: [(i64, &str); 10] = [
-    (1, "decode"),
-    (2, "decode"),
-    (4, "decode"),
-    (8, "decode"),
-    (3, "MTP verify"),
-    (6, "MTP verify"),
-    (12, "MTP verify"),
-    (256, "dynamic-prefill rung"),
-    (512, "dynamic-prefill shared cap"),
-    (517, "chunk + 5 decodes"),
+    (1, "decode"), (2, "decode"), (4, "decode"), (8, "decode"),
+    (3, "MTP verify"), (6, "MTP verify"), (12, "MTP verify"),
+    (256, "dynamic-prefill rung"), (512, "dynamic-prefill shared cap"), (517, "chunk + 5 decodes"),
 ];
 
 /// `F.linear(x[M,K], W[N,K])` in fp16 as PyTorch issues it: gemm_ex(T, N, m=N, n=M, k=K).
@@ -54,7 +42,7 @@ pub fn keys() -> Vec<(ProblemKey, &'static str)> {
 }
 
 /// What a workload run measured.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Report {
     pub calls: usize,
     pub gemm_ms: f64,
@@ -69,11 +57,7 @@ pub fn run(lib_path: &Path, passes: usize) -> Result<Report> {
         .into_iter()
         .map(|(k, _)| RocblasProblem::once(&lib, k))
         .collect::<Result<_>>()?;
-    let mut report = Report {
-        calls: 0,
-        gemm_ms: 0.0,
-        failures: 0,
-    };
+    let mut report = Report::default();
     for _ in 0..passes {
         for p in &problems {
             let t = Instant::now();

@@ -8,7 +8,6 @@
 use std::ffi::c_void;
 use std::path::Path;
 
-use tunedblas_core::abi::Stream;
 use tunedblas_core::cublaslt::*;
 use tunedblas_core::key::Trans;
 
@@ -24,32 +23,8 @@ use crate::timer::{Delay, Timer};
 
 type Status = i32;
 pub type Obj = *mut c_void;
-/// `cublasLtMatmul` / `hipblasLtMatmul`.
-pub type LtMatmulFn = unsafe extern "C-unwind" fn(
-    Obj,
-    Obj,
-    *const c_void,
-    *const c_void,
-    Obj,
-    *const c_void,
-    Obj,
-    *const c_void,
-    *const c_void,
-    Obj,
-    *mut c_void,
-    Obj,
-    *const c_void,
-    *mut c_void,
-    usize,
-    Stream,
-) -> Status;
-type HeuristicFn =
-    unsafe extern "C" fn(Obj, Obj, Obj, Obj, Obj, Obj, Obj, i32, *mut c_void, *mut i32) -> Status;
-type CreateObjFn = unsafe extern "C" fn(*mut Obj) -> Status;
-type DescCreateFn = unsafe extern "C" fn(*mut Obj, i32, i32) -> Status;
-type LayoutCreateFn = unsafe extern "C" fn(*mut Obj, i32, u64, u64, i64) -> Status;
-type SetFn = unsafe extern "C" fn(Obj, i32, *const c_void, usize) -> Status;
-type DestroyFn = unsafe extern "C" fn(Obj) -> Status;
+/// `cublasLtMatmul` / `hipblasLtMatmul` (hipBLASLt's algorithm is passed by pointer too).
+pub use tunedblas_core::cublaslt::MatmulFn as LtMatmulFn;
 
 /// The attribute numbers of one API.
 #[derive(Clone, Copy)]
@@ -77,18 +52,18 @@ pub struct Attrs {
 pub struct LtApi {
     pub name: &'static str,
     pub attrs: Attrs,
-    pub create: CreateObjFn,
+    pub create: CreateFn,
     pub matmul: LtMatmulFn,
-    heuristic: HeuristicFn,
+    heuristic: GetHeuristicFn,
     pub desc_create: DescCreateFn,
     pub desc_destroy: DestroyFn,
-    pub desc_set: SetFn,
+    pub desc_set: SetAttributeFn,
     pub layout_create: LayoutCreateFn,
     pub layout_destroy: DestroyFn,
-    pub layout_set: SetFn,
-    pref_create: CreateObjFn,
+    pub layout_set: SetAttributeFn,
+    pref_create: PrefCreateFn,
     pref_destroy: DestroyFn,
-    pref_set: SetFn,
+    pref_set: SetAttributeFn,
     /// Statuses of this API as an error.
     pub check: fn(&str, Status) -> Result<()>,
 }
@@ -181,7 +156,6 @@ pub trait Flavor: Sized {
         self.parts().2
     }
     fn delay(&self) -> Option<&dyn Delay>;
-    fn algo(a: &Self::Answer) -> Self::Algo;
     fn state(a: &Self::Answer) -> Status;
     fn id(a: &Self::Algo) -> Vec<u8>;
     fn heuristic(p: &LtProblem<'_, Self>) -> Result<Cand<Self::Algo>>;
@@ -301,7 +275,7 @@ impl<F: Flavor> Drop for LtProblem<'_, F> {
     }
 }
 
-fn set_attr<T>(api: &LtApi, f: SetFn, obj: Obj, attr: i32, v: &T) -> Result<()> {
+fn set_attr<T>(api: &LtApi, f: SetAttributeFn, obj: Obj, attr: i32, v: &T) -> Result<()> {
     // SAFETY: a value of the attribute's documented type and size.
     let st = unsafe { f(obj, attr, (v as *const T).cast(), std::mem::size_of::<T>()) };
     (api.check)(&format!("setting {} attribute {attr}", api.name), st)
@@ -321,10 +295,7 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         let g = layout(&key);
         let out = rt.alloc(g.bytes(2).max(g.bytes(3)))?;
         out.fill(0)?;
-        let label = {
-            let (op, sig) = op_and_signature(&key);
-            format!("{op} {sig}")
-        };
+        let label = key.text().replacen(',', " ", 1);
         let mut p = LtProblem {
             session,
             key,
@@ -368,13 +339,8 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
                 set_attr(api, api.layout_set, p.layouts[i], a.batch_offset, &l.stride)?;
             }
         }
-        set_attr(
-            api,
-            api.pref_set,
-            p.pref,
-            a.max_workspace,
-            &(m.workspace as u64),
-        )?;
+        let workspace = m.workspace as u64;
+        set_attr(api, api.pref_set, p.pref, a.max_workspace, &workspace)?;
         // PyTorch tells cuBLASLt's heuristic the alignment of its pointers (16 bytes for
         // tensors from its allocator); the device allocator's 256 would allow algorithms
         // PyTorch never gets.
@@ -394,11 +360,8 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         }
         if epilogue_has_bias(key.epilogue) {
             let bias = rt.alloc(key.m as usize * type_bytes(key.bias_type).max(1))?;
-            bias.upload(&crate::numerics::random(
-                elem(key.bias_type),
-                key.m as usize,
-                99,
-            ))?;
+            let values = crate::numerics::random(elem(key.bias_type), key.m as usize, 99);
+            bias.upload(&values)?;
             set_attr(api, api.desc_set, p.desc, a.epilogue, &key.epilogue)?;
             set_attr(api, api.desc_set, p.desc, a.bias_pointer, &bias.ptr)?;
             set_attr(api, api.desc_set, p.desc, a.bias_type, &key.bias_type)?;
@@ -458,6 +421,23 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         algo: *const c_void,
         set: usize,
     ) -> Status {
+        // SAFETY: as the caller vouches; the output is this problem's.
+        unsafe { self.call(f, desc, l, self.out.ptr, algo, set) }
+    }
+
+    /// One call of `f` on input set `set`, C and D at `out` (of layouts `l[2]`, `l[3]`).
+    ///
+    /// # Safety
+    /// As [`Self::launch_on`]; `out` holds a matrix of those layouts.
+    unsafe fn call(
+        &self,
+        f: LtMatmulFn,
+        desc: Obj,
+        l: [Obj; 4],
+        out: *mut c_void,
+        algo: *const c_void,
+        set: usize,
+    ) -> Status {
         let s = &self.sets[set % self.sets.len()];
         let ws = if self.workspace_bytes > 0 {
             self.workspace.ptr
@@ -475,11 +455,11 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
                 s[1].ptr,
                 l[1],
                 (&self.beta as *const f32).cast(),
-                self.out.ptr,
+                out,
                 l[2],
-                self.out.ptr,
+                out,
                 l[3],
-                algo,
+                algo.cast(),
                 ws,
                 self.workspace_bytes,
                 self.timer.stream,
@@ -503,28 +483,9 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
         })?;
         let out = self.session.rt().alloc((k.m * k.n) as usize * 4)?;
         out.fill(0)?;
-        let s = &self.sets[0];
+        let l = [self.layouts[0], self.layouts[1], layout, layout];
         // SAFETY: live descriptors; an f32 output of m x n.
-        let st = unsafe {
-            (api.matmul)(
-                self.session.handle(),
-                self.desc,
-                (&self.alpha as *const f32).cast(),
-                s[0].ptr,
-                self.layouts[0],
-                s[1].ptr,
-                self.layouts[1],
-                (&self.beta as *const f32).cast(),
-                out.ptr,
-                layout,
-                out.ptr,
-                layout,
-                std::ptr::null(),
-                self.workspace.ptr,
-                self.workspace_bytes,
-                self.timer.stream,
-            )
-        };
+        let st = unsafe { self.call(api.matmul, self.desc, l, out.ptr, std::ptr::null(), 0) };
         unsafe { (api.layout_destroy)(layout) };
         if st != 0 {
             return Ok(None);
@@ -537,14 +498,8 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
 impl<F: Flavor> Bench for LtProblem<'_, F> {
     type Algo = F::Algo;
 
-    fn timer(&self) -> &Timer<'_> {
-        &self.timer
-    }
-    fn sets(&self) -> usize {
-        self.sets.len()
-    }
-    fn layout(&self) -> Layout {
-        self.layout
+    fn parts(&self) -> (&Timer<'_>, usize, Layout) {
+        (&self.timer, self.sets.len(), self.layout)
     }
     fn run(&self, algo: &F::Algo, set: usize) -> Result<()> {
         let api = self.session.api();
@@ -604,9 +559,12 @@ pub fn parse_spec(s: &str) -> std::result::Result<LtKey, String> {
 }
 
 /// A results file of Lt rows with `validators`.
-pub fn results(validators: Vec<(String, String)>, rows: &[(LtKey, String, Option<f64>)]) -> String {
+pub fn results(validators: &[(&str, String)], rows: &[(LtKey, String, Option<f64>)]) -> String {
     LtResults {
-        validators,
+        validators: validators
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
         rows: rows
             .iter()
             .filter_map(|(key, s, t)| {
@@ -672,9 +630,7 @@ pub fn open(
     symbol: &str,
     what: &str,
 ) -> Result<(Handle, std::path::PathBuf)> {
-    let (h, given) = dl::open_first(&dl::candidates(path, env, names)).map_err(|e| {
-        Error::not_loaded(format!("cannot load {what} ({}); pass --lib", e.message))
-    })?;
+    let (h, given) = dl::open_named((path, env, names), what, "--lib")?;
     // SAFETY: only the address is used.
     if unsafe { dl::sym::<*mut c_void>(h, symbol) }.is_none() {
         return Err(Error::not_loaded(format!(

@@ -93,16 +93,12 @@ pub struct Spec {
 impl Spec {
     /// The arguments that make a child `tunedblas` load the same files.
     pub fn args(&self, kind: Kind, lib: &Path, runtime: &Path) -> Vec<OsString> {
-        let mut v: Vec<OsString> = vec!["--lib".into(), lib.into()];
-        v.extend([
-            match kind {
-                Kind::Cublaslt => "--cudart",
-                _ => "--hip",
-            }
-            .into(),
-            runtime.into(),
-        ]);
-        v
+        let rt = if kind == Kind::Cublaslt {
+            "--cudart"
+        } else {
+            "--hip"
+        };
+        vec!["--lib".into(), lib.into(), rt.into(), runtime.into()]
     }
 }
 

@@ -130,9 +130,9 @@ impl Rocblas {
                 }
             };
             let file = dl::file_of(h, "rocblas_create_handle", path);
-            let version = version(
-                dl::sym::<GetVersionStringSizeFn>(h, "rocblas_get_version_string_size"),
-                dl::sym::<GetVersionStringFn>(h, "rocblas_get_version_string"),
+            let version = tunedblas_core::version::reported(
+                dl::sym(h, "rocblas_get_version_string_size"),
+                dl::sym(h, "rocblas_get_version_string"),
             );
             Ok(Rocblas {
                 build: Build::of("rocblas", &file, version, arch)?,
@@ -153,11 +153,6 @@ impl Rocblas {
         &self.build.version
     }
 
-    /// The file the loader mapped.
-    pub fn file(&self) -> &Path {
-        &self.build.path
-    }
-
     pub fn device_count(&self) -> Result<i32> {
         self.rt.device_count()
     }
@@ -165,24 +160,6 @@ impl Rocblas {
     pub fn set_device(&self, d: i32) -> Result<()> {
         self.rt.set_device(d)
     }
-}
-
-fn version(
-    size: Option<GetVersionStringSizeFn>,
-    get: Option<GetVersionStringFn>,
-) -> Option<String> {
-    let (size_fn, get_fn) = size.zip(get)?;
-    let mut size = 0usize;
-    // SAFETY: out-pointers of the documented types.
-    if unsafe { size_fn(&mut size) } != STATUS_SUCCESS || size == 0 || size > 4096 {
-        return None;
-    }
-    let mut buf = vec![0u8; size];
-    if unsafe { get_fn(buf.as_mut_ptr().cast(), size) } != STATUS_SUCCESS {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(size);
-    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
 fn elem(t: Datatype) -> Result<Elem> {
@@ -291,20 +268,8 @@ impl<'l> super::Session for RocblasSession<'l> {
     }
 
     fn square(&self, side: i64) -> ProblemKey {
-        let t = Types::uniform(DT_BF16_R, DT_F32_R);
-        ProblemKey::single(
-            Trans::N,
-            Trans::N,
-            t,
-            side,
-            side,
-            side,
-            side,
-            side,
-            side,
-            side,
-            0,
-        )
+        let (t, s) = (Types::uniform(DT_BF16_R, DT_F32_R), side);
+        ProblemKey::single(Trans::N, Trans::N, t, s, s, s, s, s, s, s, 0)
     }
 }
 
@@ -367,25 +332,15 @@ impl<'l> RocblasProblem<'l> {
         }
         let mut h = std::ptr::null_mut();
         // SAFETY: out-pointer.
-        match unsafe { (lib.create_handle)(&mut h) } {
-            STATUS_SUCCESS => {}
-            s => {
-                return Err(Error::failed(format!(
-                    "rocblas_create_handle failed with status {s}"
-                )))
-            }
-        }
+        let st = unsafe { (lib.create_handle)(&mut h) };
+        ok(st, "rocblas_create_handle failed with status")?;
         let handle_owner = Handle { lib, h };
         if let (Some(set), false) = (lib.set_stream, timer.stream.is_null()) {
             // SAFETY: a live handle and stream.
-            match unsafe { set(h, timer.stream) } {
-                STATUS_SUCCESS => {}
-                s => {
-                    return Err(Error::failed(format!(
-                        "rocblas_set_stream failed with status {s}"
-                    )))
-                }
-            }
+            ok(
+                unsafe { set(h, timer.stream) },
+                "rocblas_set_stream failed with status",
+            )?;
         }
         Ok(RocblasProblem {
             lib,
@@ -454,29 +409,22 @@ impl<'l> RocblasProblem<'l> {
                 }
             }
         };
-        let failed = |st| Error::failed(format!("get_solutions failed with rocBLAS status {st}"));
+        let failed = "get_solutions failed with rocBLAS status";
         let mut count = 0i32;
-        match query(std::ptr::null_mut(), &mut count) {
-            STATUS_SUCCESS => {}
-            st => return Err(failed(st)),
-        }
+        ok(query(std::ptr::null_mut(), &mut count), failed)?;
         let mut list = vec![0i32; count.max(0) as usize];
         let mut size = count;
-        match query(list.as_mut_ptr(), &mut size) {
-            STATUS_SUCCESS => {}
-            st => return Err(failed(st)),
-        }
+        ok(query(list.as_mut_ptr(), &mut size), failed)?;
         list.truncate(size.clamp(0, count) as usize);
         Ok(list)
     }
 }
 
-fn status(st: Status) -> Result<()> {
+/// `st` as a result: success, else `failed` followed by the status.
+fn ok(st: Status, failed: &str) -> Result<()> {
     match st {
         STATUS_SUCCESS => Ok(()),
-        st => Err(Error::failed(format!(
-            "the GEMM failed with rocBLAS status {st}"
-        ))),
+        st => Err(Error::failed(format!("{failed} {st}"))),
     }
 }
 
@@ -484,17 +432,14 @@ impl Bench for RocblasProblem<'_> {
     /// The solution index; `None` is the heuristic.
     type Algo = Option<i32>;
 
-    fn timer(&self) -> &Timer<'_> {
-        &self.timer
-    }
-    fn sets(&self) -> usize {
-        self.sets.len()
-    }
-    fn layout(&self) -> Layout {
-        self.layout
+    fn parts(&self) -> (&Timer<'_>, usize, Layout) {
+        (&self.timer, self.sets.len(), self.layout)
     }
     fn run(&self, algo: &Option<i32>, set: usize) -> Result<()> {
-        status(self.run_flags(set, *algo, 0))
+        ok(
+            self.run_flags(set, *algo, 0),
+            "the GEMM failed with rocBLAS status",
+        )
     }
     fn id(&self, algo: &Option<i32>) -> Vec<u8> {
         algo.map_or(vec![], |i| i.to_le_bytes().to_vec())

@@ -4,6 +4,22 @@
 
 use tunedblas_tuner::numerics::*;
 
+/// The bits `encode` writes for `x` as bf16 or f16, and the value `decode` reads from f16 bits.
+fn bits(t: Elem, x: f32) -> u16 {
+    let mut v = Vec::new();
+    encode(t, x as f64, &mut v);
+    u16::from_le_bytes([v[0], v[1]])
+}
+fn bf16_bits(x: f32) -> u16 {
+    bits(Elem::Bf16, x)
+}
+fn f16_bits(x: f32) -> u16 {
+    bits(Elem::F16, x)
+}
+fn f16_value(h: u16) -> f64 {
+    decode(Elem::F16, &h.to_le_bytes())[0]
+}
+
 #[test]
 fn bf16_and_f16_round_to_nearest_even() {
     let bf = |x: f32| decode(Elem::Bf16, &bf16_bits(x).to_le_bytes())[0];

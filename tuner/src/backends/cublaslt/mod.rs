@@ -67,17 +67,11 @@ impl Cublaslt {
     /// and the CUDA runtime (`--cudart`, else `$TUNEDBLAS_CUDART`, else `libcudart.so.13/.12`),
     /// globally, as a host linked against them has them; then checks there is a device.
     pub fn open(spec: &Spec) -> Result<Cublaslt> {
-        let (rt_h, rt_path) = dl::open_first(&dl::candidates(
-            spec.runtime.as_deref(),
-            "TUNEDBLAS_CUDART",
-            CUDART_NAMES,
-        ))
-        .map_err(|e| {
-            Error::not_loaded(format!(
-                "cannot load the CUDA runtime ({}); pass --cudart <libcudart.so>",
-                e.message
-            ))
-        })?;
+        let (rt_h, rt_path) = dl::open_named(
+            (spec.runtime.as_deref(), "TUNEDBLAS_CUDART", CUDART_NAMES),
+            "the CUDA runtime",
+            "--cudart <libcudart.so>",
+        )?;
         let (h, path) = lt::open(
             spec.lib.as_deref(),
             "TUNEDBLAS_CUBLASLT",
@@ -151,18 +145,11 @@ WAIT:\n\tmov.u64 %r3, %globaltimer;\n\tsub.u64 %r4, %r3, %r2;\n\
 /// Host microseconds to queue one timed call, generously (measured 3-5 us on an H200).
 const HOST_US_PER_CALL: f64 = 10.0;
 
+/// `cuLaunchKernel(function, grid x y z, block x y z, shared bytes, stream, params, extra)`.
+#[rustfmt::skip]
 type LaunchFn = unsafe extern "C" fn(
-    *mut c_void,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
+    *mut c_void, u32, u32, u32, u32, u32, u32, u32,
+    *mut c_void, *mut *mut c_void, *mut *mut c_void,
 ) -> i32;
 
 /// The spin kernel, loaded through the driver API into the current context.
@@ -180,16 +167,15 @@ impl Spin {
         unsafe {
             let load: LoadFn = dl::need(h, "cuModuleLoadData", "the CUDA driver")?;
             let get: GetFn = dl::need(h, "cuModuleGetFunction", "the CUDA driver")?;
-            let mut module = std::ptr::null_mut();
-            match load(&mut module, SPIN_PTX.as_ptr().cast()) {
-                0 => {}
-                st => return Err(Error::failed(format!("cuModuleLoadData returned {st}"))),
-            }
-            let mut func = std::ptr::null_mut();
-            match get(&mut func, module, c"tunedblas_spin".as_ptr()) {
-                0 => {}
-                st => return Err(Error::failed(format!("cuModuleGetFunction returned {st}"))),
-            }
+            let (mut module, mut func) = (std::ptr::null_mut(), std::ptr::null_mut());
+            driver(
+                "cuModuleLoadData",
+                load(&mut module, SPIN_PTX.as_ptr().cast()),
+            )?;
+            driver(
+                "cuModuleGetFunction",
+                get(&mut func, module, c"tunedblas_spin".as_ptr()),
+            )?;
             Ok(Spin {
                 launch: dl::need(h, "cuLaunchKernel", "the CUDA driver")?,
                 func,
@@ -205,26 +191,18 @@ impl Delay for Spin {
         let ms = calls as f64 * HOST_US_PER_CALL * 1e-3 * 1.5 + 0.05;
         let mut ns = (ms * 1e6).ceil() as u64;
         let mut params = [(&mut ns as *mut u64).cast::<c_void>()];
+        let (argv, none) = (params.as_mut_ptr(), std::ptr::null_mut());
         // SAFETY: one block of one thread; the argument is copied before the call returns.
-        let st = unsafe {
-            (self.launch)(
-                self.func,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                s,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        match st {
-            0 => Ok(()),
-            st => Err(Error::failed(format!("cuLaunchKernel returned {st}"))),
-        }
+        let st = unsafe { (self.launch)(self.func, 1, 1, 1, 1, 1, 1, 0, s, argv, none) };
+        driver("cuLaunchKernel", st)
+    }
+}
+
+/// A CUDA driver call's status as a result.
+fn driver(what: &str, st: i32) -> Result<()> {
+    match st {
+        0 => Ok(()),
+        st => Err(Error::failed(format!("{what} returned {st}"))),
     }
 }
 
@@ -263,16 +241,13 @@ impl Library for Cublaslt {
         lt::row(LtLib::Cublaslt, solution)
     }
     fn results(&self, rows: &[(LtKey, String, Option<f64>)]) -> String {
-        let v = |k: &str, v: String| (k.to_string(), v);
-        lt::results(
-            vec![
-                v("TUNEDBLAS_BACKEND", "cublaslt".into()),
-                v("CUBLASLT_VERSION", self.build.version.clone()),
-                v("CUDA_RUNTIME_VERSION", self.rt.version().to_string()),
-                v("GPU_ARCH", self.rt.arch(0).unwrap_or_default()),
-            ],
-            rows,
-        )
+        let validators = [
+            ("TUNEDBLAS_BACKEND", "cublaslt".into()),
+            ("CUBLASLT_VERSION", self.build.version.clone()),
+            ("CUDA_RUNTIME_VERSION", self.rt.version().to_string()),
+            ("GPU_ARCH", self.rt.arch(0).unwrap_or_default()),
+        ];
+        lt::results(&validators, rows)
     }
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -327,9 +302,6 @@ impl Flavor for CublasltSession<'_> {
     }
     fn delay(&self) -> Option<&dyn Delay> {
         self.spin.as_ref().map(|s| s as &dyn Delay)
-    }
-    fn algo(a: &HeuristicResult) -> MatmulAlgo {
-        a.algo
     }
     fn state(a: &HeuristicResult) -> i32 {
         a.state

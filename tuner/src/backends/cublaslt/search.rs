@@ -1,15 +1,13 @@
-//! The wider search, within the shape's screening budget: beyond the heuristic's answers, the configurations
-//! cuBLASLt itself says it has for the shape's types (`cublasLtMatmulAlgoGetIds`, then each
-//! algorithm's capabilities: tiles, stages, split-K and its reduction schemes, CTA swizzling,
-//! custom options; cluster shapes are tried and left to the check), each rebuilt as the
-//! interposer rebuilds it and validated with `cublasLtMatmulAlgoCheck`, pruned by one short
-//! probe each, within a time budget per shape.
+//! The wider search, within the shape's screening budget: beyond the heuristic's answers,
+//! the configurations cuBLASLt says it has for the shape's types (`cublasLtMatmulAlgoGetIds`,
+//! then each algorithm's capabilities: tiles, stages, split-K and its reduction schemes, CTA
+//! swizzling, custom options; cluster shapes are tried and left to the check), each rebuilt
+//! as the interposer rebuilds it, validated with `cublasLtMatmulAlgoCheck` and probed once.
 //!
 //! Two phases: (1) every (algorithm, tile, stages) with split-K 1 and the answers' cluster
-//! shapes, the heuristic's own algorithm first; (2) around the few fastest probes, and the
-//! heuristic's answers: every cluster shape x custom option, swizzling, and split-K with each
-//! reduction scheme. The fastest probes go on to numerics and the interleaved trials like any
-//! of the heuristic's answers.
+//! shapes, the heuristic's own algorithm first; (2) around the few fastest probes: every
+//! cluster shape x custom option, swizzling, and split-K with each reduction scheme. The
+//! fastest probes go on to numerics and the trials like the heuristic's answers.
 
 use std::collections::HashSet;
 
@@ -57,20 +55,12 @@ pub(crate) fn algo_ids(lt: &Cublaslt, handle: LtHandle, key: &LtKey) -> Vec<i32>
     };
     let mut ids = vec![0i32; 512];
     let mut n = 0i32;
+    let (k, len) = (key, ids.len() as i32);
     // SAFETY: ids has room for the count given; n is a valid out-pointer.
+    #[rustfmt::skip]
     let st = unsafe {
-        get(
-            handle,
-            key.compute,
-            key.scale,
-            key.a_type,
-            key.b_type,
-            key.c_type,
-            key.d_type,
-            ids.len() as i32,
-            ids.as_mut_ptr(),
-            &mut n,
-        )
+        get(handle, k.compute, k.scale, k.a_type, k.b_type, k.c_type, k.d_type,
+            len, ids.as_mut_ptr(), &mut n)
     };
     if st != STATUS_SUCCESS {
         return Vec::new();
@@ -264,17 +254,11 @@ pub fn refinements(
 
 /// `cublasLtMatmulAlgoGetIds(handle, compute, scale, Atype, Btype, Ctype, Dtype, requested,
 /// ids*, returned*)`.
+#[rustfmt::skip]
 pub type AlgoGetIdsFn = unsafe extern "C" fn(
-    LtHandle,
-    ComputeType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    CudaDataType,
-    i32,
-    *mut i32,
-    *mut i32,
+    LtHandle, ComputeType, CudaDataType,
+    CudaDataType, CudaDataType, CudaDataType, CudaDataType,
+    i32, *mut i32, *mut i32,
 ) -> LtStatus;
 
 /// Offers `list` to the screening, each rebuilt and checked, until `stop` says so.

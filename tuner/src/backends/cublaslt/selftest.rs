@@ -6,7 +6,7 @@
 use tunedblas_core::cublaslt::*;
 
 use super::{Cublaslt, CublasltSession};
-use crate::backends::lt::{Flavor, LtProblem};
+use crate::backends::lt::LtProblem;
 use crate::bench::Bench;
 use crate::error::Result;
 use crate::pipeline::Method;
@@ -74,7 +74,7 @@ fn rebuilds(
     check("the heuristic answers", !answers.is_empty());
     let mut same = 0;
     for a in &answers {
-        let algo = <CublasltSession as Flavor>::algo(a);
+        let algo = a.algo;
         let cfg = lib.config_of(&algo)?;
         match s.rebuild(p, &cfg) {
             Ok(rebuilt) => {

@@ -69,13 +69,9 @@ fn runtime(h: dl::Handle, given: Option<&Path>, lt_path: &Path) -> Result<Runtim
     let (rt_h, file) = match (given, &linked) {
         (None, Some(file)) => (h, file.clone()),
         _ => {
-            let (rt_h, named) = dl::open_first(&dl::candidates(given, "TUNEDBLAS_HIP", HIP_NAMES))
-                .map_err(|e| {
-                    Error::not_loaded(format!(
-                        "cannot load the HIP runtime ({}); pass --hip <libamdhip64.so>",
-                        e.message
-                    ))
-                })?;
+            let names = (given, "TUNEDBLAS_HIP", HIP_NAMES);
+            let pass = "--hip <libamdhip64.so>";
+            let (rt_h, named) = dl::open_named(names, "the HIP runtime", pass)?;
             let file = dl::file_of(rt_h, "hipMalloc", &named);
             let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
             if let Some(linked) = linked.filter(|l| real(l) != real(&file)) {
@@ -125,7 +121,7 @@ impl Hipblaslt {
         let guard = guard::load()?;
         // SAFETY: each symbol has the C type src/abi.rs gives it (hipblaslt.h; the C++ ones
         // are only ever called through the guard, with the real header's signatures).
-        let lib = unsafe {
+        let mut lib = unsafe {
             Hipblaslt {
                 api: LtApi::load(h, "hipblasLt", "hipBLASLt", attrs, check)?,
                 build: Build::of("hipblaslt", &path, None, None)?,
@@ -142,7 +138,6 @@ impl Hipblaslt {
         let mut v = 0;
         // SAFETY: a live handle, an out-pointer.
         unsafe { (lib.version)(lib.api.handle()?, &mut v) };
-        let mut lib = lib;
         lib.build.version = v.to_string();
         Ok(lib)
     }
@@ -268,15 +263,12 @@ impl Library for Hipblaslt {
         lt::row(LtLib::Hipblaslt, solution)
     }
     fn results(&self, rows: &[(LtKey, String, Option<f64>)]) -> String {
-        let v = |k: &str, v: String| (k.to_string(), v);
-        lt::results(
-            vec![
-                v("TUNEDBLAS_BACKEND", "hipblaslt".into()),
-                v("HIPBLASLT_VERSION", self.build.version.clone()),
-                v("HIP_RUNTIME_VERSION", self.rt.version().to_string()),
-            ],
-            rows,
-        )
+        let validators = [
+            ("TUNEDBLAS_BACKEND", "hipblaslt".into()),
+            ("HIPBLASLT_VERSION", self.build.version.clone()),
+            ("HIP_RUNTIME_VERSION", self.rt.version().to_string()),
+        ];
+        lt::results(&validators, rows)
     }
     fn describe(&self) -> Vec<(&'static str, String)> {
         vec![("hipblaslt_version", self.build.version.clone())]
@@ -294,9 +286,6 @@ impl Flavor for HipblasltSession<'_> {
     /// graph samples are replayed once untimed ahead instead.
     fn delay(&self) -> Option<&dyn Delay> {
         None
-    }
-    fn algo(a: &HipblasLtMatmulHeuristicResult) -> HipblasLtMatmulAlgo {
-        a.algo
     }
     fn state(a: &HipblasLtMatmulHeuristicResult) -> i32 {
         a.state

@@ -1,6 +1,7 @@
 //! The storage types rocBLAS uses for half precision (`rocblas_half`, `rocblas_bfloat16`) and
 //! their conversions, written out here so that the rounding is exactly the IEEE
-//! round-to-nearest-even that the hardware does, with no dependency to trust.
+//! round-to-nearest-even that the hardware does, with no dependency to trust: refblas
+//! computes with them, and the tuner writes its inputs and reads its outputs with them.
 
 /// IEEE binary16, stored as its bit pattern (`rocblas_half`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
