@@ -155,19 +155,10 @@ impl Config {
 /// cargo build (`target/<profile>/libtunedblas.so`).
 fn default_profile_dir() -> PathBuf {
     let own = identity::library_of_address(default_profile_dir as *const () as usize);
-    let Some(lib_dir) = own.as_deref().and_then(Path::parent) else {
-        return PathBuf::from("profiles");
-    };
-    let candidates = [
-        lib_dir.join("../share/tunedblas/profiles"),
-        lib_dir.join("profiles"),
-        lib_dir.join("../../profiles"),
-    ];
-    candidates
-        .iter()
-        .find(|d| d.join(profile::REGISTRY_FILE).is_file())
-        .unwrap_or(&candidates[0])
-        .clone()
+    match own.as_deref().and_then(Path::parent) {
+        Some(lib_dir) => profile::store_beside(lib_dir),
+        None => PathBuf::from("profiles"),
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -96,18 +96,11 @@ pub fn current_device() -> i32 {
 
 /// The real rocBLAS version string (`5.6.0.8d1ae90e`), if the library offers it.
 pub fn version_string() -> Option<String> {
-    let size_fn = HOOKS.get_version_string_size()?;
-    let get_fn = HOOKS.get_version_string()?;
-    let mut size = 0usize;
-    // SAFETY: out-pointer to a usize.
-    if unsafe { size_fn(&mut size) } != STATUS_SUCCESS || size == 0 || size > 4096 {
-        return None;
+    // SAFETY: the served build's own two functions.
+    unsafe {
+        tunedblas_core::version::reported(
+            HOOKS.get_version_string_size(),
+            HOOKS.get_version_string(),
+        )
     }
-    let mut buf = vec![0u8; size];
-    // SAFETY: buf has `size` bytes as the library asked.
-    if unsafe { get_fn(buf.as_mut_ptr().cast(), size) } != STATUS_SUCCESS {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
