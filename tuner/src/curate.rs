@@ -199,8 +199,9 @@ pub struct Compare {
     pub wins: f64,
 }
 
+/// Where candidate A stands against B, by the margin and the spread of the paired rounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
+enum Standing {
     /// A is faster by the margin, outside the spread.
     Faster,
     /// A is slower by the margin, outside the spread.
@@ -239,18 +240,18 @@ impl Compare {
         }
     }
 
-    fn outcome(&self, margin: f64) -> Outcome {
+    fn outcome(&self, margin: f64) -> Standing {
         if self.delta.is_nan() {
-            return Outcome::InsideSpread;
+            return Standing::InsideSpread;
         }
         if self.delta.abs() < margin {
-            Outcome::Even
+            Standing::Even
         } else if self.delta.abs() <= self.spread || !self.agree || self.wins < WIN_SHARE {
-            Outcome::InsideSpread
+            Standing::InsideSpread
         } else if self.delta < 0.0 {
-            Outcome::Faster
+            Standing::Faster
         } else {
-            Outcome::Slower
+            Standing::Slower
         }
     }
 }
@@ -300,7 +301,7 @@ fn judge_new_best(
         nh.outcome(rules.margin),
         vs_current.map(|c| c.outcome(rules.margin)),
     ) {
-        (Outcome::Faster, None | Some(Outcome::Faster)) => NewBest::Adopt(
+        (Standing::Faster, None | Some(Standing::Faster)) => NewBest::Adopt(
             id,
             match vs_current {
                 Some(c) => format!(
@@ -316,12 +317,12 @@ fn judge_new_best(
                 ),
             },
         ),
-        (Outcome::InsideSpread, _) if nh.delta < 0.0 => NewBest::Undecided(format!(
+        (Standing::InsideSpread, _) if nh.delta < 0.0 => NewBest::Undecided(format!(
             "the new best's {} vs heuristic is inside the spread ({:.1}%)",
             pct(nh.delta),
             nh.spread * 100.0
         )),
-        (Outcome::Faster, Some(Outcome::InsideSpread)) => {
+        (Standing::Faster, Some(Standing::InsideSpread)) => {
             let c = vs_current.expect("matched Some");
             NewBest::Undecided(format!(
                 "the new best's {} vs the current row is inside the spread ({:.1}%)",
@@ -357,7 +358,7 @@ fn judge_current_row(
     };
     let ch = Compare::of(c, heur);
     match ch.outcome(rules.margin) {
-        Outcome::Slower => {
+        Standing::Slower => {
             v.decision = Decision::Drop;
             v.row = rules.keep_default.then_some(Row::Default);
             v.reason = format!(
@@ -366,7 +367,7 @@ fn judge_current_row(
                 ch.spread * 100.0
             );
         }
-        Outcome::InsideSpread => {
+        Standing::InsideSpread => {
             v.decision = Decision::Undecidable;
             v.row = e.current.clone();
             v.reason = format!(
@@ -375,7 +376,7 @@ fn judge_current_row(
                 ch.spread * 100.0
             );
         }
-        Outcome::Faster | Outcome::Even => {
+        Standing::Faster | Standing::Even => {
             if let Some(why) = undecided {
                 v.decision = Decision::Undecidable;
                 v.reason = format!("{why}: the current row stays");
