@@ -60,7 +60,8 @@ pub struct Method {
 /// compute-heavy shapes kept an H200's tensor cores busy for seconds; it capped its power in
 /// software, its SM clock wandered, and those shapes' samples spread up to 9%. Resting 1x
 /// kept the clock at 1980 MHz and the spreads at most 1.0%; 3x did no better
-/// (BENCHMARKS.md, "the rest between samples"). Not yet measured on an AMD GPU.
+/// (docs/benchmarks/history.md, "the rest between samples"). Not yet measured on an AMD
+/// GPU.
 pub const DEFAULT_REST: f64 = 1.0;
 
 impl Default for Method {

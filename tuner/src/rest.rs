@@ -1,7 +1,8 @@
 //! `--rest`: the device left idle after each timed sample, for a multiple of the time the
 //! sample kept it busy. Back to back, compute-heavy GEMMs drive a GPU into its power cap
-//! and its clock wanders under the samples (measured on the H200: BENCHMARKS.md, issue 15);
-//! idle in between, it runs each sample at full clock. Every library's default is
+//! and its clock wanders under the samples (measured on the H200:
+//! docs/benchmarks/history.md, issue 15); idle in between, it runs each sample at full
+//! clock. Every library's default is
 //! [`crate::pipeline::DEFAULT_REST`].
 
 /// The largest `--rest`: ten times the sample's time idle after it.
