@@ -2,8 +2,7 @@
 //! sample kept it busy. Back to back, compute-heavy GEMMs drive a GPU into its power cap
 //! and its clock wanders under the samples (measured on the H200:
 //! docs/benchmarks/history.md, issue 15); idle in between, it runs each sample at full
-//! clock. Every library's default is
-//! [`crate::pipeline::DEFAULT_REST`].
+//! clock. Every library's default is [`crate::pipeline::DEFAULT_REST`].
 
 /// The largest `--rest`: ten times the sample's time idle after it.
 pub const MAX_REST: f64 = 10.0;
