@@ -102,24 +102,13 @@ pub fn positionals(value: &'static str, max: usize, help: &'static str) -> Arg {
     }
 }
 
-/// `--lib LIB`: the library build the command works on (its profile is that file's):
-/// rocBLAS, hipBLASLt or cuBLASLt, told by the entry point it exports.
-pub fn lib_option(help: &'static str) -> Arg {
-    option("--lib", "LIB", help)
-}
-
 /// `--hip`, `--cudart` and `--backend`: which runtime a library runs on, and which library
 /// where a command cannot tell from its inputs.
 pub fn library_options(c: clap::Command) -> clap::Command {
-    c.arg(option(
-        "--hip",
-        "PATH",
-        "the HIP runtime (rocBLAS, hipBLASLt) when not the one the library links or carries",
-    ))
-    .arg(option(
-        "--cudart",
-        "PATH",
-        "the CUDA runtime of cuBLASLt (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)",
+    c.args(table(
+        "\
+--hip PATH     the HIP runtime (rocBLAS, hipBLASLt) when not the one the library links or carries
+--cudart PATH  the CUDA runtime of cuBLASLt (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)",
     ))
 }
 
@@ -148,22 +137,37 @@ pub fn method_options(c: clap::Command) -> clap::Command {
 pub const PROFILES: &str =
     "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)";
 
-/// `--profiles DIR`, the same in every command.
-pub fn profiles_option() -> Arg {
-    option("--profiles", "DIR", PROFILES)
-}
-
-/// An option as a command's table declares it: flag, value name ("" for a switch), help.
-pub type Row = (&'static str, &'static str, &'static str);
-
-/// The options and switches of a table, in its order.
-pub fn table(rows: &[Row]) -> Vec<Arg> {
-    rows.iter()
-        .map(|&(flag, value, help)| match value {
-            "" => switch(flag, help),
-            _ => option(flag, value, help),
+/// A command's arguments as its help lists them, one a line, the synopsis parted from the
+/// help by two spaces: `--flag VALUE  help` (an option), `--flag  help` (a switch),
+/// `NAME...  help` or `NAME  help` (any number of positionals, or one). `--profiles` alone
+/// is the store, the same in every command.
+pub fn table(text: &'static str) -> Vec<Arg> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let (head, help) = line
+                .split_once("  ")
+                .map_or((line, ""), |(h, t)| (h, t.trim_start()));
+            match head.split_once(' ') {
+                _ if head == "--profiles" => option(head, "DIR", PROFILES),
+                _ if !head.starts_with('-') => match head.strip_suffix("...") {
+                    Some(name) => positionals(name, usize::MAX, help),
+                    None => positionals(head, 1, help),
+                },
+                Some((flag, value)) => option(flag, value, help),
+                None => switch(head, help),
+            }
         })
         .collect()
+}
+
+/// `c` with `flag` taking only `values` (clap lists them in the help and refuses others).
+pub fn choices<const N: usize>(
+    c: clap::Command,
+    flag: &str,
+    values: [&'static str; N],
+) -> clap::Command {
+    c.mut_arg(id(flag), |a| a.value_parser(values))
 }
 
 /// A declared command's help, as `tunedblas help <command>` and `--help` print it.
@@ -278,14 +282,17 @@ impl Args {
         tunedblas_tuner::backends::Opened::open(kind, &spec)
     }
 
-    /// The profile `--profile NAME` or `--lib LIBROCBLAS` names (a name wins).
-    pub fn which_profile(&self) -> Result<crate::pick::Which<'_>> {
+    /// The profile `--profile NAME` or `--lib LIBROCBLAS` names (a name wins), in the store.
+    pub fn picked(&self) -> Result<crate::pick::Picked> {
         use crate::pick::Which;
-        match (self.value("--profile"), self.value("--lib")) {
-            (Some(name), _) => Ok(Which::Name(name)),
-            (None, Some(lib)) => Ok(Which::Build(std::path::Path::new(lib))),
-            (None, None) => Err(self.usage("needs --lib <librocblas.so> or --profile <name>")),
-        }
+        let which = match (self.value("--profile"), self.value("--lib")) {
+            (Some(name), _) => Which::Name(name),
+            (None, Some(lib)) => Which::Build(std::path::Path::new(lib)),
+            (None, None) => {
+                return Err(self.usage("needs --lib <librocblas.so> or --profile <name>"))
+            }
+        };
+        crate::pick::pick(which, &self.profile_store())
     }
 
     /// `--devices 0,1,2,3` (empty when not given: the command's default).
@@ -477,6 +484,20 @@ mod tests {
         let e = a.at_most_positional(1).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.message.contains("unexpected argument '--not-a-flag'"));
+    }
+
+    #[test]
+    fn a_table_declares_what_its_lines_say() {
+        let text = "IN...  inputs\n--lib LIB  a library\n--json  as JSON\n--profiles";
+        let c = super::command("x", "", "").args(table(text));
+        let a = Args::of_declared("x", c.clone(), &s(&["a", "--json", "--lib", "l", "b"])).unwrap();
+        assert_eq!(a.positional, vec!["a", "b"]);
+        assert!(a.has("--json") && a.value("--lib") == Some("l") && !a.has("--profiles"));
+        let help = help_text(c);
+        assert!(
+            help.contains("--lib <LIB>       a library") && help.contains("[IN]...  inputs"),
+            "{help}"
+        );
     }
 
     #[test]

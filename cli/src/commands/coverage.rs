@@ -26,20 +26,19 @@ pub const EXIT_MISSING: u8 = 3;
 /// Exit status of `--strict` when nothing is missing but some rows cannot be served.
 pub const EXIT_UNSERVABLE: u8 = 4;
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--unfused", "", "separate q/k/v and gate/up GEMMs instead"),
-    ("--dtype", "T", "float16, bfloat16 or float32 instead of the config's torch_dtype"),
-    ("--shapes", "FILE", "lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled tokens only)"),
-    ("--profile", "DIR|NAME", "a folder of tunableop_results<R>.csv, or a profile name in the store"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--rank", "R", "which rank file (default 0)"),
-    ("--near", "W", "the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing problems with a tuned row of their layer within W tokens are marked"),
-    ("--top", "N", "gap groups in the text (default 25)"),
-    ("--json", "", "everything as JSON"),
-    ("--strict", "", "exit 3 when some problem has no row, 4 when only unservable ones remain"),
-    ("--out", "FILE", "the missing problems, most expensive first, as a `tunedblas tune` input"),
-];
+const OPTIONS: &str = "\
+--unfused           separate q/k/v and gate/up GEMMs instead
+--dtype T           float16, bfloat16 or float32 instead of the config's torch_dtype
+--shapes FILE       lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled tokens only)
+--profile DIR|NAME  a folder of tunableop_results<R>.csv, or a profile name in the store
+--profiles
+--rank R            which rank file (default 0)
+--near W            the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing problems with a tuned row of their layer within W tokens are marked
+--top N             gap groups in the text (default 25)
+--json              everything as JSON
+--strict            exit 3 when some problem has no row, 4 when only unservable ones remain
+--out FILE          the missing problems, most expensive first, as a `tunedblas tune` input
+";
 
 /// The command line of `coverage`. The serving flags are read in vLLM's own way by
 /// `serving` (before clap, `-tp` included); they are declared here too, hidden, so clap

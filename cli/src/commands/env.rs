@@ -23,17 +23,16 @@ EXAMPLES:
     tunedblas env --snippet vllm > vllm-tuned && chmod +x vllm-tuned
 ";
 
+const OPTIONS: &str = "\
+--lib LIB       a rocBLAS (or hipBLASLt) to answer for, besides those found (repeatable)
+--profiles
+--snippet KIND  print one snippet only
+--json          everything as JSON
+";
+
 pub fn cli() -> clap::Command {
-    args::command("env", ABOUT, AFTER)
-        .arg(args::lib_option(
-            "a rocBLAS (or hipBLASLt) to answer for, besides those found (repeatable)",
-        ))
-        .arg(args::profiles_option())
-        .arg(
-            args::option("--snippet", "KIND", "print one snippet only")
-                .value_parser(["vllm", "systemd", "docker"]),
-        )
-        .arg(args::switch("--json", "everything as JSON"))
+    let c = args::command("env", ABOUT, AFTER).args(args::table(OPTIONS));
+    args::choices(c, "--snippet", ["vllm", "systemd", "docker"])
 }
 
 pub fn run(a: &Args) -> Result<()> {

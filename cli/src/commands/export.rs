@@ -3,7 +3,6 @@
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::export;
-use crate::pick::pick;
 
 use super::print_json;
 
@@ -31,22 +30,21 @@ EXAMPLES:
         --validators-from old/tunableop_results0.csv --out ./tunableop
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the rocBLAS build whose profile is exported"),
-    ("--profile", "NAME", "the profile to export, by name (instead of --lib)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--format", "FORMAT", "gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)"),
-    ("--git-version", "REV", "(hipblaslt-override) the hipBLASLt revision the rows were tuned on"),
-    ("--arch", "GFX:CUS", "(aiter) the device the rows were tuned on, like gfx942:304"),
-    ("--out", "PATH", "where to write (default stdout)"),
-    ("--rank", "N", "the rank file to export (default 0)"),
-    ("--beta", "B,..", "(gemm-tune) the betas to write rows for (default 0)"),
-    ("--validators-from", "FILE", "(tunableop) a tunableop_results file PyTorch wrote on the target"),
-    ("--validator", "KEY=VALUE", "(tunableop) a validator to write (repeatable)"),
-    ("--force", "", "export for PyTorch validators that name another rocBLAS version"),
-    ("--json", "", "a summary of the export as JSON (with --out)"),
-];
+const OPTIONS: &str = "\
+--lib LIB               the rocBLAS build whose profile is exported
+--profile NAME          the profile to export, by name (instead of --lib)
+--profiles
+--format FORMAT         gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)
+--git-version REV       (hipblaslt-override) the hipBLASLt revision the rows were tuned on
+--arch GFX:CUS          (aiter) the device the rows were tuned on, like gfx942:304
+--out PATH              where to write (default stdout)
+--rank N                the rank file to export (default 0)
+--beta B,..             (gemm-tune) the betas to write rows for (default 0)
+--validators-from FILE  (tunableop) a tunableop_results file PyTorch wrote on the target
+--validator KEY=VALUE   (tunableop) a validator to write (repeatable)
+--force                 export for PyTorch validators that name another rocBLAS version
+--json                  a summary of the export as JSON (with --out)
+";
 
 pub fn cli() -> clap::Command {
     args::command("export", ABOUT, AFTER).args(args::table(OPTIONS))
@@ -87,7 +85,7 @@ pub fn run(a: &Args) -> Result<()> {
     if a.has("--json") && out.is_none() {
         return Err(a.usage("--json prints a summary: give --out for the export itself"));
     }
-    let p = pick(a.which_profile()?, &a.profile_store())?;
+    let p = a.picked()?;
     let mut report = export::Report {
         profile: p.name.clone(),
         build: p.sha256.clone(),

@@ -31,27 +31,21 @@ EXAMPLE:
     tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "leave out the shapes the profile of this build has rows for"),
-    ("--profile", "NAME", "the same, with the profile named"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--align", "N", "chunk sizes are multiples of N (default 256)"),
-    ("--window", "N", "decode tokens counted with a chunk: up to N above it (default 32)"),
-    ("--top", "N", "groups listed (default 20)"),
-    ("--json", "", "everything as JSON"),
-    ("--out", "FILE", "every missed shape, most expensive first, as PyTorch untuned-file lines (op_name,param_signature), which `tunedblas tune` reads"),
-    ("--prune", "DAYS|served", "DAYS: remove the miss files (log, counts, status) of ended processes last written more than DAYS days ago; served (with --lib or --profile): of ended processes all of whose shapes the profile has rows for"),
-];
+const OPTIONS: &str = "\
+DIR|FILE...          miss folders or files (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/)
+--lib LIB            leave out the shapes the profile of this build has rows for
+--profile NAME       the same, with the profile named
+--profiles
+--align N            chunk sizes are multiples of N (default 256)
+--window N           decode tokens counted with a chunk: up to N above it (default 32)
+--top N              groups listed (default 20)
+--json               everything as JSON
+--out FILE           every missed shape, most expensive first, as PyTorch untuned-file lines (op_name,param_signature), which `tunedblas tune` reads
+--prune DAYS|served  DAYS: remove the miss files (log, counts, status) of ended processes last written more than DAYS days ago; served (with --lib or --profile): of ended processes all of whose shapes the profile has rows for
+";
 
 fn cli() -> clap::Command {
-    args::command("misses", ABOUT, AFTER)
-        .arg(args::positionals(
-            "DIR|FILE",
-            usize::MAX,
-            "miss folders or files (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/)",
-        ))
-        .args(args::table(OPTIONS))
+    args::command("misses", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 pub fn help() -> String {
@@ -88,7 +82,7 @@ fn parse(args: &[String]) -> Result<Options> {
     }
     let served_by = match (a.has("--lib"), a.has("--profile")) {
         (false, false) => None,
-        _ => Some(crate::pick::pick(a.which_profile()?, &a.profile_store())?),
+        _ => Some(a.picked()?),
     };
     let prune = match a.value("--prune") {
         None => None,

@@ -46,24 +46,18 @@ EXAMPLES:
     tunedblas profiles adopt --lib /opt/rocm/lib/libhipblaslt.so.1 tunableop_results0.csv
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "(import, which: rocBLAS; adopt: rocBLAS or hipBLASLt) the library build"),
-    ("--arch", "GFX[:CUs]", "(which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs); for an AITER table, gfx950:256 picks its device"),
-    ("--force", "", "(adopt) adopt a file tuned on another architecture or build"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--name", "NAME", "(adopt) profile name for a build that has none (default <library>-<version>)"),
-    ("--json", "", "the answer as JSON"),
-];
+const OPTIONS: &str = "\
+ACTION [ARG]...   list (the default), show, which, import or adopt, and what it takes
+--lib LIB         (import, which: rocBLAS; adopt: rocBLAS or hipBLASLt) the library build
+--arch GFX[:CUs]  (which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs); for an AITER table, gfx950:256 picks its device
+--force           (adopt) adopt a file tuned on another architecture or build
+--profiles
+--name NAME       (adopt) profile name for a build that has none (default <library>-<version>)
+--json            the answer as JSON
+";
 
 pub fn cli() -> clap::Command {
-    args::command("profiles", ABOUT, AFTER)
-        .arg(args::positionals(
-            "ACTION [ARG]",
-            usize::MAX,
-            "list (the default), show, which, import or adopt, and what it takes",
-        ))
-        .args(args::table(OPTIONS))
+    args::command("profiles", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];

@@ -34,18 +34,14 @@ EXAMPLES:
 ";
 
 /// The command line of `status`: its arguments and their help.
+const OPTIONS: &str = "\
+DIR      the miss folder (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/, as the interposer)
+--json   every process's counters as JSON
+--prune  remove the Prometheus files (.prom) of processes not running, so node-exporter's textfile collector stops exporting them
+";
+
 pub fn cli() -> clap::Command {
-    args::command("status", ABOUT, AFTER)
-        .arg(args::positionals(
-            "DIR",
-            1,
-            "the miss folder (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/, as the interposer)",
-        ))
-        .arg(args::switch("--json", "every process's counters as JSON"))
-        .arg(args::switch(
-            "--prune",
-            "remove the Prometheus files (.prom) of processes not running, so node-exporter's textfile collector stops exporting them",
-        ))
+    args::command("status", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 /// One backend's part of a status file, as the interposer writes it (`preload/src/tally.rs`

@@ -35,22 +35,17 @@ EXAMPLES:
     tunedblas watch --lib librocblas.so.4 /var/cache/tunedblas/misses --every 30 -- --devices 1
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the rocBLAS build the servers load (required)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--every", "SECONDS", "the least time between the starts of two rounds (default 60)"),
-    ("--hour-budget", "SECONDS", "tuning time allowed in any hour (default 900: a quarter of the device's time)"),
-    ("--rounds", "N", "stop after N rounds (default: run until stopped)"),
-];
+const OPTIONS: &str = "\
+DIR                    the miss folder to follow (default $TUNEDBLAS_MISS_DIR, as the interposer)
+--lib LIB              the rocBLAS build the servers load (required)
+--profiles
+--every SECONDS        the least time between the starts of two rounds (default 60)
+--hour-budget SECONDS  tuning time allowed in any hour (default 900: a quarter of the device's time)
+--rounds N             stop after N rounds (default: run until stopped)
+";
 
 pub fn cli() -> clap::Command {
     args::command("watch", ABOUT, AFTER)
-        .arg(args::positionals(
-            "DIR",
-            1,
-            "the miss folder to follow (default $TUNEDBLAS_MISS_DIR, as the interposer)",
-        ))
         .args(args::table(OPTIONS))
         .arg(
             clap::Arg::new("tune-args")
