@@ -263,12 +263,12 @@ pub fn run(opts: Options) -> Result<()> {
     d.finish(started)
 }
 
-/// `20260103-141502` (UTC), for the default bundle's name.
 /// A workload run's shapes (none where the run did not happen).
 fn shapes_of(run: &Option<child::Report>) -> Vec<child::ShapeRun> {
     run.as_ref().map(|r| r.shapes.clone()).unwrap_or_default()
 }
 
+/// `20260103-141502` (UTC), for the default bundle's name.
 fn stamp() -> String {
     let t = crate::store::utc_now();
     t.chars()
@@ -652,10 +652,9 @@ impl Doctor {
 
     fn record(&mut self) -> Done {
         let recorded = miss_shapes(&self.out.join("misses"));
-        let want: Vec<String> = self
-            .record
-            .iter()
-            .flat_map(|r| r.shapes.iter().map(|s| s.shape.clone()))
+        let want: Vec<String> = shapes_of(&self.record)
+            .into_iter()
+            .map(|s| s.shape)
             .collect();
         let missing: Vec<&String> = want.iter().filter(|w| !recorded.contains(w)).collect();
         if !missing.is_empty() {
@@ -781,10 +780,9 @@ impl Doctor {
             }
         };
         self.rows = results_rows(&dir);
-        let shapes: Vec<String> = self
-            .record
-            .iter()
-            .flat_map(|r| r.shapes.iter().map(|s| s.shape.clone()))
+        let shapes: Vec<String> = shapes_of(&self.record)
+            .into_iter()
+            .map(|s| s.shape)
             .collect();
         self.undecided = shapes
             .iter()
