@@ -153,39 +153,19 @@ struct Facts {
 }
 
 /// The steps, in order: name and what it shows.
+#[rustfmt::skip]
 pub const STEPS: [(&str, &str); 11] = [
     ("library", "the library is found and hashed"),
-    (
-        "preload",
-        "libtunedblas.so is found and exports this library's GEMM",
-    ),
-    (
-        "device",
-        "the library and its runtime load and see a device (cuBLASLt: selftest)",
-    ),
-    (
-        "intercept",
-        "the preload loads in a child and sees every GEMM call",
-    ),
-    (
-        "record",
-        "the workload's shapes are written to the miss folder",
-    ),
+    ("preload", "libtunedblas.so is found and exports this library's GEMM"),
+    ("device", "the library and its runtime load and see a device (cuBLASLt: selftest)"),
+    ("intercept", "the preload loads in a child and sees every GEMM call"),
+    ("record", "the workload's shapes are written to the miss folder"),
     ("baseline", "the workload runs without the preload"),
     ("tune", "the engine tunes the recorded shapes"),
     ("profile", "a profile is written for exactly this build"),
-    (
-        "serve",
-        "served under the preload: every row hit, no fallback",
-    ),
-    (
-        "outputs",
-        "outputs identical without the preload (heuristic's rows), within tolerance otherwise",
-    ),
-    (
-        "timing",
-        "GEMM time with the profile against without the preload",
-    ),
+    ("serve", "served under the preload: every row hit, no fallback"),
+    ("outputs", "outputs identical without the preload (heuristic's rows), within tolerance otherwise"),
+    ("timing", "GEMM time with the profile against without the preload"),
 ];
 
 struct Doctor {
