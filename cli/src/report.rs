@@ -362,8 +362,7 @@ type Sighting = (Option<Solution>, u64, bool, bool);
 /// `window` is the near-serving window (0: none).
 pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, Error> {
     let path = p.rank_file(rank)?;
-    let file = tunableop::read(path)
-        .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
+    let file = crate::export::read(path)?;
     let mut grid: BTreeMap<ProblemKey, BTreeMap<i64, Sighting>> = BTreeMap::new();
     fn at<'g>(
         grid: &'g mut BTreeMap<ProblemKey, BTreeMap<i64, Sighting>>,

@@ -316,8 +316,7 @@ fn profile_rows(
 ) -> Result<std::collections::HashSet<tunedblas_core::key::ProblemKey>> {
     let mut rows = std::collections::HashSet::new();
     for (_, file) in &p.ranks {
-        let f = tunableop::read(file)
-            .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+        let f = crate::export::read(file)?;
         rows.extend(f.rows.iter().map(|r| r.key));
     }
     Ok(rows)

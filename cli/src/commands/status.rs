@@ -9,6 +9,7 @@ use tunedblas_core::process::{State, Writer};
 
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
+use crate::verify::hit_words;
 
 const ABOUT: &str = "\
 Shows what the interposer is doing in every process that runs under it, live: per process
@@ -145,14 +146,6 @@ fn totals(procs: &[Process]) -> Vec<Total> {
         t.hit_rate = t.counters.hit_permille().map(|p| p as f64 / 1000.0);
     }
     out
-}
-
-/// `hit rate 62.5%` (as the exit summary says it), or that no call was decided.
-fn hit_words(permille: Option<u64>) -> String {
-    match permille {
-        Some(p) => format!("hit rate {}.{}%", p / 10, p % 10),
-        None => "no hit rate (no call decided)".into(),
-    }
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default)]
