@@ -931,16 +931,8 @@ impl Doctor {
             .iter()
             .find(|s| s.verdict == Verdict::Fail)
             .map(|s| (s.number, s.name, s.text.clone()));
-        let warned = self
-            .steps
-            .iter()
-            .filter(|s| s.verdict == Verdict::Warn)
-            .count();
-        let passed = self
-            .steps
-            .iter()
-            .filter(|s| s.verdict == Verdict::Pass)
-            .count();
+        let count = |v: Verdict| self.steps.iter().filter(|s| s.verdict == v).count();
+        let (warned, passed) = (count(Verdict::Warn), count(Verdict::Pass));
         let verdict = match &failed {
             None => format!(
                 "RESULT: PASS  {passed} of {} steps passed{} in {:.0} s: tunedblas records, tunes and serves {} on this machine.",
