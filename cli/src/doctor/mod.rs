@@ -396,15 +396,16 @@ impl Doctor {
     }
 
     /// The workload in a child: `tag` names its logs and stats; `preload` runs it under the
-    /// interposer; `extra` adds `--save` / `--compare`. Its report and where its stats are,
-    /// or the step's failure: `failed` says what failed ("the workload under the preload")
-    /// and what to do about it.
+    /// interposer; `outputs` (`--save` or `--compare`) writes its outputs to the bundle or
+    /// compares them with those. Its report and where its stats are, or the step's failure:
+    /// `what` failed ("the workload under the preload"), see its log (and `note`).
     fn workload(
         &self,
         tag: &str,
         preload: bool,
-        extra: &[&str],
-        failed: (&str, &str),
+        outputs: Option<&str>,
+        what: &str,
+        note: &str,
     ) -> std::result::Result<(child::Report, PathBuf), Fail> {
         let stats = self.out.join("stats").join(format!("{tag}.json"));
         let mut args: Vec<OsString> = vec![
@@ -426,7 +427,9 @@ impl Doctor {
             ]
             .map(OsString::from),
         );
-        args.extend(extra.iter().map(OsString::from));
+        if let Some(flag) = outputs {
+            args.extend([flag.into(), self.out.join(OUTPUTS).into_os_string()]);
+        }
         let mut cmd = self.child(&args);
         if preload {
             cmd.env("LD_PRELOAD", &self.preload)
@@ -436,8 +439,8 @@ impl Doctor {
         match serde_json::from_slice(&out.stdout) {
             Ok(report) if out.status.success() => Ok((report, stats)),
             _ => Err(fail(
-                format!("{} failed ({}): {}", failed.0, out.status, last_line(&out)),
-                failed.1,
+                format!("{what} failed ({}): {}", out.status, last_line(&out)),
+                format!("see logs/{tag}.stderr.txt in the bundle{note}"),
             )),
         }
     }
@@ -603,11 +606,9 @@ impl Doctor {
         let (report, stats) = self.workload(
             "record",
             true,
-            &[],
-            (
-                "the workload under the preload",
-                "see logs/record.stderr.txt in the bundle (the interposer's start line says what it found)",
-            ),
+            None,
+            "the workload under the preload",
+            " (the interposer's start line says what it found)",
         )?;
         let Some(s) = read_stats(&stats) else {
             return Err(fail(
@@ -660,16 +661,8 @@ impl Doctor {
     }
 
     fn baseline(&mut self) -> Done {
-        let save = self.out.join(OUTPUTS).display().to_string();
-        let (report, _) = self.workload(
-            "baseline",
-            false,
-            &["--save", &save],
-            (
-                "the workload without the preload",
-                "see logs/baseline.stderr.txt in the bundle",
-            ),
-        )?;
+        let what = "the workload without the preload";
+        let (report, _) = self.workload("baseline", false, Some("--save"), what, "")?;
         let total: f64 = report.shapes.iter().map(|s| s.ms).sum();
         let shaky = report.shapes.iter().filter(|s| !s.deterministic).count();
         let line = format!(
@@ -783,16 +776,8 @@ impl Doctor {
     }
 
     fn serve(&mut self) -> Done {
-        let compare = self.out.join(OUTPUTS).display().to_string();
-        let (report, stats) = self.workload(
-            "served",
-            true,
-            &["--compare", &compare],
-            (
-                "the workload under the profile",
-                "see logs/served.stderr.txt in the bundle",
-            ),
-        )?;
+        let what = "the workload under the profile";
+        let (report, stats) = self.workload("served", true, Some("--compare"), what, "")?;
         self.served = Some(report);
         let Some(s) = read_stats(&stats) else {
             return Err(fail(
