@@ -388,9 +388,11 @@ impl Doctor {
         Ok(out)
     }
 
-    /// The arguments that load the library in a child (`--lib` and the runtime named).
-    fn lib_args(&self) -> Vec<OsString> {
-        let mut v: Vec<OsString> = vec!["--lib".into(), self.facts.library.clone().into()];
+    /// A child's arguments: `head`, then those that load the library (`--lib` and the
+    /// runtime named).
+    fn args(&self, head: &[&str]) -> Vec<OsString> {
+        let mut v: Vec<OsString> = head.iter().map(OsString::from).collect();
+        v.extend(["--lib".into(), self.facts.library.clone().into()]);
         v.extend(self.opts.runtime.iter().cloned());
         v
     }
@@ -408,12 +410,7 @@ impl Doctor {
         note: &str,
     ) -> std::result::Result<(child::Report, PathBuf), Fail> {
         let stats = self.out.join("stats").join(format!("{tag}.json"));
-        let mut args: Vec<OsString> = vec![
-            "doctor-run".into(),
-            "--backend".into(),
-            self.kind().tag().into(),
-        ];
-        args.extend(self.lib_args());
+        let mut args = self.args(&["doctor-run", "--backend", self.kind().tag()]);
         args.extend(
             [
                 "--shapes".to_string(),
@@ -512,13 +509,7 @@ impl Doctor {
 
     fn device(&mut self) -> Done {
         let kind = self.kind();
-        let mut args: Vec<OsString> = vec![
-            "doctor-run".into(),
-            "--backend".into(),
-            kind.tag().into(),
-            "--probe".into(),
-        ];
-        args.extend(self.lib_args());
+        let args = self.args(&["doctor-run", "--backend", kind.tag(), "--probe"]);
         let out = self.logged(self.child(&args), "device")?;
         let loaded: Option<child::Loaded> = serde_json::from_slice(&out.stdout).ok();
         let Some(loaded) = loaded.filter(|_| out.status.success()) else {
@@ -584,9 +575,7 @@ impl Doctor {
             said.push_str("; selftest not run: no NVIDIA driver here (a stand-in library)");
         }
         if kind == Kind::Cublaslt && gpu_driver(kind) {
-            let mut args: Vec<OsString> = vec!["selftest".into()];
-            args.extend(self.lib_args());
-            let out = self.logged(self.child(&args), "selftest")?;
+            let out = self.logged(self.child(&self.args(&["selftest"])), "selftest")?;
             if !out.status.success() {
                 return Err(fail(
                     format!("tunedblas selftest failed: {}", last_line(&out)),
@@ -682,8 +671,7 @@ impl Doctor {
     }
 
     fn tune(&mut self) -> Done {
-        let mut args: Vec<OsString> = vec!["tune".into(), "--json".into()];
-        args.extend(self.lib_args());
+        let mut args = self.args(&["tune", "--json"]);
         args.extend([
             "--profiles".into(),
             self.out.join("profiles").into_os_string(),
