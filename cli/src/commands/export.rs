@@ -1,5 +1,7 @@
 //! `tunedblas export`: a profile in the formats other tools read.
 
+use std::path::Path;
+
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::export;
@@ -67,6 +69,21 @@ fn validators(a: &Args) -> Result<export::Validators> {
     })
 }
 
+/// `text` of `rows` rows to `out`, else to stdout.
+fn emit(out: Option<&Path>, text: &str, rows: usize, report: &mut export::Report) -> Result<()> {
+    match out {
+        Some(path) => {
+            export::write(path, text)?;
+            report.wrote(path, rows);
+        }
+        None => {
+            print!("{text}");
+            report.rows += rows;
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: &Args) -> Result<()> {
     let format = a
         .value("--format")
@@ -99,13 +116,8 @@ pub fn run(a: &Args) -> Result<()> {
             } else {
                 export::gemm_tune_text(&p, rank, &betas, &mut report)?
             };
-            match &out {
-                Some(path) => {
-                    export::write(path, &text)?;
-                    report.files.push(path.clone());
-                }
-                None => print!("{text}"),
-            }
+            // The text fns count the rows.
+            emit(out.as_deref(), &text, 0, &mut report)?;
         }
         "tunableop" => {
             let files = export::tunableop_files(&validators(a)?, &p, &mut report)?;
@@ -115,37 +127,22 @@ pub fn run(a: &Args) -> Result<()> {
                 })
             };
             match &out {
-                None => {
-                    let f = of_rank()?;
-                    print!("{}", f.text);
-                    report.rows = f.rows;
-                }
-                Some(path) if path.extension().is_some_and(|e| e == "csv") => {
-                    let f = of_rank()?;
-                    export::write(path, &f.text)?;
-                    report.wrote(path, f.rows);
-                }
-                Some(dir) => {
+                Some(dir) if dir.extension().is_none_or(|e| e != "csv") => {
                     for f in &files {
                         let file = dir.join(format!("tunableop_results{}.csv", f.rank));
                         export::write(&file, &f.text)?;
                         report.wrote(&file, f.rows);
                     }
                 }
+                _ => {
+                    let f = of_rank()?;
+                    emit(out.as_deref(), &f.text, f.rows, &mut report)?;
+                }
             }
         }
         "hipblaslt-override" | "hipblaslt-bench" | "aiter" => {
             let (text, rows) = export::lt_text(&p, rank, &format, a.value("--git-version"), a.value("--arch"), &mut report)?;
-            match &out {
-                Some(path) => {
-                    export::write(path, &text)?;
-                    report.wrote(path, rows);
-                }
-                None => {
-                    print!("{text}");
-                    report.rows = rows;
-                }
-            }
+            emit(out.as_deref(), &text, rows, &mut report)?;
         }
         other => {
             return Err(a.usage(format!(
