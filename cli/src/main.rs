@@ -5,7 +5,7 @@
 
 mod adopt;
 mod args;
-pub use tunedblas_tuner::{curate, error, progress, rest, say, store, workload};
+pub use tunedblas_tuner::{curate, error, rest, say, store, workload};
 mod commands;
 mod demo;
 mod doctor;
