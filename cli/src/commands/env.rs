@@ -56,15 +56,11 @@ pub fn run(a: &Args) -> Result<()> {
     let profile_dir_abs = std::fs::canonicalize(&profile_dir).unwrap_or(profile_dir.clone());
     let snips = env::snippets(&shown_preload, &profile_dir_abs, prefix.as_deref());
     if let Some(which) = a.value("--snippet") {
+        // clap took only these three.
         let text = match which {
             "vllm" => &snips.vllm,
             "systemd" => &snips.systemd,
-            "docker" => &snips.docker,
-            other => {
-                return Err(a.usage(format!(
-                    "--snippet takes vllm, systemd or docker, not '{other}'"
-                )))
-            }
+            _ => &snips.docker,
         };
         print!("{text}");
         return Ok(());
@@ -153,12 +149,14 @@ pub fn run(a: &Args) -> Result<()> {
             f.reason
         );
     }
-    println!("\n{}", bold("vLLM launcher"));
-    print!("{}", report.snippets.vllm);
-    println!("\n{}", bold("systemd unit"));
-    print!("{}", report.snippets.systemd);
-    println!("\n{}", bold("Dockerfile"));
-    print!("{}", report.snippets.docker);
+    let s = &report.snippets;
+    for (title, text) in [
+        ("vLLM launcher", &s.vllm),
+        ("systemd unit", &s.systemd),
+        ("Dockerfile", &s.docker),
+    ] {
+        print!("\n{}\n{text}", bold(title));
+    }
     println!("\n(one snippet alone: tunedblas env --snippet vllm|systemd|docker)");
     Ok(())
 }
