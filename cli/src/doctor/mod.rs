@@ -27,14 +27,16 @@ pub const ARCHIVE: &str = "doctor-bundle.tar.gz";
 const OUTPUTS: &str = ".outputs";
 
 /// How big the workload's shapes are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Size {
     /// Small where no GPU driver is seen (the CPU reference and the stand-ins), else full.
+    #[default]
     Auto,
     Small,
     Full,
 }
 
+#[derive(Default)]
 pub struct Options {
     pub lib: Option<PathBuf>,
     pub backend: Option<Kind>,
@@ -168,6 +170,7 @@ pub const STEPS: [(&str, &str); 11] = [
     ("timing", "GEMM time with the profile against without the preload"),
 ];
 
+#[derive(Default)]
 struct Doctor {
     out: PathBuf,
     exe: PathBuf,
@@ -208,19 +211,7 @@ pub fn run(opts: Options) -> Result<()> {
             ..Facts::default()
         },
         opts,
-        steps: Vec::new(),
-        failed: None,
-        lines: Vec::new(),
-        kind: None,
-        preload: PathBuf::new(),
-        shapes: Vec::new(),
-        small: false,
-        calls: (0, 0),
-        record: None,
-        baseline: None,
-        served: None,
-        rows: Vec::new(),
-        undecided: Vec::new(),
+        ..Doctor::default()
     };
     let started = Instant::now();
     d.say(format!(
