@@ -261,8 +261,10 @@ impl Args {
 
     /// The profile store: `--profiles`, `$TUNEDBLAS_PROFILE_DIR`, or the installed one.
     pub fn profile_store(&self) -> PathBuf {
+        let env = || std::env::var_os("TUNEDBLAS_PROFILE_DIR").map(PathBuf::from);
         self.path("--profiles")
-            .unwrap_or_else(default_profile_store)
+            .or_else(env)
+            .unwrap_or_else(crate::store::default_root)
     }
 
     /// `--lib`, which most commands cannot do without.
@@ -425,13 +427,6 @@ impl Args {
                 ))
             })
     }
-}
-
-/// The store when no `--profiles` is given: `$TUNEDBLAS_PROFILE_DIR`, else the installed one.
-pub fn default_profile_store() -> PathBuf {
-    std::env::var_os("TUNEDBLAS_PROFILE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(crate::store::default_root)
 }
 
 #[cfg(test)]
