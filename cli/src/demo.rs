@@ -1,11 +1,5 @@
-//! `tunedblas demo`: the whole loop on the CPU reference backend.
-//!
-//! 1. A simulated inference workload runs under `LD_PRELOAD=libtunedblas.so` with no
-//!    profile: every shape is passed through and recorded as a miss.
-//! 2. The recorded shapes are tuned against the heuristic in one session.
-//! 3. A profile for exactly this library build (by sha256) is written.
-//! 4. The workload runs again and is served from it. Before and after are printed side by
-//!    side.
+//! `tunedblas demo`: the whole loop on the CPU reference backend, in the steps the command's
+//! help lists; each workload run is a child under the preload, as a host would be.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
