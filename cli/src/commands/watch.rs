@@ -70,15 +70,6 @@ extern "C" fn on_stop(sig: libc::c_int) {
     }
 }
 
-fn seconds(a: &Args, name: &str, default: u64) -> Result<u64> {
-    match a.value(name) {
-        None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| a.usage(format!("{name} takes a whole number of seconds, not '{v}'"))),
-    }
-}
-
 /// Sleeps up to `d`, waking early when a stop was asked.
 fn nap(d: Duration) {
     let until = Instant::now() + d;
@@ -89,14 +80,12 @@ fn nap(d: Duration) {
 
 pub fn run(a: &Args) -> Result<()> {
     let lib = a.lib()?;
-    let every = Duration::from_secs(seconds(a, "--every", 60)?);
-    let budget = Duration::from_secs(seconds(a, "--hour-budget", 900)?);
+    let seconds = |name, default| a.parsed(name, default, "a whole number of seconds");
+    let every = Duration::from_secs(seconds("--every", 60)?);
+    let budget = Duration::from_secs(seconds("--hour-budget", 900)?);
     let rounds = a
         .value("--rounds")
-        .map(|v| {
-            v.parse::<u64>()
-                .map_err(|_| a.usage(format!("--rounds takes a whole number, not '{v}'")))
-        })
+        .map(|_| a.parsed("--rounds", 0u64, "a whole number"))
         .transpose()?;
     let dir = a
         .positional
