@@ -1,8 +1,5 @@
-//! `tunedblas watch`: tuning that follows the misses as they come. Runs beside a server (a
-//! systemd unit, a sidecar container), out of its process: every few seconds it runs
-//! `tunedblas tune` on the miss folder, which tunes the shapes recorded since (shapes with a
-//! row are not tuned again) and commits each row through the locked store; the running
-//! servers pick the rows up by hot reload (`TUNEDBLAS_RELOAD`, on by default).
+//! `tunedblas watch`: tuning that follows the misses as they come, beside a server (a systemd
+//! unit, a sidecar container) and out of its process (its help says what it does).
 //!
 //! Each round is a `tune` child of this same program, so a round is exactly what an operator
 //! would run by hand (its checkpoint, its store lock, its progress), and this loop only
