@@ -116,13 +116,12 @@ pub fn library_options(c: clap::Command) -> clap::Command {
 /// defaults, for every library and every command that measures (`tune`, `confirm`).
 pub fn method_options(c: clap::Command) -> clap::Command {
     let d = Method::default();
-    let text = |s: String| s;
-    c.arg(option("--trials", "N", text(format!("interleaved rounds of the trials and of the confirmation (default {})", d.trials))))
-        .arg(option("--max-trials", "N", text(format!("rounds added while undecidable, up to N (default {})", d.max_trials))))
-        .arg(option("--sample-ms", "MS", text(format!("device time of one timed sample (default {})", d.sample_ms))))
-        .arg(option("--budget", "S", text(format!("seconds of screening per shape: every candidate the library lists is probed once until it is spent, the most promising first (default {}; 0: no limit)", d.budget_s))))
-        .arg(option("--keep", "N", text(format!("the fastest candidates of the screening that go on to the trials (default {})", d.keep))))
-        .arg(option("--prune", "X", text(format!("candidates slower than X times the best probe are pruned (default {})", d.prune))))
+    c.arg(option("--trials", "N", format!("interleaved rounds of the trials and of the confirmation (default {})", d.trials)))
+        .arg(option("--max-trials", "N", format!("rounds added while undecidable, up to N (default {})", d.max_trials)))
+        .arg(option("--sample-ms", "MS", format!("device time of one timed sample (default {})", d.sample_ms)))
+        .arg(option("--budget", "S", format!("seconds of screening per shape: every candidate the library lists is probed once until it is spent, the most promising first (default {}; 0: no limit)", d.budget_s)))
+        .arg(option("--keep", "N", format!("the fastest candidates of the screening that go on to the trials (default {})", d.keep)))
+        .arg(option("--prune", "X", format!("candidates slower than X times the best probe are pruned (default {})", d.prune)))
         .arg(option("--rotate-mib", "N", "operand bytes each timed sample rotates through, in MiB (default: three times the device's last-level cache; a graph sample replays one call per operand set at least)"))
         .arg(option("--timing", "MODE", "graph (default): a sample's calls are captured once into a graph and replayed between two events, no launch gaps between calls; events: the calls back to back between two events; graph falls back to events, said once per shape, where capture fails").value_parser(["events", "graph"]))
         .arg(option("--rest", "R", "after each timed sample, leave the device idle for R times the sample's device time, at most a second (default 1; 0: back to back; at most 10). On an H200 back-to-back compute-heavy GEMMs ran into the power cap and spread up to 9%; resting 1x kept them at most 1%"))
