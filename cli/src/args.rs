@@ -102,24 +102,13 @@ pub fn positionals(value: &'static str, max: usize, help: &'static str) -> Arg {
     }
 }
 
-/// `--lib LIB`: the library build the command works on (its profile is that file's):
-/// rocBLAS, hipBLASLt or cuBLASLt, told by the entry point it exports.
-pub fn lib_option(help: &'static str) -> Arg {
-    option("--lib", "LIB", help)
-}
-
 /// `--hip`, `--cudart` and `--backend`: which runtime a library runs on, and which library
 /// where a command cannot tell from its inputs.
 pub fn library_options(c: clap::Command) -> clap::Command {
-    c.arg(option(
-        "--hip",
-        "PATH",
-        "the HIP runtime (rocBLAS, hipBLASLt) when not the one the library links or carries",
-    ))
-    .arg(option(
-        "--cudart",
-        "PATH",
-        "the CUDA runtime of cuBLASLt (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)",
+    c.args(table(
+        "\
+--hip PATH     the HIP runtime (rocBLAS, hipBLASLt) when not the one the library links or carries
+--cudart PATH  the CUDA runtime of cuBLASLt (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)",
     ))
 }
 
@@ -127,13 +116,12 @@ pub fn library_options(c: clap::Command) -> clap::Command {
 /// defaults, for every library and every command that measures (`tune`, `confirm`).
 pub fn method_options(c: clap::Command) -> clap::Command {
     let d = Method::default();
-    let text = |s: String| s;
-    c.arg(option("--trials", "N", text(format!("interleaved rounds of the trials and of the confirmation (default {})", d.trials))))
-        .arg(option("--max-trials", "N", text(format!("rounds added while undecidable, up to N (default {})", d.max_trials))))
-        .arg(option("--sample-ms", "MS", text(format!("device time of one timed sample (default {})", d.sample_ms))))
-        .arg(option("--budget", "S", text(format!("seconds of screening per shape: every candidate the library lists is probed once until it is spent, the most promising first (default {}; 0: no limit)", d.budget_s))))
-        .arg(option("--keep", "N", text(format!("the fastest candidates of the screening that go on to the trials (default {})", d.keep))))
-        .arg(option("--prune", "X", text(format!("candidates slower than X times the best probe are pruned (default {})", d.prune))))
+    c.arg(option("--trials", "N", format!("interleaved rounds of the trials and of the confirmation (default {})", d.trials)))
+        .arg(option("--max-trials", "N", format!("rounds added while undecidable, up to N (default {})", d.max_trials)))
+        .arg(option("--sample-ms", "MS", format!("device time of one timed sample (default {})", d.sample_ms)))
+        .arg(option("--budget", "S", format!("seconds of screening per shape: every candidate the library lists is probed once until it is spent, the most promising first (default {}; 0: no limit)", d.budget_s)))
+        .arg(option("--keep", "N", format!("the fastest candidates of the screening that go on to the trials (default {})", d.keep)))
+        .arg(option("--prune", "X", format!("candidates slower than X times the best probe are pruned (default {})", d.prune)))
         .arg(option("--rotate-mib", "N", "operand bytes each timed sample rotates through, in MiB (default: three times the device's last-level cache; a graph sample replays one call per operand set at least)"))
         .arg(option("--timing", "MODE", "graph (default): a sample's calls are captured once into a graph and replayed between two events, no launch gaps between calls; events: the calls back to back between two events; graph falls back to events, said once per shape, where capture fails").value_parser(["events", "graph"]))
         .arg(option("--rest", "R", "after each timed sample, leave the device idle for R times the sample's device time, at most a second (default 1; 0: back to back; at most 10). On an H200 back-to-back compute-heavy GEMMs ran into the power cap and spread up to 9%; resting 1x kept them at most 1%"))
@@ -148,22 +136,37 @@ pub fn method_options(c: clap::Command) -> clap::Command {
 pub const PROFILES: &str =
     "the profile store (default $TUNEDBLAS_PROFILE_DIR, else the one the installed interposer reads)";
 
-/// `--profiles DIR`, the same in every command.
-pub fn profiles_option() -> Arg {
-    option("--profiles", "DIR", PROFILES)
-}
-
-/// An option as a command's table declares it: flag, value name ("" for a switch), help.
-pub type Row = (&'static str, &'static str, &'static str);
-
-/// The options and switches of a table, in its order.
-pub fn table(rows: &[Row]) -> Vec<Arg> {
-    rows.iter()
-        .map(|&(flag, value, help)| match value {
-            "" => switch(flag, help),
-            _ => option(flag, value, help),
+/// A command's arguments as its help lists them, one a line, the synopsis parted from the
+/// help by two spaces: `--flag VALUE  help` (an option), `--flag  help` (a switch),
+/// `NAME...  help` or `NAME  help` (any number of positionals, or one). `--profiles` alone
+/// is the store, the same in every command.
+pub fn table(text: &'static str) -> Vec<Arg> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let (head, help) = line
+                .split_once("  ")
+                .map_or((line, ""), |(h, t)| (h, t.trim_start()));
+            match head.split_once(' ') {
+                _ if head == "--profiles" => option(head, "DIR", PROFILES),
+                _ if !head.starts_with('-') => match head.strip_suffix("...") {
+                    Some(name) => positionals(name, usize::MAX, help),
+                    None => positionals(head, 1, help),
+                },
+                Some((flag, value)) => option(flag, value, help),
+                None => switch(head, help),
+            }
         })
         .collect()
+}
+
+/// `c` with `flag` taking only `values` (clap lists them in the help and refuses others).
+pub fn choices<const N: usize>(
+    c: clap::Command,
+    flag: &str,
+    values: [&'static str; N],
+) -> clap::Command {
+    c.mut_arg(id(flag), |a| a.value_parser(values))
 }
 
 /// A declared command's help, as `tunedblas help <command>` and `--help` print it.
@@ -257,8 +260,10 @@ impl Args {
 
     /// The profile store: `--profiles`, `$TUNEDBLAS_PROFILE_DIR`, or the installed one.
     pub fn profile_store(&self) -> PathBuf {
+        let env = || std::env::var_os("TUNEDBLAS_PROFILE_DIR").map(PathBuf::from);
         self.path("--profiles")
-            .unwrap_or_else(default_profile_store)
+            .or_else(env)
+            .unwrap_or_else(crate::store::default_root)
     }
 
     /// `--lib`, which most commands cannot do without.
@@ -278,14 +283,17 @@ impl Args {
         tunedblas_tuner::backends::Opened::open(kind, &spec)
     }
 
-    /// The profile `--profile NAME` or `--lib LIBROCBLAS` names (a name wins).
-    pub fn which_profile(&self) -> Result<crate::pick::Which<'_>> {
+    /// The profile `--profile NAME` or `--lib LIBROCBLAS` names (a name wins), in the store.
+    pub fn picked(&self) -> Result<crate::pick::Picked> {
         use crate::pick::Which;
-        match (self.value("--profile"), self.value("--lib")) {
-            (Some(name), _) => Ok(Which::Name(name)),
-            (None, Some(lib)) => Ok(Which::Build(std::path::Path::new(lib))),
-            (None, None) => Err(self.usage("needs --lib <librocblas.so> or --profile <name>")),
-        }
+        let which = match (self.value("--profile"), self.value("--lib")) {
+            (Some(name), _) => Which::Name(name),
+            (None, Some(lib)) => Which::Build(std::path::Path::new(lib)),
+            (None, None) => {
+                return Err(self.usage("needs --lib <librocblas.so> or --profile <name>"))
+            }
+        };
+        crate::pick::pick(which, &self.profile_store())
     }
 
     /// `--devices 0,1,2,3` (empty when not given: the command's default).
@@ -420,13 +428,6 @@ impl Args {
     }
 }
 
-/// The store when no `--profiles` is given: `$TUNEDBLAS_PROFILE_DIR`, else the installed one.
-pub fn default_profile_store() -> PathBuf {
-    std::env::var_os("TUNEDBLAS_PROFILE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(crate::store::default_root)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,6 +478,20 @@ mod tests {
         let e = a.at_most_positional(1).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.message.contains("unexpected argument '--not-a-flag'"));
+    }
+
+    #[test]
+    fn a_table_declares_what_its_lines_say() {
+        let text = "IN...  inputs\n--lib LIB  a library\n--json  as JSON\n--profiles";
+        let c = super::command("x", "", "").args(table(text));
+        let a = Args::of_declared("x", c.clone(), &s(&["a", "--json", "--lib", "l", "b"])).unwrap();
+        assert_eq!(a.positional, vec!["a", "b"]);
+        assert!(a.has("--json") && a.value("--lib") == Some("l") && !a.has("--profiles"));
+        let help = help_text(c);
+        assert!(
+            help.contains("--lib <LIB>       a library") && help.contains("[IN]...  inputs"),
+            "{help}"
+        );
     }
 
     #[test]

@@ -1,11 +1,5 @@
-//! `tunedblas demo`: the whole loop on the CPU reference backend.
-//!
-//! 1. A simulated inference workload runs under `LD_PRELOAD=libtunedblas.so` with no
-//!    profile: every shape is passed through and recorded as a miss.
-//! 2. The recorded shapes are tuned against the heuristic in one session.
-//! 3. A profile for exactly this library build (by sha256) is written.
-//! 4. The workload runs again and is served from it. Before and after are printed side by
-//!    side.
+//! `tunedblas demo`: the whole loop on the CPU reference backend, in the steps the command's
+//! help lists; each workload run is a child under the preload, as a host would be.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -206,34 +200,18 @@ fn run_in(dir: &Path, opts: Options) -> Result<()> {
 
     let hit = |s: &Stats| 100.0 * (s.served + s.default) as f64 / s.calls.max(1) as f64;
     println!("\n                     before      after");
-    println!(
-        "    GEMM calls   {:>10} {:>10}",
-        stats_before.calls, stats_after.calls
-    );
-    println!(
-        "    served tuned {:>10} {:>10}",
-        stats_before.served, stats_after.served
-    );
-    println!(
-        "    Default rows {:>10} {:>10}",
-        stats_before.default, stats_after.default
-    );
-    println!(
-        "    missed calls {:>10} {:>10}",
-        stats_before.missed_calls, stats_after.missed_calls
-    );
-    println!(
-        "    served near  {:>10} {:>10}",
-        stats_before.near, stats_after.near
-    );
-    println!(
-        "    missed shapes{:>10} {:>10}",
-        stats_before.missed_shapes, stats_after.missed_shapes
-    );
-    println!(
-        "    fallbacks    {:>10} {:>10}",
-        stats_before.fallbacks, stats_after.fallbacks
-    );
+    let (b, a) = (&stats_before, &stats_after);
+    for (label, x, y) in [
+        ("GEMM calls", b.calls, a.calls),
+        ("served tuned", b.served, a.served),
+        ("Default rows", b.default, a.default),
+        ("missed calls", b.missed_calls, a.missed_calls),
+        ("served near", b.near, a.near),
+        ("missed shapes", b.missed_shapes, a.missed_shapes),
+        ("fallbacks", b.fallbacks, a.fallbacks),
+    ] {
+        println!("    {label:<13}{x:>10} {y:>10}");
+    }
     println!(
         "    hit rate     {:>9.0}% {:>9.0}%",
         hit(&stats_before),

@@ -26,67 +26,20 @@ pub fn var(name: &str) -> Option<String> {
 /// The settings as the interposer reads them (`preload/src/lifecycle.rs`, `Config::from_env`).
 pub fn settings(profile_dir: &Path) -> Vec<Setting> {
     let cache = identity::user_cache_dir();
+    #[rustfmt::skip]
     let rows: [(&'static str, String, &'static str); 12] = [
-        (
-            "TUNEDBLAS_PROFILE_DIR",
-            profile_dir.display().to_string(),
-            "folder holding profiles.json and one folder per build",
-        ),
-        (
-            "TUNEDBLAS_PROFILE",
-            "(unset: match the loaded rocBLAS by sha256)".into(),
-            "use this profile by name; still checked against the loaded build",
-        ),
-        (
-            "TUNEDBLAS_ALLOW_MISMATCH",
-            "0".into(),
-            "1 serves a named profile made for another build",
-        ),
-        (
-            "TUNEDBLAS_MISS_DIR",
-            cache.join("misses").display().to_string(),
-            "where shapes without a row are recorded",
-        ),
-        (
-            "TUNEDBLAS_CACHE_DIR",
-            cache.display().to_string(),
-            "per-user cache of library hashes",
-        ),
-        (
-            "TUNEDBLAS_DISABLE",
-            "0".into(),
-            "1 passes every call through untouched",
-        ),
-        (
-            "TUNEDBLAS_LOG",
-            "info".into(),
-            "quiet, info or debug (stderr, rate-limited)",
-        ),
-        (
-            "TUNEDBLAS_NEAR",
-            tunedblas_core::near::DEFAULT_WINDOW.to_string(),
-            "serve a missed token count from the layer's nearest row within this many tokens (validated first); 0 or off: never",
-        ),
-        (
-            "TUNEDBLAS_STATS",
-            "(unset)".into(),
-            "write counters as JSON at exit",
-        ),
-        (
-            "TUNEDBLAS_RELOAD",
-            "1".into(),
-            "0 stops a running process from serving rows committed to the store after it started (looked at about every 2 s while calls arrive)",
-        ),
-        (
-            "TUNEDBLAS_STATUS_THREAD",
-            "0".into(),
-            "1 also rewrites the live status once a second from a thread of the interposer's own (by default the threads making GEMMs write it, and the host sees no thread of ours)",
-        ),
-        (
-            "TUNEDBLAS_GROUP_READ",
-            "0".into(),
-            "1 makes the miss logs, live status and Prometheus files readable by the group (0640, in a 0750 folder when the interposer makes it)",
-        ),
+        ("TUNEDBLAS_PROFILE_DIR", profile_dir.display().to_string(), "folder holding profiles.json and one folder per build"),
+        ("TUNEDBLAS_PROFILE", "(unset: match the loaded rocBLAS by sha256)".into(), "use this profile by name; still checked against the loaded build"),
+        ("TUNEDBLAS_ALLOW_MISMATCH", "0".into(), "1 serves a named profile made for another build"),
+        ("TUNEDBLAS_MISS_DIR", cache.join("misses").display().to_string(), "where shapes without a row are recorded"),
+        ("TUNEDBLAS_CACHE_DIR", cache.display().to_string(), "per-user cache of library hashes"),
+        ("TUNEDBLAS_DISABLE", "0".into(), "1 passes every call through untouched"),
+        ("TUNEDBLAS_LOG", "info".into(), "quiet, info or debug (stderr, rate-limited)"),
+        ("TUNEDBLAS_NEAR", tunedblas_core::near::DEFAULT_WINDOW.to_string(), "serve a missed token count from the layer's nearest row within this many tokens (validated first); 0 or off: never"),
+        ("TUNEDBLAS_STATS", "(unset)".into(), "write counters as JSON at exit"),
+        ("TUNEDBLAS_RELOAD", "1".into(), "0 stops a running process from serving rows committed to the store after it started (looked at about every 2 s while calls arrive)"),
+        ("TUNEDBLAS_STATUS_THREAD", "0".into(), "1 also rewrites the live status once a second from a thread of the interposer's own (by default the threads making GEMMs write it, and the host sees no thread of ours)"),
+        ("TUNEDBLAS_GROUP_READ", "0".into(), "1 makes the miss logs, live status and Prometheus files readable by the group (0640, in a 0750 folder when the interposer makes it)"),
     ];
     rows.into_iter()
         .map(|(name, default, meaning)| {

@@ -22,7 +22,8 @@ use crate::error::Error;
 use crate::pick::Picked;
 use tunedblas_tuner::backends::ShapeKey as _;
 
-fn read(path: &Path) -> Result<ResultsFile, Error> {
+/// A results file, or why it cannot be read.
+pub fn read(path: &Path) -> Result<ResultsFile, Error> {
     tunableop::read(path).map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
 }
 

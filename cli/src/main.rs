@@ -5,7 +5,7 @@
 
 mod adopt;
 mod args;
-pub use tunedblas_tuner::{curate, error, progress, rest, say, store, workload};
+pub use tunedblas_tuner::{curate, error, rest, say, store, workload};
 mod commands;
 mod demo;
 mod doctor;
@@ -104,7 +104,7 @@ const COMMANDS: &[Command] = &[
         name: "misses",
         usage: "tunedblas misses [DIR|FILE ...] [--top N] [--json] [--out FILE]",
         summary: "Add up the miss logs of every process and rank; rank the gaps by calls x FLOPs.",
-        run: Run::Raw(commands::misses::help, commands::misses::run),
+        run: Run::Declared(commands::misses::cli, commands::misses::run),
         internal: false,
     },
     Command {

@@ -326,8 +326,7 @@ pub fn import(root: &Path, lib_path: &Path, files: &[PathBuf], json: bool) -> Re
     let store = Store::open(root)?;
     let mut read = Vec::new();
     for f in files {
-        let r = tunableop::read(f)
-            .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
+        let r = crate::export::read(f)?;
         let shapes = file_shapes(&r);
         read.push((f, r, shapes));
     }
@@ -429,8 +428,7 @@ pub fn adopt(
     json: bool,
 ) -> Result<()> {
     let lib = Rocblas::at(lib_path, None)?;
-    let r = tunableop::read(file)
-        .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+    let r = crate::export::read(file)?;
     let arch = crate::env::check_arch(r.validator("GCN_ARCH_NAME"), device);
     if let crate::env::ArchCheck::Other(why) = &arch {
         if !force {

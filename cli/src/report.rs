@@ -1,22 +1,7 @@
-//! `tunedblas report`: a profile at a glance, as a self-contained HTML page (inline CSS and
-//! SVG, no network), the same figures as a PNG, and as JSON (`--json`).
-//!
-//! - The coverage map: one row per layer (rocBLAS m and k, with layout, type and batch),
-//!   one column per token count M (rocBLAS n) that some layer has a cell at. A layer has a
-//!   cell only at the token counts it was seen at: a row of the profile, a miss in
-//!   production (the miss logs, with their call counts) or a problem a serving
-//!   configuration issues (`--coverage`, the JSON of `tunedblas coverage`); anything else
-//!   is *never seen*, never a cross product of every layer with every M. A cell is
-//!   *tuned* (a rocBLAS solution row, or a `*` row that matches), *Default* (the heuristic
-//!   was best), *near* (no row; the interposer's own near rule, [`NearIndex::servable`],
-//!   would try a row of the layer, once it validates for the exact problem at run time),
-//!   *missed* (seen in production, served by the heuristic) or *predicted* (issued by the
-//!   serving configuration, no row).
-//! - The headline: the GEMM time tuning saved, call-weighted (each measured shape's
-//!   heuristic and served times from `provenance.json` times its recorded calls), next to
-//!   the per-shape geometric mean; the shapes whose measurement decided nothing
-//!   (undecidable, too noisy, rejected, failed) are listed.
-//! - "Tune next": the missed and predicted cells ranked by calls x FLOPs, with the command.
+//! `tunedblas report`'s figures (the command's help says what each shows; `render::report`
+//! draws them). The map has a cell only where a layer was seen at a token count, never a
+//! cross product of every layer with every M, and a cell is *near* by the interposer's own
+//! rule ([`NearIndex::servable`]), so the page says what the interposer would do.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -362,8 +347,7 @@ type Sighting = (Option<Solution>, u64, bool, bool);
 /// `window` is the near-serving window (0: none).
 pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, Error> {
     let path = p.rank_file(rank)?;
-    let file = tunableop::read(path)
-        .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
+    let file = crate::export::read(path)?;
     let mut grid: BTreeMap<ProblemKey, BTreeMap<i64, Sighting>> = BTreeMap::new();
     fn at<'g>(
         grid: &'g mut BTreeMap<ProblemKey, BTreeMap<i64, Sighting>>,

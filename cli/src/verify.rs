@@ -105,12 +105,7 @@ impl Stats {
 
     /// The counts in a line, as the exit summary words them.
     fn line(&self) -> String {
-        let hit = self
-            .hit_rate
-            .map_or("no hit rate (no call decided)".into(), |r| {
-                let p = (r * 1000.0).round() as u64;
-                format!("hit rate {}.{}%", p / 10, p % 10)
-            });
+        let hit = hit_words(self.hit_rate.map(|r| (r * 1000.0).round() as u64));
         format!(
             "{} calls: {} served, {} default, {} near ({} shapes), {} missed ({} shapes), {} passed through, {} fallbacks; {hit}; {} of {} rows hit",
             self.calls,
@@ -125,6 +120,14 @@ impl Stats {
             self.rows_hit,
             self.rows
         )
+    }
+}
+
+/// `hit rate 62.5%` (as the exit summary says it), or that no call was decided.
+pub fn hit_words(permille: Option<u64>) -> String {
+    match permille {
+        Some(p) => format!("hit rate {}.{}%", p / 10, p % 10),
+        None => "no hit rate (no call decided)".into(),
     }
 }
 
@@ -438,8 +441,7 @@ pub fn replay(
         return Ok(());
     }
     let lib = Rocblas::open_as_host(lib_path)?;
-    let rows = tunedblas_core::tunableop::read(rows_path)
-        .map_err(|e| Error::failed(format!("cannot read {}: {e}", rows_path.display())))?;
+    let rows = crate::export::read(rows_path)?;
     let keys: Vec<ProblemKey> = rows.rows.iter().map(|r| r.key).collect();
     let mut r = Replayed {
         calls: 0,

@@ -25,14 +25,13 @@ EXAMPLES:
     tunedblas confirm --lib libhipblaslt.so.1 --workspace 33554432 --rows tunableop_results0.csv
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the library the rows are for (required)"),
-    ("--rows", "FILE", "a results file (else the build's profile)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--device", "N", "the device to measure on (default 0)"),
-    ("--log", "FILE", "write every row's measurement as JSON"),
-];
+const OPTIONS: &str = "\
+--lib LIB    the library the rows are for (required)
+--rows FILE  a results file (else the build's profile)
+--profiles
+--device N   the device to measure on (default 0)
+--log FILE   write every row's measurement as JSON
+";
 
 pub fn cli() -> clap::Command {
     let c = args::command("confirm", ABOUT, AFTER).args(args::table(OPTIONS));

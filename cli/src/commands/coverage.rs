@@ -10,7 +10,7 @@ use tunedblas_core::profile::REGISTRY_FILE;
 use tunedblas_core::registry::Registry;
 use tunedblas_core::tunableop;
 
-use crate::args::{self, default_profile_store, Args};
+use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::render;
 use crate::serving;
@@ -26,20 +26,19 @@ pub const EXIT_MISSING: u8 = 3;
 /// Exit status of `--strict` when nothing is missing but some rows cannot be served.
 pub const EXIT_UNSERVABLE: u8 = 4;
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--unfused", "", "separate q/k/v and gate/up GEMMs instead"),
-    ("--dtype", "T", "float16, bfloat16 or float32 instead of the config's torch_dtype"),
-    ("--shapes", "FILE", "lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled tokens only)"),
-    ("--profile", "DIR|NAME", "a folder of tunableop_results<R>.csv, or a profile name in the store"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--rank", "R", "which rank file (default 0)"),
-    ("--near", "W", "the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing problems with a tuned row of their layer within W tokens are marked"),
-    ("--top", "N", "gap groups in the text (default 25)"),
-    ("--json", "", "everything as JSON"),
-    ("--strict", "", "exit 3 when some problem has no row, 4 when only unservable ones remain"),
-    ("--out", "FILE", "the missing problems, most expensive first, as a `tunedblas tune` input"),
-];
+const OPTIONS: &str = "\
+--unfused           separate q/k/v and gate/up GEMMs instead
+--dtype T           float16, bfloat16 or float32 instead of the config's torch_dtype
+--shapes FILE       lines of N,K[,dtype[,layout[,calls[,name]]]] (name lm_head: sampled tokens only)
+--profile DIR|NAME  a folder of tunableop_results<R>.csv, or a profile name in the store
+--profiles
+--rank R            which rank file (default 0)
+--near W            the interposer's near-serving window (TUNEDBLAS_NEAR, default 32): missing problems with a tuned row of their layer within W tokens are marked
+--top N             gap groups in the text (default 25)
+--json              everything as JSON
+--strict            exit 3 when some problem has no row, 4 when only unservable ones remain
+--out FILE          the missing problems, most expensive first, as a `tunedblas tune` input
+";
 
 /// The command line of `coverage`. The serving flags are read in vLLM's own way by
 /// `serving` (before clap, `-tp` included); they are declared here too, hidden, so clap
@@ -71,20 +70,14 @@ pub fn help() -> String {
     args::help_text(cli())
 }
 
+/// The arguments, with those that must be checked before any work read already.
 struct Options {
-    config: Option<PathBuf>,
-    shapes: Option<PathBuf>,
-    profile: Option<String>,
-    profile_dir: Option<PathBuf>,
+    a: Args,
+    serving: Serving,
     rank: usize,
     dtype: Option<Types>,
-    unfused: bool,
     top: usize,
-    json: bool,
-    strict: bool,
     near: i64,
-    serving: Serving,
-    out: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -113,25 +106,18 @@ fn parse(args: &[String]) -> Result<Options> {
             .ok_or_else(|| a.usage("--near takes a token window (0: off)"))?,
     };
     Ok(Options {
-        config: a.path("--config").or_else(|| a.path("--model")),
-        shapes: a.path("--shapes"),
-        profile: a.value("--profile").map(str::to_string),
-        profile_dir: a.path("--profiles"),
         rank: a.parsed("--rank", 0, "a number")?,
-        dtype,
-        unfused: a.has("--unfused"),
         top: a.parsed("--top", 25, "a number")?,
-        json: a.has("--json"),
-        strict: a.has("--strict"),
+        dtype,
         near,
         serving,
-        out: a.path("--out"),
+        a,
     })
 }
 
 /// The rank file and a label for the profile named by `--profile`.
 fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>> {
-    let Some(p) = &o.profile else {
+    let Some(p) = o.a.value("--profile") else {
         return Ok(None);
     };
     let file_name = format!("tunableop_results{}.csv", o.rank);
@@ -145,7 +131,7 @@ fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>> {
             .unwrap_or_default();
         return Ok(Some((name, as_path.to_path_buf())));
     } else {
-        let store = o.profile_dir.clone().unwrap_or_else(default_profile_store);
+        let store = o.a.profile_store();
         let reg_path = store.join(REGISTRY_FILE);
         let reg = Registry::load(&reg_path).map_err(|e| Error::failed(e.to_string()))?;
         let entry = reg.get(p).ok_or_else(|| {
@@ -166,7 +152,7 @@ fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>> {
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| p.clone());
+        .unwrap_or_else(|| p.to_string());
     Ok(Some((format!("{name} rank {}", o.rank), file)))
 }
 
@@ -181,7 +167,7 @@ fn analyse(o: &Options) -> Result<coverage::Report> {
     };
     let mut shapes: Vec<Shape> = Vec::new();
     let mut sources: Vec<String> = Vec::new();
-    if let Some(c) = &o.config {
+    if let Some(c) = o.a.path("--config").or_else(|| o.a.path("--model")) {
         let path = if c.is_dir() {
             c.join("config.json")
         } else {
@@ -194,14 +180,14 @@ fn analyse(o: &Options) -> Result<coverage::Report> {
         let opts = ModelOptions {
             tp: o.serving.tp,
             dtype: o.dtype,
-            unfused: o.unfused,
+            unfused: o.a.has("--unfused"),
         };
         let (desc, s) = coverage::shapes_from_hf_config(&json, &opts)
             .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
         sources.push(desc);
         shapes.extend(s);
     }
-    if let Some(f) = &o.shapes {
+    if let Some(f) = &o.a.path("--shapes") {
         let text = std::fs::read_to_string(f)
             .map_err(|e| Error::failed(format!("{}: {e}", f.display())))?;
         let default = o
@@ -242,15 +228,15 @@ fn analyse(o: &Options) -> Result<coverage::Report> {
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let report = analyse(&o)?;
-    if let Some(out) = &o.out {
+    if let Some(out) = &o.a.path("--out") {
         write_tune_input(out, &report)?;
     }
-    if o.json {
+    if o.a.has("--json") {
         super::print_json(&render::coverage::json(&report));
     } else {
         print!("{}", render::coverage::text(&report, o.top));
     }
-    if o.strict {
+    if o.a.has("--strict") {
         let missing = report.count("missing");
         if missing > 0 {
             return Err(Error::verdict(

@@ -20,18 +20,13 @@ EXAMPLES:
     tunedblas demo --dir /tmp/tb-demo --passes 5
 ";
 
+const OPTIONS: &str = "\
+--dir DIR   keep every file here (profiles, miss logs, stats; default a fresh temporary folder)
+--passes N  passes of the workload (default 3)
+";
+
 pub fn cli() -> clap::Command {
-    args::command("demo", ABOUT, AFTER)
-        .arg(args::option(
-            "--dir",
-            "DIR",
-            "keep every file here (profiles, miss logs, stats; default a fresh temporary folder)",
-        ))
-        .arg(args::option(
-            "--passes",
-            "N",
-            "passes of the workload (default 3)",
-        ))
+    args::command("demo", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 pub fn run(a: &Args) -> Result<()> {

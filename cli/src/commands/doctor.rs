@@ -54,25 +54,27 @@ const METHOD: [&str; 7] = [
     "--timing",
 ];
 
+const OPTIONS: &str = "\
+--lib LIB                         the library to test (else the one found here: $TUNEDBLAS_CUBLASLT / $TUNEDBLAS_HIPBLASLT, the usual sonames, rocBLAS in $ROCM_PATH/lib, /opt/rocm/lib, the system folders)
+--backend rocblas|hipblaslt|cublaslt  which library to look for (default: cuBLASLt where an NVIDIA driver is present, hipBLASLt on an MI300-class GPU, else rocBLAS)
+--out DIR                         the bundle's folder, new or empty (default ./doctor-<date>-<time>)
+--preload LIBTUNEDBLAS            the interposer (default: the libtunedblas.so beside this binary)
+--size auto|small|full            the workload's shapes: full (a 4096-wide decoder's projections) on a GPU, small (64 times narrower) on the CPU reference and stand-ins; auto tells by the GPU driver (default)
+--workspace BYTES                 workspace the workload gives the Lt libraries, and tune's (default 1048576)
+--budget S                        tune: seconds of screening per shape (default 10; 2 on the CPU)
+--trials N                        tune: interleaved rounds (default tune's; 7 on the CPU)
+--max-trials N                    tune: rounds added while undecidable
+--rest R                          tune: device rest between samples
+--margin PCT                      tune: adoption margin in percent
+--rotate-mib N                    tune: operand bytes each sample rotates through
+--timing MODE                     tune: graph or events
+";
+
 pub fn cli() -> clap::Command {
-    use args::option;
-    let c = args::command("doctor", about(), AFTER)
-        .arg(args::lib_option(
-            "the library to test (else the one found here: $TUNEDBLAS_CUBLASLT / $TUNEDBLAS_HIPBLASLT, the usual sonames, rocBLAS in $ROCM_PATH/lib, /opt/rocm/lib, the system folders)",
-        ))
-        .arg(option("--backend", "rocblas|hipblaslt|cublaslt", "which library to look for (default: cuBLASLt where an NVIDIA driver is present, hipBLASLt on an MI300-class GPU, else rocBLAS)").value_parser(["rocblas", "hipblaslt", "cublaslt"]))
-        .arg(option("--out", "DIR", "the bundle's folder, new or empty (default ./doctor-<date>-<time>)"))
-        .arg(option("--preload", "LIBTUNEDBLAS", "the interposer (default: the libtunedblas.so beside this binary)"))
-        .arg(option("--size", "auto|small|full", "the workload's shapes: full (a 4096-wide decoder's projections) on a GPU, small (64 times narrower) on the CPU reference and stand-ins; auto tells by the GPU driver (default)").value_parser(["auto", "small", "full"]))
-        .arg(option("--workspace", "BYTES", "workspace the workload gives the Lt libraries, and tune's (default 1048576)"))
-        .arg(option("--budget", "S", "tune: seconds of screening per shape (default 10; 2 on the CPU)"))
-        .arg(option("--trials", "N", "tune: interleaved rounds (default tune's; 7 on the CPU)"))
-        .arg(option("--max-trials", "N", "tune: rounds added while undecidable"))
-        .arg(option("--rest", "R", "tune: device rest between samples"))
-        .arg(option("--margin", "PCT", "tune: adoption margin in percent"))
-        .arg(option("--rotate-mib", "N", "tune: operand bytes each sample rotates through"))
-        .arg(option("--timing", "MODE", "tune: graph or events").value_parser(["events", "graph"]));
-    args::library_options(c)
+    let c = args::command("doctor", about(), AFTER).args(args::table(OPTIONS));
+    let c = args::choices(c, "--backend", ["rocblas", "hipblaslt", "cublaslt"]);
+    let c = args::choices(c, "--size", ["auto", "small", "full"]);
+    args::library_options(args::choices(c, "--timing", ["events", "graph"]))
 }
 
 pub fn run(a: &Args) -> Result<()> {

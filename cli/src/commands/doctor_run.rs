@@ -7,22 +7,26 @@ use crate::args::{self, Args};
 use crate::doctor::child;
 use crate::error::Result;
 
+const OPTIONS: &str = "\
+--lib LIB          the library (required)
+--backend KIND     rocblas, hipblaslt or cublaslt
+--probe            load the library and say what loaded; run nothing
+--shapes S;S;...   shapes as --shape gives them to this library
+--calls N          calls per timed sample (default 10)
+--samples N        timed samples per shape (default 5)
+--workspace BYTES  workspace given the Lt libraries (default 1048576)
+--save DIR         write each shape's output there
+--compare DIR      compare each shape's output with the one saved there
+";
+
 pub fn cli() -> clap::Command {
-    use args::{option, switch};
     let c = args::command(
         "doctor-run",
         "(internal: `doctor` runs it) Loads the library as a linked host does and runs the given F.linear shapes through the global GEMM entry points (an LD_PRELOADed interposer's), printing a JSON report.",
         "",
     )
-    .arg(args::lib_option("the library (required)"))
-    .arg(option("--backend", "KIND", "rocblas, hipblaslt or cublaslt").value_parser(["rocblas", "hipblaslt", "cublaslt"]))
-    .arg(switch("--probe", "load the library and say what loaded; run nothing"))
-    .arg(option("--shapes", "S;S;...", "shapes as --shape gives them to this library"))
-    .arg(option("--calls", "N", "calls per timed sample (default 10)"))
-    .arg(option("--samples", "N", "timed samples per shape (default 5)"))
-    .arg(option("--workspace", "BYTES", "workspace given the Lt libraries (default 1048576)"))
-    .arg(option("--save", "DIR", "write each shape's output there"))
-    .arg(option("--compare", "DIR", "compare each shape's output with the one saved there"));
+    .args(args::table(OPTIONS));
+    let c = args::choices(c, "--backend", ["rocblas", "hipblaslt", "cublaslt"]);
     args::library_options(c)
 }
 

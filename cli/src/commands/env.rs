@@ -23,17 +23,16 @@ EXAMPLES:
     tunedblas env --snippet vllm > vllm-tuned && chmod +x vllm-tuned
 ";
 
+const OPTIONS: &str = "\
+--lib LIB       a rocBLAS (or hipBLASLt) to answer for, besides those found (repeatable)
+--profiles
+--snippet KIND  print one snippet only
+--json          everything as JSON
+";
+
 pub fn cli() -> clap::Command {
-    args::command("env", ABOUT, AFTER)
-        .arg(args::lib_option(
-            "a rocBLAS (or hipBLASLt) to answer for, besides those found (repeatable)",
-        ))
-        .arg(args::profiles_option())
-        .arg(
-            args::option("--snippet", "KIND", "print one snippet only")
-                .value_parser(["vllm", "systemd", "docker"]),
-        )
-        .arg(args::switch("--json", "everything as JSON"))
+    let c = args::command("env", ABOUT, AFTER).args(args::table(OPTIONS));
+    args::choices(c, "--snippet", ["vllm", "systemd", "docker"])
 }
 
 pub fn run(a: &Args) -> Result<()> {
@@ -57,15 +56,11 @@ pub fn run(a: &Args) -> Result<()> {
     let profile_dir_abs = std::fs::canonicalize(&profile_dir).unwrap_or(profile_dir.clone());
     let snips = env::snippets(&shown_preload, &profile_dir_abs, prefix.as_deref());
     if let Some(which) = a.value("--snippet") {
+        // clap took only these three.
         let text = match which {
             "vllm" => &snips.vllm,
             "systemd" => &snips.systemd,
-            "docker" => &snips.docker,
-            other => {
-                return Err(a.usage(format!(
-                    "--snippet takes vllm, systemd or docker, not '{other}'"
-                )))
-            }
+            _ => &snips.docker,
         };
         print!("{text}");
         return Ok(());
@@ -154,12 +149,14 @@ pub fn run(a: &Args) -> Result<()> {
             f.reason
         );
     }
-    println!("\n{}", bold("vLLM launcher"));
-    print!("{}", report.snippets.vllm);
-    println!("\n{}", bold("systemd unit"));
-    print!("{}", report.snippets.systemd);
-    println!("\n{}", bold("Dockerfile"));
-    print!("{}", report.snippets.docker);
+    let s = &report.snippets;
+    for (title, text) in [
+        ("vLLM launcher", &s.vllm),
+        ("systemd unit", &s.systemd),
+        ("Dockerfile", &s.docker),
+    ] {
+        print!("\n{}\n{text}", bold(title));
+    }
     println!("\n(one snippet alone: tunedblas env --snippet vllm|systemd|docker)");
     Ok(())
 }

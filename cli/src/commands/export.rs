@@ -1,9 +1,10 @@
 //! `tunedblas export`: a profile in the formats other tools read.
 
+use std::path::Path;
+
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
 use crate::export;
-use crate::pick::pick;
 
 use super::print_json;
 
@@ -31,22 +32,21 @@ EXAMPLES:
         --validators-from old/tunableop_results0.csv --out ./tunableop
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the rocBLAS build whose profile is exported"),
-    ("--profile", "NAME", "the profile to export, by name (instead of --lib)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--format", "FORMAT", "gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)"),
-    ("--git-version", "REV", "(hipblaslt-override) the hipBLASLt revision the rows were tuned on"),
-    ("--arch", "GFX:CUS", "(aiter) the device the rows were tuned on, like gfx942:304"),
-    ("--out", "PATH", "where to write (default stdout)"),
-    ("--rank", "N", "the rank file to export (default 0)"),
-    ("--beta", "B,..", "(gemm-tune) the betas to write rows for (default 0)"),
-    ("--validators-from", "FILE", "(tunableop) a tunableop_results file PyTorch wrote on the target"),
-    ("--validator", "KEY=VALUE", "(tunableop) a validator to write (repeatable)"),
-    ("--force", "", "export for PyTorch validators that name another rocBLAS version"),
-    ("--json", "", "a summary of the export as JSON (with --out)"),
-];
+const OPTIONS: &str = "\
+--lib LIB               the rocBLAS build whose profile is exported
+--profile NAME          the profile to export, by name (instead of --lib)
+--profiles
+--format FORMAT         gemm-tune, bench, tunableop, hipblaslt-override, hipblaslt-bench or aiter (required)
+--git-version REV       (hipblaslt-override) the hipBLASLt revision the rows were tuned on
+--arch GFX:CUS          (aiter) the device the rows were tuned on, like gfx942:304
+--out PATH              where to write (default stdout)
+--rank N                the rank file to export (default 0)
+--beta B,..             (gemm-tune) the betas to write rows for (default 0)
+--validators-from FILE  (tunableop) a tunableop_results file PyTorch wrote on the target
+--validator KEY=VALUE   (tunableop) a validator to write (repeatable)
+--force                 export for PyTorch validators that name another rocBLAS version
+--json                  a summary of the export as JSON (with --out)
+";
 
 pub fn cli() -> clap::Command {
     args::command("export", ABOUT, AFTER).args(args::table(OPTIONS))
@@ -69,6 +69,21 @@ fn validators(a: &Args) -> Result<export::Validators> {
     })
 }
 
+/// `text` of `rows` rows to `out`, else to stdout.
+fn emit(out: Option<&Path>, text: &str, rows: usize, report: &mut export::Report) -> Result<()> {
+    match out {
+        Some(path) => {
+            export::write(path, text)?;
+            report.wrote(path, rows);
+        }
+        None => {
+            print!("{text}");
+            report.rows += rows;
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: &Args) -> Result<()> {
     let format = a
         .value("--format")
@@ -87,7 +102,7 @@ pub fn run(a: &Args) -> Result<()> {
     if a.has("--json") && out.is_none() {
         return Err(a.usage("--json prints a summary: give --out for the export itself"));
     }
-    let p = pick(a.which_profile()?, &a.profile_store())?;
+    let p = a.picked()?;
     let mut report = export::Report {
         profile: p.name.clone(),
         build: p.sha256.clone(),
@@ -101,13 +116,8 @@ pub fn run(a: &Args) -> Result<()> {
             } else {
                 export::gemm_tune_text(&p, rank, &betas, &mut report)?
             };
-            match &out {
-                Some(path) => {
-                    export::write(path, &text)?;
-                    report.files.push(path.clone());
-                }
-                None => print!("{text}"),
-            }
+            // The text fns count the rows.
+            emit(out.as_deref(), &text, 0, &mut report)?;
         }
         "tunableop" => {
             let files = export::tunableop_files(&validators(a)?, &p, &mut report)?;
@@ -117,37 +127,22 @@ pub fn run(a: &Args) -> Result<()> {
                 })
             };
             match &out {
-                None => {
-                    let f = of_rank()?;
-                    print!("{}", f.text);
-                    report.rows = f.rows;
-                }
-                Some(path) if path.extension().is_some_and(|e| e == "csv") => {
-                    let f = of_rank()?;
-                    export::write(path, &f.text)?;
-                    report.wrote(path, f.rows);
-                }
-                Some(dir) => {
+                Some(dir) if dir.extension().is_none_or(|e| e != "csv") => {
                     for f in &files {
                         let file = dir.join(format!("tunableop_results{}.csv", f.rank));
                         export::write(&file, &f.text)?;
                         report.wrote(&file, f.rows);
                     }
                 }
+                _ => {
+                    let f = of_rank()?;
+                    emit(out.as_deref(), &f.text, f.rows, &mut report)?;
+                }
             }
         }
         "hipblaslt-override" | "hipblaslt-bench" | "aiter" => {
             let (text, rows) = export::lt_text(&p, rank, &format, a.value("--git-version"), a.value("--arch"), &mut report)?;
-            match &out {
-                Some(path) => {
-                    export::write(path, &text)?;
-                    report.wrote(path, rows);
-                }
-                None => {
-                    print!("{text}");
-                    report.rows = rows;
-                }
-            }
+            emit(out.as_deref(), &text, rows, &mut report)?;
         }
         other => {
             return Err(a.usage(format!(

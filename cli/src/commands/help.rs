@@ -13,12 +13,10 @@ EXAMPLES:
     tunedblas help tune
 ";
 
+const OPTIONS: &str = "COMMAND  the command whose options and examples to show";
+
 pub fn cli() -> clap::Command {
-    args::command("help", ABOUT, AFTER).arg(args::positionals(
-        "COMMAND",
-        1,
-        "the command whose options and examples to show",
-    ))
+    args::command("help", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 pub fn run(a: &Args) -> Result<()> {

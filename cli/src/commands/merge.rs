@@ -18,22 +18,16 @@ EXAMPLE:
     tunedblas merge --lib librocblas.so.5 shard0/profiles shard1/profiles
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the rocBLAS build the shards tuned (required)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--arch", "ARCH", "GPU architecture to record, e.g. gfx1030"),
-    ("--json", "", "the result as JSON"),
-];
+const OPTIONS: &str = "\
+SHARD_STORE...  the profile store each shard wrote (one or more)
+--lib LIB       the rocBLAS build the shards tuned (required)
+--profiles
+--arch ARCH     GPU architecture to record, e.g. gfx1030
+--json          the result as JSON
+";
 
 pub fn cli() -> clap::Command {
-    args::command("merge", ABOUT, AFTER)
-        .arg(args::positionals(
-            "SHARD_STORE",
-            usize::MAX,
-            "the profile store each shard wrote (one or more)",
-        ))
-        .args(args::table(OPTIONS))
+    args::command("merge", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 pub fn run(a: &Args) -> Result<()> {

@@ -31,66 +31,38 @@ EXAMPLE:
     tunedblas misses ~/.cache/tunedblas/misses --out gaps.csv --top 10
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "leave out the shapes the profile of this build has rows for"),
-    ("--profile", "NAME", "the same, with the profile named"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--align", "N", "chunk sizes are multiples of N (default 256)"),
-    ("--window", "N", "decode tokens counted with a chunk: up to N above it (default 32)"),
-    ("--top", "N", "groups listed (default 20)"),
-    ("--json", "", "everything as JSON"),
-    ("--out", "FILE", "every missed shape, most expensive first, as PyTorch untuned-file lines (op_name,param_signature), which `tunedblas tune` reads"),
-    ("--prune", "DAYS|served", "DAYS: remove the miss files (log, counts, status) of ended processes last written more than DAYS days ago; served (with --lib or --profile): of ended processes all of whose shapes the profile has rows for"),
-];
+const OPTIONS: &str = "\
+DIR|FILE...          miss folders or files (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/)
+--lib LIB            leave out the shapes the profile of this build has rows for
+--profile NAME       the same, with the profile named
+--profiles
+--align N            chunk sizes are multiples of N (default 256)
+--window N           decode tokens counted with a chunk: up to N above it (default 32)
+--top N              groups listed (default 20)
+--json               everything as JSON
+--out FILE           every missed shape, most expensive first, as PyTorch untuned-file lines (op_name,param_signature), which `tunedblas tune` reads
+--prune DAYS|served  DAYS: remove the miss files (log, counts, status) of ended processes last written more than DAYS days ago; served (with --lib or --profile): of ended processes all of whose shapes the profile has rows for
+";
 
-fn cli() -> clap::Command {
-    args::command("misses", ABOUT, AFTER)
-        .arg(args::positionals(
-            "DIR|FILE",
-            usize::MAX,
-            "miss folders or files (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/)",
-        ))
-        .args(args::table(OPTIONS))
+pub fn cli() -> clap::Command {
+    args::command("misses", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
-pub fn help() -> String {
-    args::help_text(cli())
-}
-
-struct Options {
-    inputs: Vec<PathBuf>,
-    /// The profile whose rows are taken out of the list (`--lib` / `--profile`).
-    served_by: Option<crate::pick::Picked>,
-    prune: Option<Prune>,
-    align: i64,
-    window: i64,
-    top: usize,
-    json: bool,
-    out: Option<PathBuf>,
-}
-
-fn parse(args: &[String]) -> Result<Options> {
-    let a = Args::of_declared("misses", cli(), args)?;
-    let number = |flag: &str, default: i64| -> Result<i64> {
-        match a.value(flag) {
-            None => Ok(default),
-            Some(v) => v
-                .parse::<i64>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| a.usage(format!("{flag} takes a positive number, not '{v}'"))),
-        }
-    };
-    let mut inputs: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
-    if inputs.is_empty() {
-        inputs.push(tunedblas_core::settings::miss_dir());
+/// `--align`, `--window`, `--top`: a positive number, else `default`.
+fn number(a: &Args, flag: &str, default: i64) -> Result<i64> {
+    match a.value(flag) {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| a.usage(format!("{flag} takes a positive number, not '{v}'"))),
     }
-    let served_by = match (a.has("--lib"), a.has("--profile")) {
-        (false, false) => None,
-        _ => Some(crate::pick::pick(a.which_profile()?, &a.profile_store())?),
-    };
-    let prune = match a.value("--prune") {
+}
+
+/// `--prune DAYS|served`; `served` needs the profile whose rows serve.
+fn prune_rule(a: &Args, served_by: Option<&crate::pick::Picked>) -> Result<Option<Prune>> {
+    Ok(match a.value("--prune") {
         None => None,
         Some("served") if served_by.is_none() => {
             return Err(a.usage("--prune served needs --lib or --profile (the rows that serve)"))
@@ -106,16 +78,6 @@ fn parse(args: &[String]) -> Result<Options> {
                     ))
                 })?,
         )),
-    };
-    Ok(Options {
-        inputs,
-        served_by,
-        prune,
-        align: number("--align", 256)?,
-        window: number("--window", 32)?,
-        top: number("--top", 20)? as usize,
-        json: a.has("--json"),
-        out: a.path("--out"),
     })
 }
 
@@ -176,25 +138,36 @@ fn write_out(path: &Path, lines: &[String]) -> Result<()> {
 }
 
 /// Runs `tunedblas misses` with the arguments after the command name.
-pub fn run(args: &[String]) -> Result<()> {
-    let o = parse(args)?;
-    if let Some(rule) = o.prune {
-        let removed = prune(&o.inputs, rule, o.served_by.as_ref())?;
+pub fn run(a: &Args) -> Result<()> {
+    let mut inputs: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
+    if inputs.is_empty() {
+        inputs.push(tunedblas_core::settings::miss_dir());
+    }
+    // The profile whose rows are taken out of the list (`--lib` / `--profile`).
+    let served_by = match (a.has("--lib"), a.has("--profile")) {
+        (false, false) => None,
+        _ => Some(a.picked()?),
+    };
+    let rule = prune_rule(a, served_by.as_ref())?;
+    let (align, window) = (number(a, "--align", 256)?, number(a, "--window", 32)?);
+    let top = number(a, "--top", 20)? as usize;
+    if let Some(rule) = rule {
+        let removed = prune(&inputs, rule, served_by.as_ref())?;
         crate::say::note!("tunedblas misses: pruned the files of {removed} ended processes");
     }
-    let (sources, files) = read_sources(&o.inputs)?;
+    let (sources, files) = read_sources(&inputs)?;
     let (mut all, problems) = misses::aggregate(&sources);
-    let served = match &o.served_by {
+    let served = match &served_by {
         Some(p) => drop_served(&mut all, p)?,
         None => 0,
     };
-    let groups = misses::group(&all, o.align, o.window);
-    if let Some(out) = &o.out {
+    let groups = misses::group(&all, align, window);
+    let out = a.path("--out");
+    if let Some(out) = &out {
         write_out(out, &untuned_lines(&all, &groups))?;
     }
     let summary = Summary {
-        inputs: o
-            .inputs
+        inputs: inputs
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
@@ -206,21 +179,21 @@ pub fn run(args: &[String]) -> Result<()> {
         problems: &problems,
         groups: &groups,
     };
-    if o.json {
+    if a.has("--json") {
         let mut v = render::json(&summary);
-        if let Some(p) = &o.served_by {
+        if let Some(p) = &served_by {
             v["served_by"] = serde_json::json!({ "profile": p.name, "shapes": served });
         }
         super::print_json(&v);
     } else {
-        if let Some(p) = &o.served_by {
+        if let Some(p) = &served_by {
             println!(
                 "{served} recorded shapes have rows in profile '{}' (build {}) now: not listed",
                 p.name,
                 p.short()
             );
         }
-        print!("{}", render::text(&summary, o.top, o.out.as_deref()));
+        print!("{}", render::text(&summary, top, out.as_deref()));
     }
     Ok(())
 }
@@ -343,8 +316,7 @@ fn profile_rows(
 ) -> Result<std::collections::HashSet<tunedblas_core::key::ProblemKey>> {
     let mut rows = std::collections::HashSet::new();
     for (_, file) in &p.ranks {
-        let f = tunableop::read(file)
-            .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
+        let f = crate::export::read(file)?;
         rows.extend(f.rows.iter().map(|r| r.key));
     }
     Ok(rows)

@@ -46,24 +46,18 @@ EXAMPLES:
     tunedblas profiles adopt --lib /opt/rocm/lib/libhipblaslt.so.1 tunableop_results0.csv
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "(import, which: rocBLAS; adopt: rocBLAS or hipBLASLt) the library build"),
-    ("--arch", "GFX[:CUs]", "(which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs); for an AITER table, gfx950:256 picks its device"),
-    ("--force", "", "(adopt) adopt a file tuned on another architecture or build"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--name", "NAME", "(adopt) profile name for a build that has none (default <library>-<version>)"),
-    ("--json", "", "the answer as JSON"),
-];
+const OPTIONS: &str = "\
+ACTION [ARG]...   list (the default), show, which, import or adopt, and what it takes
+--lib LIB         (import, which: rocBLAS; adopt: rocBLAS or hipBLASLt) the library build
+--arch GFX[:CUs]  (which, adopt) the device's architecture, e.g. gfx942, where this machine's GPU is not the one served (default: this machine's GPUs); for an AITER table, gfx950:256 picks its device
+--force           (adopt) adopt a file tuned on another architecture or build
+--profiles
+--name NAME       (adopt) profile name for a build that has none (default <library>-<version>)
+--json            the answer as JSON
+";
 
 pub fn cli() -> clap::Command {
-    args::command("profiles", ABOUT, AFTER)
-        .arg(args::positionals(
-            "ACTION [ARG]",
-            usize::MAX,
-            "list (the default), show, which, import or adopt, and what it takes",
-        ))
-        .args(args::table(OPTIONS))
+    args::command("profiles", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];
@@ -71,24 +65,22 @@ const ACTIONS: [&str; 5] = ["list", "show", "which", "import", "adopt"];
 pub fn run(a: &Args) -> Result<()> {
     let root = a.profile_store();
     let json = a.has("--json");
+    // The action's one argument (none beyond it).
+    let arg = || -> Result<Option<&String>> {
+        a.at_most_positional(2)?;
+        Ok(a.positional.get(1))
+    };
     match a.positional.first().map(String::as_str) {
         None | Some("list") => {
             a.at_most_positional(1)?;
             profiles::list(&root, json)
         }
         Some("show") => {
-            a.at_most_positional(2)?;
-            let name = a
-                .positional
-                .get(1)
-                .ok_or_else(|| a.usage("show needs a profile NAME"))?;
+            let name = arg()?.ok_or_else(|| a.usage("show needs a profile NAME"))?;
             profiles::show(&root, name, json)
         }
         Some("which") => {
-            a.at_most_positional(2)?;
-            let lib = a
-                .positional
-                .get(1)
+            let lib = arg()?
                 .map(PathBuf::from)
                 .or_else(|| a.path("--lib"))
                 .ok_or_else(|| a.usage("which needs a library file"))?;
@@ -111,10 +103,7 @@ pub fn run(a: &Args) -> Result<()> {
             profiles::import(&root, &a.lib()?, &files, json)
         }
         Some("adopt") => {
-            a.at_most_positional(2)?;
-            let file = a
-                .positional
-                .get(1)
+            let file = arg()?
                 .map(PathBuf::from)
                 .ok_or_else(|| a.usage("adopt needs one results file"))?;
             let lib = env::find_library(&a.lib()?);

@@ -18,12 +18,11 @@ EXAMPLE:
     tunedblas qualify --lib /opt/rocm/lib/librocblas.so.5
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the library build whose profile is checked (required)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--json", "", "the result as JSON"),
-];
+const OPTIONS: &str = "\
+--lib LIB   the library build whose profile is checked (required)
+--profiles
+--json      the result as JSON
+";
 
 pub fn cli() -> clap::Command {
     let c = args::command("qualify", ABOUT, AFTER).args(args::table(OPTIONS));

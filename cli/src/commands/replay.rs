@@ -9,19 +9,14 @@ const ABOUT: &str = "\
 (internal: `verify` runs it under the preload) Calls every problem listed in FILE once, as
 a linked host would.";
 
+const OPTIONS: &str = "\
+--lib LIB          the library (required)
+--rows FILE        the problems to call (required)
+--workspace BYTES  the workspace each Lt call is given
+";
+
 pub fn cli() -> clap::Command {
-    args::library_options(args::command("replay", ABOUT, ""))
-        .arg(args::lib_option("the library (required)"))
-        .arg(args::option(
-            "--rows",
-            "FILE",
-            "the problems to call (required)",
-        ))
-        .arg(args::option(
-            "--workspace",
-            "BYTES",
-            "the workspace each Lt call is given",
-        ))
+    args::library_options(args::command("replay", ABOUT, "")).args(args::table(OPTIONS))
 }
 
 pub fn run(a: &Args) -> Result<()> {

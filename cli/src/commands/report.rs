@@ -8,7 +8,6 @@ use tunedblas_core::tunableop::{self, KeyParse};
 
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
-use crate::pick::pick;
 use crate::shapes;
 use crate::style::{self, Colour};
 use crate::{export, report};
@@ -40,19 +39,18 @@ EXAMPLE:
     tunedblas report --lib /opt/rocm/lib/librocblas.so.5 --misses ~/.cache/tunedblas/misses
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the rocBLAS build whose profile is shown"),
-    ("--profile", "NAME", "the profile to show, by name (instead of --lib)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--out", "FILE.html", "the page (default tunedblas-report-<profile>.html)"),
-    ("--png", "FILE.png", "the figure (default: the HTML file's name with .png)"),
-    ("--no-png", "", "write no PNG"),
-    ("--misses", "DIR", "miss logs (or any tune input): what production missed, with calls (repeatable)"),
-    ("--coverage", "FILE", "`tunedblas coverage --json` output: the problems a serving configuration issues (repeatable)"),
-    ("--rank", "N", "the rank file to show (default 0)"),
-    ("--json", "", "the figures as JSON on stdout (the page embeds the same JSON)"),
-];
+const OPTIONS: &str = "\
+--lib LIB        the rocBLAS build whose profile is shown
+--profile NAME   the profile to show, by name (instead of --lib)
+--profiles
+--out FILE.html  the page (default tunedblas-report-<profile>.html)
+--png FILE.png   the figure (default: the HTML file's name with .png)
+--no-png         write no PNG
+--misses DIR     miss logs (or any tune input): what production missed, with calls (repeatable)
+--coverage FILE  `tunedblas coverage --json` output: the problems a serving configuration issues (repeatable)
+--rank N         the rank file to show (default 0)
+--json           the figures as JSON on stdout (the page embeds the same JSON)
+";
 
 pub fn cli() -> clap::Command {
     args::command("report", ABOUT, AFTER).args(args::table(OPTIONS))
@@ -86,7 +84,7 @@ fn predicted(path: &Path) -> Result<Vec<ProblemKey>> {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    let p = pick(a.which_profile()?, &a.profile_store())?;
+    let p = a.picked()?;
     let rank: usize = a.parsed("--rank", 0, "a rank number")?;
     let inputs: Vec<PathBuf> = a
         .values("--misses")

@@ -12,7 +12,9 @@ pub fn cli() -> clap::Command {
         "The ABI values tunedblas relies on, read back from the real cuBLASLt, and every heuristic answer rebuilt from its readable configuration computing bit-identical results (needs an NVIDIA GPU).",
         "EXAMPLE:\n    tunedblas selftest --lib libcublasLt.so.13\n",
     )
-    .arg(args::lib_option("libcublasLt.so (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)"));
+    .args(args::table(
+        "--lib LIB  libcublasLt.so (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)",
+    ));
     args::library_options(c)
 }
 

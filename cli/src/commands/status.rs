@@ -9,6 +9,7 @@ use tunedblas_core::process::{State, Writer};
 
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
+use crate::verify::hit_words;
 
 const ABOUT: &str = "\
 Shows what the interposer is doing in every process that runs under it, live: per process
@@ -34,18 +35,14 @@ EXAMPLES:
 ";
 
 /// The command line of `status`: its arguments and their help.
+const OPTIONS: &str = "\
+DIR      the miss folder (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/, as the interposer)
+--json   every process's counters as JSON
+--prune  remove the Prometheus files (.prom) of processes not running, so node-exporter's textfile collector stops exporting them
+";
+
 pub fn cli() -> clap::Command {
-    args::command("status", ABOUT, AFTER)
-        .arg(args::positionals(
-            "DIR",
-            1,
-            "the miss folder (default $TUNEDBLAS_MISS_DIR, else the user cache's misses/, as the interposer)",
-        ))
-        .arg(args::switch("--json", "every process's counters as JSON"))
-        .arg(args::switch(
-            "--prune",
-            "remove the Prometheus files (.prom) of processes not running, so node-exporter's textfile collector stops exporting them",
-        ))
+    args::command("status", ABOUT, AFTER).args(args::table(OPTIONS))
 }
 
 /// One backend's part of a status file, as the interposer writes it (`preload/src/tally.rs`
@@ -149,14 +146,6 @@ fn totals(procs: &[Process]) -> Vec<Total> {
         t.hit_rate = t.counters.hit_permille().map(|p| p as f64 / 1000.0);
     }
     out
-}
-
-/// `hit rate 62.5%` (as the exit summary says it), or that no call was decided.
-fn hit_words(permille: Option<u64>) -> String {
-    match permille {
-        Some(p) => format!("hit rate {}.{}%", p / 10, p % 10),
-        None => "no hit rate (no call decided)".into(),
-    }
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default)]

@@ -65,30 +65,24 @@ fn about() -> String {
     )
 }
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "a library to tune with: librocblas.so, libhipblaslt.so or libcublasLt.so (repeatable)"),
-    ("--shape", "SPEC", "an explicit shape: TYPE:AB:M:N:K[:BATCH] for rocBLAS (f16:TN:4096:256:4096), N,M,K (F.linear out, tokens, in; bf16) for the Lt libraries (repeatable)"),
-    ("--retune", "", "also re-tune every row the build's profile already has"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--name", "NAME", "profile name for a build that has none (default <library>-<version>)"),
-    ("--arch", "ARCH", "GPU architecture to record where the runtime cannot say, e.g. gfx942"),
-    ("--devices", "0,1,2,3", "tune in parallel, one worker per device (default 0)"),
-    ("--shard", "I/N|auto", "tune only every N-th shape starting at I (join with `merge`); auto: I and N from JOB_COMPLETION_INDEX/JOB_COMPLETIONS (Kubernetes) or SLURM_ARRAY_TASK_ID/_COUNT (Slurm)"),
-    ("--ranks", "N", "results files to write (default: one per device)"),
-    ("--fresh", "", "discard an unfinished campaign with other shapes"),
-    ("--no-limits", "", "do not measure the devices' limits"),
-    ("--json", "", "print the result as JSON (progress stays on stderr)"),
-];
+const OPTIONS: &str = "\
+INPUT...           files or folders of recorded shapes (see INPUT above)
+--lib LIB          a library to tune with: librocblas.so, libhipblaslt.so or libcublasLt.so (repeatable)
+--shape SPEC       an explicit shape: TYPE:AB:M:N:K[:BATCH] for rocBLAS (f16:TN:4096:256:4096), N,M,K (F.linear out, tokens, in; bf16) for the Lt libraries (repeatable)
+--retune           also re-tune every row the build's profile already has
+--profiles
+--name NAME        profile name for a build that has none (default <library>-<version>)
+--arch ARCH        GPU architecture to record where the runtime cannot say, e.g. gfx942
+--devices 0,1,2,3  tune in parallel, one worker per device (default 0)
+--shard I/N|auto   tune only every N-th shape starting at I (join with `merge`); auto: I and N from JOB_COMPLETION_INDEX/JOB_COMPLETIONS (Kubernetes) or SLURM_ARRAY_TASK_ID/_COUNT (Slurm)
+--ranks N          results files to write (default: one per device)
+--fresh            discard an unfinished campaign with other shapes
+--no-limits        do not measure the devices' limits
+--json             print the result as JSON (progress stays on stderr)
+";
 
 pub fn cli() -> clap::Command {
-    let c = args::command("tune", about(), AFTER)
-        .arg(args::positionals(
-            "INPUT",
-            usize::MAX,
-            "files or folders of recorded shapes (see INPUT above)",
-        ))
-        .args(args::table(OPTIONS));
+    let c = args::command("tune", about(), AFTER).args(args::table(OPTIONS));
     args::method_options(args::library_options(c))
 }
 

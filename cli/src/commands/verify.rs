@@ -29,15 +29,14 @@ EXAMPLES:
     tunedblas verify --stats s.json
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the library whose build's profile is replayed: rocBLAS, hipBLASLt or cuBLASLt (required without --stats)"),
-    ("--workspace", "BYTES", "the workspace each replayed hipBLASLt or cuBLASLt call is given (cuBLASLt's default 1048576; hipBLASLt: what your callers pass): a row needing more is not served"),
-    ("--stats", "FILE", "check the TUNEDBLAS_STATS file of a run under the profile, for every backend, instead of replaying"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--preload", "LIBTUNEDBLAS", "the interposer to run under (default: the libtunedblas.so beside this binary)"),
-    ("--json", "", "the result as JSON"),
-];
+const OPTIONS: &str = "\
+--lib LIB               the library whose build's profile is replayed: rocBLAS, hipBLASLt or cuBLASLt (required without --stats)
+--workspace BYTES       the workspace each replayed hipBLASLt or cuBLASLt call is given (cuBLASLt's default 1048576; hipBLASLt: what your callers pass): a row needing more is not served
+--stats FILE            check the TUNEDBLAS_STATS file of a run under the profile, for every backend, instead of replaying
+--profiles
+--preload LIBTUNEDBLAS  the interposer to run under (default: the libtunedblas.so beside this binary)
+--json                  the result as JSON
+";
 
 pub fn cli() -> clap::Command {
     args::library_options(args::command("verify", ABOUT, AFTER).args(args::table(OPTIONS)))

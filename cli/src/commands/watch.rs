@@ -1,8 +1,5 @@
-//! `tunedblas watch`: tuning that follows the misses as they come. Runs beside a server (a
-//! systemd unit, a sidecar container), out of its process: every few seconds it runs
-//! `tunedblas tune` on the miss folder, which tunes the shapes recorded since (shapes with a
-//! row are not tuned again) and commits each row through the locked store; the running
-//! servers pick the rows up by hot reload (`TUNEDBLAS_RELOAD`, on by default).
+//! `tunedblas watch`: tuning that follows the misses as they come, beside a server (a systemd
+//! unit, a sidecar container) and out of its process (its help says what it does).
 //!
 //! Each round is a `tune` child of this same program, so a round is exactly what an operator
 //! would run by hand (its checkpoint, its store lock, its progress), and this loop only
@@ -35,22 +32,17 @@ EXAMPLES:
     tunedblas watch --lib librocblas.so.4 /var/cache/tunedblas/misses --every 30 -- --devices 1
 ";
 
-#[rustfmt::skip]
-const OPTIONS: &[args::Row] = &[
-    ("--lib", "LIB", "the rocBLAS build the servers load (required)"),
-    ("--profiles", "DIR", args::PROFILES),
-    ("--every", "SECONDS", "the least time between the starts of two rounds (default 60)"),
-    ("--hour-budget", "SECONDS", "tuning time allowed in any hour (default 900: a quarter of the device's time)"),
-    ("--rounds", "N", "stop after N rounds (default: run until stopped)"),
-];
+const OPTIONS: &str = "\
+DIR                    the miss folder to follow (default $TUNEDBLAS_MISS_DIR, as the interposer)
+--lib LIB              the rocBLAS build the servers load (required)
+--profiles
+--every SECONDS        the least time between the starts of two rounds (default 60)
+--hour-budget SECONDS  tuning time allowed in any hour (default 900: a quarter of the device's time)
+--rounds N             stop after N rounds (default: run until stopped)
+";
 
 pub fn cli() -> clap::Command {
     args::command("watch", ABOUT, AFTER)
-        .arg(args::positionals(
-            "DIR",
-            1,
-            "the miss folder to follow (default $TUNEDBLAS_MISS_DIR, as the interposer)",
-        ))
         .args(args::table(OPTIONS))
         .arg(
             clap::Arg::new("tune-args")
@@ -75,15 +67,6 @@ extern "C" fn on_stop(sig: libc::c_int) {
     }
 }
 
-fn seconds(a: &Args, name: &str, default: u64) -> Result<u64> {
-    match a.value(name) {
-        None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| a.usage(format!("{name} takes a whole number of seconds, not '{v}'"))),
-    }
-}
-
 /// Sleeps up to `d`, waking early when a stop was asked.
 fn nap(d: Duration) {
     let until = Instant::now() + d;
@@ -94,14 +77,12 @@ fn nap(d: Duration) {
 
 pub fn run(a: &Args) -> Result<()> {
     let lib = a.lib()?;
-    let every = Duration::from_secs(seconds(a, "--every", 60)?);
-    let budget = Duration::from_secs(seconds(a, "--hour-budget", 900)?);
+    let seconds = |name, default| a.parsed(name, default, "a whole number of seconds");
+    let every = Duration::from_secs(seconds("--every", 60)?);
+    let budget = Duration::from_secs(seconds("--hour-budget", 900)?);
     let rounds = a
         .value("--rounds")
-        .map(|v| {
-            v.parse::<u64>()
-                .map_err(|_| a.usage(format!("--rounds takes a whole number, not '{v}'")))
-        })
+        .map(|_| a.parsed("--rounds", 0u64, "a whole number"))
         .transpose()?;
     let dir = a
         .positional

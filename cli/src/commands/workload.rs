@@ -9,14 +9,13 @@ const ABOUT: &str = "\
 (internal: `demo` runs it under the preload) Runs the demo workload's GEMMs N times the way
 a linked host calls rocBLAS, and prints calls, GEMM time and failures as one JSON line.";
 
+const OPTIONS: &str = "\
+--lib LIB   the rocBLAS build (required)
+--passes N  passes of the workload (default 3)
+";
+
 pub fn cli() -> clap::Command {
-    args::command("workload", ABOUT, "")
-        .arg(args::lib_option("the rocBLAS build (required)"))
-        .arg(args::option(
-            "--passes",
-            "N",
-            "passes of the workload (default 3)",
-        ))
+    args::command("workload", ABOUT, "").args(args::table(OPTIONS))
 }
 
 pub fn run(a: &Args) -> Result<()> {

@@ -98,7 +98,7 @@ fn as_host(api: &LtApi, prefix: &str) -> Result<(LtApi, bool)> {
 
 /// Loads the library as a host has it, without running anything.
 pub fn probe(kind: Kind, spec: &Spec) -> Result<Loaded> {
-    with_host(kind, spec, |lib, interposed| Ok(loaded(lib, interposed)))
+    with_host(kind, spec, |lib, interposed| Ok(lib.loaded(interposed)))
 }
 
 /// Runs the plan.
@@ -106,7 +106,7 @@ pub fn run(plan: &Plan) -> Result<Report> {
     with_host(plan.kind, &plan.spec, |lib, interposed| {
         let (calls, shapes) = lib.run(plan)?;
         Ok(Report {
-            loaded: loaded(lib, interposed),
+            loaded: lib.loaded(interposed),
             calls,
             shapes,
         })
@@ -164,21 +164,22 @@ fn with_host<T>(
 /// What the child needs of a library, whatever its kind (the tuner's [`Library`] is
 /// generic; this is the one object-safe slice of it the workload uses).
 trait Host {
-    fn loaded(&self) -> (PathBuf, String, PathBuf, i32, Option<String>);
+    fn loaded(&self, interposed: bool) -> Loaded;
     fn run(&self, plan: &Plan) -> Result<(u64, Vec<ShapeRun>)>;
     fn replay(&self, rows: &str, workspace: usize) -> Result<(u64, Vec<String>)>;
 }
 
 impl<L: Library> Host for L {
-    fn loaded(&self) -> (PathBuf, String, PathBuf, i32, Option<String>) {
+    fn loaded(&self, interposed: bool) -> Loaded {
         let rt = self.runtime();
-        (
-            self.build().path.clone(),
-            self.build().version.clone(),
-            rt.path.clone(),
-            rt.device_count().unwrap_or(0),
-            rt.arch(0),
-        )
+        Loaded {
+            library: self.build().path.clone(),
+            version: self.build().version.clone(),
+            runtime: rt.path.clone(),
+            devices: rt.device_count().unwrap_or(0),
+            arch: rt.arch(0),
+            interposed,
+        }
     }
     fn run(&self, plan: &Plan) -> Result<(u64, Vec<ShapeRun>)> {
         shapes_of(self, plan)
@@ -223,18 +224,6 @@ fn replay_of<L: Library>(lib: &L, rows: &str, workspace: usize) -> Result<(u64, 
         }
     }
     Ok((calls, failures))
-}
-
-fn loaded(lib: &dyn Host, interposed: bool) -> Loaded {
-    let (library, version, runtime, devices, arch) = lib.loaded();
-    Loaded {
-        library,
-        version,
-        runtime,
-        devices,
-        arch,
-        interposed,
-    }
 }
 
 /// `D` as raw little-endian f64.

@@ -27,14 +27,16 @@ pub const ARCHIVE: &str = "doctor-bundle.tar.gz";
 const OUTPUTS: &str = ".outputs";
 
 /// How big the workload's shapes are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Size {
     /// Small where no GPU driver is seen (the CPU reference and the stand-ins), else full.
+    #[default]
     Auto,
     Small,
     Full,
 }
 
+#[derive(Default)]
 pub struct Options {
     pub lib: Option<PathBuf>,
     pub backend: Option<Kind>,
@@ -153,41 +155,22 @@ struct Facts {
 }
 
 /// The steps, in order: name and what it shows.
+#[rustfmt::skip]
 pub const STEPS: [(&str, &str); 11] = [
     ("library", "the library is found and hashed"),
-    (
-        "preload",
-        "libtunedblas.so is found and exports this library's GEMM",
-    ),
-    (
-        "device",
-        "the library and its runtime load and see a device (cuBLASLt: selftest)",
-    ),
-    (
-        "intercept",
-        "the preload loads in a child and sees every GEMM call",
-    ),
-    (
-        "record",
-        "the workload's shapes are written to the miss folder",
-    ),
+    ("preload", "libtunedblas.so is found and exports this library's GEMM"),
+    ("device", "the library and its runtime load and see a device (cuBLASLt: selftest)"),
+    ("intercept", "the preload loads in a child and sees every GEMM call"),
+    ("record", "the workload's shapes are written to the miss folder"),
     ("baseline", "the workload runs without the preload"),
     ("tune", "the engine tunes the recorded shapes"),
     ("profile", "a profile is written for exactly this build"),
-    (
-        "serve",
-        "served under the preload: every row hit, no fallback",
-    ),
-    (
-        "outputs",
-        "outputs identical without the preload (heuristic's rows), within tolerance otherwise",
-    ),
-    (
-        "timing",
-        "GEMM time with the profile against without the preload",
-    ),
+    ("serve", "served under the preload: every row hit, no fallback"),
+    ("outputs", "outputs identical without the preload (heuristic's rows), within tolerance otherwise"),
+    ("timing", "GEMM time with the profile against without the preload"),
 ];
 
+#[derive(Default)]
 struct Doctor {
     out: PathBuf,
     exe: PathBuf,
@@ -228,19 +211,7 @@ pub fn run(opts: Options) -> Result<()> {
             ..Facts::default()
         },
         opts,
-        steps: Vec::new(),
-        failed: None,
-        lines: Vec::new(),
-        kind: None,
-        preload: PathBuf::new(),
-        shapes: Vec::new(),
-        small: false,
-        calls: (0, 0),
-        record: None,
-        baseline: None,
-        served: None,
-        rows: Vec::new(),
-        undecided: Vec::new(),
+        ..Doctor::default()
     };
     let started = Instant::now();
     d.say(format!(
@@ -263,12 +234,12 @@ pub fn run(opts: Options) -> Result<()> {
     d.finish(started)
 }
 
-/// `20260103-141502` (UTC), for the default bundle's name.
 /// A workload run's shapes (none where the run did not happen).
 fn shapes_of(run: &Option<child::Report>) -> Vec<child::ShapeRun> {
     run.as_ref().map(|r| r.shapes.clone()).unwrap_or_default()
 }
 
+/// `20260103-141502` (UTC), for the default bundle's name.
 fn stamp() -> String {
     let t = crate::store::utc_now();
     t.chars()
@@ -408,31 +379,29 @@ impl Doctor {
         Ok(out)
     }
 
-    /// The arguments that load the library in a child (`--lib` and the runtime named).
-    fn lib_args(&self) -> Vec<OsString> {
-        let mut v: Vec<OsString> = vec!["--lib".into(), self.facts.library.clone().into()];
+    /// A child's arguments: `head`, then those that load the library (`--lib` and the
+    /// runtime named).
+    fn args(&self, head: &[&str]) -> Vec<OsString> {
+        let mut v: Vec<OsString> = head.iter().map(OsString::from).collect();
+        v.extend(["--lib".into(), self.facts.library.clone().into()]);
         v.extend(self.opts.runtime.iter().cloned());
         v
     }
 
     /// The workload in a child: `tag` names its logs and stats; `preload` runs it under the
-    /// interposer; `extra` adds `--save` / `--compare`. Its report and where its stats are,
-    /// or the step's failure: `failed` says what failed ("the workload under the preload")
-    /// and what to do about it.
+    /// interposer; `outputs` (`--save` or `--compare`) writes its outputs to the bundle or
+    /// compares them with those. Its report and where its stats are, or the step's failure:
+    /// `what` failed ("the workload under the preload"), see its log (and `note`).
     fn workload(
         &self,
         tag: &str,
         preload: bool,
-        extra: &[&str],
-        failed: (&str, &str),
+        outputs: Option<&str>,
+        what: &str,
+        note: &str,
     ) -> std::result::Result<(child::Report, PathBuf), Fail> {
         let stats = self.out.join("stats").join(format!("{tag}.json"));
-        let mut args: Vec<OsString> = vec![
-            "doctor-run".into(),
-            "--backend".into(),
-            self.kind().tag().into(),
-        ];
-        args.extend(self.lib_args());
+        let mut args = self.args(&["doctor-run", "--backend", self.kind().tag()]);
         args.extend(
             [
                 "--shapes".to_string(),
@@ -446,7 +415,9 @@ impl Doctor {
             ]
             .map(OsString::from),
         );
-        args.extend(extra.iter().map(OsString::from));
+        if let Some(flag) = outputs {
+            args.extend([flag.into(), self.out.join(OUTPUTS).into_os_string()]);
+        }
         let mut cmd = self.child(&args);
         if preload {
             cmd.env("LD_PRELOAD", &self.preload)
@@ -456,8 +427,8 @@ impl Doctor {
         match serde_json::from_slice(&out.stdout) {
             Ok(report) if out.status.success() => Ok((report, stats)),
             _ => Err(fail(
-                format!("{} failed ({}): {}", failed.0, out.status, last_line(&out)),
-                failed.1,
+                format!("{what} failed ({}): {}", out.status, last_line(&out)),
+                format!("see logs/{tag}.stderr.txt in the bundle{note}"),
             )),
         }
     }
@@ -529,13 +500,7 @@ impl Doctor {
 
     fn device(&mut self) -> Done {
         let kind = self.kind();
-        let mut args: Vec<OsString> = vec![
-            "doctor-run".into(),
-            "--backend".into(),
-            kind.tag().into(),
-            "--probe".into(),
-        ];
-        args.extend(self.lib_args());
+        let args = self.args(&["doctor-run", "--backend", kind.tag(), "--probe"]);
         let out = self.logged(self.child(&args), "device")?;
         let loaded: Option<child::Loaded> = serde_json::from_slice(&out.stdout).ok();
         let Some(loaded) = loaded.filter(|_| out.status.success()) else {
@@ -601,9 +566,7 @@ impl Doctor {
             said.push_str("; selftest not run: no NVIDIA driver here (a stand-in library)");
         }
         if kind == Kind::Cublaslt && gpu_driver(kind) {
-            let mut args: Vec<OsString> = vec!["selftest".into()];
-            args.extend(self.lib_args());
-            let out = self.logged(self.child(&args), "selftest")?;
+            let out = self.logged(self.child(&self.args(&["selftest"])), "selftest")?;
             if !out.status.success() {
                 return Err(fail(
                     format!("tunedblas selftest failed: {}", last_line(&out)),
@@ -623,11 +586,9 @@ impl Doctor {
         let (report, stats) = self.workload(
             "record",
             true,
-            &[],
-            (
-                "the workload under the preload",
-                "see logs/record.stderr.txt in the bundle (the interposer's start line says what it found)",
-            ),
+            None,
+            "the workload under the preload",
+            " (the interposer's start line says what it found)",
         )?;
         let Some(s) = read_stats(&stats) else {
             return Err(fail(
@@ -652,10 +613,9 @@ impl Doctor {
 
     fn record(&mut self) -> Done {
         let recorded = miss_shapes(&self.out.join("misses"));
-        let want: Vec<String> = self
-            .record
-            .iter()
-            .flat_map(|r| r.shapes.iter().map(|s| s.shape.clone()))
+        let want: Vec<String> = shapes_of(&self.record)
+            .into_iter()
+            .map(|s| s.shape)
             .collect();
         let missing: Vec<&String> = want.iter().filter(|w| !recorded.contains(w)).collect();
         if !missing.is_empty() {
@@ -681,16 +641,8 @@ impl Doctor {
     }
 
     fn baseline(&mut self) -> Done {
-        let save = self.out.join(OUTPUTS).display().to_string();
-        let (report, _) = self.workload(
-            "baseline",
-            false,
-            &["--save", &save],
-            (
-                "the workload without the preload",
-                "see logs/baseline.stderr.txt in the bundle",
-            ),
-        )?;
+        let what = "the workload without the preload";
+        let (report, _) = self.workload("baseline", false, Some("--save"), what, "")?;
         let total: f64 = report.shapes.iter().map(|s| s.ms).sum();
         let shaky = report.shapes.iter().filter(|s| !s.deterministic).count();
         let line = format!(
@@ -710,8 +662,7 @@ impl Doctor {
     }
 
     fn tune(&mut self) -> Done {
-        let mut args: Vec<OsString> = vec!["tune".into(), "--json".into()];
-        args.extend(self.lib_args());
+        let mut args = self.args(&["tune", "--json"]);
         args.extend([
             "--profiles".into(),
             self.out.join("profiles").into_os_string(),
@@ -781,10 +732,9 @@ impl Doctor {
             }
         };
         self.rows = results_rows(&dir);
-        let shapes: Vec<String> = self
-            .record
-            .iter()
-            .flat_map(|r| r.shapes.iter().map(|s| s.shape.clone()))
+        let shapes: Vec<String> = shapes_of(&self.record)
+            .into_iter()
+            .map(|s| s.shape)
             .collect();
         self.undecided = shapes
             .iter()
@@ -805,16 +755,8 @@ impl Doctor {
     }
 
     fn serve(&mut self) -> Done {
-        let compare = self.out.join(OUTPUTS).display().to_string();
-        let (report, stats) = self.workload(
-            "served",
-            true,
-            &["--compare", &compare],
-            (
-                "the workload under the profile",
-                "see logs/served.stderr.txt in the bundle",
-            ),
-        )?;
+        let what = "the workload under the profile";
+        let (report, stats) = self.workload("served", true, Some("--compare"), what, "")?;
         self.served = Some(report);
         let Some(s) = read_stats(&stats) else {
             return Err(fail(
@@ -953,16 +895,8 @@ impl Doctor {
             .iter()
             .find(|s| s.verdict == Verdict::Fail)
             .map(|s| (s.number, s.name, s.text.clone()));
-        let warned = self
-            .steps
-            .iter()
-            .filter(|s| s.verdict == Verdict::Warn)
-            .count();
-        let passed = self
-            .steps
-            .iter()
-            .filter(|s| s.verdict == Verdict::Pass)
-            .count();
+        let count = |v: Verdict| self.steps.iter().filter(|s| s.verdict == v).count();
+        let (warned, passed) = (count(Verdict::Warn), count(Verdict::Pass));
         let verdict = match &failed {
             None => format!(
                 "RESULT: PASS  {passed} of {} steps passed{} in {:.0} s: tunedblas records, tunes and serves {} on this machine.",
