@@ -35,7 +35,7 @@ pub const MIN_SHA_PREFIX: usize = 12;
 
 /// One profile: the folder holding its rank files and the build it was tuned on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
+pub struct ProfileEntry {
     /// The profile's folder, one plain component relative to the registry's folder.
     pub dir: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,10 +62,10 @@ pub struct Entry {
     pub extra: BTreeMap<String, Value>,
 }
 
-impl Entry {
+impl ProfileEntry {
     /// A new entry for `dir` and a build hash; the other fields empty.
-    pub fn new(dir: &str, lib_sha256: &str) -> Entry {
-        Entry {
+    pub fn new(dir: &str, lib_sha256: &str) -> ProfileEntry {
+        ProfileEntry {
             dir: dir.to_string(),
             rocblas: None,
             rocm: None,
@@ -262,7 +262,7 @@ struct RegistryFile {
 /// Which profile names a build.
 #[derive(Debug, PartialEq)]
 pub enum Match<'a> {
-    Unique(&'a str, &'a Entry),
+    Unique(&'a str, &'a ProfileEntry),
     None,
     /// Several entries name the build: a registry problem the operator must settle.
     Ambiguous(Vec<&'a str>),
@@ -275,7 +275,7 @@ pub struct Registry {
     pub comment: Option<String>,
     /// Unknown top-level fields, kept as read.
     pub extra: BTreeMap<String, Value>,
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<String, ProfileEntry>,
     /// Entries that failed their checks, kept verbatim so a save does not destroy them.
     rejected: BTreeMap<String, Value>,
     errors: Vec<EntryError>,
@@ -298,7 +298,7 @@ impl Registry {
         };
         for (name, value) in file.profiles {
             let checked = check_name(&name).and_then(|()| {
-                let entry = Entry::deserialize(&value).map_err(|e| e.to_string())?;
+                let entry = ProfileEntry::deserialize(&value).map_err(|e| e.to_string())?;
                 entry.check()?;
                 Ok(entry)
             });
@@ -380,12 +380,12 @@ impl Registry {
         &self.errors
     }
 
-    pub fn get(&self, name: &str) -> Option<&Entry> {
+    pub fn get(&self, name: &str) -> Option<&ProfileEntry> {
         self.entries.get(name)
     }
 
     /// All loaded entries, by name.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &Entry)> {
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &ProfileEntry)> {
         self.entries.iter().map(|(n, e)| (n.as_str(), e))
     }
 
@@ -398,7 +398,11 @@ impl Registry {
     }
 
     /// Adds or replaces an entry after checking its name and fields; returns the old one.
-    pub fn insert(&mut self, name: &str, entry: Entry) -> Result<Option<Entry>, String> {
+    pub fn insert(
+        &mut self,
+        name: &str,
+        entry: ProfileEntry,
+    ) -> Result<Option<ProfileEntry>, String> {
         check_name(name)?;
         entry.check()?;
         self.rejected.remove(name);
@@ -406,7 +410,7 @@ impl Registry {
     }
 
     /// Removes an entry (or a skipped one of that name).
-    pub fn remove(&mut self, name: &str) -> Option<Entry> {
+    pub fn remove(&mut self, name: &str) -> Option<ProfileEntry> {
         self.rejected.remove(name);
         self.entries.remove(name)
     }
@@ -419,7 +423,7 @@ impl Registry {
         if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Match::None;
         }
-        let hits: Vec<(&str, &Entry)> = self
+        let hits: Vec<(&str, &ProfileEntry)> = self
             .entries()
             .filter(|(_, e)| e.names_build(&sha))
             .collect();
@@ -1016,7 +1020,7 @@ mod tests {
         assert!(matches!(reg.find_by_sha(C27E), Match::Unique("seed", _)));
         assert_eq!(reg.find_by_sha(F30B), Match::None);
         // A second entry for the same build makes the answer ambiguous.
-        reg.insert("full", Entry::new("full", C27E)).unwrap();
+        reg.insert("full", ProfileEntry::new("full", C27E)).unwrap();
         assert_eq!(
             reg.find_by_sha(C27E),
             Match::Ambiguous(vec!["full", "seed"])
@@ -1053,9 +1057,9 @@ mod tests {
         assert_eq!(reg.entries().map(|(n, _)| n).collect::<Vec<_>>(), ["good"]);
         assert_eq!(reg.find_by_sha(C27E), Match::None);
         let mut reg = reg;
-        assert!(reg.insert("x", Entry::new("../x", C27E)).is_err());
-        assert!(reg.insert("x/y", Entry::new("x", C27E)).is_err());
-        assert!(reg.insert("x", Entry::new("x", C27E)).is_ok());
+        assert!(reg.insert("x", ProfileEntry::new("../x", C27E)).is_err());
+        assert!(reg.insert("x/y", ProfileEntry::new("x", C27E)).is_err());
+        assert!(reg.insert("x", ProfileEntry::new("x", C27E)).is_ok());
         // Skipped entries are written back untouched: saving never destroys data.
         let out = dir.0.join("saved.json");
         reg.save_atomic(&out).unwrap();
@@ -1078,7 +1082,7 @@ mod tests {
         );
         assert_eq!(Registry::load(&path).unwrap(), reg);
 
-        let mut entry = Entry::new("rocm7.1-rocblas5.1", C27E);
+        let mut entry = ProfileEntry::new("rocm7.1-rocblas5.1", C27E);
         entry.arch = Some("gfx1030".into());
         entry
             .extra

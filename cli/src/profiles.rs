@@ -625,7 +625,7 @@ pub fn qualify_profile<L: tunedblas_tuner::backends::Library>(
     let rows: Vec<(L::Key, String)> = lib
         .read(&text)
         .into_iter()
-        .filter(|(_, s, _)| matches!(lib.row(s), tunedblas_tuner::curate::Row::Mine(_)))
+        .filter(|(_, s, _)| matches!(lib.row(s), tunedblas_tuner::curate::RowChoice::Mine(_)))
         .map(|(k, s, _)| (k, s))
         .collect();
     let method = tunedblas_tuner::pipeline::Method::default();

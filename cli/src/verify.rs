@@ -287,7 +287,7 @@ fn plan(opts: &Options) -> Result<Plan> {
         let rows = l
             .read(&text)
             .iter()
-            .filter(|(_, s, _)| !matches!(l.row(s), tunedblas_tuner::curate::Row::Foreign(_)))
+            .filter(|(_, s, _)| !matches!(l.row(s), tunedblas_tuner::curate::RowChoice::Foreign(_)))
             .count();
         Ok(Plan {
             kind,

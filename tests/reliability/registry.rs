@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tunedblas_core::registry::{lock_path, Entry, Provenance, Registry};
+use tunedblas_core::registry::{lock_path, ProfileEntry, Provenance, Registry};
 
 const SHA: &str = "c27e2252cc7a4b6e174601a180a169822dcf15a29e634046daecb61498e3bd2a";
 const WORKER_ENV: &str = "TUNEDBLAS_TEST_REGISTRY_WORKER";
@@ -26,7 +26,7 @@ fn add_entries(path: &Path, tag: &str, count: usize) {
     for i in 0..count {
         let name = format!("{tag}-{i}");
         Registry::update_locked(path, |reg| {
-            reg.insert(&name, Entry::new(&name, SHA)).unwrap();
+            reg.insert(&name, ProfileEntry::new(&name, SHA)).unwrap();
         })
         .unwrap();
     }
@@ -54,7 +54,7 @@ fn worker() {
             let e = r.remove(&format!("{tmp}-0")).unwrap();
             r.insert(
                 &name,
-                Entry {
+                ProfileEntry {
                     dir: name.clone(),
                     ..e
                 },
@@ -165,8 +165,10 @@ fn a_broken_registry_is_not_overwritten_by_an_update() {
     let dir = scratch("registry-broken");
     let reg = dir.join("profiles.json");
     std::fs::write(&reg, "{\"profiles\": {,,}").unwrap();
-    let err = Registry::update_locked(&reg, |r| r.insert("x", Entry::new("x", SHA)).unwrap())
-        .unwrap_err();
+    let err = Registry::update_locked(&reg, |r| {
+        r.insert("x", ProfileEntry::new("x", SHA)).unwrap()
+    })
+    .unwrap_err();
     assert!(err.to_string().contains("profiles.json:1:"), "{err}");
     assert_eq!(
         std::fs::read_to_string(&reg).unwrap(),
@@ -175,7 +177,10 @@ fn a_broken_registry_is_not_overwritten_by_an_update() {
     // A missing registry starts empty.
     let fresh = dir.join("new/profiles.json");
     std::fs::create_dir_all(fresh.parent().unwrap()).unwrap();
-    Registry::update_locked(&fresh, |r| r.insert("x", Entry::new("x", SHA)).unwrap()).unwrap();
+    Registry::update_locked(&fresh, |r| {
+        r.insert("x", ProfileEntry::new("x", SHA)).unwrap()
+    })
+    .unwrap();
     assert_eq!(Registry::load(&fresh).unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

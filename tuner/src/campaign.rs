@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::backends::{Library, Session};
 use crate::bench::Bench;
 use crate::checkpoint::{self, Checkpoint, Header};
-use crate::curate::{pct, Decision, Row, Rules};
+use crate::curate::{pct, Decision, RowChoice, Rules};
 use crate::error::{Error, Result};
 use crate::limits::{self, Limits};
 use crate::pipeline::{self, Method, Tuned};
@@ -150,7 +150,7 @@ struct Work<'a, L: Library> {
     lib: &'a L,
     opts: &'a Options,
     /// The profile's rows before the campaign.
-    current: HashMap<L::Key, Row>,
+    current: HashMap<L::Key, RowChoice>,
 }
 
 impl<L: Library> Work<'_, L> {
@@ -513,7 +513,7 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
     // One campaign per profile at a time, from here to the end: the next one reads the
     // rows and the checkpoint this one leaves.
     let _campaign = checkpoint::lock(&folder, opts.quiet)?;
-    let current: HashMap<L::Key, Row> = lib
+    let current: HashMap<L::Key, RowChoice> = lib
         .read(&store.read_text(&folder)?)
         .into_iter()
         .map(|(k, s, _)| (k, lib.row(&s)))
@@ -659,7 +659,9 @@ fn apply<L: Library>(
         }
         let v = &t.verdict;
         match v.decision {
-            Decision::Adopt if matches!(w.current.get(&key), Some(Row::Mine(_))) => c.replaced += 1,
+            Decision::Adopt if matches!(w.current.get(&key), Some(RowChoice::Mine(_))) => {
+                c.replaced += 1
+            }
             Decision::Adopt => c.new += 1,
             Decision::Keep => c.kept += 1,
             Decision::Drop => c.dropped += 1,
@@ -779,7 +781,7 @@ fn apply_fresh(
     o: &mut Outcome,
     verdicts: &std::result::Result<Vec<Verdict>, String>,
     rules: &Rules,
-    current: Option<Row>,
+    current: Option<RowChoice>,
 ) -> bool {
     let Some(sol) = o.adopted().map(str::to_string) else {
         return false;
@@ -810,7 +812,7 @@ fn apply_fresh(
             } else {
                 Decision::Default
             };
-            v.row = current.or(rules.keep_default.then_some(Row::Default));
+            v.row = current.or(rules.keep_default.then_some(RowChoice::Default));
             true
         }
     }
@@ -1014,8 +1016,8 @@ mod tests {
 
     fn proposed(shape: &str, adopted: bool) -> Outcome {
         let (decision, row) = match adopted {
-            true => (Decision::Adopt, Row::Mine("Gemm_X_7".into())),
-            false => (Decision::Default, Row::Default),
+            true => (Decision::Adopt, RowChoice::Mine("Gemm_X_7".into())),
+            false => (Decision::Default, RowChoice::Default),
         };
         let verdict = Decided {
             decision,
@@ -1105,7 +1107,7 @@ mod tests {
             let v = &x.tuned.as_ref().unwrap().verdict;
             assert_eq!(
                 (v.decision, &v.row),
-                (Decision::Default, &Some(Row::Default))
+                (Decision::Default, &Some(RowChoice::Default))
             );
         }
         // A withdrawn adoption over a current row keeps that row; Default stays Default.
@@ -1114,12 +1116,12 @@ mod tests {
             &mut kept,
             &fresh,
             &rules,
-            Some(Row::Mine("Gemm_X_3".into()))
+            Some(RowChoice::Mine("Gemm_X_3".into()))
         ));
         let v = &kept.tuned.as_ref().unwrap().verdict;
         assert_eq!(
             (v.decision, v.row.clone()),
-            (Decision::Keep, Some(Row::Mine("Gemm_X_3".into())))
+            (Decision::Keep, Some(RowChoice::Mine("Gemm_X_3".into())))
         );
         assert!(!apply_fresh(
             &mut proposed("a", false),

@@ -26,7 +26,7 @@ use crate::numerics::{median, null_as_nan};
 
 /// A profile's row for a shape: what curation keeps, writes or compares against.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Row {
+pub enum RowChoice {
     /// `Default`: the library's own heuristic.
     Default,
     /// A solution of the library being tuned, by the name its rows give it.
@@ -35,20 +35,20 @@ pub enum Row {
     Foreign(String),
 }
 
-impl Row {
+impl RowChoice {
     /// A row as a results file writes it.
     pub fn text(&self) -> &str {
         match self {
-            Row::Default => "Default",
-            Row::Mine(s) | Row::Foreign(s) => s,
+            RowChoice::Default => "Default",
+            RowChoice::Mine(s) | RowChoice::Foreign(s) => s,
         }
     }
 
     /// A row read back from a checkpoint (written by this library's campaign).
-    pub fn parse(text: &str) -> Row {
+    pub fn parse(text: &str) -> RowChoice {
         match text {
-            "Default" => Row::Default,
-            s => Row::Mine(s.to_string()),
+            "Default" => RowChoice::Default,
+            s => RowChoice::Mine(s.to_string()),
         }
     }
 }
@@ -68,7 +68,7 @@ pub struct Round {
 pub struct Evidence {
     pub rounds: Vec<Round>,
     /// The row the profile has for this shape now (this build's rows only).
-    pub current: Option<Row>,
+    pub current: Option<RowChoice>,
     /// The fastest candidate of the trials, by name.
     pub new: Option<String>,
 }
@@ -153,7 +153,7 @@ pub struct Verdict {
     pub decision: Decision,
     /// The row to write, or None for no row.
     #[serde(with = "row_text")]
-    pub row: Option<Row>,
+    pub row: Option<RowChoice>,
     pub reason: String,
     #[serde(deserialize_with = "null_as_nan")]
     pub heuristic_ms: f64,
@@ -167,18 +167,18 @@ pub struct Verdict {
 }
 
 mod row_text {
-    use super::Row;
+    use super::RowChoice;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(r: &Option<Row>, ser: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(r: &Option<RowChoice>, ser: S) -> Result<S::Ok, S::Error> {
         match r {
             Some(r) => ser.serialize_some(r.text()),
             None => ser.serialize_none(),
         }
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Row>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<RowChoice>, D::Error> {
         let text: Option<String> = Option::deserialize(de)?;
-        Ok(text.map(|t| Row::parse(&t)))
+        Ok(text.map(|t| RowChoice::parse(&t)))
     }
 }
 
@@ -360,7 +360,7 @@ fn judge_current_row(
     match ch.outcome(rules.margin) {
         Standing::Slower => {
             v.decision = Decision::Drop;
-            v.row = rules.keep_default.then_some(Row::Default);
+            v.row = rules.keep_default.then_some(RowChoice::Default);
             v.reason = format!(
                 "the current row ({id}) is {} vs heuristic, spread {:.1}%{same_id_note}",
                 pct(ch.delta),
@@ -417,7 +417,7 @@ fn judge_without_row(
         return;
     }
     v.decision = Decision::Default;
-    v.row = rules.keep_default.then_some(Row::Default);
+    v.row = rules.keep_default.then_some(RowChoice::Default);
     v.reason = match (&e.new, nh) {
         (None, _) | (_, None) => "the library offered no runnable solution".into(),
         (Some(_), Some(nh)) => format!(
@@ -443,8 +443,8 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
         spread: nh.map_or(f64::INFINITY, |c| c.spread),
     };
     let current_id = match &e.current {
-        Some(Row::Mine(id)) => Some(id.as_str()),
-        Some(Row::Foreign(text)) => {
+        Some(RowChoice::Mine(id)) => Some(id.as_str()),
+        Some(RowChoice::Foreign(text)) => {
             v.decision = Decision::Keep;
             v.row = e.current.clone();
             v.reason = format!("{text} is not this library's solution: left as it is");
@@ -459,7 +459,7 @@ pub fn decide(e: &Evidence, rules: &Rules) -> Verdict {
     let undecided = match judge_new_best(e, rules, nh, vs_current, current_id) {
         NewBest::Adopt(id, reason) => {
             v.decision = Decision::Adopt;
-            v.row = Some(Row::Mine(id));
+            v.row = Some(RowChoice::Mine(id));
             v.reason = reason;
             return v;
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::{Bench, Cand, Screen, ScreenStats};
-use crate::curate::{self, pct, Decision, Evidence, Round, Row, Rules, Verdict};
+use crate::curate::{self, pct, Decision, Evidence, Round, RowChoice, Rules, Verdict};
 use crate::error::{Error, Result};
 use crate::numerics::{median, spread, Judge};
 use crate::timer::Mode;
@@ -241,7 +241,7 @@ fn as_rounds(t: &[Vec<f64>], current: bool, new: Option<usize>) -> Vec<Round> {
 /// Tunes the shape `b` is; `current` is the profile's row for it, if any.
 pub fn tune_shape<B: Bench>(
     b: &B,
-    current: Option<&Row>,
+    current: Option<&RowChoice>,
     m: &Method,
     rules: &Rules,
 ) -> Result<Tuned> {
@@ -319,7 +319,7 @@ pub fn tune_shape<B: Bench>(
     // The current row: one that no longer runs (or computes wrong results) on this build
     // goes.
     let cur_algo = match current {
-        Some(Row::Mine(name)) => match b
+        Some(RowChoice::Mine(name)) => match b
             .resolve(name)
             .and_then(|a| Ok((judge.check(&b.output(&a).map_err(|e| e.message)?)?, a)))
         {
@@ -327,7 +327,7 @@ pub fn tune_shape<B: Bench>(
             Err(e) => {
                 let mut v = curate::decide(&Evidence::default(), rules);
                 v.decision = Decision::Drop;
-                v.row = rules.keep_default.then_some(Row::Default);
+                v.row = rules.keep_default.then_some(RowChoice::Default);
                 v.reason = format!("the current row's solution {name} fails on this build: {e}");
                 return Ok(done(v, vec![], vec![], None, f64::NAN, 0.0));
             }

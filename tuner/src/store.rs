@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tunedblas_core::identity;
 use tunedblas_core::profile::{self, REGISTRY_FILE};
-use tunedblas_core::registry::{self, Commit, Entry, Match, Provenance, Registry};
+use tunedblas_core::registry::{self, Commit, Match, ProfileEntry, Provenance, Registry};
 use tunedblas_core::tunableop::{self, ResultsFile};
 
 use crate::error::{Error, Result};
@@ -391,7 +391,7 @@ impl Tx<'_> {
             .registry
             .get(&folder.name)
             .cloned()
-            .unwrap_or_else(|| Entry::new(&folder.name, &build.sha256));
+            .unwrap_or_else(|| ProfileEntry::new(&folder.name, &build.sha256));
         entry.lib_sha256 = build.sha256.clone();
         entry.rows_per_rank = Some(
             text.lines()

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 use tunedblas_tuner::backends::{Library, Session};
-use tunedblas_tuner::curate::Row;
+use tunedblas_tuner::curate::RowChoice;
 use tunedblas_tuner::pipeline::{self, Method};
 use tunedblas_tuner::store::Store;
 use tunedblas_tuner::with_library;
@@ -93,11 +93,11 @@ fn measure<L: Library>(
     let rows = lib.read(text);
     let mine: Vec<&(L::Key, String, Option<f64>)> = rows
         .iter()
-        .filter(|(_, s, _)| matches!(lib.row(s), Row::Mine(_)))
+        .filter(|(_, s, _)| matches!(lib.row(s), RowChoice::Mine(_)))
         .collect();
     let other = rows
         .iter()
-        .filter(|(_, s, _)| matches!(lib.row(s), Row::Foreign(_)))
+        .filter(|(_, s, _)| matches!(lib.row(s), RowChoice::Foreign(_)))
         .count();
     if other > 0 {
         crate::say::note!(

@@ -19,7 +19,7 @@ use tunedblas_tuner::backends::lt::LtApi;
 use tunedblas_tuner::backends::rocblas::Rocblas;
 use tunedblas_tuner::backends::{Kind, Library, Session as _, Spec};
 use tunedblas_tuner::bench::Bench;
-use tunedblas_tuner::curate::Row;
+use tunedblas_tuner::curate::RowChoice;
 use tunedblas_tuner::numerics::{median, Judge};
 use tunedblas_tuner::pipeline::Method;
 use tunedblas_tuner::timer::Mode;
@@ -206,7 +206,7 @@ fn replay_of<L: Library>(lib: &L, rows: &str, workspace: usize) -> Result<(u64, 
     let rows = lib.read(rows);
     let keys: Vec<&L::Key> = rows
         .iter()
-        .filter(|(_, s, _)| !matches!(lib.row(s), Row::Foreign(_)))
+        .filter(|(_, s, _)| !matches!(lib.row(s), RowChoice::Foreign(_)))
         .map(|(k, _, _)| k)
         .collect();
     let (mut calls, mut failures) = (0u64, Vec::new());

@@ -13,7 +13,7 @@ use tunedblas_core::key::Trans;
 
 use super::ShapeKey;
 use crate::bench::{Bench, Cand, Screen};
-use crate::curate::Row;
+use crate::curate::RowChoice;
 use crate::dl::{self, Handle};
 use crate::error::{Error, Result};
 use crate::numerics::{decode, Elem, Layout};
@@ -613,11 +613,11 @@ impl ShapeKey for LtKey {
 }
 
 /// What a row is to `lib`.
-pub fn row(lib: LtLib, solution: &str) -> Row {
+pub fn row(lib: LtLib, solution: &str) -> RowChoice {
     match LtAction::parse(solution) {
-        Ok(LtAction::Default) => Row::Default,
-        Ok(a) if lib.serves(&a) => Row::Mine(a.solution_text()),
-        _ => Row::Foreign(solution.to_string()),
+        Ok(LtAction::Default) => RowChoice::Default,
+        Ok(a) if lib.serves(&a) => RowChoice::Mine(a.solution_text()),
+        _ => RowChoice::Foreign(solution.to_string()),
     }
 }
 

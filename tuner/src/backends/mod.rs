@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::bench::Bench;
-use crate::curate::Row;
+use crate::curate::RowChoice;
 use crate::error::{Error, Result};
 use crate::pipeline::Method;
 use crate::runtime::Runtime;
@@ -149,7 +149,7 @@ pub trait Library: Sync {
         key.label()
     }
     /// What a row's solution is to this library.
-    fn row(&self, solution: &str) -> Row;
+    fn row(&self, solution: &str) -> RowChoice;
     /// A results file of `rows` (key, solution, ms), with the build's validators.
     fn results(&self, rows: &[(Self::Key, String, Option<f64>)]) -> String;
     fn read(&self, text: &str) -> Vec<(Self::Key, String, Option<f64>)> {

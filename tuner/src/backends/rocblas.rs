@@ -12,7 +12,7 @@ use tunedblas_core::tunableop::{self, KeyParse, ResultsFile, Solution};
 
 use super::{Kind, Library, ShapeKey, Spec};
 use crate::bench::{Bench, Cand, Screen};
-use crate::curate::Row;
+use crate::curate::RowChoice;
 use crate::dl;
 use crate::error::{Error, Result};
 use crate::numerics::{decode, Elem, Layout};
@@ -231,11 +231,11 @@ impl Library for Rocblas {
         self.rt.set_device(device)?;
         Ok(RocblasSession { lib: self })
     }
-    fn row(&self, solution: &str) -> Row {
+    fn row(&self, solution: &str) -> RowChoice {
         match Solution::parse(solution) {
-            Ok(Solution::Default) => Row::Default,
-            Ok(Solution::Rocblas(_)) => Row::Mine(solution.trim().to_string()),
-            _ => Row::Foreign(solution.to_string()),
+            Ok(Solution::Default) => RowChoice::Default,
+            Ok(Solution::Rocblas(_)) => RowChoice::Mine(solution.trim().to_string()),
+            _ => RowChoice::Foreign(solution.to_string()),
         }
     }
     fn results(&self, rows: &[(ProblemKey, String, Option<f64>)]) -> String {

@@ -25,7 +25,7 @@ fn rounds(n: usize, h: f64, c: Option<f64>, nw: Option<f64>, noise: f64) -> Vec<
         .collect()
 }
 
-fn decide_with(rounds: Vec<Round>, current: Option<Row>, new: Option<&str>) -> Verdict {
+fn decide_with(rounds: Vec<Round>, current: Option<RowChoice>, new: Option<&str>) -> Verdict {
     decide(
         &Evidence {
             rounds,
@@ -40,7 +40,7 @@ fn decide_with(rounds: Vec<Round>, current: Option<Row>, new: Option<&str>) -> V
 fn a_clear_win_with_no_current_row_is_adopted() {
     let v = decide_with(rounds(7, 1.0, None, Some(0.85), 0.01), None, Some("17"));
     assert_eq!(v.decision, Decision::Adopt, "{v:?}");
-    assert_eq!(v.row, Some(Row::Mine("17".into())));
+    assert_eq!(v.row, Some(RowChoice::Mine("17".into())));
     assert!((v.delta.unwrap() + 0.15).abs() < 0.02, "{v:?}");
 }
 
@@ -48,7 +48,7 @@ fn a_clear_win_with_no_current_row_is_adopted() {
 fn a_win_below_the_margin_gives_default() {
     let v = decide_with(rounds(7, 1.0, None, Some(0.985), 0.002), None, Some("17"));
     assert_eq!(v.decision, Decision::Default, "{v:?}");
-    assert_eq!(v.row, Some(Row::Default));
+    assert_eq!(v.row, Some(RowChoice::Default));
     let rules = Rules {
         keep_default: false,
         ..Rules::default()
@@ -86,9 +86,9 @@ fn a_very_noisy_shape_is_undecidable_not_default() {
     assert_eq!(v.row, None, "{v:?}");
     assert!(v.reason.contains("too noisy"), "{}", v.reason);
     // A Default row already there stays.
-    let v = decide_with(noisy(&wide), Some(Row::Default), Some("17"));
+    let v = decide_with(noisy(&wide), Some(RowChoice::Default), Some("17"));
     assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
-    assert_eq!(v.row, Some(Row::Default));
+    assert_eq!(v.row, Some(RowChoice::Default));
     // The same median with a usual spread is Default.
     let narrow = [0.99, 0.995, 1.0, 1.0, 1.0, 1.005, 1.01];
     let v = decide_with(noisy(&narrow), None, Some("17"));
@@ -103,12 +103,12 @@ fn trap_same_solution_id_is_never_adopted() {
     let rs: Vec<Round> = rounds(7, 1.0, Some(0.90), Some(0.82), 0.005);
     let v = decide_with(
         rs,
-        Some(Row::Mine("-1086326047".into())),
+        Some(RowChoice::Mine("-1086326047".into())),
         Some("-1086326047"),
     );
     assert_ne!(v.decision, Decision::Adopt, "{v:?}");
     assert_eq!(v.decision, Decision::Keep, "{v:?}");
-    assert_eq!(v.row, Some(Row::Mine("-1086326047".into())));
+    assert_eq!(v.row, Some(RowChoice::Mine("-1086326047".into())));
     assert!(v.reason.contains("own solution"), "{}", v.reason);
 }
 
@@ -134,9 +134,9 @@ fn trap_launch_bound_noise_is_undecidable() {
     assert_eq!(v.row, None, "nothing was there, nothing is written");
     assert!((v.delta.unwrap() + 0.10).abs() < 0.01, "{v:?}");
     assert!(v.spread > 0.1, "{v:?}");
-    let v = decide_with(rs(Some(0.99)), Some(Row::Mine("3".into())), Some("5"));
+    let v = decide_with(rs(Some(0.99)), Some(RowChoice::Mine("3".into())), Some("5"));
     assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
-    assert_eq!(v.row, Some(Row::Mine("3".into())));
+    assert_eq!(v.row, Some(RowChoice::Mine("3".into())));
 }
 
 /// Two identical kernels under +-20% per-call noise: over many sessions the rules
@@ -173,30 +173,30 @@ fn a_new_best_must_beat_the_current_row_too() {
     // Beats the heuristic by 12% but the current row by only 1%.
     let v = decide_with(
         rounds(7, 1.0, Some(0.89), Some(0.88), 0.003),
-        Some(Row::Mine("3".into())),
+        Some(RowChoice::Mine("3".into())),
         Some("9"),
     );
     assert_eq!(v.decision, Decision::Keep, "{v:?}");
-    assert_eq!(v.row, Some(Row::Mine("3".into())));
+    assert_eq!(v.row, Some(RowChoice::Mine("3".into())));
     // Beats both by the margin: replaced.
     let v = decide_with(
         rounds(7, 1.0, Some(0.95), Some(0.80), 0.003),
-        Some(Row::Mine("3".into())),
+        Some(RowChoice::Mine("3".into())),
         Some("9"),
     );
     assert_eq!(v.decision, Decision::Adopt, "{v:?}");
-    assert_eq!(v.row, Some(Row::Mine("9".into())));
+    assert_eq!(v.row, Some(RowChoice::Mine("9".into())));
 }
 
 #[test]
 fn a_row_slower_than_the_heuristic_is_dropped() {
     let v = decide_with(
         rounds(7, 1.0, Some(1.10), Some(1.02), 0.003),
-        Some(Row::Mine("3".into())),
+        Some(RowChoice::Mine("3".into())),
         Some("9"),
     );
     assert_eq!(v.decision, Decision::Drop, "{v:?}");
-    assert_eq!(v.row, Some(Row::Default));
+    assert_eq!(v.row, Some(RowChoice::Default));
     assert!(v.reason.contains("+10"), "{}", v.reason);
 }
 
@@ -204,22 +204,22 @@ fn a_row_slower_than_the_heuristic_is_dropped() {
 fn a_slower_row_inside_the_spread_stays() {
     let v = decide_with(
         rounds(7, 1.0, Some(1.06), Some(1.02), 0.15),
-        Some(Row::Mine("3".into())),
+        Some(RowChoice::Mine("3".into())),
         Some("9"),
     );
     assert_eq!(v.decision, Decision::Undecidable, "{v:?}");
-    assert_eq!(v.row, Some(Row::Mine("3".into())));
+    assert_eq!(v.row, Some(RowChoice::Mine("3".into())));
 }
 
 #[test]
 fn foreign_solutions_are_left_alone() {
     let v = decide_with(
         rounds(5, 1.0, None, Some(0.5), 0.01),
-        Some(Row::Foreign("Gemm_Hipblaslt_1_2".into())),
+        Some(RowChoice::Foreign("Gemm_Hipblaslt_1_2".into())),
         Some("9"),
     );
     assert_eq!(v.decision, Decision::Keep);
-    assert_eq!(v.row, Some(Row::Foreign("Gemm_Hipblaslt_1_2".into())));
+    assert_eq!(v.row, Some(RowChoice::Foreign("Gemm_Hipblaslt_1_2".into())));
 }
 
 #[test]

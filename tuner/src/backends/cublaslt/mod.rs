@@ -20,7 +20,7 @@ use tunedblas_lt_algo::{build_algo, read_config};
 use super::lt::{self, Attrs, Flavor, LtApi, LtProblem};
 use super::{Kind, Library, Spec};
 use crate::bench::{Cand, Screen};
-use crate::curate::Row;
+use crate::curate::RowChoice;
 use crate::dl;
 use crate::error::{Error, Result};
 use crate::limits::ShapeLimit;
@@ -237,7 +237,7 @@ impl Library for Cublaslt {
             spin,
         })
     }
-    fn row(&self, solution: &str) -> Row {
+    fn row(&self, solution: &str) -> RowChoice {
         lt::row(LtLib::Cublaslt, solution)
     }
     fn results(&self, rows: &[(LtKey, String, Option<f64>)]) -> String {

@@ -21,7 +21,7 @@ use tunedblas_core::hipblaslt::{hip_compute_type, hip_operation, SOLUTION_PREFIX
 use super::lt::{self, Attrs, Flavor, LtApi, LtProblem};
 use super::{Kind, Library, Spec};
 use crate::bench::{Cand, Screen};
-use crate::curate::Row;
+use crate::curate::RowChoice;
 use crate::dl;
 use crate::error::{Error, Result};
 use crate::runtime::{Api, Runtime};
@@ -259,7 +259,7 @@ impl Library for Hipblaslt {
             handle: self.api.handle()?,
         })
     }
-    fn row(&self, solution: &str) -> Row {
+    fn row(&self, solution: &str) -> RowChoice {
         lt::row(LtLib::Hipblaslt, solution)
     }
     fn results(&self, rows: &[(LtKey, String, Option<f64>)]) -> String {
