@@ -28,7 +28,7 @@ Tunes each demo layer at each chunk size, then times the heuristic against what 
 serving would run for M = chunk + 1..decodes, medians of interleaved trials.";
 
 #[rustfmt::skip]
-const OPTIONS: &[opts::Row] = &[
+const OPTIONS: &[opts::OptionRow] = &[
     ("--lib", "LIB", "the library (default: refblas beside this binary)"),
     ("--chunks", "N,N,..", "chunk sizes (default 256,512)"),
     ("--decodes", "N", "decode tokens above each chunk (default 32)"),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 /// One option: name, value placeholder ("" for a switch), help.
-pub type Row = (&'static str, &'static str, &'static str);
+pub type OptionRow = (&'static str, &'static str, &'static str);
 
 pub struct Opts {
     command: &'static str,
@@ -14,7 +14,7 @@ pub struct Opts {
 }
 
 /// `tunedblas-bench COMMAND [options]`, the about text and every option of `table`.
-pub fn help(command: &str, about: &str, table: &[Row]) -> String {
+pub fn help(command: &str, about: &str, table: &[OptionRow]) -> String {
     let mut text = format!("tunedblas-bench {command} [options]\n\n{about}\n\nOPTIONS:\n");
     for (name, value, what) in table {
         text.push_str(&format!("    {:<22} {what}\n", format!("{name} {value}")));
@@ -25,7 +25,11 @@ pub fn help(command: &str, about: &str, table: &[Row]) -> String {
 impl Opts {
     /// Reads `args` against `table`: every word must be one of its options, and an option
     /// that takes a value must have one.
-    pub fn parse(command: &'static str, table: &[Row], args: &[String]) -> Result<Opts, String> {
+    pub fn parse(
+        command: &'static str,
+        table: &[OptionRow],
+        args: &[String],
+    ) -> Result<Opts, String> {
         let mut given = Vec::new();
         let mut words = args.iter();
         while let Some(w) = words.next() {
@@ -78,7 +82,7 @@ impl Opts {
 mod tests {
     use super::*;
 
-    const TABLE: &[Row] = &[("--calls", "C", "calls"), ("--json", "", "as JSON")];
+    const TABLE: &[OptionRow] = &[("--calls", "C", "calls"), ("--json", "", "as JSON")];
 
     fn words(s: &[&str]) -> Vec<String> {
         s.iter().map(|w| w.to_string()).collect()

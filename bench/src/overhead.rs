@@ -33,7 +33,7 @@ EXAMPLE:
     LD_PRELOAD=libtunedblas.so tunedblas-bench overhead --shape 2560,1,1536 --log o.json";
 
 #[rustfmt::skip]
-const OPTIONS: &[opts::Row] = &[
+const OPTIONS: &[opts::OptionRow] = &[
     ("--lib", "LIB", "libcublasLt.so (else $TUNEDBLAS_CUBLASLT, else libcublasLt.so.13/.12)"),
     ("--cudart", "PATH", "the CUDA runtime of cuBLASLt (else $TUNEDBLAS_CUDART, else libcudart.so.13/.12)"),
     ("--shape", "N,M,K", "F.linear(out N, tokens M, in K) in bf16 (2560,1,1536)"),

@@ -173,7 +173,7 @@ impl Case {
 }
 
 /// The buffers of one case; D starts as a sentinel so writes outside m x n show.
-struct Problem {
+struct Instance {
     case: Case,
     a: Buf,
     b: Buf,
@@ -185,8 +185,8 @@ struct Problem {
 
 const SENTINEL: f64 = 7.0;
 
-impl Problem {
-    fn new(case: Case, seed: u64) -> Problem {
+impl Instance {
+    fn new(case: Case, seed: u64) -> Instance {
         let mut rng = Rng(seed | 1);
         let (dt, ct) = case.combo.types();
         let [lda, ldb, ldc, ldd] = case.lds();
@@ -202,7 +202,7 @@ impl Problem {
             }
         }
         let d = Buf::new(dt, ldd * case.n.max(1), SENTINEL);
-        Problem {
+        Instance {
             case,
             a,
             b,
@@ -384,7 +384,7 @@ fn every_solution_matches_the_f64_reference() {
                     let mut ids = f.solution_ids(combo, Some(shape));
                     ids.push(0);
                     for id in ids {
-                        let mut p = Problem::new(case, variant * 7919 + 13);
+                        let mut p = Instance::new(case, variant * 7919 + 13);
                         let out = p.run(f, id).unwrap_or_else(|s| {
                             panic!("{f:?} solution {id} on {case:?}: status {s}")
                         });
@@ -443,7 +443,7 @@ fn solutions_differ_in_bits() {
                 .solution_ids(combo, Some(shape))
                 .into_iter()
                 .map(|id| {
-                    let mut p = Problem::new(case, 99);
+                    let mut p = Instance::new(case, 99);
                     p.run(f, id).unwrap();
                     (f.kernel_for(combo, id).unwrap(), p.d.bits().to_vec())
                 })
@@ -467,7 +467,7 @@ fn f16_compute_differs_from_f32_compute() {
     let mut errs = Vec::new();
     let mut bits = Vec::new();
     for combo in [Combo::HalfF32, Combo::HalfF16] {
-        let mut p = Problem::new(Case::new(combo, true, false, 24, 24, 512), 4242);
+        let mut p = Instance::new(Case::new(combo, true, false, 24, 24, 512), 4242);
         p.run(Flavour::V4, 0).unwrap();
         errs.push(p.check("f16 vs f32 compute"));
         bits.push(p.d.bits().to_vec());
@@ -490,14 +490,14 @@ fn heuristic_runs_its_kernel() {
                 k: k as i64,
             });
             let id = f.solution_id(Combo::F32, kernel).unwrap();
-            let mut by_standard = Problem::new(case, 1);
+            let mut by_standard = Instance::new(case, 1);
             let Ok(GemmOutcome::Ran(e)) = by_standard.run_with(f, ALGO_STANDARD, 12345, FLAG_NONE)
             else {
                 panic!()
             };
             assert!(e.heuristic);
             assert_eq!(e.solution, id);
-            let mut by_index = Problem::new(case, 1);
+            let mut by_index = Instance::new(case, 1);
             let Ok(GemmOutcome::Ran(e)) = by_index.run(f, id) else {
                 panic!()
             };
@@ -568,38 +568,38 @@ fn v4_index_semantics_through_the_call() {
     let other = f.solution_id(Combo::F32, Kernel::Panel).unwrap();
 
     // Valid.
-    let mut p = Problem::new(sq, 3);
+    let mut p = Instance::new(sq, 3);
     assert!(matches!(p.run(f, reg), Ok(GemmOutcome::Ran(e)) if e.solution == reg && !e.heuristic));
     // Unsuitable for the shape, another combination's, missing: invalid_value, D untouched.
     for (case, id) in [(odd, reg), (sq, other), (sq, 999), (sq, 21)] {
-        let mut p = Problem::new(case, 3);
+        let mut p = Instance::new(case, 3);
         assert_eq!(status_of(p.run(f, id)), STATUS_INVALID_VALUE, "{id}");
         assert!((0..p.d.len).all(|i| p.d.get(i) == SENTINEL));
     }
     // <= 0 is the heuristic.
     for id in [0, -1, -2, -9, i32::MIN] {
-        let mut p = Problem::new(odd, 3);
+        let mut p = Instance::new(odd, 3);
         assert!(matches!(p.run(f, id), Ok(GemmOutcome::Ran(e)) if e.heuristic));
     }
     // algo = standard ignores the index, even a bad one.
-    let mut p = Problem::new(odd, 3);
+    let mut p = Instance::new(odd, 3);
     assert!(matches!(
         p.run_with(f, ALGO_STANDARD, reg, FLAG_NONE),
         Ok(GemmOutcome::Ran(e)) if e.heuristic
     ));
     // check_solution_index: validate only, nothing computed.
-    let mut p = Problem::new(odd, 3);
+    let mut p = Instance::new(odd, 3);
     assert!(matches!(
         p.run_with(f, ALGO_SOLUTION_INDEX, panel, FLAG_CHECK_SOLUTION_INDEX),
         Ok(GemmOutcome::Checked(c)) if c.kernel == Kernel::Panel
     ));
     assert!((0..p.d.len).all(|i| p.d.get(i) == SENTINEL));
-    let mut p = Problem::new(odd, 3);
+    let mut p = Instance::new(odd, 3);
     assert_eq!(
         status_of(p.run_with(f, ALGO_SOLUTION_INDEX, reg, FLAG_CHECK_SOLUTION_INDEX)),
         STATUS_INVALID_VALUE
     );
-    let mut p = Problem::new(odd, 3);
+    let mut p = Instance::new(odd, 3);
     assert!(matches!(
         p.run_with(f, ALGO_SOLUTION_INDEX, 0, FLAG_CHECK_SOLUTION_INDEX),
         Ok(GemmOutcome::Checked(c)) if c.heuristic
@@ -616,17 +616,17 @@ fn v5_index_semantics_through_the_call() {
     assert!(tensile <= -11);
 
     for id in [0, -1] {
-        let mut p = Problem::new(sq, 8);
+        let mut p = Instance::new(sq, 8);
         assert!(matches!(p.run(f, id), Ok(GemmOutcome::Ran(e)) if e.heuristic));
     }
     // Positive ids are hipBLASLt's: there are none. Unused small negatives are nothing.
     for id in [1, 2, 100, -3, -10, -11, -12] {
-        let mut p = Problem::new(sq, 8);
+        let mut p = Instance::new(sq, 8);
         assert_eq!(status_of(p.run(f, id)), STATUS_INVALID_VALUE, "{id}");
     }
     // The source kernel solves everything.
     for case in [sq, column, row] {
-        let mut p = Problem::new(case, 8);
+        let mut p = Instance::new(case, 8);
         assert!(matches!(
             p.run(f, V5_SOURCE_KERNEL),
             Ok(GemmOutcome::Ran(e)) if e.solution == -2 && !e.heuristic
@@ -634,25 +634,25 @@ fn v5_index_semantics_through_the_call() {
         p.check("source kernel");
     }
     // The gemv path only for m == 1 or n == 1.
-    let mut p = Problem::new(sq, 8);
+    let mut p = Instance::new(sq, 8);
     assert_eq!(status_of(p.run(f, V5_GEMV)), STATUS_INVALID_VALUE);
     for case in [column, row] {
-        let mut p = Problem::new(case, 8);
+        let mut p = Instance::new(case, 8);
         assert!(matches!(p.run(f, V5_GEMV), Ok(GemmOutcome::Ran(e)) if e.solution == -9));
         p.check("gemv");
     }
     // Tensile-style: valid for its combination only.
-    let mut p = Problem::new(sq, 8);
+    let mut p = Instance::new(sq, 8);
     assert!(matches!(p.run(f, tensile), Ok(GemmOutcome::Ran(e)) if e.solution == tensile));
-    let mut p = Problem::new(Case::new(Combo::F32, true, false, 8, 8, 9), 8);
+    let mut p = Instance::new(Case::new(Combo::F32, true, false, 8, 8, 9), 8);
     assert_eq!(status_of(p.run(f, tensile)), STATUS_INVALID_VALUE);
     // Check-only.
-    let mut p = Problem::new(sq, 8);
+    let mut p = Instance::new(sq, 8);
     assert!(matches!(
         p.run_with(f, ALGO_SOLUTION_INDEX, V5_GEMV, FLAG_CHECK_SOLUTION_INDEX),
         Err(STATUS_INVALID_VALUE)
     ));
-    let mut p = Problem::new(column, 8);
+    let mut p = Instance::new(column, 8);
     assert!(matches!(
         p.run_with(f, ALGO_SOLUTION_INDEX, V5_GEMV, FLAG_CHECK_SOLUTION_INDEX),
         Ok(GemmOutcome::Checked(_))
@@ -663,7 +663,7 @@ fn v5_index_semantics_through_the_call() {
 /// REFBLAS_NO_COMPUTE's path: validated and reported as run, D untouched.
 #[test]
 fn no_compute_validates_but_does_not_compute() {
-    let mut p = Problem::new(Case::new(Combo::F32, false, false, 8, 8, 8), 1);
+    let mut p = Instance::new(Case::new(Combo::F32, false, false, 8, 8, 8), 1);
     let call = p.call(ALGO_SOLUTION_INDEX, 0, FLAG_NONE);
     let h = new_handle();
     let r = unsafe { gemm::run(Flavour::V4, h, &call, false) };
@@ -701,11 +701,11 @@ fn query(f: Flavour, call: &GemmCall, capacity: Option<i32>) -> (Status, Vec<i32
 #[test]
 fn get_solutions_protocol() {
     let combo = Combo::HalfF16;
-    let mut odd = Problem::new(Case::new(combo, false, false, 5, 6, 7), 1);
+    let mut odd = Instance::new(Case::new(combo, false, false, 5, 6, 7), 1);
     let odd_call = odd.call(ALGO_STANDARD, 0, FLAG_NONE);
-    let mut col = Problem::new(Case::new(combo, false, false, 8, 1, 7), 1);
+    let mut col = Instance::new(Case::new(combo, false, false, 8, 1, 7), 1);
     let col_call = col.call(ALGO_STANDARD, 0, FLAG_NONE);
-    let mut sq = Problem::new(Case::new(combo, false, false, 8, 8, 7), 1);
+    let mut sq = Instance::new(Case::new(combo, false, false, 8, 8, 7), 1);
     let sq_call = sq.call(ALGO_STANDARD, 0, FLAG_NONE);
 
     // Count, then list; reg4x4 only for multiples of 4; the gemv path only for n == 1.
@@ -850,7 +850,7 @@ fn get_solutions_by_type_lists_the_whole_combination() {
 
 #[test]
 fn argument_checks_follow_rocblas() {
-    let mut p = Problem::new(Case::new(Combo::F32, false, true, 6, 5, 4), 17);
+    let mut p = Instance::new(Case::new(Combo::F32, false, true, 6, 5, 4), 17);
     let call = p.call(ALGO_STANDARD, 0, FLAG_NONE);
     let h = new_handle();
     let zero = Buf::scalar(DT_F32_R, 0.0);
@@ -972,7 +972,7 @@ fn argument_checks_follow_rocblas() {
 #[test]
 fn k_zero_scales_c() {
     for combo in Combo::ALL {
-        let mut p = Problem::new(Case::new(combo, false, false, 6, 5, 0), 23);
+        let mut p = Instance::new(Case::new(combo, false, false, 6, 5, 0), 23);
         let mut call = p.call(ALGO_STANDARD, 0, FLAG_NONE);
         call.a = null();
         call.b = null();
@@ -1000,8 +1000,8 @@ fn batches_compute_every_item() {
     for combo in [Combo::F32, Combo::HalfF32, Combo::Bf16F32] {
         let case = Case::new(combo, true, false, 12, 9, 11);
         let [lda, ldb, ldc, ldd] = case.lds();
-        let items: Vec<Problem> = (0..batch)
-            .map(|i| Problem::new(case, 100 + i as u64))
+        let items: Vec<Instance> = (0..batch)
+            .map(|i| Instance::new(case, 100 + i as u64))
             .collect();
         // One strided buffer per operand, items `stride` apart (a gap after each).
         let (dt, ct) = combo.types();
@@ -1065,7 +1065,7 @@ fn batches_compute_every_item() {
             "{r:?}"
         );
         for (i, it) in items.iter().enumerate() {
-            let mut single = Problem::new(case, 100 + i as u64);
+            let mut single = Instance::new(case, 100 + i as u64);
             single.run_with(Flavour::V4, ALGO_STANDARD, 0, 0).unwrap();
             for e in 0..it.d.len {
                 assert_eq!(
@@ -1081,8 +1081,8 @@ fn batches_compute_every_item() {
         }
 
         // Pointer arrays over separate per-item buffers (fresh copies, D reset).
-        let mut own: Vec<Problem> = (0..batch)
-            .map(|i| Problem::new(case, 100 + i as u64))
+        let mut own: Vec<Instance> = (0..batch)
+            .map(|i| Instance::new(case, 100 + i as u64))
             .collect();
         let pa: Vec<*const c_void> = own.iter().map(|p| p.a.ptr()).collect();
         let pb: Vec<*const c_void> = own.iter().map(|p| p.b.ptr()).collect();
@@ -1123,11 +1123,11 @@ fn typed_gemms_are_gemm_ex_in_place() {
     for (half, combo) in [(true, Combo::HalfF16), (false, Combo::F32)] {
         let mut case = Case::new(combo, false, true, 20, 12, 40);
         case.in_place = true;
-        let mut via_ex = Problem::new(case, 77);
+        let mut via_ex = Instance::new(case, 77);
         via_ex
             .run_with(Flavour::V5, ALGO_STANDARD, 0, FLAG_NONE)
             .unwrap();
-        let mut typed = Problem::new(case, 77);
+        let mut typed = Instance::new(case, 77);
         let call = typed.call(ALGO_STANDARD, 0, FLAG_NONE);
         let h = new_handle();
         let s = unsafe {
@@ -1172,7 +1172,7 @@ fn panics_become_internal_error() {
 // ---- speed differs by shape --------------------------------------------------------------
 
 /// Runs one solution once; returns (wall time, operand elements widened).
-fn timed_run(f: Flavour, p: &mut Problem, id: i32) -> (std::time::Duration, u64) {
+fn timed_run(f: Flavour, p: &mut Instance, id: i32) -> (std::time::Duration, u64) {
     let call = p.call(ALGO_SOLUTION_INDEX, id, FLAG_NONE);
     let h = new_handle();
     let before = crate::kernels::LOADS.with(|c| c.get());
@@ -1213,7 +1213,7 @@ fn solutions_differ_in_speed() {
             n: case.n as i64,
             k: case.k as i64,
         };
-        let mut p = Problem::new(case, 5);
+        let mut p = Instance::new(case, 5);
         let runs: Vec<(Kernel, std::time::Duration, u64)> = f
             .solution_ids(case.combo, Some(shape))
             .into_iter()
@@ -1229,7 +1229,7 @@ fn solutions_differ_in_speed() {
     let (m, n, k) = (sq.m as u64, sq.n as u64, sq.k as u64);
     let naive_id = f.solution_id(sq.combo, Kernel::Naive).unwrap();
     let blocked_id = f.solution_id(sq.combo, Kernel::Blocked).unwrap();
-    let mut p = Problem::new(sq, 5);
+    let mut p = Instance::new(sq, 5);
     let (mut t_naive, mut t_blocked) = (std::time::Duration::MAX, std::time::Duration::MAX);
     let (mut w_naive, mut w_blocked) = (0, 0);
     for _ in 0..7 {
@@ -1273,12 +1273,12 @@ fn captured_gemms_run_at_launch_with_the_scalars_they_were_captured_with() {
     let h = new_handle();
     let case = Case::new(Combo::F32, true, false, 9, 7, 5);
     // The direct call.
-    let mut direct = Problem::new(case, 11);
+    let mut direct = Instance::new(case, 11);
     let call = direct.call(ALGO_STANDARD, 0, FLAG_NONE);
     assert_eq!(unsafe { gemm::gemm(f, h, &call) }, STATUS_SUCCESS);
     let expected = values(&direct.d);
 
-    let mut p = Problem::new(case, 11);
+    let mut p = Instance::new(case, 11);
     let call = p.call(ALGO_STANDARD, 0, FLAG_NONE);
     let mut s: Stream = null_mut();
     unsafe {
