@@ -206,6 +206,11 @@ pub mod tests {
         sv
     }
 
+    /// The body GEMMs' grid of the configuration `s` describes.
+    fn body(s: &str) -> Grid {
+        grid(&serving(s), Role::Body)
+    }
+
     fn reasons_at(g: &Grid, m: i64) -> Vec<Reason> {
         g.get(&m)
             .map_or(vec![], |w| w.iter().map(|w| w.reason).collect())
@@ -213,7 +218,7 @@ pub mod tests {
 
     #[test]
     fn decode_capture_sizes_follow_vllm_defaults() {
-        let g = grid(&serving("--max-num-seqs 256"), Role::Body);
+        let g = body("--max-num-seqs 256");
         let caps: Vec<i64> = g
             .iter()
             .filter(|(_, w)| w.iter().any(|w| w.reason == Reason::DecodeCapture))
@@ -224,18 +229,18 @@ pub mod tests {
         assert!(!caps.contains(&3) && !caps.contains(&260));
         assert_eq!(*caps.last().unwrap(), 512, "min(2 x 256, 512)");
         // A small server captures less: min(2 x 8, 512) = 16.
-        let g = grid(&serving("--max-num-seqs 8"), Role::Body);
+        let g = body("--max-num-seqs 8");
         assert!(reasons_at(&g, 16).contains(&Reason::DecodeCapture));
         assert!(!reasons_at(&g, 24).contains(&Reason::DecodeCapture));
         // Explicit sizes win.
-        let g = grid(&serving("--cuda-graph-sizes 1,3,5"), Role::Body);
+        let g = body("--cuda-graph-sizes 1,3,5");
         assert!(reasons_at(&g, 3).contains(&Reason::DecodeCapture));
         assert!(!reasons_at(&g, 2).contains(&Reason::DecodeCapture));
     }
 
     #[test]
     fn eager_decode_runs_every_batch_size() {
-        let g = grid(&serving("--enforce-eager --max-num-seqs 40"), Role::Body);
+        let g = body("--enforce-eager --max-num-seqs 40");
         for m in 1..=40 {
             assert!(reasons_at(&g, m).contains(&Reason::DecodeEager), "M={m}");
         }
@@ -244,20 +249,14 @@ pub mod tests {
             .flatten()
             .any(|w| w.reason == Reason::DecodeCapture));
         // Graphs captured only up to 16: larger decode batches run eagerly.
-        let g = grid(
-            &serving("--max-num-seqs 24 --max-cudagraph-capture-size 16"),
-            Role::Body,
-        );
+        let g = body("--max-num-seqs 24 --max-cudagraph-capture-size 16");
         assert!(reasons_at(&g, 17).contains(&Reason::DecodeEager));
         assert!(!reasons_at(&g, 16).contains(&Reason::DecodeEager));
     }
 
     #[test]
     fn mtp_verify_is_requests_times_k_plus_one() {
-        let g = grid(
-            &serving("--num-speculative-tokens 2 --max-num-seqs 8"),
-            Role::Body,
-        );
+        let g = body("--num-speculative-tokens 2 --max-num-seqs 8");
         for m in [3, 6, 12, 24] {
             assert!(reasons_at(&g, m).contains(&Reason::MtpVerify), "M={m}");
         }
@@ -269,10 +268,7 @@ pub mod tests {
 
     #[test]
     fn prefill_chunks_are_block_multiples_up_to_the_budget() {
-        let g = grid(
-            &serving("--block-size 1024 --max-num-batched-tokens 2048"),
-            Role::Body,
-        );
+        let g = body("--block-size 1024 --max-num-batched-tokens 2048");
         assert!(reasons_at(&g, 1024).contains(&Reason::PrefillChunk));
         assert!(reasons_at(&g, 2048).contains(&Reason::PrefillChunk));
         assert!(!g.contains_key(&3072));
@@ -282,10 +278,7 @@ pub mod tests {
 
     #[test]
     fn the_dynamic_ladder_adds_rungs_and_shared_caps() {
-        let g = grid(
-            &serving("--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill"),
-            Role::Body,
-        );
+        let g = body("--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill");
         assert!(reasons_at(&g, 256).contains(&Reason::DynamicRung));
         assert!(reasons_at(&g, 512).contains(&Reason::DynamicRung));
         assert!(reasons_at(&g, 512).contains(&Reason::DynamicShared));
@@ -301,10 +294,7 @@ pub mod tests {
             !g.contains_key(&768),
             "3 x 256 needs 8 eligible requests, which fill 2048"
         );
-        let g = grid(
-            &serving("--max-num-batched-tokens 4096 --dyn-rungs 384 --dyn-shared-cap 640 --dyn-thresholds 6:320"),
-            Role::Body,
-        );
+        let g = body("--max-num-batched-tokens 4096 --dyn-rungs 384 --dyn-shared-cap 640 --dyn-thresholds 6:320");
         assert!(reasons_at(&g, 384).contains(&Reason::DynamicRung));
         assert!(reasons_at(&g, 640).contains(&Reason::DynamicShared));
         assert!(reasons_at(&g, 320).contains(&Reason::DynamicShared));
@@ -313,11 +303,8 @@ pub mod tests {
 
     #[test]
     fn long_prefill_threshold_caps_each_prompt() {
-        let g = grid(
-            &serving(
-                "--max-num-batched-tokens 2048 --long-prefill-token-threshold 600 --enforce-eager",
-            ),
-            Role::Body,
+        let g = body(
+            "--max-num-batched-tokens 2048 --long-prefill-token-threshold 600 --enforce-eager",
         );
         for m in [600, 1200, 1800] {
             assert!(reasons_at(&g, m).contains(&Reason::LongPrefill), "M={m}");
@@ -345,20 +332,13 @@ pub mod tests {
         // The budget itself never gets a mix: the chunk shrinks instead.
         assert!(!g.contains_key(&2049));
         // Mixes of speculative decodes add k + 1 tokens per request.
-        let g = grid(
-            &serving("--enforce-eager --dyn-rungs 512 --num-speculative-tokens 2 --mix-decodes 2"),
-            Role::Body,
-        );
+        let g = body("--enforce-eager --dyn-rungs 512 --num-speculative-tokens 2 --mix-decodes 2");
         assert!(reasons_at(&g, 515).contains(&Reason::ChunkDecodeMix));
         assert!(reasons_at(&g, 518).contains(&Reason::ChunkDecodeMix));
         assert!(!reasons_at(&g, 513).contains(&Reason::ChunkDecodeMix));
         // Decode-only graphs leave mixed steps eager and unpadded.
-        let g = grid(
-            &serving(
-                r#"--dyn-rungs 256 --compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY"}"#,
-            ),
-            Role::Body,
-        );
+        let g =
+            body(r#"--dyn-rungs 256 --compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY"}"#);
         assert!(reasons_at(&g, 257).contains(&Reason::ChunkDecodeMix));
     }
 

@@ -275,6 +275,13 @@ mod tests {
         d
     }
 
+    /// Writes `text` to `dir/name`, and gives the path.
+    fn put(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     #[test]
     fn specs_make_packed_keys() {
         let k = parse_spec("f16:TN:4096:256:1024").unwrap();
@@ -300,24 +307,20 @@ mod tests {
         let d = tmp("rocblas-formats");
         let k = parse_spec("f16:TN:512:16:256").unwrap();
         let bench = tunedblas_core::formats::bench::command(&k, None, None).unwrap();
-        std::fs::write(
-            d.join("bench.log"),
+        put(
+            &d,
+            "bench.log",
             format!("{bench}\nnoise\n{bench}\n./rocblas-bench -f gemm_ex -m x\n"),
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("profile.yaml"),
-            "- { rocblas_function: \"rocblas_sgemm\", transA: 'N', transB: 'N', M: 8, N: 8, K: 8, alpha: 1.0, lda: 8, ldb: 8, beta: 0.0, ldc: 8, call_count: 5 }\n",
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("tune.csv"),
+        );
+        put(&d, "profile.yaml", "- { rocblas_function: \"rocblas_sgemm\", transA: 'N', transB: 'N', M: 8, N: 8, K: 8, alpha: 1.0, lda: 8, ldb: 8, beta: 0.0, ldc: 8, call_count: 5 }\n");
+        put(
+            &d,
+            "tune.csv",
             format!(
                 "{}\nT,N,512,16,1,256,1,0,256,256,512,f16_r,f16_r,f32_r,9\n",
                 tunedblas_core::formats::gemm_tune::HEADER
             ),
-        )
-        .unwrap();
+        );
         let c = collect(std::slice::from_ref(&d), &[]).unwrap();
         let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
@@ -352,24 +355,18 @@ mod tests {
         let (op1, sig1) = tunableop::op_and_signature(&k1);
         let (op2, sig2) = tunableop::op_and_signature(&k2);
         // A miss log with its counts sidecar, and an untuned file naming k1 again.
-        std::fs::write(
-            d.join("h-1-rank0.csv"),
-            format!("{op1},{sig1}\n{op2},{sig2}\n"),
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("h-1-rank0.counts.csv"),
+        put(&d, "h-1-rank0.csv", format!("{op1},{sig1}\n{op2},{sig2}\n"));
+        put(
+            &d,
+            "h-1-rank0.counts.csv",
             format!("op_name,param_signature,calls\n{op1},{sig1},40\n{op2},{sig2},2\n"),
-        )
-        .unwrap();
-        let untuned = d.join("untuned.csv");
-        std::fs::write(&untuned, format!("{op1},{sig1}\ngarbage line\n")).unwrap();
-        let results = d.join("other-build.csv");
-        std::fs::write(
-            &results,
+        );
+        put(&d, "untuned.csv", format!("{op1},{sig1}\ngarbage line\n"));
+        let results = put(
+            &d,
+            "other-build.csv",
             format!("Validator,ROCBLAS_VERSION,9.9\n{op2},{sig2},Gemm_Rocblas_77,0.1\n"),
-        )
-        .unwrap();
+        );
         let c = collect(std::slice::from_ref(&d), &[]).unwrap();
         let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
@@ -397,7 +394,7 @@ mod tests {
             "h-3-hipblaslt-rank1.csv",
             "h-4.status.json",
         ] {
-            std::fs::write(d.join(name), "").unwrap();
+            put(&d, name, "");
         }
         let names = |v: &[PathBuf]| -> Vec<String> {
             v.iter()
@@ -415,8 +412,7 @@ mod tests {
         );
         assert_eq!(names(&g[&Kind::Hipblaslt]), ["h-3-hipblaslt-rank1.csv"]);
         // A file named on its own with one --lib goes to that library, unless its name says.
-        let untuned = d.join("untuned.csv");
-        std::fs::write(&untuned, "").unwrap();
+        let untuned = put(&d, "untuned.csv", "");
         let one = BTreeMap::from([(Kind::Cublaslt, PathBuf::from("libcublasLt.so"))]);
         let g = by_library(&[untuned.clone(), d.join("h-3-hipblaslt-rank1.csv")], &one).unwrap();
         assert_eq!(names(&g[&Kind::Cublaslt]), ["untuned.csv"]);
