@@ -87,6 +87,14 @@ impl Stats {
                 self.missed_calls, self.missed_shapes
             ));
         }
+        problems.extend(self.refusals());
+        problems
+    }
+
+    /// The rows whose solution the interposer refused: calls that fell back, and rows
+    /// quarantined. Never right, whatever else a run may leave unserved (doctor's check).
+    pub fn refusals(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if self.fallbacks > 0 {
             problems.push(format!(
                 "{} calls fell back to the caller's own call: a row's solution was refused",

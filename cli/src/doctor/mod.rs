@@ -777,18 +777,7 @@ impl Doctor {
                 }
             ));
         }
-        if s.fallbacks > 0 {
-            problems.push(format!(
-                "{} calls fell back (a row's solution was refused)",
-                s.fallbacks
-            ));
-        }
-        if !s.rows_quarantined.is_empty() {
-            problems.push(format!(
-                "rows quarantined: {}",
-                s.rows_quarantined.join("; ")
-            ));
-        }
+        problems.extend(s.refusals());
         if s.missed_shapes as usize > self.undecided.len() {
             problems.push(format!(
                 "{} shapes missed, {} had no row",
