@@ -750,6 +750,12 @@ mod tests {
         }
     }
 
+    /// The report on the test profile of a run that missed `missed`, near serving within
+    /// `near` token counts.
+    fn report(missed: &[(ProblemKey, u64)], near: i64) -> Data {
+        build(&profile(&rows(), prov()), 0, &seen(missed), near).unwrap()
+    }
+
     fn statuses(d: &Data, i: usize) -> Vec<(i64, Status)> {
         d.rows[i].cells.iter().map(|c| (c.m, c.status)).collect()
     }
@@ -757,9 +763,8 @@ mod tests {
     /// Issue 16: the map crossed every layer with every M seen anywhere.
     #[test]
     fn cells_only_where_a_layer_was_seen() {
-        let p = profile(&rows(), prov());
         let missed = [(key(64, 99, 32), 5), (key(256, 8, 8), 3), (batched(8), 7)];
-        let d = build(&p, 0, &seen(&missed), 0).unwrap();
+        let d = report(&missed, 0);
         assert_eq!(d.columns, vec![8, 16, 32, 99]);
         assert_eq!(d.rows.len(), 4);
         let labels: Vec<&str> = d.rows.iter().map(|r| r.label.as_str()).collect();
@@ -805,7 +810,6 @@ mod tests {
     /// also where the interposer serves the heuristic (the nearest row says Default).
     #[test]
     fn near_is_the_interposers_decision() {
-        let p = profile(&rows(), prov());
         // 64x32: rows at 8 (tuned) and 16 (Default). M=20 is nearest 16: Default, so the
         // interposer passes it; M=10 is nearest 8: tried. 128x64: M=28 is nearest 32.
         let missed = [
@@ -813,7 +817,7 @@ mod tests {
             (key(64, 10, 32), 6),
             (key(128, 28, 64), 2),
         ];
-        let d = build(&p, 0, &seen(&missed), 32).unwrap();
+        let d = report(&missed, 32);
         assert_eq!(
             statuses(&d, 0),
             [
@@ -840,15 +844,14 @@ mod tests {
             ),
             (2, 8, 4)
         );
-        let off = build(&p, 0, &seen(&missed), 0).unwrap();
+        let off = report(&missed, 0);
         assert_eq!(off.counts.near, 0, "window 0: near serving is off");
     }
 
     /// Issue 16: the headline counted tuned shapes only, per shape.
     #[test]
     fn the_headline_is_call_weighted_and_lists_what_decided_nothing() {
-        let p = profile(&rows(), prov());
-        let d = build(&p, 0, &seen(&[]), 0).unwrap();
+        let d = report(&[], 0);
         let h = &d.headline;
         assert_eq!(d.bars.len(), 3, "three tuned rows measured");
         // Calls x heuristic: 100*2 + 300*1 + 50*1 + 10*1 = 560; saved: 100*(2-1) = 100.
@@ -882,8 +885,7 @@ mod tests {
     /// JSON script block instead.
     #[test]
     fn the_page_shows_no_test_hook_and_embeds_its_data() {
-        let p = profile(&rows(), prov());
-        let d = build(&p, 0, &seen(&[(key(64, 99, 32), 5)]), 0).unwrap();
+        let d = report(&[(key(64, 99, 32), 5)], 0);
         let page = html(&d);
         assert!(!page.contains("<pre id=\"rendered\">"), "no visible hook");
         let json = page
@@ -901,10 +903,9 @@ mod tests {
     /// Issue 16: the PNG had no legend and labelled every third M.
     #[test]
     fn the_png_has_a_legend_and_labels_every_column() {
-        let p = profile(&rows(), prov());
         let missed: Vec<(ProblemKey, u64)> =
             (1..=120).map(|m| (key(64, 1000 + m, 32), 1)).collect();
-        let d = build(&p, 0, &seen(&missed), 0).unwrap();
+        let d = report(&missed, 0);
         let canvas = png(&d);
         let (w, h, px) = crate::png::tests::decode(&canvas.png());
         assert_eq!((w, h), (canvas.width, canvas.height));
@@ -966,8 +967,7 @@ mod tests {
     /// Issue 26: the headline ("saves 17.9%") was in the page, not in the PNG.
     #[test]
     fn the_png_says_the_headline() {
-        let p = profile(&rows(), prov());
-        let d = build(&p, 0, &seen(&[]), 0).unwrap();
+        let d = report(&[], 0);
         let (w, _, px) = crate::png::tests::decode(&png(&d).png());
         let l = crate::render::report::layout(&d);
         let (first, second) = crate::render::report::headline_lines(&d.headline);
@@ -1048,9 +1048,8 @@ mod tests {
     /// the calls of a later run were given.
     #[test]
     fn the_headline_is_weighted_by_the_given_run_where_it_counted_the_shape() {
-        let p = profile(&rows(), prov());
         // The given run counted the 64x32 layer at 8 tokens 7 times (provenance: 100).
-        let d = build(&p, 0, &seen(&[(key(64, 8, 32), 7)]), 0).unwrap();
+        let d = report(&[(key(64, 8, 32), 7)], 0);
         let h = &d.headline;
         assert_eq!((h.weighted_shapes, h.given_run_shapes), (4, 1));
         assert_eq!(h.weighted_calls, 7 + 300 + 50 + 10);
@@ -1070,7 +1069,7 @@ mod tests {
             (key(128, 32, 64), 1),
             (key(128, 16, 64), 1),
         ];
-        let d = build(&p, 0, &seen(&all), 0).unwrap();
+        let d = report(&all, 0);
         assert_eq!(d.headline.weighted_calls, 5);
         assert_eq!(d.headline.uncounted_shapes, 0);
         assert!(headline_text(&d.headline)
