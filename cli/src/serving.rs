@@ -211,9 +211,18 @@ pub mod tests {
         grid(&serving(s), Role::Body)
     }
 
-    fn reasons_at(g: &Grid, m: i64) -> Vec<Reason> {
-        g.get(&m)
-            .map_or(vec![], |w| w.iter().map(|w| w.reason).collect())
+    /// Asserts that `reason` brings a GEMM at every M of `with` and at none of `without`.
+    fn marks(g: &Grid, reason: Reason, with: impl IntoIterator<Item = i64>, without: &[i64]) {
+        let at = |m: i64| {
+            g.get(&m)
+                .is_some_and(|w| w.iter().any(|w| w.reason == reason))
+        };
+        for m in with {
+            assert!(at(m), "{reason:?} at M={m}");
+        }
+        for &m in without {
+            assert!(!at(m), "no {reason:?} at M={m}");
+        }
     }
 
     #[test]
@@ -229,76 +238,61 @@ pub mod tests {
         assert!(!caps.contains(&3) && !caps.contains(&260));
         assert_eq!(*caps.last().unwrap(), 512, "min(2 x 256, 512)");
         // A small server captures less: min(2 x 8, 512) = 16.
-        let g = body("--max-num-seqs 8");
-        assert!(reasons_at(&g, 16).contains(&Reason::DecodeCapture));
-        assert!(!reasons_at(&g, 24).contains(&Reason::DecodeCapture));
+        marks(
+            &body("--max-num-seqs 8"),
+            Reason::DecodeCapture,
+            [16],
+            &[24],
+        );
         // Explicit sizes win.
         let g = body("--cuda-graph-sizes 1,3,5");
-        assert!(reasons_at(&g, 3).contains(&Reason::DecodeCapture));
-        assert!(!reasons_at(&g, 2).contains(&Reason::DecodeCapture));
+        marks(&g, Reason::DecodeCapture, [3], &[2]);
     }
 
     #[test]
     fn eager_decode_runs_every_batch_size() {
         let g = body("--enforce-eager --max-num-seqs 40");
-        for m in 1..=40 {
-            assert!(reasons_at(&g, m).contains(&Reason::DecodeEager), "M={m}");
-        }
+        marks(&g, Reason::DecodeEager, 1..=40, &[]);
         assert!(!g
             .values()
             .flatten()
             .any(|w| w.reason == Reason::DecodeCapture));
         // Graphs captured only up to 16: larger decode batches run eagerly.
         let g = body("--max-num-seqs 24 --max-cudagraph-capture-size 16");
-        assert!(reasons_at(&g, 17).contains(&Reason::DecodeEager));
-        assert!(!reasons_at(&g, 16).contains(&Reason::DecodeEager));
+        marks(&g, Reason::DecodeEager, [17], &[16]);
     }
 
     #[test]
     fn mtp_verify_is_requests_times_k_plus_one() {
         let g = body("--num-speculative-tokens 2 --max-num-seqs 8");
-        for m in [3, 6, 12, 24] {
-            assert!(reasons_at(&g, m).contains(&Reason::MtpVerify), "M={m}");
-        }
-        assert!(!reasons_at(&g, 9).contains(&Reason::MtpVerify));
+        marks(&g, Reason::MtpVerify, [3, 6, 12, 24], &[9]);
         let sv = serving(r#"--speculative-config={"method":"mtp","num_speculative_tokens":1}"#);
         assert_eq!(sv.spec_tokens, 1);
-        assert!(reasons_at(&grid(&sv, Role::Body), 2).contains(&Reason::MtpVerify));
+        marks(&grid(&sv, Role::Body), Reason::MtpVerify, [2], &[]);
     }
 
     #[test]
     fn prefill_chunks_are_block_multiples_up_to_the_budget() {
         let g = body("--block-size 1024 --max-num-batched-tokens 2048");
-        assert!(reasons_at(&g, 1024).contains(&Reason::PrefillChunk));
-        assert!(reasons_at(&g, 2048).contains(&Reason::PrefillChunk));
+        marks(&g, Reason::PrefillChunk, [1024, 2048], &[]);
         assert!(!g.contains_key(&3072));
         // The seed's trap: without the ladder, 256 and 512 are only decode capture sizes.
-        assert!(!reasons_at(&g, 512).contains(&Reason::DynamicRung));
+        marks(&g, Reason::DynamicRung, [], &[512]);
     }
 
     #[test]
     fn the_dynamic_ladder_adds_rungs_and_shared_caps() {
         let g = body("--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill");
-        assert!(reasons_at(&g, 256).contains(&Reason::DynamicRung));
-        assert!(reasons_at(&g, 512).contains(&Reason::DynamicRung));
-        assert!(reasons_at(&g, 512).contains(&Reason::DynamicShared));
-        assert!(
-            reasons_at(&g, 1536).contains(&Reason::DynamicShared),
-            "3 x 512"
-        );
-        assert!(
-            reasons_at(&g, 2048).contains(&Reason::DynamicShared),
-            "4 x 512, 8 x 256"
-        );
+        marks(&g, Reason::DynamicRung, [256, 512], &[]);
+        // 1536 is 3 x 512; 2048 is 4 x 512 and 8 x 256.
+        marks(&g, Reason::DynamicShared, [512, 1536, 2048], &[]);
         assert!(
             !g.contains_key(&768),
             "3 x 256 needs 8 eligible requests, which fill 2048"
         );
         let g = body("--max-num-batched-tokens 4096 --dyn-rungs 384 --dyn-shared-cap 640 --dyn-thresholds 6:320");
-        assert!(reasons_at(&g, 384).contains(&Reason::DynamicRung));
-        assert!(reasons_at(&g, 640).contains(&Reason::DynamicShared));
-        assert!(reasons_at(&g, 320).contains(&Reason::DynamicShared));
-        assert!(!reasons_at(&g, 256).contains(&Reason::DynamicRung));
+        marks(&g, Reason::DynamicRung, [384], &[256]);
+        marks(&g, Reason::DynamicShared, [640, 320], &[]);
     }
 
     #[test]
@@ -306,9 +300,7 @@ pub mod tests {
         let g = body(
             "--max-num-batched-tokens 2048 --long-prefill-token-threshold 600 --enforce-eager",
         );
-        for m in [600, 1200, 1800] {
-            assert!(reasons_at(&g, m).contains(&Reason::LongPrefill), "M={m}");
-        }
+        marks(&g, Reason::LongPrefill, [600, 1200, 1800], &[]);
     }
 
     #[test]
@@ -317,29 +309,25 @@ pub mod tests {
             "--block-size 1024 --max-num-batched-tokens 2048 --dynamic-prefill --mix-decodes 21",
         );
         let g = grid(&sv, Role::Body);
-        // 512 + 1..21 runs eagerly (above the largest capture size, 512).
-        for m in 513..=533 {
-            assert!(reasons_at(&g, m).contains(&Reason::ChunkDecodeMix), "M={m}");
-        }
-        assert!(!reasons_at(&g, 534).contains(&Reason::ChunkDecodeMix));
-        assert!(
-            reasons_at(&g, 1045).contains(&Reason::ChunkDecodeMix),
-            "1024 + 21"
+        // 512 + 1..21 runs eagerly (above the largest capture size, 512), and 1024 + 21.
+        marks(
+            &g,
+            Reason::ChunkDecodeMix,
+            (513..=533).chain([1045]),
+            &[534],
         );
         // 256 + d fits under 512: padded to the capture sizes 272 and 288.
-        assert!(reasons_at(&g, 272).contains(&Reason::ChunkDecodeMix));
+        marks(&g, Reason::ChunkDecodeMix, [272], &[]);
         assert!(!g.contains_key(&257));
         // The budget itself never gets a mix: the chunk shrinks instead.
         assert!(!g.contains_key(&2049));
         // Mixes of speculative decodes add k + 1 tokens per request.
         let g = body("--enforce-eager --dyn-rungs 512 --num-speculative-tokens 2 --mix-decodes 2");
-        assert!(reasons_at(&g, 515).contains(&Reason::ChunkDecodeMix));
-        assert!(reasons_at(&g, 518).contains(&Reason::ChunkDecodeMix));
-        assert!(!reasons_at(&g, 513).contains(&Reason::ChunkDecodeMix));
+        marks(&g, Reason::ChunkDecodeMix, [515, 518], &[513]);
         // Decode-only graphs leave mixed steps eager and unpadded.
         let g =
             body(r#"--dyn-rungs 256 --compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY"}"#);
-        assert!(reasons_at(&g, 257).contains(&Reason::ChunkDecodeMix));
+        marks(&g, Reason::ChunkDecodeMix, [257], &[]);
     }
 
     #[test]
