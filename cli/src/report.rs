@@ -1061,6 +1061,11 @@ mod tests {
             text.contains("weighted by the calls of the given run (--misses) for 1 shapes, by the calls recorded before tuning (provenance.json) for the other 3"),
             "{text}"
         );
+        let (_, png) = crate::render::report::headline_lines(h);
+        assert!(
+            png.contains("(CALLS OF THE GIVEN RUN FOR 1, RECORDED BEFORE TUNING FOR 3)"),
+            "{png}"
+        );
         // Every measured shape counted by the given run: weighted by it alone.
         let all = [
             (key(64, 8, 32), 1),
@@ -1074,6 +1079,8 @@ mod tests {
         assert_eq!(d.headline.uncounted_shapes, 0);
         assert!(headline_text(&d.headline)
             .contains("weighted by the calls of the given run (--misses);"));
+        let (_, png) = crate::render::report::headline_lines(&d.headline);
+        assert!(png.contains("(CALLS OF THE GIVEN RUN)"), "{png}");
     }
 
     /// Issue 16: no list of what to tune next.

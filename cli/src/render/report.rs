@@ -132,18 +132,13 @@ pub fn headline_text(h: &Headline) -> String {
         || "no tuned row was measured".to_string(),
         |g| format!("per-shape speedup of the tuned rows: geometric mean {g:.2}x across {} shapes, each counted once whatever its calls", h.geomean_shapes),
     );
-    let weights = if h.saved_share.is_none() {
-        String::new()
-    } else if h.given_run_shapes == 0 {
-        "; weighted by the calls recorded before tuning (provenance.json)".into()
-    } else if h.given_run_shapes == h.weighted_shapes {
-        "; weighted by the calls of the given run (--misses)".into()
-    } else {
-        format!(
-            "; weighted by the calls of the given run (--misses) for {} shapes, by the calls recorded before tuning (provenance.json) for the other {}, which the given run did not count (a miss log counts only what was missed: a rocBLAS log of the served run, ROCBLAS_LAYER=4, counts every call)",
-            h.given_run_shapes,
-            h.weighted_shapes - h.given_run_shapes
-        )
+    let weights = match weighed(h) {
+        None => String::new(),
+        Some((0, _)) => "; weighted by the calls recorded before tuning (provenance.json)".into(),
+        Some((_, 0)) => "; weighted by the calls of the given run (--misses)".into(),
+        Some((given, before)) => format!(
+            "; weighted by the calls of the given run (--misses) for {given} shapes, by the calls recorded before tuning (provenance.json) for the other {before}, which the given run did not count (a miss log counts only what was missed: a rocBLAS log of the served run, ROCBLAS_LAYER=4, counts every call)"
+        ),
     };
     let uncounted = if h.uncounted_shapes > 0 {
         format!(
@@ -345,6 +340,16 @@ pub fn column_label_at(l: &Layout, j: usize) -> (usize, usize) {
     }
 }
 
+/// Where the headline has a call-weighted figure: its shapes weighted by the calls of the
+/// given run, and those weighted by the calls recorded before tuning.
+fn weighed(h: &Headline) -> Option<(usize, usize)> {
+    h.saved_share?;
+    Some((
+        h.given_run_shapes,
+        h.weighted_shapes.saturating_sub(h.given_run_shapes),
+    ))
+}
+
 /// The headline as the PNG says it: what tuning saved, then how it was weighed and the
 /// per-shape mean (the HTML page and the terminal have the full sentence).
 pub fn headline_lines(h: &Headline) -> (String, String) {
@@ -353,17 +358,13 @@ pub fn headline_lines(h: &Headline) -> (String, String) {
         None => "NO CALL-WEIGHTED FIGURE: NO MEASURED SHAPE HAS RECORDED CALLS".into(),
     };
     let mut second = Vec::new();
-    if h.saved_share.is_some() {
-        let weights = if h.given_run_shapes == 0 {
-            "CALLS RECORDED BEFORE TUNING".to_string()
-        } else if h.given_run_shapes == h.weighted_shapes {
-            "CALLS OF THE GIVEN RUN".to_string()
-        } else {
-            format!(
-                "CALLS OF THE GIVEN RUN FOR {}, RECORDED BEFORE TUNING FOR {}",
-                h.given_run_shapes,
-                h.weighted_shapes - h.given_run_shapes
-            )
+    if let Some(shapes) = weighed(h) {
+        let weights = match shapes {
+            (0, _) => "CALLS RECORDED BEFORE TUNING".to_string(),
+            (_, 0) => "CALLS OF THE GIVEN RUN".to_string(),
+            (given, before) => {
+                format!("CALLS OF THE GIVEN RUN FOR {given}, RECORDED BEFORE TUNING FOR {before}")
+            }
         };
         second.push(format!(
             "SPEEDUP {} OVER {} MEASURED SHAPES, {} CALLS ({weights})",
