@@ -2,7 +2,6 @@
 //! help lists; each workload run is a child under the preload, as a host would be.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use tunedblas_core::registry::Registry;
@@ -35,20 +34,13 @@ fn run_workload(
     tag: &str,
 ) -> Result<(Report, Stats, String)> {
     let preload = artifact("libtunedblas.so")?;
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
     let stats_path = dir.join(format!("stats-{tag}.json"));
-    let out = Command::new(exe)
+    let (profiles, misses) = (dir.join("profiles"), dir.join("misses"));
+    let out = crate::verify::under_preload(&preload, &profiles, &misses, &stats_path)?
         .args(["workload", "--lib"])
         .arg(lib)
         .args(["--passes", &passes.to_string()])
-        .env("LD_PRELOAD", &preload)
-        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
-        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
         .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"))
-        .env("TUNEDBLAS_STATS", &stats_path)
-        .env_remove("TUNEDBLAS_PROFILE")
-        .env_remove("TUNEDBLAS_DISABLE")
         .output()
         .map_err(|e| Error::failed(format!("cannot start the workload: {e}")))?;
     let log = String::from_utf8_lossy(&out.stderr).into_owned();

@@ -266,6 +266,28 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
+/// This `tunedblas` as a child under the interposer `preload`: the profiles of `profiles`,
+/// its misses to `misses` and its counters to `stats`, whatever profile the caller's
+/// environment names or whether it turns the interposer off (`demo`'s workload and the
+/// replay here).
+pub fn under_preload(
+    preload: &Path,
+    profiles: &Path,
+    misses: &Path,
+    stats: &Path,
+) -> Result<Command> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
+    let mut c = Command::new(exe);
+    c.env("LD_PRELOAD", preload)
+        .env("TUNEDBLAS_PROFILE_DIR", profiles)
+        .env("TUNEDBLAS_MISS_DIR", misses)
+        .env("TUNEDBLAS_STATS", stats)
+        .env_remove("TUNEDBLAS_PROFILE")
+        .env_remove("TUNEDBLAS_DISABLE");
+    Ok(c)
+}
+
 /// The replay of one build's profile: what the parent knows before the child runs.
 struct Plan {
     kind: Kind,
@@ -335,9 +357,13 @@ pub fn run(opts: &Options) -> Result<Report> {
     std::fs::write(&list, &plan.text)
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", list.display())))?;
     let stats_path = scratch.join("stats.json");
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
-    let mut child = Command::new(exe);
+    let preload = preload_path(opts.preload.as_deref())?;
+    let mut child = under_preload(
+        &preload,
+        &opts.profiles,
+        &scratch.join("misses"),
+        &stats_path,
+    )?;
     child
         .arg("replay")
         .arg("--lib")
@@ -357,12 +383,6 @@ pub fn run(opts: &Options) -> Result<Report> {
         }
     }
     let out = child
-        .env("LD_PRELOAD", preload_path(opts.preload.as_deref())?)
-        .env("TUNEDBLAS_PROFILE_DIR", &opts.profiles)
-        .env("TUNEDBLAS_MISS_DIR", scratch.join("misses"))
-        .env("TUNEDBLAS_STATS", &stats_path)
-        .env_remove("TUNEDBLAS_PROFILE")
-        .env_remove("TUNEDBLAS_DISABLE")
         .env_remove("TUNEDBLAS_ALLOW_MISMATCH")
         .output()
         .map_err(|e| Error::failed(format!("cannot start the replay: {e}")))?;
