@@ -45,6 +45,7 @@ pub mod half;
 pub mod hipblaslt;
 pub mod identity;
 pub mod key;
+pub mod leaked;
 pub mod misses;
 pub mod misslog;
 pub mod near;

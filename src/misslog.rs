@@ -187,8 +187,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
 
     #[inline(always)]
     fn segment(&self, s: usize) -> Option<&Segment<K>> {
-        // SAFETY: a non-null segment pointer is a leaked Box that is never freed.
-        unsafe { self.segments[s].load(Ordering::Acquire).as_ref() }
+        crate::leaked::get(&self.segments[s])
     }
 
     /// Segment `s`, allocating it if no thread has yet.
@@ -197,23 +196,8 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
         if let Some(seg) = self.segment(s) {
             return seg;
         }
-        let new = Box::into_raw(Box::new(Segment::new(self.base << s, self.offset(s))));
-        match self.segments[s].compare_exchange(
-            std::ptr::null_mut(),
-            new,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            // SAFETY: just stored; never freed.
-            Ok(_) => unsafe { &*new },
-            Err(theirs) => {
-                // SAFETY: `new` was never shared; `theirs` is a leaked Box.
-                unsafe {
-                    drop(Box::from_raw(new));
-                    &*theirs
-                }
-            }
-        }
+        let new = Box::new(Segment::new(self.base << s, self.offset(s)));
+        crate::leaked::publish(&self.segments[s], new)
     }
 
     /// (segment, slot in it) of a slot number.

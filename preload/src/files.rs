@@ -518,29 +518,12 @@ impl ProcessName {
         if let Some(p) = self.get() {
             return p;
         }
-        let fresh = Box::into_raw(Box::new(Self::make()));
-        match self.text.compare_exchange(
-            std::ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            // SAFETY: published and never freed.
-            Ok(_) => unsafe { &*fresh },
-            Err(theirs) => {
-                // SAFETY: `fresh` was never shared; `theirs` is a leaked Box.
-                unsafe {
-                    drop(Box::from_raw(fresh));
-                    &*theirs
-                }
-            }
-        }
+        tunedblas_core::leaked::publish(&self.text, Box::new(Self::make()))
     }
 
     /// The name if it was made (never allocates).
     pub fn get(&self) -> Option<&Parts> {
-        // SAFETY: a non-null pointer is a leaked Box, never freed.
-        unsafe { self.text.load(Ordering::Acquire).as_ref() }
+        tunedblas_core::leaked::get(&self.text)
     }
 
     /// In a fork child: a name of its own (the parent's is leaked, not freed).
