@@ -591,12 +591,11 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
 
     let html = dir.join("out/report.html");
     let png = dir.join("out/report.png");
-    let out = ok(&harness(
+    let out = ok(&lib_cmd(
         &dir,
+        "report",
+        &lib,
         &[
-            "report",
-            "--lib",
-            lib.to_str().unwrap(),
             "--profiles",
             store.to_str().unwrap(),
             "--out",
@@ -608,6 +607,7 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
             "--json",
         ],
     )
+    .env("NO_COLOR", "1")
     .env("TUNEDBLAS_NEAR", "32")
     .output()
     .unwrap());

@@ -264,16 +264,7 @@ fn quick_tune_args(lib: &Path, n: usize) -> Vec<String> {
 
 /// Starts a campaign with inputs other than the unfinished one's, which must be refused.
 fn another_campaign(dir: &Path, lib: &Path) -> Output {
-    run(tunedblas_cmd(
-        dir,
-        &[
-            "tune",
-            "--lib",
-            lib.to_str().unwrap(),
-            "--shape",
-            "f16:TN:8:8:8",
-        ],
-    ))
+    run(lib_cmd(dir, "tune", lib, &["--shape", "f16:TN:8:8:8"]))
 }
 
 /// Issue 27: a profile folder on a shared filesystem, where `flock` may be local to each
@@ -594,12 +585,11 @@ fn shards_tuned_apart_merge_into_one_profile() {
         rows_total += summary["rows"].as_u64().unwrap();
     }
     let merged = dir.join("merged");
-    let out = ok(&run(tunedblas_cmd(
+    let out = ok(&run(lib_cmd(
         &dir,
+        "merge",
+        &artifacts().lib4(),
         &[
-            "merge",
-            "--lib",
-            artifacts().lib4().to_str().unwrap(),
             "--profiles",
             merged.to_str().unwrap(),
             dir.join("shard0").to_str().unwrap(),
@@ -835,6 +825,15 @@ fn campaign_outcomes(store: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The outcomes of a graph-timed campaign that ran (exit 0) without any shape's capture
+/// failing part way (which would have had it timed again with events only).
+fn graph_outcomes(out: &Output, store: &Path) -> Vec<Value> {
+    ok(out);
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("graph timing failed"), "{stderr}");
+    campaign_outcomes(store)
+}
+
 /// `tune --rest R`: after each timed sample the device idles R times the sample's device
 /// time; the campaign says so and records it. Every final round's samples were followed by
 /// their rest, so the shape's timing took at least (1 + R) times those samples' device time
@@ -845,12 +844,11 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
     let dir = scratch("tune-rest");
     let lib = artifacts().lib5();
     let tune = |store: &str, rest: &str| {
-        run(tunedblas_cmd(
+        run(lib_cmd(
             &dir,
+            "tune",
+            &lib,
             &[
-                "tune",
-                "--lib",
-                lib.to_str().unwrap(),
                 "--shape",
                 "f32:NN:32:16:32",
                 "--prune",
@@ -913,12 +911,11 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
     let dir = scratch("tune-graph");
     let lib = artifacts().lib5();
     let tune = |store: &str, env: &[(&str, &str)]| {
-        let mut cmd = tunedblas_cmd(
+        let mut cmd = lib_cmd(
             &dir,
+            "tune",
+            &lib,
             &[
-                "tune",
-                "--lib",
-                lib.to_str().unwrap(),
                 "--shape",
                 "f32:NN:32:16:32",
                 "--shape",
@@ -937,14 +934,7 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
         cmd.envs(env.iter().copied());
         run(cmd)
     };
-    let out = tune("graphs", &[]);
-    ok(&out);
-    assert!(
-        !text(&out.stderr).contains("graph timing failed"),
-        "{}",
-        text(&out.stderr)
-    );
-    let outcomes = campaign_outcomes(&dir.join("graphs"));
+    let outcomes = graph_outcomes(&tune("graphs", &[]), &dir.join("graphs"));
     assert_eq!(outcomes.len(), 2);
     for o in &outcomes {
         assert_eq!(o["tuned"]["timing"], "graph", "{o}");
@@ -998,29 +988,16 @@ fn tune_with_graph_timing_replays_captured_calls_and_falls_back_where_capture_fa
 
     // Graph timing on two devices at once: the workers' allocations, copies and captures
     // take turns (in HIP one thread's copy breaks another's capture), so both replay.
-    let mut cmd = tunedblas_cmd(
+    let mut cmd = lib_cmd(
         &dir,
-        &[
-            "tune",
-            "--lib",
-            lib.to_str().unwrap(),
-            "--shape",
-            "f32:NN:32:16:32",
-            "--shape",
-            "f16:TN:64:8:64",
-        ],
+        "tune",
+        &lib,
+        &["--shape", "f32:NN:32:16:32", "--shape", "f16:TN:64:8:64"],
     );
     cmd.args(QUICK)
         .args(["--timing", "graph", "--devices", "0,1", "--profiles"])
         .arg(dir.join("two"));
-    let out = run(cmd);
-    ok(&out);
-    assert!(
-        !text(&out.stderr).contains("graph timing failed"),
-        "{}",
-        text(&out.stderr)
-    );
-    let outcomes = campaign_outcomes(&dir.join("two"));
+    let outcomes = graph_outcomes(&run(cmd), &dir.join("two"));
     let mut devices: Vec<i64> = outcomes
         .iter()
         .map(|o| o["device"].as_i64().unwrap())

@@ -116,6 +116,14 @@ pub fn tunedblas_cmd(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// `tunedblas <command> --lib <lib> <args...>` with the test environment of `dir`: the form
+/// every command that reads a rocBLAS (tune, report, merge ...) is run in.
+pub fn lib_cmd(dir: &Path, command: &str, lib: &Path, args: &[&str]) -> Command {
+    let mut cmd = tunedblas_cmd(dir, &[command, "--lib", lib.to_str().unwrap()]);
+    cmd.args(args);
+    cmd
+}
+
 /// A command's stdout, after checking it exited 0 (else the test fails with both streams).
 pub fn ok(out: &Output) -> String {
     let stdout = text(&out.stdout);
