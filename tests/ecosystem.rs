@@ -40,15 +40,8 @@ struct Made {
 
 /// Writes a store with one profile for the build in `libdir/soname`, as `tune` would:
 /// registry entry with version and arch, validators, `ranks` rank files (rank r > 0 gets
-/// `rank1` as the solution of the first spec, to tell ranks apart).
-fn make_store(
-    dir: &Path,
-    libdir: &Path,
-    soname: &str,
-    version: &str,
-    rows: &Made,
-    rank1: &str,
-) -> PathBuf {
+/// Default as the solution of the first spec, to tell ranks apart).
+fn make_store(dir: &Path, libdir: &Path, soname: &str, version: &str, rows: &Made) -> PathBuf {
     let store = dir.join("profiles");
     let name = format!("rocblas-{version}");
     let sha = sha_of(libdir, soname);
@@ -62,7 +55,7 @@ fn make_store(
             format!("Validator,ROCBLAS_VERSION,{version}\nValidator,GCN_ARCH_NAME,gfx1030\n");
         for (i, (spec, sol)) in rows.specs.iter().enumerate() {
             let sol = if rank == 1 && i == 0 {
-                rank1
+                "Default"
             } else {
                 sol.as_str()
             };
@@ -78,6 +71,11 @@ fn make_store(
         .unwrap();
     }
     store
+}
+
+/// [`make_store`] for refblas's v4 build (`librocblas.so.4`) as rocBLAS `version`.
+fn store4(dir: &Path, version: &str, rows: &Made) -> PathBuf {
+    make_store(dir, &artifacts().libdir4, "librocblas.so.4", version, rows)
 }
 
 /// Reads a results file as PyTorch's `TuningContext::ReadFile` does: split on commas,
@@ -139,14 +137,7 @@ fn solution_id(s: &str) -> Option<i32> {
 fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
     let dir = scratch("export-gemm-tune-bench");
     let made = profile_rows(&artifacts().host4);
-    let _store = make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "4.4.0.5f2e9c71",
-        &made,
-        "Default",
-    );
+    let _store = store4(&dir, "4.4.0.5f2e9c71", &made);
     let sha = sha4();
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
@@ -265,14 +256,7 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
 fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
     let dir = scratch("export-gemm-tune-2.47");
     let made = profile_rows(&artifacts().host4);
-    make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "2.47.0.",
-        &made,
-        "Default",
-    );
+    store4(&dir, "2.47.0.", &made);
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let csv = dir.join("override.csv");
@@ -298,14 +282,7 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
 
     // A build that reads the file gets a comment saying so.
     let dir = scratch("export-gemm-tune-4.4");
-    make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "4.4.1.",
-        &made,
-        "Default",
-    );
+    store4(&dir, "4.4.1.", &made);
     let out = ok(&export(&dir, lib, "gemm-tune", &[]).output().unwrap());
     assert_has(&out, "# rocBLAS 4.4.1 reads that variable");
 }
@@ -328,7 +305,6 @@ fn rocblas5_ids_become_tensile_indices_and_others_are_named() {
         "librocblas.so.5",
         "5.6.0.c83a10d4",
         &made,
-        "Default",
     );
     let csv = dir.join("o.csv");
     let lib = artifacts().lib5();
@@ -376,14 +352,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     let dir = scratch("export-tunableop");
     let made = profile_rows(&artifacts().host4);
     let rank1_sol = made.specs[0].1.clone();
-    make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "4.4.0.5f2e9c71",
-        &made,
-        "Default",
-    );
+    store4(&dir, "4.4.0.5f2e9c71", &made);
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     // A file PyTorch wrote on the target (from the vllm-rdna fixtures): its validators.
