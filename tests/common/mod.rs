@@ -292,14 +292,20 @@ pub fn sha_of(lib_dir: &Path, soname: &str) -> String {
     tunedblas_core::identity::sha256_file(&lib_dir.join(soname)).unwrap()
 }
 
+/// Points the interposer's and the command's folders (profile store, miss folder, cache)
+/// at `profiles`, `misses` and `cache` under `dir`.
+pub fn folders_under(cmd: &mut Command, dir: &Path) {
+    cmd.env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
+        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
+        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"));
+}
+
 /// A host run's environment: everything under `dir`, nothing from the user's own setup.
 /// Near-shape serving is off, so a miss stays a miss in every count; the tests about it
 /// (tests/dynamic_shapes.rs) turn it on.
 pub fn host_env(cmd: &mut Command, dir: &Path, preload: bool) {
+    folders_under(cmd, dir);
     cmd.env_remove("LD_PRELOAD")
-        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
-        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
-        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"))
         .env("REFBLAS_TRACE", dir.join("trace.log"))
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_ALLOW_MISMATCH")
@@ -359,7 +365,13 @@ pub fn rank_rows(profile: &Path, rank: usize) -> Vec<(String, String)> {
 
 /// The refblas trace: one map of key=value per executed GEMM.
 pub fn trace(dir: &Path) -> Vec<std::collections::HashMap<String, String>> {
-    std::fs::read_to_string(dir.join("trace.log"))
+    trace_file(&dir.join("trace.log"))
+}
+
+/// A trace file's lines (refblas's or an Lt stand-in's) as key=value maps; none if it is
+/// not there.
+pub fn trace_file(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .map(|l| {
