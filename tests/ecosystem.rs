@@ -504,27 +504,19 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     let lib = artifacts().lib4();
     // A real campaign, so provenance holds measurements: two layers, three token counts
     // for one and one for the other.
-    let mut args = vec![
-        "tune".to_string(),
-        "--lib".into(),
-        lib.display().to_string(),
-        "--profiles".into(),
-        store.display().to_string(),
-        "--arch".into(),
-        "gfx1030".into(),
-    ];
+    let args = ["--profiles", store.to_str().unwrap(), "--arch", "gfx1030"];
+    let mut cmd = lib_cmd(&dir, "tune", &lib, &args);
     for s in [
         "f16:TN:64:8:40",
         "f16:TN:64:16:40",
         "f16:TN:64:24:40",
         "f16:TN:96:16:32",
     ] {
-        args.push("--shape".into());
-        args.push(s.into());
+        cmd.args(["--shape", s]);
     }
-    args.extend(["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"].map(String::from));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    ok(&harness(&dir, &args).output().unwrap());
+    cmd.args(["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"])
+        .env("NO_COLOR", "1");
+    ok(&cmd.output().unwrap());
     let rows: Vec<(String, String)> = std::fs::read_dir(&store)
         .unwrap()
         .map(|e| e.unwrap().path())
