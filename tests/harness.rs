@@ -868,14 +868,7 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
     assert_has(&stdout, "idle 10x each sample's time after it");
     let outcomes = campaign_outcomes(&dir.join("rested"));
     let t = &outcomes[0]["tuned"];
-    let calls = t["calls_per_sample"].as_f64().unwrap();
-    let rounds_ms: f64 = t["rounds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| ["heuristic", "current", "new"].map(|c| r[c].as_f64().unwrap_or(0.0)))
-        .sum::<f64>()
-        * calls;
+    let rounds_ms = samples_device_ms(t);
     let timing_ms = t["seconds"].as_f64().unwrap() * 1e3;
     assert!(rounds_ms > 0.0, "{t}");
     assert!(

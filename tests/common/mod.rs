@@ -485,6 +485,20 @@ pub fn assert_has(text: &str, want: &str) {
     assert!(text.contains(want), "{text}");
 }
 
+/// The device time (ms) of the timed samples of a campaign outcome's `tuned` record: each
+/// round's per-call times of the heuristic, the current row and the new one, times the
+/// calls in a sample.
+pub fn samples_device_ms(tuned: &serde_json::Value) -> f64 {
+    let calls = tuned["calls_per_sample"].as_f64().unwrap();
+    tuned["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| ["heuristic", "current", "new"].map(|c| r[c].as_f64().unwrap_or(0.0)))
+        .sum::<f64>()
+        * calls
+}
+
 /// `tunedblas tune` options that make a campaign quick: three trials, a 1 MiB input
 /// rotation, no rest and no limits (the tests check plumbing, not timing).
 pub const QUICK_TUNE: [&str; 9] = [

@@ -295,27 +295,19 @@ fn gained_changed_and_removed(b: &Backend, dir: &Path) {
         "profile lt reloaded: +0 rows, 1 changed, 0 removed",
         "profile lt reloaded: +0 rows, 0 changed, 1 removed",
     );
-    b.commit(
-        dir,
-        &b.side.sha,
-        &[other.clone(), b.row(CALL, b.tuned[0].0)],
-    );
-    host.said(gained);
-    let fresh0 = b.fresh(dir, CALL);
+    // Each change: committed, said by the host, then what a fresh process runs for CALL.
+    let mut change = |rows: &[String], said: &str| {
+        b.commit(dir, &b.side.sha, rows);
+        host.said(said);
+        b.fresh(dir, CALL)
+    };
+    let fresh0 = change(&[other.clone(), b.row(CALL, b.tuned[0].0)], gained);
     assert_eq!(fresh0["algo"], b.tuned[0].1, "{fresh0:?}");
     open(dir, "g1");
-    b.commit(
-        dir,
-        &b.side.sha,
-        &[other.clone(), b.row(CALL, b.tuned[1].0)],
-    );
-    host.said(changed);
-    let fresh1 = b.fresh(dir, CALL);
+    let fresh1 = change(&[other.clone(), b.row(CALL, b.tuned[1].0)], changed);
     assert_eq!(fresh1["algo"], b.tuned[1].1, "{fresh1:?}");
     open(dir, "g2");
-    b.commit(dir, &b.side.sha, std::slice::from_ref(&other));
-    host.said(removed);
-    let fresh2 = b.fresh(dir, CALL);
+    let fresh2 = change(std::slice::from_ref(&other), removed);
     open(dir, "g3");
     let stderr = host.finish();
     // One line per change, and none for the looks between.
