@@ -59,6 +59,16 @@ fn prom_samples(text: &str) -> Vec<(String, String, f64)> {
     v
 }
 
+/// A life_host under the interposer that runs `steps`, then waits for the file `go`, with
+/// its status written by the writer thread (opt-in), which shows an idle process exactly as
+/// it stands.
+fn waiting_for(dir: &Path, steps: &[&str], go: &Path) -> Command {
+    let wait = format!("@wait-file:{}", go.display());
+    let mut cmd = life_cmd(dir, true, &[steps, &[wait.as_str()]].concat());
+    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
+    cmd
+}
+
 /// Starts `cmd` (a life_host) with stdin closed and these stdout and stderr; returns the
 /// child and its pid.
 fn spawn(mut cmd: Command, stdout: Stdio, stderr: Stdio) -> (Child, u32) {
@@ -102,19 +112,12 @@ fn status_shows_a_running_hosts_counters_and_its_prometheus_file_parses() {
     let dir = scratch("status-live");
     let miss_dir = dir.join("misses");
     let go = dir.join("go");
-    let mut cmd = life_cmd(
-        &dir,
-        true,
-        &[
-            "@pid",
-            "@distinct:5",
-            "@repeat:0:300",
-            &format!("@wait-file:{}", go.display()),
-        ],
+    let steps = ["@pid", "@distinct:5", "@repeat:0:300"];
+    let (mut child, pid) = spawn(
+        waiting_for(&dir, &steps, &go),
+        Stdio::piped(),
+        Stdio::piped(),
     );
-    // The writer thread (opt-in) shows an idle process exactly as it stands.
-    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
-    let (mut child, pid) = spawn(cmd, Stdio::piped(), Stdio::piped());
     // The writer thread writes within about a second; look until it has (the host waits
     // for us: no time limit is asserted, the hang guard of the run below bounds it).
     let seen =
@@ -172,13 +175,11 @@ fn a_killed_process_is_gone_and_a_reused_pid_is_not_taken_for_it() {
     let miss_dir = dir.join("misses");
     // A real host killed with SIGKILL while it waits: its last update stays, shown gone.
     let go = dir.join("never");
-    let mut cmd = life_cmd(
-        &dir,
-        true,
-        &["@distinct:3", &format!("@wait-file:{}", go.display())],
+    let (mut killed, kpid) = spawn(
+        waiting_for(&dir, &["@distinct:3"], &go),
+        Stdio::null(),
+        Stdio::null(),
     );
-    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
-    let (mut killed, kpid) = spawn(cmd, Stdio::null(), Stdio::null());
     let live =
         poll(|| process(&status_json(&miss_dir), kpid).filter(|p| counter(p, "missed") == 3))
             .is_some();
