@@ -382,8 +382,7 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
 
     // Different inputs are refused while the campaign is unfinished.
     let other = another_campaign(&dir, &artifacts().lib4());
-    assert_eq!(other.status.code(), Some(1));
-    assert_has(&text(&other.stderr), "--fresh");
+    assert_refused(&other, 1, "--fresh");
 
     // The same command resumes.
     args.push("--json".into());
@@ -553,8 +552,7 @@ fn verify_fails_when_a_row_is_not_served() {
         &empty,
         &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     ));
-    assert_eq!(out.status.code(), Some(1));
-    assert_has(&text(&out.stderr), "run `tunedblas tune` first");
+    assert_refused(&out, 1, "run `tunedblas tune` first");
 }
 
 #[test]
@@ -800,8 +798,7 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         &dir,
         &["tune", "--lib", &preload, "--shape", "f16:TN:8:8:8"],
     ));
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert_has(&text(&out.stderr), "not rocBLAS");
+    assert_refused(&out, 3, "not rocBLAS");
     // Every subcommand has help with examples.
     for sub in ["demo", "tune", "qualify", "verify", "profiles", "merge"] {
         let out = ok(&run(tunedblas_cmd(&dir, &[sub, "--help"])));
@@ -880,9 +877,9 @@ fn tune_with_a_rest_idles_after_each_sample_and_says_so() {
     assert!(ok(&out).contains("samples back to back"));
     for bad in ["-1", "11", "NaN"] {
         let out = tune("bad", bad);
-        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-        assert_has(
-            &text(&out.stderr),
+        assert_refused(
+            &out,
+            2,
             "--rest takes a multiple of the sample's time from 0 to 10",
         );
     }

@@ -499,6 +499,15 @@ pub fn samples_device_ms(tuned: &serde_json::Value) -> f64 {
         * calls
 }
 
+/// That a command exited with `code` and said `says` on stderr (else the test fails
+/// showing its stderr): how the commands refuse.
+#[track_caller]
+pub fn assert_refused(out: &Output, code: i32, says: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    assert_has(&stderr, says);
+}
+
 /// `tunedblas tune` options that make a campaign quick: three trials, a 1 MiB input
 /// rotation, no rest and no limits (the tests check plumbing, not timing).
 pub const QUICK_TUNE: [&str; 9] = [
