@@ -83,16 +83,7 @@ impl<const N: usize> Slot<N> {
     /// Enters as the writer, looking at most `tries` times; the state to leave from.
     #[inline(always)]
     fn lock(&self, tries: u32) -> Option<u64> {
-        let s = self.state.load(Ordering::Relaxed);
-        if s & WRITING == 0
-            && self
-                .state
-                .compare_exchange(s, s | WRITING, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            // The WRITING mark before any store to the key or words: a reader that sees
-            // a new store (after its Acquire fence) then sees the state moved on.
-            fence(Ordering::Release);
+        if let Some(s) = self.try_enter() {
             return Some(s);
         }
         if tries <= 1 {
@@ -106,16 +97,27 @@ impl<const N: usize> Slot<N> {
     fn lock_waiting(&self, tries: u32) -> Option<u64> {
         for _ in 0..tries {
             std::hint::spin_loop();
-            let s = self.state.load(Ordering::Relaxed);
-            if s & WRITING == 0
-                && self
-                    .state
-                    .compare_exchange(s, s | WRITING, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                fence(Ordering::Release);
+            if let Some(s) = self.try_enter() {
                 return Some(s);
             }
+        }
+        None
+    }
+
+    /// One look: enters as the writer if no other writer is inside; the state to leave from.
+    #[inline(always)]
+    fn try_enter(&self) -> Option<u64> {
+        let s = self.state.load(Ordering::Relaxed);
+        if s & WRITING == 0
+            && self
+                .state
+                .compare_exchange(s, s | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            // The WRITING mark before any store to the key or words: a reader that sees
+            // a new store (after its Acquire fence) then sees the state moved on.
+            fence(Ordering::Release);
+            return Some(s);
         }
         None
     }
@@ -802,15 +804,18 @@ mod tests {
             .collect()
     }
 
+    /// Two addresses whose probes start at one slot of a [`Map`].
+    fn two_at_one_home() -> [usize; 2] {
+        same_home::<3, 64>(2).try_into().unwrap()
+    }
+
     /// The home-slot-only paths of a set and a destroy: an object pushed past its home slot
     /// (another object lives there) is not found or freed there, and is left whole for the
     /// full probe; one in its home slot is.
     #[test]
     fn home_slot_paths_leave_an_object_past_its_home_to_the_probe() {
         let m = Map::new();
-        let [a, b] = same_home::<3, 64>(2)[..] else {
-            unreachable!()
-        };
+        let [a, b] = two_at_one_home();
         assert!(m.insert(a, [1, 1, 1]));
         assert!(
             m.insert(b, [2, 2, 2]),
@@ -834,9 +839,7 @@ mod tests {
     #[test]
     fn a_reader_of_a_slot_freed_and_taken_by_another_address_gets_nothing() {
         let m = Map::new();
-        let [a, b] = same_home::<3, 64>(2)[..] else {
-            unreachable!()
-        };
+        let [a, b] = two_at_one_home();
         assert!(m.insert(a, [1, 1, 1]));
         let found = m.find_any(a).unwrap();
         m.remove(a);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::build::hiplt;
-use common::{assert_has, host_env, scratch, text, trace, Profile};
+use common::{assert_has, assert_refused, host_env, scratch, text, trace, Profile};
 use tunedblas_core::cublaslt::{op_and_signature, LtKey, R_16BF};
 use tunedblas_core::formats::{aiter, hipblaslt_bench, hipblaslt_tuning, lt::Device};
 
@@ -138,9 +138,9 @@ fn a_public_aiter_table_is_adopted_and_its_foreign_indices_are_refused_at_first_
         &fixture("aiter/gemma4_bf16_tuned_gemm.csv"),
         &["--arch", "gfx942:304"],
     );
-    assert_eq!(other.status.code(), Some(1));
-    assert_has(
-        &text(&other.stderr),
+    assert_refused(
+        &other,
+        1,
         "105 rows tuned on another device (gfx950 (256 CUs))",
     );
 }
@@ -217,8 +217,7 @@ fn a_hipblaslt_tuning_file_of_this_build_is_adopted_and_served() {
         &fixture("hipblaslt/offline-tuning-doc.txt"),
         &[],
     );
-    assert_eq!(doc.status.code(), Some(1));
-    assert_has(&text(&doc.stderr), "no `Git Version:` first line");
+    assert_refused(&doc, 1, "no `Git Version:` first line");
 }
 
 /// HIPBLASLT_LOG_MASK=32 lines run with `--algo_method index` are index rows; lines run
@@ -379,8 +378,7 @@ fn a_hipblaslt_profile_is_written_in_the_amd_formats_and_read_back() {
         &dir,
         &["export", "--profile", "amd", "--format", "aiter"],
     ));
-    assert_eq!(out.status.code(), Some(1));
-    assert_has(&text(&out.stderr), "which device");
+    assert_refused(&out, 1, "which device");
 }
 
 /// A TunableOp file tuned on another architecture than the one given is refused before
@@ -397,8 +395,7 @@ fn a_tunableop_file_of_another_architecture_is_refused() {
         ),
     );
     let out = adopt(&dir, &file, &["--arch", "gfx950"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_has(&text(&out.stderr), "tuned on gfx942:sramecc+:xnack-");
+    assert_refused(&out, 1, "tuned on gfx942:sramecc+:xnack-");
     assert!(!dir.join("profiles/profiles.json").exists());
     let out = adopt(&dir, &file, &["--arch", "gfx942"]);
     let said = text(&out.stdout);

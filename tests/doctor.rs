@@ -63,12 +63,10 @@ fn user_env(cmd: &mut Command, home: &Path) {
         std::fs::create_dir_all(home.join(d)).unwrap();
         std::fs::write(home.join(d).join("mine.txt"), d).unwrap();
     }
+    common::folders_under(cmd, home);
     cmd.env("HOME", home)
         .env("XDG_CACHE_HOME", home.join("xdg"))
         .env("TMPDIR", home.join("tmp"))
-        .env("TUNEDBLAS_PROFILE_DIR", home.join("profiles"))
-        .env("TUNEDBLAS_MISS_DIR", home.join("misses"))
-        .env("TUNEDBLAS_CACHE_DIR", home.join("cache"))
         .env_remove("LD_PRELOAD")
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_DISABLE")

@@ -40,15 +40,8 @@ struct Made {
 
 /// Writes a store with one profile for the build in `libdir/soname`, as `tune` would:
 /// registry entry with version and arch, validators, `ranks` rank files (rank r > 0 gets
-/// `rank1` as the solution of the first spec, to tell ranks apart).
-fn make_store(
-    dir: &Path,
-    libdir: &Path,
-    soname: &str,
-    version: &str,
-    rows: &Made,
-    rank1: &str,
-) -> PathBuf {
+/// Default as the solution of the first spec, to tell ranks apart).
+fn make_store(dir: &Path, libdir: &Path, soname: &str, version: &str, rows: &Made) -> PathBuf {
     let store = dir.join("profiles");
     let name = format!("rocblas-{version}");
     let sha = sha_of(libdir, soname);
@@ -62,7 +55,7 @@ fn make_store(
             format!("Validator,ROCBLAS_VERSION,{version}\nValidator,GCN_ARCH_NAME,gfx1030\n");
         for (i, (spec, sol)) in rows.specs.iter().enumerate() {
             let sol = if rank == 1 && i == 0 {
-                rank1
+                "Default"
             } else {
                 sol.as_str()
             };
@@ -78,6 +71,11 @@ fn make_store(
         .unwrap();
     }
     store
+}
+
+/// [`make_store`] for refblas's v4 build (`librocblas.so.4`) as rocBLAS `version`.
+fn store4(dir: &Path, version: &str, rows: &Made) -> PathBuf {
+    make_store(dir, &artifacts().libdir4, "librocblas.so.4", version, rows)
 }
 
 /// Reads a results file as PyTorch's `TuningContext::ReadFile` does: split on commas,
@@ -139,14 +137,7 @@ fn solution_id(s: &str) -> Option<i32> {
 fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
     let dir = scratch("export-gemm-tune-bench");
     let made = profile_rows(&artifacts().host4);
-    let _store = make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "4.4.0.5f2e9c71",
-        &made,
-        "Default",
-    );
+    let _store = store4(&dir, "4.4.0.5f2e9c71", &made);
     let sha = sha4();
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
@@ -265,14 +256,7 @@ fn gemm_tune_and_bench_exports_read_back_and_feed_a_campaign() {
 fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
     let dir = scratch("export-gemm-tune-2.47");
     let made = profile_rows(&artifacts().host4);
-    make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "2.47.0.",
-        &made,
-        "Default",
-    );
+    store4(&dir, "2.47.0.", &made);
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     let csv = dir.join("override.csv");
@@ -298,14 +282,7 @@ fn gemm_tune_export_refuses_a_build_that_does_not_read_the_override_file() {
 
     // A build that reads the file gets a comment saying so.
     let dir = scratch("export-gemm-tune-4.4");
-    make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "4.4.1.",
-        &made,
-        "Default",
-    );
+    store4(&dir, "4.4.1.", &made);
     let out = ok(&export(&dir, lib, "gemm-tune", &[]).output().unwrap());
     assert_has(&out, "# rocBLAS 4.4.1 reads that variable");
 }
@@ -328,7 +305,6 @@ fn rocblas5_ids_become_tensile_indices_and_others_are_named() {
         "librocblas.so.5",
         "5.6.0.c83a10d4",
         &made,
-        "Default",
     );
     let csv = dir.join("o.csv");
     let lib = artifacts().lib5();
@@ -376,14 +352,7 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
     let dir = scratch("export-tunableop");
     let made = profile_rows(&artifacts().host4);
     let rank1_sol = made.specs[0].1.clone();
-    make_store(
-        &dir,
-        &artifacts().libdir4,
-        "librocblas.so.4",
-        "4.4.0.5f2e9c71",
-        &made,
-        "Default",
-    );
+    store4(&dir, "4.4.0.5f2e9c71", &made);
     let lib = artifacts().lib4();
     let lib = lib.to_str().unwrap();
     // A file PyTorch wrote on the target (from the vllm-rdna fixtures): its validators.
@@ -535,27 +504,19 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
     let lib = artifacts().lib4();
     // A real campaign, so provenance holds measurements: two layers, three token counts
     // for one and one for the other.
-    let mut args = vec![
-        "tune".to_string(),
-        "--lib".into(),
-        lib.display().to_string(),
-        "--profiles".into(),
-        store.display().to_string(),
-        "--arch".into(),
-        "gfx1030".into(),
-    ];
+    let args = ["--profiles", store.to_str().unwrap(), "--arch", "gfx1030"];
+    let mut cmd = lib_cmd(&dir, "tune", &lib, &args);
     for s in [
         "f16:TN:64:8:40",
         "f16:TN:64:16:40",
         "f16:TN:64:24:40",
         "f16:TN:96:16:32",
     ] {
-        args.push("--shape".into());
-        args.push(s.into());
+        cmd.args(["--shape", s]);
     }
-    args.extend(["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"].map(String::from));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    ok(&harness(&dir, &args).output().unwrap());
+    cmd.args(["--trials", "3", "--max-trials", "3", "--rotate-mib", "1"])
+        .env("NO_COLOR", "1");
+    ok(&cmd.output().unwrap());
     let rows: Vec<(String, String)> = std::fs::read_dir(&store)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -591,12 +552,11 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
 
     let html = dir.join("out/report.html");
     let png = dir.join("out/report.png");
-    let out = ok(&harness(
+    let out = ok(&lib_cmd(
         &dir,
+        "report",
+        &lib,
         &[
-            "report",
-            "--lib",
-            lib.to_str().unwrap(),
             "--profiles",
             store.to_str().unwrap(),
             "--out",
@@ -608,6 +568,7 @@ fn the_report_renders_in_chromium_and_its_figures_match_the_profile() {
             "--json",
         ],
     )
+    .env("NO_COLOR", "1")
     .env("TUNEDBLAS_NEAR", "32")
     .output()
     .unwrap());

@@ -38,24 +38,13 @@ const ENGINE_VARS: &[&str] = &[
 ];
 
 fn tune(dir: &Path, store: &Path, env: &[(&str, String)]) -> Output {
-    let lib = artifacts().lib4();
-    let mut args: Vec<String> = vec![
-        "tune".into(),
-        "--lib".into(),
-        lib.display().to_string(),
-        "--profiles".into(),
-        store.display().to_string(),
-        "--shard".into(),
-        "auto".into(),
-        "--json".into(),
-    ];
+    let store = store.to_str().unwrap();
+    let args = ["--profiles", store, "--shard", "auto", "--json"];
+    let mut cmd = lib_cmd(dir, "tune", &artifacts().lib4(), &args);
     for s in SHAPES {
-        args.push("--shape".into());
-        args.push(s.to_string());
+        cmd.args(["--shape", *s]);
     }
-    args.extend(QUICK.iter().map(|s| s.to_string()));
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut cmd = tunedblas_cmd(dir, &refs);
+    cmd.args(QUICK);
     for v in ENGINE_VARS {
         cmd.env_remove(v);
     }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::build::hiplt;
-use common::lt::{algos, hipblaslt as lt, key, row, stats};
+use common::lt::{algos, hipblaslt as lt, key, row, stats, STANDIN_TUNE};
 use common::{assert_has, scratch, text, trace};
 use tunedblas_core::cublaslt::op_and_signature;
 
@@ -29,9 +29,8 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
             row(&key(336, 32, 10240), "Gemm_Rocblas_12345"),
         ],
     );
-    let out = lt().host(
+    let stderr = lt().host_ok(
         &dir,
-        true,
         &[
             "2560,16,1536",
             "512,4,2560",
@@ -40,8 +39,6 @@ fn pytorch_hipblaslt_rows_are_served_as_they_are_and_other_shapes_still_miss() {
             "336,32,10240",
         ],
     );
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     assert_has(
         &stderr,
         &format!(
@@ -302,9 +299,7 @@ fn a_public_rocm_tunableop_file_is_adopted_and_its_hipblaslt_rows_load_as_servab
     let registry = std::fs::read_to_string(dir.join("profiles/profiles.json")).unwrap();
     assert_has(&registry, &hiplt().sha);
     assert_has(&registry, "\"library\": \"hipblaslt\"");
-    let out = lt().host(&dir, true, &["2560,16,1536"]);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = lt().host_ok(&dir, &["2560,16,1536"]);
     assert!(
         stderr.contains("hipBLASLt: profile vllm-mi300 auto-selected for hipBLASLt build")
             && stderr.contains("(57 rows, rank 0;"),
@@ -705,9 +700,7 @@ fn tune_takes_recorded_hipblaslt_misses_and_the_interposer_serves_the_rows() {
     std::fs::rename(dir.join("profiles-tuned"), dir.join("profiles")).unwrap();
     let _ = std::fs::remove_dir_all(dir.join("misses"));
     let _ = std::fs::remove_file(dir.join("trace.log"));
-    let out = lt().host(&dir, true, &calls);
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    lt().host_ok(&dir, &calls);
     assert_eq!(algos(&dir), [index.to_string(), index.to_string()]);
     let verify = common::tunedblas_cmd(&dir, &["verify", "--stats"])
         .arg(dir.join("stats.json"))
@@ -885,19 +878,9 @@ fn a_hipblaslt_shape_that_cannot_be_tuned_fails_the_campaign_and_is_retried() {
             .args(["--shape", "64,16,64", "--shape", "256,256,512"])
             .arg("--profiles")
             .arg(dir.join("profiles"))
-            .args([
-                "--workspace",
-                "8192",
-                "--trials",
-                "3",
-                "--rest",
-                "0",
-                "--no-limits",
-            ])
-            .args(["--confirm", "off", "--rotate-mib", "0.02"])
-            // The stand-in's algorithms all time alike, on a noisy CPU: the small shape
-            // gets its Default row, however wide its spread.
-            .args(["--noisy", "100000"])
+            .args(["--workspace", "8192", "--trials", "3"])
+            // The stand-in's algorithms all time alike: the small shape gets its Default row.
+            .args(STANDIN_TUNE)
             .env("FAKEHIPLT_COMPUTE", "1")
             .env("FAKEHIP_NO_GRAPHS", no_graphs)
             .env_remove("FAKEHIPLT_TRACE");

@@ -37,9 +37,7 @@ both! {
     /// (final at exit) name the backend and count the misses.
     fn misses_are_recorded_under_pytorch_names_when_no_profile_matches(s) {
         let dir = scratch(&format!("{}-miss", s.name));
-        let out = s.host(&dir, true, &["2560,16,1536", "2560,16,1536", "512,4,2560"]);
-        let stderr = text(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
+        let stderr = s.host_ok(&dir, &["2560,16,1536", "2560,16,1536", "512,4,2560"]);
         let startup = stderr.lines().next().unwrap_or("");
         assert!(startup.starts_with(&format!("tunedblas: {}: ", s.label)), "{stderr}");
         assert!(startup.contains(s.soname), "{stderr}");
@@ -85,9 +83,7 @@ both! {
         let (big, algo, field) = s.big;
         s.profile(&dir, &[row(&key(128, 8, 64), big)]);
         let calls = ["128,8,64,0", "128,8,64,8192", "128,8,64,8192,1", "128,8,64,4096"];
-        let out = s.host(&dir, true, &calls);
-        let stderr = text(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
+        let stderr = s.host_ok(&dir, &calls);
         assert_eq!(algos(&dir), ["6", algo, "6", algo], "{stderr}");
         if let Some((k, v)) = field {
             assert_eq!(trace(&dir)[1][k], v);

@@ -37,12 +37,11 @@ fn the_reports_claims_are_the_interposers_counters() {
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
 
     let lib = artifacts().lib4();
-    let mut cmd = tunedblas_cmd(
+    let mut cmd = lib_cmd(
         &dir,
+        "report",
+        &lib,
         &[
-            "report",
-            "--lib",
-            lib.to_str().unwrap(),
             "--profiles",
             dir.join("profiles").to_str().unwrap(),
             "--misses",
@@ -228,12 +227,11 @@ fn predicted_cells_are_the_problems_coverage_lists() {
         .collect();
     assert!(expected.len() > 2, "{cov}");
     let lib = artifacts().lib4();
-    let j: Value = serde_json::from_str(&ok(&run(tunedblas_cmd(
+    let j: Value = serde_json::from_str(&ok(&run(lib_cmd(
         &dir,
+        "report",
+        &lib,
         &[
-            "report",
-            "--lib",
-            lib.to_str().unwrap(),
             "--profiles",
             store.to_str().unwrap(),
             "--coverage",

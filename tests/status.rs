@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use common::faults::{life_cmd, wait_guarded};
 use common::*;
@@ -59,6 +59,46 @@ fn prom_samples(text: &str) -> Vec<(String, String, f64)> {
     v
 }
 
+/// A life_host under the interposer that runs `steps`, then waits for the file `go`, with
+/// its status written by the writer thread (opt-in), which shows an idle process exactly as
+/// it stands.
+fn waiting_for(dir: &Path, steps: &[&str], go: &Path) -> Command {
+    let wait = format!("@wait-file:{}", go.display());
+    let mut cmd = life_cmd(dir, true, &[steps, &[wait.as_str()]].concat());
+    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
+    cmd
+}
+
+/// Starts `cmd` (a life_host) with stdin closed and these stdout and stderr; returns the
+/// child and its pid.
+fn spawn(mut cmd: Command, stdout: Stdio, stderr: Stdio) -> (Child, u32) {
+    cmd.stdout(stdout).stderr(stderr).stdin(Stdio::null());
+    let child = cmd.spawn().expect("spawn life_host");
+    let pid = child.id();
+    (child, pid)
+}
+
+/// Looks every 20 ms, for up to two minutes, until `look` finds something; `None` if it
+/// never did. The hosts wait for the test, so what a test waits for here comes unless it
+/// is broken: no time limit is asserted.
+fn poll<T>(mut look: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..6000 {
+        if let Some(found) = look() {
+            return Some(found);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
+/// That the status `p` of a process says it is in `state`, whether it is the final one,
+/// and that it counted `missed` missed calls.
+fn assert_process(p: &serde_json::Value, state: &str, fin: bool, missed: u64) {
+    assert_eq!(p["state"], state, "{p}");
+    assert_eq!(p["final"], fin, "{p}");
+    assert_eq!(counter(p, "missed"), missed, "{p}");
+}
+
 fn files_ending(dir: &Path, end: &str) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .map(|rd| rd.map(|e| e.unwrap().path()).collect())
@@ -72,43 +112,21 @@ fn status_shows_a_running_hosts_counters_and_its_prometheus_file_parses() {
     let dir = scratch("status-live");
     let miss_dir = dir.join("misses");
     let go = dir.join("go");
-    let mut cmd = life_cmd(
-        &dir,
-        true,
-        &[
-            "@pid",
-            "@distinct:5",
-            "@repeat:0:300",
-            &format!("@wait-file:{}", go.display()),
-        ],
+    let steps = ["@pid", "@distinct:5", "@repeat:0:300"];
+    let (mut child, pid) = spawn(
+        waiting_for(&dir, &steps, &go),
+        Stdio::piped(),
+        Stdio::piped(),
     );
-    // The writer thread (opt-in) shows an idle process exactly as it stands.
-    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn life_host");
-    let pid = child.id();
     // The writer thread writes within about a second; look until it has (the host waits
     // for us: no time limit is asserted, the hang guard of the run below bounds it).
-    let mut seen = None;
-    for _ in 0..6000 {
-        let v = status_json(&miss_dir);
-        if let Some(p) = process(&v, pid) {
-            if counter(&p, "missed") >= 305 {
-                seen = Some(p);
-                break;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let seen =
+        poll(|| process(&status_json(&miss_dir), pid).filter(|p| counter(p, "missed") >= 305));
     let p = seen.unwrap_or_else(|| {
         let _ = child.kill();
         panic!("no live status with the host's 305 missed calls")
     });
-    assert_eq!(p["state"], "running", "{p}");
-    assert_eq!(p["final"], false, "{p}");
-    assert_eq!(counter(&p, "missed"), 305, "{p}");
+    assert_process(&p, "running", false, 305);
     assert_eq!(p["backends"][0]["missed_shapes"], 5, "{p}");
     assert_eq!(p["backends"][0]["ranks"][0]["missed_calls"], 305, "{p}");
     let top = &p["backends"][0]["top_missed"];
@@ -147,9 +165,7 @@ fn status_shows_a_running_hosts_counters_and_its_prometheus_file_parses() {
     let out = wait_guarded(child, "life_host");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let p = process(&status_json(&miss_dir), pid).expect("still listed");
-    assert_eq!(p["state"], "exited", "{p}");
-    assert_eq!(p["final"], true, "{p}");
-    assert_eq!(counter(&p, "missed"), 305, "{p}");
+    assert_process(&p, "exited", true, 305);
     assert!(files_ending(&miss_dir, ".prom").is_empty());
 }
 
@@ -159,32 +175,19 @@ fn a_killed_process_is_gone_and_a_reused_pid_is_not_taken_for_it() {
     let miss_dir = dir.join("misses");
     // A real host killed with SIGKILL while it waits: its last update stays, shown gone.
     let go = dir.join("never");
-    let mut cmd = life_cmd(
-        &dir,
-        true,
-        &["@distinct:3", &format!("@wait-file:{}", go.display())],
+    let (mut killed, kpid) = spawn(
+        waiting_for(&dir, &["@distinct:3"], &go),
+        Stdio::null(),
+        Stdio::null(),
     );
-    cmd.env("TUNEDBLAS_STATUS_THREAD", "1");
-    cmd.stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut killed = cmd.spawn().expect("spawn life_host");
-    let kpid = killed.id();
-    let mut live = false;
-    for _ in 0..6000 {
-        if process(&status_json(&miss_dir), kpid).is_some_and(|p| counter(&p, "missed") == 3) {
-            live = true;
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let live =
+        poll(|| process(&status_json(&miss_dir), kpid).filter(|p| counter(p, "missed") == 3))
+            .is_some();
     let _ = killed.kill();
     let _ = killed.wait();
     assert!(live, "the host's status never showed its 3 misses");
     let p = process(&status_json(&miss_dir), kpid).expect("a killed process stays listed");
-    assert_eq!(p["state"], "gone", "{p}");
-    assert_eq!(p["final"], false, "{p}");
-    assert_eq!(counter(&p, "missed"), 3, "{p}");
+    assert_process(&p, "gone", false, 3);
     let me = std::process::id();
     let host = {
         let mut buf = [0u8; 256];
@@ -263,7 +266,7 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
     // The names hold a random part: the host makes its calls (the first writes its status),
     // then waits while its files are replaced by links to the victim.
     let go = dir.join("go");
-    let mut cmd = life_cmd(
+    let cmd = life_cmd(
         &dir,
         true,
         &[
@@ -273,19 +276,8 @@ fn a_symlink_planted_at_the_status_name_is_not_followed_and_a_fork_child_has_its
             "@fork-gemm:40:3",
         ],
     );
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().unwrap();
-    let pid = child.id();
-    let mut name = None;
-    for _ in 0..6000 {
-        name = files_ending(&miss_dir, ".status.json").into_iter().next();
-        if name.is_some() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (mut child, pid) = spawn(cmd, Stdio::piped(), Stdio::piped());
+    let name = poll(|| files_ending(&miss_dir, ".status.json").into_iter().next());
     let name = name.unwrap_or_else(|| {
         let _ = child.kill();
         panic!("the host wrote no status")
@@ -333,11 +325,7 @@ fn waiting_host(dir: &Path, steps: &[&str], env: &[(&str, &str)]) -> (std::proce
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn life_host");
-    let pid = child.id();
+    let (mut child, pid) = spawn(cmd, Stdio::piped(), Stdio::null());
     use std::io::{BufRead, BufReader};
     let stdout = child.stdout.take().unwrap();
     let waiting = BufReader::new(stdout)

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{assert_has, ok, scratch, text};
+use common::{assert_has, ok, samples_device_ms, scratch, text};
 use serde_json::Value;
 
 /// One library's stand-in, as the tests drive it.
@@ -235,14 +235,7 @@ fn the_device_rests_after_every_sample(b: &Backend, dir: &Path) {
         text(&out.stdout)
     );
     let t = &outcomes(&dir.join("profiles"))[0]["tuned"];
-    let calls = t["calls_per_sample"].as_f64().unwrap();
-    let device_ms: f64 = t["rounds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| ["heuristic", "current", "new"].map(|c| r[c].as_f64().unwrap_or(0.0)))
-        .sum::<f64>()
-        * calls;
+    let device_ms = samples_device_ms(t);
     assert!(device_ms > 0.0, "{t}");
     let wall_ms = t["seconds"].as_f64().unwrap() * 1e3;
     assert!(

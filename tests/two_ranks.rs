@@ -50,12 +50,11 @@ fn two_ranks_record_tune_verify_and_serve_their_own_rank_files() {
     }
     // Tune both ranks' misses at once, one worker per device, into one store.
     let lib = artifacts().lib4();
-    let mut tune = tunedblas_cmd(
+    let mut tune = lib_cmd(
         &dir,
+        "tune",
+        &lib,
         &[
-            "tune",
-            "--lib",
-            lib.to_str().unwrap(),
             dir.join("misses").to_str().unwrap(),
             "--devices",
             "0,1",

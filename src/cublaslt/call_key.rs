@@ -440,20 +440,7 @@ impl CallMisses {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A small deterministic generator for the property tests.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-            from[(self.next() % from.len() as u64) as usize]
-        }
-    }
+    use crate::testing::Rng;
 
     fn any_layout(r: &mut Rng, rows: u64, cols: u64) -> LayoutAttrs {
         LayoutAttrs {

@@ -2,6 +2,7 @@ use super::names::{checked_packed_strides, pytorch_expressible};
 use super::*;
 use crate::abi;
 use crate::key::{Batching, Trans, Types};
+use crate::testing::Rng;
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -500,23 +501,6 @@ fn extension_rows_for_what_pytorch_cannot_name() {
         );
     }
     assert_eq!(again.validators, f.validators);
-}
-
-/// A small xorshift generator: deterministic, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
 }
 
 fn random_key(rng: &mut Rng) -> ProblemKey {

@@ -44,6 +44,22 @@ pub struct Side {
     ),
 }
 
+/// The tail of a `tunedblas tune` campaign on a stand-in: no rest, no limits, no
+/// confirmation, a small input rotation, and any spread taken for noise: the stand-in's
+/// algorithms all time alike on a noisy CPU, so a shape the heuristic's algorithm does not
+/// clearly lose gets its Default row, however wide its spread.
+pub const STANDIN_TUNE: [&str; 9] = [
+    "--rest",
+    "0",
+    "--no-limits",
+    "--confirm",
+    "off",
+    "--rotate-mib",
+    "0.02",
+    "--noisy",
+    "100000",
+];
+
 /// The bf16 `F.linear` key of a call `N,M,K`.
 pub fn key(n: i64, m: i64, k: i64) -> LtKey {
     LtKey::linear(R_16BF, n, m, k)
@@ -133,6 +149,14 @@ impl Side {
         self.host_cmd(dir, preload, calls)
             .output()
             .expect("run the Lt host")
+    }
+
+    /// The host's stderr, run under the interposer, after checking it exited 0.
+    pub fn host_ok(&self, dir: &Path, calls: &[&str]) -> String {
+        let out = self.host(dir, true, calls);
+        let stderr = super::text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        stderr
     }
 
     pub fn host_cmd(&self, dir: &Path, preload: bool, calls: &[&str]) -> Command {

@@ -116,6 +116,14 @@ pub fn tunedblas_cmd(dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// `tunedblas <command> --lib <lib> <args...>` with the test environment of `dir`: the form
+/// every command that reads a rocBLAS (tune, report, merge ...) is run in.
+pub fn lib_cmd(dir: &Path, command: &str, lib: &Path, args: &[&str]) -> Command {
+    let mut cmd = tunedblas_cmd(dir, &[command, "--lib", lib.to_str().unwrap()]);
+    cmd.args(args);
+    cmd
+}
+
 /// A command's stdout, after checking it exited 0 (else the test fails with both streams).
 pub fn ok(out: &Output) -> String {
     let stdout = text(&out.stdout);
@@ -284,14 +292,20 @@ pub fn sha_of(lib_dir: &Path, soname: &str) -> String {
     tunedblas_core::identity::sha256_file(&lib_dir.join(soname)).unwrap()
 }
 
+/// Points the interposer's and the command's folders (profile store, miss folder, cache)
+/// at `profiles`, `misses` and `cache` under `dir`.
+pub fn folders_under(cmd: &mut Command, dir: &Path) {
+    cmd.env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
+        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
+        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"));
+}
+
 /// A host run's environment: everything under `dir`, nothing from the user's own setup.
 /// Near-shape serving is off, so a miss stays a miss in every count; the tests about it
 /// (tests/dynamic_shapes.rs) turn it on.
 pub fn host_env(cmd: &mut Command, dir: &Path, preload: bool) {
+    folders_under(cmd, dir);
     cmd.env_remove("LD_PRELOAD")
-        .env("TUNEDBLAS_PROFILE_DIR", dir.join("profiles"))
-        .env("TUNEDBLAS_MISS_DIR", dir.join("misses"))
-        .env("TUNEDBLAS_CACHE_DIR", dir.join("cache"))
         .env("REFBLAS_TRACE", dir.join("trace.log"))
         .env_remove("TUNEDBLAS_PROFILE")
         .env_remove("TUNEDBLAS_ALLOW_MISMATCH")
@@ -351,7 +365,13 @@ pub fn rank_rows(profile: &Path, rank: usize) -> Vec<(String, String)> {
 
 /// The refblas trace: one map of key=value per executed GEMM.
 pub fn trace(dir: &Path) -> Vec<std::collections::HashMap<String, String>> {
-    std::fs::read_to_string(dir.join("trace.log"))
+    trace_file(&dir.join("trace.log"))
+}
+
+/// A trace file's lines (refblas's or an Lt stand-in's) as key=value maps; none if it is
+/// not there.
+pub fn trace_file(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .map(|l| {
@@ -463,6 +483,29 @@ pub fn lt_miss_lines(dir: &Path, tag: &str) -> Vec<String> {
 #[track_caller]
 pub fn assert_has(text: &str, want: &str) {
     assert!(text.contains(want), "{text}");
+}
+
+/// The device time (ms) of the timed samples of a campaign outcome's `tuned` record: each
+/// round's per-call times of the heuristic, the current row and the new one, times the
+/// calls in a sample.
+pub fn samples_device_ms(tuned: &serde_json::Value) -> f64 {
+    let calls = tuned["calls_per_sample"].as_f64().unwrap();
+    tuned["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| ["heuristic", "current", "new"].map(|c| r[c].as_f64().unwrap_or(0.0)))
+        .sum::<f64>()
+        * calls
+}
+
+/// That a command exited with `code` and said `says` on stderr (else the test fails
+/// showing its stderr): how the commands refuse.
+#[track_caller]
+pub fn assert_refused(out: &Output, code: i32, says: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    assert_has(&stderr, says);
 }
 
 /// `tunedblas tune` options that make a campaign quick: three trials, a 1 MiB input

@@ -20,23 +20,8 @@ enum { DESC_TRANSA = 0, DESC_TRANSB = 1, DESC_A_SCALE_POINTER = 5, PREF_MAX_WORK
 enum { LAYOUT_LD = 6 };
 
 typedef struct { uint8_t data[16]; size_t max_workspace_bytes; } Algo;
-typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
-int hipblasLtCreate(void **h);
-int hipblasLtDestroy(void *h);
-int hipblasLtMatmulDescCreate(void **d, int32_t compute, int32_t scale);
-int hipblasLtMatmulDescDestroy(void *d);
-int hipblasLtMatmulDescSetAttribute(void *d, int attr, const void *buf, size_t size);
-int hipblasLtMatrixLayoutCreate(void **l, int32_t type, uint64_t rows, uint64_t cols, int64_t ld);
-int hipblasLtMatrixLayoutDestroy(void *l);
-int hipblasLtMatrixLayoutSetAttribute(void *l, int attr, const void *buf, size_t size);
-int hipblasLtMatmulPreferenceCreate(void **p);
-int hipblasLtMatmulPreferenceDestroy(void *p);
-int hipblasLtMatmulPreferenceSetAttribute(void *p, int attr, const void *buf, size_t size);
-int hipblasLtMatmulAlgoGetHeuristic(void *h, void *d, void *A, void *B, void *C, void *D, void *p,
-                                    int requested, Result *out, int *returned);
-int hipblasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *Ad, const void *B,
-                    void *Bd, const void *beta, const void *C, void *Cd, void *D, void *Dd,
-                    const Algo *algo, void *ws, size_t ws_bytes, void *stream);
+#define LT(name) hipblasLt##name
+#include "lt_module.h"
 
 static void *handle;
 static char *buffer;

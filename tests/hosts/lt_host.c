@@ -13,21 +13,8 @@
 #include "env_once.h"
 
 typedef struct { uint64_t data[8]; } Algo;
-typedef struct { Algo algo; size_t workspace; int32_t state; float waves; int32_t reserved[4]; } Result;
-int cublasLtCreate(void **h);
-int cublasLtMatmulDescCreate(void **d, int32_t compute, int32_t scale);
-int cublasLtMatmulDescDestroy(void *d);
-int cublasLtMatmulDescSetAttribute(void *d, int attr, const void *buf, size_t size);
-int cublasLtMatrixLayoutCreate(void **l, uint32_t type, uint64_t rows, uint64_t cols, int64_t ld);
-int cublasLtMatrixLayoutDestroy(void *l);
-int cublasLtMatmulPreferenceCreate(void **p);
-int cublasLtMatmulPreferenceDestroy(void *p);
-int cublasLtMatmulPreferenceSetAttribute(void *p, int attr, const void *buf, size_t size);
-int cublasLtMatmulAlgoGetHeuristic(void *h, void *d, void *A, void *B, void *C, void *D, void *p,
-                                   int requested, Result *out, int *returned);
-int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *Ad, const void *B,
-                   void *Bd, const void *beta, const void *C, void *Cd, void *D, void *Dd,
-                   const Algo *algo, void *ws, size_t ws_bytes, void *stream);
+#define LT(name) cublasLt##name
+#include "lt_module.h"
 
 static void *handle;
 static char *buffer;

@@ -100,7 +100,7 @@ impl Backend {
         let _ = std::fs::remove_file(dir.join(name));
         let out = self.host(dir, name, &[call.into()]).output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let t = traced(&dir.join(name));
+        let t = trace_file(&dir.join(name));
         assert_eq!(t.len(), 1, "{t:?}");
         t.into_iter().next().unwrap()
     }
@@ -111,28 +111,19 @@ fn dims(call: &str) -> [i64; 3] {
     [v[0], v[1], v[2]]
 }
 
-/// A trace's lines as key=value maps.
-fn traced(path: &Path) -> Vec<HashMap<String, String>> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .filter_map(|w| w.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        })
-        .collect()
-}
-
 /// The `algo` of each traced call of the shape `like` (a fresh process's line) has.
 fn algos_of(path: &Path, like: &HashMap<String, String>) -> Vec<String> {
     let shape = |l: &HashMap<String, String>| ["m", "n", "k"].map(|f| l.get(f).cloned());
-    traced(path)
+    trace_file(path)
         .into_iter()
         .filter(|l| shape(l) == shape(like))
         .map(|l| l["algo"].clone())
         .collect()
+}
+
+/// The algorithms in the order they ran, each run of calls to one algorithm named once.
+fn order(algos: &[String]) -> Vec<&str> {
+    runs(algos).iter().map(|r| r.0).collect()
 }
 
 /// `algos` as runs of one algorithm each: [(algo, how many)].
@@ -304,27 +295,19 @@ fn gained_changed_and_removed(b: &Backend, dir: &Path) {
         "profile lt reloaded: +0 rows, 1 changed, 0 removed",
         "profile lt reloaded: +0 rows, 0 changed, 1 removed",
     );
-    b.commit(
-        dir,
-        &b.side.sha,
-        &[other.clone(), b.row(CALL, b.tuned[0].0)],
-    );
-    host.said(gained);
-    let fresh0 = b.fresh(dir, CALL);
+    // Each change: committed, said by the host, then what a fresh process runs for CALL.
+    let mut change = |rows: &[String], said: &str| {
+        b.commit(dir, &b.side.sha, rows);
+        host.said(said);
+        b.fresh(dir, CALL)
+    };
+    let fresh0 = change(&[other.clone(), b.row(CALL, b.tuned[0].0)], gained);
     assert_eq!(fresh0["algo"], b.tuned[0].1, "{fresh0:?}");
     open(dir, "g1");
-    b.commit(
-        dir,
-        &b.side.sha,
-        &[other.clone(), b.row(CALL, b.tuned[1].0)],
-    );
-    host.said(changed);
-    let fresh1 = b.fresh(dir, CALL);
+    let fresh1 = change(&[other.clone(), b.row(CALL, b.tuned[1].0)], changed);
     assert_eq!(fresh1["algo"], b.tuned[1].1, "{fresh1:?}");
     open(dir, "g2");
-    b.commit(dir, &b.side.sha, std::slice::from_ref(&other));
-    host.said(removed);
-    let fresh2 = b.fresh(dir, CALL);
+    let fresh2 = change(std::slice::from_ref(&other), removed);
     open(dir, "g3");
     let stderr = host.finish();
     // One line per change, and none for the looks between.
@@ -334,7 +317,7 @@ fn gained_changed_and_removed(b: &Backend, dir: &Path) {
     assert_eq!(stderr.matches("reloaded").count(), 3, "{stderr}");
     assert_has(&stderr, &format!("{}: profile lt", b.side.label));
     // Missed, then each row as a fresh process ran it, then missed again: in that order.
-    let t: Vec<_> = traced(&dir.join("trace.log"));
+    let t: Vec<_> = trace_file(&dir.join("trace.log"));
     let algos: Vec<String> = t.iter().map(|l| l["algo"].clone()).collect();
     let r = runs(&algos);
     let order: Vec<&str> = r.iter().map(|(a, _)| *a).collect();
@@ -394,11 +377,7 @@ fn another_builds_rows_and_reload_off(b: &Backend, dir: &Path) {
     let fresh = b.fresh(dir, CALL);
     assert_eq!(fresh["algo"], b.tuned[1].1);
     let reloaded = algos_of(&dir.join("on.log"), &fresh);
-    assert_eq!(
-        runs(&reloaded).iter().map(|r| r.0).collect::<Vec<_>>(),
-        [b.tuned[0].1, b.tuned[1].1],
-        "{on_err}"
-    );
+    assert_eq!(order(&reloaded), [b.tuned[0].1, b.tuned[1].1], "{on_err}");
     let kept = algos_of(&dir.join("off.log"), &fresh);
     assert!(kept.len() >= 5, "{kept:?}");
     assert!(kept.iter().all(|a| a == b.tuned[0].1), "{kept:?}");
@@ -462,11 +441,11 @@ fn broken_stores_keep_the_rows_served(b: &Backend, dir: &Path) {
     let fresh = b.fresh(dir, CALL);
     assert_eq!(fresh["algo"], b.tuned[1].1);
     let served = algos_of(&dir.join("trace.log"), &fresh);
-    let r = runs(&served);
     assert_eq!(
-        r.iter().map(|r| r.0).collect::<Vec<_>>(),
+        order(&served),
         [b.tuned[0].1, b.tuned[1].1],
-        "{r:?}"
+        "{:?}",
+        runs(&served)
     );
 }
 
@@ -517,16 +496,12 @@ fn a_fork_child_during_a_reload(b: &Backend, dir: &Path) {
     assert_eq!(stderr.matches(" calls: ").count(), 2, "{stderr}");
     let child = algos_of(&dir.join("trace.log"), &child_fresh);
     assert_eq!(
-        runs(&child).iter().map(|r| r.0).collect::<Vec<_>>(),
+        order(&child),
         [b.heuristic, b.tuned[0].1],
         "the child missed, then served its row: {child:?}"
     );
     let parent = algos_of(&dir.join("trace.log"), &b.fresh(dir, CALL));
-    assert_eq!(
-        runs(&parent).iter().map(|r| r.0).collect::<Vec<_>>(),
-        [b.tuned[0].1, b.tuned[1].1],
-        "{parent:?}"
-    );
+    assert_eq!(order(&parent), [b.tuned[0].1, b.tuned[1].1], "{parent:?}");
 }
 
 #[test]

@@ -16,3 +16,12 @@ mod reload;
 mod security;
 mod solutions;
 mod store;
+
+/// A fresh folder `tunedblas-rel-<tag>-<pid>` under the system's temporary folder, for the
+/// tests of files alone (no host, no built library).
+fn temp_scratch(tag: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("tunedblas-rel-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}

@@ -481,13 +481,11 @@ fn json(rng: &mut Rng, depth: u32) -> Value {
     }
 }
 
+/// A [`temp_scratch`](crate::temp_scratch) folder, removed when dropped.
 struct Scratch(PathBuf);
 impl Scratch {
     fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("tunedblas-rel-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
+        Scratch(crate::temp_scratch(tag))
     }
 }
 impl Drop for Scratch {

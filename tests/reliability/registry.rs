@@ -6,20 +6,14 @@
 //! the `worker` test below then does its share and exits; without the variable it does
 //! nothing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use crate::temp_scratch;
 use tunedblas_core::registry::{lock_path, ProfileEntry, Provenance, Registry};
 
 const SHA: &str = "c27e2252cc7a4b6e174601a180a169822dcf15a29e634046daecb61498e3bd2a";
 const WORKER_ENV: &str = "TUNEDBLAS_TEST_REGISTRY_WORKER";
-
-fn scratch(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("tunedblas-rel-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    p
-}
 
 /// Adds `count` entries named `<tag>-<i>`, one update each.
 fn add_entries(path: &Path, tag: &str, count: usize) {
@@ -71,7 +65,7 @@ fn worker() {
 
 #[test]
 fn concurrent_updates_from_threads_and_processes_lose_no_entry() {
-    let dir = scratch("registry-concurrent");
+    let dir = temp_scratch("registry-concurrent");
     let reg = dir.join("profiles.json");
     let prov = dir.join("provenance.json");
     // An existing registry with an entry and a field some other tool wrote.
@@ -162,7 +156,7 @@ fn concurrent_updates_from_threads_and_processes_lose_no_entry() {
 
 #[test]
 fn a_broken_registry_is_not_overwritten_by_an_update() {
-    let dir = scratch("registry-broken");
+    let dir = temp_scratch("registry-broken");
     let reg = dir.join("profiles.json");
     std::fs::write(&reg, "{\"profiles\": {,,}").unwrap();
     let err = Registry::update_locked(&reg, |r| {
