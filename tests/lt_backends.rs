@@ -424,8 +424,7 @@ both! {
     fn a_fifo_or_dev_zero_as_the_rank_file_never_blocks_the_host(s) {
         for what in ["fifo", "zero"] {
             let dir = scratch(&format!("{}-special-{what}", s.name));
-            s.profile(&dir, &[]);
-            let rank = s.rank_file(&dir);
+            let rank = s.profile(&dir, &[]);
             std::fs::remove_file(&rank).unwrap();
             if what == "fifo" {
                 let c = std::ffi::CString::new(rank.to_str().unwrap()).unwrap();
@@ -447,9 +446,9 @@ both! {
     /// A row right after a byte order mark (no validator line before it) is served.
     fn a_byte_order_mark_does_not_hide_the_first_row(s) {
         let dir = scratch(&format!("{}-bom", s.name));
-        s.profile(&dir, &[]);
+        let rank = s.profile(&dir, &[]);
         let r = row(&key(8, 8, 8), s.tuned.0);
-        std::fs::write(s.rank_file(&dir), format!("\u{feff}{r}\n")).unwrap();
+        std::fs::write(rank, format!("\u{feff}{r}\n")).unwrap();
         let out = run_guarded(s.host_cmd(&dir, true, &["8,8,8"]));
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{stderr}");
@@ -462,12 +461,12 @@ both! {
     /// algorithm: it is never served; the whole row before it is.
     fn a_truncated_results_file_serves_its_whole_rows_only(s) {
         let dir = scratch(&format!("{}-truncated", s.name));
-        s.profile(&dir, &[]);
         let whole = row(&key(8, 8, 8), s.tuned.0);
         let cut = row(&key(16, 8, 8), s.tuned.0);
         let cut = &cut[..cut.rfind(',').unwrap() - 1];
-        let file = format!("{}{whole}\n{cut}", s.validator_lines());
-        std::fs::write(s.rank_file(&dir), file).unwrap();
+        let rank = s.profile(&dir, &[whole, cut.to_owned()]);
+        let file = std::fs::read_to_string(&rank).unwrap();
+        std::fs::write(&rank, file.trim_end()).unwrap();
         let out = run_guarded(s.host_cmd(&dir, true, &["8,8,8", "16,8,8"]));
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{stderr}");
@@ -482,11 +481,9 @@ both! {
     /// recorded.
     fn malformed_rows_and_an_invalid_registry_are_said_and_nothing_breaks(s) {
         let dir = scratch(&format!("{}-malformed", s.name));
-        s.profile(&dir, &[]);
         let bad = "GemmTunableOp_BFloat16_TN,tn_8_8,Gemm_nonsense,x";
         let good = row(&key(8, 8, 8), s.tuned.0);
-        std::fs::write(s.rank_file(&dir), format!("{}{bad}\n{good}\n", s.validator_lines()))
-            .unwrap();
+        s.profile(&dir, &[bad.to_owned(), good]);
         let out = run_guarded(s.host_cmd(&dir, true, &["8,8,8"]));
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{stderr}");
@@ -521,8 +518,7 @@ both! {
         assert_eq!(s.miss_lines(&dir).len(), 1);
 
         let dir = scratch(&format!("{}-unreadable", s.name));
-        s.profile(&dir, &[]);
-        let rank = s.rank_file(&dir);
+        let rank = s.profile(&dir, &[]);
         std::fs::remove_file(&rank).unwrap();
         std::fs::create_dir(&rank).unwrap();
         let out = run_guarded(s.host_cmd(&dir, true, &["8,8,8"]));

@@ -100,12 +100,14 @@ impl Side {
         self.libdir.join(self.soname)
     }
 
-    /// A profile of `rows` for the stand-in's build in `<dir>/profiles`.
-    pub fn profile(&self, dir: &Path, rows: &[String]) {
+    /// A profile of `rows` for the stand-in's build in `<dir>/profiles`; its rank-0
+    /// results file.
+    pub fn profile(&self, dir: &Path, rows: &[String]) -> PathBuf {
         Profile::new(&dir.join("profiles"), self.profile, &self.sha)
             .validators(self.validators)
             .lines(rows)
-            .write();
+            .write()
+            .join("tunableop_results0.csv")
     }
 
     /// A profile for each stand-in build, each with its tuned row for `k`.
@@ -128,21 +130,6 @@ impl Side {
             serde_json::json!({ "profiles": reg }).to_string(),
         )
         .unwrap();
-    }
-
-    /// The rank-0 results file of [`Side::profile`]'s profile.
-    pub fn rank_file(&self, dir: &Path) -> PathBuf {
-        dir.join("profiles")
-            .join(self.profile)
-            .join("tunableop_results0.csv")
-    }
-
-    /// The profile's validator lines, as a results file starts.
-    pub fn validator_lines(&self) -> String {
-        self.validators
-            .iter()
-            .map(|(k, v)| format!("Validator,{k},{v}\n"))
-            .collect()
     }
 
     pub fn host(&self, dir: &Path, preload: bool, calls: &[&str]) -> Output {
