@@ -214,6 +214,28 @@ impl<const N: usize> Found<'_, N> {
         }
         s.unlock(st);
     }
+
+    /// Word 0 of this slot changed by `f` in place, if the slot still holds the object and
+    /// `f` gives a word (`Some`): the one-word change a set makes on every PyTorch GEMM,
+    /// with no closure over all the words. `false` when it could not be made here (`f`
+    /// gave `None`, the object is gone, or a writer kept the slot): then change the object
+    /// through [`Found::edit`], or (gone or kept) leave it.
+    #[inline(always)]
+    pub fn edit_first(&self, f: impl FnOnce(u64) -> Option<u64>) -> bool {
+        let s = self.slot;
+        let Some(st) = s.try_enter() else {
+            return false;
+        };
+        let mut done = false;
+        if s.key.load(Ordering::Relaxed) == self.addr {
+            if let Some(w) = f(s.words[0].load(Ordering::Relaxed)) {
+                s.words[0].store(w, Ordering::Relaxed);
+                done = true;
+            }
+        }
+        s.unlock(st);
+        done
+    }
 }
 
 /// Address -> `N` words, for at most `SLOTS` (a power of two) live objects. See the

@@ -412,7 +412,7 @@ macro_rules! lt_exports {
             use std::ffi::{c_void, CStr};
             use std::panic::catch_unwind;
 
-            use tunedblas_core::cublaslt::LayoutAttrs;
+            use tunedblas_core::cublaslt::{desc_word_set, LayoutAttrs};
 
             use crate::lt::callers::Callers;
             use crate::lt::objects::{plain_desc, plain_layout, Kinds};
@@ -555,7 +555,7 @@ macro_rules! lt_exports {
             /// destroys it in the library that made it, else the caller's.
             macro_rules! set_and_destroy {
                 ($set:ident, $destroy:ident, $table:ident, $objects:ident,
-                 $real_set:ident, $real_destroy:ident) => {
+                 $real_set:ident, $real_destroy:ident, $field:expr) => {
                     /// An object in its home slot whose library's set function is kept
                     /// (a PyTorch GEMM's) is set here; every other case out of line.
                     pub extern "C" fn $set(
@@ -601,8 +601,16 @@ macro_rules! lt_exports {
                         let f = unsafe { std::mem::transmute::<*mut c_void, SetFn>(f) };
                         // SAFETY: the library's function, the caller's own arguments.
                         let status = unsafe { f(obj, attr, buf, size) };
-                        if status == 0 {
-                            // SAFETY: the library just read `size` bytes at `buf`.
+                        if status != 0 {
+                            return status;
+                        }
+                        // A transpose on a plain descriptor: its one word changed in
+                        // place; every other change through all its words.
+                        // SAFETY (both): the library just read `size` bytes at `buf`.
+                        let in_place = unsafe { $field(attr, buf, size) }.is_some_and(|(field, v)| {
+                            found.edit_first(|w| Some(desc_word_set(w, field, v)).filter(|&n| n != 0))
+                        });
+                        if !in_place {
                             let change = unsafe { <$kinds>::$set(attr, buf, size) };
                             let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(&found, change));
                         }
@@ -636,8 +644,10 @@ macro_rules! lt_exports {
                 };
             }
 
-            set_and_destroy!(desc_set, desc_destroy, DESCS, Descs, $desc_set, $desc_destroy);
-            set_and_destroy!(layout_set, layout_destroy, LAYOUTS, Layouts, $layout_set, $layout_destroy);
+            set_and_destroy!(desc_set, desc_destroy, DESCS, Descs, $desc_set, $desc_destroy,
+                <$kinds>::desc_field);
+            set_and_destroy!(layout_set, layout_destroy, LAYOUTS, Layouts, $layout_set, $layout_destroy,
+                crate::lt::objects::no_field);
 
             /// As `desc_create`: a call site in its home slot and a plain layout here.
             pub extern "C" fn layout_create(

@@ -51,6 +51,19 @@ impl crate::lt::objects::Kinds for Kept {
         }
     }
 
+    /// The transposes, 4 bytes as `desc_set` reads them.
+    #[inline(always)]
+    unsafe fn desc_field(attr: i32, buf: *const c_void, size: usize) -> Option<(DescField, i32)> {
+        let field = match attr {
+            DESC_TRANSA => DescField::TRANS_A,
+            DESC_TRANSB => DescField::TRANS_B,
+            _ => return None,
+        };
+        // SAFETY: per the contract, 4 bytes checked.
+        (size == 4 && !buf.is_null())
+            .then(|| (field, unsafe { buf.cast::<i32>().read_unaligned() }))
+    }
+
     /// The layout attributes the key reads, each at its own size; one set with another
     /// size sends the layout to the getters.
     unsafe fn layout_set(attr: i32, buf: *const c_void, size: usize) -> Change {

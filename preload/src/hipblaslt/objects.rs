@@ -72,6 +72,24 @@ impl crate::lt::objects::Kinds for Kept {
         }
     }
 
+    /// The transposes in cuBLASLt's numbers, a larger buffer's first 4 bytes as
+    /// `desc_set` reads them.
+    #[inline(always)]
+    unsafe fn desc_field(attr: i32, buf: *const c_void, size: usize) -> Option<(DescField, i32)> {
+        let field = match attr {
+            HIPBLASLT_MATMUL_DESC_TRANSA => DescField::TRANS_A,
+            HIPBLASLT_MATMUL_DESC_TRANSB => DescField::TRANS_B,
+            _ => return None,
+        };
+        // SAFETY: per the contract, 4 bytes checked.
+        (size >= 4 && !buf.is_null()).then(|| {
+            (
+                field,
+                operation(unsafe { buf.cast::<i32>().read_unaligned() }),
+            )
+        })
+    }
+
     /// Each layout attribute at its hipBLASLt number, read with its own size (4 bytes:
     /// batch count, type, order; 8: the rest); a buffer smaller than that was refused.
     unsafe fn layout_set(attr: i32, buf: *const c_void, size: usize) -> Change {

@@ -552,11 +552,28 @@ pub trait Kinds {
     /// `buf` points to `size` readable bytes (the caller's own arguments, just read by the
     /// library).
     unsafe fn desc_set(attr: i32, buf: *const c_void, size: usize) -> Change;
+    /// The transposes PyTorch sets on every GEMM, read for the set's fast path: the field
+    /// of a plain descriptor's word they change, and the value in cuBLASLt's numbers,
+    /// exactly what [`Kinds::desc_set`] would give as a [`Change::Field`]. `None` for every
+    /// other set (then `desc_set` says what changed).
+    ///
+    /// # Safety
+    /// As [`Kinds::desc_set`].
+    unsafe fn desc_field(attr: i32, buf: *const c_void, size: usize) -> Option<(DescField, i32)>;
     /// What a successful `MatrixLayoutSetAttribute(attr, buf, size)` changes.
     ///
     /// # Safety
     /// As [`Kinds::desc_set`].
     unsafe fn layout_set(attr: i32, buf: *const c_void, size: usize) -> Change;
+}
+
+/// No layout set changes a field in place ([`Kinds::desc_field`] for layouts).
+///
+/// # Safety
+/// None needed: nothing is read.
+#[inline(always)]
+pub unsafe fn no_field(_: i32, _: *const c_void, _: usize) -> Option<(DescField, i32)> {
+    None
 }
 
 /// The key of a call from its objects' words, or why it is not one tunedblas serves: the
@@ -768,6 +785,61 @@ mod tests {
         batched[layout::BATCH] = 2;
         batched[layout::BATCH_MODE] = 1;
         assert!(key_of(&d, [&batched, &b, &c, &c]).is_err());
+    }
+
+    /// The set's fast path (`Kinds::desc_field`) changes a descriptor's word exactly as
+    /// the general one (`Kinds::desc_set`) would, for each library, every attribute number
+    /// around the transposes' and buffers of each size.
+    #[test]
+    fn a_transpose_set_in_place_is_the_general_sets_change() {
+        fn check<K: Kinds>() {
+            let word = desc_word(&new_desc(COMPUTE_32F, R_32F));
+            for attr in -1..40 {
+                for v in [-3i64, -1, 0, 1, 2, 3, 111, 1 << 40] {
+                    for size in [0usize, 2, 4, 8] {
+                        let p = (&v as *const i64).cast();
+                        let quick = unsafe { K::desc_field(attr, p, size) };
+                        let Some((field, got)) = quick else { continue };
+                        let Change::Field(_, want, want_field) =
+                            (unsafe { K::desc_set(attr, p, size) })
+                        else {
+                            panic!("{}: attr {attr} size {size}: not a field", K::LIBRARY)
+                        };
+                        assert_eq!(
+                            (field, got),
+                            (want_field, want as i32),
+                            "{}: attr {attr}",
+                            K::LIBRARY
+                        );
+                        assert_eq!(
+                            desc_word_set(word, field, got),
+                            desc_word_set(word, want_field, want as i32)
+                        );
+                    }
+                }
+            }
+            let t: i32 = OP_T;
+            assert!(
+                unsafe { K::desc_field(DESC_TRANSA, (&t as *const i32).cast(), 4) }.is_some()
+                    || K::LIBRARY == "hipBLASLt",
+                "cuBLASLt's TRANSA takes the fast path"
+            );
+        }
+        check::<crate::cublaslt::objects::Kept>();
+        check::<crate::hipblaslt::objects::Kept>();
+        let op_t = tunedblas_core::abi::HIPBLAS_OP_T;
+        let hip = unsafe {
+            crate::hipblaslt::objects::Kept::desc_field(
+                tunedblas_core::abi::HIPBLASLT_MATMUL_DESC_TRANSA,
+                (&op_t as *const i32).cast(),
+                4,
+            )
+        };
+        assert_eq!(
+            hip,
+            Some((DescField::TRANS_A, OP_T)),
+            "hipBLASLt's TRANSA takes it too"
+        );
     }
 
     #[test]
