@@ -117,13 +117,24 @@ fn same_key<K: Eq>(a: &K, b: &K) -> bool {
 /// All-zero bytes must be a valid `T`.
 pub unsafe fn zeroed_slice<T>(n: usize) -> Box<[T]> {
     let layout = std::alloc::Layout::array::<T>(n).expect("slice size");
+    // SAFETY: per the contract.
+    unsafe { try_zeroed_slice(n) }.unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+}
+
+/// [`zeroed_slice`], or `None` where the memory cannot be had (an address-space limit):
+/// for the interposer, whose host must not be aborted for a table of its own.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T`.
+pub unsafe fn try_zeroed_slice<T>(n: usize) -> Option<Box<[T]>> {
+    let layout = std::alloc::Layout::array::<T>(n).ok()?;
     // SAFETY: a non-zero layout (callers ask for n >= 2 of a sized T).
     let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
     if p.is_null() {
-        std::alloc::handle_alloc_error(layout);
+        return None;
     }
     // SAFETY: `p` holds `n` zeroed `T`s, valid per the caller.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) }
+    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) })
 }
 
 impl<K: Copy + Eq, V: Zeroed> ClaimMap<K, V> {
@@ -131,16 +142,23 @@ impl<K: Copy + Eq, V: Zeroed> ClaimMap<K, V> {
     /// walk at most `max_probe` slots.
     pub fn new(capacity: usize, max_probe: usize) -> ClaimMap<K, V> {
         let n = capacity.max(2).next_power_of_two();
+        let layout = std::alloc::Layout::array::<Slot<K, V>>(n).expect("slice size");
+        Self::try_new(capacity, max_probe).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+    }
+
+    /// [`ClaimMap::new`], or `None` where its slots cannot be allocated.
+    pub fn try_new(capacity: usize, max_probe: usize) -> Option<ClaimMap<K, V>> {
+        let n = capacity.max(2).next_power_of_two();
         const { assert!(EMPTY == 0) };
         // SAFETY: an all-zero Slot is a valid empty slot (atomics at 0 = EMPTY, a zeroed
         // `V` is valid by `Zeroed`, `entry` is MaybeUninit).
-        let slots = unsafe { zeroed_slice(n) };
-        ClaimMap {
+        let slots = unsafe { try_zeroed_slice(n) }?;
+        Some(ClaimMap {
             slots,
             mask: n - 1,
             probes: max_probe.clamp(1, n),
             _not_frozen: UnsafeCell::new(()),
-        }
+        })
     }
 
     /// The number of slots.

@@ -102,13 +102,25 @@ pub fn hex(bytes: &[u8]) -> String {
 pub fn sha256_file(path: &Path) -> io::Result<String> {
     let mut f = File::open(path)?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
+    // A smaller buffer where a host's address-space limit has no megabyte to spare (the
+    // interposer hashes at start-up, in the host: an allocation failure would abort it).
+    let mut buf = Vec::new();
+    for size in [1 << 20, 1 << 16, 1 << 12] {
+        if buf.try_reserve_exact(size).is_ok() {
+            buf.resize(size, 0);
+            break;
+        }
+    }
+    if buf.is_empty() {
+        return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+    }
     loop {
         let n = f.read(&mut buf)?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
+        crate::progress::tick();
     }
     Ok(hex(&hasher.finalize()))
 }

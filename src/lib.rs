@@ -51,6 +51,7 @@ pub mod misslog;
 pub mod near;
 pub mod process;
 pub mod profile;
+pub mod progress;
 pub mod registry;
 pub mod rocblas;
 pub mod settings;

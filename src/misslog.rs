@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use rustc_hash::FxHasher;
 
-use crate::claim_map::{hash_of, zeroed_slice, ClaimMap, Probe, Zeroed};
+use crate::claim_map::{hash_of, try_zeroed_slice, ClaimMap, Probe, Zeroed};
 use crate::key::ProblemKey;
 
 /// What a miss-set slot holds beside its key.
@@ -115,21 +115,30 @@ pub fn key_hash<K: Hash>(key: &K) -> u64 {
     h.finish()
 }
 
+/// A set's first segment, or null where it cannot be allocated (the first record then
+/// tries again, as for a later segment).
+fn first_segment<K: Copy + Eq>(base: usize) -> *mut Segment<K> {
+    Segment::new(base, 0).map_or(std::ptr::null_mut(), |s| Box::into_raw(Box::new(s)))
+}
+
 impl<K: Copy + Eq> Segment<K> {
     /// A segment of `n` slots (a power of two), zeroed by the allocator: an empty slot is
     /// all zero bytes, so a large segment costs no start-up time and no resident memory
     /// until shapes land in it.
-    fn new(n: usize, offset: usize) -> Segment<K> {
+    ///
+    /// `None` where the memory cannot be had (a host's address-space limit): the interposer
+    /// then counts the shape as one the set had no room for, rather than abort its host.
+    fn new(n: usize, offset: usize) -> Option<Segment<K>> {
         assert!(n.is_power_of_two());
         // SAFETY: an all-zero AtomicU64 / AtomicU32 is 0.
-        let (counts, order) = unsafe { (zeroed_slice(n * SHARDS), zeroed_slice(n)) };
-        Segment {
-            map: ClaimMap::new(n, MAX_PROBE),
+        let (counts, order) = unsafe { (try_zeroed_slice(n * SHARDS)?, try_zeroed_slice(n)?) };
+        Some(Segment {
+            map: ClaimMap::try_new(n, MAX_PROBE)?,
             counts,
             offset,
             filled: AtomicUsize::new(0),
             order,
-        }
+        })
     }
 
     /// Shard `shard`'s count of slot `i`, without a bounds check.
@@ -167,10 +176,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
             base,
             max_segments: max_segments.clamp(1, SEGMENTS),
         };
-        set.segments[0].store(
-            Box::into_raw(Box::new(Segment::new(base, 0))),
-            Ordering::Release,
-        );
+        set.segments[0].store(first_segment(base), Ordering::Release);
         set
     }
 
@@ -192,12 +198,12 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
 
     /// Segment `s`, allocating it if no thread has yet.
     #[cold]
-    fn grow(&self, s: usize) -> &Segment<K> {
+    fn grow(&self, s: usize) -> Option<&Segment<K>> {
         if let Some(seg) = self.segment(s) {
-            return seg;
+            return Some(seg);
         }
-        let new = Box::new(Segment::new(self.base << s, self.offset(s)));
-        crate::leaked::publish(&self.segments[s], new)
+        let new = Box::new(Segment::new(self.base << s, self.offset(s))?);
+        Some(crate::leaked::publish(&self.segments[s], new))
     }
 
     /// (segment, slot in it) of a slot number.
@@ -266,7 +272,10 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
                         return (Sight::Refused, None);
                     }
                 }
-                self.grow(s);
+                if self.grow(s).is_none() {
+                    // No memory for the next segment: as full.
+                    return (Sight::Full, None);
+                }
                 continue;
             };
             let may_claim = || {
@@ -412,7 +421,7 @@ impl<K: Copy + Eq + Hash> MissSet<K> {
     pub unsafe fn reset(&self) {
         for (s, seg) in self.segments.iter().enumerate() {
             let fresh = if s == 0 {
-                Box::into_raw(Box::new(Segment::new(self.base, 0)))
+                first_segment(self.base)
             } else {
                 std::ptr::null_mut()
             };

@@ -183,7 +183,19 @@ pub struct Lazy<T: 'static> {
     /// The process in which start-up began: a child forked while another thread of its
     /// parent was starting up inherits INITIALIZING with no thread left to finish it.
     init_pid: AtomicU32,
+    /// A caller saw this start-up not move for [`START_STALL_NS`] and gave up: later
+    /// callers pass through at once until it ends (cleared when a start-up begins).
+    waited_out: AtomicBool,
 }
+
+/// How long a call waits for another thread's start-up to move on before it passes
+/// through untuned. A start-up that moves (hashing a 1 GB library cold takes a second or
+/// two, reading a large profile as long; both tick `tunedblas_core::progress` as they go)
+/// is waited for to the end, so the calls made meanwhile are served and recorded. One that
+/// does not move for this long may be waiting for a lock the caller holds (the loader's,
+/// when the call comes from a library constructor inside `dlopen` or a destructor inside
+/// `dlclose` or `exit`): waiting on would hang both threads.
+const START_STALL_NS: u64 = 1_000_000_000;
 
 impl<T: 'static> Lazy<T> {
     pub const fn new() -> Lazy<T> {
@@ -191,6 +203,7 @@ impl<T: 'static> Lazy<T> {
             state: AtomicU8::new(UNINIT),
             value: AtomicPtr::new(std::ptr::null_mut()),
             init_pid: AtomicU32::new(0),
+            waited_out: AtomicBool::new(false),
         }
     }
 
@@ -217,10 +230,19 @@ impl<T: 'static> Lazy<T> {
         self.state.load(Ordering::Acquire) == READY || self.slow_get(init).is_some()
     }
 
+    /// Whether another thread is starting the runtime up now (a call given `None` then
+    /// passed through without waiting for it: counted as passed through).
+    #[inline]
+    pub fn starting(&self) -> bool {
+        self.state.load(Ordering::Acquire) == INITIALIZING
+    }
+
     #[cold]
     fn slow_get(&'static self, init: fn() -> Option<T>) -> Option<&'static T> {
         let _errno = KeepErrno::new();
         let me = self as *const Self as usize;
+        // The start-up's progress last seen moving, and when.
+        let mut watch: Option<(u64, u64)> = None;
         loop {
             match self.state.load(Ordering::Acquire) {
                 READY => return self.peek(),
@@ -236,6 +258,7 @@ impl<T: 'static> Lazy<T> {
                     {
                         continue;
                     }
+                    self.waited_out.store(false, Ordering::Relaxed);
                     INITIALIZING_HERE.with(|f| f.set(me));
                     let built = {
                         let _no_cancel = NoCancel::new();
@@ -269,6 +292,22 @@ impl<T: 'static> Lazy<T> {
                             Ordering::Acquire,
                         );
                         return None;
+                    }
+                    // Another thread is starting up: wait while it moves on, not once it
+                    // stops (see START_STALL_NS); once one caller gave up, the others do not
+                    // wait either. (No line: a signal handler may be the caller.)
+                    if self.waited_out.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    let (now, moved) = (monotonic_ns(), tunedblas_core::progress::ticks());
+                    match &mut watch {
+                        Some((seen, since)) if *seen == moved => {
+                            if now.saturating_sub(*since) >= START_STALL_NS {
+                                self.waited_out.store(true, Ordering::Relaxed);
+                                return None;
+                            }
+                        }
+                        _ => watch = Some((moved, now)),
                     }
                     std::thread::yield_now();
                 }
@@ -691,6 +730,11 @@ pub fn in_fork_child() -> bool {
 /// symlink planted under either name, readable by the user only. `suffix` tells backends
 /// apart; a fork child writes `<path><suffix>.<pid>` and leaves the parent's file alone.
 /// A file that cannot be written (a full disk) is said once, and leaves no temporary.
+///
+/// A path that names a device, a FIFO or a socket (`/dev/null`, a named pipe), or a link to
+/// one or to a descriptor (`/dev/stdout`, `/proc/self/fd/2`), is written through, appended,
+/// by every process: renaming over it replaced `/dev/null` with a root-only regular file
+/// for a whole container (an outside tester's finding). Nothing else is ever followed.
 pub fn write_stats(path: &Path, suffix: &str, json: &serde_json::Value) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if let Err(e) = try_write_stats(path, suffix, json) {
@@ -700,11 +744,60 @@ pub fn write_stats(path: &Path, suffix: &str, json: &serde_json::Value) {
     }
 }
 
+/// What is at a stats path now, and so how it is written.
+#[derive(Debug, PartialEq, Eq)]
+enum StatsTarget {
+    /// Nothing, a regular file, or a symlink to neither a stream nor a descriptor (planted):
+    /// a new file put in its place.
+    Replace,
+    /// A device, FIFO or socket, or a link to one or to a descriptor: written through.
+    Stream,
+}
+
+fn stats_target(path: &Path) -> std::io::Result<StatsTarget> {
+    use std::os::unix::fs::FileTypeExt;
+    let stream = |t: std::fs::FileType| t.is_char_device() || t.is_fifo() || t.is_socket();
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StatsTarget::Replace),
+        other => other?,
+    };
+    let t = meta.file_type();
+    if t.is_file() {
+        return Ok(StatsTarget::Replace);
+    }
+    if stream(t) {
+        return Ok(StatsTarget::Stream);
+    }
+    if t.is_symlink() {
+        let to = std::fs::read_link(path)?;
+        let descriptor = to.starts_with("/proc/") || to.starts_with("/dev/fd/");
+        let leads_to_stream = std::fs::metadata(path).is_ok_and(|m| stream(m.file_type()));
+        return Ok(if descriptor || leads_to_stream {
+            StatsTarget::Stream
+        } else {
+            StatsTarget::Replace
+        });
+    }
+    Err(std::io::Error::other(
+        "it is neither a file nor a device, FIFO or socket",
+    ))
+}
+
 fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
+    let text = serde_json::to_vec_pretty(json)?;
+    if stats_target(Path::new(&name))? == StatsTarget::Stream {
+        // Appended through, never created or truncated; a FIFO with no reader refuses at
+        // once (O_NONBLOCK) rather than block the host.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&name)?;
+        return f.write_all(&text);
+    }
     if FORKED.load(Ordering::Acquire) {
         name.push(format!(".{}", std::process::id()));
     }
@@ -727,7 +820,7 @@ fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::
         }
         other => other?,
     };
-    let written = f.write_all(&serde_json::to_vec_pretty(json)?);
+    let written = f.write_all(&text);
     drop(f);
     // rename replaces whatever is at the target (a symlink included) without following it.
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &target)) {

@@ -45,6 +45,19 @@ const FIRST_SIGHT_WAIT: Duration = Duration::from_secs(2);
 /// while only known shapes are missed).
 const FLUSH_EVERY_NS: u64 = 1_000_000_000;
 
+/// The periodic rewrites (of the counts here, of the live status in `status.rs`) walk every
+/// missed shape on a GEMM's thread: with hundreds of thousands of distinct misses one walk
+/// took a fifth of a second, and once a second took a third of the thread's time (an outside
+/// tester's host). So the next periodic rewrite waits at least this many times as long as
+/// the last one took: at most 1/PACE of a thread's time, whatever the number of shapes.
+pub const PACE: u64 = 50;
+
+/// Whether a periodic rewrite that last ran at `last` and took `cost` ns is due at `now`.
+#[inline]
+pub fn paced(now: u64, last: u64, cost: u64, every: u64) -> bool {
+    now.saturating_sub(last) >= every.max(cost.saturating_mul(PACE))
+}
+
 /// The misses of one backend in one process.
 pub struct Recorder<K: 'static> {
     pub set: MissSet<K>,
@@ -64,6 +77,8 @@ pub struct Recorder<K: 'static> {
     over_cap_calls: AtomicU64,
     /// When counts were last written (monotonic ns).
     last_flush_ns: AtomicU64,
+    /// How long the last rewrite of the counts took (ns), for [`paced`].
+    flush_cost_ns: AtomicU64,
     /// The backend's missed-call total when counts were last written by the tick.
     flushed_calls: AtomicU64,
     /// A shape was first seen by a signal handler that interrupted the slow path: it has
@@ -104,6 +119,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
             full_warned: AtomicBool::new(false),
             over_cap_calls: AtomicU64::new(0),
             last_flush_ns: AtomicU64::new(lifecycle::monotonic_ns()),
+            flush_cost_ns: AtomicU64::new(0),
             flushed_calls: AtomicU64::new(0),
             untexted: AtomicBool::new(false),
         }
@@ -158,16 +174,28 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
         match sight {
             Sight::First => self.first_sight(device, key, noted),
             // Count flushes at 1024, 2048, ... calls of a shape: periodic, yet rare.
-            Sight::Repeat { .. } => self.write_counts(true),
+            Sight::Repeat { .. } => {
+                if self.flush_due(lifecycle::monotonic_ns()) {
+                    self.write_counts(true);
+                }
+            }
             Sight::Refused => {}
             Sight::Full => {
                 self.over_cap_calls.fetch_add(1, Ordering::Relaxed);
                 if !self.full_warned.swap(true, Ordering::Relaxed) {
-                    info!(
-                        "{}more than {} distinct missed shapes in this process; further new shapes are counted as over-capacity calls but not recorded",
-                        self.what,
-                        self.set.limit()
-                    );
+                    let (kept, limit) = (self.set.len(), self.set.limit());
+                    if kept < limit {
+                        // A segment could not be allocated (`MissSet::grow`).
+                        info!(
+                            "{}no memory for more of the miss log ({kept} distinct missed shapes kept; an address-space limit?); further new shapes are counted as over-capacity calls but not recorded",
+                            self.what
+                        );
+                    } else {
+                        info!(
+                            "{}more than {limit} distinct missed shapes in this process; further new shapes are counted as over-capacity calls but not recorded",
+                            self.what
+                        );
+                    }
                 }
             }
         }
@@ -190,8 +218,7 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
             self.set.set_text(slot, text);
         }
         let now = lifecycle::monotonic_ns();
-        let due = now.saturating_sub(self.last_flush_ns.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS;
-        if self.untexted.swap(false, Ordering::Relaxed) || due {
+        if self.untexted.swap(false, Ordering::Relaxed) || self.flush_due(now) {
             self.write_counts(true);
         }
     }
@@ -212,21 +239,39 @@ impl<K: Copy + Eq + std::hash::Hash + 'static> Recorder<K> {
                 self.set.set_text(slot, format!("{op},{sig}"));
             }
         }
-        self.last_flush_ns
-            .store(lifecycle::monotonic_ns(), Ordering::Relaxed);
-        if let Err(e) = self.write_counts_files() {
+        let start = lifecycle::monotonic_ns();
+        self.last_flush_ns.store(start, Ordering::Relaxed);
+        let written = self.write_counts_files();
+        let cost = lifecycle::monotonic_ns().saturating_sub(start);
+        self.flush_cost_ns.store(cost, Ordering::Relaxed);
+        if let Err(e) = written {
             self.warn_io(&e);
         }
     }
 
+    /// Whether a periodic rewrite of the counts is due at `now` ([`paced`]).
+    fn flush_due(&self, now: u64) -> bool {
+        paced(
+            now,
+            self.last_flush_ns.load(Ordering::Relaxed),
+            self.flush_cost_ns.load(Ordering::Relaxed),
+            FLUSH_EVERY_NS,
+        )
+    }
+
     /// From the status tick (a GEMM's thread, about once a second): rewrites the counts if
     /// the backend's missed calls moved since (`missed` is their total now), so a process
-    /// killed with SIGKILL leaves counts at most a second old. Allocates nothing.
+    /// killed with SIGKILL leaves counts at most a second old ([`paced`]: longer where a
+    /// rewrite takes more than 1/PACE of that). Allocates nothing.
     pub fn tick(&self, missed: u64) {
-        if self.set.is_empty() || self.flushed_calls.swap(missed, Ordering::Relaxed) == missed {
+        if self.set.is_empty()
+            || self.flushed_calls.load(Ordering::Relaxed) == missed
+            || IN_SLOW.with(|f| f.get())
+            || !self.flush_due(lifecycle::monotonic_ns())
+        {
             return;
         }
-        if IN_SLOW.with(|f| f.get()) {
+        if self.flushed_calls.swap(missed, Ordering::Relaxed) == missed {
             return;
         }
         self.write_counts(false);
@@ -432,6 +477,29 @@ impl Log {
 mod tests {
     use super::*;
     use std::fs;
+
+    /// A rewrite is due once a second while rewrites are cheap, and only after PACE times
+    /// its cost once they are not (a fifth of a second per rewrite: every 10 s).
+    #[test]
+    fn periodic_rewrites_are_paced_by_their_cost() {
+        let s = 1_000_000_000;
+        assert!(!paced(s / 2, 0, 1_000, s), "within the second");
+        assert!(paced(s, 0, 1_000, s), "a cheap rewrite: once a second");
+        let slow = s / 5;
+        assert!(
+            !paced(5 * s, 0, slow, s),
+            "a slow one is not due a second later"
+        );
+        assert!(!paced(PACE * slow - 1, 0, slow, s));
+        assert!(
+            paced(PACE * slow, 0, slow, s),
+            "due after PACE times its cost"
+        );
+        assert!(
+            !paced(u64::MAX - 1, 0, u64::MAX, s),
+            "a cost past u64 saturates, no overflow"
+        );
+    }
 
     fn fmt_pair(k: &(u32, u32)) -> (String, String) {
         ("Lt".into(), format!("{}x{}", k.0, k.1))

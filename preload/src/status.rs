@@ -63,6 +63,9 @@ static LOCK: ExitLock<()> = ExitLock::new(());
 static LAST_SUM: AtomicU64 = AtomicU64::new(u64::MAX);
 /// When the last tick wrote (monotonic ns; 0: never).
 static LAST_TICK_NS: AtomicU64 = AtomicU64::new(0);
+/// How long the last tick's rewrite took (ns): the next waits [`crate::recorder::PACE`]
+/// times as long, at least.
+static TICK_COST_NS: AtomicU64 = AtomicU64::new(0);
 /// The final files are written: nothing rewrites them but a later way out.
 static FINAL: AtomicBool = AtomicBool::new(false);
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -113,7 +116,8 @@ pub fn start(dir: &Path, trust: Trust, thread: bool) {
 pub fn tick() {
     let now = lifecycle::monotonic_ns();
     let last = LAST_TICK_NS.load(Ordering::Relaxed);
-    if last != 0 && now.saturating_sub(last) < EVERY_NS {
+    let cost = TICK_COST_NS.load(Ordering::Relaxed);
+    if last != 0 && !crate::recorder::paced(now, last, cost, EVERY_NS) {
         return;
     }
     if folder().is_none()
@@ -129,6 +133,8 @@ pub fn tick() {
     // `catch_unwind` would abort the host (a thread cancelled inside its GEMM's tick).
     let _no_cancel = lifecycle::NoCancel::new();
     let _ = std::panic::catch_unwind(refresh);
+    let took = lifecycle::monotonic_ns().saturating_sub(now);
+    TICK_COST_NS.store(took, Ordering::Relaxed);
 }
 
 /// Rewrites what is live: the status files (if a counter moved), the miss counts (if

@@ -10,6 +10,7 @@ use tunedblas_core::abi::{Status, STATUS_INVALID_POINTER, STATUS_INVALID_SIZE, S
 /// # Safety
 /// `buf` null or writable for `len` bytes.
 pub unsafe fn get_version_string(flavour: Flavour, buf: *mut c_char, len: usize) -> Status {
+    slow_version();
     if buf.is_null() {
         return STATUS_INVALID_POINTER;
     }
@@ -19,6 +20,18 @@ pub unsafe fn get_version_string(flavour: Flavour, buf: *mut c_char, len: usize)
     }
     std::ptr::copy_nonoverlapping(v.as_ptr() as *const c_char, buf, v.len());
     STATUS_SUCCESS
+}
+
+/// `REFBLAS_SLOW_VERSION_MS=N`: the version string takes N ms to answer, so an interposer's
+/// start-up (which asks it when it opens a profile) is still running N ms after it began,
+/// for the tests of calls that arrive meanwhile.
+fn slow_version() {
+    let ms = std::env::var("REFBLAS_SLOW_VERSION_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(ms) = ms {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 /// `rocblas_get_version_string_size(len*)`: the buffer size needed, NUL included.

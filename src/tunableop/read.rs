@@ -102,6 +102,9 @@ pub(crate) fn parse_reader<S: RowSink>(
             break;
         }
         idx += 1;
+        if idx % 1024 == 0 {
+            crate::progress::tick();
+        }
         let mut bytes = &buf[..];
         if bytes.last() == Some(&b'\n') {
             bytes = &bytes[..bytes.len() - 1];

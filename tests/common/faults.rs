@@ -24,6 +24,9 @@ pub struct Hosts {
     /// gemm_host.c built as a module linked against `lib5/librocblas.so.5` (the common
     /// artifacts have the `.so.4` one).
     pub module5: PathBuf,
+    /// gemm_host.c built as a module linked against `lib4/librocblas.so.4` whose
+    /// constructor runs the spec in `$GEMM_HOST_AT_LOAD` (a GEMM made inside `dlopen`).
+    pub at_load4: PathBuf,
     /// life_host (process life and death: fork storms, signal-handler exits, cancellation,
     /// every way out) linked against `lib4/librocblas.so.4`.
     pub life4: PathBuf,
@@ -48,6 +51,17 @@ pub fn hosts() -> &'static Hosts {
                 "gemm_host.c",
                 &a.libdir5,
                 &["-shared", "-fPIC", "-DGEMM_HOST_MODULE"],
+            ),
+            at_load4: linked(
+                "libatload4.so",
+                "gemm_host.c",
+                &a.libdir4,
+                &[
+                    "-shared",
+                    "-fPIC",
+                    "-DGEMM_HOST_MODULE",
+                    "-DGEMM_HOST_AT_LOAD",
+                ],
             ),
             life4: linked("life_host4", "life_host.c", &a.libdir4, &[]),
         }

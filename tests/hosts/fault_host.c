@@ -16,6 +16,10 @@
  *                       threads' first calls are still starting the interposer up
  *   @vfork-fail         vfork, exec a path that does not exist, _exit(127) in the child
  *                       (as posix_spawn and Python's subprocess do when exec fails)
+ *   @load-racing:PATH:MS:SPEC  a thread runs SPEC (the process's first call: it starts the
+ *                       interposer up); MS ms later the main thread dlopens PATH (a module
+ *                       whose constructor makes a GEMM, under the loader's lock), then joins;
+ *                       print loaded=PATH
  *   @pause              print "paused", flush, and wait for signals forever
  *   @raise:SIG          raise(SIG)
  *   @rm:PATH            unlink(PATH) (a missing file is reported, not fatal)
@@ -38,6 +42,7 @@
 #include "miss_names.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -134,6 +139,26 @@ static void fork_busy(const char *arg, int warm) {
     fflush(stdout);
 }
 
+static void *first_call(void *spec) {
+    run_spec(spec);
+    return NULL;
+}
+
+static void load_racing(const char *arg) {
+    char path[1024];
+    const char *c1 = strchr(arg, ':');
+    const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) { fprintf(stderr, "fault_host: bad @load-racing\n"); exit(2); }
+    snprintf(path, sizeof path, "%.*s", (int)(c1 - arg), arg);
+    pthread_t t;
+    pthread_create(&t, NULL, first_call, (void *)(c2 + 1));
+    usleep(1000 * atoi(c1 + 1));
+    if (!dlopen(path, RTLD_NOW | RTLD_LOCAL)) { fprintf(stderr, "fault_host: %s\n", dlerror()); exit(2); }
+    pthread_join(t, NULL);
+    printf("loaded=%s\n", path);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -171,6 +196,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "@vfork-fail")) {
             vfork_fail();
             fflush(stdout);
+        } else if (!strncmp(a, "@load-racing:", 13)) {
+            load_racing(a + 13);
         } else if (!strcmp(a, "@pause")) {
             printf("paused\n");
             fflush(stdout);

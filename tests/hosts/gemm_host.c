@@ -226,3 +226,19 @@ int host_main(int argc, char **argv) {
 #ifndef GEMM_HOST_MODULE
 int main(int argc, char **argv) { return host_main(argc, argv); }
 #endif
+
+#ifdef GEMM_HOST_AT_LOAD
+/* Built with -DGEMM_HOST_AT_LOAD: the module's constructor runs the spec in
+ * $GEMM_HOST_AT_LOAD (a handle and one GEMM), as a C++ global that warms a BLAS context up
+ * when its library is loaded does: inside dlopen, under the loader's lock. Prints
+ * at-load=<spec> status=<s> digest=<d>. */
+__attribute__((constructor)) static void gemm_at_load(void) {
+    const char *text = getenv("GEMM_HOST_AT_LOAD");
+    struct spec s;
+    uint64_t d = 0;
+    if (!text || !*text || parse(text, &s) != 0) return;
+    int st = run(&s, &d, 0);
+    printf("at-load=%s status=%d digest=%016llx\n", s.text, st, (unsigned long long)d);
+    fflush(stdout);
+}
+#endif

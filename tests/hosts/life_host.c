@@ -18,6 +18,9 @@
  *   @cancel:N        N times: a thread making new missed shapes without pause (with a
  *                    pthread_testcancel between GEMMs) is cancelled (deferred) and joined.
  *                    Prints cancelled=N
+ *   @as-limit:KB     caps the address space (RLIMIT_AS) at what the process maps now plus
+ *                    KB KiB, as `ulimit -v` or a server capping itself does: an allocation
+ *                    past it fails (prints as-limit=<bytes>)
  *   @distinct:N      N distinct missed shapes, once each. Prints distinct=N
  *   @repeat:N:R      shape number N (as @distinct numbers them) R more times
  *   @atexit-gemm     registers an exit handler (before any GEMM, so it runs after the
@@ -56,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -317,6 +321,16 @@ int main(int argc, char **argv) {
             siggemm(atoi(a + 9));
         } else if (!strncmp(a, "@cancel:", 8)) {
             cancel(atoi(a + 8));
+        } else if (!strncmp(a, "@as-limit:", 10)) {
+            FILE *f = fopen("/proc/self/status", "r");
+            char line[256];
+            unsigned long kb = 0;
+            while (f && fgets(line, sizeof line, f))
+                if (!strncmp(line, "VmSize:", 7)) kb = strtoul(line + 7, NULL, 10);
+            if (f) fclose(f);
+            struct rlimit r = {(kb + strtoul(a + 10, NULL, 10)) * 1024, RLIM_INFINITY};
+            if (!kb || setrlimit(RLIMIT_AS, &r) != 0) { perror("life_host: as-limit"); return 3; }
+            printf("as-limit=%lu\n", (unsigned long)r.rlim_cur);
         } else if (!strncmp(a, "@distinct:", 10)) {
             long n = atol(a + 10), bad = 0;
             for (long k = 0; k < n; k++) bad += gemm_number(k) != 0;

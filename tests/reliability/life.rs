@@ -160,6 +160,76 @@ fn fork_during_start_up_does_not_hang_the_child() {
     assert!(lines.first() == Some(&miss_line(A)), "{lines:?}");
 }
 
+/// A library whose constructor makes a GEMM (inside `dlopen`, under the loader's lock)
+/// while another thread is starting the interposer up, which needs that lock too: a caller
+/// that waited for the start-up without bound hung both threads (an outside tester's plugin
+/// host, 5 hangs in 8 runs). The constructor's call now waits a short while, then passes
+/// through; the start-up finishes once `dlopen` returns. (refblas answers its version
+/// string 600 ms late, so the start-up is still running when the module is loaded.)
+#[test]
+fn a_gemm_in_a_library_constructor_during_start_up_does_not_hang() {
+    let module = hosts().at_load4.to_str().unwrap().to_owned();
+    let step = format!("@load-racing:{module}:100:{HIT}");
+    let run_it = |name: &str, preload: bool| {
+        let dir = scratch_with_hit(name, HIT);
+        let mut cmd = fault_cmd(&dir, preload, &[&step]);
+        cmd.env("REFBLAS_SLOW_VERSION_MS", "600")
+            .env("GEMM_HOST_AT_LOAD", A);
+        let out = run_guarded_for(cmd, Duration::from_secs(60));
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+        assert_has(&stdout, "loaded=");
+        let at_load: Vec<String> = stdout
+            .lines()
+            .filter(|l| l.starts_with("at-load="))
+            .map(str::to_owned)
+            .collect();
+        (at_load, results(&out))
+    };
+    let (at_load, worker) = run_it("rel-at-load", true);
+    let (want_at_load, _) = run_it("rel-at-load-ref", false);
+    assert_eq!(at_load.len(), 1, "{at_load:?}");
+    assert_eq!(
+        at_load, want_at_load,
+        "the constructor's GEMM computed as without tunedblas"
+    );
+    assert_eq!(
+        worker,
+        expected("rel-at-load", &[HIT], &served()),
+        "the starting thread's call is served"
+    );
+}
+
+/// A host under an address-space cap (`ulimit -v`, or a server that caps itself) with 1 MiB
+/// to spare: the start-up's 1 MiB hashing buffer, then a new segment of the miss set (2 MiB
+/// and more), could not be allocated, and Rust's out-of-memory handling aborted the host
+/// (an outside tester's finding). Now the hash reads through a smaller buffer and a segment
+/// that cannot be had counts its shapes as ones the set had no room for.
+#[test]
+fn an_address_space_limit_does_not_abort_the_host() {
+    let run_it = |name: &str, preload: bool| {
+        let dir = scratch_with_hit(name, HIT);
+        let out = run_guarded(life_cmd(
+            &dir,
+            preload,
+            &["@as-limit:1024", "@distinct:20000"],
+        ));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{:?}: {stdout}{}",
+            out.status,
+            text(&out.stderr)
+        );
+        (stdout, text(&out.stderr))
+    };
+    let (stdout, stderr) = run_it("rel-as-limit", true);
+    assert_has(&stdout, "distinct=20000 failed=0");
+    assert_has(&stderr, "no memory for more of the miss log");
+    let (plain, _) = run_it("rel-as-limit-ref", false);
+    assert_has(&plain, "distinct=20000 failed=0");
+}
+
 #[test]
 fn vfork_child_exiting_does_not_finish_the_parent() {
     let dir = scratch_with_hit("rel-vfork", HIT);

@@ -206,6 +206,42 @@ fn a_planted_stats_symlink_is_not_followed() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
 
+/// `TUNEDBLAS_STATS` naming a stream (a FIFO no one reads, a link to a device such as
+/// `/dev/null`, a link to a descriptor as `/dev/stdout` is): written through, appended, and
+/// each left as it was. The temporary + rename of a stats file replaced each with a regular
+/// file (run as root with `/dev/null` itself, for a whole container: an outside tester's
+/// finding).
+#[test]
+fn a_stats_path_naming_a_stream_is_written_through_and_left_as_it_is() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = scratch_with_hit("rel-stats-stream", HIT);
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a plain mkfifo of a path we own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let null = dir.join("null");
+    std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+    let stdout_link = dir.join("stdout");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &stdout_link).unwrap();
+    for path in [&fifo, &null, &stdout_link] {
+        let before = std::fs::symlink_metadata(path).unwrap().file_type();
+        let mut cmd = fault_cmd(&dir, true, &[HIT]);
+        cmd.env("TUNEDBLAS_STATS", path);
+        let out = run_guarded(cmd);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let after = std::fs::symlink_metadata(path).unwrap().file_type();
+        assert_eq!(
+            (after.is_fifo(), after.is_symlink(), after.is_file()),
+            (before.is_fifo(), before.is_symlink(), false),
+            "{} left as it was",
+            path.display()
+        );
+        if path == &stdout_link {
+            assert_has(&text(&out.stdout), "\"calls\": 1");
+        }
+    }
+}
+
 #[test]
 fn profiles_are_data_only() {
     let dir = scratch("rel-data-only");

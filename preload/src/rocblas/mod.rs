@@ -251,6 +251,12 @@ pub fn get() -> Option<&'static RocblasRuntime> {
     RUNTIME.get(init)
 }
 
+/// Whether another thread is starting the runtime up now.
+#[inline]
+pub fn starting() -> bool {
+    RUNTIME.starting()
+}
+
 /// Whether the runtime is built and serving now (never starts it).
 #[inline]
 pub fn is_ready() -> bool {
@@ -519,7 +525,7 @@ fn finish(pass: Pass) {
     );
     if rt.misses.over_cap_calls() > 0 {
         info!(
-            "{} calls of shapes beyond the {} the miss log holds were not recorded",
+            "{} calls of shapes the miss log had no room for were not recorded (it holds up to {})",
             rt.misses.over_cap_calls(),
             rt.misses.set.limit()
         );

@@ -62,6 +62,16 @@ pub enum Decision {
     Near(NearPlan),
 }
 
+/// A call that found another thread starting the runtime up and passed through rather
+/// than wait (`lifecycle::Lazy`): counted, as the calls the runtime passes through are.
+#[cold]
+#[inline(never)]
+fn passed_while_starting() {
+    if runtime::starting() {
+        bump(Counter::PassedThrough);
+    }
+}
+
 /// The per-call decision. Each call bumps exactly one counter (the calls total is their
 /// sum), and the row travels by reference: this is the hot path, see docs/benchmarks/history.md.
 #[inline(always)]
@@ -71,6 +81,7 @@ pub fn decide(
     handle: Handle,
 ) -> Decision {
     let Some(rt) = runtime::get() else {
+        passed_while_starting();
         return Decision::Pass;
     };
     if caller_chose {
