@@ -262,10 +262,10 @@ pub fn lt_text(
     rank: usize,
     format: &str,
     git_version: Option<&str>,
-    arch: Option<&str>,
+    device: Option<tunedblas_core::formats::lt::Device>,
     report: &mut Report,
 ) -> Result<(String, usize), Error> {
-    use tunedblas_core::formats::{lt::Device, lt_export};
+    use tunedblas_core::formats::lt_export;
     let path = p.rank_file(rank)?;
     let bytes = tunedblas_core::profile::read_regular(
         path,
@@ -273,16 +273,6 @@ pub fn lt_text(
     )
     .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
     let results = tunedblas_core::cublaslt::parse_results(&String::from_utf8_lossy(&bytes));
-    let device = match arch {
-        None => None,
-        Some(v) => {
-            let (gfx, cu) = v.split_once(':').unwrap_or((v, ""));
-            Some(Device {
-                gfx: gfx.to_string(),
-                cu_num: cu.parse().ok(),
-            })
-        }
-    };
     let title = format!(
         "profile {} (rank {rank}, hipBLASLt build {})",
         p.name,

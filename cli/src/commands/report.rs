@@ -98,11 +98,7 @@ pub fn run(a: &Args) -> Result<()> {
         ..report::Seen::default()
     };
     if !inputs.is_empty() {
-        seen.missed = shapes::collect(&inputs, &[])?
-            .shapes
-            .into_iter()
-            .map(|s| (s.key, s.calls))
-            .collect();
+        seen.missed = shapes::collect(&inputs, &[], true)?.shapes;
     }
     for f in a.values("--coverage") {
         seen.predicted.extend(predicted(Path::new(f))?);
