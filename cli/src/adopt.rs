@@ -313,12 +313,7 @@ pub fn adopt(
     device: Option<Device>,
     force: bool,
 ) -> Result<()> {
-    let bytes = tunedblas_core::profile::read_regular(
-        file,
-        tunedblas_core::profile::MAX_RESULTS_FILE_BYTES,
-    )
-    .map_err(|e| Error::failed(format!("cannot read {}: {e}", file.display())))?;
-    let text = String::from_utf8_lossy(&bytes);
+    let text = crate::export::read_text(file)?;
     let hipblaslt = build_of(lib);
     let Taken {
         results,

@@ -184,21 +184,17 @@ impl Args {
         let matches = declared
             .try_get_matches_from(args)
             .map_err(|e| clap_error(command, &e))?;
-        Ok(Args::of(command, matches))
-    }
-
-    fn of(command: &str, matches: ArgMatches) -> Args {
         let positional = matches
             .try_get_many::<String>(POSITIONAL)
             .ok()
             .flatten()
             .map(|v| v.cloned().collect())
             .unwrap_or_default();
-        Args {
+        Ok(Args {
             command: command.to_string(),
             matches,
             positional,
-        }
+        })
     }
 
     /// Whether the switch `name` is on, or the option `name` was given.

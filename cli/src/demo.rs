@@ -36,7 +36,7 @@ fn run_workload(
     let preload = artifact("libtunedblas.so")?;
     let stats_path = dir.join(format!("stats-{tag}.json"));
     let (profiles, misses) = (dir.join("profiles"), dir.join("misses"));
-    let out = crate::verify::under_preload(&preload, &profiles, &misses, &stats_path)?
+    let out = crate::verify::child(&profiles, &misses, Some((&preload, &stats_path)))?
         .args(["workload", "--lib"])
         .arg(lib)
         .args(["--passes", &passes.to_string()])
@@ -52,15 +52,12 @@ fn run_workload(
     }
     let report: Report = serde_json::from_slice(&out.stdout)
         .map_err(|e| Error::failed(format!("the workload printed no report ({e}):\n{log}")))?;
-    let stats = std::fs::read(&stats_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| {
-            Error::failed(format!(
-                "the interposer wrote no stats to {}:\n{log}",
-                stats_path.display()
-            ))
-        })?;
+    let stats = Stats::read(&stats_path).ok_or_else(|| {
+        Error::failed(format!(
+            "the interposer wrote no stats to {}:\n{log}",
+            stats_path.display()
+        ))
+    })?;
     Ok((report, stats, log))
 }
 
@@ -154,12 +151,8 @@ fn run_in(dir: &Path, opts: Options) -> Result<()> {
         runtime: None,
         arch: Some("refblas-cpu".into()),
     })?;
-    let collected = crate::shapes::collect(&[dir.join("misses")], &[])?;
-    let summary = campaign::run(
-        &refblas,
-        crate::shapes::inputs(collected, &[], &tune)?,
-        &tune,
-    )?;
+    let inputs = crate::shapes::inputs(&refblas, &[dir.join("misses")], &[], &tune)?;
+    let summary = campaign::run(&refblas, inputs, &tune)?;
     drop(refblas);
 
     println!("\n3. verify: replay every row under the preload in a fresh process");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tunedblas_core::identity::{self, HashCache};
-use tunedblas_core::profile::{self, Request, Selection};
+use tunedblas_core::profile::Selection;
 
 /// One setting: its value and where the value comes from.
 #[derive(Debug, Serialize)]
@@ -154,46 +154,21 @@ pub fn kind_of(lib: &Path) -> &'static str {
 }
 
 pub fn which(profile_dir: &Path, lib: &Path) -> Found {
-    let id = HashCache::for_user().identify(lib);
     let kind = kind_of(lib);
-    match id {
-        Err(e) => Found {
-            kind,
-            library: lib.to_path_buf(),
-            sha256: None,
-            profile: None,
-            reason: format!("cannot hash it: {e}"),
+    let (sha256, profile, reason) = match HashCache::for_user().identify(lib) {
+        Err(e) => (None, None, format!("cannot hash it: {e}")),
+        Ok(id) => match crate::profiles::selection(profile_dir, lib, kind, &id.sha256) {
+            Ok(Selection::Chosen { name, reason, .. }) => (Some(id.sha256), Some(name), reason),
+            Ok(Selection::None { why }) => (Some(id.sha256), None, why),
+            Err(e) => (Some(id.sha256), None, e.message),
         },
-        Ok(id) => {
-            let explicit = var("TUNEDBLAS_PROFILE");
-            let sel = profile::select(&Request {
-                profile_dir,
-                sha256: &id.sha256,
-                explicit: explicit.as_deref(),
-                // Read as the interposer reads it (`true`, `yes`, `on` count too).
-                allow_mismatch: tunedblas_core::settings::switch(
-                    "TUNEDBLAS_ALLOW_MISMATCH",
-                    var("TUNEDBLAS_ALLOW_MISMATCH").as_deref(),
-                )
-                .0,
-            });
-            let (profile, reason) = match sel {
-                Selection::Chosen { name, reason, .. } => (Some(name), reason),
-                Selection::None { why } => (None, why),
-            };
-            // The selection words its reasons for rocBLAS; the rules are any library's.
-            let reason = match kind {
-                "hipBLASLt" | "cuBLASLt" => reason.replace("rocBLAS", kind),
-                _ => reason,
-            };
-            Found {
-                kind,
-                library: lib.to_path_buf(),
-                sha256: Some(id.sha256),
-                profile,
-                reason,
-            }
-        }
+    };
+    Found {
+        kind,
+        library: lib.to_path_buf(),
+        sha256,
+        profile,
+        reason,
     }
 }
 

@@ -27,6 +27,15 @@ pub fn read(path: &Path) -> Result<ResultsFile, Error> {
     tunableop::read(path).map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
 }
 
+/// A results file's text, of any library, read as the interposer reads one (a regular
+/// file, at most its size limit), or why it cannot be read.
+pub fn read_text(path: &Path) -> Result<String, Error> {
+    let limit = tunedblas_core::profile::MAX_RESULTS_FILE_BYTES;
+    tunedblas_core::profile::read_regular(path, limit)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
+}
+
 /// Writes `bytes` to `path`, making its folder first (the export's and the report's files).
 pub fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -262,27 +271,11 @@ pub fn lt_text(
     rank: usize,
     format: &str,
     git_version: Option<&str>,
-    arch: Option<&str>,
+    device: Option<tunedblas_core::formats::lt::Device>,
     report: &mut Report,
 ) -> Result<(String, usize), Error> {
-    use tunedblas_core::formats::{lt::Device, lt_export};
-    let path = p.rank_file(rank)?;
-    let bytes = tunedblas_core::profile::read_regular(
-        path,
-        tunedblas_core::profile::MAX_RESULTS_FILE_BYTES,
-    )
-    .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))?;
-    let results = tunedblas_core::cublaslt::parse_results(&String::from_utf8_lossy(&bytes));
-    let device = match arch {
-        None => None,
-        Some(v) => {
-            let (gfx, cu) = v.split_once(':').unwrap_or((v, ""));
-            Some(Device {
-                gfx: gfx.to_string(),
-                cu_num: cu.parse().ok(),
-            })
-        }
-    };
+    use tunedblas_core::formats::lt_export;
+    let results = tunedblas_core::cublaslt::parse_results(&read_text(p.rank_file(rank)?)?);
     let title = format!(
         "profile {} (rank {rank}, hipBLASLt build {})",
         p.name,

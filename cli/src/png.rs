@@ -91,21 +91,25 @@ impl Canvas {
         }
     }
 
+    /// The lit pixels of `text` in the 3x5 font: (character, row, column).
+    fn lit(text: &str) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        text.chars().enumerate().flat_map(|(i, ch)| {
+            let rows = glyph(ch);
+            (0..5).flat_map(move |row| {
+                (0..3)
+                    .filter(move |col| rows[row] & (4 >> col) != 0)
+                    .map(move |col| (i, row, col))
+            })
+        })
+    }
+
     /// Draws `text` with its top-left corner at (x, y), each font pixel `scale` pixels.
     /// Returns the x after the text.
     pub fn text(&mut self, x: usize, y: usize, text: &str, scale: usize, c: Rgb) -> usize {
-        let mut cx = x;
-        for ch in text.chars() {
-            for (row, bits) in glyph(ch).iter().enumerate() {
-                for col in 0..3 {
-                    if bits & (4 >> col) != 0 {
-                        self.rect(cx + col * scale, y + row * scale, scale, scale, c);
-                    }
-                }
-            }
-            cx += 4 * scale;
+        for (i, row, col) in Canvas::lit(text) {
+            self.rect(x + (i * 4 + col) * scale, y + row * scale, scale, scale, c);
         }
-        cx
+        x + Canvas::text_width(text, scale)
     }
 
     /// Draws `text` turned a quarter left, read bottom to top (a column label where the
@@ -113,16 +117,9 @@ impl Canvas {
     /// bottom-left corner is at (x, y_bottom). Takes `5 * scale` pixels across and
     /// [`Canvas::text_width`] up.
     pub fn text_up(&mut self, x: usize, y_bottom: usize, text: &str, scale: usize, c: Rgb) {
-        for (i, ch) in text.chars().enumerate() {
-            for (row, bits) in glyph(ch).iter().enumerate() {
-                for col in 0..3 {
-                    if bits & (4 >> col) != 0 {
-                        let along = (i * 4 + col + 1) * scale;
-                        if let Some(y) = y_bottom.checked_sub(along) {
-                            self.rect(x + row * scale, y, scale, scale, c);
-                        }
-                    }
-                }
+        for (i, row, col) in Canvas::lit(text) {
+            if let Some(y) = y_bottom.checked_sub((i * 4 + col + 1) * scale) {
+                self.rect(x + row * scale, y, scale, scale, c);
             }
         }
     }

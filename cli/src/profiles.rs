@@ -178,24 +178,18 @@ fn arch_checks(dir: &Path, device: &crate::env::Device) -> Vec<(PathBuf, crate::
 }
 
 /// The profile a process loading `lib` (a `kind` build: `rocBLAS`, `hipBLASLt`, `cuBLASLt`)
-/// would get, chosen as the interposer chooses, with the same environment
-/// (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`): a `TUNEDBLAS_PROFILE` path is checked
-/// against rocBLAS's version string; the Lt backends select by name and build alone. Also
-/// whether its files were tuned on the device's architecture (the interposer does not check
-/// that yet: PyTorch drops such a file).
-pub fn which(
-    root: &Path,
-    lib: &Path,
-    kind: &str,
-    device: &crate::env::Device,
-    json: bool,
-) -> Result<()> {
-    let sha = identity::sha256_file(lib)
-        .map_err(|e| Error::failed(format!("cannot hash {}: {e}", lib.display())))?;
-    let explicit = std::env::var("TUNEDBLAS_PROFILE")
-        .ok()
-        .filter(|s| !s.is_empty());
-    let allow_mismatch = std::env::var("TUNEDBLAS_ALLOW_MISMATCH").is_ok_and(|v| v == "1");
+/// whose sha256 is `sha` would get, chosen as the interposer chooses, with the same
+/// environment (`TUNEDBLAS_PROFILE`, `TUNEDBLAS_ALLOW_MISMATCH`, read by its rules): a
+/// `TUNEDBLAS_PROFILE` path is checked against rocBLAS's version string; the Lt backends
+/// select by name and build alone. `profiles which` and `env` say it.
+pub fn selection(root: &Path, lib: &Path, kind: &str, sha: &str) -> Result<Selection> {
+    let var = crate::env::var;
+    let explicit = var("TUNEDBLAS_PROFILE");
+    let allow_mismatch = tunedblas_core::settings::switch(
+        "TUNEDBLAS_ALLOW_MISMATCH",
+        var("TUNEDBLAS_ALLOW_MISMATCH").as_deref(),
+    )
+    .0;
     let path = explicit
         .as_deref()
         .filter(|e| kind == "rocBLAS" && profile::names_a_path(e));
@@ -211,21 +205,39 @@ pub fn which(
         }
         None => profile::select(&Request {
             profile_dir: root,
-            sha256: &sha,
+            sha256: sha,
             explicit: explicit.as_deref(),
             allow_mismatch,
         }),
     };
     // The selection words its reasons for rocBLAS; the Lt backends' lines say their own name.
-    let words = |s: String| s.replace("rocBLAS", kind);
-    let sel = match sel {
+    let words = |s: String| match kind {
+        "hipBLASLt" | "cuBLASLt" => s.replace("rocBLAS", kind),
+        _ => s,
+    };
+    Ok(match sel {
         Selection::Chosen { name, dir, reason } => Selection::Chosen {
             name,
             dir,
             reason: words(reason),
         },
         Selection::None { why } => Selection::None { why: words(why) },
-    };
+    })
+}
+
+/// `profiles which`: the profile [`selection`] picks for `lib`, and whether its files were
+/// tuned on the device's architecture (the interposer does not check that yet: PyTorch
+/// drops such a file).
+pub fn which(
+    root: &Path,
+    lib: &Path,
+    kind: &str,
+    device: &crate::env::Device,
+    json: bool,
+) -> Result<()> {
+    let sha = identity::sha256_file(lib)
+        .map_err(|e| Error::failed(format!("cannot hash {}: {e}", lib.display())))?;
+    let sel = selection(root, lib, kind, &sha)?;
     let archs = match &sel {
         Selection::Chosen { dir, .. } => arch_checks(dir, device),
         Selection::None { .. } => Vec::new(),
@@ -252,8 +264,7 @@ pub fn which(
         for (f, c) in &archs {
             use crate::env::ArchCheck;
             match c {
-                ArchCheck::Same(t) => println!("  {}: {t}", f.display()),
-                ArchCheck::Unchecked(t) => println!("  {}: {t}", f.display()),
+                ArchCheck::Same(t) | ArchCheck::Unchecked(t) => println!("  {}: {t}", f.display()),
                 ArchCheck::Other(t) => println!(
                     "  {}: WRONG ARCHITECTURE: {t}; the interposer serves it all the same today (it does not read the device's architecture)",
                     f.display()

@@ -8,29 +8,23 @@
 //! over: a row's id is only meaningful for the build it was tuned on, and the campaign's
 //! current rows come from this build's own profile.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use tunedblas_core::cublaslt::LtKey;
 use tunedblas_core::formats;
 use tunedblas_core::key::ProblemKey;
 use tunedblas_core::tunableop::{self, KeyParse};
-use tunedblas_tuner::backends::{rocblas, Kind};
+use tunedblas_tuner::backends::{rocblas, Kind, Library, ShapeKey};
 use tunedblas_tuner::campaign::{self, Inputs};
 
 use crate::error::{Error, Result};
 
-/// One shape to tune.
-#[derive(Clone, Debug)]
-pub struct Shape {
-    pub key: ProblemKey,
-    /// Calls recorded for it (miss-log counts), 0 when unknown.
-    pub calls: u64,
-}
-
-/// Shapes from every input, deduplicated, plus what was skipped and why.
-#[derive(Debug, Default)]
-pub struct Collected {
-    pub shapes: Vec<Shape>,
+/// Shapes from every input, deduplicated (calls summed), plus what was skipped and why.
+#[derive(Debug)]
+pub struct Collected<K> {
+    /// Each shape with the calls recorded for it (miss-log counts), 0 when unknown.
+    pub shapes: Vec<(K, u64)>,
     /// `file:line: reason` of lines that named no servable problem.
     pub skipped: Vec<String>,
     /// The inputs, as given (for provenance).
@@ -40,15 +34,95 @@ pub struct Collected {
     pub imported: Vec<(String, Option<String>, usize)>,
 }
 
-impl Collected {
-    fn add(&mut self, key: ProblemKey, calls: u64, index: &mut HashMap<ProblemKey, usize>) {
-        match index.get(&key) {
-            Some(&i) => self.shapes[i].calls += calls,
-            None => {
-                index.insert(key, self.shapes.len());
-                self.shapes.push(Shape { key, calls });
+impl<K: PartialEq> Collected<K> {
+    fn add(&mut self, key: K, calls: u64) {
+        match self.shapes.iter_mut().find(|s| s.0 == key) {
+            Some(s) => s.1 += calls,
+            None => self.shapes.push((key, calls)),
+        }
+    }
+}
+
+/// What a library's shape inputs hold beyond TunableOp-style `op,signature` lines: the
+/// files of its own tools, each told by its content ([`formats::detect`]).
+pub trait Reads: ShapeKey {
+    /// Whether TunableOp results files read as shape lists are recorded in the campaign's
+    /// provenance (their ids are this library's, of another build).
+    const RECORDS_IMPORTS: bool;
+    /// One `op,signature` line's key, or why it names none.
+    fn line(op: &str, sig: &str) -> std::result::Result<Self, String>;
+    /// A file of the library's own tools, added to `out`; false where `text` is not one.
+    fn other(out: &mut Collected<Self>, file: &Path, text: &str, quiet: bool) -> bool;
+}
+
+impl Reads for ProblemKey {
+    const RECORDS_IMPORTS: bool = true;
+    fn line(op: &str, sig: &str) -> std::result::Result<ProblemKey, String> {
+        match tunableop::parse_key(op, sig) {
+            KeyParse::Key(k) => Ok(k),
+            KeyParse::Unservable => Err(format!("an op rocBLAS does not serve ({op})")),
+            KeyParse::Invalid(why) => Err(why),
+            KeyParse::Wildcard(_) => Err("a `*` wildcard row names no concrete shape".into()),
+        }
+    }
+    /// A rocBLAS bench or profile log or a rocblas-gemm-tune CSV.
+    fn other(out: &mut Collected<ProblemKey>, file: &Path, text: &str, _quiet: bool) -> bool {
+        let format = formats::detect(text);
+        let Some(parsed) = formats::parse(format, text) else {
+            return false;
+        };
+        for s in parsed.skipped {
+            out.skipped
+                .push(format!("{}:{}: {}", file.display(), s.line, s.reason));
+        }
+        let with_ids = parsed
+            .entries
+            .iter()
+            .filter(|e| e.solution.is_some())
+            .count();
+        for e in parsed.entries {
+            out.add(e.key, e.calls);
+        }
+        if format == formats::Format::GemmTune && with_ids > 0 {
+            // Its solution indices belong to the build it was tuned on: shapes only.
+            out.imported
+                .push((file.display().to_string(), None, with_ids));
+        }
+        true
+    }
+}
+
+impl Reads for LtKey {
+    const RECORDS_IMPORTS: bool = false;
+    fn line(op: &str, sig: &str) -> std::result::Result<LtKey, String> {
+        LtKey::parse(&format!("{op},{sig}")).ok_or_else(|| format!("{op},{sig}"))
+    }
+    /// hipBLASLt tuning files, HIPBLASLT_LOG_MASK=32 logs and AITER tables (the core reads
+    /// them; their indices are not carried over).
+    fn other(out: &mut Collected<LtKey>, file: &Path, text: &str, quiet: bool) -> bool {
+        let Some(parsed) = formats::parse_lt(formats::detect(text), text) else {
+            return false;
+        };
+        for s in &parsed.skipped {
+            out.skipped
+                .push(format!("{}:{} ({})", file.display(), s.line, s.reason));
+        }
+        if !quiet {
+            for (why, n) in &parsed.unservable {
+                eprintln!(
+                    "tunedblas tune: {}: {n} rows: {why}; their shapes are tuned where they name a plain GEMM",
+                    file.display()
+                );
             }
         }
+        for e in parsed.entries {
+            let (op, sig) = tunedblas_core::cublaslt::op_and_signature(&e.key);
+            match LtKey::line(&op, &sig) {
+                Ok(k) => out.add(k, 0),
+                Err(line) => out.skipped.push(format!("{}: {line}", file.display())),
+            }
+        }
+        true
     }
 }
 
@@ -75,91 +149,61 @@ fn csv_files(path: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Reads every input (files or folders of TunableOp-style CSV) and every `--shape` spec.
-pub fn collect(inputs: &[PathBuf], specs: &[&str]) -> Result<Collected> {
-    let mut out = Collected::default();
-    let mut index = HashMap::new();
+/// Reads every input (files or folders of TunableOp-style CSV, or of the library's own
+/// tools' files) and every `--shape` spec, for the library whose keys are `K`. A miss log's
+/// `x.counts.csv` gives the calls per shape; its `x.csv` (first sights) adds none.
+pub fn collect<K: Reads>(inputs: &[PathBuf], specs: &[&str], quiet: bool) -> Result<Collected<K>> {
+    let mut out = Collected {
+        shapes: Vec::new(),
+        skipped: Vec::new(),
+        sources: Vec::new(),
+        imported: Vec::new(),
+    };
     for input in inputs {
         out.sources.push(input.display().to_string());
-        let files = csv_files(input)?;
-        // Miss logs: `x.csv` lists first sights, `x.counts.csv` the calls per shape.
-        let counted: Vec<&PathBuf> = files
-            .iter()
-            .filter(|f| f.to_string_lossy().ends_with(".counts.csv"))
-            .collect();
-        for f in &files {
-            let is_counts = counted.contains(&f);
-            let has_counts = !is_counts && {
-                let name = f.to_string_lossy();
-                let sidecar = format!("{}.counts.csv", name.trim_end_matches(".csv"));
-                counted.iter().any(|c| c.to_string_lossy() == sidecar)
-            };
-            let text = std::fs::read(f)
+        for f in csv_files(input)? {
+            let is_counts = f.to_string_lossy().ends_with(".counts.csv");
+            let text = std::fs::read(&f)
                 .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
             let text = String::from_utf8_lossy(&text);
-            if let Some(parsed) = formats::parse(formats::detect(&text), &text) {
-                add_foreign(&mut out, &mut index, f, &text, parsed);
+            if K::other(&mut out, &f, &text, quiet) {
                 continue;
             }
             let mut rows_with_solutions = 0;
             let mut version = None;
             for (n, line) in text.lines().enumerate() {
-                if let Some(v) = line.trim().strip_prefix("Validator,ROCBLAS_VERSION,") {
+                let line = line.trim();
+                if let Some(v) = line.strip_prefix("Validator,ROCBLAS_VERSION,") {
                     version = Some(v.trim().to_string());
                 }
-                let line = line.trim();
                 if line.is_empty() || line.starts_with("Validator,") || line.starts_with("op_name,")
                 {
                     continue;
                 }
-                let fields: Vec<&str> = line.splitn(4, ',').collect();
+                let fields: Vec<&str> = line.splitn(4, ',').map(str::trim).collect();
                 if fields.len() < 2 {
                     out.skipped
                         .push(format!("{}:{}: not op_name,signature", f.display(), n + 1));
                     continue;
                 }
-                if !is_counts
-                    && fields
-                        .get(2)
-                        .is_some_and(|s| tunableop::Solution::parse(s.trim()).is_ok())
-                {
+                let third = fields.get(2).copied();
+                if !is_counts && third.is_some_and(|s| tunableop::Solution::parse(s).is_ok()) {
                     rows_with_solutions += 1;
                 }
-                match tunableop::parse_key(fields[0].trim(), fields[1].trim()) {
-                    KeyParse::Key(k) => {
-                        let calls = if is_counts {
-                            fields
-                                .get(2)
-                                .and_then(|c| c.trim().parse().ok())
-                                .unwrap_or(0)
-                        } else {
-                            0
+                match K::line(fields[0], fields[1]) {
+                    Ok(k) => {
+                        let calls = match is_counts {
+                            true => third.and_then(|c| c.parse().ok()).unwrap_or(0),
+                            false => 0,
                         };
-                        // A log with a counts sidecar contributes its keys once, from there.
-                        if has_counts && !is_counts {
-                            out.add(k, 0, &mut index);
-                        } else {
-                            out.add(k, calls, &mut index);
-                        }
+                        out.add(k, calls);
                     }
-                    KeyParse::Unservable => out.skipped.push(format!(
-                        "{}:{}: an op rocBLAS does not serve ({})",
-                        f.display(),
-                        n + 1,
-                        fields[0].trim()
-                    )),
-                    KeyParse::Invalid(why) => {
-                        out.skipped
-                            .push(format!("{}:{}: {why}", f.display(), n + 1))
-                    }
-                    KeyParse::Wildcard(_) => out.skipped.push(format!(
-                        "{}:{}: a `*` wildcard row names no concrete shape",
-                        f.display(),
-                        n + 1
-                    )),
+                    Err(why) => out
+                        .skipped
+                        .push(format!("{}:{}: {why}", f.display(), n + 1)),
                 }
             }
-            if rows_with_solutions > 0 {
+            if K::RECORDS_IMPORTS && rows_with_solutions > 0 {
                 out.imported
                     .push((f.display().to_string(), version, rows_with_solutions));
             }
@@ -167,37 +211,9 @@ pub fn collect(inputs: &[PathBuf], specs: &[&str]) -> Result<Collected> {
     }
     for spec in specs {
         out.sources.push(format!("--shape {spec}"));
-        out.add(parse_spec(spec)?, 0, &mut index);
+        out.add(K::parse_spec(spec).map_err(Error::failed)?, 0);
     }
     Ok(out)
-}
-
-/// Adds what a rocBLAS bench or profile log or a rocblas-gemm-tune CSV names.
-fn add_foreign(
-    out: &mut Collected,
-    index: &mut HashMap<ProblemKey, usize>,
-    file: &Path,
-    text: &str,
-    parsed: formats::Parsed,
-) {
-    let format = formats::detect(text);
-    for s in parsed.skipped {
-        out.skipped
-            .push(format!("{}:{}: {}", file.display(), s.line, s.reason));
-    }
-    let with_ids = parsed
-        .entries
-        .iter()
-        .filter(|e| e.solution.is_some())
-        .count();
-    for e in parsed.entries {
-        out.add(e.key, e.calls, index);
-    }
-    if format == formats::Format::GemmTune && with_ids > 0 {
-        // Its solution indices belong to the build it was tuned on: shapes only.
-        out.imported
-            .push((file.display().to_string(), None, with_ids));
-    }
 }
 
 /// `TYPE:AB:M:N:K[:BATCH]`, packed layout: `f16:TN:4096:256:4096` is what PyTorch issues
@@ -205,8 +221,6 @@ fn add_foreign(
 pub fn parse_spec(spec: &str) -> Result<ProblemKey> {
     rocblas::parse_spec(spec).map_err(Error::failed)
 }
-
-pub use rocblas::label as shape_label;
 
 /// The input files of each library: a folder's miss files by the library their names say
 /// (the interposer tags the Lt libraries' files, `<process>-cublaslt-rank0.csv`); a file
@@ -232,40 +246,53 @@ pub fn by_library(
     Ok(out)
 }
 
-/// What a rocBLAS campaign takes of the collected shapes: `specs` named on the command line
-/// are tuned again even where the profile has a row; the skipped lines are said.
-pub fn inputs(
-    collected: Collected,
+/// What a campaign of `lib` takes of `files` and `specs`: the shapes named on the command
+/// line are tuned again even where the profile has a row; the skipped lines are said.
+pub fn inputs<L: Library>(
+    lib: &L,
+    files: &[PathBuf],
     specs: &[&str],
     opts: &campaign::Options,
-) -> Result<Inputs<ProblemKey>> {
+) -> Result<Inputs<L::Key>>
+where
+    L::Key: Reads,
+{
+    let collected = collect::<L::Key>(files, specs, opts.quiet)?;
     if !opts.quiet && !collected.skipped.is_empty() {
         eprintln!(
-            "tunedblas: skipped {} input lines that name no servable shape; the first: {}",
+            "tunedblas: skipped {} input lines that name no {} shape; the first: {}",
             collected.skipped.len(),
+            lib.kind().name(),
             collected.skipped[0]
         );
     }
     let named = specs
         .iter()
-        .map(|s| parse_spec(s))
+        .map(|s| L::Key::parse_spec(s).map_err(|e| Error::usage("tune", e)))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Inputs {
-        shapes: collected.shapes.iter().map(|s| (s.key, s.calls)).collect(),
-        named,
-        sources: collected.sources,
-        record: serde_json::json!({ "imported": collected.imported.iter().map(|(file, version, rows)| serde_json::json!({
+    let record = match L::Key::RECORDS_IMPORTS {
+        true => {
+            serde_json::json!({ "imported": collected.imported.iter().map(|(file, version, rows)| serde_json::json!({
             "file": file,
             "rocblas": version,
             "rows": rows,
             "ids": "not reused: tuned on another build, or current rows come from this build's profile",
-        })).collect::<Vec<_>>() }),
+        })).collect::<Vec<_>>() })
+        }
+        false => serde_json::Value::Null,
+    };
+    Ok(Inputs {
+        shapes: collected.shapes,
+        named,
+        sources: collected.sources,
+        record,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn tmp(name: &str) -> PathBuf {
         let d =
@@ -321,8 +348,8 @@ mod tests {
                 tunedblas_core::formats::gemm_tune::HEADER
             ),
         );
-        let c = collect(std::slice::from_ref(&d), &[]).unwrap();
-        let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
+        let c = collect::<ProblemKey>(std::slice::from_ref(&d), &[], false).unwrap();
+        let calls: HashMap<ProblemKey, u64> = c.shapes.iter().copied().collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
         assert_eq!(
             calls[&k], 2,
@@ -367,8 +394,8 @@ mod tests {
             "other-build.csv",
             format!("Validator,ROCBLAS_VERSION,9.9\n{op2},{sig2},Gemm_Rocblas_77,0.1\n"),
         );
-        let c = collect(std::slice::from_ref(&d), &[]).unwrap();
-        let calls: HashMap<ProblemKey, u64> = c.shapes.iter().map(|s| (s.key, s.calls)).collect();
+        let c = collect::<ProblemKey>(std::slice::from_ref(&d), &[], false).unwrap();
+        let calls: HashMap<ProblemKey, u64> = c.shapes.iter().copied().collect();
         assert_eq!(c.shapes.len(), 2, "{:?}", c.shapes);
         assert_eq!(calls[&k1], 40, "counted once, from the sidecar");
         assert_eq!(calls[&k2], 2);
@@ -376,10 +403,10 @@ mod tests {
         assert!(c.skipped[0].contains("untuned.csv:2"), "{:?}", c.skipped);
         assert_eq!(c.imported.len(), 1, "{:?}", c.imported);
         assert_eq!(c.imported[0].1.as_deref(), Some("9.9"));
-        let only = collect(&[results], &["f16:NN:8:8:8"]).unwrap();
+        let only = collect::<ProblemKey>(&[results], &["f16:NN:8:8:8"], false).unwrap();
         assert_eq!(only.shapes.len(), 2);
-        assert_eq!(only.shapes[0].key, k2);
-        let e = collect(&[d.join("absent")], &[]).unwrap_err();
+        assert_eq!(only.shapes[0].0, k2);
+        let e = collect::<ProblemKey>(&[d.join("absent")], &[], false).unwrap_err();
         assert!(e.message.contains("absent"), "{e}");
     }
 

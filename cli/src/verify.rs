@@ -7,11 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::{Deserialize, Serialize};
-use tunedblas_core::key::ProblemKey;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
-use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
 use tunedblas_tuner::backends::{Kind, Library as _};
 
 pub struct Options {
@@ -64,6 +62,11 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// The stats file at `path`, where it is one.
+    pub fn read(path: &Path) -> Option<Stats> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
+
     /// `rocblas`, `cublaslt` or `hipblaslt`.
     pub fn backend(&self) -> &str {
         self.library.as_deref().unwrap_or("rocblas")
@@ -113,29 +116,22 @@ impl Stats {
 
     /// The counts in a line, as the exit summary words them.
     fn line(&self) -> String {
-        let hit = hit_words(self.hit_rate.map(|r| (r * 1000.0).round() as u64));
-        format!(
-            "{} calls: {} served, {} default, {} near ({} shapes), {} missed ({} shapes), {} passed through, {} fallbacks; {hit}; {} of {} rows hit",
+        let counters = crate::commands::status::Counters {
+            served: self.served,
+            default: self.default,
+            near: self.near,
+            missed: self.missed_calls,
+            passed_through: self.passed_through,
+            fallbacks: self.fallbacks,
+        };
+        let hit = self.hit_rate.map(|r| (r * 1000.0).round() as u64);
+        let line = counters.line(
             self.calls,
-            self.served,
-            self.default,
-            self.near,
-            self.near_shapes,
-            self.missed_calls,
-            self.missed_shapes,
-            self.passed_through,
-            self.fallbacks,
-            self.rows_hit,
-            self.rows
-        )
-    }
-}
-
-/// `hit rate 62.5%` (as the exit summary says it), or that no call was decided.
-pub fn hit_words(permille: Option<u64>) -> String {
-    match permille {
-        Some(p) => format!("hit rate {}.{}%", p / 10, p % 10),
-        None => "no hit rate (no call decided)".into(),
+            Some(self.near_shapes),
+            Some(self.missed_shapes),
+            hit,
+        );
+        format!("{line}; {} of {} rows hit", self.rows_hit, self.rows)
     }
 }
 
@@ -266,25 +262,29 @@ pub fn preload_path(given: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
-/// This `tunedblas` as a child under the interposer `preload`: the profiles of `profiles`,
-/// its misses to `misses` and its counters to `stats`, whatever profile the caller's
-/// environment names or whether it turns the interposer off (`demo`'s workload and the
-/// replay here).
-pub fn under_preload(
-    preload: &Path,
-    profiles: &Path,
-    misses: &Path,
-    stats: &Path,
-) -> Result<Command> {
+/// This `tunedblas` as a child with the profile store `profiles` and the miss folder
+/// `misses`, and nothing of the caller's interposer settings (a profile it names, the
+/// interposer turned off, a mismatch allowed, a preload or a stats file of its own); under
+/// the interposer `preload`, its counters written to `stats`, where given. `verify`'s
+/// replay, `demo`'s workload and every `doctor` child are started here.
+pub fn child(profiles: &Path, misses: &Path, preload: Option<(&Path, &Path)>) -> Result<Command> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
     let mut c = Command::new(exe);
-    c.env("LD_PRELOAD", preload)
-        .env("TUNEDBLAS_PROFILE_DIR", profiles)
-        .env("TUNEDBLAS_MISS_DIR", misses)
-        .env("TUNEDBLAS_STATS", stats)
-        .env_remove("TUNEDBLAS_PROFILE")
-        .env_remove("TUNEDBLAS_DISABLE");
+    c.env("TUNEDBLAS_PROFILE_DIR", profiles)
+        .env("TUNEDBLAS_MISS_DIR", misses);
+    for v in [
+        "LD_PRELOAD",
+        "TUNEDBLAS_PROFILE",
+        "TUNEDBLAS_ALLOW_MISMATCH",
+        "TUNEDBLAS_DISABLE",
+        "TUNEDBLAS_STATS",
+    ] {
+        c.env_remove(v);
+    }
+    if let Some((preload, stats)) = preload {
+        c.env("LD_PRELOAD", preload).env("TUNEDBLAS_STATS", stats);
+    }
     Ok(c)
 }
 
@@ -358,11 +358,10 @@ pub fn run(opts: &Options) -> Result<Report> {
         .map_err(|e| Error::failed(format!("cannot write {}: {e}", list.display())))?;
     let stats_path = scratch.join("stats.json");
     let preload = preload_path(opts.preload.as_deref())?;
-    let mut child = under_preload(
-        &preload,
+    let mut child = child(
         &opts.profiles,
         &scratch.join("misses"),
-        &stats_path,
+        Some((&preload, &stats_path)),
     )?;
     child
         .arg("replay")
@@ -383,7 +382,6 @@ pub fn run(opts: &Options) -> Result<Report> {
         }
     }
     let out = child
-        .env_remove("TUNEDBLAS_ALLOW_MISMATCH")
         .output()
         .map_err(|e| Error::failed(format!("cannot start the replay: {e}")))?;
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -391,8 +389,7 @@ pub fn run(opts: &Options) -> Result<Report> {
     // too ([`stats_files`]).
     let stats: Option<Stats> = stats_files(&stats_path)
         .iter()
-        .filter_map(|f| std::fs::read(f).ok())
-        .filter_map(|b| serde_json::from_slice::<Stats>(&b).ok())
+        .filter_map(|f| Stats::read(f))
         .find(|s| s.backend() == plan.kind.tag());
     let replayed: Option<Replayed> = serde_json::from_slice(&out.stdout).ok();
     let _ = std::fs::remove_dir_all(&scratch);
@@ -446,53 +443,4 @@ pub fn run(opts: &Options) -> Result<Report> {
         }
     }
     Ok(report)
-}
-
-/// The child: runs every row of `rows` once per device through the library's global
-/// entry points (where the preload sits) and prints a [`Replayed`] as JSON. rocBLAS's
-/// calls are its `gemm_ex` as a host makes them; the Lt libraries' are the doctor's host
-/// calls ([`crate::doctor::child::replay`]).
-pub fn replay(
-    lib_path: &Path,
-    rows_path: &Path,
-    lt: Option<(&tunedblas_tuner::backends::Spec, usize)>,
-) -> Result<()> {
-    let kind = tunedblas_tuner::backends::kind_of(lib_path)?;
-    if let (Some((spec, workspace)), true) = (lt, kind != Kind::Rocblas) {
-        let text = std::fs::read_to_string(rows_path)
-            .map_err(|e| Error::failed(format!("cannot read {}: {e}", rows_path.display())))?;
-        let (calls, failures) = crate::doctor::child::replay(kind, spec, &text, workspace)?;
-        println!(
-            "{}",
-            serde_json::to_string(&Replayed { calls, failures }).expect("plain struct")
-        );
-        return Ok(());
-    }
-    let lib = Rocblas::open_as_host(lib_path)?;
-    let rows = crate::export::read(rows_path)?;
-    let keys: Vec<ProblemKey> = rows.rows.iter().map(|r| r.key).collect();
-    let mut r = Replayed {
-        calls: 0,
-        failures: Vec::new(),
-    };
-    for dev in 0..lib.device_count()? {
-        lib.set_device(dev)?;
-        for key in &keys {
-            r.calls += 1;
-            let outcome = RocblasProblem::once(&lib, *key).map(|p| p.run_flags(0, None, 0));
-            match outcome {
-                Ok(0) => {}
-                Ok(st) => r.failures.push(format!(
-                    "{} on device {dev}: rocBLAS status {st}",
-                    crate::shapes::shape_label(key)
-                )),
-                Err(e) => r.failures.push(format!(
-                    "{} on device {dev}: {e}",
-                    crate::shapes::shape_label(key)
-                )),
-            }
-        }
-    }
-    println!("{}", serde_json::to_string(&r).expect("plain struct"));
-    Ok(())
 }

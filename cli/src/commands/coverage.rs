@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 
 use tunedblas_core::coverage::{self, ModelOptions, ProfileIndex, Serving, Shape};
 use tunedblas_core::key::Types;
-use tunedblas_core::profile::REGISTRY_FILE;
-use tunedblas_core::registry::Registry;
 use tunedblas_core::tunableop;
 
 use crate::args::{self, Args};
@@ -131,16 +129,7 @@ fn profile_file(o: &Options) -> Result<Option<(String, PathBuf)>> {
             .unwrap_or_default();
         return Ok(Some((name, as_path.to_path_buf())));
     } else {
-        let store = o.a.profile_store();
-        let reg_path = store.join(REGISTRY_FILE);
-        let reg = Registry::load(&reg_path).map_err(|e| Error::failed(e.to_string()))?;
-        let entry = reg.get(p).ok_or_else(|| {
-            Error::failed(format!(
-                "--profile {p}: neither a folder nor a name in {}",
-                reg_path.display()
-            ))
-        })?;
-        entry.path_in(&store)
+        crate::pick::pick(crate::pick::Which::Name(p), &o.a.profile_store())?.dir
     };
     let file = dir.join(&file_name);
     if !file.is_file() {

@@ -141,7 +141,9 @@ pub fn run(a: &Args) -> Result<()> {
             }
         }
         "hipblaslt-override" | "hipblaslt-bench" | "aiter" => {
-            let (text, rows) = export::lt_text(&p, rank, &format, a.value("--git-version"), a.value("--arch"), &mut report)?;
+            // `--arch gfx942:304`, read as `profiles adopt` reads it.
+            let device = crate::adopt::device(a.value("--arch")).map_err(|e| a.usage(e))?;
+            let (text, rows) = export::lt_text(&p, rank, &format, a.value("--git-version"), device, &mut report)?;
             emit(out.as_deref(), &text, rows, &mut report)?;
         }
         other => {

@@ -4,7 +4,7 @@
 //! lays the answer out).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use tunedblas_core::misses::{self, Source};
 use tunedblas_core::tunableop;
@@ -128,15 +128,6 @@ fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize)> {
     Ok((by_source.into_values().collect(), read))
 }
 
-fn write_out(path: &Path, lines: &[String]) -> Result<()> {
-    let mut text = String::new();
-    for l in lines {
-        text.push_str(l);
-        text.push('\n');
-    }
-    std::fs::write(path, text).map_err(|e| Error::failed(format!("{}: {e}", path.display())))
-}
-
 /// Runs `tunedblas misses` with the arguments after the command name.
 pub fn run(a: &Args) -> Result<()> {
     let mut inputs: Vec<PathBuf> = a.positional.iter().map(PathBuf::from).collect();
@@ -164,7 +155,8 @@ pub fn run(a: &Args) -> Result<()> {
     let groups = misses::group(&all, align, window);
     let out = a.path("--out");
     if let Some(out) = &out {
-        write_out(out, &untuned_lines(&all, &groups))?;
+        std::fs::write(out, untuned_text(&all, &groups))
+            .map_err(|e| Error::failed(format!("{}: {e}", out.display())))?;
     }
     let summary = Summary {
         inputs: inputs
@@ -207,14 +199,14 @@ fn drop_served(all: &mut Vec<misses::Miss>, p: &crate::pick::Picked) -> Result<u
 }
 
 /// Every missed shape, most expensive group first, as PyTorch untuned-file lines.
-fn untuned_lines(all: &[misses::Miss], groups: &[misses::Group]) -> Vec<String> {
-    let mut lines = Vec::new();
+fn untuned_text(all: &[misses::Miss], groups: &[misses::Group]) -> String {
+    let mut lines = String::new();
     for g in groups {
         let mut members = g.members.clone();
         members.sort_by(|&a, &b| all[b].cost().total_cmp(&all[a].cost()));
         for i in members {
             let (op, sig) = tunableop::op_and_signature(&all[i].key);
-            lines.push(format!("{op},{sig}"));
+            lines.push_str(&format!("{op},{sig}\n"));
         }
     }
     lines

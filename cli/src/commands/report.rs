@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::shapes::Reads as _;
 use serde_json::Value;
 use tunedblas_core::key::ProblemKey;
-use tunedblas_core::tunableop::{self, KeyParse};
 
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
@@ -74,12 +74,7 @@ fn predicted(path: &Path) -> Result<Vec<ProblemKey>> {
     })?;
     Ok(problems
         .iter()
-        .filter_map(
-            |p| match tunableop::parse_key(p["op"].as_str()?, p["signature"].as_str()?) {
-                KeyParse::Key(k) => Some(k),
-                _ => None,
-            },
-        )
+        .filter_map(|p| ProblemKey::line(p["op"].as_str()?, p["signature"].as_str()?).ok())
         .collect())
 }
 
@@ -98,11 +93,7 @@ pub fn run(a: &Args) -> Result<()> {
         ..report::Seen::default()
     };
     if !inputs.is_empty() {
-        seen.missed = shapes::collect(&inputs, &[])?
-            .shapes
-            .into_iter()
-            .map(|s| (s.key, s.calls))
-            .collect();
+        seen.missed = shapes::collect(&inputs, &[], true)?.shapes;
     }
     for f in a.values("--coverage") {
         seen.predicted.extend(predicted(Path::new(f))?);

@@ -9,7 +9,6 @@ use tunedblas_core::process::{State, Writer};
 
 use crate::args::{self, Args};
 use crate::error::{Error, Result};
-use crate::verify::hit_words;
 
 const ABOUT: &str = "\
 Shows what the interposer is doing in every process that runs under it, live: per process
@@ -89,6 +88,33 @@ impl Counters {
         self.missed += o.missed;
         self.passed_through += o.passed_through;
         self.fallbacks += o.fallbacks;
+    }
+
+    /// The counts in a line, as the interposer's exit summary words them (`verify` too):
+    /// the shapes near-served and missed where known, the hit rate in tenths of a percent.
+    pub fn line(
+        &self,
+        calls: u64,
+        near_shapes: Option<u64>,
+        missed_shapes: Option<u64>,
+        hit_permille: Option<u64>,
+    ) -> String {
+        let shapes = |n: Option<u64>| n.map_or(String::new(), |n| format!(" ({n} shapes)"));
+        format!(
+            "{calls} calls: {} served, {} default, {} near{}, {} missed{}, {} passed through, {} fallbacks; {}",
+            self.served,
+            self.default,
+            self.near,
+            shapes(near_shapes),
+            self.missed,
+            shapes(missed_shapes),
+            self.passed_through,
+            self.fallbacks,
+            match hit_permille {
+                Some(p) => format!("hit rate {}.{}%", p / 10, p % 10),
+                None => "no hit rate (no call decided)".into(),
+            }
+        )
     }
 
     /// The hit rate in tenths of a percent, by the interposer's own rule and rounding
@@ -375,23 +401,13 @@ fn render(procs: &[Process]) -> String {
             ));
         }
         for b in &s.backends {
-            let c = &b.counters;
-            let near_shapes = b
-                .near_shapes
-                .map_or(String::new(), |n| format!(" ({n} shapes)"));
-            t.push_str(&format!(
-                "  {}: {} calls: {} served, {} default, {} near{near_shapes}, {} missed ({} shapes), {} passed through, {} fallbacks; {}\n",
-                b.backend,
+            let line = b.counters.line(
                 b.calls(),
-                c.served,
-                c.default,
-                c.near,
-                c.missed,
-                b.missed_shapes,
-                c.passed_through,
-                c.fallbacks,
-                hit_words(b.hit_permille())
-            ));
+                b.near_shapes,
+                Some(b.missed_shapes),
+                b.hit_permille(),
+            );
+            t.push_str(&format!("  {}: {line}\n", b.backend));
             for r in &b.ranks {
                 t.push_str(&format!(
                     "    rank {}: {} missed calls, {} shapes\n",
@@ -420,18 +436,11 @@ fn render(procs: &[Process]) -> String {
     for x in &totals {
         let c = &x.counters;
         t.push_str(&format!(
-            "  {} ({} process{}): {} calls: {} served, {} default, {} near, {} missed, {} passed through, {} fallbacks; {}\n",
+            "  {} ({} process{}): {}\n",
             x.backend,
             x.processes,
             if x.processes == 1 { "" } else { "es" },
-            x.calls,
-            c.served,
-            c.default,
-            c.near,
-            c.missed,
-            c.passed_through,
-            c.fallbacks,
-            hit_words(c.hit_permille())
+            c.line(x.calls, None, None, c.hit_permille())
         ));
     }
     t

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use tunedblas_tuner::backends::{self, Kind, Library, Opened, Spec};
-use tunedblas_tuner::campaign::{self, Inputs};
+use tunedblas_tuner::campaign;
 
 use crate::args::{self, Args};
 use crate::curate;
@@ -173,14 +173,8 @@ pub fn run(a: &Args) -> Result<()> {
             ..opts.clone()
         };
         let opened = Opened::open(kind, &spec)?;
-        let result = match &opened {
-            Opened::Rocblas(l) => {
-                let collected = crate::shapes::collect(&files, &specs)?;
-                campaign_of(l, crate::shapes::inputs(collected, &specs, &opts)?, &opts)
-            }
-            Opened::Hipblaslt(l) => campaign_of(l, lines(l, &files, &specs, &opts)?, &opts),
-            Opened::Cublaslt(l) => campaign_of(l, lines(l, &files, &specs, &opts)?, &opts),
-        };
+        let result =
+            tunedblas_tuner::with_library!(&opened, l => campaign_of(l, &files, &specs, &opts));
         if let Err(e) = result {
             eprintln!("tunedblas tune: {}: {}", kind.name(), e.message);
             failure = Some(e);
@@ -189,102 +183,21 @@ pub fn run(a: &Args) -> Result<()> {
     failure.map_or(Ok(()), Err)
 }
 
-/// Runs one library's campaign and prints its JSON where asked.
-fn campaign_of<L: Library>(l: &L, inputs: Inputs<L::Key>, opts: &campaign::Options) -> Result<()> {
+/// Runs one library's campaign on the shapes of `files` and `specs`, and prints its JSON
+/// where asked.
+fn campaign_of<L: Library>(
+    l: &L,
+    files: &[PathBuf],
+    specs: &[&str],
+    opts: &campaign::Options,
+) -> Result<()>
+where
+    L::Key: crate::shapes::Reads,
+{
+    let inputs = crate::shapes::inputs(l, files, specs, opts)?;
     let summary = campaign::run(l, inputs, opts)?;
     if opts.json {
         print_json(&summary);
     }
     Ok(())
-}
-
-/// The shapes of miss files and explicit specs, for a library whose inputs are plain
-/// `op,signature[,calls]` lines (the Lt libraries).
-fn lines<L: Library>(
-    lib: &L,
-    files: &[PathBuf],
-    specs: &[&str],
-    opts: &campaign::Options,
-) -> Result<Inputs<L::Key>> {
-    let mut shapes: Vec<(L::Key, u64)> = Vec::new();
-    let mut skipped = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| Error::failed(format!("cannot read {}: {e}", f.display())))?;
-        let counts = f.to_string_lossy().ends_with(".counts.csv");
-        let mut add = |k: L::Key, calls: u64| match shapes.iter_mut().find(|s| s.0 == k) {
-            Some(s) => s.1 += calls,
-            None => shapes.push((k, calls)),
-        };
-        // hipBLASLt tuning files, HIPBLASLT_LOG_MASK=32 logs and AITER tables name their
-        // shapes too (the core reads them; their indices are not carried over).
-        let format = tunedblas_core::formats::detect(&text);
-        if let Some(parsed) = tunedblas_core::formats::parse_lt(format, &text) {
-            for s in &parsed.skipped {
-                skipped.push(format!("{}:{} ({})", f.display(), s.line, s.reason));
-            }
-            if !opts.quiet {
-                for (why, n) in &parsed.unservable {
-                    eprintln!(
-                        "tunedblas tune: {}: {n} rows: {why}; their shapes are tuned where they name a plain GEMM",
-                        f.display()
-                    );
-                }
-            }
-            for e in parsed.entries {
-                let (op, sig) = tunedblas_core::cublaslt::op_and_signature(&e.key);
-                match lib.parse_key(&format!("{op},{sig}")) {
-                    Some(k) => add(k, 0),
-                    None => skipped.push(format!("{}: {op},{sig}", f.display())),
-                }
-            }
-            continue;
-        }
-        for (n, line) in text.lines().enumerate() {
-            if line.trim().is_empty()
-                || line.starts_with("op_name,")
-                || line.starts_with("Validator,")
-            {
-                continue;
-            }
-            match lib.parse_key(line) {
-                Some(k) => {
-                    let calls = match counts {
-                        true => line
-                            .rsplit(',')
-                            .next()
-                            .and_then(|c| c.trim().parse().ok())
-                            .unwrap_or(0),
-                        false => 0,
-                    };
-                    add(k, calls);
-                }
-                None => skipped.push(format!("{}:{}", f.display(), n + 1)),
-            }
-        }
-    }
-    if !skipped.is_empty() && !opts.quiet {
-        eprintln!(
-            "tunedblas: skipped {} input lines that name no {} shape; the first: {}",
-            skipped.len(),
-            lib.kind().name(),
-            skipped[0]
-        );
-    }
-    let mut named = Vec::new();
-    for s in specs {
-        let k = lib.parse_spec(s).map_err(|e| Error::usage("tune", e))?;
-        named.push(k);
-        if !shapes.iter().any(|x| x.0 == k) {
-            shapes.push((k, 0));
-        }
-    }
-    let mut sources: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    sources.extend(specs.iter().map(|s| format!("--shape {s}")));
-    Ok(Inputs {
-        shapes,
-        named,
-        sources,
-        record: serde_json::Value::Null,
-    })
 }

@@ -173,7 +173,6 @@ pub const STEPS: [(&str, &str); 11] = [
 #[derive(Default)]
 struct Doctor {
     out: PathBuf,
-    exe: PathBuf,
     opts: Options,
     facts: Facts,
     steps: Vec<Step>,
@@ -199,11 +198,8 @@ pub fn run(opts: Options) -> Result<()> {
         None => PathBuf::from(format!("doctor-{}", stamp())),
     };
     fresh_bundle(&out)?;
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::failed(format!("cannot find the tunedblas binary: {e}")))?;
     let mut d = Doctor {
         out: out.clone(),
-        exe,
         facts: Facts {
             tunedblas: crate::VERSION.into(),
             command: opts.argv.clone(),
@@ -237,6 +233,11 @@ pub fn run(opts: Options) -> Result<()> {
 /// A workload run's shapes (none where the run did not happen).
 fn shapes_of(run: &Option<child::Report>) -> Vec<child::ShapeRun> {
     run.as_ref().map(|r| r.shapes.clone()).unwrap_or_default()
+}
+
+/// The `op,signature` of each of a workload run's shapes.
+fn shape_names(run: &Option<child::Report>) -> Vec<String> {
+    shapes_of(run).into_iter().map(|s| s.shape).collect()
 }
 
 /// `20260103-141502` (UTC), for the default bundle's name.
@@ -344,35 +345,33 @@ impl Doctor {
         self.kind.expect("the library step ran")
     }
 
-    /// `tunedblas <args>` with the bundle's folders and nothing of the user's settings.
-    fn child(&self, args: &[OsString]) -> Command {
-        let mut c = Command::new(&self.exe);
-        c.args(args)
-            .env("TUNEDBLAS_PROFILE_DIR", self.out.join("profiles"))
-            .env("TUNEDBLAS_MISS_DIR", self.out.join("misses"))
+    /// Runs `tunedblas <args>` with the bundle's folders and nothing of the user's settings
+    /// ([`crate::verify::child`]), under the preload writing its counters to `stats` where
+    /// given, keeping its stdout and stderr as `logs/<tag>.*.txt`.
+    fn logged(
+        &self,
+        args: &[OsString],
+        stats: Option<&Path>,
+        tag: &str,
+    ) -> std::result::Result<Output, Fail> {
+        let preload = stats.map(|s| (self.preload.as_path(), s));
+        let cannot = |e: String| {
+            fail(
+                format!("cannot start tunedblas: {e}"),
+                "check that the tunedblas binary can be run",
+            )
+        };
+        let mut cmd = crate::verify::child(
+            &self.out.join("profiles"),
+            &self.out.join("misses"),
+            preload,
+        )
+        .map_err(|e| cannot(e.message))?;
+        cmd.args(args)
             .env("TUNEDBLAS_CACHE_DIR", self.out.join("cache"))
             .env("TUNEDBLAS_NEAR", "0")
             .env("TUNEDBLAS_LOG", "info");
-        for v in [
-            "LD_PRELOAD",
-            "TUNEDBLAS_PROFILE",
-            "TUNEDBLAS_ALLOW_MISMATCH",
-            "TUNEDBLAS_DISABLE",
-            "TUNEDBLAS_STATS",
-        ] {
-            c.env_remove(v);
-        }
-        c
-    }
-
-    /// Runs `cmd`, keeping its stdout and stderr as `logs/<tag>.*.txt`.
-    fn logged(&self, mut cmd: Command, tag: &str) -> std::result::Result<Output, Fail> {
-        let out = cmd.output().map_err(|e| {
-            fail(
-                format!("cannot start {}: {e}", self.exe.display()),
-                "check that the tunedblas binary can be run",
-            )
-        })?;
+        let out = cmd.output().map_err(|e| cannot(e.to_string()))?;
         let logs = self.out.join("logs");
         let _ = std::fs::write(logs.join(format!("{tag}.stderr.txt")), &out.stderr);
         let _ = std::fs::write(logs.join(format!("{tag}.stdout.txt")), &out.stdout);
@@ -418,12 +417,7 @@ impl Doctor {
         if let Some(flag) = outputs {
             args.extend([flag.into(), self.out.join(OUTPUTS).into_os_string()]);
         }
-        let mut cmd = self.child(&args);
-        if preload {
-            cmd.env("LD_PRELOAD", &self.preload)
-                .env("TUNEDBLAS_STATS", &stats);
-        }
-        let out = self.logged(cmd, tag)?;
+        let out = self.logged(&args, preload.then_some(stats.as_path()), tag)?;
         match serde_json::from_slice(&out.stdout) {
             Ok(report) if out.status.success() => Ok((report, stats)),
             _ => Err(fail(
@@ -501,7 +495,7 @@ impl Doctor {
     fn device(&mut self) -> Done {
         let kind = self.kind();
         let args = self.args(&["doctor-run", "--backend", kind.tag(), "--probe"]);
-        let out = self.logged(self.child(&args), "device")?;
+        let out = self.logged(&args, None, "device")?;
         let loaded: Option<child::Loaded> = serde_json::from_slice(&out.stdout).ok();
         let Some(loaded) = loaded.filter(|_| out.status.success()) else {
             let (error, todo): (fn(String) -> Error, &str) = match out.status.code() {
@@ -566,7 +560,7 @@ impl Doctor {
             said.push_str("; selftest not run: no NVIDIA driver here (a stand-in library)");
         }
         if kind == Kind::Cublaslt && gpu_driver(kind) {
-            let out = self.logged(self.child(&self.args(&["selftest"])), "selftest")?;
+            let out = self.logged(&self.args(&["selftest"]), None, "selftest")?;
             if !out.status.success() {
                 return Err(fail(
                     format!("tunedblas selftest failed: {}", last_line(&out)),
@@ -590,7 +584,7 @@ impl Doctor {
             "the workload under the preload",
             " (the interposer's start line says what it found)",
         )?;
-        let Some(s) = read_stats(&stats) else {
+        let Some(s) = crate::verify::Stats::read(&stats) else {
             return Err(fail(
                 format!("the interposer wrote no counters ({} missing): it did not load in the child", stats.display()),
                 "check that libtunedblas.so matches this tunedblas build and that nothing else sets LD_PRELOAD; see logs/record.stderr.txt",
@@ -613,10 +607,7 @@ impl Doctor {
 
     fn record(&mut self) -> Done {
         let recorded = miss_shapes(&self.out.join("misses"));
-        let want: Vec<String> = shapes_of(&self.record)
-            .into_iter()
-            .map(|s| s.shape)
-            .collect();
+        let want = shape_names(&self.record);
         let missing: Vec<&String> = want.iter().filter(|w| !recorded.contains(w)).collect();
         if !missing.is_empty() {
             return Err(fail(
@@ -679,7 +670,7 @@ impl Doctor {
         }
         args.push(self.out.join("misses").into_os_string());
         let started = Instant::now();
-        let out = self.logged(self.child(&args), "tune")?;
+        let out = self.logged(&args, None, "tune")?;
         let secs = started.elapsed().as_secs_f64();
         let stdout = text(&out.stdout);
         let summary: Option<serde_json::Value> = stdout
@@ -732,10 +723,7 @@ impl Doctor {
             }
         };
         self.rows = results_rows(&dir);
-        let shapes: Vec<String> = shapes_of(&self.record)
-            .into_iter()
-            .map(|s| s.shape)
-            .collect();
+        let shapes = shape_names(&self.record);
         self.undecided = shapes
             .iter()
             .filter(|s| !self.rows.iter().any(|(k, _)| k == *s))
@@ -758,7 +746,7 @@ impl Doctor {
         let what = "the workload under the profile";
         let (report, stats) = self.workload("served", true, Some("--compare"), what, "")?;
         self.served = Some(report);
-        let Some(s) = read_stats(&stats) else {
+        let Some(s) = crate::verify::Stats::read(&stats) else {
             return Err(fail(
                 format!("the interposer wrote no counters ({})", stats.display()),
                 "see logs/served.stderr.txt in the bundle",
@@ -1019,10 +1007,6 @@ fn environment() -> Vec<(String, String)> {
                 )
         })
         .collect()
-}
-
-fn read_stats(path: &Path) -> Option<crate::verify::Stats> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// The lines of a TunableOp-style file that name a shape: `op,signature` of each, with the
