@@ -90,18 +90,6 @@ pub struct Spec {
     pub arch: Option<String>,
 }
 
-impl Spec {
-    /// The arguments that make a child `tunedblas` load the same files.
-    pub fn args(&self, kind: Kind, lib: &Path, runtime: &Path) -> Vec<OsString> {
-        let rt = if kind == Kind::Cublaslt {
-            "--cudart"
-        } else {
-            "--hip"
-        };
-        vec!["--lib".into(), lib.into(), rt.into(), runtime.into()]
-    }
-}
-
 /// What a library keys its shapes by: how results and miss files write and read them.
 pub trait ShapeKey: Copy + Eq + Ord + std::hash::Hash + Send + Sync + std::fmt::Debug {
     /// `op_name,params_signature`, as results and miss files write the shape.
@@ -159,7 +147,12 @@ pub trait Library: Sync {
     fn describe(&self) -> Vec<(&'static str, String)>;
     /// The arguments that make a `tunedblas confirm` child load this library as loaded.
     fn child_args(&self) -> Vec<OsString> {
-        Spec::default().args(self.kind(), &self.build().path, &self.runtime().path)
+        let rt = match self.kind() {
+            Kind::Cublaslt => "--cudart",
+            _ => "--hip",
+        };
+        let (lib, runtime) = (&self.build().path, &self.runtime().path);
+        vec!["--lib".into(), lib.into(), rt.into(), runtime.into()]
     }
 }
 

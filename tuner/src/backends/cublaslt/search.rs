@@ -121,23 +121,16 @@ pub(crate) fn space(
     key: &LtKey,
     seeds: &[AlgoConfig],
 ) -> Vec<(i32, Caps)> {
-    let mut ids: Vec<i32> = Vec::new();
-    for s in seeds {
-        if !ids.contains(&s.algo) {
-            ids.push(s.algo);
-        }
-    }
-    for id in algo_ids(lt, handle, key) {
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
+    let mut ids = Vec::new();
+    for id in seeds.iter().map(|s| s.algo).chain(algo_ids(lt, handle, key)) {
+        unique(&mut ids, id);
     }
     ids.into_iter()
         .filter_map(|id| caps(lt, handle, key, id).map(|c| (id, c)))
         .collect()
 }
 
-fn unique(v: &mut Vec<u32>, x: u32) {
+fn unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
     if !v.contains(&x) {
         v.push(x);
     }
