@@ -901,14 +901,13 @@ pub fn read_fresh(log: &Value) -> Vec<Verdict> {
 
 /// Qualifies every adoption on every device the runtime sees; a failure undoes it.
 fn qualify<L: Library>(w: &Work<L>, done: &mut [Outcome], devices: i32) {
-    let rows: Vec<(usize, L::Key, String)> = done
+    let (at, rows): (Vec<usize>, Vec<(L::Key, String)>) = done
         .iter()
         .enumerate()
-        .filter_map(|(i, o)| Some((i, w.key(o)?, o.adopted()?.to_string())))
-        .collect();
-    let keyed: Vec<(L::Key, String)> = rows.iter().map(|r| (r.1, r.2.clone())).collect();
-    for (j, why) in qualify_rows(w.lib, &keyed, devices, &w.opts.method) {
-        done[rows[j].0].rejected = Some(why);
+        .filter_map(|(i, o)| Some((i, (w.key(o)?, o.adopted()?.to_string()))))
+        .unzip();
+    for (j, why) in qualify_rows(w.lib, &rows, devices, &w.opts.method) {
+        done[at[j]].rejected = Some(why);
     }
 }
 

@@ -404,32 +404,18 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
     /// `algo` is null or points to a live algorithm of this library.
     pub unsafe fn launch_with(&self, f: LtMatmulFn, algo: *const c_void, set: usize) -> Status {
         // SAFETY: this problem's own descriptor and layouts; `algo` as the caller vouches.
-        unsafe { self.launch_on(f, self.desc, self.layouts, algo, set) }
+        unsafe { self.call(f, self.desc, self.layouts, self.out.ptr, algo, set) }
     }
 
-    /// [`Self::launch_with`] on descriptors `desc` and layouts `l` (A, B, C, D) of this
-    /// problem's types and sizes, made by the caller (`tunedblas-bench overhead`: as PyTorch
-    /// makes them per call).
+    /// One call of `f` on input set `set` with descriptors `desc` and layouts `l` (A, B,
+    /// C, D) of this problem's types and sizes, C and D at `out` (this problem's output,
+    /// or another of layouts `l[2]`, `l[3]`): the problem's own objects, or objects the
+    /// caller made (`tunedblas-bench overhead`: as PyTorch makes them per call).
     ///
     /// # Safety
-    /// `desc` and `l` are live objects of this library, of this problem's types and sizes.
-    pub unsafe fn launch_on(
-        &self,
-        f: LtMatmulFn,
-        desc: Obj,
-        l: [Obj; 4],
-        algo: *const c_void,
-        set: usize,
-    ) -> Status {
-        // SAFETY: as the caller vouches; the output is this problem's.
-        unsafe { self.call(f, desc, l, self.out.ptr, algo, set) }
-    }
-
-    /// One call of `f` on input set `set`, C and D at `out` (of layouts `l[2]`, `l[3]`).
-    ///
-    /// # Safety
-    /// As [`Self::launch_on`]; `out` holds a matrix of those layouts.
-    unsafe fn call(
+    /// `desc` and `l` are live objects of this library, of this problem's types and sizes;
+    /// `out` holds a matrix of those layouts; `algo` is null or a live algorithm.
+    pub unsafe fn call(
         &self,
         f: LtMatmulFn,
         desc: Obj,
