@@ -133,9 +133,9 @@ enum Msg {
     Done(Box<Outcome>, mpsc::Sender<()>),
 }
 
-fn fmt_ms(x: Option<f64>) -> String {
-    x.filter(|v| v.is_finite())
-        .map_or("-".into(), |v| format!("{v:.4}"))
+/// A figure as the table shows it, `-` where it was not measured (none, or not finite).
+fn or_dash(x: Option<f64>, show: impl Fn(f64) -> String) -> String {
+    x.filter(|v| v.is_finite()).map_or("-".into(), show)
 }
 
 fn table_header() -> String {
@@ -173,18 +173,14 @@ impl<L: Library> Work<'_, L> {
         let mut line = match (&o.tuned, &o.error) {
             (_, Some(e)) => format!("{label:<24} {m:<6} {:>42} failed      {e}", ""),
             (Some(t), None) => {
-                let v = &t.verdict;
+                let (v, ms) = (&t.verdict, |x| or_dash(x, |v| format!("{v:.4}")));
                 format!(
                     "{label:<24} {m:<6} {:>8} {:>8} {:>8} {:>7} {:>6} {:<11} {}",
-                    fmt_ms(Some(v.heuristic_ms)),
-                    fmt_ms(v.current_ms),
-                    fmt_ms(v.new_ms),
-                    v.delta.filter(|d| d.is_finite()).map_or("-".into(), pct),
-                    if v.spread.is_finite() {
-                        format!("{:.1}%", v.spread * 100.0)
-                    } else {
-                        "-".into()
-                    },
+                    ms(Some(v.heuristic_ms)),
+                    ms(v.current_ms),
+                    ms(v.new_ms),
+                    or_dash(v.delta, pct),
+                    or_dash(Some(v.spread), |s| format!("{:.1}%", s * 100.0)),
                     o.decision_word(),
                     o.rejected.as_deref().unwrap_or(&v.reason)
                 )

@@ -26,6 +26,10 @@ pub type Obj = *mut c_void;
 /// `cublasLtMatmul` / `hipblasLtMatmul` (hipBLASLt's algorithm is passed by pointer too).
 pub use tunedblas_core::cublaslt::MatmulFn as LtMatmulFn;
 
+/// The scalars every Lt problem runs with, as `F.linear` passes them (host f32, beta 0).
+pub const ALPHA: f32 = 1.0;
+pub const BETA: f32 = 0.0;
+
 /// The attribute numbers of one API.
 #[derive(Clone, Copy)]
 pub struct Attrs {
@@ -218,8 +222,8 @@ fn elem(t: i32) -> Elem {
 /// The layout of an Lt key's problem.
 pub fn layout(key: &LtKey) -> Layout {
     crate::numerics::layout_of!(key,
-        alpha: 1.0,
-        beta: 0.0,
+        alpha: ALPHA as f64,
+        beta: BETA as f64,
         types: [
             elem(key.a_type),
             elem(key.b_type),
@@ -250,8 +254,6 @@ pub struct LtProblem<'s, F: Flavor> {
     _bias: Option<DevBuf<'s>>,
     workspace: DevBuf<'s>,
     pub workspace_bytes: usize,
-    alpha: f32,
-    beta: f32,
     timer: Timer<'s>,
 }
 
@@ -308,8 +310,6 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
             _bias: None,
             workspace: rt.alloc(m.workspace)?,
             workspace_bytes: m.workspace,
-            alpha: 1.0,
-            beta: 0.0,
             timer: Timer::new(rt, m.mode, m.rest, session.delay(), label)?,
         };
         let check = |what: &str, st| (api.check)(&format!("{}{what}", api.name), st);
@@ -435,12 +435,12 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
             f(
                 self.session.handle(),
                 desc,
-                (&self.alpha as *const f32).cast(),
+                (&ALPHA as *const f32).cast(),
                 s[0].ptr,
                 l[0],
                 s[1].ptr,
                 l[1],
-                (&self.beta as *const f32).cast(),
+                (&BETA as *const f32).cast(),
                 out,
                 l[2],
                 out,
