@@ -45,7 +45,6 @@ impl RowChoice {
             RowChoice::Mine(s) | RowChoice::Foreign(s) => s,
         }
     }
-
 }
 
 /// A row read back from a checkpoint (written by this library's campaign).
