@@ -49,6 +49,8 @@ pub struct Caps {
 }
 
 /// The algorithm ids the library has for the key's types (empty where it cannot say).
+// The handle is opaque, passed to the library, never dereferenced here.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn algo_ids(lt: &Cublaslt, handle: LtHandle, key: &LtKey) -> Vec<i32> {
     let Some(get) = lt.get_ids else {
         return Vec::new();
