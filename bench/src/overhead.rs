@@ -254,7 +254,7 @@ fn linear(
             st = st.max((objs.layout_create)(o, x.dtype, x.rows, x.cols, x.ld));
         }
         if st == STATUS_SUCCESS {
-            st = p.launch_on(f, desc, [l[0], l[1], l[2], l[2]], algo, set);
+            st = p.call(f, desc, [l[0], l[1], l[2], l[2]], p.out.ptr, algo, set);
         }
         for o in l.into_iter().filter(|o| !o.is_null()) {
             (objs.layout_destroy)(o);

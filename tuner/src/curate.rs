@@ -24,8 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::numerics::{median, null_as_nan};
 
-/// A profile's row for a shape: what curation keeps, writes or compares against.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A profile's row for a shape: what curation keeps, writes or compares against. Stored
+/// (in a checkpoint) as the row's text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum RowChoice {
     /// `Default`: the library's own heuristic.
     Default,
@@ -43,13 +45,21 @@ impl RowChoice {
             RowChoice::Mine(s) | RowChoice::Foreign(s) => s,
         }
     }
+}
 
-    /// A row read back from a checkpoint (written by this library's campaign).
-    pub fn parse(text: &str) -> RowChoice {
-        match text {
+/// A row read back from a checkpoint (written by this library's campaign).
+impl From<String> for RowChoice {
+    fn from(text: String) -> RowChoice {
+        match text.as_str() {
             "Default" => RowChoice::Default,
-            s => RowChoice::Mine(s.to_string()),
+            _ => RowChoice::Mine(text),
         }
+    }
+}
+
+impl From<RowChoice> for String {
+    fn from(r: RowChoice) -> String {
+        r.text().to_string()
     }
 }
 
@@ -152,7 +162,6 @@ impl Decision {
 pub struct Verdict {
     pub decision: Decision,
     /// The row to write, or None for no row.
-    #[serde(with = "row_text")]
     pub row: Option<RowChoice>,
     pub reason: String,
     #[serde(deserialize_with = "null_as_nan")]
@@ -164,22 +173,6 @@ pub struct Verdict {
     /// Spread of that comparison (relative; infinite where there is nothing to compare).
     #[serde(deserialize_with = "null_as_nan")]
     pub spread: f64,
-}
-
-mod row_text {
-    use super::RowChoice;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(r: &Option<RowChoice>, ser: S) -> Result<S::Ok, S::Error> {
-        match r {
-            Some(r) => ser.serialize_some(r.text()),
-            None => ser.serialize_none(),
-        }
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Option<RowChoice>, D::Error> {
-        let text: Option<String> = Option::deserialize(de)?;
-        Ok(text.map(|t| RowChoice::parse(&t)))
-    }
 }
 
 /// The share of paired rounds the faster contender must win (three in four): a lower

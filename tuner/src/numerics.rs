@@ -91,25 +91,15 @@ pub fn random(t: Elem, n: usize, seed: u64) -> Vec<u8> {
 
 /// The values of a buffer of type `t`.
 pub fn decode(t: Elem, bytes: &[u8]) -> Vec<f64> {
-    let two = |c: &[u8]| u16::from_le_bytes([c[0], c[1]]);
-    match t {
-        Elem::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| Bf16(two(c)).to_f32() as f64)
-            .collect(),
-        Elem::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| F16(two(c)).to_f32() as f64)
-            .collect(),
-        Elem::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-            .collect(),
-        Elem::F64 => bytes
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
-    }
+    let chunks = bytes.chunks_exact(t.bytes());
+    chunks
+        .map(|c| match t {
+            Elem::Bf16 => Bf16(u16::from_le_bytes([c[0], c[1]])).to_f32() as f64,
+            Elem::F16 => F16(u16::from_le_bytes([c[0], c[1]])).to_f32() as f64,
+            Elem::F32 => f32::from_le_bytes(c.try_into().unwrap()) as f64,
+            Elem::F64 => f64::from_le_bytes(c.try_into().unwrap()),
+        })
+        .collect()
 }
 
 /// The [`Layout`] of a GEMM key, `$field: $value` giving what is not geometry (alpha, beta,

@@ -325,19 +325,16 @@ impl Runtime {
         }
     }
 
-    /// Two events, destroyed on drop.
+    /// Two events, destroyed on drop (the first too where the second cannot be made).
     pub fn events(&self) -> Result<Events<'_>> {
-        let a = self.event()?;
-        match self.event() {
-            Ok(b) => Ok(Events {
-                rt: self,
-                ev: [a, b],
-            }),
-            Err(e) => {
-                self.destroy_event(a);
-                Err(e)
-            }
+        let mut events = Events {
+            rt: self,
+            ev: [std::ptr::null_mut(); 2],
+        };
+        for e in &mut events.ev {
+            *e = self.event()?;
         }
+        Ok(events)
     }
 
     /// Enqueues a device-to-device copy of `bytes` (synchronous where the runtime has no
@@ -512,7 +509,7 @@ impl Events<'_> {
 
 impl Drop for Events<'_> {
     fn drop(&mut self) {
-        for e in self.ev {
+        for e in self.ev.into_iter().filter(|e| !e.is_null()) {
             self.rt.destroy_event(e);
         }
     }

@@ -26,6 +26,10 @@ pub type Obj = *mut c_void;
 /// `cublasLtMatmul` / `hipblasLtMatmul` (hipBLASLt's algorithm is passed by pointer too).
 pub use tunedblas_core::cublaslt::MatmulFn as LtMatmulFn;
 
+/// The scalars every Lt problem runs with, as `F.linear` passes them (host f32, beta 0).
+pub const ALPHA: f32 = 1.0;
+pub const BETA: f32 = 0.0;
+
 /// The attribute numbers of one API.
 #[derive(Clone, Copy)]
 pub struct Attrs {
@@ -218,8 +222,8 @@ fn elem(t: i32) -> Elem {
 /// The layout of an Lt key's problem.
 pub fn layout(key: &LtKey) -> Layout {
     crate::numerics::layout_of!(key,
-        alpha: 1.0,
-        beta: 0.0,
+        alpha: ALPHA as f64,
+        beta: BETA as f64,
         types: [
             elem(key.a_type),
             elem(key.b_type),
@@ -250,8 +254,6 @@ pub struct LtProblem<'s, F: Flavor> {
     _bias: Option<DevBuf<'s>>,
     workspace: DevBuf<'s>,
     pub workspace_bytes: usize,
-    alpha: f32,
-    beta: f32,
     timer: Timer<'s>,
 }
 
@@ -308,8 +310,6 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
             _bias: None,
             workspace: rt.alloc(m.workspace)?,
             workspace_bytes: m.workspace,
-            alpha: 1.0,
-            beta: 0.0,
             timer: Timer::new(rt, m.mode, m.rest, session.delay(), label)?,
         };
         let check = |what: &str, st| (api.check)(&format!("{}{what}", api.name), st);
@@ -404,32 +404,18 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
     /// `algo` is null or points to a live algorithm of this library.
     pub unsafe fn launch_with(&self, f: LtMatmulFn, algo: *const c_void, set: usize) -> Status {
         // SAFETY: this problem's own descriptor and layouts; `algo` as the caller vouches.
-        unsafe { self.launch_on(f, self.desc, self.layouts, algo, set) }
+        unsafe { self.call(f, self.desc, self.layouts, self.out.ptr, algo, set) }
     }
 
-    /// [`Self::launch_with`] on descriptors `desc` and layouts `l` (A, B, C, D) of this
-    /// problem's types and sizes, made by the caller (`tunedblas-bench overhead`: as PyTorch
-    /// makes them per call).
+    /// One call of `f` on input set `set` with descriptors `desc` and layouts `l` (A, B,
+    /// C, D) of this problem's types and sizes, C and D at `out` (this problem's output,
+    /// or another of layouts `l[2]`, `l[3]`): the problem's own objects, or objects the
+    /// caller made (`tunedblas-bench overhead`: as PyTorch makes them per call).
     ///
     /// # Safety
-    /// `desc` and `l` are live objects of this library, of this problem's types and sizes.
-    pub unsafe fn launch_on(
-        &self,
-        f: LtMatmulFn,
-        desc: Obj,
-        l: [Obj; 4],
-        algo: *const c_void,
-        set: usize,
-    ) -> Status {
-        // SAFETY: as the caller vouches; the output is this problem's.
-        unsafe { self.call(f, desc, l, self.out.ptr, algo, set) }
-    }
-
-    /// One call of `f` on input set `set`, C and D at `out` (of layouts `l[2]`, `l[3]`).
-    ///
-    /// # Safety
-    /// As [`Self::launch_on`]; `out` holds a matrix of those layouts.
-    unsafe fn call(
+    /// `desc` and `l` are live objects of this library, of this problem's types and sizes;
+    /// `out` holds a matrix of those layouts; `algo` is null or a live algorithm.
+    pub unsafe fn call(
         &self,
         f: LtMatmulFn,
         desc: Obj,
@@ -449,12 +435,12 @@ impl<'s, F: Flavor> LtProblem<'s, F> {
             f(
                 self.session.handle(),
                 desc,
-                (&self.alpha as *const f32).cast(),
+                (&ALPHA as *const f32).cast(),
                 s[0].ptr,
                 l[0],
                 s[1].ptr,
                 l[1],
-                (&self.beta as *const f32).cast(),
+                (&BETA as *const f32).cast(),
                 out,
                 l[2],
                 out,

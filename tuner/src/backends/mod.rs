@@ -90,18 +90,6 @@ pub struct Spec {
     pub arch: Option<String>,
 }
 
-impl Spec {
-    /// The arguments that make a child `tunedblas` load the same files.
-    pub fn args(&self, kind: Kind, lib: &Path, runtime: &Path) -> Vec<OsString> {
-        let rt = if kind == Kind::Cublaslt {
-            "--cudart"
-        } else {
-            "--hip"
-        };
-        vec!["--lib".into(), lib.into(), rt.into(), runtime.into()]
-    }
-}
-
 /// What a library keys its shapes by: how results and miss files write and read them.
 pub trait ShapeKey: Copy + Eq + Ord + std::hash::Hash + Send + Sync + std::fmt::Debug {
     /// `op_name,params_signature`, as results and miss files write the shape.
@@ -159,7 +147,12 @@ pub trait Library: Sync {
     fn describe(&self) -> Vec<(&'static str, String)>;
     /// The arguments that make a `tunedblas confirm` child load this library as loaded.
     fn child_args(&self) -> Vec<OsString> {
-        Spec::default().args(self.kind(), &self.build().path, &self.runtime().path)
+        let rt = match self.kind() {
+            Kind::Cublaslt => "--cudart",
+            _ => "--hip",
+        };
+        let (lib, runtime) = (&self.build().path, &self.runtime().path);
+        vec!["--lib".into(), lib.into(), rt.into(), runtime.into()]
     }
 }
 
@@ -239,59 +232,4 @@ pub fn kind_of(path: &Path) -> Result<Kind> {
             path.display()
         ))
     })
-}
-
-#[cfg(test)]
-pub mod tests {
-    use std::path::PathBuf;
-    use std::sync::OnceLock;
-
-    /// The cuBLASLt and CUDA runtime stand-ins of the CPU tests (`tests/hosts/fake_*.c`),
-    /// built once per test run.
-    fn stand_ins() -> &'static (PathBuf, PathBuf) {
-        static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-        BUILT.get_or_init(|| {
-            let dir = std::env::temp_dir().join(format!("tunedblas-tuner-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let hosts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/hosts");
-            let build = |src: &str, name: &str| {
-                let out = dir.join(name);
-                let cc = std::process::Command::new("cc")
-                    .args(["-shared", "-fPIC", "-O1", "-o"])
-                    .arg(&out)
-                    .arg(hosts.join(src))
-                    .output()
-                    .expect("a C compiler (cc) is needed for this test");
-                assert!(
-                    cc.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&cc.stderr)
-                );
-                out
-            };
-            (
-                build("fake_cublaslt.c", "libcublasLt.so.13"),
-                build("fake_cudart.c", "libcudart.so.13"),
-            )
-        })
-    }
-
-    /// The CUDA runtime stand-in, loaded: host memory, events that read a host clock, no
-    /// graphs.
-    pub fn cuda_runtime() -> crate::runtime::Runtime {
-        let (_, rt) = stand_ins();
-        let h = crate::dl::open(rt, libc::RTLD_NOW | libc::RTLD_LOCAL).unwrap();
-        // SAFETY: the stand-in's symbols have the CUDA runtime's C types.
-        unsafe { crate::runtime::Runtime::load(crate::runtime::Api::Cuda, h, rt.clone()) }.unwrap()
-    }
-
-    pub fn cublaslt_stand_in() -> super::cublaslt::Cublaslt {
-        let (lib, rt) = stand_ins();
-        super::cublaslt::Cublaslt::open(&super::Spec {
-            lib: Some(lib.clone()),
-            runtime: Some(rt.clone()),
-            arch: None,
-        })
-        .unwrap()
-    }
 }

@@ -28,7 +28,7 @@ macro_rules! gemm_ex_call {
     ($f:expr, $p:expr, $o:expr; $($tail:expr),*) => {{
         let (k, t) = (&$p.key, $p.key.types);
         let i = |v: i64| v as i32;
-        ($f)($p.handle, k.trans_a.to_rocblas(), k.trans_b.to_rocblas(), i(k.m), i(k.n), i(k.k),
+        ($f)($p.handle.h, k.trans_a.to_rocblas(), k.trans_b.to_rocblas(), i(k.m), i(k.n), i(k.k),
             $p.alpha.as_ptr().cast(), $o[0].ptr, t.a, i(k.lda), $o[1].ptr, t.b, i(k.ldb),
             $p.beta.as_ptr().cast(), $o[2].ptr, t.c, i(k.ldc), $o[3].ptr, t.d, i(k.ldd),
             t.compute, $($tail),*)
@@ -40,7 +40,7 @@ macro_rules! strided_ex_call {
     ($f:expr, $p:expr, $o:expr; $($tail:expr),*) => {{
         let (k, t) = (&$p.key, $p.key.types);
         let i = |v: i64| v as i32;
-        ($f)($p.handle, k.trans_a.to_rocblas(), k.trans_b.to_rocblas(), i(k.m), i(k.n), i(k.k),
+        ($f)($p.handle.h, k.trans_a.to_rocblas(), k.trans_b.to_rocblas(), i(k.m), i(k.n), i(k.k),
             $p.alpha.as_ptr().cast(), $o[0].ptr, t.a, i(k.lda), k.stride_a, $o[1].ptr, t.b,
             i(k.ldb), k.stride_b, $p.beta.as_ptr().cast(), $o[2].ptr, t.c, i(k.ldc),
             k.stride_c, $o[3].ptr, t.d, i(k.ldd), k.stride_d, i(k.batch), t.compute, $($tail),*)
@@ -282,16 +282,21 @@ struct Handle<'l> {
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
         // SAFETY: created by rocblas_create_handle; its stream outlives it (the timer is
-        // dropped after the handle).
-        unsafe { (self.lib.destroy_handle)(self.h) };
+        // dropped after the handle), and it goes back to the default stream first (the
+        // null stream is always valid).
+        unsafe {
+            if let Some(set) = self.lib.set_stream {
+                set(self.h, std::ptr::null_mut());
+            }
+            (self.lib.destroy_handle)(self.h)
+        };
     }
 }
 
 /// Device buffers and scalars for one problem key, ready to run many times.
 pub struct RocblasProblem<'l> {
     lib: &'l Rocblas,
-    handle_owner: Handle<'l>,
-    handle: tunedblas_core::abi::Handle,
+    handle: Handle<'l>,
     pub key: ProblemKey,
     layout: Layout,
     /// A, B, C, D of each operand set.
@@ -334,7 +339,7 @@ impl<'l> RocblasProblem<'l> {
         // SAFETY: out-pointer.
         let st = unsafe { (lib.create_handle)(&mut h) };
         ok(st, "rocblas_create_handle failed with status")?;
-        let handle_owner = Handle { lib, h };
+        let handle = Handle { lib, h };
         if let (Some(set), false) = (lib.set_stream, timer.stream.is_null()) {
             // SAFETY: a live handle and stream.
             ok(
@@ -344,8 +349,7 @@ impl<'l> RocblasProblem<'l> {
         }
         Ok(RocblasProblem {
             lib,
-            handle_owner,
-            handle: h,
+            handle,
             key,
             layout,
             sets,
@@ -475,16 +479,6 @@ impl Bench for RocblasProblem<'_> {
         self.run(algo, 0)?;
         self.timer.runtime().sync(self.timer.stream)?;
         Ok(decode(self.layout.types[3], &d.download(d.bytes)?))
-    }
-}
-
-impl Drop for RocblasProblem<'_> {
-    fn drop(&mut self) {
-        // The handle goes back to the default stream before the timer destroys its own.
-        if let Some(set) = self.lib.set_stream {
-            // SAFETY: a live handle; the null stream is always valid.
-            unsafe { set(self.handle_owner.h, std::ptr::null_mut()) };
-        }
     }
 }
 

@@ -109,30 +109,28 @@ pub fn why(b: Bound, pct: f64, grid: Option<&Grid>, floor_share: f64) -> String 
     if pct >= 85.0 {
         parts.push(format!("at {pct:.0}% of the {} limit", b.name()));
     }
-    match grid {
-        Some(g) if g.waves < 1.0 => parts.push(format!(
+    parts.push(match grid {
+        Some(g) if g.waves < 1.0 => format!(
             "{} CTAs ({} tiles) on {} SMs: {:.0}% of the SMs idle",
             g.ctas,
             g.tile,
             g.sms,
             100.0 * (1.0 - g.waves)
-        )),
-        Some(g) if b == Bound::Compute && g.waves < 4.0 && g.last_wave_fill < 0.75 => {
-            parts.push(format!(
-                "{} CTAs ({} tiles) = {:.2} waves on {} SMs: the last wave {:.0}% full",
-                g.ctas,
-                g.tile,
-                g.waves,
-                g.sms,
-                100.0 * g.last_wave_fill
-            ))
-        }
-        Some(g) => parts.push(format!(
+        ),
+        Some(g) if b == Bound::Compute && g.waves < 4.0 && g.last_wave_fill < 0.75 => format!(
+            "{} CTAs ({} tiles) = {:.2} waves on {} SMs: the last wave {:.0}% full",
+            g.ctas,
+            g.tile,
+            g.waves,
+            g.sms,
+            100.0 * g.last_wave_fill
+        ),
+        Some(g) => format!(
             "{} CTAs ({} tiles), {:.2} waves: the SMs are busy, the rest is the kernel",
             g.ctas, g.tile, g.waves
-        )),
-        None => parts.push("grid unknown (tile or cluster id not in the tables)".into()),
-    }
+        ),
+        None => "grid unknown (tile or cluster id not in the tables)".into(),
+    });
     if floor_share >= 0.15 {
         parts.push(format!(
             "one launch's floor is {:.0}% of the time",

@@ -47,8 +47,6 @@ pub struct Hipblaslt {
     pub api: LtApi,
     build: Build,
     rt: Runtime,
-    /// `hipblasLtGetVersion` (e.g. 100100 for hipBLASLt 1.1.0).
-    version: HipblasLtGetVersionFn,
     all_algos: *mut c_void,
     from_index: *mut c_void,
     index_of: *mut c_void,
@@ -121,25 +119,23 @@ impl Hipblaslt {
         let guard = guard::load()?;
         // SAFETY: each symbol has the C type src/abi.rs gives it (hipblaslt.h; the C++ ones
         // are only ever called through the guard, with the real header's signatures).
-        let mut lib = unsafe {
-            Hipblaslt {
-                api: LtApi::load(h, "hipblasLt", "hipBLASLt", attrs, check)?,
-                build: Build::of("hipblaslt", &path, None, None)?,
+        unsafe {
+            let api = LtApi::load(h, "hipblasLt", "hipBLASLt", attrs, check)?;
+            // The version (e.g. 100100 for hipBLASLt 1.1.0) is a handle's to say, on a device.
+            let version: HipblasLtGetVersionFn = dl::need(h, "hipblasLtGetVersion", "hipBLASLt")?;
+            let mut v = 0;
+            version(api.handle()?, &mut v);
+            Ok(Hipblaslt {
+                api,
+                build: Build::of("hipblaslt", &path, Some(v.to_string()), None)?,
                 rt,
-                version: dl::need(h, "hipblasLtGetVersion", "hipBLASLt")?,
                 all_algos: dl::need(h, HIPBLASLT_EXT_GET_ALL_ALGOS, "hipBLASLt")?,
                 from_index: dl::need(h, HIPBLASLT_EXT_GET_ALGOS_FROM_INDEX, "hipBLASLt")?,
                 index_of: dl::need(h, HIPBLASLT_EXT_GET_INDEX_FROM_ALGO, "hipBLASLt")?,
                 is_supported: dl::need(h, HIPBLASLT_EXT_MATMUL_IS_ALGO_SUPPORTED, "hipBLASLt")?,
                 guard,
-            }
-        };
-        // The version is a handle's to say, on a device.
-        let mut v = 0;
-        // SAFETY: a live handle, an out-pointer.
-        unsafe { (lib.version)(lib.api.handle()?, &mut v) };
-        lib.build.version = v.to_string();
-        Ok(lib)
+            })
+        }
     }
 }
 
@@ -186,7 +182,6 @@ impl HipblasltSession<'_> {
         p: &LtProblem<'_, Self>,
         algo: &mut HipblasLtMatmulAlgo,
     ) -> std::result::Result<usize, i32> {
-        let (alpha, beta) = (1f32, 0f32);
         let l = &p.layouts;
         let mut ws = 0usize;
         // SAFETY: live descriptors of one problem; the guard passes `algo` and `ws` by reference.
@@ -195,10 +190,10 @@ impl HipblasltSession<'_> {
                 self.lib.is_supported,
                 self.handle,
                 p.desc,
-                (&alpha as *const f32).cast(),
+                (&lt::ALPHA as *const f32).cast(),
                 l[0],
                 l[1],
-                (&beta as *const f32).cast(),
+                (&lt::BETA as *const f32).cast(),
                 l[2],
                 l[3],
                 algo,
