@@ -123,6 +123,16 @@ pub fn check_folder(st: &libc::stat, trust: Trust) -> io::Result<()> {
 pub struct Folder {
     path: CString,
     trust: Trust,
+    /// The process's root directory when the folder was named (device, inode): its path
+    /// means that folder only while the root is the same.
+    root: Option<(u64, u64)>,
+}
+
+/// The identity of the process's root directory now (`None` where it cannot be read).
+fn root_now() -> Option<(u64, u64)> {
+    // SAFETY: stat into a buffer of ours.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::stat(c"/".as_ptr(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 impl Folder {
@@ -131,6 +141,7 @@ impl Folder {
         Some(Folder {
             path: CString::new(path.as_os_str().as_bytes()).ok()?,
             trust,
+            root: root_now(),
         })
     }
 
@@ -141,6 +152,15 @@ impl Folder {
     /// The folder, opened for one write (never through a symlink) and checked. Allocates
     /// nothing.
     pub fn open(&self) -> io::Result<Fd> {
+        // A host that confines itself (`chroot`, `pivot_root`) after its first calls: the
+        // path now leads into its jail, where nothing of ours belongs (an outside tester's
+        // sandboxed worker found its jail holding a miss folder). What is kept in memory
+        // still reaches the stats and the summary.
+        if self.root.is_some() && root_now() != self.root {
+            return Err(refused(
+                "the process changed its root directory since start-up; not writing under the new root",
+            ));
+        }
         // SAFETY: a NUL-terminated path.
         let fd = Fd::own(unsafe {
             libc::open(

@@ -10,7 +10,7 @@
  *   sig N NAME <ignore|handler> flags=0x.. mask=<signals>   (only the non-default ones)
  *   blocked <signals> / pending <signals> / altstack <off|size N>
  *   env NAME=VALUE                 (the real environ, sorted)
- *   cwd <getcwd> / cwd-link <readlink /proc/self/cwd> / umask 0NNN
+ *   cwd <getcwd> / cwd-link <readlink /proc/self/cwd> / umask 0NNN / fdsize N (FDSize)
  *   rlimit N <cur> <max>           (every resource)
  *   prctl ... / sched ... / fpu ... / locale ... / children <none|some>
  * Nothing here changes what it looks at; every descriptor it opens is closed before it
@@ -136,6 +136,13 @@ static void fp_process(FILE *out) {
     mode_t mask = umask(0);
     umask(mask);
     fprintf(out, "umask 0%03o\n", (unsigned)mask);
+    /* The size of the kernel's descriptor table: a descriptor number past it grows the
+     * table for good, even once closed. */
+    FILE *st = fopen("/proc/self/status", "re");
+    char line[256];
+    while (st && fgets(line, sizeof line, st))
+        if (!strncmp(line, "FDSize:", 7)) fprintf(out, "fdsize %ld\n", strtol(line + 7, NULL, 10));
+    if (st) fclose(st);
     for (int r = 0; r < RLIM_NLIMITS; r++) {
         struct rlimit l;
         if (getrlimit(r, &l) != 0) continue;

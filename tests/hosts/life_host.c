@@ -21,6 +21,8 @@
  *   @as-limit:KB     caps the address space (RLIMIT_AS) at what the process maps now plus
  *                    KB KiB, as `ulimit -v` or a server capping itself does: an allocation
  *                    past it fails (prints as-limit=<bytes>)
+ *   @chroot:DIR      chroot(DIR) and chdir("/"), as a sandboxed worker confines itself after
+ *                    start-up. Prints chroot=ok, or chroot=denied where it may not
  *   @distinct:N      N distinct missed shapes, once each. Prints distinct=N
  *   @repeat:N:R      shape number N (as @distinct numbers them) R more times
  *   @atexit-gemm     registers an exit handler (before any GEMM, so it runs after the
@@ -331,6 +333,10 @@ int main(int argc, char **argv) {
             struct rlimit r = {(kb + strtoul(a + 10, NULL, 10)) * 1024, RLIM_INFINITY};
             if (!kb || setrlimit(RLIMIT_AS, &r) != 0) { perror("life_host: as-limit"); return 3; }
             printf("as-limit=%lu\n", (unsigned long)r.rlim_cur);
+        } else if (!strncmp(a, "@chroot:", 8)) {
+            int ok = chroot(a + 8) == 0 && chdir("/") == 0;
+            printf("chroot=%s\n", ok ? "ok" : "denied");
+            fflush(stdout);
         } else if (!strncmp(a, "@distinct:", 10)) {
             long n = atol(a + 10), bad = 0;
             for (long k = 0; k < n; k++) bad += gemm_number(k) != 0;

@@ -230,6 +230,28 @@ fn an_address_space_limit_does_not_abort_the_host() {
     assert_has(&plain, "distinct=20000 failed=0");
 }
 
+/// A host that confines itself (`chroot`) after its first calls: the miss folder's path
+/// then leads into its jail, and an outside tester's sandboxed worker found a miss folder
+/// made there. Nothing of ours is written under the new root; one line says why.
+#[test]
+fn a_host_that_chroots_after_start_up_gets_nothing_written_into_its_jail() {
+    let dir = scratch_with_hit("rel-chroot", HIT);
+    let jail = dir.join("jail");
+    std::fs::create_dir_all(&jail).unwrap();
+    let step = format!("@chroot:{}", jail.display());
+    let out = run_guarded(life_cmd(&dir, true, &["@gemm:3", &step, "@distinct:3"]));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    if stdout.contains("chroot=denied") {
+        eprintln!("skipped: this process may not chroot");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_has(&stdout, "chroot=ok");
+    let inside: Vec<_> = std::fs::read_dir(&jail).unwrap().collect();
+    assert!(inside.is_empty(), "written into the jail: {inside:?}");
+    assert_has(&stderr, "changed its root directory");
+}
+
 #[test]
 fn vfork_child_exiting_does_not_finish_the_parent() {
     let dir = scratch_with_hit("rel-vfork", HIT);

@@ -90,6 +90,20 @@ pub fn load() {
     }
 }
 
+/// The size of this process's descriptor table now (`FDSize` in `/proc/self/status`; the
+/// kernel's smallest, 64, where it cannot be read).
+fn fd_table_size() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("FDSize:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(64)
+        .max(64)
+}
+
 fn open() -> Result<[*mut c_void; 3], String> {
     if GUARD.is_empty() {
         return Err("built without it".into());
@@ -101,18 +115,23 @@ fn open() -> Result<[*mut c_void; 3], String> {
     if made < 0 {
         return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
     }
-    // The loader knows the guard by the name it was opened by, `/proc/self/fd/<fd>`, after
-    // the descriptor is closed (no descriptor of ours stays open: a daemon that closes them
-    // all, or counts them, sees none). So the number is taken from the top of the range the
-    // host may use, where a host loading a plugin of its own through that same name (a
-    // memfd at that very number) would have to be.
+    // The loader knows the guard by the name it was opened by after the descriptor is
+    // closed (no descriptor of ours stays open: a daemon that closes them all, or counts
+    // them, sees none). The number is the top of the descriptor table the process has now
+    // (its `FDSize`, 64 at least), where `open`, which hands out the lowest free number,
+    // does not give it to a host that closes its descriptors and opens others while the
+    // guard is written. Never above the table: a number past it grew the kernel's table
+    // for good (to the RLIMIT_NOFILE of a million Docker gives: 8 MB, and an `FDSize` the
+    // host sees). The name, `/proc/self/./fd/<fd>`, is one no host spells, so a host that
+    // later loads a memfd plugin of its own as `/proc/self/fd/<fd>` at the same number is
+    // not handed this object by name.
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: an out-pointer to an rlimit.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    let top = lim.rlim_cur.clamp(4, 1 << 20) as libc::c_int;
+    let top = (lim.rlim_cur.min(fd_table_size()) as libc::c_int).max(4);
     let mut fd = made;
     for floor in [top - 1, top / 2, 3] {
         // SAFETY: duplicating our own descriptor.
@@ -139,7 +158,7 @@ fn open() -> Result<[*mut c_void; 3], String> {
             }
             rest = &rest[n as usize..];
         }
-        let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
+        let path = CString::new(format!("/proc/self/./fd/{fd}")).expect("no NUL");
         // SAFETY: dlopen of our own object; RTLD_LOCAL keeps its symbols out of the host's.
         let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if h.is_null() {
