@@ -769,10 +769,15 @@ fn stats_target(path: &Path) -> std::io::Result<StatsTarget> {
         return Ok(StatsTarget::Stream);
     }
     if t.is_symlink() {
+        // Followed only where root or this user made it: a link someone else planted in a
+        // shared folder is replaced, never followed (it could lead to `/dev/mem`, or to a
+        // descriptor of the host's own files).
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid cannot fail.
+        let own = meta.uid() == 0 || meta.uid() == unsafe { libc::geteuid() };
         let to = std::fs::read_link(path)?;
-        let descriptor = to.starts_with("/proc/") || to.starts_with("/dev/fd/");
         let leads_to_stream = std::fs::metadata(path).is_ok_and(|m| stream(m.file_type()));
-        return Ok(if descriptor || leads_to_stream {
+        return Ok(if own && (leads_to_stream || descriptor_link(&to)) {
             StatsTarget::Stream
         } else {
             StatsTarget::Replace
@@ -781,6 +786,29 @@ fn stats_target(path: &Path) -> std::io::Result<StatsTarget> {
     Err(std::io::Error::other(
         "it is neither a file nor a device, FIFO or socket",
     ))
+}
+
+/// Whether a link's text names one of this process's descriptors: `/dev/stdout`,
+/// `/dev/stderr`, `/dev/fd/N`, `/proc/{self,thread-self,<pid>}/fd/N` (and nothing else under
+/// `/proc`, such as another process's root).
+fn descriptor_link(to: &Path) -> bool {
+    let Some(to) = to.to_str() else {
+        return false;
+    };
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if matches!(to, "/dev/stdout" | "/dev/stderr") {
+        return true;
+    }
+    if let Some(n) = to.strip_prefix("/dev/fd/") {
+        return number(n);
+    }
+    let Some(rest) = to.strip_prefix("/proc/") else {
+        return false;
+    };
+    match rest.split_once("/fd/") {
+        Some((who, n)) => (matches!(who, "self" | "thread-self") || number(who)) && number(n),
+        None => false,
+    }
 }
 
 fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::io::Result<()> {
@@ -828,4 +856,37 @@ fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::
         return Err(e);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the link texts that name this process's own descriptors are written through as
+    /// descriptors; another process's files under `/proc` are not.
+    #[test]
+    fn descriptor_links_are_this_processs_own_descriptors_only() {
+        for yes in [
+            "/dev/stdout",
+            "/dev/stderr",
+            "/dev/fd/2",
+            "/proc/self/fd/1",
+            "/proc/thread-self/fd/12",
+            "/proc/4242/fd/1",
+        ] {
+            assert!(descriptor_link(Path::new(yes)), "{yes}");
+        }
+        for no in [
+            "/proc/1/root/etc/passwd",
+            "/proc/self/root/etc/shadow",
+            "/proc/self/fd/",
+            "/proc/self/fd/1/x",
+            "/proc/self/fdinfo/1",
+            "/dev/fd/x",
+            "/dev/mem",
+            "stats.json",
+        ] {
+            assert!(!descriptor_link(Path::new(no)), "{no}");
+        }
+    }
 }

@@ -240,6 +240,26 @@ fn a_stats_path_naming_a_stream_is_written_through_and_left_as_it_is() {
             assert_has(&text(&out.stdout), "\"calls\": 1");
         }
     }
+    // A link to a device that someone else planted (owned by another user) is replaced by
+    // the stats file, never followed.
+    let planted = dir.join("planted");
+    std::os::unix::fs::symlink("/dev/null", &planted).unwrap();
+    let c = std::ffi::CString::new(planted.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: lchown of a link we made.
+    if unsafe { libc::lchown(c.as_ptr(), 65534, 65534) } != 0 {
+        eprintln!("skipped the planted link: this process may not give it away");
+        return;
+    }
+    let mut cmd = fault_cmd(&dir, true, &[HIT]);
+    cmd.env("TUNEDBLAS_STATS", &planted);
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let after = std::fs::symlink_metadata(&planted).unwrap();
+    assert!(
+        after.is_file(),
+        "the planted link was replaced, not followed"
+    );
+    assert_has(&std::fs::read_to_string(&planted).unwrap(), "\"calls\": 1");
 }
 
 #[test]
