@@ -5,8 +5,9 @@
 //!
 //! - **When.** The status tick (`status.rs`: on a thread making GEMMs, about once a second
 //!   while calls arrive) asks each started backend's [`Watch::check`], which looks at the
-//!   store at most every two seconds: the `stat` of `profiles.json` and of every file in
-//!   the chosen profile's folder ([`Seen`]). Nothing changed: nothing else is done. The
+//!   store at most every two seconds (less often where a look takes more than 1/50 of
+//!   that): the `stat` of `profiles.json` and of every file in the chosen profile's folder
+//!   ([`Seen`]). Nothing changed: nothing else is done. The
 //!   served path pays one load for all of this: the pointer to the rows served now.
 //! - **What.** When the store changed, the profile is chosen again exactly as at start-up
 //!   (by the build's sha256, or `TUNEDBLAS_PROFILE`), and its tables opened as then: new,
@@ -195,6 +196,15 @@ impl Watch {
         };
         let _no_cancel = NoCancel::new();
         let seen = Seen::of(&self.cfg.profile_dir, state.dir.as_deref());
+        // A look that took long (a profile folder of thousands of files, slow storage) is
+        // made less often: at most 1/PACE of a GEMM thread's time, as the other periodic
+        // work (`recorder::paced`).
+        let cost = lifecycle::monotonic_ns().saturating_sub(now);
+        let paced = cost.saturating_mul(crate::recorder::PACE);
+        if paced > EVERY_NS {
+            self.next_ns
+                .store(now.saturating_add(paced), Ordering::Relaxed);
+        }
         if seen == state.seen {
             return;
         }
