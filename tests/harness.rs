@@ -1087,6 +1087,22 @@ fn a_closed_output_pipe_ends_every_command_quietly() {
     }
 }
 
+/// An argument that is not UTF-8 (a path in another encoding) is a usage error that names
+/// it, exit 2, in every command: `std::env::args` panicked on it (exit 101, a backtrace).
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error_not_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch("not-utf8-arg");
+    let bad = std::ffi::OsStr::from_bytes(b"/tmp/\xff-not-utf8");
+    for command in ["misses", "status", "tune"] {
+        let out = tunedblas_cmd(&dir, &[command]).arg(bad).output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{command}: {stderr}");
+        assert_has(&stderr, "is not UTF-8");
+    }
+}
+
 #[test]
 fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
     let dir = scratch("pipe-resume");

@@ -368,6 +368,24 @@ both! {
     }
 }
 
+both! {
+    /// A fork taken while another thread of the parent is inside `dlopen` or `dlclose`
+    /// leaves the loader's lists mid-change, and its lock held, in the child: a call site
+    /// looked up there aborted the child (`Inconsistency detected by ld.so ...
+    /// RT_CONSISTENT`) or hung it (an outside tester's host: 147 of 200 children, the
+    /// parent having made its first call). A child now takes the function its parent found
+    /// for the call site, whatever `dlclose`s moved the loader's generation on since.
+    fn fork_children_of_a_parent_loading_libraries_are_neither_aborted_nor_hung(s) {
+        let dir = scratch(&format!("{}-fork-churn", s.name));
+        s.profile(&dir, &[]);
+        let churn = format!("@fork-churn:{}:100", s.module2.display());
+        let out = run_guarded(s.host_cmd(&dir, true, &["64,8,32", &churn]));
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+        assert_has(&stdout, "churn-hung=0 churn-bad=0");
+    }
+}
+
 // ---- Library lifetime: a second build side by side, and the served build closed and another
 // opened (libs.rs's Registry, as for rocBLAS in reliability/loading.rs) ---------------------
 

@@ -316,10 +316,28 @@ fn end_quietly_on_a_closed_pipe() {
     }
 }
 
+/// The command line as text. An argument that is not UTF-8 (a path in another encoding) is
+/// a usage error naming it, where `std::env::args` panicked (exit 101 and a backtrace).
+fn arguments() -> Result<Vec<String>> {
+    std::env::args_os()
+        .skip(1)
+        .map(|a| {
+            a.into_string().map_err(|a| {
+                Error::usage(
+                    "",
+                    format!(
+                        "the argument {} is not UTF-8: give paths in UTF-8 (a folder can also come through TUNEDBLAS_MISS_DIR or TUNEDBLAS_PROFILE_DIR, read as bytes)",
+                        a.to_string_lossy()
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     end_quietly_on_a_closed_pipe();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match dispatch(&args) {
+    match arguments().and_then(|args| dispatch(&args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{}", e.report());

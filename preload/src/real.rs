@@ -87,6 +87,13 @@ impl Hook {
         }
     }
 
+    /// The address found so far, if any (never resolves: for a fork child, where the
+    /// loader may be mid-change).
+    pub fn found(&self) -> Option<*mut c_void> {
+        let p = self.addr.load(Ordering::Acquire);
+        (!p.is_null()).then_some(p)
+    }
+
     pub fn forget(&self) {
         self.addr.store(std::ptr::null_mut(), Ordering::Release);
         self.failed_at.store(0, Ordering::Relaxed);

@@ -9,6 +9,10 @@
  *   @storm:T:N     T threads make new shapes while N children are forked one after
  *                  another, each making one call and leaving with _exit; prints
  *                  storm-hung=H (a child not gone in 10 s is killed)
+ *   @fork-churn:PATH:N  a thread dlopens and dlcloses PATH without pause while N children
+ *                  are forked one after another, each making one call of 64,8,32 and
+ *                  leaving with _exit (status 0 if it succeeded); prints churn-hung=H
+ *                  churn-bad=B (a child not gone in 3 s is killed and counted hung)
  *   @sigexit:T     T threads make new shapes; after 100 ms the process sends itself
  *                  SIGTERM, whose handler calls _exit(7)
  *   @vfork-fail    vfork, exec a path that does not exist, _exit(127) in the child
@@ -312,8 +316,50 @@ static int memfd_step(const char *path) {
     return 0;
 }
 
+static const char *churned;
+
+static void *churn(void *arg) {
+    (void)arg;
+    while (!stop) {
+        void *h = dlopen(churned, RTLD_NOW | RTLD_LOCAL);
+        if (h) dlclose(h);
+    }
+    return NULL;
+}
+
+static void fork_churn(const char *arg) {
+    char path[1024];
+    const char *colon = strrchr(arg, ':');
+    if (!colon) { fprintf(stderr, "bad @fork-churn\n"); exit(2); }
+    snprintf(path, sizeof path, "%.*s", (int)(colon - arg), arg);
+    churned = path;
+    int n = atoi(colon + 1), hung = 0, bad = 0;
+    pthread_t t;
+    stop = 0;
+    pthread_create(&t, NULL, churn, NULL);
+    for (int c = 0; c < n; c++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) _exit(linear(64, 8, 32, 0, 0) != 0);
+        int done = 0, st = 0;
+        for (int w = 0; w < 3000 && !done; w++) {
+            if (waitpid(pid, &st, WNOHANG) == pid) done = 1;
+            else usleep(1000);
+        }
+        if (!done) { hung++; kill(pid, SIGKILL); waitpid(pid, NULL, 0); }
+        else bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    stop = 1;
+    pthread_join(t, NULL);
+    printf("churn-hung=%d churn-bad=%d\n", hung, bad);
+}
+
 static int life_step(const char *a) {
     pthread_t tid[64];
+    if (!strncmp(a, "@fork-churn:", 12)) {
+        fork_churn(a + 12);
+        return 0;
+    }
     if (!strncmp(a, "@storm:", 7)) {
         int t = atoi(a + 7), n = strchr(a + 7, ':') ? atoi(strchr(a + 7, ':') + 1) : 10, hung = 0;
         start(t, tid);

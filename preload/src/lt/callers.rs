@@ -232,6 +232,11 @@ impl Callers {
         served: Served,
     ) -> Option<(*mut c_void, u64)> {
         let _errno = crate::lifecycle::KeepErrno::new();
+        if crate::lifecycle::in_fork_child() {
+            if let Some(kept) = self.in_fork_child(r, usual) {
+                return Some(kept);
+            }
+        }
         let now = generation();
         // (A copy that stands aside takes the first copy's export, as its hooks do.)
         let own = (!crate::copies::aside())
@@ -252,6 +257,35 @@ impl Callers {
         });
         self.keep(r, now, f, d);
         Some((f, d))
+    }
+
+    /// A fork child's function for the call site `r` without the loader: a fork taken
+    /// while another thread of the parent was inside `dlopen` or `dlclose` leaves the
+    /// loader's lists mid-change and its lock held in the child, and a lookup there aborted
+    /// the child (`dl_open_worker_begin: Assertion ... RT_CONSISTENT`) or hung it (an
+    /// outside tester's host: 119 and 38 of 200 children). So the child takes what its
+    /// parent found for this call site, of any generation (a `dlclose` since moved it on,
+    /// though the caller's own library, loaded while its module is, is still there), else
+    /// the served build's function if the parent found it; only with neither does it ask
+    /// the loader.
+    #[cold]
+    fn in_fork_child(&self, r: usize, usual: &Hook) -> Option<(*mut c_void, u64)> {
+        let home = Self::home(r);
+        for step in 0..SLOTS {
+            let s = &self.slots[(home + step) & (SLOTS - 1)];
+            let seq = s.seq.load(Ordering::Acquire);
+            let seen = s.ret.load(Ordering::Relaxed);
+            if seen == 0 {
+                break;
+            }
+            let (f, d) = (s.f.load(Ordering::Relaxed), s.fns.load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if seen == r && seq & 1 == 0 && s.seq.load(Ordering::Relaxed) == seq && !f.is_null() {
+                return Some((f, d));
+            }
+        }
+        // (A create's set and destroy functions need the loader to be found: none then.)
+        usual.found().map(|f| (f, 0))
     }
 
     /// Keeps `f` for the call site `r`: in its own slot, else the first free slot or one of
