@@ -1087,6 +1087,55 @@ fn a_closed_output_pipe_ends_every_command_quietly() {
     }
 }
 
+/// A miss folder is written by every process on the machine: a FIFO planted under a miss
+/// file's or a status file's name blocked `misses` and `status` for ever, a link to
+/// `/dev/zero` ran them out of memory, and a counts file that is not text ended `misses`
+/// (an outside tester's finding). Each such file is left out with a line naming it, and the
+/// real process's misses are listed.
+#[test]
+fn misses_and_status_leave_out_files_planted_in_the_miss_folder() {
+    let dir = scratch("planted-miss-files");
+    let misses = dir.join("misses");
+    std::fs::create_dir_all(&misses).unwrap();
+    let line = miss_line("sgemm:NN:s:8:8:8");
+    std::fs::write(misses.join("host-1-2-rank0.csv"), format!("{line}\n")).unwrap();
+    let fifo = |name: &str| {
+        let c = std::ffi::CString::new(misses.join(name).as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a plain mkfifo of a path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    };
+    fifo("planted-9-9-rank0.csv");
+    fifo("planted-9-9.status.json");
+    std::os::unix::fs::symlink("/dev/zero", misses.join("zero-8-8-rank0.counts.csv")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", misses.join("zero-8-8.status.json")).unwrap();
+    std::fs::write(
+        misses.join("binary-7-7-rank0.counts.csv"),
+        [0xff, 0xfe, 0x00, 0x80],
+    )
+    .unwrap();
+    let guarded = |args: &[&str]| {
+        let mut cmd = tunedblas_cmd(&dir, args);
+        cmd.arg(&misses);
+        common::faults::run_guarded_for(cmd, Duration::from_secs(60))
+    };
+    let out = guarded(&["misses"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{:?}: {stdout}{stderr}", out.status);
+    assert_has(&stdout, line.split(',').next().unwrap());
+    for planted in [
+        "planted-9-9-rank0.csv",
+        "zero-8-8-rank0.counts.csv",
+        "binary-7-7",
+    ] {
+        assert_has(&format!("{stdout}{stderr}"), planted);
+    }
+    let out = guarded(&["status"]);
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_has(&stderr, "planted-9-9.status.json: skipped");
+    assert_has(&stderr, "zero-8-8.status.json: skipped");
+}
+
 /// An argument that is not UTF-8 (a path in another encoding) is a usage error that names
 /// it, exit 2, in every command: `std::env::args` panicked on it (exit 101, a backtrace).
 #[test]

@@ -162,8 +162,7 @@ fn analyse(o: &Options) -> Result<coverage::Report> {
         } else {
             c.clone()
         };
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
+        let text = read_text(&path)?;
         let json: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
         let opts = ModelOptions {
@@ -177,8 +176,7 @@ fn analyse(o: &Options) -> Result<coverage::Report> {
         shapes.extend(s);
     }
     if let Some(f) = &o.a.path("--shapes") {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| Error::failed(format!("{}: {e}", f.display())))?;
+        let text = read_text(f)?;
         let default = o
             .dtype
             .unwrap_or_else(|| coverage::types_from_name("float16").expect("known"));
@@ -266,4 +264,14 @@ fn write_tune_input(out: &Path, report: &coverage::Report) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+/// A model config or shape list given on the command line, read as text if it is a regular
+/// file of at most 64 MB (a FIFO blocked the command, a link to `/dev/zero` exhausted it).
+fn read_text(path: &std::path::Path) -> Result<String> {
+    let bytes =
+        tunedblas_core::profile::read_regular(path, tunedblas_core::profile::MAX_JSON_FILE_BYTES)
+            .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
+    String::from_utf8(bytes)
+        .map_err(|_| Error::failed(format!("{}: not text (UTF-8)", path.display())))
 }

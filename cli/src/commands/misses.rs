@@ -81,8 +81,12 @@ fn prune_rule(a: &Args, served_by: Option<&crate::pick::Picked>) -> Result<Optio
     })
 }
 
-/// Reads the miss files under the inputs into one source per (process, rank).
-fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize)> {
+/// Reads the miss files under the inputs into one source per (process, rank). A file that
+/// cannot be read as a miss file (a FIFO or a device planted under a miss-file name, one
+/// over the size limit, bytes that are not text) is left out with a problem line naming it:
+/// a miss folder is written by every process on the machine, and one such file blocked or
+/// exhausted the command, or ended it.
+fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize, Vec<String>)> {
     let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
         if input.is_dir() {
@@ -102,6 +106,7 @@ fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize)> {
     }
     let mut by_source: BTreeMap<(String, Option<i32>), Source> = BTreeMap::new();
     let mut read = 0;
+    let mut unread = Vec::new();
     for f in files {
         let Some(name) = f.file_name().and_then(|n| n.to_str()) else {
             continue;
@@ -109,8 +114,17 @@ fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize)> {
         let Some((process, rank, counts)) = misses::parse_file_name(name) else {
             continue;
         };
-        let text = std::fs::read_to_string(&f)
-            .map_err(|e| Error::failed(format!("{}: {e}", f.display())))?;
+        let limit = tunedblas_core::profile::MAX_RESULTS_FILE_BYTES;
+        let text = tunedblas_core::profile::read_regular(&f, limit)
+            .map_err(|e| e.to_string())
+            .and_then(|b| String::from_utf8(b).map_err(|_| "not text (UTF-8)".to_string()));
+        let text = match text {
+            Ok(text) => text,
+            Err(e) => {
+                unread.push(format!("{}: {e}; left out", f.display()));
+                continue;
+            }
+        };
         read += 1;
         let s = by_source
             .entry((process.clone(), rank))
@@ -125,7 +139,7 @@ fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize)> {
             s.first_sights = Some(text);
         }
     }
-    Ok((by_source.into_values().collect(), read))
+    Ok((by_source.into_values().collect(), read, unread))
 }
 
 /// Runs `tunedblas misses` with the arguments after the command name.
@@ -146,8 +160,9 @@ pub fn run(a: &Args) -> Result<()> {
         let removed = prune(&inputs, rule, served_by.as_ref())?;
         crate::say::note!("tunedblas misses: pruned the files of {removed} ended processes");
     }
-    let (sources, files) = read_sources(&inputs)?;
-    let (mut all, problems) = misses::aggregate(&sources);
+    let (sources, files, mut problems) = read_sources(&inputs)?;
+    let (mut all, parsed) = misses::aggregate(&sources);
+    problems.extend(parsed);
     let served = match &served_by {
         Some(p) => drop_served(&mut all, p)?,
         None => 0,

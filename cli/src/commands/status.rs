@@ -311,16 +311,20 @@ fn read_dir(dir: &Path) -> Result<Vec<Process>> {
         if !name.ends_with(".status.json") {
             continue;
         }
-        let bytes = match std::fs::read(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+        // A status file is small; a FIFO, a device or a huge file planted under the name
+        // (a miss folder is written by every process) blocked or exhausted the command.
+        let limit = tunedblas_core::profile::MAX_JSON_FILE_BYTES;
+        let bytes = match tunedblas_core::profile::read_regular(&path, limit) {
+            Err(tunedblas_core::profile::ReadError::Io(e))
+                if e.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
                 denied.push(path);
                 continue;
             }
-            other => other,
+            other => other.map_err(|e| e.to_string()),
         };
-        let parsed = bytes
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<File>(&b).map_err(|e| e.to_string()));
+        let parsed =
+            bytes.and_then(|b| serde_json::from_slice::<File>(&b).map_err(|e| e.to_string()));
         let status = match parsed {
             Ok(s) => s,
             Err(why) => {
