@@ -71,6 +71,8 @@ struct Slot {
 /// taken by the next call site that needs one, so unloads never fill it up.
 pub struct Callers {
     name: &'static CStr,
+    /// The line for a call site that found no slot was said.
+    full_said: std::sync::atomic::AtomicBool,
     /// For a create: the names of the set and destroy functions of its objects, found
     /// beside it ([`Fns`]: `Objects` keeps them with each object, so a set or a destroy
     /// needs no lookup of its call site).
@@ -91,6 +93,7 @@ impl Callers {
     ) -> Callers {
         Callers {
             name,
+            full_said: std::sync::atomic::AtomicBool::new(false),
             fns,
             slots: [const {
                 Slot {
@@ -315,6 +318,14 @@ impl Callers {
             s.seq.store(seq + 2, Ordering::Release);
             return;
         }
+        // Every slot holds a live call site of this generation: this one is looked up
+        // through the loader on each call (slower, never wrong). Said once.
+        if !self.full_said.swap(true, Ordering::Relaxed) {
+            crate::log::info!(
+                "{}: more than {SLOTS} call sites call it; the calls of the others are looked up through the loader each time (slower, results unchanged)",
+                self.name.to_string_lossy()
+            );
+        }
     }
 }
 
@@ -482,6 +493,12 @@ mod tests {
             let r = (0x5000_0000 + i * 64) as *const c_void;
             assert_eq!(C.real_for(r, &HOOK, SERVED), Some((f(i), 0)), "site {i}");
         }
+        assert!(!C.full_said.load(Ordering::Relaxed));
+        C.keep(0x5800_0000, g, f(SLOTS), 0);
+        assert!(
+            C.full_said.load(Ordering::Relaxed),
+            "a call site past the table's size is said"
+        );
         loader_changed();
         C.keep(0x6000_0000, generation(), f(999), 0);
         assert_eq!(
