@@ -325,7 +325,7 @@ pub fn file_shapes(r: &ResultsFile) -> FileShapes {
     );
     out.skip(
         "unreadable line (`tunedblas tune` on the file lists each)",
-        r.malformed.len(),
+        r.malformed_lines(),
     );
     out
 }

@@ -103,6 +103,14 @@ pub(super) fn load_rank(path: &Path, rank: usize) -> Result<RankFile, String> {
             m.reason
         ));
     }
+    if parsed.malformed_more > 0 {
+        problems.push(format!(
+            "{}: {} more lines skipped, each no row (the first {} are said)",
+            path.display(),
+            parsed.malformed_more,
+            tunableop::MALFORMED_KEPT
+        ));
+    }
     for d in &parsed.duplicates {
         problems.push(format!(
             "{}:{}: duplicate of line {}; the first row wins",

@@ -194,7 +194,11 @@ impl<S: RowSink> Parser<S> {
     }
 
     fn malformed(&mut self, line: usize, reason: String) {
-        self.out.malformed.push(Malformed { line, reason });
+        if self.out.malformed.len() < super::MALFORMED_KEPT {
+            self.out.malformed.push(Malformed { line, reason });
+        } else {
+            self.out.malformed_more += 1;
+        }
     }
 
     /// One line of the file (see [`lines`]).

@@ -32,7 +32,7 @@ fn accounted(f: &ResultsFile) -> usize {
         + f.wildcards.len()
         + f.unservable.len()
         + f.duplicates.len()
-        + f.malformed.len()
+        + f.malformed_lines()
 }
 
 #[test]
@@ -720,4 +720,20 @@ GemmTunableOp_Half_TN,tn_64_8_16_ld_16_16_64,Default,nan
         .map(|r| (r.key, r.solution.clone(), r.time_ms))
         .collect();
     assert_eq!(again, first);
+}
+
+/// A file of junk lines keeps the first MALFORMED_KEPT with their reasons and counts the
+/// rest, every line still accounted for: memory no longer grows with the junk.
+#[test]
+fn junk_lines_past_the_kept_ones_are_counted_not_kept() {
+    let n = MALFORMED_KEPT + 500;
+    let mut text = String::from("Validator,PT_VERSION,2.7.0\n");
+    for _ in 0..n {
+        text.push_str("x\n");
+    }
+    let f = parse(&text);
+    assert_eq!(f.malformed.len(), MALFORMED_KEPT);
+    assert_eq!(f.malformed_more, 500);
+    assert_eq!(f.malformed_lines(), n);
+    assert_eq!(accounted(&f), non_blank_lines(&text));
 }
