@@ -36,6 +36,15 @@ pub fn read_text(path: &Path) -> Result<String, Error> {
         .map_err(|e| Error::failed(format!("cannot read {}: {e}", path.display())))
 }
 
+/// A file given to the command read as text, as the interposer reads a profile's files (a
+/// regular file of at most `limit` bytes: a FIFO or device planted in its place is refused,
+/// never opened to block or exhaust), or why not, in words without the path. Unlike
+/// [`read_text`] a file that is not UTF-8 is refused, not read lossily.
+pub fn regular_text(path: &Path, limit: u64) -> Result<String, String> {
+    let bytes = tunedblas_core::profile::read_regular(path, limit).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|_| "not text (UTF-8)".to_string())
+}
+
 /// Writes `bytes` to `path`, making its folder first (the export's and the report's files).
 pub fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -269,9 +269,6 @@ fn write_tune_input(out: &Path, report: &coverage::Report) -> Result<()> {
 /// A model config or shape list given on the command line, read as text if it is a regular
 /// file of at most 64 MB (a FIFO blocked the command, a link to `/dev/zero` exhausted it).
 fn read_text(path: &std::path::Path) -> Result<String> {
-    let bytes =
-        tunedblas_core::profile::read_regular(path, tunedblas_core::profile::MAX_JSON_FILE_BYTES)
-            .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
-    String::from_utf8(bytes)
-        .map_err(|_| Error::failed(format!("{}: not text (UTF-8)", path.display())))
+    crate::export::regular_text(path, tunedblas_core::profile::MAX_JSON_FILE_BYTES)
+        .map_err(|e| Error::failed(format!("{}: {e}", path.display())))
 }

@@ -115,10 +115,7 @@ fn read_sources(inputs: &[PathBuf]) -> Result<(Vec<Source>, usize, Vec<String>)>
             continue;
         };
         let limit = tunedblas_core::profile::MAX_RESULTS_FILE_BYTES;
-        let text = tunedblas_core::profile::read_regular(&f, limit)
-            .map_err(|e| e.to_string())
-            .and_then(|b| String::from_utf8(b).map_err(|_| "not text (UTF-8)".to_string()));
-        let text = match text {
+        let text = match crate::export::regular_text(&f, limit) {
             Ok(text) => text,
             Err(e) => {
                 unread.push(format!("{}: {e}; left out", f.display()));
