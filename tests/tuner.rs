@@ -23,6 +23,9 @@ struct Backend {
     shapes: [&'static str; 2],
     /// The variable and value that make the stand-in's runtime see two devices.
     two_devices: (&'static str, &'static str),
+    /// What, beside leaving out `env`, makes the library compute nothing, so that no
+    /// shape can be tuned (the heuristic's own result is wrong).
+    broken: &'static [(&'static str, &'static str)],
 }
 
 fn os(v: &[&dyn AsRef<std::ffi::OsStr>]) -> Vec<OsString> {
@@ -37,6 +40,7 @@ fn refblas() -> Backend {
         env: vec![("REFBLAS_SLOW_HEURISTIC", "4".into())],
         shapes: ["f32:NN:32:16:32", "f16:TN:64:8:64"],
         two_devices: ("REFBLAS_DEVICES", "2"),
+        broken: &[("REFBLAS_NO_COMPUTE", "1")],
     }
 }
 
@@ -55,6 +59,7 @@ fn cublaslt() -> Backend {
         ],
         shapes: ["64,4,64", "64,8,64"],
         two_devices: ("FAKECUDA_DEVICES", "2"),
+        broken: &[],
     }
 }
 
@@ -73,6 +78,7 @@ fn hipblaslt() -> Backend {
         ],
         shapes: ["64,16,64", "64,8,64"],
         two_devices: ("FAKEHIP_DEVICE", "1"),
+        broken: &[],
     }
 }
 
@@ -345,6 +351,36 @@ fn the_search_stays_within_its_budget(b: &Backend, dir: &Path) {
     );
 }
 
+/// A shape that cannot be tuned is named with its reason in every output mode (the table,
+/// `-q`, `--json`), and the campaign's failure, which points back at those lines, is said
+/// once and exits 1. (Quiet and JSON runs once said only "each is said above".)
+fn a_shape_that_fails_is_named_with_its_reason_in_every_mode(b: &Backend, dir: &Path) {
+    for (i, mode) in [None, Some("-q"), Some("--json")].into_iter().enumerate() {
+        let mut cmd = b.cmd(dir, &["tune", "--shape", b.shapes[0]]);
+        for (k, _) in &b.env {
+            cmd.env_remove(k);
+        }
+        cmd.envs(b.broken.iter().copied())
+            .arg("--profiles")
+            .arg(dir.join(format!("broken-{i}")))
+            .args(QUICK)
+            .args(["--no-limits", "--confirm", "off"])
+            .args(mode);
+        let out = cmd.output().expect("run tunedblas tune");
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        let all = format!("{stdout}\n{stderr}");
+        assert_eq!(out.status.code(), Some(1), "{mode:?}: {all}");
+        let reason = "the heuristic's own result is off by";
+        let named = all
+            .lines()
+            .filter(|l| l.contains(reason) && l.contains("failed"))
+            .count();
+        assert_eq!(named, 1, "{mode:?}: the shape and its reason, once: {all}");
+        let failure = "none of the 1 shapes could be tuned (each is said above)";
+        assert_eq!(stderr.matches(failure).count(), 1, "{mode:?}: {stderr}");
+    }
+}
+
 /// The matrix: each test above, for each backend, in a folder of its own, one at a time:
 /// the stand-ins time on the host's CPU, where campaigns running side by side would make
 /// each other's samples too noisy to decide.
@@ -375,4 +411,5 @@ matrix!(
     the_device_rests_after_every_sample,
     one_worker_per_device_and_every_adoption_qualified_on_each,
     the_search_stays_within_its_budget,
+    a_shape_that_fails_is_named_with_its_reason_in_every_mode,
 );

@@ -376,6 +376,10 @@ impl<L: Library> Work<'_, L> {
                         total,
                         self.line(&o)
                     ));
+                } else if let Some(e) = &o.error {
+                    // An error, so said in a quiet or JSON run too (on stderr): the
+                    // campaign's last line points back at these.
+                    eprintln!("tunedblas tune: {}: failed: {e}", self.label(&o));
                 }
                 done.push(o);
             }

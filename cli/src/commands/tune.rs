@@ -155,6 +155,8 @@ pub fn run(a: &Args) -> Result<()> {
         ));
     }
     let mut failure = None;
+    // With one library its error is the command's own, said once by `main`.
+    let several = work.len() > 1;
     for kind in work.keys() {
         a.method_for(*kind)?;
     }
@@ -176,7 +178,9 @@ pub fn run(a: &Args) -> Result<()> {
         let result =
             tunedblas_tuner::with_library!(&opened, l => campaign_of(l, &files, &specs, &opts));
         if let Err(e) = result {
-            eprintln!("tunedblas tune: {}: {}", kind.name(), e.message);
+            if several {
+                eprintln!("tunedblas tune: {}: {}", kind.name(), e.message);
+            }
             failure = Some(e);
         }
     }
