@@ -379,6 +379,20 @@ fn a_hipblaslt_profile_is_written_in_the_amd_formats_and_read_back() {
         &["export", "--profile", "amd", "--format", "aiter"],
     ));
     assert_refused(&out, 1, "which device");
+    // rocBLAS's formats and the report (drawn from rocBLAS keys) refuse it, rather than
+    // write a file or a page with none of its rows.
+    for args in [
+        &["export", "--profile", "amd", "--format", "gemm-tune"][..],
+        &["export", "--profile", "amd", "--format", "bench"],
+        &["report", "--profile", "amd"],
+    ] {
+        let out = common::run(common::tunedblas_cmd(&dir, args));
+        assert_refused(
+            &out,
+            3,
+            "takes rocBLAS profiles; 'amd' is a hipBLASLt profile",
+        );
+    }
 }
 
 /// A TunableOp file tuned on another architecture than the one given is refused before

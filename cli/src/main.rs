@@ -206,8 +206,8 @@ EXIT CODES:
     0 success (tune: also when every shape has a row already); 1 the work failed (the
     message says why; verify: a row was not hit); 2 bad command line, in every command (an
     unknown option or command, a missing or malformed value such as a bad --shape or
-    --trials: the message names it); 3 the library cannot be loaded or is not rocBLAS;
-    4 no usable device (coverage --strict: 3 some shapes are missing, 4 only unservable
+    --trials: the message names it); 3 the library cannot be loaded or is not one the
+    command takes (a cuBLASLt profile for report or a rocBLAS format, ...); 4 no usable device (coverage --strict: 3 some shapes are missing, 4 only unservable
     ones remain). A closed output pipe (| head) ends any command at once and quietly, by
     SIGPIPE, as it ends cat; a tune so stopped resumes when the same command is rerun.
 

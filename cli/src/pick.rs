@@ -18,6 +18,9 @@ pub struct Picked {
     pub name: String,
     pub dir: PathBuf,
     pub sha256: String,
+    /// The library the rows are for: `rocblas`, `hipblaslt` or `cublaslt` (the registry's
+    /// `library`, else the rank files' `TUNEDBLAS_BACKEND`, else rocBLAS, which says none).
+    pub library: String,
     pub rocblas: Option<String>,
     pub arch: Option<String>,
     /// `(rank, file)` of every rank file, in rank order.
@@ -33,6 +36,28 @@ impl Picked {
     /// The rocBLAS version, from the registry or the rank files' validator.
     pub fn version(&self) -> Option<Version> {
         Version::parse(self.rocblas.as_deref()?)
+    }
+
+    /// Refuses unless the profile's rows are `library`'s (`what` says what needs it): an
+    /// empty file headed for another library helps nobody. Exit 3, as for a library that
+    /// is not the one a command takes.
+    pub fn expect_library(&self, library: &str, what: &str) -> Result<()> {
+        if self.library == library {
+            return Ok(());
+        }
+        let name = |l: &str| match l {
+            "rocblas" => "rocBLAS",
+            "hipblaslt" => "hipBLASLt",
+            "cublaslt" => "cuBLASLt",
+            _ => "another library",
+        };
+        Err(Error::not_loaded(format!(
+            "{what} takes {} profiles; '{}' is a {} profile (build {}): `tunedblas export --format tunableop` and `tunedblas verify` take every library's",
+            name(library),
+            self.name,
+            name(&self.library),
+            self.short()
+        )))
     }
 
     pub fn short(&self) -> &str {
@@ -109,16 +134,23 @@ pub fn pick(which: Which, root: &Path) -> Result<Picked> {
     ranks.sort();
     let mut rocblas = entry.rocblas.clone();
     let mut arch = entry.arch.clone();
+    let mut library = entry
+        .extra
+        .get("library")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
     if let Some((_, first)) = ranks.first() {
         if let Ok(f) = tunableop::read(first) {
             rocblas = rocblas.or_else(|| f.validator("ROCBLAS_VERSION").map(str::to_string));
             arch = arch.or_else(|| f.validator("GCN_ARCH_NAME").map(str::to_string));
+            library = library.or_else(|| f.validator("TUNEDBLAS_BACKEND").map(str::to_string));
         }
     }
     Ok(Picked {
         name,
         dir,
         sha256: entry.lib_sha256.clone(),
+        library: library.unwrap_or_else(|| "rocblas".into()),
         rocblas,
         arch,
         ranks,

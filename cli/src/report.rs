@@ -712,6 +712,7 @@ mod tests {
         std::fs::write(dir.join("tunableop_results0.csv"), text).unwrap();
         std::fs::write(dir.join("provenance.json"), prov.to_string()).unwrap();
         Picked {
+            library: "rocblas".into(),
             name: "test".into(),
             dir: dir.clone(),
             sha256: "ab".repeat(32),

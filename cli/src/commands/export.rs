@@ -103,6 +103,13 @@ pub fn run(a: &Args) -> Result<()> {
         return Err(a.usage("--json prints a summary: give --out for the export itself"));
     }
     let p = a.picked()?;
+    match format.as_str() {
+        "gemm-tune" | "bench" => p.expect_library("rocblas", &format!("--format {format}"))?,
+        "hipblaslt-override" | "hipblaslt-bench" | "aiter" => {
+            p.expect_library("hipblaslt", &format!("--format {format}"))?
+        }
+        _ => {}
+    }
     let mut report = export::Report {
         profile: p.name.clone(),
         build: p.sha256.clone(),

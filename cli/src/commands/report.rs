@@ -40,7 +40,7 @@ EXAMPLE:
 ";
 
 const OPTIONS: &str = "\
---lib LIB        the rocBLAS build whose profile is shown
+--lib LIB        the rocBLAS build whose profile is shown (the report draws rocBLAS profiles)
 --profile NAME   the profile to show, by name (instead of --lib)
 --profiles
 --out FILE.html  the page (default tunedblas-report-<profile>.html)
@@ -80,6 +80,9 @@ fn predicted(path: &Path) -> Result<Vec<ProblemKey>> {
 
 pub fn run(a: &Args) -> Result<()> {
     let p = a.picked()?;
+    // The map, the near rule and "tune next" speak rocBLAS's keys; an Lt profile's rows
+    // would all be left out, and a page of zeros reads as a profile that serves nothing.
+    p.expect_library("rocblas", "report")?;
     let rank: usize = a.parsed("--rank", 0, "a rank number")?;
     let inputs: Vec<PathBuf> = a
         .values("--misses")
