@@ -381,6 +381,81 @@ fn a_shape_that_fails_is_named_with_its_reason_in_every_mode(b: &Backend, dir: &
     }
 }
 
+/// The rows (no validators) of the only profile in `store`, rank 0.
+fn rows(store: &Path) -> Vec<String> {
+    let reg: Value =
+        serde_json::from_slice(&std::fs::read(store.join("profiles.json")).unwrap()).unwrap();
+    let (_, entry) = reg["profiles"].as_object().unwrap().iter().next().unwrap();
+    let file = store
+        .join(entry["dir"].as_str().unwrap())
+        .join("tunableop_results0.csv");
+    let mut rows: Vec<String> = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("Validator"))
+        .map(String::from)
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// A campaign split over two machines (`--shard I/2`, a store each) is joined whole by
+/// `tunedblas merge` for every library: each shape tuned once, by one shard, and the
+/// merged profile holds every shard's rows as written, for the same library. (The merge
+/// once took rocBLAS alone.)
+fn shards_tuned_apart_merge_whole(b: &Backend, dir: &Path) {
+    let mut expected = Vec::new();
+    for i in 0..2 {
+        let store = format!("shard{i}");
+        let shard = format!("{i}/2");
+        let out = b.tune(dir, &store, 2, &["--shard", &shard, "--no-limits"]);
+        ok(&out);
+        expected.extend(rows(&dir.join(store)));
+    }
+    expected.sort();
+    assert_eq!(
+        expected.len(),
+        2,
+        "each shape tuned by one shard: {expected:?}"
+    );
+    // The library and its runtime, as `tune` took them (`--workspace` is a measuring
+    // option, not the library's).
+    let lib: Vec<&OsString> = b
+        .args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            *a != "--workspace"
+                && b.args
+                    .get(i.wrapping_sub(1))
+                    .is_none_or(|p| p != "--workspace")
+        })
+        .map(|(_, a)| a)
+        .collect();
+    let out = common::tunedblas_cmd(dir, &["merge"])
+        .args(lib)
+        .envs(b.env.iter().map(|(k, v)| (k, v)))
+        .arg("--profiles")
+        .arg(dir.join("merged"))
+        .args([dir.join("shard0"), dir.join("shard1")])
+        .output()
+        .expect("run tunedblas merge");
+    assert_has(&ok(&out), "2 rows added, 2 rows in all, 0 conflicts");
+    assert_eq!(rows(&dir.join("merged")), expected);
+    let reg = std::fs::read_to_string(dir.join("merged/profiles.json")).unwrap();
+    let shard = std::fs::read_to_string(dir.join("shard0/profiles.json")).unwrap();
+    let library = |r: &str| {
+        serde_json::from_str::<Value>(r).unwrap()["profiles"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()["library"]
+            .clone()
+    };
+    assert_eq!(library(&reg), library(&shard), "{reg}");
+}
+
 /// The matrix: each test above, for each backend, in a folder of its own, one at a time:
 /// the stand-ins time on the host's CPU, where campaigns running side by side would make
 /// each other's samples too noisy to decide.
@@ -412,4 +487,5 @@ matrix!(
     one_worker_per_device_and_every_adoption_qualified_on_each,
     the_search_stays_within_its_budget,
     a_shape_that_fails_is_named_with_its_reason_in_every_mode,
+    shards_tuned_apart_merge_whole,
 );

@@ -87,7 +87,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "merge",
-        usage: "tunedblas merge --lib LIBROCBLAS [--profiles DIR] SHARD_STORE...",
+        usage: "tunedblas merge --lib LIB [--profiles DIR] SHARD_STORE...",
         summary: "Join the profiles that `tune --shard i/n` wrote on several machines.",
         run: Run::Declared(commands::merge::cli, commands::merge::run),
         internal: false,

@@ -1,7 +1,7 @@
 //! Profile management: `profiles list|show|which|import|adopt`, `qualify` and `merge`, all over
 //! the [`Store`].
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::store::{self, Folder, Store, IMPORTED_FILE};
 use tunedblas_core::abi::{FLAG_CHECK_SOLUTION_INDEX, STATUS_SUCCESS};
 use tunedblas_tuner::backends::rocblas::{Rocblas, RocblasProblem};
-use tunedblas_tuner::backends::{Library as _, ShapeKey as _};
+use tunedblas_tuner::backends::{Library, ShapeKey as _};
 
 pub fn list(root: &Path, json: bool) -> Result<()> {
     let store = Store::existing(root)?;
@@ -702,10 +702,45 @@ pub struct MergeReport {
     pub conflicts: Vec<String>,
 }
 
-/// `tunedblas merge`: joins the profiles several `tune --shard` runs wrote for one build.
-pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Result<MergeReport> {
-    let lib = Rocblas::at(lib_path, None)?;
-    let mut build = lib.build().clone();
+/// The profile for the build hashed `sha256` in each shard store: its name and folder.
+fn shard_profile(shard: &Store, root: &Path, sha256: &str) -> Result<Folder> {
+    match shard.registry()?.find_by_sha(sha256) {
+        Match::Unique(name, entry) => Ok(Folder {
+            name: name.to_string(),
+            dir: entry.path_in(root),
+            existed: true,
+        }),
+        _ => Err(Error::failed(format!(
+            "{} has no profile for build {}: it was tuned for another library",
+            shard.registry_path().display(),
+            &sha256[..sha256.len().min(12)]
+        ))),
+    }
+}
+
+/// The architecture the shards recorded for the build of `lib` (their registry's `arch`),
+/// for a merge where `--arch` does not say and no device may be there to ask.
+pub fn shards_arch(lib: &Path, shards: &[PathBuf]) -> Option<String> {
+    let sha = identity::sha256_file(lib).ok()?;
+    shards.iter().find_map(|root| {
+        let reg = Store::existing(root).ok()?.registry().ok()?;
+        match reg.find_by_sha(&sha) {
+            Match::Unique(_, e) => e.arch.clone().filter(|a| a != "unknown"),
+            _ => None,
+        }
+    })
+}
+
+/// `tunedblas merge`: joins the profiles several `tune --shard` runs wrote for one build of
+/// any library, row by shape: a shape two shards tuned to different solutions keeps the
+/// faster recorded one (said as a conflict).
+pub fn merge<L: Library>(
+    lib: &L,
+    root: &Path,
+    shards: &[PathBuf],
+    json: bool,
+) -> Result<MergeReport> {
+    let build = lib.build();
     let store = Store::open(root)?;
     // The shards first, outside the store's lock.
     let mut shard_rows = Vec::new();
@@ -713,39 +748,22 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
     let mut ranks = 1;
     for shard_root in shards {
         let shard = Store::existing(shard_root)?;
-        let reg = shard.registry()?;
-        let (name, entry) = match reg.find_by_sha(&build.sha256) {
-            Match::Unique(n, e) => (n.to_string(), e.clone()),
-            _ => {
-                return Err(Error::failed(format!(
-                    "{} has no profile for build {}: it was tuned for another library",
-                    shard.registry_path().display(),
-                    build.short()
-                )))
-            }
-        };
-        let shard_folder = Folder {
-            name,
-            dir: entry.path_in(shard_root),
-            existed: true,
-        };
-        ranks = ranks.max(shard.ranks(&shard_folder));
-        let rows: ResultsFile = shard.read_rows(&shard_folder)?;
-        if let Some(a) = rows.validator("GCN_ARCH_NAME") {
-            build.arch = a.to_string();
-        }
-        shard_rows.extend(rows.rows);
-        if let Ok(p) = Provenance::load(&store::provenance_file(&shard_folder.dir)) {
+        let folder = shard_profile(&shard, shard_root, &build.sha256)?;
+        ranks = ranks.max(shard.ranks(&folder));
+        shard_rows.extend(lib.read(&shard.read_text(&folder)?));
+        if let Ok(p) = Provenance::load(&store::provenance_file(&folder.dir)) {
             campaigns.extend(p.campaigns().iter().cloned());
         }
     }
     // Then into the profile's rows as they are now, under the lock: merges run at once
     // each add their rows to what the others wrote.
     let report = store.transaction(|tx| {
-        let folder = tx.folder_for(&build, None)?;
-        let mut results = tx.rows(&folder)?;
-        let mut rows: HashMap<ProblemKey, Row> =
-            results.rows.drain(..).map(|r| (r.key, r)).collect();
+        let folder = tx.folder_for(build, None)?;
+        let mut rows: BTreeMap<String, (L::Key, String, Option<f64>)> = lib
+            .read(&tx.read_text(&folder)?)
+            .into_iter()
+            .map(|r| (lib.key_text(&r.0), r))
+            .collect();
         let mut report = MergeReport {
             profile: folder.name.clone(),
             rows: 0,
@@ -753,30 +771,31 @@ pub fn merge(root: &Path, lib_path: &Path, shards: &[PathBuf], json: bool) -> Re
             conflicts: vec![],
         };
         for row in shard_rows {
-            match rows.get(&row.key) {
+            let shape = lib.key_text(&row.0);
+            match rows.get(&shape) {
                 None => {
                     report.added += 1;
-                    rows.insert(row.key, row);
+                    rows.insert(shape, row);
                 }
-                Some(old) if old.solution == row.solution => {}
+                Some(old) if old.1 == row.1 => {}
                 Some(old) => {
-                    report.conflicts.push(row.key.text());
-                    let faster =
-                        row.time_ms.unwrap_or(f64::INFINITY) < old.time_ms.unwrap_or(f64::INFINITY);
+                    let faster = row.2.unwrap_or(f64::INFINITY) < old.2.unwrap_or(f64::INFINITY);
+                    report.conflicts.push(shape.clone());
                     if faster {
-                        rows.insert(row.key, row);
+                        rows.insert(shape, row);
                     }
                 }
             }
         }
-        results.rows = rows.into_values().collect();
-        results.rows.sort_by_key(|r| r.key.text());
-        report.rows = results.rows.len();
+        let rows: Vec<_> = rows.into_values().collect();
+        report.rows = rows.len();
         let ranks = ranks.max(tx.ranks(&folder));
-        tx.write_rows(&folder, &build, &mut results, ranks, "tuned")?;
+        let mut fields = lib.describe();
+        fields.push(("library", lib.kind().tag().into()));
+        tx.write_profile(&folder, build, lib.results(&rows), ranks, "tuned", &fields)?;
         tx.record(
             &folder,
-            &build,
+            build,
             json!({
                 "kind": "merge",
                 "finished": store::utc_now(),
