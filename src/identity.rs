@@ -310,11 +310,36 @@ fn check_private(dir: &Path, meta: &fs::Metadata) -> io::Result<()> {
 /// Creates `dir` (and parents) with mode 0700 and checks that the final folder is a real
 /// directory owned by us that no one else can write, not a symlink planted by someone else.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    make_dirs(dir, 0o700)?;
     check_private(dir, &fs::symlink_metadata(dir)?)
+}
+
+/// Makes `dir` and every missing folder above it with exactly `mode`, whatever the host's
+/// umask: under an outside tester's `umask 0777` the folders made for us, a parent such as
+/// `~/.cache` included, came out mode 000, unusable by their owner and by every program
+/// run after. Each folder made here is set to `mode`; folders that were there are left as
+/// they are.
+pub fn make_dirs(dir: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while fs::symlink_metadata(at).is_err() {
+        missing.push(at);
+        match at.parent() {
+            Some(up) if !up.as_os_str().is_empty() => at = up,
+            _ => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match fs::DirBuilder::new().mode(mode).create(d) {
+            // By path: a folder the umask left mode 000 cannot be opened to fchmod it. Only
+            // its owner, who just made it where only they may write, could swap it.
+            Ok(()) => fs::set_permissions(d, fs::Permissions::from_mode(mode))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The per-user cache folder:

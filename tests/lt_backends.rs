@@ -116,6 +116,37 @@ both! {
 }
 
 both! {
+    /// A file-size limit (`ulimit -f 0`) with SIGXFSZ at its default action: every file
+    /// write of ours fails (hipBLASLt's guard object, the hash cache, the miss log, the
+    /// status) and is said, and the host runs whole, as it does without us; the signal the
+    /// first write raised once ended it (rc 153).
+    fn a_file_size_limit_does_not_kill_the_host(s) {
+        use std::os::unix::process::CommandExt;
+        for preload in [true, false] {
+            let dir = scratch(&format!("{}-fsize-{preload}", s.name));
+            s.profile(&dir, &[row(&key(64, 8, 64), s.tuned.0)]);
+            let mut cmd = s.host_cmd(&dir, preload, &["64,8,64", "16,8,8"]);
+            // The stand-in's trace and the stats file are writes the limit ends anyway.
+            cmd.env_remove(s.var("TRACE")).env_remove("TUNEDBLAS_STATS");
+            // SAFETY: setrlimit only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let none = libc::rlimit { rlim_cur: 0, rlim_max: libc::RLIM_INFINITY };
+                    libc::setrlimit(libc::RLIMIT_FSIZE, &none);
+                    Ok(())
+                });
+            }
+            let out = run_guarded(cmd);
+            let stderr = text(&out.stderr);
+            assert!(out.status.success(), "{preload}: {:?}: {stderr}", out.status);
+            if preload {
+                assert_has(&stderr, "File too large");
+            }
+        }
+    }
+}
+
+both! {
     /// Threads racing to the first call of a tuned shape: one rebuilds its algorithm, the
     /// others pass through meanwhile instead of waiting for it (a fork child or a signal
     /// handler must never wait on a rebuild); every call is one or the other.

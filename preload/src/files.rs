@@ -193,25 +193,8 @@ impl Folder {
     pub fn open_or_make(&self) -> io::Result<Fd> {
         match self.open() {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                use std::os::unix::fs::DirBuilderExt;
-                let mode = mode(true);
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(mode)
-                    .create(self.path())?;
-                if mode != 0o700 {
-                    // Past the host's umask; only the folder made for us (never a parent),
-                    // opened without following a link.
-                    // SAFETY: a NUL-terminated path; the descriptor is ours.
-                    if let Ok(d) = Fd::own(unsafe {
-                        libc::open(
-                            self.path.as_ptr(),
-                            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                        )
-                    }) {
-                        unsafe { libc::fchmod(d.raw(), mode) };
-                    }
-                }
+                // Past the host's umask, parents made for us included.
+                tunedblas_core::identity::make_dirs(self.path(), mode(true))?;
                 self.open()
             }
             other => other,
@@ -257,8 +240,13 @@ impl io::Write for Name {
     }
 }
 
-/// Writes all of `bytes` to `fd`, going on after a signal interrupted the write.
-fn write_all(fd: c_int, mut bytes: &[u8]) -> io::Result<()> {
+/// Writes all of `bytes` to `fd`, going on after a signal interrupted the write; a
+/// file-size limit fails it rather than end the host ([`crate::log::without_our_signals`]).
+fn write_all(fd: c_int, bytes: &[u8]) -> io::Result<()> {
+    crate::log::without_our_signals(|| write_all_now(fd, bytes))
+}
+
+fn write_all_now(fd: c_int, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
         // SAFETY: writing from a live slice to our own descriptor.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
@@ -337,8 +325,9 @@ fn open_at(dir: &Fd, name: &CStr, flags: c_int) -> io::Result<Fd> {
     // SAFETY: a folder descriptor of ours and a NUL-terminated name.
     let f =
         Fd::own(unsafe { libc::openat(dir.raw(), name.as_ptr(), flags, mode as libc::c_uint) })?;
-    // The host's umask (a service's `UMask=0077`) would take the group's read away again.
-    if flags & libc::O_CREAT != 0 && mode != 0o600 {
+    // The host's umask would take bits away again: a service's `UMask=0077` the group's
+    // read, an outside tester's `umask 0777` our own (the log could not be opened again).
+    if flags & libc::O_CREAT != 0 {
         // SAFETY: a descriptor of ours.
         unsafe { libc::fchmod(f.raw(), mode) };
     }
@@ -467,7 +456,9 @@ pub fn append(folder: &Folder, name: &Name, made: &mut Made, line: &[u8]) -> io:
     };
     let before = f.stat()?.st_size;
     // SAFETY: writing from a live slice to our own descriptor.
-    let n = unsafe { libc::write(f.raw(), line.as_ptr().cast(), line.len()) };
+    let n = crate::log::without_our_signals(|| unsafe {
+        libc::write(f.raw(), line.as_ptr().cast(), line.len())
+    });
     if n == line.len() as isize {
         return Ok(());
     }

@@ -431,7 +431,8 @@ pub fn identify_loaded(
             info!("the hash cache {why}: each start hashes the library (set TUNEDBLAS_CACHE_DIR to a folder of yours)");
         }
     }
-    match cache.identify(&path) {
+    // The cache entry is a file written: a file-size limit must not end the host.
+    match crate::log::without_our_signals(|| cache.identify(&path)) {
         Ok(id) => Ok((path, id)),
         Err(e) => Err(format!(
             "cannot hash {}: {e}; passing calls through",

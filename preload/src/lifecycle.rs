@@ -824,7 +824,7 @@ fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::
             .append(true)
             .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(&name)?;
-        return f.write_all(&text);
+        return crate::log::without_our_signals(|| f.write_all(&text));
     }
     if FORKED.load(Ordering::Acquire) {
         name.push(format!(".{}", std::process::id()));
@@ -848,7 +848,7 @@ fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::
         }
         other => other?,
     };
-    let written = f.write_all(&text);
+    let written = crate::log::without_our_signals(|| f.write_all(&text));
     drop(f);
     // rename replaces whatever is at the target (a symlink included) without following it.
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &target)) {

@@ -21,6 +21,9 @@
  *   @as-limit:KB     caps the address space (RLIMIT_AS) at what the process maps now plus
  *                    KB KiB, as `ulimit -v` or a server capping itself does: an allocation
  *                    past it fails (prints as-limit=<bytes>)
+ *   @fsize-limit:B   caps the size of any file written (RLIMIT_FSIZE, `ulimit -f`) at B
+ *                    bytes, SIGXFSZ left at its default action (the process ends)
+ *   @umask:OCT       umask(OCT), as a host that takes every bit away (0777)
  *   @chroot:DIR      chroot(DIR) and chdir("/"), as a sandboxed worker confines itself after
  *                    start-up. Prints chroot=ok, or chroot=denied where it may not
  *   @distinct:N      N distinct missed shapes, once each. Prints distinct=N
@@ -62,6 +65,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -333,6 +337,11 @@ int main(int argc, char **argv) {
             struct rlimit r = {(kb + strtoul(a + 10, NULL, 10)) * 1024, RLIM_INFINITY};
             if (!kb || setrlimit(RLIMIT_AS, &r) != 0) { perror("life_host: as-limit"); return 3; }
             printf("as-limit=%lu\n", (unsigned long)r.rlim_cur);
+        } else if (!strncmp(a, "@fsize-limit:", 13)) {
+            struct rlimit r = {strtoul(a + 13, NULL, 10), RLIM_INFINITY};
+            if (setrlimit(RLIMIT_FSIZE, &r) != 0) { perror("life_host: fsize-limit"); return 3; }
+        } else if (!strncmp(a, "@umask:", 7)) {
+            umask((mode_t)strtoul(a + 7, NULL, 8));
         } else if (!strncmp(a, "@chroot:", 8)) {
             int ok = chroot(a + 8) == 0 && chdir("/") == 0;
             printf("chroot=%s\n", ok ? "ok" : "denied");

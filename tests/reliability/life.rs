@@ -204,16 +204,17 @@ fn a_gemm_in_a_library_constructor_during_start_up_does_not_hang() {
 /// to spare: the start-up's 1 MiB hashing buffer, then a new segment of the miss set (2 MiB
 /// and more), could not be allocated, and Rust's out-of-memory handling aborted the host
 /// (an outside tester's finding). Now the hash reads through a smaller buffer and a segment
-/// that cannot be had counts its shapes as ones the set had no room for.
+/// that cannot be had counts its shapes as ones the set had no room for; near-shape serving,
+/// whose verdicts could not be had either, is off.
 #[test]
 fn an_address_space_limit_does_not_abort_the_host() {
     let run_it = |name: &str, preload: bool| {
         let dir = scratch_with_hit(name, HIT);
-        let out = run_guarded(life_cmd(
-            &dir,
-            preload,
-            &["@as-limit:1024", "@distinct:20000"],
-        ));
+        let mut cmd = life_cmd(&dir, preload, &["@as-limit:1024", "@distinct:20000"]);
+        // Near-shape serving on, as by default: its 2.5 MB of verdicts, taken at start-up
+        // whatever the profile's size, once aborted an outside tester's host here.
+        cmd.env("TUNEDBLAS_NEAR", "32");
+        let out = run_guarded(cmd);
         let stdout = text(&out.stdout);
         assert!(
             out.status.success(),
@@ -226,8 +227,53 @@ fn an_address_space_limit_does_not_abort_the_host() {
     let (stdout, stderr) = run_it("rel-as-limit", true);
     assert_has(&stdout, "distinct=20000 failed=0");
     assert_has(&stderr, "no memory for more of the miss log");
+    assert_has(&stderr, "no memory for near-shape serving");
     let (plain, _) = run_it("rel-as-limit-ref", false);
     assert_has(&plain, "distinct=20000 failed=0");
+}
+
+/// A file-size limit (`ulimit -f`) with SIGXFSZ at its default action: our writes (the hash
+/// cache entry, the miss log, the status) once raised it and an outside tester's host died
+/// at its first GEMM (rc 153) where it ran whole without us. Now they fail, and are said.
+#[test]
+fn a_file_size_limit_does_not_kill_the_host() {
+    for preload in [true, false] {
+        let dir = scratch_with_hit(&format!("rel-fsize-{preload}"), HIT);
+        let mut cmd = life_cmd(&dir, preload, &["@fsize-limit:0", "@distinct:20"]);
+        // refblas's own trace is a file the host writes: the limit would end it either way.
+        cmd.env_remove("REFBLAS_TRACE");
+        let out = run_guarded(cmd);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{:?}: {stdout}{stderr}", out.status);
+        assert_has(&stdout, "distinct=20 failed=0");
+    }
+}
+
+/// A host whose umask takes every bit away (`umask 0777`): the folders and files made for
+/// us once came out mode 000 (a non-root user could not open the miss log again, and a
+/// `~/.cache` we made was unusable by every program after). They are made with exactly
+/// their modes, folders above included.
+#[test]
+fn a_umask_that_takes_every_bit_leaves_what_we_make_usable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_with_hit("rel-umask", HIT);
+    let out = run_guarded(life_cmd(&dir, true, &["@umask:0777", "@distinct:3"]));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    // The cache folder (TUNEDBLAS_CACHE_DIR, made with its parents) and the miss folder.
+    for folder in [dir.join("cache"), dir.join("misses")] {
+        assert_eq!(mode(&folder), 0o700, "{}", folder.display());
+    }
+    let logs: Vec<_> = std::fs::read_dir(dir.join("misses"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    assert!(!logs.is_empty(), "{stderr}");
+    for f in logs {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
 }
 
 /// A host that confines itself (`chroot`) after its first calls: the miss folder's path

@@ -148,8 +148,11 @@ fn open() -> Result<[*mut c_void; 3], String> {
     let result = (|| {
         let mut rest = GUARD;
         while !rest.is_empty() {
-            // SAFETY: writing from a live slice.
-            let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+            // SAFETY: writing from a live slice. A memory file is a file: a file-size
+            // limit fails the write rather than end the host.
+            let n = crate::log::without_our_signals(|| unsafe {
+                libc::write(fd, rest.as_ptr().cast(), rest.len())
+            });
             if n <= 0 {
                 return Err(format!(
                     "writing the guard: {}",

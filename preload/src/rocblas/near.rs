@@ -115,11 +115,17 @@ impl Near {
         if indexes.iter().all(|(_, ix)| ix.families() == 0) {
             return None;
         }
+        // 2.5 MB of verdicts: under an address-space limit (`ulimit -v`) it may not be had,
+        // and an infallible allocation would abort the host; near serving is then off.
+        let Some(verdicts) = Verdicts::try_with_capacity(MISS_CAPACITY) else {
+            info!("no memory for near-shape serving (an address-space limit?): it is off");
+            return None;
+        };
         debug!("near-shape serving within {window} tokens");
         Some(Near {
             window,
             indexes,
-            verdicts: Verdicts::with_capacity(MISS_CAPACITY),
+            verdicts,
         })
     }
 
@@ -412,9 +418,15 @@ pub struct Verdicts(ClaimMap<ProblemKey, AtomicU64>);
 
 impl Verdicts {
     /// Room for `capacity` keys (rounded up to a power of two).
+    #[cfg(test)]
     pub fn with_capacity(capacity: usize) -> Verdicts {
+        Verdicts::try_with_capacity(capacity).expect("memory for the verdicts")
+    }
+
+    /// [`Verdicts::with_capacity`], or `None` where the memory cannot be had.
+    pub fn try_with_capacity(capacity: usize) -> Option<Verdicts> {
         const { assert!(PENDING == 0) };
-        Verdicts(ClaimMap::new(capacity, MAX_PROBE))
+        ClaimMap::try_new(capacity, MAX_PROBE).map(Verdicts)
     }
 
     /// The verdict for (device, key), or the right to decide it.
