@@ -233,7 +233,7 @@ impl<'r> Timer<'r> {
     /// Graph timing stops for this problem, said once.
     fn failed(&self, why: String) {
         crate::note!(
-            "tunedblas tune: {}: graph timing failed ({why}); timing it with events",
+            "tunedblas: {}: graph timing failed ({why}); timing it with events",
             self.label
         );
         self.graphs.borrow_mut().clear();

@@ -225,9 +225,7 @@ impl Library for Cublaslt {
         self.rt.set_device(device)?;
         let spin = Spin::load()
             .map_err(|e| {
-                crate::note!(
-                    "tunedblas tune: no spin kernel ({e}); samples are not held behind one"
-                )
+                crate::note!("tunedblas: no spin kernel ({e}); samples are not held behind one")
             })
             .ok();
         Ok(CublasltSession {
