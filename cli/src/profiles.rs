@@ -75,7 +75,20 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
         ))
     })?;
     let dir = entry.path_in(root);
-    let loaded = profile::load_tables(&dir);
+    // A hipBLASLt or cuBLASLt profile's rows are read as that library's interposer reads
+    // them: by rocBLAS's reader every one of them was "another backend's".
+    let library = entry
+        .extra
+        .get("library")
+        .and_then(Value::as_str)
+        .unwrap_or("rocblas");
+    let (rows, distinct, unservable, problems) = if library == "rocblas" {
+        let loaded = profile::load_tables(&dir);
+        let unservable = unservable_by_reason(&dir);
+        (loaded.rows, loaded.distinct, unservable, loaded.problems)
+    } else {
+        lt_rows(&dir)
+    };
     let prov = Provenance::load(&dir.join("provenance.json")).ok();
     let campaigns: Vec<Value> = prov
         .as_ref()
@@ -93,15 +106,15 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
                 .collect()
         })
         .unwrap_or_default();
-    let unservable = unservable_by_reason(&dir);
     let report = json!({
         "name": name,
+        "library": library,
         "entry": entry,
         "dir": dir,
-        "ranks": loaded.rows.len(),
-        "rows": loaded.rows,
+        "ranks": rows.len(),
+        "rows": rows,
         "unservable": unservable.iter().map(|(rank, reason, n)| json!({"rank": rank, "reason": reason, "rows": n})).collect::<Vec<_>>(),
-        "problems": loaded.problems,
+        "problems": problems,
         "campaigns": campaigns,
     });
     if json {
@@ -110,15 +123,23 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
     }
     println!("profile '{name}' in {}", dir.display());
     println!("  build      {}", entry.lib_sha256);
-    println!("  rocBLAS    {}", entry.rocblas.as_deref().unwrap_or("-"));
+    match library {
+        "rocblas" => println!("  rocBLAS    {}", entry.rocblas.as_deref().unwrap_or("-")),
+        lt => println!(
+            "  library    {lt} {}",
+            entry
+                .extra
+                .get(&format!("{lt}_version"))
+                .and_then(Value::as_str)
+                .unwrap_or("-")
+        ),
+    }
     println!("  arch       {}", entry.arch.as_deref().unwrap_or("-"));
     println!(
         "  rank files {} ({} distinct), rows per rank: {}",
-        loaded.rows.len(),
-        loaded.distinct,
-        loaded
-            .rows
-            .iter()
+        rows.len(),
+        distinct,
+        rows.iter()
             .map(|(rank, n)| format!("rank {rank}: {n}"))
             .collect::<Vec<_>>()
             .join(", ")
@@ -126,7 +147,7 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
     for (rank, reason, n) in &unservable {
         println!("  unservable rank {rank}: {n} rows: {reason}");
     }
-    for p in &loaded.problems {
+    for p in &problems {
         println!("  problem    {p}");
     }
     for c in &campaigns {
@@ -140,9 +161,46 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// Rank rows, unservable rows by reason and problems of a profile.
+type Shown = (
+    Vec<(usize, usize)>,
+    usize,
+    Vec<(usize, String, usize)>,
+    Vec<String>,
+);
+
+/// [`Shown`] of a hipBLASLt or cuBLASLt profile, read by the Lt libraries' one reader:
+/// (rank, rows) with `*` rows counted, distinct rank files, lines it skipped by reason.
+fn lt_rows(dir: &Path) -> Shown {
+    let (mut rows, mut texts, mut unservable, mut problems) = (vec![], vec![], vec![], vec![]);
+    for (rank, path) in profile::rank_files(dir).unwrap_or_default() {
+        let text = match crate::export::read_text(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(e.message);
+                continue;
+            }
+        };
+        let r = tunedblas_core::cublaslt::parse_results(&text);
+        rows.push((rank, r.rows.len() + r.wildcards.len()));
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for (_, why) in r.skipped {
+            match counts.iter_mut().find(|(k, _)| *k == why) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((why, 1)),
+            }
+        }
+        unservable.extend(counts.into_iter().map(|(k, n)| (rank, k, n)));
+        if !texts.contains(&text) {
+            texts.push(text);
+        }
+    }
+    (rows, texts.len(), unservable, problems)
+}
+
 /// The rows of each rank file the interposer reads but cannot serve, counted by reason:
 /// (rank, reason, rows), in rank order.
-fn unservable_by_reason(dir: &Path) -> Vec<(usize, &'static str, usize)> {
+fn unservable_by_reason(dir: &Path) -> Vec<(usize, String, usize)> {
     let mut out = Vec::new();
     for (rank, path) in profile::rank_files(dir).unwrap_or_default() {
         let Ok(file) = tunableop::read(&path) else {
@@ -156,7 +214,7 @@ fn unservable_by_reason(dir: &Path) -> Vec<(usize, &'static str, usize)> {
                 None => counts.push((kind, 1)),
             }
         }
-        out.extend(counts.into_iter().map(|(k, n)| (rank, k, n)));
+        out.extend(counts.into_iter().map(|(k, n)| (rank, k.to_string(), n)));
     }
     out
 }
