@@ -381,6 +381,28 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
         text(&out.stderr)
     );
 
+    // A file naming the version twice (this build's, then another) is no file PyTorch
+    // wrote: refused, not checked by one value and read by PyTorch by the other.
+    let twice = dir.join("twice.csv");
+    std::fs::write(
+        &twice,
+        "Validator,ROCBLAS_VERSION,4.4.0.5f2e9c71\nValidator,ROCBLAS_VERSION,9.9.9\n",
+    )
+    .unwrap();
+    let out = export(
+        &dir,
+        lib,
+        "tunableop",
+        &["--validators-from", twice.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_has(
+        &text(&out.stderr),
+        "names validator ROCBLAS_VERSION twice (4.4.0.5f2e9c71 and 9.9.9)",
+    );
+
     // The same PyTorch with this build's rocBLAS: accepted, one file per rank.
     let accepted_export = |extra: &[&str]| {
         let mut rest = vec![
@@ -423,6 +445,26 @@ fn tunableop_export_is_what_pytorch_accepts_or_a_clear_refusal() {
         assert!(!body.contains(tunableop::EXT_OP_PREFIX));
     }
     assert_ne!(rank1_sol, "Default");
+
+    // The folder now holds results files (PyTorch's own, say): a second export there
+    // replaces nothing unless asked, and names the file.
+    let before = std::fs::read(outdir.join("tunableop_results0.csv")).unwrap();
+    std::fs::write(outdir.join("tunableop_results0.csv"), "PyTorch's rows\n").unwrap();
+    let out = accepted_export(&["--out", outdir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_has(&text(&out.stderr), "tunableop_results0.csv exists");
+    assert_has(&text(&out.stderr), "--overwrite");
+    let kept = std::fs::read_to_string(outdir.join("tunableop_results0.csv")).unwrap();
+    assert_eq!(kept, "PyTorch's rows\n");
+    ok(&accepted_export(&[
+        "--out",
+        outdir.to_str().unwrap(),
+        "--overwrite",
+    ]));
+    assert_eq!(
+        std::fs::read(outdir.join("tunableop_results0.csv")).unwrap(),
+        before
+    );
 
     // One rank to one file: the count said is that file's rows, not every rank's.
     let one = dir.join("rank0.csv");

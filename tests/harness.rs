@@ -546,13 +546,14 @@ fn verify_fails_when_a_row_is_not_served() {
         stdout.contains("FAILED") && stdout.contains("fell back"),
         "{stdout}"
     );
-    // No profile at all is an error that says what to do.
+    // No profile at all (no store: none is made) is an error that says what to do.
     let empty = scratch("verify-none");
     let out = run(tunedblas_cmd(
         &empty,
         &["verify", "--lib", artifacts().lib4().to_str().unwrap()],
     ));
-    assert_refused(&out, 1, "run `tunedblas tune` first");
+    assert_refused(&out, 1, "`tunedblas tune` makes one");
+    assert!(!empty.join("profiles").exists());
 }
 
 #[test]
@@ -1205,4 +1206,54 @@ fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
     );
     assert_has(&out, "16 shapes: ");
     assert!(!profile.join(".campaign.partial.jsonl").exists());
+}
+
+/// A store path that is not a store gets one answer in every command that reads it, naming
+/// the path and what it should be, and nothing is made there: `verify` and `qualify` once
+/// made an empty store at a mistyped `--profiles` (then said to run `tune`), and a file
+/// given as `--profiles` got "File exists", "Not a directory" or "has no profiles.json"
+/// depending on the command.
+#[test]
+fn a_store_path_that_is_no_store_is_refused_alike_and_left_as_it_was() {
+    let dir = scratch("no-store");
+    let lib = artifacts().lib5();
+    let lib = lib.to_str().unwrap();
+    let missing = dir.join("mistyped");
+    let file = dir.join("a-file");
+    std::fs::write(&file, "not a store\n").unwrap();
+    for cmd in [
+        &["verify", "--lib", lib][..],
+        &["qualify", "--lib", lib],
+        &["profiles", "list"],
+    ] {
+        let out = tunedblas_cmd(&dir, cmd)
+            .arg("--profiles")
+            .arg(&missing)
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {stderr}");
+        assert_has(&stderr, "has no profiles.json: not a profile store");
+        assert!(!missing.exists(), "{cmd:?} made {}", missing.display());
+    }
+    for cmd in [
+        &["verify", "--lib", lib][..],
+        &["qualify", "--lib", lib],
+        &["profiles", "list"],
+        &["tune", "--lib", lib, "--shape", "f32:NN:8:8:8"],
+        &["merge", "--lib", lib, "elsewhere"],
+    ] {
+        let out = tunedblas_cmd(&dir, cmd)
+            .arg("--profiles")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {stderr}");
+        assert_has(
+            &stderr,
+            &format!("{} is not a folder: --profiles", file.display()),
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a store\n");
 }

@@ -207,3 +207,53 @@ fn prune_removes_only_ended_processes_files() {
     let out = misses(&[misses_dir.to_str().unwrap(), "--prune", "soon"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Counts from files anyone may write that add up past 2^64 (two processes' counts of one
+/// shape, two status files' counters) saturate: `misses` and `status` once panicked
+/// (exit 101, an outside tester's forged files) where a release build wrapped to a small
+/// wrong total.
+#[test]
+fn counts_past_two_to_the_64_saturate_and_never_panic() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("misses-overflow");
+    let (logs, status) = (dir.join("ms"), dir.join("st"));
+    for d in [&logs, &status] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let shape = "GemmTunableOp_float_NN,nn_16_16_16_ld_16_16_16";
+    let huge = u64::MAX - 5;
+    for i in 1..=2 {
+        std::fs::write(
+            logs.join(format!("h-{i}-1.abc-rank0.csv")),
+            format!("{shape}\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            logs.join(format!("h-{i}-1.abc-rank0.counts.csv")),
+            format!("op_name,param_signature,calls\n{shape},{huge}\n"),
+        )
+        .unwrap();
+        let counters = format!(
+            r#"{{"served":0,"default":0,"near":0,"missed":{huge},"passed_through":0,"fallbacks":0}}"#
+        );
+        std::fs::write(
+            status.join(format!("h-{}-{}.r.status.json", 99990 + i, 5 + i)),
+            format!(
+                r#"{{"format":1,"host":"h","pid":{},"start_ticks":{},"updated_unix_ms":1,"final":true,"backends":[{{"backend":"rocblas","counters":{counters},"calls":{huge},"missed_shapes":1,"near_shapes":0,"hit_rate":0.0,"ranks":[],"top_missed":[]}}]}}"#,
+                99990 + i,
+                5 + i
+            ),
+        )
+        .unwrap();
+    }
+    let out = misses(&[logs.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_has(&text(&out.stdout), &format!("{} calls", u64::MAX));
+    let out = Command::new(tunedblas())
+        .args(["status", status.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_has(&text(&out.stdout), &format!("{} calls", u64::MAX));
+}

@@ -209,7 +209,31 @@ pub struct Validators {
 /// The validator set for PyTorch: `from`, else the profile's own, then each given one.
 fn pytorch_validators(v: &Validators, own: &ResultsFile) -> Result<Vec<(String, String)>, Error> {
     let mut set = match &v.from {
-        Some(f) => read(f)?.validators,
+        Some(f) => {
+            let text = read_text(f)?;
+            // A key named twice with two values is no file PyTorch wrote, and which one it
+            // would keep is not ours to guess: the version check would look at one (our
+            // reader keeps the first), PyTorch perhaps at the other.
+            let mut seen: Vec<(&str, &str)> = Vec::new();
+            for line in tunedblas_core::tunableop::lines(&text) {
+                let Some((k, value)) = line
+                    .text
+                    .strip_prefix("Validator,")
+                    .and_then(|r| r.split_once(','))
+                else {
+                    continue;
+                };
+                let (k, value) = (k.trim(), value.trim());
+                if let Some((_, other)) = seen.iter().find(|(key, v)| *key == k && *v != value) {
+                    return Err(Error::failed(format!(
+                        "{} names validator {k} twice ({other} and {value}): give a file PyTorch wrote",
+                        f.display()
+                    )));
+                }
+                seen.push((k, value));
+            }
+            tunedblas_core::tunableop::parse(&text).validators
+        }
         None => own.validators.clone(),
     };
     for (k, value) in &v.set {

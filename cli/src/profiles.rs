@@ -685,7 +685,7 @@ pub fn qualify_profile<L: tunedblas_tuner::backends::Library>(
 ) -> Result<QualifyReport> {
     let devices = lib.runtime().device_count()?;
     let mut build = lib.build().clone();
-    let store = Store::open(root)?;
+    let store = Store::existing(root)?;
     let folder = store.existing_folder(&build)?;
     let text = store.read_text(&folder)?;
     if let Some(a) = tunableop::parse(&text).validator("GCN_ARCH_NAME") {

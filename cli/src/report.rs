@@ -363,7 +363,7 @@ pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, 
     }
     for (k, calls) in &seen.missed {
         let s = at(&mut grid, k);
-        s.1 += calls;
+        s.1 = s.1.saturating_add(*calls);
         s.2 = true;
     }
     for k in &seen.predicted {
@@ -398,10 +398,10 @@ pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, 
             }
             if *missed && status == Status::Near {
                 claims.near_keys += 1;
-                claims.near_calls += calls;
+                claims.near_calls = claims.near_calls.saturating_add(*calls);
             } else if *missed && status == Status::Missed {
                 claims.missed_shapes += 1;
-                claims.missed_calls += calls;
+                claims.missed_calls = claims.missed_calls.saturating_add(*calls);
             }
             out.push(Cell {
                 m,
@@ -429,7 +429,8 @@ pub fn build(p: &Picked, rank: usize, seen: &Seen, window: i64) -> Result<Data, 
     let bars = bars(&file.rows, &measured);
     let mut given_calls: HashMap<ProblemKey, u64> = HashMap::new();
     for (k, calls) in &seen.missed {
-        *given_calls.entry(*k).or_default() += calls;
+        let c = given_calls.entry(*k).or_default();
+        *c = c.saturating_add(*calls);
     }
     let headline = headline(&bars, &measured, &given_calls);
     let tune_next = tune_next(&grid_keys(&rows, &grid), seen);
@@ -612,7 +613,7 @@ fn headline(
             continue;
         }
         h.weighted_shapes += 1;
-        h.weighted_calls += calls;
+        h.weighted_calls = h.weighted_calls.saturating_add(calls);
         h.heuristic_ms += calls as f64 * heur;
         h.saved_ms += calls as f64 * (heur - served);
     }

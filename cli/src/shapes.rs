@@ -37,7 +37,7 @@ pub struct Collected<K> {
 impl<K: PartialEq> Collected<K> {
     fn add(&mut self, key: K, calls: u64) {
         match self.shapes.iter_mut().find(|s| s.0 == key) {
-            Some(s) => s.1 += calls,
+            Some(s) => s.1 = s.1.saturating_add(calls),
             None => self.shapes.push((key, calls)),
         }
     }

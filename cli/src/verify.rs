@@ -148,16 +148,44 @@ pub struct StatsCheck {
 }
 
 /// The stats files of one run: `path` and, beside it, the Lt backends' own
-/// (`<path>.cublaslt.json`, `<path>.hipblaslt.json`, written there when rocBLAS ran too).
+/// (`<path>.cublaslt.json`, `<path>.hipblaslt.json`, written there when rocBLAS ran too),
+/// and for each, every other process's (`<name>.<pid>`: fork children, and the processes of
+/// a server that share one `TUNEDBLAS_STATS` with the one that wrote `<name>`).
 pub fn stats_files(path: &Path) -> Vec<PathBuf> {
-    let mut files = vec![path.to_path_buf()];
-    for lt in ["cublaslt", "hipblaslt"] {
-        let mut name = path.as_os_str().to_owned();
-        name.push(format!(".{lt}.json"));
-        let beside = PathBuf::from(name);
-        if beside.is_file() {
-            files.push(beside);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let listed: Vec<std::ffi::OsString> = std::fs::read_dir(&dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let base = path.file_name().unwrap_or_default().to_os_string();
+    let mut files = Vec::new();
+    for suffix in ["", ".cublaslt.json", ".hipblaslt.json"] {
+        let mut name = base.clone();
+        name.push(suffix);
+        let own = dir.join(&name);
+        let mut others: Vec<(u64, PathBuf)> = listed
+            .iter()
+            .filter_map(|f| {
+                let pid = f
+                    .to_str()?
+                    .strip_prefix(name.to_str()?)?
+                    .strip_prefix('.')?;
+                let pid = pid
+                    .parse()
+                    .ok()
+                    .filter(|_| pid.bytes().all(|b| b.is_ascii_digit()))?;
+                Some((pid, dir.join(f)))
+            })
+            .collect();
+        others.sort();
+        // The path itself is always checked (a missing one is said), the others where
+        // they are.
+        if suffix.is_empty() || own.is_file() {
+            files.push(own);
         }
+        files.extend(others.into_iter().map(|(_, p)| p));
     }
     files
 }
@@ -311,7 +339,8 @@ fn plan(opts: &Options) -> Result<Plan> {
     tunedblas_tuner::with_library!(&opened, l => {
         // No device is said first (exit 4), before what the store holds.
         let devices = l.runtime().device_count()?;
-        let store = Store::open(&opts.profiles)?;
+        // Read only: a mistyped --profiles must not become an empty store.
+        let store = Store::existing(&opts.profiles)?;
         let folder = store.existing_folder(l.build())?;
         let text = store.read_text(&folder)?;
         let rows = l

@@ -104,7 +104,8 @@ pub fn aggregate(sources: &[Source]) -> (Vec<Miss>, Vec<String>) {
                 processes: BTreeSet::new(),
                 ranks: BTreeSet::new(),
             });
-            m.calls += calls.unwrap_or(1);
+            // Counts come from files anyone may have written: added without wrapping.
+            m.calls = m.calls.saturating_add(calls.unwrap_or(1));
             m.counted &= calls.is_some();
             m.processes.insert(src.process.clone());
             if let Some(r) = src.rank {
@@ -224,7 +225,9 @@ pub fn group(misses: &[Miss], align: i64, window: i64) -> Vec<Group> {
             .into_iter()
             .chain(clusters.into_iter().map(|c| (GroupKind::Other, c)));
         for (kind, members) in all {
-            let calls = members.iter().map(|&i| misses[i].calls).sum();
+            let calls = members
+                .iter()
+                .fold(0u64, |t, &i| t.saturating_add(misses[i].calls));
             let cost = members.iter().map(|&i| misses[i].cost()).sum();
             groups.push(Group {
                 family,

@@ -63,6 +63,18 @@ impl Build {
     }
 }
 
+/// Refuses a store path that names something other than a folder (a file given to
+/// --profiles), in the same words for every command.
+fn not_a_folder(root: &Path) -> Result<()> {
+    match std::fs::metadata(root) {
+        Ok(m) if !m.is_dir() => Err(Error::failed(format!(
+            "{} is not a folder: --profiles (or $TUNEDBLAS_PROFILE_DIR) names a profile store, the folder holding {REGISTRY_FILE}",
+            root.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The folder holding `profiles.json`.
 pub struct Store {
     pub root: PathBuf,
@@ -143,20 +155,27 @@ pub const IMPORTED_FILE: &str = "imported_shapes.csv";
 impl Store {
     /// Opens the store at `root` without creating anything.
     pub fn existing(root: &Path) -> Result<Store> {
+        not_a_folder(root)?;
         let store = Store {
             root: root.to_path_buf(),
         };
-        if !store.registry_path().is_file() {
-            return Err(Error::failed(format!(
-                "{} has no {REGISTRY_FILE}: not a profile store",
+        let registry = store.registry_path();
+        match std::fs::metadata(&registry) {
+            Ok(m) if m.is_file() => Ok(store),
+            Ok(_) => Err(Error::failed(format!(
+                "{} is not a regular file: move it aside (a profile store's {REGISTRY_FILE} is a JSON file)",
+                registry.display()
+            ))),
+            Err(_) => Err(Error::failed(format!(
+                "{} has no {REGISTRY_FILE}: not a profile store (`tunedblas tune` makes one; --profiles or $TUNEDBLAS_PROFILE_DIR names it)",
                 root.display()
-            )));
+            ))),
         }
-        Ok(store)
     }
 
     /// Opens (creating if needed) the store at `root`.
     pub fn open(root: &Path) -> Result<Store> {
+        not_a_folder(root)?;
         std::fs::create_dir_all(root).map_err(|e| Error::cannot("create", root, e))?;
         let store = Store {
             root: root.to_path_buf(),

@@ -45,6 +45,7 @@ const OPTIONS: &str = "\
 --validators-from FILE  (tunableop) a tunableop_results file PyTorch wrote on the target
 --validator KEY=VALUE   (tunableop) a validator to write (repeatable)
 --force                 export for PyTorch validators that name another rocBLAS version
+--overwrite             (tunableop) replace results files already at --out (refused otherwise)
 --json                  a summary of the export as JSON (with --out)
 ";
 
@@ -133,12 +134,30 @@ pub fn run(a: &Args) -> Result<()> {
                     Error::failed(format!("profile '{}' has no rank {rank} file", p.name))
                 })
             };
+            // A results file already there is most likely PyTorch's own (the folder
+            // --validators-from read): it is replaced only when asked, before anything is
+            // written.
+            let targets: Vec<_> = match &out {
+                Some(dir) if dir.extension().is_none_or(|e| e != "csv") => files
+                    .iter()
+                    .map(|f| dir.join(format!("tunableop_results{}.csv", f.rank)))
+                    .collect(),
+                Some(file) => vec![file.clone()],
+                None => vec![],
+            };
+            if let Some(there) = targets.iter().find(|t| t.exists()) {
+                if !a.has("--overwrite") {
+                    return Err(Error::failed(format!(
+                        "{} exists (PyTorch's own results?): give another --out, or --overwrite to replace it",
+                        there.display()
+                    )));
+                }
+            }
             match &out {
                 Some(dir) if dir.extension().is_none_or(|e| e != "csv") => {
-                    for f in &files {
-                        let file = dir.join(format!("tunableop_results{}.csv", f.rank));
-                        export::write(&file, &f.text)?;
-                        report.wrote(&file, f.rows);
+                    for (f, file) in files.iter().zip(&targets) {
+                        export::write(file, &f.text)?;
+                        report.wrote(file, f.rows);
                     }
                 }
                 _ => {

@@ -78,16 +78,29 @@ pub struct Counters {
 
 impl Counters {
     fn sum(&self) -> u64 {
-        self.served + self.default + self.near + self.missed + self.passed_through + self.fallbacks
+        [
+            self.default,
+            self.near,
+            self.missed,
+            self.passed_through,
+            self.fallbacks,
+        ]
+        .into_iter()
+        .fold(self.served, u64::saturating_add)
     }
 
+    /// Adds another file's counters (read from files anyone may write: without wrapping).
     fn add(&mut self, o: &Counters) {
-        self.served += o.served;
-        self.default += o.default;
-        self.near += o.near;
-        self.missed += o.missed;
-        self.passed_through += o.passed_through;
-        self.fallbacks += o.fallbacks;
+        for (mine, theirs) in [
+            (&mut self.served, o.served),
+            (&mut self.default, o.default),
+            (&mut self.near, o.near),
+            (&mut self.missed, o.missed),
+            (&mut self.passed_through, o.passed_through),
+            (&mut self.fallbacks, o.fallbacks),
+        ] {
+            *mine = mine.saturating_add(theirs);
+        }
     }
 
     /// The counts in a line, as the interposer's exit summary words them (`verify` too):
@@ -120,9 +133,12 @@ impl Counters {
     /// The hit rate in tenths of a percent, by the interposer's own rule and rounding
     /// (`preload/src/tally.rs`, `hit_permille`): for the totals, which no file holds.
     fn hit_permille(&self) -> Option<u64> {
-        let hit = self.served + self.default + self.near;
-        let decided = hit + self.missed + self.fallbacks;
-        (decided > 0).then(|| (hit * 1000 + decided / 2) / decided)
+        let (hit, decided) = (
+            u128::from(self.served) + u128::from(self.default) + u128::from(self.near),
+            u128::from(self.missed) + u128::from(self.fallbacks),
+        );
+        let decided = hit + decided;
+        (decided > 0).then(|| ((hit * 1000 + decided / 2) / decided) as u64)
     }
 }
 
@@ -166,7 +182,7 @@ fn totals(procs: &[Process]) -> Vec<Total> {
         let t = &mut out[i];
         t.processes += 1;
         t.counters.add(&b.counters);
-        t.calls += b.calls();
+        t.calls = t.calls.saturating_add(b.calls());
     }
     for t in &mut out {
         t.hit_rate = t.counters.hit_permille().map(|p| p as f64 / 1000.0);

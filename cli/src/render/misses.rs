@@ -25,7 +25,7 @@ pub struct Summary<'a> {
 
 impl Summary<'_> {
     fn calls(&self) -> u64 {
-        self.all.iter().map(|m| m.calls).sum()
+        self.all.iter().fold(0u64, |t, m| t.saturating_add(m.calls))
     }
 }
 
