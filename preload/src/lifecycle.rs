@@ -259,12 +259,15 @@ impl<T: 'static> Lazy<T> {
                         continue;
                     }
                     self.waited_out.store(false, Ordering::Relaxed);
-                    INITIALIZING_HERE.with(|f| f.set(me));
+                    // Marked until the outcome is stored, `started` included: a signal
+                    // handler on this thread must never wait for its own thread's start-up
+                    // (it waited out the whole stall limit, an outside tester's finding).
+                    // The mark of a start-up this one runs inside is put back after.
+                    let outer = INITIALIZING_HERE.with(|f| f.replace(me));
                     let built = {
                         let _no_cancel = NoCancel::new();
                         std::panic::catch_unwind(init).ok().flatten()
                     };
-                    INITIALIZING_HERE.with(|f| f.set(0));
                     let ready = if let Some(rt) = built {
                         self.value
                             .store(Box::into_raw(Box::new(rt)), Ordering::Release);
@@ -275,6 +278,7 @@ impl<T: 'static> Lazy<T> {
                     };
                     self.state
                         .store(if ready { READY } else { OFF }, Ordering::Release);
+                    INITIALIZING_HERE.with(|f| f.set(outer));
                     return if ready { self.peek() } else { None };
                 }
                 _ => {
