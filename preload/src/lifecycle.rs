@@ -8,8 +8,10 @@
 //! - **Start-up** is lazy: nothing runs at load time (LD_PRELOAD reaches every child process,
 //!   shells and compilers, and those stay inert). The first intercepted call of a backend
 //!   moves its [`Lazy`] UNINIT -> INITIALIZING -> READY (or OFF); other threads wait for the
-//!   outcome, a re-entrant call from the initialising thread passes through, and a child
-//!   forked mid start-up passes through instead of waiting for a thread it does not have.
+//!   outcome, a re-entrant call from the initialising thread (a signal handler's) passes
+//!   through, a call on an alternate signal stack passes through without starting it (a
+//!   start-up needs more stack than such a stack may have), and a child forked mid start-up
+//!   passes through instead of waiting for a thread it does not have.
 //!   The first backend to start registers the process hooks ([`started`]).
 //! - **Fork**: no prepare handler (a fork never waits for us); the child's handler replaces
 //!   each backend's miss state and counters, so the child records into its own files
@@ -230,11 +232,12 @@ impl<T: 'static> Lazy<T> {
         self.state.load(Ordering::Acquire) == READY || self.slow_get(init).is_some()
     }
 
-    /// Whether another thread is starting the runtime up now (a call given `None` then
-    /// passed through without waiting for it: counted as passed through).
+    /// Whether the runtime is not started yet: another thread is starting it up, or a call
+    /// on an alternate signal stack put its start-up off. A call given `None` then passed
+    /// through without waiting: counted as passed through.
     #[inline]
     pub fn starting(&self) -> bool {
-        self.state.load(Ordering::Acquire) == INITIALIZING
+        matches!(self.state.load(Ordering::Acquire), UNINIT | INITIALIZING)
     }
 
     #[cold]
@@ -248,6 +251,13 @@ impl<T: 'static> Lazy<T> {
                 READY => return self.peek(),
                 OFF => return None,
                 UNINIT => {
+                    // A start-up (hashing, the profile, the miss folder) takes far more
+                    // stack than an alternate signal stack may have (9 to 11 KiB overflowed,
+                    // an outside tester's finding): a handler there does not start it; its
+                    // call passes through and a later call outside the handler starts it.
+                    if on_signal_stack() {
+                        return None;
+                    }
                     // Before the CAS, so a waiter never sees INITIALIZING with an older pid
                     // (every thread of one process stores the same value).
                     self.init_pid.store(std::process::id(), Ordering::Release);
@@ -343,6 +353,17 @@ impl<T: 'static> Lazy<T> {
 // ---------------------------------------------------------------------------------------
 // Locks and guards that never block a fork child or a signal handler.
 // ---------------------------------------------------------------------------------------
+
+/// Whether this thread runs on its alternate signal stack now (a handler installed with
+/// `SA_ONSTACK`): a few KiB the host sized for its handler, not for our start-up.
+fn on_signal_stack() -> bool {
+    // SAFETY: a zeroed stack_t is a valid out-value; a null new stack only reads the current
+    // one; sigaltstack is async-signal-safe.
+    unsafe {
+        let mut now: libc::stack_t = std::mem::zeroed();
+        libc::sigaltstack(std::ptr::null(), &mut now) == 0 && now.ss_flags & libc::SS_ONSTACK != 0
+    }
+}
 
 /// Monotonic nanoseconds (the vDSO clock: no system call, async-signal-safe).
 pub fn monotonic_ns() -> u64 {

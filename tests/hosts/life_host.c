@@ -57,6 +57,8 @@
  *                    thread is let go there to make a GEMM of n = N + 1, and 100 ms later the
  *                    SIGUSR2 handler makes one of n = N + 2. Prints start-signal=<the
  *                    handler's status>
+ *   @alt-gemm:B      the process's first GEMM (n = 9) made in a SIGUSR2 handler on a guarded
+ *                    alternate signal stack of B bytes (as @altexit). Prints alt-gemm=<status>
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -340,6 +342,34 @@ static void start_signal(int n) {
     fflush(stdout);
 }
 
+static volatile int alt_status = -99;
+static void on_alt_gemm(int sig) {
+    (void)sig;
+    alt_status = gemm_on(H, 9, handler_c);
+}
+
+static void alt_gemm(size_t bytes) {
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char *m = mmap(NULL, (size_t)page + bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, (size_t)page, PROT_NONE) != 0) _exit(3);
+    stack_t ss, off;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = m + page;
+    ss.ss_size = bytes;
+    if (sigaltstack(&ss, NULL) != 0) { perror("life_host: sigaltstack"); _exit(4); }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alt_gemm;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR2, &sa, NULL);
+    raise(SIGUSR2);
+    memset(&off, 0, sizeof off);
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, NULL);
+    printf("alt-gemm=%d\n", alt_status);
+    fflush(stdout);
+}
+
 static void late_gemm(void) { gemm(MAXN - 1); }
 
 int main(int argc, char **argv) {
@@ -371,6 +401,8 @@ int main(int argc, char **argv) {
             altexit(b, colon ? colon + 1 : "_exit");
         } else if (!strncmp(a, "@start-signal:", 14)) {
             start_signal(atoi(a + 14));
+        } else if (!strncmp(a, "@alt-gemm:", 10)) {
+            alt_gemm((size_t)atol(a + 10));
         } else if (!strncmp(a, "@thread-exit:", 13)) {
             thread_exit((size_t)atol(a + 13));
         } else if (!strncmp(a, "@sigexit:", 9)) {

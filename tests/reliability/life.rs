@@ -997,3 +997,21 @@ fn a_signal_handler_gemm_on_the_starting_thread_passes_through_at_once() {
     want.sort();
     assert_eq!(lines, want, "not the handler's shape (passed through)");
 }
+
+/// The process's first GEMM made in a signal handler on a 12 KiB alternate signal stack:
+/// the start-up it began (hashing, the profile, the miss folder) overflowed it (SIGSEGV; an
+/// outside tester: 9 to 11 KiB in the release build, up to 16 KiB in the debug one). A call
+/// on the alternate signal stack never starts the interposer up: it passes through, counted,
+/// and the next call outside the handler starts it.
+#[test]
+fn a_first_gemm_on_a_small_signal_stack_passes_through_and_a_later_call_starts_up() {
+    let dir = scratch("rel-alt-gemm");
+    let (out, stats) = life_with_stats(&dir, &["@alt-gemm:12288", "@gemm:5"]);
+    let stdout = text(&out.stdout);
+    assert_has(&stdout, "alt-gemm=0\n");
+    assert_has(&stdout, "status=0\n");
+    assert_eq!(stats["passed_through"], 1, "the handler's call: {stats}");
+    assert_eq!(stats["missed_calls"], 1, "the later call: {stats}");
+    let (lines, _) = whole_miss_files(&dir);
+    assert_eq!(lines, vec![miss_line(&life_shape(5))]);
+}
