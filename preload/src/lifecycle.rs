@@ -8,8 +8,10 @@
 //! - **Start-up** is lazy: nothing runs at load time (LD_PRELOAD reaches every child process,
 //!   shells and compilers, and those stay inert). The first intercepted call of a backend
 //!   moves its [`Lazy`] UNINIT -> INITIALIZING -> READY (or OFF); other threads wait for the
-//!   outcome, a re-entrant call from the initialising thread passes through, and a child
-//!   forked mid start-up passes through instead of waiting for a thread it does not have.
+//!   outcome, a re-entrant call from the initialising thread (a signal handler's) passes
+//!   through, a call on an alternate signal stack passes through without starting it (a
+//!   start-up needs more stack than such a stack may have), and a child forked mid start-up
+//!   passes through instead of waiting for a thread it does not have.
 //!   The first backend to start registers the process hooks ([`started`]).
 //! - **Fork**: no prepare handler (a fork never waits for us); the child's handler replaces
 //!   each backend's miss state and counters, so the child records into its own files
@@ -197,6 +199,51 @@ pub struct Lazy<T: 'static> {
 /// `dlclose` or `exit`): waiting on would hang both threads.
 const START_STALL_NS: u64 = 1_000_000_000;
 
+/// How a caller waits for another thread's start-up: a few yields (a start-up about to end
+/// is seen at once), then real sleeps, doubling from [`Backoff::FIRST_SLEEP_NS`] to
+/// [`Backoff::LONGEST_SLEEP_NS`]. A yield never lets a lower-priority thread run: a
+/// `SCHED_FIFO` waiter on the starting thread's CPU spun until the kernel's real-time
+/// throttling let the start-up creep on (both first GEMMs 5.0 s instead of 0.3 s, an
+/// outside tester's finding). A sleep gives the CPU away; a pause of at most 1 ms costs a
+/// waiter at most that much once the start-up ends, and the stall rule
+/// ([`START_STALL_NS`]) is reckoned on the clock, not in rounds.
+struct Backoff {
+    rounds: u32,
+}
+
+impl Backoff {
+    const YIELDS: u32 = 8;
+    const FIRST_SLEEP_NS: u64 = 16_000;
+    const LONGEST_SLEEP_NS: u64 = 1_000_000;
+
+    fn new() -> Backoff {
+        Backoff { rounds: 0 }
+    }
+
+    /// The next pause: `None` to yield, else a sleep of this many nanoseconds.
+    fn next(&mut self) -> Option<u64> {
+        let round = self.rounds;
+        self.rounds = self.rounds.saturating_add(1);
+        let slept = round.checked_sub(Self::YIELDS)?;
+        let ns = Self::FIRST_SLEEP_NS.saturating_mul(1 << slept.min(16));
+        Some(ns.min(Self::LONGEST_SLEEP_NS))
+    }
+
+    fn pause(&mut self) {
+        match self.next() {
+            None => std::thread::yield_now(),
+            Some(ns) => {
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: ns as libc::c_long,
+                };
+                // SAFETY: a plain sleep; async-signal-safe (a signal handler may be waiting).
+                unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+            }
+        }
+    }
+}
+
 impl<T: 'static> Lazy<T> {
     pub const fn new() -> Lazy<T> {
         Lazy {
@@ -230,11 +277,12 @@ impl<T: 'static> Lazy<T> {
         self.state.load(Ordering::Acquire) == READY || self.slow_get(init).is_some()
     }
 
-    /// Whether another thread is starting the runtime up now (a call given `None` then
-    /// passed through without waiting for it: counted as passed through).
+    /// Whether the runtime is not started yet: another thread is starting it up, or a call
+    /// on an alternate signal stack put its start-up off. A call given `None` then passed
+    /// through without waiting: counted as passed through.
     #[inline]
     pub fn starting(&self) -> bool {
-        self.state.load(Ordering::Acquire) == INITIALIZING
+        matches!(self.state.load(Ordering::Acquire), UNINIT | INITIALIZING)
     }
 
     #[cold]
@@ -243,11 +291,19 @@ impl<T: 'static> Lazy<T> {
         let me = self as *const Self as usize;
         // The start-up's progress last seen moving, and when.
         let mut watch: Option<(u64, u64)> = None;
+        let mut backoff = Backoff::new();
         loop {
             match self.state.load(Ordering::Acquire) {
                 READY => return self.peek(),
                 OFF => return None,
                 UNINIT => {
+                    // A start-up (hashing, the profile, the miss folder) takes far more
+                    // stack than an alternate signal stack may have (9 to 11 KiB overflowed,
+                    // an outside tester's finding): a handler there does not start it; its
+                    // call passes through and a later call outside the handler starts it.
+                    if on_signal_stack() {
+                        return None;
+                    }
                     // Before the CAS, so a waiter never sees INITIALIZING with an older pid
                     // (every thread of one process stores the same value).
                     self.init_pid.store(std::process::id(), Ordering::Release);
@@ -259,12 +315,15 @@ impl<T: 'static> Lazy<T> {
                         continue;
                     }
                     self.waited_out.store(false, Ordering::Relaxed);
-                    INITIALIZING_HERE.with(|f| f.set(me));
+                    // Marked until the outcome is stored, `started` included: a signal
+                    // handler on this thread must never wait for its own thread's start-up
+                    // (it waited out the whole stall limit, an outside tester's finding).
+                    // The mark of a start-up this one runs inside is put back after.
+                    let outer = INITIALIZING_HERE.with(|f| f.replace(me));
                     let built = {
                         let _no_cancel = NoCancel::new();
                         std::panic::catch_unwind(init).ok().flatten()
                     };
-                    INITIALIZING_HERE.with(|f| f.set(0));
                     let ready = if let Some(rt) = built {
                         self.value
                             .store(Box::into_raw(Box::new(rt)), Ordering::Release);
@@ -275,6 +334,7 @@ impl<T: 'static> Lazy<T> {
                     };
                     self.state
                         .store(if ready { READY } else { OFF }, Ordering::Release);
+                    INITIALIZING_HERE.with(|f| f.set(outer));
                     return if ready { self.peek() } else { None };
                 }
                 _ => {
@@ -309,7 +369,7 @@ impl<T: 'static> Lazy<T> {
                         }
                         _ => watch = Some((moved, now)),
                     }
-                    std::thread::yield_now();
+                    backoff.pause();
                 }
             }
         }
@@ -339,6 +399,17 @@ impl<T: 'static> Lazy<T> {
 // ---------------------------------------------------------------------------------------
 // Locks and guards that never block a fork child or a signal handler.
 // ---------------------------------------------------------------------------------------
+
+/// Whether this thread runs on its alternate signal stack now (a handler installed with
+/// `SA_ONSTACK`): a few KiB the host sized for its handler, not for our start-up.
+fn on_signal_stack() -> bool {
+    // SAFETY: a zeroed stack_t is a valid out-value; a null new stack only reads the current
+    // one; sigaltstack is async-signal-safe.
+    unsafe {
+        let mut now: libc::stack_t = std::mem::zeroed();
+        libc::sigaltstack(std::ptr::null(), &mut now) == 0 && now.ss_flags & libc::SS_ONSTACK != 0
+    }
+}
 
 /// Monotonic nanoseconds (the vDSO clock: no system call, async-signal-safe).
 pub fn monotonic_ns() -> u64 {
@@ -861,6 +932,121 @@ fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This thread's CPU time so far, in nanoseconds.
+    fn thread_cpu_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: out-pointer to a timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    static SLOW: Lazy<u32> = Lazy::new();
+
+    // The tests' start-ups end with nothing to serve (`None`): one that built a runtime
+    // would register the process hooks (`started`), the panic hook among them, in the test
+    // binary.
+
+    /// A start-up of 300 ms that moves on as it goes (as hashing a library does).
+    fn slow_start() -> Option<u32> {
+        for _ in 0..30 {
+            std::thread::sleep(Duration::from_millis(10));
+            tunedblas_core::progress::tick();
+        }
+        None
+    }
+
+    /// A caller waiting for another thread's start-up gives its CPU away: it sleeps, not only
+    /// yields. A `SCHED_FIFO` waiter that only yielded never let the lower-priority starting
+    /// thread run on their CPU (an outside tester: both first GEMMs 5.0 s instead of 0.3 s).
+    /// The waiter here spends under a tenth of its wait on a CPU (yielding, it was on one
+    /// most of the time wherever a CPU was free), and still waits to the start-up's end.
+    #[test]
+    fn a_caller_waiting_for_another_threads_start_up_sleeps() {
+        let starter = std::thread::spawn(|| SLOW.get(slow_start).copied());
+        while SLOW.state.load(Ordering::Acquire) != INITIALIZING {
+            std::thread::yield_now();
+        }
+        let waiter = std::thread::spawn(|| {
+            let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
+            let got = SLOW.get(slow_start).copied();
+            let seen = SLOW.state.load(Ordering::Acquire);
+            (got, seen, thread_cpu_ns() - cpu, monotonic_ns() - wall)
+        });
+        let (got, seen, cpu, wall) = waiter.join().unwrap();
+        assert_eq!(starter.join().unwrap(), None);
+        assert_eq!(
+            (got, seen),
+            (None, OFF),
+            "the waiter waited for the outcome"
+        );
+        assert!(
+            cpu * 10 < wall,
+            "the waiter was on a CPU {cpu} ns of the {wall} ns it waited"
+        );
+    }
+
+    /// The waiter's pauses: a few yields, then sleeps that grow to 1 ms and stay there.
+    #[test]
+    fn the_backoff_yields_a_few_times_then_sleeps_up_to_a_millisecond() {
+        let mut b = Backoff::new();
+        let pauses: Vec<Option<u64>> = (0..64).map(|_| b.next()).collect();
+        let yields = Backoff::YIELDS as usize;
+        assert!(pauses[..yields].iter().all(Option::is_none), "{pauses:?}");
+        let sleeps: Vec<u64> = pauses[yields..].iter().map(|p| p.unwrap()).collect();
+        assert!(sleeps[0] > 0 && sleeps[0] < 100_000, "{sleeps:?}");
+        assert!(sleeps.windows(2).all(|w| w[0] <= w[1]), "{sleeps:?}");
+        assert_eq!(sleeps.last(), Some(&1_000_000), "{sleeps:?}");
+        for _ in 0..100_000 {
+            b.next();
+        }
+        assert_eq!(b.next(), Some(1_000_000), "no overflow in a long wait");
+    }
+
+    static STUCK: Lazy<u32> = Lazy::new();
+    static LET_GO: AtomicBool = AtomicBool::new(false);
+
+    /// A start-up that does not move until the test lets it go (at most 30 s).
+    fn stuck_start() -> Option<u32> {
+        let start = monotonic_ns();
+        while !LET_GO.load(Ordering::Acquire) && monotonic_ns() - start < 30_000_000_000 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    }
+
+    /// The stall rule holds with the sleeping waiter: a start-up that has not moved for
+    /// [`START_STALL_NS`] is left: the call passes through while it is still going, and so
+    /// do later calls, at once, until it ends.
+    #[test]
+    fn a_waiter_leaves_a_start_up_that_does_not_move() {
+        let starter = std::thread::spawn(|| STUCK.get(stuck_start).copied());
+        while STUCK.state.load(Ordering::Acquire) != INITIALIZING {
+            std::thread::yield_now();
+        }
+        let call = || {
+            let got = STUCK.get(stuck_start).copied();
+            (got, STUCK.state.load(Ordering::Acquire))
+        };
+        let waiter = std::thread::spawn(call).join().unwrap();
+        let later = std::thread::spawn(call).join().unwrap();
+        LET_GO.store(true, Ordering::Release);
+        assert_eq!(waiter, (None, INITIALIZING), "left after the stall limit");
+        assert_eq!(
+            later,
+            (None, INITIALIZING),
+            "later callers do not wait either"
+        );
+        assert_eq!(starter.join().unwrap(), None);
+        assert_eq!(
+            STUCK.state.load(Ordering::Acquire),
+            OFF,
+            "the start-up ended"
+        );
+    }
 
     /// Only the link texts that name this process's own descriptors are written through as
     /// descriptors; another process's files under `/proc` are not.

@@ -28,7 +28,8 @@ pub struct Hosts {
     /// constructor runs the spec in `$GEMM_HOST_AT_LOAD` (a GEMM made inside `dlopen`).
     pub at_load4: PathBuf,
     /// life_host (process life and death: fork storms, signal-handler exits, cancellation,
-    /// every way out) linked against `lib4/librocblas.so.4`.
+    /// every way out) linked against `lib4/librocblas.so.4`; it exports its own
+    /// `__cxa_at_quick_exit`, to act inside the interposer's start-up (`@start-signal`).
     pub life4: PathBuf,
 }
 
@@ -63,7 +64,12 @@ pub fn hosts() -> &'static Hosts {
                     "-DGEMM_HOST_AT_LOAD",
                 ],
             ),
-            life4: linked("life_host4", "life_host.c", &a.libdir4, &[]),
+            life4: linked(
+                "life_host4",
+                "life_host.c",
+                &a.libdir4,
+                &["-Wl,--export-dynamic-symbol=__cxa_at_quick_exit"],
+            ),
         }
     })
 }

@@ -54,8 +54,17 @@
  *                    exit path and returns from it (an exec that fails), prints
  *                    altstack-used=<bytes of the alternate stack ever touched>, then _exit(7)
  *   @thread-exit:B   a thread with a stack of B bytes calls _exit(7)
+ *   @start-signal:N  the process's first GEMM (n = N, so the interposer's start-up), with a
+ *                    signal raised on the starting thread at the end of that start-up (inside
+ *                    its at_quick_exit registration, which this host interposes): a second
+ *                    thread is let go there to make a GEMM of n = N + 1, and 100 ms later the
+ *                    SIGUSR2 handler makes one of n = N + 2. Prints start-signal=<the
+ *                    handler's status>
+ *   @alt-gemm:B      the process's first GEMM (n = 9) made in a SIGUSR2 handler on a guarded
+ *                    alternate signal stack of B bytes (as @altexit). Prints alt-gemm=<status>
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -289,6 +298,82 @@ static void cancel(int n) {
     fflush(stdout);
 }
 
+/* @start-signal: the interposer registers its quick_exit handler as the last step of its
+ * start-up (lifecycle::started), on the thread that starts it; this host's definition (exported,
+ * so it comes first) lets the signal and the second thread go there, once, and forwards. */
+static volatile int start_armed, start_go, start_handler_status = -99;
+static int start_n;
+static float start_c[2 * MAXN];
+
+int __cxa_at_quick_exit(void (*f)(void *), void *d) {
+    int (*real)(void (*)(void *), void *) = (int (*)(void (*)(void *), void *))dlsym(RTLD_NEXT, "__cxa_at_quick_exit");
+    if (start_armed) {
+        start_armed = 0;
+        start_go = 1;
+        usleep(100000); /* the second thread is waiting for this start-up by now */
+        raise(SIGUSR2);
+    }
+    return real ? real(f, d) : -1;
+}
+
+static void on_start_signal(int sig) {
+    (void)sig;
+    start_handler_status = gemm_on(H, start_n + 2, handler_c);
+}
+
+static void *start_racer(void *p) {
+    struct worker *w = p;
+    while (!start_go) usleep(100);
+    gemm_on(w->h, start_n + 1, w->c);
+    return NULL;
+}
+
+static void start_signal(int n) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_start_signal;
+    sigaction(SIGUSR2, &sa, NULL);
+    struct worker *w = calloc(1, sizeof *w);
+    rocblas_create_handle(&w->h);
+    pthread_t t;
+    start_n = n;
+    start_armed = 1;
+    pthread_create(&t, NULL, start_racer, w);
+    gemm(n);
+    start_go = 1;
+    pthread_join(t, NULL);
+    printf("start-signal=%d\n", start_handler_status);
+    fflush(stdout);
+}
+
+static volatile int alt_status = -99;
+static void on_alt_gemm(int sig) {
+    (void)sig;
+    alt_status = gemm_on(H, 9, handler_c);
+}
+
+static void alt_gemm(size_t bytes) {
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char *m = mmap(NULL, (size_t)page + bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, (size_t)page, PROT_NONE) != 0) _exit(3);
+    stack_t ss, off;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = m + page;
+    ss.ss_size = bytes;
+    if (sigaltstack(&ss, NULL) != 0) { perror("life_host: sigaltstack"); _exit(4); }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alt_gemm;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR2, &sa, NULL);
+    raise(SIGUSR2);
+    memset(&off, 0, sizeof off);
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, NULL);
+    printf("alt-gemm=%d\n", alt_status);
+    fflush(stdout);
+}
+
 static void late_gemm(void) { gemm(MAXN - 1); }
 
 int main(int argc, char **argv) {
@@ -318,6 +403,10 @@ int main(int argc, char **argv) {
             size_t b = !strncmp(a + 9, "min+", 4) ? (size_t)sysconf(_SC_MINSIGSTKSZ) + (size_t)atol(a + 13)
                                                   : (size_t)atol(a + 9);
             altexit(b, colon ? colon + 1 : "_exit");
+        } else if (!strncmp(a, "@start-signal:", 14)) {
+            start_signal(atoi(a + 14));
+        } else if (!strncmp(a, "@alt-gemm:", 10)) {
+            alt_gemm((size_t)atol(a + 10));
         } else if (!strncmp(a, "@thread-exit:", 13)) {
             thread_exit((size_t)atol(a + 13));
         } else if (!strncmp(a, "@sigexit:", 9)) {

@@ -1000,3 +1000,64 @@ fn the_exit_paths_fit_a_small_signal_stack_and_a_small_thread_stack() {
         with - without
     );
 }
+
+/// A life_host run under the preload with `TUNEDBLAS_STATS` set; returns its output and
+/// the stats it wrote.
+fn life_with_stats(dir: &Path, args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    let stats = dir.join("stats.json");
+    let mut cmd = life_cmd(dir, true, args);
+    cmd.env_remove("REFBLAS_TRACE")
+        .env("TUNEDBLAS_STATS", &stats);
+    let out = run_guarded(cmd);
+    assert!(
+        out.status.success(),
+        "{:?}: {}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let json = std::fs::read_to_string(&stats).unwrap_or_else(|e| panic!("the stats: {e}"));
+    (out, serde_json::from_str(&json).unwrap())
+}
+
+/// A GEMM from a signal handler on the very thread that is finishing the interposer's
+/// start-up (a profiling timer's handler): it waited for its own thread's start-up until
+/// the stall limit (an outside tester's host: 1.02 s in 10 runs of 10), and the first call
+/// of another thread, waiting for that start-up meanwhile, hit the limit too and went
+/// unrecorded. The handler's call now passes through at once (counted as passed through),
+/// the start-up ends, and the other thread's call is recorded. (life_host raises the signal
+/// inside the start-up's last step, 100 ms after the other thread began its call.)
+#[test]
+fn a_signal_handler_gemm_on_the_starting_thread_passes_through_at_once() {
+    let dir = scratch("rel-start-signal");
+    let (out, stats) = life_with_stats(&dir, &["@start-signal:100"]);
+    assert_has(&text(&out.stdout), "start-signal=0\n");
+    assert_eq!(stats["passed_through"], 1, "the handler's call: {stats}");
+    assert_eq!(
+        stats["missed_calls"], 2,
+        "the starting thread's and the other thread's: {stats}"
+    );
+    let (mut lines, _) = whole_miss_files(&dir);
+    lines.sort();
+    let mut want = vec![miss_line(&life_shape(100)), miss_line(&life_shape(101))];
+    want.sort();
+    assert_eq!(lines, want, "not the handler's shape (passed through)");
+}
+
+/// The process's first GEMM made in a signal handler on a 12 KiB alternate signal stack:
+/// the start-up it began (hashing, the profile, the miss folder) overflowed it (SIGSEGV; an
+/// outside tester: 9 to 11 KiB in the release build, up to 16 KiB in the debug one). A call
+/// on the alternate signal stack never starts the interposer up: it passes through, counted,
+/// and the next call outside the handler starts it.
+#[test]
+fn a_first_gemm_on_a_small_signal_stack_passes_through_and_a_later_call_starts_up() {
+    let dir = scratch("rel-alt-gemm");
+    let (out, stats) = life_with_stats(&dir, &["@alt-gemm:12288", "@gemm:5"]);
+    let stdout = text(&out.stdout);
+    assert_has(&stdout, "alt-gemm=0\n");
+    assert_has(&stdout, "status=0\n");
+    assert_eq!(stats["passed_through"], 1, "the handler's call: {stats}");
+    assert_eq!(stats["missed_calls"], 1, "the later call: {stats}");
+    let (lines, _) = whole_miss_files(&dir);
+    assert_eq!(lines, vec![miss_line(&life_shape(5))]);
+}

@@ -188,8 +188,9 @@ fn prepare_failed(lib: LtLib, entry: &LtEntry, key: &LtKey, why: &str) {
 
 fn decide<L: Library>(x: &LtCall) -> Decision {
     let Some(rt) = L::runtime() else {
-        // Another thread is starting the runtime up and this call passes through rather
-        // than wait (`lifecycle::Lazy`): counted, as the runtime's own passes are.
+        // The runtime is starting up and this call passes through rather than wait, or it
+        // put the start-up off (on an alternate signal stack; `lifecycle::Lazy`): counted,
+        // as the runtime's own passes are.
         if L::STATE.runtime.starting() {
             bump(L::STATE.spec.counters.passed_through);
         }

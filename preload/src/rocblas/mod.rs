@@ -251,7 +251,7 @@ pub fn get() -> Option<&'static RocblasRuntime> {
     RUNTIME.get(init)
 }
 
-/// Whether another thread is starting the runtime up now.
+/// Whether the runtime is not started yet (starting up, or a call put its start-up off).
 #[inline]
 pub fn starting() -> bool {
     RUNTIME.starting()

@@ -62,8 +62,9 @@ pub enum Decision {
     Near(NearPlan),
 }
 
-/// A call that found another thread starting the runtime up and passed through rather
-/// than wait (`lifecycle::Lazy`): counted, as the calls the runtime passes through are.
+/// A call that found the runtime starting up and passed through rather than wait, or put
+/// its start-up off (on an alternate signal stack; `lifecycle::Lazy`): counted, as the calls
+/// the runtime passes through are.
 #[cold]
 #[inline(never)]
 fn passed_while_starting() {
