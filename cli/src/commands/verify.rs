@@ -16,9 +16,10 @@ exits 0 only when rows hit = rows, with no missed call and no fallback.
 With --stats FILE, checks a run that already happened instead (a server, a benchmark) by
 the TUNEDBLAS_STATS file it wrote, for every backend: rocBLAS's FILE and, beside it, the
 cuBLASLt and hipBLASLt files (FILE.cublaslt.json, FILE.hipblaslt.json; FILE itself where only
-one of those ran). Each must show every row hit, no missed call and no fallback. Calls
-served a nearby token count's row are served, not missed: their shapes are said, to be
-tuned for rows of their own.";
+one of those ran), and every other process's file beside each (FILE.<pid>: the workers of
+one server). Each must show no missed call and no fallback, and every row must have been
+hit by one of the processes. Calls served a nearby token count's row are served, not
+missed: their shapes are said, to be tuned for rows of their own.";
 
 const AFTER: &str = "\
 EXAMPLES:
