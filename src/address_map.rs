@@ -439,6 +439,41 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         self.insert_probe(addr, words)
     }
 
+    /// [`AddressMap::insert_first`] of the first two words (`N >= 2`), with the words as
+    /// two values: the path of a create whose object two words describe, with both held in
+    /// registers to the end (through a slice they were stored on the stack on every call,
+    /// for the probe's sake).
+    #[inline(always)]
+    pub fn insert_pair(&self, addr: usize, w0: u64, w1: u64) -> bool {
+        const { assert!(N >= 2) };
+        if Self::refused(addr) {
+            return false;
+        }
+        let s = self.slot(Self::home(addr));
+        let st = s.state.load(Ordering::Acquire);
+        let k = s.key.load(Ordering::Relaxed);
+        if st & WRITING == 0
+            && (k == 0 || k == TOMB)
+            && s.state
+                .compare_exchange(st, st | WRITING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            fence(Ordering::Release);
+            s.words[0].store(w0, Ordering::Relaxed);
+            s.words[1].store(w1, Ordering::Relaxed);
+            s.key.store(addr, Ordering::Relaxed);
+            s.unlock(st);
+            return true;
+        }
+        self.insert_pair_probe(addr, w0, w1)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn insert_pair_probe(&self, addr: usize, w0: u64, w1: u64) -> bool {
+        self.insert_probe(addr, &[w0, w1])
+    }
+
     /// [`AddressMap::insert_first`] along the whole probe: the first free slot, or the one
     /// that still holds `addr`.
     #[cold]
@@ -686,6 +721,34 @@ mod tests {
         assert!(!m.insert(TOMB, [1, 1, 1]));
         assert_eq!(m.get(0), None);
         assert_eq!(m.live(), 1);
+    }
+
+    /// The two-word insert a create makes (`insert_pair`) leaves the map as the general
+    /// one (`insert_first`) does: in the home slot, past taken ones along the probe, over a
+    /// slot its address still holds, refused for NULL, the tombstone and the poison bit, and
+    /// false once the probe is full.
+    #[test]
+    fn a_pair_insert_is_the_general_insert() {
+        let (pair, general) = (Map::new(), Map::new());
+        let mut addrs: Vec<usize> = (1..=80).map(|n| n * 0x40).collect();
+        // Again at an address still held (its destroy never told), and refused ones.
+        addrs.extend([0x40, 0x80, 0, TOMB, POISONED | 0x40, POISONED]);
+        for (n, &a) in addrs.iter().enumerate() {
+            let (w0, w1) = (n as u64 + 1, a as u64 ^ 0x55);
+            assert_eq!(
+                pair.insert_pair(a, w0, w1),
+                general.insert_first(a, &[w0, w1]),
+                "insert {n} at {a:#x}"
+            );
+            for &b in &addrs {
+                assert_eq!(pair.get(b), general.get(b), "after insert {n}: {b:#x}");
+            }
+            if n % 3 == 0 {
+                pair.remove(a);
+                general.remove(a);
+            }
+        }
+        assert_eq!(pair.live(), general.live());
     }
 
     /// Objects made and destroyed at ever new addresses, far more than the map has slots:
