@@ -52,11 +52,13 @@ use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 /// The longest probe (slots looked at from an address's home slot).
 pub const PROBES: usize = 64;
-/// The key of a freed slot.
-pub const TOMB: usize = usize::MAX;
-/// The bit a poisoned object's key carries (no user-space address has it; the map refuses
-/// an address that does).
-pub const POISONED: usize = 1 << 62;
+/// The key of a freed slot: the poison bit alone (the poisoned key of NULL, which no
+/// object has).
+pub const TOMB: usize = POISONED;
+/// The bit a poisoned object's key carries, the top one (no user-space address has it; the
+/// map refuses an address that does). So the map refuses every address that is 0 or has the
+/// top bit, the tombstone with them, with one signed compare ([`AddressMap::refused`]).
+pub const POISONED: usize = 1 << (usize::BITS - 1);
 /// How many times a reader or writer looks at a slot another writer is inside before it
 /// gives up (about a millisecond at most).
 const SPINS: u32 = 1 << 12;
@@ -285,12 +287,11 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
     }
 
     /// Whether no object can be kept at `addr` (NULL, the tombstone, an address with the
-    /// poison bit).
+    /// poison bit): one signed compare, on every lookup, insert and destroy.
     #[inline(always)]
     fn refused(addr: usize) -> bool {
-        // 0 wraps to the top; every address with the poison bit or above is refused too.
-        const _: () = assert!(POISONED == 1 << 62);
-        (addr.wrapping_sub(1) | addr) >> 62 != 0
+        const _: () = assert!(POISONED == 1 << (usize::BITS - 1) && TOMB == POISONED);
+        addr as isize <= 0
     }
 
     /// The slot whose key is `want(key)`, on `addr`'s probe.
@@ -721,6 +722,45 @@ mod tests {
         assert!(!m.insert(TOMB, [1, 1, 1]));
         assert_eq!(m.get(0), None);
         assert_eq!(m.live(), 1);
+    }
+
+    /// The one-compare refusal refuses exactly NULL, the tombstone and every address with
+    /// the poison bit, and no key the map stores (a live, poisoned or freed one) is an
+    /// address it takes.
+    #[test]
+    fn the_refusal_is_null_the_tombstone_and_the_poison_bit() {
+        let some = [
+            0usize,
+            1,
+            0x40,
+            0x7fff_ffff_f000,
+            1 << 56,
+            (1 << 62) - 1,
+            1 << 62,
+            (1 << 62) | 0x40,
+            POISONED - 1,
+            POISONED,
+            POISONED | 1,
+            POISONED | 0x40,
+            usize::MAX - 1,
+            usize::MAX,
+        ];
+        for a in some {
+            let want = a == 0 || a == TOMB || a & POISONED != 0;
+            assert_eq!(Map::refused(a), want, "{a:#x}");
+            if !want {
+                assert_ne!(
+                    a | POISONED,
+                    a,
+                    "{a:#x}: its poisoned key is no address taken"
+                );
+                assert!(Map::refused(a | POISONED));
+            }
+        }
+        assert!(
+            Map::refused(TOMB) && TOMB & !POISONED == 0,
+            "a freed key is NULL's"
+        );
     }
 
     /// The two-word insert a create makes (`insert_pair`) leaves the map as the general
