@@ -252,17 +252,19 @@ impl Prepared {
         if self.workspace > workspace_bytes || (self.workspace > 0 && workspace.is_null()) {
             return false;
         }
-        if self.odd {
-            return self.fits_by_division(ptrs);
-        }
         let [a, b, c, d] = ptrs;
+        if self.odd {
+            // (The pointers as four values: an array would be stored for it on every call.)
+            return self.fits_by_division(a, b, c, d);
+        }
         (a & self.masks[0]) | (b & self.masks[1]) | (c & self.masks[2]) | (d & self.masks[3]) == 0
     }
 
     #[cold]
     #[inline(never)]
-    fn fits_by_division(&self, ptrs: [usize; 4]) -> bool {
-        ptrs.iter()
+    fn fits_by_division(&self, a: usize, b: usize, c: usize, d: usize) -> bool {
+        [a, b, c, d]
+            .iter()
             .zip(self.min_align)
             .all(|(p, a)| a <= 1 || p % a as usize == 0)
     }
@@ -319,6 +321,13 @@ impl LtEntry {
             preparing: AtomicBool::new(false),
             strikes: AtomicU8::new(0),
         }
+    }
+
+    /// The row's rebuilt algorithm if it is made already (what [`LtEntry::prepared_or_try`]
+    /// looks at first): a served call's path, with no closure for the rebuild built.
+    #[inline(always)]
+    pub fn prepared(&self) -> Option<&Prepared> {
+        self.prepared.get()
     }
 
     /// The row's rebuilt algorithm: the one made already, or made now by `prepare` if no

@@ -294,6 +294,46 @@ fn row<L: Library>(
         bump(c.default);
         return Decision::Pass;
     }
+    // A row served before: its algorithm, checked against this call (the rebuild's
+    // closure, and the `Prep` it gives, out of line below).
+    if let Some(p) = e.prepared() {
+        return ready::<L>(x, key, e, spec, p);
+    }
+    row_prepare::<L>(x, key, e, spec)
+}
+
+/// [`row`] with the row's algorithm: its decision when the call can take it.
+#[inline(always)]
+fn ready<L: Library>(
+    x: &LtCall,
+    key: &LtKey,
+    e: &'static LtEntry,
+    spec: &'static LtSpec,
+    p: &'static Prepared,
+) -> Decision {
+    if p.fits(
+        [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
+        x.workspace,
+        x.workspace_bytes,
+    ) && p.class == unsafe { L::call_class(x, key) }
+    {
+        return Decision::Tuned(&p.algo, e, spec);
+    }
+    // Less workspace or alignment than the tuned algorithm needs, or a call of another
+    // class.
+    bump(spec.counters.passed_through);
+    Decision::Pass
+}
+
+/// [`row`] when the row's algorithm is not made yet.
+#[inline(never)]
+fn row_prepare<L: Library>(
+    x: &LtCall,
+    key: &LtKey,
+    e: &'static LtEntry,
+    spec: &'static LtSpec,
+) -> Decision {
+    let c = &spec.counters;
     // Once per key (again after a failure), by one caller at a time; with cancellation
     // held off (the rebuild runs library code, and a cancellation acted on there would
     // unwind into `catch_unwind`).
@@ -303,18 +343,9 @@ fn row<L: Library>(
         unsafe { L::prepare(x, key, &e.action) }
     });
     match prepared {
-        Prep::Ready(p)
-            if p.fits(
-                [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
-                x.workspace,
-                x.workspace_bytes,
-            ) && p.class == unsafe { L::call_class(x, key) } =>
-        {
-            Decision::Tuned(&p.algo, e, spec)
-        }
-        Prep::Ready(_) | Prep::Busy => {
-            // Less workspace or alignment than the tuned algorithm needs, a call of another
-            // class, or another caller is rebuilding the algorithm now.
+        Prep::Ready(p) => ready::<L>(x, key, e, spec, p),
+        Prep::Busy => {
+            // Another caller is rebuilding the algorithm now.
             bump(c.passed_through);
             Decision::Pass
         }
