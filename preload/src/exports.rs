@@ -621,9 +621,11 @@ macro_rules! lt_exports {
                     /// handed to its library's destroy with no register saved (a tail
                     /// call); every other case out of line.
                     pub extern "C" fn $destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
+                        // (Of the export's own ABI, so the call below is a jump: the
+                        // export saves nothing on the stack for it.)
                         #[cold]
                         #[inline(never)]
-                        fn elsewhere(obj: *mut c_void, ret: *const c_void) -> i32 {
+                        extern "C" fn elsewhere(obj: *mut c_void, ret: *const c_void) -> i32 {
                             let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
                             match kept.and_then(|f| f.destroy()) {
                                 // SAFETY: the destroy function of the library that made `obj`.
