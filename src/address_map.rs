@@ -265,11 +265,15 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         SLOTS
     }
 
-    /// The first slot an address is looked for in: one multiply of the address without
-    /// its alignment bits, high bits kept.
+    /// The first slot an address is looked for in: one multiply of the address, high bits
+    /// kept (Fibonacci hashing). The multiplier is the golden ratio's divided by 16, so a
+    /// 16-byte step of the address moves the product by the golden ratio's: the product's
+    /// high bits are those of the address without its alignment bits times the golden
+    /// ratio's multiplier, as when the address was shifted first, without the shift (on
+    /// each of the 14 map operations of an F.linear).
     #[inline(always)]
     fn home(addr: usize) -> usize {
-        let h = ((addr as u64) >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h = (addr as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15 >> 4);
         (h >> (64 - SLOTS.trailing_zeros())) as usize & (SLOTS - 1)
     }
 
@@ -722,6 +726,37 @@ mod tests {
         assert!(!m.insert(TOMB, [1, 1, 1]));
         assert_eq!(m.get(0), None);
         assert_eq!(m.live(), 1);
+    }
+
+    /// Objects alive at once at the regular strides an allocator hands out (16 bytes to a
+    /// page and beyond, from a heap's or an mmap's base) spread over the slots: half a
+    /// large map alive at once is kept whole, three in four in their home slot (as with
+    /// the address shifted by its alignment before the multiply; a multiply of the address
+    /// itself by the golden ratio's multiplier kept 29% of those 48 bytes apart at home).
+    #[test]
+    fn regular_addresses_spread_over_the_slots() {
+        const S: usize = 1 << 13;
+        for base in [0x5555_5555_0000usize, 0x7f00_0000_0000] {
+            for stride in [16usize, 48, 64, 0x70, 0x1000, 0x10_0000] {
+                let m = Box::new(AddressMap::<1, S>::new());
+                let addrs: Vec<usize> = (0..S / 2).map(|i| base + i * stride).collect();
+                for &a in &addrs {
+                    assert!(
+                        m.insert(a, [a as u64]),
+                        "{base:#x} + i * {stride:#x}: {a:#x}"
+                    );
+                }
+                let at_home = addrs.iter().filter(|&&a| m.find_home(a).is_some()).count();
+                assert!(
+                    at_home * 4 >= addrs.len() * 3,
+                    "stride {stride:#x}: {at_home} of {} in their home slot",
+                    addrs.len()
+                );
+                for &a in &addrs {
+                    assert_eq!(m.get(a), Some([a as u64]));
+                }
+            }
+        }
     }
 
     /// The one-compare refusal refuses exactly NULL, the tombstone and every address with

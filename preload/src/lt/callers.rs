@@ -109,9 +109,12 @@ impl Callers {
         }
     }
 
+    /// A call site's first slot: one multiply of its return address, high bits kept; the
+    /// golden ratio's multiplier divided by 4 stands for a shift of the address by 2 first
+    /// (as `address_map`'s home).
     #[inline(always)]
     fn home(r: usize) -> usize {
-        ((r >> 2).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - SLOTS.trailing_zeros()))
+        (r.wrapping_mul(0x9e37_79b9_7f4a_7c15 >> 2) >> (usize::BITS - SLOTS.trailing_zeros()))
             & (SLOTS - 1)
     }
 
