@@ -211,14 +211,15 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
             return missed(x, rt, key, hash);
         }
     }
-    decide_long::<L>(x, rt, &call)
+    decide_long::<L>(x, rt, call)
 }
 
 /// [`decide`] for a call whose call key names no row and missed no time before: its key
 /// from the objects' words (or cuBLASLt's getters), the table, the miss set (and, for the
 /// next time, the table's misses).
 #[inline(never)]
-fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: &CallKey) -> Decision {
+fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: CallKey) -> Decision {
+    let call = &call;
     let c = &rt.spec.counters;
     let table = rt.table();
     // SAFETY: the descriptors are the caller's, valid for the duration of the call.
