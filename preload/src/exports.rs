@@ -591,6 +591,21 @@ macro_rules! lt_exports {
                             }
                             status
                         }
+                        /// Every set but a transpose in place: what it changed kept, through
+                        /// all the object's words, found again (out of line, so the fast path
+                        /// below keeps no stack for the change and its `catch_unwind`).
+                        ///
+                        /// # Safety
+                        /// The library just read `size` bytes at `buf`.
+                        #[cold]
+                        #[inline(never)]
+                        unsafe fn changed(obj: *mut c_void, attr: i32, buf: *const c_void, size: usize) {
+                            // SAFETY: per the contract.
+                            let change = unsafe { <$kinds>::$set(attr, buf, size) };
+                            if let Some(found) = <$kinds>::$table.find(obj) {
+                                let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(&found, change));
+                            }
+                        }
                         let Some(found) = <$kinds>::$table.find_home(obj) else {
                             return elsewhere(obj, attr, buf, size, ret);
                         };
@@ -611,8 +626,8 @@ macro_rules! lt_exports {
                             found.edit_first(|w| Some(desc_word_set(w, field, v)).filter(|&n| n != 0))
                         });
                         if !in_place {
-                            let change = unsafe { <$kinds>::$set(attr, buf, size) };
-                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(&found, change));
+                            // SAFETY: as above.
+                            unsafe { changed(obj, attr, buf, size) };
                         }
                         status
                     }
