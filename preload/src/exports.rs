@@ -412,7 +412,7 @@ macro_rules! lt_exports {
             use std::ffi::{c_void, CStr};
             use std::panic::catch_unwind;
 
-            use tunedblas_core::cublaslt::{desc_word_set, LayoutAttrs};
+            use tunedblas_core::cublaslt::{desc_word_edit, LayoutAttrs};
 
             use crate::lt::callers::Callers;
             use crate::lt::objects::{plain_desc, plain_layout, Kinds};
@@ -623,7 +623,7 @@ macro_rules! lt_exports {
                         // place; every other change through all its words.
                         // SAFETY (both): the library just read `size` bytes at `buf`.
                         let in_place = unsafe { $field(attr, buf, size) }.is_some_and(|(field, v)| {
-                            found.edit_first(|w| Some(desc_word_set(w, field, v)).filter(|&n| n != 0))
+                            found.edit_first(|w| desc_word_edit(w, field, v))
                         });
                         if !in_place {
                             // SAFETY: as above.

@@ -96,12 +96,19 @@ impl DescField {
 /// The epilogue and bias type are not fields here: they change what the bias field means.
 #[inline(always)]
 pub fn desc_word_set(word: u64, field: DescField, v: i32) -> u64 {
+    desc_word_edit(word, field, v).unwrap_or(0)
+}
+
+/// [`desc_word_set`] as an option (`None` for its 0): what a set's in-place edit takes, with
+/// no second test of the word it made (a packed word is never 0).
+#[inline(always)]
+pub fn desc_word_edit(word: u64, field: DescField, v: i32) -> Option<u64> {
     let v = v as u32 as u64;
     if word == 0 || v >> field.bits != 0 {
-        return 0;
+        return None;
     }
     let mask = ((1u64 << field.bits) - 1) << field.shift;
-    (word & !mask) | v << field.shift
+    Some((word & !mask) | v << field.shift)
 }
 
 /// The code of each type whose layouts are packed, by type number (others: [`NO_TYPE`]).
