@@ -412,7 +412,7 @@ macro_rules! lt_exports {
             use std::ffi::{c_void, CStr};
             use std::panic::catch_unwind;
 
-            use tunedblas_core::cublaslt::{desc_word_set, LayoutAttrs};
+            use tunedblas_core::cublaslt::{desc_word_edit, LayoutAttrs};
 
             use crate::lt::callers::Callers;
             use crate::lt::objects::{plain_desc, plain_layout, Kinds};
@@ -591,6 +591,21 @@ macro_rules! lt_exports {
                             }
                             status
                         }
+                        /// Every set but a transpose in place: what it changed kept, through
+                        /// all the object's words, found again (out of line, so the fast path
+                        /// below keeps no stack for the change and its `catch_unwind`).
+                        ///
+                        /// # Safety
+                        /// The library just read `size` bytes at `buf`.
+                        #[cold]
+                        #[inline(never)]
+                        unsafe fn changed(obj: *mut c_void, attr: i32, buf: *const c_void, size: usize) {
+                            // SAFETY: per the contract.
+                            let change = unsafe { <$kinds>::$set(attr, buf, size) };
+                            if let Some(found) = <$kinds>::$table.find(obj) {
+                                let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(&found, change));
+                            }
+                        }
                         let Some(found) = <$kinds>::$table.find_home(obj) else {
                             return elsewhere(obj, attr, buf, size, ret);
                         };
@@ -608,11 +623,11 @@ macro_rules! lt_exports {
                         // place; every other change through all its words.
                         // SAFETY (both): the library just read `size` bytes at `buf`.
                         let in_place = unsafe { $field(attr, buf, size) }.is_some_and(|(field, v)| {
-                            found.edit_first(|w| Some(desc_word_set(w, field, v)).filter(|&n| n != 0))
+                            found.edit_first(|w| desc_word_edit(w, field, v))
                         });
                         if !in_place {
-                            let change = unsafe { <$kinds>::$set(attr, buf, size) };
-                            let _ = catch_unwind(|| crate::lt::objects::$objects::changed_in(&found, change));
+                            // SAFETY: as above.
+                            unsafe { changed(obj, attr, buf, size) };
                         }
                         status
                     }
@@ -621,9 +636,11 @@ macro_rules! lt_exports {
                     /// handed to its library's destroy with no register saved (a tail
                     /// call); every other case out of line.
                     pub extern "C" fn $destroy(obj: *mut c_void, ret: *const c_void) -> i32 {
+                        // (Of the export's own ABI, so the call below is a jump: the
+                        // export saves nothing on the stack for it.)
                         #[cold]
                         #[inline(never)]
-                        fn elsewhere(obj: *mut c_void, ret: *const c_void) -> i32 {
+                        extern "C" fn elsewhere(obj: *mut c_void, ret: *const c_void) -> i32 {
                             let kept = catch_unwind(|| <$kinds>::$table.taken(obj)).ok().flatten();
                             match kept.and_then(|f| f.destroy()) {
                                 // SAFETY: the destroy function of the library that made `obj`.

@@ -96,12 +96,19 @@ impl DescField {
 /// The epilogue and bias type are not fields here: they change what the bias field means.
 #[inline(always)]
 pub fn desc_word_set(word: u64, field: DescField, v: i32) -> u64 {
+    desc_word_edit(word, field, v).unwrap_or(0)
+}
+
+/// [`desc_word_set`] as an option (`None` for its 0): what a set's in-place edit takes, with
+/// no second test of the word it made (a packed word is never 0).
+#[inline(always)]
+pub fn desc_word_edit(word: u64, field: DescField, v: i32) -> Option<u64> {
     let v = v as u32 as u64;
     if word == 0 || v >> field.bits != 0 {
-        return 0;
+        return None;
     }
     let mask = ((1u64 << field.bits) - 1) << field.shift;
-    (word & !mask) | v << field.shift
+    Some((word & !mask) | v << field.shift)
 }
 
 /// The code of each type whose layouts are packed, by type number (others: [`NO_TYPE`]).
@@ -115,25 +122,36 @@ const TYPE_CODES: [u8; 16] = {
 };
 const NO_TYPE: u8 = 0xff;
 
+/// A layout word's type bits by type number, [`PACKED`] included (0: a type not packed;
+/// every number from 16 on reads the last entry): the create on every PyTorch GEMM ORs its
+/// entry in, rather than mapping, checking and shifting a code.
+const TYPE_BITS: [u64; 17] = {
+    let mut t = [0; 17];
+    let mut i = 0;
+    while i < 16 {
+        if TYPE_CODES[i] != NO_TYPE {
+            t[i] = PACKED | (TYPE_CODES[i] as u64) << (3 * DIM_BITS);
+        }
+        i += 1;
+    }
+    t
+};
+
 /// A layout's word, or 0: one column-major matrix of a served type, rows, columns and
 /// leading dimension below 2^20 (the leading dimension at least 1; the stride of a single
 /// matrix is not read, but a negative one is refused, as the key refuses it).
 #[inline]
 pub fn layout_word(l: &LayoutAttrs) -> u64 {
-    let code = TYPE_CODES
-        .get(l.dtype as u32 as usize)
-        .map_or(NO_TYPE, |&c| c);
-    let over = (l.rows | l.cols | l.ld as u64) >> DIM_BITS
-        | u64::from(code >> 2)
-        | u64::from(l.batch != 1 || l.order != ORDER_COL || l.ld < 1 || l.stride < 0);
+    let ty = TYPE_BITS[(l.dtype as u32).min(16) as usize];
+    let ld = l.ld as u64;
+    // A leading dimension of 0 or below has the bits above 2^20 in `ld - 1` or `ld`.
+    let over = (l.rows | l.cols | ld | ld.wrapping_sub(1)) >> DIM_BITS
+        | u64::from(ty == 0)
+        | u64::from(l.batch != 1 || l.order != ORDER_COL || l.stride < 0);
     if over != 0 {
         return 0;
     }
-    PACKED
-        | l.rows
-        | l.cols << DIM_BITS
-        | (l.ld as u64) << (2 * DIM_BITS)
-        | u64::from(code) << (3 * DIM_BITS)
+    ty | l.rows | l.cols << DIM_BITS | ld << (2 * DIM_BITS)
 }
 
 /// The descriptor a packed word was made from (`d_type`: D's type, for an unset bias
@@ -470,6 +488,82 @@ mod tests {
                     .collect::<Vec<_>>(),
             ),
         }
+    }
+
+    /// The packing as first written (a code mapped, checked and shifted in): the packing
+    /// each create now makes with [`TYPE_BITS`] must give the same word.
+    fn layout_word_as_first_written(l: &LayoutAttrs) -> u64 {
+        let code = TYPE_CODES
+            .get(l.dtype as u32 as usize)
+            .map_or(NO_TYPE, |&c| c);
+        let over = (l.rows | l.cols | l.ld as u64) >> DIM_BITS
+            | u64::from(code >> 2)
+            | u64::from(l.batch != 1 || l.order != ORDER_COL || l.ld < 1 || l.stride < 0);
+        if over != 0 {
+            return 0;
+        }
+        PACKED
+            | l.rows
+            | l.cols << DIM_BITS
+            | (l.ld as u64) << (2 * DIM_BITS)
+            | u64::from(code) << (3 * DIM_BITS)
+    }
+
+    #[test]
+    fn a_layout_word_is_the_first_written_packing() {
+        let dims = [
+            0u64,
+            1,
+            2,
+            64,
+            (1 << 20) - 1,
+            1 << 20,
+            (1 << 20) + 1,
+            1 << 40,
+            u64::MAX,
+        ];
+        let lds = [
+            i64::MIN,
+            -1,
+            0,
+            1,
+            2,
+            64,
+            (1 << 20) - 1,
+            1 << 20,
+            1 << 21,
+            i64::MAX,
+        ];
+        let mut packed = 0;
+        for dtype in (-3..40).chain([i32::MIN, i32::MAX]) {
+            for &rows in &dims {
+                for &cols in &dims {
+                    for &ld in &lds {
+                        for (batch, order, stride) in [
+                            (1, ORDER_COL, 0),
+                            (2, ORDER_COL, 0),
+                            (1, 1, 0),
+                            (1, ORDER_COL, -1),
+                            (0, ORDER_COL, 5),
+                        ] {
+                            let l = LayoutAttrs {
+                                dtype,
+                                order,
+                                rows,
+                                cols,
+                                ld,
+                                batch,
+                                stride,
+                            };
+                            let w = layout_word(&l);
+                            assert_eq!(w, layout_word_as_first_written(&l), "{l:?}");
+                            packed += usize::from(w != 0);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(packed > 100, "some layouts are packed ({packed})");
     }
 
     /// The packing is exact: whenever every word of a call is packed, the fields read back

@@ -230,6 +230,9 @@ pub struct Prepared {
     /// whether any alignment is not a power of two (then checked by division).
     masks: [usize; 4],
     odd: bool,
+    /// The one mask of all four pointers when they share it (the usual case: one alignment
+    /// for A, B, C and D), else `usize::MAX`: then one mask of the four pointers ORed.
+    one: usize,
 }
 
 impl Prepared {
@@ -241,6 +244,10 @@ impl Prepared {
             class,
             masks: min_align.map(|a| (a as usize).saturating_sub(1)),
             odd: min_align.iter().any(|&a| a > 1 && !a.is_power_of_two()),
+            one: match min_align.map(|a| a.max(1)) {
+                [a, b, c, d] if a == b && b == c && c == d && a.is_power_of_two() => a as usize - 1,
+                _ => usize::MAX,
+            },
         }
     }
 
@@ -252,17 +259,22 @@ impl Prepared {
         if self.workspace > workspace_bytes || (self.workspace > 0 && workspace.is_null()) {
             return false;
         }
-        if self.odd {
-            return self.fits_by_division(ptrs);
-        }
         let [a, b, c, d] = ptrs;
+        if self.one != usize::MAX {
+            return (a | b | c | d) & self.one == 0;
+        }
+        if self.odd {
+            // (The pointers as four values: an array would be stored for it on every call.)
+            return self.fits_by_division(a, b, c, d);
+        }
         (a & self.masks[0]) | (b & self.masks[1]) | (c & self.masks[2]) | (d & self.masks[3]) == 0
     }
 
     #[cold]
     #[inline(never)]
-    fn fits_by_division(&self, ptrs: [usize; 4]) -> bool {
-        ptrs.iter()
+    fn fits_by_division(&self, a: usize, b: usize, c: usize, d: usize) -> bool {
+        [a, b, c, d]
+            .iter()
             .zip(self.min_align)
             .all(|(p, a)| a <= 1 || p % a as usize == 0)
     }
@@ -319,6 +331,13 @@ impl LtEntry {
             preparing: AtomicBool::new(false),
             strikes: AtomicU8::new(0),
         }
+    }
+
+    /// The row's rebuilt algorithm if it is made already (what [`LtEntry::prepared_or_try`]
+    /// looks at first): a served call's path, with no closure for the rebuild built.
+    #[inline(always)]
+    pub fn prepared(&self) -> Option<&Prepared> {
+        self.prepared.get()
     }
 
     /// The row's rebuilt algorithm: the one made already, or made now by `prepare` if no
@@ -711,6 +730,43 @@ mod tests {
             "16 is not a multiple of 12"
         );
         assert!(!odd.fits([24, 3, 5, 40], std::ptr::null(), 0));
+    }
+
+    /// The one-mask check of four pointers sharing an alignment agrees with the general
+    /// rule (each pointer a multiple of its own alignment), for every mix of alignments,
+    /// shared or not, and pointers around them.
+    #[test]
+    fn a_shared_alignment_is_checked_as_each_pointers_own() {
+        let aligns = [0u32, 1, 2, 8, 16, 256, 12];
+        let ptrs = [
+            0usize,
+            1,
+            2,
+            8,
+            12,
+            16,
+            24,
+            48,
+            256,
+            0x1000,
+            0x1008,
+            0x7f00_0000_0110,
+        ];
+        let mut shared = 0;
+        for i in 0..aligns.len().pow(4) {
+            let a = [0, 1, 2, 3].map(|k| aligns[i / aligns.len().pow(k) % aligns.len()]);
+            let p = Prepared::new(MatmulAlgo::default(), 0, a, 0);
+            shared += usize::from(p.one != usize::MAX);
+            for j in 0..ptrs.len().pow(2) {
+                // A and B vary; C and D take each one of them.
+                let (x, y) = (ptrs[j % ptrs.len()], ptrs[j / ptrs.len()]);
+                for q in [[x, y, x, y], [y, x, y, y], [x, x, x, y], [x, x, y, x]] {
+                    let want = q.iter().zip(a).all(|(&q, a)| a <= 1 || q % a as usize == 0);
+                    assert_eq!(p.fits(q, std::ptr::null(), 0), want, "{a:?} {q:x?}");
+                }
+            }
+        }
+        assert!(shared >= 6, "the shared path is tried ({shared})");
     }
 
     /// One caller rebuilds; a caller arriving meanwhile (another thread, a signal handler

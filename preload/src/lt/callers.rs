@@ -68,8 +68,11 @@ struct Slot {
 }
 
 /// One export's cache of call sites: open addressing; a slot of an older generation is
-/// taken by the next call site that needs one, so unloads never fill it up.
+/// taken by the next call site that needs one, so unloads never fill it up. The slots
+/// first (`repr(C)`), so a slot's address is the cache's plus its offset alone.
+#[repr(C)]
 pub struct Callers {
+    slots: [Slot; SLOTS],
     name: &'static CStr,
     /// The line for a call site that found no slot was said.
     full_said: std::sync::atomic::AtomicBool,
@@ -77,7 +80,6 @@ pub struct Callers {
     /// beside it ([`Fns`]: `Objects` keeps them with each object, so a set or a destroy
     /// needs no lookup of its call site).
     fns: Option<(&'static CStr, &'static CStr)>,
-    slots: [Slot; SLOTS],
 }
 
 impl Callers {
@@ -107,9 +109,12 @@ impl Callers {
         }
     }
 
+    /// A call site's first slot: one multiply of its return address, high bits kept; the
+    /// golden ratio's multiplier divided by 4 stands for a shift of the address by 2 first
+    /// (as `address_map`'s home).
     #[inline(always)]
     fn home(r: usize) -> usize {
-        ((r >> 2).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (usize::BITS - SLOTS.trailing_zeros()))
+        (r.wrapping_mul(0x9e37_79b9_7f4a_7c15 >> 2) >> (usize::BITS - SLOTS.trailing_zeros()))
             & (SLOTS - 1)
     }
 

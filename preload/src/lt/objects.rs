@@ -341,17 +341,26 @@ impl<const N: usize> Objects<N> {
         fns: u64,
         words: impl FnOnce() -> [u64; N],
     ) {
-        if object.is_null() {
-            return;
-        }
+        // (NULL is refused by the map, and is looked at only then: no object, nothing to
+        // say.)
         let kept = if plain != 0 {
-            self.map.insert_first(object as usize, &[plain, fns])
+            self.map.insert_pair(object as usize, plain, fns)
         } else {
             let mut w = words();
             w[1] = fns;
             self.map.insert(object as usize, w)
         };
-        if !kept && !self.full_said.swap(true, Ordering::Relaxed) {
+        if !kept && !object.is_null() {
+            self.not_kept(library, what);
+        }
+    }
+
+    /// An object could not be kept: said once (out of line, so a create keeps no
+    /// registers for it).
+    #[cold]
+    #[inline(never)]
+    fn not_kept(&self, library: &'static str, what: &'static str) {
+        if !self.full_said.swap(true, Ordering::Relaxed) {
             // (Our panics never reach the caller: this one logs.)
             let _ = std::panic::catch_unwind(|| self.say_full(library, what));
         }

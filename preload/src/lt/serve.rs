@@ -212,14 +212,15 @@ fn decide<L: Library>(x: &LtCall) -> Decision {
             return missed(x, rt, key, hash);
         }
     }
-    decide_long::<L>(x, rt, &call)
+    decide_long::<L>(x, rt, call)
 }
 
 /// [`decide`] for a call whose call key names no row and missed no time before: its key
 /// from the objects' words (or cuBLASLt's getters), the table, the miss set (and, for the
 /// next time, the table's misses).
 #[inline(never)]
-fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: &CallKey) -> Decision {
+fn decide_long<L: Library>(x: &LtCall, rt: &'static LtRuntime, call: CallKey) -> Decision {
+    let call = &call;
     let c = &rt.spec.counters;
     let table = rt.table();
     // SAFETY: the descriptors are the caller's, valid for the duration of the call.
@@ -295,6 +296,46 @@ fn row<L: Library>(
         bump(c.default);
         return Decision::Pass;
     }
+    // A row served before: its algorithm, checked against this call (the rebuild's
+    // closure, and the `Prep` it gives, out of line below).
+    if let Some(p) = e.prepared() {
+        return ready::<L>(x, key, e, spec, p);
+    }
+    row_prepare::<L>(x, key, e, spec)
+}
+
+/// [`row`] with the row's algorithm: its decision when the call can take it.
+#[inline(always)]
+fn ready<L: Library>(
+    x: &LtCall,
+    key: &LtKey,
+    e: &'static LtEntry,
+    spec: &'static LtSpec,
+    p: &'static Prepared,
+) -> Decision {
+    if p.fits(
+        [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
+        x.workspace,
+        x.workspace_bytes,
+    ) && p.class == unsafe { L::call_class(x, key) }
+    {
+        return Decision::Tuned(&p.algo, e, spec);
+    }
+    // Less workspace or alignment than the tuned algorithm needs, or a call of another
+    // class.
+    bump(spec.counters.passed_through);
+    Decision::Pass
+}
+
+/// [`row`] when the row's algorithm is not made yet.
+#[inline(never)]
+fn row_prepare<L: Library>(
+    x: &LtCall,
+    key: &LtKey,
+    e: &'static LtEntry,
+    spec: &'static LtSpec,
+) -> Decision {
+    let c = &spec.counters;
     // Once per key (again after a failure), by one caller at a time; with cancellation
     // held off (the rebuild runs library code, and a cancellation acted on there would
     // unwind into `catch_unwind`).
@@ -304,18 +345,9 @@ fn row<L: Library>(
         unsafe { L::prepare(x, key, &e.action) }
     });
     match prepared {
-        Prep::Ready(p)
-            if p.fits(
-                [x.a as usize, x.b as usize, x.c as usize, x.d as usize],
-                x.workspace,
-                x.workspace_bytes,
-            ) && p.class == unsafe { L::call_class(x, key) } =>
-        {
-            Decision::Tuned(&p.algo, e, spec)
-        }
-        Prep::Ready(_) | Prep::Busy => {
-            // Less workspace or alignment than the tuned algorithm needs, a call of another
-            // class, or another caller is rebuilding the algorithm now.
+        Prep::Ready(p) => ready::<L>(x, key, e, spec, p),
+        Prep::Busy => {
+            // Another caller is rebuilding the algorithm now.
             bump(c.passed_through);
             Decision::Pass
         }
