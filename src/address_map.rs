@@ -421,6 +421,19 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         if Self::refused(addr) {
             return false;
         }
+        let fill = |s: &Slot<N>| {
+            for (w, &v) in s.words.iter().zip(words) {
+                w.store(v, Ordering::Relaxed);
+            }
+        };
+        self.claim_home(addr, fill) || self.insert_probe(addr, words)
+    }
+
+    /// Takes `addr`'s home slot if it is free: `fill` writes the words, then the key is
+    /// stored (the words before the key: a destroy reads the slot without a lock). Inlined
+    /// into each insert, so each keeps its words in registers.
+    #[inline(always)]
+    fn claim_home(&self, addr: usize, fill: impl FnOnce(&Slot<N>)) -> bool {
         // The state before the key: entering from that very state means no writer came
         // between, so the slot is still free as read.
         let s = self.slot(Self::home(addr));
@@ -433,15 +446,12 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
                 .is_ok()
         {
             fence(Ordering::Release);
-            // The words before the key (a destroy reads the slot without a lock).
-            for (w, &v) in s.words.iter().zip(words) {
-                w.store(v, Ordering::Relaxed);
-            }
+            fill(s);
             s.key.store(addr, Ordering::Relaxed);
             s.unlock(st);
             return true;
         }
-        self.insert_probe(addr, words)
+        false
     }
 
     /// [`AddressMap::insert_first`] of the first two words (`N >= 2`), with the words as
@@ -454,23 +464,11 @@ impl<const N: usize, const SLOTS: usize> AddressMap<N, SLOTS> {
         if Self::refused(addr) {
             return false;
         }
-        let s = self.slot(Self::home(addr));
-        let st = s.state.load(Ordering::Acquire);
-        let k = s.key.load(Ordering::Relaxed);
-        if st & WRITING == 0
-            && (k == 0 || k == TOMB)
-            && s.state
-                .compare_exchange(st, st | WRITING, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            fence(Ordering::Release);
+        let fill = |s: &Slot<N>| {
             s.words[0].store(w0, Ordering::Relaxed);
             s.words[1].store(w1, Ordering::Relaxed);
-            s.key.store(addr, Ordering::Relaxed);
-            s.unlock(st);
-            return true;
-        }
-        self.insert_pair_probe(addr, w0, w1)
+        };
+        self.claim_home(addr, fill) || self.insert_pair_probe(addr, w0, w1)
     }
 
     #[cold]
