@@ -102,6 +102,53 @@ impl Writer {
     }
 }
 
+/// Runs `write` (one write of ours, inside a host process) with SIGPIPE and SIGXFSZ blocked
+/// in this thread. When it failed with EPIPE or EFBIG, the signal that failure raised (a
+/// pipe nobody reads, a file-size limit: `ulimit -f`) is taken back, so it cannot end the
+/// host, whose default action for both it is; one that was pending before is the host's
+/// and stays, and so does any that arrives while the write succeeds or fails otherwise (an
+/// outside tester's host sends itself these signals). Only async-signal-safe calls; the
+/// kernel's 8-byte sets through the raw calls (glibc's `sigset_t` is 128 bytes, and this
+/// runs on exit paths with a few KiB of stack); errno is left as `write` left it.
+pub fn quiet_write<T>(write: impl FnOnce() -> T) -> T {
+    const SET_SIZE: libc::c_long = 8;
+    let bit = |sig: libc::c_int| 1u64 << (sig - 1);
+    let ours = bit(libc::SIGPIPE) | bit(libc::SIGXFSZ);
+    let (mut old, mut before, mut after) = (0u64, 0u64, 0u64);
+    // SAFETY: the kernel's signal calls on 8-byte sets of ours; errno is this thread's.
+    unsafe {
+        let mask = |how: libc::c_int, set: *const u64, old: *mut u64| {
+            libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, SET_SIZE)
+        };
+        let pending = |set: *mut u64| libc::syscall(libc::SYS_rt_sigpending, set, SET_SIZE);
+        mask(libc::SIG_BLOCK, &ours, &mut old);
+        pending(&mut before);
+        *libc::__errno_location() = 0;
+        let out = write();
+        let errno = *libc::__errno_location();
+        let raised = match errno {
+            libc::EPIPE => bit(libc::SIGPIPE),
+            libc::EFBIG => bit(libc::SIGXFSZ),
+            _ => 0,
+        };
+        if raised != 0 {
+            pending(&mut after);
+            let take = raised & after & !before;
+            if take != 0 {
+                let now = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                let null = std::ptr::null_mut::<libc::siginfo_t>();
+                libc::syscall(libc::SYS_rt_sigtimedwait, &take, null, &now, SET_SIZE);
+            }
+        }
+        mask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        *libc::__errno_location() = errno;
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

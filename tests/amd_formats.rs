@@ -384,6 +384,7 @@ fn a_hipblaslt_profile_is_written_in_the_amd_formats_and_read_back() {
     for args in [
         &["export", "--profile", "amd", "--format", "gemm-tune"][..],
         &["export", "--profile", "amd", "--format", "bench"],
+        &["export", "--profile", "amd", "--format", "tunableop"],
         &["report", "--profile", "amd"],
     ] {
         let out = common::run(common::tunedblas_cmd(&dir, args));

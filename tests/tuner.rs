@@ -432,28 +432,53 @@ fn shards_tuned_apart_merge_whole(b: &Backend, dir: &Path) {
         })
         .map(|(_, a)| a)
         .collect();
-    let out = common::tunedblas_cmd(dir, &["merge"])
-        .args(lib)
-        .envs(b.env.iter().map(|(k, v)| (k, v)))
-        .arg("--profiles")
-        .arg(dir.join("merged"))
-        .args([dir.join("shard0"), dir.join("shard1")])
-        .output()
-        .expect("run tunedblas merge");
-    assert_has(&ok(&out), "2 rows added, 2 rows in all, 0 conflicts");
+    let merge = |into: &str| {
+        common::tunedblas_cmd(dir, &["merge"])
+            .args(&lib)
+            .envs(b.env.iter().map(|(k, v)| (k, v)))
+            .arg("--profiles")
+            .arg(dir.join(into))
+            .args([dir.join("shard0"), dir.join("shard1")])
+            .output()
+            .expect("run tunedblas merge")
+    };
+    assert_has(
+        &ok(&merge("merged")),
+        "2 rows added, 2 rows in all, 0 conflicts",
+    );
     assert_eq!(rows(&dir.join("merged")), expected);
-    let reg = std::fs::read_to_string(dir.join("merged/profiles.json")).unwrap();
-    let shard = std::fs::read_to_string(dir.join("shard0/profiles.json")).unwrap();
-    let library = |r: &str| {
-        serde_json::from_str::<Value>(r).unwrap()["profiles"]
+    let registry = |store: &str| -> Value {
+        let text = std::fs::read_to_string(dir.join(store).join("profiles.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let entry = |r: &Value| {
+        r["profiles"]
             .as_object()
             .unwrap()
             .values()
             .next()
-            .unwrap()["library"]
+            .unwrap()
             .clone()
     };
-    assert_eq!(library(&reg), library(&shard), "{reg}");
+    assert_eq!(
+        entry(&registry("merged"))["library"],
+        entry(&registry("shard0"))["library"]
+    );
+    // Shards of two architectures are refused, not merged under one name (the stand-ins
+    // record one, none or `unknown`: each shard is given one here).
+    for (shard, arch) in [("shard0", "gfx001"), ("shard1", "gfx000")] {
+        let mut r = registry(shard);
+        for (_, e) in r["profiles"].as_object_mut().unwrap() {
+            e["arch"] = arch.into();
+        }
+        std::fs::write(dir.join(shard).join("profiles.json"), r.to_string()).unwrap();
+    }
+    let out = merge("mixed");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_has(
+        &text(&out.stderr),
+        "the shards were tuned on different architectures",
+    );
 }
 
 /// The matrix: each test above, for each backend, in a folder of its own, one at a time:

@@ -108,13 +108,12 @@ fn verify_stats_fails_on_a_missed_call_in_any_backend() {
 
 /// The processes of one server share one `TUNEDBLAS_STATS` (vLLM spawns its workers; they
 /// are not fork children): each replaced the last one's file, so a worker's missed calls
-/// vanished when a clean worker left after it, and `verify --stats` said OK (an outside
-/// tester's finding). The first to leave keeps the name, the others write beside it
-/// (`<path>.<pid>`), and `verify --stats` checks every one: each process's misses are its
-/// own failure, a row is unhit only if no process hit it. A file from an earlier run is
-/// replaced, not kept beside.
+/// vanished when a clean worker left after it, and `verify --stats` said OK without a word
+/// (an outside tester's finding). The process that replaces another's file written while
+/// it ran now says so, and `%p` in the path gives each process its own file, which
+/// `verify --stats` takes all of.
 #[test]
-fn verify_stats_checks_every_process_of_a_run_and_replaces_an_earlier_runs_file() {
+fn workers_sharing_a_stats_path_are_warned_and_percent_p_keeps_each_ones() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let dir = scratch("verify-stats-workers");
@@ -123,65 +122,68 @@ fn verify_stats_checks_every_process_of_a_run_and_replaces_an_earlier_runs_file(
         .tuned(served, tuned(served))
         .tuned(near_row, tuned(near_row))
         .write();
-    let stats = dir.join("stats.json");
-    // An earlier run's file, an hour old, that says nothing of this run.
-    std::fs::write(&stats, "{\"earlier\": true}\n").unwrap();
-    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&stats)
-        .unwrap()
-        .set_modified(hour_ago)
-        .unwrap();
     // Two workers of one run, both started before either leaves: the one that misses a
     // shape leaves first, the clean one last (the order that hid the miss).
-    let worker = |steps: &[&str], go: &str| {
-        let go = dir.join(go);
-        let wait = format!("@wait:{}", go.display());
-        let mut all = steps.to_vec();
-        all.push(&wait);
-        let mut cmd = fault_cmd(&dir, true, &all);
-        cmd.env("TUNEDBLAS_STATS", &stats)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("waiting") {
-            line.clear();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "the worker left early"
-            );
-        }
-        (child, go)
+    let run = |stats: &std::path::Path, tag: &str| {
+        let worker = |steps: &[&str], go: &str| {
+            let go = dir.join(format!("{tag}-{go}"));
+            let wait = format!("@wait:{}", go.display());
+            let mut all = steps.to_vec();
+            all.push(&wait);
+            let mut cmd = fault_cmd(&dir, true, &all);
+            cmd.env("TUNEDBLAS_STATS", stats)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            while !line.contains("waiting") {
+                line.clear();
+                assert!(
+                    out.read_line(&mut line).unwrap() > 0,
+                    "the worker left early"
+                );
+            }
+            (child, go)
+        };
+        let (missing, go_first) = worker(&[served, "ex:TN:h:8:8:8:2"], "first");
+        let (clean, go_last) = worker(&[served, near_row], "last");
+        std::fs::write(&go_first, "").unwrap();
+        assert!(missing.wait_with_output().unwrap().status.success());
+        std::fs::write(&go_last, "").unwrap();
+        let out = clean.wait_with_output().unwrap();
+        assert!(out.status.success());
+        text(&out.stderr)
     };
-    let (mut missing, go_first) = worker(&[served, "ex:TN:h:8:8:8:2"], "go-first");
-    let (mut clean, go_last) = worker(&[served, near_row], "go-last");
-    std::fs::write(&go_first, "").unwrap();
-    assert!(missing.wait().unwrap().success());
-    std::fs::write(&go_last, "").unwrap();
-    assert!(clean.wait().unwrap().success());
 
-    let out = verify(&dir, &stats);
+    // One path: the clean worker's file replaces the other's, and it says so.
+    let shared = dir.join("stats.json");
+    let said = run(&shared, "shared");
+    assert_has(&said, "holds another process's counters");
+    assert_has(&said, "put %p in TUNEDBLAS_STATS for one file per process");
+
+    // %p: a file each, all checked; the missing worker's misses fail the run.
+    let each = dir.join("each-%p.json");
+    run(&each, "each");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().to_str().unwrap().to_string())
+        .filter(|p| p.contains("/each-") && p.ends_with(".json"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let mut args = vec!["verify", "--stats"];
+    args.extend(files.iter().map(String::as_str));
+    let out = tunedblas_cmd(&dir, &args).output().unwrap();
     let shown = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{shown}");
     assert_has(
         &shown,
         "2 calls missed (1 shapes with no row, not served near)",
     );
-    let checked = shown.lines().filter(|l| l.starts_with("verify ")).count();
-    assert_eq!(checked, 2, "both workers' files: {shown}");
-    assert!(!shown.contains("earlier"), "{shown}");
-    // The missing worker never made the second row's shape; the clean one served it: no
-    // row went unhit in the run.
-    assert!(
-        !shown.contains("never hit") && !shown.contains("hit by none"),
-        "{shown}"
-    );
-    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     assert_eq!(
-        kept["missed_calls"], 2,
-        "the first to leave kept the name: {kept}"
+        shown.lines().filter(|l| l.starts_with("verify ")).count(),
+        2,
+        "{shown}"
     );
 }

@@ -52,7 +52,7 @@ impl Picked {
             _ => "another library",
         };
         Err(Error::not_loaded(format!(
-            "{what} takes {} profiles; '{}' is a {} profile (build {}): `tunedblas export --format tunableop` and `tunedblas verify` take every library's",
+            "{what} takes {} profiles; '{}' is a {} profile (build {}): `tunedblas profiles show`, `verify` and `merge` take every library's",
             name(library),
             self.name,
             name(&self.library),

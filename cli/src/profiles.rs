@@ -760,14 +760,18 @@ pub struct MergeReport {
     pub conflicts: Vec<String>,
 }
 
-/// The profile for the build hashed `sha256` in each shard store: its name and folder.
-fn shard_profile(shard: &Store, root: &Path, sha256: &str) -> Result<Folder> {
+/// The profile for the build hashed `sha256` in each shard store: its name and folder, and
+/// the architecture it was tuned on where it says.
+fn shard_profile(shard: &Store, root: &Path, sha256: &str) -> Result<(Folder, Option<String>)> {
     match shard.registry()?.find_by_sha(sha256) {
-        Match::Unique(name, entry) => Ok(Folder {
-            name: name.to_string(),
-            dir: entry.path_in(root),
-            existed: true,
-        }),
+        Match::Unique(name, entry) => Ok((
+            Folder {
+                name: name.to_string(),
+                dir: entry.path_in(root),
+                existed: true,
+            },
+            entry.arch.clone().filter(|a| a != "unknown"),
+        )),
         _ => Err(Error::failed(format!(
             "{} has no profile for build {}: it was tuned for another library",
             shard.registry_path().display(),
@@ -804,14 +808,35 @@ pub fn merge<L: Library>(
     let mut shard_rows = Vec::new();
     let mut campaigns = Vec::new();
     let mut ranks = 1;
+    let mut archs = std::collections::BTreeSet::new();
     for shard_root in shards {
         let shard = Store::existing(shard_root)?;
-        let folder = shard_profile(&shard, shard_root, &build.sha256)?;
+        let (folder, arch) = shard_profile(&shard, shard_root, &build.sha256)?;
+        archs.extend(arch);
         ranks = ranks.max(shard.ranks(&folder));
         shard_rows.extend(lib.read(&shard.read_text(&folder)?));
         if let Ok(p) = Provenance::load(&store::provenance_file(&folder.dir)) {
             campaigns.extend(p.campaigns().iter().cloned());
         }
+    }
+    // Rows tuned on one architecture are not another's: shards of two, or shards of one
+    // merged where the profile would record another (the device here, for the Lt
+    // libraries), are refused rather than joined under one name.
+    let archs: Vec<String> = archs.into_iter().collect();
+    if archs.len() > 1 {
+        return Err(Error::failed(format!(
+            "the shards were tuned on different architectures ({}): merge the shards of one architecture at a time",
+            archs.join(", ")
+        )));
+    }
+    if let Some(theirs) = archs
+        .first()
+        .filter(|a| build.arch != "unknown" && **a != build.arch)
+    {
+        return Err(Error::failed(format!(
+            "the shards were tuned on {theirs}, but the profile would record {} (this machine's device, or --arch): merge on a machine whose device is {theirs}",
+            build.arch
+        )));
     }
     // Then into the profile's rows as they are now, under the lock: merges run at once
     // each add their rows to what the others wrote.

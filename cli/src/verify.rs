@@ -149,8 +149,7 @@ pub struct StatsCheck {
 
 /// The stats files of one run: `path` and, beside it, the Lt backends' own
 /// (`<path>.cublaslt.json`, `<path>.hipblaslt.json`, written there when rocBLAS ran too),
-/// and for each, every other process's (`<name>.<pid>`: fork children, and the processes of
-/// a server that share one `TUNEDBLAS_STATS` with the one that wrote `<name>`).
+/// and for each, its fork children's (`<name>.<pid>`).
 pub fn stats_files(path: &Path) -> Vec<PathBuf> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -235,56 +234,7 @@ pub fn check_stats(path: &Path) -> Result<Vec<StatsCheck>> {
             stats,
         });
     }
-    rows_hit_by_any_process(&mut out);
     Ok(out)
-}
-
-/// Where several processes of one backend ran (a server's workers), a row is unhit only
-/// if none of them hit it: a worker that never made one shape is no failure when another
-/// served it. Each process's own misses and fallbacks stay its problems.
-fn rows_hit_by_any_process(checks: &mut [StatsCheck]) {
-    let mut backends: Vec<String> = checks.iter().map(|c| c.backend.clone()).collect();
-    backends.sort();
-    backends.dedup();
-    for backend in &backends {
-        let group: Vec<usize> = (0..checks.len())
-            .filter(|&i| checks[i].backend == *backend && checks[i].stats.rows > 0)
-            .collect();
-        if group.len() < 2 {
-            continue;
-        }
-        let never: Vec<String> = checks[group[0]]
-            .stats
-            .rows_not_hit
-            .iter()
-            .filter(|r| {
-                group
-                    .iter()
-                    .all(|&i| checks[i].stats.rows_not_hit.contains(r))
-            })
-            .cloned()
-            .collect();
-        for &i in &group {
-            let c = &mut checks[i];
-            c.problems.retain(|p| !p.contains("rows were never hit"));
-        }
-        if !never.is_empty() {
-            let c = &mut checks[group[0]];
-            c.problems.insert(
-                0,
-                format!(
-                    "{} of {} rows were hit by none of the {} processes: {}",
-                    never.len(),
-                    c.stats.rows,
-                    group.len(),
-                    never.join("; ")
-                ),
-            );
-        }
-        for &i in &group {
-            checks[i].ok = checks[i].problems.is_empty();
-        }
-    }
 }
 
 /// Prints each file's check as `verify` does.

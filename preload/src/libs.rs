@@ -431,8 +431,7 @@ pub fn identify_loaded(
             info!("the hash cache {why}: each start hashes the library (set TUNEDBLAS_CACHE_DIR to a folder of yours)");
         }
     }
-    // The cache entry is a file written: a file-size limit must not end the host.
-    match crate::log::without_our_signals(|| cache.identify(&path)) {
+    match cache.identify(&path) {
         Ok(id) => Ok((path, id)),
         Err(e) => Err(format!(
             "cannot hash {}: {e}; passing calls through",

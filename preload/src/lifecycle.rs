@@ -110,15 +110,21 @@ impl Config {
                 crate::files::Trust::Private
             },
             log_level: sw.log_level,
-            stats_path: settings::path_var("TUNEDBLAS_STATS").map(absolute),
+            stats_path: settings::path_var("TUNEDBLAS_STATS").map(|p| absolute(per_process(p))),
             near_window: sw.near_window,
             status_thread: sw.status_thread,
             group_read: sw.group_read,
             reload: sw.reload,
         };
         if cfg.stats_path.is_some() {
-            // Read here, on the start-up's stack, for the stats written at exit.
-            remember_process_start();
+            // For [`another_process_wrote`]: when this process began making GEMMs.
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let _ = PROCESS_START_NS.compare_exchange(
+                0,
+                now.map_or(0, |d| d.as_nanos() as u64),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
         (cfg, said)
     }
@@ -886,12 +892,73 @@ fn descriptor_link(to: &Path) -> bool {
     }
 }
 
+/// `TUNEDBLAS_STATS` with `%p` in it names one file per process: `%p` becomes the pid (as
+/// in `core_pattern`), for a server whose processes share the setting (vLLM spawns its
+/// workers), where one file would hold only the last process to leave.
+fn per_process(path: PathBuf) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let bytes = path.as_os_str().as_bytes();
+    if !bytes.windows(2).any(|w| w == b"%p") {
+        return path;
+    }
+    let pid = std::process::id().to_string();
+    let mut out = Vec::with_capacity(bytes.len() + pid.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(b"%p") {
+            out.extend_from_slice(pid.as_bytes());
+            i += 2;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Says once when the stats file about to be replaced is another process's written while
+/// this one ran (a server's processes sharing one `TUNEDBLAS_STATS`): only the last to
+/// leave is kept, so the others' misses would not be seen; `%p` gives each its own.
+fn another_process_wrote(target: &Path) {
+    let Ok(meta) = std::fs::symlink_metadata(target) else {
+        return;
+    };
+    let started = PROCESS_START_NS.load(Ordering::Relaxed);
+    let written = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64);
+    if !meta.is_file() || started == 0 || written < started {
+        return;
+    }
+    let theirs = std::fs::read(target)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["pid"].as_u64());
+    if theirs.is_some_and(|pid| pid != u64::from(std::process::id())) {
+        info!(
+            "{} holds another process's counters (pid {}), written while this one ran: replaced, so only the last process to leave is kept; put %p in TUNEDBLAS_STATS for one file per process",
+            target.display(),
+            theirs.unwrap_or(0)
+        );
+    }
+}
+
+/// When this process's interposer started, in ns since the epoch (0: not known).
+static PROCESS_START_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
-    let text = serde_json::to_vec_pretty(json)?;
+    // The pid says whose counters a file holds (a second process of a run warns by it).
+    let mut json = json.clone();
+    if let Some(o) = json.as_object_mut() {
+        o.insert("pid".into(), std::process::id().into());
+    }
+    let text = serde_json::to_vec_pretty(&json)?;
     if stats_target(Path::new(&name))? == StatsTarget::Stream {
         // Appended through, never created or truncated; a FIFO with no reader refuses at
         // once (O_NONBLOCK) rather than block the host.
@@ -925,119 +992,15 @@ fn try_write_stats(path: &Path, suffix: &str, json: &serde_json::Value) -> std::
     };
     let written = crate::log::without_our_signals(|| f.write_all(&text));
     drop(f);
-    let published = written.and_then(|()| match FORKED.load(Ordering::Acquire) {
-        // rename replaces whatever is at the target (a symlink included) without following.
-        true => std::fs::rename(&tmp, &target),
-        false => publish_stats(&tmp, &target),
-    });
-    if let Err(e) = published {
+    if !FORKED.load(Ordering::Acquire) {
+        another_process_wrote(&target);
+    }
+    // rename replaces whatever is at the target (a symlink included) without following it.
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &target)) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
     Ok(())
-}
-
-/// Puts this process's stats file `tmp` at `target`, unless another process of the same run
-/// wrote it there: then beside it, as `<target>.<pid>` (`verify --stats` reads both). The
-/// processes of one server (vLLM's workers are spawned, not forked) share one
-/// `TUNEDBLAS_STATS`, and each replaced the last one's file: a worker's misses vanished and
-/// `verify --stats` said OK (an outside tester's finding). A file there from before this
-/// process started is an earlier run's, and is replaced: one process of the run takes it
-/// away (a rename only one can win), the first to link its own in its place keeps the name.
-fn publish_stats(tmp: &Path, target: &Path) -> std::io::Result<()> {
-    // Where this process put its file before (the stats are written more than once: at
-    // each way out, after late calls): the same name again, replaced.
-    // Never waited for: a write interrupted by a handler that exits (which writes again)
-    // puts this one beside, under this process's own name.
-    static CHOSEN: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut chosen = match CHOSEN.try_lock() {
-        Ok(c) => c,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => {
-            let mut beside = target.as_os_str().to_owned();
-            beside.push(format!(".{}", std::process::id()));
-            return std::fs::rename(tmp, beside);
-        }
-    };
-    if let Some((_, name)) = chosen.iter().find(|(t, _)| t == target) {
-        return std::fs::rename(tmp, name);
-    }
-    let name = place_stats(tmp, target)?;
-    chosen.push((target.to_path_buf(), name));
-    Ok(())
-}
-
-/// [`publish_stats`]'s first placing: the name the file was put at.
-fn place_stats(tmp: &Path, target: &Path) -> std::io::Result<PathBuf> {
-    let started = match PROCESS_START_NS.load(Ordering::Relaxed) {
-        0 => None,
-        ns => Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns)),
-    };
-    for _ in 0..4 {
-        match std::fs::hard_link(tmp, target) {
-            Ok(()) => return std::fs::remove_file(tmp).map(|()| target.to_path_buf()),
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                // No hard links here (some filesystems): the old way, last one wins.
-                return std::fs::rename(tmp, target).map(|()| target.to_path_buf());
-            }
-            Err(_) => {}
-        }
-        // Only a regular file can be another process's stats; anything else (a link
-        // planted there) is replaced, never followed.
-        let there = std::fs::symlink_metadata(target)
-            .and_then(|m| Ok((m.file_type().is_file(), m.modified()?)));
-        match (there, started) {
-            // Gone meanwhile: link again.
-            (Err(_), _) => {}
-            // This run's: ours goes beside it.
-            (Ok((true, written)), Some(started)) if written >= started => break,
-            // A link, or an earlier run's file: taken away (by one process), linked again.
-            _ => take_away(target),
-        }
-    }
-    let mut beside = target.as_os_str().to_owned();
-    beside.push(format!(".{}", std::process::id()));
-    let beside = PathBuf::from(beside);
-    std::fs::rename(tmp, &beside).map(|()| beside)
-}
-
-/// Takes what is at `target` away, if no other process did first (a rename only one can
-/// win), without following it.
-fn take_away(target: &Path) {
-    let mut aside = target.as_os_str().to_owned();
-    aside.push(format!(".old.{}", std::process::id()));
-    if std::fs::rename(target, &aside).is_ok() {
-        let _ = std::fs::remove_file(&aside);
-    }
-}
-
-/// When this process started, in ns since the epoch (0: not known), for [`place_stats`].
-static PROCESS_START_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn remember_process_start() {
-    if let Some(t) = process_started().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
-        PROCESS_START_NS.store(t.as_nanos() as u64, Ordering::Relaxed);
-    }
-}
-
-/// When this process started (its start tick after boot, plus the boot time), to the tick.
-fn process_started() -> Option<std::time::SystemTime> {
-    let ticks = tunedblas_core::process::start_ticks(None)?;
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let boot: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    // SAFETY: sysconf cannot fail for _SC_CLK_TCK.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-        .ok()
-        .filter(|&h| h > 0)?;
-    let since_boot = std::time::Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz);
-    // One tick earlier: a file a sibling wrote in the tick this process started is this run's.
-    let tick = std::time::Duration::from_nanos(1_000_000_000 / hz);
-    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(boot) + since_boot - tick)
 }
 
 #[cfg(test)]

@@ -91,48 +91,9 @@ pub fn line_args(level: u8, args: std::fmt::Arguments) {
     write_stderr(&out.buf[..out.len + 1]);
 }
 
-/// Runs `write` (a write of ours) with SIGPIPE and SIGXFSZ blocked in this thread, and takes
-/// back either one it raised: a pipe nobody reads (stderr, a `TUNEDBLAS_STATS` FIFO) and a
-/// file-size limit (`ulimit -f`, RLIMIT_FSIZE) then fail our write (EPIPE, EFBIG) instead
-/// of ending the host, which is both signals' default action. A signal pending before is
-/// the host's own and stays. Only async-signal-safe calls, and errno as `write` left it.
-pub fn without_our_signals<T>(write: impl FnOnce() -> T) -> T {
-    // The kernel's own signal sets (64 bits) through the raw calls: glibc's `sigset_t` is
-    // 128 bytes, and four of them on a path an exit in a small signal stack reaches were
-    // more than its budget. Only these two signals are blocked (glibc's internal ones are
-    // never touched), and the mask is set back exactly as the kernel gave it.
-    const SET_SIZE: libc::c_long = 8;
-    let bit = |sig: libc::c_int| 1u64 << (sig - 1);
-    let ours = bit(libc::SIGPIPE) | bit(libc::SIGXFSZ);
-    let (mut old, mut before, mut after) = (0u64, 0u64, 0u64);
-    // SAFETY: the kernel's signal calls on 8-byte sets of ours.
-    unsafe {
-        let mask = |how: libc::c_int, set: *const u64, old: *mut u64| {
-            libc::syscall(libc::SYS_rt_sigprocmask, how, set, old, SET_SIZE)
-        };
-        let pending = |set: *mut u64| libc::syscall(libc::SYS_rt_sigpending, set, SET_SIZE);
-        mask(libc::SIG_BLOCK, &ours, &mut old);
-        pending(&mut before);
-        let out = write();
-        let errno = *libc::__errno_location();
-        pending(&mut after);
-        let raised = after & !before & ours;
-        if raised != 0 {
-            let now = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            let null = std::ptr::null_mut::<libc::siginfo_t>();
-            libc::syscall(libc::SYS_rt_sigtimedwait, &raised, null, &now, SET_SIZE);
-            if raised.count_ones() == 2 {
-                libc::syscall(libc::SYS_rt_sigtimedwait, &raised, null, &now, SET_SIZE);
-            }
-        }
-        mask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        *libc::__errno_location() = errno;
-        out
-    }
-}
+/// [`tunedblas_core::process::quiet_write`]: a write of ours that fails on a pipe nobody
+/// reads or past a file-size limit does not end the host.
+pub use tunedblas_core::process::quiet_write as without_our_signals;
 
 /// Writes one line to descriptor 2: the host never wrote there itself, so a SIGPIPE from a
 /// pipe nobody reads would be ours ([`without_our_signals`]). A failed write is ignored on

@@ -24,6 +24,10 @@
  *   @fsize-limit:B   caps the size of any file written (RLIMIT_FSIZE, `ulimit -f`) at B
  *                    bytes, SIGXFSZ left at its default action (the process ends)
  *   @umask:OCT       umask(OCT), as a host that takes every bit away (0777)
+ *   @own-signals:S:N a thread sends the main thread its own SIGXFSZ (S xfsz) or SIGPIPE
+ *                    (S pipe) one at a time, each counted by a handler before the next,
+ *                    while the main thread makes N new missed shapes (each written to the
+ *                    miss log). Prints own-signals sent=S lost=L (not counted within 2 s)
  *   @chroot:DIR      chroot(DIR) and chdir("/"), as a sandboxed worker confines itself after
  *                    start-up. Prints chroot=ok, or chroot=denied where it may not
  *   @distinct:N      N distinct missed shapes, once each. Prints distinct=N
@@ -302,6 +306,47 @@ static void cancel(int n) {
  * start-up (lifecycle::started), on the thread that starts it; this host's definition (exported,
  * so it comes first) lets the signal and the second thread go there, once, and forwards. */
 static volatile int start_armed, start_go, start_handler_status = -99;
+static volatile sig_atomic_t own_got;
+static volatile int own_done;
+static pthread_t own_main;
+static int own_sig;
+static void on_own(int sig) { (void)sig; own_got++; }
+static void *own_sender(void *p) {
+    long *lost = p;
+    long sent = 0;
+    while (!own_done) {
+        int before = own_got;
+        pthread_kill(own_main, own_sig);
+        sent++;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            if (own_got != before) break;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) > 2000000000L) {
+                lost[0]++;
+                break;
+            }
+        }
+        usleep(50);
+    }
+    lost[1] = sent;
+    return 0;
+}
+static void own_signals(const char *which, long n) {
+    own_sig = !strcmp(which, "pipe") ? SIGPIPE : SIGXFSZ;
+    signal(own_sig, on_own);
+    own_main = pthread_self();
+    long counts[2] = {0, 0};
+    pthread_t b;
+    pthread_create(&b, 0, own_sender, counts);
+    for (long k = 0; k < n; k++) gemm_number(100000 + k);
+    usleep(300000); /* the main thread idle, unblocked: anything pending arrives now */
+    own_done = 1;
+    pthread_join(b, 0);
+    printf("own-signals sent=%ld lost=%ld\n", counts[1], counts[0]);
+}
+
 static int start_n;
 static float start_c[2 * MAXN];
 
@@ -429,6 +474,11 @@ int main(int argc, char **argv) {
         } else if (!strncmp(a, "@fsize-limit:", 13)) {
             struct rlimit r = {strtoul(a + 13, NULL, 10), RLIM_INFINITY};
             if (setrlimit(RLIMIT_FSIZE, &r) != 0) { perror("life_host: fsize-limit"); return 3; }
+        } else if (!strncmp(a, "@own-signals:", 13)) {
+            const char *n = strchr(a + 13, ':');
+            char which[8] = {0};
+            strncpy(which, a + 13, n && n - (a + 13) < 7 ? (size_t)(n - (a + 13)) : 4);
+            own_signals(which, n ? atol(n + 1) : 200);
         } else if (!strncmp(a, "@umask:", 7)) {
             umask((mode_t)strtoul(a + 7, NULL, 8));
         } else if (!strncmp(a, "@chroot:", 8)) {

@@ -105,7 +105,11 @@ pub fn run(a: &Args) -> Result<()> {
     }
     let p = a.picked()?;
     match format.as_str() {
-        "gemm-tune" | "bench" => p.expect_library("rocblas", &format!("--format {format}"))?,
+        // PyTorch's TunableOp files name rocBLAS (and hipBLASLt index) solutions; a
+        // cuBLASLt configuration has no form there.
+        "gemm-tune" | "bench" | "tunableop" => {
+            p.expect_library("rocblas", &format!("--format {format}"))?
+        }
         "hipblaslt-override" | "hipblaslt-bench" | "aiter" => {
             p.expect_library("hipblaslt", &format!("--format {format}"))?
         }
