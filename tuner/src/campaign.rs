@@ -120,7 +120,10 @@ pub struct Summary {
     pub version: String,
     pub rows: usize,
     pub counts: Counts,
+    /// Shapes finished before, by the campaign this one resumed.
     pub resumed: usize,
+    /// Shapes this run added to the campaign it resumed (the inputs grew meanwhile).
+    pub added: usize,
     pub seconds: f64,
     pub limits: BTreeMap<i32, Limits>,
     pub outcomes: Vec<Outcome>,
@@ -205,7 +208,12 @@ impl<L: Library> Work<'_, L> {
     }
 
     /// The campaign's opening lines: what, where, resumed from where, how and the rules.
-    fn announce(&self, folder: &Folder, devices: &[i32], total: usize, resumed: usize) {
+    fn announce(
+        &self,
+        folder: &Folder,
+        devices: &[i32],
+        (total, resumed, added): (usize, usize, usize),
+    ) {
         let (b, m) = (self.lib.build(), &self.opts.method);
         println!(
             "tuning {total} shapes for {} {} (build {}) on device{} {} -> {}",
@@ -220,7 +228,13 @@ impl<L: Library> Work<'_, L> {
                 .join(","),
             folder.dir.display()
         );
-        if resumed > 0 {
+        if added > 0 {
+            println!(
+                "resuming: {resumed} of {} shapes were finished before; {added} new shapes added; {} to go",
+                total - added,
+                total - resumed
+            );
+        } else if resumed > 0 {
             println!(
                 "resuming: {resumed} of {total} shapes were finished before; {} to go",
                 total - resumed
@@ -442,6 +456,7 @@ fn plan<L: Library>(
     w: &Work<L>,
     folder: &Folder,
     mut inputs: Inputs<L::Key>,
+    pending: &[String],
 ) -> Result<Planned<L::Key>> {
     let (lib, opts) = (w.lib, w.opts);
     let mut shapes = std::mem::take(&mut inputs.shapes);
@@ -462,7 +477,12 @@ fn plan<L: Library>(
         inputs.sources.push(format!("--retune {}", folder.name));
     } else {
         let before = shapes.len();
-        shapes.retain(|(k, _)| inputs.named.contains(k) || !w.current.contains_key(k));
+        // The unfinished campaign's shapes stay, rows or not, so that it can resume.
+        shapes.retain(|(k, _)| {
+            inputs.named.contains(k)
+                || !w.current.contains_key(k)
+                || pending.contains(&lib.key_text(k))
+        });
         served = before - shapes.len();
     }
     shapes.sort_by_key(|s| lib.key_text(&s.0));
@@ -519,8 +539,10 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         .map(|(k, s, _)| (k, lib.row(&s)))
         .collect();
     let w = Work { lib, opts, current };
-    let (shapes, inputs) = plan(&w, &folder, inputs)?;
-    let summary = |rows, counts, resumed, limits, outcomes| Summary {
+    let tag = format!("{} {}", lib.kind().tag(), build.sha256);
+    let pending = checkpoint::pending_shapes(&folder.dir, &tag);
+    let (shapes, inputs) = plan(&w, &folder, inputs, &pending)?;
+    let summary = |rows, counts, (resumed, added), limits, outcomes| Summary {
         library: lib.kind().tag().into(),
         profile: folder.name.clone(),
         dir: folder.dir.clone(),
@@ -529,6 +551,7 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         rows,
         counts,
         resumed,
+        added,
         seconds: started.elapsed().as_secs_f64(),
         limits,
         outcomes,
@@ -537,18 +560,16 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         return Ok(summary(
             w.current.len(),
             Counts::default(),
-            0,
+            (0, 0),
             BTreeMap::new(),
             vec![],
         ));
     }
-    let header = Header::new(
-        format!("{} {}", lib.kind().tag(), build.sha256),
-        shapes.iter().map(|s| lib.key_text(&s.0)).collect(),
-    );
+    let header = Header::new(tag, shapes.iter().map(|s| lib.key_text(&s.0)).collect());
     let (mut checkpoint, mut done) =
         Checkpoint::open::<Outcome>(&folder.dir, header, opts.discard)?;
     let resumed = done.len();
+    let added = checkpoint.grown_from.map_or(0, |n| shapes.len() - n);
     let finished: HashSet<String> = done.iter().map(|o| o.shape.clone()).collect();
     let queue: Vec<(L::Key, u64)> = shapes
         .iter()
@@ -556,7 +577,7 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         .cloned()
         .collect();
     if !opts.json && !opts.quiet {
-        w.announce(&folder, &devices, shapes.len(), resumed);
+        w.announce(&folder, &devices, (shapes.len(), resumed, added));
     }
     let limits = w.tune_queue(
         &devices,
@@ -621,7 +642,7 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         }
         Ok((counts, rows.len()))
     })?;
-    let s = summary(rows_after, counts, resumed, limits, done);
+    let s = summary(rows_after, counts, (resumed, added), limits, done);
     if !opts.json {
         print_summary(&s);
     }

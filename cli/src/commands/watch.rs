@@ -178,8 +178,20 @@ fn report(n: u64, stdout: &[u8], took: Duration) {
         note!("watch: round {n}: nothing new to tune");
         return;
     }
+    // A round that resumed a campaign stopped before (with the shapes recorded since).
+    let resumed = match (
+        v["resumed"].as_u64().unwrap_or(0),
+        v["added"].as_u64().unwrap_or(0),
+    ) {
+        (0, _) => String::new(),
+        (r, 0) => format!(" (resumed: {r} done before)"),
+        (r, a) => format!(
+            " (resumed: {r} of {} done before; {a} new shapes added)",
+            get("shapes").saturating_sub(a)
+        ),
+    };
     note!(
-        "watch: round {n}: {} shapes in {:.0} s: {} new rows, {} replaced, {} Default, {} undecidable, {} failed; profile {}",
+        "watch: round {n}: {} shapes{resumed} in {:.0} s: {} new rows, {} replaced, {} Default, {} undecidable, {} failed; profile {}",
         get("shapes"),
         took.as_secs_f64(),
         get("new"),
