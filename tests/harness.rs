@@ -1194,7 +1194,8 @@ fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
         said.contains(&format!("\n    {rerun}\n")),
         "{rerun}\n{said}"
     );
-    assert_has(&said, "add --fresh to this command");
+    assert_has(&said, "rerun this command with --fresh:");
+    assert_has(&said, "--shape f16:TN:8:8:8 --fresh");
     assert_has(&said, &format!("({finished} of 16 done)"));
 
     // That command resumes it.
