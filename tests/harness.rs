@@ -1195,7 +1195,8 @@ fn a_tune_whose_output_pipe_closes_stops_and_the_same_command_resumes_it() {
         said.contains(&format!("\n    {rerun}\n")),
         "{rerun}\n{said}"
     );
-    assert_has(&said, "add --fresh to this command");
+    assert_has(&said, "rerun this command with --fresh:");
+    assert_has(&said, "--shape f16:TN:8:8:8 --fresh");
     assert_has(&said, &format!("({finished} of 16 done)"));
 
     // That command resumes it.
@@ -1256,4 +1257,131 @@ fn a_store_path_that_is_no_store_is_refused_alike_and_left_as_it_was() {
         );
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a store\n");
+}
+
+/// Shapes `from..to` as an untuned file (one `op,signature` line each): the form a miss
+/// folder's shapes take as tune inputs.
+fn shapes_file(path: &Path, from: usize, to: usize) {
+    let lines: String = (from..to)
+        .map(|i| {
+            let key = spec_key(&format!("ex:TN:h:{}:{}:64", 32 + 8 * i, 1 + i));
+            let (op, sig) = tunedblas_core::tunableop::op_and_signature(&key);
+            format!("{op},{sig}\n")
+        })
+        .collect();
+    std::fs::write(path, lines).unwrap();
+}
+
+/// Waits until the checkpoint at `path` holds `lines` lines (its header and finished shapes)
+/// while `child` runs.
+fn wait_for_checkpoint(child: &mut std::process::Child, path: &Path, lines: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(path).map_or(0, |t| t.lines().count()) < lines {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the campaign ended before it could be stopped"
+        );
+        assert!(Instant::now() < deadline, "no progress in the checkpoint");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// An outside tester's finding: `watch` stopped mid-round (SIGINT), then the server
+/// records new shapes, then `watch` again: every round failed for ever with "an unfinished
+/// campaign of other shapes", and so did the command that message said to rerun (a miss
+/// folder's shape list only grows; the checkpoint resumed only the same list). Now the
+/// campaign resumes with the new shapes added, the finished ones kept; a command without
+/// some of its shapes still refuses, naming what finishes it and what discards it.
+#[test]
+fn a_stopped_watch_resumes_with_the_shapes_recorded_since() {
+    let dir = scratch("resume-grown");
+    let lib = artifacts().lib4();
+    let misses = dir.join("misses");
+    std::fs::create_dir_all(&misses).unwrap();
+    shapes_file(&misses.join("first.csv"), 0, 12);
+    let watch = |rounds: &[&str]| {
+        let mut args = vec!["watch", "--lib", lib.to_str().unwrap()];
+        args.push(misses.to_str().unwrap());
+        args.extend(["--every", "1"]);
+        args.extend(rounds);
+        args.push("--");
+        args.extend(QUICK);
+        tunedblas_cmd(&dir, &args)
+    };
+    let mut first = watch(&[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let profile = dir.join("profiles/rocblas-4.4.0.5f2e9c71");
+    let checkpoint = profile.join(".campaign.partial.jsonl");
+    wait_for_checkpoint(&mut first, &checkpoint, 4);
+    // SAFETY: a plain kill of our own child.
+    unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
+    assert!(first.wait().unwrap().success());
+    let before = std::fs::read_to_string(&checkpoint).unwrap();
+    let finished = before.lines().skip(1).count();
+    assert!((3..12).contains(&finished), "{before}");
+
+    // The server records three more shapes meanwhile.
+    shapes_file(&misses.join("second.csv"), 12, 15);
+    // Without some of its shapes the campaign cannot resume: refused, with the command that
+    // finishes it and the one that discards it.
+    let only_new = dir.join("only-new");
+    std::fs::create_dir_all(&only_new).unwrap();
+    shapes_file(&only_new.join("second.csv"), 12, 15);
+    let mut args = vec![only_new.to_str().unwrap()];
+    args.extend(QUICK);
+    let refused = run(lib_cmd(&dir, "tune", &lib, &args));
+    assert_refused(&refused, 1, "12 of its shapes are not among this command's");
+    let says = text(&refused.stderr);
+    assert_has(
+        &says,
+        "rerun the command that started it, with its inputs as they were",
+    );
+    assert_has(&says, &format!("{} --json", misses.display()));
+    assert_has(&says, &format!("{} --trials 3", only_new.display()));
+    assert_has(&says, "--no-limits --fresh");
+    assert_eq!(std::fs::read_to_string(&checkpoint).unwrap(), before);
+
+    // The same watch again resumes it: the finished shapes kept, the rest and the new
+    // ones tuned, all committed in one campaign.
+    let out = run(watch(&["--rounds", "1"]));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_has(
+        &stderr,
+        &format!(
+            "watch: round 1: 15 shapes (resumed: {finished} of 12 done before; 3 new shapes added)"
+        ),
+    );
+    assert!(!checkpoint.exists(), "finished: {stderr}");
+    let records: Vec<PathBuf> = std::fs::read_dir(profile.join("campaigns"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(records.len(), 1);
+    let record = std::fs::read_to_string(&records[0]).unwrap();
+    let mut shapes: Vec<String> = record
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["shape"].to_string())
+        .collect();
+    shapes.sort();
+    shapes.dedup();
+    assert_eq!(shapes.len(), 15, "each shape once: {record}");
+    // The shapes finished before the stop were not measured again: their rounds are kept.
+    for line in before.lines().skip(1) {
+        let old: Value = serde_json::from_str(line).unwrap();
+        let now = record
+            .lines()
+            .skip(1)
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|o| o["shape"] == old["shape"])
+            .unwrap();
+        assert_eq!(
+            now["tuned"]["rounds"], old["tuned"]["rounds"],
+            "kept: {line}"
+        );
+    }
 }

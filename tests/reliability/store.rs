@@ -391,3 +391,115 @@ fn a_tune_failing_on_provenance_leaves_the_profile_as_it_was_and_resumes() {
     let rows = rows_of(&profile, 0);
     assert_eq!(rows.len(), SEED.len() + rows_written(&summary).len());
 }
+
+/// The shim that stops `tunedblas` right after the rename putting a named file in place
+/// (`tests/hosts/rename_signal.c`): a signal at an exact point of a commit.
+fn rename_shim() -> PathBuf {
+    let dir = build::shared_lib(
+        build::Compiler::C,
+        "librename_signal.so.1",
+        "librename_signal.so",
+        &["{hosts}/rename_signal.c".into(), "-ldl".into()],
+    );
+    dir.join("librename_signal.so.1")
+}
+
+/// `tune` of one shape into the store of `dir` that adopts a row (refblas's heuristic
+/// made slow), sent `signal` right after the rename of `after` when given.
+fn tune_stopped(dir: &Path, shape: &str, stop: Option<(i32, &str)>) -> Output {
+    let mut args = tune_args(&artifacts().lib4(), shape);
+    args.extend(["--confirm", "off"].map(String::from));
+    let mut cmd = cli(dir, &strs(&args));
+    cmd.env("REFBLAS_SLOW_HEURISTIC", "4");
+    if let Some((signal, after)) = stop {
+        cmd.env("LD_PRELOAD", rename_shim())
+            .env("RENAME_SIGNAL", signal.to_string())
+            .env("RENAME_SIGNAL_AFTER", after);
+    }
+    run_guarded(cmd)
+}
+
+/// Whether the store of `dir` is whole: each rank file holds the rows `profiles.json`
+/// says it does, and no temporary, lock folder or checkpoint is left.
+fn assert_whole(dir: &Path, profile: &Path) {
+    let reg = json_file(&dir.join("profiles/profiles.json"));
+    let rows = rows_of(profile, 0);
+    assert_eq!(
+        reg["profiles"][PROFILE]["rows_per_rank"].as_u64(),
+        Some(rows.len() as u64),
+        "{reg}"
+    );
+    assert_eq!(rows_of(profile, 1), rows);
+    assert_eq!(temporaries(&dir.join("profiles")), Vec::<PathBuf>::new());
+    for folder in [dir.join("profiles"), profile.to_path_buf()] {
+        for e in std::fs::read_dir(&folder).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.ends_with(".lock.d") && !name.contains("partial"),
+                "{name} left in {}",
+                folder.display()
+            );
+        }
+    }
+}
+
+/// An outside tester's finding: SIGINT or SIGTERM (Ctrl-C, `watch` passing its stop on to
+/// its round) between the renames of a commit left the new rank files with the old
+/// `profiles.json` (`rows_per_rank` wrong), temporaries and lock folders. Now the signal
+/// waits for the commit (and the campaign's end: its checkpoint retired, its locks
+/// released), then ends the process as asked.
+#[test]
+fn a_signal_inside_the_commit_ends_the_tune_after_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let points = [
+        (libc::SIGINT, "tunableop_results0.csv"),
+        (libc::SIGTERM, "provenance.json"),
+        (libc::SIGHUP, "tunableop_results1.csv"),
+    ];
+    for (i, (signal, after)) in points.into_iter().enumerate() {
+        let dir = scratch(&format!("store-signal-{i}"));
+        let profile = store_with(&dir, SEED);
+        let out = tune_stopped(
+            &dir,
+            &format!("f16:TN:{}:3:64", 48 + 8 * i),
+            Some((signal, after)),
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.signal(), Some(signal), "{stderr}");
+        assert_whole(&dir, &profile);
+        assert_eq!(campaign_kinds(&profile), ["tune"]);
+        assert_eq!(
+            std::fs::read_dir(profile.join("campaigns"))
+                .unwrap()
+                .count(),
+            1
+        );
+    }
+}
+
+/// An outside tester's finding: a `tune` killed (SIGKILL, which cannot be held) between
+/// the renames of `provenance.json` and `profiles.json`, then run again, recorded its
+/// campaign twice, the second time as "replaced 1" (its row replacing itself). Now the
+/// rerun replaces its own record (same campaign id) and counts the row as the first commit
+/// did, and finishes the store.
+#[test]
+fn a_tune_killed_after_recording_its_campaign_is_recorded_once() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = scratch("store-kill-recorded");
+    let profile = store_with(&dir, SEED);
+    let shape = "f16:TN:48:3:64";
+    let killed = tune_stopped(&dir, shape, Some((libc::SIGKILL, "provenance.json")));
+    assert_eq!(killed.status.signal(), Some(libc::SIGKILL));
+    let first = json_file(&profile.join("provenance.json"))["campaigns"][0].clone();
+    assert_eq!(first["kind"], "tune");
+
+    let out = tune_stopped(&dir, shape, None);
+    let summary: Value = serde_json::from_str(&succeeded(&out)).unwrap();
+    assert_eq!(summary["resumed"], 1);
+    assert_eq!(
+        summary["counts"], first["counts"],
+        "counted as the first commit did"
+    );
+    assert_eq!(campaign_kinds(&profile), ["tune"], "recorded once");
+    assert_whole(&dir, &profile);
+}

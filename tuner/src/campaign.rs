@@ -120,7 +120,10 @@ pub struct Summary {
     pub version: String,
     pub rows: usize,
     pub counts: Counts,
+    /// Shapes finished before, by the campaign this one resumed.
     pub resumed: usize,
+    /// Shapes this run added to the campaign it resumed (the inputs grew meanwhile).
+    pub added: usize,
     pub seconds: f64,
     pub limits: BTreeMap<i32, Limits>,
     pub outcomes: Vec<Outcome>,
@@ -205,7 +208,12 @@ impl<L: Library> Work<'_, L> {
     }
 
     /// The campaign's opening lines: what, where, resumed from where, how and the rules.
-    fn announce(&self, folder: &Folder, devices: &[i32], total: usize, resumed: usize) {
+    fn announce(
+        &self,
+        folder: &Folder,
+        devices: &[i32],
+        (total, resumed, added): (usize, usize, usize),
+    ) {
         let (b, m) = (self.lib.build(), &self.opts.method);
         println!(
             "tuning {total} shapes for {} {} (build {}) on device{} {} -> {}",
@@ -220,7 +228,13 @@ impl<L: Library> Work<'_, L> {
                 .join(","),
             folder.dir.display()
         );
-        if resumed > 0 {
+        if added > 0 {
+            println!(
+                "resuming: {resumed} of {} shapes were finished before; {added} new shapes added; {} to go",
+                total - added,
+                total - resumed
+            );
+        } else if resumed > 0 {
             println!(
                 "resuming: {resumed} of {total} shapes were finished before; {} to go",
                 total - resumed
@@ -442,6 +456,7 @@ fn plan<L: Library>(
     w: &Work<L>,
     folder: &Folder,
     mut inputs: Inputs<L::Key>,
+    pending: &[String],
 ) -> Result<Planned<L::Key>> {
     let (lib, opts) = (w.lib, w.opts);
     let mut shapes = std::mem::take(&mut inputs.shapes);
@@ -462,7 +477,12 @@ fn plan<L: Library>(
         inputs.sources.push(format!("--retune {}", folder.name));
     } else {
         let before = shapes.len();
-        shapes.retain(|(k, _)| inputs.named.contains(k) || !w.current.contains_key(k));
+        // The unfinished campaign's shapes stay, rows or not, so that it can resume.
+        shapes.retain(|(k, _)| {
+            inputs.named.contains(k)
+                || !w.current.contains_key(k)
+                || pending.contains(&lib.key_text(k))
+        });
         served = before - shapes.len();
     }
     shapes.sort_by_key(|s| lib.key_text(&s.0));
@@ -512,15 +532,17 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
     let folder = store.folder_for(build, opts.name.as_deref())?;
     // One campaign per profile at a time, from here to the end: the next one reads the
     // rows and the checkpoint this one leaves.
-    let _campaign = checkpoint::lock(&folder, opts.quiet)?;
+    let campaign_lock = checkpoint::lock(&folder, opts.quiet)?;
     let current: HashMap<L::Key, RowChoice> = lib
         .read(&store.read_text(&folder)?)
         .into_iter()
         .map(|(k, s, _)| (k, lib.row(&s)))
         .collect();
     let w = Work { lib, opts, current };
-    let (shapes, inputs) = plan(&w, &folder, inputs)?;
-    let summary = |rows, counts, resumed, limits, outcomes| Summary {
+    let tag = format!("{} {}", lib.kind().tag(), build.sha256);
+    let pending = checkpoint::pending_shapes(&folder.dir, &tag);
+    let (shapes, inputs) = plan(&w, &folder, inputs, &pending)?;
+    let summary = |rows, counts, (resumed, added), limits, outcomes| Summary {
         library: lib.kind().tag().into(),
         profile: folder.name.clone(),
         dir: folder.dir.clone(),
@@ -529,6 +551,7 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         rows,
         counts,
         resumed,
+        added,
         seconds: started.elapsed().as_secs_f64(),
         limits,
         outcomes,
@@ -537,18 +560,16 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         return Ok(summary(
             w.current.len(),
             Counts::default(),
-            0,
+            (0, 0),
             BTreeMap::new(),
             vec![],
         ));
     }
-    let header = Header::new(
-        format!("{} {}", lib.kind().tag(), build.sha256),
-        shapes.iter().map(|s| lib.key_text(&s.0)).collect(),
-    );
+    let header = Header::new(tag, shapes.iter().map(|s| lib.key_text(&s.0)).collect());
     let (mut checkpoint, mut done) =
         Checkpoint::open::<Outcome>(&folder.dir, header, opts.discard)?;
     let resumed = done.len();
+    let added = checkpoint.grown_from.map_or(0, |n| shapes.len() - n);
     let finished: HashSet<String> = done.iter().map(|o| o.shape.clone()).collect();
     let queue: Vec<(L::Key, u64)> = shapes
         .iter()
@@ -556,7 +577,7 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
         .cloned()
         .collect();
     if !opts.json && !opts.quiet {
-        w.announce(&folder, &devices, shapes.len(), resumed);
+        w.announce(&folder, &devices, (shapes.len(), resumed, added));
     }
     let limits = w.tune_queue(
         &devices,
@@ -584,44 +605,68 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
     let ranks = opts.ranks.unwrap_or(device_count.max(1) as usize);
     // The verdicts go into the rows as they are now (a merge or import may have changed
     // them while this campaign tuned), with the record, in one transaction.
-    let (counts, rows_after) = store.transaction(|tx| {
-        let folder = tx.folder_for(build, Some(&folder.name))?;
-        let mut rows: BTreeMap<String, (L::Key, String, Option<f64>)> = lib
-            .read(&tx.read_text(&folder)?)
-            .into_iter()
-            .map(|(k, s, t)| (lib.key_text(&k), (k, s, t)))
-            .collect();
-        let counts = apply(&w, &done, &mut rows);
-        let rows: Vec<_> = rows.into_values().collect();
-        let mut fields = lib.describe();
-        fields.push(("library", lib.kind().tag().into()));
-        tx.write_profile(&folder, build, lib.results(&rows), ranks, "tuned", &fields)?;
-        let record = record(
-            &w,
-            &inputs,
-            &checkpoint.started,
-            &devices,
-            &limits,
-            &counts,
-            rows.len(),
-            &done,
-        );
-        tx.record(&folder, build, record)?;
-        if opts.retune {
-            // Tuned now, and recorded in provenance; shapes imported since stay waiting.
-            let tuned: HashSet<String> = done.iter().map(|o| o.shape.clone()).collect();
-            let waiting = tx
+    // From the commit to the end of the campaign (its checkpoint retired, its lock
+    // released), SIGINT, SIGTERM and SIGHUP wait ([`crate::held`]): a rerun would record
+    // a campaign that was committed and not retired a second time.
+    let (started_at, id) = (checkpoint.started.clone(), checkpoint.id.clone());
+    let mut until_the_end = None;
+    let transaction = store.transaction_then(
+        |tx| {
+            let folder = tx.folder_for(build, Some(&folder.name))?;
+            let mut rows: BTreeMap<String, (L::Key, String, Option<f64>)> = lib
+                .read(&tx.read_text(&folder)?)
+                .into_iter()
+                .map(|(k, s, t)| (lib.key_text(&k), (k, s, t)))
+                .collect();
+            // This campaign's record is there already when a commit of it went through before
+            // (with shapes that failed, retried now) or was killed once the record was in
+            // place: the record is replaced, and its rows are counted as it counted them.
+            let earlier = id.as_deref().and_then(|id| {
+                let prov = tx.provenance(&folder).ok()?;
+                prov.campaigns().iter().find(|c| c["id"] == id).cloned()
+            });
+            let (counts, changes) = apply(&w, &done, &mut rows, earlier.as_ref());
+            let rows: Vec<_> = rows.into_values().collect();
+            let mut fields = lib.describe();
+            fields.push(("library", lib.kind().tag().into()));
+            tx.write_profile(&folder, build, lib.results(&rows), ranks, "tuned", &fields)?;
+            let record = record(
+                &w,
+                &inputs,
+                (&started_at, id.as_deref()),
+                &devices,
+                &limits,
+                &counts,
+                rows.len(),
+                (&done, &changes),
+            );
+            tx.record(&folder, build, record)?;
+            if opts.retune {
+                // Tuned now, and recorded in provenance; shapes imported since stay waiting.
+                let tuned: HashSet<String> = done.iter().map(|o| o.shape.clone()).collect();
+                let waiting = tx
                 .imported(&folder)?
                 .into_iter()
                 .filter(
                     |l| !matches!(lib.parse_key(l), Some(k) if tuned.contains(&lib.key_text(&k))),
                 )
                 .collect();
-            tx.set_imported(&folder, waiting);
-        }
-        Ok((counts, rows.len()))
-    })?;
-    let s = summary(rows_after, counts, resumed, limits, done);
+                tx.set_imported(&folder, waiting);
+            }
+            Ok((counts, rows.len()))
+        },
+        |_| {
+            until_the_end = Some(crate::held::hold());
+            // With a shape that failed the checkpoint stays: the same command retries it.
+            if failed == 0 {
+                checkpoint.retire(&folder.dir, &done);
+            }
+        },
+    );
+    drop(campaign_lock);
+    drop(until_the_end);
+    let (counts, rows_after) = transaction?;
+    let s = summary(rows_after, counts, (resumed, added), limits, done);
     if !opts.json {
         print_summary(&s);
     }
@@ -633,40 +678,78 @@ pub fn run<L: Library>(lib: &L, inputs: Inputs<L::Key>, opts: &Options) -> Resul
             shapes.len() - failed
         )));
     }
-    checkpoint.retire(&folder.dir, &s.outcomes);
     Ok(s)
 }
 
-/// Applies the verdicts to the profile's rows (by shape text); the counts.
+/// How a shape changed its row: the [`Counts`] field that counts it.
+fn change_word(o: &Outcome, replaced: bool) -> &'static str {
+    match (&o.tuned, &o.rejected) {
+        (None, _) => "failed",
+        (Some(_), Some(_)) => "rejected",
+        (Some(t), None) => match t.verdict.decision {
+            Decision::Adopt if replaced => "replaced",
+            Decision::Adopt => "new",
+            Decision::Keep => "kept",
+            Decision::Drop => "dropped",
+            Decision::Default => "default",
+            Decision::Undecidable => "undecidable",
+        },
+    }
+}
+
+/// Applies the verdicts to the profile's rows (by shape text); the counts, and each
+/// outcome's change (its word in the counts). An adoption replaces a row of ours, else
+/// it is new; but where the row is the one this very campaign adopted and recorded in an
+/// `earlier` commit (one killed after its record, or with shapes that failed), it is
+/// counted as that commit counted it (it did not replace itself).
 fn apply<L: Library>(
     w: &Work<L>,
     done: &[Outcome],
     rows: &mut BTreeMap<String, (L::Key, String, Option<f64>)>,
-) -> Counts {
+    earlier: Option<&Value>,
+) -> (Counts, Vec<&'static str>) {
     let mut c = Counts {
         shapes: done.len(),
         ..Counts::default()
     };
+    let recorded = |shape: &str, row: &str| {
+        let shapes = earlier?["shapes"].as_array()?;
+        let s = shapes
+            .iter()
+            .find(|s| s["shape"] == shape && s["row"] == row)?;
+        s["change"].as_str().map(str::to_string)
+    };
+    let mut changes = Vec::new();
     for o in done {
-        let Some(key) = w.key(o) else { continue };
+        let Some(key) = w.key(o) else {
+            changes.push(change_word(o, false));
+            continue;
+        };
         let Some(t) = &o.tuned else {
             c.failed += 1;
+            changes.push("failed");
             continue;
         };
         if o.rejected.is_some() {
             c.rejected += 1;
+            changes.push("rejected");
             continue; // what was there stays
         }
         let v = &t.verdict;
-        match v.decision {
-            Decision::Adopt if matches!(w.current.get(&key), Some(RowChoice::Mine(_))) => {
-                c.replaced += 1
-            }
-            Decision::Adopt => c.new += 1,
-            Decision::Keep => c.kept += 1,
-            Decision::Drop => c.dropped += 1,
-            Decision::Default => c.default += 1,
-            Decision::Undecidable => c.undecidable += 1,
+        let ours = matches!(w.current.get(&key), Some(RowChoice::Mine(_)));
+        let replaced = match (ours, o.adopted()) {
+            (true, Some(row)) => recorded(&o.shape, row).is_none_or(|c| c == "replaced"),
+            _ => ours,
+        };
+        let word = change_word(o, replaced);
+        changes.push(word);
+        match word {
+            "replaced" => c.replaced += 1,
+            "new" => c.new += 1,
+            "kept" => c.kept += 1,
+            "dropped" => c.dropped += 1,
+            "default" => c.default += 1,
+            _ => c.undecidable += 1,
         }
         let time = match v.decision {
             Decision::Adopt => v.new_ms,
@@ -679,7 +762,7 @@ fn apply<L: Library>(
             None => rows.remove(&text),
         };
     }
-    c
+    (c, changes)
 }
 
 /// What provenance.json records of a campaign.
@@ -687,16 +770,17 @@ fn apply<L: Library>(
 fn record<L: Library>(
     w: &Work<L>,
     inputs: &Inputs<L::Key>,
-    started: &str,
+    (started, id): (&str, Option<&str>),
     devices: &[i32],
     limits: &BTreeMap<i32, Limits>,
     counts: &Counts,
     rows_after: usize,
-    done: &[Outcome],
+    (done, changes): (&[Outcome], &[&str]),
 ) -> Value {
     let (opts, build) = (w.opts, w.lib.build());
     json!({
         "kind": "tune",
+        "id": id,
         "library": w.lib.kind().tag(),
         "started": started,
         "finished": store::utc_now(),
@@ -714,12 +798,13 @@ fn record<L: Library>(
         "limits": limits,
         "counts": counts,
         "rows_after": rows_after,
-        "shapes": done.iter().map(|o| {
+        "shapes": done.iter().zip(changes).map(|(o, change)| {
             let v = o.tuned.as_ref().map(|t| &t.verdict);
             json!({
                 "shape": o.shape,
                 "calls": o.calls,
                 "decision": o.decision_word(),
+                "change": change,
                 "reason": o.error.clone().or(o.rejected.clone()).or(v.map(|v| v.reason.clone())),
                 "heuristic_ms": v.map(|v| v.heuristic_ms),
                 "current_ms": v.and_then(|v| v.current_ms),

@@ -2,7 +2,9 @@
 //! campaign at a time. Each finished shape is appended to the profile folder's checkpoint
 //! and synced before the next starts, so a campaign stopped in any way (killed, a closed
 //! output pipe, a shape that failed) resumes where it stopped when the same command is run
-//! again; a command with other inputs refuses and prints the one that finishes it.
+//! again, or by one whose shapes include all of its own (a miss folder only grows: the
+//! shapes recorded since are added to it); a command without some of its shapes refuses
+//! and prints what finishes it and what discards it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,7 +17,7 @@ use crate::store::{self, Folder};
 use tunedblas_core::share_lock;
 
 /// The first checkpoint line: what the campaign was started with. A rerun resumes the
-/// checkpoint when `build` and `shapes` are the same.
+/// checkpoint when `build` is the same and its shapes include every one of `shapes`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     pub started: String,
@@ -30,6 +32,12 @@ pub struct Header {
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<PathBuf>,
+    /// The campaign's own name, recorded with it in `provenance.json`: a rerun after a
+    /// commit that was killed once that record was in place finds it there and does not
+    /// record the campaign again (`started` is not enough: two campaigns can start in one
+    /// second). Absent in checkpoints of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 impl Header {
@@ -41,6 +49,7 @@ impl Header {
             shapes,
             command: Some(invocation(std::env::args())),
             dir: std::env::current_dir().ok(),
+            id: Some(new_id()),
         }
     }
 
@@ -52,6 +61,14 @@ impl Header {
             None => command.to_string(),
         })
     }
+}
+
+/// A name no other campaign has: this process and the clock, to the nanosecond.
+fn new_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}", std::process::id(), nanos)
 }
 
 /// A command line as a shell reads it back: `tunedblas` and the arguments, each quoted
@@ -73,9 +90,14 @@ pub fn shell_word(w: &str) -> String {
     }
 }
 
-/// Reads an unfinished campaign's checkpoint: its header and the shapes it finished. A
-/// torn last line (killed mid-write) is ignored; that shape is simply tuned again.
-fn read_checkpoint<O: DeserializeOwned>(path: &Path) -> Result<Option<(Header, Vec<O>)>> {
+/// An unfinished campaign as its checkpoint holds it: the header, and each finished shape
+/// with its line as written.
+type Unfinished<O> = (Header, Vec<(String, O)>);
+
+/// Reads an unfinished campaign's checkpoint: its header and the shapes it finished, each
+/// with its line as written. A torn last line (killed mid-write) is ignored; that shape is
+/// simply tuned again.
+fn read_checkpoint<O: DeserializeOwned>(path: &Path) -> Result<Option<Unfinished<O>>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -89,26 +111,70 @@ fn read_checkpoint<O: DeserializeOwned>(path: &Path) -> Result<Option<(Header, V
         return Ok(None);
     };
     let done = lines
-        .filter_map(|l| serde_json::from_str::<O>(l).ok())
+        .filter_map(|l| Some((l.to_string(), serde_json::from_str::<O>(l).ok()?)))
         .collect();
     Ok(Some((header, done)))
 }
 
-/// The refusal of a campaign whose profile folder holds another one, unfinished: what to
-/// rerun to finish that one, or how to discard it.
-fn unfinished(path: &Path, old: &Header, done: usize) -> Error {
-    let what = format!(
+/// The shapes of the unfinished campaign of `build` in the profile folder `dir` (none when
+/// there is none, or it is of another build). A campaign keeps them in its plan even where
+/// the profile has rows for them now (a merge while it was stopped), so that it can resume.
+pub fn pending_shapes(dir: &Path, build: &str) -> Vec<String> {
+    match read_checkpoint::<serde_json::Value>(&dir.join(CHECKPOINT_FILE)) {
+        Ok(Some((h, _))) if h.build == build => h.shapes,
+        _ => vec![],
+    }
+}
+
+/// The checkpoint's name in the profile folder.
+const CHECKPOINT_FILE: &str = ".campaign.partial.jsonl";
+
+/// The refusal of a campaign whose profile folder holds another one, unfinished, that it
+/// cannot resume (another build, or shapes this command does not have): what finishes that
+/// one and what discards it, each as a command to run. The command that started it
+/// finishes it only with its inputs as they were: the same command may now list other
+/// shapes (a miss file removed), so the refusal says which of its shapes are missing.
+fn unfinished(path: &Path, old: &Header, new: &Header, done: usize) -> Error {
+    let mut what = format!(
         "an unfinished campaign of other shapes ({done} of {} done) is in {}",
         old.shapes.len(),
         path.display()
     );
+    if old.build != new.build {
+        what.push_str(&format!(", of another build ({})", old.build));
+    } else {
+        let missing: Vec<&str> = old
+            .shapes
+            .iter()
+            .filter(|s| !new.shapes.contains(s))
+            .map(String::as_str)
+            .collect();
+        let shown = missing
+            .iter()
+            .take(3)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("; ");
+        let more = if missing.len() > 3 { "; ..." } else { "" };
+        what.push_str(&format!(
+            ": {} of its shapes are not among this command's ({shown}{more}), so this command cannot resume it",
+            missing.len()
+        ));
+    }
     let finish = match old.rerun() {
-        Some(cmd) => format!("to finish it, rerun the command that started it:\n    {cmd}"),
+        Some(cmd) => format!(
+            "to finish it, rerun the command that started it, with its inputs as they were \
+             (it resumes with more shapes too, never with fewer):\n    {cmd}"
+        ),
         None => "to finish it, rerun the command that started it (with the same inputs)".into(),
     };
-    Error::failed(format!(
-        "{what}\n{finish}\nor discard it: add --fresh to this command"
-    ))
+    let discard = match new.rerun() {
+        Some(cmd) => format!(
+            "or discard it (its finished shapes too) and tune this command's shapes: rerun this command with --fresh:\n    {cmd} --fresh"
+        ),
+        None => "or discard it: add --fresh to this command".into(),
+    };
+    Error::failed(format!("{what}\n{finish}\n{discard}"))
 }
 
 /// Appends one line and syncs it: after this returns the shape survives a kill.
@@ -118,6 +184,20 @@ fn append_line(file: &mut std::fs::File, line: &str, path: &Path) -> Result<()> 
         .map_err(|e| Error::cannot("write the checkpoint", path, e))
 }
 
+/// Writes `text` to `path` by a synced temporary renamed over it: the checkpoint is the old
+/// one or the new one, never a mix, whenever the command is killed.
+fn replace_synced(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("jsonl.tmp");
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|_| f.sync_all()))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::cannot("write the checkpoint", path, e));
+    }
+    Ok(())
+}
+
 /// The append-only, synced record of finished shapes that makes a campaign resumable: one
 /// [`Header`] line, then one JSON line per finished shape (the campaign's outcome), in the
 /// profile folder. Hold [`lock`] while it is open.
@@ -125,51 +205,68 @@ pub struct Checkpoint {
     path: PathBuf,
     file: std::fs::File,
     pub started: String,
+    /// The campaign's name ([`Header::id`]; none in a checkpoint of an older build).
+    pub id: Option<String>,
+    /// How many shapes the resumed campaign had before this command added its new ones
+    /// (none: started now, or resumed with the same shapes).
+    pub grown_from: Option<usize>,
 }
 
 impl Checkpoint {
     /// Opens the checkpoint in the profile folder `dir` for `header`: resumes it when it
-    /// was started with the same build and shapes (returning what it finished), else starts
-    /// afresh, which an unfinished campaign with other shapes allows only with `fresh`.
+    /// was started with the same build and every one of its shapes is among `header`'s
+    /// (returning what it finished; the shapes `header` adds are the campaign's from now
+    /// on), else starts afresh, which an unfinished campaign allows only with `fresh`.
     pub fn open<O: DeserializeOwned>(
         dir: &Path,
         header: Header,
         fresh: bool,
     ) -> Result<(Checkpoint, Vec<O>)> {
         std::fs::create_dir_all(dir).map_err(|e| Error::cannot("create", dir, e))?;
-        let path = dir.join(".campaign.partial.jsonl");
-        let (started, done) = match read_checkpoint(&path)? {
-            Some((old, done)) if old.build == header.build && old.shapes == header.shapes => {
-                (old.started, done)
-            }
-            Some((old, done)) if !fresh => return Err(unfinished(&path, &old, done.len())),
-            _ => (header.started.clone(), vec![]),
+        let path = dir.join(CHECKPOINT_FILE);
+        let resumable = |old: &Header| {
+            old.build == header.build && old.shapes.iter().all(|s| header.shapes.contains(s))
         };
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
+        let (old, done) = match read_checkpoint::<O>(&path)? {
+            Some((old, done)) if resumable(&old) => (Some(old), done),
+            Some((old, done)) if !fresh => {
+                return Err(unfinished(&path, &old, &header, done.len()))
+            }
+            _ => (None, vec![]),
+        };
+        let grown_from = old
+            .as_ref()
+            .map(|o| o.shapes.len())
+            .filter(|&n| n < header.shapes.len());
+        // Resumed: its name and start stay, its shapes become this command's (they include
+        // its own), and the command that finishes it is this one.
+        let header = Header {
+            started: old
+                .as_ref()
+                .map_or(header.started.clone(), |o| o.started.clone()),
+            id: old.as_ref().map_or(header.id.clone(), |o| o.id.clone()),
+            ..header
+        };
+        // Rewritten whole (a torn last line is left out), then appended to.
+        let mut text = serde_json::to_string(&header).expect("plain struct") + "\n";
+        for (line, _) in &done {
+            text.push_str(line);
+            text.push('\n');
+        }
+        replace_synced(&path, &text)?;
+        let file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .map_err(|e| Error::cannot("open", &path, e))?;
-        if done.is_empty() {
-            file.set_len(0)
-                .map_err(|e| Error::cannot("reset", &path, e))?;
-            let h = Header {
-                started: started.clone(),
-                ..header
-            };
-            append_line(
-                &mut file,
-                &serde_json::to_string(&h).expect("plain struct"),
-                &path,
-            )?;
-        }
         Ok((
             Checkpoint {
                 path,
                 file,
-                started,
+                started: header.started,
+                id: header.id,
+                grown_from,
             },
-            done,
+            done.into_iter().map(|(_, o)| o).collect(),
         ))
     }
 

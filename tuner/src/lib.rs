@@ -20,6 +20,7 @@ pub mod checkpoint;
 pub mod curate;
 pub mod dl;
 pub mod error;
+pub mod held;
 pub mod limits;
 pub mod numerics;
 pub mod pipeline;

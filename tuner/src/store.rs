@@ -204,7 +204,21 @@ impl Store {
     /// Runs `change` as one transaction on the store; see [`Tx`]. Nothing is written
     /// unless `change` returns `Ok`, and then every file it staged is committed together.
     pub fn transaction<T>(&self, change: impl FnOnce(&mut Tx) -> Result<T>) -> Result<T> {
+        self.transaction_then(change, |_| {})
+    }
+
+    /// [`Store::transaction`], then `after` on what `change` returned once the commit
+    /// went through (what must follow it at once: a campaign retiring its checkpoint).
+    /// From the commit's first write to the lock's release (after `after`), SIGINT,
+    /// SIGTERM and SIGHUP are held off ([`crate::held`]): one that comes meanwhile ends
+    /// the process only then, so it cannot leave the store half committed.
+    pub fn transaction_then<T>(
+        &self,
+        change: impl FnOnce(&mut Tx) -> Result<T>,
+        after: impl FnOnce(&T),
+    ) -> Result<T> {
         let path = self.registry_path();
+        let mut held = None;
         let out = registry::with_lock(&path, || {
             let registry = if path.exists() {
                 Registry::load(&path)?
@@ -217,9 +231,18 @@ impl Store {
                 registry_changed: false,
                 staged: BTreeMap::new(),
             };
-            Ok(change(&mut tx).and_then(|out| tx.commit().map(|()| out)))
+            let out = change(&mut tx).and_then(|out| {
+                held = Some(crate::held::hold());
+                tx.commit().map(|()| out)
+            });
+            if let Ok(out) = &out {
+                after(out);
+            }
+            Ok(out)
         });
-        out.map_err(broken)?
+        let out = out.map_err(broken);
+        drop(held);
+        out?
     }
 
     /// The profile a process loading `build` gets, or the folder a new one goes to.
@@ -439,7 +462,9 @@ impl Tx<'_> {
     }
 
     /// Stages `campaign` appended to the folder's provenance as it is now, stamping the
-    /// build on it.
+    /// build on it. A campaign with an `id` is recorded once: a record of the same id (an
+    /// earlier commit of the same campaign, killed before it ended or with shapes that
+    /// failed) is replaced.
     pub fn record(&mut self, folder: &Folder, build: &Build, campaign: Value) -> Result<()> {
         let prov = self.provenance(folder)?;
         prov.set_sha256(&build.sha256);
@@ -449,7 +474,17 @@ impl Tx<'_> {
         prov.set_profile(&folder.name);
         prov.set("arch", Value::from(build.arch.clone()));
         prov.set("updated", Value::from(utc_now()));
-        prov.push_campaign(campaign);
+        let same = |c: &Value| !campaign["id"].is_null() && c["id"] == campaign["id"];
+        if prov.campaigns().iter().any(same) {
+            let list = prov
+                .campaigns()
+                .iter()
+                .map(|c| if same(c) { campaign.clone() } else { c.clone() })
+                .collect();
+            prov.set("campaigns", Value::Array(list));
+        } else {
+            prov.push_campaign(campaign);
+        }
         Ok(())
     }
 

@@ -42,8 +42,10 @@ entry point it exports); a library without one is loaded by its usual names
 const AFTER: &str = "\
 An interrupted campaign resumes: run the same command again (killed, stopped by a closed
 output pipe, `| head`, or a shape that could not be tuned: exit 1, the rows of the others
-written). While one is unfinished, a tune of other shapes refuses and prints the command that
-finishes it; --fresh discards it. -q: no progress and no per-shape lines.
+written), also with more shapes (a miss folder that grew: the new ones are added). While one
+is unfinished, a tune without some of its shapes refuses and prints the command that
+finishes it; --fresh discards it. SIGINT, SIGTERM and SIGHUP wait for a commit under way.
+-q: no progress and no per-shape lines.
 
 EXAMPLES:
     tunedblas tune --lib /opt/rocm/lib/librocblas.so.5 ~/.cache/tunedblas/misses
@@ -76,7 +78,7 @@ INPUT...           files or folders of recorded shapes (see INPUT above)
 --devices 0,1,2,3  tune in parallel, one worker per device (default 0)
 --shard I/N|auto   tune only every N-th shape starting at I (join with `merge`); auto: I and N from JOB_COMPLETION_INDEX/JOB_COMPLETIONS (Kubernetes) or SLURM_ARRAY_TASK_ID/_COUNT (Slurm)
 --ranks N          results files to write (default: one per device)
---fresh            discard an unfinished campaign with other shapes
+--fresh            discard an unfinished campaign this command cannot resume (one with shapes it lacks)
 --no-limits        do not measure the devices' limits
 --json             print the result as JSON (progress stays on stderr)
 ";

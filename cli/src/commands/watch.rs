@@ -6,8 +6,9 @@
 //! decides when: not more often than `--every`, and within `--hour-budget` seconds of
 //! tuning per hour (a round is never cut short: the budget is checked between rounds). On
 //! SIGTERM or SIGINT the running round gets the signal too (its shapes done so far are kept
-//! in its checkpoint, and the next `watch` or `tune` with the same inputs resumes it) and the
-//! loop ends with status 0.
+//! in its checkpoint, and the next `watch` or `tune` with the same inputs, or more: the misses
+//! recorded since, resumes it; a commit under way finishes first) and the loop ends with
+//! status 0.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -23,8 +24,8 @@ Follows the misses as they come: every --every seconds, runs `tunedblas tune` on
 folder (DIR, else $TUNEDBLAS_MISS_DIR, as the interposer), which tunes the shapes recorded
 since and commits each row to the store; running servers serve the new rows within seconds
 (hot reload). Tuning is kept within --hour-budget seconds per hour. Stops cleanly on SIGTERM
-or SIGINT (a round cut short resumes the next time). Options after `--` go to every `tune`
-round (e.g. -- --devices 1 --trials 9).";
+or SIGINT (a round cut short resumes the next time, with the misses recorded since added).
+Options after `--` go to every `tune` round (e.g. -- --devices 1 --trials 9).";
 
 const AFTER: &str = "\
 EXAMPLES:
@@ -178,8 +179,20 @@ fn report(n: u64, stdout: &[u8], took: Duration) {
         note!("watch: round {n}: nothing new to tune");
         return;
     }
+    // A round that resumed a campaign stopped before (with the shapes recorded since).
+    let resumed = match (
+        v["resumed"].as_u64().unwrap_or(0),
+        v["added"].as_u64().unwrap_or(0),
+    ) {
+        (0, _) => String::new(),
+        (r, 0) => format!(" (resumed: {r} done before)"),
+        (r, a) => format!(
+            " (resumed: {r} of {} done before; {a} new shapes added)",
+            get("shapes").saturating_sub(a)
+        ),
+    };
     note!(
-        "watch: round {n}: {} shapes in {:.0} s: {} new rows, {} replaced, {} Default, {} undecidable, {} failed; profile {}",
+        "watch: round {n}: {} shapes{resumed} in {:.0} s: {} new rows, {} replaced, {} Default, {} undecidable, {} failed; profile {}",
         get("shapes"),
         took.as_secs_f64(),
         get("new"),

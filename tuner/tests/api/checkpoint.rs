@@ -35,10 +35,30 @@ fn an_interrupted_campaign_resumes_with_what_it_finished() {
         "{}",
         e.message
     );
-    assert!(e.message.contains("add --fresh"), "{}", e.message);
-    // The same inputs: what was finished comes back.
-    let (cp, done) = Checkpoint::open::<String>(&dir, header(), false).unwrap();
+    assert!(
+        e.message.contains(" --fresh\n") || e.message.ends_with(" --fresh"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message
+            .contains("2 of its shapes are not among this command's (b; c)"),
+        "{}",
+        e.message
+    );
+    // More shapes (the miss folder grew): what was finished comes back, the campaign
+    // goes on with the new shapes too, and the same inputs again resume that.
+    let more = || Header::new("cublaslt sha".into(), shapes(&["a", "b", "c", "e"]));
+    let (cp, done) = Checkpoint::open::<String>(&dir, more(), false).unwrap();
     assert_eq!(done, ["a done", "b done"]);
+    assert_eq!(cp.grown_from, Some(3));
+    drop(cp);
+    let e = Checkpoint::open::<String>(&dir, header(), false)
+        .err()
+        .unwrap();
+    assert!(e.message.contains("(2 of 4 done)"), "{}", e.message);
+    let (cp, done) = Checkpoint::open::<String>(&dir, more(), false).unwrap();
+    assert_eq!((done.len(), cp.grown_from), (2, None));
     cp.retire(&dir, &["a done".to_string()]);
     assert!(!path.exists() && dir.join("campaigns").read_dir().unwrap().count() == 1);
     // Finished: a rerun starts afresh; --fresh discards an unfinished one.
