@@ -123,6 +123,12 @@ pub fn quiet_write<T>(write: impl FnOnce() -> T) -> T {
         let pending = |set: *mut u64| libc::syscall(libc::SYS_rt_sigpending, set, SET_SIZE);
         mask(libc::SIG_BLOCK, &ours, &mut old);
         pending(&mut before);
+        // The union of this thread's and the process's pending signals: one the host sent
+        // the process (kill) sits in the process's set, where ours would not merge with
+        // it. Only this thread's own set says whether ours would (rarely needed).
+        if before & ours != 0 {
+            before = thread_pending().unwrap_or(before);
+        }
         *libc::__errno_location() = 0;
         let out = write();
         let errno = *libc::__errno_location();
@@ -133,6 +139,8 @@ pub fn quiet_write<T>(write: impl FnOnce() -> T) -> T {
         };
         if raised != 0 {
             pending(&mut after);
+            // Not pending on this thread before: ours, raised on this thread, and taken
+            // back first (a thread's own signals are taken before the process's).
             let take = raised & after & !before;
             if take != 0 {
                 let now = libc::timespec {
@@ -149,9 +157,92 @@ pub fn quiet_write<T>(write: impl FnOnce() -> T) -> T {
     }
 }
 
+/// This thread's own pending signals (`SigPnd` of `/proc/thread-self/status`), read with
+/// raw calls into a stack buffer (async-signal-safe, no allocation), or `None`.
+#[inline(never)]
+fn thread_pending() -> Option<u64> {
+    let mut buf = [0u8; 2048];
+    // SAFETY: a NUL-terminated path; reading into a buffer of ours; our descriptor closed.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/thread-self/status".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        usize::try_from(n).ok()?
+    };
+    let text = &buf[..n];
+    let at = text.windows(7).position(|w| w == b"SigPnd:")? + 7;
+    let hex: &[u8] = text[at..].split(|&b| b == b'\n').next()?.trim_ascii();
+    u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a child (its own signal state and file-size limit): the host sends itself a
+    /// SIGXFSZ (`kill`, the process's set) and keeps it blocked; then our write fails past
+    /// `ulimit -f`. The host must find exactly its one signal pending, not ours as well
+    /// (an outside tester's finding: two), and not none. Exit code: the signals pending.
+    #[test]
+    fn a_failed_write_takes_back_its_own_signal_and_leaves_the_hosts() {
+        let dir = std::env::temp_dir().join(format!("tunedblas-quiet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = std::ffi::CString::new(dir.join("f").to_str().unwrap()).unwrap();
+        for host_sends in [true, false] {
+            // SAFETY: the child makes only async-signal-safe calls and leaves by _exit.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                unsafe {
+                    let limit = libc::rlimit {
+                        rlim_cur: 4,
+                        rlim_max: libc::RLIM_INFINITY,
+                    };
+                    libc::setrlimit(libc::RLIMIT_FSIZE, &limit);
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, libc::SIGXFSZ);
+                    libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                    if host_sends {
+                        libc::kill(libc::getpid(), libc::SIGXFSZ);
+                    }
+                    let fd = libc::open(
+                        file.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                        0o600,
+                    );
+                    let n = quiet_write(|| libc::write(fd, b"0123456789".as_ptr().cast(), 10));
+                    let n2 = quiet_write(|| libc::write(fd, b"0123456789".as_ptr().cast(), 10));
+                    let failed = n == 4 && n2 < 0 && *libc::__errno_location() == libc::EFBIG;
+                    let now = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    };
+                    let mut pending = 0;
+                    while libc::sigtimedwait(&set, std::ptr::null_mut(), &now) == libc::SIGXFSZ {
+                        pending += 1;
+                    }
+                    libc::_exit(if failed { pending } else { 99 });
+                }
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert!(libc::WIFEXITED(status), "{status}");
+            let want = i32::from(host_sends);
+            assert_eq!(
+                libc::WEXITSTATUS(status),
+                want,
+                "host sent one: {host_sends}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn names_and_start_times_read_back() {

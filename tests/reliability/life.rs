@@ -273,6 +273,41 @@ fn the_hosts_own_sigxfsz_and_sigpipe_reach_it_during_our_writes() {
     }
 }
 
+/// A process that makes GEMMs and then `exec`s a program that makes more, with one stats
+/// path (or `%p`: the same pid): the first image's stats, written at the exec, were
+/// replaced by the second's, so its misses vanished and `verify --stats` said OK (an
+/// outside tester's finding). They are kept beside, as `<path>.<pid>`, which verify reads.
+#[test]
+fn an_exec_keeps_the_first_images_stats_beside_the_second_images() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_with_hit("rel-exec-stats", HIT);
+    let second = dir.join("second.sh");
+    std::fs::write(
+        &second,
+        format!(
+            "#!/bin/sh\nexec {} @gemm:16 @gemm:24\n",
+            hosts().life4.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let stats = dir.join("stats.json");
+    let exec = format!("@exec:{}", second.display());
+    let mut cmd = life_cmd(&dir, true, &["@gemm:3000", &exec]);
+    cmd.env("TUNEDBLAS_STATS", &stats);
+    let out = run_guarded(cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let last = read(&stats);
+    let pid = last["pid"].as_u64().unwrap();
+    assert_eq!(last["calls"], 2, "the second image's: {last}");
+    let first = read(&dir.join(format!("stats.json.{pid}")));
+    assert_eq!(first["calls"], 1, "the first image's, beside: {first}");
+    assert_eq!(first["missed_calls"], 1, "{first}");
+}
+
 /// A host whose umask takes every bit away (`umask 0777`): the folders and files made for
 /// us once came out mode 000 (a non-root user could not open the miss log again, and a
 /// `~/.cache` we made was unusable by every program after). They are made with exactly

@@ -168,6 +168,14 @@ fn unfinished(path: &Path, old: &Header, new: &Header, done: usize) -> Error {
         ),
         None => "to finish it, rerun the command that started it (with the same inputs)".into(),
     };
+    // A shard is every N-th shape of the sorted list: shapes added since move every
+    // shard's share, so the command that started it cannot resume it either.
+    let finish = match new.command.as_deref() {
+        Some(c) if c.contains("--shard") && old.build == new.build => {
+            "it is a shard (--shard I/N: every N-th shape of the sorted list), and shapes recorded since moved its share: finish it with its inputs as they were (a copy of them as they stood), or discard the campaign on every shard (--fresh) and tune the grown list there".to_string()
+        }
+        _ => finish,
+    };
     let discard = match new.rerun() {
         Some(cmd) => format!(
             "or discard it (its finished shapes too) and tune this command's shapes: rerun this command with --fresh:\n    {cmd} --fresh"
