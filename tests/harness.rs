@@ -1222,39 +1222,32 @@ fn a_store_path_that_is_no_store_is_refused_alike_and_left_as_it_was() {
     let missing = dir.join("mistyped");
     let file = dir.join("a-file");
     std::fs::write(&file, "not a store\n").unwrap();
-    for cmd in [
-        &["verify", "--lib", lib][..],
-        &["qualify", "--lib", lib],
-        &["profiles", "list"],
-    ] {
+    let refused = |cmd: &[&str], store: &Path, says: &str| {
         let out = tunedblas_cmd(&dir, cmd)
             .arg("--profiles")
-            .arg(&missing)
+            .arg(store)
             .output()
             .unwrap();
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{cmd:?}: {stderr}");
-        assert_has(&stderr, "has no profiles.json: not a profile store");
+        assert_has(&stderr, says);
+    };
+    let readers: [&[&str]; 3] = [
+        &["verify", "--lib", lib],
+        &["qualify", "--lib", lib],
+        &["profiles", "list"],
+    ];
+    for cmd in readers {
+        refused(cmd, &missing, "has no profiles.json: not a profile store");
         assert!(!missing.exists(), "{cmd:?} made {}", missing.display());
     }
-    for cmd in [
-        &["verify", "--lib", lib][..],
-        &["qualify", "--lib", lib],
-        &["profiles", "list"],
+    let not_a_folder = format!("{} is not a folder: --profiles", file.display());
+    let writers: [&[&str]; 2] = [
         &["tune", "--lib", lib, "--shape", "f32:NN:8:8:8"],
         &["merge", "--lib", lib, "elsewhere"],
-    ] {
-        let out = tunedblas_cmd(&dir, cmd)
-            .arg("--profiles")
-            .arg(&file)
-            .output()
-            .unwrap();
-        let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {stderr}");
-        assert_has(
-            &stderr,
-            &format!("{} is not a folder: --profiles", file.display()),
-        );
+    ];
+    for cmd in readers.into_iter().chain(writers) {
+        refused(cmd, &file, &not_a_folder);
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a store\n");
 }

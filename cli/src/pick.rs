@@ -17,14 +17,15 @@ use crate::error::{Error, Result};
 pub struct Picked {
     pub name: String,
     pub dir: PathBuf,
+    /// `(rank, file)` of every rank file, in rank order.
+    pub ranks: Vec<(usize, PathBuf)>,
     pub sha256: String,
     /// The library the rows are for: `rocblas`, `hipblaslt` or `cublaslt` (the registry's
     /// `library`, else the rank files' `TUNEDBLAS_BACKEND`, else rocBLAS, which says none).
     pub library: String,
+    /// The rocBLAS version and the architecture, where the registry or the files say.
     pub rocblas: Option<String>,
     pub arch: Option<String>,
-    /// `(rank, file)` of every rank file, in rank order.
-    pub ranks: Vec<(usize, PathBuf)>,
 }
 
 impl Picked {

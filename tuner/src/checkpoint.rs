@@ -23,6 +23,12 @@ pub struct Header {
     pub started: String,
     /// The library build (its sha256, and for `lt tune` the rank).
     pub build: String,
+    /// The campaign's own name, recorded with it in `provenance.json`: a rerun after a
+    /// commit that was killed once that record was in place finds it there and does not
+    /// record the campaign again (`started` is not enough: two campaigns can start in one
+    /// second). Absent in checkpoints of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// Every shape of this campaign (after sharding), in order.
     pub shapes: Vec<String>,
     /// The command line that started it and the folder it ran in, so that a `tune` with
@@ -32,12 +38,6 @@ pub struct Header {
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<PathBuf>,
-    /// The campaign's own name, recorded with it in `provenance.json`: a rerun after a
-    /// commit that was killed once that record was in place finds it there and does not
-    /// record the campaign again (`started` is not enough: two campaigns can start in one
-    /// second). Absent in checkpoints of older builds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
 }
 
 impl Header {
