@@ -464,6 +464,25 @@ fn shards_tuned_apart_merge_whole(b: &Backend, dir: &Path) {
         entry(&registry("merged"))["library"],
         entry(&registry("shard0"))["library"]
     );
+    // `profiles show` names the merge (whose record has no counts: no stray "null").
+    let merged = registry("merged");
+    let name = merged["profiles"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let shown = ok(&common::tunedblas_cmd(dir, &["profiles", "show", &name])
+        .arg("--profiles")
+        .arg(dir.join("merged"))
+        .output()
+        .unwrap());
+    assert_has(&shown, "rows per rank: rank 0: 2");
+    assert!(
+        shown.contains("campaign   merge") && !shown.contains("null"),
+        "{shown}"
+    );
     // Shards of two architectures are refused, not merged under one name (the stand-ins
     // record one, none or `unknown`: each shard is given one here).
     for (shard, arch) in [("shard0", "gfx001"), ("shard1", "gfx000")] {

@@ -151,11 +151,15 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
         println!("  problem    {p}");
     }
     for c in &campaigns {
+        // A merge's record has no counts (its rows came from the shards' campaigns).
+        let counts = match &c["counts"] {
+            Value::Null => String::new(),
+            counts => format!(" {counts}"),
+        };
         println!(
-            "  campaign   {} {} {}",
+            "  campaign   {} {}{counts}",
             c["kind"].as_str().unwrap_or("?"),
             c["finished"].as_str().unwrap_or("?"),
-            c["counts"]
         );
     }
     Ok(())
