@@ -392,17 +392,7 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     assert_eq!(summary["resumed"], before_kill.len());
     assert_eq!(summary["counts"]["shapes"], 16);
     // The record holds every shape exactly once, the pre-kill outcomes verbatim.
-    let records: Vec<PathBuf> = std::fs::read_dir(profile.join("campaigns"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(records.len(), 1);
-    let record = std::fs::read_to_string(&records[0]).unwrap();
-    let outcomes: Vec<Value> = record
-        .lines()
-        .skip(1)
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let outcomes = campaign_outcomes(&dir.join("profiles"));
     assert_eq!(outcomes.len(), 16);
     let mut seen: Vec<&str> = outcomes
         .iter()
@@ -1349,27 +1339,16 @@ fn a_stopped_watch_resumes_with_the_shapes_recorded_since() {
         ),
     );
     assert!(!checkpoint.exists(), "finished: {stderr}");
-    let records: Vec<PathBuf> = std::fs::read_dir(profile.join("campaigns"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(records.len(), 1);
-    let record = std::fs::read_to_string(&records[0]).unwrap();
-    let mut shapes: Vec<String> = record
-        .lines()
-        .skip(1)
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["shape"].to_string())
-        .collect();
+    let outcomes = campaign_outcomes(&dir.join("profiles"));
+    let mut shapes: Vec<String> = outcomes.iter().map(|o| o["shape"].to_string()).collect();
     shapes.sort();
     shapes.dedup();
-    assert_eq!(shapes.len(), 15, "each shape once: {record}");
+    assert_eq!(shapes.len(), 15, "each shape once: {outcomes:?}");
     // The shapes finished before the stop were not measured again: their rounds are kept.
     for line in before.lines().skip(1) {
         let old: Value = serde_json::from_str(line).unwrap();
-        let now = record
-            .lines()
-            .skip(1)
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        let now = outcomes
+            .iter()
             .find(|o| o["shape"] == old["shape"])
             .unwrap();
         assert_eq!(
