@@ -1042,6 +1042,18 @@ mod tests {
     // would register the process hooks (`started`), the panic hook among them, in the test
     // binary.
 
+    /// `lazy` being started up by `init` on a thread of its own, once that start-up began.
+    fn starting_in_a_thread(
+        lazy: &'static Lazy<u32>,
+        init: fn() -> Option<u32>,
+    ) -> std::thread::JoinHandle<Option<u32>> {
+        let starter = std::thread::spawn(move || lazy.get(init).copied());
+        while lazy.state.load(Ordering::Acquire) != INITIALIZING {
+            std::thread::yield_now();
+        }
+        starter
+    }
+
     /// A start-up of 300 ms that moves on as it goes (as hashing a library does).
     fn slow_start() -> Option<u32> {
         for _ in 0..30 {
@@ -1058,10 +1070,7 @@ mod tests {
     /// most of the time wherever a CPU was free), and still waits to the start-up's end.
     #[test]
     fn a_caller_waiting_for_another_threads_start_up_sleeps() {
-        let starter = std::thread::spawn(|| SLOW.get(slow_start).copied());
-        while SLOW.state.load(Ordering::Acquire) != INITIALIZING {
-            std::thread::yield_now();
-        }
+        let starter = starting_in_a_thread(&SLOW, slow_start);
         let waiter = std::thread::spawn(|| {
             let (cpu, wall) = (thread_cpu_ns(), monotonic_ns());
             let got = SLOW.get(slow_start).copied();
@@ -1130,10 +1139,7 @@ mod tests {
     /// do later calls, at once, until it ends.
     #[test]
     fn a_waiter_leaves_a_start_up_that_does_not_move() {
-        let starter = std::thread::spawn(|| STUCK.get(stuck_start).copied());
-        while STUCK.state.load(Ordering::Acquire) != INITIALIZING {
-            std::thread::yield_now();
-        }
+        let starter = starting_in_a_thread(&STUCK, stuck_start);
         let call = || {
             let got = STUCK.get(stuck_start).copied();
             (got, STUCK.state.load(Ordering::Acquire))
