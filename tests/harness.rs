@@ -404,15 +404,7 @@ fn a_killed_campaign_resumes_and_loses_nothing() {
     // The shapes finished before the kill were not measured again: their rounds are kept
     // (their adoptions confirmed and qualified at the end, as every shape's).
     for line in &before_kill {
-        let old: Value = serde_json::from_str(line).unwrap();
-        let now = outcomes
-            .iter()
-            .find(|o| o["shape"] == old["shape"])
-            .unwrap();
-        assert_eq!(
-            now["tuned"]["rounds"], old["tuned"]["rounds"],
-            "kept: {line}"
-        );
+        let (old, now) = kept_as_finished(&outcomes, line);
         if old["tuned"]["verdict"]["decision"] != "adopt" {
             assert_eq!(*now, old, "kept as it was");
         }
@@ -795,6 +787,21 @@ fn command_line_mistakes_get_clear_errors_and_documented_exit_codes() {
         let out = ok(&run(tunedblas_cmd(&dir, &[sub, "--help"])));
         assert!(out.contains("EXAMPLE"), "{sub}: {out}");
     }
+}
+
+/// A shape checkpointed before a stop (`line`, its outcome as written then) and its
+/// outcome in the record: not measured again, its rounds kept. Both, to check more.
+fn kept_as_finished<'o>(outcomes: &'o [Value], line: &str) -> (Value, &'o Value) {
+    let old: Value = serde_json::from_str(line).unwrap();
+    let now = outcomes
+        .iter()
+        .find(|o| o["shape"] == old["shape"])
+        .unwrap();
+    assert_eq!(
+        now["tuned"]["rounds"], old["tuned"]["rounds"],
+        "kept: {line}"
+    );
+    (old, now)
 }
 
 /// The outcomes of the campaign record of the only profile in `store`.
@@ -1346,14 +1353,6 @@ fn a_stopped_watch_resumes_with_the_shapes_recorded_since() {
     assert_eq!(shapes.len(), 15, "each shape once: {outcomes:?}");
     // The shapes finished before the stop were not measured again: their rounds are kept.
     for line in before.lines().skip(1) {
-        let old: Value = serde_json::from_str(line).unwrap();
-        let now = outcomes
-            .iter()
-            .find(|o| o["shape"] == old["shape"])
-            .unwrap();
-        assert_eq!(
-            now["tuned"]["rounds"], old["tuned"]["rounds"],
-            "kept: {line}"
-        );
+        kept_as_finished(&outcomes, line);
     }
 }

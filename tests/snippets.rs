@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -184,18 +183,15 @@ fn the_vllm_launcher_runs_under_the_preload_and_status_finds_it() {
         ("XDG_CACHE_HOME", xdg.to_str().unwrap()),
     ];
     let launcher = base.join("vllm-tuned");
-    std::fs::write(&launcher, snippet(&prefix, "vllm", &env)).unwrap();
-    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_executable(&launcher, &snippet(&prefix, "vllm", &env));
     let vllm = stub.join("vllm");
-    std::fs::write(
+    write_executable(
         &vllm,
-        format!(
+        &format!(
             "#!/bin/sh\n[ \"$1\" = serve ] || {{ echo \"vllm: not serve: $1\" >&2; exit 9; }}\nshift\nexec {} \"$@\"\n",
             artifacts().host4.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&vllm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let path = format!("{}:{}", stub.display(), std::env::var("PATH").unwrap());
     let clean = |cmd: &mut Command| {
         for (k, _) in std::env::vars() {
@@ -236,8 +232,7 @@ fn the_systemd_unit_names_its_paths_and_how_to_read_its_status() {
     install(&base, prefix.to_str().unwrap());
     let stub = base.join("venv/bin");
     std::fs::create_dir_all(&stub).unwrap();
-    std::fs::write(stub.join("vllm"), "#!/bin/sh\n").unwrap();
-    std::fs::set_permissions(stub.join("vllm"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_executable(&stub.join("vllm"), "#!/bin/sh\n");
     let path = format!("{}:{}", stub.display(), std::env::var("PATH").unwrap());
     let unit = snippet(
         &prefix,

@@ -288,6 +288,13 @@ pub fn row(spec: &str, solution: &str) -> String {
     format!("{op},{sig},{solution},0.01")
 }
 
+/// Writes `text` to `path` as a program (mode 0755): a shell script a test runs.
+pub fn write_executable(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 pub fn sha_of(lib_dir: &Path, soname: &str) -> String {
     tunedblas_core::identity::sha256_file(&lib_dir.join(soname)).unwrap()
 }

@@ -279,18 +279,13 @@ fn the_hosts_own_sigxfsz_and_sigpipe_reach_it_during_our_writes() {
 /// outside tester's finding). They are kept beside, as `<path>.<pid>`, which verify reads.
 #[test]
 fn an_exec_keeps_the_first_images_stats_beside_the_second_images() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = scratch_with_hit("rel-exec-stats", HIT);
     let second = dir.join("second.sh");
-    std::fs::write(
-        &second,
-        format!(
-            "#!/bin/sh\nexec {} @gemm:16 @gemm:24\n",
-            hosts().life4.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!(
+        "#!/bin/sh\nexec {} @gemm:16 @gemm:24\n",
+        hosts().life4.display()
+    );
+    write_executable(&second, &script);
     let stats = dir.join("stats.json");
     let exec = format!("@exec:{}", second.display());
     let mut cmd = life_cmd(&dir, true, &["@gemm:3000", &exec]);
