@@ -63,6 +63,12 @@ pub struct ProfileEntry {
 }
 
 impl ProfileEntry {
+    /// The library the rows are for, where the entry says (`library`, written by the tuner
+    /// for hipBLASLt and cuBLASLt; a rocBLAS entry says none).
+    pub fn library(&self) -> Option<&str> {
+        self.extra.get("library").and_then(Value::as_str)
+    }
+
     /// A new entry for `dir` and a build hash; the other fields empty.
     pub fn new(dir: &str, lib_sha256: &str) -> ProfileEntry {
         ProfileEntry {

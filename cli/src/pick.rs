@@ -11,6 +11,7 @@ use tunedblas_core::tunableop;
 use tunedblas_core::version::Version;
 
 use crate::error::{Error, Result};
+use tunedblas_tuner::backends::Kind;
 
 /// A profile picked by `--profile NAME` or by the build of `--lib`.
 #[derive(Clone, Debug, Serialize)]
@@ -46,12 +47,7 @@ impl Picked {
         if self.library == library {
             return Ok(());
         }
-        let name = |l: &str| match l {
-            "rocblas" => "rocBLAS",
-            "hipblaslt" => "hipBLASLt",
-            "cublaslt" => "cuBLASLt",
-            _ => "another library",
-        };
+        let name = |tag: &str| Kind::parse(tag).map_or("another library", Kind::name);
         Err(Error::not_loaded(format!(
             "{what} takes {} profiles; '{}' is a {} profile (build {}): `tunedblas profiles show`, `verify` and `merge` take every library's",
             name(library),
@@ -135,11 +131,7 @@ pub fn pick(which: Which, root: &Path) -> Result<Picked> {
     ranks.sort();
     let mut rocblas = entry.rocblas.clone();
     let mut arch = entry.arch.clone();
-    let mut library = entry
-        .extra
-        .get("library")
-        .and_then(|v| v.as_str())
-        .map(str::to_string);
+    let mut library = entry.library().map(str::to_string);
     if let Some((_, first)) = ranks.first() {
         if let Ok(f) = tunableop::read(first) {
             rocblas = rocblas.or_else(|| f.validator("ROCBLAS_VERSION").map(str::to_string));

@@ -77,11 +77,7 @@ pub fn show(root: &Path, name: &str, json: bool) -> Result<()> {
     let dir = entry.path_in(root);
     // A hipBLASLt or cuBLASLt profile's rows are read as that library's interposer reads
     // them: by rocBLAS's reader every one of them was "another backend's".
-    let library = entry
-        .extra
-        .get("library")
-        .and_then(Value::as_str)
-        .unwrap_or("rocblas");
+    let library = entry.library().unwrap_or("rocblas");
     let (rows, distinct, unservable, problems) = if library == "rocblas" {
         let loaded = profile::load_tables(&dir);
         let unservable = unservable_by_reason(&dir);
@@ -187,19 +183,25 @@ fn lt_rows(dir: &Path) -> Shown {
         };
         let r = tunedblas_core::cublaslt::parse_results(&text);
         rows.push((rank, r.rows.len() + r.wildcards.len()));
-        let mut counts: Vec<(String, usize)> = Vec::new();
-        for (_, why) in r.skipped {
-            match counts.iter_mut().find(|(k, _)| *k == why) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((why, 1)),
-            }
-        }
+        let counts = tally(r.skipped.into_iter().map(|(_, why)| why));
         unservable.extend(counts.into_iter().map(|(k, n)| (rank, k, n)));
         if !texts.contains(&text) {
             texts.push(text);
         }
     }
     (rows, texts.len(), unservable, problems)
+}
+
+/// Each distinct reason and how often it came, in the order first seen.
+fn tally(reasons: impl Iterator<Item = String>) -> Vec<(String, usize)> {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for why in reasons {
+        match counts.iter_mut().find(|(k, _)| *k == why) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((why, 1)),
+        }
+    }
+    counts
 }
 
 /// The rows of each rank file the interposer reads but cannot serve, counted by reason:
@@ -210,15 +212,8 @@ fn unservable_by_reason(dir: &Path) -> Vec<(usize, String, usize)> {
         let Ok(file) = tunableop::read(&path) else {
             continue;
         };
-        let mut counts: Vec<(&'static str, usize)> = Vec::new();
-        for u in &file.unservable {
-            let kind = u.kind();
-            match counts.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((kind, 1)),
-            }
-        }
-        out.extend(counts.into_iter().map(|(k, n)| (rank, k.to_string(), n)));
+        let counts = tally(file.unservable.iter().map(|u| u.kind().to_string()));
+        out.extend(counts.into_iter().map(|(k, n)| (rank, k, n)));
     }
     out
 }
